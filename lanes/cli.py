@@ -1,0 +1,67 @@
+"""`nev lane ...`: parses arguments and dispatches to the lanes modules."""
+
+from __future__ import annotations
+
+import click
+
+from lanes.ui import not_built
+
+
+@click.group("lane")
+def lane() -> None:
+    """Run a worktree's command on a build lane; list, sweep, provision and create lanes."""
+
+
+@lane.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--lane", "lane_index", type=int, help="Use lane N of the lanes file (default: first that answers).")
+@click.option("--lane-only", is_flag=True, help="Never run on the development box (always so for `run`).")
+@click.option("--pull", multiple=True, metavar="DIR", help="Copy DIR of the lane copy back after the run (repeatable).")
+@click.argument("worktree", type=click.Path(file_okay=False))
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(lane_index: int | None, lane_only: bool, pull: tuple[str, ...], worktree: str, command: tuple[str, ...]) -> None:
+    """Ship WORKTREE (unpushed commits, diff, untracked files) to a lane and run COMMAND there.
+
+    Exit status is the command's; 3 when no lane answered (nothing ran), 4 when the
+    lane's disk is short even after a sweep.
+    """
+    raise not_built("lane run", 4)
+
+
+@lane.command("on", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--lane-only", is_flag=True, help="Exit 3 instead of running locally when no lane answers.")
+@click.option("--pull", multiple=True, metavar="DIR", help="Copy DIR back after the run (ignored on a lane).")
+@click.argument("worktree", type=click.Path(file_okay=False))
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def on(lane_only: bool, pull: tuple[str, ...], worktree: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND on a lane, or in place when already on one (NEV_ON_LANE set)."""
+    raise not_built("lane on", 4)
+
+
+@lane.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_(as_json: bool) -> None:
+    """Configured lanes: answering or not, free disk, copies, gates running."""
+    raise not_built("lane list", 4)
+
+
+@lane.command("sweep")
+@click.option("--lane", "lane_index", type=int, help="Only lane N.")
+@click.option("--track", help="Only the copies of this track.")
+@click.option("--dry-run", is_flag=True, help="List what would go, with sizes; change nothing.")
+def sweep(lane_index: int | None, track: str | None, dry_run: bool) -> None:
+    """Remove lane copies whose track has no worktree in the primary checkout."""
+    raise not_built("lane sweep", 5)
+
+
+@lane.command("provision")
+@click.option("--lane", "lane_index", type=int, help="Only lane N.")
+def provision(lane_index: int | None) -> None:
+    """Idempotent set-up of a lane guest; prints changed:/unchanged: per step."""
+    raise not_built("lane provision", 5)
+
+
+@lane.command("create")
+@click.option("--backend", type=click.Choice(["lxc", "pct"]), required=True)
+def create(backend: str) -> None:
+    """Create a lane as an unprivileged LXC guest (lxc on a Debian host, pct on Proxmox)."""
+    raise not_built("lane create", 5)

@@ -1,0 +1,42 @@
+"""The one error type the CLI turns into a single line and an exit code."""
+
+from __future__ import annotations
+
+
+class NevError(Exception):
+    """A known failure: `message` is one sentence naming what is wrong and what to do."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(NevError):
+    exit_code = 2
+
+
+class ConfigError(NevError):
+    """A settings file or variable is malformed: names the file, the field and the problem."""
+
+    exit_code = 1
+
+
+class NotBuiltError(NevError):
+    exit_code = 1
+
+
+class NoLaneError(NevError):
+    """No build lane answered; nothing ran."""
+
+    exit_code = 3
+
+
+class DiskShortError(NevError):
+    exit_code = 4

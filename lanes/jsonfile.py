@@ -1,0 +1,90 @@
+"""Reading JSON settings files with errors that name the file, the field and the problem."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from lanes.errors import ConfigError
+
+
+def load(path: Path, what: str = "settings file") -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} not found; create it (see the *.example.json beside it)") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the {what}: {e.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}; fix the file") from None
+
+
+def write_atomic(path: Path, data: Any, mode: int = 0o644) -> None:
+    """Write JSON to `path` so that readers never see a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=False)
+            f.write("\n")
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class Fields:
+    """Field access for one file: every failure names the file and the dotted field path."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = str(path)
+
+    def fail(self, field: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.path}: field {field} {problem}; fix the file")
+
+    def obj(self, value: Any, field: str) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(field, f"must be an object, not {_kind(value)}")
+        return value
+
+    def get(self, obj: dict, key: str, kind: type | tuple[type, ...], field: str,
+            required: bool = True, default: Any = None) -> Any:
+        name = f"{field}.{key}" if field else key
+        if key not in obj or obj[key] is None:
+            if required:
+                raise self.fail(name, "is missing")
+            return default
+        v = obj[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if bool in kinds or not isinstance(v, bool):
+            if isinstance(v, kinds):
+                return v
+        raise self.fail(name, f"must be {_kindname(kinds)}, not {_kind(v)}")
+
+    def str_list(self, obj: dict, key: str, field: str, required: bool = False) -> list[str]:
+        name = f"{field}.{key}" if field else key
+        v = self.get(obj, key, list, field, required=required, default=[])
+        for i, item in enumerate(v):
+            if not isinstance(item, str):
+                raise self.fail(f"{name}[{i}]", f"must be a string, not {_kind(item)}")
+        return list(v)
+
+
+def _kind(v: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false",
+            int: "a number", float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _kindname(kinds: tuple[type, ...]) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "true or false",
+             int: "a whole number", float: "a number"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)

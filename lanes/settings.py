@@ -1,0 +1,121 @@
+"""Every NEV_* setting, its default and its legacy GENERA_* name, defined once.
+
+Readers call `get(NAME)` (or the typed variants); the legacy `GENERA_*` name is
+read only when the `NEV_*` one is unset, so old records and shells keep working.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from lanes.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: str | None
+    help: str
+    secret: bool = False
+
+    @property
+    def legacy(self) -> str:
+        return "GENERA_" + self.name.removeprefix("NEV_")
+
+
+_REGISTRY: dict[str, Setting] = {}
+
+
+def _s(name: str, default: str | None, help: str, secret: bool = False) -> Setting:
+    s = Setting(name, default, help, secret)
+    _REGISTRY[name] = s
+    return s
+
+
+# Lanes
+LANE_SSH = _s("NEV_LANE_SSH", None, "one lane as [user@]host[:port]; overrides lanes[] in the lanes file")
+LANE_GIT_URL = _s("NEV_LANE_GIT_URL", None, "forge URL the lane mirror fetches from (credential kept out of argv)")
+LANE_FETCH_MAX_AGE = _s("NEV_LANE_FETCH_MAX_AGE", "600", "seconds before a lane mirror fetches from the forge again")
+LANE_MIN_FREE_GB = _s("NEV_LANE_MIN_FREE_GB", "20", "free GB a lane root needs before a gate; below it the lane is swept")
+LANE_STRICT = _s("NEV_LANE_STRICT", None, "when set to 1, every check runs lane-only (never on the dev box)")
+LANE_KEEP_ENV = _s("NEV_LANE_KEEP_ENV", None, "when set to 1, the lane copy keeps .env after the run")
+LANE_SHARED = _s("NEV_LANE_SHARED", "/srv/lane-shared", "the NAS folder as seen on a lane")
+ON_LANE = _s("NEV_ON_LANE", None, "set on a lane during a gate: commands run in place")
+LANES_FILE = _s("NEV_LANES_FILE", "bench/lane.local.json", "the lanes file (lanes[], git_url, nas)")
+KNOWN_HOSTS = _s("NEV_KNOWN_HOSTS", None, "known_hosts file with the lanes' pinned host keys")
+SSH_KEY = _s("NEV_SSH_KEY", None, "private key file used to reach lanes")
+LANE_MODEL_URL = _s("NEV_LANE_MODEL_URL", None, "gateway URL as seen from a lane")
+# Models and the gateway
+MODEL_URL = _s("NEV_MODEL_URL", None, "the LiteLLM gateway's base URL")
+MODEL_API_KEY = _s("NEV_MODEL_API_KEY", None, "the gateway key (secret)", secret=True)
+MODEL_KEY_FILE = _s("NEV_MODEL_KEY_FILE", None, "file holding the gateway key (mode 600)")
+MODELS = _s("NEV_MODELS", None, "models of a batch as ALIAS:N:INFLIGHT,...")
+MAX_BATCHES = _s("NEV_MAX_BATCHES", None, "stop a generation run after this many batches")
+FOLKNET_FILE = _s("NEV_FOLKNET_FILE", "bench/folknet.json", "declared model aliases")
+# Forge
+FORGE_USER = _s("NEV_FORGE_USER", None, "forge user name")
+FORGE_TOKEN = _s("NEV_FORGE_TOKEN", None, "forge token (secret)", secret=True)
+# Dagu
+DAGU_LANE = _s("NEV_DAGU_LANE", None, "index of the lane that runs Dagu")
+DAGU_PORT = _s("NEV_DAGU_PORT", "18431", "Dagu's port on the lane's loopback")
+DAGU_WAIT = _s("NEV_DAGU_WAIT", "3600", "seconds `nev dagu run` follows a run")
+DAGU_BINARY = _s("NEV_DAGU_BINARY", None, "the pinned Dagu release binary to install on lanes")
+# Rig
+RIG_FILE = _s("NEV_RIG_FILE", "rig/rig.local.json", "roles, hosts and jump host (gitignored)")
+RIG_NOTES = _s("NEV_RIG_NOTES", "~/.local/share/nev/rig-notes", "local rig notes: snapshots and the change log")
+INVENTORY = _s("NEV_INVENTORY", "~/.local/share/nev/inventory.json", "the inventory snapshot")
+STATE_DIR = _s("NEV_STATE_DIR", "~/.local/state/nev", "local state: approvals, job results, locks")
+# Rig-in-a-box
+BOX_DIR = _s("NEV_BOX_DIR", ".box", "where the rig-in-a-box keeps its state and configs")
+BOX_NAME = _s("NEV_BOX_NAME", "nevbox", "prefix of the box's namespaces, bridge and users")
+
+
+def all_settings() -> list[Setting]:
+    return list(_REGISTRY.values())
+
+
+def get(setting: Setting | str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The value of a setting: NEV_* first, then the legacy GENERA_* name, then the default."""
+    s = _REGISTRY[setting] if isinstance(setting, str) else setting
+    env = os.environ if environ is None else environ
+    value = env.get(s.name)
+    if value is None or value == "":
+        value = env.get(s.legacy)
+    if value is None or value == "":
+        return s.default
+    return value
+
+
+def get_int(setting: Setting | str, environ: Mapping[str, str] | None = None) -> int:
+    s = _REGISTRY[setting] if isinstance(setting, str) else setting
+    raw = get(s, environ)
+    if raw is None:
+        raise ConfigError(f"{s.name} is not set and has no default; set it to a whole number")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{s.name}={raw!r} is not a whole number; set it to one (default {s.default})") from None
+
+
+def get_float(setting: Setting | str, environ: Mapping[str, str] | None = None) -> float:
+    s = _REGISTRY[setting] if isinstance(setting, str) else setting
+    raw = get(s, environ)
+    if raw is None:
+        raise ConfigError(f"{s.name} is not set and has no default; set it to a number")
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{s.name}={raw!r} is not a number; set it to one (default {s.default})") from None
+
+
+def get_flag(setting: Setting | str, environ: Mapping[str, str] | None = None) -> bool:
+    raw = get(setting, environ)
+    return raw is not None and raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def get_path(setting: Setting | str, environ: Mapping[str, str] | None = None) -> Path | None:
+    raw = get(setting, environ)
+    return None if raw is None else Path(os.path.expanduser(raw))

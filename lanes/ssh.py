@@ -1,0 +1,334 @@
+"""The one place that opens SSH connections (paramiko).
+
+Host keys are always pinned from a known_hosts file: an unknown or changed host
+key is refused (`RejectPolicy`), never added. Commands are logged masked.
+Payloads are written to the paramiko channel directly, in large chunks (never
+through fabric/invoke's `in_stream`, which moves about 100 bytes/s).
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from lanes import settings
+from lanes.errors import NevError
+from lanes.mask import mask
+
+log = logging.getLogger("nev.ssh")
+
+CONNECT_TIMEOUT = 5.0
+CHUNK = 256 * 1024
+
+
+class SshError(NevError):
+    pass
+
+
+class HostKeyError(SshError):
+    pass
+
+
+@dataclass(frozen=True)
+class Target:
+    """A lane address: [user@]host[:port]."""
+
+    host: str
+    user: str = "lane"
+    port: int = 22
+
+    @classmethod
+    def parse(cls, spec: str, default_user: str = "lane") -> Target:
+        s = spec.strip()
+        if not s:
+            raise SshError("empty SSH address; give one as [user@]host[:port]")
+        user = default_user
+        if "@" in s:
+            user, s = s.rsplit("@", 1)
+        port = 22
+        if s.startswith("["):
+            host, _, rest = s[1:].partition("]")
+            if rest.startswith(":"):
+                port = int(rest[1:])
+        elif s.count(":") == 1:
+            host, p = s.split(":")
+            try:
+                port = int(p)
+            except ValueError:
+                raise SshError(f"SSH address {spec!r} has a bad port; give [user@]host[:port]") from None
+        else:
+            host = s
+        return cls(host=host, user=user, port=port)
+
+    def __str__(self) -> str:
+        return f"{self.user}@{self.host}" + (f":{self.port}" if self.port != 22 else "")
+
+    @property
+    def known_hosts_name(self) -> str:
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+
+@dataclass
+class Result:
+    exit_status: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+    @property
+    def err(self) -> str:
+        return self.stderr.decode(errors="replace")
+
+
+def default_known_hosts() -> Path:
+    p = settings.get_path(settings.KNOWN_HOSTS)
+    return p if p is not None else Path.home() / ".ssh" / "known_hosts"
+
+
+def default_key_file() -> Path | None:
+    return settings.get_path(settings.SSH_KEY)
+
+
+class Connection:
+    """One SSH connection to a host whose key is pinned."""
+
+    def __init__(self, target: Target, known_hosts: Path | None = None,
+                 key_file: Path | None = None, timeout: float = CONNECT_TIMEOUT) -> None:
+        self.target = target
+        self.known_hosts = known_hosts or default_known_hosts()
+        self.key_file = key_file if key_file is not None else default_key_file()
+        self.timeout = timeout
+        self._client: paramiko.SSHClient | None = None
+
+    # -- connecting -----------------------------------------------------
+    def connect(self) -> Connection:
+        if self._client is not None:
+            return self
+        client = paramiko.SSHClient()
+        if not self.known_hosts.exists():
+            raise HostKeyError(
+                f"known_hosts file {self.known_hosts} does not exist; pin the lane's host key there "
+                "(NEV_KNOWN_HOSTS names it)")
+        client.load_host_keys(str(self.known_hosts))
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        kw: dict = dict(hostname=self.target.host, port=self.target.port, username=self.target.user,
+                        timeout=self.timeout, banner_timeout=self.timeout, auth_timeout=self.timeout,
+                        allow_agent=False, look_for_keys=self.key_file is None)
+        if self.key_file is not None:
+            kw["key_filename"] = str(self.key_file)
+        try:
+            client.connect(**kw)
+        except paramiko.BadHostKeyException:
+            raise HostKeyError(
+                f"host key of {self.target} does not match the one pinned in {self.known_hosts}; "
+                "refusing to connect (re-pin it only if the host was really rebuilt)") from None
+        except paramiko.SSHException as e:
+            if "not found in known_hosts" in str(e):
+                raise HostKeyError(
+                    f"host key of {self.target} is not pinned in {self.known_hosts}; refusing to connect "
+                    "(add the lane's key to that file)") from None
+            raise SshError(f"SSH to {self.target} failed: {mask(str(e))}") from None
+        except (TimeoutError, OSError) as e:
+            raise SshError(f"SSH to {self.target} failed: {e}") from None
+        t = client.get_transport()
+        if t is not None:
+            t.set_keepalive(15)
+        self._client = client
+        return self
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> Connection:
+        return self.connect()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def transport(self) -> paramiko.Transport:
+        self.connect()
+        assert self._client is not None
+        t = self._client.get_transport()
+        if t is None or not t.is_active():
+            raise SshError(f"SSH connection to {self.target} is closed")
+        return t
+
+    # -- commands -------------------------------------------------------
+    def open_session(self, command: str | list[str], env: dict[str, str] | None = None) -> paramiko.Channel:
+        cmd = command if isinstance(command, str) else shlex.join(command)
+        log.debug("ssh %s: %s", self.target, mask(cmd))
+        ch = self.transport.open_session(timeout=self.timeout)
+        if env:
+            # Environment is passed inside the command so it never depends on AcceptEnv.
+            prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+            cmd = f"env {prefix} {cmd}"
+        ch.exec_command(cmd)
+        return ch
+
+    def run(self, command: str | list[str], stdin: bytes | Iterable[bytes] | None = None,
+            on_stdout: Callable[[bytes], None] | None = None,
+            on_stderr: Callable[[bytes], None] | None = None,
+            timeout: float | None = None, check: bool = False) -> Result:
+        """Run a command; stream stdin to it; collect or stream its output."""
+        ch = self.open_session(command)
+        out: list[bytes] = []
+        err: list[bytes] = []
+        writer: threading.Thread | None = None
+        write_error: list[BaseException] = []
+        if stdin is not None:
+            chunks: Iterable[bytes] = [stdin] if isinstance(stdin, bytes | bytearray) else stdin
+
+            def feed() -> None:
+                try:
+                    for c in chunks:
+                        view = memoryview(c)
+                        for i in range(0, len(view), CHUNK):
+                            ch.sendall(bytes(view[i:i + CHUNK]))
+                    ch.shutdown_write()
+                except BaseException as e:  # noqa: BLE001 - reported after the run
+                    write_error.append(e)
+
+            writer = threading.Thread(target=feed, daemon=True)
+            writer.start()
+        else:
+            ch.shutdown_write()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            r, _, _ = select.select([ch], [], [], 0.2)
+            got = False
+            while ch.recv_ready():
+                data = ch.recv(CHUNK)
+                got = True
+                (on_stdout(data) if on_stdout else out.append(data))
+            while ch.recv_stderr_ready():
+                data = ch.recv_stderr(CHUNK)
+                got = True
+                (on_stderr(data) if on_stderr else err.append(data))
+            if ch.exit_status_ready() and not ch.recv_ready() and not ch.recv_stderr_ready():
+                break
+            if ch.closed and not got:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                ch.close()
+                raise SshError(f"command on {self.target} timed out after {timeout:.0f} s")
+        status = ch.recv_exit_status()
+        if writer is not None:
+            writer.join(timeout=5)
+        res = Result(status, b"".join(out), b"".join(err))
+        if check and status != 0:
+            first = (res.err.strip().splitlines() or [f"exit {status}"])[-1]
+            raise SshError(f"command on {self.target} failed (exit {status}): {mask(first)}")
+        return res
+
+    def read_file(self, path: str) -> bytes:
+        res = self.run(["cat", "--", path])
+        if res.exit_status != 0:
+            raise SshError(f"cannot read {path} on {self.target}: {mask(res.err.strip())}")
+        return res.stdout
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
+        """Write a file through stdin (never argv), created with `mode` from the start."""
+        cmd = (f"umask 077 && tmp={shlex.quote(path)}.tmp.$$ && cat > \"$tmp\" && "
+               f"chmod {mode:o} \"$tmp\" && mv -f \"$tmp\" {shlex.quote(path)}")
+        self.run(cmd, stdin=data, check=True)
+
+    # -- port forwarding -------------------------------------------------
+    def forward(self, remote_host: str, remote_port: int, local_port: int = 0,
+                local_host: str = "127.0.0.1") -> Forward:
+        return Forward(self, remote_host, remote_port, local_host, local_port)
+
+
+class Forward:
+    """A local TCP port forwarded to host:port as seen from the SSH server."""
+
+    def __init__(self, conn: Connection, remote_host: str, remote_port: int,
+                 local_host: str, local_port: int) -> None:
+        self.conn = conn
+        self.remote = (remote_host, remote_port)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((local_host, local_port))
+        self.sock.listen(16)
+        self.local_port = self.sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.local_port}"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            r, _, _ = select.select([self.sock], [], [], 0.2)
+            if not r:
+                continue
+            try:
+                client, addr = self.sock.accept()
+            except OSError:
+                return
+            try:
+                ch = self.conn.transport.open_channel("direct-tcpip", self.remote, addr)
+            except Exception:  # noqa: BLE001 - the client sees a closed socket
+                client.close()
+                continue
+            threading.Thread(target=_pipe, args=(client, ch), daemon=True).start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+    def __enter__(self) -> Forward:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _pipe(sock: socket.socket, ch: paramiko.Channel) -> None:
+    try:
+        while True:
+            watch: list[Any] = [sock, ch]
+            r, _, _ = select.select(watch, [], [], 1.0)
+            if sock in r:
+                data = sock.recv(CHUNK)
+                if not data:
+                    break
+                ch.sendall(data)
+            if ch in r:
+                data = ch.recv(CHUNK)
+                if not data:
+                    break
+                sock.sendall(data)
+    except OSError:
+        pass
+    finally:
+        ch.close()
+        sock.close()
+
+
+def answers(target: Target, known_hosts: Path | None = None, key_file: Path | None = None,
+            timeout: float = CONNECT_TIMEOUT) -> bool:
+    """True when the host accepts a BatchMode-style login within `timeout` and runs `true`."""
+    try:
+        with Connection(target, known_hosts, key_file, timeout) as c:
+            return c.run("true", timeout=timeout).exit_status == 0
+    except NevError:
+        return False
+

@@ -1,0 +1,78 @@
+"""Output for people and scripts: progress on a terminal, plain lines elsewhere, JSON on demand."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from lanes.errors import NotBuiltError
+from lanes.mask import mask
+
+
+def is_tty() -> bool:
+    return sys.stderr.isatty()
+
+
+def info(msg: str) -> None:
+    """A progress or status line on stderr (stdout stays for results)."""
+    print(mask(msg), file=sys.stderr, flush=True)
+
+
+def emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+@contextmanager
+def step(label: str) -> Iterator[None]:
+    """One line per step with its elapsed time: `label ... done (1.2 s)`."""
+    t0 = time.monotonic()
+    info(f"{label} ...")
+    try:
+        yield
+    except BaseException:
+        info(f"{label}: failed after {time.monotonic() - t0:.1f} s")
+        raise
+    info(f"{label}: done ({time.monotonic() - t0:.1f} s)")
+
+
+class Counter:
+    """Progress over N items: a rich bar on a terminal, a line every few seconds otherwise."""
+
+    def __init__(self, label: str, total: int | None, every: float = 5.0) -> None:
+        self.label = label
+        self.total = total
+        self.done = 0
+        self.t0 = time.monotonic()
+        self.last = 0.0
+        self.every = every
+        self._bar: Any = None
+        if is_tty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self._bar = Progress("[progress.description]{task.description}", BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), transient=False)
+            self._bar.start()
+            self._task = self._bar.add_task(label, total=total)
+
+    def advance(self, n: int = 1, note: str = "") -> None:
+        self.done += n
+        if self._bar is not None:
+            self._bar.update(self._task, advance=n, description=f"{self.label} {note}".strip())
+            return
+        now = time.monotonic()
+        if now - self.last >= self.every or (self.total is not None and self.done >= self.total):
+            self.last = now
+            of = f"/{self.total}" if self.total is not None else ""
+            info(f"{self.label}: {self.done}{of} ({now - self.t0:.1f} s) {note}".rstrip())
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def not_built(what: str, issue: int) -> NotBuiltError:
+    return NotBuiltError(f"`nev {what}` is not built yet (issue #{issue}); nothing was done")

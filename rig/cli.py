@@ -1,0 +1,109 @@
+"""The `nev` entry point: one group per package; every known error becomes one line and an exit code."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+from bench.cli import batch, floors, ledger, oracle, scores
+from dagu.cli import dagu
+from jobs.cli import job, land
+from lanes.cli import lane
+from lanes.errors import NevError
+from lanes.mask import mask
+from rig.box_cli import box
+from rig.rig_cli import rig
+
+
+def _version() -> str:
+    try:
+        return version("nev")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class Terminated(BaseException):
+    """SIGTERM, turned into an exception so cleanups run; exit 143."""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "--version", prog_name="nev")
+@click.option("-v", "--verbose", count=True, help="Debug logging (commands run, masked).")
+def cli(verbose: int) -> None:
+    """nev: run the build-and-generation rig from a development box.
+
+    Exit codes: 0 done, 1 refused or failed, 2 usage, 3 no lane answered / inventory
+    not ready, 4 lane disk short, 7 publish failed, 8 stopped, 9 requirements unmet,
+    10 inventory refusal that never clears, 130/143 interrupted. See docs/exit-codes.md.
+    """
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(name)s: %(message)s", stream=sys.stderr)
+
+
+@cli.command("settings")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def settings_cmd(as_json: bool) -> int:
+    """Every NEV_* setting with its value and source; every settings file, checked.
+
+    Exits 1 when a settings file that exists is malformed.
+    """
+    from lanes.ui import emit_json
+    from rig.settings_cmd import check_files, describe
+
+    rows, files = describe(), check_files()
+    if as_json:
+        emit_json({"settings": rows, "files": files})
+    else:
+        for r in rows:
+            click.echo(f"{r['name']:<26} {r['value'] if r['value'] is not None else '-':<40} {r['source']}")
+        click.echo("")
+        for f in files:
+            click.echo(f"{f['what']:<8} {f['file']}: {f['status']}" + (f" - {f['error']}" if "error" in f else ""))
+    return 1 if any(f["status"] == "error" for f in files) else 0
+
+
+for _cmd in (lane, job, land, dagu, rig, box, batch, oracle, floors, scores, ledger):
+    cli.add_command(_cmd)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        rv = cli.main(args=argv, prog_name="nev", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
+    except NevError as e:
+        print(f"nev: {mask(e.message)}", file=sys.stderr)
+        return e.exit_code
+    except click.exceptions.Abort:
+        print("nev: interrupted", file=sys.stderr)
+        return 130
+    except click.UsageError as e:
+        e.show()
+        return 2
+    except click.ClickException as e:
+        e.show()
+        return 1
+    except KeyboardInterrupt:
+        print("nev: interrupted", file=sys.stderr)
+        return 130
+    except Terminated:
+        print("nev: terminated", file=sys.stderr)
+        return 143
+    except BrokenPipeError:
+        return 1
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

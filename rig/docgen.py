@@ -1,0 +1,48 @@
+"""Generate docs/settings.md from the settings registry (one source of truth)."""
+
+from __future__ import annotations
+
+from lanes import settings
+
+HEADER = """# Settings and files
+
+Every setting is an environment variable `NEV_*`; when it is unset, the legacy
+`GENERA_*` name is read (one helper, `lanes.settings.get`, does this everywhere).
+`nev settings` prints each one's value and where it came from, secrets masked.
+This page is generated from `lanes/settings.py` (`python -m rig.docgen > docs/settings.md`).
+
+| variable | legacy | default | what |
+|---|---|---|---|
+"""
+
+FILES = """
+## Files
+
+| file | committed | what |
+|---|---|---|
+| `tracks.json` | yes | `verify` (the gate command), `landChecks`, `protected` globs, `specWatch` (`pollEnv`, `landScript`, `lanes.tool`) |
+| `bench/folknet.json` | yes | declared model aliases: pool, `max_inflight`, provider, tier, `retired` date, allowed keys; `providers` allowed |
+| `bench/lane.local.json` | no (gitignored; example `bench/lane.example.json`) | `lanes[]` (`ssh`, `root`, `name`), `git_url`, `nas`, `primary` |
+| `rig/rig.local.json` | no (gitignored; example `rig/rig.example.json`) | `roles` (hosts, files, commands, validate, reload, health, masks), `jump`, `seeds` |
+
+Committed files name hosts by role and class, never by hostname, address or
+account. A malformed file gets one line naming the file, the field and the
+problem, and exit 1.
+
+Secrets (forge token, gateway keys, Dagu password) never appear in argv, a
+committed file, a log line, a Dagu run parameter or an error message: every
+log and error line goes through `lanes.mask.mask`.
+"""
+
+
+def render() -> str:
+    rows = []
+    for s in settings.all_settings():
+        default = f"`{s.default}`" if s.default is not None else "—"
+        what = s.help + (" **(secret)**" if s.secret else "")
+        rows.append(f"| `{s.name}` | `{s.legacy}` | {default} | {what} |")
+    return HEADER + "\n".join(rows) + "\n" + FILES
+
+
+if __name__ == "__main__":
+    print(render(), end="")

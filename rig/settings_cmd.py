@@ -1,0 +1,52 @@
+"""`nev settings`: every setting, its value and where it came from; the files nev reads, checked."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lanes import settings
+from lanes.errors import NevError
+from lanes.mask import MASK
+
+
+def describe() -> list[dict[str, str | None]]:
+    rows: list[dict[str, str | None]] = []
+    for s in settings.all_settings():
+        if os.environ.get(s.name):
+            source = s.name
+        elif os.environ.get(s.legacy):
+            source = s.legacy + " (legacy)"
+        else:
+            source = "default" if s.default is not None else "unset"
+        value = settings.get(s)
+        if s.secret and value:
+            value = MASK
+        rows.append({"name": s.name, "value": value, "source": source, "help": s.help})
+    return rows
+
+
+def check_files() -> list[dict[str, str]]:
+    """Load every settings file that exists; report ok or the one-line problem."""
+    from bench import folknet
+    from jobs import tracks
+    from lanes import config as lanes_config
+    from rig import config as rig_config
+
+    checks: list[tuple[str, Path, object]] = [
+        ("lanes", lanes_config.lanes_file_path(), lanes_config.load),
+        ("folknet", folknet.default_path(), folknet.load),
+        ("rig", rig_config.default_path(), rig_config.load),
+        ("tracks", Path("tracks.json"), tracks.load),
+    ]
+    out = []
+    for name, path, loader in checks:
+        if not path.exists():
+            out.append({"file": str(path), "what": name, "status": "absent"})
+            continue
+        try:
+            loader(path)  # type: ignore[operator]
+            out.append({"file": str(path), "what": name, "status": "ok"})
+        except NevError as e:
+            out.append({"file": str(path), "what": name, "status": "error", "error": e.message})
+    return out

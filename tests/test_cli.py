@@ -1,0 +1,66 @@
+"""The `nev` command: help everywhere, version, one-line errors with documented codes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from rig.cli import cli, main
+
+GROUPS = ["lane", "job", "land", "dagu", "rig", "box", "batch", "oracle", "floors", "scores", "ledger", "settings"]
+
+
+def nev(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, env=env)
+
+
+def test_version():
+    r = nev("--version")
+    assert r.returncode == 0 and "nev, version 0.1.0" in r.stdout
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_help_for_every_group(group):
+    r = CliRunner().invoke(cli, [group, "--help"])
+    assert r.exit_code == 0, r.output
+    assert "Usage:" in r.output
+
+
+def test_every_subcommand_has_help():
+    import click
+    seen = 0
+    def walk(cmd, path):
+        nonlocal seen
+        r = CliRunner().invoke(cli, [*path, "--help"])
+        assert r.exit_code == 0, (path, r.output)
+        seen += 1
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                walk(sub, [*path, name])
+    walk(cli, [])
+    assert seen > 50
+
+
+def test_usage_error_exit_2(capsys):
+    assert main(["lane", "frobnicate"]) == 2
+
+
+def test_malformed_settings_file_is_one_line_exit_1(tmp_path, monkeypatch):
+    bad = tmp_path / "lane.local.json"
+    bad.write_text('{"lanes": [{"ssh": 3}]}')
+    env = {**__import__("os").environ, "NEV_LANES_FILE": str(bad)}
+    r = nev("settings", "--json", env=env)
+    assert r.returncode == 1
+    files = json.loads(r.stdout)["files"]
+    lanes = [f for f in files if f["what"] == "lanes"][0]
+    assert lanes["status"] == "error" and "lanes[0].ssh" in lanes["error"]
+
+
+def test_settings_masks_secrets():
+    import os
+    env = {**os.environ, "NEV_MODEL_API_KEY": "sk-supersecret-0001", "GENERA_FORGE_TOKEN": "forgetok-42"}
+    r = nev("settings", env=env)
+    assert "sk-supersecret-0001" not in r.stdout and "forgetok-42" not in r.stdout
+    assert "GENERA_FORGE_TOKEN (legacy)" in r.stdout

@@ -1,0 +1,101 @@
+"""Each settings-file loader names the file and the field on bad input."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import folknet
+from jobs import tracks
+from lanes import config as lanes_config
+from lanes.errors import ConfigError
+from rig import config as rig_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, name: str, data) -> Path:
+    p = tmp_path / name
+    p.write_text(data if isinstance(data, str) else json.dumps(data))
+    return p
+
+
+@pytest.mark.parametrize("loader", [lanes_config.load, tracks.load, folknet.load, rig_config.load])
+def test_malformed_json_names_file_and_position(tmp_path, loader):
+    p = write(tmp_path, "bad.json", '{"lanes": [\n  {"ssh": "a"},,\n]}')
+    with pytest.raises(ConfigError) as e:
+        loader(p)
+    msg = str(e.value)
+    assert str(p) in msg and "line 2" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("loader", [lanes_config.load, tracks.load, folknet.load, rig_config.load])
+def test_missing_file_names_file(tmp_path, loader):
+    with pytest.raises(ConfigError) as e:
+        loader(tmp_path / "nope.json")
+    assert "nope.json" in str(e.value) and "not found" in str(e.value)
+
+
+def test_lanes_file_bad_field(tmp_path):
+    p = write(tmp_path, "lane.local.json", {"lanes": [{"ssh": "lane@a"}, {"ssh": 5}]})
+    with pytest.raises(ConfigError) as e:
+        lanes_config.load(p)
+    assert str(p) in str(e.value) and "lanes[1].ssh" in str(e.value) and "string" in str(e.value)
+
+
+def test_lanes_file_bad_port(tmp_path):
+    p = write(tmp_path, "lane.local.json", {"lanes": [{"ssh": "lane@a:xx"}]})
+    with pytest.raises(ConfigError) as e:
+        lanes_config.load(p)
+    assert "lanes[0].ssh" in str(e.value)
+
+
+def test_tracks_bad_field(tmp_path):
+    p = write(tmp_path, "tracks.json", {"verify": "make test", "landChecks": ["a", 3]})
+    with pytest.raises(ConfigError) as e:
+        tracks.load(p)
+    assert "landChecks[1]" in str(e.value) and str(p) in str(e.value)
+
+
+def test_tracks_missing_verify(tmp_path):
+    p = write(tmp_path, "tracks.json", {"landChecks": []})
+    with pytest.raises(ConfigError) as e:
+        tracks.load(p)
+    assert "field verify is missing" in str(e.value)
+
+
+def test_folknet_bad_inflight(tmp_path):
+    p = write(tmp_path, "folknet.json", {"providers": ["x"], "aliases": {"a": {"pool": "p", "max_inflight": "8", "provider": "x"}}})
+    with pytest.raises(ConfigError) as e:
+        folknet.load(p)
+    assert "aliases.a.max_inflight" in str(e.value) and "whole number" in str(e.value)
+
+
+def test_folknet_bad_retired_date(tmp_path):
+    p = write(tmp_path, "folknet.json", {"providers": ["x"], "aliases": {"a": {"pool": "p", "max_inflight": 2, "provider": "x", "retired": "soon"}}})
+    with pytest.raises(ConfigError) as e:
+        folknet.load(p)
+    assert "aliases.a.retired" in str(e.value)
+
+
+def test_rig_file_role_without_hosts(tmp_path):
+    p = write(tmp_path, "rig.local.json", {"roles": {"proxy": {"hosts": []}}})
+    with pytest.raises(ConfigError) as e:
+        rig_config.load(p)
+    assert "roles.proxy.hosts" in str(e.value)
+
+
+def test_committed_files_load():
+    assert tracks.load(ROOT / "tracks.json").verify
+    fk = folknet.load(ROOT / "bench/folknet.json")
+    assert any(a.is_retired() for a in fk.aliases.values())
+    assert len(lanes_config.load(ROOT / "bench/lane.example.json").lanes) == 2
+    assert "proxy" in rig_config.load(ROOT / "rig/rig.example.json").roles
+
+
+def test_lane_ssh_env_overrides_file(tmp_path, monkeypatch):
+    p = write(tmp_path, "lane.local.json", {"lanes": [{"ssh": "lane@a", "root": "/srv/x"}, {"ssh": "lane@b"}]})
+    monkeypatch.setenv("NEV_LANES_FILE", str(p))
+    monkeypatch.setenv("NEV_LANE_SSH", "other@c:2222")
+    lf = lanes_config.configured()
+    assert [(lane.target.user, lane.target.host, lane.target.port, lane.root) for lane in lf.lanes] == [("other", "c", 2222, "/srv/x")]

@@ -1,0 +1,46 @@
+"""The masking helper hides credentials in every shape they take."""
+
+from lanes.mask import mask, register_secret
+
+TOKEN = "f3a9c2e1b7d84c6a9e0f1a2b3c4d5e6f7a8b9c0d"
+
+
+def test_token_inside_git_url():
+    out = mask(f"fatal: unable to access 'http://forge-user:{TOKEN}@198.18.0.5/owner/repo.git/'")
+    assert TOKEN not in out and "forge-user" not in out
+    assert "http://***@198.18.0.5/owner/repo.git" in out
+
+
+def test_authorization_header():
+    for line in [f"Authorization: Bearer {TOKEN}", "authorization: Basic Zm9yZ2U6c2VjcmV0cGFzcw==",
+                 f"-H 'Authorization: token {TOKEN}'"]:
+        out = mask(line)
+        assert TOKEN not in out and "Zm9yZ2U6c2VjcmV0cGFzcw" not in out, out
+        assert "***" in out
+
+
+def test_model_api_key_assignment():
+    out = mask("export NEV_MODEL_API_KEY=sk-box-1234 NEV_MODEL_URL=http://gw:4000")
+    assert "sk-box-1234" not in out
+    assert "NEV_MODEL_API_KEY=***" in out
+    assert "NEV_MODEL_URL=http://gw:4000" in out
+
+
+def test_json_secret_field():
+    out = mask('{"master_key": "hunter2hunter2", "model": "qwen"}')
+    assert "hunter2" not in out and '"model": "qwen"' in out
+
+
+def test_token_shaped_strings():
+    assert "ghp_" not in mask("token ghp_" + "a" * 36)
+    assert TOKEN not in mask(f"the value is {TOKEN} here")
+
+
+def test_registered_secret_of_any_shape():
+    register_secret("plainword99")
+    assert "plainword99" not in mask("password was plainword99, oops")
+
+
+def test_plain_text_is_untouched():
+    s = "git fetch origin main: 3 objects, 12 KiB in 0.2 s (lane 0)"
+    assert mask(s) == s

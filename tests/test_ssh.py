@@ -1,0 +1,94 @@
+"""The SSH choke point against a real sshd: pinned host keys, streaming, no secrets in logs."""
+
+import logging
+import subprocess
+
+import pytest
+
+from lanes.ssh import Connection, HostKeyError, Target, answers
+from tests import local_sshd
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    s = local_sshd.start(tmp_path_factory.mktemp("sshd"))
+    yield s
+    s.stop()
+
+
+def target(s) -> Target:
+    return Target("127.0.0.1", s.user, s.port)
+
+
+def test_runs_command_with_pinned_key(sshd):
+    with Connection(target(sshd), sshd.known_hosts, sshd.client_key) as c:
+        r = c.run("echo hello; echo oops >&2; exit 7")
+    assert (r.exit_status, r.out, r.err) == (7, "hello\n", "oops\n")
+
+
+def test_refuses_unknown_host_key(sshd, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    with pytest.raises(HostKeyError) as e:
+        Connection(target(sshd), empty, sshd.client_key).connect()
+    assert "not pinned" in str(e.value)
+
+
+def test_refuses_changed_host_key(sshd, tmp_path):
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    kt, kb = other.with_suffix(".pub").read_text().split()[:2]
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[127.0.0.1]:{sshd.port} {kt} {kb}\n")
+    with pytest.raises(HostKeyError) as e:
+        Connection(target(sshd), kh, sshd.client_key).connect()
+    assert "does not match" in str(e.value)
+
+
+def test_answers_is_false_for_dead_port(sshd):
+    assert answers(Target("127.0.0.1", sshd.user, local_sshd.free_port()), sshd.known_hosts,
+                   sshd.client_key, timeout=2) is False
+    assert answers(target(sshd), sshd.known_hosts, sshd.client_key) is True
+
+
+def test_stdin_payload_goes_through_intact(sshd):
+    data = bytes(range(256)) * 40000  # ~10 MB, every byte value
+    with Connection(target(sshd), sshd.known_hosts, sshd.client_key) as c:
+        r = c.run("sha256sum", stdin=data)
+    import hashlib
+    assert r.out.split()[0] == hashlib.sha256(data).hexdigest()
+
+
+def test_write_file_keeps_content_off_argv_and_sets_mode(sshd, tmp_path):
+    dest = tmp_path / "secret-file"
+    with Connection(target(sshd), sshd.known_hosts, sshd.client_key) as c:
+        c.write_file(str(dest), b"sk-secret-value-123\n", mode=0o600)
+        assert c.read_file(str(dest)) == b"sk-secret-value-123\n"
+    assert oct(dest.stat().st_mode & 0o777) == "0o600"
+
+
+def test_logged_commands_are_masked(sshd, caplog):
+    caplog.set_level(logging.DEBUG, logger="nev.ssh")
+    with Connection(target(sshd), sshd.known_hosts, sshd.client_key) as c:
+        c.run("true # http://u:tok3nvalue99887766554433221100aabbccdd@forge/x.git")
+    assert "tok3nvalue" not in caplog.text and "***" in caplog.text
+
+
+def test_forward_reaches_remote_port(sshd):
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+
+    def serve():
+        conn, _ = srv.accept()
+        conn.sendall(b"pong:" + conn.recv(10))
+        conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    with Connection(target(sshd), sshd.known_hosts, sshd.client_key) as c, c.forward("127.0.0.1", port) as fwd:
+        with socket.create_connection(("127.0.0.1", fwd.local_port), timeout=5) as s:
+            s.sendall(b"ping")
+            assert s.recv(100) == b"pong:ping"
+    srv.close()
