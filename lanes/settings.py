@@ -58,6 +58,7 @@ FOLKNET_FILE = _s("NEV_FOLKNET_FILE", "bench/folknet.json", "declared model alia
 # Forge
 FORGE_USER = _s("NEV_FORGE_USER", None, "forge user name")
 FORGE_TOKEN = _s("NEV_FORGE_TOKEN", None, "forge token (secret)", secret=True)
+FORGE_TOKEN_FILE = _s("NEV_FORGE_TOKEN_FILE", None, "file holding the forge token (mode 600)")
 # Dagu
 DAGU_LANE = _s("NEV_DAGU_LANE", None, "index of the lane that runs Dagu")
 DAGU_PORT = _s("NEV_DAGU_PORT", "18431", "Dagu's port on the lane's loopback")
@@ -69,8 +70,10 @@ RIG_NOTES = _s("NEV_RIG_NOTES", "~/.local/share/nev/rig-notes", "local rig notes
 INVENTORY = _s("NEV_INVENTORY", "~/.local/share/nev/inventory.json", "the inventory snapshot")
 STATE_DIR = _s("NEV_STATE_DIR", "~/.local/state/nev", "local state: approvals, job results, locks")
 # Rig-in-a-box
-BOX_DIR = _s("NEV_BOX_DIR", ".box", "where the rig-in-a-box keeps its state and configs")
+BOX_DIR = _s("NEV_BOX_DIR", ".box", "where boxes keep state and configs (one folder per box name)")
 BOX_NAME = _s("NEV_BOX_NAME", "nevbox", "prefix of the box's namespaces, bridge and users")
+BOX_NET = _s("NEV_BOX_NET", "198.18.0", "the /24 (inside 198.18.0.0/15) the box's hosts are addressed from")
+BOX_KEEP = _s("NEV_BOX_KEEP", None, "when set to 1, the test fixture leaves the box up at the end")
 
 
 def all_settings() -> list[Setting]:

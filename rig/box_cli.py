@@ -2,39 +2,92 @@
 
 from __future__ import annotations
 
+import shlex
+
 import click
 
-from lanes.ui import not_built
+from lanes.ui import emit_json, info, not_built
+
+
+def _box():
+    from rig.box import Box
+
+    return Box.from_settings()
 
 
 @click.group("box")
 def box() -> None:
-    """The rig-in-a-box: up, down, status, env, shape, demo."""
+    """The rig-in-a-box: up, down, status, env, shape, demo.
+
+    Named from NEV_BOX_NAME (<= 6 characters), addressed from NEV_BOX_NET (a /24 in
+    198.18.0.0/15), kept in NEV_BOX_DIR/<name>. Needs root (network namespaces).
+    """
 
 
 @box.command("up")
-@click.option("--lanes", type=int, default=2, show_default=True)
-def up(lanes: int) -> None:
-    """Build (or repair) the box, idempotently."""
-    raise not_built("box up", 3)
+@click.option("--lanes", type=int, default=None, help="Number of lanes (default: as recorded, else 2).")
+def up(lanes: int | None) -> int:
+    """Build (or repair) the box, idempotently; prints the time it took."""
+    b = _box()
+    r = b.bring_up(lanes)
+    if r.changed:
+        for line in r.changed:
+            info(f"  {line}")
+        info(f"box {b.name} is up ({len(r.info.lanes)} lanes, net {b.net}.0/24) in {r.seconds:.1f} s")
+    else:
+        info(f"box {b.name} was already up; nothing changed ({r.seconds:.1f} s)")
+    info('point nev at it: eval "$(nev box env)"')
+    return 0
 
 
 @box.command("down")
-def down() -> None:
-    """Stop and remove everything the box made."""
-    raise not_built("box down", 3)
+def down() -> int:
+    """Stop and remove everything the box made (also a box whose processes are gone)."""
+    b = _box()
+    done = b.down()
+    for line in done:
+        info(f"  {line}")
+    info(f"box {b.name} is down" + ("" if done else " (nothing of it was left)"))
+    return 0
 
 
 @box.command("status")
-def status() -> None:
-    """Each host and service: up or not, with addresses."""
-    raise not_built("box status", 3)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(as_json: bool) -> int:
+    """Each host and service: up or not, with addresses. Exits 1 when something is down."""
+    from rig.box.status import rows
+
+    b = _box()
+    table = rows(b)
+    if as_json:
+        emit_json(table)
+    else:
+        for r in table:
+            click.echo(f"{r['host']:<9} {r['addr']:<15} {r['what']:<22} {'up' if r['up'] else 'DOWN'}"
+                       + (f"  {r['detail']}" if r.get("detail") else ""))
+    return 0 if all(r["up"] for r in table) else 1
 
 
 @box.command("env")
-def env() -> None:
-    """Print the export lines that point nev at the box."""
-    raise not_built("box env", 3)
+def env() -> int:
+    """Print the export lines that point nev at the box: eval "$(nev box env)"."""
+    i = _box().info()
+    for k, v in i.env.items():
+        click.echo(f"export {k}={shlex.quote(v)}")
+    return 0
+
+
+@box.command("shape")
+@click.argument("lane")
+@click.argument("off", required=False)
+@click.option("--up", "up_kbit", type=int, help="Upload rate of the lane, kbit/s.")
+@click.option("--down", "down_kbit", type=int, help="Download rate of the lane, kbit/s.")
+def shape(lane: str, off: str | None, up_kbit: int | None, down_kbit: int | None) -> int:
+    """Slow a lane's link with tbf: `shape lane0 --up 156 --down 3640`, or `shape lane0 off`."""
+    from rig.box.shape import shape as do_shape
+
+    info(do_shape(_box().info(), lane, off, up_kbit, down_kbit))
+    return 0
 
 
 @box.command("demo")

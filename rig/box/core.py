@@ -1,0 +1,313 @@
+"""`Box`: bring the rig-in-a-box up (idempotently, repairing what is dead), down, and report.
+
+The order of `up`: registry and lock, the shared user, the network, then every service whose
+recorded process is not alive is (re)started; box.json is rewritten after each start so an
+interrupted `up` still leaves a record `down` can clean from.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lanes import jsonfile, settings
+from lanes.errors import NevError
+from lanes.mask import register_secret
+from rig.box import forge, netns, plan, procs, state
+from rig.box.lanes_netns import (
+    HOME,
+    LANE_ROOT,
+    LANE_SHARED,
+    USER,
+    NetnsLanes,
+    client_key,
+    ensure_user,
+    remove_user,
+)
+from rig.box.state import BoxInfo, BoxState, LaneInfo, ProcRec
+
+MARKER = ".nev-box"
+
+
+def require_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise NevError(f"`nev box {what}` needs root for network namespaces; run it as root (sudo)", 1)
+
+
+@dataclass
+class UpResult:
+    info: BoxInfo
+    changed: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Box:
+    def __init__(self, name: str, net: str, box_dir: Path) -> None:
+        self.name = plan.check_name(name)
+        self.net = plan.check_net(net)
+        self.dir = box_dir.absolute()
+
+    @classmethod
+    def from_settings(cls, environ: Mapping[str, str] | None = None, default_name: str | None = None,
+                      default_net: str | None = None) -> Box:
+        env = os.environ if environ is None else environ
+        name = (env.get("NEV_BOX_NAME") or default_name or settings.get(settings.BOX_NAME, env) or "nevbox")
+        net = (env.get("NEV_BOX_NET") or default_net or settings.get(settings.BOX_NET, env) or "198.18.0")
+        base = settings.get_path(settings.BOX_DIR, env) or Path(".box")
+        return cls(name, net, base / plan.check_name(name))
+
+    # ---- paths ----
+
+    @property
+    def logs(self) -> Path:
+        return self.dir / "logs"
+
+    def _lane_info(self, h: plan.Host, i: int) -> LaneInfo:
+        d = self.dir / "lanes" / h.name
+        return LaneInfo(index=i, name=h.name, netns=h.netns, addr=h.addr, ssh=f"{USER}@{h.addr}:{plan.SSH_PORT}",
+                        root=LANE_ROOT, shared=LANE_SHARED, host_root=d / "root", host_home=d / "home")
+
+    def _info(self, layout: plan.Layout) -> BoxInfo:
+        fd = self.dir / "forge"
+        lanes = [self._lane_info(h, i) for i, h in enumerate(layout.lane_hosts())]
+        info = BoxInfo(
+            name=self.name, dir=self.dir, net=self.net, bridge=layout.bridge, bridge_addr=layout.bridge_addr,
+            lanes=lanes, known_hosts=self.dir / "ssh" / "known_hosts", ssh_key=self.dir / "ssh" / "id_ed25519",
+            ssh_config=self.dir / "ssh" / "config", lanes_file=self.dir / "lane.local.json",
+            forge_url=layout.forge_base, forge_addr=layout.forge().addr, forge_user=forge.USER,
+            forge_token_file=fd / "token", forge_askpass=fd / "askpass", forge_access_log=fd / "access.log",
+            forge_repos=fd / "repos", nas=self.dir / "nas",
+            hosts={h.name: {"addr": h.addr, "netns": h.netns, "role": h.role} for h in layout.hosts()},
+        )
+        info.env = self._env(info)
+        return info
+
+    def _env(self, info: BoxInfo) -> dict[str, str]:
+        env = {
+            "NEV_BOX_NAME": self.name, "NEV_BOX_NET": self.net, "NEV_BOX_DIR": str(self.dir.parent),
+            "NEV_LANES_FILE": str(info.lanes_file), "NEV_KNOWN_HOSTS": str(info.known_hosts),
+            "NEV_SSH_KEY": str(info.ssh_key), "NEV_LANE_GIT_URL": info.forge_url + "engine.git",
+            "NEV_FORGE_USER": info.forge_user, "NEV_FORGE_TOKEN_FILE": str(info.forge_token_file),
+        }
+        if info.gateway_url:
+            env.update({"NEV_MODEL_URL": info.gateway_url, "NEV_LANE_MODEL_URL": info.gateway_url})
+        if info.keys.get("batch"):
+            env["NEV_MODEL_KEY_FILE"] = str(info.keys["batch"])
+        if info.folknet_file:
+            env["NEV_FOLKNET_FILE"] = str(info.folknet_file)
+        if info.rig_file:
+            env["NEV_RIG_FILE"] = str(info.rig_file)
+        return env
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        d = state.REGISTRY / "locks"
+        d.mkdir(parents=True, exist_ok=True)
+        with open(d / f"{self.name}.lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    # ---- reading ----
+
+    def state(self) -> BoxState | None:
+        return state.read_state(self.dir)
+
+    def info(self) -> BoxInfo:
+        st = self.state()
+        if st is None or st.info is None:
+            raise NevError(f"box {self.name} is not up (no {state.state_path(self.dir)}); run `nev box up`")
+        return st.info
+
+    def health(self, st: BoxState) -> dict[str, bool]:
+        """Each network object and recorded process of the box: present/alive or not."""
+        assert st.info is not None
+        out: dict[str, bool] = {f"bridge {st.info.bridge}": netns.link_exists(st.info.bridge)}
+        have = netns.netns_list()
+        for h in st.info.hosts.values():
+            out[f"netns {h['netns']}"] = h["netns"] in have
+            out[f"veth {h['netns']}"] = netns.link_exists(h["netns"])
+        for key, rec in st.procs.items():
+            out[key] = procs.alive(rec)
+        return out
+
+    # ---- up ----
+
+    def up(self, lanes: int | None = None) -> BoxInfo:
+        return self.bring_up(lanes).info
+
+    def bring_up(self, lanes: int | None = None) -> UpResult:
+        require_root("up")
+        t0 = time.monotonic()
+        with self._lock():
+            old = self.state()
+            n = plan.check_lanes(lanes if lanes is not None else (old.lane_count if old and old.lane_count else 2))
+            why = state.conflicts(self.name, self.net, self.dir, state.registry_entries())
+            if why:
+                raise NevError(why)
+            if old and old.info and old.info.net != self.net:
+                raise NevError(f"box {self.name} is up on net {old.info.net}, not {self.net}; "
+                               "run `nev box down` first to move it")
+            if old and old.info and old.complete and old.lane_count == n and all(self.health(old).values()):
+                return UpResult(old.info, [], time.monotonic() - t0)
+            changed = self._build(old, n)
+            st = self.state()
+            assert st is not None and st.info is not None
+            return UpResult(st.info, changed, time.monotonic() - t0)
+
+    def _build(self, old: BoxState | None, n: int) -> list[str]:
+        layout = plan.Layout(self.name, self.net, n)
+        info = self._info(layout)
+        changed: list[str] = []
+        st = BoxState(info=info, procs=dict(old.procs) if old else {}, lane_count=n,
+                      users=list(old.users) if old else [])
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / MARKER).write_text("a rig-in-a-box folder; `nev box down` removes it\n")
+        for sub in ("logs", "run", "ssh", "nas"):
+            (self.dir / sub).mkdir(exist_ok=True)
+        os.chmod(self.dir / "nas", 0o1777)
+        if USER not in st.users:
+            st.users.append(USER)
+        state.register(self.name, self.net, self.dir, st.users)
+        state.write_state(self.dir, st)
+        if ensure_user():
+            (state.REGISTRY / "users").mkdir(parents=True, exist_ok=True)
+            (state.REGISTRY / "users" / f"{USER}.created").write_text(self.name + "\n")
+            changed.append(f"user {USER}")
+
+        # Lanes no longer wanted (the lane count went down).
+        for key in [k for k in st.procs if k.startswith("lane")]:
+            lane_name = key.split(".")[0]
+            if lane_name not in info.hosts:
+                procs.stop(st.procs.pop(key))
+                changed.append(f"removed {lane_name}")
+        stale_ns = [ns for ns in netns.box_netns(self.name)
+                    if ns.removeprefix(plan.netns_prefix(self.name)) not in info.hosts]
+        if stale_ns:
+            netns.remove_some(stale_ns)
+
+        changed += netns.ensure(layout)
+
+        def record(rec: ProcRec | None) -> None:
+            if rec is not None:
+                st.procs[rec.key] = rec
+                changed.append(f"started {rec.key}")
+                state.write_state(self.dir, st)
+
+        # Lanes.
+        pub = client_key(info.ssh_key)
+        backend = NetnsLanes(self.dir, self.logs)
+        hostkeys: list[tuple[str, str]] = []
+        hosts = {h.name: h for h in layout.hosts()}
+        for lane in info.lanes:
+            hostkeys.append((lane.addr, backend.prepare(lane, hosts[lane.name], pub)))
+        info.known_hosts.write_text(plan.known_hosts_lines(hostkeys))
+        info.ssh_config.write_text(self._ssh_config(info))
+        started_lanes = []
+        for lane in info.lanes:
+            rec = backend.start(lane, hosts[lane.name], st.procs.get(f"{lane.name}.sshd"))
+            record(rec)
+            if rec:
+                started_lanes.append((lane, rec))
+
+        # Forge.
+        fdir = self.dir / "forge"
+        token = forge.ensure_token(info.forge_token_file)
+        register_secret(token)
+        fpaths = forge.write_files(fdir, info.forge_addr, token)
+        forge.seed_engine(info.forge_repos)
+        fg = layout.forge()
+        fcgi = st.procs.get("forge.fcgiwrap")
+        if not procs.alive(fcgi):
+            Path(fpaths["socket"]).unlink(missing_ok=True)
+            fcgi = procs.spawn("forge.fcgiwrap", "forge",
+                               ["ip", "netns", "exec", fg.netns, "/usr/sbin/fcgiwrap", "-c", "4", "-f",
+                                "-s", f"unix:{fpaths['socket']}"], self.logs / "forge-fcgiwrap.log")
+            record(fcgi)
+        if not procs.alive(st.procs.get("forge.nginx")):
+            record(procs.spawn("forge.nginx", "forge",
+                               ["ip", "netns", "exec", fg.netns, "/usr/sbin/nginx", "-e", fpaths["error_log"],
+                                "-p", str(fdir), "-c", str(fdir / "nginx.conf")], self.logs / "forge-nginx.log"))
+
+        # Files that point nev at the box.
+        jsonfile.write_atomic(info.lanes_file, plan.lanes_file(
+            [{"ssh": ln.ssh, "root": ln.root, "shared": ln.shared, "name": ln.name} for ln in info.lanes],
+            info.forge_url + "engine.git", str(info.nas)))
+
+        # Wait for everything to answer.
+        for lane, rec in started_lanes:
+            backend.wait(lane, rec)
+        procs.wait_http(f"http://{info.forge_addr}/health", 10, st.procs["forge.nginx"],
+                        self.logs / "forge-nginx.log")
+        st.complete = True
+        state.write_state(self.dir, st)
+        return changed
+
+    def _ssh_config(self, info: BoxInfo) -> str:
+        out = []
+        for ln in info.lanes:
+            out.append(f"""Host {self.name}-{ln.name} {ln.addr}
+    HostName {ln.addr}
+    User {USER}
+    IdentityFile {info.ssh_key}
+    IdentitiesOnly yes
+    UserKnownHostsFile {info.known_hosts}
+    StrictHostKeyChecking yes
+    BatchMode yes
+    KexAlgorithms curve25519-sha256
+""")
+        return "".join(out)
+
+    # ---- down ----
+
+    def down(self) -> list[str]:
+        """Stop every recorded process, remove namespaces, veths, bridge, the user (when no
+        other box lists it) and the box folder. Works on a box whose processes are gone."""
+        require_root("down")
+        done: list[str] = []
+        with self._lock():
+            other = state.registry_entries().get(self.name)
+            if other and Path(other.get("dir", "")) != self.dir and state.registry_live(other):
+                raise NevError(f"box {self.name!r} belongs to {other.get('dir')}, not {self.dir}; "
+                               "nothing was removed (set NEV_BOX_DIR to that folder's parent)")
+            st = self.state()
+            if st:
+                for rec in reversed(list(st.procs.values())):
+                    if procs.stop(rec):
+                        done.append(f"stopped {rec.key} (pid {rec.pid})")
+            # Children of those (nginx workers) leave on their own; sessions of the box's lanes
+            # and anything run_in started live on in its namespaces: end them.
+            deadline = time.monotonic() + 1.0
+            while any(netns.ns_pids(ns) for ns in netns.box_netns(self.name)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for ns in netns.box_netns(self.name):
+                left = netns.ns_pids(ns)
+                if left:
+                    procs.kill_pids(left)
+                    done.append(f"ended {len(left)} leftover process(es) in {ns}")
+            if done:
+                time.sleep(0.05)
+            done += [f"removed {x}" for x in netns.remove(self.name)]
+            entries = state.registry_entries()
+            users = st.users if st else [USER]
+            marker = state.REGISTRY / "users" / f"{USER}.created"
+            if USER in users and USER not in state.users_elsewhere(self.name, entries) and marker.exists():
+                remove_user()
+                marker.unlink(missing_ok=True)
+                done.append(f"removed user {USER}")
+            state.unregister(self.name)
+            if (self.dir / MARKER).exists():
+                shutil.rmtree(self.dir, ignore_errors=True)
+                done.append(f"removed {self.dir}")
+        return done
+
+
+__all__ = ["Box", "BoxInfo", "HOME", "require_root"]

@@ -1,0 +1,124 @@
+"""Lane backend "netns": a lane is a network namespace running sshd in a private mount namespace.
+
+The seam (`LaneBackend`) is what the box needs from a lane backend; an LXC backend (issue 5)
+implements the same four methods and the box stays unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+from pathlib import Path
+from typing import Protocol
+
+from lanes.errors import NevError
+from rig.box import plan, procs
+from rig.box.state import LaneInfo, ProcRec
+
+USER = "lane"
+HOME = Path("/home/lane")
+LANE_ROOT = "/srv/lane"
+LANE_SHARED = "/srv/lane-shared"
+
+
+class LaneBackend(Protocol):
+    kind: str
+
+    def prepare(self, lane: LaneInfo, host: plan.Host, client_pub: str) -> str:
+        """Write the lane's files (keys, configs); return its host public key line."""
+
+    def start(self, lane: LaneInfo, host: plan.Host, rec: ProcRec | None) -> ProcRec | None:
+        """Start the lane if `rec` is not alive; return the new record (None when unchanged)."""
+
+    def wait(self, lane: LaneInfo, rec: ProcRec) -> None:
+        """Wait until the lane accepts SSH."""
+
+    def remove(self, lane_dir: Path) -> None:
+        """Remove what `prepare` made outside the box folder (nothing, for netns)."""
+
+
+def ensure_user() -> bool:
+    """Create the shared `lane` user when missing (key-only: no password). True when created."""
+    try:
+        pwd.getpwnam(USER)
+        created = False
+    except KeyError:
+        created = True
+    if created:
+        cp = subprocess.run(["useradd", "-M", "-d", str(HOME), "-s", "/bin/bash", "-U", USER],
+                            capture_output=True, text=True)
+        if cp.returncode != 0 and "already exists" not in cp.stderr:
+            raise NevError(f"could not create user {USER}: {cp.stderr.strip()}")
+        # useradd leaves the account locked, which sshd refuses even for keys.
+        subprocess.run(["usermod", "-p", "*", USER], check=True, capture_output=True)
+        created = cp.returncode == 0
+    HOME.mkdir(mode=0o755, exist_ok=True)          # mount point for each lane's own home
+    Path(LANE_ROOT).parent.mkdir(exist_ok=True)    # /srv: the lanes' private mounts go over it
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    return created
+
+
+def remove_user() -> None:
+    subprocess.run(["userdel", USER], capture_output=True)
+    try:
+        HOME.rmdir()
+    except OSError:
+        pass
+
+
+def _keygen(path: Path, comment: str) -> None:
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                       check=True, capture_output=True)
+
+
+def client_key(path: Path) -> str:
+    _keygen(path, "nev-box-client")
+    return path.with_suffix(".pub").read_text().strip()
+
+
+class NetnsLanes:
+    kind = "netns"
+
+    def __init__(self, box_dir: Path, log_dir: Path) -> None:
+        self.box_dir = box_dir
+        self.log_dir = log_dir
+
+    def lane_dir(self, lane: LaneInfo) -> Path:
+        return self.box_dir / "lanes" / lane.name
+
+    def prepare(self, lane: LaneInfo, host: plan.Host, client_pub: str) -> str:
+        d = self.lane_dir(lane)
+        ent = pwd.getpwnam(USER)
+        for p in (lane.host_root, lane.host_home, lane.host_home / ".ssh"):
+            p.mkdir(parents=True, exist_ok=True)
+            os.chown(p, ent.pw_uid, ent.pw_gid)
+        os.chmod(lane.host_home / ".ssh", 0o700)
+        ak = lane.host_home / ".ssh" / "authorized_keys"
+        ak.write_text(client_pub + "\n")
+        os.chown(ak, ent.pw_uid, ent.pw_gid)
+        os.chmod(ak, 0o600)
+        hk = d / "ssh_host_ed25519_key"
+        _keygen(hk, f"{lane.name}-host")
+        (d / "sshd_config").write_text(plan.sshd_config(host.addr, str(hk), str(d / "sshd.pid")))
+        pub = hk.with_suffix(".pub").read_text().split()
+        return f"{pub[0]} {pub[1]}"
+
+    def start(self, lane: LaneInfo, host: plan.Host, rec: ProcRec | None) -> ProcRec | None:
+        if procs.alive(rec):
+            return None
+        d = self.lane_dir(lane)
+        argv = ["ip", "netns", "exec", host.netns,
+                "unshare", "--mount", "--propagation", "private",
+                "sh", "-c", plan.LANE_MOUNTS_SH, "lane-mounts",
+                str(lane.host_root), str(self.box_dir / "nas"), str(lane.host_home), str(HOME),
+                "/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")]
+        return procs.spawn(f"{lane.name}.sshd", lane.name, argv, self.log_dir / f"{lane.name}-sshd.log")
+
+    def wait(self, lane: LaneInfo, rec: ProcRec) -> None:
+        procs.wait_port(lane.addr, plan.SSH_PORT, 10, rec, self.log_dir / f"{lane.name}-sshd.log")
+
+    def remove(self, lane_dir: Path) -> None:
+        return None

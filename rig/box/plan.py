@@ -1,0 +1,353 @@
+"""The box's layout as pure functions: names, addresses, and the text of every config file.
+
+Nothing here touches the system; `Box` (core.py) turns these into namespaces, files and
+processes. Everything is named from the box name (<= 6 characters: bridge `<name>br`, veths
+and namespaces `<name>-<host>`) and addressed from the box net (a /24 inside 198.18.0.0/15,
+the range reserved for benchmark testing), so several boxes coexist on one machine.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+from lanes.errors import ConfigError
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
+MAX_LANES = 9
+
+# Host octets inside the box's /24.
+BRIDGE_OCTET = 1
+FORGE_OCTET = 5
+LANE_OCTET0 = 11
+GATEWAY_OCTET = 20
+PROXY_OCTET = 30
+POOL_OCTET0 = 40
+
+SSH_PORT = 22
+FORGE_PORT = 80
+GATEWAY_PORT = 4000
+POOL_PORT = 8000
+PROXY_PORT0 = 8100
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name):
+        raise ConfigError(f"NEV_BOX_NAME={name!r} is not a box name; use 1 to 6 lower-case letters "
+                          "or digits starting with a letter (it prefixes interface names)")
+    return name
+
+
+def check_net(net: str) -> str:
+    """`198.18.9`, `198.18.9.0` or `198.18.9.0/24` -> `198.18.9` (a /24 inside 198.18.0.0/15)."""
+    raw = net.strip()
+    s = raw.removesuffix("/24")
+    parts = s.split(".")
+    if len(parts) == 4 and parts[3] == "0":
+        parts = parts[:3]
+    ok = len(parts) == 3 and all(p.isdigit() and 0 <= int(p) <= 255 for p in parts)
+    if not ok or parts[0] != "198" or parts[1] not in ("18", "19"):
+        raise ConfigError(f"NEV_BOX_NET={raw!r} is not a /24 inside 198.18.0.0/15; "
+                          "set it like 198.18.9 (the box owns 198.18.9.0/24)")
+    return ".".join(str(int(p)) for p in parts)
+
+
+def check_lanes(n: int) -> int:
+    if not 1 <= n <= MAX_LANES:
+        raise ConfigError(f"--lanes {n}: a box has 1 to {MAX_LANES} lanes; pick a number in that range")
+    return n
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host of the box: a network namespace joined to the bridge by a veth pair."""
+
+    name: str       # lane0, forge, gateway, proxy, gpu0 ...
+    role: str       # lane | forge | gateway | proxy | pool
+    addr: str
+    netns: str
+    veth: str       # root-side end; the namespace side is always eth0
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A stand-in model pool and the one alias the gateway routes to it."""
+
+    name: str
+    alias: str
+    tier: str
+    max_inflight: int
+    keys: tuple[str, ...]
+
+
+# One alias per pool; `batch` may use every alias, `writer` only the first.
+POOLS: tuple[Pool, ...] = (
+    Pool("gpu0", "qwen3.8-27b-fast", "sampling", 8, ("batch", "writer")),
+    Pool("gpu1", "deepseek-v4.1-flash", "capacity", 2, ("batch",)),
+)
+KEY_NAMES = ("batch", "writer")
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    net: str
+    lanes: int
+
+    @property
+    def bridge(self) -> str:
+        return f"{self.name}br"
+
+    @property
+    def bridge_addr(self) -> str:
+        return f"{self.net}.{BRIDGE_OCTET}"
+
+    def host(self, host: str, role: str, octet: int) -> Host:
+        return Host(host, role, f"{self.net}.{octet}", f"{self.name}-{host}", f"{self.name}-{host}")
+
+    def lane_hosts(self) -> list[Host]:
+        return [self.host(f"lane{i}", "lane", LANE_OCTET0 + i) for i in range(self.lanes)]
+
+    def forge(self) -> Host:
+        return self.host("forge", "forge", FORGE_OCTET)
+
+    def gateway(self) -> Host:
+        return self.host("gateway", "gateway", GATEWAY_OCTET)
+
+    def proxy(self) -> Host:
+        return self.host("proxy", "proxy", PROXY_OCTET)
+
+    def pool_hosts(self) -> list[Host]:
+        return [self.host(p.name, "pool", POOL_OCTET0 + i) for i, p in enumerate(POOLS)]
+
+    def hosts(self) -> list[Host]:
+        return [self.forge(), *self.lane_hosts(), self.gateway(), self.proxy(), *self.pool_hosts()]
+
+    def proxy_port(self, pool: str) -> int:
+        return PROXY_PORT0 + [p.name for p in POOLS].index(pool)
+
+    @property
+    def forge_base(self) -> str:
+        return f"http://{self.forge().addr}/git/"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://{self.gateway().addr}:{GATEWAY_PORT}"
+
+
+def netns_prefix(name: str) -> str:
+    return f"{name}-"
+
+
+# ---- network commands (for `ip -batch`) -------------------------------------------------------
+
+
+def bridge_cmds(layout: Layout) -> list[str]:
+    return [f"link add {layout.bridge} type bridge",
+            f"addr add {layout.bridge_addr}/24 dev {layout.bridge}",
+            f"link set {layout.bridge} up"]
+
+
+def host_cmds(layout: Layout, h: Host) -> tuple[list[str], list[str]]:
+    """The veth pair of one host (root-side commands, then the commands run in the namespace):
+    its namespace side is named eth0, and the namespace gets no default route."""
+    return ([f"link add {h.veth} type veth peer name eth0 netns {h.netns}",
+             f"link set {h.veth} master {layout.bridge} up"],
+            [f"addr add {h.addr}/24 dev eth0", "link set eth0 up", "link set lo up"])
+
+
+def tbf_cmd(dev: str, kbit: int) -> list[str]:
+    """A token-bucket filter on one interface's egress (one direction of the link)."""
+    burst = max(1600, kbit * 1000 // 8 // 50)   # about 20 ms worth, at least a packet or so
+    return ["qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{kbit}kbit",
+            "burst", str(burst), "latency", "400ms"]
+
+
+# ---- lanes -----------------------------------------------------------------------------------
+
+
+def sshd_config(addr: str, host_key: str, pid_file: str, user: str = "lane") -> str:
+    return f"""# sshd of one box lane (written by nev box)
+ListenAddress {addr}:{SSH_PORT}
+HostKey {host_key}
+PidFile {pid_file}
+AuthorizedKeysFile .ssh/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin no
+AllowUsers {user}
+UsePAM no
+X11Forwarding no
+AllowTcpForwarding yes
+PrintMotd no
+Subsystem sftp internal-sftp
+"""
+
+
+# The lane's private mounts, run under `unshare --mount --propagation private`: a tmpfs is
+# staged on /mnt (private to this namespace), the lane's root and the NAS are bound into it,
+# then the whole is moved over /srv, so the lane sees only /srv/lane and /srv/lane-shared.
+LANE_MOUNTS_SH = """set -e
+mount -t tmpfs -o mode=755,size=1m nevlane /mnt
+mkdir /mnt/lane /mnt/lane-shared
+mount --bind "$1" /mnt/lane
+mount --bind "$2" /mnt/lane-shared
+mount --move /mnt /srv
+mount --bind "$3" "$4"
+shift 4
+exec "$@"
+"""
+
+
+def known_hosts_lines(entries: list[tuple[str, str]]) -> str:
+    """`addr keytype base64` lines, one per lane (port 22 needs no brackets)."""
+    return "".join(f"{addr} {pub}\n" for addr, pub in entries)
+
+
+def lanes_file(lane_entries: list[dict], git_url: str, nas: str) -> dict:
+    return {"lanes": lane_entries, "git_url": git_url, "nas": nas, "primary": "main"}
+
+
+# ---- forge -----------------------------------------------------------------------------------
+
+
+def ssha(password: str, salt: bytes) -> str:
+    """An nginx-readable `{SSHA}` password hash (so no tool needs the token on its command line)."""
+    digest = hashlib.sha1(password.encode() + salt).digest()
+    return "{SSHA}" + base64.b64encode(digest + salt).decode()
+
+
+def nginx_conf(addr: str, d: dict[str, str]) -> str:
+    """The forge: nginx + fcgiwrap + git http-backend behind basic auth (token as password)."""
+    return f"""# the box forge (written by nev box)
+worker_processes 1;
+daemon off;
+user root root;
+pid {d['pid']};
+error_log {d['error_log']} warn;
+events {{ worker_connections 256; }}
+http {{
+    log_format forge '$remote_addr $remote_user [$time_local] "$request" $status $body_bytes_sent';
+    access_log {d['access_log']} forge;
+    client_body_temp_path {d['tmp']}/body;
+    proxy_temp_path {d['tmp']}/proxy;
+    fastcgi_temp_path {d['tmp']}/fastcgi;
+    uwsgi_temp_path {d['tmp']}/uwsgi;
+    scgi_temp_path {d['tmp']}/scgi;
+    server {{
+        listen {addr}:{FORGE_PORT};
+        client_max_body_size 0;
+        location = /health {{ return 200 "ok\\n"; }}
+        location ~ ^/git(/.*)$ {{
+            auth_basic "forge";
+            auth_basic_user_file {d['htpasswd']};
+            include /etc/nginx/fastcgi_params;
+            fastcgi_param SCRIPT_FILENAME /usr/lib/git-core/git-http-backend;
+            fastcgi_param GIT_PROJECT_ROOT {d['repos']};
+            fastcgi_param GIT_HTTP_EXPORT_ALL "";
+            fastcgi_param PATH_INFO $1;
+            fastcgi_param REMOTE_USER $remote_user;
+            fastcgi_read_timeout 600s;
+            fastcgi_request_buffering off;
+            fastcgi_pass unix:{d['socket']};
+        }}
+    }}
+}}
+"""
+
+
+def askpass_script(user: str, token_file: str) -> str:
+    """GIT_ASKPASS helper: answers the user name and reads the token from its file."""
+    return f"""#!/bin/sh
+case "$1" in
+  Username*) echo {user} ;;
+  *) cat {token_file} ;;
+esac
+"""
+
+
+# ---- proxy, gateway, pools -------------------------------------------------------------------
+
+
+def haproxy_cfg(layout: Layout, pid_file: str) -> str:
+    """Debian's HAProxy, one frontend/backend per pool, `maxconn` per server: past it, requests
+    wait in the backend's queue and are served in turn (as on the real rig)."""
+    out = [f"""# the box's pool proxy (written by nev box)
+global
+    pidfile {pid_file}
+    maxconn 512
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 15m
+    timeout server 15m
+    timeout queue 15m
+"""]
+    for i, p in enumerate(POOLS):
+        port = layout.proxy_port(p.name)
+        pool_addr = layout.pool_hosts()[i].addr
+        out.append(f"""frontend fe_{p.name}
+    bind {layout.proxy().addr}:{port}
+    default_backend be_{p.name}
+backend be_{p.name}
+    server {p.name} {pool_addr}:{POOL_PORT} maxconn {p.max_inflight}
+""")
+    return "".join(out)
+
+
+def litellm_config(layout: Layout, custom_auth_module: str) -> dict:
+    """The real LiteLLM proxy: one alias per pool, through HAProxy; master key from the
+    environment; per-key allowlists by custom_auth (no database); no retries."""
+    models = []
+    for p in POOLS:
+        models.append({
+            "model_name": p.alias,
+            "litellm_params": {
+                "model": f"openai/{p.alias}",
+                "api_base": f"http://{layout.proxy().addr}:{layout.proxy_port(p.name)}/v1",
+                "api_key": "stand-in-pool-needs-no-key",
+                "max_retries": 0,
+                "timeout": 900,
+            },
+        })
+    return {
+        "model_list": models,
+        "litellm_settings": {"num_retries": 0, "request_timeout": 900,
+                             "enable_post_custom_auth_checks": True, "telemetry": False},
+        "router_settings": {"num_retries": 0},
+        "general_settings": {"master_key": "os.environ/LITELLM_MASTER_KEY",
+                             "custom_auth": f"{custom_auth_module}.user_api_key_auth",
+                             "custom_auth_run_common_checks": True},
+    }
+
+
+def key_allowlists() -> dict[str, list[str]]:
+    """Key name -> aliases it may use."""
+    return {k: [p.alias for p in POOLS if k in p.keys] for k in KEY_NAMES}
+
+
+def folknet(layout: Layout) -> dict:
+    return {"schema": 1, "providers": ["self-hosted"],
+            "aliases": {p.alias: {"pool": p.name, "max_inflight": p.max_inflight,
+                                  "provider": "self-hosted", "tier": p.tier, "keys": list(p.keys)}
+                        for p in POOLS}}
+
+
+def rig_file(layout: Layout, haproxy_cfg_path: str, litellm_cfg_path: str) -> dict:
+    return {
+        "seeds": [],
+        "roles": {
+            "proxy": {"hosts": [f"root@{layout.proxy().addr}"], "files": [haproxy_cfg_path],
+                      "commands": ["haproxy -v"], "validate": "haproxy -c -f {path}"},
+            "gateway": {"hosts": [f"root@{layout.gateway().addr}"], "files": [litellm_cfg_path],
+                        "masks": ["master_key"]},
+        },
+    }
+
+
+def dumps(data: object) -> str:
+    return json.dumps(data, indent=2) + "\n"

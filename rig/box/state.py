@@ -1,0 +1,237 @@
+"""The recorded state of a box: `BoxInfo` (what other code uses) and the process records.
+
+`box.json` holds both: the info fields at the top level, plus `procs` (every process the box
+started: PID and kernel start time, so a reused PID is never mistaken for ours), `lane_count`
+and `users`. A machine-wide registry (`/var/lib/nev-box/boxes/<name>.json`) lists every box on
+this machine, so boxes never take each other's names or nets and a shared user is removed only
+by the last box that lists it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lanes import jsonfile
+from lanes.errors import NevError
+
+REGISTRY = Path(os.environ.get("NEV_BOX_REGISTRY", "/var/lib/nev-box"))
+
+
+@dataclass
+class LaneInfo:
+    index: int
+    name: str
+    netns: str
+    addr: str
+    ssh: str
+    root: str
+    shared: str
+    host_root: Path
+    host_home: Path
+
+
+@dataclass
+class PoolInfo:
+    name: str
+    netns: str
+    addr: str
+    port: int
+    control_url: str
+    alias: str
+    max_inflight: int
+    proxy_port: int
+
+
+@dataclass
+class ProcRec:
+    key: str          # e.g. "lane0.sshd", "forge.nginx"
+    host: str
+    pid: int
+    start: int        # /proc/PID/stat field 22 (start time in clock ticks)
+    argv: list[str]
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class BoxInfo:
+    name: str
+    dir: Path
+    net: str
+    bridge: str
+    bridge_addr: str
+    lanes: list[LaneInfo]
+    known_hosts: Path
+    ssh_key: Path
+    ssh_config: Path
+    lanes_file: Path
+    forge_url: str
+    forge_addr: str
+    forge_user: str
+    forge_token_file: Path
+    forge_askpass: Path
+    forge_access_log: Path
+    forge_repos: Path
+    nas: Path
+    gateway_url: str = ""
+    gateway_addr: str = ""
+    master_key_file: Path | None = None
+    keys: dict[str, Path] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    proxy_addr: str = ""
+    pools: dict[str, PoolInfo] = field(default_factory=dict)
+    folknet_file: Path | None = None
+    rig_file: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    hosts: dict[str, dict[str, str]] = field(default_factory=dict)   # host -> {addr, netns, role}
+
+    # ---- helpers other areas use ----
+
+    def lane(self, index: int) -> LaneInfo:
+        return self.lanes[index]
+
+    def forge_create_repo(self, name: str) -> str:
+        """Create a new, empty bare repository on the forge; returns its URL (no credential)."""
+        from rig.box import forge
+
+        return forge.create_repo(self, name)
+
+    def run_in(self, host: str, argv: list[str], **kw: Any) -> Any:
+        """Run a command inside a host's network namespace (and, for a lane, its mounts)."""
+        from rig.box import netns
+
+        return netns.run_in(self, host, argv, **kw)
+
+    def to_json(self) -> dict:
+        def conv(v: Any) -> Any:
+            if isinstance(v, Path):
+                return str(v)
+            if isinstance(v, dict):
+                return {k: conv(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [conv(x) for x in v]
+            return v
+
+        return conv(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, data: dict) -> BoxInfo:
+        d = dict(data)
+        paths = {"dir", "known_hosts", "ssh_key", "ssh_config", "lanes_file", "forge_token_file",
+                 "forge_askpass", "forge_access_log", "forge_repos", "nas", "master_key_file",
+                 "folknet_file", "rig_file"}
+        names = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in d.items() if k in names}
+        for k in paths:
+            if d.get(k) is not None:
+                d[k] = Path(d[k])
+        d["lanes"] = [LaneInfo(**{**ln, "host_root": Path(ln["host_root"]),
+                                  "host_home": Path(ln["host_home"])}) for ln in d.get("lanes", [])]
+        d["keys"] = {k: Path(v) for k, v in d.get("keys", {}).items()}
+        d["pools"] = {k: PoolInfo(**v) for k, v in d.get("pools", {}).items()}
+        return cls(**d)
+
+
+@dataclass
+class BoxState:
+    """Everything box.json records."""
+
+    info: BoxInfo | None
+    procs: dict[str, ProcRec] = field(default_factory=dict)
+    lane_count: int = 0
+    users: list[str] = field(default_factory=list)
+    complete: bool = False
+
+    def to_json(self) -> dict:
+        out = self.info.to_json() if self.info else {}
+        out["procs"] = {k: p.to_json() for k, p in self.procs.items()}
+        out["lane_count"] = self.lane_count
+        out["users"] = self.users
+        out["complete"] = self.complete
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> BoxState:
+        info = BoxInfo.from_json(data) if "bridge" in data else None
+        procs = {k: ProcRec(**v) for k, v in data.get("procs", {}).items()}
+        return cls(info=info, procs=procs, lane_count=int(data.get("lane_count", 0)),
+                   users=list(data.get("users", [])), complete=bool(data.get("complete", False)))
+
+
+def state_path(box_dir: Path) -> Path:
+    return box_dir / "box.json"
+
+
+def read_state(box_dir: Path) -> BoxState | None:
+    p = state_path(box_dir)
+    if not p.exists():
+        return None
+    try:
+        return BoxState.from_json(jsonfile.load(p, "box state"))
+    except (TypeError, KeyError, ValueError) as e:
+        raise NevError(f"{p}: box state is damaged ({e}); run `nev box down` to clean up, then `nev box up`") from None
+
+
+def write_state(box_dir: Path, st: BoxState) -> None:
+    jsonfile.write_atomic(state_path(box_dir), st.to_json())
+
+
+# ---- the machine-wide registry ----------------------------------------------------------------
+
+
+def registry_entries() -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    d = REGISTRY / "boxes"
+    if not d.is_dir():
+        return out
+    for p in sorted(d.glob("*.json")):
+        try:
+            out[p.stem] = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def registry_live(entry: dict) -> bool:
+    """An entry counts while its box folder still has a box.json (else it is stale)."""
+    return state_path(Path(entry.get("dir", "/nonexistent"))).exists()
+
+
+def register(name: str, net: str, box_dir: Path, users: list[str]) -> None:
+    jsonfile.write_atomic(REGISTRY / "boxes" / f"{name}.json",
+                          {"name": name, "net": net, "dir": str(box_dir), "users": users})
+
+
+def unregister(name: str) -> None:
+    try:
+        (REGISTRY / "boxes" / f"{name}.json").unlink()
+    except FileNotFoundError:
+        pass
+
+
+def conflicts(name: str, net: str, box_dir: Path, entries: dict[str, dict]) -> str | None:
+    """Why this box may not come up next to the registered ones (None when it may)."""
+    for other, e in entries.items():
+        if not registry_live(e):
+            continue
+        if other == name and Path(e.get("dir", "")) != box_dir:
+            return (f"box name {name!r} is already used by the box in {e.get('dir')}; "
+                    "set NEV_BOX_NAME to another name (or bring that box down)")
+        if other != name and e.get("net") == net:
+            return (f"net {net}.0/24 is already used by box {other!r} ({e.get('dir')}); "
+                    "set NEV_BOX_NET to another /24 such as 198.18.N")
+    return None
+
+
+def users_elsewhere(name: str, entries: dict[str, dict]) -> set[str]:
+    out: set[str] = set()
+    for other, e in entries.items():
+        if other != name and registry_live(e):
+            out.update(e.get("users", []))
+    return out

@@ -1,0 +1,50 @@
+"""`nev box status`: each host and service of the box, up or not, with addresses."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lanes.errors import NevError
+from rig.box import netns, plan, procs
+
+if TYPE_CHECKING:
+    from rig.box.core import Box
+
+# process key suffix -> port it serves on its host's address (None: no port)
+SERVICE_PORTS: dict[str, int | None] = {
+    "sshd": plan.SSH_PORT, "nginx": plan.FORGE_PORT, "fcgiwrap": None,
+    "litellm": plan.GATEWAY_PORT, "pool": plan.POOL_PORT, "haproxy": None,
+}
+
+
+def rows(box: Box) -> list[dict]:
+    st = box.state()
+    if st is None or st.info is None:
+        raise NevError(f"box {box.name} is not up (no {box.dir / 'box.json'}); run `nev box up`")
+    info = st.info
+    have = netns.netns_list()
+    out = [{"host": "(root)", "addr": info.bridge_addr, "what": f"bridge {info.bridge}",
+            "up": netns.link_exists(info.bridge), "detail": ""}]
+    for host, h in info.hosts.items():
+        ok = h["netns"] in have and netns.ns_has_eth0(h["netns"])
+        out.append({"host": host, "addr": h["addr"], "what": f"netns {h['netns']}", "up": ok,
+                    "detail": "" if ok else "namespace or its veth missing"})
+        for key, rec in st.procs.items():
+            if rec.host != host:
+                continue
+            svc = key.split(".", 1)[1]
+            up = procs.alive(rec)
+            detail = f"pid {rec.pid}" if up else "not running"
+            port = SERVICE_PORTS.get(svc)
+            if up and port is not None:
+                if procs.port_open(h["addr"], port):
+                    detail += f", :{port} answers"
+                else:
+                    up, detail = False, detail + f", :{port} does not answer"
+            if up and svc == "haproxy":
+                ports = [info.pools[p].proxy_port for p in info.pools]
+                bad = [p for p in ports if not procs.port_open(h["addr"], p)]
+                detail += f", :{','.join(map(str, ports))}" + (f" ({bad} silent)" if bad else " answer")
+                up = not bad
+            out.append({"host": host, "addr": h["addr"], "what": svc, "up": up, "detail": detail})
+    return out

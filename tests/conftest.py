@@ -1,0 +1,49 @@
+"""Shared fixtures. `box`: the rig-in-a-box, brought up once per session (see docs/box.md).
+
+NEV_BOX_NAME (default "tbox") and NEV_BOX_NET (default "198.18.9") name and address it, so
+several boxes coexist on one machine; NEV_BOX_KEEP=1 leaves it up at the end (the next session's
+`up` is then a no-op). It is never skipped: without root it fails with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lanes import settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_box():
+    """The session's Box object (not brought up)."""
+    from rig.box import Box
+
+    env = dict(os.environ)
+    env.setdefault("NEV_BOX_DIR", str(ROOT / ".box"))
+    return Box.from_settings(env, default_name="tbox", default_net="198.18.9")
+
+
+test_box.__test__ = False  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def box() -> Iterator:
+    """The box's BoxInfo: up once for the session, down at the end even after failures."""
+    b = test_box()
+    try:
+        yield b.up(lanes=2)
+    finally:
+        if not settings.get_flag(settings.BOX_KEEP):
+            b.down()
+
+
+@pytest.fixture
+def box_env(box, monkeypatch) -> Iterator:
+    """os.environ pointing nev at the box (the NEV_* variables of `nev box env`)."""
+    for k, v in box.env.items():
+        monkeypatch.setenv(k, v)
+    yield box

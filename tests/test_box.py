@@ -1,0 +1,289 @@
+"""The rig-in-a-box, stage 1: lanes (sshd in namespaces) and the forge, against the real parts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lanes.ssh import Connection, HostKeyError, Target
+from rig.box import Box, procs, state
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ssh(info, lane, cmd, known_hosts=None):
+    return subprocess.run(
+        ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+         "-o", f"UserKnownHostsFile={known_hosts or info.known_hosts}", "-o", "IdentitiesOnly=yes",
+         "-o", "KexAlgorithms=curve25519-sha256", "-o", "ConnectTimeout=5",
+         "-i", str(info.ssh_key), f"lane@{lane.addr}", cmd],
+        capture_output=True, text=True, timeout=30)
+
+
+def nev(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, timeout=120)
+
+
+def git(*args, env=None, cwd=None):
+    return subprocess.run(["git", *args], capture_output=True, text=True, cwd=cwd, timeout=60,
+                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})})
+
+
+# ---- lanes ------------------------------------------------------------------------------------
+
+
+def test_ssh_batchmode_with_pinned_keys_reaches_each_lane(box):
+    assert len(box.lanes) == 2
+    for lane in box.lanes:
+        r = ssh(box, lane, "id -un; ip -4 -o addr show dev eth0")
+        assert r.returncode == 0, r.stderr
+        user, addr_line = r.stdout.splitlines()
+        assert user == "lane"
+        assert f" {lane.addr}/24 " in addr_line
+
+
+def test_lanes_ssh_module_connects_with_the_box_known_hosts(box):
+    lane = box.lanes[1]
+    with Connection(Target.parse(lane.ssh), known_hosts=box.known_hosts, key_file=box.ssh_key) as c:
+        r = c.run("echo $HOME; stat -c %U /srv/lane")
+    assert r.out.split() == ["/home/lane", "lane"]
+
+
+def test_a_wrong_pinned_host_key_is_refused(box, tmp_path):
+    other = box.lanes[1]
+    bad = tmp_path / "known_hosts"
+    # lane0's address with lane1's key: the pin does not match.
+    line1 = next(ln for ln in box.known_hosts.read_text().splitlines() if ln.startswith(other.addr + " "))
+    bad.write_text(line1.replace(other.addr, box.lanes[0].addr, 1) + "\n")
+    r = ssh(box, box.lanes[0], "true", known_hosts=bad)
+    assert r.returncode == 255 and "host key" in r.stderr.lower()
+    try:
+        Connection(Target.parse(box.lanes[0].ssh), known_hosts=bad, key_file=box.ssh_key).connect()
+        raise AssertionError("connected despite a wrong pinned key")
+    except HostKeyError:
+        pass
+
+
+def test_password_login_is_refused(box):
+    r = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "PubkeyAuthentication=no",
+                        "-o", f"UserKnownHostsFile={box.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+                        f"lane@{box.lanes[0].addr}", "true"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 255 and "Permission denied (publickey)" in r.stderr
+
+
+def test_each_lane_has_its_own_srv_lane_and_home_but_shares_the_nas(box):
+    l0, l1 = box.lanes
+    assert ssh(box, l0, "echo zero > /srv/lane/mark-0 && echo h0 > ~/home-mark && "
+                        "echo shared > /srv/lane-shared/from-lane0").returncode == 0
+    assert (l0.host_root / "mark-0").read_text() == "zero\n"
+    assert (l0.host_home / "home-mark").read_text() == "h0\n"
+    r = ssh(box, l1, "ls -A /srv/lane; ls -A ~; cat /srv/lane-shared/from-lane0; ls /srv")
+    assert r.returncode == 0, r.stderr
+    assert "mark-0" not in r.stdout and "home-mark" not in r.stdout
+    assert "shared" in r.stdout
+    assert sorted(r.stdout.split()[-2:]) == ["lane", "lane-shared"]    # nothing else under /srv
+    assert (box.nas / "from-lane0").read_text() == "shared\n"
+
+
+def test_run_in_a_lane_sees_the_lane_mounts(box):
+    (box.lanes[0].host_root / "via-run-in").write_text("x")
+    r = box.run_in("lane0", ["ls", "/srv/lane"])
+    assert r.returncode == 0 and "via-run-in" in r.stdout.split()
+    r = box.run_in("forge", ["ip", "-4", "-o", "addr", "show", "dev", "eth0"])
+    assert f" {box.forge_addr}/24 " in r.stdout
+
+
+# ---- forge ------------------------------------------------------------------------------------
+
+
+def test_clone_with_the_token_works(box, tmp_path):
+    r = git("clone", box.forge_url.replace("http://", f"http://{box.forge_user}@") + "engine.git",
+            str(tmp_path / "c"), env={"GIT_ASKPASS": str(box.forge_askpass)})
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "c" / "README.md").exists()
+    assert f" {box.forge_user} [" in box.forge_access_log.read_text()
+
+
+def test_clone_without_the_token_gets_401(box, tmp_path):
+    before = box.forge_access_log.read_text().count('" 401 ')
+    r = git("clone", box.forge_url + "engine.git", str(tmp_path / "c"))
+    assert r.returncode != 0 and not (tmp_path / "c").exists()
+    assert box.forge_access_log.read_text().count('" 401 ') > before
+
+
+def test_clone_with_a_wrong_token_gets_401(box, tmp_path):
+    ask = tmp_path / "ask"
+    ask.write_text("#!/bin/sh\necho not-the-token\n")
+    ask.chmod(0o700)
+    r = git("clone", f"http://nev@{box.forge_addr}/git/engine.git", str(tmp_path / "c"),
+            env={"GIT_ASKPASS": str(ask)})
+    assert r.returncode != 0 and "Authentication failed" in r.stderr
+
+
+def test_forge_create_repo_then_push_and_clone_back(box, tmp_path):
+    url = box.forge_create_repo("scratch-push")
+    assert url == box.forge_url + "scratch-push.git"
+    work = tmp_path / "w"
+    assert git("init", "-q", "-b", "main", str(work)).returncode == 0
+    (work / "f.txt").write_text("pushed\n")
+    env = {"GIT_ASKPASS": str(box.forge_askpass), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    assert git("add", "f.txt", cwd=work).returncode == 0
+    assert git("commit", "-q", "-m", "one", cwd=work, env=env).returncode == 0
+    authed = url.replace("http://", "http://nev@")
+    r = git("push", authed, "main", cwd=work, env=env)
+    assert r.returncode == 0, r.stderr
+    r = git("clone", authed, str(tmp_path / "back"), env=env)
+    assert r.returncode == 0 and (tmp_path / "back" / "f.txt").read_text() == "pushed\n"
+
+
+def test_a_lane_clones_from_the_forge_over_the_bridge(box):
+    # Lanes reach the forge by its bridge address; the token file is copied in by the test only.
+    lane = box.lanes[0]
+    tok = box.forge_token_file.read_text().strip()
+    (lane.host_home / ".forge-token").write_text(tok + "\n")
+    os.chown(lane.host_home / ".forge-token", *(lambda s: (s.st_uid, s.st_gid))(lane.host_home.stat()))
+    ask = "printf '#!/bin/sh\\ncase \"$1\" in Username*) echo nev;; *) cat ~/.forge-token;; esac\\n' > ~/ask; chmod 700 ~/ask"
+    r = ssh(box, lane, f"{ask} && rm -rf /srv/lane/eng && GIT_ASKPASS=~/ask git clone -q "
+                       f"http://nev@{box.forge_addr}/git/engine.git /srv/lane/eng && ls /srv/lane/eng")
+    assert r.returncode == 0, r.stderr
+    assert "README.md" in r.stdout
+
+
+def test_the_token_is_in_no_recorded_file_or_env(box):
+    tok = box.forge_token_file.read_text().strip()
+    assert oct(box.forge_token_file.stat().st_mode & 0o777) == "0o600"
+    assert tok not in (box.dir / "box.json").read_text()
+    assert tok not in (box.dir / "forge" / "nginx.conf").read_text()
+    assert tok not in (box.dir / "forge" / "htpasswd").read_text()
+    assert all(tok not in v for v in box.env.values())
+    assert tok not in nev("box", "env", env=box.env).stdout
+
+
+# ---- isolation --------------------------------------------------------------------------------
+
+
+def test_no_namespace_has_a_default_route(box):
+    from rig.box import netns
+
+    for host, h in box.hosts.items():
+        assert netns.default_routes(h["netns"]) == [], host
+
+
+def test_every_server_binds_its_namespace_address_or_loopback(box):
+    checked = 0
+    for host, h in box.hosts.items():
+        r = subprocess.run(["ip", "netns", "exec", h["netns"], "ss", "-Hltn"], capture_output=True, text=True)
+        for line in r.stdout.splitlines():
+            local = line.split()[3]
+            addr = local.rsplit(":", 1)[0].strip("[]")
+            assert addr in (h["addr"], "127.0.0.1", "::1"), (host, line)
+            checked += 1
+    assert checked >= 3
+
+
+# ---- up, repair, status, env ------------------------------------------------------------------
+
+
+def test_second_up_is_a_no_op(box):
+    b = Box(box.name, box.net, box.dir)
+    r = b.bring_up(len(box.lanes))
+    assert r.changed == []
+    out = nev("box", "up", env=box.env)
+    assert out.returncode == 0 and "already up; nothing changed" in out.stderr
+
+
+def test_up_repairs_a_half_alive_box(box):
+    b = Box(box.name, box.net, box.dir)
+    st = b.state()
+    assert st is not None
+    rec = st.procs["lane1.sshd"]
+    procs.stop(rec)
+    subprocess.run(["ip", "link", "del", f"{box.name}-lane1"], check=True)
+    assert nev("box", "status", env=box.env).returncode == 1
+    r = b.bring_up(len(box.lanes))
+    assert "started lane1.sshd" in r.changed
+    assert any("veth" in c and "lane1" in c for c in r.changed)
+    assert ssh(box, box.lanes[1], "true").returncode == 0
+    assert nev("box", "status", env=box.env).returncode == 0
+
+
+def test_status_lists_every_host_and_service_with_addresses(box):
+    r = nev("box", "status", env=box.env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for host, h in box.hosts.items():
+        assert any(line.startswith(host) and h["addr"] in line for line in r.stdout.splitlines())
+    assert "sshd" in r.stdout and "nginx" in r.stdout
+
+
+def test_env_prints_exports_that_point_at_the_box(box):
+    r = nev("box", "env", env=box.env)
+    assert r.returncode == 0
+    lines = dict(ln.removeprefix("export ").split("=", 1) for ln in r.stdout.splitlines())
+    assert lines["NEV_LANES_FILE"] == str(box.lanes_file)
+    assert lines["NEV_KNOWN_HOSTS"] == str(box.known_hosts)
+    assert lines["NEV_LANE_GIT_URL"] == box.forge_url + "engine.git"
+    from lanes.config import load
+
+    lf = load(box.lanes_file)
+    assert [ln.ssh for ln in lf.lanes] == [ln.ssh for ln in box.lanes]
+
+
+def test_box_env_fixture_points_settings_at_the_box(box_env):
+    from lanes import config
+
+    assert config.configured().lanes[0].target.host == box_env.lanes[0].addr
+
+
+def test_up_without_root_exits_1_saying_it_needs_root(tmp_path):
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        sys.executable, "-m", "rig.cli", "box", "up"], capture_output=True, text=True,
+                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)})
+    assert r.returncode == 1
+    assert "needs root for network namespaces" in r.stderr
+
+
+# ---- a throwaway second box: coexistence and down ---------------------------------------------
+
+
+def test_a_second_box_coexists_and_down_leaves_nothing_behind(box, tmp_path):
+    name = (box.name[:5] + "z")
+    net = "198.19." + box.net.split(".")[2]
+    env = {"NEV_BOX_NAME": name, "NEV_BOX_NET": net, "NEV_BOX_DIR": str(tmp_path)}
+    t0 = time.monotonic()
+    r = nev("box", "up", "--lanes", "1", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "is up" in r.stderr and " s" in r.stderr
+    st = state.read_state(tmp_path / name)
+    assert st is not None and st.info is not None
+    pids = [p.pid for p in st.procs.values()]
+    assert pids and all(procs.alive(p) for p in st.procs.values())
+    # The session box still answers next to it.
+    assert ssh(box, box.lanes[0], "true").returncode == 0
+    # Half-alive: its processes die first, then `down` must still clean everything.
+    procs.stop(st.procs[f"{st.info.lanes[0].name}.sshd"])
+    r = nev("box", "down", env=env)
+    assert r.returncode == 0, r.stderr
+    assert not [n for n in os.listdir("/run/netns") if n.startswith(name + "-")]
+    assert not [n for n in os.listdir("/sys/class/net") if n.startswith(name)]
+    assert not any(Path(f"/proc/{p}").exists() and procs.start_time(p) for p in pids)
+    assert not (tmp_path / name).exists()
+    assert name not in state.registry_entries()
+    # The shared user stays: the session box still lists it.
+    assert subprocess.run(["id", "lane"], capture_output=True).returncode == 0
+    assert time.monotonic() - t0 < 60
+    # A second down is harmless.
+    assert nev("box", "down", env=env).returncode == 0
+
+
+def test_a_box_name_in_use_by_another_folder_is_refused(box, tmp_path):
+    r = nev("box", "up", env={"NEV_BOX_NAME": box.name, "NEV_BOX_NET": "198.19.250",
+                              "NEV_BOX_DIR": str(tmp_path)})
+    assert r.returncode == 1 and "already used by the box in" in r.stderr
+    r = nev("box", "down", env={"NEV_BOX_NAME": box.name, "NEV_BOX_DIR": str(tmp_path)})
+    assert r.returncode == 1 and "nothing was removed" in r.stderr
+    assert ssh(box, box.lanes[0], "true").returncode == 0

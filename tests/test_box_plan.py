@@ -1,0 +1,114 @@
+"""The box's pure decisions: names, addresses, configs, conflicts, shaping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lanes.errors import ConfigError, UsageError
+from rig.box import plan, state
+from rig.box.shape import shape_cmds
+from rig.box.state import BoxInfo
+
+
+def test_names_fit_linux_interface_names_for_the_longest_box_name():
+    lay = plan.Layout("abcdef", "198.18.7", plan.MAX_LANES)
+    for h in lay.hosts():
+        assert len(h.veth) <= 15 and len(h.netns) <= 15
+        assert h.addr.startswith("198.18.7.")
+    assert len({h.addr for h in lay.hosts()}) == len(lay.hosts())
+    assert lay.bridge == "abcdefbr" and lay.bridge_addr == "198.18.7.1"
+
+
+@pytest.mark.parametrize("bad", ["", "toolong1", "Box", "1box", "a-b"])
+def test_bad_box_names_are_refused(bad):
+    with pytest.raises(ConfigError, match="NEV_BOX_NAME"):
+        plan.check_name(bad)
+
+
+@pytest.mark.parametrize("raw,want", [("198.18.9", "198.18.9"), ("198.19.200.0/24", "198.19.200"),
+                                      ("198.18.07.0", "198.18.7")])
+def test_box_nets_are_normalised(raw, want):
+    assert plan.check_net(raw) == want
+
+
+@pytest.mark.parametrize("bad", ["10.0.0", "198.20.1", "198.18.300", "198.18", "x"])
+def test_nets_outside_the_benchmark_range_are_refused(bad):
+    with pytest.raises(ConfigError, match="198.18.0.0/15"):
+        plan.check_net(bad)
+
+
+def test_lane_count_is_bounded():
+    with pytest.raises(ConfigError, match="--lanes 0"):
+        plan.check_lanes(0)
+    assert plan.check_lanes(3) == 3
+
+
+def test_sshd_config_is_key_only_and_bound_to_its_address():
+    cfg = plan.sshd_config("198.18.9.11", "/k", "/p")
+    assert "ListenAddress 198.18.9.11:22" in cfg
+    assert "PasswordAuthentication no" in cfg and "AllowUsers lane" in cfg and "UsePAM no" in cfg
+
+
+def test_ssha_hash_is_salted_and_hides_the_token():
+    a = plan.ssha("tok", b"12345678")
+    b = plan.ssha("tok", b"87654321")
+    assert a.startswith("{SSHA}") and a != b and "tok" not in a
+
+
+def entry(tmp: Path, name: str, net: str, users=("lane",)) -> dict:
+    d = tmp / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "box.json").write_text("{}")
+    return {"name": name, "net": net, "dir": str(d), "users": list(users)}
+
+
+def test_conflicts_on_name_in_another_folder_and_on_net(tmp_path):
+    entries = {"a": entry(tmp_path, "a", "198.18.1")}
+    assert state.conflicts("a", "198.18.1", tmp_path / "a", entries) is None
+    assert "already used by the box in" in state.conflicts("a", "198.18.2", tmp_path / "elsewhere", entries)
+    assert "NEV_BOX_NET" in state.conflicts("b", "198.18.1", tmp_path / "b", entries)
+    assert state.conflicts("b", "198.18.2", tmp_path / "b", entries) is None
+
+
+def test_stale_registry_entries_do_not_count(tmp_path):
+    e = {"name": "a", "net": "198.18.1", "dir": str(tmp_path / "gone"), "users": ["lane"]}
+    assert state.conflicts("b", "198.18.1", tmp_path / "b", {"a": e}) is None
+    assert state.users_elsewhere("b", {"a": e}) == set()
+
+
+def test_shared_user_is_kept_while_another_box_lists_it(tmp_path):
+    entries = {"a": entry(tmp_path, "a", "198.18.1"), "b": entry(tmp_path, "b", "198.18.2")}
+    assert state.users_elsewhere("a", entries) == {"lane"}
+    assert state.users_elsewhere("a", {"a": entries["a"]}) == set()
+
+
+def info_for(tmp: Path) -> BoxInfo:
+    hosts = {"lane0": {"addr": "198.18.9.11", "netns": "t-lane0", "role": "lane"},
+             "forge": {"addr": "198.18.9.5", "netns": "t-forge", "role": "forge"}}
+    return BoxInfo(name="t", dir=tmp, net="198.18.9", bridge="tbr", bridge_addr="198.18.9.1", lanes=[],
+                   known_hosts=tmp, ssh_key=tmp, ssh_config=tmp, lanes_file=tmp, forge_url="", forge_addr="",
+                   forge_user="nev", forge_token_file=tmp, forge_askpass=tmp, forge_access_log=tmp,
+                   forge_repos=tmp, nas=tmp, hosts=hosts)
+
+
+def test_shape_puts_down_on_the_root_side_and_up_inside_the_lane(tmp_path):
+    cmds = shape_cmds(info_for(tmp_path), "lane0", False, 156, 3640)
+    assert cmds[0][:5] == ["tc", "qdisc", "replace", "dev", "t-lane0"] and "3640kbit" in cmds[0]
+    assert cmds[1][:4] == ["ip", "netns", "exec", "t-lane0"] and "eth0" in cmds[1] and "156kbit" in cmds[1]
+    off = shape_cmds(info_for(tmp_path), "lane0", True, None, None)
+    assert all("del" in c for c in off)
+
+
+def test_shape_refuses_a_host_that_is_not_a_lane_and_missing_rates(tmp_path):
+    with pytest.raises(UsageError, match="not a lane"):
+        shape_cmds(info_for(tmp_path), "forge", False, 10, 10)
+    with pytest.raises(UsageError, match="--up KBIT"):
+        shape_cmds(info_for(tmp_path), "lane0", False, None, None)
+
+
+def test_box_info_round_trips_through_json(tmp_path):
+    i = info_for(tmp_path)
+    again = BoxInfo.from_json(i.to_json())
+    assert again == i
