@@ -1,0 +1,397 @@
+"""Candidate crates: write N candidate sources of one function, compile the batch in one go,
+score every compiled candidate over a corpus in-process, and say for each what happened.
+
+A candidate is the whole text of `<name>.rs` as it would be committed under
+`crates/layout/src/generated/`: it names engine types through
+`use super::prelude::*;` and defines `pub fn <name>(input: &In) -> Out`.
+
+Two ways to compile a batch, both without a compiler wrapper:
+
+- `single`: one crate, every candidate a module, one rustc call against the
+  engine's prebuilt rlibs. A failed call names its candidates (by the file, or
+  by the line of the probe's `main.rs` that takes that candidate's function);
+  they are dropped and rustc runs again, until the rest compile. One link, one
+  process scores every candidate.
+- `crates`: one crate per candidate in a throwaway workspace, one
+  `cargo build --keep-going`; each binary scores its own candidate.
+
+`bench/perf/b04_candidates.py` measures both against building each candidate
+crate one after another; `DEFAULT_MODE` is the faster.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crates_bridge.errors import BridgeError
+from crates_bridge.runner import CaseResult, parse_lines
+from crates_bridge.workspace import LAYOUT_CRATE, Workspace, no_wrapper_env
+
+MODES = ("single", "crates")
+#: The faster of the two on the B4 measurement (see docs/floors.md, "The candidate probe").
+DEFAULT_MODE = "single"
+#: Optimisation of candidate code: the probe is compile-bound, not run-bound.
+DEFAULT_OPT_LEVEL = 1
+MAX_ROUNDS = 8
+_CAND_FILE = re.compile(r"generated/(c\d{3,})\.rs$")
+
+
+@dataclass
+class Verdict:
+    """What happened to one candidate of a batch."""
+
+    index: int
+    compiled: bool = False
+    #: the compiler's first error for this candidate (rendered, paths named `<name>.rs`)
+    error: str | None = None
+    cases_run: int = 0
+    cases_passed: int = 0
+    ns_per_case: float | None = None
+    cases: tuple[CaseResult, ...] = ()
+    #: the candidate compiled but could not be scored (timed out, runner failed)
+    run_error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return cand_id(self.index)
+
+    @property
+    def status(self) -> str:
+        if not self.compiled:
+            return "compile-error"
+        if self.run_error:
+            return "run-error"
+        if self.cases_run and self.cases_passed == self.cases_run:
+            return "passed"
+        return "failed"
+
+
+@dataclass
+class Batch:
+    function: str
+    mode: str
+    verdicts: list[Verdict]
+    compile_s: float = 0.0
+    score_s: float = 0.0
+    rounds: int = 0
+    binaries: dict[int, Path] = field(default_factory=dict)
+
+    def by_status(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for v in self.verdicts:
+            out.setdefault(v.status, []).append(v.index)
+        return out
+
+
+def cand_id(i: int) -> str:
+    return f"c{i:03d}"
+
+
+def _check_function(ws: Workspace, function: str) -> None:
+    funcs = ws.crate_dir("generation") / "src" / "functions.rs"
+    if f"function_kind!({function}," not in funcs.read_text(encoding="utf-8"):
+        raise BridgeError(f"`{function}` is not a function kind of {funcs}; add a function_kind! line for it")
+
+
+# ---- attribution of compiler diagnostics (pure) ----
+
+def _span_files(span: dict) -> list[tuple[str, int]]:
+    """A span and the call sites it was expanded from, innermost first."""
+    out = []
+    s: dict | None = span
+    while s:
+        out.append((s.get("file_name", ""), int(s.get("line_start", 0))))
+        exp = s.get("expansion")
+        s = exp.get("span") if exp else None
+    return out
+
+
+def attribute(diag: dict, main_lines: dict[int, int]) -> int | None:
+    """The candidate a rustc JSON diagnostic belongs to, or None.
+
+    `main_lines` maps lines of the probe's main.rs to candidate indices.
+    """
+    spans = diag.get("spans") or []
+    ordered = [s for s in spans if s.get("is_primary")] + [s for s in spans if not s.get("is_primary")]
+    for span in ordered:
+        for fname, line in _span_files(span):
+            m = _CAND_FILE.search(fname.replace("\\", "/"))
+            if m:
+                return int(m.group(1)[1:])
+            if fname.replace("\\", "/").endswith("src/main.rs") and line in main_lines:
+                return main_lines[line]
+    for child in diag.get("children") or []:
+        got = attribute(child, main_lines)
+        if got is not None:
+            return got
+    return None
+
+
+def is_error(diag: dict) -> bool:
+    if diag.get("level") not in ("error", "error: internal compiler error"):
+        return False
+    msg = diag.get("message", "")
+    return not (msg.startswith("aborting due to") and not diag.get("spans"))
+
+
+def tidy_error(rendered: str, function: str) -> str:
+    """A rendered error as a model should see it: the candidate's file named `<function>.rs`."""
+    text = re.sub(r"(?:[\w./-]*/)?generated/c\d{3,}\.rs", f"{function}.rs", rendered)
+    return text.strip()
+
+
+def split_errors(stderr_lines: Sequence[str], main_lines: dict[int, int],
+                 function: str) -> tuple[dict[int, str], list[str]]:
+    """First error per candidate, and the errors no candidate owns."""
+    firsts: dict[int, str] = {}
+    orphans: list[str] = []
+    for line in stderr_lines:
+        if not line.startswith("{"):
+            continue
+        try:
+            diag = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if diag.get("$message_type", "diagnostic") != "diagnostic" or not is_error(diag):
+            continue
+        who = attribute(diag, main_lines)
+        text = tidy_error(diag.get("rendered") or diag.get("message", ""), function)
+        if who is None:
+            orphans.append(text)
+        else:
+            firsts.setdefault(who, text)
+    return firsts, orphans
+
+
+# ---- writing candidate sources ----
+
+def probe_main(function: str, indices: Sequence[int]) -> tuple[str, dict[int, int]]:
+    """main.rs of the single-crate probe, and the line that names each candidate."""
+    lines = [
+        "// Candidate probe: every candidate is a module; one binary scores them all.",
+        "#![allow(dead_code, unused)]",
+        "mod generated {",
+        f"    pub use {LAYOUT_CRATE}::prelude;",
+    ]
+    lines += [f"    pub mod {cand_id(i)};" for i in indices]
+    lines += ["}", "", "fn main() {",
+              f"    generation::functions::{function}::candidates_main(&["]
+    where: dict[int, int] = {}
+    for i in indices:
+        lines.append(f'        ("{cand_id(i)}", generated::{cand_id(i)}::{function}),')
+        where[len(lines)] = i
+    lines += ["    ]);", "}", ""]
+    return "\n".join(lines), where
+
+
+def write_sources(src_dir: Path, sources: Sequence[str]) -> None:
+    gen = src_dir / "generated"
+    if gen.exists():
+        shutil.rmtree(gen)
+    gen.mkdir(parents=True)
+    for i, text in enumerate(sources):
+        (gen / f"{cand_id(i)}.rs").write_text(text, encoding="utf-8")
+
+
+# ---- the single crate ----
+
+def _rustc_single(ws: Workspace, crate: Path, function: str, indices: Sequence[int],
+                  opt_level: int) -> tuple[subprocess.CompletedProcess, dict[int, int], Path]:
+    build = ws.build()
+    text, where = probe_main(function, indices)
+    (crate / "src" / "main.rs").write_text(text, encoding="utf-8")
+    out = crate / "probe"
+    argv = ["rustc", "--edition", "2021", "--crate-type", "bin", "--crate-name", "probe",
+            "-C", f"opt-level={opt_level}", "-C", "debuginfo=0", "-C", "codegen-units=16",
+            "--error-format=json",
+            "-L", f"dependency={build.deps_dir}",
+            "--extern", f"layout={build.rlibs['layout']}",
+            "--extern", f"generation={build.rlibs['generation']}",
+            "-o", str(out), str(crate / "src" / "main.rs")]
+    try:
+        cp = subprocess.run(argv, capture_output=True, text=True, env=no_wrapper_env(), timeout=1800)
+    except FileNotFoundError:
+        raise BridgeError("rustc is not installed; install Rust (rustup) and retry") from None
+    return cp, where, out
+
+
+def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir: Path,
+                   opt_level: int = DEFAULT_OPT_LEVEL) -> Batch:
+    crate = workdir / "single"
+    write_sources(crate / "src", sources)
+    verdicts = [Verdict(i) for i in range(len(sources))]
+    alive = list(range(len(sources)))
+    t0 = time.monotonic()
+    rounds = 0
+    binary: Path | None = None
+    while alive:
+        rounds += 1
+        if rounds > MAX_ROUNDS:
+            raise BridgeError(f"the probe of `{function}` still failed after {MAX_ROUNDS} rounds; "
+                              "report the batch (its folder is kept) as a bridge bug")
+        cp, where, out = _rustc_single(ws, crate, function, alive, opt_level)
+        if cp.returncode == 0:
+            binary = out
+            break
+        firsts, orphans = split_errors(cp.stderr.splitlines(), where, function)
+        if not firsts:
+            # Nothing to blame on one candidate (a link error, a clash): build each on its own.
+            fallback = compile_crates(ws, function, sources, workdir, only=alive)
+            for i in alive:
+                verdicts[i] = fallback.verdicts[i]
+            b = Batch(function, "single+crates", verdicts, time.monotonic() - t0, rounds=rounds,
+                      binaries=fallback.binaries)
+            return b
+        for i, err in firsts.items():
+            verdicts[i].error = err
+        alive = [i for i in alive if i not in firsts]
+    batch = Batch(function, "single", verdicts, time.monotonic() - t0, rounds=rounds)
+    for i in alive:
+        verdicts[i].compiled = True
+        assert binary is not None
+        batch.binaries[i] = binary
+    return batch
+
+
+# ---- one crate per candidate ----
+
+_PROFILE = """
+[profile.release]
+opt-level = 2
+debug = false
+incremental = false
+codegen-units = 16
+"""
+
+
+def _crate_manifest(ws: Workspace, i: int) -> str:
+    return (f'[package]\nname = "cand_{cand_id(i)}"\nversion = "0.1.0"\nedition = "2021"\n\n'
+            f'[dependencies]\nlayout = {{ path = "{ws.crate_dir("layout")}" }}\n'
+            f'generation = {{ path = "{ws.crate_dir("generation")}" }}\n')
+
+
+def _crate_main(function: str, i: int) -> str:
+    return ("#![allow(dead_code, unused)]\nmod generated {\n    pub use layout::prelude;\n"
+            f"    pub mod {function};\n}}\n\nfn main() {{\n"
+            f'    generation::functions::{function}::candidates_main(&[("{cand_id(i)}", generated::{function}::{function})]);\n}}\n')
+
+
+def write_crates(ws: Workspace, function: str, sources: Sequence[str], root: Path,
+                 only: Sequence[int] | None = None) -> list[int]:
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    indices = list(only) if only is not None else list(range(len(sources)))
+    members = []
+    for i in indices:
+        d = root / cand_id(i)
+        (d / "src" / "generated").mkdir(parents=True)
+        (d / "Cargo.toml").write_text(_crate_manifest(ws, i), encoding="utf-8")
+        (d / "src" / "main.rs").write_text(_crate_main(function, i), encoding="utf-8")
+        (d / "src" / "generated" / f"{function}.rs").write_text(sources[i], encoding="utf-8")
+        members.append(cand_id(i))
+    (root / "Cargo.toml").write_text(
+        "[workspace]\nresolver = \"2\"\nmembers = [" + ", ".join(f'"{m}"' for m in members) + "]\n" + _PROFILE,
+        encoding="utf-8")
+    return indices
+
+
+def compile_crates(ws: Workspace, function: str, sources: Sequence[str], workdir: Path,
+                   only: Sequence[int] | None = None) -> Batch:
+    root = workdir / "crates"
+    indices = write_crates(ws, function, sources, root, only)
+    verdicts = [Verdict(i) for i in range(len(sources))]
+    t0 = time.monotonic()
+    cp = ws.cargo("build", "--release", "--keep-going", "--message-format=json",
+                  "--target-dir", str(ws.target_dir), cwd=root)
+    batch = Batch(function, "crates", verdicts, rounds=1)
+    for line in cp.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        msg = json.loads(line)
+        name = msg.get("target", {}).get("name", "")
+        if not name.startswith("cand_c"):
+            continue
+        i = int(name[len("cand_c"):])
+        if msg.get("reason") == "compiler-message":
+            diag = msg.get("message", {})
+            if is_error(diag) and verdicts[i].error is None:
+                text = diag.get("rendered") or diag.get("message", "")
+                text = re.sub(rf"(?:[\w./-]*/)?src/generated/{function}\.rs", f"{function}.rs", text)
+                verdicts[i].error = text.strip()
+        elif msg.get("reason") == "compiler-artifact" and msg.get("executable"):
+            verdicts[i].compiled = True
+            batch.binaries[i] = Path(msg["executable"])
+    for i in indices:
+        if not verdicts[i].compiled and verdicts[i].error is None:
+            verdicts[i].error = "did not build: " + (cp.stderr.strip().splitlines() or ["(no message)"])[-1]
+    batch.compile_s = time.monotonic() - t0
+    return batch
+
+
+# ---- scoring ----
+
+def _apply(verdict: Verdict, line: Any) -> None:
+    if line.error:
+        verdict.run_error = line.error
+        return
+    verdict.cases_run = line.cases_run
+    verdict.cases_passed = line.cases_passed
+    verdict.ns_per_case = line.ns_per_case
+    verdict.cases = line.cases
+
+
+def score(batch: Batch, corpus_dir: Path, cases: bool = True, timeout_ms: int = 10_000) -> Batch:
+    """Run every compiled candidate over `corpus_dir`; one process per binary."""
+    t0 = time.monotonic()
+    by_binary: dict[Path, list[int]] = {}
+    for i, b in batch.binaries.items():
+        by_binary.setdefault(b, []).append(i)
+    for binary, indices in by_binary.items():
+        argv = [str(binary), "--corpus", str(corpus_dir), "--timeout-ms", str(timeout_ms)]
+        if not cases:
+            argv.append("--no-cases")
+        budget = timeout_ms / 1000 * len(indices) + 120
+        try:
+            cp = subprocess.run(argv, capture_output=True, text=True, timeout=budget)
+        except subprocess.TimeoutExpired:
+            for i in indices:
+                batch.verdicts[i].run_error = f"the probe ran over {budget:.0f} s"
+            continue
+        lines = {s.candidate: s for s in parse_lines(cp.stdout.splitlines())}
+        for i in indices:
+            got = lines.get(cand_id(i))
+            if got is None:
+                why = cp.stderr.strip().splitlines()
+                batch.verdicts[i].run_error = (why[-1] if why else f"the probe exited {cp.returncode}")
+            else:
+                _apply(batch.verdicts[i], got)
+    batch.score_s = time.monotonic() - t0
+    return batch
+
+
+def probe(ws: Workspace, function: str, sources: Sequence[str], corpus_dir: Path, workdir: Path,
+          mode: str = DEFAULT_MODE, opt_level: int = DEFAULT_OPT_LEVEL, cases: bool = True,
+          timeout_ms: int = 10_000) -> Batch:
+    """Compile a batch of candidate sources of `function` and score each over `corpus_dir`."""
+    if mode not in MODES:
+        raise BridgeError(f"unknown probe mode `{mode}`; use one of {', '.join(MODES)}")
+    if not sources:
+        raise BridgeError("no candidates to probe")
+    if not (corpus_dir / "manifest.json").is_file():
+        raise BridgeError(f"{corpus_dir}: no corpus here; build it with `nev oracle build {corpus_dir.name}`")
+    _check_function(ws, function)
+    workdir.mkdir(parents=True, exist_ok=True)
+    if mode == "single":
+        batch = compile_single(ws, function, sources, workdir, opt_level)
+    else:
+        batch = compile_crates(ws, function, sources, workdir)
+    return score(batch, corpus_dir, cases=cases, timeout_ms=timeout_ms)

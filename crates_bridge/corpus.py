@@ -1,0 +1,138 @@
+"""The corpus folder format agreed with the oracle (`corpus/<name>/manifest.json` + `cases.jsonl`).
+
+The oracle writes real corpora from three browsers. Until it lands, and in
+tests, `write_reference_corpus` writes one from the engine's hand-written
+reference (`engines: {"reference": ...}`), in the same format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crates_bridge.errors import BridgeError
+from crates_bridge.workspace import Workspace, no_wrapper_env
+
+FORMAT = 1
+DEFAULT_TOLERANCE_PX = 1 / 30
+REFERENCE_BIN = "reference_cases"
+GENERATOR = {"name": "crates_bridge.corpus", "version": "1"}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    function: str
+    cases: int | None
+    tolerance_px: float
+    engines: dict[str, str]
+    raw: dict
+
+
+def read_manifest(folder: Path) -> Manifest:
+    path = folder / "manifest.json"
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BridgeError(f"{path}: no corpus here; build it with `nev oracle build {folder.name}`") from None
+    except json.JSONDecodeError as e:
+        raise BridgeError(f"{path}: not valid JSON ({e.msg}); rebuild the corpus") from None
+    if not isinstance(d, dict) or d.get("format") != FORMAT:
+        raise BridgeError(f"{path}: format is not {FORMAT}; rebuild the corpus with this version")
+    return Manifest(str(d.get("function")), d.get("cases"), float(d.get("tolerance_px", DEFAULT_TOLERANCE_PX)),
+                    dict(d.get("engines") or {}), d)
+
+
+def _len(rng: random.Random, *, auto: bool = True, pct: bool = True, neg: bool = False) -> str:
+    r = rng.random()
+    if auto and r < 0.35:
+        return "auto"
+    if pct and r < 0.55:
+        return f"{rng.randint(0, 60)}%"
+    lo = -40 if neg else 0
+    return f"{rng.randint(lo, 300)}px"
+
+
+def block_width_input(seed: int) -> dict[str, Any]:
+    rng = random.Random(f"block_width:{seed}")
+    return {
+        "cb_width": float(rng.choice([0, 100, 240, 320, 480, 600, 1000])),
+        "width": _len(rng),
+        "margin_left": _len(rng, neg=True),
+        "margin_right": _len(rng, neg=True),
+        "padding_left": _len(rng, auto=False),
+        "padding_right": _len(rng, auto=False),
+        "border_left": f"{rng.randint(0, 12)}px",
+        "border_right": f"{rng.randint(0, 12)}px",
+    }
+
+
+def abspos_width_input(seed: int) -> dict[str, Any]:
+    rng = random.Random(f"abspos_width:{seed}")
+    return {
+        "cb_width": float(rng.choice([100, 240, 320, 480, 600, 1000])),
+        "left": _len(rng, neg=True),
+        "right": _len(rng, neg=True),
+        "width": _len(rng),
+        "margin_left": _len(rng, neg=True),
+        "margin_right": _len(rng, neg=True),
+        "padding_left": _len(rng, auto=False),
+        "padding_right": _len(rng, auto=False),
+        "border_left": f"{rng.randint(0, 12)}px",
+        "border_right": f"{rng.randint(0, 12)}px",
+        "content_width": float(rng.randint(0, 400)),
+    }
+
+
+#: Deterministic input generators for the test corpora, by function.
+INPUTS: dict[str, Callable[[int], dict[str, Any]]] = {
+    "block_width": block_width_input,
+    "abspos_width": abspos_width_input,
+}
+
+
+def write_corpus(folder: Path, function: str, cases: list[dict], engines: dict[str, str],
+                 start: int = 0, tolerance_px: float = DEFAULT_TOLERANCE_PX) -> Path:
+    """Write `cases` (each with id, seed, input, expected) as a corpus folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    body = "".join(json.dumps(c, sort_keys=True) + "\n" for c in cases).encode()
+    (folder / "cases.jsonl").write_bytes(body)
+    manifest = {"format": FORMAT, "function": function, "generator": GENERATOR, "engines": engines,
+                "tolerance_px": tolerance_px, "seeds": {"start": start, "count": len(cases), "shard": "0/1"},
+                "cases": len(cases), "content_sha256": hashlib.sha256(body).hexdigest()}
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return folder
+
+
+def reference_cases(ws: Workspace, function: str, count: int, start: int = 0) -> list[dict]:
+    """`count` cases from seed `start`, answered by the workspace's hand-written reference."""
+    gen = INPUTS.get(function)
+    if gen is None:
+        raise BridgeError(f"no test input generator for `{function}`; known: {', '.join(sorted(INPUTS))}")
+    lines = "".join(json.dumps({"id": f"{function}-{s:06d}", "seed": s, "input": gen(s)}) + "\n"
+                    for s in range(start, start + count))
+    binary = ws.build().binary(REFERENCE_BIN)
+    cp = subprocess.run([str(binary), function], input=lines, capture_output=True, text=True,
+                        env=no_wrapper_env(), timeout=300)
+    if cp.returncode != 0:
+        raise BridgeError(f"{REFERENCE_BIN} {function} failed: {cp.stderr.strip()[:300]}")
+    return [json.loads(x) for x in cp.stdout.splitlines() if x.strip()]
+
+
+def write_reference_corpus(ws: Workspace, function: str, folder: Path, count: int = 200,
+                           start: int = 0) -> Path:
+    """A test corpus in the agreed format, its answers from the hand-written reference."""
+    cases = reference_cases(ws, function, count, start)
+    return write_corpus(folder, function, cases, {"reference": "layout-" + _crate_version(ws)}, start)
+
+
+def _crate_version(ws: Workspace) -> str:
+    for line in (ws.root / "Cargo.toml").read_text().splitlines():
+        if line.strip().startswith("version"):
+            return line.split("=", 1)[1].strip().strip('"')
+    return "0"

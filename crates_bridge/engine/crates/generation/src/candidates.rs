@@ -1,0 +1,95 @@
+//! The candidate probe's runner: every compiled candidate of one batch is a
+//! module of one binary, scored over the corpus in this process. A candidate
+//! that panics fails that case; one that runs past the time limit is reported
+//! as timed out and the others go on.
+
+use crate::corpus;
+use crate::json;
+use crate::score::{prepare, run_prepared, to_json_line, CaseInput, Geometry, Scored};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+struct Args {
+    corpus: PathBuf,
+    timeout: Duration,
+    cases: bool,
+}
+
+fn usage(msg: &str) -> ! {
+    eprintln!("candidates: {msg}; usage: <binary> --corpus DIR [--timeout-ms N] [--no-cases]");
+    std::process::exit(2)
+}
+
+fn args() -> Args {
+    let mut a = Args { corpus: PathBuf::new(), timeout: Duration::from_millis(10_000), cases: true };
+    let mut it = std::env::args().skip(1);
+    let mut seen = false;
+    while let Some(x) = it.next() {
+        match x.as_str() {
+            "--corpus" => {
+                a.corpus = PathBuf::from(it.next().unwrap_or_else(|| usage("--corpus needs a folder")));
+                seen = true;
+            }
+            "--timeout-ms" => {
+                let v = it.next().unwrap_or_else(|| usage("--timeout-ms needs a number"));
+                a.timeout = Duration::from_millis(v.parse().unwrap_or_else(|_| usage("--timeout-ms needs a number")));
+            }
+            "--no-cases" => a.cases = false,
+            other => usage(&format!("unknown argument `{other}`")),
+        }
+    }
+    if !seen {
+        usage("--corpus is required");
+    }
+    a
+}
+
+pub fn main<I, O>(function: &'static str, cands: &[(&'static str, fn(&I) -> O)]) -> !
+where
+    I: CaseInput + Send + Sync + 'static,
+    O: Geometry + 'static,
+{
+    let a = args();
+    // Panics are results here, not noise on stderr.
+    std::panic::set_hook(Box::new(|_| {}));
+    let c = corpus::load(&a.corpus).unwrap_or_else(|e| {
+        eprintln!("candidates: {e}");
+        std::process::exit(1)
+    });
+    if c.function != function {
+        eprintln!("candidates: {} holds cases of `{}`, not `{function}`", a.corpus.display(), c.function);
+        std::process::exit(1);
+    }
+    let tol = c.tolerance_px;
+    let prepared = Arc::new(prepare::<I, O>(&c).unwrap_or_else(|e| {
+        eprintln!("candidates: {e}");
+        std::process::exit(1)
+    }));
+    let stdout = std::io::stdout();
+    for (name, f) in cands {
+        let (tx, rx) = mpsc::channel::<Scored>();
+        let cases = Arc::clone(&prepared);
+        let f = *f;
+        std::thread::spawn(move || {
+            let _ = tx.send(run_prepared(&cases, f, tol));
+        });
+        let line = match rx.recv_timeout(a.timeout) {
+            Ok(scored) => to_json_line(&[("function", function), ("candidate", name)], &scored, a.cases),
+            Err(_) => {
+                let mut s = String::from("{\"function\": ");
+                json::write_str(&mut s, function);
+                s.push_str(", \"candidate\": ");
+                json::write_str(&mut s, name);
+                s.push_str(&format!(", \"error\": \"timed out after {} ms\"}}", a.timeout.as_millis()));
+                s
+            }
+        };
+        let mut out = stdout.lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+    // A timed-out candidate's thread may still spin: end the process, not the threads.
+    std::process::exit(0)
+}
