@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from lanes.ui import not_built
@@ -52,26 +54,60 @@ def oracle_engines() -> None:
 
 @click.group("floors")
 def floors() -> None:
-    """Per-function score floors that only rise."""
+    """Per-function score floors that only rise (docs/floors.md)."""
+
+
+_REPO = click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".",
+                     show_default=True, help="The repository holding the engine (NEV_ENGINE_DIR inside it).")
+
+
+def _scoring(repo: Path):  # -> bench.floors.Scoring
+    from bench.floors import scoring_for
+    from lanes.gitrun import GitError, Repo
+
+    try:
+        root = Repo(repo.resolve()).toplevel()
+    except GitError:
+        root = repo.resolve()
+    return scoring_for(root)
 
 
 @floors.command("check")
-def floors_check() -> None:
-    """Score every generated function; fail on a drop, a shrunken corpus or zero passes."""
-    raise not_built("floors check", 10)
+@_REPO
+def floors_check(repo: Path) -> int:
+    """Score every generated function; fail on a drop, a shrunken corpus or zero passes.
+
+    Exits 0 when every floor holds, 1 when one is broken (one line naming each),
+    3 when no lane answered to score (nothing scored). Scores here when NEV_ON_LANE is set.
+    """
+    from bench.floors import check, default_scorer
+
+    return check(_scoring(repo), default_scorer(), echo=click.echo)
 
 
 @floors.command("raise")
-@click.option("--print-raises", is_flag=True)
-def floors_raise(print_raises: bool) -> None:
-    """Write each floor the fresh score is above and commit only those files."""
-    raise not_built("floors raise", 10)
+@click.option("--print-raises", is_flag=True, help="Print each raised floor (old -> new).")
+@_REPO
+def floors_raise(print_raises: bool, repo: Path) -> int:
+    """Write each floor the fresh score is above and commit only those files.
+
+    Refuses on uncommitted changes or off main; writes nothing when scoring fails
+    or no lane answers (exit 3); never lowers a number.
+    """
+    from bench.floors import default_scorer, raise_floors
+
+    return raise_floors(_scoring(repo), default_scorer(), print_raises=print_raises, echo=click.echo)
 
 
 @click.command("scores")
-def scores() -> None:
-    """Every generated function against its corpus: passed/run, floor, status."""
-    raise not_built("scores", 10)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (what a lane scorer reads back).")
+@_REPO
+def scores(as_json: bool, repo: Path) -> int:
+    """Every generated function against its corpus: passed/run, floor, batch, status."""
+    from bench.floors import default_scorer
+    from bench.scores import show
+
+    return show(_scoring(repo), default_scorer(), as_json, echo=click.echo)
 
 
 @click.command("ledger")

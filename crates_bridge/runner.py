@@ -73,10 +73,15 @@ def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 
 def score_generated(ws: Workspace, corpus_root: Path, only: str | None = None, cases: bool = False,
-                    timeout: float = 1800.0) -> list[Score]:
-    """Score every generated function of `ws` (or `only` one) against `corpus_root/<corpus>/`."""
+                    timeout: float = 1800.0, generated_dir: Path | None = None) -> list[Score]:
+    """Score every generated function of `ws` (or `only` one) against `corpus_root/<corpus>/`.
+
+    Functions are discovered from the provenance records in `generated_dir`
+    (default: the workspace's own).
+    """
     binary = ws.build().binary(SCORE_CHECK)
-    argv = [str(binary), "--generated-dir", str(ws.generated_dir), "--corpus-root", str(corpus_root)]
+    gen = generated_dir or ws.generated_dir
+    argv = [str(binary), "--generated-dir", str(gen), "--corpus-root", str(corpus_root)]
     if only:
         argv += ["--only", only]
     if cases:

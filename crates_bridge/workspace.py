@@ -65,7 +65,8 @@ class Workspace:
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
         if self.target_dir is None:
-            self.target_dir = self.root / "target"
+            env_target = os.environ.get("CARGO_TARGET_DIR")
+            self.target_dir = Path(env_target) if env_target else self.root / "target"
         self.target_dir = Path(self.target_dir).resolve()
 
     @property

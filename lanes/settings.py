@@ -74,6 +74,9 @@ BOX_DIR = _s("NEV_BOX_DIR", ".box", "where boxes keep state and configs (one fol
 BOX_NAME = _s("NEV_BOX_NAME", "nevbox", "prefix of the box's namespaces, bridge and users")
 BOX_NET = _s("NEV_BOX_NET", "198.18.0", "the /24 (inside 198.18.0.0/15) the box's hosts are addressed from")
 BOX_KEEP = _s("NEV_BOX_KEEP", None, "when set to 1, the test fixture leaves the box up at the end")
+# Engine, corpora and floors (crates_bridge, bench/floors.py)
+ENGINE_DIR = _s("NEV_ENGINE_DIR", "crates_bridge/engine", "the engine's Cargo workspace, relative to the repository root")
+CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where corpora live (corpus/<name>/), relative to the repository root")
 
 
 def all_settings() -> list[Setting]:
