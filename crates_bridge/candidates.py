@@ -22,11 +22,13 @@ crate one after another; `DEFAULT_MODE` is the faster.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +84,8 @@ class Batch:
     compile_s: float = 0.0
     score_s: float = 0.0
     rounds: int = 0
+    #: per rustc round of the single crate: the candidates it dropped
+    dropped: list[list[int]] = field(default_factory=list)
     binaries: dict[int, Path] = field(default_factory=dict)
 
     def by_status(self) -> dict[str, list[int]]:
@@ -164,11 +168,108 @@ def split_errors(stderr_lines: Sequence[str], main_lines: dict[int, int],
             continue
         who = attribute(diag, main_lines)
         text = tidy_error(diag.get("rendered") or diag.get("message", ""), function)
+        if "src/main.rs" in text:
+            text = (f"the probe cannot call `{function}` from this candidate (check the function's name "
+                    f"and signature):\n{text}")
         if who is None:
             orphans.append(text)
         else:
             firsts.setdefault(who, text)
     return firsts, orphans
+
+
+# ---- the lexer pre-check (pure) ----
+#
+# rustc stops the whole crate at the first file whose token trees do not close
+# (an unclosed delimiter, an unterminated string or comment): one round per
+# such candidate. So those are found first, by a cheap scan here, and each
+# suspect is confirmed (and its error text taken) by rustc alone.
+
+_PAIRS = {")": "(", "]": "[", "}": "{"}
+_RAW = re.compile(r'(?:b|c)?r(#*)"')
+_CHAR = re.compile(r"'(?:\\(?:u\{[0-9a-fA-F]*\}|x[0-9a-fA-F]{2}|.)|[^\\'\n])'")
+
+
+def lex_suspect(text: str) -> str | None:
+    """Why rustc would stop lexing this source (delimiters, strings, comments), or None."""
+    stack: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j + 1
+            continue
+        if text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+            if depth:
+                return "unterminated block comment"
+            continue
+        m = _RAW.match(text, i) if c in "brc" and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")) else None
+        if m:
+            end = '"' + m.group(1)
+            j = text.find(end, m.end())
+            if j < 0:
+                return "unterminated raw string"
+            i = j + len(end)
+            continue
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+            if i >= n:
+                return "unterminated double quote string"
+            i += 1
+            continue
+        if c == "'":
+            # A char literal ('a', '\n', '\u{..}') or a lifetime ('a): only the former closes.
+            m2 = _CHAR.match(text, i)
+            i = m2.end() if m2 else i + 1
+            continue
+        if c in "([{":
+            stack.append(c)
+        elif c in ")]}":
+            if not stack or stack[-1] != _PAIRS[c]:
+                return "unexpected or mismatched closing delimiter"
+            stack.pop()
+        i += 1
+    return "unclosed delimiter" if stack else None
+
+
+def _alone(path: Path, out_dir: Path) -> list[str]:
+    """rustc on one candidate file alone: lexing fails before any name is resolved."""
+    argv = ["rustc", "--edition", "2021", "--crate-type", "lib", "--emit=metadata", "--error-format=json",
+            "--out-dir", str(out_dir), "--crate-name", "alone_" + path.stem, str(path)]
+    cp = subprocess.run(argv, capture_output=True, text=True, env=no_wrapper_env(), timeout=600)
+    return cp.stderr.splitlines()
+
+
+_LEXER_ERROR = re.compile(r"delimiter|unterminated|unknown start of token")
+
+
+def confirm_lexer_errors(files: dict[int, Path], function: str, out_dir: Path) -> dict[int, str]:
+    """For each suspect, rustc's own first error when it is a lexer error (else the suspect stays in)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found: dict[int, str] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
+        results = dict(zip(files, pool.map(lambda p: _alone(p, out_dir), files.values()), strict=True))
+    for i, lines in results.items():
+        for line in lines:
+            if not line.startswith("{"):
+                continue
+            diag = json.loads(line)
+            if is_error(diag):
+                if _LEXER_ERROR.search(diag.get("message", "")):
+                    found[i] = tidy_error(diag.get("rendered") or diag["message"], function)
+                break
+    return found
 
 
 # ---- writing candidate sources ----
@@ -231,7 +332,17 @@ def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir
     alive = list(range(len(sources)))
     t0 = time.monotonic()
     rounds = 0
+    dropped: list[list[int]] = []
     binary: Path | None = None
+    suspects = {i: crate / "src" / "generated" / f"{cand_id(i)}.rs"
+                for i in alive if lex_suspect(sources[i]) is not None}
+    if suspects:
+        rounds += 1
+        lexed = confirm_lexer_errors(suspects, function, workdir / "alone")
+        for i, err in lexed.items():
+            verdicts[i].error = err
+        dropped.append(sorted(lexed))
+        alive = [i for i in alive if i not in lexed]
     while alive:
         rounds += 1
         if rounds > MAX_ROUNDS:
@@ -252,8 +363,9 @@ def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir
             return b
         for i, err in firsts.items():
             verdicts[i].error = err
+        dropped.append(sorted(firsts))
         alive = [i for i in alive if i not in firsts]
-    batch = Batch(function, "single", verdicts, time.monotonic() - t0, rounds=rounds)
+    batch = Batch(function, "single", verdicts, time.monotonic() - t0, rounds=rounds, dropped=dropped)
     for i in alive:
         verdicts[i].compiled = True
         assert binary is not None

@@ -1,0 +1,160 @@
+"""Candidate batches: written, compiled in one go, scored in-process; a verdict for every candidate."""
+
+import pytest
+
+from crates_bridge import candidates, corpus
+from crates_bridge.errors import BridgeError
+from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
+
+GOOD = (EXAMPLE_ENGINE / "crates/layout/src/generated/block_width.rs").read_text()
+
+
+def _sub(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+RIGHT = [
+    GOOD,
+    _sub(GOOD, "fn solve(", "fn solve_once(").replace("solve(input", "solve_once(input"),
+    _sub(GOOD, "let free = cb - fixed - w;", "let free = -(fixed + w) + cb;"),
+    "// a model's preamble comment\n" + GOOD,
+]
+WRONG = [
+    _sub(GOOD, "free / 2.0, margin_right: free / 2.0", "free / 3.0, margin_right: free / 2.0"),
+    _sub(GOOD, "+ input.padding_left.or_zero(cb)\n", "\n"),
+    _sub(GOOD, "if first.width < 0.0", "if first.width < -1.0e9"),
+    _sub(GOOD, "(Some(ml), _) => BlockWidthOutput { width: w, margin_left: ml, margin_right: free - ml }",
+         "(Some(ml), _) => BlockWidthOutput { width: w, margin_left: free - ml, margin_right: ml }"),
+    # Panics on some cases: those cases fail, the candidate and the batch go on.
+    _sub(GOOD, "let cb = input.cb_width;", "let cb = input.cb_width;\n    if cb == 0.0 { panic!(\"no room\") }"),
+]
+BROKEN = [
+    # parse error
+    (_sub(GOOD, "pub fn block_width(", "pub fn block_width(("), "unclosed delimiter"),
+    # type error
+    (_sub(GOOD, "let cb = input.cb_width;", "let cb: i32 = input.cb_width;"), "mismatched types"),
+    # unknown name
+    (_sub(GOOD, "let cb = input.cb_width;", "let cb = input.cb_widht;"), "cb_widht"),
+    # borrow checker: reported only once everything else type-checks (a later round)
+    (_sub(GOOD, "let cb = input.cb_width;",
+          "let cb = input.cb_width;\n    let v = vec![cb];\n    let r = &v;\n    drop(v);\n    let _ = r.len();"),
+     "borrow"),
+    # wrong signature: the error is in the probe's main.rs, on this candidate's line
+    (_sub(GOOD, "pub fn block_width(input: &BlockWidthInput) -> BlockWidthOutput {\n    let first = solve(input, input.width);",
+          "pub fn block_width(input: &BlockWidthInput) -> f64 {\n    let first = solve(input, input.width);\n    return first.width;"),
+     "mismatched types"),
+    # no function of that name at all
+    (GOOD.replace("pub fn block_width(", "pub fn block_widths("), "block_width"),
+]
+LOOPS = _sub(GOOD, "let cb = input.cb_width;", "let cb = input.cb_width;\n    loop { std::hint::spin_loop() }")
+
+
+@pytest.fixture(scope="module")
+def ws():
+    w = Workspace(EXAMPLE_ENGINE)
+    w.build()
+    return w
+
+
+@pytest.fixture(scope="module")
+def block_corpus(ws, tmp_path_factory):
+    return corpus.write_reference_corpus(ws, "block_width", tmp_path_factory.mktemp("c") / "block_width", 200)
+
+
+def batch_of(n: int):
+    """n candidates cycling through right, wrong and broken kinds, each text distinct."""
+    kinds = [("passed", s, None) for s in RIGHT] + [("failed", s, None) for s in WRONG] + \
+            [("compile-error", s, why) for s, why in BROKEN]
+    out = []
+    for i in range(n - 1):
+        want, src, why = kinds[i % len(kinds)]
+        out.append((want, f"// candidate {i}\n{src}", why))
+    out.append(("run-error", LOOPS, None))
+    return out
+
+
+def test_batch_of_64_candidates_gets_the_right_verdict_each(ws, block_corpus, tmp_path):
+    batch = batch_of(64)
+    result = candidates.probe(ws, "block_width", [s for _, s, _ in batch], block_corpus, tmp_path / "probe",
+                              timeout_ms=1500)
+    assert result.mode == "single" and len(result.verdicts) == 64
+    for (want, _, why), v in zip(batch, result.verdicts, strict=True):
+        assert v.status == want, (v.index, want, v.status, v.error, v.run_error)
+        if want == "compile-error":
+            assert why in v.error, (v.index, v.error)
+            # Named as the model wrote it, not by the probe's file layout.
+            assert "generated/c0" not in v.error
+            assert v.error.startswith("error") or v.error.startswith("the probe cannot call `block_width`")
+        if want == "passed":
+            assert v.cases_passed == v.cases_run == 200
+        if want == "failed":
+            assert 0 <= v.cases_passed < v.cases_run == 200
+            bad = [c for c in v.cases if not c.passed]
+            assert bad and all(c.diff or c.error for c in bad)
+    # The panicking candidate failed its cb_width 0 cases with the panic message, and only those.
+    panicky = result.verdicts[8]
+    assert panicky.status == "failed" and any(c.error == "panicked: no room" for c in panicky.cases)
+    assert result.verdicts[-1].run_error == "timed out after 1500 ms"
+    # Lexer errors found first (each candidate alone), then one batch round for every other
+    # error, then the build: never a round per broken candidate.
+    unclosed = sum(1 for _, _, why in batch if why == "unclosed delimiter")
+    broken = sum(1 for w, _, _ in batch if w == "compile-error")
+    assert result.rounds == 3 and [len(d) for d in result.dropped] == [unclosed, broken - unclosed]
+    counts = {k: len(v) for k, v in result.by_status().items()}
+    assert counts == {"passed": 19, "failed": 20, "compile-error": 24, "run-error": 1}
+
+
+def test_one_crate_per_candidate_gives_the_same_verdicts(ws, block_corpus, tmp_path):
+    batch = [(w, s, why) for w, s, why in batch_of(16) if w != "run-error"]
+    srcs = [s for _, s, _ in batch]
+    single = candidates.probe(ws, "block_width", srcs, block_corpus, tmp_path / "a", mode="single")
+    crates = candidates.probe(ws, "block_width", srcs, block_corpus, tmp_path / "b", mode="crates")
+    assert [v.status for v in crates.verdicts] == [w for w, _, _ in batch]
+    assert [(v.status, v.cases_passed) for v in crates.verdicts] == \
+           [(v.status, v.cases_passed) for v in single.verdicts]
+    for (_, _, why), v in zip(batch, crates.verdicts, strict=True):
+        if why:
+            assert why in v.error and "block_width.rs" in v.error
+
+
+def test_first_error_names_the_function_file_and_line(ws, block_corpus, tmp_path):
+    src, _ = BROKEN[1]
+    result = candidates.probe(ws, "block_width", [GOOD, src], block_corpus, tmp_path)
+    err = result.verdicts[1].error
+    assert "--> block_width.rs:" in err and "expected `i32`, found `f64`" in err
+    assert result.verdicts[0].status == "passed"
+
+
+def test_unknown_function_kind_is_refused_before_compiling(ws, block_corpus, tmp_path):
+    with pytest.raises(BridgeError, match="function_kind!"):
+        candidates.probe(ws, "block_height", [GOOD], block_corpus, tmp_path)
+
+
+def test_attribution_maps_main_lines_to_candidates():
+    text, where = candidates.probe_main("block_width", [0, 3, 7])
+    lines = text.splitlines()
+    assert {lines[n - 1].strip() for n in where} == {
+        f'("c{i:03d}", generated::c{i:03d}::block_width),' for i in (0, 3, 7)}
+    diag = {"level": "error", "message": "mismatched types", "spans": [
+        {"file_name": "/x/single/src/main.rs", "line_start": max(where), "is_primary": True}]}
+    assert candidates.attribute(diag, where) == 7
+    diag = {"level": "error", "message": "m", "spans": [
+        {"file_name": "/rustc/lib/macros.rs", "line_start": 1, "is_primary": True,
+         "expansion": {"span": {"file_name": "/x/single/src/generated/c042.rs", "line_start": 9}}}]}
+    assert candidates.attribute(diag, where) == 42
+    assert not candidates.is_error({"level": "error", "message": "aborting due to 2 previous errors", "spans": []})
+
+
+@pytest.mark.parametrize("src,why", [
+    ("fn f() { let s = \"(\"; let c = '{'; let l: &'a str = r#\"}\"#; /* ( /* ) */ */ }", None),
+    ("fn f<'a>(x: &'a u8) -> char { '\\'' }", None),
+    ("fn f() { let c = '\\u{1F600}'; let b = b'('; let s = \"a\\\"b(\"; }", None),
+    ("fn f() { (", "unclosed delimiter"),
+    ("fn f() { ] }", "unexpected or mismatched closing delimiter"),
+    ("fn f() { \"abc }", "unterminated double quote string"),
+    ("fn f() { /* }", "unterminated block comment"),
+    ("fn f() { r#\"abc\" }", "unterminated raw string"),
+])
+def test_lexer_precheck_finds_what_stops_rustc(src, why):
+    assert candidates.lex_suspect(src) == why
