@@ -1,0 +1,298 @@
+"""Floors, Betterer-style: a fixture repository per case, scored by the real runner.
+
+Each fixture is a git repository holding a copy of the example engine, its
+floor and provenance files, and reference corpora. The scorer is the real
+`generated_score_check` (one build of the identical example engine, shared);
+`test_cli_*` builds the fixture's own engine through `nev` itself.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench import floors, scores
+from crates_bridge import corpus, runner
+from crates_bridge.registry import Floor, GeneratedFunction, Provenance
+from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
+from lanes.errors import NevError, NoLaneError
+from lanes.gitrun import Repo, init
+
+N = 120
+ROOT = Path(__file__).resolve().parents[1]
+GEN = "crates_bridge/engine/crates/layout/src/generated"
+
+
+@pytest.fixture(scope="module")
+def built():
+    ws = Workspace(EXAMPLE_ENGINE)
+    ws.build()
+    return ws
+
+
+@pytest.fixture(scope="module")
+def corpora(built, tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    for f in ("block_width", "abspos_width"):
+        corpus.write_reference_corpus(built, f, root / f, N)
+    got = {s.function: s for s in runner.score_generated(built, root, cases=True)}
+    return root, got
+
+
+@pytest.fixture
+def fixture(tmp_path, corpora):
+    """A repository on main: the engine (no target/), floors 0/0, corpora under corpus/ (ignored)."""
+    src_root, _ = corpora
+    repo_dir = tmp_path / "repo"
+    shutil.copytree(EXAMPLE_ENGINE, repo_dir / "crates_bridge/engine", ignore=shutil.ignore_patterns("target"))
+    shutil.copytree(src_root, repo_dir / "corpus")
+    (repo_dir / ".gitignore").write_text("target/\n/corpus/\n")
+    repo = init(repo_dir)
+    repo.git("add", "-A")
+    repo.git("commit", "-q", "-m", "fixture")
+    return repo
+
+
+@pytest.fixture
+def scorer(built):
+    return floors.local_scorer(builder=built)
+
+
+@pytest.fixture
+def K(corpora):
+    return corpora[1]["abspos_width"].cases_passed
+
+
+def req(repo: Repo) -> floors.Scoring:
+    return floors.scoring_for(repo.path, {})
+
+
+def set_floor(repo: Repo, name: str, passed: int, run: int, commit: bool = True) -> None:
+    p = repo.path / GEN / f"{name}.floor.json"
+    p.write_text(json.dumps({"cases_passed": passed, "cases_run": run}))
+    if commit:
+        repo.git("commit", "-q", "-am", f"floor {name}")
+
+
+def floor_of(repo: Repo, name: str):
+    p = repo.path / GEN / f"{name}.floor.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def commits(repo: Repo) -> int:
+    return int(repo.out("rev-list", "--count", "HEAD"))
+
+
+def run_check(repo, scorer):
+    lines: list[str] = []
+    try:
+        floors.check(req(repo), scorer, echo=lines.append)
+    except NevError as e:
+        return str(e), lines
+    return None, lines
+
+
+# ---- the eight fixtures of the issue ----
+
+def test_better_score_raise_writes_the_floors_in_one_commit(fixture, scorer, K):
+    before = commits(fixture)
+    out: list[str] = []
+    assert floors.raise_floors(req(fixture), scorer, print_raises=True, echo=out.append) == 0
+    assert floor_of(fixture, "block_width") == {"cases_passed": N, "cases_run": N}
+    assert floor_of(fixture, "abspos_width") == {"cases_passed": K, "cases_run": N}
+    assert commits(fixture) == before + 1 and fixture.is_clean()
+    changed = fixture.out("show", "--name-only", "--format=", "HEAD").split()
+    assert sorted(changed) == [f"{GEN}/abspos_width.floor.json", f"{GEN}/block_width.floor.json"]
+    assert f"block_width: 0/0 -> {N}/{N}" in out and f"abspos_width: 0/0 -> {K}/{N}" in out
+
+
+def test_same_score_changes_nothing(fixture, scorer, K):
+    set_floor(fixture, "block_width", N, N)
+    set_floor(fixture, "abspos_width", K, N)
+    head = fixture.rev("HEAD")
+    out: list[str] = []
+    assert floors.raise_floors(req(fixture), scorer, echo=out.append) == 0
+    assert out == ["floors: no floor to raise"] and fixture.rev("HEAD") == head and fixture.is_clean()
+    err, lines = run_check(fixture, scorer)
+    assert err is None and all(" ok " in x for x in lines)
+
+
+def test_worse_score_fails_the_check(fixture, scorer, K):
+    set_floor(fixture, "abspos_width", K + 3, N)
+    err, lines = run_check(fixture, scorer)
+    assert err is not None and "abspos_width drop" in err and f"passes {K} cases, below its floor's {K + 3}" in err
+    assert "block_width" not in err
+
+
+def test_shrunk_corpus_with_the_same_passes_fails(fixture, scorer, corpora, K):
+    set_floor(fixture, "abspos_width", K, N)
+    # Drop one failing case: the corpus shrinks, the passing count holds.
+    _, got = corpora
+    failing = next(c.id for c in got["abspos_width"].cases if not c.passed)
+    folder = fixture.path / "corpus/abspos_width"
+    kept = [x for x in (folder / "cases.jsonl").read_text().splitlines() if json.loads(x)["id"] != failing]
+    corpus.write_corpus(folder, "abspos_width", [json.loads(x) for x in kept], {"reference": "test"})
+    err, _ = run_check(fixture, scorer)
+    assert err is not None and "abspos_width shrunk" in err and f"holds {N - 1} cases, fewer than the floor's {N}" in err
+
+
+def test_zero_passes_fail_even_with_a_zero_floor(fixture, scorer):
+    assert floor_of(fixture, "block_width") == {"cases_passed": 0, "cases_run": 0}
+    folder = fixture.path / "corpus/block_width"
+    cases = [json.loads(x) for x in (folder / "cases.jsonl").read_text().splitlines()]
+    for c in cases:  # a lane that lost a browser: nothing agrees with the function any more
+        c["expected"]["width"] += 10
+    corpus.write_corpus(folder, "block_width", cases, {"reference": "test"})
+    err, _ = run_check(fixture, scorer)
+    assert err is not None and "block_width zero" in err and f"passes no case of {N}" in err
+    head = fixture.rev("HEAD")
+    with pytest.raises(NevError, match="not raising: block_width zero"):
+        floors.raise_floors(req(fixture), scorer)
+    assert fixture.rev("HEAD") == head and floor_of(fixture, "abspos_width") == {"cases_passed": 0, "cases_run": 0}
+
+
+def test_new_function_without_floor_is_held_to_its_provenance(fixture, scorer, K):
+    gen = fixture.path / GEN
+    (gen / "abspos_width.floor.json").unlink()
+    prov = json.loads((gen / "abspos_width.provenance.json").read_text())
+    prov["verification"]["cases_passed"] = K + 1
+    (gen / "abspos_width.provenance.json").write_text(json.dumps(prov))
+    fixture.git("commit", "-q", "-am", "new function")
+    err, _ = run_check(fixture, scorer)
+    assert err is not None and f"below its provenance record's {K + 1}" in err
+    # Recorded at or below what it scores: it passes, and the raise creates its floor file.
+    prov["verification"]["cases_passed"] = K
+    (gen / "abspos_width.provenance.json").write_text(json.dumps(prov))
+    fixture.git("commit", "-q", "-am", "record")
+    assert run_check(fixture, scorer)[0] is None
+    floors.raise_floors(req(fixture), scorer, echo=lambda _: None)
+    assert floor_of(fixture, "abspos_width") == {"cases_passed": K, "cases_run": N}
+
+
+def test_raise_refuses_on_a_dirty_tree(fixture, scorer):
+    (fixture.path / GEN / "block_width.rs").write_text("// edited\n")
+    head = fixture.rev("HEAD")
+    with pytest.raises(NevError, match="uncommitted changes; commit or stash them first; nothing was written"):
+        floors.raise_floors(req(fixture), scorer)
+    assert fixture.rev("HEAD") == head
+    assert floor_of(fixture, "block_width") == {"cases_passed": 0, "cases_run": 0}
+
+
+def test_raise_never_lowers_a_number(fixture, scorer, K):
+    # A person's floor: fewer passes than now, but a bigger corpus than now.
+    set_floor(fixture, "abspos_width", K - 5, N + 10)
+    set_floor(fixture, "block_width", N, N)
+    assert run_check(fixture, scorer)[0] is None  # more passes than the floor: holds
+    assert floors.raise_floors(req(fixture), scorer, echo=lambda _: None) == 0
+    assert floor_of(fixture, "abspos_width") == {"cases_passed": K - 5, "cases_run": N + 10}
+    assert floor_of(fixture, "block_width") == {"cases_passed": N, "cases_run": N}
+
+
+# ---- the scoring step and its failures ----
+
+def test_no_lane_answering_writes_nothing_exit_3(fixture):
+    head = fixture.rev("HEAD")
+    with pytest.raises(NoLaneError) as e:
+        floors.raise_floors(req(fixture), floors.default_scorer({}))
+    assert e.value.exit_code == 3 and "nothing was written" in str(e.value)
+    assert fixture.rev("HEAD") == head and fixture.is_clean()
+
+
+def test_a_failed_score_writes_nothing(fixture, scorer):
+    shutil.rmtree(fixture.path / "corpus/abspos_width")
+    head = fixture.rev("HEAD")
+    with pytest.raises(NevError, match="no corpus for abspos_width"):
+        floors.raise_floors(req(fixture), scorer)
+    assert fixture.rev("HEAD") == head and fixture.is_clean()
+
+
+def test_corpus_provider_is_asked_for_every_listed_cache(fixture, built):
+    asked: list[tuple[list[str], Path]] = []
+    sc = floors.local_scorer(builder=built, corpora=lambda names, root: asked.append((names, root)))
+    assert run_check(fixture, sc)[0] is None
+    assert asked == [(["block_width", "abspos_width"], fixture.path / "corpus")]
+
+
+def test_raise_refuses_off_main(fixture, scorer):
+    fixture.git("checkout", "-q", "-b", "track/x")
+    with pytest.raises(NevError, match="not main"):
+        floors.raise_floors(req(fixture), scorer)
+
+
+def test_scores_table_and_json_round_trip(fixture, scorer, K):
+    set_floor(fixture, "abspos_width", K, N)
+    js = scores.to_json(floors.evaluate(req(fixture), scorer))
+    table = scores.table(floors.evaluate(req(fixture), scorer))
+    assert table[0].split() == ["function", "passed/run", "floor", "batch", "status"]
+    assert table[1].split() == ["abspos_width", f"{K}/{N}", f"{K}/{N}", "example-handwritten", "ok"]
+    assert table[2].split() == ["block_width", f"{N}/{N}", "0/0", "example-handwritten", "better"]
+    back = {s.function: (s.cases_passed, s.cases_run) for s in scores.from_json(json.dumps(js))}
+    assert back == {"abspos_width": (K, N), "block_width": (N, N)}
+
+
+# ---- the decisions, directly ----
+
+def fn(floor: Floor | None, prov_passed: int = 0) -> GeneratedFunction:
+    p = Path("/x/f.provenance.json")
+    return GeneratedFunction("f", Path("/x/f.rs"), p, Path("/x/f.floor.json"),
+                             Provenance("f", "b1", prov_passed, None, None, {}), floor)
+
+
+@given(st.integers(0, 50), st.integers(0, 50), st.integers(0, 50), st.integers(0, 50), st.integers(0, 60))
+def test_raise_to_never_lowers_and_the_raised_floor_holds(fp, fr, sp, sr, prov):
+    floor = Floor(min(fp, fr), fr)
+    score = runner.Score("f", cases_run=sr, cases_passed=min(sp, sr))
+    new = floors.raise_to(fn(floor, prov), score)
+    if new is not None:
+        assert new.cases_passed >= floor.cases_passed and new.cases_run >= floor.cases_run
+        assert new.cases_passed >= prov
+        # The raised floor never fails the very score that raised it.
+        assert floors.judge(fn(new, prov), score).status == "ok"
+
+
+def test_judge_zero_floor_zero_passes_fails():
+    assert floors.judge(fn(Floor(0, 0)), runner.Score("f", cases_run=10, cases_passed=0)).status == "zero"
+
+
+def test_judge_held_to_provenance_when_floor_is_lower():
+    j = floors.judge(fn(Floor(3, 10), prov_passed=7), runner.Score("f", cases_run=10, cases_passed=5))
+    assert j.status == "drop" and j.held_passed == 7
+
+
+# ---- the commands, end to end (the fixture's own engine is built by nev) ----
+
+def nev(*args, cwd, env):
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_cli_scores_raise_and_check_on_a_lane(fixture, K, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NEV_ON_LANE": "1",
+           "CARGO_TARGET_DIR": str(tmp_path / "target")}
+    r = nev("scores", "--json", cwd=fixture.path, env=env)
+    assert r.returncode == 0, r.stderr
+    rows = {x["function"]: x for x in json.loads(r.stdout)}
+    assert (rows["abspos_width"]["cases_passed"], rows["abspos_width"]["status"]) == (K, "better")
+    r = nev("floors", "raise", "--print-raises", cwd=fixture.path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"abspos_width: 0/0 -> {K}/{N}" in r.stdout and "floors: raised 2 in" in r.stdout
+    r = nev("floors", "check", cwd=fixture.path, env=env)
+    assert r.returncode == 0, r.stderr
+    set_floor(fixture, "block_width", N, N + 1)
+    r = nev("floors", "check", cwd=fixture.path, env=env)
+    assert r.returncode == 1
+    assert r.stderr.startswith("nev: floors broken: block_width shrunk") and len(r.stderr.splitlines()) == 1
+
+
+def test_cli_without_a_lane_scores_nothing_exit_3(fixture):
+    env = {k: v for k, v in os.environ.items() if k not in ("NEV_ON_LANE", "GENERA_ON_LANE")}
+    env["PYTHONPATH"] = str(ROOT)
+    r = nev("floors", "raise", cwd=fixture.path, env=env)
+    assert r.returncode == 3 and "no lane scorer answered" in r.stderr
+    assert fixture.is_clean()
