@@ -1,0 +1,160 @@
+"""B4: candidate verification.
+
+Figures: time per case per candidate in the runner; the wall time to compile
+and score a batch of 64 candidates (one crate with every candidate as a
+module, one rustc round per compiler phase; and one crate per candidate with
+`cargo build --keep-going`). Baseline, in the same run: `cargo build` of each
+candidate crate one after another, then each binary over the corpus.
+Reference: the seed, under 1 ms per page; a 32-64 crate probe in 1.4-1.6 s on 96 threads.
+
+Run: .venv/bin/python bench/perf/b04_candidates.py [--cases 1000] [--candidates 64]
+Each phase runs in its own child process so that its peak RSS (the largest
+process it started, from getrusage) is its own. Appends a JSON line to
+bench/perf/results.jsonl and prints the ratio last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from crates_bridge import candidates, corpus
+from crates_bridge.runner import parse_lines
+from crates_bridge.samples import batch_of
+from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
+from lanes.gitrun import Repo
+
+HERE = Path(__file__).resolve().parent
+FUNCTION = "block_width"
+
+
+def _rss_mb(who: int) -> float | None:
+    kb = resource.getrusage(who).ru_maxrss
+    return round(kb / 1024, 1) if kb else None
+
+
+def _phase(fn: Any, args: tuple, q: Any) -> None:
+    out = fn(*args)
+    out["peak_rss_mb"] = {"largest_child": _rss_mb(resource.RUSAGE_CHILDREN),
+                          "phase_process": _rss_mb(resource.RUSAGE_SELF)}
+    q.put(out)
+
+
+def in_child(fn: Any, *args: Any) -> dict:
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_phase, args=(fn, args, q))
+    p.start()
+    out = q.get()
+    p.join()
+    return out
+
+
+def warm(target: Path, work: Path, sources: list[str], corpus_dir: Path) -> dict:
+    """Build the engine libraries for a target dir (not timed)."""
+    ws = Workspace(EXAMPLE_ENGINE, target_dir=target)
+    ws.build()
+    candidates.compile_crates(ws, FUNCTION, sources[:1], work)
+    return {}
+
+
+def probe(mode: str, target: Path, work: Path, sources: list[str], corpus_dir: Path) -> dict:
+    ws = Workspace(EXAMPLE_ENGINE, target_dir=target)
+    ws.build()
+    t0 = time.monotonic()
+    b = candidates.probe(ws, FUNCTION, sources, corpus_dir, work, mode=mode, cases=False)
+    wall = time.monotonic() - t0
+    ns = [v.ns_per_case for v in b.verdicts if v.ns_per_case is not None]
+    return {"wall_s": round(wall, 3), "compile_s": round(b.compile_s, 3), "score_s": round(b.score_s, 3),
+            "rounds": b.rounds, "statuses": {k: len(v) for k, v in b.by_status().items()},
+            "ns_per_case_median": round(statistics.median(ns), 1) if ns else None,
+            "ns_per_case_max": round(max(ns), 1) if ns else None}
+
+
+def one_after_another(target: Path, work: Path, sources: list[str], corpus_dir: Path) -> dict:
+    """The baseline: `cargo build` of each candidate crate in turn, then each binary over the corpus."""
+    ws = Workspace(EXAMPLE_ENGINE, target_dir=target)
+    ws.build()
+    root = work / "crates"
+    indices = candidates.write_crates(ws, FUNCTION, sources, root)
+    t0 = time.monotonic()
+    bins: dict[int, Path] = {}
+    for i in indices:
+        cp = ws.cargo("build", "--release", "-p", f"cand_{candidates.cand_id(i)}", "--message-format=json",
+                      "--target-dir", str(target), cwd=root)
+        for line in cp.stdout.splitlines():
+            if line.startswith("{"):
+                msg = json.loads(line)
+                if msg.get("reason") == "compiler-artifact" and msg.get("executable"):
+                    bins[i] = Path(msg["executable"])
+    compile_s = time.monotonic() - t0
+    t1 = time.monotonic()
+    passed = 0
+    for _i, b in sorted(bins.items()):
+        cp2 = subprocess.run([str(b), "--corpus", str(corpus_dir), "--no-cases"], capture_output=True, text=True)
+        passed += sum(1 for s in parse_lines(cp2.stdout.splitlines()) if s.cases_run and s.cases_passed == s.cases_run)
+    wall = time.monotonic() - t0
+    return {"wall_s": round(wall, 3), "compile_s": round(compile_s, 3), "score_s": round(time.monotonic() - t1, 3),
+            "compiled": len(bins), "passed": passed}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=1000)
+    ap.add_argument("--candidates", type=int, default=64)
+    a = ap.parse_args()
+    ws = Workspace(EXAMPLE_ENGINE)
+    ws.build()
+    # 64 candidates that all return (the never-returning sample is left out of timing runs).
+    sources = [s for _, s, _ in batch_of(a.candidates + 1)[:-1]]
+    with tempfile.TemporaryDirectory(prefix="b04-") as tmp:
+        t = Path(tmp)
+        cdir = corpus.write_reference_corpus(ws, FUNCTION, t / "corpus" / FUNCTION, a.cases)
+        for name in ("crates", "base"):
+            in_child(warm, t / f"target-{name}", t / f"warm-{name}", sources, cdir)
+        single = in_child(probe, "single", ws.target_dir, t / "single", sources, cdir)
+        crates = in_child(probe, "crates", t / "target-crates", t / "crates", sources, cdir)
+        base = in_child(one_after_another, t / "target-base", t / "base", sources, cdir)
+    try:
+        commit = Repo(HERE).out("rev-parse", "--short", "HEAD")
+    except Exception:
+        commit = None
+    fastest = min(("single", single["wall_s"]), ("crates", crates["wall_s"]), key=lambda x: x[1])
+    row = {
+        "bench": "B4", "commit": commit, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "candidates": len(sources), "cases": a.cases, "cpus": mp.cpu_count(),
+        "ns_per_case_per_candidate_median": single["ns_per_case_median"],
+        "ns_per_case_per_candidate_max": single["ns_per_case_max"],
+        "single_crate": single, "crate_per_candidate_keep_going": crates, "baseline_one_after_another": base,
+        "faster_mode": fastest[0],
+        "ratio_baseline_over_single": round(base["wall_s"] / single["wall_s"], 2),
+        "ratio_crates_over_single": round(crates["wall_s"] / single["wall_s"], 2),
+    }
+    with (HERE / "results.jsonl").open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(f"B4: {len(sources)} candidates x {a.cases} cases on {row['cpus']} cpus")
+    print(f"  per case per candidate (runner, in-process): median {single['ns_per_case_median']} ns, "
+          f"max {single['ns_per_case_max']} ns (goal < 50000 ns; the seed: < 1 ms per page)")
+    for label, r in (("one crate, every candidate a module", single),
+                     ("one crate per candidate, --keep-going", crates),
+                     ("baseline: cargo build each crate in turn", base)):
+        print(f"  {label:<42} compile {r['compile_s']:7.2f} s  score {r['score_s']:6.2f} s  "
+              f"wall {r['wall_s']:7.2f} s  peak RSS {r['peak_rss_mb']['largest_child']} MB")
+    print(f"  verdicts (single): {single['statuses']}; rounds {single['rounds']}; faster mode: {fastest[0]}")
+    print(f"ratio crates/single {row['ratio_crates_over_single']}x; "
+          f"ratio baseline/single {row['ratio_baseline_over_single']}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
