@@ -44,6 +44,8 @@ DEFAULT_MODE = "single"
 DEFAULT_OPT_LEVEL = 1
 MAX_ROUNDS = 8
 _CAND_FILE = re.compile(r"generated/(c\d{3,})\.rs$")
+#: Errors that may come from two candidates sharing one crate rather than from either alone.
+_CLASH = re.compile(r"is already defined|defined multiple times|multiple definitions|already been defined")
 
 
 @dataclass
@@ -370,6 +372,17 @@ def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir
         verdicts[i].compiled = True
         assert binary is not None
         batch.binaries[i] = binary
+    # Two candidates can clash only in the shared crate (an exported symbol or macro of the same
+    # name): the one blamed is built on its own before its verdict stands.
+    clashed = [i for i, v in enumerate(verdicts) if v.error is not None and _CLASH.search(v.error)]
+    if clashed:
+        alone = compile_crates(ws, function, sources, workdir, only=clashed)
+        for i in clashed:
+            verdicts[i] = alone.verdicts[i]
+            if i in alone.binaries:
+                batch.binaries[i] = alone.binaries[i]
+        batch.mode = "single+crates"
+        batch.compile_s = time.monotonic() - t0
     return batch
 
 

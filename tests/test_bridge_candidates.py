@@ -104,3 +104,13 @@ def test_attribution_maps_main_lines_to_candidates():
 ])
 def test_lexer_precheck_finds_what_stops_rustc(src, why):
     assert candidates.lex_suspect(src) == why
+
+
+def test_candidates_clashing_only_in_the_shared_crate_are_judged_alone(ws, block_corpus, tmp_path):
+    exported = GOOD + '\n#[no_mangle]\npub extern "C" fn nev_probe_dup() {}\n'
+    macro = GOOD + "\n#[macro_export]\nmacro_rules! helper { () => {} }\n"
+    twice = GOOD + "\nfn solve() {}\n"  # a clash inside one candidate is its own error
+    result = candidates.probe(ws, "block_width", [exported, exported, macro, macro, twice], block_corpus, tmp_path)
+    assert [v.status for v in result.verdicts] == ["passed"] * 4 + ["compile-error"]
+    assert "defined multiple times" in result.verdicts[4].error
+    assert result.mode == "single+crates"
