@@ -296,3 +296,28 @@ def test_cli_without_a_lane_scores_nothing_exit_3(fixture):
     r = nev("floors", "raise", cwd=fixture.path, env=env)
     assert r.returncode == 3 and "no lane scorer answered" in r.stderr
     assert fixture.is_clean()
+
+
+def test_raise_refuses_when_main_moves_while_scoring(fixture, scorer):
+    def moving(r):
+        (fixture.path / "NOTES").write_text("landed meanwhile\n")
+        fixture.git("add", "NOTES")
+        fixture.git("commit", "-q", "-m", "another landing")
+        return scorer(r)
+    with pytest.raises(NevError, match="changed while scoring; run the raise again; nothing was written"):
+        floors.raise_floors(req(fixture), moving)
+    assert floor_of(fixture, "block_width") == {"cases_passed": 0, "cases_run": 0}
+
+
+def test_a_refused_commit_leaves_the_floor_files_as_they_were(fixture, scorer):
+    (fixture.path / GEN / "abspos_width.floor.json").unlink()
+    fixture.git("commit", "-q", "-am", "no abspos floor yet")
+    hook = fixture.path / ".git/hooks/pre-commit"
+    hook.write_text("#!/bin/sh\necho refused by hook >&2\nexit 1\n")
+    hook.chmod(0o755)
+    head = fixture.rev("HEAD")
+    with pytest.raises(NevError, match="git commit failed"):
+        floors.raise_floors(req(fixture), scorer)
+    assert fixture.rev("HEAD") == head and fixture.is_clean()
+    assert floor_of(fixture, "block_width") == {"cases_passed": 0, "cases_run": 0}
+    assert floor_of(fixture, "abspos_width") is None
