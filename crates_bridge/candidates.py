@@ -474,31 +474,42 @@ def _apply(verdict: Verdict, line: Any) -> None:
     verdict.cases = line.cases
 
 
+#: The probe's exit status after a candidate timed out (its thread cannot be stopped).
+EXIT_TIMED_OUT = 3
+
+
 def score(batch: Batch, corpus_dir: Path, cases: bool = True, timeout_ms: int = 10_000) -> Batch:
-    """Run every compiled candidate over `corpus_dir`; one process per binary."""
+    """Run every compiled candidate over `corpus_dir`: one process per binary, started again
+    (with the candidates not yet reported) after a candidate times out."""
     t0 = time.monotonic()
     by_binary: dict[Path, list[int]] = {}
     for i, b in batch.binaries.items():
         by_binary.setdefault(b, []).append(i)
     for binary, indices in by_binary.items():
-        argv = [str(binary), "--corpus", str(corpus_dir), "--timeout-ms", str(timeout_ms)]
-        if not cases:
-            argv.append("--no-cases")
-        budget = timeout_ms / 1000 * len(indices) + 120
-        try:
-            cp = subprocess.run(argv, capture_output=True, text=True, timeout=budget)
-        except subprocess.TimeoutExpired:
-            for i in indices:
-                batch.verdicts[i].run_error = f"the probe ran over {budget:.0f} s"
-            continue
-        lines = {s.candidate: s for s in parse_lines(cp.stdout.splitlines())}
-        for i in indices:
-            got = lines.get(cand_id(i))
-            if got is None:
-                why = cp.stderr.strip().splitlines()
-                batch.verdicts[i].run_error = (why[-1] if why else f"the probe exited {cp.returncode}")
-            else:
-                _apply(batch.verdicts[i], got)
+        todo = sorted(indices)
+        while todo:
+            argv = [str(binary), "--corpus", str(corpus_dir), "--timeout-ms", str(timeout_ms),
+                    "--only", ",".join(cand_id(i) for i in todo)]
+            if not cases:
+                argv.append("--no-cases")
+            budget = timeout_ms / 1000 * len(todo) + 120
+            try:
+                cp = subprocess.run(argv, capture_output=True, text=True, timeout=budget)
+            except subprocess.TimeoutExpired:
+                for i in todo:
+                    batch.verdicts[i].run_error = f"the probe ran over {budget:.0f} s"
+                break
+            lines = {s.candidate: s for s in parse_lines(cp.stdout.splitlines())}
+            reported = [i for i in todo if cand_id(i) in lines]
+            for i in reported:
+                _apply(batch.verdicts[i], lines[cand_id(i)])
+            todo = [i for i in todo if i not in reported]
+            if cp.returncode == EXIT_TIMED_OUT and reported:
+                continue
+            why = cp.stderr.strip().splitlines()
+            for i in todo:
+                batch.verdicts[i].run_error = why[-1] if why else f"the probe exited {cp.returncode}"
+            break
     batch.score_s = time.monotonic() - t0
     return batch
 

@@ -114,3 +114,13 @@ def test_candidates_clashing_only_in_the_shared_crate_are_judged_alone(ws, block
     assert [v.status for v in result.verdicts] == ["passed"] * 4 + ["compile-error"]
     assert "defined multiple times" in result.verdicts[4].error
     assert result.mode == "single+crates"
+
+
+def test_candidates_that_never_return_are_timed_out_and_the_rest_still_scored(ws, block_corpus, tmp_path):
+    from crates_bridge.samples import LOOPS
+    srcs = [GOOD, LOOPS, GOOD + "\n// b\n", "// c\n" + LOOPS, GOOD + "\n// d\n"]
+    result = candidates.probe(ws, "block_width", srcs, block_corpus, tmp_path, timeout_ms=700)
+    assert [v.status for v in result.verdicts] == ["passed", "run-error", "passed", "run-error", "passed"]
+    assert result.verdicts[1].run_error == result.verdicts[3].run_error == "timed out after 700 ms"
+    # A fresh process after each timeout: no spinning thread slows the candidates after it.
+    assert all(v.ns_per_case < 50_000 for v in result.verdicts if v.status == "passed")

@@ -1,7 +1,9 @@
 //! The candidate probe's runner: every compiled candidate of one batch is a
 //! module of one binary, scored over the corpus in this process. A candidate
-//! that panics fails that case; one that runs past the time limit is reported
-//! as timed out and the others go on.
+//! that panics fails that case. One that runs past the time limit is reported
+//! as timed out and the process exits with status 3 at once (its thread cannot
+//! be stopped, and would slow every later candidate): the caller starts the
+//! binary again with `--only` the candidates not yet reported.
 
 use crate::corpus;
 use crate::json;
@@ -11,19 +13,23 @@ use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+/// Exit status after a candidate timed out: run again with the rest.
+pub const EXIT_TIMED_OUT: i32 = 3;
+
 struct Args {
     corpus: PathBuf,
     timeout: Duration,
     cases: bool,
+    only: Option<Vec<String>>,
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("candidates: {msg}; usage: <binary> --corpus DIR [--timeout-ms N] [--no-cases]");
+    eprintln!("candidates: {msg}; usage: <binary> --corpus DIR [--timeout-ms N] [--no-cases] [--only c000,c001]");
     std::process::exit(2)
 }
 
 fn args() -> Args {
-    let mut a = Args { corpus: PathBuf::new(), timeout: Duration::from_millis(10_000), cases: true };
+    let mut a = Args { corpus: PathBuf::new(), timeout: Duration::from_millis(10_000), cases: true, only: None };
     let mut it = std::env::args().skip(1);
     let mut seen = false;
     while let Some(x) = it.next() {
@@ -37,6 +43,10 @@ fn args() -> Args {
                 a.timeout = Duration::from_millis(v.parse().unwrap_or_else(|_| usage("--timeout-ms needs a number")));
             }
             "--no-cases" => a.cases = false,
+            "--only" => {
+                let v = it.next().unwrap_or_else(|| usage("--only needs candidate names"));
+                a.only = Some(v.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect());
+            }
             other => usage(&format!("unknown argument `{other}`")),
         }
     }
@@ -69,27 +79,33 @@ where
     }));
     let stdout = std::io::stdout();
     for (name, f) in cands {
+        if a.only.as_ref().is_some_and(|o| !o.iter().any(|x| x == name)) {
+            continue;
+        }
         let (tx, rx) = mpsc::channel::<Scored>();
         let cases = Arc::clone(&prepared);
         let f = *f;
         std::thread::spawn(move || {
             let _ = tx.send(run_prepared(&cases, f, tol));
         });
-        let line = match rx.recv_timeout(a.timeout) {
-            Ok(scored) => to_json_line(&[("function", function), ("candidate", name)], &scored, a.cases),
+        let (line, timed_out) = match rx.recv_timeout(a.timeout) {
+            Ok(scored) => (to_json_line(&[("function", function), ("candidate", name)], &scored, a.cases), false),
             Err(_) => {
                 let mut s = String::from("{\"function\": ");
                 json::write_str(&mut s, function);
                 s.push_str(", \"candidate\": ");
                 json::write_str(&mut s, name);
                 s.push_str(&format!(", \"error\": \"timed out after {} ms\"}}", a.timeout.as_millis()));
-                s
+                (s, true)
             }
         };
         let mut out = stdout.lock();
         let _ = writeln!(out, "{line}");
         let _ = out.flush();
+        if timed_out {
+            // Its thread still runs: end the process, not the thread.
+            std::process::exit(EXIT_TIMED_OUT);
+        }
     }
-    // A timed-out candidate's thread may still spin: end the process, not the threads.
     std::process::exit(0)
 }
