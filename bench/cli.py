@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from lanes.ui import not_built
+
+if TYPE_CHECKING:
+    from bench.floors import Scoring
 
 
 @click.group("batch")
@@ -61,7 +65,7 @@ _REPO = click.option("--repo", type=click.Path(file_okay=False, path_type=Path),
                      show_default=True, help="The repository holding the engine (NEV_ENGINE_DIR inside it).")
 
 
-def _scoring(repo: Path):  # -> bench.floors.Scoring
+def _scoring(repo: Path) -> Scoring:
     from bench.floors import scoring_for
     from lanes.gitrun import GitError, Repo
 
