@@ -221,6 +221,16 @@ def ssha(password: str, salt: bytes) -> str:
     return "{SSHA}" + base64.b64encode(digest + salt).decode()
 
 
+def ssha_matches(stored: str, password: str) -> bool:
+    if not stored.startswith("{SSHA}"):
+        return False
+    try:
+        raw = base64.b64decode(stored[6:])
+    except ValueError:
+        return False
+    return len(raw) > 20 and ssha(password, raw[20:]) == stored
+
+
 def nginx_conf(addr: str, d: dict[str, str]) -> str:
     """The forge: nginx + fcgiwrap + git http-backend behind basic auth (token as password)."""
     return f"""# the box forge (written by nev box)
@@ -273,12 +283,13 @@ esac
 # ---- proxy, gateway, pools -------------------------------------------------------------------
 
 
-def haproxy_cfg(layout: Layout, pid_file: str) -> str:
+def haproxy_cfg(layout: Layout, pid_file: str, stats_socket: str) -> str:
     """Debian's HAProxy, one frontend/backend per pool, `maxconn` per server: past it, requests
     wait in the backend's queue and are served in turn (as on the real rig)."""
     out = [f"""# the box's pool proxy (written by nev box)
 global
     pidfile {pid_file}
+    stats socket {stats_socket} mode 600 level admin
     maxconn 512
 defaults
     mode http
