@@ -21,13 +21,12 @@ from pathlib import Path
 from lanes import jsonfile, settings
 from lanes.errors import NevError
 from lanes.mask import register_secret
-from rig.box import forge, gateway, netns, plan, procs, state
+from rig.box import forge, gateway, lanes_backend, netns, plan, procs, state
 from rig.box.lanes_netns import (
     HOME,
     LANE_ROOT,
     LANE_SHARED,
     USER,
-    NetnsLanes,
     client_key,
     ensure_user,
     remove_user,
@@ -70,6 +69,8 @@ class UpResult:
 
 
 class Box:
+    lane_backend = "netns"   # see rig/box/lanes_backend.py
+
     def __init__(self, name: str, net: str, box_dir: Path) -> None:
         self.name = plan.check_name(name)
         self.net = plan.check_net(net)
@@ -254,6 +255,7 @@ class Box:
         genv, _keyfiles, _master = gateway.write_files(layout, gdir, self.dir / "keys")
         for k in (genv["LITELLM_MASTER_KEY"], *(p.read_text().strip() for p in info.keys.values())):
             register_secret(k)
+        t_gw = time.monotonic()
         if not fresh("gateway.litellm", gdir / "config.yaml", gdir / "keys.json", gdir / f"{gateway.AUTH_MODULE}.py"):
             (gdir / "home").mkdir(exist_ok=True)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(gdir / "home"),
@@ -264,7 +266,7 @@ class Box:
 
         # Lanes.
         pub = client_key(info.ssh_key)
-        backend = NetnsLanes(self.dir, self.logs)
+        backend = lanes_backend.make(self.lane_backend, self.dir, self.logs)
         hostkeys: list[tuple[str, str]] = []
         hosts = {h.name: h for h in layout.hosts()}
         for lane in info.lanes:
@@ -342,8 +344,12 @@ class Box:
             procs.wait_http(f"http://{pi.addr}:{pi.port}/health", 10, rec, self.logs / f"{pi.name}-pool.log")
         for pi in info.pools.values():
             procs.wait_port(px.addr, pi.proxy_port, 10, st.procs["proxy.haproxy"], self.logs / "proxy-haproxy.log")
-        procs.wait_http(f"{info.gateway_url}/health/liveliness", 90, st.procs["gateway.litellm"],
-                        self.logs / "gateway-litellm.log")
+        gw_rec = st.procs["gateway.litellm"]
+        procs.wait_http(f"{info.gateway_url}/health/liveliness", 300, gw_rec, self.logs / "gateway-litellm.log")
+        if "started gateway.litellm" in changed:
+            cpu = procs.cpu_seconds(gw_rec.pid)
+            changed.append(f"gateway answered {time.monotonic() - t_gw:.1f} s after its start"
+                           + (f" ({cpu:.1f} s of CPU)" if cpu is not None else ""))
         st.complete = True
         state.write_state(self.dir, st)
         return changed
@@ -393,6 +399,9 @@ class Box:
             if done:
                 time.sleep(0.05)
             done += [f"removed {x}" for x in netns.remove(self.name)]
+            backend = lanes_backend.make(self.lane_backend, self.dir, self.logs)
+            for ln in (st.info.lanes if st and st.info else []):
+                backend.remove(self.dir / "lanes" / ln.name)
             entries = state.registry_entries()
             users = st.users if st else [USER]
             marker = state.REGISTRY / "users" / f"{USER}.created"

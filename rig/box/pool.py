@@ -284,12 +284,13 @@ def make_handler(pool: Pool) -> type[BaseHTTPRequestHandler]:
                 wait = delay + (out["usage"]["completion_tokens"] / tps if tps > 0 else 0.0)
                 if wait > 0:
                     time.sleep(wait)
-                self.send_json(200, out)
             finally:
+                # Done before the answer leaves: the next request may arrive the moment it does.
                 with pool.cond:
                     pool.inflight -= 1
                     pool.served += 1
                     pool.cond.notify_all()
+            self.send_json(200, out)
 
     return Handler
 
