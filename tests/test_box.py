@@ -85,8 +85,14 @@ def test_each_lane_has_its_own_srv_lane_and_home_but_shares_the_nas(box):
     assert r.returncode == 0, r.stderr
     assert "mark-0" not in r.stdout and "home-mark" not in r.stdout
     assert "shared" in r.stdout
-    assert sorted(r.stdout.split()[-2:]) == ["lane", "lane-shared"]    # nothing else under /srv
+    assert sorted(r.stdout.split()[-3:]) == ["lane", "lane-shared", "toolchain"]  # nothing else under /srv
     assert (box.nas / "from-lane0").read_text() == "shared\n"
+
+
+def test_lanes_get_the_hosts_rust_toolchain_read_only(box):
+    r = ssh(box, box.lanes[0], "rustc --version && cargo --version && touch /srv/toolchain/rustup/x")
+    assert "rustc " in r.stdout and "cargo " in r.stdout, r.stderr
+    assert r.returncode != 0 and "Read-only file system" in r.stderr
 
 
 def test_run_in_a_lane_sees_the_lane_mounts(box):
@@ -177,9 +183,9 @@ def test_no_namespace_has_a_default_route(box):
 def test_every_server_binds_its_namespace_address_or_loopback(box):
     checked = 0
     for host, h in box.hosts.items():
-        r = subprocess.run(["ip", "netns", "exec", h["netns"], "ss", "-Hltn"], capture_output=True, text=True)
+        r = subprocess.run(["ip", "netns", "exec", h["netns"], "ss", "-Hltun"], capture_output=True, text=True)
         for line in r.stdout.splitlines():
-            local = line.split()[3]
+            local = line.split()[4]
             addr = local.rsplit(":", 1)[0].strip("[]")
             assert addr in (h["addr"], "127.0.0.1", "::1"), (host, line)
             checked += 1
@@ -287,3 +293,22 @@ def test_a_box_name_in_use_by_another_folder_is_refused(box, tmp_path):
     r = nev("box", "down", env={"NEV_BOX_NAME": box.name, "NEV_BOX_DIR": str(tmp_path)})
     assert r.returncode == 1 and "nothing was removed" in r.stderr
     assert ssh(box, box.lanes[0], "true").returncode == 0
+
+
+def test_shape_slows_a_lanes_upload_and_off_restores_it(box):
+    def pull_seconds() -> float:
+        t0 = time.monotonic()
+        r = ssh(box, box.lanes[1], "head -c 150000 /dev/zero")
+        assert r.returncode == 0 and len(r.stdout) == 150000
+        return time.monotonic() - t0
+
+    r = nev("box", "shape", "lane1", "--up", "600", "--down", "600", env=box.env)
+    assert r.returncode == 0, r.stderr
+    try:
+        slow = pull_seconds()     # 150 KB at 600 kbit/s (75 KB/s) takes about 2 s
+    finally:
+        assert nev("box", "shape", "lane1", "off", env=box.env).returncode == 0
+    fast = pull_seconds()
+    assert slow >= 1.5 and fast < slow / 2, (slow, fast)
+    r = nev("box", "shape", "forge", "--up", "100", env=box.env)
+    assert r.returncode == 2 and "not a lane" in r.stderr

@@ -112,3 +112,67 @@ def test_box_info_round_trips_through_json(tmp_path):
     i = info_for(tmp_path)
     again = BoxInfo.from_json(i.to_json())
     assert again == i
+
+
+# ---- the stand-in pool's choices (pure) --------------------------------------------------------
+
+from rig.box import pool as standin  # noqa: E402
+
+BANK = {"clamp_px": {"sampling": [{"kind": "right", "code": "a"}, {"kind": "wrong", "code": "b"},
+                                  {"kind": "broken", "code": "c"}]},
+        "clamp": {"capacity": [{"kind": "right", "code": "d"}]}}
+
+
+def body(text, **kw):
+    return {"model": "m", "messages": [{"role": "user", "content": text}], **kw}
+
+
+def test_pool_picks_the_longest_function_name_the_prompt_mentions():
+    assert standin.pick_function(BANK, "write clamp_px please") == "clamp_px"
+    assert standin.pick_function(BANK, "write clamp please") == "clamp"
+    assert standin.pick_function(BANK, "nothing named") == "clamp"   # no _default: first by name
+
+
+def test_pool_choices_depend_only_on_seed_and_request():
+    a = standin.choose(BANK, body("clamp_px", n=6, seed=3), {"m": "sampling"})
+    b = standin.choose(BANK, body("clamp_px", n=6, seed=3), {"m": "sampling"})
+    assert a == b and len(a[2]) == 6
+    seeds = {tuple(c["code"] for c in standin.choose(BANK, body("clamp_px", n=6, seed=s), {})[2])
+             for s in range(10)}
+    assert len(seeds) > 1
+
+
+def test_pool_falls_back_to_a_tier_the_function_has():
+    fn, tier, picks = standin.choose(BANK, body("clamp"), {"m": "sampling"})
+    assert (fn, tier, picks[0]["code"]) == ("clamp", "capacity", "d")
+
+
+def test_bad_banks_are_refused_with_the_field(tmp_path):
+    p = tmp_path / "b.json"
+    p.write_text('{"functions": {"f": {"t": [{"kind": "maybe", "code": "x"}]}}}')
+    with pytest.raises(standin.BankError, match=r"functions.f.t\[0\]"):
+        standin.load_bank(p)
+
+
+def test_the_shipped_bank_has_right_wrong_and_broken_candidates():
+    bank = standin.load_bank(Path(standin.__file__).with_name("bank.json"))
+    kinds = {c["kind"] for tiers in bank.values() for cands in tiers.values() for c in cands}
+    assert kinds == {"right", "wrong", "broken"}
+
+
+def test_haproxy_config_has_one_backend_per_pool_with_maxconn():
+    lay = plan.Layout("t", "198.18.9", 1)
+    cfg = plan.haproxy_cfg(lay, "/p", "/s")
+    for i, p in enumerate(plan.POOLS):
+        assert f"backend be_{p.name}" in cfg
+        assert f"server {p.name} 198.18.9.{40 + i}:8000 maxconn {p.max_inflight}" in cfg
+        assert f"bind 198.18.9.30:{8100 + i}" in cfg
+
+
+def test_litellm_config_has_an_alias_per_pool_no_retries_and_no_key_inside():
+    cfg = plan.litellm_config(plan.Layout("t", "198.18.9", 1), "auth")
+    assert [m["model_name"] for m in cfg["model_list"]] == [p.alias for p in plan.POOLS]
+    assert cfg["litellm_settings"]["num_retries"] == 0
+    assert all(m["litellm_params"]["max_retries"] == 0 for m in cfg["model_list"])
+    assert cfg["general_settings"]["master_key"] == "os.environ/LITELLM_MASTER_KEY"
+    assert plan.key_allowlists() == {"batch": [p.alias for p in plan.POOLS], "writer": [plan.POOLS[0].alias]}

@@ -8,8 +8,10 @@ interrupted `up` still leaves a record `down` can clean from.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -19,20 +21,39 @@ from pathlib import Path
 from lanes import jsonfile, settings
 from lanes.errors import NevError
 from lanes.mask import register_secret
-from rig.box import forge, netns, plan, procs, state
+from rig.box import forge, gateway, lanes_backend, netns, plan, procs, state
 from rig.box.lanes_netns import (
     HOME,
     LANE_ROOT,
     LANE_SHARED,
     USER,
-    NetnsLanes,
     client_key,
     ensure_user,
     remove_user,
 )
-from rig.box.state import BoxInfo, BoxState, LaneInfo, ProcRec
+from rig.box.state import BoxInfo, BoxState, LaneInfo, PoolInfo, ProcRec
 
 MARKER = ".nev-box"
+POOL_CODE = Path(__file__).with_name("pool.py")
+PROJECT = Path(__file__).resolve().parent.parent.parent   # where `rig` is importable from
+
+
+def conf_digest(*files: Path) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f).encode() + b"\0")
+        try:
+            h.update(f.read_bytes())
+        except FileNotFoundError:
+            h.update(b"(missing)")
+    return h.hexdigest()[:16]
+
+
+def code_digest() -> str:
+    """The box's code and data: a box made by another version is rebuilt (configs rewritten,
+    changed services restarted) by the next `up`."""
+    here = Path(__file__).parent
+    return conf_digest(*sorted(here.glob("*.py")), here / "bank.json")
 
 
 def require_root(what: str) -> None:
@@ -48,6 +69,8 @@ class UpResult:
 
 
 class Box:
+    lane_backend = "netns"   # see rig/box/lanes_backend.py
+
     def __init__(self, name: str, net: str, box_dir: Path) -> None:
         self.name = plan.check_name(name)
         self.net = plan.check_net(net)
@@ -84,6 +107,16 @@ class Box:
             forge_token_file=fd / "token", forge_askpass=fd / "askpass", forge_access_log=fd / "access.log",
             forge_repos=fd / "repos", nas=self.dir / "nas",
             hosts={h.name: {"addr": h.addr, "netns": h.netns, "role": h.role} for h in layout.hosts()},
+            gateway_url=layout.gateway_url, gateway_addr=layout.gateway().addr,
+            master_key_file=self.dir / "keys" / "master.key",
+            keys={k: self.dir / "keys" / f"{k}.key" for k in plan.KEY_NAMES},
+            aliases={p.alias: p.name for p in plan.POOLS}, proxy_addr=layout.proxy().addr,
+            pools={p.name: PoolInfo(name=p.name, netns=h.netns, addr=h.addr, port=plan.POOL_PORT,
+                                    control_url=f"http://{h.addr}:{plan.POOL_PORT}/control", alias=p.alias,
+                                    max_inflight=p.max_inflight, proxy_port=layout.proxy_port(p.name))
+                   for p, h in zip(plan.POOLS, layout.pool_hosts(), strict=True)},
+            proxy_stats_socket=self.dir / "run" / "haproxy.sock",
+            folknet_file=self.dir / "folknet.json", rig_file=self.dir / "rig.local.json",
         )
         info.env = self._env(info)
         return info
@@ -156,7 +189,8 @@ class Box:
             if old and old.info and old.info.net != self.net:
                 raise NevError(f"box {self.name} is up on net {old.info.net}, not {self.net}; "
                                "run `nev box down` first to move it")
-            if old and old.info and old.complete and old.lane_count == n and all(self.health(old).values()):
+            if (old and old.info and old.complete and old.lane_count == n and old.code == code_digest()
+                    and all(self.health(old).values())):
                 return UpResult(old.info, [], time.monotonic() - t0)
             changed = self._build(old, n)
             st = self.state()
@@ -168,7 +202,7 @@ class Box:
         info = self._info(layout)
         changed: list[str] = []
         st = BoxState(info=info, procs=dict(old.procs) if old else {}, lane_count=n,
-                      users=list(old.users) if old else [])
+                      users=list(old.users) if old else [], code=code_digest())
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / MARKER).write_text("a rig-in-a-box folder; `nev box down` removes it\n")
         for sub in ("logs", "run", "ssh", "nas"):
@@ -196,15 +230,43 @@ class Box:
 
         changed += netns.ensure(layout)
 
-        def record(rec: ProcRec | None) -> None:
+        def fresh(key: str, *files: Path) -> bool:
+            """Alive with the config it was started with; a stale one is stopped here."""
+            rec = st.procs.get(key)
+            if not procs.alive(rec):
+                return False
+            assert rec is not None
+            if rec.conf and rec.conf != conf_digest(*files):
+                procs.stop(rec)
+                changed.append(f"config of {key} changed")
+                return False
+            return True
+
+        def record(rec: ProcRec | None, *files: Path) -> None:
             if rec is not None:
+                rec.conf = conf_digest(*files) if files else ""
                 st.procs[rec.key] = rec
                 changed.append(f"started {rec.key}")
                 state.write_state(self.dir, st)
 
+        # The gateway first: LiteLLM takes ~10 s of CPU to start, the rest happens meanwhile.
+        gw = layout.gateway()
+        gdir = self.dir / "gateway"
+        genv, _keyfiles, _master = gateway.write_files(layout, gdir, self.dir / "keys")
+        for k in (genv["LITELLM_MASTER_KEY"], *(p.read_text().strip() for p in info.keys.values())):
+            register_secret(k)
+        t_gw = time.monotonic()
+        if not fresh("gateway.litellm", gdir / "config.yaml", gdir / "keys.json", gdir / f"{gateway.AUTH_MODULE}.py"):
+            (gdir / "home").mkdir(exist_ok=True)
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(gdir / "home"),
+                   "LANG": "C.UTF-8", **genv}
+            record(procs.spawn("gateway.litellm", "gateway", gateway.argv(gw.netns, gw.addr, gdir / "config.yaml"),
+                               self.logs / "gateway-litellm.log", env=env, cwd=gdir),
+                   gdir / "config.yaml", gdir / "keys.json", gdir / f"{gateway.AUTH_MODULE}.py")
+
         # Lanes.
         pub = client_key(info.ssh_key)
-        backend = NetnsLanes(self.dir, self.logs)
+        backend = lanes_backend.make(self.lane_backend, self.dir, self.logs)
         hostkeys: list[tuple[str, str]] = []
         hosts = {h.name: h for h in layout.hosts()}
         for lane in info.lanes:
@@ -213,8 +275,10 @@ class Box:
         info.ssh_config.write_text(self._ssh_config(info))
         started_lanes = []
         for lane in info.lanes:
+            cfg = self.dir / "lanes" / lane.name / "sshd_config"
+            fresh(f"{lane.name}.sshd", cfg)
             rec = backend.start(lane, hosts[lane.name], st.procs.get(f"{lane.name}.sshd"))
-            record(rec)
+            record(rec, cfg)
             if rec:
                 started_lanes.append((lane, rec))
 
@@ -232,10 +296,38 @@ class Box:
                                ["ip", "netns", "exec", fg.netns, "/usr/sbin/fcgiwrap", "-c", "4", "-f",
                                 "-s", f"unix:{fpaths['socket']}"], self.logs / "forge-fcgiwrap.log")
             record(fcgi)
-        if not procs.alive(st.procs.get("forge.nginx")):
+        if not fresh("forge.nginx", fdir / "nginx.conf", fdir / "htpasswd"):
             record(procs.spawn("forge.nginx", "forge",
                                ["ip", "netns", "exec", fg.netns, "/usr/sbin/nginx", "-e", fpaths["error_log"],
-                                "-p", str(fdir), "-c", str(fdir / "nginx.conf")], self.logs / "forge-nginx.log"))
+                                "-p", str(fdir), "-c", str(fdir / "nginx.conf")], self.logs / "forge-nginx.log"),
+                   fdir / "nginx.conf", fdir / "htpasswd")
+
+        # Stand-in pools, then HAProxy in front of them.
+        pdir = self.dir / "pools"
+        pdir.mkdir(exist_ok=True)
+        bank = pdir / "bank.json"
+        if not bank.exists():
+            shutil.copyfile(Path(__file__).with_name("bank.json"), bank)
+        pool_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(PROJECT),
+                    "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+        for p, h in zip(plan.POOLS, layout.pool_hosts(), strict=True):
+            if not fresh(f"{p.name}.pool", bank, POOL_CODE):
+                record(procs.spawn(f"{p.name}.pool", p.name, [
+                    "ip", "netns", "exec", h.netns, sys.executable, "-m", "rig.box.pool", "--addr", h.addr,
+                    "--port", str(plan.POOL_PORT), "--name", p.name, "--bank", str(bank),
+                    "--model", f"{p.alias}={p.tier}", "--max-inflight", str(p.max_inflight)],
+                    self.logs / f"{p.name}-pool.log", env=pool_env, cwd=PROJECT), bank, POOL_CODE)
+        px = layout.proxy()
+        hcfg = self.dir / "proxy" / "haproxy.cfg"
+        hcfg.parent.mkdir(exist_ok=True)
+        hcfg.write_text(plan.haproxy_cfg(layout, str(self.dir / "run" / "haproxy.pid"),
+                                        str(self.dir / "run" / "haproxy.sock")))
+        if not fresh("proxy.haproxy", hcfg):
+            record(procs.spawn("proxy.haproxy", "proxy", ["ip", "netns", "exec", px.netns, "/usr/sbin/haproxy",
+                                                          "-db", "-f", str(hcfg)], self.logs / "proxy-haproxy.log"), hcfg)
+        assert info.folknet_file is not None and info.rig_file is not None
+        jsonfile.write_atomic(info.folknet_file, plan.folknet(layout))
+        jsonfile.write_atomic(info.rig_file, plan.rig_file(layout, str(hcfg), str(gdir / "config.yaml")))
 
         # Files that point nev at the box.
         jsonfile.write_atomic(info.lanes_file, plan.lanes_file(
@@ -247,6 +339,17 @@ class Box:
             backend.wait(lane, rec)
         procs.wait_http(f"http://{info.forge_addr}/health", 10, st.procs["forge.nginx"],
                         self.logs / "forge-nginx.log")
+        for pi in info.pools.values():
+            rec = st.procs[f"{pi.name}.pool"]
+            procs.wait_http(f"http://{pi.addr}:{pi.port}/health", 10, rec, self.logs / f"{pi.name}-pool.log")
+        for pi in info.pools.values():
+            procs.wait_port(px.addr, pi.proxy_port, 10, st.procs["proxy.haproxy"], self.logs / "proxy-haproxy.log")
+        gw_rec = st.procs["gateway.litellm"]
+        procs.wait_http(f"{info.gateway_url}/health/liveliness", 300, gw_rec, self.logs / "gateway-litellm.log")
+        if "started gateway.litellm" in changed:
+            cpu = procs.cpu_seconds(gw_rec.pid)
+            changed.append(f"gateway answered {time.monotonic() - t_gw:.1f} s after its start"
+                           + (f" ({cpu:.1f} s of CPU)" if cpu is not None else ""))
         st.complete = True
         state.write_state(self.dir, st)
         return changed
@@ -296,6 +399,9 @@ class Box:
             if done:
                 time.sleep(0.05)
             done += [f"removed {x}" for x in netns.remove(self.name)]
+            backend = lanes_backend.make(self.lane_backend, self.dir, self.logs)
+            for ln in (st.info.lanes if st and st.info else []):
+                backend.remove(self.dir / "lanes" / ln.name)
             entries = state.registry_entries()
             users = st.users if st else [USER]
             marker = state.REGISTRY / "users" / f"{USER}.created"

@@ -53,12 +53,20 @@ def write_files(d: Path, addr: str, token: str) -> dict[str, str]:
     for sub in ("tmp", "repos"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     run.mkdir(parents=True, exist_ok=True)
-    write_secret(d / "htpasswd", f"{USER}:{plan.ssha(token, secrets.token_bytes(8))}")
+    if not plan.ssha_matches(_read(d / "htpasswd").partition(":")[2].strip(), token):
+        write_secret(d / "htpasswd", f"{USER}:{plan.ssha(token, secrets.token_bytes(8))}")
     (d / "nginx.conf").write_text(plan.nginx_conf(addr, paths))
     ask = d / "askpass"
     ask.write_text(plan.askpass_script(USER, str(d / "token")))
     os.chmod(ask, 0o700)
     return paths
+
+
+def _read(p: Path) -> str:
+    try:
+        return p.read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def create_bare(repos: Path, name: str) -> Path:

@@ -1,7 +1,7 @@
 """Lane backend "netns": a lane is a network namespace running sshd in a private mount namespace.
 
-The seam (`LaneBackend`) is what the box needs from a lane backend; an LXC backend (issue 5)
-implements the same four methods and the box stays unchanged.
+The seam is `rig.box.lanes_backend.LaneBackend`; an LXC backend (issue 5) implements the same
+methods and registers itself there.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import os
 import pwd
 import subprocess
 from pathlib import Path
-from typing import Protocol
 
 from lanes.errors import NevError
 from rig.box import plan, procs
@@ -20,22 +19,6 @@ USER = "lane"
 HOME = Path("/home/lane")
 LANE_ROOT = "/srv/lane"
 LANE_SHARED = "/srv/lane-shared"
-
-
-class LaneBackend(Protocol):
-    kind: str
-
-    def prepare(self, lane: LaneInfo, host: plan.Host, client_pub: str) -> str:
-        """Write the lane's files (keys, configs); return its host public key line."""
-
-    def start(self, lane: LaneInfo, host: plan.Host, rec: ProcRec | None) -> ProcRec | None:
-        """Start the lane if `rec` is not alive; return the new record (None when unchanged)."""
-
-    def wait(self, lane: LaneInfo, rec: ProcRec) -> None:
-        """Wait until the lane accepts SSH."""
-
-    def remove(self, lane_dir: Path) -> None:
-        """Remove what `prepare` made outside the box folder (nothing, for netns)."""
 
 
 def ensure_user() -> bool:
@@ -65,6 +48,16 @@ def remove_user() -> None:
         HOME.rmdir()
     except OSError:
         pass
+
+
+def host_toolchain() -> tuple[str, str] | None:
+    """The host's rustup home and cargo bin folder, when Rust is installed through rustup."""
+    home = Path(os.environ.get("HOME") or "/root")
+    rustup = Path(os.environ.get("RUSTUP_HOME") or home / ".rustup")
+    cargo_bin = Path(os.environ.get("CARGO_HOME") or home / ".cargo") / "bin"
+    if (rustup / "toolchains").is_dir() and (cargo_bin / "cargo").exists():
+        return str(rustup), str(cargo_bin)
+    return None
 
 
 def _keygen(path: Path, comment: str) -> None:
@@ -102,7 +95,8 @@ class NetnsLanes:
         os.chmod(ak, 0o600)
         hk = d / "ssh_host_ed25519_key"
         _keygen(hk, f"{lane.name}-host")
-        (d / "sshd_config").write_text(plan.sshd_config(host.addr, str(hk), str(d / "sshd.pid")))
+        (d / "sshd_config").write_text(plan.sshd_config(host.addr, str(hk), str(d / "sshd.pid"),
+                                                        toolchain=host_toolchain() is not None))
         pub = hk.with_suffix(".pub").read_text().split()
         return f"{pub[0]} {pub[1]}"
 
@@ -114,6 +108,7 @@ class NetnsLanes:
                 "unshare", "--mount", "--propagation", "private",
                 "sh", "-c", plan.LANE_MOUNTS_SH, "lane-mounts",
                 str(lane.host_root), str(self.box_dir / "nas"), str(lane.host_home), str(HOME),
+                *(host_toolchain() or ("-", "-")),
                 "/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")]
         return procs.spawn(f"{lane.name}.sshd", lane.name, argv, self.log_dir / f"{lane.name}-sshd.log")
 

@@ -169,8 +169,10 @@ def tbf_cmd(dev: str, kbit: int) -> list[str]:
 # ---- lanes -----------------------------------------------------------------------------------
 
 
-def sshd_config(addr: str, host_key: str, pid_file: str, user: str = "lane") -> str:
+def sshd_config(addr: str, host_key: str, pid_file: str, user: str = "lane", toolchain: bool = False) -> str:
+    env = f"SetEnv PATH={LANE_PATH} RUSTUP_HOME={TOOLCHAIN}/rustup\n" if toolchain else ""
     return f"""# sshd of one box lane (written by nev box)
+{env}
 ListenAddress {addr}:{SSH_PORT}
 HostKey {host_key}
 PidFile {pid_file}
@@ -190,17 +192,28 @@ Subsystem sftp internal-sftp
 
 # The lane's private mounts, run under `unshare --mount --propagation private`: a tmpfs is
 # staged on /mnt (private to this namespace), the lane's root and the NAS are bound into it,
-# then the whole is moved over /srv, so the lane sees only /srv/lane and /srv/lane-shared.
+# and the host's Rust toolchain read-only when there is one ($5 rustup home, $6 cargo bin
+# folder, "-" for none; /root is mode 700, so the lane could not reach it there); then the
+# whole is moved over /srv, and the lane's own home is bound over /home/lane.
 LANE_MOUNTS_SH = """set -e
 mount -t tmpfs -o mode=755,size=1m nevlane /mnt
 mkdir /mnt/lane /mnt/lane-shared
 mount --bind "$1" /mnt/lane
 mount --bind "$2" /mnt/lane-shared
+if [ "$5" != - ]; then
+  mkdir -p /mnt/toolchain/rustup /mnt/toolchain/cargo-bin
+  mount --bind "$5" /mnt/toolchain/rustup
+  mount -o remount,bind,ro /mnt/toolchain/rustup
+  mount --bind "$6" /mnt/toolchain/cargo-bin
+  mount -o remount,bind,ro /mnt/toolchain/cargo-bin
+fi
 mount --move /mnt /srv
 mount --bind "$3" "$4"
-shift 4
+shift 6
 exec "$@"
 """
+TOOLCHAIN = "/srv/toolchain"
+LANE_PATH = f"{TOOLCHAIN}/cargo-bin:/usr/local/bin:/usr/bin:/bin"
 
 
 def known_hosts_lines(entries: list[tuple[str, str]]) -> str:
@@ -219,6 +232,16 @@ def ssha(password: str, salt: bytes) -> str:
     """An nginx-readable `{SSHA}` password hash (so no tool needs the token on its command line)."""
     digest = hashlib.sha1(password.encode() + salt).digest()
     return "{SSHA}" + base64.b64encode(digest + salt).decode()
+
+
+def ssha_matches(stored: str, password: str) -> bool:
+    if not stored.startswith("{SSHA}"):
+        return False
+    try:
+        raw = base64.b64decode(stored[6:])
+    except ValueError:
+        return False
+    return len(raw) > 20 and ssha(password, raw[20:]) == stored
 
 
 def nginx_conf(addr: str, d: dict[str, str]) -> str:
@@ -273,12 +296,13 @@ esac
 # ---- proxy, gateway, pools -------------------------------------------------------------------
 
 
-def haproxy_cfg(layout: Layout, pid_file: str) -> str:
+def haproxy_cfg(layout: Layout, pid_file: str, stats_socket: str) -> str:
     """Debian's HAProxy, one frontend/backend per pool, `maxconn` per server: past it, requests
     wait in the backend's queue and are served in turn (as on the real rig)."""
     out = [f"""# the box's pool proxy (written by nev box)
 global
     pidfile {pid_file}
+    stats socket {stats_socket} mode 600 level admin
     maxconn 512
 defaults
     mode http

@@ -40,6 +40,16 @@ def start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time a process has used so far."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def alive(rec: ProcRec | None) -> bool:
     return rec is not None and start_time(rec.pid) == rec.start
 

@@ -54,6 +54,7 @@ class ProcRec:
     pid: int
     start: int        # /proc/PID/stat field 22 (start time in clock ticks)
     argv: list[str]
+    conf: str = ""    # digest of its config files when started: a changed config restarts it
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -86,6 +87,7 @@ class BoxInfo:
     aliases: dict[str, str] = field(default_factory=dict)
     proxy_addr: str = ""
     pools: dict[str, PoolInfo] = field(default_factory=dict)
+    proxy_stats_socket: Path | None = None
     folknet_file: Path | None = None
     rig_file: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -101,6 +103,16 @@ class BoxInfo:
         from rig.box import forge
 
         return forge.create_repo(self, name)
+
+    def pool_control(self, pool: str, **settings: Any) -> dict:
+        """Set (or read, with no settings) a stand-in pool's delay, tokens_per_s, max_inflight,
+        fail ("429" | "503" | "hang" | None), fail_times, bank; `reset=True` restores defaults."""
+        from rig.box import poolctl
+
+        url = self.pools[pool].control_url
+        if settings.pop("reset", False):
+            poolctl.reset(url)
+        return poolctl.control(url, **settings)
 
     def run_in(self, host: str, argv: list[str], **kw: Any) -> Any:
         """Run a command inside a host's network namespace (and, for a lane, its mounts)."""
@@ -124,7 +136,7 @@ class BoxInfo:
     def from_json(cls, data: dict) -> BoxInfo:
         d = dict(data)
         paths = {"dir", "known_hosts", "ssh_key", "ssh_config", "lanes_file", "forge_token_file",
-                 "forge_askpass", "forge_access_log", "forge_repos", "nas", "master_key_file",
+                 "forge_askpass", "forge_access_log", "forge_repos", "nas", "master_key_file", "proxy_stats_socket",
                  "folknet_file", "rig_file"}
         names = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in d.items() if k in names}
@@ -147,9 +159,11 @@ class BoxState:
     lane_count: int = 0
     users: list[str] = field(default_factory=list)
     complete: bool = False
+    code: str = ""    # digest of the box's own code and data: a new version rebuilds the box
 
     def to_json(self) -> dict:
         out = self.info.to_json() if self.info else {}
+        out["code"] = self.code
         out["procs"] = {k: p.to_json() for k, p in self.procs.items()}
         out["lane_count"] = self.lane_count
         out["users"] = self.users
@@ -161,7 +175,8 @@ class BoxState:
         info = BoxInfo.from_json(data) if "bridge" in data else None
         procs = {k: ProcRec(**v) for k, v in data.get("procs", {}).items()}
         return cls(info=info, procs=procs, lane_count=int(data.get("lane_count", 0)),
-                   users=list(data.get("users", [])), complete=bool(data.get("complete", False)))
+                   users=list(data.get("users", [])), complete=bool(data.get("complete", False)),
+                   code=str(data.get("code", "")))
 
 
 def state_path(box_dir: Path) -> Path:

@@ -1,0 +1,95 @@
+"""The gateway host: the real LiteLLM proxy, one alias per pool, a master key, and per-key
+model allowlists without a database (custom_auth + the common checks, see RIGBOX.md).
+
+Keys live in mode-600 files; the proxy gets the master key through its environment and reads
+only SHA-256 digests of the per-key secrets, so no key is on a command line or in its config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import sys
+from pathlib import Path
+
+import yaml
+
+from lanes.errors import NevError
+from rig.box import plan
+from rig.box.forge import write_secret
+
+AUTH_MODULE = "nev_box_auth"
+
+# Loaded by LiteLLM from the config's folder. A key is accepted when its SHA-256 is listed in
+# the keys file; it may use only its aliases (403 key_model_access_denied otherwise, from the
+# proxy's own common checks). The master key is the proxy admin.
+AUTH_SOURCE = '''"""Database-free key check for the nev box gateway (written by nev box)."""
+import hashlib
+import hmac
+import json
+import os
+
+from fastapi import HTTPException
+from litellm.proxy._types import LitellmUserRoles, UserAPIKeyAuth
+
+_KEYS = json.load(open(os.environ["NEV_BOX_GATEWAY_KEYS"]))
+
+
+async def user_api_key_auth(request, api_key):
+    key = (api_key or "").removeprefix("Bearer ").strip()
+    master = os.environ.get("LITELLM_MASTER_KEY", "")
+    if master and hmac.compare_digest(key.encode(), master.encode()):
+        return UserAPIKeyAuth(api_key=key, user_role=LitellmUserRoles.PROXY_ADMIN)
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    for entry in _KEYS.values():
+        if hmac.compare_digest(digest, entry["sha256"]):
+            return UserAPIKeyAuth(api_key=key, key_alias=entry["name"], models=list(entry["models"]))
+    raise HTTPException(status_code=401, detail="unknown key")
+'''
+
+
+def litellm_binary() -> Path:
+    p = Path(sys.executable).parent / "litellm"
+    if not p.exists():
+        raise NevError(f"the LiteLLM proxy is not installed next to {sys.executable}; "
+                       "install the gateway extra: pip install -e '.[gateway]'")
+    return p
+
+
+def ensure_key(path: Path, prefix: str) -> str:
+    if path.exists():
+        k = path.read_text().strip()
+        if k:
+            return k
+    k = f"{prefix}-{secrets.token_hex(24)}"
+    write_secret(path, k)
+    return k
+
+
+def write_files(layout: plan.Layout, d: Path, keys_dir: Path) -> tuple[dict[str, str], dict[str, Path], Path]:
+    """Config, auth module and key digests under `d`; returns (environment, key files, master key file)."""
+    d.mkdir(parents=True, exist_ok=True)
+    master_file = keys_dir / "master.key"
+    master = ensure_key(master_file, "sk-nevbox-master")
+    key_files: dict[str, Path] = {}
+    digests = {}
+    for name, models in plan.key_allowlists().items():
+        kf = keys_dir / f"{name}.key"
+        key = ensure_key(kf, f"sk-nevbox-{name}")
+        key_files[name] = kf
+        digests[name] = {"name": name, "models": models, "sha256": hashlib.sha256(key.encode()).hexdigest()}
+    (d / "keys.json").write_text(json.dumps(digests, indent=2) + "\n")
+    (d / f"{AUTH_MODULE}.py").write_text(AUTH_SOURCE)
+    cfg = plan.litellm_config(layout, AUTH_MODULE)
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    env = {"LITELLM_MASTER_KEY": master, "NEV_BOX_GATEWAY_KEYS": str(d / "keys.json"),
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
+           "LITELLM_DONT_SHOW_FEEDBACK_BOX": "True", "NO_DOCS": "True", "PYTHONUNBUFFERED": "1",
+           "no_proxy": "*", "NO_PROXY": "*", "DISABLE_SCHEMA_UPDATE": "True"}
+    return env, key_files, master_file
+
+
+def argv(netns: str, addr: str, config: Path) -> list[str]:
+    return ["ip", "netns", "exec", netns, str(litellm_binary()), "--config", str(config),
+            "--host", addr, "--port", str(plan.GATEWAY_PORT), "--num_workers", "1"]

@@ -1,0 +1,49 @@
+"""The seam between the box and its lanes: what a lane backend does, and which backends exist.
+
+The box calls, per lane: `prepare` (files, keys; returns the host key to pin), `start` (when
+the recorded process is not alive), `wait` (until SSH answers), and on removal `remove`. Today
+there is "netns" (a network namespace running sshd in a private mount namespace); issue 5 adds
+"lxc" (real unprivileged containers) by implementing this protocol and adding it to BACKENDS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from lanes.errors import ConfigError
+from rig.box import plan
+from rig.box.state import LaneInfo, ProcRec
+
+
+class LaneBackend(Protocol):
+    kind: str
+
+    def prepare(self, lane: LaneInfo, host: plan.Host, client_pub: str) -> str:
+        """Write the lane's files (keys, configs); return its host public key line."""
+
+    def start(self, lane: LaneInfo, host: plan.Host, rec: ProcRec | None) -> ProcRec | None:
+        """Start the lane if `rec` is not alive; return the new record (None when unchanged)."""
+
+    def wait(self, lane: LaneInfo, rec: ProcRec) -> None:
+        """Wait until the lane accepts SSH."""
+
+    def remove(self, lane_dir: Path) -> None:
+        """Remove what `prepare` made outside the box folder (nothing, for netns)."""
+
+
+def _netns(box_dir: Path, log_dir: Path) -> LaneBackend:
+    from rig.box.lanes_netns import NetnsLanes
+
+    return NetnsLanes(box_dir, log_dir)
+
+
+BACKENDS: dict[str, Callable[[Path, Path], LaneBackend]] = {"netns": _netns}
+
+
+def make(kind: str, box_dir: Path, log_dir: Path) -> LaneBackend:
+    try:
+        return BACKENDS[kind](box_dir, log_dir)
+    except KeyError:
+        raise ConfigError(f"lane backend {kind!r} is unknown; use one of {', '.join(BACKENDS)}") from None
