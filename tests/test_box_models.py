@@ -196,3 +196,29 @@ def test_box_env_points_nev_at_the_gateway_and_the_declared_aliases(box_env):
     fk = folknet.load(folknet.default_path())
     assert {a: x.pool for a, x in fk.aliases.items()} == box_env.aliases
     assert fk.aliases[CAPACITY].keys == ["batch"]
+
+
+def test_rig_file_roles_reach_the_service_hosts_as_root_over_pinned_ssh(box):
+    import subprocess
+
+    from rig import config as rigconfig
+
+    assert box.rig_file is not None
+    rf = rigconfig.load(box.rig_file)
+    proxy = rf.roles["proxy"]
+
+    def ssh_root(host: str, cmd: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["ssh", "-F", str(box.ssh_config), host.split("@")[1], cmd],
+                              capture_output=True, text=True, timeout=60)
+
+    r = ssh_root(proxy.hosts[0], "id -un; " + proxy.validate.format(path=proxy.files[0]))
+    assert r.returncode == 0 and r.stdout.split()[0] == "root", r.stderr
+    pid_before = box.pool_control("gpu0")  # the pools are untouched by a proxy reload
+    r = ssh_root(proxy.hosts[0], proxy.reload)
+    assert r.returncode == 0, r.stderr
+    time.sleep(0.5)
+    assert chat(box, SAMPLING)[0] == 200
+    assert box.pool_control("gpu0")["served"] == pid_before["served"] + 1
+    gw = rf.roles["gateway"]
+    r = ssh_root(gw.hosts[0], gw.health)
+    assert r.returncode == 0 and "alive" in r.stdout.lower(), r.stdout + r.stderr

@@ -29,6 +29,7 @@ from rig.box.lanes_netns import (
     USER,
     client_key,
     ensure_user,
+    keygen,
     remove_user,
 )
 from rig.box.state import BoxInfo, BoxState, LaneInfo, PoolInfo, ProcRec
@@ -268,19 +269,37 @@ class Box:
         pub = client_key(info.ssh_key)
         backend = lanes_backend.make(self.lane_backend, self.dir, self.logs)
         hostkeys: list[tuple[str, str]] = []
+        started_services: list[tuple[plan.Host, ProcRec]] = []
         hosts = {h.name: h for h in layout.hosts()}
         for lane in info.lanes:
             hostkeys.append((lane.addr, backend.prepare(lane, hosts[lane.name], pub)))
+        # Service hosts reachable as root (for `nev rig`): sshd in their network namespace.
+        ak = self.dir / "ssh" / "authorized_keys"
+        forge.write_secret(ak, pub)
+        for hname in plan.SERVICE_SSH_HOSTS:
+            h = hosts[hname]
+            hd = self.dir / "hosts" / hname
+            keygen(hd / "ssh_host_ed25519_key", f"{hname}-host")
+            hp = (hd / "ssh_host_ed25519_key.pub").read_text().split()
+            hostkeys.append((h.addr, f"{hp[0]} {hp[1]}"))
+            cfg = hd / "sshd_config"
+            cfg.write_text(plan.root_sshd_config(h.addr, str(hd / "ssh_host_ed25519_key"),
+                                                 str(hd / "sshd.pid"), str(ak)))
+            if not fresh(f"{hname}.sshd", cfg, ak):
+                rec = procs.spawn(f"{hname}.sshd", hname, ["ip", "netns", "exec", h.netns, "/usr/sbin/sshd",
+                                                            "-D", "-e", "-f", str(cfg)], self.logs / f"{hname}-sshd.log")
+                record(rec, cfg, ak)
+                started_services.append((h, rec))
         info.known_hosts.write_text(plan.known_hosts_lines(hostkeys))
         info.ssh_config.write_text(self._ssh_config(info))
         started_lanes = []
         for lane in info.lanes:
             cfg = self.dir / "lanes" / lane.name / "sshd_config"
             fresh(f"{lane.name}.sshd", cfg)
-            rec = backend.start(lane, hosts[lane.name], st.procs.get(f"{lane.name}.sshd"))
-            record(rec, cfg)
-            if rec:
-                started_lanes.append((lane, rec))
+            lrec = backend.start(lane, hosts[lane.name], st.procs.get(f"{lane.name}.sshd"))
+            record(lrec, cfg)
+            if lrec:
+                started_lanes.append((lane, lrec))
 
         # Forge.
         fdir = self.dir / "forge"
@@ -324,10 +343,11 @@ class Box:
                                         str(self.dir / "run" / "haproxy.sock")))
         if not fresh("proxy.haproxy", hcfg):
             record(procs.spawn("proxy.haproxy", "proxy", ["ip", "netns", "exec", px.netns, "/usr/sbin/haproxy",
-                                                          "-db", "-f", str(hcfg)], self.logs / "proxy-haproxy.log"), hcfg)
+                                                          "-W", "-db", "-f", str(hcfg)], self.logs / "proxy-haproxy.log"), hcfg)
         assert info.folknet_file is not None and info.rig_file is not None
         jsonfile.write_atomic(info.folknet_file, plan.folknet(layout))
-        jsonfile.write_atomic(info.rig_file, plan.rig_file(layout, str(hcfg), str(gdir / "config.yaml")))
+        jsonfile.write_atomic(info.rig_file, plan.rig_file(layout, str(hcfg), str(self.dir / "run" / "haproxy.pid"),
+                                                           str(gdir / "config.yaml")))
 
         # Files that point nev at the box.
         jsonfile.write_atomic(info.lanes_file, plan.lanes_file(
@@ -337,6 +357,8 @@ class Box:
         # Wait for everything to answer.
         for lane, rec in started_lanes:
             backend.wait(lane, rec)
+        for h, rec in started_services:
+            procs.wait_port(h.addr, plan.SSH_PORT, 10, rec, self.logs / f"{h.name}-sshd.log")
         procs.wait_http(f"http://{info.forge_addr}/health", 10, st.procs["forge.nginx"],
                         self.logs / "forge-nginx.log")
         for pi in info.pools.values():
@@ -360,6 +382,18 @@ class Box:
             out.append(f"""Host {self.name}-{ln.name} {ln.addr}
     HostName {ln.addr}
     User {USER}
+    IdentityFile {info.ssh_key}
+    IdentitiesOnly yes
+    UserKnownHostsFile {info.known_hosts}
+    StrictHostKeyChecking yes
+    BatchMode yes
+    KexAlgorithms curve25519-sha256
+""")
+        for hname in plan.SERVICE_SSH_HOSTS:
+            addr = info.hosts[hname]["addr"]
+            out.append(f"""Host {self.name}-{hname} {addr}
+    HostName {addr}
+    User root
     IdentityFile {info.ssh_key}
     IdentitiesOnly yes
     UserKnownHostsFile {info.known_hosts}

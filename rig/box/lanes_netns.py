@@ -60,7 +60,7 @@ def host_toolchain() -> tuple[str, str] | None:
     return None
 
 
-def _keygen(path: Path, comment: str) -> None:
+def keygen(path: Path, comment: str) -> None:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
@@ -68,7 +68,7 @@ def _keygen(path: Path, comment: str) -> None:
 
 
 def client_key(path: Path) -> str:
-    _keygen(path, "nev-box-client")
+    keygen(path, "nev-box-client")
     return path.with_suffix(".pub").read_text().strip()
 
 
@@ -94,7 +94,7 @@ class NetnsLanes:
         os.chown(ak, ent.pw_uid, ent.pw_gid)
         os.chmod(ak, 0o600)
         hk = d / "ssh_host_ed25519_key"
-        _keygen(hk, f"{lane.name}-host")
+        keygen(hk, f"{lane.name}-host")
         (d / "sshd_config").write_text(plan.sshd_config(host.addr, str(hk), str(d / "sshd.pid"),
                                                         toolchain=host_toolchain() is not None))
         pub = hk.with_suffix(".pub").read_text().split()

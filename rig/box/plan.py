@@ -190,6 +190,29 @@ Subsystem sftp internal-sftp
 """
 
 
+def root_sshd_config(addr: str, host_key: str, pid_file: str, authorized_keys: str) -> str:
+    """sshd for root on a service host (proxy, gateway), so `nev rig` reaches it as on the rig."""
+    return f"""# sshd of a box service host (written by nev box)
+ListenAddress {addr}:{SSH_PORT}
+HostKey {host_key}
+PidFile {pid_file}
+AuthorizedKeysFile {authorized_keys}
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+AllowUsers root
+UsePAM no
+X11Forwarding no
+AllowTcpForwarding no
+PrintMotd no
+Subsystem sftp internal-sftp
+"""
+
+
+SERVICE_SSH_HOSTS = ("gateway", "proxy")
+
+
 # The lane's private mounts, run under `unshare --mount --propagation private`: a tmpfs is
 # staged on /mnt (private to this namespace), the lane's root and the NAS are bound into it,
 # and the host's Rust toolchain read-only when there is one ($5 rustup home, $6 cargo bin
@@ -361,14 +384,19 @@ def folknet(layout: Layout) -> dict:
                         for p in POOLS}}
 
 
-def rig_file(layout: Layout, haproxy_cfg_path: str, litellm_cfg_path: str) -> dict:
+def rig_file(layout: Layout, haproxy_cfg_path: str, haproxy_pid: str, litellm_cfg_path: str) -> dict:
+    """Roles on the box's service hosts, reachable as root over SSH (pinned keys)."""
+    gw = layout.gateway().addr
     return {
         "seeds": [],
         "roles": {
             "proxy": {"hosts": [f"root@{layout.proxy().addr}"], "files": [haproxy_cfg_path],
-                      "commands": ["haproxy -v"], "validate": "haproxy -c -f {path}"},
-            "gateway": {"hosts": [f"root@{layout.gateway().addr}"], "files": [litellm_cfg_path],
-                        "masks": ["master_key"]},
+                      "commands": ["haproxy -v"], "validate": "haproxy -c -q -f {path}",
+                      "reload": f"kill -USR2 $(cat {haproxy_pid})",
+                      "health": f"haproxy -c -q -f {haproxy_cfg_path}"},
+            "gateway": {"hosts": [f"root@{gw}"], "files": [litellm_cfg_path], "masks": ["master_key"],
+                        "validate": "python3 -c 'import sys,yaml; yaml.safe_load(open(sys.argv[1]))' {path}",
+                        "health": f"curl -fsS --noproxy '*' http://{gw}:{GATEWAY_PORT}/health/liveliness"},
         },
     }
 
