@@ -315,3 +315,15 @@ def test_shape_slows_a_lanes_upload_and_off_restores_it(box):
     assert slow >= 1.5 and fast < slow / 2, (slow, fast)
     r = nev("box", "shape", "forge", "--up", "100", env=box.env)
     assert r.returncode == 2 and "not a lane" in r.stderr
+
+
+def test_env_and_status_of_a_box_that_is_not_up_say_so(tmp_path):
+    env = {"NEV_BOX_NAME": "nobox", "NEV_BOX_NET": "198.19.251", "NEV_BOX_DIR": str(tmp_path)}
+    for cmd in ("env", "status"):
+        r = nev("box", cmd, env=env)
+        assert r.returncode == 1 and "box nobox is not up" in r.stderr and "nev box up" in r.stderr
+        assert r.stdout == ""
+    r = nev("box", "up", "--lanes", "0", env=env)
+    assert r.returncode == 1 and "--lanes 0" in r.stderr
+    r = nev("box", "up", env={**env, "NEV_BOX_NET": "10.1.2"})
+    assert r.returncode == 1 and "198.18.0.0/15" in r.stderr
