@@ -46,10 +46,18 @@ def preflight(manifest: str, workdir: str | None, state: str | None) -> None:
 @check.command("inventory")
 @click.argument("manifest", type=click.Path(dir_okay=False))
 @click.argument("snapshot", type=click.Path(dir_okay=False))
-@click.option("--declared", type=click.Path(dir_okay=False))
-def inventory(manifest: str, snapshot: str, declared: str | None) -> None:
-    """Inventory check: exit 0 ready, 3 not ready yet, 10 never clears by itself."""
-    raise not_built("job check inventory", 7)
+@click.option("--declared", type=click.Path(dir_okay=False), help="Declared aliases (default NEV_FOLKNET_FILE).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome and reasons as JSON on stdout.")
+def inventory(manifest: str, snapshot: str, declared: str | None, as_json: bool) -> int:
+    """Inventory check: exit 0 ready, 3 not ready yet, 10 never clears by itself.
+
+    Every reason is printed on stderr, one per line.
+    """
+    from pathlib import Path
+
+    from jobs import inventory_check
+
+    return inventory_check.run(Path(manifest), Path(snapshot), Path(declared) if declared else None, as_json)
 
 
 @job.command("poll")

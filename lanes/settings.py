@@ -68,6 +68,13 @@ DAGU_BINARY = _s("NEV_DAGU_BINARY", None, "the pinned Dagu release binary to ins
 RIG_FILE = _s("NEV_RIG_FILE", "rig/rig.local.json", "roles, hosts and jump host (gitignored)")
 RIG_NOTES = _s("NEV_RIG_NOTES", "~/.local/share/nev/rig-notes", "local rig notes: snapshots and the change log")
 INVENTORY = _s("NEV_INVENTORY", "~/.local/share/nev/inventory.json", "the inventory snapshot")
+INVENTORY_PORT = _s("NEV_INVENTORY_PORT", "8787", "port of the HTTP inventory `nev rig advertise` serves")
+MDNS_INTERFACE = _s("NEV_MDNS_INTERFACE", None, "address mDNS browses/advertises on (never all interfaces)")
+INVENTORY_MAX_AGE = _s("NEV_INVENTORY_MAX_AGE", "900", "seconds before the inventory check calls a snapshot stale")
+PROBE_EVERY = _s("NEV_PROBE_EVERY", "300", "seconds between probe rounds of `nev rig probe --every`")
+PROBE_TIMEOUT = _s("NEV_PROBE_TIMEOUT", "30", "seconds one alias probe may take before it counts as failed")
+PROBE_FAILS = _s("NEV_PROBE_FAILS", "2", "failed probes in a row before a ready alias turns failing")
+PROBE_OKS = _s("NEV_PROBE_OKS", "2", "answered probes in a row before a failing alias turns ready")
 STATE_DIR = _s("NEV_STATE_DIR", "~/.local/state/nev", "local state: approvals, job results, locks")
 # Rig-in-a-box
 BOX_DIR = _s("NEV_BOX_DIR", ".box", "where boxes keep state and configs (one folder per box name)")

@@ -13,34 +13,97 @@ def rig() -> None:
 
 
 @rig.command("advertise")
-@click.option("--inventory", type=click.Path(dir_okay=False))
-@click.option("--interface", help="Address to advertise on (never all interfaces).")
-def advertise(inventory: str | None, interface: str | None) -> None:
-    """Advertise this host over mDNS and serve its HTTP inventory."""
-    raise not_built("rig advertise", 7)
+@click.option("--inventory", type=click.Path(dir_okay=False),
+              help="This host's declared inventory (JSON: name, role(s), hardware_class, gpus, serving, models, pools).")
+@click.option("--interface", help="Address to advertise on (never all interfaces); default NEV_MDNS_INTERFACE.")
+@click.option("--port", type=int, help="HTTP inventory port (default NEV_INVENTORY_PORT, 8787).")
+@click.option("--name", help="Instance name (default: the file's name, else hostname-address).")
+def advertise(inventory: str | None, interface: str | None, port: int | None, name: str | None) -> int:
+    """Advertise this host over mDNS and serve its HTTP inventory until stopped.
+
+    SIGTERM or Ctrl-C unregisters the service (the mDNS goodbye) and exits 0.
+    """
+    from pathlib import Path
+
+    from lanes import settings
+    from rig.inventory import advertise as adv
+
+    return adv.run(interface or settings.get(settings.MDNS_INTERFACE),
+                   Path(inventory) if inventory else None,
+                   port if port is not None else settings.get_int(settings.INVENTORY_PORT), name)
 
 
 @rig.command("collect")
-@click.option("--timeout", type=float, default=3.0, show_default=True)
+@click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds to browse mDNS.")
+@click.option("--interface", help="Address to browse on (never all interfaces); default NEV_MDNS_INTERFACE.")
+@click.option("--expect", type=int, help="Stop browsing early once this many hosts are found.")
+@click.option("--every", type=float, help="Keep browsing and collect every S seconds.")
+@click.option("--rounds", type=int, help="With --every: stop after N rounds.")
 @click.option("--ansible", is_flag=True, help="Print an Ansible --list inventory.")
-def collect(timeout: float, ansible: bool) -> None:
-    """Browse, fetch every inventory, aggregate into the inventory snapshot."""
-    raise not_built("rig collect", 7)
+@click.option("--json", "as_json", is_flag=True, help="Print the snapshot's hosts as JSON.")
+def collect(timeout: float, interface: str | None, expect: int | None, every: float | None,
+            rounds: int | None, ansible: bool, as_json: bool) -> int:
+    """Browse, fetch every inventory, aggregate into the inventory snapshot (NEV_INVENTORY).
+
+    A host listed by mDNS whose HTTP inventory does not answer is marked down.
+    """
+    from bench import folknet
+    from lanes import settings
+    from lanes.ui import emit_json
+    from rig import config as rig_config
+    from rig.inventory import collect as col
+    from rig.inventory import snapshot
+
+    rig_path = rig_config.default_path()
+    seeds = rig_config.load(rig_path).seeds if rig_path.exists() else []
+    snap = col.run(interface or settings.get(settings.MDNS_INTERFACE), seeds, snapshot.default_path(),
+                   folknet.load(folknet.default_path()), timeout, expect, every, rounds)
+    if ansible:
+        emit_json(col.ansible(snap))
+    elif as_json:
+        emit_json(snap["hosts"])
+    return 0
 
 
 @rig.command("probe")
-@click.option("--every", type=float, help="Repeat every S seconds (300 on the rig).")
-def probe(every: float | None) -> None:
-    """One real completion per alias; record status, since, last answer."""
-    raise not_built("rig probe", 7)
+@click.option("--every", type=float, help="Repeat every S seconds (300 on the rig: NEV_PROBE_EVERY).")
+@click.option("--rounds", type=int, help="With --every: stop after N rounds.")
+@click.option("--timeout", type=float, help="Seconds per alias probe (default NEV_PROBE_TIMEOUT).")
+def probe(every: float | None, rounds: int | None, timeout: float | None) -> int:
+    """One real completion per alias (max_tokens 1); record status, since, last answer.
+
+    Status changes after NEV_PROBE_FAILS failures or NEV_PROBE_OKS answers in a row.
+    """
+    from bench import folknet
+    from lanes import settings
+    from rig.inventory import probe as pr
+    from rig.inventory import snapshot
+
+    t = timeout if timeout is not None else settings.get_float(settings.PROBE_TIMEOUT)
+    return pr.run(snapshot.default_path(), folknet.load(folknet.default_path()), pr.Gateway.from_settings(),
+                  t, pr.Policy.from_settings(), every, rounds)
 
 
 @rig.command("status")
-@click.option("--lane", "lane_index", type=int)
+@click.option("--lane", "lane_index", type=int, help="Read lane N's snapshot over SSH.")
 @click.option("--json", "as_json", is_flag=True)
-def status(lane_index: int | None, as_json: bool) -> None:
-    """Alias, status, held since, last answer, snapshot age."""
-    raise not_built("rig status", 7)
+def status(lane_index: int | None, as_json: bool) -> int:
+    """Alias, status, held for, last answer, snapshot age."""
+    from lanes.ui import emit_json
+    from rig.inventory import snapshot
+    from rig.inventory import status as st
+
+    if lane_index is None:
+        path = snapshot.default_path()
+        data, source = st.load_local(path), str(path)
+    else:
+        data, source = st.load_from_lane(lane_index)
+    s = st.summary(data, snapshot.now_utc(), source)
+    if as_json:
+        emit_json(s)
+    else:
+        click.echo(st.render(s))
+    return 0
 
 
 @rig.command("snapshot")

@@ -1,0 +1,247 @@
+"""The inventory check a job makes before its first stage: are its models ready right now?
+
+Pure: given what the manifest needs, the inventory snapshot (as read) and the
+declared file, it returns every reason the job cannot start. A reason is either
+transient (exit 3: the model is not ready yet, the snapshot is stale or missing;
+resend later) or permanent (exit 10: the model is retired or undeclared, its
+provider is not declared, or the job's key may not use it; it never clears by
+itself). All reasons are collected, never only the first.
+
+The snapshot fields read here (`probed_at`, `aliases.<name>.status|since|
+last_error`) are written by `rig/inventory/snapshot.py`; docs/inventory.md
+describes the format.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.folknet import Folknet
+from lanes import jsonfile
+from lanes.errors import ConfigError
+
+EXIT_READY = 0
+EXIT_TRANSIENT = 3
+EXIT_PERMANENT = 10
+
+READY = "ready"
+
+
+@dataclass(frozen=True)
+class Need:
+    """One model a stage needs, with the provider the stage names (if any)."""
+
+    alias: str
+    provider: str | None = None
+    stage: str | None = None
+
+
+@dataclass(frozen=True)
+class Reason:
+    kind: str
+    permanent: bool
+    message: str
+    alias: str | None = None
+    stage: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Needs:
+    models: list[Need]
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the check reads: None when the file is missing or unreadable (with why)."""
+
+    path: str
+    data: dict[str, Any] | None
+    problem: str | None = None
+
+
+def parse_time(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+def needs_from_manifest(data: Any, where: Path | str) -> Needs:
+    """The models (and providers) a manifest's stages need, and the gateway key it uses.
+
+    Accepted: top-level `key` (the key name, e.g. "batch"), top-level `models`,
+    and per stage `models` (alias names or `{alias, provider}`) and `providers`.
+    """
+    f = jsonfile.Fields(where)
+    top = f.obj(data, "(top level)")
+    key = f.get(top, "key", str, "", required=False)
+    out: list[Need] = []
+
+    def models_of(obj: dict, field: str, stage: str | None) -> None:
+        providers = f.str_list(obj, "providers", field)
+        raw = f.get(obj, "models", list, field, required=False, default=[])
+        for i, item in enumerate(raw):
+            here = f"{field}.models[{i}]" if field else f"models[{i}]"
+            if isinstance(item, str):
+                out.append(Need(item, None, stage))
+            elif isinstance(item, dict):
+                alias = f.get(item, "alias", str, here)
+                out.append(Need(alias, f.get(item, "provider", str, here, required=False), stage))
+            else:
+                raise f.fail(here, "must be an alias name or {alias, provider}")
+        for p in providers:
+            out.append(Need("", p, stage))
+
+    models_of(top, "", None)
+    stages = f.get(top, "stages", list, "", required=False, default=[])
+    for i, st in enumerate(stages):
+        where_i = f"stages[{i}]"
+        st = f.obj(st, where_i)
+        name = st.get("name") if isinstance(st.get("name"), str) else where_i
+        models_of(st, where_i, name)
+    return Needs(models=out, key=key)
+
+
+def load_manifest(path: Path) -> Needs:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: manifest not found; give the job's manifest file") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the manifest: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: manifest is not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
+    return needs_from_manifest(data, path)
+
+
+def read_snapshot(path: Path) -> Snapshot:
+    """Read the snapshot; a missing or unreadable file is a transient reason, not an error."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Snapshot(str(path), None, "missing")
+    except OSError as e:
+        return Snapshot(str(path), None, f"unreadable ({e.strerror})")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        return Snapshot(str(path), None, f"not valid JSON (line {e.lineno})")
+    if not isinstance(data, dict):
+        return Snapshot(str(path), None, "not a JSON object")
+    return Snapshot(str(path), data)
+
+
+def _fmt_age(seconds: float) -> str:
+    s = int(seconds)
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    return f"{s // 3600} h {(s % 3600) // 60} min"
+
+
+def check(needs: Needs, snap: Snapshot, declared: Folknet, now: dt.datetime,
+          max_age_s: float = 900.0) -> list[Reason]:
+    """Every reason the job may not start now; empty when every model it needs is ready."""
+    reasons: list[Reason] = []
+    today = now.date()
+    aliases_state: dict[str, Any] = {}
+    if snap.data is None:
+        reasons.append(Reason("snapshot-missing", False,
+                              f"inventory snapshot {snap.path} is {snap.problem}: run `nev rig probe` on the lane"))
+    else:
+        probed = parse_time(snap.data.get("probed_at"))
+        if probed is None:
+            reasons.append(Reason("snapshot-unprobed", False,
+                                  f"inventory snapshot {snap.path} has no probe round yet: run `nev rig probe`"))
+        else:
+            age = (now - probed).total_seconds()
+            if age > max_age_s:
+                reasons.append(Reason("snapshot-stale", False,
+                                      f"inventory snapshot {snap.path} is {_fmt_age(age)} old "
+                                      f"(limit {_fmt_age(max_age_s)}): is `nev rig probe --every` running?"))
+        raw = snap.data.get("aliases")
+        aliases_state = raw if isinstance(raw, dict) else {}
+
+    seen: set[tuple[str, str | None, str | None]] = set()
+    for need in needs.models:
+        ident = (need.alias, need.provider, need.stage)
+        if ident in seen:
+            continue
+        seen.add(ident)
+        where = f" (stage {need.stage})" if need.stage else ""
+        if need.provider is not None and need.provider not in declared.providers:
+            reasons.append(Reason("provider-undeclared", True,
+                                  f"provider {need.provider}{where} is not declared in {declared.path}",
+                                  need.alias or None, need.stage))
+        if not need.alias:
+            continue
+        alias = declared.aliases.get(need.alias)
+        if alias is None:
+            reasons.append(Reason("alias-undeclared", True,
+                                  f"model {need.alias}{where} is not declared in {declared.path}",
+                                  need.alias, need.stage))
+            continue
+        if alias.is_retired(today):
+            reasons.append(Reason("alias-retired", True,
+                                  f"model {need.alias}{where} was retired on {alias.retired}",
+                                  need.alias, need.stage))
+            continue
+        if alias.provider not in declared.providers:
+            reasons.append(Reason("provider-undeclared", True,
+                                  f"model {need.alias}{where}: its provider {alias.provider} is not declared "
+                                  f"in {declared.path}", need.alias, need.stage))
+        if need.provider is not None and need.provider != alias.provider:
+            reasons.append(Reason("provider-not-allowed", True,
+                                  f"model {need.alias}{where} is served by {alias.provider}, "
+                                  f"not by the provider {need.provider} the stage allows",
+                                  need.alias, need.stage))
+        if needs.key is not None and needs.key not in alias.keys:
+            reasons.append(Reason("key-not-allowed", True,
+                                  f"model {need.alias}{where} is not allowed for key {needs.key} "
+                                  f"(allowed: {', '.join(alias.keys) or 'none'})", need.alias, need.stage))
+        if snap.data is None:
+            continue
+        st = aliases_state.get(need.alias)
+        status = st.get("status") if isinstance(st, dict) else None
+        if status == READY:
+            continue
+        if not isinstance(st, dict) or status in (None, "unknown"):
+            reasons.append(Reason("not-probed", False,
+                                  f"model {need.alias}{where} has not been probed yet", need.alias, need.stage))
+            continue
+        since = parse_time(st.get("since"))
+        held = f" for {_fmt_age((now - since).total_seconds())}" if since else ""
+        err = st.get("last_error")
+        reasons.append(Reason("not-ready", False,
+                              f"model {need.alias}{where} is {status}{held}"
+                              + (f": {err}" if err else ""), need.alias, need.stage))
+    return reasons
+
+
+def exit_code(reasons: list[Reason]) -> int:
+    if not reasons:
+        return EXIT_READY
+    return EXIT_PERMANENT if any(r.permanent for r in reasons) else EXIT_TRANSIENT
+
+
+def report(reasons: list[Reason]) -> dict[str, Any]:
+    """The JSON form kept in the job's state (`state.json` -> `inventory`)."""
+    code = exit_code(reasons)
+    outcome = {EXIT_READY: "ready", EXIT_TRANSIENT: "not-ready", EXIT_PERMANENT: "refused"}[code]
+    return {"outcome": outcome, "exit": code, "reasons": [r.to_json() for r in reasons]}

@@ -1,0 +1,263 @@
+"""`nev rig collect`: browse mDNS for a bounded time, fetch every HTTP inventory, merge
+with the declared file and the static seeds, write the snapshot.
+
+Presence in mDNS is not liveness: a host killed with SIGKILL sends no goodbye and
+stays in browsers' caches for the PTR TTL (python-zeroconf: at least 1125 s), so
+a host counts as up only when its HTTP inventory answers now. A host that exits
+cleanly sends a goodbye and drops out of the listing. Hosts mDNS cannot reach
+(other subnets) come from `seeds` in rig/rig.local.json (inventory URLs).
+
+`--every S` keeps one browser running across rounds, as a collector service
+would: its cache then holds a SIGKILLed host until the TTL runs out, and every
+round reports that host down.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from bench.folknet import Folknet
+from lanes.mask import mask
+from lanes.ui import info
+from rig.inventory import snapshot
+from rig.inventory.advertise import SERVICE_TYPE, check_interface
+
+FETCH_TIMEOUT = 3.0
+
+
+@dataclass
+class Found:
+    """One host as listed by mDNS (or named by a seed)."""
+
+    name: str
+    url: str | None
+    addresses: list[str] = field(default_factory=list)
+    role: str | None = None
+    sources: list[str] = field(default_factory=list)
+    seen_after_s: float | None = None
+
+
+def _name_of(service_name: str) -> str:
+    return service_name[: -len("." + SERVICE_TYPE)] if service_name.endswith("." + SERVICE_TYPE) else service_name
+
+
+class Browser:
+    """A long-lived mDNS browser on one address; `listing()` is what its cache holds now."""
+
+    def __init__(self, interface: str) -> None:
+        from zeroconf import IPVersion, ServiceBrowser, ServiceStateChange, Zeroconf
+
+        self._state_added = ServiceStateChange.Added
+        self._state_removed = ServiceStateChange.Removed
+        self.interface = interface
+        self.t0 = time.monotonic()
+        self._lock = threading.Lock()
+        self._names: dict[str, float] = {}
+        self._resolved: dict[str, Found] = {}
+        self._changed = threading.Event()
+        self.zc = Zeroconf(interfaces=[interface], ip_version=IPVersion.V4Only)
+        self.browser = ServiceBrowser(self.zc, SERVICE_TYPE, handlers=[self._on_change])
+
+    def _on_change(self, zeroconf: Any, service_type: str, name: str, state_change: Any) -> None:
+        with self._lock:
+            if state_change == self._state_removed:
+                self._names.pop(name, None)
+                self._resolved.pop(name, None)
+            elif state_change == self._state_added:
+                self._names.setdefault(name, time.monotonic() - self.t0)
+        self._changed.set()
+
+    def _resolve(self, name: str, seen: float, timeout_ms: int) -> Found | None:
+        from zeroconf import ServiceInfo
+
+        si = ServiceInfo(SERVICE_TYPE, name)
+        if not si.request(self.zc, timeout_ms):
+            return None
+        props = {(k.decode() if isinstance(k, bytes) else str(k)):
+                 (v.decode() if isinstance(v, bytes) else v) for k, v in (si.properties or {}).items()}
+        addrs = si.parsed_addresses()
+        url = props.get("url") or (f"http://{addrs[0]}:{si.port}/inventory" if addrs else None)
+        return Found(name=_name_of(name), url=url, addresses=addrs, role=props.get("role") or None,
+                     sources=["mdns"], seen_after_s=round(seen, 3))
+
+    def listing(self, duration: float, expect: int | None = None) -> list[Found]:
+        """Browse for `duration` seconds (less once `expect` hosts are resolved)."""
+        end = time.monotonic() + duration
+        while True:
+            with self._lock:
+                pending = [(n, s) for n, s in self._names.items() if n not in self._resolved]
+            for name, seen in pending:
+                left = max(0.2, end - time.monotonic())
+                found = self._resolve(name, seen, int(min(left, 3.0) * 1000))
+                if found is not None:
+                    with self._lock:
+                        if name in self._names:
+                            self._resolved[name] = found
+            with self._lock:
+                n = len(self._resolved)
+            if expect is not None and n >= expect:
+                break
+            now = time.monotonic()
+            if now >= end:
+                break
+            self._changed.wait(min(0.1, end - now))
+            self._changed.clear()
+        with self._lock:
+            return [self._resolved[n] for n in sorted(self._resolved) if n in self._names]
+
+    def close(self) -> None:
+        self.browser.cancel()
+        self.zc.close()
+
+
+def fetch(url: str, timeout: float = FETCH_TIMEOUT) -> tuple[dict[str, Any] | None, str | None]:
+    """A host's inventory, or why it is down."""
+    try:
+        r = requests.get(url, timeout=(timeout, timeout))
+    except requests.Timeout:
+        return None, f"inventory {url} did not answer within {timeout:g} s"
+    except requests.RequestException as e:
+        return None, mask(f"inventory {url} unreachable: {type(e).__name__}")
+    if r.status_code != 200:
+        return None, f"inventory {url}: HTTP {r.status_code}"
+    try:
+        doc = r.json()
+    except ValueError:
+        return None, f"inventory {url}: not JSON"
+    if not isinstance(doc, dict):
+        return None, f"inventory {url}: not a JSON object"
+    return doc, None
+
+
+def fetch_all(found: list[Found], timeout: float = FETCH_TIMEOUT) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
+    """Fetch every inventory at once (one thread each), keyed by URL."""
+    urls = sorted({f.url for f in found if f.url})
+    out: dict[str, tuple[dict[str, Any] | None, str | None]] = {}
+    lock = threading.Lock()
+
+    def one(u: str) -> None:
+        res = fetch(u, timeout)
+        with lock:
+            out[u] = res
+
+    threads = [threading.Thread(target=one, args=(u,), daemon=True) for u in urls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 1.0)
+    with lock:
+        return {u: out.get(u, (None, f"inventory {u} did not answer within {timeout:g} s")) for u in urls}
+
+
+def merge(found: list[Found], seeds: list[str], fetched: dict[str, tuple[dict[str, Any] | None, str | None]],
+          at: dt.datetime) -> dict[str, Any]:
+    """The hosts section (pure): one entry per host, up only if its inventory answered."""
+    hosts: dict[str, Any] = {}
+    by_url: dict[str, str] = {}
+    for f in found:
+        doc, err = fetched.get(f.url or "", (None, "no inventory URL in its mDNS record"))
+        hosts[f.name] = {"name": f.name, "url": f.url, "addresses": f.addresses,
+                         "role": (doc or {}).get("role") or f.role, "sources": list(f.sources),
+                         "status": "up" if doc is not None else "down", "error": err,
+                         "seen_after_s": f.seen_after_s, "checked_at": snapshot.iso(at),
+                         "inventory": doc}
+        if f.url:
+            by_url[f.url] = f.name
+    for url in seeds:
+        if url in by_url:
+            hosts[by_url[url]]["sources"].append("seed")
+            continue
+        doc, err = fetched.get(url, (None, "not fetched"))
+        name = str((doc or {}).get("name") or url)
+        if name in hosts:
+            name = url
+        hosts[name] = {"name": name, "url": url, "addresses": [], "role": (doc or {}).get("role"),
+                       "sources": ["seed"], "status": "up" if doc is not None else "down", "error": err,
+                       "seen_after_s": None, "checked_at": snapshot.iso(at), "inventory": doc}
+    return hosts
+
+
+def pool_hosts(hosts: dict[str, Any], pool: str) -> list[str]:
+    return sorted(n for n, h in hosts.items() if pool in ((h.get("inventory") or {}).get("pools") or []))
+
+
+def apply(snap: dict[str, Any], hosts: dict[str, Any], declared: Folknet, at: dt.datetime) -> None:
+    snapshot.merge_declared(snap, declared, at.date())
+    snap["hosts"] = hosts
+    for a in snap["aliases"].values():
+        a["pool_hosts"] = pool_hosts(hosts, a.get("pool") or "")
+    snap["collected_at"] = snapshot.iso(at)
+
+
+def collect_round(browser: Browser | None, seeds: list[str], path: Path, declared: Folknet,
+                  duration: float, expect: int | None) -> dict[str, Any]:
+    found = browser.listing(duration, expect) if browser is not None else []
+    extra = [Found(name=u, url=u, sources=["seed"]) for u in seeds]
+    fetched = fetch_all(found + extra)
+    at = snapshot.now_utc()
+    hosts = merge(found, seeds, fetched, at)
+
+    def change(snap: dict[str, Any]) -> None:
+        apply(snap, hosts, declared, at)
+
+    return snapshot.update(path, change, at)
+
+
+def ansible(snap: dict[str, Any]) -> dict[str, Any]:
+    """Ansible's dynamic-inventory `--list` form: groups by role, `_meta.hostvars`."""
+    groups: dict[str, list[str]] = {}
+    hostvars: dict[str, Any] = {}
+    for name, h in sorted((snap.get("hosts") or {}).items()):
+        inv = h.get("inventory") or {}
+        addrs = h.get("addresses") or ([inv["address"]] if inv.get("address") else [])
+        hv: dict[str, Any] = {"nev_status": h.get("status"), "nev_url": h.get("url"),
+                              "nev_role": h.get("role")}
+        if addrs:
+            hv["ansible_host"] = addrs[0]
+        for k in ("hardware_class", "gpus", "serving", "models", "pools", "software"):
+            if k in inv:
+                hv[f"nev_{k}"] = inv[k]
+        hostvars[name] = hv
+        for role in inv.get("roles") or ([h["role"]] if h.get("role") else []):
+            groups.setdefault(str(role), []).append(name)
+        if h.get("status") != "up":
+            groups.setdefault("down", []).append(name)
+    out: dict[str, Any] = {g: {"hosts": hs} for g, hs in sorted(groups.items())}
+    out["all"] = {"hosts": sorted(hostvars), "children": sorted(groups)}
+    out["_meta"] = {"hostvars": hostvars}
+    return out
+
+
+def run(interface: str | None, seeds: list[str], path: Path, declared: Folknet, timeout: float,
+        expect: int | None, every: float | None, rounds: int | None) -> dict[str, Any]:
+    browser = None
+    if interface is not None:
+        browser = Browser(check_interface(interface))
+    elif not seeds:
+        check_interface(None)
+    else:
+        info("mDNS browse skipped (no --interface or NEV_MDNS_INTERFACE): seeds only")
+    try:
+        n = 0
+        while True:
+            t0 = time.monotonic()
+            snap = collect_round(browser, seeds, path, declared, timeout, expect)
+            n += 1
+            hosts = snap["hosts"]
+            up = sorted(k for k, h in hosts.items() if h["status"] == "up")
+            down = sorted(k for k, h in hosts.items() if h["status"] != "up")
+            info(f"collect round {n} ({time.monotonic() - t0:.1f} s): {len(up)} up"
+                 + (f", down: {', '.join(down)}" if down else "") + f" -> {path}")
+            if every is None or (rounds is not None and n >= rounds):
+                return snap
+            time.sleep(max(0.0, every - (time.monotonic() - t0)))
+    finally:
+        if browser is not None:
+            browser.close()

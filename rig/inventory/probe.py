@@ -1,0 +1,212 @@
+"""Readiness probes: one real, capped completion per alias through the gateway.
+
+A pool's HAProxy and the gateway's `/v1/models` report liveness, not readiness:
+only a completion that returns proves the alias answers. Each round probes every
+declared, not retired alias at once (one thread each, one deadline for all), so a
+hanging pool costs the round at most the probe timeout and never delays the
+others. Where an alias declares a backend `health` URL, it must answer 2xx too.
+
+Status changes with hysteresis: a ready alias turns failing only after N failed
+rounds in a row, a failing one turns ready only after M answered rounds in a row
+(NEV_PROBE_FAILS, NEV_PROBE_OKS; defaults 2 and 2). An alias with no history yet
+(`unknown`) takes the first outcome at once: there is nothing to smooth.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from bench.folknet import Alias, Folknet
+from lanes import settings
+from lanes.errors import ConfigError
+from lanes.mask import mask, register_secret
+from lanes.ui import info
+from rig.inventory import snapshot
+
+READY = "ready"
+FAILING = "failing"
+UNKNOWN = "unknown"
+RETIRED = "retired"
+
+PROMPT = "Reply with the single word OK."
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One probe of one alias."""
+
+    ok: bool
+    latency_s: float | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    fails: int = 2
+    oks: int = 2
+
+    @classmethod
+    def from_settings(cls) -> Policy:
+        fails, oks = settings.get_int(settings.PROBE_FAILS), settings.get_int(settings.PROBE_OKS)
+        if fails < 1 or oks < 1:
+            raise ConfigError(f"NEV_PROBE_FAILS={fails} and NEV_PROBE_OKS={oks} must both be at least 1")
+        return cls(fails=fails, oks=oks)
+
+
+def advance(state: dict[str, Any], out: Outcome, at: dt.datetime, policy: Policy) -> dict[str, Any]:
+    """The alias's next state after one probe outcome (pure; returns a new dict)."""
+    s = dict(state)
+    status = s.get("status") or UNKNOWN
+    when = snapshot.iso(at)
+    s["last_probe"] = when
+    s["latency_s"] = None if out.latency_s is None else round(out.latency_s, 3)
+    if out.ok:
+        s["oks"] = int(s.get("oks") or 0) + 1
+        s["fails"] = 0
+        s["last_answer"] = when
+        s["last_answer_latency_s"] = s["latency_s"]
+    else:
+        s["fails"] = int(s.get("fails") or 0) + 1
+        s["oks"] = 0
+        s["last_error"] = out.error or "failed"
+    new = status
+    if status in (UNKNOWN, RETIRED):
+        new = READY if out.ok else FAILING
+    elif status == READY and s["fails"] >= policy.fails:
+        new = FAILING
+    elif status == FAILING and s["oks"] >= policy.oks:
+        new = READY
+    if new != status or not s.get("since"):
+        s["since"] = when
+    s["status"] = new
+    return s
+
+
+# -- the I/O edge ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Gateway:
+    url: str
+    key: str
+
+    @classmethod
+    def from_settings(cls) -> Gateway:
+        url = settings.get(settings.MODEL_URL)
+        if not url:
+            raise ConfigError("NEV_MODEL_URL is not set; point it at the gateway (e.g. http://gateway:4000)")
+        key_file = settings.get_path(settings.MODEL_KEY_FILE)
+        key = None
+        if key_file is not None:
+            try:
+                key = key_file.read_text(encoding="utf-8").strip()
+            except OSError as e:
+                raise ConfigError(f"NEV_MODEL_KEY_FILE {key_file}: cannot read it ({e.strerror})") from None
+        key = key or settings.get(settings.MODEL_API_KEY)
+        if not key:
+            raise ConfigError("no gateway key: set NEV_MODEL_KEY_FILE to a mode-600 file holding it")
+        register_secret(key)
+        return cls(url=url.rstrip("/"), key=key)
+
+
+def _short(text: str, n: int = 200) -> str:
+    one = " ".join(text.split())
+    return mask(one[:n] + ("..." if len(one) > n else ""))
+
+
+def probe_one(gw: Gateway, alias: Alias, timeout: float) -> Outcome:
+    """One capped completion (max_tokens 1) and the backend health URL if declared."""
+    t0 = time.monotonic()
+    base = gw.url[:-3] if gw.url.endswith("/v1") else gw.url
+    try:
+        r = requests.post(f"{base}/v1/chat/completions", timeout=(min(5.0, timeout), timeout),
+                          headers={"Authorization": f"Bearer {gw.key}"},
+                          json={"model": alias.name, "max_tokens": 1, "temperature": 0,
+                                "messages": [{"role": "user", "content": PROMPT}]})
+    except requests.Timeout:
+        return Outcome(False, None, f"no answer within {timeout:g} s")
+    except requests.RequestException as e:
+        return Outcome(False, None, _short(f"gateway unreachable: {e}"))
+    latency = time.monotonic() - t0
+    if r.status_code != 200:
+        return Outcome(False, latency, f"HTTP {r.status_code}: {_short(r.text)}")
+    try:
+        body = r.json()
+        choices = body.get("choices") if isinstance(body, dict) else None
+    except ValueError:
+        choices = None
+    if not choices:
+        return Outcome(False, latency, f"HTTP 200 without a completion: {_short(r.text)}")
+    if alias.health:
+        left = max(0.5, timeout - latency)
+        try:
+            h = requests.get(alias.health, timeout=(min(5.0, left), left))
+        except requests.RequestException as e:
+            return Outcome(False, latency, _short(f"backend health {alias.health} unreachable: {e}"))
+        if not 200 <= h.status_code < 300:
+            return Outcome(False, latency, f"backend health {alias.health}: HTTP {h.status_code}")
+    return Outcome(True, latency)
+
+
+def probe_round(gw: Gateway, aliases: list[Alias], timeout: float) -> dict[str, Outcome]:
+    """Probe every alias at once; an alias still waiting at the deadline has failed."""
+    results: dict[str, Outcome] = {}
+    lock = threading.Lock()
+
+    def run(a: Alias) -> None:
+        try:
+            out = probe_one(gw, a, timeout)
+        except Exception as e:  # a probe must never take the round down with it
+            out = Outcome(False, None, _short(f"probe error: {e}"))
+        with lock:
+            results[a.name] = out
+
+    threads = [threading.Thread(target=run, args=(a,), daemon=True, name=f"probe-{a.name}")
+               for a in aliases]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout + 1.0
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    with lock:
+        return {a.name: results.get(a.name, Outcome(False, None, f"no answer within {timeout:g} s"))
+                for a in aliases}
+
+
+def run_round(path: Path, declared: Folknet, gw: Gateway, timeout: float, policy: Policy,
+              now: dt.datetime | None = None) -> dict[str, Any]:
+    """One probe round, folded into the snapshot (written even when every probe failed)."""
+    today = (now or snapshot.now_utc()).date()
+    targets = [a for a in declared.aliases.values() if not a.is_retired(today)]
+    outcomes = probe_round(gw, targets, timeout)
+    at = now or snapshot.now_utc()
+
+    def change(snap: dict[str, Any]) -> None:
+        snapshot.merge_declared(snap, declared, at.date())
+        for name, out in outcomes.items():
+            snap["aliases"][name] = advance(snap["aliases"].get(name) or {}, out, at, policy)
+        snap["probed_at"] = snapshot.iso(at)
+
+    return snapshot.update(path, change, at)
+
+
+def run(path: Path, declared: Folknet, gw: Gateway, timeout: float, policy: Policy,
+        every: float | None, rounds: int | None) -> int:
+    """Probe once, or every `every` seconds (for `rounds` rounds, or until stopped)."""
+    n = 0
+    while True:
+        t0 = time.monotonic()
+        snap = run_round(path, declared, gw, timeout, policy)
+        n += 1
+        states = snap["aliases"]
+        summary = ", ".join(f"{k} {v.get('status')}" for k, v in sorted(states.items()))
+        info(f"probe round {n} ({time.monotonic() - t0:.1f} s): {summary}")
+        if every is None or (rounds is not None and n >= rounds):
+            return 0
+        time.sleep(max(0.0, every - (time.monotonic() - t0)))

@@ -1,0 +1,132 @@
+"""`nev rig status`: the snapshot as a table (alias, status, held for, last answer, age).
+
+`rows` and `render` are pure; `load_local` and `load_from_lane` fetch the snapshot
+(the lane's over SSH, read with `cat` through the one SSH module).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.inventory_check import parse_time
+from lanes import config as lanes_config
+from lanes import settings
+from lanes.errors import NevError
+from lanes.ssh import Connection
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    if s < 172800:
+        return f"{s // 3600} h {(s % 3600) // 60} min"
+    return f"{s // 86400} d"
+
+
+def _since(value: Any, now: dt.datetime) -> float | None:
+    t = parse_time(value)
+    return None if t is None else (now - t).total_seconds()
+
+
+def rows(snap: dict[str, Any], now: dt.datetime) -> list[dict[str, Any]]:
+    """One row per declared alias, retired ones last, for people and for --json."""
+    out = []
+    for name, a in sorted((snap.get("aliases") or {}).items(),
+                          key=lambda kv: (kv[1].get("status") == "retired", kv[0])):
+        status = a.get("status") or "unknown"
+        held = None if status == "retired" else _since(a.get("since"), now)
+        out.append({
+            "alias": name, "status": status,
+            "held_for_s": held,
+            "since": a.get("since"),
+            "last_answer": a.get("last_answer"),
+            "last_answer_ago_s": _since(a.get("last_answer"), now),
+            "latency_s": a.get("last_answer_latency_s"),
+            "last_error": a.get("last_error") if status != "ready" else None,
+            "retired": a.get("retired"),
+            "pool": a.get("pool"),
+        })
+    return out
+
+
+def summary(snap: dict[str, Any], now: dt.datetime, source: str) -> dict[str, Any]:
+    hosts = snap.get("hosts") or {}
+    return {
+        "snapshot": source,
+        "written_at": snap.get("written_at"),
+        "probed_at": snap.get("probed_at"),
+        "snapshot_age_s": _since(snap.get("probed_at"), now),
+        "collected_at": snap.get("collected_at"),
+        "collected_age_s": _since(snap.get("collected_at"), now),
+        "aliases": rows(snap, now),
+        "hosts": [{"name": n, "status": h.get("status"), "role": h.get("role"), "url": h.get("url"),
+                   "error": h.get("error")} for n, h in sorted(hosts.items())],
+    }
+
+
+def render(s: dict[str, Any]) -> str:
+    head = ("alias", "status", "held for", "last answer", "latency", "last error")
+    table = [head]
+    for r in s["aliases"]:
+        if r["status"] == "retired":
+            held = f"since {r['retired']}"
+        else:
+            held = age(r["held_for_s"])
+        last = "-" if r["last_answer_ago_s"] is None else f"{age(r['last_answer_ago_s'])} ago"
+        lat = "-" if r["latency_s"] is None else f"{r['latency_s']:.2f} s"
+        table.append((r["alias"], r["status"], held, last, lat, (r["last_error"] or "")[:60]))
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    probe_age = "never probed" if s["snapshot_age_s"] is None else f"probed {age(s['snapshot_age_s'])} ago"
+    coll = "never collected" if s["collected_age_s"] is None else f"collected {age(s['collected_age_s'])} ago"
+    lines.append(f"snapshot age: {probe_age}, hosts {coll} ({s['snapshot']})")
+    if s["hosts"]:
+        down = [h["name"] for h in s["hosts"] if h["status"] != "up"]
+        lines.append(f"hosts: {len(s['hosts']) - len(down)} up"
+                     + (f", down: {', '.join(down)}" if down else ""))
+    return "\n".join(lines)
+
+
+def _parse(text: str, source: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise NevError(f"inventory snapshot {source} is not valid JSON (line {e.lineno}); "
+                       "run `nev rig probe` to rewrite it") from None
+    if not isinstance(data, dict):
+        raise NevError(f"inventory snapshot {source} is not a JSON object; run `nev rig probe` to rewrite it")
+    return data
+
+
+def load_local(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NevError(f"no inventory snapshot at {path}: run `nev rig collect` and `nev rig probe` "
+                       "(NEV_INVENTORY names the file)", 3) from None
+    return _parse(text, str(path))
+
+
+def lane_snapshot_path() -> str:
+    """The snapshot's path as the lane sees it (relative to the lane user's home for `~/`)."""
+    raw = settings.get(settings.INVENTORY) or ""
+    return raw[2:] if raw.startswith("~/") else raw
+
+
+def load_from_lane(index: int) -> tuple[dict[str, Any], str]:
+    lane = lanes_config.pick(lanes_config.configured(), index)[0]
+    path = lane_snapshot_path()
+    with Connection(lane.target) as conn:
+        res = conn.run(["cat", "--", path])
+    source = f"{lane.label}:{path}"
+    if res.exit_status != 0:
+        raise NevError(f"no inventory snapshot at {source}: run `nev rig probe` on that lane", 3)
+    return _parse(res.stdout.decode("utf-8", "replace"), source), source

@@ -1,0 +1,138 @@
+"""Probe hysteresis, the snapshot's declared section and the status table (pure parts)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from pathlib import Path
+
+from bench import folknet
+from rig.inventory import snapshot, status
+from rig.inventory.probe import Outcome, Policy, advance
+
+T0 = dt.datetime(2026, 11, 30, 10, 0, 0, tzinfo=dt.UTC)
+OK = Outcome(True, 0.05)
+BAD = Outcome(False, 0.01, "HTTP 503: stand-in pool told to answer 503")
+
+
+def rounds(outcomes: list[Outcome], policy: Policy, state: dict | None = None) -> list[dict]:
+    s = state or {}
+    out = []
+    for i, o in enumerate(outcomes):
+        s = advance(s, o, T0 + dt.timedelta(minutes=5 * i), policy)
+        out.append(s)
+    return out
+
+
+def test_first_outcome_decides_an_unknown_alias():
+    assert rounds([OK], Policy())[-1]["status"] == "ready"
+    assert rounds([BAD], Policy())[-1]["status"] == "failing"
+
+
+def test_ready_alias_turns_failing_only_after_n_failures_in_a_row():
+    seq = rounds([OK, BAD, BAD, BAD], Policy(fails=3, oks=2))
+    assert [s["status"] for s in seq] == ["ready", "ready", "ready", "failing"]
+    assert seq[-1]["since"] == snapshot.iso(T0 + dt.timedelta(minutes=15))
+    assert seq[-1]["last_error"].startswith("HTTP 503")
+    assert seq[-1]["last_answer"] == snapshot.iso(T0)
+
+
+def test_a_success_between_failures_resets_the_count():
+    seq = rounds([OK, BAD, OK, BAD, OK], Policy(fails=2, oks=2))
+    assert {s["status"] for s in seq} == {"ready"}
+    assert seq[-1]["since"] == snapshot.iso(T0)
+
+
+def test_failing_alias_turns_ready_only_after_m_successes():
+    seq = rounds([BAD, OK, OK, BAD, OK, OK, OK], Policy(fails=2, oks=3))
+    assert [s["status"] for s in seq] == ["failing"] * 6 + ["ready"]
+    assert seq[-1]["since"] == snapshot.iso(T0 + dt.timedelta(minutes=30))
+    assert seq[-1]["last_answer_latency_s"] == 0.05
+
+
+def test_since_holds_while_the_status_holds():
+    seq = rounds([OK, OK, OK], Policy())
+    assert {s["since"] for s in seq} == {snapshot.iso(T0)}
+    assert seq[-1]["last_answer"] == snapshot.iso(T0 + dt.timedelta(minutes=10))
+
+
+def write_declared(tmp_path: Path, aliases: dict) -> folknet.Folknet:
+    p = tmp_path / "folknet.json"
+    p.write_text(json.dumps({"schema": 1, "providers": ["self-hosted"], "aliases": aliases}))
+    return folknet.load(p)
+
+
+A = {"pool": "gpu0", "max_inflight": 4, "provider": "self-hosted", "keys": ["batch"]}
+
+
+def test_merge_declared_keeps_probe_state_drops_removed_marks_retired(tmp_path):
+    decl = write_declared(tmp_path, {"a": A, "b": dict(A, retired="2026-09-22")})
+    snap = snapshot.empty()
+    snap["aliases"] = {"a": {"status": "ready", "since": "2026-11-30T09:00:00Z", "max_inflight": 1},
+                       "gone": {"status": "ready"}, "b": {"status": "ready"}}
+    snapshot.merge_declared(snap, decl, T0.date())
+    assert set(snap["aliases"]) == {"a", "b"}
+    assert snap["aliases"]["a"]["status"] == "ready" and snap["aliases"]["a"]["max_inflight"] == 4
+    assert snap["aliases"]["a"]["since"] == "2026-11-30T09:00:00Z"
+    assert snap["aliases"]["b"]["status"] == "retired"
+
+
+def test_snapshot_update_is_atomic_and_keeps_other_sections(tmp_path):
+    p = tmp_path / "inv" / "inventory.json"
+    snapshot.update(p, lambda s: s["hosts"].update(h={"status": "up"}), T0)
+    snapshot.update(p, lambda s: s.update(probed_at="x"), T0)
+    data = json.loads(p.read_text())
+    assert data["hosts"] == {"h": {"status": "up"}} and data["probed_at"] == "x"
+    assert data["written_at"] == "2026-11-30T10:00:00Z"
+    assert [f.name for f in p.parent.iterdir() if f.name.startswith(".")] == []
+
+
+def test_concurrent_writers_lose_no_section(tmp_path):
+    p = tmp_path / "inventory.json"
+
+    def bump(key: str) -> None:
+        for i in range(30):
+            snapshot.update(p, lambda s, i=i: s["hosts"].__setitem__(f"{key}{i}", {}))
+
+    ts = [threading.Thread(target=bump, args=(k,)) for k in "ab"]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(json.loads(p.read_text())["hosts"]) == 60
+
+
+def test_corrupt_snapshot_is_started_over(tmp_path):
+    p = tmp_path / "inventory.json"
+    p.write_text("{oops")
+    snapshot.update(p, lambda s: s["aliases"].update(a={"status": "ready"}), T0)
+    assert json.loads(p.read_text())["aliases"] == {"a": {"status": "ready"}}
+
+
+def test_status_table_shows_held_for_last_answer_retired_and_snapshot_age():
+    snap = {"probed_at": "2026-11-30T09:58:00Z", "collected_at": None,
+            "aliases": {
+                "fast": {"status": "ready", "since": "2026-11-30T07:30:00Z", "last_answer": "2026-11-30T09:58:00Z",
+                         "last_answer_latency_s": 0.42},
+                "slow": {"status": "failing", "since": "2026-11-30T09:50:00Z", "last_answer": "2026-11-30T09:40:00Z",
+                         "last_error": "HTTP 503: told to"},
+                "old": {"status": "retired", "retired": "2026-09-22"}},
+            "hosts": {"gpu0": {"status": "up"}, "gpu1": {"status": "down"}}}
+    s = status.summary(snap, T0, "inv.json")
+    assert [r["alias"] for r in s["aliases"]] == ["fast", "slow", "old"]
+    assert s["aliases"][1]["held_for_s"] == 600 and s["snapshot_age_s"] == 120
+    text = status.render(s)
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["alias", "status", "held"]
+    assert lines[1].split()[:5] == ["fast", "ready", "2", "h", "30"]
+    assert "0.42 s" in lines[1] and "2 min ago" in lines[1]
+    assert lines[2].split()[:4] == ["slow", "failing", "10", "min"] and "HTTP 503" in lines[2]
+    assert lines[3].split()[:4] == ["old", "retired", "since", "2026-09-22"]
+    assert "snapshot age: probed 2 min ago, hosts never collected (inv.json)" in text
+    assert "hosts: 1 up, down: gpu1" in text
+
+
+def test_age_formats():
+    assert [status.age(x) for x in (None, 5, 119, 120, 7199, 7200, 200000)] == \
+        ["-", "5 s", "119 s", "2 min", "119 min", "2 h 0 min", "2 d"]
