@@ -102,7 +102,11 @@ def build(declared: dict[str, Any], addr: str, port: int, name: str, started_at:
     for k in ("gpus", "serving", "models", "pools"):
         doc.setdefault(k, [])
     dropped: list[str] = []
-    return sanitize(doc, dropped), dropped
+    clean = sanitize(doc, dropped)
+    notes = [f"field {d} dropped (secret-named fields are never served)" for d in dropped]
+    notes += [f"field {k} ignored (not an inventory field: {', '.join(DECLARED_KEYS)})"
+              for k in declared if k not in DECLARED_KEYS]
+    return clean, notes
 
 
 def read_declared(path: Path | None) -> dict[str, Any]:
@@ -221,8 +225,8 @@ def run(interface: str | None, inventory: Path | None, port: int, name: str | No
     declared = read_declared(inventory)
     host_name = name or declared.get("name") or default_name(addr)
     doc, dropped = build(declared, addr, port, host_name, snapshot.iso(snapshot.now_utc()))
-    for d in dropped:
-        info(f"inventory: field {d} dropped (secret-named fields are never served)")
+    for note in dropped:
+        info(f"inventory: {note}")
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:

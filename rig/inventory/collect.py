@@ -72,6 +72,8 @@ class Browser:
                 self._resolved.pop(name, None)
             elif state_change == self._state_added:
                 self._names.setdefault(name, time.monotonic() - self.t0)
+            else:  # updated: a restarted host may serve elsewhere now; resolve it again
+                self._resolved.pop(name, None)
         self._changed.set()
 
     def _resolve(self, name: str, seen: float, timeout_ms: int) -> Found | None:
