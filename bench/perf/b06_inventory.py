@@ -1,0 +1,145 @@
+"""B6: time until `collect` sees every host, and one probe round of every alias, against the
+slowest single host / alias alone (baselines run in the same run).
+
+Set-up (root needed): HOSTS network namespaces on a bridge in 198.18.200.0/24, each running
+the real `nev rig advertise`; stand-in pools (one per alias, each with its own answer delay)
+behind the real LiteLLM proxy on loopback. The collector and the prober run in this process,
+with the same code `nev rig collect` and `nev rig probe` use.
+
+    .venv/bin/python bench/perf/b06_inventory.py [--hosts 6] [--reps 3]
+
+Prints the figures, appends a JSON line to bench/perf/results.jsonl, and prints the ratios last
+(1.0 would mean: every host / every alias costs no more than the slowest one alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.folknet import Alias  # noqa: E402
+from rig.inventory import collect, probe  # noqa: E402
+from tests.inventory_netns import Hosts  # noqa: E402
+from tests.inventory_standin import LiteLLMProxy, StandinPool  # noqa: E402
+
+DELAYS = {"b6-a0": 0.0, "b6-a1": 0.1, "b6-a2": 0.3, "b6-a3": 0.6}
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def time_collect(bridge: str, expect: int) -> float:
+    t0 = time.monotonic()
+    b = collect.Browser(bridge)
+    try:
+        found = b.listing(10.0, expect=expect)
+        fetched = collect.fetch_all(found)
+    finally:
+        b.close()
+    took = time.monotonic() - t0
+    up = [u for u, (doc, _err) in fetched.items() if doc is not None]
+    if len(up) < expect:
+        raise SystemExit(f"collect saw {len(up)} of {expect} hosts: {fetched}")
+    return took
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, default=6)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="b06-"))
+    rss: dict[str, float | None] = {}
+    hosts = Hosts(args.hosts)
+    try:
+        # -- collect: each host alone, then every host ----------------------
+        single = []
+        for n in hosts.names:
+            p = hosts.advertise(n, tmp, {"role": "pool", "pools": [n]}, name=f"b6-{n}")
+            hosts.wait_for_line(tmp / f"{n}.advertise.log", "advertising")
+            single.append(statistics.median(time_collect(hosts.bridge_addr, 1) for _ in range(args.reps)))
+            hosts.stop(p)
+        procs = {}
+        for n in hosts.names:
+            procs[n] = hosts.advertise(n, tmp, {"role": "pool", "pools": [n]}, name=f"b6-{n}")
+        for n in hosts.names:
+            hosts.wait_for_line(tmp / f"{n}.advertise.log", "advertising")
+        all_hosts = statistics.median(time_collect(hosts.bridge_addr, args.hosts) for _ in range(args.reps))
+        rss["advertise_max"] = max((peak_rss_mb(p.pid) or 0.0) for p in procs.values()) or None
+        for p in procs.values():
+            hosts.stop(p)
+    finally:
+        hosts.close()
+
+    pools = {a: StandinPool() for a in DELAYS}
+    for a, d in DELAYS.items():
+        pools[a].set_mode(a, "ok", delay=d)
+    key = "sk-b06-" + os.urandom(12).hex()
+    gw = LiteLLMProxy(tmp, {a: p.url for a, p in pools.items()}, key)
+    try:
+        gateway = probe.Gateway(gw.url, key)
+        aliases = [Alias(name=a, pool=a, max_inflight=1, provider="self-hosted") for a in DELAYS]
+        probe.probe_round(gateway, aliases, 10.0)  # warm the proxy's connections
+
+        def timed(sel: list[Alias]) -> float:
+            t0 = time.monotonic()
+            outs = probe.probe_round(gateway, sel, 10.0)
+            took = time.monotonic() - t0
+            bad = {k: o.error for k, o in outs.items() if not o.ok}
+            if bad:
+                raise SystemExit(f"probe failed: {bad}")
+            return took
+
+        alone = {a.name: statistics.median(timed([a]) for _ in range(args.reps)) for a in aliases}
+        round_all = statistics.median(timed(aliases) for _ in range(args.reps))
+        rss["litellm"] = peak_rss_mb(gw.proc.pid)
+    finally:
+        for pool in pools.values():
+            pool.close()
+        gw.close()
+    rss["bench_process"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+    slowest_host = max(single)
+    slowest_alias = max(alone.values())
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or None
+    rec = {"bench": "B6", "commit": commit, "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+           "hosts": args.hosts, "aliases": len(DELAYS), "reps": args.reps,
+           "collect_all_s": round(all_hosts, 3), "collect_slowest_single_s": round(slowest_host, 3),
+           "collect_ratio": round(all_hosts / slowest_host, 2),
+           "probe_round_s": round(round_all, 3), "probe_slowest_single_s": round(slowest_alias, 3),
+           "probe_ratio": round(round_all / slowest_alias, 2),
+           "probe_alone_s": {k: round(v, 3) for k, v in alone.items()}, "peak_rss_mb": rss}
+    with open(ROOT / "bench" / "perf" / "results.jsonl", "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    print(f"collect, {args.hosts} hosts: {all_hosts:.3f} s; slowest single host alone: {slowest_host:.3f} s")
+    print(f"probe round, {len(DELAYS)} aliases: {round_all:.3f} s; slowest alias alone: {slowest_alias:.3f} s "
+          f"(each alone: {', '.join(f'{k} {v:.3f}' for k, v in alone.items())})")
+    print(f"peak RSS MB: {rss}")
+    print(f"ratio collect {rec['collect_ratio']}  probe {rec['probe_ratio']}")
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    sys.exit(main())
