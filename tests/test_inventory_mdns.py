@@ -1,7 +1,8 @@
-"""mDNS discovery and the HTTP inventory across real network namespaces on a bridge.
+"""mDNS discovery and the HTTP inventory on the rig-in-a-box: every box host advertises.
 
-Each host runs the real `nev rig advertise` in its own namespace; the collector
-(`nev rig collect`) runs in the root namespace, browsing on the bridge address only.
+Each host runs the real `nev rig advertise` in its own network namespace; the collector
+(`nev rig collect`) runs in the root namespace (the development box), browsing on the
+bridge address only.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.inventory_netns import Hosts
+from tests.inventory_hosts import Advertisers
 
 ROOT = Path(__file__).resolve().parent.parent
 DECLARED = {"schema": 1, "providers": ["self-hosted"], "aliases": {
@@ -25,13 +26,13 @@ DECLARED = {"schema": 1, "providers": ["self-hosted"], "aliases": {
     "slow": {"pool": "gpu1", "max_inflight": 2, "provider": "self-hosted", "keys": ["batch"]}}}
 
 
-@pytest.fixture(scope="module")
-def hosts():
-    h = Hosts(3)
+@pytest.fixture()
+def adv(box, tmp_path):
+    a = Advertisers(box, tmp_path)
     try:
-        yield h
+        yield a
     finally:
-        h.close()
+        a.close()
 
 
 @pytest.fixture()
@@ -47,96 +48,119 @@ def nev(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess
                           capture_output=True, text=True, timeout=timeout)
 
 
-def start_all(hosts: Hosts, tmp: Path, tag: str, env: dict[str, str] | None = None) -> dict[str, subprocess.Popen]:
-    procs = {}
-    for i, n in enumerate(hosts.names):
-        inv = {"role": "pool" if i < 2 else "gateway", "hardware_class": "stand-in",
-               "pools": [f"gpu{i}"] if i < 2 else [], "models": [], "gpus": []}
-        procs[n] = hosts.advertise(n, tmp, inv, name=f"{n}-{tag}", env=env)
-    for n in hosts.names:
-        hosts.wait_for_line(tmp / f"{n}.advertise.log", "advertising")
-    return procs
+def inventory_of(box):
+    def inv(host: str) -> dict:
+        role = box.hosts[host]["role"]
+        return {"role": role, "hardware_class": "stand-in", "pools": [host] if role == "pool" else [],
+                "models": [], "gpus": []}
+    return inv
 
 
-def test_collect_finds_every_host_with_its_inventory_and_exports_ansible(hosts, tmp_path, env):
-    procs = start_all(hosts, tmp_path, "a")
+def mine(snap: dict, tag: str) -> dict:
+    return {k.removesuffix(f"-{tag}"): v for k, v in snap["hosts"].items() if k.endswith(f"-{tag}")}
+
+
+def test_collect_finds_every_box_host_with_its_inventory_and_exports_ansible(box, adv, env):
+    procs = adv.start_all("a", inventory_of(box))
     t0 = time.monotonic()
-    r = nev(["rig", "collect", "--interface", hosts.bridge_addr, "--timeout", "5", "--expect", "3",
-             "--ansible"], env)
+    r = nev(["rig", "collect", "--interface", box.bridge_addr, "--timeout", "8",
+             "--expect", str(len(box.hosts)), "--ansible"], env)
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     snap = json.loads(Path(env["NEV_INVENTORY"]).read_text())
-    mine = {k: v for k, v in snap["hosts"].items() if k.endswith("-a")}
-    assert sorted(mine) == ["ninv0-a", "ninv1-a", "ninv2-a"]
-    assert {h["status"] for h in mine.values()} == {"up"}
-    assert mine["ninv0-a"]["inventory"]["pools"] == ["gpu0"]
-    assert mine["ninv0-a"]["addresses"] == [hosts.addrs["ninv0"]]
-    assert mine["ninv2-a"]["role"] == "gateway"
-    assert snap["aliases"]["fast"]["pool_hosts"] == ["ninv0-a"]
+    hosts = mine(snap, "a")
+    assert sorted(hosts) == sorted(box.hosts)
+    assert {h["status"] for h in hosts.values()} == {"up"}
+    for name, h in hosts.items():
+        assert h["addresses"] == [box.hosts[name]["addr"]]
+        assert h["role"] == box.hosts[name]["role"]
+    assert hosts["gpu0"]["inventory"]["pools"] == ["gpu0"]
+    assert snap["aliases"]["fast"]["pool_hosts"] == ["gpu0-a"]
     assert snap["collected_at"] and snap["written_at"]
-    assert took < 5, f"--expect 3 should stop the browse early, took {took:.1f} s"
+    assert took < 8, f"--expect should stop the browse once every host is found, took {took:.1f} s"
     ans = json.loads(r.stdout)
-    assert sorted(ans["pool"]["hosts"]) == ["ninv0-a", "ninv1-a"]
-    assert ans["_meta"]["hostvars"]["ninv1-a"]["ansible_host"] == hosts.addrs["ninv1"]
-    assert ans["_meta"]["hostvars"]["ninv1-a"]["nev_pools"] == ["gpu1"]
+    assert sorted(ans["lane"]["hosts"]) == [f"{h}-a" for h in sorted(box.hosts) if h.startswith("lane")]
+    assert ans["_meta"]["hostvars"]["gpu1-a"]["ansible_host"] == box.hosts["gpu1"]["addr"]
+    assert ans["_meta"]["hostvars"]["gpu1-a"]["nev_pools"] == ["gpu1"]
     for p in procs.values():
-        assert hosts.stop(p) == 0
+        assert adv.stop(p) == 0
 
 
-def test_clean_stop_disappears_and_sigkill_is_reported_down(hosts, tmp_path, env):
-    procs = start_all(hosts, tmp_path, "b")
+def test_clean_stop_disappears_and_sigkill_is_reported_down(box, adv, env, tmp_path):
+    procs = adv.start_all("b", inventory_of(box))
     log = tmp_path / "collect.log"
-    collector = hosts.popen(None, [sys.executable, "-m", "rig.cli", "rig", "collect", "--interface",
-                                   hosts.bridge_addr, "--timeout", "0.5", "--every", "1"], log, env)
+    collector = adv.popen(None, [sys.executable, "-m", "rig.cli", "rig", "collect", "--interface",
+                                 box.bridge_addr, "--timeout", "0.5", "--every", "1"], log, env)
     snap_path = Path(env["NEV_INVENTORY"])
 
-    def wait_for(pred, what: str, timeout: float = 20.0) -> dict:
+    def wait_for(pred, what: str, timeout: float = 30.0) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                snap = json.loads(snap_path.read_text())
+                hosts = mine(json.loads(snap_path.read_text()), "b")
             except (FileNotFoundError, json.JSONDecodeError):
-                snap = None
-            if snap is not None and pred(snap["hosts"]):
-                return snap
+                hosts = None
+            if hosts is not None and pred(hosts):
+                return hosts
             time.sleep(0.2)
         raise AssertionError(f"{what}: {snap_path.read_text() if snap_path.exists() else 'no snapshot'}\n"
                              f"{log.read_text()}")
 
-    wait_for(lambda h: all(h.get(f"{n}-b", {}).get("status") == "up" for n in hosts.names), "all up")
-    assert hosts.stop(procs["ninv1"], signal.SIGTERM) == 0
-    hosts.stop(procs["ninv0"], signal.SIGKILL)
-    snap = wait_for(lambda h: "ninv1-b" not in h and h.get("ninv0-b", {}).get("status") == "down",
-                    "clean stop gone, SIGKILL down")
-    assert snap["hosts"]["ninv2-b"]["status"] == "up"
-    assert "unreachable" in snap["hosts"]["ninv0-b"]["error"]
-    assert "ninv0-b" in snap["hosts"], "mDNS still lists the killed host"
-    assert hosts.stop(collector) == 143
-    hosts.stop(procs["ninv2"])
+    wait_for(lambda h: len(h) == len(box.hosts) and all(x["status"] == "up" for x in h.values()), "all up")
+    assert adv.stop(procs["gpu1"], signal.SIGTERM) == 0
+    adv.stop(procs["gpu0"], signal.SIGKILL)
+    hosts = wait_for(lambda h: "gpu1" not in h and h.get("gpu0", {}).get("status") == "down",
+                     "clean stop gone, SIGKILL down")
+    assert "unreachable" in hosts["gpu0"]["error"]
+    assert {n for n, h in hosts.items() if h["status"] == "up"} == set(box.hosts) - {"gpu0", "gpu1"}
+    assert adv.stop(collector) == 143
+    for p in procs.values():
+        adv.stop(p)
 
 
-def test_http_inventory_never_serves_a_key_or_token(hosts, tmp_path):
-    secret = "sk-inventory-test-" + os.urandom(12).hex()
-    token = os.urandom(20).hex()
-    inv = {"role": "gateway", "hardware_class": "stand-in", "api_key": secret,
-           "software": {"litellm": "1.108", "master_key": secret},
-           "serving": [{"unit": "litellm", "env": f"LITELLM_MASTER_KEY={secret}",
-                        "url": f"http://batch:{token}@198.18.200.20:4000"}],
-           "notes": f"Authorization: Bearer {secret}"}
-    p = hosts.advertise("ninv2", tmp_path, inv, port=8788, name="ninv2-s",
-                        env={"NEV_MODEL_API_KEY": secret, "NEV_FORGE_TOKEN": token})
-    hosts.wait_for_line(tmp_path / "ninv2.advertise.log", "advertising")
-    body = requests.get(f"http://{hosts.addrs['ninv2']}:8788/inventory", timeout=5).text
-    assert secret not in body and token not in body
+def box_secrets(box) -> dict[str, str]:
+    """Every real key and token of the box, by the file that holds it."""
+    files = [box.forge_token_file, getattr(box, "master_key_file", None),
+             *(getattr(box, "keys", {}) or {}).values()]
+    out = {}
+    for f in files:
+        if f and Path(f).exists():
+            out[str(f)] = Path(f).read_text().strip()
+    assert out, "the box has no key files"
+    return out
+
+
+def test_http_inventory_never_serves_a_key_or_token(box, adv, env):
+    secrets = box_secrets(box)
+    token = secrets[str(box.forge_token_file)]
+    key = next((v for k, v in secrets.items() if k != str(box.forge_token_file)), "sk-" + os.urandom(12).hex())
+    inv = {"role": "gateway", "hardware_class": "stand-in", "api_key": key,
+           "software": {"litellm": "1.108", "master_key": key},
+           "serving": [{"unit": "litellm", "env": f"LITELLM_MASTER_KEY={key}",
+                        "url": f"http://nev:{token}@{box.forge_addr}/git/"}],
+           "notes": f"Authorization: Bearer {key}; forge token {token}"}
+    p = adv.start("gateway", "s2", inv, port=8791, env={"NEV_MODEL_API_KEY": key, "NEV_FORGE_TOKEN": token})
+    adv.wait_for_line(adv.log("gateway", "s2"), "advertising")
+    body = requests.get(f"http://{adv.addr('gateway')}:8791/inventory", timeout=5).text
     doc = json.loads(body)
     assert "api_key" not in doc and "master_key" not in doc["software"]
     assert doc["role"] == "gateway" and doc["software"]["litellm"] == "1.108"
-    log = (tmp_path / "ninv2.advertise.log").read_text()
+    log = adv.log("gateway", "s2").read_text()
     assert "field software.master_key dropped" in log and "field api_key ignored" in log
-    assert secret not in log and token not in log
-    # read-only: no method but GET changes or answers anything
-    assert requests.post(f"http://{hosts.addrs['ninv2']}:8788/inventory", timeout=5).status_code == 405
-    assert hosts.stop(p) == 0
+    # every inventory served on the box, including any the box runs itself, scanned for every key
+    r = nev(["rig", "collect", "--interface", box.bridge_addr, "--timeout", "3", "--json"], env)
+    assert r.returncode == 0, r.stderr
+    served = [body, log, r.stdout, Path(env["NEV_INVENTORY"]).read_text()]
+    for h in json.loads(r.stdout).values():
+        if h["url"] and h["status"] == "up":
+            served.append(requests.get(h["url"], timeout=5).text)
+    assert len(served) >= 5
+    for where, secret in secrets.items():
+        for text in served:
+            assert secret not in text, f"the secret in {where} was served"
+    # read-only: no method but GET answers
+    assert requests.post(f"http://{adv.addr('gateway')}:8791/inventory", timeout=5).status_code == 405
+    assert adv.stop(p) == 0
 
 
 def test_advertise_refuses_all_interfaces_and_no_interface(env):
@@ -147,16 +171,16 @@ def test_advertise_refuses_all_interfaces_and_no_interface(env):
     assert r.returncode == 2 and "--interface" in r.stderr
 
 
-def test_static_seeds_reach_hosts_mdns_cannot(hosts, tmp_path, env):
-    p = hosts.advertise("ninv1", tmp_path, {"role": "pool", "pools": ["gpu1"]}, port=8789, name="ninv1-seed")
-    hosts.wait_for_line(tmp_path / "ninv1.advertise.log", "advertising")
+def test_static_seeds_reach_hosts_mdns_cannot(box, adv, env):
+    p = adv.start("lane1", "seed", {"role": "lane"}, port=8792)
+    adv.wait_for_line(adv.log("lane1", "seed"), "advertising")
+    dead = f"http://{adv.addr('proxy')}:8799/inventory"
     Path(env["NEV_RIG_FILE"]).write_text(json.dumps({"roles": {}, "seeds": [
-        f"http://{hosts.addrs['ninv1']}:8789/inventory", f"http://{hosts.addrs['ninv2']}:8799/inventory"]}))
+        f"http://{adv.addr('lane1')}:8792/inventory", dead]}))
     r = nev(["rig", "collect", "--json"], dict(env, NEV_MDNS_INTERFACE=""))
     assert r.returncode == 0, r.stderr
     assert "mDNS browse skipped" in r.stderr
     got = json.loads(r.stdout)
-    assert got["ninv1-seed"]["status"] == "up" and got["ninv1-seed"]["sources"] == ["seed"]
-    dead = got[f"http://{hosts.addrs['ninv2']}:8799/inventory"]
-    assert dead["status"] == "down" and "unreachable" in dead["error"]
-    assert hosts.stop(p) == 0
+    assert got["lane1-seed"]["status"] == "up" and got["lane1-seed"]["sources"] == ["seed"]
+    assert got[dead]["status"] == "down" and "unreachable" in got[dead]["error"]
+    assert adv.stop(p) == 0

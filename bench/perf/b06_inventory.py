@@ -1,12 +1,13 @@
 """B6: time until `collect` sees every host, and one probe round of every alias, against the
 slowest single host / alias alone (baselines run in the same run).
 
-Set-up (root needed): HOSTS network namespaces on a bridge in 198.18.200.0/24, each running
-the real `nev rig advertise`; stand-in pools (one per alias, each with its own answer delay)
-behind the real LiteLLM proxy on loopback. The collector and the prober run in this process,
-with the same code `nev rig collect` and `nev rig probe` use.
+Set-up (root needed): the rig-in-a-box (NEV_BOX_NAME, default "bsix", net NEV_BOX_NET, default
+198.18.62; brought up here and down at the end unless NEV_BOX_KEEP=1), every host running the
+real `nev rig advertise` in its namespace; stand-in pools (one per alias, each with its own
+answer delay) behind the real LiteLLM proxy on loopback. The collector and the prober run in
+this process, with the same code `nev rig collect` and `nev rig probe` use.
 
-    .venv/bin/python bench/perf/b06_inventory.py [--hosts 6] [--reps 3]
+    .venv/bin/python bench/perf/b06_inventory.py [--reps 3]
 
 Prints the figures, appends a JSON line to bench/perf/results.jsonl, and prints the ratios last
 (1.0 would mean: every host / every alias costs no more than the slowest one alone).
@@ -31,8 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.folknet import Alias  # noqa: E402
+from lanes import settings  # noqa: E402
+from rig.box import Box  # noqa: E402
 from rig.inventory import collect, probe  # noqa: E402
-from tests.inventory_netns import Hosts  # noqa: E402
+from tests.inventory_hosts import Advertisers  # noqa: E402
 from tests.inventory_standin import LiteLLMProxy, StandinPool  # noqa: E402
 
 DELAYS = {"b6-a0": 0.0, "b6-a1": 0.1, "b6-a2": 0.3, "b6-a3": 0.6}
@@ -48,48 +51,51 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
-def time_collect(bridge: str, expect: int) -> float:
+def time_collect(bridge: str, names: set[str]) -> float:
+    """Seconds from a fresh browser to every named host found and its inventory fetched."""
     t0 = time.monotonic()
     b = collect.Browser(bridge)
     try:
-        found = b.listing(10.0, expect=expect)
+        found = [f for f in b.listing(10.0, names=names) if f.name in names]
         fetched = collect.fetch_all(found)
     finally:
         b.close()
     took = time.monotonic() - t0
     up = [u for u, (doc, _err) in fetched.items() if doc is not None]
-    if len(up) < expect:
-        raise SystemExit(f"collect saw {len(up)} of {expect} hosts: {fetched}")
+    if len(up) < len(names):
+        raise SystemExit(f"collect saw {len(up)} of {len(names)} hosts: {fetched}")
     return took
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--hosts", type=int, default=6)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="b06-"))
     rss: dict[str, float | None] = {}
-    hosts = Hosts(args.hosts)
+    box = Box.from_settings(dict(os.environ), default_name="bsix", default_net="198.18.62")
+    info = box.up(lanes=2)
+    adv = Advertisers(info, tmp)
+    n_hosts = len(adv.hosts)
     try:
         # -- collect: each host alone, then every host ----------------------
         single = []
-        for n in hosts.names:
-            p = hosts.advertise(n, tmp, {"role": "pool", "pools": [n]}, name=f"b6-{n}")
-            hosts.wait_for_line(tmp / f"{n}.advertise.log", "advertising")
-            single.append(statistics.median(time_collect(hosts.bridge_addr, 1) for _ in range(args.reps)))
-            hosts.stop(p)
-        procs = {}
-        for n in hosts.names:
-            procs[n] = hosts.advertise(n, tmp, {"role": "pool", "pools": [n]}, name=f"b6-{n}")
-        for n in hosts.names:
-            hosts.wait_for_line(tmp / f"{n}.advertise.log", "advertising")
-        all_hosts = statistics.median(time_collect(hosts.bridge_addr, args.hosts) for _ in range(args.reps))
+        for i, h in enumerate(adv.hosts):
+            p = adv.start(h, f"alone{i}", {"role": adv.hosts[h]["role"]})
+            adv.wait_for_line(adv.log(h, f"alone{i}"), "advertising")
+            single.append(statistics.median(time_collect(info.bridge_addr, {f"{h}-alone{i}"})
+                                            for _ in range(args.reps)))
+            adv.stop(p)
+        procs = adv.start_all("all", lambda h: {"role": adv.hosts[h]["role"]})
+        every = {f"{h}-all" for h in adv.hosts}
+        all_hosts = statistics.median(time_collect(info.bridge_addr, every) for _ in range(args.reps))
         rss["advertise_max"] = max((peak_rss_mb(p.pid) or 0.0) for p in procs.values()) or None
         for p in procs.values():
-            hosts.stop(p)
+            adv.stop(p)
     finally:
-        hosts.close()
+        adv.close()
+        if not settings.get_flag(settings.BOX_KEEP):
+            box.down()
 
     pools = {a: StandinPool() for a in DELAYS}
     for a, d in DELAYS.items():
@@ -124,7 +130,7 @@ def main() -> int:
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or None
     rec = {"bench": "B6", "commit": commit, "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-           "hosts": args.hosts, "aliases": len(DELAYS), "reps": args.reps,
+           "hosts": n_hosts, "aliases": len(DELAYS), "reps": args.reps,
            "collect_all_s": round(all_hosts, 3), "collect_slowest_single_s": round(slowest_host, 3),
            "collect_ratio": round(all_hosts / slowest_host, 2),
            "probe_round_s": round(round_all, 3), "probe_slowest_single_s": round(slowest_alias, 3),
@@ -132,7 +138,7 @@ def main() -> int:
            "probe_alone_s": {k: round(v, 3) for k, v in alone.items()}, "peak_rss_mb": rss}
     with open(ROOT / "bench" / "perf" / "results.jsonl", "a") as f:
         f.write(json.dumps(rec) + "\n")
-    print(f"collect, {args.hosts} hosts: {all_hosts:.3f} s; slowest single host alone: {slowest_host:.3f} s")
+    print(f"collect, {n_hosts} hosts: {all_hosts:.3f} s; slowest single host alone: {slowest_host:.3f} s")
     print(f"probe round, {len(DELAYS)} aliases: {round_all:.3f} s; slowest alias alone: {slowest_alias:.3f} s "
           f"(each alone: {', '.join(f'{k} {v:.3f}' for k, v in alone.items())})")
     print(f"peak RSS MB: {rss}")

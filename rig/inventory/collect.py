@@ -89,8 +89,9 @@ class Browser:
         return Found(name=_name_of(name), url=url, addresses=addrs, role=props.get("role") or None,
                      sources=["mdns"], seen_after_s=round(seen, 3))
 
-    def listing(self, duration: float, expect: int | None = None) -> list[Found]:
-        """Browse for `duration` seconds (less once `expect` hosts are resolved)."""
+    def listing(self, duration: float, expect: int | None = None,
+                names: set[str] | None = None) -> list[Found]:
+        """Browse for `duration` seconds (less once `expect` hosts, or all of `names`, are resolved)."""
         end = time.monotonic() + duration
         while True:
             with self._lock:
@@ -104,7 +105,10 @@ class Browser:
                             self._resolved[name] = found
             with self._lock:
                 n = len(self._resolved)
+                have = {f.name for f in self._resolved.values()}
             if expect is not None and n >= expect:
+                break
+            if names is not None and names <= have:
                 break
             now = time.monotonic()
             if now >= end:

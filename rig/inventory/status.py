@@ -116,8 +116,9 @@ def load_local(path: Path) -> dict[str, Any]:
 
 
 def lane_snapshot_path() -> str:
-    """The snapshot's path as the lane sees it (relative to the lane user's home for `~/`)."""
-    raw = settings.get(settings.INVENTORY) or ""
+    """The snapshot's path on a lane: the lane's own default (NEV_INVENTORY here may name a
+    local file), relative to the lane user's home for `~/`."""
+    raw = settings.INVENTORY.default or ""
     return raw[2:] if raw.startswith("~/") else raw
 
 
