@@ -68,11 +68,14 @@ def load(path: Path) -> Folknet:
                 dt.date.fromisoformat(retired)
             except ValueError:
                 raise f.fail(f"{where}.retired", "must be a date as YYYY-MM-DD") from None
+        health = f.get(obj, "health", str, where, required=False)
+        if health is not None and not health.startswith(("http://", "https://")):
+            raise f.fail(f"{where}.health", "must be the backend's health URL (http://... or https://...)")
         aliases[name] = Alias(name=name, pool=f.get(obj, "pool", str, where), max_inflight=inflight,
                               provider=provider, tier=tier, retired=retired,
                               keys=f.str_list(obj, "keys", where),
                               supports_n=f.get(obj, "supports_n", bool, where, required=False, default=True),
-                              health=f.get(obj, "health", str, where, required=False))
+                              health=health)
     return Folknet(path=path, aliases=aliases, providers=providers)
 
 

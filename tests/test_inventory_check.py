@@ -207,3 +207,19 @@ def test_cli_missing_manifest_is_one_clear_line(tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [f"nev: {tmp_path / 'none.yaml'}: manifest not found; "
                                              "give the job's manifest file"]
+
+
+def test_declared_health_must_be_a_url(tmp_path):
+    p = tmp_path / "folknet.json"
+    p.write_text(json.dumps({"providers": ["x"], "aliases": {
+        "a": {"pool": "p", "max_inflight": 2, "provider": "x", "health": "/health"}}}))
+    with pytest.raises(ConfigError) as e:
+        folknet.load(p)
+    assert "aliases.a.health" in str(e.value) and "URL" in str(e.value)
+
+
+def test_committed_folknet_declares_a_retired_alias_and_names_no_host():
+    fk = folknet.load(ROOT / "bench" / "folknet.json")
+    assert any(a.is_retired() for a in fk.aliases.values())
+    text = (ROOT / "bench" / "folknet.json").read_text()
+    assert "198.18." not in text and "@" not in text and "http" not in text
