@@ -8,6 +8,7 @@ import os
 import pwd
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,3 +47,127 @@ def test_status_lane_reads_the_lanes_snapshot_over_ssh(box, tmp_path):
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 3
     assert r.stderr.startswith("nev: no inventory snapshot at lane 0") and "nev rig probe" in r.stderr
+
+
+# -- probes through the box's real gateway, HAProxy and stand-in pools ----------------------
+
+FAST = "qwen3.8-27b-fast"      # pool gpu0
+DEEP = "deepseek-v4.1-flash"   # pool gpu1
+
+
+def probe_env(box, tmp_path: Path, health: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """The box's environment, with its folknet plus a retired alias (and health URLs if given)."""
+    decl = json.loads(Path(box.folknet_file).read_text())
+    decl["aliases"]["glm-5.3-flash"] = {"pool": "gpu0", "max_inflight": 8, "provider": "self-hosted",
+                                        "retired": "2026-09-22", "keys": []}
+    for alias, url in (health or {}).items():
+        decl["aliases"][alias]["health"] = url
+    folknet_file = tmp_path / "folknet.json"
+    folknet_file.write_text(json.dumps(decl))
+    env = {**os.environ, **box.env, "PYTHONPATH": str(ROOT), "NEV_INVENTORY": str(tmp_path / "inventory.json"),
+           "NEV_FOLKNET_FILE": str(folknet_file),
+           "NEV_PROBE_FAILS": "2", "NEV_PROBE_OKS": "3", "NEV_PROBE_TIMEOUT": "20"}
+    env.update(extra)
+    return env
+
+
+def nev(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def statuses(env: dict[str, str]) -> dict[str, str]:
+    r = nev(env, "rig", "probe")
+    assert r.returncode == 0, r.stderr
+    snap = json.loads(Path(env["NEV_INVENTORY"]).read_text())
+    return {a: s["status"] for a, s in snap["aliases"].items()}
+
+
+def test_pool_told_to_answer_503_fails_after_n_rounds_and_is_back_after_m(box, tmp_path):
+    env = probe_env(box, tmp_path)
+    try:
+        assert statuses(env)[DEEP] == "ready"
+        box.pool_control("gpu1", fail="503")
+        assert [statuses(env)[DEEP] for _ in range(2)] == ["ready", "failing"]
+        r = nev(env, "rig", "status", "--json")
+        row = {x["alias"]: x for x in json.loads(r.stdout)["aliases"]}[DEEP]
+        assert row["status"] == "failing" and row["held_for_s"] is not None and row["held_for_s"] < 30
+        assert "503" in row["last_error"]
+        manifest = tmp_path / "job.yaml"
+        manifest.write_text(f"name: j\nkey: batch\nstages:\n  - name: gen\n    models: [{FAST}, {DEEP}]\n")
+        r = nev(env, "job", "check", "inventory", str(manifest), env["NEV_INVENTORY"], "--json")
+        assert r.returncode == 3, r.stderr
+        assert [x["alias"] for x in json.loads(r.stdout)["reasons"]] == [DEEP]
+        box.pool_control("gpu1", reset=True)
+        seq = [statuses(env) for _ in range(3)]
+        assert [s[DEEP] for s in seq] == ["failing", "failing", "ready"]
+        assert {s[FAST] for s in seq} == {"ready"}
+        r = nev(env, "job", "check", "inventory", str(manifest), env["NEV_INVENTORY"])
+        assert r.returncode == 0, r.stderr
+        r = nev(env, "rig", "status")
+        lines = {ln.split()[0]: ln.split() for ln in r.stdout.splitlines()[1:] if ln.strip()}
+        assert lines[DEEP][1] == "ready" and lines[DEEP][3] == "s" and int(lines[DEEP][2]) < 10
+        held = {x["alias"]: x["held_for_s"] for x in json.loads(nev(env, "rig", "status", "--json").stdout)["aliases"]}
+        assert held[FAST] > held[DEEP]   # ready since round 1, the other only since the last round
+        assert lines["glm-5.3-flash"][1:4] == ["retired", "since", "2026-09-22"]
+        manifest.write_text("name: j\nkey: batch\nstages:\n  - name: gen\n    models: [glm-5.3-flash]\n")
+        retired = nev(env, "job", "check", "inventory", str(manifest), env["NEV_INVENTORY"])
+        assert retired.returncode == 10 and "retired on 2026-09-22" in retired.stderr
+    finally:
+        box.pool_control("gpu1", reset=True)
+
+
+def test_hanging_pool_is_failing_after_the_timeout_and_does_not_delay_the_other(box, tmp_path):
+    env = probe_env(box, tmp_path, NEV_PROBE_TIMEOUT="4")
+    try:
+        box.pool_control("gpu1", fail="hang")
+        t0 = time.monotonic()
+        r = nev(env, "rig", "probe")
+        took = time.monotonic() - t0
+        assert r.returncode == 0, r.stderr
+        snap = json.loads(Path(env["NEV_INVENTORY"]).read_text())
+        assert snap["aliases"][DEEP]["status"] == "failing"
+        assert snap["aliases"][DEEP]["last_error"] == "no answer within 4 s"
+        assert snap["aliases"][FAST]["status"] == "ready"
+        assert snap["aliases"][FAST]["latency_s"] < 4
+        # one process start (~1 s) plus the 4 s timeout: the two probes ran side by side
+        assert took < 4 + 3, took
+    finally:
+        box.pool_control("gpu1", reset=True)
+
+
+def test_models_listing_answers_while_completions_fail(box, tmp_path):
+    import requests
+
+    env = probe_env(box, tmp_path)
+    key = Path(box.env["NEV_MODEL_KEY_FILE"]).read_text().strip()
+    try:
+        box.pool_control("gpu0", fail="503")
+        models = requests.get(f"{box.gateway_url}/v1/models", headers={"Authorization": f"Bearer {key}"},
+                              timeout=10)
+        assert models.status_code == 200 and FAST in models.text
+        assert statuses(env)[FAST] == "failing"
+        assert key not in Path(env["NEV_INVENTORY"]).read_text()
+    finally:
+        box.pool_control("gpu0", reset=True)
+
+
+def test_declared_backend_health_must_answer_too(box, tmp_path):
+    pool = box.pools["gpu0"]
+    good = probe_env(box, tmp_path, health={FAST: f"http://{pool.addr}:{pool.port}/health"})
+    assert statuses(good)[FAST] == "ready"
+    dead = f"http://{pool.addr}:{pool.port + 7}/health"
+    bad = probe_env(box, tmp_path, health={FAST: dead}, NEV_INVENTORY=str(tmp_path / "other.json"))
+    assert statuses(bad)[FAST] == "failing"
+    snap = json.loads(Path(bad["NEV_INVENTORY"]).read_text())
+    assert snap["aliases"][FAST]["last_error"].startswith(f"backend health {dead} unreachable")
+
+
+def test_probe_without_a_gateway_key_is_one_clear_line(box, tmp_path):
+    env = probe_env(box, tmp_path)
+    for k in ("NEV_MODEL_API_KEY", "NEV_MODEL_KEY_FILE", "GENERA_MODEL_API_KEY", "GENERA_MODEL_KEY_FILE"):
+        env.pop(k, None)
+    r = nev(env, "rig", "probe")
+    assert r.returncode == 1
+    assert r.stderr.strip() == "nev: no gateway key: set NEV_MODEL_KEY_FILE to a mode-600 file holding it"
+    assert not Path(env["NEV_INVENTORY"]).exists()
