@@ -3,9 +3,10 @@ slowest single host / alias alone (baselines run in the same run).
 
 Set-up (root needed): the rig-in-a-box (NEV_BOX_NAME, default "bsix", net NEV_BOX_NET, default
 198.18.62; brought up here and down at the end unless NEV_BOX_KEEP=1), every host running the
-real `nev rig advertise` in its namespace; stand-in pools (one per alias, each with its own
-answer delay) behind the real LiteLLM proxy on loopback. The collector and the prober run in
-this process, with the same code `nev rig collect` and `nev rig probe` use.
+real `nev rig advertise` in its namespace; the box's real LiteLLM gateway and HAProxy in front
+of its stand-in pools, gpu1 told to wait DELAY seconds before answering (one slow alias). The
+collector and the prober run in this process, with the same code `nev rig collect` and
+`nev rig probe` use.
 
     .venv/bin/python bench/perf/b06_inventory.py [--reps 3]
 
@@ -36,12 +37,13 @@ from lanes import settings  # noqa: E402
 from rig.box import Box  # noqa: E402
 from rig.inventory import collect, probe  # noqa: E402
 from tests.inventory_hosts import Advertisers  # noqa: E402
-from tests.inventory_standin import LiteLLMProxy, StandinPool  # noqa: E402
 
-DELAYS = {"b6-a0": 0.0, "b6-a1": 0.1, "b6-a2": 0.3, "b6-a3": 0.6}
+DELAY = 0.5   # seconds the slow pool (gpu1) waits before answering
 
 
-def peak_rss_mb(pid: int) -> float | None:
+def peak_rss_mb(pid: int | None) -> float | None:
+    if pid is None:
+        return None
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -65,6 +67,12 @@ def time_collect(bridge: str, names: set[str]) -> float:
     if len(up) < len(names):
         raise SystemExit(f"collect saw {len(up)} of {len(names)} hosts: {fetched}")
     return took
+
+
+def box_pid(box_dir: Path, key: str) -> int | None:
+    """A process the box started, from box.json (`procs`)."""
+    rec = (json.loads((box_dir / "box.json").read_text()).get("procs") or {}).get(key) or {}
+    return rec.get("pid")
 
 
 def main() -> int:
@@ -92,37 +100,34 @@ def main() -> int:
         rss["advertise_max"] = max((peak_rss_mb(p.pid) or 0.0) for p in procs.values()) or None
         for p in procs.values():
             adv.stop(p)
+
+        # -- probe: each alias alone, then one round of every alias ------------
+        key = Path(info.env["NEV_MODEL_KEY_FILE"]).read_text().strip()
+        gateway = probe.Gateway(info.gateway_url, key)
+        aliases = [Alias(name=a, pool=pool, max_inflight=1, provider="self-hosted")
+                   for a, pool in sorted(info.aliases.items())]
+        info.pool_control("gpu1", delay=DELAY)
+        try:
+            probe.probe_round(gateway, aliases, 20.0)  # warm the gateway's connections
+
+            def timed(sel: list[Alias]) -> float:
+                t0 = time.monotonic()
+                outs = probe.probe_round(gateway, sel, 20.0)
+                took = time.monotonic() - t0
+                bad = {k: o.error for k, o in outs.items() if not o.ok}
+                if bad:
+                    raise SystemExit(f"probe failed: {bad}")
+                return took
+
+            alone = {a.name: statistics.median(timed([a]) for _ in range(args.reps)) for a in aliases}
+            round_all = statistics.median(timed(aliases) for _ in range(args.reps))
+        finally:
+            info.pool_control("gpu1", reset=True)
+        rss["litellm"] = peak_rss_mb(box_pid(Path(info.dir), "gateway.litellm"))
     finally:
         adv.close()
         if not settings.get_flag(settings.BOX_KEEP):
             box.down()
-
-    pools = {a: StandinPool() for a in DELAYS}
-    for a, d in DELAYS.items():
-        pools[a].set_mode(a, "ok", delay=d)
-    key = "sk-b06-" + os.urandom(12).hex()
-    gw = LiteLLMProxy(tmp, {a: p.url for a, p in pools.items()}, key)
-    try:
-        gateway = probe.Gateway(gw.url, key)
-        aliases = [Alias(name=a, pool=a, max_inflight=1, provider="self-hosted") for a in DELAYS]
-        probe.probe_round(gateway, aliases, 10.0)  # warm the proxy's connections
-
-        def timed(sel: list[Alias]) -> float:
-            t0 = time.monotonic()
-            outs = probe.probe_round(gateway, sel, 10.0)
-            took = time.monotonic() - t0
-            bad = {k: o.error for k, o in outs.items() if not o.ok}
-            if bad:
-                raise SystemExit(f"probe failed: {bad}")
-            return took
-
-        alone = {a.name: statistics.median(timed([a]) for _ in range(args.reps)) for a in aliases}
-        round_all = statistics.median(timed(aliases) for _ in range(args.reps))
-        rss["litellm"] = peak_rss_mb(gw.proc.pid)
-    finally:
-        for pool in pools.values():
-            pool.close()
-        gw.close()
     rss["bench_process"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
     slowest_host = max(single)
@@ -130,7 +135,7 @@ def main() -> int:
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or None
     rec = {"bench": "B6", "commit": commit, "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-           "hosts": n_hosts, "aliases": len(DELAYS), "reps": args.reps,
+           "hosts": n_hosts, "aliases": len(alone), "slow_pool_delay_s": DELAY, "reps": args.reps,
            "collect_all_s": round(all_hosts, 3), "collect_slowest_single_s": round(slowest_host, 3),
            "collect_ratio": round(all_hosts / slowest_host, 2),
            "probe_round_s": round(round_all, 3), "probe_slowest_single_s": round(slowest_alias, 3),
@@ -139,7 +144,7 @@ def main() -> int:
     with open(ROOT / "bench" / "perf" / "results.jsonl", "a") as f:
         f.write(json.dumps(rec) + "\n")
     print(f"collect, {n_hosts} hosts: {all_hosts:.3f} s; slowest single host alone: {slowest_host:.3f} s")
-    print(f"probe round, {len(DELAYS)} aliases: {round_all:.3f} s; slowest alias alone: {slowest_alias:.3f} s "
+    print(f"probe round, {len(alone)} aliases: {round_all:.3f} s; slowest alias alone: {slowest_alias:.3f} s "
           f"(each alone: {', '.join(f'{k} {v:.3f}' for k, v in alone.items())})")
     print(f"peak RSS MB: {rss}")
     print(f"ratio collect {rec['collect_ratio']}  probe {rec['probe_ratio']}")
