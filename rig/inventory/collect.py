@@ -123,10 +123,17 @@ class Browser:
         self.zc.close()
 
 
+def _session() -> requests.Session:
+    """Rig traffic never goes through a proxy named in the environment."""
+    sess = requests.Session()
+    sess.trust_env = False
+    return sess
+
+
 def fetch(url: str, timeout: float = FETCH_TIMEOUT) -> tuple[dict[str, Any] | None, str | None]:
     """A host's inventory, or why it is down."""
     try:
-        r = requests.get(url, timeout=(timeout, timeout))
+        r = _session().get(url, timeout=(timeout, timeout))
     except requests.Timeout:
         return None, f"inventory {url} did not answer within {timeout:g} s"
     except requests.RequestException as e:

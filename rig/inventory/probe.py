@@ -115,6 +115,13 @@ class Gateway:
         return cls(url=url.rstrip("/"), key=key)
 
 
+def _session() -> requests.Session:
+    """Rig traffic never goes through a proxy named in the environment."""
+    sess = requests.Session()
+    sess.trust_env = False
+    return sess
+
+
 def _short(text: str, n: int = 200) -> str:
     one = " ".join(text.split())
     return mask(one[:n] + ("..." if len(one) > n else ""))
@@ -125,7 +132,7 @@ def probe_one(gw: Gateway, alias: Alias, timeout: float) -> Outcome:
     t0 = time.monotonic()
     base = gw.url[:-3] if gw.url.endswith("/v1") else gw.url
     try:
-        r = requests.post(f"{base}/v1/chat/completions", timeout=(min(5.0, timeout), timeout),
+        r = _session().post(f"{base}/v1/chat/completions", timeout=(min(5.0, timeout), timeout),
                           headers={"Authorization": f"Bearer {gw.key}"},
                           json={"model": alias.name, "max_tokens": 1, "temperature": 0,
                                 "messages": [{"role": "user", "content": PROMPT}]})
@@ -146,7 +153,7 @@ def probe_one(gw: Gateway, alias: Alias, timeout: float) -> Outcome:
     if alias.health:
         left = max(0.5, timeout - latency)
         try:
-            h = requests.get(alias.health, timeout=(min(5.0, left), left))
+            h = _session().get(alias.health, timeout=(min(5.0, left), left))
         except requests.RequestException as e:
             return Outcome(False, latency, _short(f"backend health {alias.health} unreachable: {e}"))
         if not 200 <= h.status_code < 300:
