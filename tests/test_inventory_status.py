@@ -136,3 +136,12 @@ def test_status_table_shows_held_for_last_answer_retired_and_snapshot_age():
 def test_age_formats():
     assert [status.age(x) for x in (None, 5, 119, 120, 7199, 7200, 200000)] == \
         ["-", "5 s", "119 s", "2 min", "119 min", "2 h 0 min", "2 d"]
+
+
+def test_probe_error_text_takes_the_message_of_an_openai_error_body():
+    from rig.inventory.probe import error_text
+
+    body = '{"error": {"message": "litellm.ServiceUnavailableError: stand-in pool: unavailable\\n\\nmore"}}'
+    assert error_text(body) == "litellm.ServiceUnavailableError: stand-in pool: unavailable\n\nmore"
+    assert error_text('{"error": "bad gateway"}') == "bad gateway"
+    assert error_text("<html>502</html>") == "<html>502</html>"

@@ -15,6 +15,7 @@ rounds in a row, a failing one turns ready only after M answered rounds in a row
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 import time
 from dataclasses import dataclass
@@ -127,6 +128,20 @@ def _short(text: str, n: int = 200) -> str:
     return mask(one[:n] + ("..." if len(one) > n else ""))
 
 
+def error_text(body: str) -> str:
+    """The message of an OpenAI-style error body (`{"error": {"message": ...}}`), else the body."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body
+    err = data.get("error") if isinstance(data, dict) else None
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        return err["message"]
+    if isinstance(err, str):
+        return err
+    return body
+
+
 def probe_one(gw: Gateway, alias: Alias, timeout: float) -> Outcome:
     """One capped completion (max_tokens 1) and the backend health URL if declared."""
     t0 = time.monotonic()
@@ -142,7 +157,7 @@ def probe_one(gw: Gateway, alias: Alias, timeout: float) -> Outcome:
         return Outcome(False, None, _short(f"gateway unreachable: {e}"))
     latency = time.monotonic() - t0
     if r.status_code != 200:
-        return Outcome(False, latency, f"HTTP {r.status_code}: {_short(r.text)}")
+        return Outcome(False, latency, f"HTTP {r.status_code}: {_short(error_text(r.text))}")
     try:
         body = r.json()
         choices = body.get("choices") if isinstance(body, dict) else None

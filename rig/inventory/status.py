@@ -82,7 +82,7 @@ def render(s: dict[str, Any]) -> str:
             held = age(r["held_for_s"])
         last = "-" if r["last_answer_ago_s"] is None else f"{age(r['last_answer_ago_s'])} ago"
         lat = "-" if r["latency_s"] is None else f"{r['latency_s']:.2f} s"
-        table.append((r["alias"], r["status"], held, last, lat, (r["last_error"] or "")[:60]))
+        table.append((r["alias"], r["status"], held, last, lat, (r["last_error"] or "")[:90]))
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
     probe_age = "never probed" if s["snapshot_age_s"] is None else f"probed {age(s['snapshot_age_s'])} ago"
