@@ -49,15 +49,19 @@ def collect(timeout: float, interface: str | None, expect: int | None, every: fl
     """
     from bench import folknet
     from lanes import settings
-    from lanes.ui import emit_json
+    from lanes.ui import emit_json, info
     from rig import config as rig_config
     from rig.inventory import collect as col
     from rig.inventory import snapshot
 
     rig_path = rig_config.default_path()
     seeds = rig_config.load(rig_path).seeds if rig_path.exists() else []
+    decl_path = folknet.default_path()
+    declared = folknet.load(decl_path) if decl_path.exists() else None
+    if declared is None:
+        info(f"no declared aliases at {decl_path} (NEV_FOLKNET_FILE): collecting hosts only")
     snap = col.run(interface or settings.get(settings.MDNS_INTERFACE), seeds, snapshot.default_path(),
-                   folknet.load(folknet.default_path()), timeout, expect, every, rounds)
+                   declared, timeout, expect, every, rounds)
     if ansible:
         emit_json(col.ansible(snap))
     elif as_json:

@@ -201,15 +201,16 @@ def pool_hosts(hosts: dict[str, Any], pool: str) -> list[str]:
     return sorted(n for n, h in hosts.items() if pool in ((h.get("inventory") or {}).get("pools") or []))
 
 
-def apply(snap: dict[str, Any], hosts: dict[str, Any], declared: Folknet, at: dt.datetime) -> None:
-    snapshot.merge_declared(snap, declared, at.date())
+def apply(snap: dict[str, Any], hosts: dict[str, Any], declared: Folknet | None, at: dt.datetime) -> None:
+    if declared is not None:
+        snapshot.merge_declared(snap, declared, at.date())
     snap["hosts"] = hosts
     for a in snap["aliases"].values():
         a["pool_hosts"] = pool_hosts(hosts, a.get("pool") or "")
     snap["collected_at"] = snapshot.iso(at)
 
 
-def collect_round(browser: Browser | None, seeds: list[str], path: Path, declared: Folknet,
+def collect_round(browser: Browser | None, seeds: list[str], path: Path, declared: Folknet | None,
                   duration: float, expect: int | None) -> dict[str, Any]:
     found = browser.listing(duration, expect) if browser is not None else []
     extra = [Found(name=u, url=u, sources=["seed"]) for u in seeds]
@@ -248,7 +249,7 @@ def ansible(snap: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run(interface: str | None, seeds: list[str], path: Path, declared: Folknet, timeout: float,
+def run(interface: str | None, seeds: list[str], path: Path, declared: Folknet | None, timeout: float,
         expect: int | None, every: float | None, rounds: int | None) -> dict[str, Any]:
     browser = None
     if interface is not None:
