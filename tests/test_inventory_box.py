@@ -155,7 +155,10 @@ def test_models_listing_answers_while_completions_fail(box, tmp_path):
 def test_declared_backend_health_must_answer_too(box, tmp_path):
     pool = box.pools["gpu0"]
     good = probe_env(box, tmp_path, health={FAST: f"http://{pool.addr}:{pool.port}/health"})
-    assert statuses(good)[FAST] == "ready"
+    r = nev(good, "rig", "probe", "--every", "0.1", "--rounds", "2")
+    assert r.returncode == 0 and "probe round 2" in r.stderr, r.stderr
+    snap = json.loads(Path(good["NEV_INVENTORY"]).read_text())
+    assert snap["aliases"][FAST]["status"] == "ready" and snap["aliases"][FAST]["oks"] == 2
     dead = f"http://{pool.addr}:{pool.port + 7}/health"
     bad = probe_env(box, tmp_path, health={FAST: dead}, NEV_INVENTORY=str(tmp_path / "other.json"))
     assert statuses(bad)[FAST] == "failing"
