@@ -145,3 +145,36 @@ def test_probe_error_text_takes_the_message_of_an_openai_error_body():
     assert error_text(body) == "litellm.ServiceUnavailableError: stand-in pool: unavailable\n\nmore"
     assert error_text('{"error": "bad gateway"}') == "bad gateway"
     assert error_text("<html>502</html>") == "<html>502</html>"
+
+
+def test_collected_inventories_are_stored_without_secrets(tmp_path):
+    """A host that serves a secret (not nev's advertiser) still never gets it into the snapshot."""
+    import http.server
+    import threading
+
+    from rig.inventory import collect
+
+    secret = "sk-careless-" + "a1b2c3d4e5f6a7b8"
+    body = json.dumps({"name": "odd", "role": "pool", "api_key": secret,
+                       "serving": [{"env": f"TOKEN={secret}"}]}).encode()
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/inventory"
+        hosts = collect.merge([], [url], collect.fetch_all([collect.Found(name=url, url=url)]), T0)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert hosts["odd"]["status"] == "up" and hosts["odd"]["role"] == "pool"
+    assert secret not in json.dumps(hosts) and "api_key" not in hosts["odd"]["inventory"]

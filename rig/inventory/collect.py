@@ -27,7 +27,7 @@ from bench.folknet import Folknet
 from lanes.mask import mask
 from lanes.ui import info
 from rig.inventory import snapshot
-from rig.inventory.advertise import SERVICE_TYPE, check_interface
+from rig.inventory.advertise import SERVICE_TYPE, check_interface, sanitize
 
 FETCH_TIMEOUT = 3.0
 
@@ -146,7 +146,8 @@ def fetch(url: str, timeout: float = FETCH_TIMEOUT) -> tuple[dict[str, Any] | No
         return None, f"inventory {url}: not JSON"
     if not isinstance(doc, dict):
         return None, f"inventory {url}: not a JSON object"
-    return doc, None
+    # Another host's software may be careless: nothing secret-shaped is ever stored either.
+    return sanitize(doc, []), None
 
 
 def fetch_all(found: list[Found], timeout: float = FETCH_TIMEOUT) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
