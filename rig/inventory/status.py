@@ -111,7 +111,7 @@ def load_local(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise NevError(f"no inventory snapshot at {path}: run `nev rig collect` and `nev rig probe` "
-                       "(NEV_INVENTORY names the file)", 3) from None
+                       "(NEV_INVENTORY names the file)") from None
     return _parse(text, str(path))
 
 
@@ -129,5 +129,5 @@ def load_from_lane(index: int) -> tuple[dict[str, Any], str]:
         res = conn.run(["cat", "--", path])
     source = f"{lane.label}:{path}"
     if res.exit_status != 0:
-        raise NevError(f"no inventory snapshot at {source}: run `nev rig probe` on that lane", 3)
+        raise NevError(f"no inventory snapshot at {source}: run `nev rig probe` on that lane")
     return _parse(res.stdout.decode("utf-8", "replace"), source), source
