@@ -186,7 +186,8 @@ def test_static_seeds_reach_hosts_mdns_cannot(box, adv, env):
     assert "mDNS browse skipped" in r.stderr
     got = json.loads(r.stdout)
     assert got["lane1-seed"]["status"] == "up" and got["lane1-seed"]["sources"] == ["seed"]
-    assert got[dead]["status"] == "down" and "unreachable" in got[dead]["error"]
+    assert got[f"{adv.addr('proxy')}:8799"]["status"] == "down"
+    assert "unreachable" in got[f"{adv.addr('proxy')}:8799"]["error"]
     # without a declared file, collect still records the hosts (and says so)
     r = nev(["rig", "collect", "--json"], dict(env, NEV_MDNS_INTERFACE="", NEV_FOLKNET_FILE="/nonexistent.json"))
     assert r.returncode == 0 and "collecting hosts only" in r.stderr

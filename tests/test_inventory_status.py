@@ -178,3 +178,31 @@ def test_collected_inventories_are_stored_without_secrets(tmp_path):
         srv.server_close()
     assert hosts["odd"]["status"] == "up" and hosts["odd"]["role"] == "pool"
     assert secret not in json.dumps(hosts) and "api_key" not in hosts["odd"]["inventory"]
+
+
+GOLDEN = Path(__file__).parent / "inventory_golden"
+
+
+def test_golden_recorded_inventories_give_the_expected_hosts_and_ansible_export():
+    import os
+
+    from rig.inventory import collect
+
+    served = {n: json.loads((GOLDEN / f"{n}.served.json").read_text()) for n in ("gpu0", "gateway")}
+    found = [collect.Found(name=n, url=d["url"], addresses=[d["address"]], role=d["role"], sources=["mdns"],
+                           seen_after_s=0.04) for n, d in served.items()]
+    found.append(collect.Found(name="gpu1", url="http://198.18.0.41:8787/inventory", addresses=["198.18.0.41"],
+                               role="pool", sources=["mdns"], seen_after_s=0.05))
+    seed = "http://198.18.0.99:8787/inventory"
+    fetched = {d["url"]: (d, None) for d in served.values()}
+    fetched["http://198.18.0.41:8787/inventory"] = (None, "inventory http://198.18.0.41:8787/inventory "
+                                                          "unreachable: ConnectionError")
+    fetched[seed] = (None, f"inventory {seed} did not answer within 3 s")
+    hosts = collect.merge(found, [seed], fetched, T0)
+    ans = collect.ansible({"hosts": hosts})
+    got = {"hosts": hosts, "ansible": ans}
+    if os.environ.get("NEV_GOLDEN_WRITE") == "1":
+        for k, v in got.items():
+            (GOLDEN / f"expected.{k}.json").write_text(json.dumps(v, indent=2, sort_keys=True) + "\n")
+    for k, v in got.items():
+        assert json.loads(json.dumps(v)) == json.loads((GOLDEN / f"expected.{k}.json").read_text()), k

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -189,9 +190,10 @@ def merge(found: list[Found], seeds: list[str], fetched: dict[str, tuple[dict[st
             hosts[by_url[url]]["sources"].append("seed")
             continue
         doc, err = fetched.get(url, (None, "not fetched"))
-        name = str((doc or {}).get("name") or url)
+        netloc = urlsplit(url).netloc or url
+        name = str((doc or {}).get("name") or netloc)
         if name in hosts:
-            name = url
+            name = netloc
         hosts[name] = {"name": name, "url": url, "addresses": [], "role": (doc or {}).get("role"),
                        "sources": ["seed"], "status": "up" if doc is not None else "down", "error": err,
                        "seen_after_s": None, "checked_at": snapshot.iso(at), "inventory": doc}
@@ -232,8 +234,10 @@ def ansible(snap: dict[str, Any]) -> dict[str, Any]:
     for name, h in sorted((snap.get("hosts") or {}).items()):
         inv = h.get("inventory") or {}
         addrs = h.get("addresses") or ([inv["address"]] if inv.get("address") else [])
-        hv: dict[str, Any] = {"nev_status": h.get("status"), "nev_url": h.get("url"),
-                              "nev_role": h.get("role")}
+        if not addrs and h.get("url") and urlsplit(h["url"]).hostname:
+            addrs = [urlsplit(h["url"]).hostname]
+        hv: dict[str, Any] = {k: v for k, v in (("nev_status", h.get("status")), ("nev_url", h.get("url")),
+                                                 ("nev_role", h.get("role"))) if v is not None}
         if addrs:
             hv["ansible_host"] = addrs[0]
         for k in ("hardware_class", "gpus", "serving", "models", "pools", "software"):
