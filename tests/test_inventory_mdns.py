@@ -193,3 +193,20 @@ def test_static_seeds_reach_hosts_mdns_cannot(box, adv, env):
     assert r.returncode == 0 and "collecting hosts only" in r.stderr
     assert json.loads(r.stdout)["lane1-seed"]["status"] == "up"
     assert adv.stop(p) == 0
+
+
+def test_second_host_with_the_same_name_is_refused_clearly(box, adv):
+    first = adv.start("lane0", "dup", {"role": "lane"}, port=8793)
+    adv.wait_for_line(adv.log("lane0", "dup"), "advertising")
+    second = adv.popen("lane1", [sys.executable, "-m", "rig.cli", "rig", "advertise", "--interface",
+                                 adv.addr("lane1"), "--port", "8793", "--name", "lane0-dup"],
+                       adv.tmp / "dup2.log")
+    assert second.wait(30) == 1
+    out = (adv.tmp / "dup2.log").read_text().strip().splitlines()
+    assert out[-1] == "nev: another host already advertises 'lane0-dup' on this network; give this one its own --name"
+    assert "Traceback" not in "\n".join(out)
+    # the refused one served nothing after exiting, and the first one still answers
+    assert requests.get(f"http://{adv.addr('lane0')}:8793/inventory", timeout=5).status_code == 200
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://{adv.addr('lane1')}:8793/inventory", timeout=5)
+    assert adv.stop(first) == 0

@@ -182,7 +182,14 @@ class Advertiser:
         return self._server.server_address[1] if self._server else self.port
 
     def start(self) -> None:
-        from zeroconf import IPVersion, ServiceInfo, Zeroconf
+        from zeroconf import (
+            BadTypeInNameException,
+            IPVersion,
+            NamePartTooLongException,
+            NonUniqueNameException,
+            ServiceInfo,
+            Zeroconf,
+        )
 
         handler = type("Handler", (_Handler,), {"body": (json.dumps(self.doc, indent=2) + "\n").encode()})
         try:
@@ -196,12 +203,25 @@ class Advertiser:
         if self.port == 0:
             self.doc["url"] = self.url
             self._server.RequestHandlerClass.body = (json.dumps(self.doc, indent=2) + "\n").encode()  # type: ignore[attr-defined]
-        self._zc = Zeroconf(interfaces=[self.addr], ip_version=IPVersion.V4Only)
-        self._info = ServiceInfo(
-            SERVICE_TYPE, f"{self.name}.{SERVICE_TYPE}", addresses=[socket.inet_aton(self.addr)],
-            port=self._bound_port, server=f"{self.name}.local.",
-            properties={"v": str(SCHEMA), "role": str(self.doc.get("role", "")), "url": self.url})
-        self._zc.register_service(self._info)
+        try:
+            self._zc = Zeroconf(interfaces=[self.addr], ip_version=IPVersion.V4Only)
+        except OSError as e:
+            raise ConfigError(f"cannot use {self.addr} for mDNS: {e.strerror or e}; "
+                              "give this host's own address with --interface") from None
+        try:
+            info = ServiceInfo(
+                SERVICE_TYPE, f"{self.name}.{SERVICE_TYPE}", addresses=[socket.inet_aton(self.addr)],
+                port=self._bound_port, server=f"{self.name}.local.",
+                properties={"v": str(SCHEMA), "role": str(self.doc.get("role", "")), "url": self.url})
+        except (BadTypeInNameException, NamePartTooLongException) as e:
+            raise UsageError(f"--name {self.name!r} is not a usable mDNS name ({type(e).__name__}); "
+                             "use letters, digits and dashes, at most 63") from None
+        try:
+            self._zc.register_service(info)
+        except NonUniqueNameException:
+            raise ConfigError(f"another host already advertises {self.name!r} on this network; "
+                              "give this one its own --name") from None
+        self._info = info
 
     def stop(self) -> None:
         if self._zc is not None:
