@@ -164,6 +164,7 @@ def test_http_inventory_never_serves_a_key_or_token(box, adv, env):
             assert secret not in text, f"the secret in {where} was served"
     # read-only: no method but GET answers
     assert requests.post(f"http://{adv.addr('gateway')}:8791/inventory", timeout=5).status_code == 405
+    assert requests.head(f"http://{adv.addr('gateway')}:8791/inventory", timeout=5).status_code == 200
     assert adv.stop(p) == 0
 
 

@@ -142,6 +142,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, b'{"error": "not found: try /inventory"}\n')
 
+    do_HEAD = do_GET  # noqa: N815
+
     def do_POST(self) -> None:  # noqa: N802
         self._send(405, b'{"error": "read-only"}\n')
 
