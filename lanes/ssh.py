@@ -106,8 +106,10 @@ class Connection:
     """One SSH connection to a host whose key is pinned."""
 
     def __init__(self, target: Target, known_hosts: Path | None = None,
-                 key_file: Path | None = None, timeout: float = CONNECT_TIMEOUT) -> None:
+                 key_file: Path | None = None, timeout: float = CONNECT_TIMEOUT,
+                 via: Connection | None = None) -> None:
         self.target = target
+        self.via = via  # a jump host's open connection: this one runs over its direct-tcpip channel
         self.known_hosts = known_hosts or default_known_hosts()
         self.key_file = key_file if key_file is not None else default_key_file()
         self.timeout = timeout
@@ -129,6 +131,14 @@ class Connection:
                         allow_agent=False, look_for_keys=self.key_file is None)
         if self.key_file is not None:
             kw["key_filename"] = str(self.key_file)
+        if self.via is not None:
+            try:
+                kw["sock"] = self.via.transport.open_channel(
+                    "direct-tcpip", (self.target.host, self.target.port), ("127.0.0.1", 0),
+                    timeout=self.timeout)
+            except (paramiko.SSHException, OSError) as e:
+                raise SshError(f"cannot reach {self.target} through the jump host {self.via.target}: "
+                               f"{mask(str(e)) or type(e).__name__}") from None
         try:
             client.connect(**kw)
         except paramiko.BadHostKeyException:
