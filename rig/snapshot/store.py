@@ -75,13 +75,16 @@ def git_top_of(path: Path) -> str | None:
     return None
 
 
-def fstype_of(path: Path, mounts_text: str | None = None) -> str | None:
-    p = str(nearest_existing(path.absolute()).resolve())
-    if mounts_text is None:
-        try:
-            mounts_text = Path("/proc/self/mounts").read_text()
-        except OSError:
-            return None
+def fstype_of(path: Path) -> str | None:
+    try:
+        mounts_text = Path("/proc/self/mounts").read_text()
+    except OSError:
+        return None
+    return fstype_in(str(nearest_existing(path.absolute()).resolve()), mounts_text)
+
+
+def fstype_in(p: str, mounts_text: str) -> str | None:
+    """The filesystem type of the longest mount point holding `p` (a /proc/mounts text)."""
     best, kind = "", None
     for line in mounts_text.splitlines():
         parts = line.split()
