@@ -230,7 +230,9 @@ class Connection:
                 data = ch.recv_stderr(CHUNK)
                 got = True
                 (on_stderr(data) if on_stderr else err.append(data))
-            if ch.exit_status_ready() and not ch.recv_ready() and not ch.recv_stderr_ready():
+            # The exit status can arrive before the last output: stop only after EOF too.
+            if (ch.exit_status_ready() and ch.eof_received and not ch.recv_ready()
+                    and not ch.recv_stderr_ready()):
                 break
             if ch.closed and not got:
                 break

@@ -187,7 +187,7 @@ def start(tmp: Path) -> Parts:
                 "files": [str(cfg)],
                 "commands": ["/usr/sbin/haproxy -v | head -1"],
                 "volatile": [r"\d{4}/\d{2}/\d{2}"],
-                "validate": "/usr/sbin/haproxy -c -q -f {path}",
+                "validate": "/usr/sbin/haproxy -c -f {path}",
                 "reload": f"/usr/sbin/haproxy -f {cfg} -p {pidfile} -D -sf $(cat {pidfile})",
                 "health": f"python3 {tmp / 'health.py'} {st} {fe}",
                 "health_timeout": 4,

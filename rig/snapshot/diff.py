@@ -67,10 +67,18 @@ def mask_text(text: str, masks: Iterable[str] = (), volatile: Iterable[str] = ()
     masks = list(masks)
     for v in declared_secrets(text, masks):
         register_secret(v)
+
+    def hide(m: re.Match[str]) -> str:
+        a, b = _secret_span(m)
+        return m.string[m.start():a] + MASK + m.string[b:m.end()]
+
     for rx in mask_patterns(masks):
-        text = rx.sub(lambda m: m.string[m.start():_secret_span(m)[0]] + MASK + m.string[_secret_span(m)[1]:m.end()],
-                      text)
+        text = rx.sub(hide, text)
     text = mask(text, extra=known_secrets())
+    return without_volatile(text, volatile)
+
+
+def without_volatile(text: str, volatile: Iterable[str]) -> str:
     for v in volatile:
         rx = re.compile(v)
         text = rx.sub(lambda m: m.string[m.start():_secret_span(m)[0]] + VOLATILE
@@ -89,14 +97,20 @@ def is_binary(data: bytes) -> bool:
 
 
 def _body(a: bytes | None, b: bytes | None, masks: list[str], volatile: list[str]) -> list[str]:
+    """Diff lines of two contents: volatile fields levelled first, then every shown line masked,
+    so a changed secret still shows as a changed line (`-master_key: ***` / `+master_key: ***`)."""
     if a is not None and b is not None and (is_binary(a) or is_binary(b)):
         return ["# binary content differs"] if a != b else []
-    la = mask_text(a.decode(), masks, volatile).splitlines() if a is not None else []
-    lb = mask_text(b.decode(), masks, volatile).splitlines() if b is not None else []
-    lines = list(difflib.unified_diff(la, lb, lineterm="", n=3))[2:]
-    if not lines and a != b:
-        return ["# content differs only in masked or volatile values"]
-    return lines
+    ta = a.decode() if a is not None else ""
+    tb = b.decode() if b is not None else ""
+    for v in declared_secrets(ta + "\n" + tb, masks):
+        register_secret(v)
+    la = without_volatile(ta, volatile).splitlines()
+    lb = without_volatile(tb, volatile).splitlines()
+    out = []
+    for line in list(difflib.unified_diff(la, lb, lineterm="", n=3))[2:]:
+        out.append(line if line.startswith("@@") else line[:1] + mask_text(line[1:], masks))
+    return out
 
 
 def _content(s: HostState | None, f: FileRec | None) -> bytes | None:
@@ -136,8 +150,6 @@ def render(left_name: str, left: Side, right_name: str, right: Side, roles: dict
                 a = ls.blobs.get(lc.sha256) if (ls and lc) else None
                 b = rs.blobs.get(rc.sha256) if (rs and rc) else None
                 body = _body(a, b, masks, volatile)
-                if body == ["# content differs only in masked or volatile values"]:
-                    body = []
                 lexit = f"exit {lc.exit}" if lc else "not recorded"
                 rexit = f"exit {rc.exit}" if rc else "not recorded"
                 if not body and lexit == rexit:
