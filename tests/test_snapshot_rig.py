@@ -240,3 +240,20 @@ def test_unknown_role_and_unknown_label_are_one_line_errors(parts):
     r = parts.nev("rig", "restore", "never-taken", env=env)
     assert r.returncode == 1 and "no snapshot labelled never-taken" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_restore_takes_objects_lost_locally_from_the_hosts_copy(parts):
+    env = fresh(parts, "hostcopy")
+    original = parts.haproxy_cfg.read_bytes()
+    ok(parts.nev("rig", "snapshot", "h", "proxy", env=env))
+    st = LocalStore(Path(env["NEV_RIG_NOTES"]))
+    sha = st.read_manifest("h").roles["proxy"][parts.host].files[0].sha256
+    (st.objects / sha).unlink()
+    try:
+        parts.haproxy_cfg.write_text(parts.haproxy_text() + "# drift\n")
+        r = parts.nev("rig", "restore", "h", env=env)
+        assert r.returncode == 0, r.stderr
+        assert "fetched from the hosts' copies" in r.stderr
+        assert parts.haproxy_cfg.read_bytes() == original and (st.objects / sha).exists()
+    finally:
+        parts.haproxy_cfg.write_bytes(original)

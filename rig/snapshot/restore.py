@@ -26,7 +26,7 @@ from rig.snapshot.capture import FileRec, HostState, capture_host
 from rig.snapshot.context import Context
 from rig.snapshot.diff import learn_secrets, render
 from rig.snapshot.hosts import Hosts
-from rig.snapshot.store import StoreError, describe_problems
+from rig.snapshot.store import HostStore, Manifest, StoreError, describe_problems
 
 
 class RestoreFailed(NevError):
@@ -252,18 +252,38 @@ def _roll_back(role: Role, done: list[HostJob]) -> str:
     return "previous files put back, " + ("reloaded and healthy again" if role.reload or role.health else "done")
 
 
+def fill_from_hosts(ctx: Context, m: Manifest, hosts: Hosts) -> int:
+    """Objects missing locally are taken from the copy on the host that recorded them (hash checked)."""
+    n = 0
+    for hs in m.roles.values():
+        for host, s in hs.items():
+            shas = {f.sha256 for f in s.files if not f.missing} | {c.sha256 for c in s.commands}
+            for sha in sorted(shas):
+                if not ctx.store.has_blob(sha):
+                    try:
+                        data = HostStore(hosts.get(host), ctx.rig.host_store).get_blob(sha)
+                    except NevError:
+                        continue  # verify() names it
+                    ctx.store.put_blob(data)
+                    n += 1
+    return n
+
+
 def restore(ctx: Context, label: str, role_names: tuple[str, ...], dry_run: bool,
             say: Callable[[str], None]) -> int:
     m = ctx.store.read_manifest(label)
     roles = ctx.roles(role_names, within=list(m.roles))
-    problems = ctx.store.verify(m)
-    if problems:
-        raise StoreError(describe_problems(label, problems))
-    ctx.store.load_blobs(m)
-    learn_secrets(m.roles, ctx.rig.roles)
     outcome: list[str] = []
     names = [r.name for r in roles]
     with Hosts(ctx.rig) as hosts:
+        fetched = fill_from_hosts(ctx, m, hosts)
+        if fetched:
+            info(f"restore {label}: {fetched} object(s) missing from the local notes fetched from the hosts' copies")
+        problems = ctx.store.verify(m)
+        if problems:
+            raise StoreError(describe_problems(label, problems))
+        ctx.store.load_blobs(m)
+        learn_secrets(m.roles, ctx.rig.roles)
         if dry_run:
             live = {r.name: {h: capture_host(hosts.get(h), h, [f.path for f in s.files], [])
                              for h, s in m.roles[r.name].items()} for r in roles}
