@@ -122,7 +122,10 @@ class HostJob:
     def drop_staged(self) -> None:
         if self.staged:
             paths = " ".join(shlex.quote(self.tmp(ch)) for ch in self.changes)
-            self.conn.run(f"rm -f -- {paths}", timeout=30)
+            try:
+                self.conn.run(f"rm -f -- {paths}", timeout=30)
+            except NevError:
+                return  # the temporary copies stay, hidden and named .nev-new.*; nothing was replaced
             self.staged = False
 
     def swap(self) -> None:
@@ -206,26 +209,40 @@ def restore_role(hosts: Hosts, role: Role, label: str, want: dict[str, HostState
             j.drop_staged()
         raise RestoreFailed(f"restore {label}: role {role.name} failed at {e.step} on {e.host}: {e.detail}; "
                             "nothing was replaced") from None
+    except BaseException:
+        for j in jobs:
+            j.drop_staged()
+        raise
     if dry_run:
         for j in jobs:
             j.drop_staged()
         return [f"{role.name} on {j.host}: would change " + "; ".join(c.describe() for c in j.changes)
                 + " (validate passed)" for j in jobs]
     done: list[HostJob] = []
+    step, host = "move into place", jobs[0].host
     try:
         for j in jobs:
             info(f"restore {label}: {role.name} on {j.host}: move into place, reload, health check")
             done.append(j)
+            host = j.host
+            step = "move into place"
             j.swap()
+            step = "reload"
             j.reload(role)
+            step = "health check"
             j.health(role)
-    except StepFailed as e:
+    except (StepFailed, NevError) as e:
+        detail = e.detail if isinstance(e, StepFailed) else mask(str(e))
         after = _roll_back(role, done)
         for j in jobs:
             if j not in done:
                 j.drop_staged()
-        raise RestoreFailed(f"restore {label}: role {role.name} failed at {e.step} on {e.host}: {e.detail}; "
+        raise RestoreFailed(f"restore {label}: role {role.name} failed at {step} on {host}: {detail}; "
                             f"{after}") from None
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM): never leave a half-restored role behind.
+        _roll_back(role, done)
+        raise
     out = []
     for j in jobs:
         j.drop_backups()
@@ -238,15 +255,21 @@ def _roll_back(role: Role, done: list[HostJob]) -> str:
     """Previous files back on every host touched, reload again, check health; one phrase saying how it went."""
     problems = []
     for j in reversed(done):
-        err = j.put_back()
+        try:
+            err = j.put_back()
+        except NevError as e:
+            err = mask(str(e))
         if err:
-            problems.append(f"putting files back on {j.host} failed: {err}")
+            problems.append(f"putting files back on {j.host} failed: {err} (backups are the .nev-prev.{j.token} "
+                            "files beside each file)")
             continue
         try:
             j.reload(role)
             j.health(role)
         except StepFailed as e:
             problems.append(f"after putting the previous files back, {e.step} on {e.host} failed: {e.detail}")
+        except NevError as e:
+            problems.append(f"after putting the previous files back, {j.host} failed: {mask(str(e))}")
     if problems:
         return "; ".join(problems)
     return "previous files put back, " + ("reloaded and healthy again" if role.reload or role.health else "done")
