@@ -204,11 +204,11 @@ def restore_role(hosts: Hosts, role: Role, label: str, want: dict[str, HostState
             info(f"restore {label}: {role.name} on {j.host}: write and validate")
             j.stage(content)
             j.validate(role)
-    except StepFailed as e:
+    except (StepFailed, NevError) as e:
         for j in jobs:
             j.drop_staged()
-        raise RestoreFailed(f"restore {label}: role {role.name} failed at {e.step} on {e.host}: {e.detail}; "
-                            "nothing was replaced") from None
+        where = f"{e.step} on {e.host}: {e.detail}" if isinstance(e, StepFailed) else f"write and validate: {mask(str(e))}"
+        raise RestoreFailed(f"restore {label}: role {role.name} failed at {where}; nothing was replaced") from None
     except BaseException:
         for j in jobs:
             j.drop_staged()
@@ -272,7 +272,8 @@ def _roll_back(role: Role, done: list[HostJob]) -> str:
             problems.append(f"after putting the previous files back, {j.host} failed: {mask(str(e))}")
     if problems:
         return "; ".join(problems)
-    return "previous files put back, " + ("reloaded and healthy again" if role.reload or role.health else "done")
+    return "previous files put back" + (", reloaded" if role.reload else "") + (
+        " and healthy again" if role.health else "")
 
 
 def fill_from_hosts(ctx: Context, m: Manifest, hosts: Hosts) -> int:
