@@ -29,6 +29,7 @@ log = logging.getLogger("nev.ssh")
 
 CONNECT_TIMEOUT = 5.0
 CHUNK = 256 * 1024
+EOF_GRACE = 2.0
 
 
 class SshError(NevError):
@@ -219,6 +220,7 @@ class Connection:
         else:
             ch.shutdown_write()
         deadline = None if timeout is None else time.monotonic() + timeout
+        exited_at: float | None = None
         while True:
             r, _, _ = select.select([ch], [], [], 0.2)
             got = False
@@ -230,10 +232,13 @@ class Connection:
                 data = ch.recv_stderr(CHUNK)
                 got = True
                 (on_stderr(data) if on_stderr else err.append(data))
-            # The exit status can arrive before the last output: stop only after EOF too.
-            if (ch.exit_status_ready() and ch.eof_received and not ch.recv_ready()
-                    and not ch.recv_stderr_ready()):
-                break
+            # The exit status can arrive before the last output: stop at EOF, or a moment after the
+            # exit status when a background child still holds the output open (no EOF would come).
+            if ch.exit_status_ready() and not ch.recv_ready() and not ch.recv_stderr_ready():
+                if exited_at is None:
+                    exited_at = time.monotonic()
+                if ch.eof_received or time.monotonic() - exited_at > EOF_GRACE:
+                    break
             if ch.closed and not got:
                 break
             if deadline is not None and time.monotonic() > deadline:
