@@ -257,3 +257,26 @@ def test_restore_takes_objects_lost_locally_from_the_hosts_copy(parts):
         assert parts.haproxy_cfg.read_bytes() == original and (st.objects / sha).exists()
     finally:
         parts.haproxy_cfg.write_bytes(original)
+
+
+def test_file_absent_at_snapshot_is_removed_by_restore_and_recorded_files_recreated(parts, tmp_path):
+    extra = parts.gateway_cfg.parent / "extra.env"
+    rig = json.loads(parts.rig_file.read_text())
+    rig["roles"]["gateway"]["files"].append(str(extra))
+    rf = tmp_path / "rig.local.json"
+    rf.write_text(json.dumps(rig))
+    env = {**fresh(parts, "absent"), "NEV_RIG_FILE": str(rf)}
+    keys = parts.keys_file.read_bytes()
+    ok(parts.nev("rig", "snapshot", "no-extra", "gateway", env=env))
+    try:
+        extra.write_text("LITELLM_LOG=DEBUG\n")
+        parts.keys_file.unlink()
+        out = ok(parts.nev("rig", "restore", "no-extra", env=env))
+        assert "extra.env removed (absent in the snapshot)" in out and "keys.json created (root:root 0600)" in out
+        assert not extra.exists()
+        assert parts.keys_file.read_bytes() == keys and stat.S_IMODE(parts.keys_file.stat().st_mode) == 0o600
+        assert (parts.dir / "gateway.reloaded").exists()
+    finally:
+        extra.unlink(missing_ok=True)
+        parts.keys_file.write_bytes(keys)
+        os.chmod(parts.keys_file, 0o600)
