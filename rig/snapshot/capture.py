@@ -118,9 +118,6 @@ class HostState:
     def file(self, path: str) -> FileRec | None:
         return next((f for f in self.files if f.path == path), None)
 
-    def content(self, sha: str) -> bytes:
-        return self.blobs[sha]
-
     def to_json(self) -> dict[str, Any]:
         return {"files": [f.to_json() for f in self.files], "commands": [c.to_json() for c in self.commands]}
 

@@ -118,13 +118,6 @@ class Manifest:
                         for h, s in hosts.items()}
         return cls(label=d["label"], time=d["time"], who=d["who"], roles=roles)
 
-    def shas(self) -> set[str]:
-        out: set[str] = set()
-        for hosts in self.roles.values():
-            for s in hosts.values():
-                out |= {f.sha256 for f in s.files if not f.missing} | {c.sha256 for c in s.commands}
-        return out
-
     def content_key(self) -> str:
         """Equal for two snapshots holding the same files, owners, modes and outputs."""
         d = self.to_json()["roles"]
