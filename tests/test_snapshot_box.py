@@ -1,11 +1,11 @@
-"""Snapshot and restore of the rig-in-a-box's own roles: its Debian HAProxy config in front of
-the stand-in pools and the real LiteLLM gateway's config, keys file and master key.
+"""Snapshot and restore of the rig-in-a-box's own roles, through the box's own rig file: its
+Debian HAProxy (master-worker, reloaded with USR2) in front of the stand-in pools, and the
+real LiteLLM gateway's config. Reached as root over SSH on the box's proxy and gateway hosts
+(the box's sshd there, host keys pinned in the box's known_hosts).
 
-The box's proxy and gateway hosts run no sshd of their own, so this test starts one in each
-of their network namespaces (root login, its own pinned host key) and reaches them over the
-box's bridge, as root on the roles' hosts. The box owns those HAProxy and LiteLLM processes,
-so the roles here declare validate and health but no reload (the HAProxy reload itself is
-proved in test_snapshot_rig.py on an HAProxy this suite owns)."""
+The box's gateway role lists only config.yaml (its master key comes from the environment);
+this test adds the keys file and the master key file, the gateway's key database, so the
+snapshot holds the master key as the seed's does."""
 
 from __future__ import annotations
 
@@ -14,95 +14,53 @@ import os
 import stat
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from rig.box.haproxy import command as haproxy_command
+from rig.snapshot.capture import FileRec
+from rig.snapshot.store import LocalStore
+
 ROOT = Path(__file__).resolve().parent.parent
-PORT = 2222
-
-
-@dataclass
-class NsSshd:
-    procs: list[subprocess.Popen]
-    known_hosts: Path
-    key: Path
-
-    def stop(self) -> None:
-        for p in self.procs:
-            p.terminate()
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
-def start_sshd(box, tmp: Path, hosts: list[str]) -> NsSshd:
-    Path("/run/sshd").mkdir(exist_ok=True)
-    key = tmp / "client"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    (tmp / "authorized_keys").write_text(key.with_suffix(".pub").read_text())
-    os.chmod(tmp / "authorized_keys", 0o600)
-    known, procs = [], []
-    for h in hosts:
-        addr, ns = box.hosts[h]["addr"], box.hosts[h]["netns"]
-        hk = tmp / f"host_{h}"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hk)], check=True)
-        cfg = tmp / f"sshd_{h}.conf"
-        cfg.write_text(f"Port {PORT}\nListenAddress {addr}\nHostKey {hk}\nPidFile {tmp}/sshd_{h}.pid\n"
-                       f"AuthorizedKeysFile {tmp}/authorized_keys\nPasswordAuthentication no\n"
-                       "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nAllowUsers root\n"
-                       "UsePAM no\nStrictModes no\n")
-        procs.append(subprocess.Popen(["ip", "netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)],
-                                      stderr=subprocess.DEVNULL))
-        kt, kb = hk.with_suffix(".pub").read_text().split()[:2]
-        known.append(f"[{addr}]:{PORT} {kt} {kb}\n")
-    kh = tmp / "known_hosts"
-    kh.write_text("".join(known))
-    deadline = time.monotonic() + 10
-    for h in hosts:
-        while box.run_in(h, ["bash", "-c", f"exec 3<>/dev/tcp/{box.hosts[h]['addr']}/{PORT}"]
-                         ).returncode != 0 and time.monotonic() < deadline:
-            time.sleep(0.1)
-    return NsSshd(procs, kh, key)
 
 
 @pytest.fixture(scope="module")
 def boxrig(box, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("snapbox")
-    sshd = start_sshd(box, tmp, ["proxy", "gateway"])
-    base = json.loads(Path(box.rig_file).read_text())
-    proxy, gateway = base["roles"]["proxy"], base["roles"]["gateway"]
-    pool = next(iter(box.pools.values()))
-    gdir = Path(gateway["files"][0]).parent
-    rig = {
-        "known_hosts": str(sshd.known_hosts), "ssh_key": str(sshd.key), "host_store": str(tmp / "hoststore"),
-        "roles": {
-            "proxy": {**proxy, "hosts": [f"{proxy['hosts'][0]}:{PORT}"], "volatile": [r"\d{4}/\d{2}/\d{2}"],
-                      "health": f"curl -fsS http://{box.proxy_addr}:{pool.proxy_port}/health"},
-            "gateway": {**gateway, "hosts": [f"{gateway['hosts'][0]}:{PORT}"],
-                        "files": [*gateway["files"], str(gdir / "keys.json"), str(box.master_key_file)],
-                        "masks": ["master_key", r"re:(sk-nevbox-[A-Za-z0-9-]+)"],
-                        "validate": "python3 -c 'import sys, yaml; yaml.safe_load(open(sys.argv[1]))' {path}",
-                        "health": f"curl -fsS {box.gateway_url}/health/liveliness"},
-        },
-    }
+    rig = json.loads(Path(box.rig_file).read_text())
+    gw = rig["roles"]["gateway"]
+    gdir = Path(gw["files"][0]).parent
+    gw["files"] += [str(gdir / "keys.json"), str(box.master_key_file)]
+    gw["masks"] = [*gw.get("masks", []), r"re:(sk-nevbox-[A-Za-z0-9-]+)"]
+    rig["host_store"] = str(tmp / "hoststore")
     rf = tmp / "rig.local.json"
     rf.write_text(json.dumps(rig, indent=2))
-    env = {**os.environ, "NEV_RIG_FILE": str(rf), "NEV_RIG_NOTES": str(tmp / "notes"),
-           "NEV_LANES_FILE": str(box.lanes_file), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **box.env, "NEV_RIG_FILE": str(rf), "NEV_RIG_NOTES": str(tmp / "notes"),
+           "PYTHONPATH": str(ROOT)}
 
     def nev(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=300)
 
-    yield nev, rig, tmp
-    sshd.stop()
+    return nev, rig, tmp
 
 
-def test_box_roles_round_trip_with_real_haproxy_check_and_master_key_hidden(box, boxrig):
+def worker_pid(box) -> str:
+    info = haproxy_command(Path(box.proxy_stats_socket), "show info")
+    return next(ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("Pid:"))
+
+
+def through_proxy(box) -> list[int]:
+    codes = []
+    for pool in box.pools.values():
+        r = box.run_in("proxy", ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--noproxy", "*",
+                                 f"http://{box.proxy_addr}:{pool.proxy_port}/health"])
+        codes.append(int(r.stdout or 0))
+    return codes
+
+
+def test_box_roles_round_trip_reloads_haproxy_and_keeps_master_key_hidden(box, boxrig):
     nev, rig, tmp = boxrig
     cfg = Path(rig["roles"]["proxy"]["files"][0])
     master = Path(box.master_key_file).read_text().strip()
@@ -110,18 +68,23 @@ def test_box_roles_round_trip_with_real_haproxy_check_and_master_key_hidden(box,
     runs = [nev("-v", "rig", "snapshot", "box-known-good")]
     assert runs[0].returncode == 0, runs[0].stderr
     try:
-        cfg.write_bytes(original + b"# tried by hand\n")
+        # a working change: a pool's maxconn raised, the file's mode tightened, then reloaded by hand
+        changed = original.replace(b"maxconn 8\n", b"maxconn 9\n", 1)
+        assert changed != original
+        cfg.write_bytes(changed)
         os.chmod(cfg, 0o600)
-        runs.append(nev("-v", "rig", "diff", "box-known-good"))
-        assert "+# tried by hand" in runs[-1].stdout and "# owner/mode:" in runs[-1].stdout
+        runs.append(nev("-v", "rig", "snapshot", "box-maxconn-9"))
+        runs.append(nev("-v", "rig", "diff", "box-known-good", "box-maxconn-9"))
+        assert "+    server" in runs[-1].stdout and "maxconn 9" in runs[-1].stdout
+        assert "# owner/mode:" in runs[-1].stdout
+        pid = worker_pid(box)
         runs.append(nev("-v", "rig", "restore", "box-known-good"))
         assert runs[-1].returncode == 0, runs[-1].stderr
-        assert "validated, moved, healthy" in runs[-1].stdout
+        assert "validated, moved, reloaded, healthy" in runs[-1].stdout
         assert "gateway: already as in box-known-good" in runs[-1].stdout
         assert cfg.read_bytes() == original and stat.S_IMODE(cfg.stat().st_mode) == mode
-        pool = next(iter(box.pools.values()))
-        r = box.run_in("proxy", ["curl", "-fsS", f"http://{box.proxy_addr}:{pool.proxy_port}/health"])
-        assert r.returncode == 0
+        assert worker_pid(box) != pid  # HAProxy's master started a new worker on the restored config
+        assert through_proxy(box) == [200] * len(box.pools)
     finally:
         cfg.write_bytes(original)
         os.chmod(cfg, mode)
@@ -129,6 +92,7 @@ def test_box_roles_round_trip_with_real_haproxy_check_and_master_key_hidden(box,
     log = (notes / "changelog.md").read_text()
     assert "restore box-known-good [proxy, gateway]" in log
     for r in runs:
+        assert r.returncode == 0, r.stderr
         assert master not in r.stdout and master not in r.stderr
     assert master not in log
     objects = list((notes / "snapshots" / "objects").iterdir())
@@ -138,9 +102,6 @@ def test_box_roles_round_trip_with_real_haproxy_check_and_master_key_hidden(box,
 
 def test_box_proxy_config_failing_haproxy_check_is_not_restored(box, boxrig):
     nev, rig, tmp = boxrig
-    from rig.snapshot.capture import FileRec
-    from rig.snapshot.store import LocalStore
-
     cfg = Path(rig["roles"]["proxy"]["files"][0])
     assert nev("rig", "snapshot", "box-base", "proxy").returncode == 0
     st = LocalStore(tmp / "notes")
@@ -151,13 +112,15 @@ def test_box_proxy_config_failing_haproxy_check_is_not_restored(box, boxrig):
         s.files = [FileRec(f.path, False, f.uid, f.gid, f.user, f.group, f.mode, len(bad), sha) for f in s.files]
     m.label = "box-broken"
     st.write_manifest(m)
-    before = cfg.read_bytes()
+    before, pid = cfg.read_bytes(), worker_pid(box)
     try:
         r = nev("rig", "restore", "box-broken")
     finally:
         replaced = cfg.read_bytes() != before
         cfg.write_bytes(before)
     assert r.returncode == 1
-    assert "role proxy failed at validate" in r.stderr and "chekc" in r.stderr
-    assert not replaced
+    assert "role proxy failed at validate" in r.stderr and "exited 1" in r.stderr
+    assert "nothing was replaced" in r.stderr
+    assert not replaced and worker_pid(box) == pid
     assert not [p for p in cfg.parent.iterdir() if ".nev-" in p.name]
+    assert through_proxy(box) == [200] * len(box.pools)
