@@ -29,6 +29,7 @@ log = logging.getLogger("nev.ssh")
 
 CONNECT_TIMEOUT = 5.0
 CHUNK = 256 * 1024
+EOF_GRACE = 2.0
 
 
 class SshError(NevError):
@@ -106,8 +107,10 @@ class Connection:
     """One SSH connection to a host whose key is pinned."""
 
     def __init__(self, target: Target, known_hosts: Path | None = None,
-                 key_file: Path | None = None, timeout: float = CONNECT_TIMEOUT) -> None:
+                 key_file: Path | None = None, timeout: float = CONNECT_TIMEOUT,
+                 via: Connection | None = None) -> None:
         self.target = target
+        self.via = via  # a jump host's open connection: this one runs over its direct-tcpip channel
         self.known_hosts = known_hosts or default_known_hosts()
         self.key_file = key_file if key_file is not None else default_key_file()
         self.timeout = timeout
@@ -129,6 +132,14 @@ class Connection:
                         allow_agent=False, look_for_keys=self.key_file is None)
         if self.key_file is not None:
             kw["key_filename"] = str(self.key_file)
+        if self.via is not None:
+            try:
+                kw["sock"] = self.via.transport.open_channel(
+                    "direct-tcpip", (self.target.host, self.target.port), ("127.0.0.1", 0),
+                    timeout=self.timeout)
+            except (paramiko.SSHException, OSError) as e:
+                raise SshError(f"cannot reach {self.target} through the jump host {self.via.target}: "
+                               f"{mask(str(e)) or type(e).__name__}") from None
         try:
             client.connect(**kw)
         except paramiko.BadHostKeyException:
@@ -209,6 +220,7 @@ class Connection:
         else:
             ch.shutdown_write()
         deadline = None if timeout is None else time.monotonic() + timeout
+        exited_at: float | None = None
         while True:
             r, _, _ = select.select([ch], [], [], 0.2)
             got = False
@@ -220,8 +232,13 @@ class Connection:
                 data = ch.recv_stderr(CHUNK)
                 got = True
                 (on_stderr(data) if on_stderr else err.append(data))
+            # The exit status can arrive before the last output: stop at EOF, or a moment after the
+            # exit status when a background child still holds the output open (no EOF would come).
             if ch.exit_status_ready() and not ch.recv_ready() and not ch.recv_stderr_ready():
-                break
+                if exited_at is None:
+                    exited_at = time.monotonic()
+                if ch.eof_received or time.monotonic() - exited_at > EOF_GRACE:
+                    break
             if ch.closed and not got:
                 break
             if deadline is not None and time.monotonic() > deadline:

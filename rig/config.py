@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lanes import jsonfile, settings
+from lanes.ssh import SshError, Target
+
+DEFAULT_HOST_STORE = "/var/lib/nev/rig-snapshots"
+DEFAULT_HEALTH_TIMEOUT = 20.0
 
 
 @dataclass(frozen=True)
@@ -18,6 +23,14 @@ class Role:
     reload: str | None = None
     health: str | None = None
     masks: list[str] = field(default_factory=list)
+    # path -> validate command ({path} is the temporary copy); the role's `validate`
+    # belongs to its first file unless that file's object names its own.
+    validates: dict[str, str] = field(default_factory=dict)
+    volatile: list[str] = field(default_factory=list)
+    health_timeout: float = DEFAULT_HEALTH_TIMEOUT
+
+    def validate_for(self, path: str) -> str | None:
+        return self.validates.get(path)
 
 
 @dataclass(frozen=True)
@@ -26,6 +39,81 @@ class RigFile:
     roles: dict[str, Role]
     jump: str | None = None
     seeds: list[str] = field(default_factory=list)
+    host_store: str = DEFAULT_HOST_STORE
+    known_hosts: Path | None = None
+    ssh_key: Path | None = None
+
+
+def _regexes(f: jsonfile.Fields, obj: dict, key: str, where: str) -> list[str]:
+    items = f.str_list(obj, key, where)
+    for i, rx in enumerate(items):
+        try:
+            re.compile(rx)
+        except re.error as e:
+            raise f.fail(f"{where}.{key}[{i}]", f"is not a valid regular expression ({e})") from None
+    return items
+
+
+def _masks(f: jsonfile.Fields, obj: dict, where: str) -> list[str]:
+    items = f.str_list(obj, "masks", where)
+    for i, m in enumerate(items):
+        if m.startswith("re:"):
+            try:
+                re.compile(m[3:])
+            except re.error as e:
+                raise f.fail(f"{where}.masks[{i}]", f"is not a valid regular expression ({e})") from None
+    return items
+
+
+def _target(f: jsonfile.Fields, spec: str, field_name: str) -> None:
+    try:
+        Target.parse(spec, default_user="root")
+    except SshError as e:
+        raise f.fail(field_name, f"is not an SSH address ({e})") from None
+
+
+def _role(f: jsonfile.Fields, name: str, obj: object) -> Role:
+    where = f"roles.{name}"
+    o = f.obj(obj, where)
+    hosts = f.str_list(o, "hosts", where, required=True)
+    if not hosts:
+        raise f.fail(f"{where}.hosts", "is empty; name at least one host")
+    for i, h in enumerate(hosts):
+        _target(f, h, f"{where}.hosts[{i}]")
+    files: list[str] = []
+    validates: dict[str, str] = {}
+    for i, item in enumerate(f.get(o, "files", list, where, required=False, default=[])):
+        fw = f"{where}.files[{i}]"
+        if isinstance(item, str):
+            path = item
+        else:
+            fo = f.obj(item, fw)
+            path = f.get(fo, "path", str, fw)
+            v = f.get(fo, "validate", str, fw, required=False)
+            if v:
+                validates[path] = v
+        if not path.startswith("/"):
+            raise f.fail(fw, f"is not an absolute path ({path!r}); give the file's full path on the host")
+        if path in files:
+            raise f.fail(fw, f"lists {path} twice; list each file once")
+        files.append(path)
+    validate = f.get(o, "validate", str, where, required=False)
+    if validate and files and files[0] not in validates:
+        validates[files[0]] = validate
+    for path, v in validates.items():
+        if "{path}" not in v:
+            raise f.fail(f"{where}.validate", f"for {path} has no {{path}}; the command must check the "
+                         "temporary copy, e.g. haproxy -c -f {path}")
+    timeout = f.get(o, "health_timeout", (int, float), where, required=False, default=DEFAULT_HEALTH_TIMEOUT)
+    if timeout <= 0:
+        raise f.fail(f"{where}.health_timeout", "must be a positive number of seconds")
+    return Role(name=name, hosts=hosts, files=files,
+                commands=f.str_list(o, "commands", where),
+                validate=validate,
+                reload=f.get(o, "reload", str, where, required=False),
+                health=f.get(o, "health", str, where, required=False),
+                masks=_masks(f, o, where), validates=validates,
+                volatile=_regexes(f, o, "volatile", where), health_timeout=float(timeout))
 
 
 def load(path: Path) -> RigFile:
@@ -34,19 +122,25 @@ def load(path: Path) -> RigFile:
     top = f.obj(data, "(top level)")
     roles: dict[str, Role] = {}
     for name, obj in f.get(top, "roles", dict, "").items():
-        where = f"roles.{name}"
-        f.obj(obj, where)
-        hosts = f.str_list(obj, "hosts", where, required=True)
-        if not hosts:
-            raise f.fail(f"{where}.hosts", "is empty; name at least one host")
-        roles[name] = Role(name=name, hosts=hosts, files=f.str_list(obj, "files", where),
-                           commands=f.str_list(obj, "commands", where),
-                           validate=f.get(obj, "validate", str, where, required=False),
-                           reload=f.get(obj, "reload", str, where, required=False),
-                           health=f.get(obj, "health", str, where, required=False),
-                           masks=f.str_list(obj, "masks", where))
-    return RigFile(path=path, roles=roles, jump=f.get(top, "jump", str, "", required=False),
-                   seeds=f.str_list(top, "seeds", ""))
+        roles[name] = _role(f, name, obj)
+    jump = f.get(top, "jump", str, "", required=False)
+    if jump:
+        _target(f, jump, "jump")
+    store = f.get(top, "host_store", str, "", required=False, default=DEFAULT_HOST_STORE)
+    if not store.startswith("/") or store.rstrip("/") == "":
+        raise f.fail("host_store", f"must be an absolute folder other than / ({store!r})")
+    kh = f.get(top, "known_hosts", str, "", required=False)
+    key = f.get(top, "ssh_key", str, "", required=False)
+    return RigFile(path=path, roles=roles, jump=jump, seeds=f.str_list(top, "seeds", ""),
+                   host_store=store.rstrip("/"),
+                   known_hosts=_rel(path, kh), ssh_key=_rel(path, key))
+
+
+def _rel(base: Path, p: str | None) -> Path | None:
+    if not p:
+        return None
+    q = Path(p).expanduser()
+    return q if q.is_absolute() else (base.parent / q)
 
 
 def default_path() -> Path:

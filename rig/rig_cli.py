@@ -110,35 +110,77 @@ def status(lane_index: int | None, as_json: bool) -> int:
     return 0
 
 
+def _say(line: str) -> None:
+    from lanes.mask import known_secrets, mask
+
+    click.echo(mask(line, extra=known_secrets()))
+
+
 @rig.command("snapshot")
 @click.argument("label")
 @click.argument("roles", nargs=-1)
-def snapshot(label: str, roles: tuple[str, ...]) -> None:
-    """Record every role's serving configuration under LABEL."""
-    raise not_built("rig snapshot", 13)
+def snapshot(label: str, roles: tuple[str, ...]) -> int:
+    """Record every role's serving configuration under LABEL.
+
+    Files with owner, mode and content plus command outputs, kept on each host (root-only
+    folder) and in the local rig notes (mode 600). Exits 1 when refused (label taken,
+    store inside a git worktree or on the NAS) or a host fails, 2 for an unknown role.
+    """
+    from rig.snapshot.context import Context
+    from rig.snapshot.record import take
+
+    take(Context.load(), label, roles, _say)
+    return 0
 
 
 @rig.command("restore")
 @click.argument("label")
 @click.argument("roles", nargs=-1)
-@click.option("--dry-run", is_flag=True)
-def restore(label: str, roles: tuple[str, ...], dry_run: bool) -> None:
-    """Put back the serving configuration recorded under LABEL."""
-    raise not_built("rig restore", 13)
+@click.option("--dry-run", is_flag=True, help="Show the diff and run validate only; replace nothing.")
+def restore(label: str, roles: tuple[str, ...], dry_run: bool) -> int:
+    """Put back the serving configuration recorded under LABEL.
+
+    Per role: temporary copies, validate, atomic move, reload, health check; on any failure
+    the previous files go back and the service is reloaded. Exits 1 naming the role and
+    the failing step, or when the snapshot's hashes do not match its files.
+    """
+    from rig.snapshot.context import Context
+    from rig.snapshot.restore import restore as run_restore
+
+    return run_restore(Context.load(), label, roles, dry_run, _say)
 
 
 @rig.command("snapshots")
-def snapshots() -> None:
+@click.option("--json", "as_json", is_flag=True)
+def snapshots(as_json: bool) -> int:
     """Labels, times and roles of the snapshots."""
-    raise not_built("rig snapshots", 13)
+    from lanes.ui import emit_json
+    from rig.snapshot.context import Context
+    from rig.snapshot.record import listing
+
+    rows = listing(Context.load())
+    if as_json:
+        emit_json(rows)
+    elif not rows:
+        click.echo("no snapshots yet; take one with `nev rig snapshot LABEL`")
+    for r in rows if not as_json else []:
+        roles = r["roles"]
+        assert isinstance(roles, list)
+        click.echo(f"{r['label']:<32} {r['time']}  {','.join(roles):<24} {r['who']}")
+    return 0
 
 
 @rig.command("diff")
 @click.argument("label")
 @click.argument("other", required=False)
-def diff(label: str, other: str | None) -> None:
+def diff(label: str, other: str | None) -> int:
     """Diff a snapshot against another or the live state (secrets masked)."""
-    raise not_built("rig diff", 13)
+    from rig.snapshot.context import Context
+    from rig.snapshot.diff import compare
+
+    text = compare(Context.load(), label, other)
+    click.echo(text.rstrip("\n") if text else f"no differences between {label} and {other or 'live'}")
+    return 0
 
 
 @rig.command("throughput")

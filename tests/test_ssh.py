@@ -92,3 +92,14 @@ def test_forward_reaches_remote_port(sshd):
             s.sendall(b"ping")
             assert s.recv(100) == b"pong:ping"
     srv.close()
+
+
+def test_output_is_complete_and_background_child_does_not_hold_the_run(sshd):
+    import time as _time
+    with Connection(target(sshd), sshd.known_hosts, sshd.client_key) as c:
+        for _ in range(20):  # the exit status may come before the last output: nothing is lost
+            r = c.run("head -c 30000 /dev/zero | base64 -w0; echo; echo =end")
+            assert r.out.endswith("=end\n") and len(r.out) == 40000 + 1 + 5
+        t0 = _time.monotonic()
+        r = c.run("sleep 8 & echo started")  # the child keeps stdout open; no EOF comes
+        assert r.out == "started\n" and _time.monotonic() - t0 < 7

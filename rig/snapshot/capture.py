@@ -1,0 +1,199 @@
+"""What a role looks like on one host: files with owner, mode and content, plus command outputs.
+
+One shell script runs on the host (plain sh and coreutils, nothing to install) and prints a
+small line format; `parse_capture` turns that output into records. The parser is the part
+the golden files exercise with recorded host output.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from lanes.errors import NevError
+from lanes.mask import mask
+from lanes.ssh import Connection
+
+# $1 = number of files, then the files, then the commands. A symlink or a non-file is
+# reported, never followed: restoring through a link would replace the link itself.
+SCRIPT = r"""
+set -u
+umask 077
+nf=$1; shift
+i=0
+while [ "$i" -lt "$nf" ]; do
+  p=$1; shift; i=$((i+1))
+  printf '=file %s\n' "$p"
+  if [ -L "$p" ]; then printf 'symlink %s\n' "$(readlink -f -- "$p")"
+  elif [ -f "$p" ]; then
+    if [ -r "$p" ]; then stat -c 'stat %u %g %U %G %a %s' -- "$p"; base64 -w0 -- "$p"; printf '\n'
+    else echo unreadable; fi
+  elif [ -e "$p" ]; then echo notafile
+  else echo missing; fi
+done
+n=0
+for c in "$@"; do
+  printf '=cmd %d\n' "$n"; n=$((n+1))
+  t=$(mktemp)
+  sh -c "$c" >"$t" 2>&1 </dev/null
+  printf 'exit %d\n' "$?"
+  base64 -w0 <"$t"; printf '\n'
+  rm -f "$t"
+done
+echo =end
+"""
+
+
+class CaptureError(NevError):
+    pass
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class FileRec:
+    """One file as found on a host (etckeeper-style: owner, group and mode kept)."""
+
+    path: str
+    missing: bool = False
+    uid: int = 0
+    gid: int = 0
+    user: str = ""
+    group: str = ""
+    mode: int = 0
+    size: int = 0
+    sha256: str = ""
+
+    def meta(self) -> str:
+        return "absent" if self.missing else f"{self.user}:{self.group} {self.mode:04o}"
+
+    def same_as(self, other: FileRec) -> bool:
+        if self.missing or other.missing:
+            return self.missing == other.missing
+        return (self.sha256, self.user, self.group, self.mode) == (other.sha256, other.user, other.group, other.mode)
+
+    def to_json(self) -> dict[str, Any]:
+        if self.missing:
+            return {"path": self.path, "missing": True}
+        return {"path": self.path, "user": self.user, "group": self.group, "uid": self.uid, "gid": self.gid,
+                "mode": f"{self.mode:04o}", "size": self.size, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> FileRec:
+        if d.get("missing"):
+            return cls(path=d["path"], missing=True)
+        return cls(path=d["path"], uid=int(d["uid"]), gid=int(d["gid"]), user=d["user"], group=d["group"],
+                   mode=int(d["mode"], 8), size=int(d["size"]), sha256=d["sha256"])
+
+
+@dataclass(frozen=True)
+class CmdRec:
+    cmd: str
+    exit: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cmd": self.cmd, "exit": self.exit, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CmdRec:
+        return cls(cmd=d["cmd"], exit=int(d["exit"]), sha256=d["sha256"])
+
+
+@dataclass
+class HostState:
+    """A role on one host: records plus the content they point at (blobs by sha256)."""
+
+    host: str
+    files: list[FileRec] = field(default_factory=list)
+    commands: list[CmdRec] = field(default_factory=list)
+    blobs: dict[str, bytes] = field(default_factory=dict)
+
+    def file(self, path: str) -> FileRec | None:
+        return next((f for f in self.files if f.path == path), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"files": [f.to_json() for f in self.files], "commands": [c.to_json() for c in self.commands]}
+
+
+def parse_capture(raw: bytes, host: str, files: list[str], commands: list[str]) -> HostState:
+    """Turn the capture script's output into records; every oddity is one clear error."""
+    lines = raw.decode("utf-8", errors="replace").split("\n")
+    state = HostState(host=host)
+    it = iter(lines)
+
+    def nxt(what: str) -> str:
+        try:
+            return next(it)
+        except StopIteration:
+            raise CaptureError(f"capture on {host} ended early while reading {what}; run it again") from None
+
+    for path in files:
+        head = nxt(path)
+        if head != f"=file {path}":
+            raise CaptureError(f"capture on {host}: expected {path}, got {mask(head[:80])!r}; run it again")
+        kind = nxt(path)
+        if kind == "missing":
+            state.files.append(FileRec(path=path, missing=True))
+            continue
+        if kind.startswith("symlink "):
+            raise CaptureError(f"{path} on {host} is a symlink to {kind[8:]}; list the file it points to "
+                               "in the rig file instead")
+        if kind == "notafile":
+            raise CaptureError(f"{path} on {host} is not a regular file; list only files in the rig file")
+        if kind == "unreadable":
+            raise CaptureError(f"{path} on {host} is not readable by the SSH user; the roles' hosts are "
+                               "reached as root (give root@host in the rig file)")
+        parts = kind.split(" ")
+        if len(parts) != 7 or parts[0] != "stat":
+            raise CaptureError(f"capture on {host}: bad stat line for {path}; run it again")
+        _, uid, gid, user, group, mode, size = parts
+        try:
+            data = base64.b64decode(nxt(path), validate=True)
+        except binascii.Error:
+            raise CaptureError(f"capture on {host}: the content of {path} came back damaged; run it again") from None
+        if len(data) != int(size):
+            raise CaptureError(f"{path} on {host} changed while it was read ({size} bytes, then {len(data)}); "
+                               "run the snapshot again")
+        sha = sha256(data)
+        state.blobs[sha] = data
+        state.files.append(FileRec(path=path, uid=int(uid), gid=int(gid), user=user, group=group,
+                                   mode=int(mode, 8), size=len(data), sha256=sha))
+    for n, cmd in enumerate(commands):
+        if nxt(cmd) != f"=cmd {n}":
+            raise CaptureError(f"capture on {host}: output of {cmd!r} is out of place; run it again")
+        ex = nxt(cmd)
+        if not ex.startswith("exit "):
+            raise CaptureError(f"capture on {host}: no exit status for {cmd!r}; run it again")
+        try:
+            out = base64.b64decode(nxt(cmd), validate=True)
+        except binascii.Error:
+            raise CaptureError(f"capture on {host}: the output of {cmd!r} came back damaged; run it again") from None
+        sha = sha256(out)
+        state.blobs[sha] = out
+        state.commands.append(CmdRec(cmd=cmd, exit=int(ex[5:]), sha256=sha))
+    if nxt("the end marker") != "=end":
+        raise CaptureError(f"capture on {host} did not finish cleanly; run it again")
+    return state
+
+
+def capture_argv(files: list[str], commands: list[str]) -> str:
+    return shlex.join(["sh", "-c", SCRIPT, "nev-capture", str(len(files)), *files, *commands])
+
+
+def capture_raw(conn: Connection, files: list[str], commands: list[str]) -> bytes:
+    res = conn.run(capture_argv(files, commands), timeout=120)
+    if res.exit_status != 0:
+        raise CaptureError(f"capture on {conn.target} failed (exit {res.exit_status}): "
+                           f"{mask(res.err.strip()[-300:]) or 'no message'}")
+    return res.stdout
+
+
+def capture_host(conn: Connection, host: str, files: list[str], commands: list[str]) -> HostState:
+    return parse_capture(capture_raw(conn, files, commands), host, files, commands)

@@ -1,0 +1,59 @@
+"""What every snapshot command starts from: the rig file, the local store and the NAS roots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lanes import config as lanes_config
+from lanes import settings
+from lanes.errors import UsageError
+from rig import config as rig_config
+from rig.config import RigFile, Role
+from rig.snapshot.store import LocalStore
+
+
+def nas_roots() -> list[str]:
+    """Every path that is the NAS: the lanes file's `nas` and the lanes' shared folder."""
+    roots = []
+    lf = lanes_config.configured(require=False)
+    if lf.nas:
+        roots.append(str(Path(lf.nas).expanduser()))
+    shared = settings.get(settings.LANE_SHARED)
+    if shared:
+        roots.append(shared)
+    return roots
+
+
+def notes_dir() -> Path:
+    p = settings.get_path(settings.RIG_NOTES)
+    assert p is not None
+    return p
+
+
+@dataclass
+class Context:
+    rig: RigFile
+    store: LocalStore
+    nas: list[str]
+
+    @classmethod
+    def load(cls, create: bool = True) -> Context:
+        nas = nas_roots()
+        store = LocalStore.open(notes_dir(), nas, create=create)
+        return cls(rig=rig_config.load(rig_config.default_path()), store=store, nas=nas)
+
+    def roles(self, names: tuple[str, ...] | list[str], within: list[str] | None = None) -> list[Role]:
+        pool = within if within is not None else list(self.rig.roles)
+        for n in names:
+            if n not in pool:
+                where = "the snapshot" if within is not None else str(self.rig.path)
+                raise UsageError(f"no role {n!r} in {where} (roles: {', '.join(pool) or 'none'})")
+        chosen = list(names) if names else pool
+        out = []
+        for n in chosen:
+            if n not in self.rig.roles:
+                raise UsageError(f"role {n} is in the snapshot but not in {self.rig.path}; add it back "
+                                 "(with its validate, reload and health commands) to use it")
+            out.append(self.rig.roles[n])
+        return out

@@ -1,0 +1,48 @@
+"""Connections to the roles' hosts: as root, host keys pinned, through the jump host when declared."""
+
+from __future__ import annotations
+
+from lanes import ssh
+from lanes.ssh import Connection, Target
+from rig.config import RigFile
+
+
+def target(spec: str) -> Target:
+    return Target.parse(spec, default_user="root")
+
+
+class Hosts:
+    """One open connection per host for the duration of a command; closed together."""
+
+    def __init__(self, rig: RigFile) -> None:
+        self.rig = rig
+        self._jump: Connection | None = None
+        self._conns: dict[str, Connection] = {}
+
+    def _kw(self) -> dict:
+        return {"known_hosts": self.rig.known_hosts or ssh.default_known_hosts(),
+                "key_file": self.rig.ssh_key if self.rig.ssh_key is not None else ssh.default_key_file()}
+
+    def get(self, spec: str) -> Connection:
+        if spec not in self._conns:
+            via = None
+            if self.rig.jump:
+                if self._jump is None:
+                    self._jump = Connection(target(self.rig.jump), **self._kw()).connect()
+                via = self._jump
+            self._conns[spec] = Connection(target(spec), via=via, **self._kw()).connect()
+        return self._conns[spec]
+
+    def close(self) -> None:
+        for c in self._conns.values():
+            c.close()
+        self._conns.clear()
+        if self._jump is not None:
+            self._jump.close()
+            self._jump = None
+
+    def __enter__(self) -> Hosts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
