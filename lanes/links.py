@@ -1,0 +1,102 @@
+"""Which folders of a lane copy link into the NAS share (the seed's table), as pure functions.
+
+Stdlib only: this module is sent to the lane with every payload, next to `lanes/apply.py`.
+
+| in the worktree                                   | on the share                              |
+|---------------------------------------------------|-------------------------------------------|
+| `oracle/suites/checkouts/<suite>`                 | `suites/<suite>-<pinned commit>/`         |
+| `webgpu-cts/cts`                                  | `suites/webgpu-cts/`                      |
+| `corpus/<name>` for every `*ground-truth` cache   | `ground-truth/<name>/`                    |
+| `oracle/suites/results`                           | `archive/suite-results/<worktree>/`       |
+| `webgpu-cts/results`                              | `archive/webgpu-cts-results/<worktree>/`  |
+| (the command's output, copied)                    | `archive/gate-logs/<worktree>/<time>-<guest>-<commit>.log` |
+| (one line per model batch)                        | `ledger/<worktree>.jsonl`                 |
+
+Suite pins come from `oracle/suites/pins.json` (`{"<suite>": "<commit>"}`) when the copy has
+one. An existing real directory at a link's place is left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+GROUND_TRUTH = re.compile(r"corpus/([A-Za-z0-9_.-]*ground-truth)\b")
+SUITE_PINS = "oracle/suites/pins.json"
+
+
+@dataclass(frozen=True)
+class Link:
+    path: str      # relative to the worktree
+    target: str    # relative to the share
+
+
+def safe_part(name: str) -> bool:
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
+
+
+def plan(worktree: str, pins: dict[str, str], ground_truth: set[str], has_oracle: bool,
+         has_webgpu_cts: bool) -> list[Link]:
+    """The links a copy named `worktree` gets, from facts about its tree."""
+    links: list[Link] = []
+    for suite, commit in sorted(pins.items()):
+        if safe_part(suite) and safe_part(commit):
+            links.append(Link(f"oracle/suites/checkouts/{suite}", f"suites/{suite}-{commit}"))
+    if has_webgpu_cts:
+        links.append(Link("webgpu-cts/cts", "suites/webgpu-cts"))
+    for name in sorted(ground_truth):
+        if safe_part(name):
+            links.append(Link(f"corpus/{name}", f"ground-truth/{name}"))
+    if has_oracle:
+        links.append(Link("oracle/suites/results", f"archive/suite-results/{worktree}"))
+    if has_webgpu_cts:
+        links.append(Link("webgpu-cts/results", f"archive/webgpu-cts-results/{worktree}"))
+    return links
+
+
+def gate_log_path(worktree: str, when: str, guest: str, commit: str) -> str:
+    """Where a gate's output is copied on the share (relative to it)."""
+    return f"archive/gate-logs/{worktree}/{when}-{guest}-{commit[:12]}.log"
+
+
+def ledger_path(worktree: str) -> str:
+    return f"ledger/{worktree}.jsonl"
+
+
+def ground_truth_names(texts: list[str]) -> set[str]:
+    """Every `corpus/<name>ground-truth` cache the given source texts name."""
+    names: set[str] = set()
+    for t in texts:
+        names.update(GROUND_TRUTH.findall(t))
+    return names
+
+
+def read_pins(copy: str) -> dict[str, str]:
+    p = os.path.join(copy, SUITE_PINS)
+    try:
+        with open(p, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def apply_links(copy: str, shared: str, links: list[Link]) -> list[str]:
+    """Create the links; returns one line per link made. Real directories are left alone."""
+    made: list[str] = []
+    for link in links:
+        where = os.path.join(copy, link.path)
+        target = os.path.join(shared, link.target)
+        if os.path.islink(where):
+            if os.readlink(where) == target:
+                continue
+            os.unlink(where)
+        elif os.path.exists(where):
+            continue
+        os.makedirs(target, exist_ok=True)
+        os.makedirs(os.path.dirname(where), exist_ok=True)
+        os.symlink(target, where)
+        made.append(f"{link.path} -> {target}")
+    return made

@@ -1,0 +1,174 @@
+"""What a gate ships from a worktree: bundle, diff, untracked files, `.env`, and the lane program.
+
+- The bundle holds only the commits the lane cannot already have: its basis is the lane mirror's
+  tips (that exist here) plus, when the lane can reach the forge, this repository's
+  remote-tracking tips (the forge supplies those faster than a slow uplink; if it cannot, the
+  lane asks again and gets a bundle over its own tips only).
+- The diff is `git diff --binary -M HEAD`: staged and unstaged, binary-safe, with modes,
+  symlinks, deletions and renames.
+- The untracked files git does not ignore go as one gzip'd tar (odd names, modes, symlinks).
+- The lane program (`lanes/apply.py` and `lanes/links.py`, stdlib only) travels on the same
+  channel's stdin ahead of everything, started by a short bootstrap that holds no secret.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lanes.errors import NevError
+from lanes.gitrun import GitError, Repo
+
+LANE_MODULES = ("nev_links", "nev_apply")
+_SOURCES = {"nev_links": "links.py", "nev_apply": "apply.py"}
+
+# Reads the modules from stdin, then runs the apply program; it is the only argv on the lane.
+BOOTSTRAP = ("import sys,json,types;b=sys.stdin.buffer;n=int(b.readline());m=json.loads(b.read(n))\n"
+             "for k,s in m:\n"
+             " mod=types.ModuleType(k);mod.__file__=k;sys.modules[k]=mod;exec(compile(s,k,'exec'),mod.__dict__)\n"
+             "sys.modules['nev_apply'].main()")
+
+
+def lane_program() -> bytes:
+    """The length-prefixed module blob the bootstrap reads first."""
+    here = Path(__file__).parent
+    mods = [[name, (here / _SOURCES[name]).read_text()] for name in LANE_MODULES]
+    blob = json.dumps(mods).encode()
+    return str(len(blob)).encode() + b"\n" + blob
+
+
+def lane_command(python: str = "python3") -> str:
+    import shlex
+
+    return f"{python} -c {shlex.quote(BOOTSTRAP)}"
+
+
+@dataclass
+class Worktree:
+    path: Path
+    name: str
+    commit: str
+    repo: Repo
+
+    @classmethod
+    def open(cls, path: Path) -> Worktree:
+        if not path.is_dir():
+            raise NevError(f"worktree {path} does not exist; give the folder of a git worktree")
+        try:
+            top = Repo(path).toplevel()
+        except GitError:
+            raise NevError(f"{path} is not inside a git worktree; give the folder of one") from None
+        repo = Repo(top)
+        commit = repo.try_rev("HEAD")
+        if commit is None:
+            raise NevError(f"worktree {top} has no commit yet; commit something first")
+        return cls(top, top.name, commit, repo)
+
+
+@dataclass
+class Payload:
+    commit: str
+    bundle: bytes
+    diff: bytes
+    untracked: bytes
+    env: bytes
+    untracked_count: int = 0
+    basis: list[str] = field(default_factory=list)
+
+    def sizes(self) -> dict[str, int]:
+        return {"bundle": len(self.bundle), "diff": len(self.diff), "untracked": len(self.untracked),
+                ".env": len(self.env)}
+
+    def members(self) -> list[bytes]:
+        return [self.bundle, self.diff, self.untracked, self.env]
+
+
+def known_commits(repo: Repo, shas: list[str]) -> list[str]:
+    """Those of `shas` that are commits in this repository."""
+    if not shas:
+        return []
+    cp = repo.git("cat-file", "--batch-check=%(objectname) %(objecttype)", input="\n".join(shas) + "\n")
+    out = []
+    for line in cp.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1] == "commit":
+            out.append(parts[0])
+    return out
+
+
+def remote_tips(repo: Repo) -> list[str]:
+    out = repo.out("for-each-ref", "--format=%(objectname)", "refs/remotes")
+    return sorted(set(out.split()))
+
+
+def basis_for(repo: Repo, lane_tips: list[str], forge_reachable: bool) -> list[str]:
+    basis = set(lane_tips)
+    if forge_reachable:
+        basis.update(remote_tips(repo))
+    return known_commits(repo, sorted(basis))
+
+
+def bundle(repo: Repo, commit: str, basis: list[str]) -> bytes:
+    """A bundle of `commit` without what `basis` already holds; empty when nothing is missing."""
+    if commit in basis:
+        return b""
+    revs = "HEAD\n" + "".join(f"^{b}\n" for b in basis)
+    cp = repo.git("bundle", "create", "-q", "-", "--stdin", input=revs.encode(), text=False, check=False)
+    if cp.returncode != 0:
+        err = cp.stderr.decode(errors="replace")
+        if "empty bundle" in err:
+            return b""
+        raise GitError(f"git bundle create failed in {repo.path}: {err.strip().splitlines()[-1] if err.strip() else cp.returncode}")
+    return cp.stdout
+
+
+def diff(repo: Repo) -> bytes:
+    cp = repo.git("diff", "--binary", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv",
+                  "-M", "HEAD", "--", text=False)
+    return cp.stdout
+
+
+def untracked_names(repo: Repo) -> list[str]:
+    cp = repo.git("ls-files", "--others", "--exclude-standard", "-z", text=False)
+    return [n.decode("utf-8", "surrogateescape") for n in cp.stdout.split(b"\0") if n]
+
+
+def untracked_tar(root: Path, names: list[str]) -> bytes:
+    if not names:
+        return b""
+    raw = io.BytesIO()
+    with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
+        with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tf:
+            for n in names:
+                p = root / n
+                if not os.path.lexists(p):
+                    continue
+                tf.add(str(p), arcname=n, recursive=False)
+    return raw.getvalue()
+
+
+def build(wt: Worktree, lane_tips: list[str], forge_reachable: bool) -> Payload:
+    basis = basis_for(wt.repo, lane_tips, forge_reachable)
+    names = untracked_names(wt.repo)
+    env_file = wt.path / ".env"
+    env = env_file.read_bytes() if env_file.is_file() else b""
+    return Payload(commit=wt.commit, bundle=bundle(wt.repo, wt.commit, basis), diff=diff(wt.repo),
+                   untracked=untracked_tar(wt.path, names), env=env, untracked_count=len(names),
+                   basis=basis)
+
+
+def tree_hash(path: Path) -> str:
+    """The git tree of a working tree as it is on disk (tracked and untracked, ignored left out)."""
+    import tempfile
+
+    repo = Repo(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        repo.git("read-tree", "HEAD", env=env)
+        repo.git("add", "-A", ".", env=env)
+        return repo.out("write-tree", env=env)
