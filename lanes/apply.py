@@ -496,16 +496,7 @@ class Lane:
         if not os.path.exists(src):
             return
         with open(src, "rb") as f:
-            text = f.read()
-        if model_url:
-            lines = text.split(b"\n")
-            for i, line in enumerate(lines):
-                s = line.lstrip()
-                if s.startswith(b"export "):
-                    s = s[7:].lstrip()
-                if s.startswith(b"NEV_MODEL_URL=") or s.startswith(b"GENERA_MODEL_URL="):
-                    lines[i] = line[: len(line) - len(s)] + s.split(b"=", 1)[0] + b"=" + model_url.encode()
-            text = b"\n".join(lines)
+            text = swap_model_url(f.read(), model_url)
         tmp = os.path.join(self.copy, ".env.nev-rewrite")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
@@ -674,6 +665,20 @@ class _mirror_lock:
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
+
+
+def swap_model_url(text: bytes, model_url: str | None) -> bytes:
+    """The .env with its NEV_MODEL_URL (or GENERA_MODEL_URL) line pointing at the lane's gateway."""
+    if not model_url:
+        return text
+    lines = text.split(b"\n")
+    for i, line in enumerate(lines):
+        s = line.lstrip()
+        if s.startswith(b"export "):
+            s = s[7:].lstrip()
+        if s.startswith(b"NEV_MODEL_URL=") or s.startswith(b"GENERA_MODEL_URL="):
+            lines[i] = line[: len(line) - len(s)] + s.split(b"=", 1)[0] + b"=" + model_url.encode()
+    return b"\n".join(lines)
 
 
 def descendants(pid: int) -> list[int]:

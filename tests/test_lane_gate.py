@@ -1,0 +1,366 @@
+"""`nev lane run` / `nev lane on` / `nev lane list` against a real sshd, real git and a real forge."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from lanes import gate, payload
+from lanes.errors import DiskShortError
+from tests import lane_helpers as h
+from tests import lane_rig as rigs
+
+SECRET_TOKEN = "forgetok-4f1d9c2b7e" + "a8815d3c"
+SECRET_KEY = "sk-gatekey-93ab61f0" + "7c2d"
+
+
+@pytest.fixture(scope="module")
+def lane_rig(tmp_path_factory):
+    rig = rigs.local(tmp_path_factory.mktemp("lanerig"), token=SECRET_TOKEN)
+    rig.shared_worktree = worktree(rig, "shared")
+    yield rig
+    rig.stop()
+
+
+def worktree(rig, name: str) -> Path:
+    wt = h.clone_worktree(rig.clone_url, rig.tmp / name)
+    return wt
+
+
+def read_until(stream, needle: bytes, timeout: float = 20) -> bytes:
+    got = b""
+    deadline = time.monotonic() + timeout
+    os.set_blocking(stream.fileno(), False)
+    while needle not in got:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{needle!r} not seen within {timeout} s; got {got!r}")
+        try:
+            chunk = stream.read()
+        except BlockingIOError:
+            chunk = None
+        if chunk:
+            got += chunk
+        else:
+            time.sleep(0.02)
+    return got
+
+
+def lane_copy(rig, name: str) -> Path:
+    return rig.lane_root / name
+
+
+def env_files(rig, name: str) -> list[Path]:
+    return [p for p in (lane_copy(rig, name) / ".env", lane_copy(rig, name) / ".env.nev-rewrite",
+                        rig.lane_root / f".payload-{name}" / ".env") if os.path.lexists(p)]
+
+
+def test_lane_copy_equals_dev_tree_byte_for_byte(lane_rig):
+    wt = worktree(lane_rig, "exact")
+    h.make_changes(wt)
+    r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
+    assert r.returncode == 0, r.stderr
+    copy = lane_copy(lane_rig, "exact")
+    assert payload.tree_hash(copy) == payload.tree_hash(wt)
+    assert h.git(copy, "rev-parse", "HEAD") == h.git(wt, "rev-parse", "HEAD")
+    assert not (copy / "target").exists(), "ignored files stay home"
+    # A second run after more changes (an untracked file gone, a rename undone) still matches.
+    os.unlink(wt / "raw.bin")
+    h.git(wt, "mv", "new näme.txt", "old name.txt")
+    (wt / "late.txt").write_text("late\n")
+    r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
+    assert r.returncode == 0, r.stderr
+    assert payload.tree_hash(copy) == payload.tree_hash(wt)
+
+
+@pytest.mark.parametrize("code", [0, 1, 7, 255])
+def test_exit_status_passes_through(lane_rig, code):
+    wt = lane_rig.shared_worktree
+    r = h.nev(["lane", "run", str(wt), "sh", "-c", f"echo to-out; echo to-err >&2; exit {code}"], lane_rig.env)
+    assert r.returncode == code, r.stderr
+    assert "to-out" in r.stdout and "to-err" in r.stderr
+
+
+def test_output_arrives_while_command_still_runs(lane_rig):
+    wt = worktree(lane_rig, "stream")
+    go = lane_copy(lane_rig, "stream") / "go"
+    p = h.nev_popen(["lane", "run", str(wt), "sh", "-c",
+                     "echo first; while [ ! -e go ]; do sleep 0.05; done; echo second"], lane_rig.env)
+    try:
+        read_until(p.stdout, b"first")
+        assert p.poll() is None, "the command is still waiting, yet its first line arrived"
+        go.write_text("")
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 0, err
+        assert b"second" in out
+    finally:
+        p.kill()
+
+
+def test_pull_brings_folders_back(lane_rig):
+    wt = worktree(lane_rig, "pull")
+    r = h.nev(["lane", "run", "--pull", "out/results", "--pull", "logs", str(wt), "sh", "-c",
+               "mkdir -p out/results/deep logs && echo 42 > out/results/deep/answer.txt && "
+               "printf 'a b' > 'logs/run log.txt'"], lane_rig.env)
+    assert r.returncode == 0, r.stderr
+    assert (wt / "out/results/deep/answer.txt").read_text() == "42\n"
+    assert (wt / "logs/run log.txt").read_text() == "a b"
+
+
+def test_no_lane_answering_exits_3_and_runs_nothing(lane_rig, tmp_path):
+    wt = lane_rig.shared_worktree
+    marker = tmp_path / "ran"
+    env = dict(lane_rig.env, NEV_LANE_SSH=f"lane@127.0.0.1:{h_free_port()}")
+    r = h.nev(["lane", "run", str(wt), "touch", str(marker)], env)
+    assert r.returncode == 3, r.stderr
+    assert "no build lane answered" in r.stderr and "nothing ran" in r.stderr
+    assert not marker.exists()
+    r = h.nev(["lane", "on", "--lane-only", str(wt), "touch", str(marker)], env)
+    assert r.returncode == 3 and not marker.exists()
+    r = h.nev(["lane", "on", str(wt), "touch", str(marker)], dict(env, NEV_LANE_STRICT="1"))
+    assert r.returncode == 3 and not marker.exists()
+
+
+def test_lane_on_runs_locally_when_no_lane_and_not_lane_only(lane_rig, tmp_path):
+    wt = lane_rig.shared_worktree
+    env = dict(lane_rig.env, NEV_LANE_SSH=f"lane@127.0.0.1:{h_free_port()}")
+    r = h.nev(["lane", "on", str(wt), "sh", "-c", "pwd; exit 5"], env)
+    assert r.returncode == 5, r.stderr
+    assert r.stdout.strip() == str(wt)
+    assert "running on this machine" in r.stderr
+
+
+def test_lane_on_with_nev_on_lane_runs_in_place_and_reads_no_lane_settings(lane_rig, tmp_path):
+    wt = lane_rig.shared_worktree
+    bad = tmp_path / "broken.json"
+    bad.write_text("{not json")
+    env = dict(lane_rig.env, NEV_ON_LANE="1", NEV_LANES_FILE=str(bad))
+    r = h.nev(["lane", "on", "--lane-only", "--pull", "x", str(wt), "sh", "-c", "pwd; exit 9"], env)
+    assert r.returncode == 9, r.stderr
+    assert r.stdout.strip() == str(wt)
+    assert "--pull ignored" in r.stderr
+
+
+def test_env_is_installed_for_the_run_only(lane_rig):
+    wt = worktree(lane_rig, "envrun")
+    (wt / ".env").write_text(f"NEV_MODEL_URL=http://127.0.0.1:4000\nNEV_MODEL_API_KEY={SECRET_KEY}\n")
+    r = h.nev(["lane", "run", str(wt), "sh", "-c", "test -f .env && grep -c MODEL .env && exit 1"],
+              lane_rig.env)
+    assert r.returncode == 1 and r.stdout.strip() == "2", r.stderr
+    assert env_files(lane_rig, "envrun") == []
+    r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
+    assert r.returncode == 0 and env_files(lane_rig, "envrun") == []
+    r = h.nev(["lane", "run", str(wt), "true"], dict(lane_rig.env, NEV_LANE_KEEP_ENV="1"))
+    assert r.returncode == 0 and (lane_copy(lane_rig, "envrun") / ".env").exists()
+    r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
+    assert env_files(lane_rig, "envrun") == []
+
+
+def _tree_started(rig, name: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, list[int]]:
+    wt = worktree(rig, name)
+    tag = str(os.getpid() % 1000 + len(name) * 1000)
+    (wt / ".env").write_text(f"NEV_MODEL_API_KEY={SECRET_KEY}\n")
+    p = h.nev_popen(["lane", "run", str(wt), "sh", "-c",
+                     f"sleep 301.{tag} & sleep 302.{tag} & sh -c 'sleep 303.{tag}' & echo started; wait"],
+                    env or rig.env)
+    read_until(p.stdout, b"started")
+    time.sleep(0.2)
+    pids = [pid for pid, cmd in rig.lane_cmdlines() if cmd.startswith("sleep 30") and cmd.strip().endswith(tag)]
+    assert len(pids) >= 3, rig.lane_cmdlines()
+    return p, pids
+
+
+def _all_gone(pids: list[int], within: float) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < within:
+        if not any(Path(f"/proc/{p}").exists() and b"Z" not in _state(p) for p in pids):
+            return time.monotonic() - t0
+        time.sleep(0.02)
+    raise AssertionError(f"lane processes still alive {within} s after the interrupt: {pids}")
+
+
+def _state(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return b"Z"
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_stops_lane_process_tree_within_2s(lane_rig, sig, code):
+    name = f"intr{code}"
+    p, pids = _tree_started(lane_rig, name)
+    t0 = time.monotonic()
+    p.send_signal(sig)
+    _all_gone(pids, 2.0)
+    assert time.monotonic() - t0 < 2.0
+    _, err = p.communicate(timeout=10)
+    assert p.returncode == code, err
+    assert b"stopped" in err
+    assert env_files(lane_rig, name) == []
+
+
+def test_cut_connection_stops_run_and_second_call_removes_env(lane_rig):
+    p, pids = _tree_started(lane_rig, "cut")
+    lane_rig.cut_connections()
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 255, err
+    assert b"dropped" in err and b"second SSH call" in err
+    _all_gone(pids, 5.0)
+    assert env_files(lane_rig, "cut") == []
+
+
+def test_no_secret_in_any_argv_during_run_nor_in_gate_log(lane_rig):
+    wt = worktree(lane_rig, "secrets")
+    (wt / ".env").write_text(f"NEV_MODEL_API_KEY={SECRET_KEY}\nNEV_FORGE_TOKEN={SECRET_TOKEN}\n")
+    env = dict(lane_rig.env, NEV_LANE_FETCH_MAX_AGE="0")  # every run fetches from the forge
+    seen: list[str] = []
+    p = h.nev_popen(["lane", "run", str(wt), "sh", "-c",
+                     "cat .env; for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.1; done; echo done"], env)
+    while p.poll() is None:
+        seen += [c for _, c in lane_rig.lane_cmdlines() + h.cmdlines()]
+        time.sleep(0.02)
+    out, err = p.communicate()
+    assert p.returncode == 0, err
+    assert SECRET_KEY.encode() in out, "the command itself may read .env"
+    assert len(seen) > 50
+    leaks = [c for c in seen if SECRET_TOKEN in c or SECRET_KEY in c]
+    assert leaks == []
+    logs = list((lane_rig.nas / "archive" / "gate-logs" / "secrets").glob("*.log"))
+    assert len(logs) == 1
+    text = logs[0].read_text()
+    assert "done" in text and "***" in text
+    assert SECRET_KEY not in text and SECRET_TOKEN not in text
+
+
+def test_untracked_symlink_out_of_worktree_is_refused_and_nothing_changes(lane_rig):
+    wt = worktree(lane_rig, "escape")
+    os.symlink("../../../../etc", wt / "outlink")
+    r = h.nev(["lane", "run", str(wt), "touch", "ran"], lane_rig.env)
+    assert r.returncode == 1
+    assert "outlink" in r.stderr and "points out of the worktree" in r.stderr
+    assert not (lane_copy(lane_rig, "escape") / "ran").exists()
+    assert not os.path.lexists(lane_copy(lane_rig, "escape") / "outlink")
+
+
+def test_crafted_payload_escaping_worktree_is_refused(lane_rig, monkeypatch):
+    wt = worktree(lane_rig, "crafted")
+    outside = lane_rig.lane_root / "escaped.txt"
+    evil = (b"diff --git a/../escaped.txt b/../escaped.txt\nnew file mode 100644\n"
+            b"--- /dev/null\n+++ b/../escaped.txt\n@@ -0,0 +1 @@\n+owned\n")
+    real_build = payload.build
+
+    def crafted(w, tips, forge):
+        p = real_build(w, tips, forge)
+        p.diff = evil
+        return p
+
+    monkeypatch.setattr(payload, "build", crafted)
+    monkeypatch.setenv("NEV_LANES_FILE", lane_rig.env["NEV_LANES_FILE"])
+    monkeypatch.setenv("NEV_KNOWN_HOSTS", lane_rig.env["NEV_KNOWN_HOSTS"])
+    monkeypatch.setenv("NEV_SSH_KEY", lane_rig.env["NEV_SSH_KEY"])
+    with pytest.raises(Exception) as e:
+        gate.run(wt, ["touch", "ran"])
+    assert "escapes the worktree" in str(e.value)
+    assert not outside.exists()
+    assert not (lane_copy(lane_rig, "crafted") / "ran").exists()
+
+
+def test_stray_directory_at_lane_path_is_moved_aside(lane_rig):
+    stray = lane_copy(lane_rig, "stray")
+    stray.mkdir(parents=True)
+    (stray / "precious.txt").write_text("left by hand\n")
+    wt = worktree(lane_rig, "stray")
+    r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
+    assert r.returncode == 0, r.stderr
+    assert "moved it aside" in r.stderr
+    aside = list(lane_rig.lane_root.glob(".stray-stray-*"))
+    assert len(aside) == 1 and (aside[0] / "precious.txt").read_text() == "left by hand\n"
+    assert (stray / ".git").is_file()
+
+
+def test_second_gate_of_same_worktree_waits_for_the_first(lane_rig):
+    wt = worktree(lane_rig, "twice")
+    go = lane_copy(lane_rig, "twice") / "go"
+    order = lane_rig.lane_root / "twice-order.txt"
+    first = h.nev_popen(["lane", "run", str(wt), "sh", "-c",
+                         f"echo first-in; while [ ! -e go ]; do sleep 0.05; done; echo one >> {order}"],
+                        lane_rig.env)
+    read_until(first.stdout, b"first-in")
+    second = h.nev_popen(["lane", "run", str(wt), "sh", "-c", f"echo two >> {order}"], lane_rig.env)
+    read_until(second.stderr, b"waiting for it to finish")
+    assert second.poll() is None and not order.exists()
+    go.write_text("")
+    assert first.wait(30) == 0
+    assert second.wait(30) == 0
+    assert order.read_text() == "one\ntwo\n"
+
+
+def test_mirror_policy_new_local_commit_needs_no_fetch_unknown_basis_fetches_once(lane_rig):
+    wt = worktree(lane_rig, "policy")
+    r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
+    assert r.returncode == 0, r.stderr
+    before = lane_rig.fetch_count()
+    (wt / "new.txt").write_text("new\n")
+    h.git(wt, "add", "new.txt")
+    h.git(wt, "commit", "-qm", "local only")
+    r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
+    assert r.returncode == 0, r.stderr
+    assert lane_rig.fetch_count() == before, "a new local commit travels in the bundle"
+    # Someone pushes to the forge; the worktree picks it up: the bundle leaves it out (the forge
+    # has it), so the lane fetches exactly once.
+    other = worktree(lane_rig, "policy-other")
+    (other / "pushed.txt").write_text("pushed\n")
+    h.git(other, "add", "pushed.txt")
+    h.git(other, "commit", "-qm", "pushed elsewhere")
+    h.git(other, "push", "-q", "origin", "HEAD:main", env=lane_rig.push_env)
+    h.git(wt, "pull", "-q", "--rebase", "origin", "main", env=lane_rig.push_env)
+    before = lane_rig.fetch_count()
+    r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
+    assert r.returncode == 0, r.stderr
+    assert lane_rig.fetch_count() == before + 1
+    assert "the bundle cannot supply the commit" in r.stderr
+
+
+def test_disk_guard_sweeps_then_refuses_with_exit_4(lane_rig, monkeypatch):
+    wt = worktree(lane_rig, "disk")
+    for k in ("NEV_LANES_FILE", "NEV_KNOWN_HOSTS", "NEV_SSH_KEY"):
+        monkeypatch.setenv(k, lane_rig.env[k])
+    monkeypatch.setenv("NEV_LANE_MIN_FREE_GB", "1000000")
+    swept: list[tuple[int, str]] = []
+    with pytest.raises(DiskShortError) as e:
+        gate.run(wt, ["true"], sweep=lambda lane, track: swept.append((lane.index, track)))
+    assert swept == [(0, "disk")]
+    assert e.value.exit_code == 4
+    msg = str(e.value)
+    assert "lane 0" in msg and "GB free" in msg and "largest copies" in msg and "nothing ran" in msg
+    r = h.nev(["lane", "run", str(wt), "true"], dict(lane_rig.env, NEV_LANE_MIN_FREE_GB="1000000"))
+    assert r.returncode == 4 and "lane 0" in r.stderr
+
+
+def test_lane_list_shows_answering_and_silent_lanes(lane_rig, tmp_path):
+    wt = lane_rig.shared_worktree
+    assert h.nev(["lane", "run", str(wt), "true"], lane_rig.env).returncode == 0
+    lanes = json.loads(Path(lane_rig.env["NEV_LANES_FILE"]).read_text())
+    lanes["lanes"].append({"ssh": f"lane@127.0.0.1:{h_free_port()}", "root": "/srv/lane"})
+    f = tmp_path / "lanes.json"
+    f.write_text(json.dumps(lanes))
+    r = h.nev(["lane", "list", "--json"], dict(lane_rig.env, NEV_LANES_FILE=str(f)))
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert rows[0]["answers"] is True and rows[0]["free_gb"] > 0
+    assert wt.name in rows[0]["copies"]
+    assert rows[-1]["answers"] is False and rows[-1]["free_gb"] is None
+    r = h.nev(["lane", "list"], dict(lane_rig.env, NEV_LANES_FILE=str(f)))
+    assert "does not answer" in r.stdout and "answers" in r.stdout
+
+
+def h_free_port() -> int:
+    from tests.local_sshd import free_port
+
+    return free_port()
