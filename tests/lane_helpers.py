@@ -38,8 +38,8 @@ def make_forge(root: Path) -> tuple[Path, Path]:
     return forge, seed
 
 
-def clone_worktree(forge_url: str, dest: Path) -> Path:
-    git(dest.parent, "clone", "-q", forge_url, str(dest))
+def clone_worktree(forge_url: str, dest: Path, env: dict[str, str] | None = None) -> Path:
+    git(dest.parent, "clone", "-q", forge_url, str(dest), env=env)
     return dest
 
 

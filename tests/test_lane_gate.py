@@ -21,16 +21,16 @@ SECRET_KEY = "sk-gatekey-93ab61f0" + "7c2d"
 
 
 @pytest.fixture(scope="module")
-def lane_rig(tmp_path_factory):
-    rig = rigs.local(tmp_path_factory.mktemp("lanerig"), token=SECRET_TOKEN)
+def lane_rig(box, tmp_path_factory):
+    rig = rigs.on_box(box, tmp_path_factory.mktemp("lanerig"))
     rig.shared_worktree = worktree(rig, "shared")
     yield rig
     rig.stop()
 
 
 def worktree(rig, name: str) -> Path:
-    wt = h.clone_worktree(rig.clone_url, rig.tmp / name)
-    return wt
+    """A clone of the forge's engine repository named `name` (plus the rig's tag)."""
+    return h.clone_worktree(rig.clone_url, rig.tmp / (name + rig.tag), rig.push_env)
 
 
 def read_until(stream, needle: bytes, timeout: float = 20) -> bytes:
@@ -51,13 +51,19 @@ def read_until(stream, needle: bytes, timeout: float = 20) -> bytes:
     return got
 
 
+def lane_tree(rig, copy: str) -> str:
+    """The tree hash of the lane copy as it is on disk (same recipe as payload.tree_hash)."""
+    return rig.lane_git(copy, 'export GIT_INDEX_FILE="$(mktemp)"; git read-tree HEAD && git add -A . '
+                              '&& git write-tree; rm -f "$GIT_INDEX_FILE"')
+
+
 def lane_copy(rig, name: str) -> Path:
-    return rig.lane_root / name
+    return rig.lane_root / (name + rig.tag)
 
 
 def env_files(rig, name: str) -> list[Path]:
     return [p for p in (lane_copy(rig, name) / ".env", lane_copy(rig, name) / ".env.nev-rewrite",
-                        rig.lane_root / f".payload-{name}" / ".env") if os.path.lexists(p)]
+                        rig.lane_root / f".payload-{name}{rig.tag}" / ".env") if os.path.lexists(p)]
 
 
 def test_lane_copy_equals_dev_tree_byte_for_byte(lane_rig):
@@ -66,8 +72,8 @@ def test_lane_copy_equals_dev_tree_byte_for_byte(lane_rig):
     r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
     assert r.returncode == 0, r.stderr
     copy = lane_copy(lane_rig, "exact")
-    assert payload.tree_hash(copy) == payload.tree_hash(wt)
-    assert h.git(copy, "rev-parse", "HEAD") == h.git(wt, "rev-parse", "HEAD")
+    assert lane_tree(lane_rig, copy.name) == payload.tree_hash(wt)
+    assert lane_rig.lane_git(copy.name, "git rev-parse HEAD") == h.git(wt, "rev-parse", "HEAD")
     assert not (copy / "target").exists(), "ignored files stay home"
     # A second run after more changes (an untracked file gone, a rename undone) still matches.
     os.unlink(wt / "raw.bin")
@@ -75,7 +81,7 @@ def test_lane_copy_equals_dev_tree_byte_for_byte(lane_rig):
     (wt / "late.txt").write_text("late\n")
     r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
     assert r.returncode == 0, r.stderr
-    assert payload.tree_hash(copy) == payload.tree_hash(wt)
+    assert lane_tree(lane_rig, copy.name) == payload.tree_hash(wt)
 
 
 @pytest.mark.parametrize("code", [0, 1, 7, 255])
@@ -149,9 +155,11 @@ def test_lane_on_with_nev_on_lane_runs_in_place_and_reads_no_lane_settings(lane_
 def test_env_is_installed_for_the_run_only(lane_rig):
     wt = worktree(lane_rig, "envrun")
     (wt / ".env").write_text(f"NEV_MODEL_URL=http://127.0.0.1:4000\nNEV_MODEL_API_KEY={SECRET_KEY}\n")
-    r = h.nev(["lane", "run", str(wt), "sh", "-c", "test -f .env && grep -c MODEL .env && exit 1"],
-              lane_rig.env)
-    assert r.returncode == 1 and r.stdout.strip() == "2", r.stderr
+    assert lane_rig.lane_home is not None
+    (lane_rig.lane_home / ".lane-model-env").write_text("NEV_LANE_MODEL_URL=http://gateway.lane:4000\n")
+    r = h.nev(["lane", "run", str(wt), "sh", "-c", "test -f .env && cat .env && exit 1"], lane_rig.env)
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.splitlines() == ["NEV_MODEL_URL=http://gateway.lane:4000", f"NEV_MODEL_API_KEY={SECRET_KEY}"]
     assert env_files(lane_rig, "envrun") == []
     r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
     assert r.returncode == 0 and env_files(lane_rig, "envrun") == []
@@ -231,7 +239,7 @@ def test_no_secret_in_any_argv_during_run_nor_in_gate_log(lane_rig):
     assert len(seen) > 50
     leaks = [c for c in seen if SECRET_TOKEN in c or SECRET_KEY in c]
     assert leaks == []
-    logs = list((lane_rig.nas / "archive" / "gate-logs" / "secrets").glob("*.log"))
+    logs = list((lane_rig.nas / "archive" / "gate-logs" / ("secrets" + lane_rig.tag)).glob("*.log"))
     assert len(logs) == 1
     text = logs[0].read_text()
     assert "done" in text and "***" in text
@@ -275,11 +283,14 @@ def test_stray_directory_at_lane_path_is_moved_aside(lane_rig):
     stray = lane_copy(lane_rig, "stray")
     stray.mkdir(parents=True)
     (stray / "precious.txt").write_text("left by hand\n")
+    st = lane_rig.lane_root.stat()
+    for p in (stray, stray / "precious.txt"):
+        os.chown(p, st.st_uid, st.st_gid)  # left there by the lane user
     wt = worktree(lane_rig, "stray")
     r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
     assert r.returncode == 0, r.stderr
     assert "moved it aside" in r.stderr
-    aside = list(lane_rig.lane_root.glob(".stray-stray-*"))
+    aside = list(lane_rig.lane_root.glob(f".stray-stray{lane_rig.tag}-*"))
     assert len(aside) == 1 and (aside[0] / "precious.txt").read_text() == "left by hand\n"
     assert (stray / ".git").is_file()
 
@@ -287,12 +298,12 @@ def test_stray_directory_at_lane_path_is_moved_aside(lane_rig):
 def test_second_gate_of_same_worktree_waits_for_the_first(lane_rig):
     wt = worktree(lane_rig, "twice")
     go = lane_copy(lane_rig, "twice") / "go"
-    order = lane_rig.lane_root / "twice-order.txt"
+    order = lane_rig.lane_root / f"twice{lane_rig.tag}-order.txt"  # ../<that> from the lane copy
     first = h.nev_popen(["lane", "run", str(wt), "sh", "-c",
-                         f"echo first-in; while [ ! -e go ]; do sleep 0.05; done; echo one >> {order}"],
+                         f"echo first-in; while [ ! -e go ]; do sleep 0.05; done; echo one >> ../{order.name}"],
                         lane_rig.env)
     read_until(first.stdout, b"first-in")
-    second = h.nev_popen(["lane", "run", str(wt), "sh", "-c", f"echo two >> {order}"], lane_rig.env)
+    second = h.nev_popen(["lane", "run", str(wt), "sh", "-c", f"echo two >> ../{order.name}"], lane_rig.env)
     read_until(second.stderr, b"waiting for it to finish")
     assert second.poll() is None and not order.exists()
     go.write_text("")
@@ -319,6 +330,7 @@ def test_mirror_policy_new_local_commit_needs_no_fetch_unknown_basis_fetches_onc
     h.git(other, "add", "pushed.txt")
     h.git(other, "commit", "-qm", "pushed elsewhere")
     h.git(other, "push", "-q", "origin", "HEAD:main", env=lane_rig.push_env)
+    assert lane_rig.fetch_count() == before, "the push is not a lane fetch"
     h.git(wt, "pull", "-q", "--rebase", "origin", "main", env=lane_rig.push_env)
     before = lane_rig.fetch_count()
     r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
@@ -335,7 +347,7 @@ def test_disk_guard_sweeps_then_refuses_with_exit_4(lane_rig, monkeypatch):
     swept: list[tuple[int, str]] = []
     with pytest.raises(DiskShortError) as e:
         gate.run(wt, ["true"], sweep=lambda lane, track: swept.append((lane.index, track)))
-    assert swept == [(0, "disk")]
+    assert swept == [(0, wt.name)]
     assert e.value.exit_code == 4
     msg = str(e.value)
     assert "lane 0" in msg and "GB free" in msg and "largest copies" in msg and "nothing ran" in msg
