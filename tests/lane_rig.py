@@ -23,7 +23,7 @@ class LaneRig:
     lane_root: Path            # the lane root as seen from here (the dev box)
     nas: Path                  # the NAS share as seen from here
     env: dict[str, str]        # NEV_* settings pointing nev at the lane
-    clone_url: str             # forge URL a dev worktree clones from (credential inside)
+    clone_url: str             # forge URL a dev worktree clones from (no credential: askpass)
     push_env: dict[str, str]
     fetch_count: Callable[[], int]
     lane_cmdlines: Callable[[], list[tuple[int, str]]]

@@ -376,3 +376,23 @@ def h_free_port() -> int:
     from tests.local_sshd import free_port
 
     return free_port()
+
+
+def test_first_answering_lane_is_used_and_lane_option_picks_one(lane_rig, box, tmp_path):
+    wt = worktree(lane_rig, "pick")
+    data = json.loads(Path(lane_rig.env["NEV_LANES_FILE"]).read_text())
+    data["lanes"] = [{"ssh": f"lane@127.0.0.1:{h_free_port()}", "root": "/srv/lane"},
+                     {"ssh": box.lanes[0].ssh}, {"ssh": box.lanes[1].ssh}]
+    f = tmp_path / "lanes.json"
+    f.write_text(json.dumps(data))
+    env = dict(lane_rig.env, NEV_LANES_FILE=str(f))
+    r = h.nev(["lane", "run", str(wt), "true"], env)
+    assert r.returncode == 0, r.stderr
+    assert "lane 0" in r.stderr and "does not answer" in r.stderr
+    assert (box.lanes[0].host_root / wt.name).is_dir()
+    assert not (box.lanes[1].host_root / wt.name).exists()
+    r = h.nev(["lane", "run", "--lane", "2", str(wt), "true"], env)
+    assert r.returncode == 0, r.stderr
+    assert (box.lanes[1].host_root / wt.name).is_dir()
+    r = h.nev(["lane", "run", "--lane", "5", str(wt), "true"], env)
+    assert r.returncode == 1 and "--lane 5" in r.stderr
