@@ -453,8 +453,10 @@ class Lane:
 
     def prepare_copy(self, commit: str) -> None:
         with _mirror_lock(self.mirror):
-            git(["worktree", "prune"], cwd=self.mirror)
-            known = os.path.realpath(self.copy) in self.registered()
+            if not os.path.isdir(self.copy):
+                git(["worktree", "prune"], cwd=self.mirror)
+            known = os.path.realpath(self.copy) in self.registered() and os.path.exists(
+                os.path.join(self.copy, ".git"))
             if os.path.lexists(self.copy) and not known:
                 aside = os.path.join(self.root, f".stray-{self.name}-{time.strftime('%Y%m%dT%H%M%S')}")
                 os.rename(self.copy, aside)
@@ -463,7 +465,6 @@ class Lane:
                 git(["worktree", "add", "-q", "--detach", "--force", self.copy, commit], cwd=self.mirror)
                 return
         git(["checkout", "-q", "--detach", "--force", commit], cwd=self.copy)
-        git(["reset", "-q", "--hard", commit], cwd=self.copy)
         git(["clean", "-q", "-fd"], cwd=self.copy)
 
     def apply_diff(self) -> None:
@@ -929,6 +930,13 @@ def gate(wire: Wire, first: dict) -> int:
         if not keep_env:
             lane.remove_env()
         result["env_removed"] = not any(os.path.lexists(p) for p in lane.env_files())
+        try:
+            import resource
+
+            result["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            result["command_maxrss_kb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss or None
+        except (ImportError, OSError):
+            pass
         shutil.rmtree(os.path.join(lane.payload), ignore_errors=True) if not keep_env else None
         wire.send_json(b"R", result)
         if lane.lock_fd is not None:

@@ -131,7 +131,7 @@ class Session:
         self.ch: paramiko.Channel = conn.open_session(payload.lane_command())
         self.buf = bytearray()
         self.sent = 0
-        self.ch.sendall(payload.lane_program())
+        self.send(payload.lane_program())
 
     def send(self, data: bytes) -> None:
         view = memoryview(data)
@@ -179,7 +179,7 @@ class Session:
 class Outcome:
     status: int
     result: dict[str, Any]
-    bytes_sent: int
+    bytes_sent: int                 # over the gate's channel: program, requests, payload
     payload_sizes: dict[str, int]
 
 
@@ -236,11 +236,12 @@ def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Se
     min_free = settings.get_float(settings.LANE_MIN_FREE_GB)
     restore = _interrupt_handlers()
     session: Session | None = None
+    first_session: Session | None = None
     hello: dict[str, Any] = {}
     result: dict[str, Any] | None = None
     sizes: dict[str, int] = {}
     try:
-        session = Session(conn, lane)
+        session = first_session = Session(conn, lane)
         hello = _hello(session, wt, forge)
         if hello["free_gb"] < min_free:
             session.send_json({"op": "abort"})
@@ -308,7 +309,10 @@ def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Se
         raise NevError(f"{lane.label} refused the gate: {result['refused']}")
     if result.get("stopped"):
         raise Interrupted(f"the command on {lane.label} was stopped", 130 if result["stopped"] == "INT" else 143)
-    return Outcome(int(result["status"]), result, session.sent if session else 0, sizes)
+    sent = session.sent if session else 0
+    if session is not None and session is not first_session:
+        sent += first_session.sent if first_session else 0
+    return Outcome(int(result["status"]), result, sent, sizes)
 
 
 def _write(stream: Any) -> Callable[[bytes], None]:

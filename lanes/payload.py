@@ -13,11 +13,13 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import json
 import os
 import tarfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,17 +30,23 @@ LANE_MODULES = ("nev_links", "nev_apply")
 _SOURCES = {"nev_links": "links.py", "nev_apply": "apply.py"}
 
 # Reads the modules from stdin, then runs the apply program; it is the only argv on the lane.
-BOOTSTRAP = ("import sys,json,types;b=sys.stdin.buffer;n=int(b.readline());m=json.loads(b.read(n))\n"
+BOOTSTRAP = ("import sys,json,types,zlib;b=sys.stdin.buffer;n=int(b.readline())\n"
+             "m=json.loads(zlib.decompress(b.read(n)))\n"
              "for k,s in m:\n"
              " mod=types.ModuleType(k);mod.__file__=k;sys.modules[k]=mod;exec(compile(s,k,'exec'),mod.__dict__)\n"
              "sys.modules['nev_apply'].main()")
 
 
 def lane_program() -> bytes:
-    """The length-prefixed module blob the bootstrap reads first."""
+    """The length-prefixed, compressed module blob the bootstrap reads first (~13 KB)."""
+    return _program()
+
+
+@functools.lru_cache(maxsize=1)
+def _program() -> bytes:
     here = Path(__file__).parent
     mods = [[name, (here / _SOURCES[name]).read_text()] for name in LANE_MODULES]
-    blob = json.dumps(mods).encode()
+    blob = zlib.compress(json.dumps(mods).encode(), 9)
     return str(len(blob)).encode() + b"\n" + blob
 
 

@@ -1,0 +1,235 @@
+"""B1: starting a gate on a lane behind a slow uplink, against `rsync -a` of the same worktree.
+
+On the rig-in-a-box (NEV_BOX_NAME / NEV_BOX_NET; brought up if needed, left up), lane 1's link
+to the dev box is shaped like the seed's: ~18.6 KB/s from the dev box to the lane, ~435 KB/s
+back. Only dev-box traffic is shaped (an HTB class matched on the bridge address, on each end of
+the lane's veth): the lane still reaches the forge at rig-network speed, as on the real rig,
+where the slow link is the dev box's own uplink. (`nev box shape` puts a tbf on the whole veth,
+which would also slow the lane's forge fetches.)
+
+The worktree holds >= 100 MB (incompressible files pushed to the box forge), a few unpushed
+commits, an uncommitted diff and untracked files. Measured, in the same run:
+  - nev fresh: an empty lane root (no mirror, no copy), `nev lane run WT true`;
+  - nev warm: one more local commit and edit, the same command again;
+  - rsync: `rsync -a --partial` of the worktree (without .git) to the lane, cut after
+    --rsync-seconds; its full time is extrapolated from the bytes that arrived (a full copy
+    would take over an hour at this rate), then `ssh lane true` is added for the command.
+Bytes sent are counted by the shaped class (dev box -> lane, headers included) and, for nev,
+by the gate's own channel. Prints the figures and the ratio last; appends to results.jsonl.
+
+    .venv/bin/python bench/perf/b01_slow_uplink.py [--mb 100] [--rsync-seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from lanes import config, gate, payload  # noqa: E402
+from rig.box import Box  # noqa: E402
+
+RESULTS = ROOT / "bench" / "perf" / "results.jsonl"
+UP_KBIT = 156     # dev box -> lane: ~18.6 KB/s of payload (tbf/htb count headers: ~4.6% above)
+DOWN_KBIT = 3640  # lane -> dev box: ~435 KB/s
+
+
+def sh(argv: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
+
+
+def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b",
+                        "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b", **(env or {})})
+
+
+def shape(veth: str, netns: str, dev_addr: str) -> None:
+    """HTB on both ends of the lane's veth; only traffic to/from the dev box is slowed."""
+    for prefix, dev, rate, match in ((["tc"], veth, UP_KBIT, "src"),
+                                     (["ip", "netns", "exec", netns, "tc"], "eth0", DOWN_KBIT, "dst")):
+        subprocess.run([*prefix, "qdisc", "del", "dev", dev, "root"], capture_output=True)
+        sh([*prefix, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "20"])
+        sh([*prefix, "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb",
+            "rate", f"{rate}kbit", "ceil", f"{rate}kbit", "burst", "4k", "cburst", "4k", "quantum", "1514"])
+        sh([*prefix, "class", "add", "dev", dev, "parent", "1:", "classid", "1:20", "htb",
+            "rate", "10gbit", "quantum", "60000"])
+        sh([*prefix, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "u32",
+            "match", "ip", match, f"{dev_addr}/32", "flowid", "1:10"])
+
+
+def unshape(veth: str, netns: str) -> None:
+    subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], capture_output=True)
+    subprocess.run(["ip", "netns", "exec", netns, "tc", "qdisc", "del", "dev", "eth0", "root"],
+                   capture_output=True)
+
+
+def class_bytes(veth: str) -> int:
+    """Bytes the slow class (dev box -> lane) has sent so far."""
+    out = sh(["tc", "-s", "class", "show", "dev", veth]).stdout
+    m = re.search(r"class htb 1:10 .*?Sent (\d+) bytes", out, re.S)
+    return int(m.group(1)) if m else 0
+
+
+def make_worktree(info, tmp: Path, tag: str, mb: int) -> tuple[Path, str]:
+    url = info.forge_create_repo(f"b01{tag}.git")
+    askpass = {"GIT_ASKPASS": str(info.forge_askpass)}
+    seed = tmp / "seed"
+    (seed / "data").mkdir(parents=True)
+    (seed / "src").mkdir()
+    git(seed, "init", "-q", "-b", "main")
+    for i in range(mb):
+        (seed / "data" / f"blob{i:03}.bin").write_bytes(os.urandom(1 << 20))
+    for i in range(200):
+        (seed / "src" / f"mod{i}.rs").write_text(f"pub fn f{i}() -> u32 {{ {i} }}\n" * 40)
+    git(seed, "add", "-A")
+    git(seed, "commit", "-qm", "seed")
+    git(seed, "push", "-q", url, "main", env=askpass)
+    shutil.rmtree(seed)
+    wt = tmp / f"b01{tag}"
+    git(tmp, "clone", "-q", url, str(wt), env=askpass)
+    for i in range(3):  # a few unpushed commits
+        (wt / "src" / f"new{i}.rs").write_text(f"pub fn n{i}() {{}}\n" * 30)
+        (wt / "src" / "mod1.rs").write_text(f"pub fn f1() -> u32 {{ {i + 100} }}\n")
+        git(wt, "add", "-A")
+        git(wt, "commit", "-qm", f"unpushed {i}")
+    (wt / "src" / "mod2.rs").write_text("pub fn f2() -> u32 { 2222 }\n")  # uncommitted diff
+    (wt / "notes.txt").write_text("untracked notes\n" * 20)              # untracked files
+    (wt / "scratch").mkdir()
+    (wt / "scratch" / "case 1.html").write_text("<p>case</p>\n")
+    return wt, url
+
+
+def du_bytes(path: Path, exclude: str | None = None) -> int:
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(path):
+        if exclude and exclude in dirnames:
+            dirnames.remove(exclude)
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            if not os.path.islink(p):
+                total += os.path.getsize(p)
+    return total
+
+
+def gate_once(wt: Path) -> tuple[float, gate.Outcome]:
+    t0 = time.perf_counter()
+    lf = config.configured()
+    picked = gate.pick_lane(lf, 0)
+    assert picked is not None, "lane 1 of the box does not answer"
+    lane, conn = picked
+    w = payload.Worktree.open(wt)
+    try:
+        out = gate.gate_on_lane(lane, conn, w, ["true"], forge=gate.forge_for(w, lf),
+                                on_stdout=lambda b: None, on_stderr=lambda b: None)
+    finally:
+        conn.close()
+    assert out.status == 0
+    return time.perf_counter() - t0, out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=int, default=100, help="size of the committed data (MB)")
+    ap.add_argument("--rsync-seconds", type=float, default=60.0, help="cut rsync after this long")
+    args = ap.parse_args()
+    info = Box.from_settings().up(lanes=2)
+    lane = info.lanes[1]
+    host = info.hosts[lane.name]
+    veth, netns = host["netns"], host["netns"]
+    tag = "-" + secrets.token_hex(2)
+    fig: dict = {"bench": "B1", "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                 "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                          capture_output=True, text=True).stdout.strip(),
+                 "up_kbit": UP_KBIT, "down_kbit": DOWN_KBIT}
+    with tempfile.TemporaryDirectory(prefix="nev-b01-") as tmpd:
+        tmp = Path(tmpd)
+        t0 = time.perf_counter()
+        wt, url = make_worktree(info, tmp, tag, args.mb)
+        fig["setup_s"] = round(time.perf_counter() - t0, 1)
+        fig["worktree_bytes"] = du_bytes(wt)
+        fig["worktree_bytes_without_git"] = du_bytes(wt, exclude=".git")
+        lanes_file = tmp / "lanes.json"
+        data = json.loads(info.lanes_file.read_text())
+        data["lanes"], data["git_url"] = [data["lanes"][1]], url
+        lanes_file.write_text(json.dumps(data))
+        os.environ.update({**info.env, "NEV_LANES_FILE": str(lanes_file), "NEV_LANE_GIT_URL": url})
+        # A fresh lane: no mirror, no copies.
+        for old in lane.host_root.iterdir():
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+        shape(veth, netns, info.bridge_addr)
+        try:
+            b0 = class_bytes(veth)
+            fresh_s, fresh = gate_once(wt)
+            fig.update(nev_fresh_s=round(fresh_s, 2), nev_fresh_bytes_link=class_bytes(veth) - b0,
+                       nev_fresh_bytes_channel=fresh.bytes_sent, nev_fresh_payload=fresh.payload_sizes,
+                       lane_apply_peak_rss_kb=fresh.result.get("maxrss_kb"))
+            (wt / "src" / "warm.rs").write_text("pub fn warm() {}\n")
+            git(wt, "add", "-A")
+            git(wt, "commit", "-qm", "one more")
+            (wt / "src" / "mod3.rs").write_text("pub fn f3() -> u32 { 3333 }\n")
+            b0 = class_bytes(veth)
+            warm_s, warm = gate_once(wt)
+            fig.update(nev_warm_s=round(warm_s, 2), nev_warm_bytes_link=class_bytes(veth) - b0,
+                       nev_warm_bytes_channel=warm.bytes_sent, nev_warm_payload=warm.payload_sizes)
+            # The baseline: rsync -a of the same worktree, then the same command.
+            ssh_cmd = f"ssh -F {info.ssh_config}"
+            dest = f"lane@{lane.addr}:{lane.root}/rsync-copy/"
+            b0 = class_bytes(veth)
+            t0 = time.perf_counter()
+            p = subprocess.Popen(["rsync", "-a", "--partial", "--exclude", ".git", "-e", ssh_cmd,
+                                  f"{wt}/", dest], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                p.wait(args.rsync_seconds)
+                finished = True
+            except subprocess.TimeoutExpired:
+                p.terminate()
+                p.wait(10)
+                finished = False
+            rsync_s = time.perf_counter() - t0
+            rsync_link = class_bytes(veth) - b0
+            arrived = du_bytes(lane.host_root / "rsync-copy")
+            t0 = time.perf_counter()
+            sh(["ssh", "-F", str(info.ssh_config), f"lane@{lane.addr}", "cd", f"{lane.root}/rsync-copy", "&&", "true"])
+            ssh_s = time.perf_counter() - t0
+            total = fig["worktree_bytes_without_git"]
+            est = rsync_s if finished else rsync_s * total / max(arrived, 1)
+            fig.update(rsync_ran_s=round(rsync_s, 1), rsync_finished=finished, rsync_bytes_arrived=arrived,
+                       rsync_bytes_link=rsync_link, rsync_rate_Bps=round(arrived / rsync_s),
+                       rsync_full_s_extrapolated=round(est + ssh_s, 1))
+        finally:
+            unshape(veth, netns)
+            shutil.rmtree(lane.host_root / "rsync-copy", ignore_errors=True)
+    fig["ratio_rsync_vs_nev_fresh"] = round(fig["rsync_full_s_extrapolated"] / fig["nev_fresh_s"], 1)
+    fig["ratio_rsync_vs_nev_warm"] = round(fig["rsync_full_s_extrapolated"] / fig["nev_warm_s"], 1)
+    with RESULTS.open("a") as f:
+        f.write(json.dumps(fig) + "\n")
+    mb = 1e6
+    print(f"worktree                {fig['worktree_bytes'] / mb:.1f} MB ({fig['worktree_bytes_without_git'] / mb:.1f} MB without .git)")
+    print(f"nev fresh copy          {fig['nev_fresh_s']:.2f} s, {fig['nev_fresh_bytes_link']} bytes on the slow link "
+          f"({fig['nev_fresh_bytes_channel']} in the channel; payload {fig['nev_fresh_payload']})")
+    print(f"nev warm rerun          {fig['nev_warm_s']:.2f} s, {fig['nev_warm_bytes_link']} bytes on the slow link "
+          f"({fig['nev_warm_bytes_channel']} in the channel)")
+    print(f"rsync -a                {fig['rsync_bytes_arrived']} bytes in {fig['rsync_ran_s']} s "
+          f"({fig['rsync_rate_Bps']} B/s){'' if fig['rsync_finished'] else ', cut'}; "
+          f"full copy + command {fig['rsync_full_s_extrapolated']} s"
+          f"{'' if fig['rsync_finished'] else ' (extrapolated)'}")
+    print(f"lane apply peak RSS     {fig['lane_apply_peak_rss_kb']} KB")
+    print(f"ratio rsync/nev fresh   {fig['ratio_rsync_vs_nev_fresh']}x (warm: {fig['ratio_rsync_vs_nev_warm']}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

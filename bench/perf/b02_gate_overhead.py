@@ -1,0 +1,143 @@
+"""B2: overhead of `nev lane run WORKTREE true` on a warm lane copy, against `ssh lane true`.
+
+Runs on the rig-in-a-box (NEV_BOX_NAME / NEV_BOX_NET pick the box; it is brought up if needed
+and left up). Both are timed alternately on lane 0 over the unshaped bridge: the `nev` CLI as
+a user runs it (interpreter start included), the gate in-process (connect + one channel), and
+the ssh CLI with the box's client config. Prints medians and the ratio last; appends a JSON
+line to bench/perf/results.jsonl. Peak RSS is per process (wait4), never summed.
+
+    .venv/bin/python bench/perf/b02_gate_overhead.py [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from lanes import config, gate, payload  # noqa: E402
+from rig.box import Box  # noqa: E402
+
+RESULTS = ROOT / "bench" / "perf" / "results.jsonl"
+
+
+def timed(argv: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS in KB of that one process, exit status)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t0, ru.ru_maxrss, p.returncode
+
+
+def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b",
+                        "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b", **(env or {})})
+
+
+def make_worktree(info, tmp: Path, tag: str) -> tuple[Path, str]:
+    """A repository on the box forge (a few files), cloned, with a commit, a diff, an untracked file."""
+    url = info.forge_create_repo(f"b02{tag}.git")
+    askpass = {"GIT_ASKPASS": str(info.forge_askpass)}
+    seed = tmp / "seed"
+    seed.mkdir()
+    git(seed, "init", "-q", "-b", "main")
+    for i in range(50):
+        (seed / f"file{i}.txt").write_text(f"line {i}\n" * 200)
+    git(seed, "add", "-A")
+    git(seed, "commit", "-qm", "seed")
+    git(seed, "push", "-q", url, "main", env=askpass)
+    wt = tmp / f"b02{tag}"
+    git(tmp, "clone", "-q", url, str(wt), env=askpass)
+    (wt / "unpushed.txt").write_text("unpushed\n")
+    git(wt, "add", "-A")
+    git(wt, "commit", "-qm", "unpushed")
+    (wt / "file1.txt").write_text("changed\n")
+    (wt / "untracked.txt").write_text("untracked\n")
+    return wt, url
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10)
+    args = ap.parse_args()
+    info = Box.from_settings().up(lanes=2)
+    lane = info.lanes[0]
+    tag = "-" + secrets.token_hex(2)
+    with tempfile.TemporaryDirectory(prefix="nev-b02-") as tmpd:
+        tmp = Path(tmpd)
+        wt, url = make_worktree(info, tmp, tag)
+        lanes_file = tmp / "lanes.json"
+        data = json.loads(info.lanes_file.read_text())
+        data["lanes"], data["git_url"] = data["lanes"][:1], url
+        lanes_file.write_text(json.dumps(data))
+        env = {**os.environ, **info.env, "NEV_LANES_FILE": str(lanes_file), "NEV_LANE_GIT_URL": url,
+               "PYTHONPATH": str(ROOT)}
+        os.environ.update({k: v for k, v in env.items() if k.startswith("NEV_")})
+        nev = [sys.executable, "-m", "rig.cli", "lane", "run", str(wt), "true"]
+        ssh = ["ssh", "-F", str(info.ssh_config), f"lane@{lane.addr}", "true"]
+        first, _, rc = timed(nev, env)  # the cold run: mirror fetch, worktree add
+        assert rc == 0, "the first gate failed; run it by hand to see why"
+        cli, ssh_t, inproc = [], [], []
+        rss = {"nev_cli": 0, "ssh": 0, "lane_apply": 0}
+        for _ in range(args.runs):
+            t, r, rc = timed(ssh, env)
+            assert rc == 0
+            ssh_t.append(t)
+            rss["ssh"] = max(rss["ssh"], r)
+            t, r, rc = timed(nev, env)
+            assert rc == 0
+            cli.append(t)
+            rss["nev_cli"] = max(rss["nev_cli"], r)
+            t0 = time.perf_counter()
+            lf = config.configured()
+            picked = gate.pick_lane(lf, 0)
+            assert picked is not None
+            ln, conn = picked
+            w = payload.Worktree.open(wt)
+            out = gate.gate_on_lane(ln, conn, w, ["true"], forge=gate.forge_for(w, lf),
+                                    on_stdout=lambda b: None, on_stderr=lambda b: None)
+            conn.close()
+            inproc.append(time.perf_counter() - t0)
+            rss["lane_apply"] = max(rss["lane_apply"], int(out.result.get("maxrss_kb") or 0))
+        med = {k: statistics.median(v) for k, v in (("ssh", ssh_t), ("nev_cli", cli), ("gate_inproc", inproc))}
+        fig = {
+            "bench": "B2", "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                     capture_output=True, text=True).stdout.strip(),
+            "runs": args.runs, "first_gate_s": round(first, 3),
+            "ssh_true_s": round(med["ssh"], 3), "nev_lane_run_true_s": round(med["nev_cli"], 3),
+            "gate_inprocess_s": round(med["gate_inproc"], 3),
+            "overhead_cli_s": round(med["nev_cli"] - med["ssh"], 3),
+            "overhead_inprocess_s": round(med["gate_inproc"] - med["ssh"], 3),
+            "bytes_sent_warm": out.bytes_sent,
+            "peak_rss_kb": {k: (v or None) for k, v in rss.items()},
+            "ratio_cli_vs_ssh": round(med["nev_cli"] / med["ssh"], 2),
+        }
+    with RESULTS.open("a") as f:
+        f.write(json.dumps(fig) + "\n")
+    print(f"first (cold) gate             {fig['first_gate_s']:.3f} s")
+    print(f"ssh lane true (median)        {fig['ssh_true_s']:.3f} s")
+    print(f"nev lane run wt true (median) {fig['nev_lane_run_true_s']:.3f} s  (CLI, interpreter start included)")
+    print(f"gate in-process (median)      {fig['gate_inprocess_s']:.3f} s")
+    print(f"overhead over ssh             {fig['overhead_cli_s']:+.3f} s CLI, {fig['overhead_inprocess_s']:+.3f} s in-process")
+    print(f"bytes sent (warm rerun)       {fig['bytes_sent_warm']}")
+    print(f"peak RSS KB                   {fig['peak_rss_kb']}")
+    print(f"ratio nev/ssh                 {fig['ratio_cli_vs_ssh']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
