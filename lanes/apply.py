@@ -803,7 +803,7 @@ def status(req: dict) -> dict:
     if os.path.isdir(mirror):
         out = git(["worktree", "list", "--porcelain"], cwd=mirror, check=False).stdout.decode(errors="replace")
         for line in out.splitlines():
-            if line.startswith("worktree "):
+            if line.startswith("worktree ") and os.path.realpath(line[9:]) != os.path.realpath(mirror):
                 ans["copies"].append(os.path.basename(line[9:]))
     for name in sorted(os.listdir(root)):
         if name.startswith(".lock-"):

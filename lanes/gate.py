@@ -401,7 +401,7 @@ def run(worktree: Path, command: list[str], *, lane_index: int | None = None, la
     picked = pick_lane(lf, lane_index) if lf.lanes else None
     if picked is None:
         if lane_only:
-            where = lf.path or "NEV_LANE_SSH"
+            where = "NEV_LANE_SSH" if settings.get(settings.LANE_SSH) else lf.path
             raise NoLaneError(f"no build lane answered (lanes from {where}); nothing ran, here or there")
         ui.info("no build lane answered; running on this machine")
         return run_local(wt.path, command, extra_env)

@@ -142,8 +142,10 @@ def diff(repo: Repo) -> bytes:
 
 
 def untracked_names(repo: Repo) -> list[str]:
+    """Untracked files git does not ignore; `.env` travels on its own (installed for the run only)."""
     cp = repo.git("ls-files", "--others", "--exclude-standard", "-z", text=False)
-    return [n.decode("utf-8", "surrogateescape") for n in cp.stdout.split(b"\0") if n]
+    names = (n.decode("utf-8", "surrogateescape") for n in cp.stdout.split(b"\0") if n)
+    return [n for n in names if n != ".env"]
 
 
 def untracked_tar(root: Path, names: list[str]) -> bytes:
@@ -169,14 +171,3 @@ def build(wt: Worktree, lane_tips: list[str], forge_reachable: bool) -> Payload:
                    untracked=untracked_tar(wt.path, names), env=env, untracked_count=len(names),
                    basis=basis)
 
-
-def tree_hash(path: Path) -> str:
-    """The git tree of a working tree as it is on disk (tracked and untracked, ignored left out)."""
-    import tempfile
-
-    repo = Repo(path)
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
-        repo.git("read-tree", "HEAD", env=env)
-        repo.git("add", "-A", ".", env=env)
-        return repo.out("write-tree", env=env)

@@ -70,6 +70,17 @@ def make_changes(wt: Path) -> None:
     (wt / "target" / "ignored.o").write_text("ignored build output stays home\n")
 
 
+def tree_hash(path: Path) -> str:
+    """The git tree of a working tree as it is on disk (tracked and untracked, ignored left out)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        git(path, "read-tree", "HEAD", env=env)
+        git(path, "add", "-A", ".", env=env)
+        return git(path, "write-tree", env=env)
+
+
 def nev(args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 120,
         **kw) -> subprocess.CompletedProcess:
     full = dict(os.environ)

@@ -52,7 +52,7 @@ def read_until(stream, needle: bytes, timeout: float = 20) -> bytes:
 
 
 def lane_tree(rig, copy: str) -> str:
-    """The tree hash of the lane copy as it is on disk (same recipe as payload.tree_hash)."""
+    """The tree hash of the lane copy as it is on disk (same recipe as h.tree_hash)."""
     return rig.lane_git(copy, 'export GIT_INDEX_FILE="$(mktemp)"; git read-tree HEAD && git add -A . '
                               '&& git write-tree; rm -f "$GIT_INDEX_FILE"')
 
@@ -72,7 +72,7 @@ def test_lane_copy_equals_dev_tree_byte_for_byte(lane_rig):
     r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
     assert r.returncode == 0, r.stderr
     copy = lane_copy(lane_rig, "exact")
-    assert lane_tree(lane_rig, copy.name) == payload.tree_hash(wt)
+    assert lane_tree(lane_rig, copy.name) == h.tree_hash(wt)
     assert lane_rig.lane_git(copy.name, "git rev-parse HEAD") == h.git(wt, "rev-parse", "HEAD")
     assert not (copy / "target").exists(), "ignored files stay home"
     # A second run after more changes (an untracked file gone, a rename undone) still matches.
@@ -81,7 +81,7 @@ def test_lane_copy_equals_dev_tree_byte_for_byte(lane_rig):
     (wt / "late.txt").write_text("late\n")
     r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
     assert r.returncode == 0, r.stderr
-    assert lane_tree(lane_rig, copy.name) == payload.tree_hash(wt)
+    assert lane_tree(lane_rig, copy.name) == h.tree_hash(wt)
 
 
 @pytest.mark.parametrize("code", [0, 1, 7, 255])
