@@ -228,6 +228,7 @@ def test_no_secret_in_any_argv_during_run_nor_in_gate_log(lane_rig):
     (wt / ".env").write_text(f"NEV_MODEL_API_KEY={SECRET_KEY}\nNEV_FORGE_TOKEN={SECRET_TOKEN}\n")
     env = dict(lane_rig.env, NEV_LANE_FETCH_MAX_AGE="0")  # every run fetches from the forge
     seen: list[str] = []
+    fetched = lane_rig.fetch_count()
     p = h.nev_popen(["lane", "run", str(wt), "sh", "-c",
                      "cat .env; for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.1; done; echo done"], env)
     while p.poll() is None:
@@ -236,6 +237,7 @@ def test_no_secret_in_any_argv_during_run_nor_in_gate_log(lane_rig):
     out, err = p.communicate()
     assert p.returncode == 0, err
     assert SECRET_KEY.encode() in out, "the command itself may read .env"
+    assert lane_rig.fetch_count() == fetched + 1, "the lane fetched the forge with the token during the run"
     assert len(seen) > 50
     leaks = [c for c in seen if SECRET_TOKEN in c or SECRET_KEY in c]
     assert leaks == []

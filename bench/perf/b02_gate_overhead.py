@@ -32,13 +32,19 @@ from rig.box import Box  # noqa: E402
 RESULTS = ROOT / "bench" / "perf" / "results.jsonl"
 
 
-def timed(argv: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS in KB of that one process, exit status)."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, ru = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - t0, ru.ru_maxrss, p.returncode
+def timed(argv: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, int | None, int]:
+    """(wall seconds, peak RSS in KB of that one process, exit status).
+
+    The peak comes from GNU time's child: a process forked from this (large) interpreter would
+    report this interpreter's peak as its own.
+    """
+    with tempfile.NamedTemporaryFile("r") as rss:
+        t0 = time.perf_counter()
+        rc = subprocess.run(["/usr/bin/time", "-q", "-f", "%M", "-o", rss.name, *argv], env=env, cwd=cwd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        wall = time.perf_counter() - t0
+        text = rss.read().strip().splitlines()
+    return wall, int(text[-1]) if text and text[-1].isdigit() else None, rc
 
 
 def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
@@ -96,11 +102,11 @@ def main() -> int:
             t, r, rc = timed(ssh, env)
             assert rc == 0
             ssh_t.append(t)
-            rss["ssh"] = max(rss["ssh"], r)
+            rss["ssh"] = max(rss["ssh"], r or 0)
             t, r, rc = timed(nev, env)
             assert rc == 0
             cli.append(t)
-            rss["nev_cli"] = max(rss["nev_cli"], r)
+            rss["nev_cli"] = max(rss["nev_cli"], r or 0)
             t0 = time.perf_counter()
             lf = config.configured()
             picked = gate.pick_lane(lf, 0)
