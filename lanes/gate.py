@@ -247,9 +247,12 @@ def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Se
             session.send_json({"op": "abort"})
             session.close()
             hook = sweep or SWEEP_HOOK
-            ui.info(f"{lane.label}: {hello['free_gb']:.1f} GB free, under {min_free:g} GB; sweeping the lane")
             if hook is not None:
+                ui.info(f"{lane.label}: {hello['free_gb']:.1f} GB free, under {min_free:g} GB; sweeping the lane")
                 hook(lane, wt.name)
+            else:
+                ui.info(f"{lane.label}: {hello['free_gb']:.1f} GB free, under {min_free:g} GB; "
+                        "no sweep is installed (lanes.gate.SWEEP_HOOK), checking again")
             session = Session(conn, lane)
             hello = _hello(session, wt, forge)
             if hello["free_gb"] < min_free:
