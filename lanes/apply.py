@@ -458,7 +458,7 @@ class Lane:
             known = os.path.realpath(self.copy) in self.registered() and os.path.exists(
                 os.path.join(self.copy, ".git"))
             if os.path.lexists(self.copy) and not known:
-                aside = os.path.join(self.root, f".stray-{self.name}-{time.strftime('%Y%m%dT%H%M%S')}")
+                aside = os.path.join(self.root, f".stray-{self.name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
                 os.rename(self.copy, aside)
                 self.say(f"{self.copy} was not a worktree of the lane's mirror; moved it aside to {aside} (nothing deleted)")
             if not known:

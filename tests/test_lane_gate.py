@@ -308,6 +308,8 @@ def test_second_gate_of_same_worktree_waits_for_the_first(lane_rig):
     second = h.nev_popen(["lane", "run", str(wt), "sh", "-c", f"echo two >> ../{order.name}"], lane_rig.env)
     read_until(second.stderr, b"waiting for it to finish")
     assert second.poll() is None and not order.exists()
+    listed = json.loads(h.nev(["lane", "list", "--json"], lane_rig.env).stdout)
+    assert listed[0]["running"] == [wt.name]
     go.write_text("")
     assert first.wait(30) == 0
     assert second.wait(30) == 0
