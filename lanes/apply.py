@@ -532,7 +532,8 @@ class Lane:
             p = self.child
         if p is None or p.poll() is not None:
             return
-        stop_tree(p.pid, signal.SIGINT if self.stop_signal == "INT" else signal.SIGTERM)
+        stop_tree(p.pid, signal.SIGINT if self.stop_signal == "INT" else signal.SIGTERM,
+                  self.copy, _start_ticks(p.pid))
 
     def watch_stdin(self) -> None:
         """After the payload: a stop request or a closed connection stops the command."""
@@ -704,9 +705,46 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def stop_tree(pid: int, sig: int) -> None:
-    """Signal the command's process group and every descendant, then KILL what is left."""
-    victims = {pid, *descendants(pid)}
+def _start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def escaped(copy: str, since: int) -> set[int]:
+    """Our processes that left the command's tree (setsid, double fork) but still work in the
+    copy: same user, started after the command, current directory inside the copy."""
+    out: set[int] = set()
+    me = os.getpid()
+    real = os.path.realpath(copy)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != os.getuid():
+                continue
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        started = _start_ticks(int(entry))
+        if started is not None and started >= since and (cwd == real or cwd.startswith(real + os.sep)):
+            out.add(int(entry))
+    return out
+
+
+def stop_tree(pid: int, sig: int, copy: str | None = None, since: int | None = None) -> None:
+    """Signal the command's process group, every descendant and every process of this run that
+    escaped the tree (see `escaped`), then KILL what is left after STOP_GRACE."""
+
+    def victims_now() -> set[int]:
+        v = {pid, *descendants(pid)}
+        if copy is not None and since is not None:
+            v |= escaped(copy, since)
+        return v
+
+    victims = victims_now()
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
@@ -721,7 +759,7 @@ def stop_tree(pid: int, sig: int) -> None:
         if not [v for v in victims if _alive(v)]:
             return
         time.sleep(0.05)
-    victims |= set(descendants(pid))
+    victims |= victims_now()
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

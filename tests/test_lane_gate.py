@@ -174,12 +174,13 @@ def _tree_started(rig, name: str, env: dict[str, str] | None = None) -> tuple[su
     tag = str(os.getpid() % 1000 + len(name) * 1000)
     (wt / ".env").write_text(f"NEV_MODEL_API_KEY={SECRET_KEY}\n")
     p = h.nev_popen(["lane", "run", str(wt), "sh", "-c",
-                     f"sleep 301.{tag} & sleep 302.{tag} & sh -c 'sleep 303.{tag}' & echo started; wait"],
+                     f"sleep 301.{tag} & sleep 302.{tag} & sh -c 'sleep 303.{tag}' & "
+                     f"(setsid sleep 304.{tag} &); echo started; wait"],
                     env or rig.env)
     read_until(p.stdout, b"started")
     time.sleep(0.2)
     pids = [pid for pid, cmd in rig.lane_cmdlines() if cmd.startswith("sleep 30") and cmd.strip().endswith(tag)]
-    assert len(pids) >= 3, rig.lane_cmdlines()
+    assert len(pids) >= 4, rig.lane_cmdlines()  # one of them left the tree (setsid, parent gone)
     return p, pids
 
 
