@@ -401,3 +401,19 @@ def test_first_answering_lane_is_used_and_lane_option_picks_one(lane_rig, box, t
     assert (box.lanes[1].host_root / wt.name).is_dir()
     r = h.nev(["lane", "run", "--lane", "5", str(wt), "true"], env)
     assert r.returncode == 1 and "--lane 5" in r.stderr
+
+
+def test_basis_the_forge_cannot_supply_gets_a_second_bundle(lane_rig):
+    wt = worktree(lane_rig, "basis")
+    (wt / "a.txt").write_text("a\n")
+    h.git(wt, "add", "a.txt")
+    h.git(wt, "commit", "-qm", "only here")
+    # A remote-tracking ref of another remote that the forge has never seen.
+    h.git(wt, "update-ref", "refs/remotes/elsewhere/main", "HEAD")
+    (wt / "b.txt").write_text("b\n")
+    h.git(wt, "add", "b.txt")
+    h.git(wt, "commit", "-qm", "on top")
+    r = h.nev(["lane", "run", str(wt), "cat", "a.txt", "b.txt"], lane_rig.env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "a\nb\n"
+    assert "sending a bundle over the lane's own commits" in r.stderr
