@@ -60,6 +60,8 @@ def make_changes(wt: Path) -> None:
     (wt / "blob.bin").write_bytes(bytes(range(255, -1, -1)) * 41)
     os.unlink(wt / "link")
     os.symlink("src/lib.rs", wt / "link")
+    os.unlink(wt / "run.sh")                       # a file becomes a symlink
+    os.symlink("README", wt / "run.sh")
     (wt / "untracked dir").mkdir()
     (wt / "untracked dir" / "spaced name ü.txt").write_text("odd names travel too\n")
     (wt / "untracked dir" / "exec.sh").write_text("#!/bin/sh\n")
