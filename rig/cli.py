@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 import click
 
@@ -19,19 +18,12 @@ from rig.box_cli import box
 from rig.rig_cli import rig
 
 
-def _version() -> str:
-    try:
-        return version("nev")
-    except PackageNotFoundError:
-        return "0+unknown"
-
-
 class Terminated(BaseException):
     """SIGTERM, turned into an exception so cleanups run; exit 143."""
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), "--version", prog_name="nev")
+@click.version_option(None, "--version", package_name="nev", prog_name="nev")
 @click.option("-v", "--verbose", count=True, help="Debug logging (commands run, masked).")
 def cli(verbose: int) -> None:
     """nev: run the build-and-generation rig from a development box.
