@@ -34,26 +34,74 @@ def oracle() -> None:
 
 @oracle.command("build")
 @click.argument("corpus")
-@click.option("--shard", help="i/n: take seeds i, i+n, ...")
-@click.option("--engines", default="chromium,firefox,webkit")
-@click.option("--cases", type=int)
-def oracle_build(corpus: str, shard: str | None, engines: str, cases: int | None) -> None:
-    """Generate, render and vote a corpus; write it content-addressed."""
-    raise not_built("oracle build", 11)
+@click.option("--shard", help="i/n: take seeds i, i+n, ... (written to CORPUS.shard-i-of-n)")
+@click.option("--engines", default="chromium,firefox,webkit", show_default=True)
+@click.option("--cases", type=int, default=1000, show_default=True, help="Seeds 0..N-1 (before sharding).")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def oracle_build(corpus: str, shard: str | None, engines: str, cases: int, as_json: bool) -> int:
+    """Generate, render and vote a corpus; write it once, keyed by the engine versions.
+
+    Writes corpus/CORPUS/ (NEV_CORPUS_DIR); an up-to-date corpus is left as it is.
+    Exit 0 done, 1 an engine failed, 2 bad arguments, 143 terminated (nothing published).
+    """
+    from bench.oracle.build import build, summary_lines
+    from bench.oracle.cases import parse_shard
+    from bench.oracle.engines import parse_engines
+    from lanes import settings
+    from lanes.ui import emit_json
+
+    root = settings.get_path(settings.CORPUS_DIR)
+    assert root is not None
+    result = build(corpus, root=root, shard=parse_shard(shard), engine_names=parse_engines(engines),
+                   count=cases)
+    if as_json:
+        emit_json({"folder": str(result.folder), "written": result.written, "manifest": result.manifest,
+                   "seconds": round(result.seconds, 2), "rates": result.rates})
+    else:
+        for line in summary_lines(result):
+            click.echo(line)
+    return 0
 
 
 @oracle.command("render")
 @click.argument("pages", nargs=-1, required=True)
+@click.option("--engines", default="chromium,firefox,webkit", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def oracle_render(pages: tuple[str, ...], as_json: bool) -> None:
-    """Render pages in the three engines; print rects per element and the vote."""
-    raise not_built("oracle render", 11)
+def oracle_render(pages: tuple[str, ...], engines: str, as_json: bool) -> int:
+    """Render pages (files or folders) in the engines; print rects per element id and the vote.
+
+    Elements with data-expected-width/-height/-x/-y are checked in every engine;
+    exit 1 when one does not match.
+    """
+    from bench.oracle.engines import parse_engines
+    from bench.oracle.render import collect_pages, format_pages, render_pages
+    from bench.oracle.vote import DEFAULT_TOLERANCE
+    from lanes.ui import emit_json
+
+    results = render_pages(collect_pages(pages), parse_engines(engines), DEFAULT_TOLERANCE)
+    if as_json:
+        emit_json(results)
+    else:
+        for line in format_pages(results):
+            click.echo(line)
+    return 1 if any(r["expectation_failures"] for r in results) else 0
 
 
 @oracle.command("engines")
-def oracle_engines() -> None:
-    """Versions of the three engines found here, and whether each starts."""
-    raise not_built("oracle engines", 11)
+@click.option("--json", "as_json", is_flag=True)
+def oracle_engines(as_json: bool) -> int:
+    """Versions of the three engines found here, and whether each starts (exit 1 if one does not)."""
+    from bench.oracle.render import engines_report
+    from lanes.ui import emit_json
+
+    rows = engines_report()
+    if as_json:
+        emit_json(rows)
+    else:
+        for r in rows:
+            state = f"starts ({r['seconds']} s)" if r["starts"] else f"does not start: {r.get('error')}"
+            click.echo(f"{r['engine']:<9} {r['version'] or '-':<18} {state}")
+    return 0 if all(r["starts"] for r in rows) else 1
 
 
 @click.group("floors")

@@ -76,6 +76,8 @@ PROBE_TIMEOUT = _s("NEV_PROBE_TIMEOUT", "30", "seconds one alias probe may take 
 PROBE_FAILS = _s("NEV_PROBE_FAILS", "2", "failed probes in a row before a ready alias turns failing")
 PROBE_OKS = _s("NEV_PROBE_OKS", "2", "answered probes in a row before a failing alias turns ready")
 STATE_DIR = _s("NEV_STATE_DIR", "~/.local/state/nev", "local state: approvals, job results, locks")
+# Oracle
+CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where `nev oracle build` writes corpora (relative to the current folder)")
 # Rig-in-a-box
 BOX_DIR = _s("NEV_BOX_DIR", ".box", "where boxes keep state and configs (one folder per box name)")
 BOX_NAME = _s("NEV_BOX_NAME", "nevbox", "prefix of the box's namespaces, bridge and users")

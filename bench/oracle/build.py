@@ -1,0 +1,157 @@
+"""`nev oracle build`: generate cases from seeds, render them twice in every engine, vote, store.
+
+Each case is rendered twice (the second pass in reverse order within its batch); a case
+whose answer changed in any engine is quarantined: kept in votes.jsonl, never ground truth.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.oracle import engines as eng
+from bench.oracle import store
+from bench.oracle.cases import Case, Generator, Shard, generator_for, shard_seeds
+from bench.oracle.engines import Engine, EngineError, Measure
+from bench.oracle.fleet import Fleet
+from bench.oracle.vote import DEFAULT_TOLERANCE, flatten, tally, vote
+from lanes.ui import Counter, info
+
+BATCH = 100
+WHOLE = Shard(0, 1)
+
+
+@dataclass
+class BuildResult:
+    folder: Path
+    written: bool
+    manifest: dict[str, Any]
+    seconds: float = 0.0
+    rates: dict[str, float] = field(default_factory=dict)
+    superseded: Path | None = None
+    bytes_per_case: float = 0.0
+
+
+def probe_versions(names: Sequence[str]) -> dict[str, str]:
+    found = {n: eng.probe_version(n) for n in names}
+    missing = [n for n, v in found.items() if v is None]
+    if missing:
+        raise EngineError(f"engine {', '.join(missing)} not found on this machine; install the Debian "
+                          "packages (chromium firefox-esr webkit2gtk-driver xvfb) or pass --engines")
+    return {n: str(v) for n, v in found.items()}
+
+
+def _same_version(running: str, probed: str) -> bool:
+    return probed == running or probed.startswith(running)
+
+
+def judge(gen: Generator, case: Case, first: dict[str, Measure], second: dict[str, Measure],
+          tol: float) -> dict[str, Any]:
+    """One votes.jsonl row from two renders of a case in every engine (pure)."""
+    per_engine: dict[str, Any] = {}
+    answers: dict[str, dict[str, float] | None] = {}
+    changed = sorted(n for n in first if first[n] != second[n])
+    for n in sorted(first):
+        m = first[n]
+        try:
+            exp = gen.expected(case, m)
+            answers[n] = flatten(exp, m, gen.voted_rects)
+        except (KeyError, IndexError):
+            exp = {}
+            answers[n] = None
+        per_engine[n] = {"expected": exp, "rects": m}
+    v = vote(answers, tol)
+    row: dict[str, Any] = {"id": case.id, "seed": case.seed, "input": case.input,
+                           "agreement": v.agreement, "quarantined": bool(changed), "engines": per_engine}
+    if changed:
+        row["changed"] = changed
+    if v.agreed and not changed and v.value is not None:
+        row["expected"] = {k.removeprefix("expected."): x for k, x in v.value.items()
+                           if k.startswith("expected.")}
+    return row
+
+
+def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequence[str] = eng.ENGINES,
+          count: int = 1000, start: int = 0, tolerance: float = DEFAULT_TOLERANCE, batch: int = BATCH,
+          extra_generators: dict[str, Callable[[], Generator]] | None = None,
+          make_engine: Callable[[str], Engine] = eng.make, quiet: bool = False) -> BuildResult:
+    if count < 1:
+        raise EngineError(f"--cases {count}: need at least 1 case", 2)
+    gen = generator_for(corpus, extra_generators)
+    versions = probe_versions(engine_names)
+    seeds_spec = {"start": start, "count": count, "shard": str(shard)}
+    generator = {"name": gen.name, "version": gen.version}
+    key = store.corpus_key(gen.function, generator, versions, tolerance, seeds_spec)
+    folder = root / store.folder_name(corpus, shard.index, shard.count)
+    store.clean_stale_tmp(root)
+    if store.up_to_date(folder, key):
+        man = store.read_manifest(folder) or {}
+        return BuildResult(folder, False, man)
+
+    seeds = list(shard_seeds(start, count, shard))
+    t0 = time.monotonic()
+    writer = store.Writer(root, folder.name)
+    try:
+        rows: list[dict[str, Any]] = []
+        with Fleet(engine_names, make_engine) as fleet:
+            running = fleet.versions()
+            for n, v in running.items():
+                if not _same_version(v, versions[n]):
+                    raise EngineError(f"{n} reports version {v} but its binary says {versions[n]}; "
+                                      "an update is half-installed, finish it and build again")
+            bar = Counter(f"{folder.name}", len(seeds)) if not quiet else None
+            for i in range(0, len(seeds), batch):
+                chunk = [gen.case(s) for s in seeds[i:i + batch]]
+                docs = [c.html for c in chunk]
+                first = fleet.render(docs)
+                second = {n: list(reversed(ms)) for n, ms in fleet.render(docs[::-1]).items()}
+                for j, case in enumerate(chunk):
+                    rows.append(judge(gen, case, {n: first[n][j] for n in first},
+                                      {n: second[n][j] for n in second}, tolerance))
+                if bar is not None:
+                    bar.advance(len(chunk), " ".join(f"{n} {r:.0f}/s" for n, r in fleet.rates().items()))
+            if bar is not None:
+                bar.close()
+            rates = fleet.rates()
+        agreed = [r for r in rows if "expected" in r]
+        cases_b = store.jsonl_bytes({"id": r["id"], "seed": r["seed"], "input": r["input"],
+                                     "expected": r["expected"]} for r in agreed)
+        votes_b = store.jsonl_bytes(rows)
+        manifest = {
+            "format": store.FORMAT, "function": gen.function, "generator": generator,
+            "engines": versions, "tolerance_px": tolerance, "seeds": seeds_spec,
+            "cases": len(agreed), "generated": len(rows), "key": key,
+            "agreement": tally([r["agreement"] for r in rows]),
+            "quarantined": sum(1 for r in rows if r["quarantined"]),
+        }
+        manifest = writer.write(manifest, cases_b, votes_b)
+        moved = writer.publish()
+    except BaseException:
+        writer.discard()
+        raise
+    secs = time.monotonic() - t0
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    if not quiet and moved is not None:
+        info(f"older corpus with other engine versions moved to {moved}")
+    return BuildResult(folder, True, manifest, secs, rates, moved, size / max(1, len(rows)))
+
+
+def summary_lines(r: BuildResult) -> list[str]:
+    m = r.manifest
+    if not r.written:
+        return [f"{r.folder}: up to date (key {str(m.get('key'))[:12]}, {m.get('cases')} agreed cases); "
+                "nothing written"]
+    engines = ", ".join(f"{n} {v}" for n, v in m["engines"].items())
+    agree = ", ".join(f"{k}: {v}" for k, v in m["agreement"].items())
+    rates = ", ".join(f"{n} {v:.0f} cases/s" for n, v in r.rates.items())
+    return [
+        f"{r.folder}: {m['cases']} agreed of {m['generated']} generated "
+        f"({m['quarantined']} quarantined) in {r.seconds:.1f} s",
+        f"agreement: {agree}",
+        f"engines: {engines}",
+        f"rendering (each case twice): {rates}",
+        f"store: {r.bytes_per_case:.0f} bytes per case, key {m['key'][:12]}",
+    ]

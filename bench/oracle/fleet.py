@@ -1,0 +1,100 @@
+"""A set of running engines for one build: started together, rendered in parallel, always stopped."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from bench.oracle import engines as eng
+from bench.oracle.engines import Engine, EngineError, Measure
+
+T = TypeVar("T")
+
+
+class Fleet:
+    """One long-lived process per engine; use as a context manager so every browser is stopped."""
+
+    def __init__(self, names: Sequence[str], make: Callable[[str], Engine] = eng.make) -> None:
+        self.names = list(names)
+        self._make = make
+        self.engines: dict[str, Engine] = {}
+        self.busy: dict[str, float] = {n: 0.0 for n in self.names}
+        self.rendered: dict[str, int] = {n: 0 for n in self.names}
+        # One thread per engine, for its whole life: Playwright's sync API is bound to the
+        # thread that started it.
+        self._threads = {n: ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"engine-{n}")
+                         for n in self.names}
+
+    def __enter__(self) -> Fleet:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.stop(graceful=exc_type is None)
+
+    def start(self) -> None:
+        for n in self.names:
+            self.engines[n] = self._make(n)
+        errors = {}
+        futures = {n: self._threads[n].submit(self.engines[n].start) for n in self.names}
+        for n, f in futures.items():
+            try:
+                f.result()
+            except Exception as e:  # noqa: BLE001 - reported per engine below
+                errors[n] = e
+        if errors:
+            detail = "; ".join(f"{n}: {e}" for n, e in errors.items())
+            raise EngineError(f"could not start {', '.join(errors)} ({detail}); "
+                              "check `nev oracle engines`")
+
+    def versions(self) -> dict[str, str]:
+        return {n: e.version for n, e in self.engines.items()}
+
+    def each(self, fn: Callable[[str, Engine], T]) -> dict[str, T]:
+        """Run fn on every engine at once (one thread per engine process)."""
+        futures = {n: self._threads[n].submit(fn, n, e) for n, e in self.engines.items()}
+        return {n: f.result() for n, f in futures.items()}
+
+    def render(self, docs: Sequence[str]) -> dict[str, list[Measure]]:
+        def one(n: str, e: Engine) -> list[Measure]:
+            t0 = time.monotonic()
+            out = e.render(docs)
+            self.busy[n] += time.monotonic() - t0
+            self.rendered[n] += len(docs)
+            if len(out) != len(docs):
+                raise EngineError(f"{n} answered {len(out)} measurements for {len(docs)} documents")
+            return out
+        return self.each(one)
+
+    def rates(self) -> dict[str, float]:
+        return {n: (self.rendered[n] / self.busy[n] if self.busy[n] > 0 else 0.0) for n in self.names}
+
+    def pids(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for n, e in self.engines.items():
+            out[n] = e.pids()
+        return out
+
+    def stop(self, graceful: bool = True) -> None:
+        """Graceful: each engine closes its session on its own thread (10 s at most), then its
+        process groups are killed. Not graceful (an error, SIGTERM): kill the groups at once."""
+        for n, e in self.engines.items():
+            if graceful:
+                try:
+                    self._threads[n].submit(e.stop).result(timeout=10)
+                except BaseException:  # noqa: BLE001 - killing below is what matters
+                    pass
+            e.kill()
+        self.engines.clear()
+        for t in self._threads.values():
+            t.shutdown(wait=False, cancel_futures=True)
+
+
+def fleet_info(f: Fleet) -> dict[str, Any]:
+    return {"versions": f.versions(), "rates": f.rates()}

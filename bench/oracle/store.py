@@ -1,0 +1,151 @@
+"""The corpus store: one folder per corpus, written once, keyed by the engine version set.
+
+`corpus/<name>/` (or `corpus/<name>.shard-<i>-of-<n>/` for a shard) holds manifest.json,
+cases.jsonl and votes.jsonl (docs/dump-format.md). A build writes a hidden temporary
+folder and publishes it with one rename, so a killed build publishes nothing. The key
+is the hash of everything that decides the content (function, generator and version,
+engine versions, tolerance, seeds): the same key is never written twice, and a new key
+(a browser update) moves the old corpus to `corpus/.superseded/` instead of reusing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from lanes.errors import NevError
+
+FORMAT = 1
+TMP_PREFIX = ".tmp-"
+
+
+def canonical(data: Any) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def corpus_key(function: str, generator: Mapping[str, str], engines: Mapping[str, str],
+               tolerance: float, seeds: Mapping[str, Any]) -> str:
+    """The identity of a corpus: sha256 over everything that decides its content."""
+    return hashlib.sha256(canonical({"format": FORMAT, "function": function, "generator": dict(generator),
+                                     "engines": dict(engines), "tolerance_px": tolerance,
+                                     "seeds": dict(seeds)})).hexdigest()
+
+
+def folder_name(name: str, shard_index: int, shard_count: int) -> str:
+    return name if shard_count == 1 else f"{name}.shard-{shard_index}-of-{shard_count}"
+
+
+def jsonl_bytes(rows: Iterable[Mapping[str, Any]]) -> bytes:
+    return b"".join(json.dumps(r, sort_keys=True, separators=(",", ":")).encode() + b"\n" for r in rows)
+
+
+def content_sha256(cases: bytes, votes: bytes) -> str:
+    h = hashlib.sha256()
+    h.update(hashlib.sha256(cases).digest())
+    h.update(hashlib.sha256(votes).digest())
+    return h.hexdigest()
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    p = folder / "manifest.json"
+    if not p.is_file():
+        return None
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def verify(folder: Path) -> str | None:
+    """None when the folder's files match its manifest's content hash; else what is wrong."""
+    man = read_manifest(folder)
+    if man is None:
+        return f"{folder}/manifest.json is missing or not JSON"
+    try:
+        cases = (folder / "cases.jsonl").read_bytes()
+        votes = (folder / "votes.jsonl").read_bytes()
+    except OSError as e:
+        return f"{folder}: {e.strerror}: {e.filename}"
+    if content_sha256(cases, votes) != man.get("content_sha256"):
+        return f"{folder}: content does not match manifest content_sha256"
+    return None
+
+
+def up_to_date(folder: Path, key: str) -> bool:
+    man = read_manifest(folder)
+    return man is not None and man.get("key") == key and verify(folder) is None
+
+
+def clean_stale_tmp(root: Path) -> list[Path]:
+    """Remove temporary folders of builds whose process is gone (killed with SIGKILL)."""
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for p in root.iterdir():
+        if not p.name.startswith(TMP_PREFIX):
+            continue
+        try:
+            pid = int(p.name.rsplit("-", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
+class Writer:
+    """Writes one corpus into a temporary folder; `publish()` makes it visible in one rename."""
+
+    def __init__(self, root: Path, folder: str) -> None:
+        self.root = root
+        self.final = root / folder
+        root.mkdir(parents=True, exist_ok=True)
+        self.tmp = root / f"{TMP_PREFIX}{folder}-{os.getpid()}"
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.mkdir()
+
+    def write(self, manifest: dict[str, Any], cases: bytes, votes: bytes) -> dict[str, Any]:
+        manifest = dict(manifest, content_sha256=content_sha256(cases, votes))
+        (self.tmp / "cases.jsonl").write_bytes(cases)
+        (self.tmp / "votes.jsonl").write_bytes(votes)
+        (self.tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        for f in self.tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+            f.chmod(0o444)  # written once
+        return manifest
+
+    def publish(self) -> Path | None:
+        """Rename into place; an older corpus with another key moves to .superseded/ (returned)."""
+        moved = None
+        if self.final.exists():
+            old = read_manifest(self.final) or {}
+            tag = str(old.get("key", "unknown"))[:16] + f"-{int(time.time())}"
+            dest = self.root / ".superseded" / self.final.name / tag
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(self.final, dest)
+            moved = dest
+        os.rename(self.tmp, self.final)
+        return moved
+
+    def discard(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def load_cases(folder: Path) -> list[dict[str, Any]]:
+    p = folder / "cases.jsonl"
+    if not p.is_file():
+        raise NevError(f"{p} does not exist; build it with `nev oracle build {folder.name}`")
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+def load_votes(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / "votes.jsonl").read_text().splitlines() if line.strip()]
