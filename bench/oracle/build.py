@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,9 @@ def judge(gen: Generator, case: Case, first: dict[str, Measure], second: dict[st
 def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequence[str] = eng.ENGINES,
           count: int = 1000, start: int = 0, tolerance: float = DEFAULT_TOLERANCE, batch: int = BATCH,
           extra_generators: dict[str, Callable[[], Generator]] | None = None,
-          make_engine: Callable[[str], Engine] = eng.make, quiet: bool = False) -> BuildResult:
+          make_engine: Callable[[str], Engine] = eng.make, quiet: bool = False,
+          fleet: Fleet | None = None) -> BuildResult:
+    """Build (or find up to date) one corpus. `fleet`: engines already running (kept running)."""
     if count < 1:
         raise EngineError(f"--cases {count}: need at least 1 case", 2)
     gen = generator_for(corpus, extra_generators)
@@ -96,7 +99,9 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
     writer = store.Writer(root, folder.name)
     try:
         rows: list[dict[str, Any]] = []
-        with Fleet(engine_names, make_engine) as fleet:
+        if fleet is not None and sorted(fleet.names) != sorted(engine_names):
+            raise EngineError(f"the running engines {fleet.names} are not the ones asked for {list(engine_names)}")
+        with (Fleet(engine_names, make_engine) if fleet is None else nullcontext(fleet)) as fleet:
             running = fleet.versions()
             for n, v in running.items():
                 if not _same_version(v, versions[n]):

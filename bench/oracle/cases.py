@@ -105,7 +105,7 @@ class AbsposWidth(Generator):
     """CSS 2.1 §10.3.7: absolutely positioned non-replaced elements, horizontal (ltr)."""
 
     name = "abspos_width"
-    version = "1"
+    version = "2"
     function = "abspos_width"
     voted_rects = ("cb", "el", "c", "w")
 
@@ -135,14 +135,16 @@ class AbsposWidth(Generator):
 
     def expected(self, case: Case, m: Measure) -> dict[str, float]:
         cb, el, w = m["cb"], m["el"], m["w"]
-        # Rects give left + margin-left and right + margin-right; the resolved insets of a
-        # positioned box are its used values (CSSOM), which splits them. (Resolved auto
-        # margins are not: engines report different numbers for them.)
+        # Rects give left + margin-left and right + margin-right. A margin that is not auto
+        # keeps its specified value in §10.3.7, so the engine's resolved margin is used as is;
+        # an auto margin is what remains beside the resolved inset. (Engines report the
+        # specified inset even when 'right' is ignored, and disagree on resolved auto margins.)
         left, right = el[6], el[7]
         if left is None or right is None:
             raise KeyError("left/right")
-        return {"left": left, "width": w[2], "margin_left": el[0] - cb[0] - left,
-                "margin_right": (cb[0] + cb[2]) - (el[0] + el[2]) - right}
+        ml = el[0] - cb[0] - left if case.input["margin_left"] == "auto" else el[4]
+        mr = (cb[0] + cb[2]) - (el[0] + el[2]) - right if case.input["margin_right"] == "auto" else el[5]
+        return {"left": el[0] - cb[0] - ml, "width": w[2], "margin_left": ml, "margin_right": mr}
 
 
 GENERATORS: dict[str, Callable[[], Generator]] = {"block_width": BlockWidth, "abspos_width": AbsposWidth}

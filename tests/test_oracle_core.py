@@ -1,0 +1,207 @@
+"""The oracle's decisions without a browser: vote, shards, generators, store, page checks."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench.oracle import cases, reference, store
+from bench.oracle.build import judge
+from bench.oracle.cases import Shard, generator_for, parse_shard, shard_seeds
+from bench.oracle.render import check_page, collect_pages
+from bench.oracle.vote import DEFAULT_TOLERANCE, flatten, vote
+from lanes.errors import NevError
+
+TOL = DEFAULT_TOLERANCE
+
+
+def test_vote_agrees_across_the_60th_and_64th_pixel_grids():
+    # Gecko's 1/60 px grid against Blink's and WebKit's 1/64 px: within 1/30 px.
+    a = {"w": 172.15625}
+    v = vote({"chromium": a, "webkit": a, "firefox": {"w": 172.15000915527344}}, TOL)
+    assert v.agreed and v.agreement == "3/3"
+    assert v.value == {"w": 172.15625}  # the median is one engine's own number
+
+
+def test_vote_names_the_single_dissenter():
+    v = vote({"chromium": {"w": 0.0}, "firefox": {"w": 0.0}, "webkit": {"w": -5.0}}, TOL)
+    assert (v.agreement, v.agreed, v.value) == ("2/3:webkit", False, None)
+
+
+def test_vote_three_way_split_and_missing_answer_are_none():
+    assert vote({"a": {"w": 0.0}, "b": {"w": 1.0}, "c": {"w": 2.0}}, TOL).agreement == "none"
+    assert vote({"a": {"w": 0.0}, "b": {"w": 0.0}, "c": None}, TOL).agreement == "none"
+
+
+def test_vote_tolerance_is_explicit():
+    a, b = {"w": 10.0}, {"w": 10.0 + 1 / 29}
+    assert not vote({"x": a, "y": b}, TOL).agreed
+    assert vote({"x": a, "y": b}, 1 / 20).agreed
+
+
+def test_shards_partition_the_seeds_without_overlap():
+    whole = list(shard_seeds(0, 101, Shard(0, 1)))
+    parts = [list(shard_seeds(0, 101, Shard(i, 3))) for i in range(3)]
+    assert parts[1][:3] == [1, 4, 7]
+    assert sorted(s for p in parts for s in p) == whole
+    assert list(shard_seeds(10, 10, Shard(1, 2))) == [11, 13, 15, 17, 19]
+
+
+@pytest.mark.parametrize("spec", ["2/2", "x", "1/0", "-1/3", "1/2/3"])
+def test_bad_shard_is_a_usage_error(spec):
+    with pytest.raises(NevError) as e:
+        parse_shard(spec)
+    assert e.value.exit_code == 2 and spec in e.value.message
+
+
+def test_generators_are_deterministic_across_processes():
+    code = ("from bench.oracle.cases import generator_for;"
+            "print([generator_for(n).case(s).html for n in ('block_width','abspos_width') for s in (0, 7)])")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout for h in (1, 2)]
+    assert runs[0] == runs[1]
+    g = generator_for("block_width-big")
+    assert g.case(5) == g.case(5) and g.case(5) != g.case(6)
+    assert g.case(5).id == "block_width-000005"
+
+
+def test_generator_inputs_follow_the_corpus_format():
+    c = generator_for("abspos_width").case(3)
+    assert set(c.input) == {"cb_width", "left", "right", "width", "margin_left", "margin_right",
+                            "padding_left", "padding_right", "border_left", "border_right", "content_width"}
+    b = generator_for("block_width").case(3)
+    assert set(b.input) == {"cb_width", "width", "margin_left", "margin_right", "padding_left",
+                            "padding_right", "border_left", "border_right"}
+    assert 'id="cb"' in b.html and 'id="el"' in b.html
+
+
+def test_unknown_corpus_names_the_generators():
+    with pytest.raises(NevError) as e:
+        generator_for("float_width")
+    assert "block_width" in e.value.message and e.value.exit_code == 2
+
+
+def test_block_width_reads_margins_from_rects():
+    g = cases.BlockWidth()
+    c = g.case(0)
+    m = {"cb": [0, 0, 500, 10, 0, 0, None, None], "el": [20, 0, 300, 10, 0, 0, None, None],
+         "w": [30, 0, 280, 0, 0, 0, None, None]}
+    assert g.expected(c, m) == {"width": 280, "margin_left": 20, "margin_right": 180}
+
+
+def test_a_case_whose_answer_changed_is_quarantined():
+    g = cases.BlockWidth()
+    c = g.case(1)
+    m = {"cb": [0, 0, 500, 10, 0, 0, None, None], "el": [20, 0, 300, 10, 0, 0, None, None],
+         "w": [30, 0, 280, 0, 0, 0, None, None]}
+    moved = json.loads(json.dumps(m))
+    moved["w"][2] = 279
+    first = {"chromium": m, "firefox": m, "webkit": m}
+    row = judge(g, c, first, {**first, "firefox": moved}, TOL)
+    assert row["quarantined"] and row["changed"] == ["firefox"] and "expected" not in row
+    assert row["agreement"] == "3/3"  # agreed once, but not stable: never ground truth
+    ok = judge(g, c, first, first, TOL)
+    assert not ok["quarantined"] and ok["expected"] == {"width": 280, "margin_left": 20, "margin_right": 180}
+
+
+def test_missing_element_is_no_answer():
+    g = cases.BlockWidth()
+    m = {"cb": [0, 0, 500, 10, 0, 0, None, None], "el": [20, 0, 300, 10, 0, 0, None, None]}
+    row = judge(g, g.case(2), {"chromium": m}, {"chromium": m}, TOL)
+    assert row["agreement"] == "none" and "expected" not in row
+
+
+def test_flatten_keeps_expected_and_box_numbers():
+    f = flatten({"width": 1.0}, {"el": [1, 2, 3, 4, 9, 9]}, ["el"])
+    assert f == {"expected.width": 1.0, "el.x": 1.0, "el.y": 2.0, "el.w": 3.0, "el.h": 4.0}
+
+
+def test_corpus_key_changes_with_any_engine_version():
+    base = dict(function="block_width", generator={"name": "block_width", "version": "1"},
+                tolerance=TOL, seeds={"start": 0, "count": 10, "shard": "0/1"})
+    k1 = store.corpus_key(engines={"chromium": "156.0", "firefox": "153.8.0esr"}, **base)
+    k2 = store.corpus_key(engines={"chromium": "157.0", "firefox": "153.8.0esr"}, **base)
+    assert k1 != k2 and k1 == store.corpus_key(engines={"firefox": "153.8.0esr", "chromium": "156.0"}, **base)
+
+
+def _write(root, key, cases_rows=(b'{"id":"a"}\n',)):
+    w = store.Writer(root, "block_width")
+    man = w.write({"key": key, "cases": len(cases_rows)}, b"".join(cases_rows), b"{}\n")
+    return w, man
+
+
+def test_store_publishes_once_and_moves_an_older_version_aside(tmp_path):
+    w, man = _write(tmp_path, "k1")
+    assert not (tmp_path / "block_width").exists()  # nothing visible before publish
+    assert w.publish() is None
+    folder = tmp_path / "block_width"
+    assert store.up_to_date(folder, "k1") and not store.up_to_date(folder, "k2")
+    assert oct((folder / "cases.jsonl").stat().st_mode & 0o777) == "0o444"
+    w2, _ = _write(tmp_path, "k2")
+    moved = w2.publish()
+    assert moved is not None and moved.parent == tmp_path / ".superseded" / "block_width"
+    assert store.read_manifest(moved)["key"] == "k1"
+    assert store.up_to_date(folder, "k2")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == []
+
+
+def test_store_detects_content_not_matching_its_manifest(tmp_path):
+    w, _ = _write(tmp_path, "k1")
+    w.publish()
+    f = tmp_path / "block_width" / "cases.jsonl"
+    f.chmod(0o644)
+    f.write_bytes(b'{"id":"b"}\n')
+    assert "content does not match" in store.verify(tmp_path / "block_width")
+    assert not store.up_to_date(tmp_path / "block_width", "k1")
+
+
+def test_stale_temporary_folder_of_a_dead_build_is_removed(tmp_path):
+    p = subprocess.Popen(["true"])
+    p.wait()
+    stale = tmp_path / f".tmp-block_width-{p.pid}"
+    stale.mkdir()
+    live = tmp_path / f".tmp-block_width-{os.getpid()}"
+    live.mkdir()
+    assert store.clean_stale_tmp(tmp_path) == [stale]
+    assert live.exists() and not stale.exists()
+
+
+def test_page_check_reports_each_engine_against_expectations():
+    html = ('<div id="a" data-expected-width="100" data-expected-x="8"></div>'
+            '<div id="b" data-expected-height="20" data-tolerance="0.5"></div>')
+    rects = {"chromium": {"a": [8, 8, 100, 10], "b": [8, 18, 100, 20.4]},
+             "firefox": {"a": [8, 8, 100, 10], "b": [8, 18, 100, 20.0]},
+             "webkit": {"a": [8, 8, 99, 10], "b": [8, 18, 100, 20.0]}}
+    r = check_page(html, rects, TOL)
+    assert r["expectation_failures"] == ["a"]
+    assert r["elements"]["a"]["expected_fail"] == {"webkit": {"width": {"want": 100.0, "got": 99}}}
+    assert r["elements"]["a"]["agreement"] == "2/3:webkit"
+    assert r["elements"]["b"]["expected_ok"] and r["elements"]["b"]["agreement"] == "2/3:chromium"
+
+
+def test_render_refuses_a_missing_page(tmp_path):
+    with pytest.raises(NevError) as e:
+        collect_pages([str(tmp_path / "nope.html")])
+    assert e.value.exit_code == 2 and "nope.html" in e.value.message
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "p.html").write_text("<p id=x>")
+    assert collect_pages([str(tmp_path / "d")]) == [tmp_path / "d" / "p.html"]
+
+
+def test_reference_follows_css21_examples():
+    # §10.3.3: both margins auto centre; over-constrained: margin-right absorbs.
+    assert reference.block_width({"cb_width": 500, "width": "300px", "margin_left": "auto",
+                                  "margin_right": "auto", "padding_left": "0px", "padding_right": "0px",
+                                  "border_left": "0px", "border_right": "0px"}) == \
+        {"width": 300, "margin_left": 100, "margin_right": 100}
+    assert reference.block_width({"cb_width": 500, "width": "300px", "margin_left": "50px",
+                                  "margin_right": "50px", "padding_left": "10%", "padding_right": "0px",
+                                  "border_left": "0px", "border_right": "0px"})["margin_right"] == 100
+    # §10.3.7: left, width, right all auto: static left 0, shrink-to-fit width.
+    assert reference.abspos_width({"cb_width": 400, "left": "auto", "right": "auto", "width": "auto",
+                                   "margin_left": "auto", "margin_right": "5px", "padding_left": "0px",
+                                   "padding_right": "0px", "border_left": "0px", "border_right": "0px",
+                                   "content_width": 120}) == \
+        {"left": 0, "width": 120, "margin_left": 0, "margin_right": 5}
