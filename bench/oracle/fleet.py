@@ -72,6 +72,10 @@ class Fleet:
             return out
         return self.each(one)
 
+    def render_fresh(self, docs: Sequence[str]) -> dict[str, list[Measure]]:
+        """Each document as its own top-level page, one navigation each (the unbatched way)."""
+        return self.each(lambda n, e: [e.render_fresh(d) for d in docs])
+
     def rates(self) -> dict[str, float]:
         return {n: (self.rendered[n] / self.busy[n] if self.busy[n] > 0 else 0.0) for n in self.names}
 

@@ -1,0 +1,164 @@
+"""The oracle against the three real browsers: batching, disagreement, store, shards, render."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.oracle import engines as eng
+from bench.oracle import reference, store
+from bench.oracle.build import build
+from bench.oracle.cases import Case, Generator, Shard, generator_for
+from bench.oracle.engines import ENGINES
+from bench.oracle.fleet import Fleet
+from bench.oracle.vote import DEFAULT_TOLERANCE
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    f = Fleet(ENGINES)
+    with f:
+        yield f
+    for pids in f.pids().values():
+        assert pids == []
+
+
+def nev(*args, cwd, env=None, timeout=300):
+    e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=cwd, env=e, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_engines_report_their_versions(fleet):
+    versions = fleet.versions()
+    assert set(versions) == set(ENGINES)
+    for n, v in versions.items():
+        probed = eng.probe_version(n)
+        assert probed is not None and probed.startswith(v), (n, v, probed)
+
+
+def test_batched_rendering_equals_one_fresh_document_per_case(fleet):
+    sample = [generator_for("block_width").case(s) for s in range(30)] + \
+             [generator_for("abspos_width").case(s) for s in range(30)]
+    docs = [c.html for c in sample]
+    batched = fleet.render(docs)
+    fresh = fleet.render_fresh(docs)
+    assert set(fresh) == set(ENGINES)
+    for name in ENGINES:
+        for i in range(len(docs)):
+            assert batched[name][i] == fresh[name][i], (name, sample[i].id)  # bit for bit, every number
+
+
+class FontText(Generator):
+    """Test-only: text whose box depends on each engine's font metrics."""
+
+    name = function = "font_text"
+    version = "1"
+    voted_rects = ("t",)
+    STYLES = ["font:13.7px serif;display:inline-block", "font:17px monospace"]
+
+    def case(self, seed):
+        html = (f'<!DOCTYPE html><html><body style="margin:0"><div id="t" style="{self.STYLES[seed]}">'
+                "Hamburgefonstiv quick</div></body></html>")
+        return Case(self.case_id(seed), seed, {"style": self.STYLES[seed]}, html)
+
+    def expected(self, case, m):
+        return {"width": m["t"][2], "height": m["t"][3]}
+
+
+def test_font_dependent_case_is_recorded_as_not_agreed(fleet, tmp_path):
+    r = build("font_text", root=tmp_path, count=2, extra_generators={"font_text": FontText},
+              fleet=fleet, quiet=True)
+    votes = store.load_votes(r.folder)
+    assert len(votes) == 2 and store.load_cases(r.folder) == []
+    assert r.manifest["cases"] == 0
+    for v in votes:
+        assert v["agreement"] != "3/3" and "expected" not in v
+        answers = {n: (e["expected"]["width"], e["expected"]["height"]) for n, e in v["engines"].items()}
+        assert set(answers) == set(ENGINES) and len(set(answers.values())) > 1, answers
+
+
+def _rows(folder):
+    return sorted(store.load_cases(folder), key=lambda c: c["seed"])
+
+
+def test_two_shards_together_equal_the_unsharded_corpus(fleet, tmp_path):
+    whole = build("block_width", root=tmp_path, count=200, fleet=fleet, quiet=True)
+    parts = [build("block_width", root=tmp_path, count=200, shard=Shard(i, 2), fleet=fleet, quiet=True)
+             for i in range(2)]
+    assert [p.folder.name for p in parts] == ["block_width.shard-0-of-2", "block_width.shard-1-of-2"]
+    assert {c["seed"] % 2 for c in store.load_cases(parts[1].folder)} == {1}
+    assert sorted(_rows(parts[0].folder) + _rows(parts[1].folder), key=lambda c: c["seed"]) == _rows(whole.folder)
+    assert whole.manifest["generated"] == 200 and whole.manifest["cases"] >= 180
+
+
+def test_rebuild_with_the_same_engines_writes_nothing(fleet, tmp_path):
+    first = build("abspos_width", root=tmp_path, count=60, fleet=fleet, quiet=True)
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in first.folder.iterdir()}
+    again = build("abspos_width", root=tmp_path, count=60, fleet=fleet, quiet=True)
+    assert not again.written and again.manifest["key"] == first.manifest["key"]
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in first.folder.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["abspos_width"]
+
+
+def test_reference_passes_nearly_every_agreed_case(fleet, tmp_path, capsys):
+    for function in ("block_width", "abspos_width"):
+        r = build(function, root=tmp_path, count=200, fleet=fleet, quiet=True)
+        agreed = store.load_cases(r.folder)
+        fails = reference.failures(function, agreed, DEFAULT_TOLERANCE)
+        with capsys.disabled():
+            print(f"\n{function}: reference fails {len(fails)} of {len(agreed)} agreed cases")
+            for f in fails:
+                print(f"  {f['id']} {json.dumps(f['input'])} oracle {f['expected']} reference {f['reference']}")
+        assert len(agreed) >= 180
+        assert len(fails) <= len(agreed) * 0.05
+
+
+def test_render_folder_of_pages_with_known_geometry(tmp_path):
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    head = '<!DOCTYPE html><html><head><style>body{margin:0}</style></head><body>'
+    (pages / "block.html").write_text(
+        head + '<div id="cb" style="width:400px" data-expected-width="400">'
+        '<div id="el" style="width:50%;margin:0 auto;padding:0 10px" data-expected-width="220" '
+        'data-expected-x="90"></div></div></body></html>')
+    (pages / "abspos.html").write_text(
+        head + '<div style="position:relative;width:300px;height:40px">'
+        '<div id="a" style="position:absolute;left:10px;right:20px;height:5px" data-expected-width="270" '
+        'data-expected-x="10" data-expected-height="5"></div></div></body></html>')
+    (pages / "sub").mkdir()
+    (pages / "sub" / "float.html").write_text(
+        head + '<div id="f" style="float:right;width:33.3px;height:7px" data-expected-x="766.7" '
+        'data-expected-width="33.3" data-tolerance="0.02"></div></body></html>')
+    r = nev("oracle", "render", str(pages), "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    results = json.loads(r.stdout)
+    assert len(results) == 3
+    checked = [(res["page"], i) for res in results for i, e in res["elements"].items() if "expected" in e]
+    assert len(checked) == 4
+    for res in results:
+        assert res["expectation_failures"] == []
+        for e in res["elements"].values():
+            assert set(e["engines"]) == set(ENGINES)
+    text = nev("oracle", "render", str(pages / "block.html"), cwd=tmp_path)
+    assert text.returncode == 0 and "#el 3/3" in text.stdout and "ok" in text.stdout
+
+
+def test_render_exits_1_when_a_page_expectation_fails(tmp_path):
+    p = tmp_path / "wrong.html"
+    p.write_text('<body style="margin:0"><div id="x" style="width:100px" data-expected-width="99"></div>')
+    r = nev("oracle", "render", str(p), "--engines", "webkit", cwd=tmp_path)
+    assert r.returncode == 1 and "FAIL in webkit" in r.stdout
+
+
+def test_engines_command_prints_versions_and_that_each_starts(tmp_path):
+    r = nev("oracle", "engines", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = {row["engine"]: row for row in json.loads(r.stdout)}
+    assert set(rows) == set(ENGINES) and all(row["starts"] for row in rows.values())
+    assert rows["firefox"]["version"].endswith("esr")
