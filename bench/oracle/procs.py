@@ -19,17 +19,24 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-# The reaper: reads "+PGID" / "-PGID" lines; on EOF kills every group still listed.
+# The reaper: reads "+PGID" / "-PGID" / "dPATH" / "uPATH" lines; on EOF kills every group
+# still listed, then removes every scratch folder still listed.
 _REAPER = r"""
-import os, signal, sys
-live = set()
+import os, shutil, signal, sys, time
+live, dirs = set(), set()
 for line in sys.stdin:
-    line = line.strip()
-    if line[:1] == "+": live.add(int(line[1:]))
-    elif line[:1] == "-": live.discard(int(line[1:]))
+    line = line.rstrip("\n")
+    op, arg = line[:1], line[1:]
+    if op == "+": live.add(int(arg))
+    elif op == "-": live.discard(int(arg))
+    elif op == "d": dirs.add(arg)
+    elif op == "u": dirs.discard(arg)
 for g in live:
     try: os.killpg(g, signal.SIGKILL)
     except OSError: pass
+time.sleep(0.5 if live else 0)
+for d in dirs:
+    shutil.rmtree(d, ignore_errors=True)
 """
 
 _lock = threading.Lock()
@@ -60,6 +67,7 @@ class Scratch:
             d.mkdir(mode=0o700)
             self.env[var] = str(d)
         (self.path / "home").mkdir()
+        _tell_reaper(f"d{self.path}")
 
     def sub(self, name: str) -> Path:
         d = self.path / name
@@ -68,6 +76,7 @@ class Scratch:
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        _tell_reaper(f"u{self.path}")
 
 
 def base_env(scratch: Scratch, extra: Mapping[str, str] | None = None) -> dict[str, str]:
