@@ -205,3 +205,29 @@ def test_reference_follows_css21_examples():
                                    "padding_right": "0px", "border_left": "0px", "border_right": "0px",
                                    "content_width": 120}) == \
         {"left": 0, "width": 120, "margin_left": 0, "margin_right": 5}
+
+
+def _nev(*args, cwd, env=None):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": root, **(env or {})}, timeout=60)
+
+
+def test_build_refuses_an_unknown_engine_as_usage_error(tmp_path):
+    r = _nev("oracle", "build", "block_width", "--engines", "chromium,opera", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("nev: --engines 'chromium,opera': unknown opera")
+    assert not (tmp_path / "corpus").exists()
+
+
+def test_build_names_a_missing_engine_and_writes_nothing(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    r = _nev("oracle", "build", "block_width", "--cases", "5", cwd=tmp_path, env={"PATH": str(empty)})
+    assert r.returncode == 1, r.stderr
+    assert "engine firefox, webkit not found on this machine" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert not (tmp_path / "corpus" / "block_width").exists()
+
+
+def test_build_refuses_a_corpus_without_generator(tmp_path):
+    r = _nev("oracle", "build", "grid_width", cwd=tmp_path)
+    assert r.returncode == 2 and "names no generator" in r.stderr

@@ -475,5 +475,5 @@ def parse_engines(spec: str) -> list[str]:
     bad = [n for n in names if n not in ENGINES]
     if bad or not names:
         raise EngineError(f"--engines {spec!r}: unknown {', '.join(bad) or 'empty list'}; "
-                          f"use a comma list of {', '.join(ENGINES)}")
+                          f"use a comma list of {', '.join(ENGINES)}", 2)
     return names
