@@ -120,7 +120,6 @@ class Writer:
         for f in self.tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-            f.chmod(0o444)  # written once
         return manifest
 
     def publish(self) -> Path | None:
