@@ -157,8 +157,8 @@ class _Base:
         return self._version
 
     def _spawn(self, argv: list[str], extra_env: dict[str, str] | None = None,
-               stderr: int | None = subprocess.PIPE) -> Proc:
-        p = Proc(argv, base_env(self.scratch, extra_env), stderr=stderr)
+               stderr: int | None = subprocess.PIPE, stdout: int | None = subprocess.DEVNULL) -> Proc:
+        p = Proc(argv, base_env(self.scratch, extra_env), stderr=stderr, stdout=stdout)
         self.procs.append(p)
         return p
 
@@ -371,24 +371,18 @@ class WebKit(_Base):
         self.harness_handle = ""
         self.fresh_handle = ""
 
-    def _free_display(self) -> int:
-        for n in range(90 + os.getpid() % 400, 1000):
-            if not os.path.exists(f"/tmp/.X{n}-lock") and not os.path.exists(f"/tmp/.X11-unix/X{n}"):
-                return n
-        raise EngineError("webkit: no free X display number for Xvfb; remove stale /tmp/.X*-lock files")
-
     def start(self) -> None:
         import requests
 
-        disp = self._free_display()
-        xvfb = self._spawn([XVFB_BIN, f":{disp}", "-nolisten", "tcp", "-screen", "0", "1280x1024x24",
-                            "-displayfd", "1"], stderr=subprocess.DEVNULL)
-        del xvfb
-        deadline = time.monotonic() + 20
-        while not os.path.exists(f"/tmp/.X11-unix/X{disp}"):
-            if time.monotonic() > deadline:
-                raise EngineError(f"webkit: Xvfb :{disp} did not start within 20 s")
-            time.sleep(0.05)
+        # Xvfb picks a free display itself and prints its number on -displayfd when ready.
+        xvfb = self._spawn([XVFB_BIN, "-displayfd", "1", "-nolisten", "tcp", "-screen", "0", "1280x1024x24"],
+                           stderr=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        try:
+            disp = read_line_matching(xvfb.popen.stdout, "", 20, "Xvfb").strip()
+        except TimeoutError as e:
+            raise EngineError(f"webkit: {e}") from None
+        if not disp.isdigit():
+            raise EngineError(f"webkit: Xvfb printed {disp!r} instead of a display number")
         port = _free_port()
         drv = self._spawn([WEBKIT_DRIVER_BIN, f"--port={port}", "--host=127.0.0.1"],
                           {"DISPLAY": f":{disp}", "WEBKIT_DISABLE_COMPOSITING_MODE": "1"},
