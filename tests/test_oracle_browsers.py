@@ -162,3 +162,28 @@ def test_engines_command_prints_versions_and_that_each_starts(tmp_path):
     rows = {row["engine"]: row for row in json.loads(r.stdout)}
     assert set(rows) == set(ENGINES) and all(row["starts"] for row in rows.values())
     assert rows["firefox"]["version"].endswith("esr")
+
+
+def test_a_new_generator_version_writes_a_new_corpus_and_keeps_the_old_one(fleet, tmp_path):
+    old = build("block_width", root=tmp_path, count=20, fleet=fleet, quiet=True)
+
+    class BlockWidthNext(type(generator_for("block_width"))):
+        version = "1-next"
+
+    new = build("block_width", root=tmp_path, count=20, fleet=fleet, quiet=True,
+                extra_generators={"block_width": BlockWidthNext})
+    assert new.written and new.manifest["key"] != old.manifest["key"]
+    assert new.manifest["generator"] == {"name": "block_width", "version": "1-next"}
+    assert new.superseded is not None and store.read_manifest(new.superseded)["key"] == old.manifest["key"]
+    assert store.verify(new.superseded) is None  # the old corpus is kept whole, not reused
+
+
+def test_engine_reporting_another_version_than_installed_stops_the_build(fleet, tmp_path, monkeypatch):
+    first = build("block_width", root=tmp_path, count=10, fleet=fleet, quiet=True)
+    real = eng.probe_version
+    monkeypatch.setattr(eng, "probe_version", lambda n: "2.52.0" if n == "webkit" else real(n))
+    with pytest.raises(eng.EngineError) as e:
+        build("block_width", root=tmp_path, count=10, fleet=fleet, quiet=True)
+    assert "webkit reports version" in e.value.message and "2.52.0" in e.value.message
+    assert store.up_to_date(first.folder, first.manifest["key"])  # the published corpus untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["block_width"]

@@ -98,7 +98,8 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
     t0 = time.monotonic()
     writer = store.Writer(root, folder.name)
     try:
-        rows: list[dict[str, Any]] = []
+        agreement: list[str] = []
+        agreed = quarantined = 0
         if fleet is not None and sorted(fleet.names) != sorted(engine_names):
             raise EngineError(f"the running engines {fleet.names} are not the ones asked for {list(engine_names)}")
         with (Fleet(engine_names, make_engine) if fleet is None else nullcontext(fleet)) as fleet:
@@ -113,26 +114,27 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
                 docs = [c.html for c in chunk]
                 first = fleet.render(docs)
                 second = {n: list(reversed(ms)) for n, ms in fleet.render(docs[::-1]).items()}
-                for j, case in enumerate(chunk):
-                    rows.append(judge(gen, case, {n: first[n][j] for n in first},
-                                      {n: second[n][j] for n in second}, tolerance))
+                rows = [judge(gen, case, {n: first[n][j] for n in first},
+                              {n: second[n][j] for n in second}, tolerance) for j, case in enumerate(chunk)]
+                good = [{"id": r["id"], "seed": r["seed"], "input": r["input"], "expected": r["expected"]}
+                        for r in rows if "expected" in r]
+                writer.append("cases.jsonl", good)
+                writer.append("votes.jsonl", rows)
+                agreed += len(good)
+                quarantined += sum(1 for r in rows if r["quarantined"])
+                agreement += [r["agreement"] for r in rows]
                 if bar is not None:
                     bar.advance(len(chunk), " ".join(f"{n} {r:.0f}/s" for n, r in fleet.rates().items()))
             if bar is not None:
                 bar.close()
             rates = fleet.rates()
-        agreed = [r for r in rows if "expected" in r]
-        cases_b = store.jsonl_bytes({"id": r["id"], "seed": r["seed"], "input": r["input"],
-                                     "expected": r["expected"]} for r in agreed)
-        votes_b = store.jsonl_bytes(rows)
         manifest = {
             "format": store.FORMAT, "function": gen.function, "generator": generator,
             "engines": versions, "tolerance_px": tolerance, "seeds": seeds_spec,
-            "cases": len(agreed), "generated": len(rows), "key": key,
-            "agreement": tally([r["agreement"] for r in rows]),
-            "quarantined": sum(1 for r in rows if r["quarantined"]),
+            "cases": agreed, "generated": len(agreement), "key": key,
+            "agreement": tally(agreement), "quarantined": quarantined,
         }
-        manifest = writer.write(manifest, cases_b, votes_b)
+        manifest = writer.finish(manifest)
         moved = writer.publish()
     except BaseException:
         writer.discard()
@@ -141,7 +143,7 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
     size = sum(p.stat().st_size for p in folder.iterdir())
     if not quiet and moved is not None:
         info(f"older corpus with other engine versions moved to {moved}")
-    return BuildResult(folder, True, manifest, secs, rates, moved, size / max(1, len(rows)))
+    return BuildResult(folder, True, manifest, secs, rates, moved, size / max(1, len(agreement)))
 
 
 def summary_lines(r: BuildResult) -> list[str]:

@@ -112,15 +112,37 @@ class Writer:
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.tmp.mkdir()
 
-    def write(self, manifest: dict[str, Any], cases: bytes, votes: bytes) -> dict[str, Any]:
-        manifest = dict(manifest, content_sha256=content_sha256(cases, votes))
-        (self.tmp / "cases.jsonl").write_bytes(cases)
-        (self.tmp / "votes.jsonl").write_bytes(votes)
-        (self.tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        for f in self.tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+        self._files = {n: open(self.tmp / n, "wb") for n in ("cases.jsonl", "votes.jsonl")}
+        self._hashes = {n: hashlib.sha256() for n in self._files}
+
+    def append(self, name: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Stream rows to cases.jsonl or votes.jsonl (memory stays at one batch)."""
+        data = jsonl_bytes(rows)
+        self._files[name].write(data)
+        self._hashes[name].update(data)
+
+    def finish(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Close the streams and write the manifest with the content hash."""
+        h = hashlib.sha256()
+        for n in ("cases.jsonl", "votes.jsonl"):
+            f = self._files[n]
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+            h.update(self._hashes[n].digest())
+        manifest = dict(manifest, content_sha256=h.hexdigest())
+        with open(self.tmp / "manifest.json", "w") as m:
+            m.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            m.flush()
+            os.fsync(m.fileno())
         return manifest
+
+    def write(self, manifest: dict[str, Any], cases: bytes, votes: bytes) -> dict[str, Any]:
+        """The whole corpus at once (small corpora, tests)."""
+        for name, data in (("cases.jsonl", cases), ("votes.jsonl", votes)):
+            self._files[name].write(data)
+            self._hashes[name].update(data)
+        return self.finish(manifest)
 
     def publish(self) -> Path | None:
         """Rename into place; an older corpus with another key moves to .superseded/ (returned)."""
@@ -136,6 +158,8 @@ class Writer:
         return moved
 
     def discard(self) -> None:
+        for f in self._files.values():
+            f.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
