@@ -187,3 +187,15 @@ def test_engine_reporting_another_version_than_installed_stops_the_build(fleet, 
     assert "webkit reports version" in e.value.message and "2.52.0" in e.value.message
     assert store.up_to_date(first.folder, first.manifest["key"])  # the published corpus untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["block_width"]
+
+
+def test_an_error_inside_a_fleet_stops_every_engine_process():
+    from bench.oracle.procs import group_alive
+
+    groups = []
+    with pytest.raises(RuntimeError, match="a failing test"):
+        with Fleet(["webkit"]) as f:
+            groups = f.pids()["webkit"]
+            assert len(groups) == 2 and all(group_alive(g) for g in groups)  # Xvfb, driver (+MiniBrowser)
+            raise RuntimeError("a failing test")
+    assert groups and not any(group_alive(g) for g in groups)

@@ -19,6 +19,7 @@ import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -146,6 +147,7 @@ class _Base:
     def __init__(self) -> None:
         self.scratch = Scratch(prefix=f"nev-oracle-{self.name}-")
         self.procs: list[Proc] = []
+        self._lock = threading.Lock()
         self._version: str | None = None
         self.harness = self.scratch.sub("harness") / "harness.html"
         self.harness.write_text(HARNESS_HTML, encoding="utf-8")
@@ -159,13 +161,15 @@ class _Base:
     def _spawn(self, argv: list[str], extra_env: dict[str, str] | None = None,
                stderr: int | None = subprocess.PIPE, stdout: int | None = subprocess.DEVNULL) -> Proc:
         p = Proc(argv, base_env(self.scratch, extra_env), stderr=stderr, stdout=stdout)
-        self.procs.append(p)
+        with self._lock:
+            self.procs.append(p)
         return p
 
     def _stop_procs(self) -> None:
-        for p in reversed(self.procs):
+        with self._lock:  # kill() may come from another thread than stop()
+            procs, self.procs = self.procs, []
+        for p in reversed(procs):
             p.stop()
-        self.procs.clear()
         self.scratch.remove()
 
     def kill(self) -> None:

@@ -31,7 +31,7 @@ class Fleet:
         try:
             self.start()
         except BaseException:
-            self.stop()
+            self.stop(graceful=False)
             raise
         return self
 
@@ -87,13 +87,16 @@ class Fleet:
 
     def stop(self, graceful: bool = True) -> None:
         """Graceful: each engine closes its session on its own thread (10 s at most), then its
-        process groups are killed. Not graceful (an error, SIGTERM): kill the groups at once."""
+        process groups are killed. Not graceful (an error, SIGTERM): kill the groups first, then
+        let each engine thread close its client side (Playwright's driver) for 3 s at most."""
+        if not graceful:
+            for e in self.engines.values():
+                e.kill()
         for n, e in self.engines.items():
-            if graceful:
-                try:
-                    self._threads[n].submit(e.stop).result(timeout=10)
-                except BaseException:  # noqa: BLE001 - killing below is what matters
-                    pass
+            try:
+                self._threads[n].submit(e.stop).result(timeout=10 if graceful else 3)
+            except BaseException:  # noqa: BLE001 - killing below is what matters
+                pass
             e.kill()
         self.engines.clear()
         for t in self._threads.values():
