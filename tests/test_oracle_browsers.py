@@ -83,6 +83,31 @@ def test_font_dependent_case_is_recorded_as_not_agreed(fleet, tmp_path):
         assert set(answers) == set(ENGINES) and len(set(answers.values())) > 1, answers
 
 
+class Restless(Generator):
+    """Test-only: a page whose layout changes on every load (a script picks the width)."""
+
+    name = function = "restless"
+    version = "1"
+    voted_rects = ("t",)
+
+    def case(self, seed):
+        html = ('<!DOCTYPE html><html><body style="margin:0"><div id="t" style="height:5px"></div>'
+                "<script>document.getElementById('t').style.width = (1 + Math.random() * 300) + 'px'"
+                "</script></body></html>")
+        return Case(self.case_id(seed), seed, {}, html)
+
+    def expected(self, case, m):
+        return {"width": m["t"][2]}
+
+
+def test_a_case_that_changes_between_two_renders_is_quarantined(fleet, tmp_path):
+    r = build("restless", root=tmp_path, count=3, extra_generators={"restless": Restless},
+              fleet=fleet, quiet=True)
+    assert r.manifest["quarantined"] == 3 and r.manifest["cases"] == 0
+    for v in store.load_votes(r.folder):
+        assert v["quarantined"] and set(v["changed"]) == set(ENGINES) and "expected" not in v
+
+
 def _rows(folder):
     return sorted(store.load_cases(folder), key=lambda c: c["seed"])
 
