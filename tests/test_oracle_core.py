@@ -229,3 +229,11 @@ def test_build_names_a_missing_engine_and_writes_nothing(tmp_path):
 def test_build_refuses_a_corpus_without_generator(tmp_path):
     r = _nev("oracle", "build", "grid_width", cwd=tmp_path)
     assert r.returncode == 2 and "names no generator" in r.stderr
+
+
+def test_missing_engines_are_found_without_starting_a_browser(monkeypatch):
+    from bench.oracle import engines
+
+    assert engines.missing() == []  # all three are installed on every machine that runs the tests
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert engines.missing() == ["firefox", "webkit"]  # chromium is found by its absolute path

@@ -134,6 +134,11 @@ def probe_version(name: str) -> str | None:
     raise EngineError(f"unknown engine {name!r}; use chromium, firefox or webkit")
 
 
+def missing(names: Sequence[str] = ENGINES) -> list[str]:
+    """The engines not installed here (for requirement checks; starts no browser)."""
+    return [n for n in names if probe_version(n) is None]
+
+
 def _case_file(scratch: Scratch, doc: str) -> Path:
     d = scratch.sub("fresh")
     p = d / f"case-{time.monotonic_ns()}.html"
