@@ -102,8 +102,14 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
         agreed = quarantined = 0
         if fleet is not None and sorted(fleet.names) != sorted(engine_names):
             raise EngineError(f"the running engines {fleet.names} are not the ones asked for {list(engine_names)}")
+        if not quiet and fleet is None:
+            info(f"starting {', '.join(engine_names)} ...")
+        t_start = time.monotonic()
         with (Fleet(engine_names, make_engine) if fleet is None else nullcontext(fleet)) as fleet:
             running = fleet.versions()
+            if not quiet:
+                info(f"engines up in {time.monotonic() - t_start:.1f} s: "
+                     + ", ".join(f"{n} {v}" for n, v in running.items()))
             for n, v in running.items():
                 if not _same_version(v, versions[n]):
                     raise EngineError(f"{n} reports version {v} but its binary says {versions[n]}; "
