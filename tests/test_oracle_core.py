@@ -134,6 +134,9 @@ def _write(root, key, cases_rows=(b'{"id":"a"}\n',)):
 
 def test_store_publishes_once_and_moves_an_older_version_aside(tmp_path):
     w, man = _write(tmp_path, "k1")
+    import hashlib
+    assert man["content_sha256"] == hashlib.sha256(b'{"id":"a"}\n').hexdigest()  # as the runner's corpora
+    assert man["votes_sha256"] == hashlib.sha256(b"{}\n").hexdigest()
     assert not (tmp_path / "block_width").exists()  # nothing visible before publish
     assert w.publish() is None
     folder = tmp_path / "block_width"
@@ -151,7 +154,7 @@ def test_store_detects_content_not_matching_its_manifest(tmp_path):
     w.publish()
     f = tmp_path / "block_width" / "cases.jsonl"
     f.write_bytes(b'{"id":"b"}\n')
-    assert "content does not match" in store.verify(tmp_path / "block_width")
+    assert "cases.jsonl does not match manifest content_sha256" in store.verify(tmp_path / "block_width")
     assert not store.up_to_date(tmp_path / "block_width", "k1")
 
 
