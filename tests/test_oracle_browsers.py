@@ -166,34 +166,38 @@ def test_render_folder_of_pages_with_known_geometry(tmp_path):
     (pages / "block.html").write_text(
         head + '<div id="cb" style="width:400px" data-expected-width="400">'
         '<div id="el" style="width:50%;margin:0 auto;padding:0 10px" data-expected-width="220" '
-        'data-expected-x="90"></div></div></body></html>')
+        'data-offset-x="90"></div></div></body></html>')
     (pages / "abspos.html").write_text(
         head + '<div style="position:relative;width:300px;height:40px">'
         '<div id="a" style="position:absolute;left:10px;right:20px;height:5px" data-expected-width="270" '
-        'data-expected-x="10" data-expected-height="5"></div></div></body></html>')
+        'data-offset-x="10" data-expected-height="5"></div></div></body></html>')
     (pages / "sub").mkdir()
+    # check-layout style: no id, a script that changes the layout before it is measured
     (pages / "sub" / "float.html").write_text(
-        head + '<div id="f" style="float:right;width:33.3px;height:7px" data-expected-x="766.7" '
-        'data-expected-width="33.3" data-tolerance="0.02"></div></body></html>')
+        head + '<div class="t" style="float:right;width:33.3px;height:7px" data-expected-rect-x="766.7" '
+        'data-expected-rect-width="33.3" data-expected-width="33" data-tolerance="0.02"></div>'
+        "<script>document.querySelector('.t').style.height = '9px'</script>"
+        '<p data-expected-height="9" data-offset-y="0" style="margin:0;height:9px"></p></body></html>')
     r = nev("oracle", "render", str(pages), "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     results = json.loads(r.stdout)
-    assert len(results) == 3
-    checked = [(res["page"], i) for res in results for i, e in res["elements"].items() if "expected" in e]
-    assert len(checked) == 4
-    for res in results:
-        assert res["expectation_failures"] == []
-        for e in res["elements"].values():
-            assert set(e["engines"]) == set(ENGINES)
+    assert [Path(x["page"]).name for x in results] == ["abspos.html", "block.html", "float.html"]
+    checks = [(x["page"], k, attr, c) for x in results for k, e in x["elements"].items()
+              for attr, c in e.get("checks", {}).items()]
+    assert len(checks) == 11
+    for page, key, attr, c in checks:
+        assert c["failed_in"] == [] and set(c["got"]) == set(ENGINES), (page, key, attr, c)
+    float_page = results[2]["elements"]
+    assert set(float_page) == {"@4", "@6"} and float_page["@4"]["engines"]["webkit"][3] == 9
     text = nev("oracle", "render", str(pages / "block.html"), cwd=tmp_path)
-    assert text.returncode == 0 and "#el 3/3" in text.stdout and "ok" in text.stdout
+    assert text.returncode == 0 and "#el 3/3" in text.stdout and "data-offset-x=90: ok" in text.stdout
 
 
 def test_render_exits_1_when_a_page_expectation_fails(tmp_path):
     p = tmp_path / "wrong.html"
     p.write_text('<body style="margin:0"><div id="x" style="width:100px" data-expected-width="99"></div>')
     r = nev("oracle", "render", str(p), "--engines", "webkit", cwd=tmp_path)
-    assert r.returncode == 1 and "FAIL in webkit" in r.stdout
+    assert r.returncode == 1 and "data-expected-width=99: FAIL in webkit (webkit 100)" in r.stdout
 
 
 def test_engines_command_prints_versions_and_that_each_starts(tmp_path):

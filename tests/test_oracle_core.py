@@ -169,17 +169,35 @@ def test_stale_temporary_folder_of_a_dead_build_is_removed(tmp_path):
     assert live.exists() and not stale.exists()
 
 
-def test_page_check_reports_each_engine_against_expectations():
-    html = ('<div id="a" data-expected-width="100" data-expected-x="8"></div>'
-            '<div id="b" data-expected-height="20" data-tolerance="0.5"></div>')
-    rects = {"chromium": {"a": [8, 8, 100, 10], "b": [8, 18, 100, 20.4]},
-             "firefox": {"a": [8, 8, 100, 10], "b": [8, 18, 100, 20.0]},
-             "webkit": {"a": [8, 8, 99, 10], "b": [8, 18, 100, 20.0]}}
-    r = check_page(html, rects, TOL)
-    assert r["expectation_failures"] == ["a"]
-    assert r["elements"]["a"]["expected_fail"] == {"webkit": {"width": {"want": 100.0, "got": 99}}}
-    assert r["elements"]["a"]["agreement"] == "2/3:webkit"
-    assert r["elements"]["b"]["expected_ok"] and r["elements"]["b"]["agreement"] == "2/3:chromium"
+def _el(rect, offset, expect, client=(0, 0), scroll=(0, 0)):
+    return {"rect": rect, "offset": offset, "client": list(client), "scroll": list(scroll), "expect": expect}
+
+
+def test_page_check_follows_check_layout_semantics_per_engine():
+    exp_a = {"data-expected-width": "100", "data-offset-x": "8"}
+    exp_b = {"data-expected-rect-height": "20", "data-tolerance": "0.5", "data-expected-margin-top": "3"}
+    pages = {
+        "chromium": {"#a": _el([8, 8, 100.4, 10], [8, 8, 100, 10], exp_a), "@7": _el([8, 18, 100, 20.4], [8, 18, 100, 20], exp_b)},
+        "firefox": {"#a": _el([8, 8, 100.4, 10], [8, 8, 100, 10], exp_a), "@7": _el([8, 18, 100, 20.0], [8, 18, 100, 20], exp_b)},
+        "webkit": {"#a": _el([8, 8, 99, 10], [8, 8, 99, 10], exp_a), "@7": _el([8, 18, 100, 20.0], [8, 18, 100, 20], exp_b)},
+    }
+    r = check_page(pages, TOL)
+    assert r["expectation_failures"] == ["#a"]
+    a = r["elements"]["#a"]
+    # offsetWidth, an integer, with tolerance 0 by default: only WebKit's 99 fails
+    assert a["checks"]["data-expected-width"]["failed_in"] == ["webkit"]
+    assert a["checks"]["data-offset-x"]["failed_in"] == []
+    assert a["agreement"] == "2/3:webkit"
+    b = r["elements"]["@7"]
+    assert b["checks"]["data-expected-rect-height"]["failed_in"] == [] and b["agreement"] == "2/3:chromium"
+    assert b["not_checked"] == ["data-expected-margin-top"]
+
+
+def test_page_check_refuses_a_non_numeric_expectation():
+    pages = {"webkit": {"#a": _el([0, 0, 1, 1], [0, 0, 1, 1], {"data-expected-width": "wide"})}}
+    with pytest.raises(NevError) as e:
+        check_page(pages, TOL)
+    assert "data-expected-width='wide' on #a" in e.value.message
 
 
 def test_render_refuses_a_missing_page(tmp_path):

@@ -74,7 +74,32 @@ iframe{{display:block;border:0;margin:0;padding:0;width:{VIEW_W}px;height:{VIEW_
 </head><body><iframe id="f" src="about:blank"></iframe><script>{HARNESS_JS}</script></body></html>
 """
 
-FRESH_JS = MEASURE_JS + "JSON.stringify(__nevMeasure(document))"
+FRESH_BODY = MEASURE_JS + "return JSON.stringify(__nevMeasure(document));"
+
+# Any page (`nev oracle render`): every element with an id or a check-layout attribute
+# (web-platform-tests' check-layout-th.js: data-expected-width/-height compare offsetWidth/
+# offsetHeight, data-offset-x/-y offsetLeft/offsetTop, data-expected-client-*/scroll-*).
+# Key: "#id", else "@N" (its index in document order).
+PAGE_BODY = """
+const out = {};
+const all = document.getElementsByTagName('*');
+for (let i = 0; i < all.length; i++) {
+  const el = all[i];
+  const expect = {};
+  for (const a of el.attributes) {
+    if (a.name.startsWith('data-expected-') || a.name.startsWith('data-offset-') || a.name === 'data-tolerance')
+      expect[a.name] = a.value;
+  }
+  if (!el.id && Object.keys(expect).length === 0) continue;
+  const r = el.getBoundingClientRect();
+  out[el.id ? '#' + el.id : '@' + i] = {
+    rect: [r.x, r.y, r.width, r.height],
+    offset: [el.offsetLeft, el.offsetTop, el.offsetWidth, el.offsetHeight],
+    client: [el.clientWidth, el.clientHeight], scroll: [el.scrollWidth, el.scrollHeight],
+    expect: expect};
+}
+return JSON.stringify(out);
+"""
 
 
 class EngineError(NevError):
@@ -94,6 +119,8 @@ class Engine(Protocol):
     def render_fresh(self, doc: str) -> Measure: ...
 
     def render_file(self, path: Path) -> Measure: ...
+
+    def render_page(self, path: Path) -> dict[str, Any]: ...
 
     def stop(self) -> None: ...
 
@@ -189,6 +216,15 @@ class _Base:
         return self.render_file(_case_file(self.scratch, doc))
 
     def render_file(self, path: Path) -> Measure:
+        """A file as its own top-level document, measured like a corpus case."""
+        return dict(json.loads(self._load_eval(path, FRESH_BODY)))
+
+    def render_page(self, path: Path) -> dict[str, Any]:
+        """Any page: the checked elements with their boxes and check-layout expectations."""
+        return dict(json.loads(self._load_eval(path, PAGE_BODY)))
+
+    def _load_eval(self, path: Path, body: str) -> str:
+        """Load `path` in the fresh-document tab, run the function `body`, return its string."""
         raise NotImplementedError
 
     def start(self) -> None:
@@ -243,9 +279,9 @@ class Chromium(_Base):
         out = self.page.evaluate("(s) => window.__nevBatch(s)", json.dumps(list(docs)))
         return list(json.loads(out))
 
-    def render_file(self, path: Path) -> Measure:
+    def _load_eval(self, path: Path, body: str) -> str:
         self._fresh.goto(path.resolve().as_uri())
-        return dict(json.loads(self._fresh.evaluate(f"() => {{ {MEASURE_JS} return JSON.stringify(__nevMeasure(document)); }}")))
+        return str(self._fresh.evaluate(f"() => {{ {body} }}"))
 
     def stop(self) -> None:
         for closer in (lambda: self._browser and self._browser.close(),
@@ -349,9 +385,9 @@ class Firefox(_Base):
     def render(self, docs: Sequence[str]) -> list[Measure]:
         return list(json.loads(self._eval(self.ctx, "(s) => window.__nevBatch(s)", json.dumps(list(docs)))))
 
-    def render_file(self, path: Path) -> Measure:
+    def _load_eval(self, path: Path, body: str) -> str:
         self._navigate(self.fresh_ctx, path.resolve().as_uri())
-        return dict(json.loads(self._eval(self.fresh_ctx, f"() => {{ {MEASURE_JS} return JSON.stringify(__nevMeasure(document)); }}")))
+        return self._eval(self.fresh_ctx, f"() => {{ {body} }}")
 
     def stop(self) -> None:
         if self._ws is not None:
@@ -447,14 +483,13 @@ class WebKit(_Base):
                                                  "args": [json.dumps(list(docs))]})
         return list(json.loads(out))
 
-    def render_file(self, path: Path) -> Measure:
+    def _load_eval(self, path: Path, body: str) -> str:
         self._wd("POST", "/window", {"handle": self.fresh_handle})
         try:
             self._wd("POST", "/url", {"url": path.resolve().as_uri()})
-            out = self._wd("POST", "/execute/sync", {"script": MEASURE_JS + "return JSON.stringify(__nevMeasure(document));", "args": []})
+            return str(self._wd("POST", "/execute/sync", {"script": body, "args": []}))
         finally:
             self._wd("POST", "/window", {"handle": self.harness_handle})
-        return dict(json.loads(out))
 
     def stop(self) -> None:
         if self._http is not None and "/session/" in self.base:

@@ -1,17 +1,19 @@
 """`nev oracle render` and `nev oracle engines`: any pages in every engine; what is installed.
 
-A page may state the geometry it expects on an element with an id, in the manner of
-web-platform-tests' check-layout: `data-expected-width`, `data-expected-height`,
-`data-expected-x`, `data-expected-y` (border box, CSS px, relative to the viewport),
-with an optional `data-tolerance` (default: the oracle's tolerance).
+Pages are checked in the manner of web-platform-tests' check-layout-th.js, on every element
+carrying one of its attributes (with `data-tolerance`, default 0):
+`data-expected-width` / `-height` (offsetWidth / offsetHeight), `data-offset-x` / `-y`
+(offsetLeft / offsetTop), `data-expected-client-width` / `-height`,
+`data-expected-scroll-width` / `-height`. Our own `data-expected-rect-x` / `-y` / `-width` /
+`-height` compare the unrounded border box (getBoundingClientRect; default tolerance: the
+oracle's). Other `data-expected-*` attributes are listed as not checked.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -21,36 +23,16 @@ from bench.oracle.fleet import Fleet
 from bench.oracle.vote import vote
 from lanes.errors import NevError
 
-FIELDS = {"x": 0, "y": 1, "width": 2, "height": 3}
-
-
-class _Expectations(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: dict[str, dict[str, float]] = {}
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v for k, v in attrs if v is not None}
-        if "id" not in a:
-            return
-        exp = {}
-        for f in FIELDS:
-            raw = a.get(f"data-expected-{f}")
-            if raw is not None:
-                try:
-                    exp[f] = float(raw)
-                except ValueError:
-                    raise NevError(f"data-expected-{f}={raw!r} on #{a['id']} is not a number") from None
-        if "data-tolerance" in a and exp:
-            exp["tolerance"] = float(a["data-tolerance"])
-        if exp:
-            self.found[a["id"]] = exp
-
-
-def expectations(html: str) -> dict[str, dict[str, float]]:
-    p = _Expectations()
-    p.feed(html)
-    return p.found
+# attribute -> (measured list, index, whether the oracle's tolerance is the default)
+CHECKS: dict[str, tuple[str, int, bool]] = {
+    "data-expected-width": ("offset", 2, False), "data-expected-height": ("offset", 3, False),
+    "data-offset-x": ("offset", 0, False), "data-offset-y": ("offset", 1, False),
+    "data-expected-client-width": ("client", 0, False), "data-expected-client-height": ("client", 1, False),
+    "data-expected-scroll-width": ("scroll", 0, False), "data-expected-scroll-height": ("scroll", 1, False),
+    "data-expected-rect-x": ("rect", 0, True), "data-expected-rect-y": ("rect", 1, True),
+    "data-expected-rect-width": ("rect", 2, True), "data-expected-rect-height": ("rect", 3, True),
+}
+RECT = ("x", "y", "width", "height")
 
 
 def collect_pages(args: Sequence[str]) -> list[Path]:
@@ -68,34 +50,46 @@ def collect_pages(args: Sequence[str]) -> list[Path]:
     return pages
 
 
-def check_page(html: str, rects: dict[str, dict[str, list[float]]], tol: float) -> dict[str, Any]:
-    """The vote per element over x, y, width, height, and each engine against data-expected-* (pure)."""
-    ids = sorted({i for m in rects.values() for i in m})
+def _num(raw: str, what: str, key: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise NevError(f"{what}={raw!r} on {key} is not a number; fix the page") from None
+
+
+def check_page(pages: Mapping[str, Mapping[str, Any]], tol: float) -> dict[str, Any]:
+    """Per element: each engine's border box, the vote on it, and every check-layout
+    expectation against every engine (pure)."""
+    keys = sorted({k for p in pages.values() for k in p}, key=lambda k: (k[0] != "#", k))
     elements: dict[str, Any] = {}
     failures = []
-    exp_all = expectations(html)
-    for i in ids:
-        answers = {n: ({f: m[i][k] for f, k in FIELDS.items()} if i in m else None) for n, m in rects.items()}
-        v = vote(answers, tol)
-        entry: dict[str, Any] = {"engines": {n: (m[i][:4] if i in m else None) for n, m in rects.items()},
-                                 "agreement": v.agreement}
-        exp = exp_all.get(i)
-        if exp:
-            t = exp.get("tolerance", tol)
-            bad: dict[str, dict[str, Any]] = {}
-            for n, a in answers.items():
-                for f, want in exp.items():
-                    if f == "tolerance":
-                        continue
-                    got = None if a is None else a[f]
-                    if got is None or abs(got - want) > t:
-                        bad.setdefault(n, {})[f] = {"want": want, "got": got}
-            entry["expected"] = {k: v2 for k, v2 in exp.items() if k != "tolerance"}
-            entry["expected_ok"] = not bad
-            if bad:
-                entry["expected_fail"] = bad
-                failures.append(i)
-        elements[i] = entry
+    for key in keys:
+        boxes = {n: (p[key]["rect"] if key in p else None) for n, p in pages.items()}
+        answers = {n: (dict(zip(RECT, b, strict=True)) if b is not None else None) for n, b in boxes.items()}
+        entry: dict[str, Any] = {"engines": boxes, "agreement": vote(answers, tol).agreement}
+        expect: dict[str, str] = next((p[key]["expect"] for p in pages.values() if key in p), {})
+        checks: dict[str, Any] = {}
+        unchecked = []
+        for attr, raw in sorted(expect.items()):
+            if attr == "data-tolerance":
+                continue
+            if attr not in CHECKS:
+                unchecked.append(attr)
+                continue
+            kind, idx, oracle_tol = CHECKS[attr]
+            want = _num(raw, attr, key)
+            t = _num(expect["data-tolerance"], "data-tolerance", key) if "data-tolerance" in expect \
+                else (tol if oracle_tol else 0.0)
+            got = {n: (p[key][kind][idx] if key in p else None) for n, p in pages.items()}
+            bad = sorted(n for n, g in got.items() if g is None or abs(float(g) - want) > t)
+            checks[attr] = {"want": want, "got": got, "tolerance": t, "failed_in": bad}
+        if checks:
+            entry["checks"] = checks
+            if any(c["failed_in"] for c in checks.values()):
+                failures.append(key)
+        if unchecked:
+            entry["not_checked"] = unchecked
+        elements[key] = entry
     return {"elements": elements, "expectation_failures": failures}
 
 
@@ -104,25 +98,29 @@ def render_pages(pages: Sequence[Path], engine_names: Sequence[str], tol: float)
     with Fleet(engine_names) as fleet:
         versions = fleet.versions()
         for p in pages:
-            rects = fleet.each(lambda n, e, p=p: e.render_file(p))  # type: ignore[misc]
-            res = check_page(p.read_text(errors="replace"), rects, tol)
-            out.append({"page": str(p), "engines": versions, **res})
+            measured = fleet.each(lambda n, e, p=p: e.render_page(p))  # type: ignore[misc]
+            out.append({"page": str(p), "engines": versions, **check_page(measured, tol)})
     return out
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None else f"{v:g}"
 
 
 def format_pages(results: Sequence[dict[str, Any]]) -> list[str]:
     lines = []
     for r in results:
         lines.append(f"{r['page']}")
-        for i, e in r["elements"].items():
-            rects = "  ".join(f"{n} " + ("-" if v is None else "[" + ", ".join(f"{x:g}" for x in v) + "]")
+        for key, e in r["elements"].items():
+            boxes = "  ".join(f"{n} " + ("-" if v is None else "[" + ", ".join(_fmt(x) for x in v) + "]")
                               for n, v in e["engines"].items())
-            mark = ""
-            if "expected" in e:
-                want = ", ".join(f"{k}={v:g}" for k, v in e["expected"].items())
-                mark = f"  expected {want}: " + ("ok" if e["expected_ok"] else
-                                                 "FAIL in " + ", ".join(e["expected_fail"]))
-            lines.append(f"  #{i} {e['agreement']}  {rects}{mark}")
+            lines.append(f"  {key} {e['agreement']}  {boxes}")
+            for attr, c in e.get("checks", {}).items():
+                got = ", ".join(f"{n} {_fmt(g)}" for n, g in c["got"].items())
+                verdict = "ok" if not c["failed_in"] else "FAIL in " + ", ".join(c["failed_in"])
+                lines.append(f"    {attr}={c['want']:g}: {verdict} ({got})")
+            if e.get("not_checked"):
+                lines.append(f"    not checked: {', '.join(e['not_checked'])}")
     return lines
 
 
