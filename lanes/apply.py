@@ -563,6 +563,11 @@ class Lane:
         env = dict(os.environ)
         env.update({str(k): str(v) for k, v in (req.get("env") or {}).items()})
         env.update({"NEV_ON_LANE": "1", "NEV_LANE_SHARED": self.shared})
+        # Non-login SSH commands read no profile: put the lane's own nev (installed by
+        # `nev lane install`) on PATH the way a login shell would.
+        local_bin = os.path.join(os.path.expanduser("~"), ".local", "bin")
+        if os.path.isdir(local_bin) and local_bin not in env.get("PATH", "").split(os.pathsep):
+            env["PATH"] = local_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
         if os.path.isdir(self.shared):
             env.setdefault("NEV_LEDGER", os.path.join(self.shared, links.ledger_path(self.name)))
         log = None

@@ -70,6 +70,25 @@ def list_(as_json: bool) -> int:
     return 0
 
 
+@lane.command("install")
+@click.option("--lane", "lane_index", type=int, help="Only lane N (default: every configured lane).")
+def install(lane_index: int | None) -> int:
+    """Install this nev on the lanes (wheels built here, sent over SSH, installed offline).
+
+    A lane never runs a different nev than the dev box: the install is keyed by the sources,
+    and a second run with the same sources changes nothing.
+    """
+    from lanes import config, selfinstall
+    from lanes.ssh import Connection
+
+    lf = config.configured()
+    for lane in config.pick(lf, lane_index):
+        with Connection(lane.target) as conn:
+            _changed, line = selfinstall.install(conn, selfinstall.default_cache())
+        click.echo(f"{lane.label}: {line}")
+    return 0
+
+
 @lane.command("sweep")
 @click.option("--lane", "lane_index", type=int, help="Only lane N.")
 @click.option("--track", help="Only the copies of this track.")
