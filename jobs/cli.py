@@ -74,10 +74,41 @@ def status(name: str | None) -> None:
 
 
 @click.command("land")
-@click.argument("spec_name", required=False)
-@click.argument("spec_sha", required=False)
-@click.argument("branch_tip", required=False)
-@click.option("--check", is_flag=True, help="Run every condition, stop before the merge.")
-def land(spec_name: str | None, spec_sha: str | None, branch_tip: str | None, check: bool) -> None:
-    """Land an approved track by a guarded fast-forward of main (0 landed, 1 not, 2 conflict)."""
-    raise not_built("land", 6)
+@click.argument("args", nargs=-1, metavar="SPEC_NAME SPEC_SHA BRANCH_TIP | approve SPEC_NAME")
+@click.option("--check", is_flag=True, help="Run every condition, stop before the merge; changes no ref.")
+@click.option("--approved", is_flag=True, help="Land every approved track in turn (what the tick runs).")
+@click.option("--spec-sha", help="With approve: the spec sha you reviewed (default: main's now).")
+@click.option("--tip", help="With approve: the branch tip you reviewed (default: the branch's now).")
+@click.option("--repo", type=click.Path(file_okay=False, exists=True), default=".", show_default=True,
+              help="The repository (its primary checkout).")
+def land(args: tuple[str, ...], check: bool, approved: bool, spec_sha: str | None, tip: str | None,
+         repo: str) -> int:
+    """Land an approved track by a guarded fast-forward of main.
+
+    \b
+    nev land SPEC_NAME SPEC_SHA BRANCH_TIP [--check]
+    nev land approve SPEC_NAME [--spec-sha SHA] [--tip SHA]
+    nev land --approved
+
+    Exit codes: 0 landed (or --check passed), 1 not landed (reason on one line), 2 rebase
+    conflict outside handoff.md (files named), 130/143 interrupted. See docs/landing.md.
+    """
+    from pathlib import Path
+
+    from jobs import land as landing
+
+    where = Path(repo)
+    if approved:
+        if args or check:
+            raise click.UsageError("--approved takes no arguments and no --check")
+        return landing.land_approved(where)
+    if args[:1] == ("approve",):
+        if len(args) != 2 or check:
+            raise click.UsageError("usage: nev land approve SPEC_NAME [--spec-sha SHA] [--tip SHA]")
+        return landing.approve(where, args[1], spec_sha=spec_sha, tip=tip)
+    if len(args) != 3:
+        raise click.UsageError("usage: nev land SPEC_NAME SPEC_SHA BRANCH_TIP [--check] "
+                               "(or: nev land approve SPEC_NAME, nev land --approved)")
+    if spec_sha or tip:
+        raise click.UsageError("--spec-sha and --tip go with approve")
+    return landing.land(where, args[0], args[1], args[2], check=check)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lanes import jsonfile
+from lanes.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -23,27 +27,68 @@ class SpecWatch:
 
 
 @dataclass(frozen=True)
+class Install:
+    """Run after a landing when oracle/package*.json changed or a crate was added: `command`
+    builds into the staging folder named by NEV_INSTALL_STAGE, swapped in for `target` on success."""
+
+    command: str
+    target: str
+
+
+@dataclass(frozen=True)
 class Tracks:
     path: Path
     verify: str
     land_checks: list[str] = field(default_factory=list)
     protected: list[str] = field(default_factory=list)
     spec_watch: SpecWatch = field(default_factory=SpecWatch)
+    install: Install | None = None
 
 
 def load(path: Path) -> Tracks:
-    data = jsonfile.load(path, "tracks file")
+    return parse(jsonfile.load(path, "tracks file"), path)
+
+
+def parse_text(text: str, label: str) -> Tracks:
+    """tracks.json read from git (e.g. `main:tracks.json`); errors name `label`."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{label}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}; fix the file") from None
+    return parse(data, Path(label))
+
+
+def parse(data: Any, path: Path) -> Tracks:
     f = jsonfile.Fields(path)
     top = f.obj(data, "(top level)")
     verify = f.get(top, "verify", str, "")
     if not verify.strip():
         raise f.fail("verify", "is empty; name the gate command")
     checks = f.str_list(top, "landChecks", "")
+    for i, c in enumerate(checks):
+        if not c.strip():
+            raise f.fail(f"landChecks[{i}]", "is empty; name a command or remove the entry")
     protected = f.str_list(top, "protected", "")
+    for i, p in enumerate(protected):
+        if not p.strip() or p.strip() in ("*", "**", "/", ".", "**/*"):
+            raise f.fail(f"protected[{i}]", "must name a path or glob (not empty, not everything)")
+    install = None
+    inst_raw = f.get(top, "install", dict, "", required=False)
+    if inst_raw is not None:
+        command = f.get(inst_raw, "command", str, "install")
+        target = f.get(inst_raw, "target", str, "install")
+        if not command.strip():
+            raise f.fail("install.command", "is empty; name the install command")
+        tparts = target.strip("/").split("/")
+        if not target.strip() or target.startswith("/") or ".." in tparts or tparts == ["."]:
+            raise f.fail("install.target", "must be a folder inside the checkout (relative, no '..')")
+        install = Install(command=command, target=target.strip("/"))
     sw_raw = f.get(top, "specWatch", dict, "", required=False, default={})
     poll_env_raw = f.get(sw_raw, "pollEnv", dict, "specWatch", required=False, default={})
     poll_env: dict[str, str] = {}
     for k, v in poll_env_raw.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            raise f.fail(f"specWatch.pollEnv.{k}", "is not an environment variable name")
         if not isinstance(v, str):
             raise f.fail(f"specWatch.pollEnv.{k}", "must be a string")
         poll_env[k] = v
@@ -56,4 +101,5 @@ def load(path: Path) -> Tracks:
     sw = SpecWatch(poll_env=poll_env,
                    land_script=f.get(sw_raw, "landScript", str, "specWatch", required=False),
                    lanes=lanes)
-    return Tracks(path=path, verify=verify, land_checks=checks, protected=protected, spec_watch=sw)
+    return Tracks(path=path, verify=verify, land_checks=checks, protected=protected, spec_watch=sw,
+                  install=install)

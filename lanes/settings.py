@@ -78,6 +78,9 @@ PROBE_OKS = _s("NEV_PROBE_OKS", "2", "answered probes in a row before a failing 
 STATE_DIR = _s("NEV_STATE_DIR", "~/.local/state/nev", "local state: approvals, job results, locks")
 # Oracle
 CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where `nev oracle build` writes corpora (relative to the current folder)")
+# Landing
+LAND_LOCK_WAIT = _s("NEV_LAND_LOCK_WAIT", "3600", "seconds `nev land` waits for another landing's lock before refusing")
+LAND_FAULT = _s("NEV_LAND_FAULT", None, "test only: `nev land` SIGKILLs itself at this phase (before-rebase, gate, before-ref-update, after-ref-update, cleanup)")
 # Rig-in-a-box
 BOX_DIR = _s("NEV_BOX_DIR", ".box", "where boxes keep state and configs (one folder per box name)")
 BOX_NAME = _s("NEV_BOX_NAME", "nevbox", "prefix of the box's namespaces, bridge and users")
