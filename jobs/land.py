@@ -95,11 +95,30 @@ def _kill_group(pgid: int, grace: float = 3.0) -> None:
             return
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
+            if not _group_alive(pgid):
                 return
             time.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    """A live (non-zombie) process is in group `pgid` (zombies wait for a reaper, not for us)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        rest = stat[stat.rindex(")") + 2:].split()
+        if len(rest) > 2 and rest[2] == str(pgid) and rest[0] != "Z":
+            return True
+    return False
 
 
 def _fault_timer(phase: str, delay: float = 0.3) -> threading.Timer | None:

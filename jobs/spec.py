@@ -59,7 +59,9 @@ def parse(name: str, sha: str, text: str) -> Spec:
         raise NevError(f"{where}: the front matter is not valid YAML ({str(e).splitlines()[0]}); fix it") from None
     if not isinstance(meta, dict):
         raise NevError(f"{where}: the front matter must be a mapping with touches:; fix it")
-    touches = meta.get("touches")
+    if "touches" not in meta:
+        raise NevError(f"{where}: the front matter has no touches:; list the globs the track may change")
+    touches = meta.get("touches") or []
     if isinstance(touches, str):
         touches = [touches]
     if not isinstance(touches, list) or not all(isinstance(t, str) for t in touches):

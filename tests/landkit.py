@@ -200,21 +200,27 @@ class Kit:
         return [sys.executable, "-m", "rig.cli", "land", *args]
 
     def nev(self, *args: str, timeout: float = 60, **env: str) -> Run:
-        cp = subprocess.run(self.argv(*args), cwd=self.primary, capture_output=True, text=True,
-                            env=self.env(**env), timeout=timeout)
-        return Run(cp.returncode, cp.stdout, cp.stderr)
+        # Output goes to files, not pipes: a gate left running by a killed lander keeps its
+        # copy of the lander's stderr open, and a pipe would make us wait for it.
+        return finish(self.start(*args, **env), timeout)
 
     def start(self, *args: str, **env: str) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(*args), cwd=self.primary, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=self.env(**env))
+        n = len(list(self.base.glob("out-*")))
+        out, err = self.base / f"out-{n}.txt", self.base / f"err-{n}.txt"
+        with open(out, "w") as fo, open(err, "w") as fe:
+            p = subprocess.Popen(self.argv(*args), cwd=self.primary, stdout=fo, stderr=fe,
+                                 text=True, env=self.env(**env))
+        p.outfiles = (out, err)  # type: ignore[attr-defined]
+        return p
 
     def land(self, name: str, *extra: str, tip: str | None = None, spec_sha: str | None = None, **env: str) -> Run:
         return self.nev(name, spec_sha or self.spec_sha(name), tip or self.rev(name), *extra, **env)
 
 
 def finish(p: subprocess.Popen, timeout: float = 60) -> Run:
-    out, err = p.communicate(timeout=timeout)
-    return Run(p.returncode, out, err)
+    p.wait(timeout=timeout)
+    out, err = p.outfiles  # type: ignore[attr-defined]
+    return Run(p.returncode, out.read_text(), err.read_text())
 
 
 def wait_for(cond, timeout: float = 20.0, what: str = "condition") -> None:

@@ -1,0 +1,538 @@
+"""`nev land` scenarios in real temporary git repositories (Zuul-style: real repos, the
+lander run as its own process, the invariant checked after every scenario)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.landkit import Kit, check_invariant, finish, git, pid_dead, wait_for
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> Kit:
+    return Kit.create(tmp_path)
+
+
+def test_lands_happy_path_moves_main_to_the_gated_tip_and_cleans_up(kit: Kit) -> None:
+    old = kit.rev("main")
+    wt = kit.track("alpha", {"src/new.txt": "x\n", "handoff.md": "alpha's working note\n"})
+    tip = kit.rev("alpha")
+    r = kit.land("alpha")
+    assert r.rc == 0, r.text
+    assert "landed" in r.out
+    main = kit.rev("main")
+    assert main in kit.gated_passed()
+    # the track commit, then the roster commit, right on the old main
+    assert git(kit.primary, "rev-parse", "main~2") == old
+    assert kit.show("main", "src/new.txt") == "x\n"
+    # main's roster kept, the landed track off it; the track's note did not overwrite it
+    roster = kit.show("main", "handoff.md") or ""
+    assert "working note" not in roster and "- alpha" not in roster and "- beta: tables" in roster
+    assert kit.rev(f"refs/tags/spec/alpha/{kit.spec_sha('alpha')}") == main
+    assert kit.rev("refs/heads/alpha") == ""
+    assert not wt.exists()
+    assert kit.land_worktrees() == []
+    assert git(kit.primary, "status", "--porcelain") == ""  # main's checkout follows main
+    assert (kit.primary / "src/new.txt").read_text() == "x\n"
+    assert not (kit.common() / "nev/land-pending/alpha.json").exists()
+    assert "lane copies: skipped" in r.err and "floors: skipped" in r.err
+    check_invariant(kit, old, "alpha", tip, landed=True)
+
+
+def test_a_second_run_after_landing_says_already_landed(kit: Kit) -> None:
+    kit.track("alpha")
+    tip, sha = kit.rev("alpha"), kit.spec_sha("alpha")
+    assert kit.land("alpha").rc == 0
+    main = kit.rev("main")
+    r = kit.land("alpha", tip=tip, spec_sha=sha)
+    assert r.rc == 0 and "already landed" in r.out
+    assert kit.rev("main") == main
+
+
+def test_refuses_when_tip_moved_after_approval(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    approved = kit.rev("alpha")
+    kit.track("alpha", {"src/more.txt": "more\n"})
+    r = kit.land("alpha", tip=approved)
+    assert r.rc == 1
+    assert "tip moved since approval" in r.err and r.err.count("\n") >= 1
+    assert kit.gates_started() == 0
+    check_invariant(kit, old, "alpha", kit.rev("alpha"), landed=False)
+
+
+def test_refuses_when_spec_sha_differs(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    r = kit.land("alpha", spec_sha="0123456789abcdef0123456789abcdef01234567")
+    assert r.rc == 1 and "spec sha differs" in r.err
+    r = kit.land("alpha", spec_sha="not-a-sha")
+    assert r.rc == 1 and "not a commit sha" in r.err
+    assert kit.gates_started() == 0
+    check_invariant(kit, old, "alpha", kit.rev("alpha"), landed=False)
+
+
+def test_refuses_when_spec_changed_on_main_after_approval(kit: Kit) -> None:
+    kit.track("alpha")
+    sha = kit.spec_sha("alpha")
+    kit.spec("alpha", ["src/**", "lib/**"])
+    git(kit.primary, "commit", "-qam", "spec edit")
+    old = kit.rev("main")
+    r = kit.land("alpha", spec_sha=sha)
+    assert r.rc == 1 and "spec sha differs" in r.err
+    check_invariant(kit, old, "alpha", kit.rev("alpha"), landed=False)
+
+
+def test_refuses_touches_outside_scope_naming_the_path(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha", {"src/ok.txt": "ok\n", "lib/outside.rs": "no\n"})
+    r = kit.land("alpha")
+    assert r.rc == 1 and "leaves the spec's touches" in r.err and "lib/outside.rs" in r.err
+    assert "src/ok.txt" not in r.err
+    assert kit.gates_started() == 0
+    check_invariant(kit, old, "alpha", kit.rev("alpha"), landed=False)
+
+
+PROTECTED_EDITS = [
+    ("bench/x.sh", "bench/"), ("BENCH/new.sh", "bench/"), ("Bench/Deep/y.sh", "bench/"),
+    ("tracks.json", "tracks.json"), ("Tracks.JSON", "tracks.json"),
+    (".github/workflows/ci.yml", ".github/"), (".GitHub/x.yml", ".github/"),
+    ("specs/other.md", "specs/"), ("Specs/alpha.md", "specs/"),
+    (".cargo/config.toml", ".cargo/"), ("src/deep/.cargo/config.toml", ".cargo/"), ("src/.CARGO/x", ".cargo/"),
+    ("rust-toolchain.toml", "rust-toolchain"), ("src/Rust-Toolchain", "rust-toolchain"),
+    (".env", ".env"), ("src/.env.local", ".env"), ("src/deep/.ENV", ".env"),
+    (".gitattributes", ".gitattributes"), ("src/.GitAttributes", ".gitattributes"),
+    (".gitmodules", ".gitmodules"), ("src/x/.GITMODULES", ".gitmodules"),
+    ("src/gen/f.floor.json", "floor.json"), ("src/gen/G.FLOOR.JSON", "floor.json"),
+    ("scripts/setup", "tracks.json protected"), ("SCRIPTS/Setup", "tracks.json protected"),
+    (".ci/run", "tracks.json protected"),
+]
+
+
+@pytest.mark.parametrize(("path", "rule"), PROTECTED_EDITS)
+def test_refuses_each_protected_path_by_case_and_depth(kit: Kit, path: str, rule: str) -> None:
+    old = kit.rev("main")
+    kit.track("alpha", {"src/ok.txt": "ok\n", path: "changed\n"})
+    r = kit.land("alpha")
+    assert r.rc == 1, r.text
+    assert "protected" in r.err and rule in r.err.lower() and path in r.err
+    assert kit.gates_started() == 0
+    check_invariant(kit, old, "alpha", kit.rev("alpha"), landed=False)
+
+
+@pytest.mark.parametrize(("src", "dst", "rule"), [
+    ("src/a.txt", "bench/a.txt", "bench/"),                  # into a protected folder
+    ("bench/x.sh", "src/x.sh", "bench/"),                    # out of a protected folder
+    ("src/gen/f.floor.json", "src/gen/f.json", "floor.json"),  # a floor renamed away, at depth
+    ("src/a.txt", "src/deep/.Env", ".env"),                  # into a protected name, by case
+    ("scripts/setup", "src/setup", "tracks.json protected"),  # out of an extra protected path
+])
+def test_refuses_renames_into_and_out_of_protected_paths(kit: Kit, src: str, dst: str, rule: str) -> None:
+    old = kit.rev("main")
+    kit.track("alpha", {"src/ok.txt": "ok\n"}, renames={src: dst})
+    r = kit.land("alpha")
+    assert r.rc == 1, r.text
+    assert "renamed to" in r.err and "protected" in r.err and rule in r.err.lower()
+    check_invariant(kit, old, "alpha", kit.rev("alpha"), landed=False)
+
+
+@pytest.mark.parametrize(("touches", "why"), [
+    (["**"], "matches every path"), (["*"], "matches every path"), (["**/*"], "matches every path"),
+    (["src/**", "bench/**"], "reaches protected bench/"), (["*.json"], "reaches protected"),
+    (["src/**/*.floor.json"], "floor.json"), (["src/**", "Specs/*.md"], "reaches protected specs/"),
+    ([], "touches is empty"),
+])
+def test_refuses_a_spec_whose_touches_match_everything_or_reach_protected(kit: Kit, touches: list[str], why: str) -> None:
+    kit.spec("alpha", touches)
+    git(kit.primary, "commit", "-qam", "spec")
+    old = kit.rev("main")
+    kit.track("alpha", {"src/ok.txt": "ok\n"})
+    r = kit.land("alpha")
+    assert r.rc == 1 and why in r.err, r.text
+    check_invariant(kit, old, "alpha", kit.rev("alpha"), landed=False)
+
+
+def test_conflict_only_in_handoff_is_resolved_with_mains_roster(kit: Kit) -> None:
+    kit.track("alpha", {"src/new.txt": "x\n", "handoff.md": "alpha: my working note\n"})
+    tip = kit.rev("alpha")
+    roster = (kit.primary / "handoff.md").read_text().replace("- beta: tables", "- beta: tables, landed soon\n- delta: new")
+    old = kit.commit_main({"handoff.md": roster}, "roster edit on main")
+    r = kit.land("alpha")
+    assert r.rc == 0, r.text
+    assert "handoff.md conflict resolved" in r.err
+    on_main = kit.show("main", "handoff.md") or ""
+    assert "- delta: new" in on_main and "working note" not in on_main and "- alpha" not in on_main
+    assert kit.show("main", "src/new.txt") == "x\n"
+    check_invariant(kit, old, "alpha", tip, landed=True)
+
+
+def test_conflict_outside_handoff_exits_2_naming_the_files(kit: Kit) -> None:
+    kit.track("alpha", {"src/a.txt": "track side\n", "src/b.txt": "b\n", "handoff.md": "note\n"})
+    tip = kit.rev("alpha")
+    old = kit.commit_main({"src/a.txt": "main side\n", "handoff.md": "main roster\n"})
+    r = kit.land("alpha")
+    assert r.rc == 2, r.text
+    assert "conflict outside handoff.md" in r.err and "src/a.txt" in r.err and "src/b.txt" not in r.err
+    assert kit.land_worktrees() == []
+    assert kit.gates_started() == 0
+    check_invariant(kit, old, "alpha", tip, landed=False)
+
+
+def test_gate_failure_refuses_and_keeps_everything(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    tip = kit.rev("alpha")
+    kit.gate(rc=1)
+    r = kit.land("alpha")
+    assert r.rc == 1 and "verify failed on the tip (exit 1)" in r.err
+    assert kit.gates_started() == 1 and kit.gated_passed() == set()
+    assert kit.land_worktrees() == []
+    assert (kit.base / "wt-alpha").exists()
+    check_invariant(kit, old, "alpha", tip, landed=False)
+
+
+def test_failing_land_check_refuses_after_verify_passed(tmp_path: Path) -> None:
+    k = Kit.create(tmp_path)
+    t = k.tracks()
+    t["landChecks"] = ["true", "exit 5"]
+    k.commit_main({"tracks.json": json.dumps(t)})
+    old = k.rev("main")
+    k.track("alpha")
+    r = k.land("alpha")
+    assert r.rc == 1 and "landChecks[1] failed on the tip (exit 5)" in r.err
+    assert "landChecks[0] passed" in r.err
+    check_invariant(k, old, "alpha", k.rev("alpha"), landed=False)
+
+
+def test_no_lane_answering_with_strict_refuses_with_exit_3_and_runs_nothing(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    tip = kit.rev("alpha")
+    r = kit.land("alpha", NEV_LANE_STRICT="1")
+    assert r.rc == 1
+    assert "verify failed on the tip (exit 3: no build lane answered" in r.err
+    assert kit.gates_started() == 0  # nothing of the gate ran on this box
+    # A lane configured but not answering is the same refusal.
+    r = kit.land("alpha", NEV_LANE_STRICT="1", NEV_LANE_SSH="lane@127.0.0.1:1")
+    assert r.rc == 1 and "exit 3: no build lane answered" in r.err
+    assert kit.gates_started() == 0
+    check_invariant(kit, old, "alpha", tip, landed=False)
+
+
+def test_no_lane_answering_without_strict_runs_the_gate_here_and_lands(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    tip = kit.rev("alpha")
+    r = kit.land("alpha")
+    assert r.rc == 0, r.text
+    assert kit.gates_started() == 1
+    check_invariant(kit, old, "alpha", tip, landed=True)
+
+
+def test_approved_tick_applies_poll_env_so_no_lane_refuses(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    tip = kit.rev("alpha")
+    assert kit.nev("approve", "alpha").rc == 0
+    r = kit.nev("--approved")
+    assert r.rc == 1 and "NEV_LANE_STRICT=1" in r.err and "exit 3: no build lane answered" in r.err
+    assert kit.gates_started() == 0
+    assert (kit.common() / "nev/approvals/alpha.json").exists()  # still approved for the next tick
+    check_invariant(kit, old, "alpha", tip, landed=False)
+
+
+def test_main_moving_during_the_gate_is_regated_and_lands(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    tip = kit.rev("alpha")
+    kit.gate(move_main=1)
+    r = kit.land("alpha")
+    assert r.rc == 0, r.text
+    assert "main moved during the gate" in r.err and "(1/3)" in r.err
+    assert kit.gates_started() == 2
+    moved = kit.moved()
+    assert len(moved) == 1 and git(kit.primary, "rev-parse", "main~2") in moved
+    assert kit.rev("main") in kit.gated_passed()
+    assert kit.show("main", "moved.txt") == "move 1\n"
+    check_invariant(kit, old, "alpha", tip, landed=True)
+
+
+def test_main_moving_four_times_during_the_gate_refuses(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    tip = kit.rev("alpha")
+    kit.gate(move_main=4)
+    r = kit.land("alpha")
+    assert r.rc == 1 and "main moved 4 times" in r.err
+    assert kit.gates_started() == 4
+    assert kit.rev("main") in kit.moved()
+    check_invariant(kit, old, "alpha", tip, landed=False)
+
+
+def test_check_never_changes_a_ref(kit: Kit) -> None:
+    kit.track("alpha")
+    kit.gate(move_main=0)
+    old, tip = kit.rev("main"), kit.rev("alpha")
+    refs = kit.refs()
+    reflog = git(kit.primary, "reflog", "show", "--all")
+    r = kit.land("alpha", "--check")
+    assert r.rc == 0 and "check passed" in r.out and "nothing changed" in r.out
+    assert kit.gates_started() == 1
+    assert kit.refs() == refs and git(kit.primary, "reflog", "show", "--all") == reflog
+    assert kit.land_worktrees() == []
+    kit.gate(rc=1)
+    r = kit.land("alpha", "--check")
+    assert r.rc == 1 and kit.refs() == refs
+    check_invariant(kit, old, "alpha", tip, landed=False)
+
+
+def test_concurrent_landings_on_one_repository_wait_and_both_land(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    kit.track("beta", {"lib/b.rs": "b\n"})
+    ta, tb = kit.rev("alpha"), kit.rev("beta")
+    kit.gate(sleep=1)
+    pa = kit.start("alpha", kit.spec_sha("alpha"), ta)
+    wait_for(lambda: kit.gates_started() >= 1, what="first gate")
+    pb = kit.start("beta", kit.spec_sha("beta"), tb)
+    ra, rb = finish(pa), finish(pb)
+    assert ra.rc == 0 and rb.rc == 0, ra.text + rb.text
+    assert "waiting for the land lock" in rb.err and f"PID {pa.pid}" in rb.err
+    log = [ln.split()[1] for ln in kit.gate_log() if ln.split()[1] in ("start", "end")]
+    assert log == ["start", "end", "start", "end"]  # never two gates at once
+    assert kit.show("main", "src/new.txt") and kit.show("main", "lib/b.rs") == "b\n"
+    # each track: its commit and the roster commit; no merge commit
+    assert git(kit.primary, "rev-list", "--count", f"{old}..main") == "4"
+    check_invariant(kit, old, "beta", tb, landed=True)
+
+
+def test_sigterm_during_the_gate_kills_the_gate_tree_and_keeps_the_branch(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    tip = kit.rev("alpha")
+    kit.gate(sleep=30)
+    p = kit.start("alpha", kit.spec_sha("alpha"), tip)
+    wait_for(lambda: (kit.ctl / "gate.pid").exists(), what="gate start")
+    gate_pid = int((kit.ctl / "gate.pid").read_text())
+    time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    r = finish(p)
+    assert r.rc == 143
+    wait_for(lambda: pid_dead(gate_pid), 10, "gate to be killed")
+    assert kit.land_worktrees() == []
+    check_invariant(kit, old, "alpha", tip, landed=False)
+
+
+def test_sigint_during_the_gate_exits_130(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    tip = kit.rev("alpha")
+    kit.gate(sleep=30)
+    p = kit.start("alpha", kit.spec_sha("alpha"), tip)
+    wait_for(lambda: (kit.ctl / "gate.pid").exists(), what="gate start")
+    gate_pid = int((kit.ctl / "gate.pid").read_text())
+    time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    r = finish(p)
+    assert r.rc == 130
+    wait_for(lambda: pid_dead(gate_pid), 10, "gate to be killed")
+    check_invariant(kit, old, "alpha", tip, landed=False)
+
+
+@pytest.mark.parametrize("phase", ["before-rebase", "gate", "before-ref-update", "after-ref-update", "cleanup"])
+def test_sigkill_at_each_phase_then_a_rerun_finishes_the_landing(kit: Kit, phase: str) -> None:
+    old = kit.rev("main")
+    wt = kit.track("alpha")
+    tip, sha = kit.rev("alpha"), kit.spec_sha("alpha")
+    if phase == "gate":
+        kit.gate(sleep=30)
+    r = kit.land("alpha", NEV_LAND_FAULT=phase)
+    assert r.rc == -signal.SIGKILL, r.text
+    assert f"NEV_LAND_FAULT={phase}" in r.err
+    moved = phase in ("after-ref-update", "cleanup")
+    # Right after the kill: main is the old value or exactly the gated tip.
+    assert kit.rev("main") == (next(iter(kit.gated_passed())) if moved else old)
+    assert kit.rev("refs/heads/alpha") == tip  # the branch is deleted last, after the tag
+    pending = (kit.common() / "nev/land-pending/alpha.json").exists()
+    assert pending == (phase in ("before-ref-update", "after-ref-update", "cleanup"))
+    if phase == "gate":
+        gate_pid = int((kit.ctl / "gate.pid").read_text())
+        assert not pid_dead(gate_pid)  # a SIGKILLed lander leaves its gate running ...
+        kit.gate(sleep=0)
+    rr = kit.land("alpha", tip=tip, spec_sha=sha)
+    assert rr.rc == 0, rr.text
+    assert "took over a stale land lock from dead PID" in rr.err
+    if phase == "gate":
+        assert "stopped a gate left running" in rr.err  # ... which the rerun stops
+        assert pid_dead(gate_pid)
+    if moved:
+        assert "finishing what it owed" in rr.err
+        assert kit.gates_started() == 1  # the rerun did not gate again
+    main = kit.rev("main")
+    assert main in kit.gated_passed()
+    assert kit.rev(f"refs/tags/spec/alpha/{sha}") == main
+    assert git(kit.primary, "tag", "--list", "spec/alpha/*") == f"spec/alpha/{sha}"
+    assert kit.rev("refs/heads/alpha") == "" and not wt.exists()
+    assert not (kit.common() / "nev/land-pending/alpha.json").exists()
+    assert kit.land_worktrees() == []
+    assert git(kit.primary, "status", "--porcelain") == ""
+    check_invariant(kit, old, "alpha", tip, landed=True)
+
+
+def test_approve_pins_under_the_git_dir_and_the_tick_lands_then_forgets_it(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    tip = kit.rev("alpha")
+    r = kit.nev("approve", "alpha")
+    assert r.rc == 0 and "approved alpha" in r.out
+    stored = json.loads((kit.common() / "nev/approvals/alpha.json").read_text())
+    assert stored["tip"] == tip and stored["spec_sha"] == kit.spec_sha("alpha")
+    assert git(kit.primary, "status", "--porcelain") == ""  # nothing in the tree
+    assert kit.refs() == git(kit.primary, "for-each-ref", "--format=%(refname) %(objectname)")
+    check_invariant(kit, old, "alpha", tip, landed=False)
+
+
+def test_tick_lands_every_approved_track_and_skips_a_moved_tip(tmp_path: Path) -> None:
+    k = Kit.create(tmp_path, tracks=None)
+    t = k.tracks()
+    t["specWatch"]["pollEnv"] = {"NEV_LAND_EXAMPLE": "1"}
+    k.commit_main({"tracks.json": json.dumps(t)})
+    old = k.rev("main")
+    k.track("alpha")
+    alpha_tip = k.rev("alpha")
+    k.track("beta", {"lib/b.rs": "b\n"})
+    assert k.nev("approve", "alpha").rc == 0 and k.nev("approve", "beta").rc == 0
+    beta_approved = k.rev("beta")
+    k.track("beta", {"lib/c.rs": "c\n"})
+    r = k.nev("--approved")
+    assert r.rc == 0, r.text
+    assert "skipped beta: tip moved since approval" in r.err
+    assert "alpha: landed" in r.out
+    assert not (k.common() / "nev/approvals/alpha.json").exists()
+    assert (k.common() / "nev/approvals/beta.json").exists()
+    assert k.rev("beta") != beta_approved and k.rev("refs/heads/beta")
+    check_invariant(k, old, "alpha", alpha_tip, landed=True)
+
+
+def test_approve_refuses_a_tip_other_than_the_reviewed_one(kit: Kit) -> None:
+    kit.track("alpha")
+    r = kit.nev("approve", "alpha", "--tip", "0123456789abcdef")
+    assert r.rc == 1 and "not the reviewed" in r.err
+    assert not (kit.common() / "nev/approvals/alpha.json").exists()
+
+
+def test_local_changes_in_mains_checkout_to_landed_files_refuse_before_main_moves(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha", {"src/a.txt": "track\n"})
+    tip = kit.rev("alpha")
+    (kit.primary / "src/a.txt").write_text("uncommitted edit\n")
+    r = kit.land("alpha")
+    assert r.rc == 1 and "local changes" in r.err and "src/a.txt" in r.err
+    assert (kit.primary / "src/a.txt").read_text() == "uncommitted edit\n"  # nothing lost
+    check_invariant(kit, old, "alpha", tip, landed=False)
+
+
+def test_unrelated_local_changes_in_mains_checkout_survive_a_landing(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    tip = kit.rev("alpha")
+    (kit.primary / "README.md").write_text("my local edit\n")
+    r = kit.land("alpha")
+    assert r.rc == 0, r.text
+    assert (kit.primary / "README.md").read_text() == "my local edit\n"
+    assert (kit.primary / "src/new.txt").exists()
+    check_invariant(kit, old, "alpha", tip, landed=True)
+
+
+def test_dirty_track_worktree_is_kept_with_its_branch(kit: Kit) -> None:
+    old = kit.rev("main")
+    wt = kit.track("alpha")
+    tip = kit.rev("alpha")
+    (wt / "src/scratch.txt").write_text("unsaved\n")
+    r = kit.land("alpha")
+    assert r.rc == 0, r.text
+    assert "uncommitted changes (nothing lost)" in r.err
+    assert (wt / "src/scratch.txt").read_text() == "unsaved\n"
+    assert kit.rev("refs/heads/alpha") == tip
+    main = kit.rev("main")
+    assert main in kit.gated_passed() and main != old
+
+
+def test_install_runs_staged_only_when_a_crate_is_added(tmp_path: Path) -> None:
+    k = Kit.create(tmp_path)
+    t = k.tracks()
+    t["install"] = {"command": 'echo built > "$NEV_INSTALL_STAGE/done"', "target": "oracle/node_modules"}
+    k.commit_main({"tracks.json": json.dumps(t)})
+    k.track("alpha", {"src/plain.txt": "p\n"})
+    assert k.land("alpha").rc == 0
+    assert not (k.primary / "oracle/node_modules").exists()
+    k.track("beta", {"lib/newcrate/Cargo.toml": "[package]\nname='n'\n"})
+    r = k.land("beta")
+    assert r.rc == 0 and "installed oracle/node_modules (crate added (lib/newcrate/Cargo.toml))" in r.err
+    assert (k.primary / "oracle/node_modules/done").read_text() == "built\n"
+
+
+def test_failed_install_is_one_line_and_keeps_the_previous_install(tmp_path: Path) -> None:
+    k = Kit.create(tmp_path)
+    t = k.tracks()
+    t["install"] = {"command": "exit 4", "target": "oracle/node_modules"}
+    k.commit_main({"tracks.json": json.dumps(t)})
+    (k.primary / "oracle/node_modules").mkdir(parents=True)
+    (k.primary / "oracle/node_modules/old").write_text("old\n")
+    old = k.rev("main")
+    k.spec("alpha", ["src/**", "oracle/package.json"])
+    k.commit_main({"specs/alpha.md": (k.primary / "specs/alpha.md").read_text()}, "spec")
+    k.track("alpha", {"oracle/package.json": "{}\n"})
+    tip = k.rev("alpha")
+    r = k.land("alpha")
+    assert r.rc == 0, r.text
+    assert "install: failed (exit 4) for oracle/package.json changed" in r.err
+    assert (k.primary / "oracle/node_modules/old").read_text() == "old\n"
+    check_invariant(k, old, "alpha", tip, landed=True)
+
+
+def test_bad_tracks_json_on_main_refuses_with_the_field_named(tmp_path: Path) -> None:
+    k = Kit.create(tmp_path)
+    k.commit_main({"tracks.json": json.dumps({"verify": "", "landChecks": []})})
+    old = k.rev("main")
+    k.track("alpha")
+    r = k.land("alpha")
+    assert r.rc == 1 and "main:tracks.json" in r.err and "verify" in r.err
+    assert len(r.err.strip().splitlines()) == 1
+    check_invariant(k, old, "alpha", k.rev("alpha"), landed=False)
+
+
+def test_usage_errors_exit_2(kit: Kit) -> None:
+    assert kit.nev("alpha").rc == 2
+    assert kit.nev("approve").rc == 2
+    assert kit.nev("--approved", "alpha").rc == 2
+    r = kit.nev("../x", "abcdef1", "abcdef1")
+    assert r.rc == 1 and "not valid" in r.err
+
+
+def test_the_tracks_branch_is_never_rewritten_by_a_landing_attempt(kit: Kit) -> None:
+    kit.track("alpha", {"src/new.txt": "x\n"})
+    kit.commit_main({"README.md": "moved on\n"})
+    tip = kit.rev("alpha")
+    kit.gate(rc=1)
+    assert kit.land("alpha").rc == 1
+    assert kit.rev("alpha") == tip
+    assert git(kit.base / "wt-alpha", "rev-parse", "HEAD") == tip
+    assert git(kit.base / "wt-alpha", "status", "--porcelain") == ""
+
+
+def test_the_projects_own_tracks_json_gates_this_repository() -> None:
+    from jobs import tracks
+
+    root = Path(__file__).resolve().parent.parent
+    t = tracks.load(root / "tracks.json")
+    assert t.verify == "make test"
+    assert t.spec_watch.poll_env.get("NEV_LANE_STRICT") == "1"
+    assert t.spec_watch.land_script == "nev land --approved"
+    assert os.path.exists(root / "Makefile")
