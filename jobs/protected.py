@@ -75,6 +75,8 @@ def _glob_regex(pattern: str, ignore_case: bool) -> re.Pattern[str]:
     while p.startswith("./"):
         p = p[2:]
     p = p.lstrip("/")
+    if p in ("", "."):
+        return re.compile(".*")  # the repository root: everything
     dir_only = p.endswith("/")
     p = p.rstrip("/")
     out: list[str] = []

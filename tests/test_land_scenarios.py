@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.landkit import Kit, check_invariant, finish, git, pid_dead, wait_for
+pytest.register_assert_rewrite("tests.landkit")
+
+from tests.landkit import Kit, check_invariant, finish, git, pid_dead, wait_for  # noqa: E402
 
 
 @pytest.fixture
