@@ -130,25 +130,36 @@ def _fault_timer(phase: str, delay: float = 0.3) -> threading.Timer | None:
     return t
 
 
+def _lanes_configured() -> bool:
+    from lanes import config
+
+    return bool(config.configured(require=False).lanes)
+
+
 def run_gate(cmd: str, worktree: Path, strict: bool, record: Path | None = None) -> int:
     """Run one gate command on the tip checked out in `worktree`, through the lane path.
 
-    With `lanes.gate` present this is `nev lane on` (lane-only when strict). Without it:
-    strict and no lane configured or answering is exit 3 with nothing run here; otherwise the
-    command runs locally in its own process group, recorded in `record` so that a rerun after
-    a SIGKILL stops it, and killed as a whole tree on SIGINT/SIGTERM."""
+    `nev lane on` semantics: with NEV_ON_LANE set, in place; strict (NEV_LANE_STRICT=1) is
+    lane-only, and no lane answering is exit 3 with nothing run here; not strict, no lane
+    answering runs it here. When lanes are configured (or strict) and `lanes.gate` is in this
+    build, it goes through `lanes.gate.on`. Otherwise it runs here in its own process group,
+    recorded in `record` so a rerun after a SIGKILL stops it, and killed as a whole tree on
+    SIGINT/SIGTERM."""
+    on_lane = bool(settings.get(settings.ON_LANE))
     gate = _lanes_gate()
-    if gate is not None:
+    if gate is not None and not on_lane and (strict or _lanes_configured()):
         timer = _fault_timer("gate")
         try:
             return int(gate.on(worktree, ["sh", "-c", cmd], lane_only=strict))
         except NevError as e:
+            if e.exit_code in (130, 143):
+                raise
             info(f"land: gate: {e.message}")
             return e.exit_code
         finally:
             if timer is not None:
                 timer.cancel()
-    if strict and not settings.get_flag(settings.ON_LANE) and not _lane_answers():
+    if strict and not on_lane and not _lane_answers():
         info("land: gate: no build lane answered (NEV_LANE_STRICT=1); nothing ran on this box")
         return 3
     env = {k: v for k, v in os.environ.items() if k != settings.LAND_FAULT.name}
