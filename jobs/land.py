@@ -705,5 +705,7 @@ def land_approved(repo_path: Path) -> int:
         except NevError as e:
             info(f"nev land {a.name}: {e.message}")
             rc = e.exit_code
+        if rc == 0:
+            store.drop_approval(paths, a.name)
         worst = max(worst, rc)
     return worst
