@@ -298,6 +298,11 @@ def _tracks_at(repo: Repo, main: str) -> tracks.Tracks:
     return tracks.parse_text(text, "main:tracks.json")
 
 
+def _gate_files(repo: Repo, main: str, tr: tracks.Tracks) -> list[str]:
+    files = set(repo.out("ls-tree", "-r", "--name-only", "-z", main).split("\0"))
+    return protected.gate_files([tr.verify, *tr.land_checks], lambda p: p in files)
+
+
 def _refuse_changes(name: str, changes: list[protected.Change], sp: spec.Spec,
                     extra: list[str], when: str) -> None:
     bad = protected.protected_violations(changes, extra)
@@ -426,10 +431,11 @@ def _land_locked(t: Track, check: bool) -> int:
             tr = _tracks_at(t.repo, old)
             sp, tip = _pins(t, old)
             problems = protected.touches_problems(sp.touches, tr.protected)
+            extra = tr.protected + _gate_files(t.repo, old, tr)
             if problems:
                 raise NotLanded(f"{t.name}: not landed: spec {spec.spec_path(t.name)}: " + "; ".join(problems))
             fork = t.repo.out("merge-base", old, tip)
-            _refuse_changes(t.name, changes_between(t.repo, fork, tip), sp, tr.protected, "of the track")
+            _refuse_changes(t.name, changes_between(t.repo, fork, tip), sp, extra, "of the track")
             info(f"land: {t.name}: pins match (tip {tip[:12]}, spec {sp.sha[:12]}); rebasing onto main {old[:12]}")
             fault("before-rebase")
             wt = _prepare_worktree(t, tip)
@@ -437,7 +443,7 @@ def _land_locked(t: Track, check: bool) -> int:
             changes = changes_between(t.repo, old, gated)
             if not changes:
                 raise NotLanded(f"{t.name}: not landed: nothing to land, main {old[:12]} already has the track's changes")
-            _refuse_changes(t.name, changes, sp, tr.protected, "against main after the rebase")
+            _refuse_changes(t.name, changes, sp, extra, "against main after the rebase")
             _gate(t, wt, tr, strict)
             if check:
                 print(f"{t.name}: check passed: would move main {old[:12]} -> {gated[:12]}; nothing changed")

@@ -9,7 +9,8 @@ paths, so a file moved out of (or into) a protected place is refused like an edi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+import shlex
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -137,7 +138,7 @@ def protected_rule(path: str, extra: Sequence[str] = ()) -> str | None:
             return f"*{suf} (at any depth)"
     for pat in extra:
         if pat.strip() and glob_matches(pat, p, ignore_case=True):
-            return f"{pat} (tracks.json protected)"
+            return f"{pat} (named by tracks.json: protected, or a gate command's file)"
     return None
 
 
@@ -236,6 +237,28 @@ def touches_problems(touches: Sequence[str], extra: Sequence[str] = ()) -> list[
         if hits and not any(glob_matches(t, d + n, ignore_case=True) for n in _NEUTRAL_NAMES):
             problems.append(f"touches entry {t!r} reaches protected {protected_rule(hits[0], extra)}")
     return problems
+
+
+def gate_files(commands: Sequence[str], exists: Callable[[str], bool]) -> list[str]:
+    """Files the gate commands themselves run, protected like the built-in set: every word of a
+    command that names a file in the tree (`sh ci/verify.sh`, `./run-tests`), and the makefiles
+    of a `make` command. A track that could edit these could weaken its own gate."""
+    out: list[str] = []
+    for cmd in commands:
+        try:
+            words = shlex.split(cmd)
+        except ValueError:
+            words = cmd.split()
+        for i, w in enumerate(words):
+            w = w.removeprefix("./")
+            if w == "make" or w.endswith("/make"):
+                out += [m for m in ("Makefile", "makefile", "GNUmakefile") if exists(m)]
+                for j, arg in enumerate(words[i + 1:i + 3]):
+                    if arg == "-f" and i + j + 2 < len(words):
+                        out.append(words[i + j + 2].removeprefix("./"))
+            elif w and not w.startswith("-") and "=" not in w and exists(w):
+                out.append(w)
+    return list(dict.fromkeys(out))
 
 
 def install_reasons(changes: Iterable[Change]) -> list[str]:

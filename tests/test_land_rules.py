@@ -228,3 +228,11 @@ def test_a_lock_left_by_a_dead_pid_is_taken_over_with_a_line(tmp_path: Path, cap
     with LandLock(lock, 1):
         pass
     assert f"took over a stale land lock from dead PID {dead.pid}" in capsys.readouterr().err
+
+
+def test_files_the_gate_commands_run_are_protected_too() -> None:
+    tree = {"Makefile", "ci/verify.sh", "run-tests", "src/a.rs", "alt.mk"}
+    got = P.gate_files(["make test", "sh ci/verify.sh --fast", "./run-tests", "X=1 make -f alt.mk all",
+                        "cargo test --workspace"], tree.__contains__)
+    assert got == ["Makefile", "ci/verify.sh", "run-tests", "alt.mk"]
+    assert P.gate_files(["echo 'unclosed"], tree.__contains__) == []

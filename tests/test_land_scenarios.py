@@ -112,8 +112,8 @@ PROTECTED_EDITS = [
     (".gitattributes", ".gitattributes"), ("src/.GitAttributes", ".gitattributes"),
     (".gitmodules", ".gitmodules"), ("src/x/.GITMODULES", ".gitmodules"),
     ("src/gen/f.floor.json", "floor.json"), ("src/gen/G.FLOOR.JSON", "floor.json"),
-    ("scripts/setup", "tracks.json protected"), ("SCRIPTS/Setup", "tracks.json protected"),
-    (".ci/run", "tracks.json protected"),
+    ("scripts/setup", "named by tracks.json"), ("SCRIPTS/Setup", "named by tracks.json"),
+    (".ci/run", "named by tracks.json"),
 ]
 
 
@@ -133,7 +133,7 @@ def test_refuses_each_protected_path_by_case_and_depth(kit: Kit, path: str, rule
     ("bench/x.sh", "src/x.sh", "bench/"),                    # out of a protected folder
     ("src/gen/f.floor.json", "src/gen/f.json", "floor.json"),  # a floor renamed away, at depth
     ("src/a.txt", "src/deep/.Env", ".env"),                  # into a protected name, by case
-    ("scripts/setup", "src/setup", "tracks.json protected"),  # out of an extra protected path
+    ("scripts/setup", "src/setup", "named by tracks.json"),  # out of an extra protected path
 ])
 def test_refuses_renames_into_and_out_of_protected_paths(kit: Kit, src: str, dst: str, rule: str) -> None:
     old = kit.rev("main")
@@ -538,3 +538,17 @@ def test_the_projects_own_tracks_json_gates_this_repository() -> None:
     assert t.spec_watch.poll_env.get("NEV_LANE_STRICT") == "1"
     assert t.spec_watch.land_script == "nev land --approved"
     assert os.path.exists(root / "Makefile")
+
+
+def test_a_file_the_gate_command_runs_is_protected_even_inside_touches(tmp_path: Path) -> None:
+    k = Kit.create(tmp_path)
+    k.write("src/check.sh", "exit 0\n")
+    t = k.tracks()
+    t["landChecks"] = ["sh src/check.sh"]
+    k.commit_main({"src/check.sh": "exit 0\n", "tracks.json": json.dumps(t)})
+    old = k.rev("main")
+    k.track("alpha", {"src/ok.txt": "ok\n", "src/check.sh": "exit 0 # weakened\n"})
+    r = k.land("alpha")
+    assert r.rc == 1 and "src/check.sh" in r.err and "gate command's file" in r.err
+    assert k.gates_started() == 0
+    check_invariant(k, old, "alpha", k.rev("alpha"), landed=False)
