@@ -236,3 +236,43 @@ def test_files_the_gate_commands_run_are_protected_too() -> None:
                         "cargo test --workspace"], tree.__contains__)
     assert got == ["Makefile", "ci/verify.sh", "run-tests", "alt.mk"]
     assert P.gate_files(["echo 'unclosed"], tree.__contains__) == []
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_seg = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=8)
+_dirs = st.lists(_seg, min_size=0, max_size=3).map(lambda xs: "".join(x + "/" for x in xs))
+_protected_tail = st.sampled_from([".cargo/config.toml", "rust-toolchain", "rust-toolchain.toml", ".env",
+                                   ".env.production", ".gitattributes", ".gitmodules", "f.floor.json"])
+_top = st.sampled_from(["bench/", ".github/", "specs/"])
+
+
+def _mix_case(draw_bits: list[bool], s: str) -> str:
+    return "".join(c.upper() if b else c for c, b in zip(s, draw_bits + [False] * len(s), strict=False))
+
+
+@settings(max_examples=100, deadline=None)
+@given(_dirs, _protected_tail, st.lists(st.booleans(), max_size=60), st.booleans())
+def test_any_case_mix_of_a_protected_name_at_any_depth_is_refused_even_by_rename(
+        d: str, tail: str, bits: list[bool], rename_out: bool) -> None:
+    path = _mix_case(bits, d + tail)
+    assert P.protected_rule(path) is not None
+    change = P.Change("R100", "src/elsewhere.txt", path) if rename_out else P.Change("R100", path, "src/x.txt")
+    assert len(P.protected_violations([change])) == 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(_top, _dirs, _seg, st.lists(st.booleans(), max_size=60))
+def test_anything_under_a_protected_top_folder_is_refused_in_any_case(top: str, d: str, name: str,
+                                                                     bits: list[bool]) -> None:
+    assert P.protected_rule(_mix_case(bits, top + d + name)) is not None
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_seg, min_size=1, max_size=4))
+def test_a_touches_glob_for_a_folder_covers_exactly_that_folder(parts: list[str]) -> None:
+    folder = "/".join(parts)
+    assert P.glob_matches(folder + "/**", folder + "/x/y.rs")
+    assert not P.glob_matches(folder + "/**", folder + "x/y.rs")
+    assert not P.glob_matches(folder + "/**", "other/" + folder + "/y.rs")
