@@ -48,6 +48,7 @@ def test_lands_happy_path_moves_main_to_the_gated_tip_and_cleans_up(kit: Kit) ->
 
 
 def test_a_second_run_after_landing_says_already_landed(kit: Kit) -> None:
+    old = kit.rev("main")
     kit.track("alpha")
     tip, sha = kit.rev("alpha"), kit.spec_sha("alpha")
     assert kit.land("alpha").rc == 0
@@ -55,6 +56,7 @@ def test_a_second_run_after_landing_says_already_landed(kit: Kit) -> None:
     r = kit.land("alpha", tip=tip, spec_sha=sha)
     assert r.rc == 0 and "already landed" in r.out
     assert kit.rev("main") == main
+    check_invariant(kit, old, "alpha", tip, landed=True)
 
 
 def test_refuses_when_tip_moved_after_approval(kit: Kit) -> None:
@@ -311,6 +313,7 @@ def test_concurrent_landings_on_one_repository_wait_and_both_land(kit: Kit) -> N
     assert kit.show("main", "src/new.txt") and kit.show("main", "lib/b.rs") == "b\n"
     # each track: its commit and the roster commit; no merge commit
     assert git(kit.primary, "rev-list", "--count", f"{old}..main") == "4"
+    check_invariant(kit, old, "alpha", ta, landed=True)
     check_invariant(kit, old, "beta", tb, landed=True)
 
 
@@ -423,10 +426,12 @@ def test_tick_lands_every_approved_track_and_skips_a_moved_tip(tmp_path: Path) -
 
 
 def test_approve_refuses_a_tip_other_than_the_reviewed_one(kit: Kit) -> None:
+    old = kit.rev("main")
     kit.track("alpha")
     r = kit.nev("approve", "alpha", "--tip", "0123456789abcdef")
     assert r.rc == 1 and "not the reviewed" in r.err
     assert not (kit.common() / "nev/approvals/alpha.json").exists()
+    check_invariant(kit, old, "alpha", kit.rev("alpha"), landed=False)
 
 
 def test_local_changes_in_mains_checkout_to_landed_files_refuse_before_main_moves(kit: Kit) -> None:
@@ -464,6 +469,7 @@ def test_dirty_track_worktree_is_kept_with_its_branch(kit: Kit) -> None:
     assert kit.rev("refs/heads/alpha") == tip
     main = kit.rev("main")
     assert main in kit.gated_passed() and main != old
+    check_invariant(kit, old, "alpha", tip, landed=True)
 
 
 def test_install_runs_staged_only_when_a_crate_is_added(tmp_path: Path) -> None:
@@ -474,10 +480,14 @@ def test_install_runs_staged_only_when_a_crate_is_added(tmp_path: Path) -> None:
     k.track("alpha", {"src/plain.txt": "p\n"})
     assert k.land("alpha").rc == 0
     assert not (k.primary / "oracle/node_modules").exists()
-    k.track("beta", {"lib/newcrate/Cargo.toml": "[package]\nname='n'\n"})
+    old, beta = k.rev("main"), k.track("beta", {"lib/newcrate/Cargo.toml": "[package]\nname='n'\n"})
+    tip = k.rev("beta")
     r = k.land("beta")
     assert r.rc == 0 and "installed oracle/node_modules (crate added (lib/newcrate/Cargo.toml))" in r.err
     assert (k.primary / "oracle/node_modules/done").read_text() == "built\n"
+    assert not list((k.primary / "oracle").glob(".node_modules.nev-*"))  # no stage left behind
+    assert beta.name == "wt-beta"
+    check_invariant(k, old, "beta", tip, landed=True)
 
 
 def test_failed_install_is_one_line_and_keeps_the_previous_install(tmp_path: Path) -> None:
@@ -511,22 +521,26 @@ def test_bad_tracks_json_on_main_refuses_with_the_field_named(tmp_path: Path) ->
 
 
 def test_usage_errors_exit_2(kit: Kit) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
     assert kit.nev("alpha").rc == 2
     assert kit.nev("approve").rc == 2
     assert kit.nev("--approved", "alpha").rc == 2
     r = kit.nev("../x", "abcdef1", "abcdef1")
     assert r.rc == 1 and "not valid" in r.err
+    check_invariant(kit, old, "alpha", kit.rev("alpha"), landed=False)
 
 
 def test_the_tracks_branch_is_never_rewritten_by_a_landing_attempt(kit: Kit) -> None:
     kit.track("alpha", {"src/new.txt": "x\n"})
-    kit.commit_main({"README.md": "moved on\n"})
+    old = kit.commit_main({"README.md": "moved on\n"})
     tip = kit.rev("alpha")
     kit.gate(rc=1)
     assert kit.land("alpha").rc == 1
     assert kit.rev("alpha") == tip
     assert git(kit.base / "wt-alpha", "rev-parse", "HEAD") == tip
     assert git(kit.base / "wt-alpha", "status", "--porcelain") == ""
+    check_invariant(kit, old, "alpha", tip, landed=False)
 
 
 def test_the_projects_own_tracks_json_gates_this_repository() -> None:
