@@ -98,8 +98,11 @@ def parse(data: Any, path: Path) -> Tracks:
         launch=f.get(lanes_raw, "launch", str, "specWatch.lanes", required=False),
         fetch=f.get(lanes_raw, "fetch", str, "specWatch.lanes", required=False),
     )
+    land_script = f.get(sw_raw, "landScript", str, "specWatch", required=False)
+    if land_script is not None and not land_script.strip():
+        raise f.fail("specWatch.landScript", "is empty; name the command the tick runs (nev land --approved)")
     sw = SpecWatch(poll_env=poll_env,
-                   land_script=f.get(sw_raw, "landScript", str, "specWatch", required=False),
+                   land_script=land_script,
                    lanes=lanes)
     return Tracks(path=path, verify=verify, land_checks=checks, protected=protected, spec_watch=sw,
                   install=install)

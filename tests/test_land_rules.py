@@ -175,6 +175,9 @@ def test_tracks_json_reads_install_and_poll_env(tmp_path: Path) -> None:
     ({"verify": "x", "specWatch": {"pollEnv": {"BAD NAME": "1"}}}, "specWatch.pollEnv.BAD NAME"),
     ({"verify": "x", "specWatch": {"pollEnv": {"A": 1}}}, "specWatch.pollEnv.A"),
     ({"verify": " "}, "verify"),
+    ({"verify": "x", "specWatch": {"landScript": ""}}, "specWatch.landScript"),
+    ({"verify": "x", "specWatch": {"lanes": {"tool": 3}}}, "specWatch.lanes.tool"),
+    ({"verify": "x", "specWatch": []}, "specWatch"),
 ])
 def test_tracks_json_errors_name_the_field(tmp_path: Path, data: dict, field: str) -> None:
     with pytest.raises(ConfigError) as e:
