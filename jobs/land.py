@@ -507,8 +507,8 @@ def _step(label: str, fn: Callable[[], str | None]) -> None:
         line = fn()
     except NotBuiltError as e:
         line = f"skipped: {e.message}"
-    except (NevError, OSError, subprocess.SubprocessError) as e:
-        msg = e.message if isinstance(e, NevError) else str(e)
+    except Exception as e:  # an after-step never stops the others: one line each
+        msg = e.message if isinstance(e, NevError) else f"{type(e).__name__}: {e}"
         line = f"failed: {msg}; nothing undone"
     if line:
         info(f"land: after: {label}: {line}")
@@ -614,18 +614,50 @@ def _sweep(name: str, where: Path) -> str | None:
 
 
 def _raise_floors(checkout: Path | None) -> str | None:
-    """Hook: `nev floors raise` in main's checkout when the bench package has it."""
-    import click
-
+    """Hook: raise floors in main's checkout (bench.floors), scoring on a build lane."""
     try:
-        from bench.cli import floors_raise
+        from bench import floors as fl
     except ImportError:
         return "skipped: no floors in this build"
     if checkout is None:
         return "skipped: main is not checked out anywhere"
-    with _cwd(checkout):
-        rv = click.Context(floors_raise).invoke(floors_raise)
-    return None if not rv else f"failed: floors raise exited {rv}; nothing undone"
+    req = fl.scoring_for(checkout)
+    if not req.generated_dir.is_dir() or not fl.functions_of(req):
+        return f"skipped: no generated functions under {req.generated_dir}"
+    rc = fl.raise_floors(req, _lane_scorer(fl), echo=lambda m: info(f"land: after: floors: {m}"))
+    return None if rc == 0 else f"failed: floors raise exited {rc}; nothing undone"
+
+
+def _lane_scorer(fl: Any) -> Any:
+    """`nev scores --json` on a build lane, read back (docs/floors.md); without the lane gate in
+    this build, bench.floors' default (local on a lane, else no lane: nothing written)."""
+    gate = _lanes_gate()
+    if gate is None or not all(hasattr(gate, n) for n in ("gate_on_lane", "pick_lane", "forge_for")):
+        return fl.default_scorer()
+
+    def score(req: Any) -> Any:
+        from bench.scores import from_json
+        from lanes import config
+        from lanes.errors import NoLaneError
+
+        payload = importlib.import_module("lanes.payload")
+
+        lf = config.configured(require=True)
+        picked = gate.pick_lane(lf, None)
+        if picked is None:
+            raise NoLaneError("no build lane answered to score the floors; nothing was written")
+        lane, conn = picked
+        buf = bytearray()
+        try:
+            wt = payload.Worktree.open(req.repo)
+            out = gate.gate_on_lane(lane, conn, wt, ["nev", "scores", "--json"], forge=gate.forge_for(wt, lf),
+                                    on_stdout=buf.extend)
+        finally:
+            conn.close()
+        if out.status != 0:
+            raise NevError(f"`nev scores --json` on {lane.label} exited {out.status}; nothing was written")
+        return from_json(buf.decode(errors="replace"))
+    return score
 
 
 def _install(repo: Repo, tr: tracks.Tracks | None, checkout: Path | None, old: str, new: str) -> str | None:

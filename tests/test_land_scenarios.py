@@ -566,3 +566,20 @@ def test_a_file_the_gate_command_runs_is_protected_even_inside_touches(tmp_path:
     assert r.rc == 1 and "src/check.sh" in r.err and "gate command's file" in r.err
     assert k.gates_started() == 0
     check_invariant(k, old, "alpha", k.rev("alpha"), landed=False)
+
+
+def test_floors_after_landing_without_a_lane_is_one_line_and_the_landing_stands(tmp_path: Path) -> None:
+    k = Kit.create(tmp_path)
+    gen = "engine/crates/layout/src/generated"
+    prov = {"format": 1, "function": "block_width", "verification": {"corpus": "block_width", "cases_passed": 1}}
+    old = k.commit_main({f"{gen}/block_width.rs": "pub fn block_width() {}\n",
+                         f"{gen}/block_width.provenance.json": json.dumps(prov)}, "a generated function")
+    k.track("alpha")
+    tip = k.rev("alpha")
+    r = k.land("alpha", NEV_ENGINE_DIR="engine")
+    assert r.rc == 0, r.text
+    floors = [ln for ln in r.err.splitlines() if "after: floors" in ln]
+    assert len(floors) == 1 and "failed" in floors[0] and "no lane" in floors[0] and "nothing undone" in floors[0]
+    assert k.rev(f"refs/tags/spec/alpha/{k.spec_sha('alpha')}") == k.rev("main")
+    assert not (k.primary / gen / "block_width.floor.json").exists()  # nothing written
+    check_invariant(k, old, "alpha", tip, landed=True)
