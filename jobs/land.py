@@ -390,6 +390,15 @@ def _checkout_blocks(repo: Repo, checkout: Path, old: str, new: str) -> list[str
     return sorted((changed & local) - {""})
 
 
+def _refuse_checkout_blocks(t: Track, old: str, new: str) -> None:
+    checkout = main_checkout(t.repo, t.paths)
+    if checkout is not None:
+        blocks = _checkout_blocks(t.repo, checkout, old, new)
+        if blocks:
+            raise NotLanded(f"{t.name}: not landed: main's checkout {checkout} has local changes to "
+                            f"files this landing changes ({', '.join(blocks[:5])}); commit or stash them")
+
+
 def land(repo_path: Path, name: str, spec_sha: str, tip: str, check: bool = False) -> int:
     """`nev land NAME SPEC_SHA TIP [--check]`: 0 landed (or --check passed), 1 not landed, 2 conflict."""
     spec.check_name(name)
@@ -446,17 +455,13 @@ def _land_locked(t: Track, check: bool) -> int:
             _refuse_changes(t.name, changes, sp, extra, "against main after the rebase")
             _gate(t, wt, tr, strict)
             if check:
+                _refuse_checkout_blocks(t, old, gated)
                 print(f"{t.name}: check passed: would move main {old[:12]} -> {gated[:12]}; nothing changed")
                 return 0
             now = t.repo.rev(MAIN)
             if now == old:
                 _pins(t, now)
-                checkout = main_checkout(t.repo, t.paths)
-                if checkout is not None:
-                    blocks = _checkout_blocks(t.repo, checkout, old, gated)
-                    if blocks:
-                        raise NotLanded(f"{t.name}: not landed: main's checkout {checkout} has local changes to "
-                                        f"files this landing changes ({', '.join(blocks[:5])}); commit or stash them")
+                _refuse_checkout_blocks(t, old, gated)
                 marker = {"name": t.name, "spec_sha": sp.sha, "tip": tip, "old": old, "new": gated,
                           "time": time.time(), "pid": os.getpid()}
                 store.write_pending(t.paths, t.name, marker)

@@ -439,6 +439,8 @@ def test_local_changes_in_mains_checkout_to_landed_files_refuse_before_main_move
     kit.track("alpha", {"src/a.txt": "track\n"})
     tip = kit.rev("alpha")
     (kit.primary / "src/a.txt").write_text("uncommitted edit\n")
+    r = kit.land("alpha", "--check")
+    assert r.rc == 1 and "local changes" in r.err and "src/a.txt" in r.err
     r = kit.land("alpha")
     assert r.rc == 1 and "local changes" in r.err and "src/a.txt" in r.err
     assert (kit.primary / "src/a.txt").read_text() == "uncommitted edit\n"  # nothing lost
