@@ -581,7 +581,7 @@ def test_floors_after_landing_without_a_lane_is_one_line_and_the_landing_stands(
     r = k.land("alpha", NEV_ENGINE_DIR="engine")
     assert r.rc == 0, r.text
     floors = [ln for ln in r.err.splitlines() if "after: floors" in ln]
-    assert len(floors) == 1 and "failed" in floors[0] and "no lane" in floors[0] and "nothing undone" in floors[0]
+    assert len(floors) == 1 and "failed" in floors[0] and "build lane" in floors[0] and "nothing undone" in floors[0]
     assert k.rev(f"refs/tags/spec/alpha/{k.spec_sha('alpha')}") == k.rev("main")
     assert not (k.primary / gen / "block_width.floor.json").exists()  # nothing written
     check_invariant(k, old, "alpha", tip, landed=True)
