@@ -131,6 +131,10 @@ def _fault_timer(phase: str, delay: float = 0.3) -> threading.Timer | None:
 
 
 def _lanes_configured() -> bool:
+    # Cheap first: with no NEV_LANE_SSH and no lanes file, skip loading the SSH stack at all.
+    lanes_file = settings.get_path(settings.LANES_FILE)
+    if not settings.get(settings.LANE_SSH) and (lanes_file is None or not lanes_file.exists()):
+        return False
     from lanes import config
 
     return bool(config.configured(require=False).lanes)
@@ -146,8 +150,9 @@ def run_gate(cmd: str, worktree: Path, strict: bool, record: Path | None = None)
     recorded in `record` so a rerun after a SIGKILL stops it, and killed as a whole tree on
     SIGINT/SIGTERM."""
     on_lane = bool(settings.get(settings.ON_LANE))
-    gate = _lanes_gate()
-    if gate is not None and not on_lane and (strict or _lanes_configured()):
+    # The lane path (and its SSH stack) is loaded only when a lane could be used.
+    gate = _lanes_gate() if not on_lane and (strict or _lanes_configured()) else None
+    if gate is not None:
         timer = _fault_timer("gate")
         try:
             return int(gate.on(worktree, ["sh", "-c", cmd], lane_only=strict))
