@@ -33,7 +33,7 @@ if [ -f "$ctl/move-main" ]; then
       && echo "$(git rev-parse HEAD) moved" >> "$ctl/gate.log")
   fi
 fi
-if [ -f "$ctl/sleep" ]; then sleep "$(cat "$ctl/sleep")"; fi
+if [ -f "$ctl/sleep" ]; then sleep "$(cat "$ctl/sleep")" & echo $! > "$ctl/child.pid"; wait $!; fi
 rc=0
 [ -f "$ctl/rc" ] && rc=$(cat "$ctl/rc")
 [ "$rc" = 0 ] && echo "$head pass" >> "$ctl/gate.log"
@@ -265,11 +265,12 @@ def check_invariant(k: Kit, old_main: str, track: str, track_tip: str, landed: b
         assert git(k.primary, "rev-list", "--merges", f"{old_main}..main") == ""
     else:
         assert branch == track_tip, f"branch {track} is {branch!r}, expected its tip {track_tip}"
-    # No gate is left running.
-    pidf = k.ctl / "gate.pid"
-    if pidf.exists():
-        pid = int(pidf.read_text().strip() or 0)
-        wait_for(lambda: pid_dead(pid), 10, f"gate pid {pid} to end")
+    # No gate is left running: neither the gate's shell nor its child.
+    for f in ("gate.pid", "child.pid"):
+        pidf = k.ctl / f
+        if pidf.exists():
+            pid = int(pidf.read_text().strip() or 0)
+            wait_for(lambda pid=pid: pid_dead(pid), 10, f"{f} {pid} to end")
 
 
 def sigterm(p: subprocess.Popen) -> None:

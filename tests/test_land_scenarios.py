@@ -326,10 +326,13 @@ def test_sigterm_during_the_gate_kills_the_gate_tree_and_keeps_the_branch(kit: K
     wait_for(lambda: (kit.ctl / "gate.pid").exists(), what="gate start")
     gate_pid = int((kit.ctl / "gate.pid").read_text())
     time.sleep(0.2)
+    wait_for(lambda: (kit.ctl / "child.pid").exists(), what="the gate's child")
+    child_pid = int((kit.ctl / "child.pid").read_text())
     p.send_signal(signal.SIGTERM)
     r = finish(p)
     assert r.rc == 143
     wait_for(lambda: pid_dead(gate_pid), 10, "gate to be killed")
+    wait_for(lambda: pid_dead(child_pid), 10, "the gate's child to be killed")  # the whole tree
     assert kit.land_worktrees() == []
     check_invariant(kit, old, "alpha", tip, landed=False)
 
@@ -368,14 +371,16 @@ def test_sigkill_at_each_phase_then_a_rerun_finishes_the_landing(kit: Kit, phase
     assert pending == (phase in ("before-ref-update", "after-ref-update", "cleanup"))
     if phase == "gate":
         gate_pid = int((kit.ctl / "gate.pid").read_text())
-        assert not pid_dead(gate_pid)  # a SIGKILLed lander leaves its gate running ...
+        wait_for(lambda: (kit.ctl / "child.pid").exists(), what="the gate's child")
+        child_pid = int((kit.ctl / "child.pid").read_text())
+        assert not pid_dead(gate_pid) and not pid_dead(child_pid)  # a SIGKILLed lander leaves its gate running ...
         kit.gate(sleep=0)
     rr = kit.land("alpha", tip=tip, spec_sha=sha)
     assert rr.rc == 0, rr.text
     assert "took over a stale land lock from dead PID" in rr.err
     if phase == "gate":
-        assert "stopped a gate left running" in rr.err  # ... which the rerun stops
-        assert pid_dead(gate_pid)
+        assert "stopped a gate left running" in rr.err  # ... which the rerun stops, whole tree
+        assert pid_dead(gate_pid) and pid_dead(child_pid)
     if moved:
         assert "finishing what it owed" in rr.err
         assert kit.gates_started() == 1  # the rerun did not gate again
