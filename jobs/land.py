@@ -743,10 +743,12 @@ def land_approved(repo_path: Path) -> int:
             with LandLock(paths.lock, wait=settings.get_float(settings.LAND_LOCK_WAIT)):
                 stop_leftover_gate(paths, n)
                 finish_pending(repo, paths, n)
+    tally = {"landed": 0, "skipped": 0, "refused": 0}
     for a in store.list_approvals(paths):
         now = repo.try_rev(f"refs/heads/{a.name}")
         if now is not None and now != a.tip and not (paths.pending(a.name).exists()):
             info(f"land: skipped {a.name}: tip moved since approval (approved {a.tip[:12]}, now {now[:12]})")
+            tally["skipped"] += 1
             continue
         try:
             rc = land(repo_path, a.name, a.spec_sha, a.tip)
@@ -755,5 +757,7 @@ def land_approved(repo_path: Path) -> int:
             rc = e.exit_code
         if rc == 0:
             store.drop_approval(paths, a.name)
+        tally["landed" if rc == 0 else "refused"] += 1
         worst = max(worst, rc)
+    info("land: tick: " + ", ".join(f"{v} {k}" for k, v in tally.items()))
     return worst
