@@ -18,13 +18,33 @@ def batch() -> None:
     """Best-of-N generation batches through the gateway."""
 
 
-@batch.command("run")
+@batch.command("run", context_settings={"ignore_unknown_options": False})
 @click.argument("function")
-@click.option("--models", help="ALIAS:N:INFLIGHT,... (default NEV_MODELS)")
-@click.option("--max-batches", type=int, help="Stop after K batches (default NEV_MAX_BATCHES)")
-def batch_run(function: str, models: str | None, max_batches: int | None) -> None:
-    """Sample, verify and keep the best version of FUNCTION (on a lane)."""
-    raise not_built("batch run", 12)
+@click.option("--models", help="ALIAS:N:INFLIGHT,... (default NEV_MODELS, else every sampling alias of folknet.json)")
+@click.option("--max-batches", type=int, help="Stop after K batches (default NEV_MAX_BATCHES, else 4)")
+@click.option("--escalate-after", type=int, help="Batches with no pass before escalating (default NEV_ESCALATE_AFTER, 2)")
+@click.option("--escalate", help="The capacity-tier share ALIAS:N:INFLIGHT (default NEV_ESCALATE_MODEL, else the "
+              "first capacity alias)")
+@click.option("--seed", type=int, help="Base of every call's seed (default: from the batch id)")
+@click.option("--corpus", type=click.Path(file_okay=False, path_type=Path),
+              help="The corpus folder (default NEV_CORPUS_DIR/FUNCTION)")
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
+def batch_run(function: str, models: str | None, max_batches: int | None, escalate_after: int | None,
+              escalate: str | None, seed: int | None, corpus: Path | None, repo: Path) -> int:
+    """Sample, verify and keep a passing version of FUNCTION (on a lane).
+
+    Exits 0 when a version passed and was kept, 1 when none passed (or the kept files
+    could not be written), 3 when no lane answered (nothing ran), 2 on bad arguments.
+    """
+    from bench.batch import command
+
+    argv = ["batch", "run", function]
+    for flag, value in (("--models", models), ("--max-batches", max_batches), ("--escalate-after", escalate_after),
+                        ("--escalate", escalate), ("--seed", seed), ("--corpus", corpus)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return command(function, repo, models, max_batches, escalate_after, escalate, seed, corpus, argv,
+                   echo=click.echo)
 
 
 @click.group("oracle")
@@ -163,7 +183,20 @@ def scores(as_json: bool, repo: Path) -> int:
 
 
 @click.command("ledger")
-@click.option("--worktree")
-def ledger(worktree: str | None) -> None:
-    """The batches, as a table."""
-    raise not_built("ledger", 12)
+@click.option("--worktree", help="Whose batches (default: this repository's folder name)")
+@click.option("--json", "as_json", is_flag=True, help="Print the lines as they are stored.")
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
+def ledger(worktree: str | None, as_json: bool, repo: Path) -> int:
+    """The batches, as a table: one row per model of each batch (ledger/<worktree>.jsonl on the share)."""
+    import json
+
+    from bench import ledger as ledger_mod
+    from bench.batch import _repo_root
+
+    name = worktree or _repo_root(repo).name
+    path = ledger_mod.ledger_dir() / f"{name}.jsonl"
+    if as_json:
+        for line in ledger_mod.read(path):
+            click.echo(json.dumps(line, sort_keys=True))
+        return 0
+    return ledger_mod.show(path, echo=click.echo)

@@ -54,6 +54,8 @@ MODEL_API_KEY = _s("NEV_MODEL_API_KEY", None, "the gateway key (secret)", secret
 MODEL_KEY_FILE = _s("NEV_MODEL_KEY_FILE", None, "file holding the gateway key (mode 600)")
 MODELS = _s("NEV_MODELS", None, "models of a batch as ALIAS:N:INFLIGHT,...")
 MAX_BATCHES = _s("NEV_MAX_BATCHES", None, "stop a generation run after this many batches")
+ESCALATE_AFTER = _s("NEV_ESCALATE_AFTER", "2", "batches with no pass before a run escalates to the capacity tier")
+ESCALATE_MODEL = _s("NEV_ESCALATE_MODEL", None, "the capacity-tier share of a run as ALIAS:N:INFLIGHT (default: the first capacity alias)")
 FOLKNET_FILE = _s("NEV_FOLKNET_FILE", "bench/folknet.json", "declared model aliases")
 # Forge
 FORGE_USER = _s("NEV_FORGE_USER", None, "forge user name")

@@ -1,0 +1,365 @@
+"""THE gateway client: OpenAI-compatible chat completions through the LiteLLM proxy.
+
+- the run's key is read from a file (`NEV_MODEL_KEY_FILE`), never from argv, and registered
+  with the masker;
+- per alias at most INFLIGHT calls at once, never more than `folknet.json` declares;
+- `n` in one call where the alias supports it, fanned out into n calls otherwise;
+- a token-bucket pacer per alias; a 429 freezes new calls of that alias for a cooldown and
+  lowers its rate, and the call is tried again: a 429 never reaches the batch;
+- 5xx and connection errors are retried with backoff, then the call fails with its reason;
+- every call is metered (tokens in/out, latency, pacer wait, retries, statuses) into a
+  `CallRecord`, and in-flight time is metered per alias (`InflightMeter`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import stat
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lanes import settings
+from lanes.errors import ConfigError
+from lanes.mask import mask, register_secret
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+#: seconds of freeze after a 429 when the answer names no Retry-After
+COOLDOWN_S = 1.0
+#: the pacer's rate is multiplied by this after a 429 (never below MIN_RATE)
+LOWER_BY = 0.5
+MIN_RATE = 0.2
+#: after this many clean calls in a row the rate grows 5%, up to 1.5x its seed
+GROW_EVERY = 8
+#: 5xx / connection failures tried this many times in all before the call fails
+TRIES_5XX = 4
+BACKOFF_S = 0.5
+#: a run of 429s longer than this fails the call (a pool that never recovers)
+MAX_429_WAIT_S = 600.0
+
+
+def read_key(path: Path | None) -> str:
+    """The gateway key from its file (mode 600), registered as a secret."""
+    if path is None:
+        raise ConfigError("no gateway key: set NEV_MODEL_KEY_FILE to a file holding the key (mode 600)")
+    try:
+        st = path.stat()
+        key = path.read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise ConfigError(f"NEV_MODEL_KEY_FILE {path}: cannot read it ({e.strerror}); point it at the key file") from None
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(f"NEV_MODEL_KEY_FILE {path}: readable by others (mode {stat.S_IMODE(st.st_mode):o}); "
+                          f"chmod 600 it")
+    if not key:
+        raise ConfigError(f"NEV_MODEL_KEY_FILE {path}: empty; write the gateway key into it")
+    register_secret(key)
+    return key
+
+
+def key_from_settings() -> str:
+    return read_key(settings.get_path(settings.MODEL_KEY_FILE))
+
+
+def url_from_settings() -> str:
+    on_lane = settings.get_flag(settings.ON_LANE)
+    url = (settings.get(settings.LANE_MODEL_URL) if on_lane else None) or settings.get(settings.MODEL_URL)
+    if not url:
+        raise ConfigError("no gateway URL: set NEV_MODEL_URL (NEV_LANE_MODEL_URL on a lane)")
+    return url.rstrip("/")
+
+
+# ---- the pacer (pure: the clock is passed in) ----
+
+@dataclass
+class Pacer:
+    """A token bucket: `rate` calls per second, up to `burst` at once; frozen until `frozen_until`."""
+
+    rate: float
+    burst: float
+    seed_rate: float = 0.0
+    tokens: float = 0.0
+    last: float = 0.0
+    frozen_until: float = 0.0
+    clean: int = 0
+    lowered: int = 0
+
+    def __post_init__(self) -> None:
+        self.seed_rate = self.seed_rate or self.rate
+        self.tokens = self.burst
+
+    def wait_time(self, now: float) -> float:
+        """Seconds until a call may start (0: now). Refills the bucket up to `now`."""
+        if now < self.frozen_until:
+            return self.frozen_until - now
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        if self.tokens >= 1.0:
+            return 0.0
+        return (1.0 - self.tokens) / self.rate
+
+    def take(self, now: float) -> bool:
+        if self.wait_time(now) > 0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+    def on_429(self, now: float, retry_after: float | None) -> None:
+        """Freeze new calls for the cooldown and lower the rate."""
+        self.frozen_until = max(self.frozen_until, now + (retry_after if retry_after else COOLDOWN_S))
+        self.rate = max(MIN_RATE, self.rate * LOWER_BY)
+        self.tokens = min(self.tokens, 0.0)
+        self.last = max(self.last, self.frozen_until)
+        self.clean = 0
+        self.lowered += 1
+
+    def on_ok(self) -> None:
+        self.clean += 1
+        if self.clean >= GROW_EVERY:
+            self.clean = 0
+            self.rate = min(self.seed_rate * 1.5, self.rate * 1.05)
+
+
+# ---- in-flight metering ----
+
+class InflightMeter:
+    """How long an alias had 0..limit calls in flight: the share of the time spent at its limit."""
+
+    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit = limit
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.n = 0
+        self.max_seen = 0
+        self.t0: float | None = None
+        self.last = 0.0
+        self.at_limit_s = 0.0
+        self.busy_s = 0.0
+
+    def _tick(self) -> float:
+        now = self.clock()
+        if self.t0 is None:
+            self.t0 = self.last = now
+        dt = now - self.last
+        if self.n >= self.limit:
+            self.at_limit_s += dt
+        if self.n > 0:
+            self.busy_s += dt
+        self.last = now
+        return now
+
+    def enter(self) -> None:
+        with self.lock:
+            self._tick()
+            self.n += 1
+            self.max_seen = max(self.max_seen, self.n)
+
+    def leave(self) -> None:
+        with self.lock:
+            self._tick()
+            self.n -= 1
+
+    def summary(self) -> dict[str, Any]:
+        with self.lock:
+            span = (self.last - self.t0) if self.t0 is not None else 0.0
+            return {"limit": self.limit, "max_seen": self.max_seen, "span_s": round(span, 3),
+                    "at_limit_s": round(self.at_limit_s, 3),
+                    "at_limit_share": round(self.at_limit_s / span, 4) if span > 0 else None}
+
+
+# ---- calls ----
+
+@dataclass
+class CallRecord:
+    """One call as metered: what was asked, what came back, what it cost."""
+
+    alias: str
+    n: int
+    seed: int
+    status: str = "ok"            # ok | failed
+    http: list[int] = field(default_factory=list)   # every HTTP status seen (0: no connection)
+    choices: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    latency_s: float = 0.0
+    pacer_wait_s: float = 0.0
+    retries: int = 0
+    rate_limited: int = 0
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["latency_s"] = round(self.latency_s, 4)
+        d["pacer_wait_s"] = round(self.pacer_wait_s, 4)
+        return d
+
+
+class CallFailed(Exception):
+    def __init__(self, record: CallRecord) -> None:
+        super().__init__(record.error or "call failed")
+        self.record = record
+
+
+@dataclass
+class AliasState:
+    name: str
+    inflight: int
+    supports_n: bool
+    pacer: Pacer
+    sem: threading.BoundedSemaphore
+    meter: InflightMeter
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _retry_after(headers: Any) -> float | None:
+    try:
+        v = headers.get("Retry-After") if headers is not None else None
+        return min(30.0, float(v)) if v else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _reason(code: int, raw: bytes) -> str:
+    try:
+        err = json.loads(raw).get("error")
+        msg = err.get("message") if isinstance(err, dict) else str(err)
+    except (ValueError, AttributeError):
+        msg = raw[:200].decode(errors="replace")
+    return mask(f"HTTP {code}: {str(msg)[:300]}")
+
+
+class Gateway:
+    """Calls to one OpenAI-compatible base URL with one key (`None`: no Authorization header,
+    for straight-to-the-pool measurements)."""
+
+    def __init__(self, url: str, key: str | None, timeout_s: float = 600.0,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.url = url.rstrip("/")
+        self.key = key
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.sleep = sleep
+        self.aliases: dict[str, AliasState] = {}
+
+    def add_alias(self, name: str, inflight: int, declared_max: int, supports_n: bool = True,
+                  rate: float | None = None) -> AliasState:
+        """Register an alias at min(inflight, declared_max) calls at once."""
+        cap = max(1, min(inflight, declared_max))
+        r = rate or float(max(4, 4 * cap))
+        st = AliasState(name, cap, supports_n, Pacer(rate=r, burst=float(cap)),
+                        threading.BoundedSemaphore(cap), InflightMeter(cap, self.clock))
+        self.aliases[name] = st
+        return st
+
+    def _admit(self, st: AliasState) -> float:
+        """Wait for the pacer; returns the seconds waited."""
+        waited = 0.0
+        while True:
+            with st.lock:
+                now = self.clock()
+                w = st.pacer.wait_time(now)
+                if w <= 0 and st.pacer.take(now):
+                    return waited
+            w = max(0.005, min(w, 1.0))
+            self.sleep(w)
+            waited += w
+
+    def _post(self, body: dict[str, Any]) -> tuple[int, bytes, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.key:
+            headers["Authorization"] = f"Bearer {self.key}"
+        req = urllib.request.Request(f"{self.url}/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers=headers, method="POST")
+        try:
+            with _OPENER.open(req, timeout=self.timeout_s) as r:
+                return r.status, r.read(), r.headers
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), e.headers
+
+    def call(self, alias: str, messages: list[dict[str, str]], n: int, seed: int,
+             max_tokens: int | None = None) -> tuple[list[str], CallRecord]:
+        """One completion call with `n` choices (the alias must support n, or n == 1).
+        Raises CallFailed (with its record) after 5xx/connection retries run out."""
+        st = self.aliases[alias]
+        rec = CallRecord(alias=alias, n=n, seed=seed)
+        body: dict[str, Any] = {"model": alias, "messages": messages, "n": n, "seed": seed}
+        if max_tokens:
+            body["max_tokens"] = max_tokens
+        tries_5xx = 0
+        first_429: float | None = None
+        st.sem.acquire()
+        try:
+            while True:
+                rec.pacer_wait_s += self._admit(st)
+                t0 = self.clock()
+                st.meter.enter()
+                try:
+                    code, raw, headers = self._post(body)
+                except (urllib.error.URLError, OSError, TimeoutError) as e:
+                    code, raw, headers = 0, str(getattr(e, "reason", e)).encode(), None
+                finally:
+                    st.meter.leave()
+                rec.latency_s += self.clock() - t0
+                rec.http.append(code)
+                if code == 200:
+                    try:
+                        data = json.loads(raw)
+                        texts = [c["message"]["content"] or "" for c in data["choices"]]
+                    except (ValueError, KeyError, TypeError) as e:
+                        rec.status, rec.error = "failed", f"{alias}: the answer is not a chat completion ({e})"
+                        raise CallFailed(rec) from None
+                    usage = data.get("usage") or {}
+                    rec.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+                    rec.completion_tokens = int(usage.get("completion_tokens") or 0)
+                    details = usage.get("prompt_tokens_details") or {}
+                    rec.cached_tokens = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+                    rec.choices = len(texts)
+                    with st.lock:
+                        st.pacer.on_ok()
+                    return texts, rec
+                if code == 429:
+                    rec.rate_limited += 1
+                    rec.retries += 1
+                    now = self.clock()
+                    first_429 = first_429 if first_429 is not None else now
+                    with st.lock:
+                        st.pacer.on_429(now, _retry_after(headers))
+                    if now - first_429 > MAX_429_WAIT_S:
+                        rec.status = "failed"
+                        rec.error = f"{alias}: rate limited (429) for over {MAX_429_WAIT_S:.0f} s"
+                        raise CallFailed(rec)
+                    continue
+                if code == 0 or code >= 500:
+                    tries_5xx += 1
+                    why = (f"no connection to the gateway ({mask(raw.decode(errors='replace'))[:200]})"
+                           if code == 0 else _reason(code, raw))
+                    if tries_5xx >= TRIES_5XX:
+                        rec.status, rec.error = "failed", f"{alias}: {why} (tried {tries_5xx} times)"
+                        raise CallFailed(rec)
+                    rec.retries += 1
+                    self.sleep(BACKOFF_S * 2 ** (tries_5xx - 1))
+                    continue
+                rec.status, rec.error = "failed", f"{alias}: {_reason(code, raw)}"
+                raise CallFailed(rec)
+        finally:
+            st.sem.release()
+
+
+def split_draws(total: int, inflight: int, supports_n: bool, max_n: int = 16) -> list[int]:
+    """How `total` candidates become calls: the n of each call. With n support, as few calls as
+    fill the in-flight slots (each at most `max_n`); without, one call per candidate."""
+    if total <= 0:
+        return []
+    if not supports_n:
+        return [1] * total
+    calls = max(min(inflight, total), math.ceil(total / max_n))
+    base, extra = divmod(total, calls)
+    return [base + (1 if i < extra else 0) for i in range(calls)]
+

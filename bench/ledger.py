@@ -1,0 +1,118 @@
+"""The ledger: one JSON line per model batch in `ledger/<worktree>.jsonl` on the share.
+
+Each line: the batch id, function, round, start and end time, lane CPU-seconds, and per model
+the candidates, compiled count, best score, tokens and draw seconds. No host names or addresses:
+a line that carries one is refused before it is written (the share is open to the subnet).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lanes import settings
+from lanes.errors import ConfigError
+
+_ADDR = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|://|\b[a-z0-9-]+\.(?:local|lan|internal|com|net|org)\b", re.I)
+
+
+def ledger_dir(shared: Path | None = None) -> Path:
+    root = shared or settings.get_path(settings.LANE_SHARED)
+    if root is None:
+        raise ConfigError("no share: set NEV_LANE_SHARED to the NAS folder")
+    return root / "ledger"
+
+
+def find_address(obj: Any, where: str = "") -> str | None:
+    """The first field holding a host address or URL, or None."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            got = find_address(v, f"{where}.{k}" if where else str(k))
+            if got:
+                return got
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            got = find_address(v, f"{where}[{i}]")
+            if got:
+                return got
+    elif isinstance(obj, str) and _ADDR.search(obj):
+        return where
+    return None
+
+
+def scrub(obj: Any) -> Any:
+    """Replace addresses and URLs inside strings by `<host>`."""
+    if isinstance(obj, dict):
+        return {k: scrub(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [scrub(v) for v in obj]
+    if isinstance(obj, str):
+        return re.sub(r"\S*://\S*|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b", "<host>", obj)
+    return obj
+
+
+def line_for(record: dict[str, Any]) -> dict[str, Any]:
+    """The ledger's fields of a batch record."""
+    models = {}
+    for alias, m in record["models"].items():
+        models[alias] = {k: m.get(k) for k in ("tier", "candidates", "compiled", "best", "tokens_in", "tokens_out",
+                                               "draw_s", "status", "error", "rate_limited", "calls")}
+    line = {"batch": record["batch"], "function": record["function"], "round": record["round"],
+            "escalated": record["escalated"], "start": record["start"], "end": record["end"],
+            "lane_cpu_s": record["lane_cpu_s"], "candidates": record["candidates"],
+            "unique": record["unique"], "compiled": record["compiled"], "best": record["best"],
+            "cases_run": record["cases_run"], "passed": record["passed"], "models": models}
+    return scrub(line)
+
+
+def append(path: Path, line: dict[str, Any]) -> None:
+    where = find_address(line)
+    if where:
+        raise ConfigError(f"ledger line field {where} holds a host address; nothing written")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if raw.strip():
+            try:
+                out.append(json.loads(raw))
+            except json.JSONDecodeError:
+                raise ConfigError(f"{path}: line {n} is not JSON; the ledger is append-only, fix that line") from None
+    return out
+
+
+def table(lines: list[dict[str, Any]]) -> list[str]:
+    """One row per model of each batch."""
+    rows = [f"{'start':20} {'batch':22} {'function':13} {'rd':>2} {'model':22} {'cand':>4} {'comp':>4} "
+            f"{'best':>9} {'tok in/out':>13} {'draw s':>7} {'cpu s':>6}  status"]
+    for ln in lines:
+        for alias, m in sorted(ln.get("models", {}).items()):
+            best = f"{m.get('best') if m.get('best') is not None else '-'}/{ln.get('cases_run') or '-'}"
+            tok = f"{m.get('tokens_in') or 0}/{m.get('tokens_out') or 0}"
+            status = m.get("status") or "-"
+            if m.get("error"):
+                status += f" ({m['error']})"
+            rows.append(f"{str(ln.get('start', ''))[:19]:20} {str(ln.get('batch', ''))[:22]:22} "
+                        f"{str(ln.get('function', ''))[:13]:13} {ln.get('round', 0):>2} {alias[:22]:22} "
+                        f"{m.get('candidates') or 0:>4} {m.get('compiled') or 0:>4} {best:>9} {tok:>13} "
+                        f"{m.get('draw_s') or 0:>7.1f} {ln.get('lane_cpu_s') or 0:>6.1f}  {status}")
+    return rows
+
+
+def show(path: Path, echo: Callable[[str], None] = print) -> int:
+    lines = read(path)
+    if not lines:
+        echo(f"no batches in {path}")
+        return 0
+    for r in table(lines):
+        echo(r)
+    return 0

@@ -1,0 +1,61 @@
+"""Model batches run only on a lane. One function decides: already on a lane (`NEV_ON_LANE`)
+-> run here; otherwise re-run the same command there through the lane gate, lane-only, with
+the NEV_* settings passed along (credentials and lane settings excepted) and the results
+pulled back; no lane (or no gate) -> exit 3, nothing run here."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from lanes import settings
+from lanes.errors import NoLaneError
+from lanes.mask import is_secret_name
+
+#: lane settings: the lane sets its own
+_LANE_ONLY = {"NEV_ON_LANE", "NEV_LANES_FILE", "NEV_KNOWN_HOSTS", "NEV_SSH_KEY", "NEV_LANE_SSH",
+              "NEV_LANE_SHARED", "NEV_LANE_GIT_URL", "NEV_LANE_STRICT", "NEV_LANE_KEEP_ENV",
+              "NEV_LANE_FETCH_MAX_AGE", "NEV_LANE_MIN_FREE_GB"}
+#: credentials (and files of credentials): the gate's .env carries them, never the environment
+_CREDENTIALS = {"NEV_MODEL_API_KEY", "NEV_MODEL_KEY_FILE", "NEV_FORGE_TOKEN", "NEV_FORGE_TOKEN_FILE",
+                "NEV_FORGE_USER"}
+
+
+def _canonical(name: str) -> str:
+    return "NEV_" + name.removeprefix("GENERA_") if name.startswith("GENERA_") else name
+
+
+def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The NEV_*/GENERA_* settings that travel with a batch to the lane."""
+    out = {}
+    secret = {s.name for s in settings.all_settings() if s.secret}
+    for k, v in environ.items():
+        if not (k.startswith("NEV_") or k.startswith("GENERA_")):
+            continue
+        c = _canonical(k)
+        if c in _LANE_ONLY or c in _CREDENTIALS or c in secret or c.startswith("NEV_LANE_") \
+                or c.startswith("NEV_BOX_") or is_secret_name(c) or c.endswith("_KEY_FILE") or c.endswith("_TOKEN_FILE"):
+            continue
+        out[k] = v
+    return out
+
+
+def on_lane(environ: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return bool(settings.get(settings.ON_LANE, env))
+
+
+def run_on_lane(worktree: Path, command: Sequence[str], pull: Sequence[str] = ()) -> int:
+    """Re-run `command` on a lane through the gate (lane-only); NoLaneError (exit 3) without one."""
+    try:
+        gate = importlib.import_module("lanes.gate")
+    except ImportError:
+        gate = None
+    if gate is None or not hasattr(gate, "run"):
+        raise NoLaneError("model batches run only on a build lane and this checkout has no lane gate; "
+                          "nothing ran (on a lane, NEV_ON_LANE=1 runs the batch in place)")
+    status: int = gate.run(worktree, list(command), lane_only=True, pull=list(pull),
+                           extra_env=forwarded_env(os.environ))
+    return status
