@@ -16,7 +16,8 @@ from crates_bridge import samples
 from crates_bridge.workspace import EXAMPLE_ENGINE
 
 HERE = Path(__file__).resolve().parent
-ABS = (EXAMPLE_ENGINE / "crates/layout/src/generated/abspos_width.rs").read_text()
+#: the example engine's generated abspos_width misses the negative-margins rule: a wrong answer
+ABS_EXAMPLE = (EXAMPLE_ENGINE / "crates/layout/src/generated/abspos_width.rs").read_text()
 
 
 def sub(text: str, old: str, new: str) -> str:
@@ -32,15 +33,20 @@ BW_RIGHT = samples.RIGHT
 BW_WRONG = samples.WRONG
 BW_BROKEN = [s for s, _ in samples.BROKEN]
 
+ABS = sub(ABS_EXAMPLE, "(None, None) => (free / 2.0, free / 2.0),",
+          "(None, None) if free < 0.0 => (0.0, free),\n            (None, None) => (free / 2.0, free / 2.0),")
 ABS_RIGHT = [
     ABS,
     sub(ABS, "let free = cb - l - r - fixed - w;", "let free = cb - (l + r + fixed + w);"),
 ]
 ABS_WRONG = [
+    # both auto margins negative: still equal (ltr puts margin-left at 0)
+    ABS_EXAMPLE,
     # shrink-to-fit forgotten when all three are auto
     sub(ABS, "(None, None, None) => (static_left, shrink_to_fit),", "(None, None, None) => (static_left, 0.0),"),
-    # both auto margins: all the free space to the left margin
-    sub(ABS, "(None, None) => (free / 2.0, free / 2.0),", "(None, None) => (free, 0.0),"),
+    # rule 5 forgets the borders and paddings when solving for 'width'
+    sub(ABS, "(Some(l), None, Some(r)) => (l, cb - l - r - ml - mr - fixed),",
+        "(Some(l), None, Some(r)) => (l, cb - l - r - ml - mr),"),
     # §10.4 forgotten: negative widths kept
     sub(ABS, "if first.width < 0.0 {", "if first.width < -1.0e9 {"),
 ]
@@ -75,10 +81,12 @@ def main() -> None:
                        "the test renames to an exact geometry-difference line of the escalated prompt: the "
                        "pool answers right only when that line reached it",
            "functions": {"abspos_width": {"sampling": [c("wrong", ABS_WRONG[0]), c("wrong", ABS_WRONG[1]),
+                                                       c("wrong", ABS_WRONG[2]),
                                                        c("broken", ABS_BROKEN[0]), c("broken", ABS_BROKEN[1])],
-                                          "capacity": [c("wrong", ABS_WRONG[2])]},
+                                          "capacity": [c("wrong", ABS_WRONG[3])]},
                          "abspos_width_with_geometry_diffs": {
-                             "sampling": [c("wrong", ABS_WRONG[0]), c("wrong", ABS_WRONG[1])],
+                             "sampling": [c("wrong", ABS_WRONG[0]), c("wrong", ABS_WRONG[1]),
+                                          c("wrong", ABS_WRONG[2])],
                              "capacity": [c("right", ABS_RIGHT[1])]}}}
     (HERE / "bank_escalate.json").write_text(json.dumps(esc, indent=1) + "\n")
 

@@ -1,0 +1,252 @@
+"""The generation loop on the rig-in-a-box: the real LiteLLM proxy, HAProxy, the stand-in pools
+answering from the banks in tests/data, real rustc, corpora from the hand-written reference.
+
+Batches run in place (NEV_ON_LANE=1, as the lane gate runs them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import batch, ledger, prompt
+from bench import folknet as fk
+from bench.gateway import Gateway, read_key
+from crates_bridge import corpus
+from crates_bridge.candidates import probe
+from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
+from lanes.errors import NevError
+from lanes.gitrun import Repo, init
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+GEN = "crates_bridge/engine/crates/layout/src/generated"
+N_CASES = 120
+SAMPLING = "qwen3.8-27b-fast"
+CAPACITY = "deepseek-v4.1-flash"
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """A repository holding a copy of the example engine (built once) and reference corpora."""
+    root = tmp_path_factory.mktemp("batch") / "wt-demo"
+    shutil.copytree(EXAMPLE_ENGINE, root / "crates_bridge/engine", ignore=shutil.ignore_patterns("target"))
+    (root / ".gitignore").write_text("target/\n/corpus/\n")
+    ws = Workspace(root / "crates_bridge/engine")
+    for f in ("block_width", "abspos_width"):
+        corpus.write_reference_corpus(ws, f, root / "corpus" / f, N_CASES)
+    r = init(root)
+    r.git("add", "-A")
+    r.git("commit", "-q", "-m", "fixture")
+    return root
+
+
+@pytest.fixture
+def pools(box, repo):
+    """Pools reset and given the find bank; the repository's generated files as committed."""
+    git = Repo(repo)
+    git.git("checkout", "-q", "--", GEN)
+    git.git("clean", "-qfd", "--", GEN)
+    for p in box.pools:
+        box.pool_control(p, reset=True)
+    box.pool_control("gpu0", bank=str(DATA / "bank_find.json"))
+    box.pool_control("gpu1", bank=str(DATA / "bank_find.json"))
+    yield box
+    for p in box.pools:
+        box.pool_control(p, reset=True)
+
+
+def env_for(box, repo: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_"))}
+    env.update(box.env)
+    env.update({"NEV_ON_LANE": "1", "NEV_LANE_SHARED": str(box.nas), "PYTHONPATH": str(ROOT)})
+    return env
+
+
+def nev(env: dict[str, str], cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def records(repo: Path, batch_id: str) -> list[dict]:
+    d = repo / "target" / "batch" / batch_id
+    return [json.loads((d / f"record-r{i}.json").read_text()) for i in range(1, 20)
+            if (d / f"record-r{i}.json").exists()]
+
+
+def batch_id_of(out: str) -> str:
+    m = re.search(r"^batch (\S+) round 1", out, re.M)
+    assert m, out
+    return m.group(1)
+
+
+def config(box, repo: Path, function: str, shares: list[batch.Share], escalation: batch.Share | None = None,
+           escalate_after: int = 2, max_batches: int = 3, seed: int = 1) -> batch.RunConfig:
+    return batch.RunConfig(function=function, shares=shares, escalation=escalation, escalate_after=escalate_after,
+                           max_batches=max_batches, engine_dir=repo / "crates_bridge/engine",
+                           corpus_dir=repo / "corpus" / function, workdir=repo / "target" / "batch",
+                           ledger_path=ledger.ledger_dir(box.nas) / f"{repo.name}.jsonl", seed=seed)
+
+
+def share(box, alias: str, n: int, inflight: int, supports_n: bool = True) -> batch.Share:
+    a = fk.load(box.folknet_file).aliases[alias]
+    return batch.Share(alias, n, min(inflight, a.max_inflight), a.tier, supports_n, a.max_inflight)
+
+
+def gw(box) -> Gateway:
+    return Gateway(box.gateway_url, read_key(box.keys["batch"]))
+
+
+def test_a_batch_finds_the_right_answer_and_keeps_it_with_provenance_and_a_floor_the_check_accepts(pools, repo):
+    box = pools
+    env = env_for(box, repo)
+    r = nev(env, repo, "batch", "run", "block_width", "--models", f"{SAMPLING}:8:4", "--max-batches", "3",
+            "--seed", "7")
+    assert r.returncode == 0, r.stdout + r.stderr
+    bid = batch_id_of(r.stdout)
+    gen = repo / GEN
+    src = (gen / "block_width.rs").read_text()
+    assert src.startswith("// Generated: CSS 2.1 §10.3.3") and "// Spec steps:" in src and "//   5." in src
+    prov = json.loads((gen / "block_width.provenance.json").read_text())
+    assert prov["batch"]["id"] == bid and prov["verification"] == {"corpus": "block_width", "cases_passed": N_CASES,
+                                                                  "cases_run": N_CASES}
+    assert prov["batch"]["models"][0]["alias"] == SAMPLING and "pass@1" in prov["batch"]
+    assert json.loads((gen / "block_width.floor.json").read_text()) == {"cases_passed": N_CASES, "cases_run": N_CASES}
+    chk = nev(env, repo, "floors", "check")
+    assert chk.returncode == 0, chk.stdout + chk.stderr
+    assert re.search(r"block_width\s+120/120\s+floor 120/120\s+ok", chk.stdout), chk.stdout
+
+    recs = records(repo, bid)
+    lines = [x for x in ledger.read(ledger.ledger_dir(box.nas) / f"{repo.name}.jsonl") if x["batch"] == bid]
+    assert len(lines) == len(recs) >= 1 and lines[-1]["passed"] is True
+    for rec, line in zip(recs, lines, strict=True):
+        m = rec["models"][SAMPLING]
+        assert line["models"][SAMPLING]["candidates"] == m["candidates"] == m["answers"] == 8
+        assert line["candidates"] == rec["candidates"] == 8
+        assert line["compiled"] == rec["compiled"] == m["compiled"]
+        assert line["unique"] == rec["unique"] and line["best"] == rec["best"]
+        assert line["models"][SAMPLING]["tokens_out"] == sum(c["completion_tokens"] for c in rec["calls"]) > 0
+        assert ledger.find_address(line) is None
+        assert {"draw", "compile", "score"} <= set(rec["phases"]) and rec["lane_cpu_s"] > 0
+        # duplicates compiled once: the probe saw exactly the new unique candidates
+        files = list((repo / "target" / "batch" / bid / f"probe-r{rec['round']}").rglob("c[0-9][0-9][0-9].rs"))
+        assert len({f.name for f in files}) == rec["new_unique"] <= rec["unique"]
+    assert sum(r["duplicates"] for r in recs) >= 1
+    assert box.pool_control("gpu0")["max_inflight_seen"] <= 4
+    table = nev(env, repo, "ledger")
+    assert table.returncode == 0 and SAMPLING in table.stdout and "120/120" in table.stdout
+    assert "198.18" not in table.stdout and "198.18" not in json.dumps(lines)
+
+
+def _marker(repo: Path) -> str:
+    """The first geometry-difference line of the best failing sampling-tier version, as the
+    escalated prompt renders it."""
+    bank = json.loads((DATA / "bank_escalate.json").read_text())["functions"]["abspos_width"]["sampling"]
+    wrong = [c["code"] for c in bank if c["kind"] == "wrong"]
+    ws = Workspace(repo / "crates_bridge/engine")
+    b = probe(ws, "abspos_width", wrong, repo / "corpus/abspos_width", repo / "target" / "marker")
+    judged = [batch.judge(v, s, batch.code_hash(s)) for v, s in zip(b.verdicts, wrong, strict=True)]
+    assert all(j.status == "failed" for j in judged)
+    best = batch.best_versions(judged)[0]
+    return prompt.diff_line(*best.diffs[0])
+
+
+def test_escalation_after_k_rounds_sends_the_geometry_differences_to_the_capacity_tier(pools, repo, tmp_path):
+    box = pools
+    marker = _marker(repo)
+    data = json.loads((DATA / "bank_escalate.json").read_text())
+    data["functions"][marker] = data["functions"].pop("abspos_width_with_geometry_diffs")
+    bank = tmp_path / "bank.json"
+    bank.write_text(json.dumps(data))
+    for p in box.pools:
+        box.pool_control(p, bank=str(bank))
+    cfg = config(box, repo, "abspos_width", [share(box, SAMPLING, 6, 3)], share(box, CAPACITY, 2, 2),
+                 escalate_after=2, max_batches=3)
+    res = batch.run(cfg, gw(box), echo=lambda s: None)
+    assert res.passed, [r["models"] for r in res.rounds]
+    assert [r["escalated"] for r in res.rounds] == [False, False, True]
+    assert list(res.rounds[2]["models"]) == [CAPACITY] and res.rounds[2]["models"][CAPACITY]["passed"] >= 1
+    assert res.rounds[2]["versions_shown"] >= 1
+    # what the capacity pool was asked: only the escalated round's calls, carrying the exact diffs
+    assert box.pool_control("gpu1")["served"] == res.rounds[2]["models"][CAPACITY]["calls"]
+    esc_prompt = (repo / "target/batch" / res.batch_id / "prompt-r3.txt").read_text()
+    assert marker in esc_prompt and "expected" in marker and "got" in marker
+    assert marker not in (repo / "target/batch" / res.batch_id / "prompt-r1.txt").read_text()
+    prov = json.loads((repo / GEN / "abspos_width.provenance.json").read_text())
+    assert prov["batch"]["escalated"] is True and prov["verification"]["cases_passed"] == N_CASES
+
+
+def test_never_more_calls_in_flight_than_inflight_per_alias(pools, repo):
+    box = pools
+    box.pool_control("gpu0", delay=0.3)
+    box.pool_control("gpu1", delay=0.3)
+    cfg = config(box, repo, "block_width", [share(box, SAMPLING, 12, 3, supports_n=False),
+                                             share(box, CAPACITY, 4, 2, supports_n=False)], max_batches=1)
+    g = gw(box)
+    res = batch.run(cfg, g, echo=lambda s: None)
+    m = res.rounds[0]["models"]
+    assert m[SAMPLING]["calls"] == 12 and m[CAPACITY]["calls"] == 4
+    assert box.pool_control("gpu0")["max_inflight_seen"] == 3
+    assert box.pool_control("gpu1")["max_inflight_seen"] == 2
+    assert m[SAMPLING]["inflight_meter"]["max_seen"] == 3
+    assert m[SAMPLING]["inflight_meter"]["at_limit_share"] > 0.5
+
+
+def test_a_pool_answering_429_slows_the_batch_which_finishes_and_reports_the_429s(pools, repo):
+    box = pools
+    box.pool_control("gpu0", fail="429", fail_times=6)
+    cfg = config(box, repo, "block_width", [share(box, SAMPLING, 8, 4)], max_batches=3, seed=11)
+    t0 = time.monotonic()
+    res = batch.run(cfg, gw(box), echo=lambda s: None)
+    took = time.monotonic() - t0
+    limited = sum(r["models"][SAMPLING]["rate_limited"] for r in res.rounds)
+    assert res.passed and res.exit_code == 0
+    assert limited == 6 == box.pool_control("gpu0")["failed"]["429"]
+    assert all(r["models"][SAMPLING]["status"] == "ok" for r in res.rounds)
+    calls = [c for r in res.rounds for c in r["calls"]]
+    assert all(c["status"] == "ok" for c in calls) and any(429 in c["http"] for c in calls)
+    assert sum(c["pacer_wait_s"] for c in calls) >= 1.0 and took >= 1.0
+
+
+def test_a_dead_pool_fails_that_models_share_with_a_reason_and_the_batch_goes_on(pools, repo):
+    from rig.box import Box, procs
+
+    box = pools
+    b = Box(box.name, box.net, box.dir)
+    st = b.state()
+    assert st is not None
+    procs.stop(st.procs["gpu1.pool"])
+    try:
+        cfg = config(box, repo, "block_width", [share(box, SAMPLING, 8, 4), share(box, CAPACITY, 2, 2)],
+                     max_batches=2, seed=3)
+        res = batch.run(cfg, gw(box), echo=lambda s: None)
+        first = res.rounds[0]["models"]
+        assert first[CAPACITY]["status"] == "failed" and first[CAPACITY]["candidates"] == 0
+        assert CAPACITY in first[CAPACITY]["error"] and "tried" in first[CAPACITY]["error"]
+        assert first[SAMPLING]["status"] == "ok" and first[SAMPLING]["candidates"] == 8
+        assert res.passed
+        line = [x for x in ledger.read(cfg.ledger_path) if x["batch"] == res.batch_id][0]
+        assert line["models"][CAPACITY]["status"] == "failed" and ledger.find_address(line) is None
+    finally:
+        b.up(lanes=len(box.lanes))
+
+
+def test_a_kept_function_is_never_rewritten_by_a_later_batch(pools, repo):
+    box = pools
+    cfg = config(box, repo, "block_width", [share(box, SAMPLING, 8, 4)], max_batches=3, seed=5)
+    first = batch.run(cfg, gw(box), echo=lambda s: None)
+    assert first.passed
+    gen = repo / GEN
+    before = {p.name: p.read_bytes() for p in gen.glob("block_width.*")}
+    with pytest.raises(NevError, match="never rewritten") as e:
+        batch.run(config(box, repo, "block_width", [share(box, SAMPLING, 8, 4)], max_batches=3, seed=6),
+                  gw(box), echo=lambda s: None)
+    assert e.value.exit_code == 1
+    assert {p.name: p.read_bytes() for p in gen.glob("block_width.*")} == before
