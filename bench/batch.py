@@ -600,8 +600,12 @@ def command(function: str, repo: Path, models: str | None, max_batches: int | No
     from bench.gateway import url_from_settings
 
     if not onlane.on_lane():
+        from lanes import settings
+
         root = _repo_root(repo)
-        return onlane.run_on_lane(root, ["nev", *argv], pull=["target/batch"])
+        engine = Path(settings.get(settings.ENGINE_DIR) or "crates_bridge/engine")
+        pull = ["target/batch"] + ([str(engine / "crates/layout/src/generated")] if not engine.is_absolute() else [])
+        return onlane.run_on_lane(root, ["nev", *argv], pull=pull)
     cfg = config_from_settings(function, repo, models, max_batches, escalate_after, escalate, seed, corpus)
     for s in cfg.shares + ([cfg.escalation] if cfg.escalation else []):
         if s.note:

@@ -1,0 +1,167 @@
+"""B5: drawing candidates through the gateway.
+
+Figures: completions per second per alias and in all; the share of the draw each alias spends
+at its in-flight limit (goal >= 90%); the per-call latency; the proxy's added latency per call.
+Run through the rig-in-a-box's real LiteLLM proxy and HAProxy to the stand-in pools, and, as
+the baseline in the same run, the same client straight to the pools. The pools answer after a
+fixed delay (a stand-in's "GPU time"), so the difference is what the path adds.
+
+Run (as root, the box up or brought up here):
+    NEV_BOX_NAME=bbox NEV_BOX_NET=198.18.70 .venv/bin/python bench/perf/b05_gateway.py [--calls 64] [--delay 0.2]
+Peak RSS per process: this client (getrusage), the LiteLLM proxy and each pool (VmHWM from
+/proc); missing = null. Appends a JSON line to bench/perf/results.jsonl and prints the ratio last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import folknet as fk
+from bench import prompt
+from bench.gateway import Gateway, read_key
+from crates_bridge.workspace import EXAMPLE_ENGINE
+from lanes.gitrun import Repo
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+BANK = ROOT / "tests" / "data" / "bank_find.json"
+
+
+def vm_hwm_mb(pid: int | None) -> float | None:
+    if not pid:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def messages() -> list[dict[str, str]]:
+    spec = prompt.load_spec("block_width")
+    sig = "pub fn block_width(input: &BlockWidthInput) -> BlockWidthOutput"
+    css = (EXAMPLE_ENGINE / "crates/layout/src/css.rs").read_text()
+    return prompt.build(spec, sig, prompt.interfaces(css, sig), cases_run=120).messages
+
+
+def draw(gws: dict[str, Gateway], calls: dict[str, int], msgs: list[dict[str, str]]) -> dict[str, Any]:
+    """Every alias at once, each at its in-flight limit, n=1 per call (fan-out)."""
+    lat: dict[str, list[float]] = {a: [] for a in calls}
+    done: dict[str, int] = dict.fromkeys(calls, 0)
+    span: dict[str, float] = {}
+
+    def alias_run(alias: str) -> None:
+        g = gws[alias]
+        st = g.aliases[alias]
+        t0 = time.monotonic()
+
+        def one(i: int) -> None:
+            texts, rec = g.call(alias, msgs, 1, 1000 + i)
+            lat[alias].append(rec.latency_s)
+            done[alias] += len(texts)
+
+        with ThreadPoolExecutor(max_workers=st.inflight) as ex:
+            list(ex.map(one, range(calls[alias])))
+        span[alias] = time.monotonic() - t0
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(calls)) as ex:
+        list(ex.map(alias_run, list(calls)))
+    wall = time.monotonic() - t0
+    out: dict[str, Any] = {"wall_s": round(wall, 3), "completions": sum(done.values()),
+                           "completions_per_s": round(sum(done.values()) / wall, 2), "aliases": {}}
+    for a in calls:
+        m = gws[a].aliases[a].meter.summary()
+        out["aliases"][a] = {"calls": calls[a], "inflight": gws[a].aliases[a].inflight, "completions": done[a],
+                             "wall_s": round(span[a], 3), "completions_per_s": round(done[a] / span[a], 2),
+                             "at_limit_share": m["at_limit_share"], "max_in_flight": m["max_seen"],
+                             "latency_median_s": round(statistics.median(lat[a]), 4),
+                             "latency_p90_s": round(sorted(lat[a])[int(0.9 * (len(lat[a]) - 1))], 4)}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=64, help="calls of the sampling alias (capacity: a quarter)")
+    ap.add_argument("--delay", type=float, default=0.2, help="each pool answers after this many seconds")
+    a = ap.parse_args()
+    from rig.box import Box
+
+    b = Box.from_settings()
+    info = b.up(lanes=1) if b.state() is None else b.info()
+    st = b.state()
+    net = fk.load(info.folknet_file) if info.folknet_file else None
+    assert net is not None
+    key = read_key(info.keys["batch"])
+    calls = {}
+    for alias in info.aliases:
+        calls[alias] = a.calls if net.aliases[alias].tier == "sampling" else max(4, a.calls // 4)
+    for p in info.pools:
+        info.pool_control(p, reset=True)
+        info.pool_control(p, bank=str(BANK), delay=a.delay)
+    msgs = messages()
+
+    def gateways(direct: bool, one_at_a_time: bool = False) -> dict[str, Gateway]:
+        out = {}
+        for alias, pool in info.aliases.items():
+            pi = info.pools[pool]
+            g = Gateway(f"http://{pi.addr}:{pi.port}", None) if direct else Gateway(info.gateway_url, key)
+            decl = net.aliases[alias].max_inflight
+            g.add_alias(alias, 1 if one_at_a_time else decl, decl, supports_n=False, rate=1000.0)
+            out[alias] = g
+        return out
+
+    # warm both paths (LiteLLM's first call loads its model map)
+    draw(gateways(False), dict.fromkeys(calls, 2), msgs)
+    draw(gateways(True), dict.fromkeys(calls, 2), msgs)
+    proxy = draw(gateways(False), calls, msgs)
+    direct = draw(gateways(True), calls, msgs)
+    sampling = [al for al in calls if net.aliases[al].tier == "sampling"][0]
+    serial_p = draw(gateways(False, True), {sampling: 10}, msgs)["aliases"][sampling]["latency_median_s"]
+    serial_d = draw(gateways(True, True), {sampling: 10}, msgs)["aliases"][sampling]["latency_median_s"]
+    added = {al: round(proxy["aliases"][al]["latency_median_s"] - direct["aliases"][al]["latency_median_s"], 4)
+             for al in calls}
+    pids = {k: r.pid for k, r in (st.procs.items() if st else [])}
+    for p in info.pools:
+        info.pool_control(p, reset=True)
+    result = {
+        "bench": "B5", "commit": Repo(ROOT).out("rev-parse", "--short", "HEAD"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpus": int(subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip() or 0),
+        "pool_delay_s": a.delay, "through_proxy": proxy, "straight_to_pool": direct,
+        "proxy_added_latency_median_s": added,
+        "proxy_added_latency_one_call_at_a_time_s": round(serial_p - serial_d, 4),
+        "peak_rss_mb": {"client": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                        "litellm": vm_hwm_mb(pids.get("gateway.litellm")),
+                        **{f"pool_{p}": vm_hwm_mb(pids.get(f"{p}.pool")) for p in info.pools},
+                        "haproxy": vm_hwm_mb(pids.get("proxy.haproxy"))},
+        "ratio_completions_per_s_proxy_over_direct": round(proxy["completions_per_s"] / direct["completions_per_s"], 3),
+    }
+    with (HERE / "results.jsonl").open("a") as f:
+        f.write(json.dumps(result) + "\n")
+    for label, r in (("through the proxy", proxy), ("straight to the pools", direct)):
+        print(f"{label}: {r['completions']} completions in {r['wall_s']:.2f} s = {r['completions_per_s']:.1f}/s")
+        for al, x in r["aliases"].items():
+            print(f"  {al:22} {x['completions_per_s']:6.1f}/s at limit {100 * (x['at_limit_share'] or 0):5.1f}% "
+                  f"(max {x['max_in_flight']}/{x['inflight']}), latency median {x['latency_median_s'] * 1000:.0f} ms "
+                  f"p90 {x['latency_p90_s'] * 1000:.0f} ms")
+    print(f"proxy added latency, one call at a time: {(serial_p - serial_d) * 1000:.0f} ms")
+    print("proxy added latency per call at the in-flight limits (median): " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in added.items()))
+    print(f"peak RSS MB: {result['peak_rss_mb']}")
+    print(f"ratio completions/s through the proxy / straight to the pools: "
+          f"{result['ratio_completions_per_s_proxy_over_direct']}")
+
+
+if __name__ == "__main__":
+    main()
