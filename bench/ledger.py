@@ -92,7 +92,7 @@ def read(path: Path) -> list[dict[str, Any]]:
 
 def table(lines: list[dict[str, Any]]) -> list[str]:
     """One row per model of each batch."""
-    rows = [f"{'start':20} {'batch':22} {'function':13} {'rd':>2} {'model':22} {'cand':>4} {'comp':>4} "
+    rows = [f"{'start':20} {'batch':34} {'function':13} {'rd':>2} {'model':22} {'cand':>4} {'comp':>4} "
             f"{'best':>9} {'tok in/out':>13} {'draw s':>7} {'cpu s':>6}  status"]
     for ln in lines:
         for alias, m in sorted(ln.get("models", {}).items()):
@@ -101,7 +101,7 @@ def table(lines: list[dict[str, Any]]) -> list[str]:
             status = m.get("status") or "-"
             if m.get("error"):
                 status += f" ({m['error']})"
-            rows.append(f"{str(ln.get('start', ''))[:19]:20} {str(ln.get('batch', ''))[:22]:22} "
+            rows.append(f"{str(ln.get('start', ''))[:19]:20} {str(ln.get('batch', ''))[:34]:34} "
                         f"{str(ln.get('function', ''))[:13]:13} {ln.get('round', 0):>2} {alias[:22]:22} "
                         f"{m.get('candidates') or 0:>4} {m.get('compiled') or 0:>4} {best:>9} {tok:>13} "
                         f"{m.get('draw_s') or 0:>7.1f} {ln.get('lane_cpu_s') or 0:>6.1f}  {status}")
