@@ -111,12 +111,16 @@ class Pacer:
         return True
 
     def on_429(self, now: float, retry_after: float | None) -> None:
-        """Freeze new calls for the cooldown and lower the rate."""
+        """Freeze new calls for the cooldown and lower the rate (once per freeze: the calls that
+        were already in flight when the pool began refusing do not lower it again)."""
+        already = now < self.frozen_until
         self.frozen_until = max(self.frozen_until, now + (retry_after if retry_after else COOLDOWN_S))
+        self.clean = 0
+        if already:
+            return
         self.rate = max(MIN_RATE, self.rate * LOWER_BY)
         self.tokens = min(self.tokens, 0.0)
         self.last = max(self.last, self.frozen_until)
-        self.clean = 0
         self.lowered += 1
 
     def on_ok(self) -> None:

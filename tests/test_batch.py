@@ -115,6 +115,15 @@ def test_a_429_freezes_the_alias_for_the_cooldown_and_lowers_its_rate():
     assert p.take(3.2)
 
 
+def test_429s_of_calls_already_in_flight_lower_the_rate_once_per_freeze():
+    p = gateway.Pacer(rate=16.0, burst=4.0)
+    for _ in range(4):
+        p.on_429(1.0, None)
+    assert p.rate == 8.0 and p.lowered == 1 and p.wait_time(1.5) == pytest.approx(0.5)
+    p.on_429(2.5, None)
+    assert p.rate == 4.0 and p.lowered == 2
+
+
 def test_the_rate_grows_back_after_clean_calls_up_to_one_and_a_half_times_its_seed():
     p = gateway.Pacer(rate=10.0, burst=1.0)
     p.on_429(0.0, None)
