@@ -236,7 +236,7 @@ def _reason(code: int, raw: bytes) -> str:
         msg = err.get("message") if isinstance(err, dict) else str(err)
     except (ValueError, AttributeError):
         msg = raw[:200].decode(errors="replace")
-    return mask(f"HTTP {code}: {str(msg)[:300]}")
+    return mask(f"HTTP {code}: {' '.join(str(msg).split())[:300]}")
 
 
 class Gateway:

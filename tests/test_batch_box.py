@@ -140,6 +140,12 @@ def test_a_batch_finds_the_right_answer_and_keeps_it_with_provenance_and_a_floor
         assert len({f.name for f in files}) == rec["new_unique"] <= rec["unique"]
     assert sum(r["duplicates"] for r in recs) >= 1
     assert box.pool_control("gpu0")["max_inflight_seen"] <= 4
+    # the key never lands in a file, a record or the output
+    secret = read_key(box.keys["batch"])
+    for f in (repo / "target" / "batch" / bid).rglob("*"):
+        if f.is_file() and f.suffix in (".json", ".txt"):
+            assert secret not in f.read_text()
+    assert secret not in r.stdout + r.stderr and secret not in json.dumps(lines)
     table = nev(env, repo, "ledger")
     assert table.returncode == 0 and SAMPLING in table.stdout and "120/120" in table.stdout
     assert "198.18" not in table.stdout and "198.18" not in json.dumps(lines)
@@ -229,7 +235,8 @@ def test_a_dead_pool_fails_that_models_share_with_a_reason_and_the_batch_goes_on
         res = batch.run(cfg, gw(box), echo=lambda s: None)
         first = res.rounds[0]["models"]
         assert first[CAPACITY]["status"] == "failed" and first[CAPACITY]["candidates"] == 0
-        assert CAPACITY in first[CAPACITY]["error"] and "tried" in first[CAPACITY]["error"]
+        assert CAPACITY in first[CAPACITY]["error"] and "tried 4 times" in first[CAPACITY]["error"]
+        assert "\n" not in first[CAPACITY]["error"]
         assert first[SAMPLING]["status"] == "ok" and first[SAMPLING]["candidates"] == 8
         assert res.passed
         line = [x for x in ledger.read(cfg.ledger_path) if x["batch"] == res.batch_id][0]
@@ -250,3 +257,15 @@ def test_a_kept_function_is_never_rewritten_by_a_later_batch(pools, repo):
                   gw(box), echo=lambda s: None)
     assert e.value.exit_code == 1
     assert {p.name: p.read_bytes() for p in gen.glob("block_width.*")} == before
+
+
+def test_5xx_answers_are_retried_with_backoff_and_metered(pools):
+    box = pools
+    box.pool_control("gpu0", fail="503", fail_times=2)
+    g = gw(box)
+    g.add_alias(SAMPLING, 2, 8)
+    texts, rec = g.call(SAMPLING, [{"role": "user", "content": "write block_width"}], 2, 1)
+    assert len(texts) == 2 and rec.status == "ok" and rec.choices == 2
+    assert rec.retries == 2 and rec.http[-1] == 200 and len(rec.http) == 3 and all(c >= 500 for c in rec.http[:2])
+    assert rec.completion_tokens > 0 and rec.latency_s > 0
+    assert box.pool_control("gpu0")["failed"] == {"503": 2}
