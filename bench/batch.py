@@ -563,11 +563,9 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
     corpus_root = Path(settings.get(settings.CORPUS_DIR) or "corpus")
     engine = engine if engine.is_absolute() else root / engine
     corpus_root = corpus_root if corpus_root.is_absolute() else root / corpus_root
-    shared = settings.get_path(settings.LANE_SHARED)
-    assert shared is not None
     return RunConfig(function=function, shares=shares, escalation=escalation, escalate_after=ea,
                      max_batches=mb, engine_dir=engine, corpus_dir=corpus or corpus_root / function,
-                     workdir=root / "target" / "batch", ledger_path=ledger.ledger_dir(shared) / f"{root.name}.jsonl",
+                     workdir=root / "target" / "batch", ledger_path=ledger.ledger_dir() / f"{root.name}.jsonl",
                      seed=seed)
 
 

@@ -274,3 +274,12 @@ def test_nev_ledger_prints_the_table(tmp_path):
     assert "qwen3.8-27b-fast" in r.stdout and "120/120" in r.stdout
     r = _nev("ledger", "--worktree", "wtx", "--json", env={"NEV_LANE_SHARED": str(tmp_path)})
     assert json.loads(r.stdout.splitlines()[0])["batch"] == "bw-1"
+
+
+def test_nev_ledger_on_the_dev_box_reads_the_share_named_by_the_lanes_file(tmp_path):
+    nas = tmp_path / "nas"
+    ledger.append(nas / "ledger" / "wty.jsonl", ledger.line_for(_record()))
+    lanes = tmp_path / "lanes.json"
+    lanes.write_text(json.dumps({"lanes": [], "nas": str(nas)}))
+    r = _nev("ledger", "--worktree", "wty", env={"NEV_LANES_FILE": str(lanes)})
+    assert r.returncode == 0 and "qwen3.8-27b-fast" in r.stdout, r.stderr
