@@ -7,8 +7,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lanes.ui import not_built
-
 if TYPE_CHECKING:
     from bench.floors import Scoring
 
