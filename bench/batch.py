@@ -470,7 +470,8 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
         (run_dir / f"record-r{rnd}.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
         ledger.append(cfg.ledger_path, ledger.line_for(record))
         echo(f"  {len(new)} candidates, {record['unique']} unique ({len(order)} new), {compiled_n} compiled, "
-             f"best {best if best is not None else '-'}/{manifest.cases}, draw {ph.phases['draw']['s']:.1f} s")
+             f"best {best if best is not None else '-'}/{manifest.cases}, "
+             f"pass@1 {record.get('pass@1', 0):.2f}, draw {ph.phases['draw']['s']:.1f} s")
         if passing:
             kept = _keep(cfg, ws, spec, signature, batch_id, judged[passing[0].hash], all_cands, judged, rounds,
                          manifest.cases, run_dir)
