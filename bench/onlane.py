@@ -18,6 +18,8 @@ from lanes.mask import is_secret_name
 _LANE_ONLY = {"NEV_ON_LANE", "NEV_LANES_FILE", "NEV_KNOWN_HOSTS", "NEV_SSH_KEY", "NEV_LANE_SSH",
               "NEV_LANE_SHARED", "NEV_LANE_GIT_URL", "NEV_LANE_STRICT", "NEV_LANE_KEEP_ENV",
               "NEV_LANE_FETCH_MAX_AGE", "NEV_LANE_MIN_FREE_GB"}
+#: lane-named settings the dev box sets for the lane: they travel
+_TRAVELS = {"NEV_LANE_MODEL_URL"}
 #: credentials (and files of credentials): the gate's .env carries them, never the environment
 _CREDENTIALS = {"NEV_MODEL_API_KEY", "NEV_MODEL_KEY_FILE", "NEV_FORGE_TOKEN", "NEV_FORGE_TOKEN_FILE",
                 "NEV_FORGE_USER"}
@@ -35,6 +37,9 @@ def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
         if not (k.startswith("NEV_") or k.startswith("GENERA_")):
             continue
         c = _canonical(k)
+        if c in _TRAVELS:
+            out[k] = v
+            continue
         if c in _LANE_ONLY or c in _CREDENTIALS or c in secret or c.startswith("NEV_LANE_") \
                 or c.startswith("NEV_BOX_") or is_secret_name(c) or c.endswith("_KEY_FILE") or c.endswith("_TOKEN_FILE"):
             continue

@@ -240,8 +240,9 @@ def test_cpu_busy_is_the_share_of_busy_jiffies_times_cpus():
 def test_settings_travel_to_the_lane_except_credentials_and_lane_settings():
     env = {"NEV_MODELS": "a:1:1", "GENERA_MAX_BATCHES": "1", "NEV_MODEL_KEY_FILE": "/k", "NEV_MODEL_API_KEY": "s",
            "NEV_LANE_SSH": "lane@x", "NEV_ON_LANE": "1", "NEV_FORGE_TOKEN_FILE": "/t", "NEV_KNOWN_HOSTS": "/kh",
-           "GENERA_MODEL_API_KEY": "s2", "NEV_CORPUS_DIR": "corpus", "HOME": "/root", "NEV_LANE_SHARED": "/x"}
-    assert onlane.forwarded_env(env) == {"NEV_MODELS": "a:1:1", "GENERA_MAX_BATCHES": "1", "NEV_CORPUS_DIR": "corpus"}
+           "GENERA_MODEL_API_KEY": "s2", "NEV_CORPUS_DIR": "corpus", "HOME": "/root", "NEV_LANE_SHARED": "/x", "NEV_LANE_MODEL_URL": "http://gw:4000"}
+    assert onlane.forwarded_env(env) == {"NEV_MODELS": "a:1:1", "GENERA_MAX_BATCHES": "1", "NEV_CORPUS_DIR": "corpus",
+                                         "NEV_LANE_MODEL_URL": "http://gw:4000"}
 
 
 def _nev(*args: str, env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess:

@@ -269,3 +269,35 @@ def test_5xx_answers_are_retried_with_backoff_and_metered(pools):
     assert rec.retries == 2 and rec.http[-1] == 200 and len(rec.http) == 3 and all(c >= 500 for c in rec.http[:2])
     assert rec.completion_tokens > 0 and rec.latency_s > 0
     assert box.pool_control("gpu0")["failed"] == {"503": 2}
+
+
+def test_off_a_lane_the_batch_reruns_itself_on_a_lane_and_pulls_back_what_it_kept(pools, repo, tmp_path):
+    """Through the real lane gate: nev installed on the lane, the worktree shipped, the key only in
+    the .env the gate installs for the run (and removes), the results pulled back."""
+    box = pools
+    wt = tmp_path / "wt-onlane"
+    shutil.copytree(repo, wt, ignore=shutil.ignore_patterns("target", ".git"))
+    (wt / ".gitignore").write_text("target/\n.env\n")
+    fd = os.open(wt / ".env", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, f"NEV_MODEL_API_KEY={read_key(box.keys['batch'])}\n".encode())
+    os.close(fd)
+    g = init(wt)
+    g.git("add", "-A")
+    g.git("commit", "-q", "-m", "worktree")
+    env = env_for(box, wt)
+    for k in ("NEV_ON_LANE", "NEV_LANE_SHARED", "NEV_MODEL_KEY_FILE"):
+        env.pop(k)
+    inst = nev(env, wt, "lane", "install", "--lane", "0", timeout=900)
+    assert inst.returncode == 0, inst.stdout + inst.stderr
+    env["NEV_LANE_SSH"] = box.lanes[0].ssh
+    r = nev(env, wt, "batch", "run", "block_width", "--models", f"{SAMPLING}:8:4", "--max-batches", "2", "--seed", "7")
+    assert r.returncode == 0, r.stdout + r.stderr
+    bid = batch_id_of(r.stdout)
+    assert "kept a passing version" in r.stdout and "/srv/lane/wt-onlane/" in r.stdout
+    assert "pulled target/batch" in r.stderr + r.stdout
+    prov = json.loads((wt / GEN / "block_width.provenance.json").read_text())
+    assert prov["batch"]["id"] == bid and prov["verification"]["cases_passed"] == N_CASES
+    assert (wt / "target/batch" / bid / "record-r1.json").is_file()
+    assert [x for x in ledger.read(box.nas / "ledger" / "wt-onlane.jsonl") if x["batch"] == bid]
+    assert not (box.lanes[0].host_root / "wt-onlane" / ".env").exists()
+    assert read_key(box.keys["batch"]) not in r.stdout + r.stderr
