@@ -24,14 +24,13 @@ def load(path: Path, what: str = "settings file") -> Any:
         raise ConfigError(f"{path}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}; fix the file") from None
 
 
-def write_atomic(path: Path, data: Any, mode: int = 0o644) -> None:
-    """Write JSON to `path` so that readers never see a half-written file."""
+def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write `path` so that readers never see a half-written file; created with `mode`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=False)
-            f.write("\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
@@ -40,6 +39,11 @@ def write_atomic(path: Path, data: Any, mode: int = 0o644) -> None:
         except OSError:
             pass
         raise
+
+
+def write_atomic(path: Path, data: Any, mode: int = 0o644) -> None:
+    """Write JSON to `path` so that readers never see a half-written file."""
+    write_bytes_atomic(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8"), mode)
 
 
 class Fields:

@@ -12,13 +12,13 @@ import json
 import os
 import re
 import shlex
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lanes.errors import NevError, UsageError
+from lanes.jsonfile import write_bytes_atomic
 from lanes.mask import mask
 from lanes.ssh import Connection
 from rig.snapshot.capture import CmdRec, FileRec, HostState, sha256
@@ -128,18 +128,7 @@ class Manifest:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_bytes_atomic(path, data, 0o600)
 
 
 class LocalStore:
