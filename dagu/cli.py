@@ -63,9 +63,13 @@ def start(lane_index: int | None) -> int:
     from dagu import service
 
     with service.opened(lane_index) as ld:
-        started = ld.start()
-        dist.start_worker_if_configured(ld)
-        info(f"Dagu on {ld.lane.label}: {'started' if started else 'already running'}, healthy")
+        if not dist.has_server(ld) and not dist.has_worker(ld):
+            raise service.DaguServiceError(f"Dagu is not set up on {ld.lane.label}; run `nev dagu up` first")
+        if dist.has_server(ld):
+            started = ld.start()
+            info(f"Dagu on {ld.lane.label}: {'started' if started else 'already running'}, healthy")
+        if dist.start_worker_if_configured(ld):
+            info(f"Dagu worker on {ld.lane.label}: started")
     return 0
 
 

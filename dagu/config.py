@@ -72,6 +72,9 @@ def _peer(tls: Tls | None) -> dict[str, Any]:
     return {"insecure": False, "certFile": tls.cert, "keyFile": tls.key, "clientCaFile": tls.ca}
 
 
+HEADER = "# Written by `nev dagu up`; edits are replaced on the next up.\n"
+
+
 def render_server(c: ServerConfig) -> str:
     if c.queue_max < 1:
         raise ConfigError(f"queue max {c.queue_max} is below 1; give at least 1")
@@ -86,7 +89,25 @@ def render_server(c: ServerConfig) -> str:
                         "advertise": c.coord_advertise or c.coord_host},
         "peer": _peer(c.tls),
     }
-    return "# Written by `nev dagu up`; edits are replaced on the next up.\n" + yaml.safe_dump(doc, sort_keys=False)
+    return HEADER + yaml.safe_dump(doc, sort_keys=False)
+
+
+def is_distributed(text: str) -> bool:
+    """A config.yaml written by `up --distributed` (its peers use TLS)."""
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
+        return False
+    return isinstance(doc, dict) and (doc.get("peer") or {}).get("insecure") is False
+
+
+def with_queue_max(text: str, n: int) -> str:
+    """The same config with the global queue's size set to n (other keys kept, in order)."""
+    if n < 1:
+        raise ConfigError(f"queue max {n} is below 1; give at least 1")
+    doc = yaml.safe_load(text)
+    doc["queues"] = {"enabled": True, "config": [{"name": QUEUE_NAME, "maxConcurrency": n}]}
+    return HEADER + yaml.safe_dump(doc, sort_keys=False)
 
 
 def render_worker(c: WorkerConfig) -> str:

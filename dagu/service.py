@@ -267,13 +267,16 @@ class LaneDagu:
                      server: dconfig.ServerConfig | None = None) -> bool:
         """Write config.yaml (keeping the password and queue size); True when it changed."""
         raw = self.read_opt(self.layout.config)
-        existing = dconfig.parse_existing(raw.decode() if raw else None)
-        pw = existing.password or self.generate_password()
-        register_secret(pw)
-        self._password = pw
-        if server is None:
-            server = self.server_config(pw, queue_max if queue_max is not None else existing.queue_max)
-        text = dconfig.render_server(server)
+        if server is None and raw is not None and queue_max is not None and dconfig.is_distributed(raw.decode()):
+            text = dconfig.with_queue_max(raw.decode(), queue_max)
+        else:
+            if server is None:
+                existing = dconfig.parse_existing(raw.decode() if raw else None)
+                pw = existing.password or self.generate_password()
+                server = self.server_config(pw, queue_max if queue_max is not None else existing.queue_max)
+            register_secret(server.password)
+            self._password = server.password
+            text = dconfig.render_server(server)
         if raw is not None and raw.decode() == text:
             return False
         self.conn.write_file(self.layout.config, text.encode(), 0o600)
@@ -302,7 +305,7 @@ def opened(lane_flag: int | None) -> Iterator[LaneDagu]:
 
 def _detect_layout(ld: LaneDagu) -> Layout:
     """A lane set up with --distributed keeps data and logs on the NAS (recorded in config.yaml)."""
-    raw = ld.read_opt(ld.layout.config)
+    raw = ld.read_opt(ld.layout.config) or ld.read_opt(ld.layout.worker_config)
     if raw and ld.layout.shared is None:
         import yaml
         try:
