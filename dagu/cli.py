@@ -81,9 +81,11 @@ def stop(lane_index: int | None) -> int:
     from dagu import service
 
     with service.opened(lane_index) as ld:
-        dist.stop_worker(ld)
-        was = ld.stop()
-        info(f"Dagu on {ld.lane.label}: {'stopped' if was else 'was not running'}")
+        if dist.stop_worker(ld):
+            info(f"Dagu worker on {ld.lane.label}: stopped")
+        if dist.has_server(ld) or not dist.has_worker(ld):
+            was = ld.stop()
+            info(f"Dagu on {ld.lane.label}: {'stopped' if was else 'was not running'}")
     return 0
 
 

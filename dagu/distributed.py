@@ -26,8 +26,6 @@ from dagu.service import (
     lane_shared,
     pick_lane,
     prepare,
-    render_start_script,
-    render_stop_script,
 )
 from lanes import config as lanes_config
 from lanes.errors import NevError
@@ -54,14 +52,14 @@ def worker_start_script(layout: Layout) -> str:
 # Written by `nev dagu up --distributed`: starts the supervised Dagu worker of this lane.
 set -e
 umask 077
-mkdir -p {q(layout.run_dir)}
+mkdir -p {q(layout.run_dir)} {q(layout.tmp)}
 pid=$(cat {q(layout.worker_pid)} 2>/dev/null || true)
 if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q supervise "/proc/$pid/cmdline" 2>/dev/null; then
   exit 0
 fi
 cd {q(layout.root)}
 env -i HOME="$HOME" USER="$(id -un)" LOGNAME="$(id -un)" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \\
-  DAGU_HOME={q(layout.home)} \\
+  DAGU_HOME={q(layout.home)} TMPDIR={q(layout.tmp)} \\
   setsid nohup python3 {q(layout.supervisor)} --log {q(layout.worker_log)} --pidfile {q(layout.worker_pid)} \\
     --cap {WORKER_LOG_CAP} -- {q(layout.binary)} worker -c {q(layout.worker_config)} \\
     > /dev/null 2>&1 < /dev/null &
@@ -185,9 +183,6 @@ def up(coord_flag: int | None) -> UpReport:
                                           coord_advertise=m.addr, tls=tls)
                 changed = ld.write_config(server=sc)
                 report.note(f"{ld.lane.label}: config.yaml (coordinator on {m.addr}:{ld.coord_port}, mTLS)", changed)
-                report.note(f"{ld.lane.label}: start.sh/stop.sh",
-                            ld.write_if_changed(ld.start_script, render_start_script(L), 0o700)
-                            | ld.write_if_changed(ld.stop_script, render_stop_script(L, L.server_pid), 0o700))
                 if changed and ld.pid() is not None:
                     ld.restart()
                     report.note(f"{ld.lane.label}: Dagu restarted", True)

@@ -2,7 +2,7 @@
 
 The binary comes from a file the operator names (NEV_DAGU_BINARY: a file on this
 box, sent over SSH stdin, or a path on the lane such as the NAS share) or, by
-default, from the NAS share at `<shared>/dagu/dagu-<version>/dagu`. Its sha256 is
+default, from the NAS share at `<shared>/releases/dagu-<version>/dagu`. Its sha256 is
 checked on the lane against the pin in `dagu/layout.py` while the copy is still
 mode 600; only a match is made executable and moved into place. A mismatch
 removes the copy and refuses with both hashes.
@@ -39,7 +39,7 @@ class Source:
 
 
 def default_nas_path(shared: str) -> str:
-    return posixpath.join(shared, "dagu", f"dagu-{DAGU_VERSION}", "dagu")
+    return posixpath.join(shared, "releases", f"dagu-{DAGU_VERSION}", "dagu")
 
 
 def choose_source(setting_value: str | None, shared: str) -> Source:

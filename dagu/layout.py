@@ -78,6 +78,11 @@ class Layout:
         return self._p("run")
 
     @property
+    def tmp(self) -> str:
+        """TMPDIR of Dagu and its steps: /tmp may be shared with other users (workers write DAG files there)."""
+        return self._p("tmp")
+
+    @property
     def server_pid(self) -> str:
         return self._p("run", "server.pid")
 

@@ -10,6 +10,7 @@ through an SSH port forward to the lane's loopback.
 from __future__ import annotations
 
 import hashlib
+import logging
 import shlex
 import time
 from collections.abc import Iterator
@@ -73,11 +74,14 @@ def lane_shared(lane: Lane) -> str:
 
 def render_start_script(layout: Layout) -> str:
     q = shlex.quote
+    # Single mode: none of our Dagu runs, so a scheduler lock left behind is stale. In distributed
+    # mode the lock is on the NAS and only the coordinator's own stop removes it.
+    lock = "" if layout.shared else f"rm -rf {q(layout.lock_dir)}\n"
     return f"""#!/bin/sh
 # Written by `nev dagu up`: starts Dagu in the background; also the @reboot crontab line.
 set -e
 umask 077
-mkdir -p {q(layout.run_dir)}
+mkdir -p {q(layout.run_dir)} {q(layout.tmp)}
 pid=$(cat {q(layout.server_pid)} 2>/dev/null || true)
 if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q dagu "/proc/$pid/cmdline" 2>/dev/null; then
   exit 0
@@ -85,19 +89,17 @@ fi
 if [ -f {q(layout.server_log)} ] && [ "$(stat -c %s {q(layout.server_log)})" -gt {LOG_CAP_BYTES} ]; then
   mv -f {q(layout.server_log)} {q(layout.server_log)}.1
 fi
-# None of our Dagu runs, so a scheduler lock left behind is stale: remove it.
-rm -rf {q(layout.lock_dir)}
-cd {q(layout.root)}
+{lock}cd {q(layout.root)}
 env -i HOME="$HOME" USER="$(id -un)" LOGNAME="$(id -un)" PATH={CLEAN_PATH} LANG=C.UTF-8 \\
-  DAGU_HOME={q(layout.home)} \\
+  DAGU_HOME={q(layout.home)} TMPDIR={q(layout.tmp)} \\
   setsid nohup {q(layout.binary)} start-all -c {q(layout.config)} >> {q(layout.server_log)} 2>&1 < /dev/null &
 echo $! > {q(layout.server_pid)}
 """
 
 
-def render_stop_script(layout: Layout, pidfile: str, remove_lock: bool = True) -> str:
+def render_stop_script(layout: Layout, pidfile: str) -> str:
+    """Stop our Dagu; its scheduler lock is removed only after our own process is gone."""
     q = shlex.quote
-    lock = f"rm -rf {q(layout.lock_dir)}\n" if remove_lock else ""
     return f"""#!/bin/sh
 # Written by `nev dagu up`: stops one Dagu process of this lane user (TERM, then KILL after 10 s).
 pid=$(cat {q(pidfile)} 2>/dev/null || true)
@@ -107,9 +109,10 @@ if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q dagu "/proc/$pid/cmdli
   while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
   kill -KILL "$pid" 2>/dev/null || true
   while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  rm -rf {q(layout.lock_dir)}
 fi
 rm -f {q(pidfile)}
-{lock}"""
+"""
 
 
 def cron_lines(existing: str, start_script: str, on: bool) -> str:
@@ -192,6 +195,16 @@ class LaneDagu:
 
     def wait_healthy(self, timeout: float = HEALTH_WAIT) -> None:
         deadline = time.monotonic() + timeout
+        # Until Dagu listens, each forwarded connection is refused and paramiko logs it as an error.
+        quiet = logging.getLogger("paramiko.transport")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
+        try:
+            self._wait_healthy(deadline, timeout)
+        finally:
+            quiet.setLevel(level)
+
+    def _wait_healthy(self, deadline: float, timeout: float) -> None:
         with self.api() as api:
             while time.monotonic() < deadline:
                 if self.healthy(api):
@@ -363,20 +376,21 @@ def prepare(ld: LaneDagu, report: UpReport) -> None:
     L = ld.layout
     ld.sh(f"umask 077 && mkdir -p {q(L.bin_dir)} {q(L.home)} {q(L.dags)} {q(L.run_dir)} {q(L.data)} {q(L.logs)}")
     src = install.source_from_settings(lane_shared(ld.lane))
-    report.note(f"Dagu {install.DAGU_VERSION} binary (sha256 checked)", install.install(ld.conn, L, src))
-    report.note("base.yaml", ld.write_if_changed(L.home + "/base.yaml", dconfig.render_base()))
-    report.note("start.sh", ld.write_if_changed(ld.start_script, render_start_script(L), 0o700))
-    report.note("stop.sh", ld.write_if_changed(ld.stop_script, render_stop_script(L, L.server_pid), 0o700))
+    at = ld.lane.label
+    report.note(f"{at}: Dagu {install.DAGU_VERSION} binary (sha256 checked)", install.install(ld.conn, L, src))
+    report.note(f"{at}: base.yaml", ld.write_if_changed(L.home + "/base.yaml", dconfig.render_base()))
+    report.note(f"{at}: start.sh", ld.write_if_changed(ld.start_script, render_start_script(L), 0o700))
+    report.note(f"{at}: stop.sh", ld.write_if_changed(ld.stop_script, render_stop_script(L, L.server_pid), 0o700))
     key = model_key_bytes()
     if key is not None:
-        report.note("model key (over SSH stdin, mode 600)", push_model_key(ld, key))
+        report.note(f"{at}: model key (over SSH stdin, mode 600)", push_model_key(ld, key))
 
 
 def up(ld: LaneDagu) -> UpReport:
     report = UpReport()
     prepare(ld, report)
     changed = ld.write_config()
-    report.note("config.yaml", changed)
+    report.note(f"{ld.lane.label}: config.yaml", changed)
     running = ld.pid() is not None
     if running and changed:
         ld.restart()

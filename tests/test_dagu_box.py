@@ -69,7 +69,7 @@ def lane(box, tmp_path_factory):
 
 def test_up_on_a_clean_lane_verifies_the_binary_and_listens_on_loopback_only(lane, box):
     ok(lane.first_up)
-    assert "changed: Dagu 1.30.2 binary (sha256 checked)" in lane.first_up.stderr
+    assert "changed: lane 0 (lane0): Dagu 1.30.2 binary (sha256 checked)" in lane.first_up.stderr
     binary = lane.root / "bin/dagu"
     assert hashlib.sha256(binary.read_bytes()).hexdigest() == DAGU_SHA256
     assert stat.S_IMODE(binary.stat().st_mode) == 0o755

@@ -93,7 +93,7 @@ def test_status_reports_healthy(lane):
 
 
 def test_tampered_binary_on_the_nas_is_refused_on_the_lane(lane, tmp_path):
-    nas_copy = Path(lane.env["NEV_LANE_SHARED"]) / "dagu/dagu-1.30.2/dagu"
+    nas_copy = Path(lane.env["NEV_LANE_SHARED"]) / "releases/dagu-1.30.2/dagu"
     nas_copy.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(DAGU, nas_copy)
     with nas_copy.open("ab") as f:

@@ -143,7 +143,7 @@ def test_root_resolution():
 
 
 def test_binary_source_choice_and_pin(tmp_path):
-    assert install.choose_source(None, "/srv/lane-shared").path == "/srv/lane-shared/dagu/dagu-1.30.2/dagu"
+    assert install.choose_source(None, "/srv/lane-shared").path == "/srv/lane-shared/releases/dagu-1.30.2/dagu"
     f = tmp_path / "dagu"
     f.write_bytes(b"x")
     assert install.choose_source(str(f), "/s").local
