@@ -387,7 +387,15 @@ def prepare(ld: LaneDagu, report: UpReport) -> None:
 
 
 def up(ld: LaneDagu) -> UpReport:
+    """Single mode: Dagu's data and logs under ~/dagu, no coordinator peers, no worker."""
     report = UpReport()
+    if ld.layout.shared is not None:
+        # this lane ran in distributed mode: its worker goes, its data stays on the NAS
+        ld.layout = Layout(root=ld.layout.root)
+        q = shlex.quote
+        ld.sh(f"/bin/sh {q(ld.layout.bin_dir + '/worker-stop.sh')} 2>/dev/null; rm -f {q(ld.layout.worker_config)}",
+              check=False)
+        report.note(f"{ld.lane.label}: distributed mode left (worker stopped)", True)
     prepare(ld, report)
     changed = ld.write_config()
     report.note(f"{ld.lane.label}: config.yaml", changed)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import shutil
+import signal
 import socket
 import stat
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +24,7 @@ from dagu.runs import max_overlap
 from lanes.ssh import Connection, Forward, Target
 from tests.dagu_helpers import (
     DAGU,
+    WORKTREE,
     Api,
     base_env,
     nev,
@@ -111,11 +116,13 @@ def test_tampered_binary_is_refused(lane, tmp_path):
 
 def test_secret_named_parameter_is_refused_before_anything_is_sent(lane):
     before = len(lane.api.runs("hello"))
+    dags = lane.root / "home/dags"
+    files = {p.name: p.stat().st_mtime_ns for p in dags.iterdir()}
     for name in ("API_KEY", "gh_token", "MY_SECRET", "DB_PASSWORD", "PASSWD", "AWS_CREDENTIALS"):
         r = nev(lane.env, "dagu", "run", "hello", "--param", f"{name}=x")
         assert r.returncode == 1 and name in r.stderr and "nothing was sent" in r.stderr, r.stderr
     assert len(lane.api.runs("hello")) == before
-    assert not (lane.root / "home/dags/hello.yaml").exists() or before > 0
+    assert {p.name: p.stat().st_mtime_ns for p in dags.iterdir()} == files
 
 
 def test_key_reaches_steps_but_is_nowhere_in_data_or_logs(lane):
@@ -148,8 +155,11 @@ def test_watch_once_step_gives_zero_n_or_dash(lane, tmp_path):
 def test_queue_max_two_runs_four_never_more_than_two_at_once(lane):
     ok(nev(lane.env, "dagu", "queue", "--max", "2"))
     assert "maxConcurrency: 2" in (lane.root / "home/config.yaml").read_text()
-    ids = [ok(nev(lane.env, "dagu", "run", "queued", "--param", "SECONDS=3", "--detach")).stdout.strip()
-           for _ in range(4)]
+    procs = [subprocess.Popen([sys.executable, "-m", "rig.cli", "dagu", "run", "queued", "--param", "SECONDS=5",
+                               "--detach"], cwd=WORKTREE, env=lane.env, stdout=subprocess.PIPE, text=True)
+             for _ in range(4)]  # four submissions at once
+    ids = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs) and len(set(ids)) == 4
     api = lane.api
     seen: list[int] = []
 
@@ -168,13 +178,57 @@ def test_queue_max_two_runs_four_never_more_than_two_at_once(lane):
 
 
 def test_stop_then_start_is_healthy_and_takes_queued_runs_within_5s(lane):
+    ok(nev(lane.env, "dagu", "run", "queued", "--param", "SECONDS=1"))  # the workflow is on the lane
     ok(nev(lane.env, "dagu", "stop"))
     st = nev(lane.env, "dagu", "status")
     assert st.returncode == 1 and "not running" in st.stdout
-    ok(nev(lane.env, "dagu", "start"))
+    # queue a run while Dagu is stopped (Dagu's own CLI on the lane writes the queue files)
+    run_id = "0" + secrets.token_hex(15)
+    h = "/home/lane/dagu"
+    r = lane.fwd.conn.run(f"DAGU_HOME={h}/home TMPDIR={h}/tmp {h}/bin/dagu enqueue -q -c {h}/home/config.yaml "
+                          f"--run-id={run_id} -p SECONDS=1 {h}/home/dags/queued.yaml")
+    assert r.exit_status == 0, r.err
+    ok(nev(lane.env, "dagu", "start"))  # returns once healthy
     t0 = time.monotonic()
-    run_id = ok(nev(lane.env, "dagu", "run", "queued", "--param", "SECONDS=1", "--detach")).stdout.strip()
     api = lane.api
     wait_for(lambda: api.run("queued", run_id)["statusLabel"] in ("running", "succeeded"), 5, 0.1,
              "the queued run to start")
     assert time.monotonic() - t0 < 5
+
+
+def test_tunnel_prints_a_local_url_that_reaches_the_api(lane):
+    p = subprocess.Popen([sys.executable, "-m", "rig.cli", "dagu", "tunnel"], cwd=WORKTREE, env=lane.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        url = p.stdout.readline().split()[0].rstrip("/")
+        assert url.startswith("http://127.0.0.1:")
+        assert requests.get(url + "/api/v2/health", timeout=5).json()["status"] == "healthy"
+        assert requests.get(url + "/api/v2/dag-runs", timeout=5).status_code == 401
+    finally:
+        p.terminate()
+        assert p.wait(10) == 143
+
+
+def test_autostart_line_brings_dagu_back_after_a_restart(lane, box):
+    ok(nev(lane.env, "dagu", "autostart", "on"))
+    conn = lane.fwd.conn
+    tab = conn.run("crontab -l").out
+    lines = [ln for ln in tab.splitlines() if "# nev-dagu" in ln]
+    assert len(lines) == 1 and lines[0].startswith("@reboot ")
+    ok(nev(lane.env, "dagu", "autostart", "on"))
+    assert conn.run("crontab -l").out == tab  # idempotent
+    # a "reboot": every Dagu process of the lane dies at once, then cron runs the @reboot line
+    pid = int((lane.root / "run/server.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 5, what="Dagu to die")
+    assert conn.run(lines[0].removeprefix("@reboot ").split(" #")[0]).exit_status == 0
+    t0 = time.monotonic()
+    wait_for(lambda: '"healthy"' in box.run_in(box.lanes[0].name, ["curl", "-s", f"http://127.0.0.1:{PORT}/api/v2/health"]).stdout,
+             15, 0.2, "Dagu to come back")
+    run_id = ok(nev(lane.env, "dagu", "run", "queued", "--param", "SECONDS=1", "--detach")).stdout.strip()
+    wait_for(lambda: lane.api.run("queued", run_id)["statusLabel"] in ("running", "succeeded"), 10, 0.2,
+             "a queued run after the restart")
+    assert time.monotonic() - t0 < 15
+    ok(nev(lane.env, "dagu", "autostart", "off"))
+    assert "# nev-dagu" not in conn.run("crontab -l 2>/dev/null").out
