@@ -135,7 +135,7 @@ def test_coordinator_port_refuses_plain_and_certificateless_connections(dist, bo
         assert s.selected_alpn_protocol() == "h2"
 
 
-def test_worker_without_client_certificate_cannot_connect(dist, box):
+def test_worker_without_client_certificate_cannot_connect_and_is_stopped_spinning(dist, box):
     lane1 = dist.conns[1]
     home = "/home/lane/dagu"
     base = f"""paths:
@@ -146,13 +146,15 @@ def test_worker_without_client_certificate_cannot_connect(dist, box):
     lane1.write_file(f"{home}/home/nocert.yaml", (base + f"worker: {{id: nocert}}\npeer:\n  insecure: false\n"
                                                          f"  clientCaFile: {home}/tls/ca.crt\n").encode())
     lane1.write_file(f"{home}/home/plain.yaml", (base + "worker: {id: plain}\npeer:\n  insecure: true\n").encode())
-    # Both would spin logging errors: bounded by `timeout` and their output capped by `head -c`.
+    # Both spin logging errors; each runs under the supervisor nev uses for workers (and `timeout`).
     cmd = " & ".join(
-        f"DAGU_HOME={home}/home TMPDIR={home}/tmp timeout 8 {home}/bin/dagu worker -c {home}/home/{n}.yaml "
-        f"2>&1 | head -c 200000 > {home}/run/{n}.log"
+        f"DAGU_HOME={home}/home TMPDIR={home}/tmp timeout 20 python3 {home}/bin/supervise.py "
+        f"--log {home}/run/{n}.log --pidfile {home}/run/{n}.pid --cap 200000 -- "
+        f"{home}/bin/dagu worker -c {home}/home/{n}.yaml; echo {n}=$? >> {home}/run/rc"
         for n in ("nocert", "plain")) + " & wait"
+    lane1.run(f"rm -f {home}/run/rc")
     seen: set[str] = set()
-    t = threading.Thread(target=lambda: lane1.run(cmd, timeout=30))
+    t = threading.Thread(target=lambda: lane1.run(cmd, timeout=40))
     t.start()
     try:
         deadline = time.monotonic() + 7
@@ -160,10 +162,14 @@ def test_worker_without_client_certificate_cannot_connect(dist, box):
             seen |= {w["id"] for w in dist.api.get("/workers")["workers"]}
             time.sleep(0.5)
     finally:
-        t.join(30)
+        t.join(40)
     assert "lane1" in seen and "nocert" not in seen and "plain" not in seen, seen
     logs = lane1.run(f"cat {home}/run/nocert.log {home}/run/plain.log").out.lower()
     assert "tls" in logs or "certificate" in logs or "handshake" in logs or "connection" in logs
+    # ... and both spun, so the supervisor stopped them (exit 3) well before `timeout`, logs capped
+    assert sorted(lane1.run(f"cat {home}/run/rc").out.split()) == ["nocert=3", "plain=3"]
+    for n in ("nocert", "plain"):
+        assert int(lane1.run(f"stat -c %s {home}/run/{n}.log").out) <= 200000 + 300
 
 
 def _kill_lane_except_sshd(netns: str) -> int:
