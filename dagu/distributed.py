@@ -57,6 +57,7 @@ pid=$(cat {q(layout.worker_pid)} 2>/dev/null || true)
 if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q supervise "/proc/$pid/cmdline" 2>/dev/null; then
   exit 0
 fi
+rm -f {q(layout.worker_pid)}  # stale: its supervisor died without removing it
 cd {q(layout.root)}
 env -i HOME="$HOME" USER="$(id -un)" LOGNAME="$(id -un)" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \\
   DAGU_HOME={q(layout.home)} TMPDIR={q(layout.tmp)} \\

@@ -26,14 +26,14 @@ class Log:
     def __init__(self, path: str, cap: int) -> None:
         self.path = path
         self.cap = cap
-        self.f = open(path, "ab")  # noqa: SIM115 - held for the process's life
+        self.f = open(path, "ab", buffering=0)  # noqa: SIM115 - held for the process's life
         self.size = self.f.tell()
 
     def write(self, line: bytes) -> None:
         if self.size + len(line) > self.cap:
             self.f.close()
             os.replace(self.path, self.path + ".1")
-            self.f = open(self.path, "ab")  # noqa: SIM115
+            self.f = open(self.path, "ab", buffering=0)  # noqa: SIM115
             self.size = 0
         self.f.write(line)
         self.size += len(line)
@@ -41,6 +41,16 @@ class Log:
     def note(self, text: str) -> None:
         self.write(f"nev supervisor: {text}\n".encode())
         self.f.flush()
+
+
+def _die_with_parent() -> None:
+    """In the worker: get SIGTERM when the supervisor dies (even by SIGKILL), so no worker runs unsupervised."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def main(argv: list[str]) -> int:
@@ -58,7 +68,8 @@ def main(argv: list[str]) -> int:
     log = Log(a.log, a.cap)
     with open(a.pidfile, "w") as f:
         f.write(str(os.getpid()))
-    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             preexec_fn=_die_with_parent)
     stopping = False
 
     def stop_child(signum: int, frame: object) -> None:

@@ -254,3 +254,25 @@ def test_pki_dir_is_outside_the_repository():
     p = settings.get_path(settings.DAGU_PKI_DIR, {})
     assert p is not None and not str(p).startswith(str(Path(__file__).resolve().parent.parent))
     assert os.path.expanduser("~") in str(p)
+
+
+def test_worker_dies_with_a_killed_supervisor(tmp_path):
+    import signal
+    import time
+
+    log, pid = tmp_path / "w.log", tmp_path / "w.pid"
+    p = subprocess.Popen([sys.executable, str(SUPERVISE), "--log", str(log), "--pidfile", str(pid), "--",
+                          "sh", "-c", "echo child $$; exec sleep 60"])
+    try:
+        deadline = time.monotonic() + 10
+        while (not log.exists() or "child " not in log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(log.read_text().split("child ")[1].split()[0])
+        p.send_signal(signal.SIGKILL)
+        p.wait(5)
+        while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+    finally:
+        if p.poll() is None:
+            p.kill()
