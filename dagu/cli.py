@@ -94,16 +94,27 @@ def stop(lane_index: int | None) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(lane_index: int | None, as_json: bool) -> int:
     """Is Dagu running and healthy on the lane (exit 0 yes, 1 no)."""
+    from dagu import distributed as dist
     from dagu import service
 
     with service.opened(lane_index) as ld:
         st = ld.status()
+        worker = dist.has_worker(ld)
+        if worker:
+            st["worker_pid"] = dist.worker_pid(ld)
+        server = dist.has_server(ld) or not worker
     if as_json:
         emit_json(st)
     else:
-        state = "healthy" if st["healthy"] else ("running, not healthy" if st["pid"] else "not running")
-        click.echo(f"lane {st['lane']}: Dagu {state}" + (f" (pid {st['pid']}, port {st['port']})" if st["pid"] else ""))
-    return 0 if st["healthy"] else 1
+        if server:
+            state = "healthy" if st["healthy"] else ("running, not healthy" if st["pid"] else "not running")
+            click.echo(f"lane {st['lane']}: Dagu {state}"
+                       + (f" (pid {st['pid']}, port {st['port']})" if st["pid"] else ""))
+        if worker:
+            wp = st["worker_pid"]
+            click.echo(f"lane {st['lane']}: worker {'running (supervisor pid ' + str(wp) + ')' if wp else 'not running'}")
+    ok = (st["healthy"] or not server) and (not worker or st.get("worker_pid") is not None)
+    return 0 if ok else 1
 
 
 @dagu.command("autostart")

@@ -77,6 +77,10 @@ def test_workers_register_with_their_labels_and_certs_stay_private(dist, box):
     assert not [p for p in box.nas.rglob("*") if p.suffix in (".key", ".crt")]
     assert (box.nas / "dagu/data/service-registry").is_dir()
     assert stat.S_IMODE(dist.pki.stat().st_mode) == 0o700 and (dist.pki / "ca.key").exists()
+    st = ok(nev(dist.env, "dagu", "status", "--lane", "1"))
+    assert "worker running" in st.stdout and "Dagu" not in st.stdout  # lane1 runs only a worker
+    st = ok(nev(dist.env, "dagu", "status", "--lane", "0"))
+    assert "Dagu healthy" in st.stdout and "worker running" in st.stdout
 
 
 def _ts(s: str) -> float:
