@@ -2,79 +2,266 @@
 
 from __future__ import annotations
 
+import sys
+import time
+
 import click
 
-from lanes.ui import not_built
+from lanes import settings
+from lanes.ui import emit_json, info
 
 
 @click.group("dagu")
 def dagu() -> None:
-    """Dagu on a lane: install, start, stop, run and watch workflows."""
+    """Dagu on a lane: install, start, stop, run and watch workflows.
+
+    Lane: --lane N, else NEV_DAGU_LANE, else NEV_LANE_SSH, else lane 0 of the lanes file.
+    """
 
 
 def _lane_opt(f):  # type: ignore[no-untyped-def]
-    return click.option("--lane", "lane_index", type=int, help="Lane N (default NEV_DAGU_LANE, else 0).")(f)
+    return click.option("--lane", "lane_index", type=int,
+                        help="Lane N (default NEV_DAGU_LANE, else NEV_LANE_SSH, else 0).")(f)
 
 
-for _name, _help in [("up", "Install the pinned Dagu on the lane, configure, start and check it."),
-                     ("start", "Start Dagu on the lane."), ("stop", "Stop Dagu on the lane."),
-                     ("status", "Is Dagu running and healthy on the lane."),
-                     ("tunnel", "Hold a port forward open to the web UI and API.")]:
-    def _make(name: str, help: str) -> click.Command:
-        @_lane_opt
-        def cmd(lane_index: int | None) -> None:
-            raise not_built(f"dagu {name}", 8)
-        return click.command(name, help=help)(cmd)
-    dagu.add_command(_make(_name, _help))
+def _out(line: str) -> None:
+    click.echo(line)
+
+
+@dagu.command("up")
+@_lane_opt
+@click.option("--distributed", is_flag=True,
+              help="Coordinator on the chosen lane, a worker on every lane, mTLS, data on the NAS.")
+def up(lane_index: int | None, distributed: bool) -> int:
+    """Install the pinned Dagu on the lane, configure, start and check it.
+
+    The binary comes from NEV_DAGU_BINARY (a file here or a path on the lane) or the NAS
+    share; its sha256 must match the pin. The gateway key (NEV_MODEL_KEY_FILE) goes over
+    SSH stdin into ~/dagu/home/model-key (mode 600).
+    """
+    if distributed:
+        from dagu import distributed as dist
+
+        rep = dist.up(lane_index)
+    else:
+        from dagu import service
+
+        with service.opened(lane_index) as ld:
+            rep = service.up(ld)
+    for c in rep.changes:
+        info(f"changed: {c}")
+    for u in rep.unchanged:
+        info(f"unchanged: {u}")
+    return 0
+
+
+@dagu.command("start")
+@_lane_opt
+def start(lane_index: int | None) -> int:
+    """Start Dagu on the lane (and its worker, in distributed mode)."""
+    from dagu import distributed as dist
+    from dagu import service
+
+    with service.opened(lane_index) as ld:
+        if not dist.has_server(ld) and not dist.has_worker(ld):
+            raise service.DaguServiceError(f"Dagu is not set up on {ld.lane.label}; run `nev dagu up` first")
+        if dist.has_server(ld):
+            started = ld.start()
+            info(f"Dagu on {ld.lane.label}: {'started' if started else 'already running'}, healthy")
+        if dist.start_worker_if_configured(ld):
+            info(f"Dagu worker on {ld.lane.label}: started")
+    return 0
+
+
+@dagu.command("stop")
+@_lane_opt
+def stop(lane_index: int | None) -> int:
+    """Stop Dagu on the lane (and its worker, in distributed mode)."""
+    from dagu import distributed as dist
+    from dagu import service
+
+    with service.opened(lane_index) as ld:
+        if dist.stop_worker(ld):
+            info(f"Dagu worker on {ld.lane.label}: stopped")
+        if dist.has_server(ld) or not dist.has_worker(ld):
+            was = ld.stop()
+            info(f"Dagu on {ld.lane.label}: {'stopped' if was else 'was not running'}")
+    return 0
+
+
+@dagu.command("status")
+@_lane_opt
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(lane_index: int | None, as_json: bool) -> int:
+    """Is Dagu running and healthy on the lane (exit 0 yes, 1 no)."""
+    from dagu import distributed as dist
+    from dagu import service
+
+    with service.opened(lane_index) as ld:
+        st = ld.status()
+        worker = dist.has_worker(ld)
+        if worker:
+            st["worker_pid"] = dist.worker_pid(ld)
+        server = dist.has_server(ld) or not worker
+    if as_json:
+        emit_json(st)
+    else:
+        if server:
+            state = "healthy" if st["healthy"] else ("running, not healthy" if st["pid"] else "not running")
+            click.echo(f"lane {st['lane']}: Dagu {state}"
+                       + (f" (pid {st['pid']}, port {st['port']})" if st["pid"] else ""))
+        if worker:
+            wp = st["worker_pid"]
+            click.echo(f"lane {st['lane']}: worker {'running (supervisor pid ' + str(wp) + ')' if wp else 'not running'}")
+    ok = (st["healthy"] or not server) and (not worker or st.get("worker_pid") is not None)
+    return 0 if ok else 1
 
 
 @dagu.command("autostart")
 @click.argument("state", type=click.Choice(["on", "off"]))
 @_lane_opt
-def autostart(state: str, lane_index: int | None) -> None:
+def autostart(state: str, lane_index: int | None) -> int:
     """Add or remove the lane user's @reboot crontab line."""
-    raise not_built("dagu autostart", 8)
+    from dagu import service
+
+    with service.opened(lane_index) as ld:
+        changed = ld.autostart(state == "on")
+    info(f"autostart {state}: {'changed' if changed else 'unchanged'}")
+    return 0
+
+
+@dagu.command("tunnel")
+@_lane_opt
+@click.option("--port", "local_port", type=int, default=0, help="Local port (default: any free one).")
+def tunnel(lane_index: int | None, local_port: int) -> int:
+    """Hold a port forward open to the web UI and API (Ctrl-C ends it).
+
+    The password is not printed: it is in ~/dagu/home/config.yaml on the lane (user nev).
+    """
+    from dagu import service
+
+    with service.opened(lane_index) as ld, ld.conn.forward("127.0.0.1", ld.port, local_port) as fwd:
+        click.echo(f"{fwd.url}/  (API {fwd.url}/api/v2, user nev; Ctrl-C to close)")
+        sys.stdout.flush()
+        while True:
+            time.sleep(1)
+            ld.conn.transport  # noqa: B018 - raises when the SSH connection dropped
 
 
 @dagu.command("run")
 @click.argument("workflow")
-@click.option("--param", multiple=True, metavar="K=V")
-def run(workflow: str, param: tuple[str, ...]) -> None:
-    """Start (or enqueue) WORKFLOW and follow it to the end or NEV_DAGU_WAIT."""
-    raise not_built("dagu run", 8)
+@click.option("--param", multiple=True, metavar="K=V", help="A run parameter (never a secret).")
+@_lane_opt
+@click.option("--detach", is_flag=True, help="Print the run id and return without following.")
+def run(workflow: str, param: tuple[str, ...], lane_index: int | None, detach: bool) -> int:
+    """Start (or enqueue) WORKFLOW and follow it to the end or NEV_DAGU_WAIT.
+
+    WORKFLOW is a YAML file here or the name of a shipped one (dagu/workflows/). One with a
+    top-level `queue:` key is enqueued. Exit 0 when the run succeeded, 1 otherwise.
+    """
+    from dagu import runs, service
+
+    params = runs.parse_params(param)  # refuses secret names before anything is sent
+    wf = runs.load_workflow(workflow)
+    wait = settings.get_float(settings.DAGU_WAIT)
+    poll = settings.get_float(settings.DAGU_POLL)
+    with service.opened(lane_index) as ld:
+        ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
+        with ld.api() as api:
+            run_id, queued = runs.submit(api, wf, params)
+            click.echo(f"{run_id}")
+            info(f"run {run_id} of {wf.name}: {'enqueued' if queued else 'started'} on {ld.lane.label}")
+            if detach:
+                return 0
+            st = runs.follow(api, wf.name, run_id, wait, poll, info)
+    if not st.done:
+        info(f"run {run_id} is still {st.status} after {wait:.0f} s (NEV_DAGU_WAIT); "
+             f"follow it with `nev dagu watch {run_id}`")
+        return runs.EXIT_FAILED
+    return runs.run_exit_code(st)
 
 
 @dagu.command("stop-run")
 @click.argument("run_id")
-def stop_run(run_id: str) -> None:
+@_lane_opt
+def stop_run(run_id: str, lane_index: int | None) -> int:
     """Stop a run."""
-    raise not_built("dagu stop-run", 8)
+    from dagu import service
+
+    with service.opened(lane_index) as ld, ld.api() as api:
+        st = api.find_run(run_id)
+        if st.done:
+            info(f"run {run_id} of {st.name} already ended: {st.status}")
+            return 0
+        api.stop(st.name, run_id)
+        info(f"run {run_id} of {st.name}: stop sent")
+    return 0
 
 
 @dagu.command("watch")
 @click.argument("run_id")
-@click.option("--once", is_flag=True)
-@click.option("--step")
-def watch(run_id: str, once: bool, step: str | None) -> None:
-    """Follow a run; with --once --step print the step's exit code."""
-    raise not_built("dagu watch", 8)
+@click.option("--once", is_flag=True, help="Read the status once instead of following.")
+@click.option("--step", help="With --once: print the step's exit code (0, N, or - for a signal).")
+@_lane_opt
+def watch(run_id: str, once: bool, step: str | None, lane_index: int | None) -> int:
+    """Follow a run; with --once --step print the step's exit code and exit with it (- exits 1)."""
+    from dagu import runs, service
+
+    if step and not once:
+        raise click.UsageError("--step goes with --once")
+    with service.opened(lane_index) as ld, ld.api() as api:
+        if step:
+            code, _ = runs.watch_once_step(api, run_id, step)
+            click.echo(code)
+            return int(code) if code.isdigit() else runs.EXIT_FAILED
+        st = api.find_run(run_id)
+        if once:
+            click.echo(f"run {run_id} of {st.name}: {st.status}")
+            for s in st.steps:
+                click.echo(runs.describe_step(s))
+            return runs.run_exit_code(st) if st.done else 0
+        st = runs.follow(api, st.name, run_id, settings.get_float(settings.DAGU_WAIT),
+                         settings.get_float(settings.DAGU_POLL), info)
+    return runs.run_exit_code(st) if st.done else runs.EXIT_FAILED
 
 
 @dagu.command("clean-jobs")
 @click.argument("name")
-def clean_jobs(name: str) -> None:
-    """Remove a job's folder on the lane."""
-    raise not_built("dagu clean-jobs", 8)
+@_lane_opt
+def clean_jobs(name: str, lane_index: int | None) -> int:
+    """Remove a job's folder (~/dagu/jobs-work/NAME) on the lane."""
+    from dagu import maintenance, service
+
+    with service.opened(lane_index) as ld:
+        removed = maintenance.clean_job(ld, name)
+    info(f"jobs-work/{name}: {'removed' if removed else 'not there'}")
+    return 0
 
 
 @dagu.command("prune-mirror")
-def prune_mirror() -> None:
-    """Fetch and prune job/* and result/* in the lane mirror."""
-    raise not_built("dagu prune-mirror", 8)
+@_lane_opt
+def prune_mirror(lane_index: int | None) -> int:
+    """Fetch and prune job/* and result/* in the lane mirror (other refs untouched)."""
+    from dagu import maintenance, service
+
+    with service.opened(lane_index) as ld:
+        pruned = maintenance.prune_mirror(ld)
+    for ref in pruned:
+        click.echo(f"pruned {ref}")
+    info(f"prune-mirror: {len(pruned)} ref(s) removed")
+    return 0
 
 
 @dagu.command("queue")
-@click.option("--max", "max_", type=int, required=True)
-def queue(max_: int) -> None:
+@click.option("--max", "max_", type=int, required=True, help="Runs at once in the global queue.")
+@_lane_opt
+def queue(max_: int, lane_index: int | None) -> int:
     """Write the global queue's concurrency and restart the scheduler."""
-    raise not_built("dagu queue", 8)
+    from dagu import queue as dqueue
+    from dagu import service
+
+    dqueue.check_max(max_)
+    with service.opened(lane_index) as ld:
+        changed = dqueue.set_queue_max(ld, max_)
+    info(f"global queue: {max_} at once ({'changed, Dagu restarted' if changed else 'unchanged'})")
+    return 0

@@ -1,0 +1,278 @@
+"""The dagu package's pure decisions, the shipped workflows (real `dagu validate`), the worker
+supervisor (real processes) and the CA/lane certificates (real TLS handshakes)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dagu import config as dconfig
+from dagu import install, pki, runs
+from dagu.api import StepStatus, parse_run, step_exit_code
+from dagu.distributed import worker_labels
+from dagu.layout import DAGU_SHA256, Layout, resolve_root
+from dagu.service import choose_lane_index, cron_lines
+from lanes.errors import ConfigError, UsageError
+from tests.dagu_helpers import DAGU
+
+WORKFLOWS = sorted((Path(__file__).resolve().parent.parent / "dagu" / "workflows").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("wf", WORKFLOWS, ids=lambda p: p.name)
+def test_every_shipped_workflow_passes_dagu_validate(wf, tmp_path):
+    r = subprocess.run([DAGU, "validate", str(wf)], capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DAGU_HOME": str(tmp_path / "h")})
+    assert r.returncode == 0 and "valid" in (r.stdout + r.stderr), r.stdout + r.stderr
+
+
+def test_dagu_validate_refuses_a_snake_case_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("max_active_runs: 1\nsteps:\n  - name: a\n    command: \"true\"\n")
+    r = subprocess.run([DAGU, "validate", str(bad)], capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DAGU_HOME": str(tmp_path / "h")})
+    assert r.returncode != 0
+
+
+def test_shipped_workflows_carry_no_secret_params():
+    for wf in WORKFLOWS:
+        doc = yaml.safe_load(wf.read_text())
+        for p in doc.get("params") or []:
+            for name in (p if isinstance(p, dict) else {}):
+                assert not runs.is_secret_name(name), (wf.name, name)
+
+
+def test_secret_named_params_are_refused():
+    for name in ("OPENAI_API_KEY", "token", "ClientSecret", "DB_PASSWORD", "PASSWD", "GIT_CREDENTIALS"):
+        with pytest.raises(runs.RunError) as e:
+            runs.parse_params([f"{name}=v"])
+        assert name in str(e.value) and "nothing was sent" in str(e.value)
+    assert runs.parse_params(["NAME=a=b", "N=1"]) == {"NAME": "a=b", "N": "1"}
+    with pytest.raises(UsageError):
+        runs.parse_params(["novalue"])
+
+
+def test_workflow_with_queue_or_worker_selector_is_enqueued(tmp_path):
+    cases = {"q.yaml": ("queue: global\nsteps: []\n", True), "w.yaml": ("workerSelector: {lane: '1'}\nsteps: []\n", True),
+             "s.yaml": ("steps: []\n", False)}
+    for fname, (text, enq) in cases.items():
+        (tmp_path / fname).write_text(text)
+        assert runs.load_workflow(str(tmp_path / fname)).enqueue is enq, fname
+    assert runs.load_workflow("queued").enqueue and not runs.load_workflow("hello").enqueue
+    with pytest.raises(UsageError):
+        runs.load_workflow("no-such-workflow")
+
+
+def test_step_exit_code_from_error_text():
+    assert step_exit_code(StepStatus("a", "succeeded")) == "0"
+    assert step_exit_code(StepStatus("a", "failed", 'failed to execute step "a": exit status 3')) == "3"
+    assert step_exit_code(StepStatus("a", "failed", 'failed to execute step "a": signal: killed')) == "-"
+    assert step_exit_code(StepStatus("a", "aborted", "signal: terminated")) == "-"
+
+
+def test_parse_run_reads_nodes():
+    st = parse_run({"dagRunDetails": {"name": "x", "dagRunId": "r", "statusLabel": "failed", "workerId": "lane1",
+                                      "nodes": [{"step": {"name": "s"}, "statusLabel": "failed",
+                                                 "error": "exit status 7"}]}})
+    assert st.done and st.worker_id == "lane1" and step_exit_code(st.step("s")) == "7"
+
+
+def test_max_overlap():
+    assert runs.max_overlap([(0, 3), (0, 3), (3, 6), (3, 6)]) == 2
+    assert runs.max_overlap([(0, 5), (1, 6), (2, 7)]) == 3
+    assert runs.max_overlap([]) == 0
+
+
+def test_lane_choice_order():
+    assert choose_lane_index(2, "1", "lane@h") == (2, False)
+    assert choose_lane_index(None, "1", "lane@h") == (1, False)
+    assert choose_lane_index(None, None, "lane@h") == (0, True)
+    assert choose_lane_index(None, None, None) == (0, False)
+    with pytest.raises(ConfigError):
+        choose_lane_index(None, "one", None)
+
+
+def test_config_renders_camel_case_and_keeps_password_and_queue():
+    lay = Layout("/home/lane/dagu")
+    text = dconfig.render_server(dconfig.ServerConfig(layout=lay, port=18431, password="pw-abc", coord_port=50055,
+                                                      queue_max=3))
+    doc = yaml.safe_load(text)
+    assert doc["scheduler"]["lockStaleThreshold"] == "3s"
+    assert doc["paths"]["dataDir"] == "/home/lane/dagu/home/data" and doc["host"] == "127.0.0.1"
+    ex = dconfig.parse_existing(text)
+    assert (ex.password, ex.queue_max) == ("pw-abc", 3)
+    assert not dconfig.is_distributed(text)
+    assert dconfig.parse_existing(None).password is None
+
+
+def test_distributed_config_keeps_everything_but_the_queue_size():
+    lay = Layout("/home/lane/dagu", shared="/srv/lane-shared")
+    tls = dconfig.Tls("/c", "/k", "/ca")
+    text = dconfig.render_server(dconfig.ServerConfig(layout=lay, port=1, password="pw", coord_port=2,
+                                                      coord_host="198.18.0.11", tls=tls))
+    assert dconfig.is_distributed(text)
+    doc = yaml.safe_load(text)
+    assert doc["paths"]["dataDir"] == "/srv/lane-shared/dagu/data"
+    assert doc["coordinator"] == {"host": "198.18.0.11", "port": 2, "advertise": "198.18.0.11"}
+    assert doc["peer"] == {"insecure": False, "certFile": "/c", "keyFile": "/k", "clientCaFile": "/ca"}
+    new = yaml.safe_load(dconfig.with_queue_max(text, 5))
+    assert new["queues"]["config"][0]["maxConcurrency"] == 5
+    assert {k: v for k, v in new.items() if k != "queues"} == {k: v for k, v in doc.items() if k != "queues"}
+
+
+def test_cron_line_added_once_and_removed_keeping_others():
+    base = "0 * * * * echo other\n"
+    on = cron_lines(base, "/home/lane/dagu/bin/start.sh", True)
+    assert on.count("@reboot") == 1 and "echo other" in on
+    assert cron_lines(on, "/home/lane/dagu/bin/start.sh", True) == on
+    assert cron_lines(on, "/home/lane/dagu/bin/start.sh", False) == base
+
+
+def test_root_resolution():
+    assert resolve_root("~/dagu", "/home/lane") == "/home/lane/dagu"
+    assert resolve_root("/opt/d/", "/home/lane") == "/opt/d"
+    assert resolve_root("dagu", "/home/lane") == "/home/lane/dagu"
+
+
+def test_binary_source_choice_and_pin(tmp_path):
+    assert install.choose_source(None, "/srv/lane-shared").path == "/srv/lane-shared/releases/dagu-1.30.2/dagu"
+    f = tmp_path / "dagu"
+    f.write_bytes(b"x")
+    assert install.choose_source(str(f), "/s").local
+    assert not install.choose_source("/srv/lane-shared/d", "/s").local
+    with pytest.raises(install.InstallError):
+        install.choose_source("https://example.invalid/dagu", "/s")
+    with pytest.raises(install.InstallError) as e:
+        install.check_pin("0" * 64, "x")
+    assert install.show_hash(DAGU_SHA256) in str(e.value)
+    install.check_pin(DAGU_SHA256, "x")
+
+
+def test_worker_labels():
+    assert worker_labels(1, True, 4) == {"rig": "nev", "lane": "1", "browsers": "yes", "cores": "4"}
+
+
+SUPERVISE = Path(__file__).resolve().parent.parent / "dagu" / "supervise.py"
+
+
+def test_supervisor_stops_a_spinning_worker_and_caps_its_log(tmp_path):
+    log, pid = tmp_path / "w.log", tmp_path / "w.pid"
+    r = subprocess.run([sys.executable, str(SUPERVISE), "--log", str(log), "--pidfile", str(pid),
+                        "--cap", "200000", "--max-lines", "2000", "--window", "5", "--", "yes", "spinning"],
+                       capture_output=True, timeout=30)
+    assert r.returncode == 3
+    assert log.stat().st_size <= 200000 + 200
+    assert "stopping the worker" in log.read_text()
+    assert not pid.exists()
+
+
+def test_supervisor_passes_sigterm_to_the_worker(tmp_path):
+    log, pid = tmp_path / "w.log", tmp_path / "w.pid"
+    p = subprocess.Popen([sys.executable, str(SUPERVISE), "--log", str(log), "--pidfile", str(pid), "--",
+                          "sleep", "60"])
+    try:
+        import time
+        deadline = time.monotonic() + 10
+        while not pid.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while "started" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        p.terminate()
+        assert p.wait(10) == 0
+        assert "worker exited with -15" in log.read_text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def _serve_tls(ctx: ssl.SSLContext, sock: socket.socket, results: list) -> None:
+    conn, _ = sock.accept()
+    try:
+        with ctx.wrap_socket(conn, server_side=True) as s:
+            results.append(s.getpeercert() is not None)
+            s.sendall(b"ok")
+    except (ssl.SSLError, OSError) as e:
+        results.append(e)
+
+
+def test_lane_certificates_do_mutual_tls_and_stay_private(tmp_path):
+    folder = tmp_path / "pki"
+    c0 = pki.lane_cert(0, "127.0.0.1", folder)
+    c1 = pki.lane_cert(1, "127.0.0.2", folder)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in folder.iterdir())
+    assert pki.lane_cert(0, "127.0.0.1", folder) == c0  # stable on the second call
+    files = {}
+    for name, data in (("c0", c0.cert_pem), ("k0", c0.key_pem), ("c1", c1.cert_pem), ("k1", c1.key_pem),
+                       ("ca", c0.ca_pem)):
+        files[name] = tmp_path / name
+        files[name].write_bytes(data)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(files["c0"], files["k0"])
+    server.load_verify_locations(files["ca"])
+    server.verify_mode = ssl.CERT_REQUIRED
+
+    def attempt(with_cert: bool) -> tuple[object, list]:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        results: list = []
+        t = threading.Thread(target=_serve_tls, args=(server, sock, results))
+        t.start()
+        client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        client.load_verify_locations(files["ca"])
+        if with_cert:
+            client.load_cert_chain(files["c1"], files["k1"])
+        got: object
+        try:
+            with socket.create_connection(sock.getsockname()) as raw, \
+                    client.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                got = s.recv(2)
+        except (ssl.SSLError, OSError) as e:
+            got = e
+        t.join(5)
+        sock.close()
+        return got, results
+
+    got, results = attempt(True)
+    assert got == b"ok" and results == [True]
+    got, results = attempt(False)
+    assert got != b"ok" and isinstance(results[0], Exception)
+
+
+def test_pki_dir_is_outside_the_repository():
+    from lanes import settings
+
+    p = settings.get_path(settings.DAGU_PKI_DIR, {})
+    assert p is not None and not str(p).startswith(str(Path(__file__).resolve().parent.parent))
+    assert os.path.expanduser("~") in str(p)
+
+
+def test_worker_dies_with_a_killed_supervisor(tmp_path):
+    import signal
+    import time
+
+    log, pid = tmp_path / "w.log", tmp_path / "w.pid"
+    p = subprocess.Popen([sys.executable, str(SUPERVISE), "--log", str(log), "--pidfile", str(pid), "--",
+                          "sh", "-c", "echo child $$; exec sleep 60"])
+    try:
+        deadline = time.monotonic() + 10
+        while (not log.exists() or "child " not in log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(log.read_text().split("child ")[1].split()[0])
+        p.send_signal(signal.SIGKILL)
+        p.wait(5)
+        while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+    finally:
+        if p.poll() is None:
+            p.kill()
