@@ -89,6 +89,17 @@ def test_each_lane_has_its_own_srv_lane_and_home_but_shares_the_nas(box):
     assert (box.nas / "from-lane0").read_text() == "shared\n"
 
 
+def test_nas_standard_folders_stay_writable_for_lanes_after_root_writes_there(box):
+    # The dev box (root) writes into the share first, as an in-place batch or a test does.
+    (box.nas / "ledger" / "from-root.jsonl").write_text("{}\n")
+    (box.nas / "archive" / "job-logs" / "root-job").mkdir(exist_ok=True)
+    r = ssh(box, box.lanes[1], "echo '{}' >> /srv/lane-shared/ledger/from-lane.jsonl && "
+                               "mkdir -p /srv/lane-shared/archive/job-logs/lane-job && "
+                               "mkdir -p /srv/lane-shared/archive/gate-logs/wt")
+    assert r.returncode == 0, r.stderr
+    assert (box.nas / "ledger" / "from-lane.jsonl").read_text() == "{}\n"
+
+
 def test_lanes_get_the_hosts_rust_toolchain_read_only(box):
     r = ssh(box, box.lanes[0], "rustc --version && cargo --version && touch /srv/toolchain/rustup/x")
     assert "rustc " in r.stdout and "cargo " in r.stdout, r.stderr

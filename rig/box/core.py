@@ -69,6 +69,10 @@ class UpResult:
     seconds: float = 0.0
 
 
+NAS_FOLDERS = ("ledger", "archive", "archive/gate-logs", "archive/job-logs", "archive/corpus",
+               "ground-truth", "suites", "releases")
+
+
 class Box:
     lane_backend = "netns"   # see rig/box/lanes_backend.py
 
@@ -209,6 +213,12 @@ class Box:
         for sub in ("logs", "run", "ssh", "nas"):
             (self.dir / sub).mkdir(exist_ok=True)
         os.chmod(self.dir / "nas", 0o1777)
+        # The share's standard folders, open to every lane user like the share itself (the
+        # real NAS export is shared by every lane): a folder first made by root on the dev box
+        # must not lock the lanes' `lane` user out of the ledger or the archives.
+        for sub in NAS_FOLDERS:
+            (self.dir / "nas" / sub).mkdir(parents=True, exist_ok=True)
+            os.chmod(self.dir / "nas" / sub, 0o1777)
         if USER not in st.users:
             st.users.append(USER)
         state.register(self.name, self.net, self.dir, st.users)
