@@ -21,12 +21,24 @@ def submit(manifest: str) -> None:
 
 @job.command("run")
 @click.argument("manifest", type=click.Path(dir_okay=False))
-@click.option("--workdir", type=click.Path(file_okay=False))
-@click.option("--state", type=click.Path(file_okay=False))
-@click.option("--inventory", type=click.Path(dir_okay=False))
-def run(manifest: str, workdir: str | None, state: str | None, inventory: str | None) -> None:
-    """Run a job's stages with durable state (on the lane, inside Dagu)."""
-    raise not_built("job run", 9)
+@click.option("--workdir", type=click.Path(file_okay=False), help="The job's checkout (default: here).")
+@click.option("--state", type=click.Path(file_okay=False), help="State folder, outside the checkout "
+              "(default NEV_JOB_STATE, else NEV_STATE_DIR/jobs/<name>).")
+@click.option("--inventory", type=click.Path(dir_okay=False), help="The lane's snapshot (default NEV_INVENTORY).")
+@click.option("--declared", type=click.Path(dir_okay=False), help="Declared aliases (default NEV_FOLKNET_FILE, "
+              "relative to the checkout).")
+def run(manifest: str, workdir: str | None, state: str | None, inventory: str | None, declared: str | None) -> int:
+    """Run a job's stages with durable state (on the lane, inside Dagu).
+
+    Exit 0 passed, 1 a stage failed, 3 inventory not ready (resend), 8 stopped,
+    9 requirements unmet, 10 inventory refusal that never clears.
+    """
+    from pathlib import Path
+
+    from jobs import runner
+
+    return runner.run(Path(manifest), Path(workdir) if workdir else None, Path(state) if state else None,
+                      Path(inventory) if inventory else None, Path(declared) if declared else None)
 
 
 @job.group("check")
@@ -38,9 +50,14 @@ def check() -> None:
 @click.argument("manifest", type=click.Path(dir_okay=False))
 @click.option("--workdir", type=click.Path(file_okay=False))
 @click.option("--state", type=click.Path(file_okay=False))
-def preflight(manifest: str, workdir: str | None, state: str | None) -> None:
+def preflight(manifest: str, workdir: str | None, state: str | None) -> int:
     """Requirements check: exit 0 when every requirement is met, 9 otherwise."""
-    raise not_built("job check preflight", 9)
+    from pathlib import Path
+
+    from jobs import runner
+
+    return runner.check_preflight(Path(manifest), Path(workdir) if workdir else None,
+                                  Path(state) if state else None)
 
 
 @check.command("inventory")
@@ -68,9 +85,15 @@ def poll() -> None:
 
 @job.command("status")
 @click.argument("name", required=False)
-def status(name: str | None) -> None:
-    """Each job's stage states."""
-    raise not_built("job status", 9)
+@click.option("--state", type=click.Path(file_okay=False), help="Read this state folder.")
+@click.option("--json", "as_json", is_flag=True)
+def status(name: str | None, state: str | None, as_json: bool) -> int:
+    """Each job's stage states, from its state file or its recorded result."""
+    from pathlib import Path
+
+    from jobs import status as status_mod
+
+    return status_mod.show(name, Path(state) if state else None, as_json)
 
 
 @click.command("land")
