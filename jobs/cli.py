@@ -14,9 +14,14 @@ def job() -> None:
 
 @job.command("submit")
 @click.argument("manifest", type=click.Path(dir_okay=False))
-def submit(manifest: str) -> None:
-    """Push job/<name> to the forge and start its workflow run on the lane."""
-    raise not_built("job submit", 9)
+@click.option("--lane", "lane_index", type=int, help="Lane index (default NEV_DAGU_LANE, else 0).")
+def submit(manifest: str, lane_index: int | None) -> int:
+    """Push job/<name> to the forge and start its workflow run on the lane; prints the run id."""
+    from pathlib import Path
+
+    from jobs import submit as submit_mod
+
+    return submit_mod.submit(Path(manifest), lane_index)
 
 
 @job.command("run")
@@ -78,9 +83,23 @@ def inventory(manifest: str, snapshot: str, declared: str | None, as_json: bool)
 
 
 @job.command("poll")
-def poll() -> None:
-    """The tick: read results, resend 3 and 7, land passed jobs."""
-    raise not_built("job poll", 9)
+@click.option("--repo", type=click.Path(file_okay=False), help="The primary checkout (default: here).")
+@click.option("--install", "install_", is_flag=True, help="Install the tick (crontab line, or --dagu-home).")
+@click.option("--uninstall", is_flag=True, help="Remove the tick.")
+@click.option("--dagu-home", type=click.Path(file_okay=False),
+              help="With --install/--uninstall: a scheduled workflow in this Dagu home instead of crontab.")
+def poll(repo: str | None, install_: bool, uninstall: bool, dagu_home: str | None) -> int:
+    """The tick: read result/* on the forge, land passed jobs, resend 3 and 7, record 9 and 10."""
+    from pathlib import Path
+
+    from jobs import poll as poll_mod
+
+    if install_ and uninstall:
+        raise click.UsageError("give --install or --uninstall, not both")
+    if install_ or uninstall:
+        return poll_mod.install(Path(repo) if repo else None, Path(dagu_home) if dagu_home else None,
+                                on=install_)
+    return poll_mod.poll(Path(repo) if repo else None)
 
 
 @job.command("status")

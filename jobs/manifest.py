@@ -98,6 +98,11 @@ class Manifest:
     def calls_gate(self) -> bool:
         return any(s.calls_gate() for s in self.stages)
 
+    @property
+    def spec_name(self) -> str:
+        """The track the job serves: `specs/clamp-px.md` and `clamp-px` both name `clamp-px`."""
+        return Path(self.spec).name.removesuffix(".md")
+
     def needs_inventory(self) -> bool:
         return bool(self.models) or any(s.models or s.providers or s.model for s in self.stages)
 

@@ -7,6 +7,7 @@ Nev-Job: clamp-px
 Nev-Job-Outcome: passed
 Nev-Job-Exit: 0
 Nev-Job-Run: 0193c9f1-...
+Nev-Job-Spec: clamp-px
 ```
 
 The stages' own commits come before it. The run step commits it; the publish step
@@ -26,6 +27,7 @@ TRAILER_JOB = "Nev-Job"
 TRAILER_OUTCOME = "Nev-Job-Outcome"
 TRAILER_EXIT = "Nev-Job-Exit"
 TRAILER_RUN = "Nev-Job-Run"
+TRAILER_SPEC = "Nev-Job-Spec"
 OUTCOMES = ("passed", "failed", "not-run", "stopped")
 
 
@@ -37,6 +39,7 @@ class Result:
     run_id: str | None
     commit: str
     reasons: tuple[str, ...] = ()
+    spec: str | None = None
 
 
 def parse_message(message: str, commit: str = "") -> Result | None:
@@ -45,7 +48,7 @@ def parse_message(message: str, commit: str = "") -> Result | None:
     body: list[str] = []
     for line in message.splitlines():
         key, sep, value = line.partition(": ")
-        if sep and key in (TRAILER_JOB, TRAILER_OUTCOME, TRAILER_EXIT, TRAILER_RUN):
+        if sep and key in (TRAILER_JOB, TRAILER_OUTCOME, TRAILER_EXIT, TRAILER_RUN, TRAILER_SPEC):
             trailers[key] = value.strip()
         elif line.startswith("- "):
             body.append(line[2:])
@@ -56,16 +59,19 @@ def parse_message(message: str, commit: str = "") -> Result | None:
     except ValueError:
         return None
     return Result(trailers[TRAILER_JOB], trailers[TRAILER_OUTCOME], code, trailers.get(TRAILER_RUN),
-                  commit, tuple(body))
+                  commit, tuple(body), trailers.get(TRAILER_SPEC))
 
 
-def message(job: str, outcome: str, code: int, run_id: str | None, reasons: Sequence[str] = ()) -> str:
+def message(job: str, outcome: str, code: int, run_id: str | None, reasons: Sequence[str] = (),
+            spec: str | None = None) -> str:
     lines = [f"job {job}: {outcome} (exit {code})", ""]
     if reasons:
         lines += [f"- {mask(r)}" for r in reasons] + [""]
     lines += [f"{TRAILER_JOB}: {job}", f"{TRAILER_OUTCOME}: {outcome}", f"{TRAILER_EXIT}: {code}"]
     if run_id:
         lines.append(f"{TRAILER_RUN}: {run_id}")
+    if spec:
+        lines.append(f"{TRAILER_SPEC}: {spec}")
     return "\n".join(lines) + "\n"
 
 
@@ -91,8 +97,9 @@ def strip(repo: Repo) -> int:
         n += 1
 
 
-def commit(repo: Repo, job: str, outcome: str, code: int, run_id: str | None, reasons: Sequence[str]) -> str:
+def commit(repo: Repo, job: str, outcome: str, code: int, run_id: str | None, reasons: Sequence[str],
+           spec: str | None = None) -> str:
     strip(repo)
     repo.git("commit", "-q", "--allow-empty", "--no-verify", "-F", "-",
-             input=message(job, outcome, code, run_id, reasons))
+             input=message(job, outcome, code, run_id, reasons, spec))
     return repo.rev("HEAD")

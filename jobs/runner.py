@@ -112,7 +112,8 @@ class Runner:
     # -- results ---------------------------------------------------------------------------
     def _finish(self, outcome: str, code: int, reasons: list[str]) -> int:
         try:
-            commit = result.commit(self.repo, self.m.name, outcome, code, self.run_id, reasons)
+            commit = result.commit(self.repo, self.m.name, outcome, code, self.run_id, reasons,
+                                   self.m.spec_name)
             self.js.record("result-committed", outcome=outcome, exit=code, commit=commit)
         except GitError as e:
             info(f"job {self.m.name}: could not commit the {outcome} result: {e}")

@@ -33,6 +33,12 @@ def summary(state: dict[str, Any], clock: dict[str, Any] | None = None) -> dict[
 
 
 def lines(s: dict[str, Any]) -> list[str]:
+    if "resends" in s:  # a submission record of this box (the state lives on the lane)
+        out = [f"{s['job']}: {s['status']}" + (f" (exit {s['exit']})" if s.get("exit") is not None else "")
+               + f", run {s.get('run_id') or '-'}, {s['attempts']} send(s), {s['resends']} resend(s)"]
+        if s.get("why"):
+            out.append(f"  {s['why']}")
+        return out
     out = [f"{s['job']}: {s['status']} ({s['attempts']} attempt(s), {s['used_s']:.0f} s used)"]
     for name, st in s["stages"].items():
         out.append(f"  {name:<20} {st}")
@@ -54,7 +60,7 @@ def show(name: str | None, state_dir: Path | None, as_json: bool, environ: Mappi
     found = []
     for f in folders:
         if not (f / "events.jsonl").exists():
-            if name or state_dir:
+            if state_dir:
                 raise NevError(f"{f}: no job state here; run it with `nev job run` or give --state")
             continue
         js = JobState.read(f)
@@ -69,7 +75,11 @@ def show(name: str | None, state_dir: Path | None, as_json: bool, environ: Mappi
             if (name is None or job == name) and not any(s["job"] == job for s in found):
                 found.append({"job": job, "status": rec.get("status"), "attempts": rec.get("sends", 0),
                               "used_s": 0.0, "stages": rec.get("stages", {}), "preflight": None,
-                              "inventory": None, "result": rec.get("result")})
+                              "inventory": None, "result": rec.get("result"), "exit": rec.get("exit"),
+                              "why": rec.get("why"), "run_id": rec.get("run_id"),
+                              "resends": rec.get("resends", 0)})
+    if name and not found:
+        raise NevError(f"no job {name}: no state folder under {jobs_folder(environ)} and no submission record")
     if as_json:
         emit_json(found)
     else:

@@ -1,0 +1,178 @@
+"""`nev job submit MANIFEST`: push job/<name> to the forge, start the job workflow on the lane, print the run id.
+
+- The manifest must be a file of the repository it is in; when HEAD does not hold it as
+  it is, submit adds one commit with it on top of HEAD for the job branch only (the local
+  branch and index are untouched). The manifest's base must be in that history.
+- A stale result/<name> of an earlier submission is deleted from the forge first.
+- nev's own sources (jobs/, lanes/, bench/ Python files) are copied to the lane under
+  `~/dagu/src/<digest>/`, a folder that is never replaced: a second submission while one
+  builds gets its own copy when the sources differ and shares it when they are the same.
+- The forge token goes over SSH stdin into `~/dagu/home/forge-token` (mode 600); no secret
+  is a run parameter.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import importlib
+import io
+import os
+import posixpath
+import shlex
+import tarfile
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from jobs import forge as forge_mod
+from jobs import manifest as manifest_mod
+from jobs import records
+from jobs.manifest import Manifest
+from lanes import settings
+from lanes.errors import NevError
+from lanes.gitrun import Repo
+from lanes.ui import info
+
+WORKFLOW = "job"
+SOURCE_PACKAGES = ("jobs", "lanes", "bench")
+NEV_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _dagu(mod: str) -> Any:
+    return importlib.import_module(f"dagu.{mod}")
+
+
+def workflow_file() -> Path:
+    return NEV_ROOT / "dagu" / "workflows" / f"{WORKFLOW}.yaml"
+
+
+def source_files(root: Path = NEV_ROOT) -> list[tuple[str, bytes]]:
+    """(path, content) of every Python file the lane steps import, sorted."""
+    out = []
+    for pkg in SOURCE_PACKAGES:
+        for f in sorted((root / pkg).rglob("*.py")):
+            if "__pycache__" not in f.parts:
+                out.append((f.relative_to(root).as_posix(), f.read_bytes()))
+    return out
+
+
+def source_digest(files: list[tuple[str, bytes]]) -> str:
+    h = hashlib.sha256()
+    for name, data in files:
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()[:16]
+
+
+def tar_bytes(files: list[tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, data in files:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            ti.mode = 0o644
+            tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def job_tip(repo: Repo, m: Manifest, rel: str) -> str:
+    """HEAD when it holds the manifest as it is on disk, else one commit on top of HEAD that adds it."""
+    head = repo.rev("HEAD")
+    if not repo.ok("merge-base", "--is-ancestor", m.base, head):
+        raise NevError(f"{m.path}: base {m.base[:12]} is not in the history of HEAD ({head[:12]}); "
+                       "set base to a commit HEAD contains")
+    on_disk = (repo.path / rel).read_bytes()
+    blob = repo.git("rev-parse", "--verify", "--quiet", f"HEAD:{rel}", check=False).stdout.strip()
+    if blob and blob == repo.out("hash-object", "--", rel):
+        return head
+    with tempfile.TemporaryDirectory(prefix="nev-submit-") as tmp:
+        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        repo.git("read-tree", head, env=env)
+        sha = repo.git("hash-object", "-w", "--stdin", input=on_disk, text=False).stdout.decode().strip()
+        repo.git("update-index", "--add", "--cacheinfo", f"100644,{sha},{rel}", env=env)
+        tree = repo.out("write-tree", env=env)
+    return repo.out("commit-tree", tree, "-p", head, "-m", f"job {m.name}: manifest {rel}")
+
+
+def params(m: Manifest, rel: str, forge_url: str, lane_home: str, layout: Any, share: str, src: str,
+           environ: Mapping[str, str]) -> dict[str, str]:
+    inv = settings.get(settings.INVENTORY, environ) or "~/.local/share/nev/inventory.json"
+    if inv.startswith("~/"):
+        inv = posixpath.join(lane_home, inv[2:])
+    return {
+        "JOB": m.name, "MANIFEST": rel, "FORGE": forge_url,
+        "MIRROR": posixpath.join(layout.root, "job-mirror.git"), "WORK": layout.jobs_work,
+        "SHARE": share, "SRC": src, "PY": "python3", "INVENTORY": inv,
+        "MODEL_URL": settings.get(settings.LANE_MODEL_URL, environ) or "",
+        "NPM_CACHE": posixpath.join(share, "npm-cache"),
+    }
+
+
+def sync_source(ld: Any) -> str:
+    files = source_files()
+    digest = source_digest(files)
+    dest = posixpath.join(ld.layout.root, "src", digest)
+    q = shlex.quote(dest)
+    have = ld.conn.run(f"test -d {q}").exit_status == 0
+    if have:
+        info(f"nev sources {digest} already on {ld.lane.label}")
+        return dest
+    r = ld.conn.run(f"set -e; t={q}.tmp.$$; mkdir -p \"$t\"; tar -xf - -C \"$t\"; "
+                    f"mv -T \"$t\" {q} 2>/dev/null || rm -rf \"$t\"", stdin=tar_bytes(files))
+    if r.exit_status != 0:
+        raise NevError(f"could not copy nev's sources to {ld.lane.label}: {r.out.strip() or r.exit_status}")
+    info(f"copied nev sources {digest} to {ld.lane.label}:{dest}")
+    return dest
+
+
+def push_forge_token(ld: Any, environ: Mapping[str, str]) -> None:
+    token = forge_mod.token_bytes(environ)
+    path = posixpath.join(ld.layout.home, "forge-token")
+    if token is None:
+        return
+    have = ld.conn.run(f"sha256sum < {shlex.quote(path)} 2>/dev/null").out.split()
+    if have and have[0] == hashlib.sha256(token).hexdigest():
+        return
+    ld.conn.write_file(path, token, 0o600)
+
+
+def submit(manifest_path: Path, lane_flag: int | None = None, environ: Mapping[str, str] | None = None) -> int:
+    env = dict(os.environ if environ is None else environ)
+    m = manifest_mod.load(manifest_path)
+    repo = Repo(manifest_path.resolve().parent)
+    top = repo.toplevel()
+    repo = Repo(top)
+    try:
+        rel = manifest_path.resolve().relative_to(top).as_posix()
+    except ValueError:
+        raise NevError(f"{manifest_path}: the manifest must be inside the repository it runs in") from None
+    tip = job_tip(repo, m, rel)
+    forge = forge_mod.from_settings(env)
+    forge.delete(repo, f"result/{m.name}")
+    forge.push(repo, f"+{tip}:refs/heads/job/{m.name}")
+    info(f"pushed job/{m.name} ({tip[:12]}) to the forge")
+    service, runs = _dagu("service"), _dagu("runs")
+    with service.opened(lane_flag) as ld:
+        push_forge_token(ld, env)
+        src = sync_source(ld)
+        wf = runs.load_workflow(str(workflow_file()))
+        ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
+        lane_home = ld.conn.run('printf %s "$HOME"').out.strip()
+        p = params(m, rel, forge.url, lane_home, ld.layout, service.lane_shared(ld.lane), src, env)
+        with ld.api() as api:
+            run_id, queued = runs.submit(api, wf, p)
+        lane_label = ld.lane.label
+    with records.locked(env) as data:
+        rec = data["jobs"].get(m.name, {})
+        rec.update({"job": m.name, "spec": m.spec_name, "manifest": rel, "tip": tip, "run_id": run_id,
+                    "lane": lane_flag, "lane_label": lane_label, "status": "submitted",
+                    "submitted_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                    "params": p, "result": None})
+        rec.setdefault("sends", 0)
+        rec["sends"] = int(rec["sends"]) + 1
+        rec.setdefault("resends", 0)
+        data["jobs"][m.name] = rec
+    info(f"job {m.name}: run {run_id} {'enqueued' if queued else 'started'} on {lane_label}")
+    print(run_id)
+    return 0
