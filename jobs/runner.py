@@ -294,6 +294,15 @@ class Runner:
         if head is None:
             raise NevError(f"{self.workdir}: not a git checkout with a commit; clone the job branch first")
         result.strip(self.repo)
+        try:
+            return self._checked_stages()
+        except NevError as e:
+            # A job that cannot go on (a bad declared file, a broken checkout) ends with a failed
+            # result, so the poller records it instead of resending it.
+            info(f"job {self.m.name}: {e}")
+            return self._finish(FAILED, EXIT_STAGE_FAILED, [str(e)])
+
+    def _checked_stages(self) -> int:
         code, reasons = self._inventory()
         if code == EXIT_NOT_READY:
             return self._finish(NOT_RUN, code, [r.message for r in reasons])

@@ -37,6 +37,7 @@ from lanes.ui import info
 
 WORKFLOW = "job"
 SOURCE_PACKAGES = ("jobs", "lanes", "bench")
+DECLARED = "declared/folknet.json"  # the submitting checkout's declared aliases, beside the sources
 NEV_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -48,13 +49,18 @@ def workflow_file() -> Path:
     return NEV_ROOT / "dagu" / "workflows" / f"{WORKFLOW}.yaml"
 
 
-def source_files(root: Path = NEV_ROOT) -> list[tuple[str, bytes]]:
-    """(path, content) of every Python file the lane steps import, sorted."""
+def source_files(root: Path = NEV_ROOT, declared: Path | None = None) -> list[tuple[str, bytes]]:
+    """(path, content) of every Python file the lane steps import, sorted, and the declared aliases."""
     out = []
     for pkg in SOURCE_PACKAGES:
         for f in sorted((root / pkg).rglob("*.py")):
             if "__pycache__" not in f.parts:
                 out.append((f.relative_to(root).as_posix(), f.read_bytes()))
+    if declared is not None:
+        try:
+            out.append((DECLARED, declared.read_bytes()))
+        except OSError as e:
+            raise NevError(f"{declared}: cannot read the declared aliases ({e.strerror}); set NEV_FOLKNET_FILE") from None
     return out
 
 
@@ -106,11 +112,12 @@ def params(m: Manifest, rel: str, forge_url: str, lane_home: str, layout: Any, s
         "SHARE": share, "SRC": src, "PY": "python3", "INVENTORY": inv,
         "MODEL_URL": settings.get(settings.LANE_MODEL_URL, environ) or "",
         "NPM_CACHE": posixpath.join(share, "npm-cache"),
+        "DECLARED": posixpath.join(src, DECLARED),
     }
 
 
-def sync_source(ld: Any) -> str:
-    files = source_files()
+def sync_source(ld: Any, declared: Path | None) -> str:
+    files = source_files(declared=declared)
     digest = source_digest(files)
     dest = posixpath.join(ld.layout.root, "src", digest)
     q = shlex.quote(dest)
@@ -155,7 +162,8 @@ def submit(manifest_path: Path, lane_flag: int | None = None, environ: Mapping[s
     service, runs = _dagu("service"), _dagu("runs")
     with service.opened(lane_flag) as ld:
         push_forge_token(ld, env)
-        src = sync_source(ld)
+        declared = settings.get_path(settings.FOLKNET_FILE, env)
+        src = sync_source(ld, declared if declared and declared.is_file() else None)
         wf = runs.load_workflow(str(workflow_file()))
         ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
         lane_home = ld.conn.run('printf %s "$HOME"').out.strip()
