@@ -15,13 +15,14 @@ def job() -> None:
 @job.command("submit")
 @click.argument("manifest", type=click.Path(dir_okay=False))
 @click.option("--lane", "lane_index", type=int, help="Lane index (default NEV_DAGU_LANE, else 0).")
-def submit(manifest: str, lane_index: int | None) -> int:
+@click.option("--repo", type=click.Path(file_okay=False), help="The checkout whose HEAD is the job (default: here).")
+def submit(manifest: str, lane_index: int | None, repo: str | None) -> int:
     """Push job/<name> to the forge and start its workflow run on the lane; prints the run id."""
     from pathlib import Path
 
     from jobs import submit as submit_mod
 
-    return submit_mod.submit(Path(manifest), lane_index)
+    return submit_mod.submit(Path(manifest), lane_index, Path(repo) if repo else None)
 
 
 @job.command("run")

@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = sub.add_parser("run")
     a.add_argument("--job", required=True)
     a.add_argument("--work", required=True)
-    a.add_argument("--manifest", required=True, help="relative to the job's tree")
+    a.add_argument("--manifest", required=True, help="a path on the lane, or relative to the job's tree")
     a.add_argument("--inventory", default="")
     a.add_argument("--declared", default="", help="declared aliases (default: the job tree's bench/folknet.json)")
     a = sub.add_parser("publish")
@@ -209,7 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.step == "run":
             w = job_dir(ns.work, ns.job)
             declared = Path(ns.declared) if ns.declared and Path(ns.declared).is_file() else None
-            return runner.run(w / "src" / ns.manifest, w / "src", w / "state",
+            manifest = Path(ns.manifest) if os.path.isabs(ns.manifest) else w / "src" / ns.manifest
+            return runner.run(manifest, w / "src", w / "state",
                               Path(ns.inventory).expanduser() if ns.inventory else None, declared)
         if ns.step == "publish":
             return publish(ns.job, ns.forge, ns.work)

@@ -142,10 +142,12 @@ class Runner:
             return 0, []
         live = self.inventory or settings.get_path(settings.INVENTORY, self.environ)
         copy = self.js.folder / "inventory.json"
-        if live is not None and live.is_file():
+        try:
+            if live is None:
+                raise FileNotFoundError
             shutil.copyfile(live, copy)
-        elif copy.exists():
-            copy.unlink()  # never check against an old copy
+        except OSError:  # missing or unreadable: checked as a missing snapshot, never an old copy
+            copy.unlink(missing_ok=True)
         self.environ["JOB_INVENTORY"] = str(copy)
         self.environ["JOB_INVENTORY_LIVE"] = str(live)
         declared = self.declared or folknet.default_path()
@@ -296,7 +298,7 @@ class Runner:
         result.strip(self.repo)
         try:
             return self._checked_stages()
-        except NevError as e:
+        except (NevError, OSError) as e:
             # A job that cannot go on (a bad declared file, a broken checkout) ends with a failed
             # result, so the poller records it instead of resending it.
             info(f"job {self.m.name}: {e}")

@@ -1,8 +1,8 @@
 """`nev job submit MANIFEST`: push job/<name> to the forge, start the job workflow on the lane, print the run id.
 
-- The manifest must be a file of the repository it is in; when HEAD does not hold it as
-  it is, submit adds one commit with it on top of HEAD for the job branch only (the local
-  branch and index are untouched). The manifest's base must be in that history.
+- job/<name> is HEAD of the repository here (`--repo`), which must contain the manifest's base.
+  The manifest itself is not part of the job's tree (it would be part of what lands): it goes
+  to the lane as `~/dagu/manifests/<name>.<digest>.yaml`, never replaced by a later submission.
 - A stale result/<name> of an earlier submission is deleted from the forge first.
 - nev's own sources (jobs/, lanes/, bench/ Python files) are copied to the lane under
   `~/dagu/src/<digest>/`, a folder that is never replaced: a second submission while one
@@ -21,7 +21,6 @@ import os
 import posixpath
 import shlex
 import tarfile
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -82,32 +81,33 @@ def tar_bytes(files: list[tuple[str, bytes]]) -> bytes:
     return buf.getvalue()
 
 
-def job_tip(repo: Repo, m: Manifest, rel: str) -> str:
-    """HEAD when it holds the manifest as it is on disk, else one commit on top of HEAD that adds it."""
+def job_tip(repo: Repo, m: Manifest) -> str:
+    """HEAD, which must contain the manifest's base."""
     head = repo.rev("HEAD")
     if not repo.ok("merge-base", "--is-ancestor", m.base, head):
         raise NevError(f"{m.path}: base {m.base[:12]} is not in the history of HEAD ({head[:12]}); "
                        "set base to a commit HEAD contains")
-    on_disk = (repo.path / rel).read_bytes()
-    blob = repo.git("rev-parse", "--verify", "--quiet", f"HEAD:{rel}", check=False).stdout.strip()
-    if blob and blob == repo.out("hash-object", "--", rel):
-        return head
-    with tempfile.TemporaryDirectory(prefix="nev-submit-") as tmp:
-        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
-        repo.git("read-tree", head, env=env)
-        sha = repo.git("hash-object", "-w", "--stdin", input=on_disk, text=False).stdout.decode().strip()
-        repo.git("update-index", "--add", "--cacheinfo", f"100644,{sha},{rel}", env=env)
-        tree = repo.out("write-tree", env=env)
-    return repo.out("commit-tree", tree, "-p", head, "-m", f"job {m.name}: manifest {rel}")
+    return head
 
 
-def params(m: Manifest, rel: str, forge_url: str, lane_home: str, layout: Any, share: str, src: str,
+def push_manifest(ld: Any, m: Manifest) -> str:
+    """The manifest on the lane, under a name from its content: a later submission never replaces it."""
+    data = m.path.read_bytes()
+    dest = posixpath.join(ld.layout.root, "manifests", f"{m.name}.{hashlib.sha256(data).hexdigest()[:12]}.yaml")
+    ld.conn.run(f"mkdir -p {shlex.quote(posixpath.dirname(dest))}", check=True)
+    ld.conn.write_file(dest, data, 0o644)
+    return dest
+
+
+def params(m: Manifest, manifest: str, forge_url: str, lane_home: str, layout: Any, share: str, src: str,
            environ: Mapping[str, str]) -> dict[str, str]:
-    inv = settings.get(settings.INVENTORY, environ) or "~/.local/share/nev/inventory.json"
+    # The lane's own snapshot: the default path, under the lane user's home (NEV_INVENTORY here
+    # names this box's file).
+    inv = settings.INVENTORY.default or "~/.local/share/nev/inventory.json"
     if inv.startswith("~/"):
         inv = posixpath.join(lane_home, inv[2:])
     return {
-        "JOB": m.name, "MANIFEST": rel, "FORGE": forge_url,
+        "JOB": m.name, "MANIFEST": manifest, "FORGE": forge_url,
         "MIRROR": posixpath.join(layout.root, "job-mirror.git"), "WORK": layout.jobs_work,
         "SHARE": share, "SRC": src, "PY": "python3", "INVENTORY": inv,
         "MODEL_URL": settings.get(settings.LANE_MODEL_URL, environ) or "",
@@ -144,17 +144,12 @@ def push_forge_token(ld: Any, environ: Mapping[str, str]) -> None:
     ld.conn.write_file(path, token, 0o600)
 
 
-def submit(manifest_path: Path, lane_flag: int | None = None, environ: Mapping[str, str] | None = None) -> int:
+def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | None = None,
+           environ: Mapping[str, str] | None = None) -> int:
     env = dict(os.environ if environ is None else environ)
     m = manifest_mod.load(manifest_path)
-    repo = Repo(manifest_path.resolve().parent)
-    top = repo.toplevel()
-    repo = Repo(top)
-    try:
-        rel = manifest_path.resolve().relative_to(top).as_posix()
-    except ValueError:
-        raise NevError(f"{manifest_path}: the manifest must be inside the repository it runs in") from None
-    tip = job_tip(repo, m, rel)
+    repo = Repo(Repo(repo_path or Path.cwd()).toplevel())
+    tip = job_tip(repo, m)
     forge = forge_mod.from_settings(env)
     forge.delete(repo, f"result/{m.name}")
     forge.push(repo, f"+{tip}:refs/heads/job/{m.name}")
@@ -167,13 +162,13 @@ def submit(manifest_path: Path, lane_flag: int | None = None, environ: Mapping[s
         wf = runs.load_workflow(str(workflow_file()))
         ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
         lane_home = ld.conn.run('printf %s "$HOME"').out.strip()
-        p = params(m, rel, forge.url, lane_home, ld.layout, service.lane_shared(ld.lane), src, env)
+        p = params(m, push_manifest(ld, m), forge.url, lane_home, ld.layout, service.lane_shared(ld.lane), src, env)
         with ld.api() as api:
             run_id, queued = runs.submit(api, wf, p)
         lane_label = ld.lane.label
     with records.locked(env) as data:
         rec = data["jobs"].get(m.name, {})
-        rec.update({"job": m.name, "spec": m.spec_name, "manifest": rel, "tip": tip, "run_id": run_id,
+        rec.update({"job": m.name, "spec": m.spec_name, "manifest": str(manifest_path), "tip": tip, "run_id": run_id,
                     "lane": lane_flag, "lane_label": lane_label, "status": "submitted",
                     "submitted_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                     "params": p, "result": None})
