@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import click
 
-from lanes.ui import not_built
-
 
 @click.group("job")
 def job() -> None:

@@ -19,7 +19,6 @@ specWatch.pollEnv in its environment; `--uninstall` removes it.
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import os
 import shlex
 import subprocess
@@ -83,17 +82,15 @@ def decide(rec: dict[str, Any] | None, res: Result | None, run: RunInfo | None) 
                             f"(run step exit {run.run_exit}, publish exit {run.publish_exit})")
 
 
-def _dagu(mod: str) -> Any:
-    return importlib.import_module(f"dagu.{mod}")
-
-
 def read_runs(jobs: dict[str, dict[str, Any]]) -> dict[str, RunInfo]:
     """The Dagu run of each job, read on its lane (a lane that does not answer leaves its jobs waiting)."""
     out: dict[str, RunInfo] = {}
     by_lane: dict[Any, list[str]] = {}
     for name, rec in jobs.items():
         by_lane.setdefault(rec.get("lane"), []).append(name)
-    service, api_mod = _dagu("service"), _dagu("api")
+    from dagu import api as api_mod
+    from dagu import service
+
     for lane, names in by_lane.items():
         try:
             with service.opened(lane) as ld, ld.api() as api:
@@ -109,7 +106,7 @@ def read_runs(jobs: dict[str, dict[str, Any]]) -> dict[str, RunInfo]:
 
 
 def resend(rec: dict[str, Any]) -> str:
-    service, runs = _dagu("service"), _dagu("runs")
+    from dagu import runs, service
     from jobs.submit import workflow_file
 
     with service.opened(rec.get("lane")) as ld:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import importlib
 import io
 import os
 import posixpath
@@ -23,8 +22,9 @@ import shlex
 import tarfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from dagu.layout import Layout
+from dagu.service import LaneDagu
 from jobs import forge as forge_mod
 from jobs import manifest as manifest_mod
 from jobs import records
@@ -38,10 +38,6 @@ WORKFLOW = "job"
 SOURCE_PACKAGES = ("jobs", "lanes", "bench")
 DECLARED = "declared/folknet.json"  # the submitting checkout's declared aliases, beside the sources
 NEV_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _dagu(mod: str) -> Any:
-    return importlib.import_module(f"dagu.{mod}")
 
 
 def workflow_file() -> Path:
@@ -90,7 +86,7 @@ def job_tip(repo: Repo, m: Manifest) -> str:
     return head
 
 
-def push_manifest(ld: Any, m: Manifest) -> str:
+def push_manifest(ld: LaneDagu, m: Manifest) -> str:
     """The manifest on the lane, under a name from its content: a later submission never replaces it."""
     data = m.path.read_bytes()
     dest = posixpath.join(ld.layout.root, "manifests", f"{m.name}.{hashlib.sha256(data).hexdigest()[:12]}.yaml")
@@ -99,7 +95,7 @@ def push_manifest(ld: Any, m: Manifest) -> str:
     return dest
 
 
-def params(m: Manifest, manifest: str, forge_url: str, lane_home: str, layout: Any, share: str, src: str,
+def params(m: Manifest, manifest: str, forge_url: str, lane_home: str, layout: Layout, share: str, src: str,
            environ: Mapping[str, str]) -> dict[str, str]:
     # The lane's own snapshot: the default path, under the lane user's home (NEV_INVENTORY here
     # names this box's file).
@@ -116,7 +112,7 @@ def params(m: Manifest, manifest: str, forge_url: str, lane_home: str, layout: A
     }
 
 
-def sync_source(ld: Any, declared: Path | None) -> str:
+def sync_source(ld: LaneDagu, declared: Path | None) -> str:
     files = source_files(declared=declared)
     digest = source_digest(files)
     dest = posixpath.join(ld.layout.root, "src", digest)
@@ -133,7 +129,7 @@ def sync_source(ld: Any, declared: Path | None) -> str:
     return dest
 
 
-def push_forge_token(ld: Any, environ: Mapping[str, str]) -> None:
+def push_forge_token(ld: LaneDagu, environ: Mapping[str, str]) -> None:
     token = forge_mod.token_bytes(environ)
     path = posixpath.join(ld.layout.home, "forge-token")
     if token is None:
@@ -154,7 +150,8 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
     forge.delete(repo, f"result/{m.name}")
     forge.push(repo, f"+{tip}:refs/heads/job/{m.name}")
     info(f"pushed job/{m.name} ({tip[:12]}) to the forge")
-    service, runs = _dagu("service"), _dagu("runs")
+    from dagu import runs, service
+
     with service.opened(lane_flag) as ld:
         push_forge_token(ld, env)
         declared = settings.get_path(settings.FOLKNET_FILE, env)
