@@ -66,13 +66,24 @@ def _die_with_parent() -> None:  # runs in the child before exec
 
 
 def _pg_alive(pgid: int) -> bool:
+    """Whether a process of the group is still running (zombies waiting for a reaper do not count)."""
     try:
         os.killpg(pgid, 0)
-        return True
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
 
 
 def _end_group(pgid: int, grace: float = 5.0) -> None:
