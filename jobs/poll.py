@@ -137,7 +137,7 @@ def land(repo: Repo, name: str, res: Result, rec: dict[str, Any] | None, forge: 
                         cwd=repo.path, env={**environ, "PYTHONPATH": str(NEV_ROOT)},
                         capture_output=True, text=True)
     for line in (cp.stdout + cp.stderr).strip().splitlines():
-        info(f"  land: {line}")
+        info(f"  {line}" if line.startswith("land:") else f"  land: {line}")
     if cp.returncode != 0:
         if repo.try_rev(branch) == res.commit:
             repo.git("update-ref", "-d", branch, res.commit)
