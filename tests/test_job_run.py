@@ -301,3 +301,32 @@ def test_time_used_across_resumes_counts_against_the_limit(tmp_path, gateway):
     (state / "clock.json").write_text(json.dumps({"attempt": 1, "last_seen_ts": 1767225750.0}))
     r = nev(["job", "check", "preflight", str(m), "--workdir", str(work), "--state", str(state)], env)
     assert r.returncode == 9 and "550 s of the job's 700 s wall-clock limit left" in r.stderr
+
+
+def test_sigterm_stops_the_job_with_exit_8_and_a_resume_reruns_the_stopped_stage(tmp_path, gateway):
+    work = tmp_path / "work"
+    base = make_checkout(work)
+    flag = tmp_path / "go"
+    m = write_manifest(tmp_path / "job.yaml", base, [
+        {"name": "wait", "kind": "command",
+         "command": f"echo x > partial.txt; if [ -e {flag} ]; then echo done > w.txt; else sleep 60; fi"}])
+    state = tmp_path / "st"
+    env = lane_env(tmp_path, gateway.port)
+    p = nev_popen(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
+    t0 = time.monotonic()
+    while not (state / "state.json").exists() or \
+            json.loads((state / "state.json").read_text())["stages"]["wait"]["status"] != "running":
+        assert p.poll() is None and time.monotonic() - t0 < 30
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 8, err
+    st = json.loads((state / "state.json").read_text())
+    assert st["stages"]["wait"]["status"] == "stopped" and st["status"] == "stopped"
+    res = result_mod.read(Repo(work))
+    assert res is not None and (res.outcome, res.exit) == ("stopped", 8)
+    flag.touch()
+    r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
+    assert r.returncode == 0, r.stderr
+    assert (work / "w.txt").read_text() == "done\n"
+    assert git(work, "log", "--format=%s").count("job demo: stopped") == 0  # the old result was replaced

@@ -169,3 +169,19 @@ def test_publish_failure_is_exit_7(tmp_path):
     out = cp.stdout + cp.stderr
     assert "publish" in out and "exit status 7" in out, out
     assert (tmp_path / "work" / "demo").exists()  # not published: kept
+
+
+def test_archive_keeps_writer_prompts_and_events_scrubbed_and_lists_them(tmp_path):
+    job = tmp_path / "work" / "w"
+    session = job / "state" / "writer" / "write"
+    session.mkdir(parents=True)
+    (session / "brief.md").write_text("write clamp_px; gateway http://198.18.0.20:4000\n")
+    (session / "events.jsonl").write_text('{"event": "call", "key": "sk-abcdefgh12345678"}\n' * 3)
+    (job / "state" / "events.jsonl").write_text('{"seq": 1}\n')
+    share = tmp_path / "share"
+    dest = archive_mod.archive("w", "run-1", job, share, None, ["supersecretvalue"])
+    listing = dict(ln.rsplit(" ", 1) for ln in (dest / "archive.txt").read_text().splitlines())
+    assert listing == {"events.jsonl": "1", "writer/write/brief.md": "1", "writer/write/events.jsonl": "3"}
+    blob = (dest / "writer" / "write" / "brief.md").read_text() + (dest / "writer" / "write" / "events.jsonl").read_text()
+    assert "198.18.0.20" not in blob and "sk-abcdefgh" not in blob and "write clamp_px" in blob
+    assert archive_mod.marker(share, "w", "run-1").read_text() == "run-1\n"
