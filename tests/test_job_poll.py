@@ -156,3 +156,34 @@ def test_installed_tick_is_a_valid_scheduled_dagu_workflow_that_really_ticks(tmp
     assert rec["status"] == "failed" and rec["exit"] == 9
     r = nev(["job", "poll", "--repo", str(dev), "--uninstall", "--dagu-home", str(home)], env)
     assert r.returncode == 0 and not wf.exists()
+
+
+def test_install_and_uninstall_the_crontab_line_keeps_other_lines(tmp_path):
+    """The real `crontab`: this repository's tick line is added once, with pollEnv, and removed again."""
+    before = subprocess.run(["crontab", "-l"], capture_output=True, text=True)
+    original = before.stdout if before.returncode == 0 else None
+    repo = tmp_path / "r"
+    make_checkout(repo)
+    tracks = json.loads((repo / "tracks.json").read_text())
+    tracks["specWatch"]["pollEnv"] = {"NEV_LANE_STRICT": "1"}
+    (repo / "tracks.json").write_text(json.dumps(tracks))
+    env = {**_env(tmp_path, tmp_path / "forge.git"), "NEV_FORGE_TOKEN": "tok-should-not-appear"}
+    other = f"0 3 * * * true # someone else's line {tmp_path}\n"
+    try:
+        subprocess.run(["crontab", "-"], input=(original or "") + other, check=True, text=True)
+        for _ in range(2):  # idempotent
+            r = nev(["job", "poll", "--repo", str(repo), "--install"], env)
+            assert r.returncode == 0, r.stderr
+        table = subprocess.run(["crontab", "-l"], capture_output=True, text=True, check=True).stdout
+        ours = [ln for ln in table.splitlines() if ln.endswith(f"# nev-job-poll {repo}")]
+        assert len(ours) == 1 and ours[0].startswith("* * * * * ") and "NEV_LANE_STRICT=1" in ours[0]
+        assert "job poll" in ours[0] and "tok-should-not-appear" not in table and other.strip() in table
+        r = nev(["job", "poll", "--repo", str(repo), "--uninstall"], env)
+        assert r.returncode == 0, r.stderr
+        table = subprocess.run(["crontab", "-l"], capture_output=True, text=True, check=True).stdout
+        assert f"# nev-job-poll {repo}" not in table and other.strip() in table
+    finally:
+        if original is None:
+            subprocess.run(["crontab", "-r"], capture_output=True)
+        else:
+            subprocess.run(["crontab", "-"], input=original, text=True)
