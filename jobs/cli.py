@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import click
 
-from lanes.ui import not_built
-
 
 @click.group("job")
 def job() -> None:
@@ -14,19 +12,37 @@ def job() -> None:
 
 @job.command("submit")
 @click.argument("manifest", type=click.Path(dir_okay=False))
-def submit(manifest: str) -> None:
-    """Push job/<name> to the forge and start its workflow run on the lane."""
-    raise not_built("job submit", 9)
+@click.option("--lane", "lane_index", type=int, help="Lane index (default NEV_DAGU_LANE, else 0).")
+@click.option("--repo", type=click.Path(file_okay=False), help="The checkout whose HEAD is the job (default: here).")
+def submit(manifest: str, lane_index: int | None, repo: str | None) -> int:
+    """Push job/<name> to the forge and start its workflow run on the lane; prints the run id."""
+    from pathlib import Path
+
+    from jobs import submit as submit_mod
+
+    return submit_mod.submit(Path(manifest), lane_index, Path(repo) if repo else None)
 
 
 @job.command("run")
 @click.argument("manifest", type=click.Path(dir_okay=False))
-@click.option("--workdir", type=click.Path(file_okay=False))
-@click.option("--state", type=click.Path(file_okay=False))
-@click.option("--inventory", type=click.Path(dir_okay=False))
-def run(manifest: str, workdir: str | None, state: str | None, inventory: str | None) -> None:
-    """Run a job's stages with durable state (on the lane, inside Dagu)."""
-    raise not_built("job run", 9)
+@click.option("--workdir", type=click.Path(file_okay=False), help="The job's checkout (default: here).")
+@click.option("--state", type=click.Path(file_okay=False), help="State folder, outside the checkout "
+              "(default NEV_JOB_STATE, else NEV_STATE_DIR/jobs/<name>).")
+@click.option("--inventory", type=click.Path(dir_okay=False), help="The lane's snapshot (default NEV_INVENTORY).")
+@click.option("--declared", type=click.Path(dir_okay=False), help="Declared aliases (default NEV_FOLKNET_FILE, "
+              "relative to the checkout).")
+def run(manifest: str, workdir: str | None, state: str | None, inventory: str | None, declared: str | None) -> int:
+    """Run a job's stages with durable state (on the lane, inside Dagu).
+
+    Exit 0 passed, 1 a stage failed, 3 inventory not ready (resend), 8 stopped,
+    9 requirements unmet, 10 inventory refusal that never clears.
+    """
+    from pathlib import Path
+
+    from jobs import runner
+
+    return runner.run(Path(manifest), Path(workdir) if workdir else None, Path(state) if state else None,
+                      Path(inventory) if inventory else None, Path(declared) if declared else None)
 
 
 @job.group("check")
@@ -38,9 +54,14 @@ def check() -> None:
 @click.argument("manifest", type=click.Path(dir_okay=False))
 @click.option("--workdir", type=click.Path(file_okay=False))
 @click.option("--state", type=click.Path(file_okay=False))
-def preflight(manifest: str, workdir: str | None, state: str | None) -> None:
+def preflight(manifest: str, workdir: str | None, state: str | None) -> int:
     """Requirements check: exit 0 when every requirement is met, 9 otherwise."""
-    raise not_built("job check preflight", 9)
+    from pathlib import Path
+
+    from jobs import runner
+
+    return runner.check_preflight(Path(manifest), Path(workdir) if workdir else None,
+                                  Path(state) if state else None)
 
 
 @check.command("inventory")
@@ -61,16 +82,36 @@ def inventory(manifest: str, snapshot: str, declared: str | None, as_json: bool)
 
 
 @job.command("poll")
-def poll() -> None:
-    """The tick: read results, resend 3 and 7, land passed jobs."""
-    raise not_built("job poll", 9)
+@click.option("--repo", type=click.Path(file_okay=False), help="The primary checkout (default: here).")
+@click.option("--install", "install_", is_flag=True, help="Install the tick (crontab line, or --dagu-home).")
+@click.option("--uninstall", is_flag=True, help="Remove the tick.")
+@click.option("--dagu-home", type=click.Path(file_okay=False),
+              help="With --install/--uninstall: a scheduled workflow in this Dagu home instead of crontab.")
+def poll(repo: str | None, install_: bool, uninstall: bool, dagu_home: str | None) -> int:
+    """The tick: read result/* on the forge, land passed jobs, resend 3 and 7, record 9 and 10."""
+    from pathlib import Path
+
+    from jobs import poll as poll_mod
+
+    if install_ and uninstall:
+        raise click.UsageError("give --install or --uninstall, not both")
+    if install_ or uninstall:
+        return poll_mod.install(Path(repo) if repo else None, Path(dagu_home) if dagu_home else None,
+                                on=install_)
+    return poll_mod.poll(Path(repo) if repo else None)
 
 
 @job.command("status")
 @click.argument("name", required=False)
-def status(name: str | None) -> None:
-    """Each job's stage states."""
-    raise not_built("job status", 9)
+@click.option("--state", type=click.Path(file_okay=False), help="Read this state folder.")
+@click.option("--json", "as_json", is_flag=True)
+def status(name: str | None, state: str | None, as_json: bool) -> int:
+    """Each job's stage states, from its state file or its recorded result."""
+    from pathlib import Path
+
+    from jobs import status as status_mod
+
+    return status_mod.show(name, Path(state) if state else None, as_json)
 
 
 @click.command("land")

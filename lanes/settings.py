@@ -87,6 +87,13 @@ CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where `nev oracle build` writes cor
 # Landing
 LAND_LOCK_WAIT = _s("NEV_LAND_LOCK_WAIT", "3600", "seconds `nev land` waits for another landing's lock before refusing")
 LAND_FAULT = _s("NEV_LAND_FAULT", None, "test only: `nev land` SIGKILLs itself at this phase (before-rebase, gate, before-ref-update, after-ref-update, cleanup)")
+# Jobs
+JOB_MIN_FREE_GB = _s("NEV_JOB_MIN_FREE_GB", "20", "free GiB a job needs on its workdir's filesystem (requirements check)")
+JOB_BROWSERS = _s("NEV_JOB_BROWSERS", "chromium|chromium-browser,firefox-esr|firefox,WebKitWebDriver",
+                  "the oracle's three browsers a writer job needs (commas between browsers, | between names)")
+JOB_MIN_LEFT = _s("NEV_JOB_MIN_LEFT", "600", "seconds of the wall-clock limit a job must have left to start a stage")
+JOB_STATE = _s("NEV_JOB_STATE", None, "a job's state folder (default NEV_STATE_DIR/jobs/<name>)")
+JOB_RUN_ID = _s("NEV_JOB_RUN_ID", None, "the Dagu run id a job's run is part of (set by the job workflow)")
 # Rig-in-a-box
 BOX_DIR = _s("NEV_BOX_DIR", ".box", "where boxes keep state and configs (one folder per box name)")
 BOX_NAME = _s("NEV_BOX_NAME", "nevbox", "prefix of the box's namespaces, bridge and users")

@@ -1,0 +1,389 @@
+"""`nev job run`: a job's stages with durable state (the job workflow's run step, on the lane).
+
+On every start and resume: the requirements check (exit 9), then the inventory check
+(3: a not-run result committed locally, not published; 10: a failed result), then every
+stage not yet passed, in order. A passed stage is never rerun; a stage a kill cut short
+is rerun from its start (the worktree is reset to the commit it started from, and what
+is left of its processes is ended). Each passed stage's changes are committed; the last
+commit is the result (see `jobs.result`).
+
+Exit codes (docs/exit-codes.md): 0 passed, 1 a stage failed, 3 inventory not ready
+(resend), 8 stopped (signal or the wall-clock limit), 9 requirements unmet, 10 inventory
+refusal that never clears by itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime as dt
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bench import folknet
+from bench import inventory_check as inv
+from jobs import manifest as manifest_mod
+from jobs import preflight, result, writer
+from jobs.manifest import Manifest, Stage
+from jobs.state import FAILED, NOT_RUN, PASSED, STOPPED, JobState, file_hash
+from lanes import settings
+from lanes.errors import NevError
+from lanes.gitrun import GitError, Repo
+from lanes.mask import mask
+from lanes.ui import info
+
+EXIT_PASSED, EXIT_STAGE_FAILED, EXIT_NOT_READY, EXIT_STOPPED, EXIT_UNMET, EXIT_REFUSED = 0, 1, 3, 8, 9, 10
+HEARTBEAT_S = 5.0
+_PR_SET_PDEATHSIG = 1
+
+
+def default_state_dir(name: str, environ: Mapping[str, str] | None = None) -> Path:
+    explicit = settings.get(settings.JOB_STATE, environ)
+    if explicit:
+        return Path(explicit).expanduser()
+    base = settings.get_path(settings.STATE_DIR, environ) or Path("~/.local/state/nev").expanduser()
+    return base / "jobs" / name
+
+
+def needs_of(m: Manifest) -> inv.Needs:
+    out = [inv.Need(x.alias, x.provider, None) for x in m.models]
+    for s in m.stages:
+        out += [inv.Need(x.alias, x.provider, s.name) for x in s.models]
+        out += [inv.Need("", p, s.name) for p in s.providers]
+    return inv.Needs(models=out, key=m.key)
+
+
+def _die_with_parent() -> None:  # runs in the child before exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _pg_alive(pgid: int) -> bool:
+    """Whether a process of the group is still running (zombies waiting for a reaper do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+def _end_group(pgid: int, grace: float = 5.0) -> None:
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < wait:
+            if not _pg_alive(pgid):
+                return
+            time.sleep(0.1)
+
+
+class _Stop:
+    signum: int | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+
+
+class Runner:
+    def __init__(self, m: Manifest, workdir: Path, js: JobState, inventory: Path | None,
+                 declared: Path | None, environ: Mapping[str, str], run_id: str | None) -> None:
+        self.m = m
+        self.workdir = workdir
+        self.js = js
+        self.inventory = inventory
+        self.declared = declared
+        self.environ = dict(environ)
+        self.run_id = run_id
+        self.repo = Repo(workdir)
+        self.stop = _Stop()
+        self.logs = js.folder / "logs"
+
+    # -- results ---------------------------------------------------------------------------
+    def _finish(self, outcome: str, code: int, reasons: list[str]) -> int:
+        try:
+            commit = result.commit(self.repo, self.m.name, outcome, code, self.run_id, reasons,
+                                   self.m.spec_name)
+            self.js.record("result-committed", outcome=outcome, exit=code, commit=commit)
+        except GitError as e:
+            info(f"job {self.m.name}: could not commit the {outcome} result: {e}")
+        self.js.record("job-ended", outcome=outcome, exit=code)
+        info(f"job {self.m.name}: {outcome} (exit {code})")
+        return code
+
+    # -- the checks ------------------------------------------------------------------------
+    def _preflight(self) -> list[preflight.Unmet]:
+        facts = preflight.gather(self.m, self.workdir, self.js.used_s(), self.environ)
+        unmet = preflight.evaluate(facts)
+        if self.m.has_writer():
+            why = writer.refusal(self.workdir, self.environ)
+            if why:
+                unmet.append(preflight.Unmet("writer-undeclared", why))
+        reasons = [u.to_json() for u in unmet]
+        self.js.record("preflight-failed" if unmet else "preflight-passed", reasons=reasons,
+                       inputs={"manifest": self.m.digest})
+        for u in unmet:
+            info(f"requirements: unmet: {u.message}")
+        return unmet
+
+    def _inventory(self) -> tuple[int, list[inv.Reason]]:
+        if not self.m.needs_inventory():
+            self.js.record("inventory-skipped", exit=0, reasons=[])
+            return 0, []
+        live = self.inventory or settings.get_path(settings.INVENTORY, self.environ)
+        copy = self.js.folder / "inventory.json"
+        try:
+            if live is None:
+                raise FileNotFoundError
+            shutil.copyfile(live, copy)
+        except OSError:  # missing or unreadable: checked as a missing snapshot, never an old copy
+            copy.unlink(missing_ok=True)
+        self.environ["JOB_INVENTORY"] = str(copy)
+        self.environ["JOB_INVENTORY_LIVE"] = str(live)
+        declared = self.declared or folknet.default_path()
+        if not declared.is_absolute():
+            declared = self.workdir / declared
+        snap = inv.read_snapshot(copy)
+        reasons = inv.check(needs_of(self.m), inv.Snapshot(str(live), snap.data, snap.problem),
+                            folknet.load(declared), dt.datetime.now(dt.UTC),
+                            float(settings.get_int(settings.INVENTORY_MAX_AGE, self.environ)))
+        code = inv.exit_code(reasons)
+        event = {0: "inventory-passed", 3: "inventory-transient", 10: "inventory-permanent"}[code]
+        self.js.record(event, exit=code, reasons=[r.to_json() for r in reasons],
+                       inputs={"snapshot": file_hash(copy), "declared": file_hash(declared)})
+        for r in reasons:
+            info(f"inventory: {'refused' if r.permanent else 'not ready'}: {r.message}")
+        return code, reasons
+
+    # -- stages ----------------------------------------------------------------------------
+    def _recover(self) -> None:
+        """A stage the last attempt left running was killed: end what is left of it."""
+        for name, s in list(self.js.state["stages"].items()):
+            if s["status"] == "running":
+                if s.get("pgid") and _pg_alive(int(s["pgid"])):
+                    _end_group(int(s["pgid"]))
+                self.js.record("stage-interrupted", stage=name)
+                info(f"stage {name}: cut short by the last run; it reruns from its start")
+
+    def _passed(self, st: Stage) -> bool:
+        s = self.js.state["stages"].get(st.name)
+        return bool(s and s["status"] == PASSED and s.get("digest") == st.digest())
+
+    def _reset_to(self, commit: str | None) -> None:
+        if commit and self.repo.rev("HEAD") != commit or not self.repo.is_clean():
+            if commit:
+                self.repo.git("reset", "-q", "--hard", commit)
+            self.repo.git("clean", "-q", "-fd")
+
+    def _argv(self, st: Stage) -> tuple[list[str], dict[str, str]]:
+        if st.kind == "writer":
+            la = writer.prepare(st, self.workdir, self.js.folder, self.environ)
+            return la.argv, la.env
+        command = st.command
+        if command is None:  # a verify stage without a command: tracks.json's verify
+            from jobs import tracks as tracks_file
+
+            command = tracks_file.load(self.workdir / "tracks.json").verify
+        return ["bash", "-c", command], {}
+
+    def _run_stage(self, st: Stage) -> int:
+        prev = self.js.state["stages"].get(st.name, {})
+        if prev.get("status") in ("interrupted", STOPPED, FAILED, "running"):
+            self._reset_to(prev.get("head_at_start"))
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log_path = self.logs / f"{st.name}.log"
+        head = self.repo.rev("HEAD")
+        try:
+            argv, extra = self._argv(st)
+        except NevError as e:
+            self.js.record("stage-started", stage=st.name, log=str(log_path),
+                           inputs={"stage": st.digest(), "manifest": self.m.digest, "head": head})
+            log_path.write_text(mask(str(e)) + "\n", encoding="utf-8")
+            self.js.record("stage-failed", stage=st.name, exit=1, reason=mask(str(e)))
+            info(f"stage {st.name}: refused: {e}")
+            return 1
+        env = {**self.environ, **extra, "JOB_NAME": self.m.name, "JOB_STAGE": st.name,
+               "JOB_STATE": str(self.js.folder), "JOB_WORKDIR": str(self.workdir), "JOB_LOGS": str(self.logs)}
+        if self.run_id:
+            env["NEV_JOB_RUN_ID"] = self.run_id
+        left = self.m.limit_s - self.js.used_s()
+        with log_path.open("ab") as log:
+            log.write(f"== stage {st.name} ({st.kind}) run {self.js.state['stages'].get(st.name, {}).get('runs', 0) + 1}\n"
+                      .encode())
+            log.flush()
+            proc = subprocess.Popen(argv, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=_die_with_parent)
+            self.js.record("stage-started", stage=st.name, log=str(log_path), pgid=proc.pid,
+                           inputs={"stage": st.digest(), "manifest": self.m.digest, "head": head,
+                                   "inventory": (self.js.state.get("inventory") or {}).get("snapshot")})
+            info(f"stage {st.name} ({st.kind}): started")
+            t0 = time.monotonic()
+            last_beat = 0.0
+            why_stopped: str | None = None
+            while True:
+                try:
+                    code = proc.wait(timeout=0.2)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                now = time.monotonic()
+                if now - last_beat >= HEARTBEAT_S:
+                    self.js.heartbeat()
+                    last_beat = now
+                if self.stop.signum is not None:
+                    why_stopped = f"signal {self.stop.signum}"
+                elif now - t0 > left:
+                    why_stopped = f"the wall-clock limit of {self.m.limit_s:.0f} s across resumes"
+                if why_stopped:
+                    _end_group(proc.pid)
+                    code = proc.wait()
+                    break
+        self.js.heartbeat()
+        if why_stopped:
+            self.js.record("stage-stopped", stage=st.name, exit=code, reason=why_stopped)
+            info(f"stage {st.name}: stopped by {why_stopped}")
+            return EXIT_STOPPED
+        if code != 0:
+            self.js.record("stage-failed", stage=st.name, exit=code)
+            info(f"stage {st.name}: failed (exit {code}); log {log_path}")
+            return EXIT_STAGE_FAILED
+        if not self.repo.is_clean():
+            self.repo.git("add", "-A")
+            self.repo.git("commit", "-q", "--no-verify", "-m", f"job {self.m.name}: stage {st.name} ({st.kind})")
+        new_head = self.repo.rev("HEAD")
+        changed = self.repo.out("diff", "--name-only", head, new_head).splitlines() if new_head != head else []
+        self.js.record("stage-passed", stage=st.name, commit=new_head,
+                       outputs=[str(log_path), *changed])
+        info(f"stage {st.name}: passed ({time.monotonic() - t0:.1f} s)")
+        return 0
+
+    def run(self) -> int:
+        old = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return self._run()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _run(self) -> int:
+        st = self.js.state
+        if st.get("status") == PASSED and st.get("manifest") == self.m.digest:
+            r = result.read(self.repo)
+            if r is not None and r.outcome == PASSED:
+                info(f"job {self.m.name}: passed before (result {r.commit[:12]}); nothing to run")
+                return 0
+        try:
+            head: str | None = self.repo.try_rev("HEAD")
+        except GitError:
+            head = None
+        self.js.record("run-started", job=self.m.name, run_id=self.run_id, stages=[s.name for s in self.m.stages],
+                       inputs={"manifest": self.m.digest, "base": self.m.base, "head": head})
+        self._recover()
+        unmet = self._preflight()
+        if unmet:
+            return self._finish(FAILED, EXIT_UNMET, [u.message for u in unmet])
+        if head is None:
+            raise NevError(f"{self.workdir}: not a git checkout with a commit; clone the job branch first")
+        result.strip(self.repo)
+        try:
+            return self._checked_stages()
+        except (NevError, OSError) as e:
+            # A job that cannot go on (a bad declared file, a broken checkout) ends with a failed
+            # result, so the poller records it instead of resending it.
+            info(f"job {self.m.name}: {e}")
+            return self._finish(FAILED, EXIT_STAGE_FAILED, [str(e)])
+
+    def _checked_stages(self) -> int:
+        code, reasons = self._inventory()
+        if code == EXIT_NOT_READY:
+            return self._finish(NOT_RUN, code, [r.message for r in reasons])
+        if code == EXIT_REFUSED:
+            return self._finish(FAILED, code, [r.message for r in reasons])
+        for stage in self.m.stages:
+            if self._passed(stage):
+                info(f"stage {stage.name}: passed before; not rerun")
+                continue
+            if self.stop.signum is not None:
+                return self._finish(STOPPED, EXIT_STOPPED, [f"stopped by signal {self.stop.signum}"])
+            code = self._run_stage(stage)
+            if code == EXIT_STOPPED:
+                return self._finish(STOPPED, code, [f"stage {stage.name} stopped"])
+            if code != 0:
+                return self._finish(FAILED, code, [f"stage {stage.name} failed (exit {code})"])
+        return self._finish(PASSED, EXIT_PASSED, [])
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def run(manifest_path: Path, workdir: Path | None = None, state_dir: Path | None = None,
+        inventory: Path | None = None, declared: Path | None = None,
+        environ: Mapping[str, str] | None = None) -> int:
+    env = dict(os.environ if environ is None else environ)
+    m = manifest_mod.load(manifest_path)
+    wd = (workdir or Path.cwd()).resolve()
+    sd = (state_dir or default_state_dir(m.name, env)).resolve()
+    if _inside(sd, wd):
+        raise NevError(f"{sd}: the job's state folder is inside its worktree {wd}; give --state outside it")
+    js = JobState.open(sd)
+    try:
+        return Runner(m, wd, js, inventory, declared, env, settings.get(settings.JOB_RUN_ID, env)).run()
+    finally:
+        js.close()
+
+
+def check_preflight(manifest_path: Path, workdir: Path | None, state_dir: Path | None,
+                    environ: Mapping[str, str] | None = None) -> int:
+    """`nev job check preflight`: 0 or 9, every unmet reason on stderr (and in state.json when --state)."""
+    env = dict(os.environ if environ is None else environ)
+    m = manifest_mod.load(manifest_path)
+    wd = (workdir or Path.cwd()).resolve()
+    used = 0.0
+    js: JobState | None = None
+    if state_dir is not None:
+        js = JobState.open(state_dir)
+        used = js.used_s()
+    try:
+        unmet = preflight.evaluate(preflight.gather(m, wd, used, env))
+        if m.has_writer():
+            why = writer.refusal(wd, env)
+            if why:
+                unmet.append(preflight.Unmet("writer-undeclared", why))
+        for u in unmet:
+            info(f"requirements: unmet: {u.message}")
+        if js is not None:
+            js.record("preflight-failed" if unmet else "preflight-passed", reasons=[u.to_json() for u in unmet],
+                      inputs={"manifest": m.digest}, by="check")
+        if not unmet:
+            info(f"requirements: every requirement of {m.name} is met")
+        return EXIT_UNMET if unmet else 0
+    finally:
+        if js is not None:
+            js.close()

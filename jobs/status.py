@@ -1,0 +1,90 @@
+"""`nev job status [NAME]`: each job's stage states, from its state folder (or what the poller recorded)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from jobs.state import STATE, JobState, used_seconds
+from lanes import settings
+from lanes.errors import NevError
+from lanes.ui import emit_json
+
+
+def jobs_folder(environ: Mapping[str, str] | None = None) -> Path:
+    base = settings.get_path(settings.STATE_DIR, environ) or Path("~/.local/state/nev").expanduser()
+    return base / "jobs"
+
+
+def summary(state: dict[str, Any], clock: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The part of a state a person reads (pure)."""
+    return {
+        "job": state.get("job"),
+        "status": state.get("status"),
+        "attempts": len(state.get("attempts", [])),
+        "used_s": round(used_seconds(state, clock), 1),
+        "stages": {n: s["status"] for n, s in state.get("stages", {}).items()},
+        "preflight": state.get("preflight"),
+        "inventory": (state.get("inventory") or {}).get("outcome"),
+        "result": state.get("result"),
+    }
+
+
+def lines(s: dict[str, Any]) -> list[str]:
+    if "resends" in s:  # a submission record of this box (the state lives on the lane)
+        out = [f"{s['job']}: {s['status']}" + (f" (exit {s['exit']})" if s.get("exit") is not None else "")
+               + f", run {s.get('run_id') or '-'}, {s['attempts']} send(s), {s['resends']} resend(s)"]
+        if s.get("why"):
+            out.append(f"  {s['why']}")
+        return out
+    out = [f"{s['job']}: {s['status']} ({s['attempts']} attempt(s), {s['used_s']:.0f} s used)"]
+    for name, st in s["stages"].items():
+        out.append(f"  {name:<20} {st}")
+    pf = s.get("preflight")
+    if pf and not pf.get("ok"):
+        out += [f"  requirements: unmet: {r['message']}" for r in pf.get("reasons", [])]
+    if s.get("inventory") and s["inventory"] not in ("passed", "skipped"):
+        out.append(f"  inventory: {s['inventory']}")
+    return out
+
+
+def show(name: str | None, state_dir: Path | None, as_json: bool, environ: Mapping[str, str] | None = None) -> int:
+    folders: list[Path]
+    if state_dir is not None:
+        folders = [state_dir]
+    else:
+        root = jobs_folder(environ)
+        folders = [root / name] if name else sorted(p for p in root.glob("*") if (p / STATE).exists())
+    found = []
+    for f in folders:
+        if not (f / "events.jsonl").exists():
+            if state_dir:
+                raise NevError(f"{f}: no job state here; run it with `nev job run` or give --state")
+            continue
+        js = JobState.read(f)
+        found.append(summary(js.state, js.clock()))
+    polled = jobs_folder(environ).parent / "job-results.json"
+    if polled.exists() and state_dir is None:
+        try:
+            recorded = json.loads(polled.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            recorded = {}
+        for job, rec in sorted(recorded.get("jobs", {}).items()):
+            if (name is None or job == name) and not any(s["job"] == job for s in found):
+                found.append({"job": job, "status": rec.get("status"), "attempts": rec.get("sends", 0),
+                              "used_s": 0.0, "stages": rec.get("stages", {}), "preflight": None,
+                              "inventory": None, "result": rec.get("result"), "exit": rec.get("exit"),
+                              "why": rec.get("why"), "run_id": rec.get("run_id"),
+                              "resends": rec.get("resends", 0)})
+    if name and not found:
+        raise NevError(f"no job {name}: no state folder under {jobs_folder(environ)} and no submission record")
+    if as_json:
+        emit_json(found)
+    else:
+        for s in found:
+            print("\n".join(lines(s)))
+        if not found:
+            print("no jobs")
+    return 0

@@ -1,0 +1,178 @@
+"""`nev job submit MANIFEST`: push job/<name> to the forge, start the job workflow on the lane, print the run id.
+
+- job/<name> is HEAD of the repository here (`--repo`), which must contain the manifest's base.
+  The manifest itself is not part of the job's tree (it would be part of what lands): it goes
+  to the lane as `~/dagu/manifests/<name>.<digest>.yaml`, never replaced by a later submission.
+- A stale result/<name> of an earlier submission is deleted from the forge first.
+- nev's own sources (jobs/, lanes/, bench/ Python files) are copied to the lane under
+  `~/dagu/src/<digest>/`, a folder that is never replaced: a second submission while one
+  builds gets its own copy when the sources differ and shares it when they are the same.
+- The forge token goes over SSH stdin into `~/dagu/home/forge-token` (mode 600); no secret
+  is a run parameter.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import os
+import posixpath
+import shlex
+import tarfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from dagu.layout import Layout
+from dagu.service import LaneDagu
+from jobs import forge as forge_mod
+from jobs import manifest as manifest_mod
+from jobs import records
+from jobs.manifest import Manifest
+from lanes import settings
+from lanes.errors import NevError
+from lanes.gitrun import Repo
+from lanes.ui import info
+
+WORKFLOW = "job"
+SOURCE_PACKAGES = ("jobs", "lanes", "bench")
+DECLARED = "declared/folknet.json"  # the submitting checkout's declared aliases, beside the sources
+NEV_ROOT = Path(__file__).resolve().parents[1]
+
+
+def workflow_file() -> Path:
+    return NEV_ROOT / "dagu" / "workflows" / f"{WORKFLOW}.yaml"
+
+
+def source_files(root: Path = NEV_ROOT, declared: Path | None = None) -> list[tuple[str, bytes]]:
+    """(path, content) of every Python file the lane steps import, sorted, and the declared aliases."""
+    out = []
+    for pkg in SOURCE_PACKAGES:
+        for f in sorted((root / pkg).rglob("*.py")):
+            if "__pycache__" not in f.parts:
+                out.append((f.relative_to(root).as_posix(), f.read_bytes()))
+    if declared is not None:
+        try:
+            out.append((DECLARED, declared.read_bytes()))
+        except OSError as e:
+            raise NevError(f"{declared}: cannot read the declared aliases ({e.strerror}); set NEV_FOLKNET_FILE") from None
+    return out
+
+
+def source_digest(files: list[tuple[str, bytes]]) -> str:
+    h = hashlib.sha256()
+    for name, data in files:
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()[:16]
+
+
+def tar_bytes(files: list[tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, data in files:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            ti.mode = 0o644
+            tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def job_tip(repo: Repo, m: Manifest) -> str:
+    """HEAD, which must contain the manifest's base."""
+    head = repo.rev("HEAD")
+    if not repo.ok("merge-base", "--is-ancestor", m.base, head):
+        raise NevError(f"{m.path}: base {m.base[:12]} is not in the history of HEAD ({head[:12]}); "
+                       "set base to a commit HEAD contains")
+    return head
+
+
+def push_manifest(ld: LaneDagu, m: Manifest) -> str:
+    """The manifest on the lane, under a name from its content: a later submission never replaces it."""
+    data = m.path.read_bytes()
+    dest = posixpath.join(ld.layout.root, "manifests", f"{m.name}.{hashlib.sha256(data).hexdigest()[:12]}.yaml")
+    ld.conn.run(f"mkdir -p {shlex.quote(posixpath.dirname(dest))}", check=True)
+    ld.conn.write_file(dest, data, 0o644)
+    return dest
+
+
+def params(m: Manifest, manifest: str, forge_url: str, lane_home: str, layout: Layout, share: str, src: str,
+           environ: Mapping[str, str]) -> dict[str, str]:
+    # The lane's own snapshot: the default path, under the lane user's home (NEV_INVENTORY here
+    # names this box's file).
+    inv = settings.INVENTORY.default or "~/.local/share/nev/inventory.json"
+    if inv.startswith("~/"):
+        inv = posixpath.join(lane_home, inv[2:])
+    return {
+        "JOB": m.name, "MANIFEST": manifest, "FORGE": forge_url,
+        "MIRROR": posixpath.join(layout.root, "job-mirror.git"), "WORK": layout.jobs_work,
+        "SHARE": share, "SRC": src, "PY": "python3", "INVENTORY": inv,
+        "MODEL_URL": settings.get(settings.LANE_MODEL_URL, environ) or "",
+        "NPM_CACHE": posixpath.join(share, "npm-cache"),
+        "DECLARED": posixpath.join(src, DECLARED),
+    }
+
+
+def sync_source(ld: LaneDagu, declared: Path | None) -> str:
+    files = source_files(declared=declared)
+    digest = source_digest(files)
+    dest = posixpath.join(ld.layout.root, "src", digest)
+    q = shlex.quote(dest)
+    have = ld.conn.run(f"test -d {q}").exit_status == 0
+    if have:
+        info(f"nev sources {digest} already on {ld.lane.label}")
+        return dest
+    r = ld.conn.run(f"set -e; t={q}.tmp.$$; mkdir -p \"$t\"; tar -xf - -C \"$t\"; "
+                    f"mv -T \"$t\" {q} 2>/dev/null || rm -rf \"$t\"", stdin=tar_bytes(files))
+    if r.exit_status != 0:
+        raise NevError(f"could not copy nev's sources to {ld.lane.label}: {r.out.strip() or r.exit_status}")
+    info(f"copied nev sources {digest} to {ld.lane.label}:{dest}")
+    return dest
+
+
+def push_forge_token(ld: LaneDagu, environ: Mapping[str, str]) -> None:
+    token = forge_mod.token_bytes(environ)
+    path = posixpath.join(ld.layout.home, "forge-token")
+    if token is None:
+        return
+    have = ld.conn.run(f"sha256sum < {shlex.quote(path)} 2>/dev/null").out.split()
+    if have and have[0] == hashlib.sha256(token).hexdigest():
+        return
+    ld.conn.write_file(path, token, 0o600)
+
+
+def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | None = None,
+           environ: Mapping[str, str] | None = None) -> int:
+    env = dict(os.environ if environ is None else environ)
+    m = manifest_mod.load(manifest_path)
+    repo = Repo(Repo(repo_path or Path.cwd()).toplevel())
+    tip = job_tip(repo, m)
+    forge = forge_mod.from_settings(env)
+    forge.delete(repo, f"result/{m.name}")
+    forge.push(repo, f"+{tip}:refs/heads/job/{m.name}")
+    info(f"pushed job/{m.name} ({tip[:12]}) to the forge")
+    from dagu import runs, service
+
+    with service.opened(lane_flag) as ld:
+        push_forge_token(ld, env)
+        declared = settings.get_path(settings.FOLKNET_FILE, env)
+        src = sync_source(ld, declared if declared and declared.is_file() else None)
+        wf = runs.load_workflow(str(workflow_file()))
+        ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
+        lane_home = ld.conn.run('printf %s "$HOME"').out.strip()
+        p = params(m, push_manifest(ld, m), forge.url, lane_home, ld.layout, service.lane_shared(ld.lane), src, env)
+        with ld.api() as api:
+            run_id, queued = runs.submit(api, wf, p)
+        lane_label = ld.lane.label
+    with records.locked(env) as data:
+        rec = data["jobs"].get(m.name, {})
+        rec.update({"job": m.name, "spec": m.spec_name, "manifest": str(manifest_path), "tip": tip, "run_id": run_id,
+                    "lane": lane_flag, "lane_label": lane_label, "status": "submitted",
+                    "submitted_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                    "params": p, "result": None})
+        rec.setdefault("sends", 0)
+        rec["sends"] = int(rec["sends"]) + 1
+        rec.setdefault("resends", 0)
+        data["jobs"][m.name] = rec
+    info(f"job {m.name}: run {run_id} {'enqueued' if queued else 'started'} on {lane_label}")
+    print(run_id)
+    return 0

@@ -1,0 +1,220 @@
+"""Jobs on the rig-in-a-box: `nev job submit` from this (dev) box, the job workflow on lane0's real
+Dagu 1.30.2, results on the box's real HTTP forge, `nev job poll` landing them through `nev land`,
+the inventory probed through the real LiteLLM gateway and stand-in pools.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.job_helpers import ROOT, git
+
+DAGU = "/opt/nev/dagu-1.30.2/dagu"
+_CLEAR = ("NEV_", "GENERA_", "TRACKS_")
+
+
+class Rig:
+    def __init__(self, box, tmp: Path) -> None:
+        self.box = box
+        self.tmp = tmp
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(_CLEAR)}
+        self.env.update(box.env)
+        self.env.update({"PYTHONPATH": str(ROOT), "NEV_DAGU_BINARY": DAGU, "NEV_DAGU_POLL": "1",
+                         "NEV_STATE_DIR": str(tmp / "state"), "NEV_INVENTORY": str(tmp / "inventory.json")})
+        self.lane = box.lanes[0]
+        self.uid = os.stat(self.lane.host_home).st_uid
+        self.dev = tmp / "dev"
+
+    def nev(self, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=self.dev if self.dev.exists() else ROOT,
+                              env=env or self.env, capture_output=True, text=True, timeout=timeout)
+
+    def ok(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        r = self.nev(*args, **kw)
+        assert r.returncode == 0, f"nev {' '.join(args)}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+        return r
+
+    def probe(self, rounds: int = 1) -> None:
+        for _ in range(rounds):
+            self.ok("rig", "probe")
+        dest = self.lane.host_home / ".local" / "share" / "nev" / "inventory.json"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.tmp / "inventory.json", dest)
+        for p in (dest, dest.parent, dest.parent.parent, dest.parent.parent.parent):
+            os.chown(p, self.uid, self.uid)
+
+    def job(self, name: str, stages: list[dict], env: dict[str, str] | None = None) -> str:
+        """Write specs/<name>.md on main and the job's manifest, submit it; the run id."""
+        import yaml
+
+        (self.dev / "specs" / f"{name}.md").write_text(f"---\ntouches:\n  - out/{name}/**\n---\n# {name}\n")
+        git(self.dev, "add", "-A")
+        git(self.dev, "commit", "-qm", f"spec {name}")
+        base = git(self.dev, "rev-parse", "HEAD")
+        m = self.dev / "jobs" / f"{name}.yaml"
+        m.parent.mkdir(exist_ok=True)
+        m.write_text(yaml.safe_dump({"name": name, "base": base, "spec": f"specs/{name}.md", "key": "batch",
+                                     "limit": "1h", "stages": stages}, sort_keys=False))
+        r = self.ok("job", "submit", str(m), env=env)
+        return r.stdout.strip().splitlines()[-1]
+
+    def step_exit(self, run_id: str, step: str, timeout: float = 180) -> str:
+        t0 = time.monotonic()
+        while True:
+            r = self.nev("dagu", "watch", "--once", "--step", step, run_id)
+            out = r.stdout.strip().split()
+            if out and re.fullmatch(r"\d+|-", out[0]):
+                return out[0]
+            assert time.monotonic() - t0 < timeout, f"step {step} of {run_id} did not end: {r.stdout}{r.stderr}"
+            time.sleep(2)
+
+    def record(self, name: str) -> dict:
+        return json.loads((self.tmp / "state" / "job-results.json").read_text())["jobs"][name]
+
+    def poll_until(self, name: str, status: str, timeout: float = 240) -> dict:
+        t0 = time.monotonic()
+        out = ""
+        while time.monotonic() - t0 < timeout:
+            r = self.nev("job", "poll")
+            out += r.stderr
+            try:
+                rec = self.record(name)
+            except (FileNotFoundError, KeyError):
+                rec = {}
+            if rec.get("status") == status:
+                return rec
+            time.sleep(3)
+        raise AssertionError(f"{name} never became {status}:\n{out[-4000:]}")
+
+    def forge_has(self, branch: str) -> bool:
+        r = subprocess.run(["git", "-C", str(self.dev), "ls-remote", "--heads", "origin", branch],
+                           capture_output=True, text=True, env=self.git_env)
+        return bool(r.stdout.strip())
+
+    @property
+    def git_env(self) -> dict[str, str]:
+        return {**os.environ, "GIT_ASKPASS": str(self.box.forge_askpass), "GIT_TERMINAL_PROMPT": "0"}
+
+
+@pytest.fixture(scope="module")
+def rig(box, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("jobs-box")
+    r = Rig(box, tmp)
+    url = box.forge_create_repo(f"jobs-e2e-{int(time.time())}")
+    r.env["NEV_LANE_GIT_URL"] = url
+    archive = box.nas / "archive"
+    archive.mkdir(exist_ok=True)
+    os.chown(archive, r.uid, r.uid)
+    git(tmp, "init", "-q", "-b", "main", str(r.dev))
+    (r.dev / "README.md").write_text("jobs on the box\n")
+    (r.dev / "tracks.json").write_text(json.dumps({"verify": "true", "specWatch": {"pollEnv": {}}}) + "\n")
+    (r.dev / "specs").mkdir()
+    git(r.dev, "add", "-A")
+    git(r.dev, "commit", "-qm", "base")
+    authed = url.replace("://", f"://{box.forge_user}@", 1)
+    git(r.dev, "remote", "add", "origin", authed)
+    subprocess.run(["git", "-C", str(r.dev), "push", "-q", "origin", "main"], check=True, env=r.git_env)
+    r.ok("dagu", "up")
+    r.probe()
+    yield r
+    r.nev("dagu", "stop")
+
+
+def _model_stage(name: str, alias: str) -> dict:
+    # The key goes from its file into a header file (printf is a shell builtin: never in an argv).
+    return {"name": name, "kind": "batch", "models": [alias], "command": (
+        f'mkdir -p out/{{job}}; umask 077; printf "Authorization: Bearer %s\\n" "$(cat "$NEV_MODEL_KEY_FILE")" '
+        f'> "$JOB_STATE/h"; code=$(curl -s -o out/{{job}}/answer.json -w "%{{http_code}}" -H @"$JOB_STATE/h" '
+        f'-H "Content-Type: application/json" -d \'{{"model": "{alias}", "max_tokens": 8, "messages": '
+        f'[{{"role": "user", "content": "write clamp_px"}}]}}\' "$NEV_LANE_MODEL_URL/v1/chat/completions"); '
+        f'rm -f "$JOB_STATE/h"; echo "gateway answered $code"; test "$code" = 200')}
+
+
+def _stages(job: str, alias: str) -> list[dict]:
+    return [
+        {"name": "gen", "kind": "command", "command": f"mkdir -p out/{job} && echo generated > out/{job}/a.txt"},
+        {**_model_stage("ask", alias), "command": _model_stage("ask", alias)["command"].replace("{job}", job)},
+        {"name": "check", "kind": "verify", "command": f"test -s out/{job}/a.txt && test -s out/{job}/answer.json"},
+    ]
+
+
+def _secrets(box) -> list[str]:
+    out = [box.forge_token_file.read_text().strip()]
+    out += [p.read_text().strip() for p in box.keys.values()]
+    if box.master_key_file:
+        out.append(box.master_key_file.read_text().strip())
+    return [s for s in out if s]
+
+
+def test_three_stage_job_runs_on_the_lane_publishes_and_poll_lands_it(rig, box):
+    run_id = rig.job("threestage", _stages("threestage", "qwen3.8-27b-fast"))
+    assert re.fullmatch(r"[0-9a-f-]{36}", run_id)
+    assert rig.step_exit(run_id, "run") == "0"
+    assert rig.step_exit(run_id, "publish") == "0"
+    rec = rig.poll_until("threestage", "landed")
+    assert rec["resends"] == 0
+    git(rig.dev, "checkout", "-q", "main")
+    assert (rig.dev / "out" / "threestage" / "a.txt").read_text() == "generated\n"
+    assert json.loads((rig.dev / "out" / "threestage" / "answer.json").read_text())["choices"]
+    assert "job threestage: passed (exit 0)" in git(rig.dev, "log", "--format=%s", "main")
+    assert not rig.forge_has("job/threestage") and not rig.forge_has("result/threestage")
+    # the archived logs: every file listed, and no key, token, credential URL or address in any
+    run = box.nas / "archive" / "job-logs" / "threestage" / run_id
+    listed = {ln.rsplit(" ", 1)[0] for ln in (run / "archive.txt").read_text().splitlines()}
+    assert {"state.json", "events.jsonl", "logs/gen.log", "logs/ask.log", "logs/check.log"} <= listed
+    blob = "\n".join(p.read_text(errors="replace") for p in run.rglob("*") if p.is_file())
+    assert "gateway answered 200" in blob
+    for s in _secrets(box):
+        assert s not in blob
+    assert box.net not in blob and "://" not in blob
+    assert not re.search(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b", blob)
+    assert not (rig.lane.host_home / "dagu" / "jobs-work" / "threestage").exists()  # cleaned up
+
+
+def test_pool_answering_503_gives_exit_3_is_resent_and_passes_after_recovery(rig, box):
+    alias = "deepseek-v4.1-flash"
+    pool = next(p for p, info in box.pools.items() if info.alias == alias)
+    box.pool_control(pool, fail="503")
+    try:
+        rig.probe(rounds=2)  # failing after NEV_PROBE_FAILS=2 rounds
+        run_id = rig.job("flaky", _stages("flaky", alias))
+        assert rig.step_exit(run_id, "run") == "3"
+        assert not rig.forge_has("result/flaky")  # the not-run result stays on the lane
+    finally:
+        box.pool_control(pool, reset=True)
+    rig.probe(rounds=2)  # ready again after NEV_PROBE_OKS=2 rounds
+    rec = rig.poll_until("flaky", "landed", timeout=300)
+    assert rec["resends"] >= 1 and rec["sends"] == 1
+    assert rec["run_id"] != run_id
+    assert (rig.dev / "out" / "flaky" / "answer.json").exists() or \
+        "out/flaky/answer.json" in git(rig.dev, "ls-tree", "-r", "--name-only", "main")
+
+
+def test_retired_model_gives_exit_10_a_failed_result_and_is_not_resent(rig, box):
+    declared = json.loads(Path(box.folknet_file).read_text())
+    declared["aliases"]["glm-5.3-flash"] = {"pool": "gpu0", "max_inflight": 8, "provider": "self-hosted",
+                                            "tier": "sampling", "retired": "2026-09-22", "keys": ["batch"]}
+    f = rig.tmp / "folknet-retired.json"
+    f.write_text(json.dumps(declared))
+    run_id = rig.job("retired", _stages("retired", "glm-5.3-flash"), env={**rig.env, "NEV_FOLKNET_FILE": str(f)})
+    assert rig.step_exit(run_id, "run") == "10"
+    rec = rig.poll_until("retired", "failed")
+    assert rec["exit"] == 10 and rec["resends"] == 0
+    rig.nev("job", "poll")
+    assert rig.record("retired")["resends"] == 0 and rig.record("retired")["run_id"] == run_id
+    st = rig.ok("job", "status", "retired")
+    assert "retired: failed (exit 10)" in st.stdout
+    # another declared file made another source copy; the first submission's copy is untouched
+    first, second = rig.record("threestage")["params"]["SRC"], rig.record("retired")["params"]["SRC"]
+    assert first != second
+    on_host = rig.lane.host_home / Path(first).relative_to("/home/lane")
+    assert (on_host / "jobs" / "runner.py").read_bytes() == (ROOT / "jobs" / "runner.py").read_bytes()

@@ -1,0 +1,189 @@
+"""`nev job poll`: the pure decision per job, results read from a forge, and the tick's schedule."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs import poll as poll_mod
+from jobs import result as result_mod
+from jobs.poll import RunInfo, decide
+from jobs.result import Result
+from tests.job_helpers import ROOT, git, make_checkout, nev
+
+DAGU = "/opt/nev/dagu-1.30.2/dagu"
+
+
+def _res(outcome: str, code: int, commit: str = "c" * 40) -> Result:
+    return Result("demo", outcome, code, "run-1", commit, (), "demo")
+
+
+@pytest.mark.parametrize("rec,res,run,kind", [
+    (None, _res("passed", 0), None, "land"),
+    ({"status": "submitted"}, _res("failed", 10), None, "failed"),
+    ({"status": "submitted"}, _res("failed", 9), None, "failed"),
+    ({"status": "failed", "result": "c" * 40}, _res("failed", 10), None, "done"),
+    ({"status": "landed", "result": "c" * 40}, _res("passed", 0), None, "done"),
+    ({"status": "submitted", "run_id": "r"}, None, RunInfo(True, "partially_succeeded", "3", "0"), "resend"),
+    ({"status": "resent", "run_id": "r"}, None, RunInfo(True, "failed", "0", "7"), "resend"),
+    ({"status": "submitted", "run_id": "r"}, None, RunInfo(False, "running"), "wait"),
+    ({"status": "submitted", "run_id": "r"}, None, RunInfo(False, "queued"), "wait"),
+    ({"status": "submitted", "run_id": "r"}, None, None, "wait"),
+    ({"status": "submitted", "run_id": "r"}, None, RunInfo(True, "failed", None, None), "failed"),
+    ({"status": "landed"}, None, None, "done"),
+])
+def test_decide(rec, res, run, kind):
+    assert decide(rec, res, run).kind == kind
+
+
+def _forge_with_result(tmp: Path, outcome: str, code: int, spec_on_main: bool = False) -> tuple[Path, Path]:
+    forge = tmp / "forge.git"
+    git(tmp, "init", "-q", "--bare", str(forge))
+    dev = tmp / "dev"
+    make_checkout(dev)
+    if spec_on_main:
+        (dev / "specs").mkdir()
+        (dev / "specs" / "demo.md").write_text("---\ntouches:\n  - out/**\n---\n# demo\n")
+        git(dev, "add", "-A")
+        git(dev, "commit", "-qm", "spec")
+    git(dev, "push", "-q", str(forge), "HEAD:refs/heads/main")
+    git(dev, "checkout", "-q", "-b", "work")
+    (dev / "out").mkdir()
+    (dev / "out" / "x.txt").write_text("x\n")
+    git(dev, "add", "-A")
+    git(dev, "commit", "-qm", "job work")
+    git(dev, "commit", "-q", "--allow-empty", "-m", result_mod.message("demo", outcome, code, "run-1", [], "demo"))
+    git(dev, "push", "-q", str(forge), "HEAD:refs/heads/result/demo", "HEAD:refs/heads/job/demo")
+    git(dev, "checkout", "-q", "main")
+    git(dev, "branch", "-q", "-D", "work")
+    return forge, dev
+
+
+def _env(tmp: Path, forge: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_"))}
+    env.update({"NEV_LANE_GIT_URL": str(forge), "NEV_STATE_DIR": str(tmp / "state"), "PYTHONPATH": str(ROOT)})
+    return env
+
+
+def test_poll_records_a_refused_result_as_failed_once_and_never_resends_it(tmp_path):
+    forge, dev = _forge_with_result(tmp_path, "failed", 10)
+    env = _env(tmp_path, forge)
+    r = nev(["job", "poll", "--repo", str(dev)], env)
+    assert r.returncode == 1 and "demo: failed: result failed (exit 10); not resent" in r.stderr
+    rec = json.loads((tmp_path / "state" / "job-results.json").read_text())["jobs"]["demo"]
+    assert rec["status"] == "failed" and rec["exit"] == 10 and rec.get("resends", 0) == 0
+    r = nev(["job", "poll", "--repo", str(dev)], env)
+    assert r.returncode == 0 and "demo" not in r.stderr  # recorded already: nothing to do
+    assert git(forge, "rev-parse", "--verify", "-q", "refs/heads/result/demo")  # kept for a person
+    st = nev(["job", "status", "demo"], env)
+    assert "demo: failed" in st.stdout
+
+
+def test_poll_does_not_land_without_the_spec_on_main(tmp_path):
+    forge, dev = _forge_with_result(tmp_path, "passed", 0)
+    r = nev(["job", "poll", "--repo", str(dev)], _env(tmp_path, forge))
+    assert "demo: not-landed: specs/demo.md is not on main" in r.stderr
+    assert git(dev, "rev-parse", "main") == git(forge, "rev-parse", "main")
+    assert subprocess.run(["git", "-C", str(dev), "rev-parse", "--verify", "-q", "refs/heads/demo"]).returncode != 0
+
+
+def test_forge_url_with_a_credential_is_refused(tmp_path):
+    forge, dev = _forge_with_result(tmp_path, "passed", 0)
+    env = {**_env(tmp_path, forge), "NEV_LANE_GIT_URL": "http://nev:tok3n@127.0.0.1:9/git/x.git"}
+    r = nev(["job", "poll", "--repo", str(dev)], env)
+    assert r.returncode == 1 and "carries a credential" in r.stderr and "tok3n" not in r.stderr
+
+
+def test_cron_table_replaces_only_this_repositorys_line(tmp_path):
+    repo = tmp_path / "r"
+    line = poll_mod.cron_line(repo, {"NEV_LANE_STRICT": "1", "PATH": "/usr/bin"}, tmp_path / "log")
+    assert line.startswith("* * * * * ") and "NEV_LANE_STRICT=1" in line and "job poll" in line
+    other = "0 3 * * * backup # mine\n"
+    t1 = poll_mod.cron_table(other, repo, line)
+    assert t1 == other + line + "\n"
+    assert poll_mod.cron_table(t1, repo, line) == t1  # idempotent
+    assert poll_mod.cron_table(t1, repo, None) == other
+
+
+def test_tick_env_has_poll_env_and_no_secret(tmp_path):
+    repo = tmp_path / "r"
+    make_checkout(repo)
+    tracks = json.loads((repo / "tracks.json").read_text())
+    tracks["specWatch"]["pollEnv"] = {"NEV_LANE_STRICT": "1"}
+    (repo / "tracks.json").write_text(json.dumps(tracks))
+    env = poll_mod.tick_env(repo, {"NEV_FORGE_TOKEN": "s3cr3t-value", "NEV_FORGE_TOKEN_FILE": "/k/f",
+                                   "NEV_LANE_GIT_URL": "http://f/x.git", "OTHER": "x", "PATH": "/usr/bin"})
+    assert env["NEV_LANE_STRICT"] == "1" and env["NEV_FORGE_TOKEN_FILE"] == "/k/f"
+    assert "NEV_FORGE_TOKEN" not in env and "OTHER" not in env and env["PATH"] == "/usr/bin"
+
+
+def test_installed_tick_is_a_valid_scheduled_dagu_workflow_that_really_ticks(tmp_path):
+    """--install --dagu-home writes a `schedule:` workflow; the real Dagu scheduler runs it within a minute."""
+    forge, dev = _forge_with_result(tmp_path, "failed", 9)
+    env = _env(tmp_path, forge)
+    home = tmp_path / "dh"
+    r = nev(["job", "poll", "--repo", str(dev), "--install", "--dagu-home", str(home)], env)
+    assert r.returncode == 0, r.stderr
+    wf = home / "dags" / "nev-job-poll.yaml"
+    doc = yaml.safe_load(wf.read_text())
+    assert doc["schedule"] == "* * * * *"
+    assert {"NEV_LANE_GIT_URL": str(forge)} in doc["env"]
+    cp = subprocess.run([DAGU, "validate", str(wf)], capture_output=True, text=True,
+                        env={**os.environ, "DAGU_HOME": str(home)})
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    sched = subprocess.Popen([DAGU, "scheduler"], env={**os.environ, "DAGU_HOME": str(home)},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    records = tmp_path / "state" / "job-results.json"
+    try:
+        t0 = time.monotonic()
+        while not records.exists() and time.monotonic() - t0 < 90:
+            time.sleep(1)
+    finally:
+        sched.terminate()  # the scheduler takes its time over a graceful stop
+        try:
+            sched.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            sched.kill()
+            sched.wait(timeout=10)
+    assert records.exists(), "the scheduled tick did not run within 90 s"
+    rec = json.loads(records.read_text())["jobs"]["demo"]
+    assert rec["status"] == "failed" and rec["exit"] == 9
+    r = nev(["job", "poll", "--repo", str(dev), "--uninstall", "--dagu-home", str(home)], env)
+    assert r.returncode == 0 and not wf.exists()
+
+
+def test_install_and_uninstall_the_crontab_line_keeps_other_lines(tmp_path):
+    """The real `crontab`: this repository's tick line is added once, with pollEnv, and removed again."""
+    before = subprocess.run(["crontab", "-l"], capture_output=True, text=True)
+    original = before.stdout if before.returncode == 0 else None
+    repo = tmp_path / "r"
+    make_checkout(repo)
+    tracks = json.loads((repo / "tracks.json").read_text())
+    tracks["specWatch"]["pollEnv"] = {"NEV_LANE_STRICT": "1"}
+    (repo / "tracks.json").write_text(json.dumps(tracks))
+    env = {**_env(tmp_path, tmp_path / "forge.git"), "NEV_FORGE_TOKEN": "tok-should-not-appear"}
+    other = f"0 3 * * * true # someone else's line {tmp_path}\n"
+    try:
+        subprocess.run(["crontab", "-"], input=(original or "") + other, check=True, text=True)
+        for _ in range(2):  # idempotent
+            r = nev(["job", "poll", "--repo", str(repo), "--install"], env)
+            assert r.returncode == 0, r.stderr
+        table = subprocess.run(["crontab", "-l"], capture_output=True, text=True, check=True).stdout
+        ours = [ln for ln in table.splitlines() if ln.endswith(f"# nev-job-poll {repo}")]
+        assert len(ours) == 1 and ours[0].startswith("* * * * * ") and "NEV_LANE_STRICT=1" in ours[0]
+        assert "job poll" in ours[0] and "tok-should-not-appear" not in table and other.strip() in table
+        r = nev(["job", "poll", "--repo", str(repo), "--uninstall"], env)
+        assert r.returncode == 0, r.stderr
+        table = subprocess.run(["crontab", "-l"], capture_output=True, text=True, check=True).stdout
+        assert f"# nev-job-poll {repo}" not in table and other.strip() in table
+    finally:
+        if original is None:
+            subprocess.run(["crontab", "-r"], capture_output=True)
+        else:
+            subprocess.run(["crontab", "-"], input=original, text=True)

@@ -1,0 +1,332 @@
+"""`nev job run` / `nev job check preflight` / `nev job status`: durable state, resume, requirements.
+
+Real git checkouts, the real CLI as a subprocess, real processes killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs import manifest as manifest_mod
+from jobs import result as result_mod
+from jobs.runner import _pg_alive
+from jobs.state import JobState, replay, valid_prefix
+from lanes.errors import ConfigError
+from lanes.gitrun import Repo
+from tests.job_helpers import (
+    Listener,
+    events,
+    free_port,
+    git,
+    lane_env,
+    make_checkout,
+    nev,
+    nev_popen,
+    tool_dir,
+    write_manifest,
+)
+
+
+@pytest.fixture
+def gateway():
+    g = Listener()
+    yield g
+    g.close()
+
+
+# --- manifest ------------------------------------------------------------------------------------
+
+BASE = "a" * 40
+
+
+def _parse(**over):
+    data = {"name": "demo", "base": BASE, "spec": "specs/x.md", "stages": [{"name": "a", "kind": "command",
+                                                                           "command": "true"}]}
+    data.update(over)
+    return manifest_mod.parse(data, "job.yaml")
+
+
+@pytest.mark.parametrize("over,field", [
+    ({"name": "Bad Name"}, "field name"),
+    ({"base": "main"}, "field base"),
+    ({"spec": ""}, "field spec"),
+    ({"limit": "soon"}, "field limit"),
+    ({"stages": []}, "field stages"),
+    ({"stages": [{"name": "a", "kind": "shell", "command": "x"}]}, "field stages[0].kind"),
+    ({"stages": [{"name": "a", "kind": "command"}]}, "field stages[0].command"),
+    ({"stages": [{"name": "a", "kind": "writer", "model": "m"}]}, "field stages[0].brief"),
+    ({"stages": [{"name": "a", "kind": "writer", "brief": "b", "model": "m", "command": "x"}]},
+     "field stages[0].command"),
+    ({"stages": [{"name": "a", "kind": "verify"}, {"name": "a", "kind": "verify"}]}, "field stages[1].name"),
+    ({"stages": [{"name": "a", "kind": "batch", "command": "x", "models": [3]}]}, "field stages[0].models[0]"),
+    ({"colour": "red"}, "field colour"),
+])
+def test_manifest_errors_name_the_field(over, field):
+    with pytest.raises(ConfigError) as e:
+        _parse(**over)
+    assert field in str(e.value) and "job.yaml" in str(e.value)
+
+
+def test_manifest_limit_durations_and_needs():
+    m = _parse(limit="90m", stages=[
+        {"name": "gen", "kind": "batch", "command": "x", "models": ["m1", {"alias": "m2", "provider": "p"}]},
+        {"name": "v", "kind": "verify"},
+        {"name": "w", "kind": "writer", "brief": "b.md", "model": "m3"}])
+    assert m.limit_s == 5400
+    assert m.has_writer() and m.calls_model() and m.calls_gate() and m.needs_inventory()
+    assert [x.alias for x in m.stage("w").models] == ["m3"]
+    assert manifest_mod.parse_duration("2h") == 7200 and manifest_mod.parse_duration(30) == 30
+    assert _parse(stages=[{"name": "a", "kind": "command", "command": "nev lane on . make"}]).calls_gate()
+    assert not _parse().calls_gate() and not _parse().calls_model()
+
+
+# --- durable state (pure parts) -------------------------------------------------------------------
+
+def test_events_valid_prefix_stops_at_a_torn_or_broken_line(tmp_path):
+    js = JobState.open(tmp_path / "s")
+    js.record("run-started", job="j", stages=["a"], inputs={})
+    js.record("stage-started", stage="a", inputs={"head": "x"})
+    js.close()
+    p = tmp_path / "s" / "events.jsonl"
+    good = p.read_text()
+    p.write_text(good + '{"seq": 3, "event": "stage-pa')  # killed mid-write
+    js = JobState.open(tmp_path / "s")
+    assert len(js.events) == 2 and p.read_text() == good  # the torn tail is cut before the next append
+    js.record("stage-passed", stage="a")
+    js.close()
+    evs, _ = valid_prefix(p.read_text())
+    assert [e["seq"] for e in evs] == [1, 2, 3]
+    # an edited line breaks the chain: what follows it is not trusted
+    lines = p.read_text().splitlines(keepends=True)
+    lines[1] = lines[1].replace('"x"', '"y"')
+    evs, _ = valid_prefix("".join(lines))
+    assert len(evs) == 2  # line 2 still parses, line 3's prev no longer matches
+    assert replay(evs)["stages"]["a"]["status"] == "running"
+
+
+# --- the runner ---------------------------------------------------------------------------------
+
+def _three_stage(tmp_path: Path, gate_marker: Path) -> tuple[Path, Path]:
+    work = tmp_path / "work"
+    base = make_checkout(work)
+    m = write_manifest(tmp_path / "job.yaml", base, [
+        {"name": "one", "kind": "command", "command": "echo one >> one.txt; echo ran >> $JOB_STATE/one.count"},
+        {"name": "two", "kind": "command",
+         "command": f"echo partial > two.txt; if [ -e {gate_marker} ]; then echo two > two.txt; "
+                    f"else touch {gate_marker}.started; sleep 60; fi"},
+        {"name": "three", "kind": "verify", "command": "test -e one.txt && test -e two.txt && echo ok > three.txt"},
+    ])
+    return work, m
+
+
+def test_kill_9_in_stage_two_then_resume_does_not_rerun_stage_one(tmp_path, gateway):
+    marker = tmp_path / "marker"
+    work, m = _three_stage(tmp_path, marker)
+    state = tmp_path / "state"
+    env = lane_env(tmp_path, gateway.port)
+    p = nev_popen(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
+    t0 = time.monotonic()
+    while True:
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() - t0 < 30
+        if Path(f"{marker}.started").exists():
+            st = json.loads((state / "state.json").read_text())
+            if st["stages"]["two"]["status"] == "running":
+                break
+        time.sleep(0.05)
+    pgid = st["stages"]["two"]["pgid"]
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert st["stages"]["one"]["status"] == "passed" and st["stages"]["two"]["status"] == "running"
+    marker.touch()
+    r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
+    assert r.returncode == 0, r.stderr
+    assert "stage one: passed before; not rerun" in r.stderr
+    evs = events(state)
+    started = [e["stage"] for e in evs if e["event"] == "stage-started"]
+    assert started == ["one", "two", "two", "three"]
+    assert [e["stage"] for e in evs if e["event"] == "stage-passed"] == ["one", "two", "three"]
+    assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
+    assert any(e["event"] == "stage-interrupted" and e["stage"] == "two" for e in evs)
+    assert (state / "one.count").read_text() == "ran\n"
+    assert (work / "one.txt").read_text() == "one\n" and (work / "two.txt").read_text() == "two\n"
+    assert not _pg_alive(pgid)  # the killed stage's leftover `sleep` was ended (a zombie may await its reaper)
+    res = result_mod.read(Repo(work))
+    assert res is not None and (res.outcome, res.exit) == ("passed", 0)
+    log = git(work, "log", "--format=%s")
+    assert log.count("stage one") == 1 and log.count("stage two") == 1
+    final = json.loads((state / "state.json").read_text())
+    assert final["status"] == "passed" and len(final["attempts"]) == 2
+    # the stage-started event of one carries the inputs' hashes, stage-passed the outputs' paths
+    one = next(e for e in evs if e["event"] == "stage-started" and e["stage"] == "one")
+    assert len(one["inputs"]["stage"]) == 64 and len(one["inputs"]["head"]) == 40
+    passed_one = next(e for e in evs if e["event"] == "stage-passed" and e["stage"] == "one")
+    assert "one.txt" in passed_one["outputs"] and passed_one["outputs"][0].endswith("logs/one.log")
+    # a rerun of a passed job runs nothing
+    r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
+    assert r.returncode == 0 and "nothing to run" in r.stderr
+    st = nev(["job", "status", "--state", str(state), "--json"], env)
+    assert json.loads(st.stdout)[0]["stages"] == {"one": "passed", "two": "passed", "three": "passed"}
+
+
+def test_failed_stage_exits_1_with_a_failed_result_and_the_log(tmp_path, gateway):
+    work = tmp_path / "work"
+    base = make_checkout(work)
+    m = write_manifest(tmp_path / "job.yaml", base, [
+        {"name": "bad", "kind": "command", "command": "echo boom; exit 4"}])
+    env = lane_env(tmp_path, gateway.port)
+    r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(tmp_path / "st")], env)
+    assert r.returncode == 1 and "stage bad: failed (exit 4)" in r.stderr
+    assert "boom" in (tmp_path / "st" / "logs" / "bad.log").read_text()
+    res = result_mod.read(Repo(work))
+    assert res is not None and (res.outcome, res.exit) == ("failed", 1)
+
+
+def test_wall_clock_limit_stops_a_stage_with_exit_8(tmp_path, gateway):
+    work = tmp_path / "work"
+    base = make_checkout(work)
+    m = write_manifest(tmp_path / "job.yaml", base, [
+        {"name": "slow", "kind": "command", "command": "sleep 30"}], limit=2)
+    env = lane_env(tmp_path, gateway.port, NEV_JOB_MIN_LEFT="0")
+    t0 = time.monotonic()
+    r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(tmp_path / "st")], env)
+    assert r.returncode == 8 and time.monotonic() - t0 < 20
+    assert "wall-clock limit" in r.stderr
+
+
+def test_state_folder_inside_the_worktree_is_refused(tmp_path, gateway):
+    work = tmp_path / "work"
+    base = make_checkout(work)
+    m = write_manifest(tmp_path / "job.yaml", base, [{"name": "a", "kind": "command", "command": "true"}])
+    r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(work / ".st")],
+            lane_env(tmp_path, gateway.port))
+    assert r.returncode == 1 and "inside its worktree" in r.stderr and not (work / ".st").exists()
+
+
+# --- the requirements check ---------------------------------------------------------------------
+
+def _full_manifest(tmp_path: Path, limit: object = "1h") -> tuple[Path, Path]:
+    work = tmp_path / "work"
+    base = make_checkout(work)
+    (work / "brief.md").write_text("write clamp_px\n")
+    m = write_manifest(tmp_path / "job.yaml", base, [
+        {"name": "gen", "kind": "batch", "command": "echo gen > gen.txt", "models": ["qwen3.8-27b-fast"]},
+        {"name": "write", "kind": "writer", "brief": "brief.md", "model": "qwen3.8-27b-fast"},
+        {"name": "check", "kind": "verify"}], limit=limit, key="batch")
+    return work, m
+
+
+UNMET = [
+    ("git", {}, "git is not on PATH"),
+    ("python3", {}, "python3 is not on PATH"),
+    ("node", {}, "node is not on PATH"),
+    ("kill", {}, "kill is not on PATH"),
+    ("cargo", {}, "cargo is not on PATH"),
+    ("chromium", {}, "browser chromium"),
+    ("firefox-esr", {"NEV_JOB_BROWSERS": "chromium,firefox-esr,WebKitWebDriver"}, "browser firefox-esr"),
+    ("WebKitWebDriver", {}, "browser WebKitWebDriver"),
+    (None, {"NEV_LANE_MODEL_URL": "GATEWAY_CLOSED"}, "does not answer"),
+    (None, {"NEV_JOB_MIN_FREE_GB": "100000000"}, "GiB needed"),
+    (None, {"NEV_LANE_SHARED": "SHARE_MISSING"}, "shared archive folder"),
+    (None, {"NEV_ON_LANE": ""}, "NEV_ON_LANE is not set"),
+    (None, {"NEV_JOB_MIN_LEFT": "7200"}, "wall-clock limit left"),
+    (None, {"TRACKS_TOOL": ""}, "no writer harness is declared"),
+]
+
+
+@pytest.mark.parametrize("leave_out,env_over,reason", UNMET,
+                         ids=[u[0] or next(iter(u[1])) for u in UNMET])
+def test_each_unmet_requirement_exits_9_with_its_reason_and_runs_no_stage(tmp_path, gateway, leave_out,
+                                                                         env_over, reason):
+    work, m = _full_manifest(tmp_path)
+    if "TRACKS_TOOL" in env_over:  # neither tracks.json nor the environment declares the harness
+        git(work, "rm", "-q", "tracks.json")
+        (work / "tracks.json").write_text('{"verify": "true"}\n')
+        git(work, "commit", "-qam", "no tool")
+    over = dict(env_over)
+    if over.get("NEV_LANE_MODEL_URL") == "GATEWAY_CLOSED":
+        over["NEV_LANE_MODEL_URL"] = f"http://127.0.0.1:{free_port()}"
+    if over.get("NEV_LANE_SHARED") == "SHARE_MISSING":
+        over["NEV_LANE_SHARED"] = str(tmp_path / "no-share")
+    env = lane_env(tmp_path, gateway.port, tool_dir(tmp_path / "bin", leave_out), **over)
+    if env.get("NEV_ON_LANE") == "":
+        del env["NEV_ON_LANE"]
+    state = tmp_path / "st"
+    r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
+    assert r.returncode == 9, r.stderr
+    unmet_lines = [ln for ln in r.stderr.splitlines() if ln.startswith("requirements: unmet:")]
+    assert len(unmet_lines) == 1 and reason in unmet_lines[0], r.stderr
+    st = json.loads((state / "state.json").read_text())
+    assert st["preflight"]["ok"] is False and reason in st["preflight"]["reasons"][0]["message"]
+    assert not any(e["event"] == "stage-started" for e in events(state))
+    assert not (work / "gen.txt").exists() and not (state / "logs").exists()
+
+
+def test_every_requirement_met_passes_the_check_and_two_unmet_give_both_reasons(tmp_path, gateway):
+    work, m = _full_manifest(tmp_path)
+    env = lane_env(tmp_path, gateway.port, tool_dir(tmp_path / "bin"))
+    r = nev(["job", "check", "preflight", str(m), "--workdir", str(work)], env)
+    assert r.returncode == 0, r.stderr
+    env = lane_env(tmp_path, gateway.port, tool_dir(tmp_path / "bin2", "node"), NEV_JOB_MIN_FREE_GB="100000000")
+    state = tmp_path / "st"
+    r = nev(["job", "check", "preflight", str(m), "--workdir", str(work), "--state", str(state)], env)
+    assert r.returncode == 9
+    assert "node is not on PATH" in r.stderr and "GiB needed" in r.stderr
+    kinds = [x["kind"] for x in json.loads((state / "state.json").read_text())["preflight"]["reasons"]]
+    assert kinds == ["tool-missing", "disk-short"]
+    r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(tmp_path / "st2")], env)
+    assert r.returncode == 9 and r.stderr.count("requirements: unmet:") == 2
+    res = result_mod.read(Repo(work))
+    assert res is not None and (res.outcome, res.exit) == ("failed", 9)
+
+
+def test_time_used_across_resumes_counts_against_the_limit(tmp_path, gateway):
+    work, m = _full_manifest(tmp_path, limit=700)
+    env = lane_env(tmp_path, gateway.port, tool_dir(tmp_path / "bin"))
+    state = tmp_path / "st"
+    js = JobState.open(state)
+    js.record("run-started", job="demo", stages=[], inputs={})
+    js.close()
+    # the earlier attempt ran 150 s (its last event 150 s after its start): 550 s left < 600
+    lines = (state / "events.jsonl").read_text().splitlines()
+    ev = json.loads(lines[0])
+    ev["time"] = "2026-01-01T00:00:00.000Z"
+    (state / "events.jsonl").write_text(json.dumps(ev, sort_keys=True) + "\n")
+    (state / "clock.json").write_text(json.dumps({"attempt": 1, "last_seen_ts": 1767225750.0}))
+    r = nev(["job", "check", "preflight", str(m), "--workdir", str(work), "--state", str(state)], env)
+    assert r.returncode == 9 and "550 s of the job's 700 s wall-clock limit left" in r.stderr
+
+
+def test_sigterm_stops_the_job_with_exit_8_and_a_resume_reruns_the_stopped_stage(tmp_path, gateway):
+    work = tmp_path / "work"
+    base = make_checkout(work)
+    flag = tmp_path / "go"
+    m = write_manifest(tmp_path / "job.yaml", base, [
+        {"name": "wait", "kind": "command",
+         "command": f"echo x > partial.txt; if [ -e {flag} ]; then echo done > w.txt; else sleep 60; fi"}])
+    state = tmp_path / "st"
+    env = lane_env(tmp_path, gateway.port)
+    p = nev_popen(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
+    t0 = time.monotonic()
+    while not (state / "state.json").exists() or \
+            json.loads((state / "state.json").read_text())["stages"]["wait"]["status"] != "running":
+        assert p.poll() is None and time.monotonic() - t0 < 30
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 8, err
+    st = json.loads((state / "state.json").read_text())
+    assert st["stages"]["wait"]["status"] == "stopped" and st["status"] == "stopped"
+    res = result_mod.read(Repo(work))
+    assert res is not None and (res.outcome, res.exit) == ("stopped", 8)
+    flag.touch()
+    r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
+    assert r.returncode == 0, r.stderr
+    assert (work / "w.txt").read_text() == "done\n"
+    assert git(work, "log", "--format=%s").count("job demo: stopped") == 0  # the old result was replaced
