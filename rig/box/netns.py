@@ -45,8 +45,9 @@ def ns_has_eth0(ns: str) -> bool:
     return cp.returncode == 0 and " inet " in cp.stdout
 
 
-def ensure(layout: plan.Layout) -> list[str]:
-    """Create the bridge, namespaces and veths that are missing; return what was made."""
+def ensure(layout: plan.Layout, skip_roles: frozenset[str] = frozenset()) -> list[str]:
+    """Create the bridge, namespaces and veths that are missing; return what was made. Hosts of
+    a role in `skip_roles` get none (LXC lanes bring their own)."""
     made: list[str] = []
     cmds: list[str] = []
     if not link_exists(layout.bridge):
@@ -55,6 +56,8 @@ def ensure(layout: plan.Layout) -> list[str]:
     have = netns_list()
     inside: list[tuple[str, list[str]]] = []
     for h in layout.hosts():
+        if h.role in skip_roles:
+            continue
         if h.netns not in have:
             _run(["ip", "netns", "add", h.netns])
             made.append(f"made netns {h.netns}")

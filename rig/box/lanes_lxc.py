@@ -1,0 +1,127 @@
+"""Lane backend "lxc": each box lane is a real unprivileged LXC guest made by `lanes.create`.
+
+The same scripts as `nev lane create --backend lxc`, run on this machine (node "local"): a
+cached, uid-shifted Debian image, one overlay per lane under the box's own absolute lxcpath
+(`.box/<name>/lxc`), the guest's veth on the box bridge at the lane's address. The lane's
+`/srv/lane` and `/home/lane` are binds of the box's lane folders (as with netns lanes), the NAS
+is bound at `/srv/lane-shared`, and the host's Rust toolchain read-only at `/srv/toolchain`
+(staged through a read-only bind outside mode-700 /root, which the guest's root could not
+cross). The recorded process of a lane is the guest's init; `nsenter` into it is `run_in`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from lanes import create
+from lanes.errors import NevError
+from lanes.hostexec import LOCAL, Node
+from rig.box import plan, procs
+from rig.box.lanes_netns import HOME, LANE_ROOT, LANE_SHARED, host_toolchain, keygen
+from rig.box.state import LaneInfo, ProcRec
+
+TOOLCHAIN = "/srv/toolchain"
+
+
+def _is_mount(path: Path) -> bool:
+    target = str(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == target for line in f)
+
+
+def _bind_ro(src: str, dst: Path) -> None:
+    dst.mkdir(parents=True, exist_ok=True)
+    if _is_mount(dst):
+        return
+    for argv in (["mount", "--bind", src, str(dst)], ["mount", "-o", "remount,bind,ro", str(dst)]):
+        cp = subprocess.run(argv, capture_output=True, text=True)
+        if cp.returncode != 0:
+            raise NevError(f"could not bind {src} read-only at {dst}: {cp.stderr.strip()}")
+
+
+def _unmount(path: Path) -> None:
+    while _is_mount(path):
+        if subprocess.run(["umount", "-l", str(path)], capture_output=True).returncode != 0:
+            break
+
+
+class LxcLanes:
+    kind = "lxc"
+    uses_netns = False
+
+    def __init__(self, box_dir: Path, log_dir: Path) -> None:
+        self.box_dir = box_dir
+        self.log_dir = log_dir
+        self.node = Node(LOCAL)
+        self.lxcpath = str(box_dir / "lxc")
+        self.recipe = create.ImageRecipe()
+
+    def lane_dir(self, lane: LaneInfo) -> Path:
+        return self.box_dir / "lanes" / lane.name
+
+    def container(self, lane_name: str) -> str:
+        return f"{self.box_dir.name}-{lane_name}"
+
+    def spec(self, lane: LaneInfo, host: plan.Host) -> create.LxcLane:
+        d = self.lane_dir(lane)
+        binds = [create.Bind(str(lane.host_root), LANE_ROOT), create.Bind(str(lane.host_home), str(HOME)),
+                 create.Bind(str(self.box_dir / "nas"), LANE_SHARED)]
+        if host_toolchain() is not None:
+            binds += [create.Bind(str(d / "toolchain" / "rustup"), f"{TOOLCHAIN}/rustup", True),
+                      create.Bind(str(d / "toolchain" / "cargo-bin"), f"{TOOLCHAIN}/cargo-bin", True)]
+        ncpu = os.cpu_count() or 1
+        return create.LxcLane(name=self.container(lane.name), bridge=f"{self.box_dir.name}br",
+                              addr=lane.addr, cpus=ncpu, memory_gb=4, disk_gb=20, lxcpath=self.lxcpath,
+                              recipe=self.recipe, binds=tuple(binds), veth=host.veth, autostart=False)
+
+    def prepare(self, lane: LaneInfo, host: plan.Host, client_pub: str) -> str:
+        d = self.lane_dir(lane)
+        d.mkdir(parents=True, exist_ok=True)
+        spec = self.spec(lane, host)
+        uid = spec.lane_uid
+        for p in (lane.host_root, lane.host_home, lane.host_home / ".ssh"):
+            p.mkdir(parents=True, exist_ok=True)
+            os.chown(p, uid, uid)
+        os.chmod(lane.host_home / ".ssh", 0o700)
+        ak = lane.host_home / ".ssh" / "authorized_keys"
+        ak.write_text(client_pub + "\n")
+        os.chown(ak, uid, uid)
+        os.chmod(ak, 0o600)
+        tc = host_toolchain()
+        if tc is not None:
+            _bind_ro(tc[0], d / "toolchain" / "rustup")
+            _bind_ro(tc[1], d / "toolchain" / "cargo-bin")
+        hk = d / "ssh_host_ed25519_key"
+        keygen(hk, f"{lane.name}-host")
+        sshd = create.guest_sshd_config(lane.addr, toolchain=tc is not None)
+        (d / "sshd_config").write_text(sshd)   # its digest restarts the guest when it changes
+        files = create.GuestFiles(host_key=hk.read_text(), host_key_pub=hk.with_suffix(".pub").read_text(),
+                                  authorized_keys=client_pub + "\n", sshd_config=sshd, lane_home_in_delta=False)
+        create.ensure_image(self.node, self.recipe)
+        self.node.run(create.write_script(spec, files), what=f"writing lane {spec.name}")
+        pub = hk.with_suffix(".pub").read_text().split()
+        return f"{pub[0]} {pub[1]}"
+
+    def start(self, lane: LaneInfo, host: plan.Host, rec: ProcRec | None) -> ProcRec | None:
+        if procs.alive(rec):
+            return None
+        spec = self.spec(lane, host)
+        ran = self.node.run(create.start_script(spec), what=f"starting lane {spec.name}")
+        pid = create.parse_pid(ran.out)
+        st = procs.start_time(pid) if pid else None
+        if pid is None or st is None:
+            raise NevError(f"lane {spec.name} did not start; see {spec.dir}/lxc.log")
+        return ProcRec(key=f"{lane.name}.sshd", host=lane.name, pid=pid, start=st,
+                       argv=["lxc-start", "-P", spec.lxcpath, "-n", spec.name, "-d"])
+
+    def wait(self, lane: LaneInfo, rec: ProcRec) -> None:
+        procs.wait_port(lane.addr, plan.SSH_PORT, 20, rec, self.box_dir / "lxc" / self.container(lane.name) / "lxc.log")
+
+    def remove(self, lane_dir: Path) -> None:
+        name = self.container(lane_dir.name)
+        if (Path(self.lxcpath) / name).exists():
+            create.destroy_lxc(self.node, name, self.lxcpath)
+        for sub in ("rustup", "cargo-bin"):
+            _unmount(lane_dir / "toolchain" / sub)
