@@ -93,9 +93,23 @@ def install(lane_index: int | None) -> int:
 @click.option("--lane", "lane_index", type=int, help="Only lane N.")
 @click.option("--track", help="Only the copies of this track.")
 @click.option("--dry-run", is_flag=True, help="List what would go, with sizes; change nothing.")
-def sweep(lane_index: int | None, track: str | None, dry_run: bool) -> None:
-    """Remove lane copies whose track has no worktree in the primary checkout."""
-    raise not_built("lane sweep", 5)
+@click.option("--repo", type=click.Path(file_okay=False, exists=True), default=".",
+              help="The primary checkout (its worktrees name the tracks that keep their copies).")
+def sweep(lane_index: int | None, track: str | None, dry_run: bool, repo: str) -> int:
+    """Remove lane copies whose track has no worktree in the primary checkout.
+
+    Keeps the primary's own copy, copies with a process in them, copies locked by a running
+    gate and directories that are not worktrees of the lane's mirror. Untracked data under a
+    copy's corpus/ goes to the NAS first (archive/corpus/<name>/<time>.tar). Exit 1 when a lane
+    could not be swept or a removal failed.
+    """
+    from pathlib import Path
+
+    from lanes import sweep as sw
+    from lanes.gitrun import Repo
+
+    status, _ = sw.sweep(lane_index, track, dry_run, Repo(Path(repo)))
+    return status
 
 
 @lane.command("provision")

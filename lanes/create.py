@@ -215,8 +215,13 @@ def lxc_config(lane: LxcLane) -> str:
         "lxc.mount.auto = proc:mixed sys:ro cgroup:mixed",
         "lxc.autodev = 1",
         f"lxc.start.auto = {1 if lane.autostart else 0}",
+        # cgroup2 (Debian 12, Proxmox) and, for a node on the legacy hierarchy, cgroup v1: LXC
+        # ignores the keys of the hierarchy the node does not run.
         f"lxc.cgroup2.cpu.max = {lane.cpus * 100000} 100000",
         f"lxc.cgroup2.memory.max = {lane.memory_gb}G",
+        "lxc.cgroup.cpu.cfs_period_us = 100000",
+        f"lxc.cgroup.cpu.cfs_quota_us = {lane.cpus * 100000}",
+        f"lxc.cgroup.memory.limit_in_bytes = {lane.memory_gb}G",
         f"# disk: {lane.disk_gb} GB asked; the overlay delta lives on the node's filesystem (no quota)",
     ]
     for b in lane.binds:
@@ -268,7 +273,8 @@ def write_script(lane: LxcLane, files: GuestFiles) -> str:
     out = f"""set -eu
 if [ -e {q(d)}/config ]; then new=0; else new=1; fi
 mkdir -p {q(delta)}/etc/ssh {q(delta)}/root/.ssh
-chown {r}:{r} {q(delta)} {q(delta)}/etc {q(delta)}/etc/ssh {q(delta)}/root {q(delta)}/root/.ssh
+# the guest's root makes the overlay's work folder beside the delta
+chown {r}:{r} {q(d)} {q(delta)} {q(delta)}/etc {q(delta)}/etc/ssh {q(delta)}/root {q(delta)}/root/.ssh
 chmod 700 {q(delta)}/root {q(delta)}/root/.ssh
 """
     out += heredoc(f"{delta}/etc/ssh/ssh_host_ed25519_key", files.host_key, "600", f"{r}:{r}")
@@ -287,6 +293,22 @@ chmod 755 {q(delta)}/home/lane; chmod 700 {q(delta)}/home/lane/.ssh
     return out
 
 
+def host_script(recipe: ImageRecipe) -> str:
+    """What the node itself needs for root to start unprivileged guests: root's subordinate id
+    range covering the guest's id map (lxc-start maps ids through newuidmap, which checks it).
+    The only change made to the node's own configuration."""
+    b, last = recipe.idmap_base, recipe.idmap_base + IDMAP_SIZE - 1
+    return f"""set -eu
+if grep -qx 'root:{b}:{IDMAP_SIZE}' /etc/subuid && grep -qx 'root:{b}:{IDMAP_SIZE}' /etc/subgid; then
+  echo "unchanged: root's subordinate ids {b}-{last}"
+else
+  grep -qx 'root:{b}:{IDMAP_SIZE}' /etc/subuid || usermod --add-subuids {b}-{last} root
+  grep -qx 'root:{b}:{IDMAP_SIZE}' /etc/subgid || usermod --add-subgids {b}-{last} root
+  echo "changed: root's subordinate ids {b}-{last}"
+fi
+"""
+
+
 def create_script(lane: LxcLane, files: GuestFiles) -> str:
     return write_script(lane, files) + start_script(lane)
 
@@ -298,6 +320,8 @@ def start_script(lane: LxcLane) -> str:
 else
   lxc-start -P {q(lane.lxcpath)} -n {q(lane.name)} -d -L {q(lane.dir)}/console.log -o {q(lane.dir)}/lxc.log -l INFO
   lxc-wait -P {q(lane.lxcpath)} -n {q(lane.name)} -s RUNNING -t 20
+  # a guest re-made at the same address has a new MAC: forget the old one, or connections stall
+  ip neigh flush to {q(lane.addr)} dev {q(lane.bridge)} 2>/dev/null || true
   echo "changed: lane {lane.name} started"
 fi
 echo "pid: $(lxc-info -P {q(lane.lxcpath)} -n {q(lane.name)} -pH)"
@@ -313,6 +337,11 @@ if [ ! -e {q(p)}/{q(name)}/config ]; then echo "unchanged: no lane {name} in {p}
 if [ "$(lxc-info -P {q(p)} -n {q(name)} -sH)" != STOPPED ]; then lxc-stop -P {q(p)} -n {q(name)} -k; fi
 lxc-destroy -P {q(p)} -n {q(name)}
 rm -rf {q(p)}/{q(name)}
+# cgroups a failed start can leave behind (empty folders; rmdir refuses anything else)
+for c in /sys/fs/cgroup/lxc.payload.{name} /sys/fs/cgroup/lxc.monitor.{name} /sys/fs/cgroup/lxc.monitor.{name}-* \
+         /sys/fs/cgroup/*/lxc.payload.{name} /sys/fs/cgroup/*/lxc.monitor.{name} /sys/fs/cgroup/*/lxc.monitor.{name}-*; do
+  [ -d "$c" ] && rmdir "$c" 2>/dev/null || true
+done
 echo "changed: lane {name} destroyed"
 """
 
@@ -327,7 +356,9 @@ def changes(out: str) -> list[str]:
 
 
 def ensure_image(node: Node, recipe: ImageRecipe, cache: str = CACHE) -> list[str]:
-    return changes(node.run(image_script(recipe, cache), what="building the lane image").out)
+    """The node's subordinate ids and the cached image (built once per recipe)."""
+    host = changes(node.run(host_script(recipe), what="setting up the LXC host").out)
+    return host + changes(node.run(image_script(recipe, cache), what="building the lane image").out)
 
 
 def create_lxc(node: Node, lane: LxcLane, files: GuestFiles) -> tuple[list[str], int]:
@@ -426,7 +457,8 @@ def run_create_lxc(node: Node, lane: LxcLane, authorized_keys: str, out_dir: Pat
     line = known_hosts_line(lane.addr, pub)
     (out_dir / "known_hosts").write_text(line + "\n")
     info(f"lane {lane.name} is running on {node} (init pid {pid}), address {lane.addr}")
-    info(f"pin its host key (also in {out_dir / 'known_hosts'}): {line}")
+    info(f"pin its host key (also in {out_dir / 'known_hosts'}):")
+    print(line)
     info(f'lanes file entry: {{"ssh": "lane@{lane.addr}", "root": "/srv/lane", "name": "{lane.name}"}}')
     return 0
 

@@ -135,7 +135,7 @@ def plan(p: Params) -> list[Step]:
 
 def script(steps: list[Step]) -> str:
     """One script: every step prints its line; the first failing action stops the run."""
-    out = ["set -u", "export LC_ALL=C"]
+    out = ["set -u", "export LC_ALL=C PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
     for s in steps:
         label = shlex.quote(s.name)
         out.append(f"if {s.check}\nthen echo unchanged: {label}\nelse\n"

@@ -88,12 +88,13 @@ def apt_proxy(box, tmp_path_factory):
     """apt-cacher-ng on the box's bridge address: the guests' only way to packages."""
     run = tmp_path_factory.mktemp("acng")
     ACNG_CACHE.mkdir(parents=True, exist_ok=True)
-    shutil.chown(ACNG_CACHE, "apt-cacher-ng", "apt-cacher-ng") if _has_user("apt-cacher-ng") else None
     port = 3142
-    p = subprocess.Popen(["/usr/sbin/apt-cacher-ng", "-c", "/etc/apt-cacher-ng", "ForeGround=1",
-                          f"BindAddress={box.bridge_addr}", f"Port={port}", f"CacheDir={ACNG_CACHE}",
-                          f"LogDir={run}", f"PidFile={run}/pid", f"SocketPath={run}/sock"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Its own config: Debian's remaps send deb.debian.org to other mirrors; this one only proxies.
+    (run / "acng.conf").write_text(f"CacheDir: {ACNG_CACHE}\nLogDir: {run}\nPort: {port}\n"
+                                   f"BindAddress: {box.bridge_addr}\nPidFile: {run}/pid\nSocketPath: {run}/sock\n"
+                                   "ForeGround: 1\nExThreshold: 4\n")
+    p = subprocess.Popen(["/usr/sbin/apt-cacher-ng", "-c", str(run)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
     try:
         from rig.box.procs import wait_port
         wait_port(box.bridge_addr, port, 10)
@@ -101,15 +102,6 @@ def apt_proxy(box, tmp_path_factory):
     finally:
         p.terminate()
         p.wait(10)
-
-
-def _has_user(name: str) -> bool:
-    import pwd
-    try:
-        pwd.getpwnam(name)
-        return True
-    except KeyError:
-        return False
 
 
 def test_provision_twice_second_run_changes_nothing(box, guest, apt_proxy, tmp_path, monkeypatch):
@@ -148,7 +140,7 @@ def test_busy_test_names_only_listed_processes(box, guest):
     assert busy.pattern({}) == "cargo|rustc|node"
     with connect(f"lane@{lane.addr}", kh, box.ssh_key) as c:
         assert busy.lane_busy(c, "cargo|rustc|node") == []
-        c.run("sh -c 'exec -a sleep sleep 30' >/dev/null 2>&1 & echo", check=True)
+        c.run("setsid sleep 30 </dev/null >/dev/null 2>&1 &", check=True)
         time.sleep(0.3)
         found = busy.lane_busy(c, "sleep")
         for pid, _ in found:
