@@ -31,9 +31,16 @@ SURVEY = r'''
 import fcntl, json, os, subprocess, sys
 root, busy_names = os.path.realpath(sys.argv[1]), set(sys.argv[2].split("|"))
 mirror = os.path.join(root, ".git-mirror")
-def du(p):
-    r = subprocess.run(["du", "-sb", "--", p], capture_output=True, text=True)
-    return int(r.stdout.split()[0]) if r.returncode == 0 and r.stdout else 0
+def du_all(paths):
+    """One du for every folder (-l: hard links counted per folder, as a du of each alone)."""
+    if not paths:
+        return {}
+    r = subprocess.run(["du", "-sbl", "--", *paths], capture_output=True, text=True)
+    out = {}
+    for line in r.stdout.splitlines():
+        size, _, path = line.partition("\t")
+        out[path] = int(size)
+    return out
 wts = set()
 if os.path.isdir(mirror):
     r = subprocess.run(["git", "-C", mirror, "worktree", "list", "--porcelain"], capture_output=True, text=True)
@@ -100,13 +107,17 @@ for e in sorted(os.listdir(root)):
         names.add(e[len(".payload-"):])
     elif not e.startswith("."):
         names.add(e)
+def real_dir(p):
+    return os.path.isdir(p) and not os.path.islink(p)
+sizes = du_all([p for n in sorted(names) for p in (os.path.join(root, n), os.path.join(root, ".payload-" + n))
+                if real_dir(p)])
 for n in sorted(names):
     copy, payload = os.path.join(root, n), os.path.join(root, ".payload-" + n)
     d = {"name": n, "copy": os.path.lexists(copy), "payload": os.path.lexists(payload)}
     d["symlink"] = os.path.islink(copy) or os.path.islink(payload)
     d["dir"] = os.path.isdir(copy) and not os.path.islink(copy)
     d["worktree"] = d["dir"] and os.path.realpath(copy) in wts
-    d["size"] = (du(copy) if d["dir"] else 0) + (du(payload) if d["payload"] and not os.path.islink(payload) else 0)
+    d["size"] = sizes.get(copy, 0) + sizes.get(payload, 0)
     use = (in_use(copy) if d["dir"] else []) + (in_use(payload) if d["payload"] else [])
     d["pids"] = [[p, c] for p, c in use]
     d["busy"] = [[p, c] for p, c in use if c in busy_names]
@@ -114,8 +125,11 @@ for n in sorted(names):
     d["corpus"] = corpus_untracked(copy) if d["worktree"] else []
     entries.append(d)
 st = os.statvfs(root)
+import resource
 print(json.dumps({"root": root, "mirror": os.path.isdir(mirror), "entries": entries,
-                  "free_gb": st.f_bavail * st.f_frsize / 1e9}))
+                  "free_gb": st.f_bavail * st.f_frsize / 1e9,
+                  "peak_rss_kb": {"survey": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                                  "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}}))
 '''
 
 # Run on the lane as `python3 - ROOT NAME NAS STAMP` (NAS "-" when none): archive, then remove.
@@ -241,6 +255,7 @@ class LaneSweep:
     removed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     free_gb: float | None = None
+    peak_rss_kb: dict = field(default_factory=dict)   # of the survey on the lane (and its largest du)
 
 
 def survey(conn: Connection, root: str) -> dict:
@@ -256,7 +271,7 @@ def sweep_lane(conn: Connection, lane: Lane, tracks: set[str], primary: str | No
     nas_dir = nas or lane.shared or settings.get(settings.LANE_SHARED)
     nas_ok = bool(nas_dir) and conn.run(["test", "-d", nas_dir or "/nonexistent"]).exit_status == 0
     result = LaneSweep(lane, decide([Entry.from_json(e) for e in facts["entries"]], tracks, primary, track, nas_ok),
-                       free_gb=facts["free_gb"])
+                       free_gb=facts["free_gb"], peak_rss_kb=facts.get("peak_rss_kb", {}))
     if dry_run:
         return result
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
