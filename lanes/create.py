@@ -37,7 +37,7 @@ IDMAP_BASE = 100000
 IDMAP_SIZE = 65536
 LANE_UID = 1000
 # What the gate needs before provisioning: sshd, git, Python and a C linker for cargo.
-PACKAGES = ("openssh-server", "git", "python3", "ca-certificates", "gcc", "libc6-dev", "procps")
+PACKAGES = ("openssh-server", "git", "python3", "ca-certificates", "gcc", "libc6-dev", "procps", "iproute2")
 RECIPE_VERSION = "1"
 
 LANE_INIT = """#!/bin/sh

@@ -307,6 +307,8 @@ class Box:
             cfg = self.dir / "lanes" / lane.name / "sshd_config"
             fresh(f"{lane.name}.sshd", cfg)
             lrec = backend.start(lane, hosts[lane.name], st.procs.get(f"{lane.name}.sshd"))
+            if lrec and not backend.uses_netns:
+                changed.append(f"made veth {hosts[lane.name].veth} (with guest {self.name}-{lane.name})")
             record(lrec, cfg)
             if lrec:
                 started_lanes.append((lane, lrec))

@@ -2,11 +2,13 @@
 
 The same scripts as `nev lane create --backend lxc`, run on this machine (node "local"): a
 cached, uid-shifted Debian image, one overlay per lane under the box's own absolute lxcpath
-(`.box/<name>/lxc`), the guest's veth on the box bridge at the lane's address. The lane's
-`/srv/lane` and `/home/lane` are binds of the box's lane folders (as with netns lanes), the NAS
-is bound at `/srv/lane-shared`, and the host's Rust toolchain read-only at `/srv/toolchain`
-(staged through a read-only bind outside mode-700 /root, which the guest's root could not
-cross). The recorded process of a lane is the guest's init; `nsenter` into it is `run_in`.
+(`/var/lib/nev-lxc/boxes/<name>/lxc`), the guest's veth `<name>-laneN` on the box bridge at the
+lane's address. The lane's `/srv/lane` and `/home/lane` are binds of the box's lane folders (as
+with netns lanes), the NAS is bound at `/srv/lane-shared`, and the host's Rust toolchain
+read-only at `/srv/toolchain`. The guest's root (uid 100000) must be able to reach every bind
+source and its lxcpath, and the box folder may sit under a mode-700 folder (/root, pytest's
+tmp): so each source is first bound at `/var/lib/nev-lxc/boxes/<name>/mnt/<lane>/` and the
+guest binds that. The recorded process of a lane is the guest's init; `run_in` nsenters it.
 """
 
 from __future__ import annotations
@@ -31,14 +33,15 @@ def _is_mount(path: Path) -> bool:
         return any(line.split()[4] == target for line in f)
 
 
-def _bind_ro(src: str, dst: Path) -> None:
+def _bind(src: str, dst: Path, ro: bool) -> None:
     dst.mkdir(parents=True, exist_ok=True)
     if _is_mount(dst):
         return
-    for argv in (["mount", "--bind", src, str(dst)], ["mount", "-o", "remount,bind,ro", str(dst)]):
+    steps = [["mount", "--bind", src, str(dst)]] + ([["mount", "-o", "remount,bind,ro", str(dst)]] if ro else [])
+    for argv in steps:
         cp = subprocess.run(argv, capture_output=True, text=True)
         if cp.returncode != 0:
-            raise NevError(f"could not bind {src} read-only at {dst}: {cp.stderr.strip()}")
+            raise NevError(f"could not bind {src} at {dst}: {cp.stderr.strip()}")
 
 
 def _unmount(path: Path) -> None:
@@ -55,7 +58,8 @@ class LxcLanes:
         self.box_dir = box_dir
         self.log_dir = log_dir
         self.node = Node(LOCAL)
-        self.lxcpath = str(box_dir / "lxc")
+        self.base = Path(create.CACHE) / "boxes" / box_dir.name
+        self.lxcpath = str(self.base / "lxc")
         self.recipe = create.ImageRecipe()
 
     def lane_dir(self, lane: LaneInfo) -> Path:
@@ -64,13 +68,21 @@ class LxcLanes:
     def container(self, lane_name: str) -> str:
         return f"{self.box_dir.name}-{lane_name}"
 
+    def staged(self, lane_name: str) -> Path:
+        return self.base / "mnt" / lane_name
+
+    def sources(self, lane: LaneInfo) -> list[tuple[str, str, str, bool]]:
+        """(source on the host, staged name, target in the guest, read-only)."""
+        out = [(str(lane.host_root), "root", LANE_ROOT, False), (str(lane.host_home), "home", str(HOME), False),
+               (str(self.box_dir / "nas"), "nas", LANE_SHARED, False)]
+        tc = host_toolchain()
+        if tc is not None:
+            out += [(tc[0], "rustup", f"{TOOLCHAIN}/rustup", True), (tc[1], "cargo-bin", f"{TOOLCHAIN}/cargo-bin", True)]
+        return out
+
     def spec(self, lane: LaneInfo, host: plan.Host) -> create.LxcLane:
-        d = self.lane_dir(lane)
-        binds = [create.Bind(str(lane.host_root), LANE_ROOT), create.Bind(str(lane.host_home), str(HOME)),
-                 create.Bind(str(self.box_dir / "nas"), LANE_SHARED)]
-        if host_toolchain() is not None:
-            binds += [create.Bind(str(d / "toolchain" / "rustup"), f"{TOOLCHAIN}/rustup", True),
-                      create.Bind(str(d / "toolchain" / "cargo-bin"), f"{TOOLCHAIN}/cargo-bin", True)]
+        st = self.staged(lane.name)
+        binds = [create.Bind(str(st / name), target, ro) for _src, name, target, ro in self.sources(lane)]
         ncpu = os.cpu_count() or 1
         return create.LxcLane(name=self.container(lane.name), bridge=f"{self.box_dir.name}br",
                               addr=lane.addr, cpus=ncpu, memory_gb=4, disk_gb=20, lxcpath=self.lxcpath,
@@ -89,10 +101,9 @@ class LxcLanes:
         ak.write_text(client_pub + "\n")
         os.chown(ak, uid, uid)
         os.chmod(ak, 0o600)
+        for src, name, _target, ro in self.sources(lane):
+            _bind(src, self.staged(lane.name) / name, ro)
         tc = host_toolchain()
-        if tc is not None:
-            _bind_ro(tc[0], d / "toolchain" / "rustup")
-            _bind_ro(tc[1], d / "toolchain" / "cargo-bin")
         hk = d / "ssh_host_ed25519_key"
         keygen(hk, f"{lane.name}-host")
         sshd = create.guest_sshd_config(lane.addr, toolchain=tc is not None)
@@ -117,11 +128,26 @@ class LxcLanes:
                        argv=["lxc-start", "-P", spec.lxcpath, "-n", spec.name, "-d"])
 
     def wait(self, lane: LaneInfo, rec: ProcRec) -> None:
-        procs.wait_port(lane.addr, plan.SSH_PORT, 20, rec, self.box_dir / "lxc" / self.container(lane.name) / "lxc.log")
+        procs.wait_port(lane.addr, plan.SSH_PORT, 20, rec, Path(self.lxcpath) / self.container(lane.name) / "lxc.log")
 
     def remove(self, lane_dir: Path) -> None:
         name = self.container(lane_dir.name)
         if (Path(self.lxcpath) / name).exists():
             create.destroy_lxc(self.node, name, self.lxcpath)
-        for sub in ("rustup", "cargo-bin"):
-            _unmount(lane_dir / "toolchain" / sub)
+        st = self.staged(lane_dir.name)
+        if st.is_dir():
+            for sub in st.iterdir():
+                _unmount(sub)
+                try:
+                    sub.rmdir()    # never anything recursive: these are binds of real data
+                except OSError:
+                    pass
+            try:
+                st.rmdir()
+            except OSError:
+                pass
+        for d in (self.base / "mnt", Path(self.lxcpath), self.base):
+            try:
+                d.rmdir()          # only when no other lane of this box is left
+            except OSError:
+                pass
