@@ -6,8 +6,6 @@ from pathlib import Path
 
 import click
 
-from lanes.ui import not_built
-
 
 @click.group("lane")
 def lane() -> None:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes import busy, config, settings
+from lanes import busy, config, settings, ui
 from lanes.config import Lane
 from lanes.errors import NevError
 from lanes.gitrun import Repo
@@ -302,8 +303,13 @@ def report(s: LaneSweep, dry_run: bool) -> list[str]:
     return lines
 
 
+def _stdout(line: str) -> None:
+    print(line, flush=True)
+
+
 def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool = False,
-          repo: Repo | None = None, lanes: list[Lane] | None = None) -> tuple[int, list[LaneSweep]]:
+          repo: Repo | None = None, lanes: list[Lane] | None = None,
+          say: Callable[[str], None] = _stdout) -> tuple[int, list[LaneSweep]]:
     """Sweep every configured lane (or one); print a line per copy. Exit 1 when a lane could not
     be swept or a removal failed (named on its line); nothing done is undone."""
     lf = config.configured()
@@ -318,12 +324,12 @@ def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool
             with Connection(ln.target) as conn:
                 s = sweep_lane(conn, ln, tracks, primary, track, dry_run, None)
         except (SshError, NevError) as e:
-            print(f"{ln.label}: not swept: {e}", flush=True)
+            say(f"{ln.label}: not swept: {e}")
             status = 1
             continue
         results.append(s)
         for line in report(s, dry_run):
-            print(line, flush=True)
+            say(line)
         if s.failed:
             status = 1
     return status, results
@@ -331,8 +337,13 @@ def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool
 
 def gate_hook(lane: Lane, track: str) -> None:
     """The gate's disk guard (`lanes.gate.SWEEP_HOOK`): sweep the lane that is short of space,
-    every copy that may go; the guard then asks the lane for its free space again."""
-    sweep(lanes=[lane])
+    every copy that may go (the primary checkout is the repository of the current folder); the
+    guard then asks the lane for its free space again. A sweep that fails says so in one line
+    and the guard decides as if nothing was freed."""
+    try:
+        sweep(lanes=[lane], say=ui.info)     # stderr: a gate's stdout is its command's
+    except NevError as e:
+        ui.info(f"{lane.label}: the disk guard's sweep failed: {e}")
 
 
 def after_landing(track: str) -> int:

@@ -190,3 +190,38 @@ def test_sweep_without_a_nas_folder_keeps_a_copy_with_corpus_data(box, box_env, 
         assert (scene.host_root / name / "corpus" / "a.txt").exists()
     finally:
         scene.close()
+
+
+def test_disk_guard_sweeps_then_exits_4_naming_lane_free_space_and_largest_copies(box, tmp_path):
+    """The real sweep as the gate's hook: a lane root of its own, a copy whose worktree is gone is
+    swept, then the guard (threshold far above the disk) refuses with exit 4."""
+    import json
+
+    from tests import lane_helpers as h
+    from tests import lane_rig as rigs
+
+    rig = rigs.on_box(box, tmp_path / "rig")
+    root = f"/srv/lane/guard{rig.tag}"
+    lanes = json.loads(Path(rig.env["NEV_LANES_FILE"]).read_text())
+    lanes["lanes"][0]["root"] = root
+    lf = tmp_path / "lanes.json"
+    lf.write_text(json.dumps(lanes))
+    env = dict(rig.env, NEV_LANES_FILE=str(lf))
+    keep = h.clone_worktree(rig.clone_url, tmp_path / f"keep{rig.tag}", rig.push_env)
+    gone = h.clone_worktree(rig.clone_url, tmp_path / f"gone{rig.tag}", rig.push_env)
+    try:
+        for wt in (keep, gone):
+            r = h.nev(["lane", "run", str(wt), "true"], env, cwd=wt)
+            assert r.returncode == 0, r.stderr
+        host_root = box.lanes[0].host_root / f"guard{rig.tag}"
+        assert (host_root / gone.name).is_dir() and (host_root / keep.name).is_dir()
+        # the primary checkout is `keep` (the folder nev runs in): `gone` has no worktree there
+        r = h.nev(["lane", "run", str(keep), "true"], dict(env, NEV_LANE_MIN_FREE_GB="1000000"), cwd=keep)
+        assert r.returncode == 4, r.stdout + r.stderr
+        assert f"lane 0 (lane0): removed {gone.name} (" in r.stderr
+        assert f"lane 0 (lane0): kept {keep.name}: the primary checkout's own copy" in r.stderr
+        assert "lane 0 has" in r.stderr and "GB free" in r.stderr and "largest copies" in r.stderr
+        assert keep.name in r.stderr.split("largest copies")[1]
+        assert not (host_root / gone.name).exists() and (host_root / keep.name).is_dir()
+    finally:
+        box.run_in("lane0", ["rm", "-rf", root])
