@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -102,13 +104,18 @@ def test_cli_lxc_without_bridge_is_a_usage_error(tmp_path):
 def test_lxc_lane_created_by_nev_answers_ssh_runs_a_gate_command_and_is_gone_after_destroy(box, tmp_path):
     key = tmp_path / "id"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    lxcpath = str(box.dir / "lxc-create-test")   # traversable by the guest's root (tmp_path is not)
+    # Everything the guest's root must reach lives outside mode-700 folders (tmp_path, /root).
+    base = Path("/var/lib/nev-lxc/tests") / uuid.uuid4().hex[:8]
+    nas = base / "nas"
+    nas.mkdir(parents=True)
+    os.chmod(nas, 0o1777)
+    lxcpath = str(base / "lxc")
     name = "nevtest-lxc0"
     addr = f"{box.net}.70"
     out = tmp_path / "record"
     ports_before = sorted(p.name for p in Path(f"/sys/class/net/{box.bridge}/brif").iterdir())
     cp = nev("lane", "create", "--backend", "lxc", "--name", name, "--bridge", box.bridge, "--addr", addr,
-             "--cpus", "2", "--memory-gb", "2", "--lxcpath", lxcpath, "--shared", str(box.nas),
+             "--cpus", "2", "--memory-gb", "2", "--lxcpath", lxcpath, "--shared", str(nas),
              "--authorized-key", str(key) + ".pub", "--out", str(out))
     try:
         assert cp.returncode == 0, cp.stderr
@@ -123,20 +130,21 @@ def test_lxc_lane_created_by_nev_answers_ssh_runs_a_gate_command_and_is_gone_aft
         lines = res.out.split("\n")
         assert lines[:3] == ["lane", "1", "42"]
         assert "100000" in lines[3]                      # unprivileged: uid 0 is 100000 outside
-        assert (box.nas / "from-lxc").stat().st_uid == 101000
+        assert (nas / "from-lxc").stat().st_uid == 101000
         # a second create changes nothing
         cp2 = nev("lane", "create", "--backend", "lxc", "--name", name, "--bridge", box.bridge, "--addr", addr,
-                  "--cpus", "2", "--memory-gb", "2", "--lxcpath", lxcpath, "--shared", str(box.nas),
+                  "--cpus", "2", "--memory-gb", "2", "--lxcpath", lxcpath, "--shared", str(nas),
                   "--authorized-key", str(key) + ".pub", "--out", str(out))
         assert cp2.returncode == 0, cp2.stderr
         assert not any(ln.startswith("changed:") for ln in cp2.stdout.splitlines())
         assert f"unchanged: lane {name} running" in cp2.stdout
     finally:
         cd = nev("lane", "destroy", "--backend", "lxc", "--name", name, "--lxcpath", lxcpath)
-        (box.nas / "from-lxc").unlink(missing_ok=True)
+        left = sorted(p.name for p in Path(lxcpath).iterdir()) if Path(lxcpath).exists() else []
+        shutil.rmtree(base)
     assert cd.returncode == 0, cd.stderr
     assert f"changed: lane {name} destroyed" in cd.stdout
-    assert not (Path(lxcpath) / name).exists()
+    assert left == []                       # nothing of the lane is left in its lxcpath
     ls = subprocess.run(["lxc-ls", "-P", lxcpath], capture_output=True, text=True)
     assert name not in ls.stdout
     from rig.box.procs import port_open
