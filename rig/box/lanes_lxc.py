@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from lanes import create
@@ -48,6 +49,20 @@ def _unmount(path: Path) -> None:
     while _is_mount(path):
         if subprocess.run(["umount", "-l", str(path)], capture_output=True).returncode != 0:
             break
+
+
+def _child(pid: int, timeout: float) -> int | None:
+    """The first child of `pid` (init.lxc's one child is lane-init, exec'd into sshd)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            return None
+        if kids:
+            return int(kids[0])
+        time.sleep(0.02)
+    return None
 
 
 class LxcLanes:
@@ -120,10 +135,20 @@ class LxcLanes:
             return None
         spec = self.spec(lane, host)
         ran = self.node.run(create.start_script(spec), what=f"starting lane {spec.name}")
-        pid = create.parse_pid(ran.out)
-        st = procs.start_time(pid) if pid else None
-        if pid is None or st is None:
+        init = create.parse_pid(ran.out)
+        if init is None or procs.start_time(init) is None:
             raise NevError(f"lane {spec.name} did not start; see {spec.dir}/lxc.log")
+        # The record is the guest's sshd (init's child), as for a netns lane: killing it ends the
+        # guest too (init.lxc exits with its child), and helpers that spare "the lane's sshd"
+        # spare the right process.
+        pid = _child(init, 5.0) or init
+        st = procs.start_time(pid)
+        if st is None:
+            raise NevError(f"lane {spec.name} stopped at once; see {spec.dir}/console.log")
+        # A name for the guest's network namespace, so `ip netns exec <box>-laneN` works as for
+        # a netns lane (and `down` finds it); the guest's processes keep it alive.
+        subprocess.run(["ip", "netns", "delete", lane.netns], capture_output=True)
+        subprocess.run(["ip", "netns", "attach", lane.netns, str(init)], capture_output=True, check=True)
         return ProcRec(key=f"{lane.name}.sshd", host=lane.name, pid=pid, start=st,
                        argv=["lxc-start", "-P", spec.lxcpath, "-n", spec.name, "-d"])
 
@@ -134,6 +159,7 @@ class LxcLanes:
         name = self.container(lane_dir.name)
         if (Path(self.lxcpath) / name).exists():
             create.destroy_lxc(self.node, name, self.lxcpath)
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True)   # the name start() gave
         st = self.staged(lane_dir.name)
         if st.is_dir():
             for sub in st.iterdir():

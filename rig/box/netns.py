@@ -129,7 +129,10 @@ def run_in(info: BoxInfo, host: str, argv: list[str], **kw: Any) -> subprocess.C
 
         if rec is None or not alive(rec):
             raise NevError(f"{host}'s sshd is not running; run `nev box up` to repair the box")
-        full = ["nsenter", "-t", str(rec.pid), "-n", "-m", "--", *argv]
+        # An LXC guest has its own user namespace: enter it too, so `runuser -u lane` is the
+        # guest's lane (uid 1000 inside, 101000 outside) and root is the guest's root.
+        userns = ["-U"] if st and st.lanes_kind != "netns" else []
+        full = ["nsenter", "-t", str(rec.pid), *userns, "-n", "-m", "--", *argv]
     else:
         full = ["ip", "netns", "exec", h["netns"], *argv]
     kw.setdefault("capture_output", True)
