@@ -101,7 +101,7 @@ def test_cli_lxc_without_bridge_is_a_usage_error(tmp_path):
     assert cp.returncode == 2 and "--bridge" in cp.stderr
 
 
-def test_lxc_lane_created_by_nev_answers_ssh_runs_a_gate_command_and_is_gone_after_destroy(box, tmp_path):
+def test_lxc_lane_created_by_nev_answers_ssh_passes_a_gate_and_is_gone_after_destroy(box, tmp_path):
     key = tmp_path / "id"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     # Everything the guest's root must reach lives outside mode-700 folders (tmp_path, /root).
@@ -131,6 +131,22 @@ def test_lxc_lane_created_by_nev_answers_ssh_runs_a_gate_command_and_is_gone_aft
         assert lines[:3] == ["lane", "1", "42"]
         assert "100000" in lines[3]                      # unprivileged: uid 0 is 100000 outside
         assert (nas / "from-lxc").stat().st_uid == 101000
+        # a real gate (`nev lane run`, as in the lane-gate tests) passes on the new guest
+        import json
+
+        from tests import lane_helpers as h
+        from tests import lane_rig as rigs
+        rig = rigs.on_box(box, tmp_path / "rig")
+        lanes = json.loads(Path(rig.env["NEV_LANES_FILE"]).read_text())
+        lanes["lanes"] = [{"ssh": f"lane@{addr}", "root": "/srv/lane", "shared": "/srv/lane-shared", "name": name}]
+        (tmp_path / "lanes.json").write_text(json.dumps(lanes))
+        env = dict(rig.env, NEV_LANES_FILE=str(tmp_path / "lanes.json"), NEV_KNOWN_HOSTS=str(out / "known_hosts"),
+                   NEV_SSH_KEY=str(key))
+        wt = h.clone_worktree(rig.clone_url, tmp_path / f"lxcgate{rig.tag}", rig.push_env)
+        (wt / "untracked.txt").write_text("from the dev box\n")
+        g = h.nev(["lane", "run", str(wt), "sh", "-c", "git rev-parse HEAD && cat untracked.txt && id -un"], env, cwd=wt)
+        assert g.returncode == 0, g.stderr
+        assert g.stdout.split() == [h.git(wt, "rev-parse", "HEAD").strip(), "from", "the", "dev", "box", "lane"]
         # a second create changes nothing
         cp2 = nev("lane", "create", "--backend", "lxc", "--name", name, "--bridge", box.bridge, "--addr", addr,
                   "--cpus", "2", "--memory-gb", "2", "--lxcpath", lxcpath, "--shared", str(nas),
