@@ -6,8 +6,6 @@ from pathlib import Path
 
 import click
 
-from lanes.ui import not_built
-
 
 @click.group("lane")
 def lane() -> None:
@@ -93,20 +91,129 @@ def install(lane_index: int | None) -> int:
 @click.option("--lane", "lane_index", type=int, help="Only lane N.")
 @click.option("--track", help="Only the copies of this track.")
 @click.option("--dry-run", is_flag=True, help="List what would go, with sizes; change nothing.")
-def sweep(lane_index: int | None, track: str | None, dry_run: bool) -> None:
-    """Remove lane copies whose track has no worktree in the primary checkout."""
-    raise not_built("lane sweep", 5)
+@click.option("--repo", type=click.Path(file_okay=False, exists=True), default=".",
+              help="The primary checkout (its worktrees name the tracks that keep their copies).")
+def sweep(lane_index: int | None, track: str | None, dry_run: bool, repo: str) -> int:
+    """Remove lane copies whose track has no worktree in the primary checkout.
+
+    Keeps the primary's own copy, copies with a process in them, copies locked by a running
+    gate and directories that are not worktrees of the lane's mirror. Untracked data under a
+    copy's corpus/ goes to the NAS first (archive/corpus/<name>/<time>.tar). Exit 1 when a lane
+    could not be swept or a removal failed.
+    """
+    from pathlib import Path
+
+    from lanes import sweep as sw
+    from lanes.gitrun import Repo
+
+    status, _ = sw.sweep(lane_index, track, dry_run, Repo(Path(repo)))
+    return status
 
 
 @lane.command("provision")
 @click.option("--lane", "lane_index", type=int, help="Only lane N.")
-def provision(lane_index: int | None) -> None:
-    """Idempotent set-up of a lane guest; prints changed:/unchanged: per step."""
-    raise not_built("lane provision", 5)
+@click.option("--packages", help="Comma-separated Debian packages (default: what the gate needs).")
+@click.option("--apt-proxy", help="apt proxy on the node's bridge (default NEV_LANE_APT_PROXY).")
+@click.option("--ssh-user", default="root", show_default=True, help="Who provisions on the guest.")
+def provision(lane_index: int | None, packages: str | None, apt_proxy: str | None, ssh_user: str) -> int:
+    """Idempotent set-up of a lane guest over SSH; prints changed:/unchanged: per step.
+
+    Writer host: LANE_PI_TRACKS_URL clones pi-tracks; LANE_WRITER_SETUP runs as lane with
+    LANE_WRITER_TOOL and LANE_WRITER_DIRS. The model URL comes from NEV_LANE_MODEL_URL.
+    """
+    import os
+
+    from lanes import provision as pv
+    from lanes import settings
+
+    env = os.environ
+    pk = pv.GATE_PACKAGES if packages is None else tuple(x.strip() for x in packages.split(",") if x.strip())
+    params = pv.Params(packages=pk, apt_proxy=apt_proxy or settings.get(settings.LANE_APT_PROXY),
+                       model_url=settings.get(settings.LANE_MODEL_URL) or env.get("LANE_MODEL_URL"),
+                       pi_tracks_url=env.get("LANE_PI_TRACKS_URL"), writer_setup=env.get("LANE_WRITER_SETUP"),
+                       writer_tool=env.get("LANE_WRITER_TOOL"), writer_dirs=env.get("LANE_WRITER_DIRS"))
+    return pv.provision_lanes(lane_index, params, ssh_user)
 
 
 @lane.command("create")
 @click.option("--backend", type=click.Choice(["lxc", "pct"]), required=True)
-def create(backend: str) -> None:
-    """Create a lane as an unprivileged LXC guest (lxc on a Debian host, pct on Proxmox)."""
-    raise not_built("lane create", 5)
+@click.option("--name", required=True, help="Guest name (lxc container name / pct hostname).")
+@click.option("--node", default="local", show_default=True,
+              help="Where the guest goes: `local` (this machine) or [root@]host[:port] over SSH (pinned key).")
+@click.option("--addr", required=True, help="The guest's IPv4 address (a /24 on the bridge).")
+@click.option("--bridge", default=None, help="Bridge on the node (lxc: required; pct: vmbr0).")
+@click.option("--cpus", type=int, default=96, show_default=True)
+@click.option("--memory-gb", type=int, default=96, show_default=True)
+@click.option("--disk-gb", type=int, default=200, show_default=True, help="pct: root disk size; lxc: recorded only.")
+@click.option("--bind", "binds", multiple=True, metavar="SRC:DST[:ro]", help="Bind a node folder into the guest.")
+@click.option("--shared", metavar="DIR", help="The NAS folder on the node, bound at /srv/lane-shared.")
+@click.option("--authorized-key", "authorized_key", type=click.Path(dir_okay=False, exists=True), required=True,
+              help="Public key file allowed to log in as lane and root.")
+@click.option("--lxcpath", default=None, help="Absolute lxcpath on the node (default /var/lib/lxc, read at boot).")
+@click.option("--cache", default=None, help="Image cache on the node (default /var/lib/nev-lxc).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Where the lane's host key and known_hosts line are kept (default under NEV_STATE_DIR).")
+@click.option("--vmid", type=int, help="pct: the guest id.")
+@click.option("--gateway", help="pct: the guest's default gateway.")
+@click.option("--storage", default="local-lvm", show_default=True, help="pct: storage of the root disk.")
+@click.option("--print", "print_only", is_flag=True, help="pct: print the command lines, run nothing.")
+def create(backend: str, name: str, node: str, addr: str, bridge: str | None, cpus: int, memory_gb: int,
+           disk_gb: int, binds: tuple[str, ...], shared: str | None, authorized_key: str, lxcpath: str | None,
+           cache: str | None, out_dir: str | None, vmid: int | None, gateway: str | None, storage: str,
+           print_only: bool) -> int:
+    """Create a lane as an unprivileged LXC guest started at node boot (lxc on a Debian host, pct on Proxmox)."""
+    from pathlib import Path
+
+    from lanes import create as cr
+    from lanes import settings
+    from lanes.errors import UsageError
+    from lanes.hostexec import Node
+
+    all_binds = [cr.Bind.parse(b) for b in binds]
+    if shared:
+        all_binds.append(cr.Bind(cr.check_abs(shared, "--shared"), "/srv/lane-shared"))
+    keys = Path(authorized_key).read_text()
+    if backend == "pct":
+        if vmid is None:
+            raise UsageError("--backend pct needs --vmid (the Proxmox guest id)")
+        lane = cr.PctLane(vmid=vmid, name=name, addr=addr, gateway=gateway, bridge=bridge or "vmbr0", cpus=cpus,
+                          memory_gb=memory_gb, disk_gb=disk_gb, storage=storage, binds=tuple(all_binds))
+        return cr.run_create_pct(None if print_only else Node(node), lane, keys)
+    if not bridge:
+        raise UsageError("--backend lxc needs --bridge (the node's bridge the guest joins)")
+    lane_x = cr.LxcLane(name=name, bridge=bridge, addr=addr, cpus=cpus, memory_gb=memory_gb, disk_gb=disk_gb,
+                        lxcpath=lxcpath or cr.LXCPATH, cache=cache or cr.CACHE, binds=tuple(all_binds))
+    state = settings.get_path(settings.STATE_DIR)
+    out = Path(out_dir) if out_dir else (state or Path(".")) / "lanes" / name
+    return cr.run_create_lxc(Node(node), lane_x, keys, out)
+
+
+@lane.command("destroy")
+@click.option("--backend", type=click.Choice(["lxc", "pct"]), required=True)
+@click.option("--name", help="lxc: the container name.")
+@click.option("--vmid", type=int, help="pct: the guest id.")
+@click.option("--node", default="local", show_default=True, help="`local` or [root@]host[:port].")
+@click.option("--lxcpath", default=None, help="Absolute lxcpath on the node (default /var/lib/lxc).")
+@click.option("--print", "print_only", is_flag=True, help="pct: print the command lines, run nothing.")
+def destroy(backend: str, name: str | None, vmid: int | None, node: str, lxcpath: str | None,
+            print_only: bool) -> int:
+    """Stop and remove a lane guest and everything it held on the node (its image stays cached)."""
+    from lanes import create as cr
+    from lanes.errors import UsageError
+    from lanes.hostexec import Node
+
+    if backend == "pct":
+        if vmid is None:
+            raise UsageError("--backend pct needs --vmid")
+        cmds = cr.pct_destroy_commands(vmid)
+        if print_only:
+            for c in cmds:
+                click.echo(c)
+            return 0
+        Node(node).run("set -eu\n" + "\n".join(cmds) + "\n", what=f"pct destroy {vmid}")
+        return 0
+    if not name:
+        raise UsageError("--backend lxc needs --name")
+    for line in cr.destroy_lxc(Node(node), name, lxcpath or cr.LXCPATH):
+        click.echo(line)
+    return 0

@@ -34,9 +34,16 @@ from lanes.errors import DiskShortError, NevError, NoLaneError
 from lanes.mask import mask, register_secret
 from lanes.ssh import CONNECT_TIMEOUT, Connection, SshError
 
+
 # The disk guard's sweep (issue 5 provides it): called as SWEEP_HOOK(lane, track) when the lane
 # root is short of NEV_LANE_MIN_FREE_GB before a run; the guard then asks the lane again.
-SWEEP_HOOK: Callable[[Lane, str], object] | None = None
+def _sweep(lane: Lane, track: str) -> None:
+    from lanes import sweep
+
+    sweep.gate_hook(lane, track)
+
+
+SWEEP_HOOK: Callable[[Lane, str], object] | None = _sweep
 
 STOP_WAIT = 3.0
 DROPPED_EXIT = 255

@@ -47,6 +47,8 @@ ON_LANE = _s("NEV_ON_LANE", None, "set on a lane during a gate: commands run in 
 LANES_FILE = _s("NEV_LANES_FILE", "bench/lane.local.json", "the lanes file (lanes[], git_url, nas)")
 KNOWN_HOSTS = _s("NEV_KNOWN_HOSTS", None, "known_hosts file with the lanes' pinned host keys")
 SSH_KEY = _s("NEV_SSH_KEY", None, "private key file used to reach lanes")
+LANE_BUSY_COMMANDS = _s("NEV_LANE_BUSY_COMMANDS", "cargo|rustc|node", "process names that make a lane busy (LANE_BUSY_COMMANDS also read)")
+LANE_APT_PROXY = _s("NEV_LANE_APT_PROXY", None, "apt proxy a lane guest installs through (apt-cacher-ng on the node's bridge address)")
 LANE_MODEL_URL = _s("NEV_LANE_MODEL_URL", None, "gateway URL as seen from a lane")
 # Models and the gateway
 MODEL_URL = _s("NEV_MODEL_URL", None, "the LiteLLM gateway's base URL")
@@ -98,6 +100,7 @@ JOB_RUN_ID = _s("NEV_JOB_RUN_ID", None, "the Dagu run id a job's run is part of 
 BOX_DIR = _s("NEV_BOX_DIR", ".box", "where boxes keep state and configs (one folder per box name)")
 BOX_NAME = _s("NEV_BOX_NAME", "nevbox", "prefix of the box's namespaces, bridge and users")
 BOX_NET = _s("NEV_BOX_NET", "198.18.0", "the /24 (inside 198.18.0.0/15) the box's hosts are addressed from")
+BOX_LANES = _s("NEV_BOX_LANES", "netns", "how the box makes its lanes: netns (namespace + sshd) or lxc (unprivileged LXC guests)")
 BOX_KEEP = _s("NEV_BOX_KEEP", None, "when set to 1, the test fixture leaves the box up at the end")
 # Engine, corpora and floors (crates_bridge, bench/floors.py)
 ENGINE_DIR = _s("NEV_ENGINE_DIR", "crates_bridge/engine", "the engine's Cargo workspace, relative to the repository root")

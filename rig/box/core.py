@@ -74,12 +74,15 @@ NAS_FOLDERS = ("ledger", "archive", "archive/gate-logs", "archive/job-logs", "ar
 
 
 class Box:
-    lane_backend = "netns"   # see rig/box/lanes_backend.py
-
-    def __init__(self, name: str, net: str, box_dir: Path) -> None:
+    def __init__(self, name: str, net: str, box_dir: Path, lanes: str | None = None) -> None:
         self.name = plan.check_name(name)
         self.net = plan.check_net(net)
         self.dir = box_dir.absolute()
+        # How lanes are made (rig/box/lanes_backend.py): NEV_BOX_LANES, netns unless set.
+        self.lane_backend = lanes or settings.get(settings.BOX_LANES) or "netns"
+        if self.lane_backend not in lanes_backend.BACKENDS:
+            raise NevError(f"NEV_BOX_LANES={self.lane_backend!r} is unknown; use one of "
+                           f"{', '.join(lanes_backend.BACKENDS)}")
 
     @classmethod
     def from_settings(cls, environ: Mapping[str, str] | None = None, default_name: str | None = None,
@@ -88,7 +91,7 @@ class Box:
         name = (env.get("NEV_BOX_NAME") or default_name or settings.get(settings.BOX_NAME, env) or "nevbox")
         net = (env.get("NEV_BOX_NET") or default_net or settings.get(settings.BOX_NET, env) or "198.18.0")
         base = settings.get_path(settings.BOX_DIR, env) or Path(".box")
-        return cls(name, net, base / plan.check_name(name))
+        return cls(name, net, base / plan.check_name(name), settings.get(settings.BOX_LANES, env))
 
     # ---- paths ----
 
@@ -171,6 +174,9 @@ class Box:
         out: dict[str, bool] = {f"bridge {st.info.bridge}": netns.link_exists(st.info.bridge)}
         have = netns.netns_list()
         for h in st.info.hosts.values():
+            if h["role"] == "lane" and st.lanes_kind != "netns":
+                out[f"veth {h['netns']}"] = netns.link_exists(h["netns"])
+                continue
             out[f"netns {h['netns']}"] = h["netns"] in have
             out[f"veth {h['netns']}"] = netns.link_exists(h["netns"])
         for key, rec in st.procs.items():
@@ -194,6 +200,9 @@ class Box:
             if old and old.info and old.info.net != self.net:
                 raise NevError(f"box {self.name} is up on net {old.info.net}, not {self.net}; "
                                "run `nev box down` first to move it")
+            if old and old.info and old.lanes_kind != self.lane_backend and old.procs:
+                raise NevError(f"box {self.name} has {old.lanes_kind} lanes, not {self.lane_backend}; "
+                               "run `nev box down` first to change NEV_BOX_LANES")
             if (old and old.info and old.complete and old.lane_count == n and old.code == code_digest()
                     and all(self.health(old).values())):
                 return UpResult(old.info, [], time.monotonic() - t0)
@@ -207,7 +216,7 @@ class Box:
         info = self._info(layout)
         changed: list[str] = []
         st = BoxState(info=info, procs=dict(old.procs) if old else {}, lane_count=n,
-                      users=list(old.users) if old else [], code=code_digest())
+                      users=list(old.users) if old else [], code=code_digest(), lanes_kind=self.lane_backend)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / MARKER).write_text("a rig-in-a-box folder; `nev box down` removes it\n")
         for sub in ("logs", "run", "ssh", "nas"):
@@ -229,17 +238,19 @@ class Box:
             changed.append(f"user {USER}")
 
         # Lanes no longer wanted (the lane count went down).
+        backend = lanes_backend.make(self.lane_backend, self.dir, self.logs)
         for key in [k for k in st.procs if k.startswith("lane")]:
             lane_name = key.split(".")[0]
             if lane_name not in info.hosts:
                 procs.stop(st.procs.pop(key))
+                backend.remove(self.dir / "lanes" / lane_name)
                 changed.append(f"removed {lane_name}")
         stale_ns = [ns for ns in netns.box_netns(self.name)
                     if ns.removeprefix(plan.netns_prefix(self.name)) not in info.hosts]
         if stale_ns:
             netns.remove_some(stale_ns)
 
-        changed += netns.ensure(layout)
+        changed += netns.ensure(layout, frozenset() if backend.uses_netns else frozenset({"lane"}))
 
         def fresh(key: str, *files: Path) -> bool:
             """Alive with the config it was started with; a stale one is stopped here."""
@@ -277,7 +288,6 @@ class Box:
 
         # Lanes.
         pub = client_key(info.ssh_key)
-        backend = lanes_backend.make(self.lane_backend, self.dir, self.logs)
         hostkeys: list[tuple[str, str]] = []
         started_services: list[tuple[plan.Host, ProcRec]] = []
         hosts = {h.name: h for h in layout.hosts()}
@@ -307,6 +317,8 @@ class Box:
             cfg = self.dir / "lanes" / lane.name / "sshd_config"
             fresh(f"{lane.name}.sshd", cfg)
             lrec = backend.start(lane, hosts[lane.name], st.procs.get(f"{lane.name}.sshd"))
+            if lrec and not backend.uses_netns:
+                changed.append(f"made veth {hosts[lane.name].veth} (with guest {self.name}-{lane.name})")
             record(lrec, cfg)
             if lrec:
                 started_lanes.append((lane, lrec))
@@ -443,7 +455,7 @@ class Box:
             if done:
                 time.sleep(0.05)
             done += [f"removed {x}" for x in netns.remove(self.name)]
-            backend = lanes_backend.make(self.lane_backend, self.dir, self.logs)
+            backend = lanes_backend.make(st.lanes_kind if st else self.lane_backend, self.dir, self.logs)
             for ln in (st.info.lanes if st and st.info else []):
                 backend.remove(self.dir / "lanes" / ln.name)
             entries = state.registry_entries()

@@ -1,9 +1,9 @@
 """The seam between the box and its lanes: what a lane backend does, and which backends exist.
 
 The box calls, per lane: `prepare` (files, keys; returns the host key to pin), `start` (when
-the recorded process is not alive), `wait` (until SSH answers), and on removal `remove`. Today
-there is "netns" (a network namespace running sshd in a private mount namespace); issue 5 adds
-"lxc" (real unprivileged containers) by implementing this protocol and adding it to BACKENDS.
+the recorded process is not alive), `wait` (until SSH answers), and on removal `remove`. There
+are "netns" (a network namespace running sshd in a private mount namespace) and "lxc" (a real
+unprivileged LXC guest, `rig/box/lanes_lxc.py`); NEV_BOX_LANES picks one.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rig.box.state import LaneInfo, ProcRec
 
 class LaneBackend(Protocol):
     kind: str
+    uses_netns: bool   # False: the lane is not a namespace of the box (an LXC guest has its own)
 
     def prepare(self, lane: LaneInfo, host: plan.Host, client_pub: str) -> str:
         """Write the lane's files (keys, configs); return its host public key line."""
@@ -39,7 +40,13 @@ def _netns(box_dir: Path, log_dir: Path) -> LaneBackend:
     return NetnsLanes(box_dir, log_dir)
 
 
-BACKENDS: dict[str, Callable[[Path, Path], LaneBackend]] = {"netns": _netns}
+def _lxc(box_dir: Path, log_dir: Path) -> LaneBackend:
+    from rig.box.lanes_lxc import LxcLanes
+
+    return LxcLanes(box_dir, log_dir)
+
+
+BACKENDS: dict[str, Callable[[Path, Path], LaneBackend]] = {"netns": _netns, "lxc": _lxc}
 
 
 def make(kind: str, box_dir: Path, log_dir: Path) -> LaneBackend:

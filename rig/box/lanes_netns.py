@@ -1,7 +1,7 @@
 """Lane backend "netns": a lane is a network namespace running sshd in a private mount namespace.
 
-The seam is `rig.box.lanes_backend.LaneBackend`; an LXC backend (issue 5) implements the same
-methods and registers itself there.
+The seam is `rig.box.lanes_backend.LaneBackend`; the LXC backend (`lanes_lxc.py`) implements the
+same methods.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def client_key(path: Path) -> str:
 
 class NetnsLanes:
     kind = "netns"
+    uses_netns = True
 
     def __init__(self, box_dir: Path, log_dir: Path) -> None:
         self.box_dir = box_dir

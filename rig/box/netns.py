@@ -45,8 +45,9 @@ def ns_has_eth0(ns: str) -> bool:
     return cp.returncode == 0 and " inet " in cp.stdout
 
 
-def ensure(layout: plan.Layout) -> list[str]:
-    """Create the bridge, namespaces and veths that are missing; return what was made."""
+def ensure(layout: plan.Layout, skip_roles: frozenset[str] = frozenset()) -> list[str]:
+    """Create the bridge, namespaces and veths that are missing; return what was made. Hosts of
+    a role in `skip_roles` get none (LXC lanes bring their own)."""
     made: list[str] = []
     cmds: list[str] = []
     if not link_exists(layout.bridge):
@@ -55,6 +56,8 @@ def ensure(layout: plan.Layout) -> list[str]:
     have = netns_list()
     inside: list[tuple[str, list[str]]] = []
     for h in layout.hosts():
+        if h.role in skip_roles:
+            continue
         if h.netns not in have:
             _run(["ip", "netns", "add", h.netns])
             made.append(f"made netns {h.netns}")
@@ -126,7 +129,10 @@ def run_in(info: BoxInfo, host: str, argv: list[str], **kw: Any) -> subprocess.C
 
         if rec is None or not alive(rec):
             raise NevError(f"{host}'s sshd is not running; run `nev box up` to repair the box")
-        full = ["nsenter", "-t", str(rec.pid), "-n", "-m", "--", *argv]
+        # An LXC guest has its own user namespace: enter it too, so `runuser -u lane` is the
+        # guest's lane (uid 1000 inside, 101000 outside) and root is the guest's root.
+        userns = ["-U"] if st and st.lanes_kind != "netns" else []
+        full = ["nsenter", "-t", str(rec.pid), *userns, "-n", "-m", "--", *argv]
     else:
         full = ["ip", "netns", "exec", h["netns"], *argv]
     kw.setdefault("capture_output", True)

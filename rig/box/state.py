@@ -160,6 +160,7 @@ class BoxState:
     users: list[str] = field(default_factory=list)
     complete: bool = False
     code: str = ""    # digest of the box's own code and data: a new version rebuilds the box
+    lanes_kind: str = "netns"   # the lane backend the box was built with (NEV_BOX_LANES)
 
     def to_json(self) -> dict:
         out = self.info.to_json() if self.info else {}
@@ -168,6 +169,7 @@ class BoxState:
         out["lane_count"] = self.lane_count
         out["users"] = self.users
         out["complete"] = self.complete
+        out["lanes_kind"] = self.lanes_kind
         return out
 
     @classmethod
@@ -176,7 +178,7 @@ class BoxState:
         procs = {k: ProcRec(**v) for k, v in data.get("procs", {}).items()}
         return cls(info=info, procs=procs, lane_count=int(data.get("lane_count", 0)),
                    users=list(data.get("users", [])), complete=bool(data.get("complete", False)),
-                   code=str(data.get("code", "")))
+                   code=str(data.get("code", "")), lanes_kind=str(data.get("lanes_kind", "netns")))
 
 
 def state_path(box_dir: Path) -> Path:

@@ -26,9 +26,15 @@ def rows(box: Box) -> list[dict]:
     out = [{"host": "(root)", "addr": info.bridge_addr, "what": f"bridge {info.bridge}",
             "up": netns.link_exists(info.bridge), "detail": ""}]
     for host, h in info.hosts.items():
-        ok = h["netns"] in have and netns.ns_has_eth0(h["netns"])
-        out.append({"host": host, "addr": h["addr"], "what": f"netns {h['netns']}", "up": ok,
-                    "detail": "" if ok else "namespace or its veth missing"})
+        if h["role"] == "lane" and st.lanes_kind != "netns":
+            # an LXC guest: its own network namespace, its veth on the bridge
+            ok = netns.link_exists(h["netns"])
+            out.append({"host": host, "addr": h["addr"], "what": f"{st.lanes_kind} guest {info.name}-{host}",
+                        "up": ok, "detail": "" if ok else "guest stopped or its veth missing"})
+        else:
+            ok = h["netns"] in have and netns.ns_has_eth0(h["netns"])
+            out.append({"host": host, "addr": h["addr"], "what": f"netns {h['netns']}", "up": ok,
+                        "detail": "" if ok else "namespace or its veth missing"})
         for key, rec in st.procs.items():
             if rec.host != host:
                 continue

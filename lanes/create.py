@@ -1,0 +1,474 @@
+"""Creating and destroying a lane guest: an unprivileged LXC container, started at node boot.
+
+Two backends, one shape: pure functions write every script and command line from plain values
+(tested directly, and for `pct` against recorded expected files), then `hostexec.Node` sends
+them to the node (`sh -s` over SSH, or the same command line locally when the node is this
+machine).
+
+- `lxc`: a plain Debian LXC host. The image is a debootstrap minbase rootfs with the lane's
+  packages, built once per recipe (the folder is named by a digest of the recipe, so a changed
+  recipe is a new image and one that lanes use is never rebuilt in place) and kept uid-shifted
+  for the unprivileged id map. Each lane is an overlay on that image (`lxc.rootfs.path =
+  overlay:IMAGE:DELTA`) whose delta gets the lane's own host key, sshd config and keys before
+  the first start. Nothing is installed on the node beyond LXC itself and debootstrap.
+- `pct`: a Proxmox node, where the same guest is made from a Debian template by `pct create`.
+  Never run against a real Proxmox node (there is none here); see docs/lane-create.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lanes.errors import ConfigError, NevError
+from lanes.hostexec import Node
+from lanes.ui import info
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+CACHE = "/var/lib/nev-lxc"
+LXCPATH = "/var/lib/lxc"          # the default lxcpath, which the node's lxc-autostart reads at boot
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+IDMAP_BASE = 100000
+IDMAP_SIZE = 65536
+LANE_UID = 1000
+# What the gate needs before provisioning: sshd, git, Python and a C linker for cargo.
+PACKAGES = ("openssh-server", "git", "python3", "ca-certificates", "gcc", "libc6-dev", "procps", "iproute2")
+RECIPE_VERSION = "1"
+
+LANE_INIT = """#!/bin/sh
+# pid 1's child in a lane guest (init.lxc -n NAME -- lane-init): sshd in the foreground
+mkdir -p /run/sshd
+chmod 755 /run/sshd
+exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config
+"""
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name):
+        raise ConfigError(f"lane name {name!r} is not usable; use lower-case letters, digits and '-', "
+                          "starting with a letter, at most 31 characters")
+    return name
+
+
+def check_abs(path: str, what: str) -> str:
+    # A relative lxcpath once let lxc-destroy delete a running container's rootfs.
+    if not path.startswith("/") or ".." in path.split("/"):
+        raise ConfigError(f"{what} {path!r} must be an absolute path without '..'")
+    return path.rstrip("/") or "/"
+
+
+def heredoc(path: str, content: str, mode: str = "644", owner: str | None = None) -> str:
+    """Shell lines writing `content` to `path` (quoted heredoc: nothing in it is expanded)."""
+    tag = "NEV_EOF_" + hashlib.sha256(content.encode()).hexdigest()[:12]
+    assert tag not in content
+    body = content if content.endswith("\n") else content + "\n"
+    lines = f"cat > {shlex.quote(path)} <<'{tag}'\n{body}{tag}\nchmod {mode} {shlex.quote(path)}\n"
+    if owner:
+        lines += f"chown {owner} {shlex.quote(path)}\n"
+    return lines
+
+
+# ---- the image -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImageRecipe:
+    suite: str = SUITE
+    mirror: str = MIRROR
+    packages: tuple[str, ...] = PACKAGES
+    idmap_base: int = IDMAP_BASE
+    lane_uid: int = LANE_UID
+
+    @property
+    def key(self) -> str:
+        text = "\n".join([RECIPE_VERSION, self.suite, self.mirror, " ".join(sorted(self.packages)),
+                          str(self.lane_uid), LANE_INIT])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def rootfs(self, cache: str = CACHE) -> str:
+        """The uid-shifted image, the read-only lower layer of every lane made from it."""
+        return f"{cache}/images/{self.key}-u{self.idmap_base}/rootfs"
+
+
+def image_script(recipe: ImageRecipe, cache: str = CACHE) -> str:
+    """Build the image unless it is cached. Built beside, then renamed into place: a cached
+    image is never written again, so lanes using it are safe."""
+    cache = check_abs(cache, "image cache")
+    img = recipe.rootfs(cache)
+    q = shlex.quote
+    pkgs = " ".join(q(p) for p in recipe.packages)
+    b = f"{cache}/images/.build-{recipe.key}"
+    return f"""set -eu
+mkdir -p {q(cache)}/images
+exec 9>{q(cache)}/images/.lock
+flock 9
+if [ -d {q(img)} ]; then echo "unchanged: image {recipe.key}"; exit 0; fi
+B={q(b)}
+rm -rf "$B"; mkdir -p "$B"
+debootstrap --variant=minbase {q(recipe.suite)} "$B/raw" {q(recipe.mirror)} >"$B.log" 2>&1 || {{ tail -5 "$B.log" >&2; exit 1; }}
+printf '#!/bin/sh\\nexit 101\\n' > "$B/raw/usr/sbin/policy-rc.d"; chmod 755 "$B/raw/usr/sbin/policy-rc.d"
+cp /etc/resolv.conf "$B/raw/etc/resolv.conf" 2>/dev/null || true
+DEBIAN_FRONTEND=noninteractive chroot "$B/raw" apt-get install -y --no-install-recommends {pkgs} >>"$B.log" 2>&1 || {{ tail -5 "$B.log" >&2; exit 1; }}
+chroot "$B/raw" apt-get clean
+rm -f "$B/raw/etc/ssh/ssh_host_"*
+cp /usr/sbin/init.lxc.static "$B/raw/sbin/init.lxc"
+{heredoc('$B/raw/usr/local/sbin/lane-init', LANE_INIT, '755').replace("'$B/raw/usr/local/sbin/lane-init'", '"$B/raw/usr/local/sbin/lane-init"')}chroot "$B/raw" useradd -m -u {recipe.lane_uid} -U -s /bin/bash lane
+chroot "$B/raw" usermod -p '*' lane
+mkdir -p "$B/raw/srv/lane" "$B/raw/srv/lane-shared" "$B/raw/srv/toolchain/rustup" "$B/raw/srv/toolchain/cargo-bin" "$B/raw/root/.ssh"
+chroot "$B/raw" chown lane:lane /srv/lane
+mkdir "$B/shifted"
+# uid-shift for the id map: tar rewrites every owner (+U -> +U+BASE) and root extracts it;
+# modes (setuid bits too) are restored after the chown.
+find "$B/raw" -xdev -printf '%U\n%G\n' | sort -un | awk -v b={recipe.idmap_base} -v n={IDMAP_SIZE} '$1 >= n {{ print "uid " $1 " outside the id map" > "/dev/stderr"; exit 1 }} {{ print "+" $1 " +" $1 + b }}' > "$B/idmap"
+tar -C "$B/raw" --numeric-owner --owner-map="$B/idmap" --group-map="$B/idmap" --exclude=./dev/* --exclude=./proc/* --exclude=./sys/* -cpf - . | tar -C "$B/shifted" --numeric-owner -xpf -
+mkdir -p {q(img.rsplit('/', 1)[0])}
+mv "$B/shifted" {q(img)}
+rm -rf "$B" "$B.log"
+echo "changed: image {recipe.key} built"
+"""
+
+
+# ---- one lxc lane ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bind:
+    source: str       # on the node
+    target: str       # in the guest (absolute)
+    readonly: bool = False
+
+    @classmethod
+    def parse(cls, spec: str) -> Bind:
+        parts = spec.split(":")
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+            raise ConfigError(f"--bind {spec!r}: use SOURCE:TARGET or SOURCE:TARGET:ro")
+        return cls(check_abs(parts[0], "bind source"), check_abs(parts[1], "bind target"),
+                   len(parts) == 3 and parts[2] == "ro")
+
+
+@dataclass(frozen=True)
+class LxcLane:
+    name: str
+    bridge: str
+    addr: str                 # the guest's address on the bridge (a /24)
+    cpus: int = 96
+    memory_gb: int = 96
+    disk_gb: int = 200        # recorded; an overlay on the node's filesystem has no quota
+    lxcpath: str = LXCPATH
+    cache: str = CACHE
+    recipe: ImageRecipe = field(default_factory=ImageRecipe)
+    binds: tuple[Bind, ...] = ()
+    veth: str | None = None   # host-side veth name (else LXC picks one)
+    autostart: bool = True
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        check_abs(self.lxcpath, "lxcpath (-P)")
+        check_abs(self.cache, "image cache")
+        if self.cpus < 1 or self.memory_gb < 1 or self.disk_gb < 1:
+            raise ConfigError("--cpus, --memory-gb and --disk-gb must be at least 1")
+        if not re.match(r"^\d+\.\d+\.\d+\.\d+$", self.addr):
+            raise ConfigError(f"--addr {self.addr!r} is not an IPv4 address")
+
+    @property
+    def dir(self) -> str:
+        return f"{self.lxcpath}/{self.name}"
+
+    @property
+    def delta(self) -> str:
+        return f"{self.dir}/delta"
+
+    @property
+    def root_uid(self) -> int:
+        return self.recipe.idmap_base
+
+    @property
+    def lane_uid(self) -> int:
+        return self.recipe.idmap_base + self.recipe.lane_uid
+
+
+def lxc_config(lane: LxcLane) -> str:
+    base = lane.recipe.idmap_base
+    lines = [
+        "# lane guest written by `nev lane create --backend lxc`; the script is the record",
+        f"lxc.uts.name = {lane.name}",
+        f"lxc.rootfs.path = overlay:{lane.recipe.rootfs(lane.cache)}:{lane.delta}",
+        "lxc.rootfs.options = userxattr",
+        f"lxc.idmap = u 0 {base} {IDMAP_SIZE}",
+        f"lxc.idmap = g 0 {base} {IDMAP_SIZE}",
+        f"lxc.init.cmd = /sbin/init.lxc -n {lane.name} -- /usr/local/sbin/lane-init",
+        "lxc.apparmor.profile = unconfined",
+        "lxc.net.0.type = veth",
+        f"lxc.net.0.link = {lane.bridge}",
+        "lxc.net.0.flags = up",
+        "lxc.net.0.name = eth0",
+        f"lxc.net.0.ipv4.address = {lane.addr}/24",
+    ]
+    if lane.veth:
+        lines.append(f"lxc.net.0.veth.pair = {lane.veth}")
+    lines += [
+        "lxc.mount.auto = proc:mixed sys:ro cgroup:mixed",
+        "lxc.autodev = 1",
+        f"lxc.start.auto = {1 if lane.autostart else 0}",
+        # cgroup2 (Debian 12, Proxmox) and, for a node on the legacy hierarchy, cgroup v1: LXC
+        # ignores the keys of the hierarchy the node does not run.
+        f"lxc.cgroup2.cpu.max = {lane.cpus * 100000} 100000",
+        f"lxc.cgroup2.memory.max = {lane.memory_gb}G",
+        "lxc.cgroup.cpu.cfs_period_us = 100000",
+        f"lxc.cgroup.cpu.cfs_quota_us = {lane.cpus * 100000}",
+        f"lxc.cgroup.memory.limit_in_bytes = {lane.memory_gb}G",
+        f"# disk: {lane.disk_gb} GB asked; the overlay delta lives on the node's filesystem (no quota)",
+    ]
+    for b in lane.binds:
+        opts = "bind,create=dir" + (",ro" if b.readonly else "")
+        lines.append(f"lxc.mount.entry = {b.source} {b.target.lstrip('/')} none {opts} 0 0")
+    return "\n".join(lines) + "\n"
+
+
+def guest_sshd_config(addr: str, toolchain: bool) -> str:
+    """sshd in the guest: key-only, `lane` for gates and root (for provisioning over SSH)."""
+    env = ("SetEnv PATH=/srv/toolchain/cargo-bin:/usr/local/bin:/usr/bin:/bin "
+           "RUSTUP_HOME=/srv/toolchain/rustup\n") if toolchain else ""
+    return f"""# sshd of a lane guest (written by nev lane create)
+{env}ListenAddress {addr}:22
+HostKey /etc/ssh/ssh_host_ed25519_key
+PidFile /run/sshd.pid
+AuthorizedKeysFile .ssh/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+AllowUsers lane root
+UsePAM no
+X11Forwarding no
+AllowTcpForwarding yes
+PrintMotd no
+Subsystem sftp internal-sftp
+"""
+
+
+@dataclass(frozen=True)
+class GuestFiles:
+    """What goes into a new lane's delta before its first start."""
+
+    host_key: str             # private key (OpenSSH format); travels on stdin only
+    host_key_pub: str
+    authorized_keys: str      # for lane and root
+    sshd_config: str
+    lane_home_in_delta: bool = True   # False when /home/lane is a bind from the node
+
+
+def write_script(lane: LxcLane, files: GuestFiles) -> str:
+    """Write the lane's config and the guest files in its delta. Rewriting them is harmless
+    (same key, same config), so a lane whose files changed is brought up to date; a lane that
+    already existed says `unchanged`."""
+    q = shlex.quote
+    d, delta = lane.dir, lane.delta
+    r, u = lane.root_uid, lane.lane_uid
+    out = f"""set -eu
+if [ -e {q(d)}/config ]; then new=0; else new=1; fi
+mkdir -p {q(delta)}/etc/ssh {q(delta)}/root/.ssh
+# the guest's root makes the overlay's work folder beside the delta
+chown {r}:{r} {q(d)} {q(delta)} {q(delta)}/etc {q(delta)}/etc/ssh {q(delta)}/root {q(delta)}/root/.ssh
+chmod 700 {q(delta)}/root {q(delta)}/root/.ssh
+"""
+    out += heredoc(f"{delta}/etc/ssh/ssh_host_ed25519_key", files.host_key, "600", f"{r}:{r}")
+    out += heredoc(f"{delta}/etc/ssh/ssh_host_ed25519_key.pub", files.host_key_pub, "644", f"{r}:{r}")
+    out += heredoc(f"{delta}/etc/ssh/sshd_config", files.sshd_config, "644", f"{r}:{r}")
+    out += heredoc(f"{delta}/root/.ssh/authorized_keys", files.authorized_keys, "600", f"{r}:{r}")
+    if files.lane_home_in_delta:
+        out += f"""mkdir -p {q(delta)}/home/lane/.ssh
+chown {r}:{r} {q(delta)}/home; chown {u}:{u} {q(delta)}/home/lane {q(delta)}/home/lane/.ssh
+chmod 755 {q(delta)}/home/lane; chmod 700 {q(delta)}/home/lane/.ssh
+"""
+        out += heredoc(f"{delta}/home/lane/.ssh/authorized_keys", files.authorized_keys, "600", f"{u}:{u}")
+    out += heredoc(f"{d}/config", lxc_config(lane), "644")
+    out += (f'if [ $new = 1 ]; then echo "changed: lane {lane.name} written in {lane.lxcpath}"; '
+            f'else echo "unchanged: lane {lane.name} exists in {lane.lxcpath}"; fi\n')
+    return out
+
+
+def host_script(recipe: ImageRecipe) -> str:
+    """What the node itself needs for root to start unprivileged guests: root's subordinate id
+    range covering the guest's id map (lxc-start maps ids through newuidmap, which checks it).
+    The only change made to the node's own configuration."""
+    b, last = recipe.idmap_base, recipe.idmap_base + IDMAP_SIZE - 1
+    return f"""set -eu
+if grep -qx 'root:{b}:{IDMAP_SIZE}' /etc/subuid && grep -qx 'root:{b}:{IDMAP_SIZE}' /etc/subgid; then
+  echo "unchanged: root's subordinate ids {b}-{last}"
+else
+  grep -qx 'root:{b}:{IDMAP_SIZE}' /etc/subuid || usermod --add-subuids {b}-{last} root
+  grep -qx 'root:{b}:{IDMAP_SIZE}' /etc/subgid || usermod --add-subgids {b}-{last} root
+  echo "changed: root's subordinate ids {b}-{last}"
+fi
+"""
+
+
+def create_script(lane: LxcLane, files: GuestFiles) -> str:
+    return write_script(lane, files) + start_script(lane)
+
+
+def start_script(lane: LxcLane) -> str:
+    q = shlex.quote
+    return f"""if [ "$(lxc-info -P {q(lane.lxcpath)} -n {q(lane.name)} -sH)" = RUNNING ]; then
+  echo "unchanged: lane {lane.name} running"
+else
+  lxc-start -P {q(lane.lxcpath)} -n {q(lane.name)} -d -L {q(lane.dir)}/console.log -o {q(lane.dir)}/lxc.log -l INFO
+  lxc-wait -P {q(lane.lxcpath)} -n {q(lane.name)} -s RUNNING -t 20
+  # a guest re-made at the same address has a new MAC: forget the old one, or connections stall
+  ip neigh flush to {q(lane.addr)} dev {q(lane.bridge)} 2>/dev/null || true
+  echo "changed: lane {lane.name} started"
+fi
+echo "pid: $(lxc-info -P {q(lane.lxcpath)} -n {q(lane.name)} -pH)"
+"""
+
+
+def destroy_script(name: str, lxcpath: str = LXCPATH) -> str:
+    q = shlex.quote
+    p = check_abs(lxcpath, "lxcpath (-P)")
+    check_name(name)
+    return f"""set -eu
+if [ ! -e {q(p)}/{q(name)}/config ]; then echo "unchanged: no lane {name} in {p}"; exit 0; fi
+if [ "$(lxc-info -P {q(p)} -n {q(name)} -sH)" != STOPPED ]; then lxc-stop -P {q(p)} -n {q(name)} -k; fi
+lxc-destroy -P {q(p)} -n {q(name)}
+rm -rf {q(p)}/{q(name)}
+# cgroups a failed start can leave behind (empty folders; rmdir refuses anything else)
+for c in /sys/fs/cgroup/lxc.payload.{name} /sys/fs/cgroup/lxc.monitor.{name} /sys/fs/cgroup/lxc.monitor.{name}-* \
+         /sys/fs/cgroup/*/lxc.payload.{name} /sys/fs/cgroup/*/lxc.monitor.{name} /sys/fs/cgroup/*/lxc.monitor.{name}-*; do
+  [ -d "$c" ] && rmdir "$c" 2>/dev/null || true
+done
+echo "changed: lane {name} destroyed"
+"""
+
+
+def parse_pid(out: str) -> int | None:
+    m = re.search(r"^pid: (\d+)$", out, re.M)
+    return int(m.group(1)) if m else None
+
+
+def changes(out: str) -> list[str]:
+    return [ln for ln in out.splitlines() if ln.startswith(("changed:", "unchanged:"))]
+
+
+def ensure_image(node: Node, recipe: ImageRecipe, cache: str = CACHE) -> list[str]:
+    """The node's subordinate ids and the cached image (built once per recipe)."""
+    host = changes(node.run(host_script(recipe), what="setting up the LXC host").out)
+    return host + changes(node.run(image_script(recipe, cache), what="building the lane image").out)
+
+
+def create_lxc(node: Node, lane: LxcLane, files: GuestFiles) -> tuple[list[str], int]:
+    """Build or reuse the image, write the lane, start it. Returns the step lines and the
+    guest's init PID (on the node)."""
+    steps = ensure_image(node, lane.recipe, lane.cache)
+    ran = node.run(create_script(lane, files), what=f"creating lane {lane.name}")
+    pid = parse_pid(ran.out)
+    if pid is None:
+        raise NevError(f"lane {lane.name} on {node} did not report its PID; see {lane.dir}/lxc.log there")
+    return steps + changes(ran.out), pid
+
+
+def destroy_lxc(node: Node, name: str, lxcpath: str = LXCPATH) -> list[str]:
+    return changes(node.run(destroy_script(name, lxcpath), what=f"destroying lane {name}").out)
+
+
+# ---- pct (Proxmox) ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PctLane:
+    vmid: int
+    name: str
+    addr: str
+    gateway: str | None = None
+    bridge: str = "vmbr0"
+    cpus: int = 96
+    memory_gb: int = 96
+    disk_gb: int = 200
+    storage: str = "local-lvm"
+    template: str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
+    binds: tuple[Bind, ...] = ()
+    authorized_keys_file: str = "/root/.ssh/nev-lane.pub"   # on the node, written by the script
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        if not 100 <= self.vmid <= 999999999:
+            raise ConfigError(f"--vmid {self.vmid}: Proxmox guest ids are 100 or more")
+
+
+def pct_create_commands(lane: PctLane) -> list[str]:
+    q = shlex.quote
+    net = f"name=eth0,bridge={lane.bridge},ip={lane.addr}/24" + (f",gw={lane.gateway}" if lane.gateway else "")
+    cmd = ["pct", "create", str(lane.vmid), lane.template,
+           "--hostname", lane.name, "--unprivileged", "1", "--onboot", "1",
+           "--cores", str(lane.cpus), "--memory", str(lane.memory_gb * 1024), "--swap", "0",
+           "--rootfs", f"{lane.storage}:{lane.disk_gb}", "--net0", net,
+           "--features", "nesting=1", "--ssh-public-keys", lane.authorized_keys_file]
+    for i, b in enumerate(lane.binds):
+        cmd += [f"--mp{i}", f"{b.source},mp={b.target}" + (",ro=1" if b.readonly else "")]
+    # The lane user and everything else come from `nev lane provision` over SSH as root.
+    return [" ".join(q(c) for c in cmd), f"pct start {lane.vmid}"]
+
+
+def pct_destroy_commands(vmid: int) -> list[str]:
+    return [f"pct stop {vmid}", f"pct destroy {vmid} --purge 1"]
+
+
+def pct_create_script(lane: PctLane, authorized_keys: str) -> str:
+    out = "set -eu\n" + heredoc(lane.authorized_keys_file, authorized_keys, "600")
+    out += "".join(c + "\n" for c in pct_create_commands(lane))
+    out += f"rm -f {shlex.quote(lane.authorized_keys_file)}\n"
+    return out
+
+
+# ---- the commands ----------------------------------------------------------------------------
+
+
+def lane_keys(out_dir: Path, name: str) -> tuple[str, str]:
+    """The lane's own host key, made once and kept beside the record, so re-creating a lane
+    keeps the key that known_hosts pins."""
+    key = out_dir / "ssh_host_ed25519_key"
+    if not key.exists():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        cp = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{name}-host", "-f", str(key)],
+                            capture_output=True, text=True)
+        if cp.returncode != 0:
+            raise NevError(f"ssh-keygen failed for {key}: {cp.stderr.strip()}")
+    return key.read_text(), key.with_suffix(".pub").read_text()
+
+
+def known_hosts_line(addr: str, pub: str) -> str:
+    kind, b64 = pub.split()[:2]
+    return f"{addr} {kind} {b64}"
+
+
+def run_create_lxc(node: Node, lane: LxcLane, authorized_keys: str, out_dir: Path,
+                   toolchain: bool = False) -> int:
+    priv, pub = lane_keys(out_dir, lane.name)
+    files = GuestFiles(host_key=priv, host_key_pub=pub, authorized_keys=authorized_keys,
+                       sshd_config=guest_sshd_config(lane.addr, toolchain))
+    steps, pid = create_lxc(node, lane, files)
+    for s in steps:
+        print(s)
+    line = known_hosts_line(lane.addr, pub)
+    (out_dir / "known_hosts").write_text(line + "\n")
+    info(f"lane {lane.name} is running on {node} (init pid {pid}), address {lane.addr}")
+    info(f"pin its host key (also in {out_dir / 'known_hosts'}):")
+    print(line)
+    info(f'lanes file entry: {{"ssh": "lane@{lane.addr}", "root": "/srv/lane", "name": "{lane.name}"}}')
+    return 0
+
+
+def run_create_pct(node: Node | None, lane: PctLane, authorized_keys: str) -> int:
+    """With no node, print the command lines only (there is no Proxmox node here)."""
+    if node is None:
+        for c in pct_create_commands(lane):
+            print(c)
+        return 0
+    node.run(pct_create_script(lane, authorized_keys), what=f"pct create {lane.vmid}")
+    info(f"lane {lane.name} created as guest {lane.vmid} on {node}")
+    return 0

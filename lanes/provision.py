@@ -1,0 +1,172 @@
+"""`nev lane provision`: idempotent set-up of a lane guest over SSH (as root on the guest).
+
+`plan` turns plain values into steps (pure); each step is a side-effect-free check and an action,
+and the whole plan runs as one `sh -s` script on one SSH connection, printing `changed: STEP` or
+`unchanged: STEP` per step. A second run finds every check true and changes nothing. Packages come
+through the apt proxy on the node's bridge address (guests have no route out).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import urllib.parse
+from dataclasses import dataclass
+
+from lanes import config
+from lanes.create import heredoc
+from lanes.errors import ConfigError, NevError
+from lanes.hostexec import Node
+from lanes.ssh import default_key_file, default_known_hosts
+
+# What the gate needs on a lane (Debian bookworm names): git, Python, Node, a C linker for
+# cargo, the three browsers with their drivers and a virtual display.
+GATE_PACKAGES = ("git", "python3", "nodejs", "npm", "gcc", "libc6-dev", "procps", "ca-certificates",
+                 "chromium", "chromium-driver", "firefox-esr", "webkit2gtk-driver", "xvfb")
+USER = "lane"
+HOME = "/home/lane"
+TOOLCHAIN_PATH = "/srv/toolchain/cargo-bin:/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class Params:
+    root: str = "/srv/lane"
+    shared: str = "/srv/lane-shared"
+    packages: tuple[str, ...] = GATE_PACKAGES
+    apt_proxy: str | None = None
+    model_url: str | None = None
+    pi_tracks_url: str | None = None
+    writer_setup: str | None = None
+    writer_tool: str | None = None
+    writer_dirs: str | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    check: str      # exit 0: already so
+    apply: str
+
+
+def _as_lane(cmd: str) -> str:
+    return f"runuser -u {USER} -- sh -c {shlex.quote(cmd)}"
+
+
+def _file(name: str, path: str, content: str, owner: str, mode: str) -> Step:
+    tag = "NEV_EOF_" + hashlib.sha256(content.encode()).hexdigest()[:12]
+    check = (f"[ \"$(stat -c %U:%a {shlex.quote(path)} 2>/dev/null)\" = {shlex.quote(owner.split(':')[0] + ':' + mode)} ] "
+             f"&& cmp -s {shlex.quote(path)} - <<'{tag}'\n{content}{tag}\n")
+    return Step(name, check, heredoc(path, content, mode, owner).rstrip("\n"))
+
+
+def no_userinfo(url: str) -> str:
+    """A URL with any user:password removed (nothing secret is written on a lane by provision)."""
+    u = urllib.parse.urlsplit(url)
+    host = u.hostname or ""
+    netloc = host + (f":{u.port}" if u.port else "")
+    return urllib.parse.urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment))
+
+
+def plan(p: Params) -> list[Step]:
+    q = shlex.quote
+    steps: list[Step] = []
+    if p.apt_proxy:
+        steps.append(_file(f"apt proxy {p.apt_proxy}", "/etc/apt/apt.conf.d/01nev-proxy",
+                           f'Acquire::http::Proxy "{p.apt_proxy}";\nAcquire::https::Proxy "DIRECT";\n',
+                           "root:root", "644"))
+    if p.packages:
+        pk = " ".join(q(x) for x in p.packages)
+        steps.append(Step(
+            f"packages {' '.join(p.packages)}",
+            f"[ \"$(dpkg-query -W -f='${{db:Status-Status}}\\n' {pk} 2>/dev/null | grep -c '^installed$')\" = {len(p.packages)} ]",
+            "apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+            f"--no-install-recommends {pk} >/dev/null"))
+    ak = f"{HOME}/.ssh/authorized_keys"
+    steps.append(Step(
+        f"user {USER}",
+        f"id -u {USER} >/dev/null 2>&1 && [ -s {ak} ]",
+        f"id -u {USER} >/dev/null 2>&1 || useradd -m -s /bin/bash {USER}; usermod -p '*' {USER}; "
+        f"install -d -o {USER} -g {USER} -m 700 {HOME}/.ssh; "
+        f"[ -s {ak} ] || install -o {USER} -g {USER} -m 600 /root/.ssh/authorized_keys {ak}"))
+    steps.append(Step(
+        f"lane root {p.root}",
+        f"[ \"$(stat -c %U {q(p.root)} 2>/dev/null)\" = {USER} ]",
+        f"mkdir -p {q(p.root)} && chown {USER}:{USER} {q(p.root)}"))
+    mirror = f"{p.root}/.git-mirror"
+    steps.append(Step(
+        f"mirror {mirror}",
+        _as_lane(f"git -C {q(mirror)} rev-parse --is-bare-repository 2>/dev/null | grep -qx true"),
+        _as_lane(f"git init -q --bare {q(mirror)} && git -C {q(mirror)} config gc.auto 0")))
+    steps.append(Step(
+        "toolchains git python3 node cargo",
+        _as_lane(f"PATH={TOOLCHAIN_PATH}:$HOME/.cargo/bin; command -v git && command -v python3 && "
+                 "command -v node && command -v cargo") + " >/dev/null",
+        "echo 'cargo is missing: the Rust toolchain comes from the node (a read-only bind at /srv/toolchain) "
+        "or rustup in the lane home' >&2; false"))
+    steps.append(Step(
+        f"NAS at {p.shared}",
+        _as_lane(f"test -d {q(p.shared)} && test -w {q(p.shared)}"),
+        f"echo 'the NAS is not bound writable at {p.shared}: bind it on the node "
+        "(nev lane create --shared DIR)' >&2; false"))
+    npm_cache = f"{p.shared}/npm-cache"
+    steps.append(Step(f"npm cache {npm_cache}", f"[ -d {q(npm_cache)} ]", _as_lane(f"mkdir -p {q(npm_cache)}")))
+    lane_env = (f"export NEV_LANE_SHARED={p.shared}\nexport npm_config_cache={npm_cache}\n"
+                f"export PATH={TOOLCHAIN_PATH}:$HOME/.cargo/bin\n")
+    steps.append(_file("~/.lane-env", f"{HOME}/.lane-env", lane_env, f"{USER}:{USER}", "644"))
+    steps.append(_file("~/.lane-shared-env", f"{HOME}/.lane-shared-env",
+                       f"NEV_LANE_SHARED={p.shared}\nnpm_config_cache={npm_cache}\n", f"{USER}:{USER}", "644"))
+    if p.model_url:
+        steps.append(_file("~/.lane-model-env", f"{HOME}/.lane-model-env",
+                           f"NEV_LANE_MODEL_URL={no_userinfo(p.model_url)}\n", f"{USER}:{USER}", "644"))
+    if p.pi_tracks_url:
+        dest = f"{HOME}/.local/share/pi-tracks"
+        steps.append(Step("writer host: pi-tracks clone", f"[ -d {q(dest)}/.git ]",
+                          _as_lane(f"git clone -q {q(p.pi_tracks_url)} {q(dest)}")))
+    if p.writer_setup:
+        stamp = f"{HOME}/.cache/nev-writer-setup"
+        digest = hashlib.sha256("\0".join([p.writer_setup, p.writer_tool or "", p.writer_dirs or ""]).encode()).hexdigest()
+        env = f"LANE_WRITER_TOOL={q(p.writer_tool or '')} LANE_WRITER_DIRS={q(p.writer_dirs or '')}"
+        steps.append(Step(
+            "writer host: LANE_WRITER_SETUP",
+            f"[ \"$(cat {stamp} 2>/dev/null)\" = {digest} ]",
+            _as_lane(f"cd && {env} sh -c {q(p.writer_setup)} && mkdir -p ~/.cache && echo {digest} > {stamp}")))
+    return steps
+
+
+def script(steps: list[Step]) -> str:
+    """One script: every step prints its line; the first failing action stops the run."""
+    out = ["set -u", "export LC_ALL=C PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+    for s in steps:
+        label = shlex.quote(s.name)
+        out.append(f"if {s.check}\nthen echo unchanged: {label}\nelse\n"
+                   f"{{ {s.apply}\n}} || {{ echo failed: {label}; exit 1; }}\n"
+                   f"if {s.check}\nthen echo changed: {label}\nelse echo failed: {label}; exit 1; fi\nfi")
+    return "\n".join(out) + "\n"
+
+
+def run(node: Node, params: Params, label: str) -> list[str]:
+    """Provision one guest; print and return its step lines. Raises on the first failed step."""
+    ran = node.run(script(plan(params)), check=False, what=f"provisioning {label}")
+    lines = [ln for ln in ran.out.splitlines() if ln.startswith(("changed: ", "unchanged: ", "failed: "))]
+    for ln in lines:
+        print(f"{label}: {ln}" if label else ln, flush=True)
+    if ran.status != 0:
+        failed = next((ln for ln in lines if ln.startswith("failed: ")), "failed: (no step)")
+        raise NevError(f"provisioning {label} stopped at {failed.removeprefix('failed: ')}: {ran.last_err()}")
+    return lines
+
+
+def provision_lanes(lane_index: int | None, params: Params, ssh_user: str = "root") -> int:
+    lf = config.configured()
+    lanes = lf.lanes if lane_index is None else [ln for ln in lf.lanes if ln.index == lane_index]
+    if not lanes:
+        raise ConfigError(f"--lane {lane_index}: no such lane; the lanes file lists {len(lf.lanes)}")
+    for ln in lanes:
+        t = ln.target
+        node = Node(f"{ssh_user}@{t.host}:{t.port}", default_known_hosts(), default_key_file())
+        try:
+            run(node, Params(**{**params.__dict__, "root": ln.root, "shared": ln.shared or params.shared}),
+                f"lane {ln.index}")
+        finally:
+            node.close()
+    return 0

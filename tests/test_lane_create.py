@@ -1,0 +1,169 @@
+"""`nev lane create|destroy`: the lxc backend for real on this machine, pct against recorded files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from lanes import create as cr
+from lanes.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).with_name("golden")
+
+
+def nev(*args: str, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600, **kw)
+
+
+def test_lxc_config_is_unprivileged_overlay_started_at_boot():
+    lane = cr.LxcLane(name="lane0", bridge="br0", addr="10.0.0.11", cpus=96, memory_gb=96,
+                      binds=(cr.Bind("/srv/nas/lanes", "/srv/lane-shared"),))
+    cfg = cr.lxc_config(lane)
+    img = cr.ImageRecipe().rootfs()
+    assert f"lxc.rootfs.path = overlay:{img}:/var/lib/lxc/lane0/delta" in cfg
+    assert "lxc.rootfs.options = userxattr" in cfg
+    assert "lxc.idmap = u 0 100000 65536" in cfg and "lxc.idmap = g 0 100000 65536" in cfg
+    assert "lxc.init.cmd = /sbin/init.lxc -n lane0 -- /usr/local/sbin/lane-init" in cfg
+    assert "lxc.start.auto = 1" in cfg
+    assert "lxc.cgroup2.cpu.max = 9600000 100000" in cfg and "lxc.cgroup2.memory.max = 96G" in cfg
+    assert "lxc.net.0.ipv4.address = 10.0.0.11/24" in cfg and "lxc.net.0.link = br0" in cfg
+    assert "lxc.mount.entry = /srv/nas/lanes srv/lane-shared none bind,create=dir 0 0" in cfg
+    assert "ipv4.gateway" not in cfg
+
+
+def test_relative_lxcpath_is_refused():
+    with pytest.raises(ConfigError, match="absolute"):
+        cr.LxcLane(name="lane0", bridge="br0", addr="10.0.0.11", lxcpath="lxc")
+    with pytest.raises(ConfigError, match="absolute"):
+        cr.destroy_script("lane0", "var/lib/lxc")
+
+
+def test_image_key_changes_with_the_recipe_so_a_used_image_is_never_rebuilt_in_place():
+    a, b = cr.ImageRecipe(), cr.ImageRecipe(packages=(*cr.PACKAGES, "nodejs"))
+    assert a.key != b.key and a.rootfs() != b.rootfs()
+    assert a.key == cr.ImageRecipe().key
+    script = cr.image_script(a)
+    # built beside the image and renamed into place; a cached image is left alone
+    assert f'if [ -d {a.rootfs()} ]; then echo "unchanged: image {a.key}"; exit 0; fi' in script
+    assert f"mv \"$B/shifted\" {a.rootfs()}" in script
+
+
+def test_secrets_of_a_new_lane_travel_on_stdin_not_argv():
+    files = cr.GuestFiles(host_key="-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n", host_key_pub="ssh-ed25519 AAA x",
+                          authorized_keys="ssh-ed25519 BBB c\n", sshd_config="x\n")
+    lane = cr.LxcLane(name="lane0", bridge="br0", addr="10.0.0.11")
+    script = cr.create_script(lane, files)
+    assert "secret" in script          # the script is sent as `sh -s` on stdin
+    from lanes import hostexec
+    assert hostexec.COMMAND == "sh -s"
+
+
+def pct_lane() -> cr.PctLane:
+    return cr.PctLane(vmid=201, name="lane0", addr="10.20.0.11", gateway="10.20.0.1",
+                      binds=(cr.Bind("/mnt/pve/nas/lane-shared", "/srv/lane-shared"),))
+
+
+def test_pct_create_command_lines_match_the_recorded_file():
+    got = "\n".join(cr.pct_create_commands(pct_lane())) + "\n"
+    assert got == (GOLDEN / "pct_create.txt").read_text()
+
+
+def test_pct_destroy_command_lines_match_the_recorded_file():
+    got = "\n".join(cr.pct_destroy_commands(201)) + "\n"
+    assert got == (GOLDEN / "pct_destroy.txt").read_text()
+
+
+def test_cli_pct_print_gives_the_recorded_command_lines(tmp_path):
+    pub = tmp_path / "k.pub"
+    pub.write_text("ssh-ed25519 AAAA test\n")
+    cp = nev("lane", "create", "--backend", "pct", "--print", "--vmid", "201", "--name", "lane0",
+             "--addr", "10.20.0.11", "--gateway", "10.20.0.1", "--shared", "/mnt/pve/nas/lane-shared",
+             "--authorized-key", str(pub))
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout == (GOLDEN / "pct_create.txt").read_text()
+    cp = nev("lane", "destroy", "--backend", "pct", "--print", "--vmid", "201")
+    assert cp.returncode == 0 and cp.stdout == (GOLDEN / "pct_destroy.txt").read_text()
+
+
+def test_cli_lxc_without_bridge_is_a_usage_error(tmp_path):
+    pub = tmp_path / "k.pub"
+    pub.write_text("ssh-ed25519 AAAA test\n")
+    cp = nev("lane", "create", "--backend", "lxc", "--name", "lane0", "--addr", "10.0.0.1", "--authorized-key", str(pub))
+    assert cp.returncode == 2 and "--bridge" in cp.stderr
+
+
+def test_lxc_lane_created_by_nev_answers_ssh_passes_a_gate_and_is_gone_after_destroy(box, tmp_path):
+    key = tmp_path / "id"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    # Everything the guest's root must reach lives outside mode-700 folders (tmp_path, /root).
+    base = Path("/var/lib/nev-lxc/tests") / uuid.uuid4().hex[:8]
+    nas = base / "nas"
+    nas.mkdir(parents=True)
+    os.chmod(nas, 0o1777)
+    lxcpath = str(base / "lxc")
+    name = "nevtest-lxc0"
+    addr = f"{box.net}.70"
+    out = tmp_path / "record"
+    ports_before = sorted(p.name for p in Path(f"/sys/class/net/{box.bridge}/brif").iterdir())
+    cp = nev("lane", "create", "--backend", "lxc", "--name", name, "--bridge", box.bridge, "--addr", addr,
+             "--cpus", "2", "--memory-gb", "2", "--lxcpath", lxcpath, "--shared", str(nas),
+             "--authorized-key", str(key) + ".pub", "--out", str(out))
+    try:
+        assert cp.returncode == 0, cp.stderr
+        assert f"changed: lane {name} written in {lxcpath}" in cp.stdout
+        from tests.test_lane_lxc import connect
+        conn = connect(f"lane@{addr}", out / "known_hosts", key)
+        res = conn.run("id -un && cd /srv/lane && git init -q gate && cd gate && git -c user.email=a@b -c user.name=a "
+                       "commit -q --allow-empty -m one && git rev-list --count HEAD && python3 -c 'print(6*7)' "
+                       "&& touch /srv/lane-shared/from-lxc && cat /proc/self/uid_map")
+        conn.close()
+        assert res.exit_status == 0, res.err
+        lines = res.out.split("\n")
+        assert lines[:3] == ["lane", "1", "42"]
+        assert "100000" in lines[3]                      # unprivileged: uid 0 is 100000 outside
+        assert (nas / "from-lxc").stat().st_uid == 101000
+        # a real gate (`nev lane run`, as in the lane-gate tests) passes on the new guest
+        import json
+
+        from tests import lane_helpers as h
+        from tests import lane_rig as rigs
+        rig = rigs.on_box(box, tmp_path / "rig")
+        lanes = json.loads(Path(rig.env["NEV_LANES_FILE"]).read_text())
+        lanes["lanes"] = [{"ssh": f"lane@{addr}", "root": "/srv/lane", "shared": "/srv/lane-shared", "name": name}]
+        (tmp_path / "lanes.json").write_text(json.dumps(lanes))
+        env = dict(rig.env, NEV_LANES_FILE=str(tmp_path / "lanes.json"), NEV_KNOWN_HOSTS=str(out / "known_hosts"),
+                   NEV_SSH_KEY=str(key))
+        wt = h.clone_worktree(rig.clone_url, tmp_path / f"lxcgate{rig.tag}", rig.push_env)
+        (wt / "untracked.txt").write_text("from the dev box\n")
+        g = h.nev(["lane", "run", str(wt), "sh", "-c", "git rev-parse HEAD && cat untracked.txt && id -un"], env, cwd=wt)
+        assert g.returncode == 0, g.stderr
+        assert g.stdout.split() == [h.git(wt, "rev-parse", "HEAD").strip(), "from", "the", "dev", "box", "lane"]
+        # a second create changes nothing
+        cp2 = nev("lane", "create", "--backend", "lxc", "--name", name, "--bridge", box.bridge, "--addr", addr,
+                  "--cpus", "2", "--memory-gb", "2", "--lxcpath", lxcpath, "--shared", str(nas),
+                  "--authorized-key", str(key) + ".pub", "--out", str(out))
+        assert cp2.returncode == 0, cp2.stderr
+        assert not any(ln.startswith("changed:") for ln in cp2.stdout.splitlines())
+        assert f"unchanged: lane {name} running" in cp2.stdout
+    finally:
+        cd = nev("lane", "destroy", "--backend", "lxc", "--name", name, "--lxcpath", lxcpath)
+        left = sorted(p.name for p in Path(lxcpath).iterdir()) if Path(lxcpath).exists() else []
+        shutil.rmtree(base)
+    assert cd.returncode == 0, cd.stderr
+    assert f"changed: lane {name} destroyed" in cd.stdout
+    assert left == []                       # nothing of the lane is left in its lxcpath
+    ls = subprocess.run(["lxc-ls", "-P", lxcpath], capture_output=True, text=True)
+    assert name not in ls.stdout
+    from rig.box.procs import port_open
+    assert not port_open(addr, 22)
+    assert sorted(p.name for p in Path(f"/sys/class/net/{box.bridge}/brif").iterdir()) == ports_before
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/lxc.payload.{name}"))

@@ -1,0 +1,159 @@
+"""The box's "lxc" lane backend and `nev lane provision`, on a real unprivileged LXC guest.
+
+One guest is made by `rig.box.lanes_lxc.LxcLanes` on the session box's bridge (an address no box
+lane uses), reached over SSH as a gate would, provisioned twice as root through apt-cacher-ng on
+the bridge address, and removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lanes import busy, provision
+from lanes.hostexec import Node
+from lanes.ssh import Connection, Target
+from rig.box import plan
+from rig.box.lanes_lxc import LxcLanes
+from rig.box.lanes_netns import client_key, host_toolchain
+from rig.box.state import LaneInfo
+
+ROOT = Path(__file__).resolve().parent.parent
+ACNG_CACHE = Path("/var/cache/nev-apt-cacher")   # kept between runs: packages come once
+
+
+def connect(target: str, known_hosts: Path, key: Path, wait: float = 20) -> Connection:
+    t0 = time.monotonic()
+    while True:
+        try:
+            return Connection(Target.parse(target), known_hosts=known_hosts, key_file=key).connect()
+        except Exception:  # noqa: BLE001 - sshd still starting
+            if time.monotonic() - t0 > wait:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def guest(box):
+    """A lane made by the lxc backend: (LaneInfo, known_hosts file, backend)."""
+    backend = LxcLanes(box.dir, box.dir / "logs")
+    d = box.dir / "lanes" / "lane7"
+    lane = LaneInfo(index=7, name="lane7", netns=f"{box.name}-lane7", addr=f"{box.net}.77",
+                    ssh=f"lane@{box.net}.77:22", root="/srv/lane", shared="/srv/lane-shared",
+                    host_root=d / "root", host_home=d / "home")
+    host = plan.Host("lane7", "lane", lane.addr, lane.netns, lane.netns)
+    pub = client_key(box.ssh_key)
+    hostkey = backend.prepare(lane, host, pub)
+    kh = d / "known_hosts"
+    kh.write_text(plan.known_hosts_lines([(lane.addr, hostkey)]))
+    rec = backend.start(lane, host, None)
+    assert rec is not None
+    try:
+        backend.wait(lane, rec)
+        yield lane, kh, backend, rec
+    finally:
+        backend.remove(d)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_lxc_backend_lane_answers_ssh_as_lane_and_runs_a_gate_style_command(box, guest):
+    lane, kh, _backend, rec = guest
+    with connect(f"lane@{lane.addr}", kh, box.ssh_key) as c:
+        res = c.run("id -un; cd /srv/lane && git init -q g && git -C g rev-parse --is-inside-work-tree; "
+                    "python3 -c 'print(6*7)'; cargo --version; echo x > /srv/lane-shared/lxc-mark; "
+                    "cat /proc/self/uid_map; ls /proc/1/root 2>&1 | head -1", check=True)
+    out = res.out.splitlines()
+    assert out[0] == "lane" and out[1] == "true" and out[2] == "42"
+    if host_toolchain() is not None:
+        assert out[3].startswith("cargo ")
+    assert "100000" in res.out                                    # unprivileged id map
+    assert (lane.host_root / "g" / ".git").is_dir()               # /srv/lane is the box's lane folder
+    assert (box.nas / "lxc-mark").stat().st_uid == 101000         # the NAS, written as the guest's lane
+    (box.nas / "lxc-mark").unlink()
+    # run_in's way into a lane: nsenter the recorded init, which sees the same /srv/lane
+    cp = subprocess.run(["nsenter", "-t", str(rec.pid), "-n", "-m", "--", "ls", "/srv/lane"],
+                        capture_output=True, text=True)
+    assert "g" in cp.stdout.split()
+
+
+@pytest.fixture(scope="module")
+def apt_proxy(box, tmp_path_factory):
+    """apt-cacher-ng on the box's bridge address: the guests' only way to packages."""
+    run = tmp_path_factory.mktemp("acng")
+    ACNG_CACHE.mkdir(parents=True, exist_ok=True)
+    port = 3142
+    # Its own config: Debian's remaps send deb.debian.org to other mirrors; this one only proxies.
+    (run / "acng.conf").write_text(f"CacheDir: {ACNG_CACHE}\nLogDir: {run}\nPort: {port}\n"
+                                   f"BindAddress: {box.bridge_addr}\nPidFile: {run}/pid\nSocketPath: {run}/sock\n"
+                                   "ForeGround: 1\nExThreshold: 4\n")
+    p = subprocess.Popen(["/usr/sbin/apt-cacher-ng", "-c", str(run)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        from rig.box.procs import wait_port
+        wait_port(box.bridge_addr, port, 10)
+        yield f"http://{box.bridge_addr}:{port}"
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
+def test_provision_twice_second_run_changes_nothing(box, guest, apt_proxy, tmp_path, monkeypatch):
+    lane, kh, _b, _r = guest
+    lanes_file = tmp_path / "lanes.json"
+    lanes_file.write_text(json.dumps({"lanes": [{"ssh": f"lane@{lane.addr}", "root": "/srv/lane",
+                                                 "shared": "/srv/lane-shared"}]}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NEV_LANES_FILE": str(lanes_file), "NEV_KNOWN_HOSTS": str(kh),
+           "NEV_SSH_KEY": str(box.ssh_key), "NEV_LANE_APT_PROXY": apt_proxy,
+           "NEV_LANE_MODEL_URL": box.gateway_url, "LANE_WRITER_SETUP": "echo \"$LANE_WRITER_TOOL\" > ~/writer-ready",
+           "LANE_WRITER_TOOL": "sometool", "LANE_WRITER_DIRS": "srv-lane"}
+    env.pop("NEV_LANE_SSH", None)
+    argv = [sys.executable, "-m", "rig.cli", "lane", "provision", "--packages", "git,python3,nodejs"]
+    first = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "lane 0: changed: packages git python3 nodejs" in first.stdout
+    assert "lane 0: changed: ~/.lane-model-env" in first.stdout
+    second = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stderr
+    lines = second.stdout.splitlines()
+    assert lines and all(ln.startswith("lane 0: unchanged: ") for ln in lines), second.stdout
+    assert len(lines) == len(first.stdout.splitlines())
+    with connect(f"lane@{lane.addr}", kh, box.ssh_key) as c:
+        res = c.run("cat ~/.lane-shared-env ~/.lane-model-env ~/writer-ready; node -e 'console.log(1+1)'; "
+                    "git -C /srv/lane/.git-mirror rev-parse --is-bare-repository; test -d /srv/lane-shared/npm-cache",
+                    check=True)
+    assert res.out.splitlines() == ["NEV_LANE_SHARED=/srv/lane-shared", "npm_config_cache=/srv/lane-shared/npm-cache",
+                                    f"NEV_LANE_MODEL_URL={box.gateway_url}", "sometool", "2", "true"]
+
+
+def test_busy_test_names_only_listed_processes(box, guest):
+    lane, kh, _b, _r = guest
+    assert busy.busy_processes("  1 init.lxc\n 22 cargo\n 23 rustc-wrapper\n 24 node\n", "cargo|rustc|node") == [
+        (22, "cargo"), (24, "node")]
+    assert busy.pattern({"LANE_BUSY_COMMANDS": "cargo|pi"}) == "cargo|pi"
+    assert busy.pattern({}) == "cargo|rustc|node"
+    with connect(f"lane@{lane.addr}", kh, box.ssh_key) as c:
+        assert busy.lane_busy(c, "cargo|rustc|node") == []
+        c.run("setsid sleep 30 </dev/null >/dev/null 2>&1 &", check=True)
+        time.sleep(0.3)
+        found = busy.lane_busy(c, "sleep")
+        for pid, _ in found:
+            c.run(f"kill {pid}")
+    assert [n for _, n in found] == ["sleep"]
+
+
+def test_provision_plan_writes_no_credential_of_the_model_url():
+    steps = provision.plan(provision.Params(model_url="http://u:secret@10.0.0.20:4000/", packages=()))
+    text = provision.script(steps)
+    assert "secret" not in text and "NEV_LANE_MODEL_URL=http://10.0.0.20:4000/" in text
+
+
+def test_provision_node_runs_scripts_on_stdin():
+    ran = Node("local").run("read x; echo got-$x\n", check=False)   # the script itself is stdin
+    assert ran.status == 0 and ran.out.strip() == "got-"

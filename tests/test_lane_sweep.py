@@ -1,0 +1,227 @@
+"""`nev lane sweep`: the decision (pure) and every scenario of issue 5 on a real box lane over SSH.
+
+Each test works under its own root on lane0 (`/srv/lane/sweep-<id>`), so it never touches the
+copies other tests' gates leave under `/srv/lane`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tarfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from lanes import sweep as sw
+from lanes.config import Lane
+from lanes.gitrun import Repo
+from lanes.ssh import Connection
+
+E = sw.Entry
+
+
+def test_decide_removes_only_copies_whose_track_is_gone():
+    entries = [E("gone"), E("kept-track"), E("engine"), E("stray", worktree=False), E("busy", pids=((7, "sleep"),)),
+               E("gated", locked=True), E("linked", symlink=True), E("data", corpus=("corpus/a",)),
+               E("orphan-payload", copy=False, dir=False, worktree=False, payload=True)]
+    got = {d.name: (d.remove, d.why) for d in sw.decide(entries, {"kept-track", "engine"}, "engine", None, True)}
+    assert got["gone"][0] and got["data"][0] and "NAS first" in got["data"][1]
+    assert got["orphan-payload"][0]
+    assert got["engine"] == (False, "the primary checkout's own copy")
+    assert got["kept-track"][1] == "its track has a worktree in the primary checkout"
+    assert got["stray"] == (False, "not a worktree of the lane's mirror")
+    assert got["busy"] == (False, "a process runs in it (sleep 7)")
+    assert got["gated"] == (False, "locked by a running gate")
+    assert not got["linked"][0]
+
+
+def test_decide_keeps_corpus_data_without_a_nas_and_filters_by_track():
+    entries = [E("data", corpus=("corpus/a",)), E("other")]
+    got = sw.decide(entries, set(), None, None, False)
+    assert [(d.name, d.remove) for d in got] == [("data", False), ("other", True)]
+    assert "no NAS folder" in got[0].why
+    assert [d.name for d in sw.decide(entries, set(), None, "other", True)] == ["other"]
+
+
+# ---- on the box ----------------------------------------------------------------------------
+
+
+class Scene:
+    def __init__(self, box, tmp_path: Path, shared: str = "/srv/lane-shared") -> None:
+        self.box = box
+        self.id = uuid.uuid4().hex[:8]
+        self.root = f"/srv/lane/sweep-{self.id}"
+        self.host_root = box.lanes[0].host_root / f"sweep-{self.id}"
+        self.lane = Lane(0, box.lanes[0].ssh, root=self.root, shared=shared)
+        self.primary = tmp_path / "engine"
+        self.conn = Connection(self.lane.target, box.known_hosts, box.ssh_key).connect()
+        Repo(tmp_path).git("init", "-q", str(self.primary))
+        Repo(self.primary).git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x")
+
+    def track(self, name: str) -> None:
+        """A worktree of the primary checkout: its copy stays."""
+        Repo(self.primary).git("worktree", "add", "-q", "--detach", str(self.primary.parent / name))
+
+    def sh(self, script: str) -> str:
+        res = self.conn.run(["sh", "-c", script])
+        assert res.exit_status == 0, res.err
+        return res.out
+
+    def copies(self, *names: str) -> None:
+        r = self.root
+        self.sh(f"""set -e; mkdir -p {r}; cd {r}
+git init -q src; git -C src -c user.name=t -c user.email=t@t commit -q --allow-empty -m one
+git init -q --bare .git-mirror; git -C src push -q {r}/.git-mirror HEAD:refs/heads/main; rm -rf src
+for n in {' '.join(names)}; do git -C .git-mirror worktree add -q --detach ../$n main; mkdir .payload-$n; echo p > .payload-$n/x; done""")
+
+    def run(self, dry_run: bool = False, track: str | None = None) -> sw.LaneSweep:
+        status, results = sw.sweep(track=track, dry_run=dry_run, repo=Repo(self.primary), lanes=[self.lane])
+        assert status == 0
+        return results[0]
+
+    def why(self, s: sw.LaneSweep, name: str) -> tuple[bool, str]:
+        return next((d.remove, d.why) for d in s.decisions if d.name == name)
+
+    def close(self) -> None:
+        self.sh(f"rm -rf {self.root}")
+        self.conn.close()
+
+
+@pytest.fixture
+def scene(box, box_env, tmp_path):
+    s = Scene(box, tmp_path)
+    yield s
+    s.close()
+
+
+def test_sweep_removes_copy_without_worktree_and_archives_its_untracked_corpus_to_the_nas(scene, box):
+    name = f"gone-{scene.id}"
+    scene.copies(name)
+    scene.sh(f"cd {scene.root}/{name} && mkdir -p corpus/sub && echo a > corpus/a.txt && head -c 3000 /dev/zero > corpus/sub/b.bin")
+    s = scene.run()
+    assert s.removed == [name]
+    assert not (scene.host_root / name).exists() and not (scene.host_root / f".payload-{name}").exists()
+    tars = list((box.nas / "archive" / "corpus" / name).glob("*.tar"))
+    assert len(tars) == 1
+    with tarfile.open(tars[0]) as tf:
+        assert sorted(tf.getnames()) == ["corpus/a.txt", "corpus/sub/b.bin"]
+    # the mirror stays consistent: no stale worktree, the branch is still there
+    out = scene.sh(f"git -C {scene.root}/.git-mirror worktree list --porcelain; git -C {scene.root}/.git-mirror branch")
+    assert name not in out and "main" in out
+
+
+def test_sweep_keeps_the_primary_checkouts_own_copy(scene):
+    scene.copies("engine", f"gone-{scene.id}")
+    s = scene.run()
+    assert scene.why(s, "engine") == (False, "the primary checkout's own copy")
+    assert (scene.host_root / "engine" / ".git").exists()
+
+
+def test_sweep_keeps_a_copy_whose_track_has_a_worktree(scene):
+    name = f"live-{scene.id}"
+    scene.track(name)
+    scene.copies(name)
+    s = scene.run()
+    assert scene.why(s, name)[0] is False and (scene.host_root / name).is_dir()
+
+
+def test_sweep_keeps_copy_with_running_process(scene):
+    name = f"busy-{scene.id}"
+    scene.copies(name)
+    pid = scene.sh(f"cd {scene.root}/{name} && (sleep 60 >/dev/null 2>&1 </dev/null & echo $!)").strip()
+    try:
+        s = scene.run()
+        removed, why = scene.why(s, name)
+        assert not removed and why.startswith("a process runs in it (sleep ")
+        assert (scene.host_root / name).is_dir()
+    finally:
+        scene.sh(f"kill {pid} || true")
+
+
+def test_sweep_keeps_a_directory_that_is_not_a_worktree_of_the_mirror(scene):
+    scene.copies()
+    scene.sh(f"mkdir -p {scene.root}/stray && echo keep > {scene.root}/stray/file")
+    s = scene.run()
+    assert scene.why(s, "stray") == (False, "not a worktree of the lane's mirror")
+    assert (scene.host_root / "stray" / "file").read_text() == "keep\n"
+
+
+def test_sweep_leaves_the_nas_target_of_a_corpus_link_untouched(scene, box):
+    name = f"linky-{scene.id}"
+    scene.copies(name)
+    gt = f"/srv/lane-shared/ground-truth/{name}"
+    scene.sh(f"mkdir -p {gt} && echo truth > {gt}/case.json && cd {scene.root}/{name} && mkdir corpus && "
+             f"ln -s {gt} corpus/{name}-ground-truth")
+    try:
+        s = scene.run()
+        assert s.removed == [name]
+        assert (box.nas / "ground-truth" / name / "case.json").read_text() == "truth\n"
+        assert not (box.nas / "archive" / "corpus" / name).exists()     # a link is not data to archive
+    finally:
+        scene.sh(f"rm -rf {gt}")
+
+
+def test_dry_run_changes_nothing_and_its_sizes_match_du(scene):
+    names = [f"d{i}-{scene.id}" for i in range(3)]
+    scene.copies(*names)
+    scene.sh(f"head -c 200000 /dev/urandom > {scene.root}/{names[0]}/blob")
+    before = scene.sh(f"cd {scene.root} && find . | sort")
+    s = scene.run(dry_run=True)
+    assert scene.sh(f"cd {scene.root} && find . | sort") == before
+    for n in names:
+        du = subprocess.run(["du", "-sb", str(scene.host_root / n), str(scene.host_root / f".payload-{n}")],
+                            capture_output=True, text=True, check=True).stdout.split()
+        assert next(d.size for d in s.decisions if d.name == n) == int(du[0]) + int(du[2])
+    lines = sw.report(s, True)
+    assert any(ln.startswith(f"lane 0: would remove {names[0]} (") for ln in lines)
+    assert lines[-1].startswith("lane 0: would free ")
+
+
+def test_sweep_without_a_nas_folder_keeps_a_copy_with_corpus_data(box, box_env, tmp_path):
+    scene = Scene(box, tmp_path, shared="/srv/no-such-nas")
+    try:
+        name = f"nonas-{scene.id}"
+        scene.copies(name)
+        scene.sh(f"cd {scene.root}/{name} && mkdir corpus && echo a > corpus/a.txt")
+        s = scene.run()
+        removed, why = scene.why(s, name)
+        assert not removed and "no NAS folder" in why
+        assert (scene.host_root / name / "corpus" / "a.txt").exists()
+    finally:
+        scene.close()
+
+
+def test_disk_guard_sweeps_then_exits_4_naming_lane_free_space_and_largest_copies(box, tmp_path):
+    """The real sweep as the gate's hook: a lane root of its own, a copy whose worktree is gone is
+    swept, then the guard (threshold far above the disk) refuses with exit 4."""
+    import json
+
+    from tests import lane_helpers as h
+    from tests import lane_rig as rigs
+
+    rig = rigs.on_box(box, tmp_path / "rig")
+    root = f"/srv/lane/guard{rig.tag}"
+    lanes = json.loads(Path(rig.env["NEV_LANES_FILE"]).read_text())
+    lanes["lanes"][0]["root"] = root
+    lf = tmp_path / "lanes.json"
+    lf.write_text(json.dumps(lanes))
+    env = dict(rig.env, NEV_LANES_FILE=str(lf))
+    keep = h.clone_worktree(rig.clone_url, tmp_path / f"keep{rig.tag}", rig.push_env)
+    gone = h.clone_worktree(rig.clone_url, tmp_path / f"gone{rig.tag}", rig.push_env)
+    try:
+        for wt in (keep, gone):
+            r = h.nev(["lane", "run", str(wt), "true"], env, cwd=wt)
+            assert r.returncode == 0, r.stderr
+        host_root = box.lanes[0].host_root / f"guard{rig.tag}"
+        assert (host_root / gone.name).is_dir() and (host_root / keep.name).is_dir()
+        # the primary checkout is `keep` (the folder nev runs in): `gone` has no worktree there
+        r = h.nev(["lane", "run", str(keep), "true"], dict(env, NEV_LANE_MIN_FREE_GB="1000000"), cwd=keep)
+        assert r.returncode == 4, r.stdout + r.stderr
+        assert f"lane 0 (lane0): removed {gone.name} (" in r.stderr
+        assert f"lane 0 (lane0): kept {keep.name}: the primary checkout's own copy" in r.stderr
+        assert "lane 0 has" in r.stderr and "GB free" in r.stderr and "largest copies" in r.stderr
+        assert keep.name in r.stderr.split("largest copies")[1]
+        assert not (host_root / gone.name).exists() and (host_root / keep.name).is_dir()
+    finally:
+        box.run_in("lane0", ["rm", "-rf", root])
