@@ -88,11 +88,13 @@ def _ts(s: str) -> float:
 
 
 def test_two_concurrent_runs_run_one_on_each_lane(dist, tmp_path):
+    # Each run lasts well past the time two `nev dagu run` calls take on a loaded machine (2-3 s
+    # each), so the second is enqueued while the first still holds lane0's one slot.
     wf = dist.workflow(tmp_path, "spread", "queue: global\nworkerSelector:\n  rig: nev\n"
-                                          "steps:\n  - name: work\n    command: sleep 4\n")
+                                          "steps:\n  - name: work\n    command: sleep 12\n")
     ids = [ok(nev(dist.env, "dagu", "run", wf, "--detach")).stdout.strip() for _ in range(2)]
     api = dist.api
-    wait_for(lambda: all(api.run("spread", i)["statusLabel"] == "succeeded" for i in ids), 60, 0.5,
+    wait_for(lambda: all(api.run("spread", i)["statusLabel"] == "succeeded" for i in ids), 90, 0.5,
              "both runs to succeed")
     runs = [api.run("spread", i) for i in ids]
     assert sorted(r["workerId"] for r in runs) == ["lane0", "lane1"]
