@@ -186,7 +186,7 @@ def diff(label: str, other: str | None) -> int:
 @click.option("--inflight", default="1,2,4,8,16,32", show_default=True,
               help="In-flight levels, increasing, comma-separated.")
 @click.option("--requests", "n_requests", type=click.IntRange(min=1),
-              help="Requests per level (default: max(20, 2 x level), enough for a p95).")
+              help="Requests per level (default: max(20, 4 x level), enough for a p95).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=256, show_default=True,
               help="max_tokens of every request (the same prompt each time).")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per request.")

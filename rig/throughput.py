@@ -31,7 +31,7 @@ from lanes.mask import mask, register_secret
 PROMPT = ("Throughput sweep of the rig (a fixed prompt). Write a small Rust function that clamps a "
           "pixel length to a range, with a one-line doc comment.")
 DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32)
-MIN_GAIN = 0.15          # a level is past the knee when the next one adds less than this share
+MIN_GAIN = 0.25          # past the knee: doubling the in-flight level adds less than this share
 MIN_FOR_P50 = 5          # fewer observations than this: no p50 (null), said so
 MIN_FOR_P95 = 20         # fewer observations than this: no p95 (null), said so
 SCHEMA = 1
@@ -84,10 +84,11 @@ def parse_levels(text: str) -> list[int]:
 
 
 def requests_for(level: int, requested: int | None) -> int:
-    """Requests sent at a level: as asked, else enough for a p95 and for every slot to turn twice."""
+    """Requests sent at a level: as asked, else enough for a p95 and for every slot to turn four
+    times (with fewer, the first and last wave dominate the wall time)."""
     if requested is not None:
         return requested
-    return max(MIN_FOR_P95, 2 * level)
+    return max(MIN_FOR_P95, 4 * level)
 
 
 def percentile(values: Sequence[float], q: float, min_n: int) -> float | None:
@@ -132,13 +133,18 @@ def summarize(level: int, samples: Sequence[Sample], wall_s: float) -> dict[str,
 
 
 def knee(rows: Sequence[dict[str, Any]], min_gain: float = MIN_GAIN) -> int | None:
-    """The first level whose next level adds less than `min_gain` of its output tokens/s; None when
-    throughput still grows at the last level (not saturated: try higher levels)."""
+    """The first level past which throughput stops growing: the next level adds less than
+    `min_gain` of its output tokens/s per doubling of the in-flight level (log2 of the ratio).
+    None when throughput still grows at the last level (not saturated: try higher levels).
+
+    At exactly the pool's limit the pool idles while each answer travels back and the next
+    request comes, so one level past it still gains that round-trip share; the threshold is
+    above it for service times several times the gateway's own latency."""
     for a, b in zip(rows, rows[1:], strict=False):
         ta, tb = a.get("output_tok_s"), b.get("output_tok_s")
         if ta is None or tb is None or ta <= 0:
             continue
-        if tb < ta * (1 + min_gain):
+        if tb < ta * (1 + min_gain * math.log2(b["inflight"] / a["inflight"])):
             return int(a["inflight"])
     return None
 
