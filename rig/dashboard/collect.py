@@ -4,7 +4,7 @@ breaks the page.
 
 | section  | source |
 |----------|--------|
-| lanes    | `lanes.gate.lane_status()` (answering, free disk, copies, gates running); without it, the lanes file and an SSH login per lane |
+| lanes    | `lanes.gate.lane_status()`: answering, free disk, copies, gates running (`nev lane list`) |
 | dagu     | the Dagu lane's API (`dagu.service`): runs queued or running |
 | aliases  | the inventory snapshot (NEV_INVENTORY): status, held for, last answer, in-flight limit |
 | jobs     | the job state folders (NEV_STATE_DIR/jobs/*/state.json): stage states |
@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import json
-import shlex
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,42 +42,11 @@ def is_unavailable(section: Any) -> bool:
 
 # -- lanes -----------------------------------------------------------------
 
-def _lane_fallback() -> list[dict[str, Any]]:
-    """Without the gate's status: every configured lane, answering or not, and its free disk."""
-    from lanes import config
-    from lanes.errors import NevError
-    from lanes.ssh import Connection
-
-    lf = config.configured(require=False)
-    if not lf.lanes:
-        raise Unavailable(f"no build lane configured (NEV_LANE_SSH or {config.lanes_file_path()})")
-
-    def one(lane: Any) -> dict[str, Any]:
-        row: dict[str, Any] = {"index": lane.index, "name": lane.name, "ssh": lane.ssh, "root": lane.root,
-                               "answers": False, "free_gb": None, "copies": None, "running": None}
-        try:
-            with Connection(lane.target, timeout=10) as c:
-                r = c.run(f"df -Pk {shlex.quote(lane.root)} | tail -1", timeout=15)
-                row["answers"] = r.exit_status == 0
-                fields = r.out.split()
-                if len(fields) >= 4 and fields[3].isdigit():
-                    row["free_gb"] = round(int(fields[3]) / 1024 / 1024, 1)
-        except NevError as e:
-            row["error"] = str(e)
-        return row
-
-    with ThreadPoolExecutor(max_workers=max(1, len(lf.lanes))) as ex:
-        rows = list(ex.map(one, lf.lanes))
-    for r in rows:
-        r["note"] = "copies and gates: lanes/gate.py not on this branch"
-    return rows
-
-
 def lanes() -> list[dict[str, Any]]:
     try:
         gate = importlib.import_module("lanes.gate")
     except ImportError:
-        return _lane_fallback()
+        raise Unavailable("lanes/gate.py not on this branch") from None
     rows: list[dict[str, Any]] = gate.lane_status()
     if not rows:
         raise Unavailable("no build lane configured (NEV_LANE_SSH or the lanes file)")
