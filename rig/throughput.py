@@ -308,6 +308,10 @@ def render(result: dict[str, Any]) -> str:
     if any(r["tokens_counted_from_text"] for r in result["levels"]):
         out.append("output tokens counted from the text (chars/4): the gateway sent no usage")
     out.append(result["verdict"])
+    c = result.get("client") or {}
+    if c.get("cpu_s") is not None:
+        rss = "-" if c.get("peak_rss_mib") is None else f"{c['peak_rss_mib']} MiB"
+        out.append(f"this client: {c['cpu_s']} s of CPU, peak RSS {rss}")
     return "\n".join(out)
 
 
@@ -328,10 +332,23 @@ def save(result: dict[str, Any], directory: Path | None = None) -> Path:
     return path
 
 
+def own_use() -> dict[str, float | None]:
+    """This process's CPU seconds and peak RSS (getrusage; each its own counter, never summed
+    with anything else; null where the platform gives none)."""
+    try:
+        import resource
+    except ImportError:
+        return {"cpu_s": None, "peak_rss_mib": None}
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
+            "peak_rss_mib": round(ru.ru_maxrss / 1024, 1) if ru.ru_maxrss else None}
+
+
 def run(alias: str, levels: Sequence[int], requests: int | None, max_tokens: int, timeout: float,
         on_level: Callable[[dict[str, Any]], None] = lambda _r: None) -> dict[str, Any]:
     target = Target.from_settings()
     result = sweep(lambda: one_request(target, alias, max_tokens, timeout), alias, levels, requests, on_level)
     result["max_tokens"] = max_tokens
     result["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    result["client"] = own_use()
     return result

@@ -115,5 +115,7 @@ def test_the_command_prints_a_table_and_json_and_saves_the_sweep(tmp_path):
     assert [r["inflight"] for r in data["levels"]] == [1, 2]
     saved = json.loads((tmp_path / "tp" / "stand-alias.json").read_text())
     assert saved["alias"] == "stand-alias" and len(saved["levels"]) == 2
+    assert saved["client"]["cpu_s"] > 0 and 5 < saved["client"]["peak_rss_mib"] < 500
+    assert "this client:" in table.stdout
     assert bad.returncode == 2 and "increasing positive integers" in bad.stderr
     assert "k\n" not in table.stdout + table.stderr
