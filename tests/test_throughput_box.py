@@ -47,3 +47,29 @@ def test_throughput_finds_the_knee_at_haproxys_maxconn_within_one_level(box_env,
     assert int(backend["qmax"]) + int(srv["qmax"]) >= 4
     assert (tmp_path / "tp" / f"{pool.alias}.json").exists()
     assert "throughput: saved to" in r.stderr
+
+
+def test_throughput_runs_on_a_lane_with_only_what_nev_lane_install_puts_there(box_env):
+    """The seed's first sweep died on a lane without `requests` and without python3-venv."""
+    import os
+
+    from lanes.ssh import Connection, Target
+
+    box = box_env
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    inst = subprocess.run([sys.executable, "-m", "rig.cli", "lane", "install", "--lane", "1"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    assert inst.returncode == 0, inst.stderr
+    key = Path(os.environ["NEV_MODEL_KEY_FILE"]).read_bytes()
+    alias = box.pools["gpu0"].alias
+    with Connection(Target.parse(box.lanes[1].ssh), box.known_hosts, box.ssh_key) as c:
+        assert c.run(["python3", "-c", "import requests"]).exit_status != 0   # the lane's own Python
+        c.write_file(".nev-throughput-key", key, mode=0o600)                 # through stdin, never argv
+        r = c.run(f"NEV_MODEL_URL={os.environ['NEV_LANE_MODEL_URL']} NEV_MODEL_KEY_FILE=$HOME/.nev-throughput-key "
+                  f"NEV_THROUGHPUT_DIR=$HOME/.nev-throughput ~/.local/bin/nev rig throughput {alias} "
+                  "--inflight 1,2 --requests 3 --json", timeout=300)
+        c.run("rm -rf ~/.nev-throughput-key ~/.nev-throughput")
+    assert r.exit_status == 0, r.err
+    result = json.loads(r.out)
+    assert [x["answered"] for x in result["levels"]] == [3, 3]
+    assert key.decode().strip() not in r.out + r.err
