@@ -17,10 +17,9 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import json
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
@@ -220,22 +219,33 @@ COLLECTORS: dict[str, Callable[[], Any]] = {
 
 
 def gather(collectors: dict[str, Callable[[], Any]] | None = None, timeout: float = 45.0) -> dict[str, Any]:
-    """Every section at once, each under the same deadline; a failure is that section's marker."""
+    """Every section at once, each in its own daemon thread under the same deadline (a source
+    that hangs never holds the page or the process's exit); a failure is that section's marker."""
     cols = collectors or COLLECTORS
-    out: dict[str, Any] = {}
-    t0 = time.time()
-    ex = ThreadPoolExecutor(max_workers=len(cols))
-    futures = {name: ex.submit(fn) for name, fn in cols.items()}
-    for name, fut in futures.items():
+    results: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def run(name: str, fn: Callable[[], Any]) -> None:
         try:
-            out[name] = fut.result(timeout=max(0.1, timeout - (time.time() - t0)))
-        except FutureTimeout:
-            out[name] = unavailable(f"no answer within {timeout:g} s")
+            value = fn()
         except Unavailable as e:
-            out[name] = unavailable(str(e))
+            value = unavailable(str(e))
         except Exception as e:  # noqa: BLE001 - any failure of one source is shown, never raised
-            out[name] = unavailable(f"{type(e).__name__}: {e}")
-    ex.shutdown(wait=False, cancel_futures=True)
+            value = unavailable(f"{type(e).__name__}: {e}")
+        with lock:
+            results[name] = value
+
+    t0 = time.time()
+    threads = [threading.Thread(target=run, args=(n, fn), daemon=True, name=f"dashboard-{n}")
+               for n, fn in cols.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, timeout - (time.time() - t0)))
+    out: dict[str, Any] = {}
+    with lock:
+        for name in cols:
+            out[name] = results[name] if name in results else unavailable(f"no answer within {timeout:g} s")
     out["collected_at"] = t0
     out["took_s"] = round(time.time() - t0, 2)
     return out
