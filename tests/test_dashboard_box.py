@@ -58,8 +58,12 @@ def test_the_dashboard_shows_every_lane_and_alias_of_the_box_with_the_right_stat
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NEV_INVENTORY": str(tmp_path / "inventory.json"),
            "NEV_STATE_DIR": str(tmp_path / "state"), "NEV_LANE_SHARED": str(tmp_path / "share"),
            "HOME": str(tmp_path)}
-    (tmp_path / "share/ledger").mkdir(parents=True)
-    (tmp_path / "share/ledger/wt-abspos.jsonl").write_text("".join(json.dumps(x) + "\n" for x in LEDGER))
+    from bench import ledger
+
+    for x in LEDGER:   # written as the generation loop writes them
+        record = {**x, "escalated": False, "lane_cpu_s": 12.5, "candidates": 40, "unique": 38, "compiled": 0,
+                  "best": None, "passed": None}
+        ledger.append(tmp_path / "share/ledger/wt-abspos.jsonl", ledger.line_for(record))
     job_state(tmp_path / "state/jobs/gen-abspos", "gen-abspos", {"gen": "passed", "probe": "running", "land": "pending"})
     # one alias answers, the other's pool answers 503: one probe round gives ready and failing
     box.pool_control("gpu1", fail="503")

@@ -128,7 +128,7 @@ def test_jobs_and_ledger_collectors_read_their_files(tmp_path, monkeypatch):
     monkeypatch.setenv("NEV_LANES_FILE", str(tmp_path / "none.json"))
     out = collect.gather({"jobs": collect.jobs, "batches": collect.batches}, timeout=10)
     assert "no job state folder" in out["jobs"]["unavailable"]
-    assert "no ledger folder" in out["batches"]["unavailable"]
+    assert "no ledger folder at" in out["batches"]["unavailable"]
     job = tmp_path / "state/jobs/j1"
     job.mkdir(parents=True)
     (job / "state.json").write_text(json.dumps({"job": "j1", "status": "running", "attempts": [{}],

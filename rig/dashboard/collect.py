@@ -8,7 +8,7 @@ breaks the page.
 | dagu     | the Dagu lane's API (`dagu.service`): runs queued or running |
 | aliases  | the inventory snapshot (NEV_INVENTORY): status, held for, last answer, in-flight limit |
 | jobs     | the job state folders (NEV_STATE_DIR/jobs/*/state.json): stage states |
-| batches  | the ledger (`ledger/*.jsonl` on the share): one line per batch |
+| batches  | the ledger (`bench/ledger.py`: `ledger/<worktree>.jsonl` on the share): one line per batch |
 | floors   | the engine's committed floor and provenance files, per function |
 """
 
@@ -119,25 +119,15 @@ def jobs() -> list[dict[str, Any]]:
 # -- batches (the ledger) --------------------------------------------------
 
 def ledger_dir() -> Path:
-    """The ledger folder: NEV_LANE_SHARED/ledger when that folder is here, else the lanes file's
-    `nas` folder's ledger."""
-    candidates = []
-    shared = settings.get_path(settings.LANE_SHARED)
-    if shared is not None:
-        candidates.append(shared / "ledger")
-    try:
-        from lanes import config
+    """The ledger folder, found as `nev ledger` finds it (bench/ledger.py): NEV_LANE_SHARED on a
+    lane or when set, else the lanes file's `nas` folder on the dev box."""
+    from bench import ledger
 
-        nas = config.configured(require=False).nas
-        if nas and not nas.startswith(("//", "nfs:")) and ":" not in nas:
-            candidates.append(Path(nas).expanduser() / "ledger")
-    except Exception:  # noqa: BLE001 - a broken lanes file shows as the lanes section's error
-        pass
-    for c in candidates:
-        if c.is_dir():
-            return c
-    raise Unavailable("no ledger folder (looked in " + ", ".join(str(c) for c in candidates)
-                      + "): no batch has run, or the share is not mounted here")
+    d = ledger.ledger_dir()
+    if not d.is_dir():
+        raise Unavailable(f"no ledger folder at {d}: no batch has run, or the share is not mounted here "
+                          "(NEV_LANE_SHARED, or `nas` in the lanes file)")
+    return d
 
 
 def parse_time(value: Any) -> float | None:
@@ -171,6 +161,8 @@ def batch_points(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def batches() -> dict[str, Any]:
+    """Every worktree's ledger lines in time order. A line that is not JSON is skipped and counted
+    (`nev ledger` refuses such a file; the page shows the rest)."""
     d = ledger_dir()
     lines: list[dict[str, Any]] = []
     bad = 0
