@@ -44,10 +44,13 @@ class Target:
 
     @classmethod
     def from_settings(cls) -> Target:
-        """The gateway URL (NEV_MODEL_URL, or NEV_LANE_MODEL_URL on a lane) and its key file."""
-        url = settings.get(settings.MODEL_URL) or settings.get(settings.LANE_MODEL_URL)
+        """The gateway URL (as the generation loop picks it: NEV_LANE_MODEL_URL first on a lane
+        (NEV_ON_LANE), else NEV_MODEL_URL) and the key from NEV_MODEL_KEY_FILE."""
+        on_lane = settings.get_flag(settings.ON_LANE)
+        url = ((settings.get(settings.LANE_MODEL_URL) if on_lane else None) or settings.get(settings.MODEL_URL)
+               or settings.get(settings.LANE_MODEL_URL))
         if not url:
-            raise ConfigError("NEV_MODEL_URL is not set; point it at the gateway (e.g. http://gateway:4000)")
+            raise ConfigError("no gateway URL: set NEV_MODEL_URL (NEV_LANE_MODEL_URL on a lane), e.g. http://gateway:4000")
         key_file = settings.get_path(settings.MODEL_KEY_FILE)
         key = None
         if key_file is not None:

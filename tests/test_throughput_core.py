@@ -119,3 +119,19 @@ def test_the_command_prints_a_table_and_json_and_saves_the_sweep(tmp_path):
     assert "this client:" in table.stdout
     assert bad.returncode == 2 and "increasing positive integers" in bad.stderr
     assert "k\n" not in table.stdout + table.stderr
+
+
+def test_the_gateway_url_is_picked_as_the_generation_loop_picks_it(monkeypatch, tmp_path):
+    key = tmp_path / "k"
+    key.write_text("secret-key-value\n")
+    monkeypatch.setenv("NEV_MODEL_KEY_FILE", str(key))
+    monkeypatch.setenv("NEV_MODEL_URL", "http://dev-view:4000/")
+    monkeypatch.setenv("NEV_LANE_MODEL_URL", "http://lane-view:4000")
+    monkeypatch.delenv("NEV_ON_LANE", raising=False)
+    assert tp.Target.from_settings() == tp.Target("http://dev-view:4000", "secret-key-value")
+    monkeypatch.setenv("NEV_ON_LANE", "1")
+    assert tp.Target.from_settings().url == "http://lane-view:4000"
+    monkeypatch.delenv("NEV_MODEL_URL")
+    monkeypatch.delenv("NEV_LANE_MODEL_URL")
+    with pytest.raises(NevError, match="no gateway URL"):
+        tp.Target.from_settings()
