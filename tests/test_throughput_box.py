@@ -42,6 +42,7 @@ def test_throughput_finds_the_knee_at_haproxys_maxconn_within_one_level(box_env,
     assert 0.95 <= rows[4]["ttft_p50_s"] <= rows[4]["latency_p50_s"], table
     assert rows[32]["latency_p50_s"] > 2.5 * rows[4]["latency_p50_s"], table   # queued in HAProxy
     assert rows[16]["latency_p95_s"] is not None       # 64 answers: enough for a p95
+    assert not any(x["tokens_counted_from_text"] for x in rows.values())   # LiteLLM passed the usage on
     # never more than maxconn at the pool; past it, requests waited in HAProxy's queue
     srv = server_row(box.proxy_stats_socket, "be_gpu0", "gpu0")
     backend = server_row(box.proxy_stats_socket, "be_gpu0", "BACKEND")
