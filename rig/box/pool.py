@@ -298,13 +298,13 @@ def make_handler(pool: Pool) -> type[BaseHTTPRequestHandler]:
             except (ValueError, TypeError) as e:
                 self.send_json(400, {"error": {"message": str(e), "type": "invalid_request_error"}})
                 return
+            out = completion(body, picks, pool.name)
             with pool.cond:
                 while pool.inflight >= pool.max_inflight:
                     pool.cond.wait()
                 pool.inflight += 1
                 pool.max_seen = max(pool.max_seen, pool.inflight)
                 delay, tps = pool.delay, pool.tokens_per_s
-            out = completion(body, picks, pool.name)
             if stream:
                 self.stream(body, out, delay, tps)
                 return
