@@ -74,6 +74,16 @@ def test_the_dashboard_shows_every_lane_and_alias_of_the_box_with_the_right_stat
         box.pool_control("gpu1", reset=True)
     assert pr.returncode == 0, pr.stderr
     expected_alias = {box.pools["gpu0"].alias: "ready", box.pools["gpu1"].alias: "failing"}
+    # Dagu on lane 0 with one run in progress
+    denv = {**env, "NEV_DAGU_BINARY": "/opt/nev/dagu-1.30.2/dagu", "NEV_DAGU_LANE": "0"}
+    up = subprocess.run([sys.executable, "-m", "rig.cli", "dagu", "up"], env=denv, cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+    assert up.returncode == 0, up.stderr
+    run = subprocess.run([sys.executable, "-m", "rig.cli", "dagu", "run", "queued", "--param", "SECONDS=60",
+                          "--detach"], env=denv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    run_id = run.stdout.split()[0]
+    env = denv
 
     port = free_port()
     dash = subprocess.Popen([sys.executable, "-m", "rig.cli", "rig", "dashboard", "--port", str(port),
@@ -106,8 +116,10 @@ def test_the_dashboard_shows_every_lane_and_alias_of_the_box_with_the_right_stat
                 assert page.locator("#batches svg.plot").count() == 2
                 assert page.locator("#batches svg.plot polyline").count() == 4   # 2 models x 2 plots
                 assert page.locator("tr.floor").count() >= 1
-                # the box has no Dagu lane set: that source shows as unavailable, the rest renders
-                assert "unavailable:" in page.inner_text("#lanes")
+                page.wait_for_selector("tr.dagu-run[data-workflow='queued']", timeout=20000)
+                runs = page.eval_on_selector_all("tr.dagu-run", "rs => rs.map(r => [r.cells[1].textContent,"
+                                                 " r.dataset.status])")
+                assert [run_id, "running"] in runs or [run_id, "queued"] in runs, runs
                 SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(SCREENSHOT), full_page=True)
                 text = page.content()
@@ -130,5 +142,9 @@ def test_the_dashboard_shows_every_lane_and_alias_of_the_box_with_the_right_stat
     finally:
         dash.send_signal(signal.SIGTERM)
         out, err = dash.communicate(timeout=30)
+        subprocess.run([sys.executable, "-m", "rig.cli", "dagu", "stop-run", run_id], env=env, cwd=ROOT,
+                       capture_output=True, timeout=120)
+        subprocess.run([sys.executable, "-m", "rig.cli", "dagu", "stop"], env=env, cwd=ROOT,
+                       capture_output=True, timeout=120)
     assert dash.returncode == 0, err
     assert "dashboard: stopped" in err

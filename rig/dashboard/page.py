@@ -87,7 +87,8 @@ def lanes_html(section: Any, dagu: Any) -> str:
     else:
         out.append("<table><tr><th>workflow</th><th>run</th><th>status</th><th>started</th></tr>")
         for r in dagu:
-            out.append(f'<tr class="dagu-run"><td>{_t(r.get("name"))}</td><td>{_t(r.get("run_id"))}</td>'
+            out.append(f'<tr class="dagu-run" data-workflow="{_t(r.get("name"))}" data-status="{_t(r.get("status"))}">'
+                       f'<td>{_t(r.get("name"))}</td><td>{_t(r.get("run_id"))}</td>'
                        f"<td>{_st(r.get('status'))}</td><td>{_t(r.get('started_at'))}</td></tr>")
         out.append("</table>")
     out.append("</section>")
