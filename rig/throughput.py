@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lanes import settings
+from lanes import jsonfile, settings
 from lanes.errors import ConfigError, NevError, UsageError
 from lanes.mask import mask, register_secret
 
@@ -329,9 +329,7 @@ def save(result: dict[str, Any], directory: Path | None = None) -> Path:
     d = directory or results_dir()
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{result['alias'].replace('/', '_')}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    jsonfile.write_atomic(path, result)
     return path
 
 
