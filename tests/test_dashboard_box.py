@@ -85,6 +85,16 @@ def test_the_dashboard_shows_every_lane_and_alias_of_the_box_with_the_right_stat
     run_id = run.stdout.split()[0]
     env = denv
 
+    # a gate running on lane 0: its copy and its lock show in the lane's row
+    wt = tmp_path / "dash-demo"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(wt)], check=True)
+    (wt / "a.txt").write_text("x\n")
+    subprocess.run(["git", "-C", str(wt), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(wt), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"],
+                   check=True)
+    gate = subprocess.Popen([sys.executable, "-m", "rig.cli", "lane", "run", "--lane", "0", str(wt), "sleep", "15"],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
     port = free_port()
     dash = subprocess.Popen([sys.executable, "-m", "rig.cli", "rig", "dashboard", "--port", str(port),
                              "--refresh", "2"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
@@ -103,6 +113,11 @@ def test_the_dashboard_shows_every_lane_and_alias_of_the_box_with_the_right_stat
                 aliases = page.eval_on_selector_all(
                     "tr.alias", "rs => rs.map(r => [r.dataset.alias, r.dataset.status])")
                 assert sorted(lanes) == [[str(i), "yes"] for i in range(len(box.lanes))]
+                page.wait_for_function(
+                    "() => [...document.querySelectorAll(\"tr.lane[data-lane='0'] td\")]"
+                    ".some(td => td.textContent === 'dash-demo')", timeout=30000)
+                gates = page.eval_on_selector_all("tr.lane", "rs => rs.map(r => [r.dataset.lane, r.cells[4].textContent])")
+                assert dict(gates) == {"0": "dash-demo", "1": "none"}   # the gate running on lane 0
                 lane_cells = page.eval_on_selector_all("tr.lane", "rs => rs.map(r => [r.cells[2].textContent,"
                                                        " r.cells[3].textContent, r.cells[4].textContent])")
                 for free, copies, gates in lane_cells:     # from the gate's lane status, per lane
@@ -146,5 +161,7 @@ def test_the_dashboard_shows_every_lane_and_alias_of_the_box_with_the_right_stat
                        capture_output=True, timeout=120)
         subprocess.run([sys.executable, "-m", "rig.cli", "dagu", "stop"], env=env, cwd=ROOT,
                        capture_output=True, timeout=120)
+        gate_out, gate_err = gate.communicate(timeout=120)
+    assert gate.returncode == 0, gate_err
     assert dash.returncode == 0, err
     assert "dashboard: stopped" in err
