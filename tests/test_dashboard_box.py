@@ -3,7 +3,6 @@ lane and alias of the box with the right status, reloads by itself, and serves l
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -30,11 +29,19 @@ LEDGER = [
 
 
 def job_state(folder: Path, name: str, stages: dict[str, str]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "state.json").write_text(json.dumps(
-        {"job": name, "status": "running", "attempts": [{"n": 1}],
-         "stages": {n: {"status": s} for n, s in stages.items()},
-         "last_event": {"time": "2026-11-30T10:00:00Z"}}))
+    """A job's state folder as `nev job run` keeps it (jobs.state: events, then state.json)."""
+    from jobs.state import JobState
+
+    js = JobState.open(folder)
+    try:
+        js.record("run-started", job=name, run_id="r1", stages=list(stages))
+        for stage, st in stages.items():
+            if st in ("running", "passed"):
+                js.record("stage-started", stage=stage)
+            if st == "passed":
+                js.record("stage-passed", stage=stage)
+    finally:
+        js.close()
 
 
 def wait_health(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:

@@ -7,7 +7,7 @@ breaks the page.
 | lanes    | `lanes.gate.lane_status()`: answering, free disk, copies, gates running (`nev lane list`) |
 | dagu     | the Dagu lane's API (`dagu.service`): runs queued or running |
 | aliases  | the inventory snapshot (NEV_INVENTORY): status, held for, last answer, in-flight limit |
-| jobs     | the job state folders (NEV_STATE_DIR/jobs/*/state.json): stage states |
+| jobs     | the job state folders (`jobs/status.py`: NEV_STATE_DIR/jobs/*/state.json, the view `jobs/state.py` keeps): stage states |
 | batches  | the ledger (`bench/ledger.py`: `ledger/<worktree>.jsonl` on the share): one line per batch |
 | floors   | the engine's committed floor and provenance files, per function |
 """
@@ -93,9 +93,10 @@ def aliases() -> dict[str, Any]:
 # -- jobs ------------------------------------------------------------------
 
 def jobs_dir() -> Path:
-    base = settings.get_path(settings.STATE_DIR)
-    assert base is not None
-    return base / "jobs"
+    """Where `nev job run` keeps each job's state folder (jobs/status.py)."""
+    from jobs.status import jobs_folder
+
+    return jobs_folder()
 
 
 def jobs() -> list[dict[str, Any]]:
@@ -103,7 +104,9 @@ def jobs() -> list[dict[str, Any]]:
     if not root.is_dir():
         raise Unavailable(f"no job state folder at {root} (NEV_STATE_DIR/jobs): no job has run here")
     out: list[dict[str, Any]] = []
-    for f in sorted(root.glob("*/state.json")):
+    from jobs.state import STATE
+
+    for f in sorted(root.glob(f"*/{STATE}")):
         try:
             st = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
