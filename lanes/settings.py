@@ -83,6 +83,9 @@ PROBE_EVERY = _s("NEV_PROBE_EVERY", "300", "seconds between probe rounds of `nev
 PROBE_TIMEOUT = _s("NEV_PROBE_TIMEOUT", "30", "seconds one alias probe may take before it counts as failed")
 PROBE_FAILS = _s("NEV_PROBE_FAILS", "2", "failed probes in a row before a ready alias turns failing")
 PROBE_OKS = _s("NEV_PROBE_OKS", "2", "answered probes in a row before a failing alias turns ready")
+THROUGHPUT_DIR = _s("NEV_THROUGHPUT_DIR", "~/.local/share/nev/throughput", "where `nev rig throughput` keeps each alias's last sweep (JSON)")
+CAPACITY_FILE = _s("NEV_CAPACITY_FILE", "bench/capacity.json", "declared per-class power figures, roles and budgets, candidate size")
+DASHBOARD_REFRESH = _s("NEV_DASHBOARD_REFRESH", "15", "seconds between the dashboard's collections (and page reloads)")
 STATE_DIR = _s("NEV_STATE_DIR", "~/.local/state/nev", "local state: approvals, job results, locks")
 # Oracle
 CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where `nev oracle build` writes corpora (relative to the current folder)")

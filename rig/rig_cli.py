@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import click
 
-from lanes.ui import not_built
-
 
 @click.group("rig")
 def rig() -> None:
@@ -185,20 +183,90 @@ def diff(label: str, other: str | None) -> int:
 
 @rig.command("throughput")
 @click.argument("alias")
-@click.option("--inflight", default="1,2,4,8,16,32", show_default=True)
-def throughput(alias: str, inflight: str) -> None:
-    """Drive ALIAS at each in-flight level; tokens/s, latency, the knee."""
-    raise not_built("rig throughput", 14)
+@click.option("--inflight", default="1,2,4,8,16,32", show_default=True,
+              help="In-flight levels, increasing, comma-separated.")
+@click.option("--requests", "n_requests", type=click.IntRange(min=1),
+              help="Requests per level (default: max(20, 4 x level), enough for a p95).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=256, show_default=True,
+              help="max_tokens of every request (the same prompt each time).")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per request.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def throughput(alias: str, inflight: str, n_requests: int | None, max_tokens: int, timeout: float,
+               as_json: bool) -> int:
+    """Drive ALIAS through the gateway at each in-flight level (streamed, same prompt).
+
+    Per level: output tokens/s, requests/s, p50/p95 latency and time to first token; then the
+    level where throughput stops growing. The result is also written to NEV_THROUGHPUT_DIR/ALIAS.json
+    for `nev rig capacity`. Standard library only: runs on a lane as on the dev box.
+    """
+    from lanes.ui import emit_json, info
+    from rig import throughput as tp
+
+    levels = tp.parse_levels(inflight)
+
+    def progress(row: dict) -> None:
+        info(f"throughput: {row['inflight']} in flight: {row['output_tok_s']} output tok/s, "
+             f"{row['answered']}/{row['requests']} answered")
+
+    result = tp.run(alias, levels, n_requests, max_tokens, timeout, progress)
+    path = tp.save(result)
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(tp.render(result))
+    info(f"throughput: saved to {path}")
+    return 0
 
 
 @rig.command("capacity")
-def capacity() -> None:
-    """The power and token-rate model of the declared rig."""
-    raise not_built("rig capacity", 14)
+@click.option("--declared", "declared_file", type=click.Path(dir_okay=False),
+              help="Per-class power figures, budget and candidate size (default NEV_CAPACITY_FILE).")
+@click.option("--json", "as_json", is_flag=True)
+def capacity(declared_file: str | None, as_json: bool) -> int:
+    """Candidates per hour per pool and power per role; warns when a power budget is exceeded.
+
+    From bench/folknet.json, the inventory snapshot, the sweeps of `nev rig throughput` and the
+    declared figures. A budget is a warning (exit 0), never enforced.
+    """
+    from pathlib import Path
+
+    from bench import folknet
+    from lanes import settings
+    from lanes.ui import emit_json, info
+    from rig import capacity as cap
+    from rig import throughput as tp
+    from rig.inventory import snapshot
+
+    path = Path(declared_file) if declared_file else settings.get_path(settings.CAPACITY_FILE)
+    assert path is not None
+    declared = cap.load(path)
+    snap_path = snapshot.default_path()
+    snap = snapshot.read(snap_path) if snap_path.exists() else None
+    if snap is None:
+        info(f"capacity: no inventory snapshot at {snap_path}: alias status unknown, roles counted as declared")
+    m = cap.model(folknet.load(folknet.default_path()), snap, cap.read_sweeps(tp.results_dir()), declared)
+    if as_json:
+        emit_json(m)
+    else:
+        click.echo(cap.render(m))
+    for w in m["warnings"]:
+        info(f"capacity: warning: {w}")
+    return 0
 
 
 @rig.command("dashboard")
-@click.option("--port", type=int, default=8088, show_default=True)
-def dashboard(port: int) -> None:
-    """A local page: lanes, aliases, jobs, batches, floors."""
-    raise not_built("rig dashboard", 14)
+@click.option("--port", type=click.IntRange(0, 65535), default=8088, show_default=True,
+              help="Port on 127.0.0.1 (the page is never served on another address).")
+@click.option("--refresh", type=int, help="Seconds between collections and page reloads (default NEV_DASHBOARD_REFRESH).")
+def dashboard(port: int, refresh: int | None) -> int:
+    """A local page on 127.0.0.1: lanes, aliases, jobs, batches, floors; refreshes by itself.
+
+    Each source is collected on its own; one that is missing shows as `unavailable: <reason>`.
+    Ctrl-C or SIGTERM stops it (exit 0).
+    """
+    from lanes import settings
+    from lanes.ui import info
+    from rig.dashboard import server
+
+    every = refresh if refresh is not None else settings.get_int(settings.DASHBOARD_REFRESH)
+    return server.serve(port, every, info)

@@ -3,7 +3,8 @@
 It is the box's one stand-in (there is no GPU here). It answers `/v1/models`,
 `/v1/chat/completions` and `/health`, with candidate function bodies drawn from a bank that is
 DATA (a JSON file, `{"functions": {FN: {TIER: [{"kind": "right|wrong|broken", "code": ...}]}}}`),
-chosen deterministically by the request's `seed` and content. It honours `n`, a delay, a
+chosen deterministically by the request's `seed` and content. It honours `n`, `stream`
+(server-sent events in OpenAI's chunk format; the delay is the time to the first token), a delay, a
 tokens-per-second rate and its in-flight limit (requests past it wait, as on a GPU server), and
 can be told to answer 429 or 503 or to hang through `/control`:
 
@@ -111,6 +112,26 @@ def completion(body: dict, picks: list[dict[str, str]], name: str) -> dict:
     }
 
 
+def stream_events(out: dict, body: dict, piece_chars: int = 16) -> list[dict]:
+    """A completion as OpenAI `chat.completion.chunk` events: per choice, the role with the first
+    piece of content, then the rest in pieces of `piece_chars`, then its finish_reason; a last
+    event with `usage` (and no choices) when `stream_options.include_usage` is set."""
+    base = {"id": out["id"], "object": "chat.completion.chunk", "created": out["created"],
+            "model": out["model"], "system_fingerprint": out["system_fingerprint"]}
+    events: list[dict] = []
+    for ch in out["choices"]:
+        text = ch["message"]["content"]
+        pieces = [text[i:i + piece_chars] for i in range(0, len(text), piece_chars)] or [""]
+        for k, piece in enumerate(pieces):
+            delta = {"role": "assistant", "content": piece} if k == 0 else {"content": piece}
+            events.append({**base, "choices": [{"index": ch["index"], "delta": delta, "finish_reason": None}]})
+        events.append({**base, "choices": [{"index": ch["index"], "delta": {}, "finish_reason": "stop"}]})
+    opts = body.get("stream_options")
+    if isinstance(opts, dict) and opts.get("include_usage"):
+        events.append({**base, "choices": [], "usage": out["usage"]})
+    return events
+
+
 class Pool:
     """Settings and counters, shared by the handler threads."""
 
@@ -176,6 +197,13 @@ class Pool:
                     self.fail, self.fail_times = None, None
             self.failed[mode] = self.failed.get(mode, 0) + 1
             return mode
+
+    def release(self) -> None:
+        """One in-flight request is done."""
+        with self.cond:
+            self.inflight -= 1
+            self.served += 1
+            self.cond.notify_all()
 
     def still_hanging(self) -> bool:
         with self.lock:
@@ -246,10 +274,7 @@ def make_handler(pool: Pool) -> type[BaseHTTPRequestHandler]:
                 self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
         def chat(self, body: dict) -> None:
-            if body.get("stream"):
-                self.send_json(400, {"error": {"message": "the stand-in pool does not stream",
-                                               "type": "invalid_request_error"}})
-                return
+            stream = bool(body.get("stream"))
             mode = pool.take_fail()
             if mode == "429":
                 self.send_json(429, {"error": {"message": "stand-in pool: rate limited (on demand)",
@@ -273,24 +298,62 @@ def make_handler(pool: Pool) -> type[BaseHTTPRequestHandler]:
             except (ValueError, TypeError) as e:
                 self.send_json(400, {"error": {"message": str(e), "type": "invalid_request_error"}})
                 return
+            out = completion(body, picks, pool.name)
             with pool.cond:
                 while pool.inflight >= pool.max_inflight:
                     pool.cond.wait()
                 pool.inflight += 1
                 pool.max_seen = max(pool.max_seen, pool.inflight)
                 delay, tps = pool.delay, pool.tokens_per_s
+            if stream:
+                self.stream(body, out, delay, tps)
+                return
             try:
-                out = completion(body, picks, pool.name)
                 wait = delay + (out["usage"]["completion_tokens"] / tps if tps > 0 else 0.0)
                 if wait > 0:
                     time.sleep(wait)
             finally:
                 # Done before the answer leaves: the next request may arrive the moment it does.
-                with pool.cond:
-                    pool.inflight -= 1
-                    pool.served += 1
-                    pool.cond.notify_all()
+                pool.release()
             self.send_json(200, out)
+
+        def stream(self, body: dict, out: dict, delay: float, tps: float) -> None:
+            """Server-sent events in OpenAI's chunk format: the first piece after `delay`
+            (time to first token), the rest paced at `tokens_per_s`, usage last when
+            `stream_options.include_usage` asks for it, then `data: [DONE]`."""
+            released = False
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("X-Stand-In", f"{pool.name}: {STAND_IN}")
+                self.end_headers()
+                if delay > 0:
+                    time.sleep(delay)
+                for event in stream_events(out, body):
+                    if event.get("choices") and tps > 0:
+                        tokens = sum(len(c["delta"].get("content") or "") for c in event["choices"]) / 4
+                        time.sleep(tokens / tps)
+                    elif not event.get("choices"):
+                        # The usage chunk comes after the last token: the answer is done.
+                        pool.release()
+                        released = True
+                    self.write_chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
+                if not released:
+                    pool.release()
+                    released = True
+                self.write_chunk(b"data: [DONE]\n\n")
+                self.write_chunk(b"")
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+            finally:
+                if not released:
+                    pool.release()
+
+        def write_chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
 
     return Handler
 

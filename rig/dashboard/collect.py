@@ -1,0 +1,246 @@
+"""One collector per source of the dashboard. Each returns plain data (lists and dicts) or raises;
+`gather` turns a raise into an `unavailable: <reason>` marker, so one missing source never
+breaks the page.
+
+| section  | source |
+|----------|--------|
+| lanes    | `lanes.gate.lane_status()`: answering, free disk, copies, gates running (`nev lane list`) |
+| dagu     | the Dagu lane's API (`dagu.service`): runs queued or running |
+| aliases  | the inventory snapshot (NEV_INVENTORY): status, held for, last answer, in-flight limit |
+| jobs     | the job state folders (`jobs/status.py`: NEV_STATE_DIR/jobs/*/state.json, the view `jobs/state.py` keeps): stage states |
+| batches  | the ledger (`bench/ledger.py`: `ledger/<worktree>.jsonl` on the share): one line per batch |
+| floors   | the engine's committed floor and provenance files, per function |
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lanes import settings
+from lanes.mask import known_secrets, mask
+
+
+class Unavailable(Exception):
+    """A source that is not there (not configured, not built yet): the reason is shown."""
+
+
+def unavailable(reason: str) -> dict[str, Any]:
+    return {"unavailable": mask(reason, extra=known_secrets())}
+
+
+def is_unavailable(section: Any) -> bool:
+    return isinstance(section, dict) and "unavailable" in section
+
+
+# -- lanes -----------------------------------------------------------------
+
+def lanes() -> list[dict[str, Any]]:
+    try:
+        gate = importlib.import_module("lanes.gate")
+    except ImportError:
+        raise Unavailable("lanes/gate.py not on this branch") from None
+    rows: list[dict[str, Any]] = gate.lane_status()
+    if not rows:
+        raise Unavailable("no build lane configured (NEV_LANE_SSH or the lanes file)")
+    return rows
+
+
+# -- Dagu ------------------------------------------------------------------
+
+def dagu_runs() -> list[dict[str, Any]]:
+    try:
+        service = importlib.import_module("dagu.service")
+    except ImportError:
+        raise Unavailable("dagu/service.py not on this branch") from None
+    if not settings.get(settings.DAGU_LANE):
+        raise Unavailable("NEV_DAGU_LANE is not set: no lane runs Dagu")
+    with service.opened(None) as ld, ld.api() as api:
+        runs = api.list_runs()
+    out = []
+    for r in runs:
+        label = str(r.get("statusLabel") or r.get("status") or "")
+        if label in ("running", "queued"):
+            out.append({"name": r.get("name"), "run_id": r.get("dagRunId"), "status": label,
+                        "started_at": r.get("startedAt") or r.get("queuedAt")})
+    return out
+
+
+# -- aliases ---------------------------------------------------------------
+
+def aliases() -> dict[str, Any]:
+    from rig.inventory import snapshot, status
+
+    path = snapshot.default_path()
+    if not path.exists():
+        raise Unavailable(f"no inventory snapshot at {path}: run `nev rig probe` (NEV_INVENTORY)")
+    snap = snapshot.read(path)
+    now = snapshot.now_utc()
+    s = status.summary(snap, now, str(path))
+    limits = {n: a.get("max_inflight") for n, a in (snap.get("aliases") or {}).items()}
+    for r in s["aliases"]:
+        r["max_inflight"] = limits.get(r["alias"])
+    return {"rows": s["aliases"], "snapshot": str(path), "probe_age_s": s["snapshot_age_s"],
+            "hosts_up": sum(1 for h in s["hosts"] if h["status"] == "up"), "hosts": len(s["hosts"])}
+
+
+# -- jobs ------------------------------------------------------------------
+
+def jobs_dir() -> Path:
+    """Where `nev job run` keeps each job's state folder (jobs/status.py)."""
+    from jobs.status import jobs_folder
+
+    return jobs_folder()
+
+
+def jobs() -> list[dict[str, Any]]:
+    root = jobs_dir()
+    if not root.is_dir():
+        raise Unavailable(f"no job state folder at {root} (NEV_STATE_DIR/jobs): no job has run here")
+    out: list[dict[str, Any]] = []
+    from jobs.state import STATE
+
+    for f in sorted(root.glob(f"*/{STATE}")):
+        try:
+            st = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            out.append({"job": f.parent.name, "status": "unreadable", "stages": {}, "error": str(e)})
+            continue
+        stages = {n: (s.get("status") if isinstance(s, dict) else s) for n, s in (st.get("stages") or {}).items()}
+        out.append({"job": st.get("job") or f.parent.name, "status": st.get("status"), "stages": stages,
+                    "attempts": len(st.get("attempts") or []),
+                    "last_event": (st.get("last_event") or {}).get("time")})
+    return out
+
+
+# -- batches (the ledger) --------------------------------------------------
+
+def ledger_dir() -> Path:
+    """The ledger folder, found as `nev ledger` finds it (bench/ledger.py): NEV_LANE_SHARED on a
+    lane or when set, else the lanes file's `nas` folder on the dev box."""
+    from bench import ledger
+
+    d = ledger.ledger_dir()
+    if not d.is_dir():
+        raise Unavailable(f"no ledger folder at {d}: no batch has run, or the share is not mounted here "
+                          "(NEV_LANE_SHARED, or `nas` in the lanes file)")
+    return d
+
+
+def parse_time(value: Any) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return t.timestamp()
+
+
+def batch_points(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per batch and model: time, best score as a share of the cases run, compiled share (pure)."""
+    pts = []
+    for ln in lines:
+        t = parse_time(ln.get("end")) or parse_time(ln.get("start"))
+        run = ln.get("cases_run")
+        for alias, m in sorted((ln.get("models") or {}).items()):
+            if not isinstance(m, dict):
+                continue
+            best, cand, comp = m.get("best"), m.get("candidates"), m.get("compiled")
+            pts.append({"batch": ln.get("batch"), "function": ln.get("function"), "model": alias, "time": t,
+                        "best": best, "cases_run": run,
+                        "best_share": (best / run) if isinstance(best, int | float) and run else None,
+                        "compiled": comp, "candidates": cand,
+                        "compiled_share": (comp / cand) if isinstance(comp, int | float) and cand else None})
+    return pts
+
+
+def batches() -> dict[str, Any]:
+    """Every worktree's ledger lines in time order. A line that is not JSON is skipped and counted
+    (`nev ledger` refuses such a file; the page shows the rest)."""
+    d = ledger_dir()
+    lines: list[dict[str, Any]] = []
+    bad = 0
+    for f in sorted(d.glob("*.jsonl")):
+        for raw in f.read_text(encoding="utf-8").splitlines():
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(obj, dict):
+                obj["_worktree"] = f.stem
+                lines.append(obj)
+    lines.sort(key=lambda ln: parse_time(ln.get("end")) or parse_time(ln.get("start")) or 0.0)
+    return {"folder": str(d), "lines": lines, "points": batch_points(lines), "unreadable_lines": bad}
+
+
+# -- floors ----------------------------------------------------------------
+
+def floors() -> list[dict[str, Any]]:
+    from crates_bridge.registry import discover
+    from crates_bridge.workspace import Workspace
+
+    engine = settings.get_path(settings.ENGINE_DIR)
+    assert engine is not None
+    if not engine.is_absolute():
+        engine = Path.cwd() / engine
+    if not engine.is_dir():
+        raise Unavailable(f"no engine workspace at {engine} (NEV_ENGINE_DIR)")
+    out = []
+    for fn in discover(Workspace(engine).generated_dir):
+        out.append({"function": fn.name, "batch": fn.provenance.batch,
+                    "admitted_passed": fn.provenance.cases_passed, "admitted_run": fn.provenance.cases_run,
+                    "floor_passed": fn.floor.cases_passed if fn.floor else None,
+                    "floor_run": fn.floor.cases_run if fn.floor else None})
+    return out
+
+
+# -- all of them -----------------------------------------------------------
+
+COLLECTORS: dict[str, Callable[[], Any]] = {
+    "lanes": lanes, "dagu": dagu_runs, "aliases": aliases, "jobs": jobs, "batches": batches, "floors": floors,
+}
+
+
+def gather(collectors: dict[str, Callable[[], Any]] | None = None, timeout: float = 45.0) -> dict[str, Any]:
+    """Every section at once, each in its own daemon thread under the same deadline (a source
+    that hangs never holds the page or the process's exit); a failure is that section's marker."""
+    cols = collectors or COLLECTORS
+    results: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def run(name: str, fn: Callable[[], Any]) -> None:
+        try:
+            value = fn()
+        except Unavailable as e:
+            value = unavailable(str(e))
+        except Exception as e:  # noqa: BLE001 - any failure of one source is shown, never raised
+            value = unavailable(f"{type(e).__name__}: {e}")
+        with lock:
+            results[name] = value
+
+    t0 = time.time()
+    threads = [threading.Thread(target=run, args=(n, fn), daemon=True, name=f"dashboard-{n}")
+               for n, fn in cols.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, timeout - (time.time() - t0)))
+    out: dict[str, Any] = {}
+    with lock:
+        for name in cols:
+            out[name] = results[name] if name in results else unavailable(f"no answer within {timeout:g} s")
+    out["collected_at"] = t0
+    out["took_s"] = round(time.time() - t0, 2)
+    return out

@@ -1,0 +1,355 @@
+"""`nev rig throughput`: drive one alias through the gateway at each in-flight level.
+
+Every request carries the same prompt and the same `max_tokens` and streams (server-sent events),
+so each one gives its latency, its time to first token (the first chunk with content) and its
+output tokens (the usage chunk; counted from the text when the gateway sends none). Per level:
+output tokens/s and requests/s over the level's wall time, p50/p95 latency and time to first
+token. The knee is the level after which throughput stops growing.
+
+Standard library only (http.client, threads): it runs on a lane that has nothing but Python and
+what `nev lane provision` installs, and from the dev box. Rig traffic never goes through a proxy
+named in the environment (http.client ignores it).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lanes import jsonfile, settings
+from lanes.errors import ConfigError, NevError, UsageError
+from lanes.mask import mask, register_secret
+
+PROMPT = ("Throughput sweep of the rig (a fixed prompt). Write a small Rust function that clamps a "
+          "pixel length to a range, with a one-line doc comment.")
+DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32)
+MIN_GAIN = 0.25          # past the knee: doubling the in-flight level adds less than this share
+MIN_FOR_P50 = 5          # fewer observations than this: no p50 (null), said so
+MIN_FOR_P95 = 20         # fewer observations than this: no p95 (null), said so
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str
+    key: str
+
+    @classmethod
+    def from_settings(cls) -> Target:
+        """The gateway URL (as the generation loop picks it: NEV_LANE_MODEL_URL first on a lane
+        (NEV_ON_LANE), else NEV_MODEL_URL) and the key from NEV_MODEL_KEY_FILE."""
+        on_lane = settings.get_flag(settings.ON_LANE)
+        url = ((settings.get(settings.LANE_MODEL_URL) if on_lane else None) or settings.get(settings.MODEL_URL)
+               or settings.get(settings.LANE_MODEL_URL))
+        if not url:
+            raise ConfigError("no gateway URL: set NEV_MODEL_URL (NEV_LANE_MODEL_URL on a lane), e.g. http://gateway:4000")
+        key_file = settings.get_path(settings.MODEL_KEY_FILE)
+        key = None
+        if key_file is not None:
+            try:
+                key = key_file.read_text(encoding="utf-8").strip()
+            except OSError as e:
+                raise ConfigError(f"NEV_MODEL_KEY_FILE {key_file}: cannot read it ({e.strerror})") from None
+        key = key or settings.get(settings.MODEL_API_KEY)
+        if not key:
+            raise ConfigError("no gateway key: set NEV_MODEL_KEY_FILE to a mode-600 file holding it")
+        register_secret(key)
+        return cls(url=url.rstrip("/"), key=key)
+
+
+@dataclass(frozen=True)
+class Sample:
+    ok: bool
+    latency_s: float
+    ttft_s: float | None = None
+    tokens_out: int | None = None
+    tokens_counted: bool = False   # True: from the text (no usage chunk), an estimate
+    error: str | None = None
+
+
+def parse_levels(text: str) -> list[int]:
+    """`1,2,4` -> [1, 2, 4]; each a positive integer, increasing."""
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--inflight {text!r}: give positive integers separated by commas, e.g. 1,2,4,8") from None
+    if not levels or any(n < 1 for n in levels) or levels != sorted(set(levels)):
+        raise UsageError(f"--inflight {text!r}: give increasing positive integers, e.g. 1,2,4,8")
+    return levels
+
+
+def requests_for(level: int, requested: int | None) -> int:
+    """Requests sent at a level: as asked, else enough for a p95 and for every slot to turn four
+    times (with fewer, the first and last wave dominate the wall time)."""
+    if requested is not None:
+        return requested
+    return max(MIN_FOR_P95, 4 * level)
+
+
+def percentile(values: Sequence[float], q: float, min_n: int) -> float | None:
+    """Nearest-rank percentile; None when there are fewer than `min_n` observations."""
+    if len(values) < min_n or not values:
+        return None
+    ordered = sorted(values)
+    k = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[k - 1]
+
+
+def summarize(level: int, samples: Sequence[Sample], wall_s: float) -> dict[str, Any]:
+    """One level's row. Failed requests count in `failed`, never in the rates or percentiles."""
+    ok = [s for s in samples if s.ok]
+    lat = [s.latency_s for s in ok]
+    ttft = [s.ttft_s for s in ok if s.ttft_s is not None]
+    tokens = sum(s.tokens_out or 0 for s in ok)
+    errors: dict[str, int] = {}
+    for s in samples:
+        if not s.ok:
+            key = s.error or "failed"
+            errors[key] = errors.get(key, 0) + 1
+    notes = []
+    if len(lat) < MIN_FOR_P95:
+        notes.append(f"{len(lat)} answers: p95 needs {MIN_FOR_P95}")
+    if len(lat) < MIN_FOR_P50:
+        notes.append(f"p50 needs {MIN_FOR_P50}")
+
+    def r(x: float | None, nd: int = 3) -> float | None:
+        return None if x is None else round(x, nd)
+
+    return {
+        "inflight": level, "requests": len(samples), "answered": len(ok), "failed": len(samples) - len(ok),
+        "wall_s": r(wall_s), "output_tokens": tokens,
+        "tokens_counted_from_text": any(s.tokens_counted for s in ok),
+        "output_tok_s": r(tokens / wall_s if wall_s > 0 else None, 1),
+        "req_s": r(len(ok) / wall_s if wall_s > 0 else None, 2),
+        "latency_p50_s": r(percentile(lat, 50, MIN_FOR_P50)), "latency_p95_s": r(percentile(lat, 95, MIN_FOR_P95)),
+        "ttft_p50_s": r(percentile(ttft, 50, MIN_FOR_P50)), "ttft_p95_s": r(percentile(ttft, 95, MIN_FOR_P95)),
+        "errors": errors, "note": "; ".join(notes) or None,
+    }
+
+
+def knee(rows: Sequence[dict[str, Any]], min_gain: float = MIN_GAIN) -> int | None:
+    """The first level past which throughput stops growing: the next level adds less than
+    `min_gain` of its output tokens/s per doubling of the in-flight level (log2 of the ratio).
+    None when throughput still grows at the last level (not saturated: try higher levels).
+
+    At exactly the pool's limit the pool idles while each answer travels back and the next
+    request comes, so one level past it still gains that round-trip share; the threshold is
+    above it for service times several times the gateway's own latency."""
+    for a, b in zip(rows, rows[1:], strict=False):
+        ta, tb = a.get("output_tok_s"), b.get("output_tok_s")
+        if ta is None or tb is None or ta <= 0:
+            continue
+        if tb < ta * (1 + min_gain * math.log2(b["inflight"] / a["inflight"])):
+            return int(a["inflight"])
+    return None
+
+
+# -- the I/O edge ----------------------------------------------------------
+
+def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    u = urllib.parse.urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ConfigError(f"NEV_MODEL_URL {url!r}: give the gateway's base URL, http://host:port")
+    cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    conn = cls(u.hostname, u.port, timeout=timeout)
+    base = u.path.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3]
+    return conn, base + "/v1/chat/completions"
+
+
+def _error_text(raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return " ".join(text.split())[:200]
+    err = data.get("error") if isinstance(data, dict) else None
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        return " ".join(err["message"].split())[:200]
+    return " ".join(text.split())[:200]
+
+
+def one_request(target: Target, alias: str, max_tokens: int, timeout: float, prompt: str = PROMPT) -> Sample:
+    """One streamed completion: latency to the last byte, time to the first content chunk, tokens."""
+    body = json.dumps({"model": alias, "stream": True, "stream_options": {"include_usage": True},
+                       "max_tokens": max_tokens, "temperature": 0, "seed": 1,
+                       "messages": [{"role": "user", "content": prompt}]}).encode()
+    t0 = time.monotonic()
+    conn, path = _connection(target.url, timeout)
+    try:
+        conn.request("POST", path, body=body, headers={
+            "Authorization": f"Bearer {target.key}", "Content-Type": "application/json",
+            "Accept": "text/event-stream"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            return Sample(False, time.monotonic() - t0, error=mask(f"HTTP {resp.status}: {_error_text(resp.read())}"))
+        ttft: float | None = None
+        usage: int | None = None
+        chars = 0
+        done = False
+        while True:
+            line = resp.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                done = True
+                break
+            try:
+                event = json.loads(data)
+            except ValueError:
+                continue
+            for ch in event.get("choices") or []:
+                content = (ch.get("delta") or {}).get("content")
+                if content:
+                    chars += len(content)
+                    if ttft is None:
+                        ttft = time.monotonic() - t0
+            u = event.get("usage")
+            if isinstance(u, dict) and isinstance(u.get("completion_tokens"), int):
+                usage = u["completion_tokens"]
+        latency = time.monotonic() - t0
+        if not done and ttft is None:
+            return Sample(False, latency, error="the stream ended without an answer")
+        if usage is None:
+            return Sample(True, latency, ttft, max(1, chars // 4) if chars else 0, tokens_counted=True)
+        return Sample(True, latency, ttft, usage)
+    except (OSError, http.client.HTTPException) as e:
+        return Sample(False, time.monotonic() - t0, error=mask(f"gateway unreachable: {e}"))
+    finally:
+        conn.close()
+
+
+Request = Callable[[], Sample]
+
+
+def run_level(send: Request, level: int, n: int) -> tuple[list[Sample], float]:
+    """`n` requests with `level` in flight at once; the samples and the wall time."""
+    samples: list[Sample] = []
+    lock = threading.Lock()
+    left = [n]
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if left[0] <= 0:
+                    return
+                left[0] -= 1
+            s = send()
+            with lock:
+                samples.append(s)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(level, n))]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return samples, time.monotonic() - t0
+
+
+def sweep(send: Request, alias: str, levels: Sequence[int], requests: int | None,
+          on_level: Callable[[dict[str, Any]], None] = lambda _r: None) -> dict[str, Any]:
+    """Check the alias answers once, then every level in turn; the result with its knee."""
+    first = send()
+    if not first.ok:
+        raise NevError(f"throughput: {alias} did not answer through the gateway ({first.error}); "
+                       f"check `nev rig status` and the key's alias list; nothing measured")
+    rows = []
+    for level in levels:
+        samples, wall = run_level(send, level, requests_for(level, requests))
+        row = summarize(level, samples, wall)
+        rows.append(row)
+        on_level(row)
+    k = knee(rows)
+    best = max(rows, key=lambda r: r["output_tok_s"] or 0.0)
+    return {"schema": SCHEMA, "alias": alias, "prompt_chars": len(PROMPT), "levels": rows, "knee": k,
+            "peak_output_tok_s": best["output_tok_s"], "peak_at": best["inflight"],
+            "saturated": k is not None,
+            "verdict": verdict(rows, k)}
+
+
+def verdict(rows: Sequence[dict[str, Any]], k: int | None) -> str:
+    if not rows:
+        return "no level measured"
+    if k is None:
+        return (f"throughput still grows at {rows[-1]['inflight']} in flight "
+                f"({rows[-1]['output_tok_s']} output tok/s): not saturated, try higher levels")
+    row = next(r for r in rows if r["inflight"] == k)
+    return f"throughput stops growing at {k} in flight ({row['output_tok_s']} output tok/s)"
+
+
+def render(result: dict[str, Any]) -> str:
+    def f(x: Any, nd: int = 2) -> str:
+        return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
+
+    head = (f"{'in flight':>9} {'answered':>8} {'failed':>6} {'out tok/s':>10} {'req/s':>7} "
+            f"{'p50 s':>7} {'p95 s':>7} {'ttft p50':>8} {'ttft p95':>8}")
+    out = [f"throughput of {result['alias']} (same prompt each request, streamed)", head]
+    for r in result["levels"]:
+        out.append(f"{r['inflight']:>9} {r['answered']:>8} {r['failed']:>6} {f(r['output_tok_s'], 1):>10} "
+                   f"{f(r['req_s']):>7} {f(r['latency_p50_s']):>7} {f(r['latency_p95_s']):>7} "
+                   f"{f(r['ttft_p50_s']):>8} {f(r['ttft_p95_s']):>8}")
+        if r["errors"]:
+            for e, n in sorted(r["errors"].items()):
+                out.append(f"{'':>9} {n} failed: {e}")
+    notes = sorted({r["note"] for r in result["levels"] if r["note"]})
+    if notes:
+        out.append("- marks a percentile with too few answers (" + "; ".join(notes) + ")")
+    if any(r["tokens_counted_from_text"] for r in result["levels"]):
+        out.append("output tokens counted from the text (chars/4): the gateway sent no usage")
+    out.append(result["verdict"])
+    c = result.get("client") or {}
+    if c.get("cpu_s") is not None:
+        rss = "-" if c.get("peak_rss_mib") is None else f"{c['peak_rss_mib']} MiB"
+        out.append(f"this client: {c['cpu_s']} s of CPU, peak RSS {rss}")
+    return "\n".join(out)
+
+
+def results_dir() -> Path:
+    p = settings.get_path(settings.THROUGHPUT_DIR)
+    assert p is not None
+    return p
+
+
+def save(result: dict[str, Any], directory: Path | None = None) -> Path:
+    """Write the result as `<dir>/<alias>.json` (what `nev rig capacity` reads)."""
+    d = directory or results_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{result['alias'].replace('/', '_')}.json"
+    jsonfile.write_atomic(path, result)
+    return path
+
+
+def own_use() -> dict[str, float | None]:
+    """This process's CPU seconds and peak RSS (getrusage; each its own counter, never summed
+    with anything else; null where the platform gives none)."""
+    try:
+        import resource
+    except ImportError:
+        return {"cpu_s": None, "peak_rss_mib": None}
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
+            "peak_rss_mib": round(ru.ru_maxrss / 1024, 1) if ru.ru_maxrss else None}
+
+
+def run(alias: str, levels: Sequence[int], requests: int | None, max_tokens: int, timeout: float,
+        on_level: Callable[[dict[str, Any]], None] = lambda _r: None) -> dict[str, Any]:
+    target = Target.from_settings()
+    result = sweep(lambda: one_request(target, alias, max_tokens, timeout), alias, levels, requests, on_level)
+    result["max_tokens"] = max_tokens
+    result["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    result["client"] = own_use()
+    return result

@@ -1,0 +1,142 @@
+"""The dashboard's pieces without a rig: collectors' markers, the page, the SVG plots."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from lanes.mask import register_secret
+from rig.dashboard import collect, page, plot
+
+LEDGER = [
+    {"batch": "b1", "function": "block_width", "start": "2026-11-30T08:00:00Z", "end": "2026-11-30T08:04:00Z",
+     "cases_run": 100, "models": {"qwen3.8-27b-fast": {"candidates": 32, "compiled": 8, "best": 74},
+                                  "deepseek-v4.1-flash": {"candidates": 8, "compiled": 4, "best": 60}}},
+    {"batch": "b2", "function": "block_width", "start": "2026-11-30T09:00:00Z", "end": "2026-11-30T09:04:00Z",
+     "cases_run": 100, "models": {"qwen3.8-27b-fast": {"candidates": 32, "compiled": 16, "best": 82}}},
+]
+
+
+def data(**over: object) -> dict:
+    base = {
+        "lanes": [{"index": 0, "name": "", "answers": True, "free_gb": 41.5, "copies": ["engine-main"],
+                   "running": ["gate-1"]},
+                  {"index": 1, "name": "", "answers": False, "free_gb": None, "copies": None, "running": None,
+                   "error": "lane 1: no answer"}],
+        "dagu": collect.unavailable("NEV_DAGU_LANE is not set: no lane runs Dagu"),
+        "aliases": {"rows": [{"alias": "qwen3.8-27b-fast", "status": "ready", "held_for_s": 620.0,
+                              "last_answer_ago_s": 12.0, "max_inflight": 8, "pool": "gpu0", "retired": None,
+                              "last_error": None},
+                             {"alias": "deepseek-v4.1-flash", "status": "failing", "held_for_s": 30.0,
+                              "last_answer_ago_s": 400.0, "max_inflight": 2, "pool": "gpu1", "retired": None,
+                              "last_error": "HTTP 503: down"}],
+                    "snapshot": "/tmp/inv.json", "probe_age_s": 5.0, "hosts_up": 7, "hosts": 7},
+        "jobs": [{"job": "gen-abspos", "status": "running", "stages": {"gen": "passed", "probe": "running"},
+                  "attempts": 1, "last_event": "2026-11-30T10:00:00Z"}],
+        "batches": {"folder": "/srv/lane-shared/ledger", "lines": LEDGER, "points": collect.batch_points(LEDGER),
+                    "unreadable_lines": 0},
+        "floors": [{"function": "block_width", "batch": "example", "admitted_passed": 500, "admitted_run": 500,
+                    "floor_passed": 500, "floor_run": 500}],
+        "collected_at": time.time(), "took_s": 0.4,
+    }
+    base.update(over)
+    return base
+
+
+def test_the_page_shows_every_lane_and_alias_with_its_status():
+    html = page.render(data(), 15)
+    assert re.findall(r'data-lane="(\d)" data-answers="(\w+)"', html) == [("0", "yes"), ("1", "no")]
+    assert re.findall(r'data-alias="([^"]+)" data-status="(\w+)"', html) == [
+        ("qwen3.8-27b-fast", "ready"), ("deepseek-v4.1-flash", "failing")]
+    assert "41.5 GB" in html and "engine-main" in html and "gate-1" in html
+    assert "10 min" in html and "12 s ago" in html            # held for, last answer
+    assert "<td>8</td>" in html and "<td>2</td>" in html        # in-flight limits
+    assert 'data-job="gen-abspos"' in html and "probe" in html
+    assert 'data-function="block_width"' in html and "500/500" in html
+
+
+def test_a_missing_source_shows_as_unavailable_and_the_rest_still_renders():
+    html = page.render(data(jobs=collect.unavailable("no job state folder at /x"), floors=collect.unavailable("boom")), 15)
+    assert "unavailable: no job state folder at /x" in html
+    assert "unavailable: NEV_DAGU_LANE is not set" in html
+    assert 'data-alias="qwen3.8-27b-fast"' in html
+
+
+def test_the_page_refreshes_itself_and_loads_nothing_from_elsewhere():
+    html = page.render(data(), 7)
+    assert '<meta http-equiv="refresh" content="7">' in html
+    assert "<script" not in html
+    assert not re.search(r'(src|href)\s*=\s*"', html)            # no external (or any) resource
+    assert "<svg" in html
+
+
+def test_no_secret_reaches_the_page():
+    secret = "sk-dash-" + "q9x8w7v6u5t4s3r2"
+    register_secret(secret)
+    d = data()
+    d["aliases"]["rows"][1]["last_error"] = f"HTTP 401: bad key {secret}"
+    d["lanes"][1]["error"] = f"token={secret}"
+    html = page.render(d, 15)
+    assert secret not in html
+    assert "***" in html
+
+
+def test_batch_points_give_best_and_compiled_shares_per_model():
+    pts = collect.batch_points(LEDGER)
+    by = {(p["batch"], p["model"]): p for p in pts}
+    assert by[("b1", "qwen3.8-27b-fast")]["best_share"] == 0.74
+    assert by[("b1", "qwen3.8-27b-fast")]["compiled_share"] == 0.25
+    assert by[("b2", "qwen3.8-27b-fast")]["compiled_share"] == 0.5
+    s = plot.series(pts, "best_share")
+    assert [v for _t, v in s["qwen3.8-27b-fast"]] == [0.74, 0.82]
+    assert len(s["deepseek-v4.1-flash"]) == 1
+
+
+def test_the_plot_draws_one_line_per_model_and_says_when_there_is_nothing():
+    svg = plot.svg("best", plot.series(collect.batch_points(LEDGER), "best_share"))
+    assert svg.count("<polyline") == 1                          # qwen has two points, deepseek one
+    assert svg.count("<circle") == 3
+    assert "qwen3.8-27b-fast" in svg and "deepseek-v4.1-flash" in svg
+    assert "no batches yet" in plot.svg("best", {})
+
+
+def test_gather_turns_a_failing_or_slow_source_into_its_marker():
+    def slow() -> list:
+        time.sleep(5)
+        return []
+
+    def broken() -> list:
+        raise RuntimeError("disk gone")
+
+    def absent() -> list:
+        raise collect.Unavailable("not configured")
+
+    t0 = time.monotonic()
+    out = collect.gather({"ok": lambda: [1], "slow": slow, "broken": broken, "absent": absent}, timeout=1.0)
+    assert time.monotonic() - t0 < 3
+    assert out["ok"] == [1]
+    assert out["slow"] == {"unavailable": "no answer within 1 s"}
+    assert out["broken"] == {"unavailable": "RuntimeError: disk gone"}
+    assert out["absent"] == {"unavailable": "not configured"}
+
+
+def test_jobs_and_ledger_collectors_read_their_files(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("NEV_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("NEV_LANE_SHARED", str(tmp_path / "share"))
+    monkeypatch.setenv("NEV_LANES_FILE", str(tmp_path / "none.json"))
+    out = collect.gather({"jobs": collect.jobs, "batches": collect.batches}, timeout=10)
+    assert "no job state folder" in out["jobs"]["unavailable"]
+    assert "no ledger folder at" in out["batches"]["unavailable"]
+    job = tmp_path / "state/jobs/j1"
+    job.mkdir(parents=True)
+    (job / "state.json").write_text(json.dumps({"job": "j1", "status": "running", "attempts": [{}],
+                                                "stages": {"gen": {"status": "passed"}, "score": {"status": "pending"}}}))
+    led = tmp_path / "share/ledger"
+    led.mkdir(parents=True)
+    (led / "wt-a.jsonl").write_text("\n".join(json.dumps(x) for x in LEDGER) + "\nnot json\n")
+    out = collect.gather({"jobs": collect.jobs, "batches": collect.batches}, timeout=10)
+    assert out["jobs"] == [{"job": "j1", "status": "running", "stages": {"gen": "passed", "score": "pending"},
+                            "attempts": 1, "last_event": None}]
+    assert len(out["batches"]["lines"]) == 2 and out["batches"]["unreadable_lines"] == 1
