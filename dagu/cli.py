@@ -168,7 +168,7 @@ def run(workflow: str, param: tuple[str, ...], lane_index: int | None, detach: b
     with service.opened(lane_index) as ld:
         ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
         with ld.api() as api:
-            run_id, queued = runs.submit(api, wf, params)
+            run_id, queued = runs.submit(api, wf, params, say=info)
             click.echo(f"{run_id}")
             info(f"run {run_id} of {wf.name}: {'enqueued' if queued else 'started'} on {ld.lane.label}")
             if detach:

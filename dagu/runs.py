@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from dagu.api import DaguApi, RunStatus, StepStatus, step_exit_code
+from dagu.api import DaguApi, DaguApiError, RunStatus, StepStatus, step_exit_code
 from lanes.errors import NevError, UsageError
 from lanes.mask import is_secret_name
 
@@ -133,11 +133,42 @@ def follow(api: DaguApi, name: str, run_id: str, wait: float, poll: float,
         sleep(min(poll, left))
 
 
-def submit(api: DaguApi, wf: Workflow, params: dict[str, str]) -> tuple[str, bool]:
-    """Start or enqueue; (run id, enqueued)."""
-    if wf.enqueue:
-        return api.enqueue(wf.name, params), True
-    return api.start(wf.name, params), False
+def _recorded(api: DaguApi, name: str, run_id: str, wait: float, sleep: Callable[[float], None]) -> bool:
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            api.status(name, run_id)
+            return True
+        except DaguApiError as e:
+            if e.status != 404:
+                raise
+        if time.monotonic() >= deadline:
+            return False
+        sleep(0.5)
+
+
+def submit(api: DaguApi, wf: Workflow, params: dict[str, str], confirm_wait: float = 10.0,
+           sleep: Callable[[float], None] = time.sleep,
+           say: Callable[[str], None] | None = None) -> tuple[str, bool]:
+    """Start or enqueue; (run id, enqueued).
+
+    Dagu 1.30.2 can answer an enqueue with a run id and then keep no record of it when several
+    arrive at once (seen with four simultaneous submissions on a loaded lane): the run would
+    silently never happen. So an enqueued run is confirmed by reading it back, and enqueued once
+    more, with a line saying so, when Dagu does not know it.
+    """
+    if not wf.enqueue:
+        return api.start(wf.name, params), False
+    run_id = api.enqueue(wf.name, params)
+    if _recorded(api, wf.name, run_id, confirm_wait, sleep):
+        return run_id, True
+    if say is not None:
+        say(f"Dagu lost enqueued run {run_id} of {wf.name} (no record after {confirm_wait:.0f} s); enqueuing again")
+    run_id = api.enqueue(wf.name, params)
+    if _recorded(api, wf.name, run_id, confirm_wait, sleep):
+        return run_id, True
+    raise RunError(f"Dagu answered an enqueue of {wf.name} twice but keeps no record of either run; "
+                   "check the lane's Dagu (`nev dagu status`) and submit again", EXIT_FAILED)
 
 
 def watch_once_step(api: DaguApi, run_id: str, step: str) -> tuple[str, StepStatus]:

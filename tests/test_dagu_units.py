@@ -276,3 +276,48 @@ def test_worker_dies_with_a_killed_supervisor(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+class _ForgetfulDagu:
+    """A Dagu API stand-in that answers an enqueue with an id and then forgets the first N runs,
+    as Dagu 1.30.2 did under four simultaneous submissions on a loaded lane."""
+
+    def __init__(self, forget: int) -> None:
+        self.forget = forget
+        self.enqueued: list[str] = []
+        self.kept: set[str] = set()
+
+    def enqueue(self, name, params=None):
+        rid = f"run-{len(self.enqueued)}"
+        self.enqueued.append(rid)
+        if self.forget > 0:
+            self.forget -= 1
+        else:
+            self.kept.add(rid)
+        return rid
+
+    def status(self, name, run_id):
+        from dagu.api import DaguApiError
+        if run_id not in self.kept:
+            raise DaguApiError("no such run", 404)
+        return object()
+
+
+def test_submit_enqueues_again_when_dagu_keeps_no_record_of_the_run():
+    from dagu import runs
+    from lanes.errors import NevError
+    wf = runs.Workflow("queued", "queue: global\n", {"queue": "global"})
+    said: list[str] = []
+    api = _ForgetfulDagu(forget=1)
+    rid, queued = runs.submit(api, wf, {}, confirm_wait=0.1, sleep=lambda s: None, say=said.append)  # type: ignore[arg-type]
+    assert (rid, queued) == ("run-1", True) and api.enqueued == ["run-0", "run-1"]
+    assert said and "lost enqueued run run-0" in said[0]
+    api = _ForgetfulDagu(forget=0)
+    assert runs.submit(api, wf, {}, confirm_wait=0.1, sleep=lambda s: None)[0] == "run-0"  # type: ignore[arg-type]
+    assert api.enqueued == ["run-0"]
+    api = _ForgetfulDagu(forget=2)
+    try:
+        runs.submit(api, wf, {}, confirm_wait=0.1, sleep=lambda s: None)  # type: ignore[arg-type]
+        raise AssertionError("a run Dagu never records must be an error")
+    except NevError as e:
+        assert "keeps no record" in e.message
