@@ -47,7 +47,7 @@ class Results:
     job_log: str | None = None
     rig_status: str | None = None
     dashboard_url: str | None = None
-    missing: dict[str, int] = field(default_factory=dict)   # result name -> issue of its missing part
+    missing: dict[str, list[int]] = field(default_factory=dict)   # result -> issues of its missing parts
 
 
 def summary_table(steps: list[StepResult]) -> str:
@@ -90,7 +90,7 @@ def results_text(r: Results) -> str:
         if v is not None:
             return v
         if key in r.missing:
-            return f"none: not built yet (issue #{r.missing[key]})"
+            return "none: not built yet (" + ", ".join(f"issue #{n}" for n in sorted(set(r.missing[key]))) + ")"
         return "none"
 
     lines = [

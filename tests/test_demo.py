@@ -77,7 +77,7 @@ def test_demo_runs_every_built_step_for_real_and_reports_the_rest_as_not_built(b
     assert (logs.parent / "rig-notes" / "snapshots" / "labels" / "demo-start.json").exists()
     # 3: the repository on the forge has the spec on main; the track worktree is on its branch
     primary = next(work.glob("engine-*"))
-    track = next(work.glob("abspos_width-*"))
+    track = work / "abspos_width"
     url = Repo(primary).out("remote", "get-url", "origin")
     forge_main = Repo(primary).out("ls-remote", url, "refs/heads/main",
                                    env={"GIT_ASKPASS": str(box.forge_askpass)}).split()[0]
@@ -99,7 +99,7 @@ def test_demo_runs_every_built_step_for_real_and_reports_the_rest_as_not_built(b
         landed = re.search(r"landed commit:\s+([0-9a-f]{40})", out)
         assert landed and landed.group(1) == forge_main, out
     else:
-        assert re.search(r"landed commit:\s+none: not built yet \(issue #6\)", out), out
+        assert re.search(r"landed commit:\s+none: not built yet \(issue #\d+", out), out
     # 8: --keep leaves the box up
     st = subprocess.run([sys.executable, "-m", "rig.cli", "box", "status"], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=60)
