@@ -110,6 +110,7 @@ class Demo:
     primary: Path = Path()
     track: Path = Path()
     repo_url: str = ""
+    job: str = ""
 
     # ---- running nev ----
 
@@ -271,20 +272,95 @@ class Demo:
         agreed = next((ln for ln in (cp.stdout + cp.stderr).splitlines() if "agreed of" in ln), "")
         return agreed.strip() or f"corpus/{FUNCTION}: {m.get('cases')} agreed cases"
 
+    # Steps 5 and 6 run only once dagu (#8), jobs (#9), batch (#12) and sweep (#5) are on main.
+    # They are written against those parts' commands as their branches had them (nev dagu up,
+    # nev job submit/poll/status, nev batch run, nev ledger); they have not run yet.
+
+    def bank(self) -> Path:
+        """The stand-in pools' bank: abspos_width wrong at the sampling tier (the example's
+        version, which misses the negative-free-space rule), right at the capacity tier."""
+        example = (ENGINE / "crates/layout/src/generated" / f"{FUNCTION}.rs").read_text()
+        old = "(None, None) => (free / 2.0, free / 2.0),"
+        if old not in example:
+            raise StepFailed(f"the example {FUNCTION}.rs changed; the demo's bank needs its auto-margins line")
+        right = example.replace(old, "(None, None) if free < 0.0 => (0.0, free),\n            " + old, 1)
+        wrong_shrink = right.replace("(None, None, None) => (static_left, shrink_to_fit),",
+                                     "(None, None, None) => (static_left, 0.0),", 1)
+        bank = {"_comment": "nev box demo: the sampling tier is wrong, the capacity tier right (escalation)",
+                "functions": {FUNCTION: {
+                    "sampling": [{"kind": "wrong", "code": example}, {"kind": "wrong", "code": wrong_shrink}],
+                    "capacity": [{"kind": "right", "code": right}]}}}
+        path = self.work / "bank.json"
+        path.write_text(json.dumps(bank, indent=1))
+        return path
+
     def step5_job(self, missing: list[int]) -> str:
-        raise StepFailed("the parts are on main but the demo's job stage is not wired to them yet "
-                         "(rig/demo.py step5_job)")
+        bank = self.bank()
+        for pool in self.binfo.pools:
+            self.binfo.pool_control(pool, bank=str(bank))
+        self.env.setdefault("NEV_DAGU_BINARY", "/opt/nev/dagu-1.30.2/dagu")
+        self.nev("dagu", "up", "--lane", "0", step="5-job")
+        self.job = f"{FUNCTION.replace('_', '-')}-{self.tag}"
+        tip = self.git(self.track, "rev-parse", "HEAD")
+        manifest = {
+            "name": self.job, "base": tip, "spec": f"specs/{FUNCTION}.md", "key": "batch", "limit": "30m",
+            "stages": [
+                {"name": "gen", "kind": "batch",
+                 "command": f"env NEV_ENGINE_DIR=. nev batch run {FUNCTION} --max-batches 3 --escalate-after 1",
+                 "models": ["qwen3.8-27b-fast", "deepseek-v4.1-flash"]},
+                {"name": "verify", "kind": "verify"},
+            ]}
+        mf = self.track / "jobs" / f"{FUNCTION}.yaml"
+        mf.parent.mkdir(exist_ok=True)
+        import yaml
+
+        mf.write_text(yaml.safe_dump(manifest, sort_keys=False))
+        self.git(self.track, "add", str(mf))
+        self.git(self.track, "commit", "-q", "-m", f"jobs: {self.job}")
+        cp = self.nev("job", "submit", str(mf), "--lane", "0", step="5-job")
+        run_id = (cp.stdout.strip().splitlines() or ["?"])[-1]
+        return f"job {self.job} submitted (run {run_id}); banks: sampling wrong, capacity right"
 
     def step6_land(self, missing: list[int]) -> str:
-        raise StepFailed("the parts are on main but the demo's landing step is not wired to them yet "
-                         "(rig/demo.py step6_land)")
+        deadline = time.monotonic() + 900
+        status: dict = {}
+        while time.monotonic() < deadline:
+            self.nev("job", "poll", "--repo", str(self.primary), step="6-land", ok=(0, 1, 3))
+            cp = self.nev("job", "status", self.job, "--json", step="6-land", ok=(0, 1))
+            rows = json.loads(cp.stdout[cp.stdout.find("["):] if "[" in cp.stdout else "[]")
+            status = next((r for r in rows if r.get("job") == self.job), {})
+            if status.get("status") in ("landed", "failed", "not-landed"):
+                break
+            time.sleep(10)
+        if status.get("status") != "landed":
+            raise StepFailed(f"job {self.job} ended {status.get('status') or 'unfinished after 15 min'}: "
+                             f"{status.get('why') or ''}".rstrip(": "))
+        r = self.results
+        r.main_on_forge = self._forge_main()
+        r.landed_commit = self.git(self.primary, "rev-parse", "main")
+        res = status.get("result")
+        r.job_log = (res.get("archive") or res.get("log")) if isinstance(res, dict) else (str(res) if res else None)
+        led = self.nev("ledger", "--worktree", FUNCTION, "--json", step="6-land", ok=(0, 1))
+        lines = [ln for ln in led.stdout.splitlines() if ln.strip()]
+        r.ledger_line = lines[-1] if lines else None
+        return f"landed {r.landed_commit[:12]} on main"
 
     def step7_results(self, missing: list[int]) -> str:
         r = self.results
         r.main_on_forge = self._forge_main()
-        # score and floor of the function as main has it, scored on the lane over the corpus
-        cp = self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.track),
-                      "env", "NEV_ENGINE_DIR=.", "nev", "scores", "--json", step="7-results")
+        # score and floor of the function as main has it, scored on the lane over the corpus:
+        # in the track's lane copy (where step 4 built the corpora), or, once the track landed
+        # (its worktree and lane copies are gone), in a worktree of main named like it, whose
+        # lane copy gets the corpora again (the same seeds give the same cases)
+        wt, prep = self.track, ""
+        if not self.track.exists():
+            wt = self.work / "landed" / FUNCTION
+            wt.parent.mkdir(exist_ok=True)
+            self.git(self.primary, "worktree", "add", "-q", "--detach", str(wt), "main")
+            prep = " && ".join(f"nev oracle build {fn} --cases {self.opts.cases}" for fn in (FUNCTION, OTHER)) + " && "
+        pulls = [a for fn in (FUNCTION, OTHER) for a in ("--pull", f"corpus/{fn}")] if prep else []
+        cp = self.nev("lane", "on", "--lane-only", "--lane", "0", *pulls, str(wt), "sh", "-c",
+                      f"{prep}NEV_ENGINE_DIR=. nev scores --json", step="7-results")
         rows = json.loads(cp.stdout[cp.stdout.find("["):] if "[" in cp.stdout else "[]")
         row = next((x for x in rows if x.get("function") == FUNCTION), None)
         if row is None or row.get("error"):
@@ -292,7 +368,7 @@ class Demo:
         r.score = f"{row['cases_passed']}/{row['cases_run']}"
         fl = row.get("floor") or {}
         r.floor = f"{fl.get('cases_passed', 0)}/{fl.get('cases_run', 0)}" if isinstance(fl, dict) else str(fl)
-        chk = self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.track),
+        chk = self.nev("lane", "on", "--lane-only", "--lane", "0", str(wt),
                        "env", "NEV_ENGINE_DIR=.", "nev", "floors", "check", step="7-results", ok=(0, 1))
         line = next((ln for ln in chk.stdout.splitlines() if ln.startswith(FUNCTION + " ")), "")
         r.floors_check = " ".join(line.split()) or f"exit {chk.returncode}"
