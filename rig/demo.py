@@ -48,17 +48,26 @@ DEMO_BOX_NAME = "demo"
 DEMO_BOX_NET = "198.18.77"
 SNAPSHOT_LABEL = "demo-start"
 
-# What each later step needs from the parts still being built: (command path, issue).
-NEEDS: dict[int, list[tuple[tuple[str, ...], int]]] = {
-    5: [(("dagu", "run"), 8), (("job", "submit"), 9), (("batch", "run"), 12)],
-    6: [(("job", "poll"), 9), (("land",), 6), (("lane", "sweep"), 5)],
+# What each later step needs from parts that may not be on main yet: (command path, issue).
+# A missing required part skips the step ("not built"); a missing optional one makes it
+# "partial" (it runs what exists, e.g. the batch straight through the gate instead of as a job).
+REQUIRED: dict[int, list[tuple[tuple[str, ...], int]]] = {
+    5: [(("dagu", "up"), 8), (("batch", "run"), 12)],
+    6: [(("land",), 6)],
+}
+OPTIONAL: dict[int, list[tuple[tuple[str, ...], int]]] = {
+    5: [(("job", "submit"), 9)],
+    6: [(("job", "poll"), 9), (("lane", "sweep"), 5)],
     7: [(("ledger",), 12), (("job", "status"), 9)],
     8: [(("rig", "dashboard"), 14)],
 }
+ENGINE_IN_REPO = "crates_bridge/engine"   # where nev looks for the engine (NEV_ENGINE_DIR's default)
+GENERATED = f"{ENGINE_IN_REPO}/crates/layout/src/generated"
 
 # The engine repository's gate (read from main by `nev land`): the floors, scored on a lane.
+VERIFY = "nev floors check"
 TRACKS = {
-    "verify": "env NEV_ENGINE_DIR=. nev floors check",
+    "verify": VERIFY,
     "landChecks": [],
     "protected": [],
     "specWatch": {"pollEnv": {"NEV_LANE_STRICT": "1"}, "landScript": "nev land --approved",
@@ -68,12 +77,12 @@ TRACKS = {
 # The track's spec: floor files are protected (raised only after landing), so not in touches.
 SPEC = """---
 touches:
-  - crates/layout/src/generated/{fn}.rs
-  - crates/layout/src/generated/{fn}.provenance.json
+  - crates_bridge/engine/crates/layout/src/generated/{fn}.rs
+  - crates_bridge/engine/crates/layout/src/generated/{fn}.provenance.json
 ---
 # {fn}: CSS 2.1 section 10.3.7, absolutely positioned, non-replaced elements
 
-Generate `{fn}` (crates/layout/src/generated/{fn}.rs) by a best-of-N batch through the
+Generate `{fn}` (crates_bridge/engine/crates/layout/src/generated/{fn}.rs) by a best-of-N batch through the
 gateway, verified against the three-browser corpus `corpus/{fn}`. The example engine's version
 misses the rule for negative free space with both margins auto (margin-left 0 in ltr); a
 version that passes more cases of the corpus replaces it and its floor is raised after landing.
@@ -82,6 +91,43 @@ version that passes more cases of the corpus replaces it and its floor is raised
 
 class StepFailed(NevError):
     pass
+
+
+def _sub(text: str, old: str, new: str) -> str:
+    if old not in text:
+        raise StepFailed(f"the example {FUNCTION}.rs changed: the demo's bank cannot find {old!r}")
+    return text.replace(old, new, 1)
+
+
+def demo_bank() -> dict:
+    """Candidates a model might answer for `abspos_width`, as whole files.
+
+    - wrong: the example engine's own version (it misses the rule for negative free space with
+      both margins auto), and one that also forgets shrink-to-fit;
+    - right: the negative-margins rule, and every length resolved to the browsers' layout unit
+      (1/64 px, floored), as Blink, Gecko and WebKit do: without it a case such as
+      `left: auto; width: 101.4%; right: 56%` is 1/30 px off the browsers' answer.
+    """
+    example = (ENGINE / "crates/layout/src/generated" / f"{FUNCTION}.rs").read_text()
+    auto = "(None, None) => (free / 2.0, free / 2.0),"
+    negative = _sub(example, auto, "(None, None) if free < 0.0 => (0.0, free),\n            " + auto)
+    head = "fn solve(input: &AbsposWidthInput, width: Len) -> AbsposWidthOutput {\n"
+    right = _sub(negative, head, "/// A length in the browsers' layout unit (1/64 px, floored).\n"
+                 "fn lu(v: Option<f64>) -> Option<f64> {\n    v.map(|x| (x * 64.0).floor() / 64.0)\n}\n\n" + head)
+    for old, new in (("input.padding_left.or_zero(cb)", "lu(input.padding_left.resolve(cb)).unwrap_or(0.0)"),
+                     ("input.padding_right.or_zero(cb)", "lu(input.padding_right.resolve(cb)).unwrap_or(0.0)"),
+                     ("input.left.resolve(cb)", "lu(input.left.resolve(cb))"),
+                     ("input.right.resolve(cb)", "lu(input.right.resolve(cb))"),
+                     ("width.resolve(cb)", "lu(width.resolve(cb))"),
+                     ("input.margin_left.resolve(cb)", "lu(input.margin_left.resolve(cb))"),
+                     ("input.margin_right.resolve(cb)", "lu(input.margin_right.resolve(cb))")):
+        right = _sub(right, old, new)
+    no_shrink = _sub(negative, "(None, None, None) => (static_left, shrink_to_fit),",
+                     "(None, None, None) => (static_left, 0.0),")
+    return {"_comment": "nev box demo: abspos_width wrong at the sampling tier, right at the capacity tier",
+            "functions": {FUNCTION: {
+                "sampling": [{"kind": "wrong", "code": example}, {"kind": "wrong", "code": no_shrink}],
+                "capacity": [{"kind": "right", "code": right}]}}}
 
 
 @dataclass
@@ -114,11 +160,12 @@ class Demo:
 
     # ---- running nev ----
 
-    def nev(self, *args: str, step: str, timeout: float = 900, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+    def nev(self, *args: str, step: str, timeout: float = 900, ok: tuple[int, ...] = (0,),
+            cwd: Path | None = None) -> subprocess.CompletedProcess:
         """Run `nev ARGS` (this checkout) with the demo's settings; output kept in the step's log."""
         argv = [sys.executable, "-m", "rig.cli", *args]
         t = time.monotonic()
-        cp = subprocess.run(argv, cwd=PROJECT, env=self.env, capture_output=True, text=True, timeout=timeout)
+        cp = subprocess.run(argv, cwd=cwd or PROJECT, env=self.env, capture_output=True, text=True, timeout=timeout)
         self.log(step, f"$ nev {' '.join(args)}\n{cp.stdout}{cp.stderr}"
                        f"[exit {cp.returncode} after {time.monotonic() - t:.1f} s]\n")
         if cp.returncode not in ok:
@@ -200,6 +247,14 @@ class Demo:
                     raise StepFailed(f"{host} did not start advertising in 60 s; see {log}")
                 time.sleep(0.1)
 
+    def reset_pools(self) -> None:
+        """The stand-in pools back to their own bank (the box may be shared)."""
+        for pool in self.binfo.pools if self.info else ():
+            try:
+                self.binfo.pool_control(pool, reset=True)
+            except (OSError, NevError):
+                pass
+
     def stop_advertisers(self) -> None:
         for p in self.advertisers:
             if p.poll() is None:
@@ -225,8 +280,8 @@ class Demo:
         name = f"demo-engine-{self.tag}.git"
         self.repo_url = bi.forge_create_repo(name)
         seed = self.work / "seed"
-        shutil.copytree(ENGINE, seed, ignore=shutil.ignore_patterns("target", "corpus"))
-        (seed / ".gitignore").write_text("target/\ncorpus/\n")
+        shutil.copytree(ENGINE, seed / ENGINE_IN_REPO, ignore=shutil.ignore_patterns("target", "corpus"))
+        (seed / ".gitignore").write_text("target/\ncorpus/\n.env\n")
         (seed / "tracks.json").write_text(json.dumps(TRACKS, indent=2) + "\n")
         self.git(seed.parent, "init", "-q", "-b", "main", str(seed))
         self.git(seed, "add", "-A")
@@ -277,51 +332,92 @@ class Demo:
     # nev job submit/poll/status, nev batch run, nev ledger); they have not run yet.
 
     def bank(self) -> Path:
-        """The stand-in pools' bank: abspos_width wrong at the sampling tier (the example's
-        version, which misses the negative-free-space rule), right at the capacity tier."""
-        example = (ENGINE / "crates/layout/src/generated" / f"{FUNCTION}.rs").read_text()
-        old = "(None, None) => (free / 2.0, free / 2.0),"
-        if old not in example:
-            raise StepFailed(f"the example {FUNCTION}.rs changed; the demo's bank needs its auto-margins line")
-        right = example.replace(old, "(None, None) if free < 0.0 => (0.0, free),\n            " + old, 1)
-        wrong_shrink = right.replace("(None, None, None) => (static_left, shrink_to_fit),",
-                                     "(None, None, None) => (static_left, 0.0),", 1)
-        bank = {"_comment": "nev box demo: the sampling tier is wrong, the capacity tier right (escalation)",
-                "functions": {FUNCTION: {
-                    "sampling": [{"kind": "wrong", "code": example}, {"kind": "wrong", "code": wrong_shrink}],
-                    "capacity": [{"kind": "right", "code": right}]}}}
+        """The stand-in pools' bank for the demo's function: only wrong answers at the sampling
+        tier, a right one at the capacity tier, so the batch must escalate."""
         path = self.work / "bank.json"
-        path.write_text(json.dumps(bank, indent=1))
+        path.write_text(json.dumps(demo_bank(), indent=1))
         return path
 
     def step5_job(self, missing: list[int]) -> str:
         bank = self.bank()
         for pool in self.binfo.pools:
             self.binfo.pool_control(pool, bank=str(bank))
+        # the batch key reaches the lane only in the worktree's .env (gitignored), never in argv
+        env_file = self.track / ".env"
+        fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, f"NEV_MODEL_API_KEY={self.binfo.keys['batch'].read_text().strip()}\n".encode())
+        os.close(fd)
         self.env.setdefault("NEV_DAGU_BINARY", "/opt/nev/dagu-1.30.2/dagu")
         self.nev("dagu", "up", "--lane", "0", step="5-job")
-        self.job = f"{FUNCTION.replace('_', '-')}-{self.tag}"
-        tip = self.git(self.track, "rev-parse", "HEAD")
-        manifest = {
-            "name": self.job, "base": tip, "spec": f"specs/{FUNCTION}.md", "key": "batch", "limit": "30m",
-            "stages": [
-                {"name": "gen", "kind": "batch",
-                 "command": f"env NEV_ENGINE_DIR=. nev batch run {FUNCTION} --max-batches 3 --escalate-after 1",
-                 "models": ["qwen3.8-27b-fast", "deepseek-v4.1-flash"]},
-                {"name": "verify", "kind": "verify"},
-            ]}
-        mf = self.track / "jobs" / f"{FUNCTION}.yaml"
-        mf.parent.mkdir(exist_ok=True)
+        batch = ["nev", "batch", "run", FUNCTION, "--models", "qwen3.8-27b-fast:4:4", "--max-batches", "3",
+                 "--escalate-after", "1", "--seed", "15"]
+        if 9 not in missing:
+            return self._submit_job(" ".join(batch))
+        # jobs (#9) not on main: the same batch straight through the lane gate, then the verify gate
+        cp = self.nev(*batch[1:], step="5-job", cwd=self.track, timeout=1200)
+        out = cp.stdout + cp.stderr
+        if "kept a passing version" not in out:
+            raise StepFailed(f"the batch kept no passing version (see {self.log_path('5-job')})")
+        escalated = "escalat" in out
+        verify = VERIFY.split()
+        self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.track), *verify, step="5-job")
+        # the track's commit: the function and its provenance (its floor file is protected: the
+        # floor is raised on main after the landing)
+        self.git(self.track, "checkout", "--", f"{GENERATED}/{FUNCTION}.floor.json")
+        self.git(self.track, "add", f"{GENERATED}/{FUNCTION}.rs", f"{GENERATED}/{FUNCTION}.provenance.json")
+        prov = json.loads((self.track / GENERATED / f"{FUNCTION}.provenance.json").read_text())
+        bid = (prov.get("batch") or {}).get("id", "?")
+        self.git(self.track, "commit", "-q", "-m", f"{FUNCTION}: generated by batch {bid}")
+        return (f"batch {bid} kept a passing version" + (" after escalation" if escalated else "")
+                + "; verify passed on the lane (ran through the gate, not as a job)")
+
+    def _submit_job(self, batch: str) -> str:
         import yaml
 
+        self.job = f"{FUNCTION.replace('_', '-')}-{self.tag}"
+        manifest = {
+            "name": self.job, "base": self.git(self.track, "rev-parse", "HEAD"), "spec": f"specs/{FUNCTION}.md",
+            "key": "batch", "limit": "30m",
+            "stages": [{"name": "gen", "kind": "batch", "command": batch,
+                        "models": ["qwen3.8-27b-fast", "deepseek-v4.1-flash"]},
+                       {"name": "verify", "kind": "verify"}]}
+        mf = self.track / "jobs" / f"{FUNCTION}.yaml"
+        mf.parent.mkdir(exist_ok=True)
         mf.write_text(yaml.safe_dump(manifest, sort_keys=False))
-        self.git(self.track, "add", str(mf))
-        self.git(self.track, "commit", "-q", "-m", f"jobs: {self.job}")
-        cp = self.nev("job", "submit", str(mf), "--lane", "0", step="5-job")
+        cp = self.nev("job", "submit", str(mf), "--lane", "0", step="5-job", cwd=self.track)
         run_id = (cp.stdout.strip().splitlines() or ["?"])[-1]
         return f"job {self.job} submitted (run {run_id}); banks: sampling wrong, capacity right"
 
     def step6_land(self, missing: list[int]) -> str:
+        if len(self.steps) < 2 or self.steps[-2].status not in (PASSED, PARTIAL):
+            raise StepFailed("step 5 left nothing to land")
+        # the floors step after the landing scores main's checkout on the lane: its lane copy needs
+        # the corpora too (only `*ground-truth` corpora are shared through the NAS)
+        builds = " && ".join(f"nev oracle build {fn} --cases {self.opts.cases}" for fn in (FUNCTION, OTHER))
+        self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.primary), "sh", "-c", builds, step="6-land")
+        before = self.git(self.primary, "rev-parse", "main")
+        if 9 not in missing:
+            self._poll_job()
+        else:
+            self.nev("land", "approve", FUNCTION, "--repo", str(self.primary), step="6-land")
+            self.nev("land", "--approved", "--repo", str(self.primary), step="6-land")
+        r = self.results
+        after = self.git(self.primary, "rev-parse", "main")
+        # the landed commit: the one the landing tagged spec/<name>/<spec sha> (the floors commit,
+        # when floors rose, comes after it on main)
+        tags = self.git(self.primary, "for-each-ref", "--format=%(refname)", f"refs/tags/spec/{FUNCTION}/")
+        landed = self.git(self.primary, "rev-parse", tags.split()[-1] + "^{commit}") if tags else ""
+        if after == before or not landed:
+            raise StepFailed(f"main did not land the track (main {after[:12]}, tag {tags or 'none'}); "
+                             f"see {self.log_path('6-land')}")
+        r.landed_commit, r.main_after = landed, after
+        r.floors_commit = after if after != landed else None
+        swept = 5 not in missing and "sweep" in self.log_path("6-land").read_text()
+        return (f"main {before[:12]} -> {landed[:12]} (guarded fast-forward)"
+                + (f", floors raised in {after[:12]}" if r.floors_commit else ", no floor raised")
+                + ("; lane copies swept" if swept else "; lane copies not swept"))
+
+    def _poll_job(self) -> None:
         deadline = time.monotonic() + 900
         status: dict = {}
         while time.monotonic() < deadline:
@@ -335,15 +431,9 @@ class Demo:
         if status.get("status") != "landed":
             raise StepFailed(f"job {self.job} ended {status.get('status') or 'unfinished after 15 min'}: "
                              f"{status.get('why') or ''}".rstrip(": "))
-        r = self.results
-        r.main_on_forge = self._forge_main()
-        r.landed_commit = self.git(self.primary, "rev-parse", "main")
         res = status.get("result")
-        r.job_log = (res.get("archive") or res.get("log")) if isinstance(res, dict) else (str(res) if res else None)
-        led = self.nev("ledger", "--worktree", FUNCTION, "--json", step="6-land", ok=(0, 1))
-        lines = [ln for ln in led.stdout.splitlines() if ln.strip()]
-        r.ledger_line = lines[-1] if lines else None
-        return f"landed {r.landed_commit[:12]} on main"
+        self.results.job_log = ((res.get("archive") or res.get("log")) if isinstance(res, dict)
+                                else (str(res) if res else None))
 
     def step7_results(self, missing: list[int]) -> str:
         r = self.results
@@ -360,7 +450,7 @@ class Demo:
             prep = " && ".join(f"nev oracle build {fn} --cases {self.opts.cases}" for fn in (FUNCTION, OTHER)) + " && "
         pulls = [a for fn in (FUNCTION, OTHER) for a in ("--pull", f"corpus/{fn}")] if prep else []
         cp = self.nev("lane", "on", "--lane-only", "--lane", "0", *pulls, str(wt), "sh", "-c",
-                      f"{prep}NEV_ENGINE_DIR=. nev scores --json", step="7-results")
+                      f"{prep}nev scores --json", step="7-results")
         rows = json.loads(cp.stdout[cp.stdout.find("["):] if "[" in cp.stdout else "[]")
         row = next((x for x in rows if x.get("function") == FUNCTION), None)
         if row is None or row.get("error"):
@@ -369,13 +459,17 @@ class Demo:
         fl = row.get("floor") or {}
         r.floor = f"{fl.get('cases_passed', 0)}/{fl.get('cases_run', 0)}" if isinstance(fl, dict) else str(fl)
         chk = self.nev("lane", "on", "--lane-only", "--lane", "0", str(wt),
-                       "env", "NEV_ENGINE_DIR=.", "nev", "floors", "check", step="7-results", ok=(0, 1))
+                       "nev", "floors", "check", step="7-results", ok=(0, 1))
         line = next((ln for ln in chk.stdout.splitlines() if ln.startswith(FUNCTION + " ")), "")
         r.floors_check = " ".join(line.split()) or f"exit {chk.returncode}"
         if chk.returncode != 0 or row.get("status") not in ("ok", "better"):
             raise StepFailed(f"{FUNCTION} does not hold its floor: {r.floors_check}")
         st = self.nev("rig", "status", step="7-results")
         r.rig_status = st.stdout.strip()
+        if 12 not in missing:
+            led = self.nev("ledger", "--worktree", FUNCTION, step="7-results", ok=(0, 1))
+            rows = [ln for ln in led.stdout.splitlines() if ln.strip()]
+            r.ledger_line = " ".join(rows[-1].split()) if len(rows) > 1 else None
         for key, issue in (("ledger", 12), ("job_log", 9)):
             if issue in missing:
                 r.missing[key] = [issue]
@@ -413,27 +507,32 @@ class Demo:
             for number, name, fn in plan:
                 res = StepResult(number, name)
                 self.steps.append(res)
-                missing = missing_issues(cli, NEEDS.get(number, []))
-                res.missing = missing
+                required = missing_issues(cli, REQUIRED.get(number, []))
+                optional = missing_issues(cli, OPTIONAL.get(number, []) if number != 8 or self.opts.keep else [])
+                res.missing = sorted(set(required + optional))
                 t = time.monotonic()
                 if broken and number not in (7, 8):
                     res.note = "an earlier step failed"
-                elif number in (5, 6) and missing:
+                elif required:
                     res.status = NOT_BUILT
                 elif broken and number == 7:
                     res.note = "an earlier step failed"
                 else:
                     try:
-                        res.note = fn(missing)
-                        res.status = PARTIAL if missing else PASSED
+                        res.note = fn(optional)
+                        res.status = PARTIAL if optional else PASSED
                     except (NevError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
                         res.status, res.note, broken = FAILED, mask(str(e)), True
+                    finally:
+                        if number == 5:
+                            self.reset_pools()
                 res.seconds = time.monotonic() - t
                 self.opts.say(res.line(time.monotonic() - self.t0))
         finally:
             self.stop_advertisers()
         # what a result waits for: the landing on steps 5 and 6, the ledger and log on their parts
-        waits = {"landed": [n for s in self.steps if s.number in (5, 6) for n in s.missing],
+        waits = {"landed": [n for s in self.steps if s.number in (5, 6) and s.status == NOT_BUILT
+                            for n in s.missing],
                  "ledger": [12] if any(12 in s.missing for s in self.steps) else [],
                  "job_log": [9] if any(9 in s.missing for s in self.steps) else []}
         for key, issues in waits.items():

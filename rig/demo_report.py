@@ -38,6 +38,8 @@ class StepResult:
 @dataclass
 class Results:
     landed_commit: str | None = None
+    main_after: str | None = None     # main of the primary checkout after the landing
+    floors_commit: str | None = None  # the floors commit on top of it, when floors rose
     main_on_forge: str | None = None
     function: str = ""
     score: str | None = None          # "P/R"
@@ -95,6 +97,8 @@ def results_text(r: Results) -> str:
 
     lines = [
         f"landed commit:      {val('landed', r.landed_commit)}",
+        f"floors commit:      {r.floors_commit or 'none'}",
+        f"main (primary):     {r.main_after or 'none'}",
         f"main on the forge:  {val('main', r.main_on_forge)}",
         f"{r.function or 'function'} score:  {val('score', r.score)}  floor: {val('floor', r.floor)}",
         f"floors check:       {val('floors_check', r.floors_check)}",
