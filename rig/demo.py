@@ -542,7 +542,7 @@ class Demo:
         self.opts.stdout(summary_table(self.steps))
         self.opts.stdout("")
         self.opts.stdout(results_text(self.results))
-        self.opts.stdout(f"work: {self.work}")
+        self.opts.stdout(f"work: {self.work}" + ("" if self.work.exists() else " (removed with the box)"))
         self.opts.stdout(f"logs: {self.logs}")
         return exit_code(self.steps)
 

@@ -43,7 +43,7 @@ def _status_of(summary: str) -> dict[int, str]:
     return out
 
 
-def test_demo_runs_every_built_step_for_real_and_reports_the_rest_as_not_built(box):
+def test_demo_lands_a_generated_function_at_its_floor_and_reports_what_is_not_built(box):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NEV_BOX_NAME": box.name, "NEV_BOX_NET": box.net,
            "NEV_BOX_DIR": str(box.dir.parent)}
     env.pop("NEV_ON_LANE", None)
@@ -157,6 +157,17 @@ def _submit() -> None:
 @_job.command("poll")
 def _poll() -> int:
     return 0
+
+
+def test_the_demo_bank_has_only_wrong_answers_below_the_capacity_tier():
+    from rig.demo import demo_bank
+
+    fn = demo_bank()["functions"]["abspos_width"]
+    assert [c["kind"] for c in fn["sampling"]] == ["wrong", "wrong"]
+    assert [c["kind"] for c in fn["capacity"]] == ["right"]
+    right = fn["capacity"][0]["code"]
+    assert "if free < 0.0 => (0.0, free)" in right and "(x * 64.0).floor() / 64.0" in right
+    assert right not in [c["code"] for c in fn["sampling"]]
 
 
 def test_a_stub_command_is_found_by_its_issue_and_a_real_or_absent_one_is_told_apart():
