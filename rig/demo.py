@@ -66,6 +66,11 @@ GENERATED = f"{ENGINE_IN_REPO}/crates/layout/src/generated"
 
 # The engine repository's gate (read from main by `nev land`): the floors, scored on a lane.
 VERIFY = "nev floors check"
+# Dagu's steps get neither ~/.local/bin (where `nev lane install` puts nev) nor the box lane's
+# toolchain (/srv/toolchain, which sshd's SetEnv gives SSH sessions only) on PATH, and their
+# PYTHONPATH is the job's source copy (Python files only: no bench/specs/*.md the batch reads)
+LANE_PATH = ('export PATH="$HOME/.local/bin:/srv/toolchain/cargo-bin:$PATH" '
+             'RUSTUP_HOME="${RUSTUP_HOME:-/srv/toolchain/rustup}" && unset PYTHONPATH')
 TRACKS = {
     "verify": VERIFY,
     "landChecks": [],
@@ -283,6 +288,9 @@ class Demo:
         shutil.copytree(ENGINE, seed / ENGINE_IN_REPO, ignore=shutil.ignore_patterns("target", "corpus"))
         (seed / ".gitignore").write_text("target/\ncorpus/\n.env\n")
         (seed / "tracks.json").write_text(json.dumps(TRACKS, indent=2) + "\n")
+        # the repository declares the aliases its jobs use (NEV_FOLKNET_FILE's default path)
+        (seed / "bench").mkdir()
+        shutil.copyfile(bi.folknet_file, seed / "bench" / "folknet.json")
         self.git(seed.parent, "init", "-q", "-b", "main", str(seed))
         self.git(seed, "add", "-A")
         self.git(seed, "commit", "-q", "-m", "engine: the example workspace (crates_bridge/engine)")
@@ -395,9 +403,9 @@ class Demo:
             "name": self.job, "base": self.git(self.track, "rev-parse", "HEAD"), "spec": f"specs/{FUNCTION}.md",
             "key": "batch", "limit": "30m",
             "stages": [{"name": "gen", "kind": "batch",
-                        "command": f"{builds} && {batch} && git checkout -- {floor}",
+                        "command": f"{LANE_PATH} && {builds} && {batch} && git checkout -- {floor}",
                         "models": ["qwen3.8-27b-fast", "deepseek-v4.1-flash"]},
-                       {"name": "verify", "kind": "verify"}]}
+                       {"name": "verify", "kind": "verify", "command": f"{LANE_PATH} && {VERIFY}"}]}
         mf = self.track / "jobs" / f"{FUNCTION}.yaml"
         mf.parent.mkdir(exist_ok=True)
         mf.write_text(yaml.safe_dump(manifest, sort_keys=False))
@@ -433,10 +441,14 @@ class Demo:
                              f"see {self.log_path('6-land')}")
         r.landed_commit, r.main_after = landed, after
         r.floors_commit = after if after != landed else None
-        swept = 5 not in missing and "sweep" in self.log_path("6-land").read_text()
+        swept = "lane sweep not built yet"
+        if 5 not in missing:     # the landed track has no worktree now: its lane copies go
+            sw = self.nev("lane", "sweep", "--lane", "0", "--track", FUNCTION, "--repo", str(self.primary),
+                          step="6-land")
+            swept = (sw.stdout.strip().splitlines() or sw.stderr.strip().splitlines() or ["swept"])[-1]
         return (f"main {before[:12]} -> {landed[:12]} (guarded fast-forward)"
                 + (f", floors raised in {after[:12]}" if r.floors_commit else ", no floor raised")
-                + ("; lane copies swept" if swept else "; lane copies not swept"))
+                + f"; {swept}")
 
     def _poll_job(self) -> None:
         deadline = time.monotonic() + 900
@@ -488,9 +500,16 @@ class Demo:
         st = self.nev("rig", "status", step="7-results")
         r.rig_status = st.stdout.strip()
         if 12 not in missing:
-            led = self.nev("ledger", "--worktree", FUNCTION, step="7-results", ok=(0, 1))
-            rows = [ln for ln in led.stdout.splitlines() if ln.strip()]
-            r.ledger_line = " ".join(rows[-1].split()) if len(rows) > 1 else None
+            # the ledger line of the batch that made main's version (named in its provenance); a
+            # batch run by a job is filed under the job's checkout folder, `src`
+            prov = json.loads(self.git(self.primary, "show", f"main:{GENERATED}/{FUNCTION}.provenance.json"))
+            bid = (prov.get("batch") or {}).get("id") or "-"
+            for wt_name in (FUNCTION, "src"):
+                led = self.nev("ledger", "--worktree", wt_name, step="7-results", ok=(0, 1))
+                rows = [" ".join(ln.split()) for ln in led.stdout.splitlines() if bid in ln]
+                if rows:
+                    r.ledger_line = rows[-1]
+                    break
         for key, issue in (("ledger", 12), ("job_log", 9)):
             if issue in missing:
                 r.missing[key] = [issue]
@@ -545,12 +564,13 @@ class Demo:
                     except (NevError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
                         res.status, res.note, broken = FAILED, mask(str(e)), True
                     finally:
-                        if number == 5:
+                        if number == 6:      # the job's batch draws from the banks until it lands
                             self.reset_pools()
                 res.seconds = time.monotonic() - t
                 self.opts.say(res.line(time.monotonic() - self.t0))
         finally:
             self.stop_advertisers()
+            self.reset_pools()
         # what a result waits for: the landing on steps 5 and 6, the ledger and log on their parts
         waits = {"landed": [n for s in self.steps if s.number in (5, 6) and s.status == NOT_BUILT
                             for n in s.missing],
