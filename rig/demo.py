@@ -289,6 +289,8 @@ class Demo:
         (seed / ".gitignore").write_text("target/\ncorpus/\n.env\n")
         (seed / "tracks.json").write_text(json.dumps(TRACKS, indent=2) + "\n")
         # the repository declares the aliases its jobs use (NEV_FOLKNET_FILE's default path)
+        if bi.folknet_file is None:
+            raise StepFailed(f"box {bi.name} has no folknet file; run `nev box up` to repair it")
         (seed / "bench").mkdir()
         shutil.copyfile(bi.folknet_file, seed / "bench" / "folknet.json")
         self.git(seed.parent, "init", "-q", "-b", "main", str(seed))
