@@ -102,7 +102,7 @@ def test_demo_lands_a_generated_function_at_its_floor_and_reports_what_is_not_bu
         # landing, and the floors commit on top raised its floor to the score the lane measured
         landed = re.search(r"landed commit:\s+([0-9a-f]{40})", out).group(1)  # type: ignore[union-attr]
         g = Repo(primary)
-        assert g.out("rev-parse", f"{landed}^") == forge_main
+        assert g.git("merge-base", "--is-ancestor", forge_main, landed, check=False).returncode == 0
         assert g.out("diff", "--name-only", forge_main, landed).splitlines() == [
             f"{GEN}/abspos_width.provenance.json", f"{GEN}/abspos_width.rs"]
         assert g.out("merge-base", "--is-ancestor", landed, "main", check=False) == ""
@@ -112,7 +112,11 @@ def test_demo_lands_a_generated_function_at_its_floor_and_reports_what_is_not_bu
         # the sampling tier only had wrong answers: the version kept came from the capacity tier
         assert prov["batch"]["escalated"] is True, prov["batch"]
         assert [m["alias"] for m in prov["batch"]["models"]] == ["qwen3.8-27b-fast", "deepseek-v4.1-flash"]
-        assert re.search(r"ledger line:\s+\S+ abspos_width-\S+ abspos_width ", out), out
+        assert re.search(rf"ledger line:\s+\S+ {prov['batch']['id']} abspos_width ", out), out
+        if steps[5] == "passed":     # as a Dagu job: its logs archived on the NAS
+            archive = Path(re.search(r"job archived log:\s+(\S+)", out).group(1))  # type: ignore[union-attr]
+            assert archive.name == "archive.txt" and archive.is_file(), out
+            assert "gen.log" in archive.read_text() and archive.is_relative_to(box.nas)
     else:
         assert re.search(r"landed commit:\s+none: not built yet \(issue #\d+", out), out
     # 8: --keep leaves the box up
