@@ -337,11 +337,9 @@ class Demo:
         agreed = next((ln for ln in (cp.stdout + cp.stderr).splitlines() if "agreed of" in ln), "")
         return agreed.strip() or f"corpus/{FUNCTION}: {m.get('cases')} agreed cases"
 
-    # Steps 5 and 6 need Dagu (#8), the batch (#12) and nev land (#6). Without nev job (#9) the
-    # batch and the verify gate run straight through the lane gate and the track lands by
-    # `nev land approve` + the tick: that path runs today. The job path (_submit_job, _poll_job)
-    # is written against the jobs branch's commands (submit, poll, status --json) and has not
-    # run yet.
+    # Steps 5 and 6 need Dagu (#8), the batch (#12) and nev land (#6). With nev job (#9) the batch
+    # and the verify gate are stages of a Dagu job and the poll lands its result; without it they
+    # run straight through the lane gate and the track lands by `nev land approve` + the tick.
 
     def bank(self) -> Path:
         """The stand-in pools' bank for the demo's function: only wrong answers at the sampling
