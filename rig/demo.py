@@ -66,11 +66,6 @@ GENERATED = f"{ENGINE_IN_REPO}/crates/layout/src/generated"
 
 # The engine repository's gate (read from main by `nev land`): the floors, scored on a lane.
 VERIFY = "nev floors check"
-# Dagu's steps get neither ~/.local/bin (where `nev lane install` puts nev) nor the box lane's
-# toolchain (/srv/toolchain, which sshd's SetEnv gives SSH sessions only) on PATH, and their
-# PYTHONPATH is the job's source copy (Python files only: no bench/specs/*.md the batch reads)
-LANE_PATH = ('export PATH="$HOME/.local/bin:/srv/toolchain/cargo-bin:$PATH" '
-             'RUSTUP_HOME="${RUSTUP_HOME:-/srv/toolchain/rustup}" && unset PYTHONPATH')
 TRACKS = {
     "verify": VERIFY,
     "landChecks": [],
@@ -288,11 +283,6 @@ class Demo:
         shutil.copytree(ENGINE, seed / ENGINE_IN_REPO, ignore=shutil.ignore_patterns("target", "corpus"))
         (seed / ".gitignore").write_text("target/\ncorpus/\n.env\n")
         (seed / "tracks.json").write_text(json.dumps(TRACKS, indent=2) + "\n")
-        # the repository declares the aliases its jobs use (NEV_FOLKNET_FILE's default path)
-        if bi.folknet_file is None:
-            raise StepFailed(f"box {bi.name} has no folknet file; run `nev box up` to repair it")
-        (seed / "bench").mkdir()
-        shutil.copyfile(bi.folknet_file, seed / "bench" / "folknet.json")
         self.git(seed.parent, "init", "-q", "-b", "main", str(seed))
         self.git(seed, "add", "-A")
         self.git(seed, "commit", "-q", "-m", "engine: the example workspace (crates_bridge/engine)")
@@ -403,9 +393,9 @@ class Demo:
             "name": self.job, "base": self.git(self.track, "rev-parse", "HEAD"), "spec": f"specs/{FUNCTION}.md",
             "key": "batch", "limit": "30m",
             "stages": [{"name": "gen", "kind": "batch",
-                        "command": f"{LANE_PATH} && {builds} && {batch} && git checkout -- {floor}",
+                        "command": f"{builds} && {batch} && git checkout -- {floor}",
                         "models": ["qwen3.8-27b-fast", "deepseek-v4.1-flash"]},
-                       {"name": "verify", "kind": "verify", "command": f"{LANE_PATH} && {VERIFY}"}]}
+                       {"name": "verify", "kind": "verify", "command": VERIFY}]}
         mf = self.track / "jobs" / f"{FUNCTION}.yaml"
         mf.parent.mkdir(exist_ok=True)
         mf.write_text(yaml.safe_dump(manifest, sort_keys=False))
@@ -500,16 +490,15 @@ class Demo:
         st = self.nev("rig", "status", step="7-results")
         r.rig_status = st.stdout.strip()
         if 12 not in missing:
-            # the ledger line of the batch that made main's version (named in its provenance); a
-            # batch run by a job is filed under the job's checkout folder, `src`
+            # the ledger line of the batch that made main's version (named in its provenance): a
+            # batch run by a job is filed under the job's name, one run through the gate under
+            # the track's worktree name
             prov = json.loads(self.git(self.primary, "show", f"main:{GENERATED}/{FUNCTION}.provenance.json"))
             bid = (prov.get("batch") or {}).get("id") or "-"
-            for wt_name in (FUNCTION, "src"):
-                led = self.nev("ledger", "--worktree", wt_name, step="7-results", ok=(0, 1))
-                rows = [" ".join(ln.split()) for ln in led.stdout.splitlines() if bid in ln]
-                if rows:
-                    r.ledger_line = rows[-1]
-                    break
+            led = self.nev("ledger", "--worktree", self.job or FUNCTION, step="7-results", ok=(0, 1))
+            rows = [" ".join(ln.split()) for ln in led.stdout.splitlines() if bid in ln]
+            if rows:
+                r.ledger_line = rows[-1]
         for key, issue in (("ledger", 12), ("job_log", 9)):
             if issue in missing:
                 r.missing[key] = [issue]
