@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -182,6 +183,7 @@ class Demo:
         logs under ~/.local/share/nev/demo/<box>, outside any git worktree) and its settings."""
         self.home = Path(os.path.expanduser("~/.local/share/nev/demo")) / self.box.name
         if self.home.exists():    # the demo's own notes and logs of an earlier run
+            self.stop_earlier_dashboard()
             shutil.rmtree(self.home)
         self.logs = self.home / "logs"
         self.logs.mkdir(parents=True)
@@ -512,7 +514,46 @@ class Demo:
         if missing:
             self.results.missing["dashboard"] = missing
             return f"box {self.box.name} left up (--keep); eval \"$(NEV_BOX_NAME={self.box.name} nev box env)\""
-        raise StepFailed("nev rig dashboard is on main but the demo does not start it yet (rig/demo.py step8_end)")
+        url, pid = self._start_dashboard()
+        self.results.dashboard_url = url
+        return (f"box {self.box.name} left up (--keep); dashboard {url} (pid {pid}: `kill {pid}` stops it); "
+                f"eval \"$(NEV_BOX_NAME={self.box.name} nev box env)\"")
+
+    def dashboard_pid_file(self) -> Path:
+        return self.home / "dashboard.pid"
+
+    def _start_dashboard(self) -> tuple[str, int]:
+        """`nev rig dashboard` on a free port of 127.0.0.1, left running for the kept box; its pid in
+        dashboard.pid beside the logs (the next demo on this box stops it)."""
+        log = self.logs / "dashboard.log"
+        argv = [sys.executable, "-m", "rig.cli", "rig", "dashboard", "--port", "0"]
+        with log.open("wb") as out:
+            p = subprocess.Popen(argv, cwd=PROJECT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        self.dashboard_pid_file().write_text(f"{p.pid}\n")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            m = re.search(r"dashboard: (http://127\.0\.0\.1:\d+/)", log.read_text(errors="replace"))
+            if m:
+                return m.group(1), p.pid
+            if p.poll() is not None:
+                raise StepFailed(f"nev rig dashboard exited {p.returncode}; see {log}")
+            time.sleep(0.2)
+        os.killpg(p.pid, signal.SIGTERM)
+        raise StepFailed(f"nev rig dashboard did not serve in 120 s; see {log}")
+
+    def stop_earlier_dashboard(self) -> None:
+        """The dashboard an earlier `--keep` demo on this box left running (by its recorded pid)."""
+        try:
+            pid = int(self.dashboard_pid_file().read_text().strip())
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            return
+        if "rig dashboard" in cmd:
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
     # ---- the driver ----
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import click
@@ -123,6 +125,18 @@ def test_demo_lands_a_generated_function_at_its_floor_and_reports_what_is_not_bu
     st = subprocess.run([sys.executable, "-m", "rig.cli", "box", "status"], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=60)
     assert st.returncode == 0, st.stdout + st.stderr
+    # 8: and the dashboard serves the kept box on 127.0.0.1 (stopped here by the pid it recorded)
+    if steps[8] == "passed":
+        url = re.search(r"^dashboard:\s+(http://127\.0\.0\.1:\d+/)", out, re.M)
+        pid_file = logs.parent / "dashboard.pid"
+        assert url and pid_file.exists(), out
+        pid = int(pid_file.read_text())
+        try:
+            with urllib.request.urlopen(url.group(1), timeout=30) as resp:
+                body = resp.read().decode(errors="replace")
+            assert resp.status == 200 and "qwen3.8-27b-fast" in body, body[:500]
+        finally:
+            os.killpg(pid, signal.SIGTERM)
 
 
 def _cmdline(p: Path) -> str:
