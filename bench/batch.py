@@ -28,7 +28,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -566,8 +566,18 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
     corpus_root = corpus_root if corpus_root.is_absolute() else root / corpus_root
     return RunConfig(function=function, shares=shares, escalation=escalation, escalate_after=ea,
                      max_batches=mb, engine_dir=engine, corpus_dir=corpus or corpus_root / function,
-                     workdir=root / "target" / "batch", ledger_path=ledger.ledger_dir() / f"{root.name}.jsonl",
+                     workdir=root / "target" / "batch", ledger_path=ledger.ledger_dir() / f"{ledger_name(root)}.jsonl",
                      seed=seed)
+
+
+def ledger_name(root: Path, environ: Mapping[str, str] | None = None) -> str:
+    """Whose batches these are: NEV_LEDGER_NAME (a job's stages: the job's name), else the worktree's folder."""
+    from lanes import settings
+
+    name = (settings.get(settings.LEDGER_NAME, environ) or "").strip()
+    if "/" in name or name in (".", ".."):
+        raise UsageError(f"NEV_LEDGER_NAME={name!r} is not a file name; give a plain name such as the job's")
+    return name or root.name
 
 
 def gateway_key(root: Path) -> str:

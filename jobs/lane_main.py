@@ -210,8 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             w = job_dir(ns.work, ns.job)
             declared = Path(ns.declared) if ns.declared and Path(ns.declared).is_file() else None
             manifest = Path(ns.manifest) if os.path.isabs(ns.manifest) else w / "src" / ns.manifest
+            # this step imports the job's copy of nev's sources (PYTHONPATH); its stages run the
+            # lane's installed nev, which a PYTHONPATH of Python files only would shadow
+            stage_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
             return runner.run(manifest, w / "src", w / "state",
-                              Path(ns.inventory).expanduser() if ns.inventory else None, declared)
+                              Path(ns.inventory).expanduser() if ns.inventory else None, declared, stage_env)
         if ns.step == "publish":
             return publish(ns.job, ns.forge, ns.work)
         if ns.step == "archive":

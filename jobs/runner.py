@@ -161,9 +161,7 @@ class Runner:
             copy.unlink(missing_ok=True)
         self.environ["JOB_INVENTORY"] = str(copy)
         self.environ["JOB_INVENTORY_LIVE"] = str(live)
-        declared = self.declared or folknet.default_path()
-        if not declared.is_absolute():
-            declared = self.workdir / declared
+        declared = self._declared_path()
         snap = inv.read_snapshot(copy)
         reasons = inv.check(needs_of(self.m), inv.Snapshot(str(live), snap.data, snap.problem),
                             folknet.load(declared), dt.datetime.now(dt.UTC),
@@ -175,6 +173,11 @@ class Runner:
         for r in reasons:
             info(f"inventory: {'refused' if r.permanent else 'not ready'}: {r.message}")
         return code, reasons
+
+    def _declared_path(self) -> Path:
+        """The declared aliases of this job: the file submit sent, else NEV_FOLKNET_FILE in the job's tree."""
+        declared = self.declared or Path(settings.get(settings.FOLKNET_FILE, self.environ) or folknet.default_path())
+        return declared if declared.is_absolute() else self.workdir / declared
 
     # -- stages ----------------------------------------------------------------------------
     def _recover(self) -> None:
@@ -224,7 +227,13 @@ class Runner:
             info(f"stage {st.name}: refused: {e}")
             return 1
         env = {**self.environ, **extra, "JOB_NAME": self.m.name, "JOB_STAGE": st.name,
-               "JOB_STATE": str(self.js.folder), "JOB_WORKDIR": str(self.workdir), "JOB_LOGS": str(self.logs)}
+               "JOB_STATE": str(self.js.folder), "JOB_WORKDIR": str(self.workdir), "JOB_LOGS": str(self.logs),
+               # a batch files its ledger lines under the job, and reads the aliases the
+               # inventory check read (the job's copy of the declared file)
+               "NEV_LEDGER_NAME": self.m.name}
+        declared = self._declared_path()
+        if declared.is_file():
+            env["NEV_FOLKNET_FILE"] = str(declared)
         if self.run_id:
             env["NEV_JOB_RUN_ID"] = self.run_id
         left = self.m.limit_s - self.js.used_s()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,22 @@ def summary(state: dict[str, Any], clock: dict[str, Any] | None = None) -> dict[
         "inventory": (state.get("inventory") or {}).get("outcome"),
         "result": state.get("result"),
     }
+
+
+COMMIT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+SHORT = 12
+
+
+def short_commits(obj: Any) -> Any:
+    """The same data with every full commit id cut to its first 12 characters (pure): what a person
+    reads and passes to git, and short enough that log masking (long letter+digit runs) keeps it."""
+    if isinstance(obj, dict):
+        return {k: short_commits(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [short_commits(v) for v in obj]
+    if isinstance(obj, str) and COMMIT_ID.fullmatch(obj):
+        return obj[:SHORT]
+    return obj
 
 
 def lines(s: dict[str, Any]) -> list[str]:
@@ -80,6 +97,7 @@ def show(name: str | None, state_dir: Path | None, as_json: bool, environ: Mappi
                               "resends": rec.get("resends", 0)})
     if name and not found:
         raise NevError(f"no job {name}: no state folder under {jobs_folder(environ)} and no submission record")
+    found = [short_commits(s) for s in found]
     if as_json:
         emit_json(found)
     else:

@@ -7,6 +7,11 @@
 - nev's own sources (jobs/, lanes/, bench/ Python files) are copied to the lane under
   `~/dagu/src/<digest>/`, a folder that is never replaced: a second submission while one
   builds gets its own copy when the sources differ and shares it when they are the same.
+- The lane runs the same nev as this box: `nev lane install` (`lanes.selfinstall`, a no-op when
+  the sources are unchanged) puts it in `~/.local/bin`. Dagu steps get an allowlisted
+  environment only, so the lane's own PATH and toolchain settings (what an SSH session there
+  gets: sshd's SetEnv, the lane's profile) are read now and handed to the run step as
+  parameters (LANE_PATH, with `~/.local/bin` first, and LANE_RUSTUP_HOME / LANE_CARGO_HOME).
 - The forge token goes over SSH stdin into `~/dagu/home/forge-token` (mode 600); no secret
   is a run parameter.
 """
@@ -95,8 +100,33 @@ def push_manifest(ld: LaneDagu, m: Manifest) -> str:
     return dest
 
 
+LANE_ENV_NAMES = ("HOME", "PATH", "RUSTUP_HOME", "CARGO_HOME")
+LANE_ENV_PROBE = "; ".join(f'printf "%s=%s\\n" {n} "${n}"' for n in LANE_ENV_NAMES)
+
+
+def parse_lane_env(text: str) -> dict[str, str]:
+    """NAME=value lines of LANE_ENV_PROBE's output (pure); unset names are empty."""
+    out = {n: "" for n in LANE_ENV_NAMES}
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name in out:
+            out[name] = value.strip()
+    return out
+
+
+def step_path(lane_env: Mapping[str, str]) -> str:
+    """The PATH of the job's steps (pure): the lane's installed nev first, then the lane's own PATH."""
+    home = lane_env.get("HOME", "")
+    parts = [posixpath.join(home, ".local/bin")] if home else []
+    for d in (lane_env.get("PATH") or "").split(":"):
+        if d and d not in parts:
+            parts.append(d)
+    return ":".join(parts)
+
+
 def params(m: Manifest, manifest: str, forge_url: str, lane_home: str, layout: Layout, share: str, src: str,
-           environ: Mapping[str, str]) -> dict[str, str]:
+           environ: Mapping[str, str], lane_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    le = dict(lane_env or {"HOME": lane_home})
     # The lane's own snapshot: the default path, under the lane user's home (NEV_INVENTORY here
     # names this box's file).
     inv = settings.INVENTORY.default or "~/.local/share/nev/inventory.json"
@@ -109,6 +139,9 @@ def params(m: Manifest, manifest: str, forge_url: str, lane_home: str, layout: L
         "MODEL_URL": settings.get(settings.LANE_MODEL_URL, environ) or "",
         "NPM_CACHE": posixpath.join(share, "npm-cache"),
         "DECLARED": posixpath.join(src, DECLARED),
+        "LANE_PATH": step_path(le),
+        "LANE_RUSTUP_HOME": le.get("RUSTUP_HOME", ""),
+        "LANE_CARGO_HOME": le.get("CARGO_HOME", ""),
     }
 
 
@@ -154,12 +187,18 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
 
     with service.opened(lane_flag) as ld:
         push_forge_token(ld, env)
+        if settings.get_flag(settings.JOB_INSTALL_NEV, env):
+            from lanes import selfinstall
+
+            _changed, line = selfinstall.install(ld.conn, selfinstall.default_cache())
+            info(f"nev on {ld.lane.label}: {line}")
         declared = settings.get_path(settings.FOLKNET_FILE, env)
         src = sync_source(ld, declared if declared and declared.is_file() else None)
         wf = runs.load_workflow(str(workflow_file()))
         ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
-        lane_home = ld.conn.run('printf %s "$HOME"').out.strip()
-        p = params(m, push_manifest(ld, m), forge.url, lane_home, ld.layout, service.lane_shared(ld.lane), src, env)
+        lane_env = parse_lane_env(ld.conn.run(LANE_ENV_PROBE).out)
+        p = params(m, push_manifest(ld, m), forge.url, lane_env["HOME"], ld.layout, service.lane_shared(ld.lane), src,
+                   env, lane_env)
         with ld.api() as api:
             run_id, queued = runs.submit(api, wf, p)
         lane_label = ld.lane.label

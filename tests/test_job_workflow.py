@@ -185,3 +185,29 @@ def test_archive_keeps_writer_prompts_and_events_scrubbed_and_lists_them(tmp_pat
     blob = (dest / "writer" / "write" / "brief.md").read_text() + (dest / "writer" / "write" / "events.jsonl").read_text()
     assert "198.18.0.20" not in blob and "sk-abcdefgh" not in blob and "write clamp_px" in blob
     assert archive_mod.marker(share, "w", "run-1").read_text() == "run-1\n"
+
+
+def test_stages_get_the_lanes_path_toolchain_declared_aliases_and_job_ledger_name_but_no_pythonpath(tmp_path):
+    dh = _dagu_home(tmp_path)
+    lane_bin = tmp_path / "home" / ".local" / "bin"     # where `nev lane install` links nev
+    lane_bin.mkdir(parents=True)
+    tool = lane_bin / "lane-tool"
+    tool.write_text("#!/bin/sh\necho lane-tool ran\n")
+    tool.chmod(0o755)
+    declared = tmp_path / "declared-folknet.json"
+    declared.write_bytes((ROOT / "bench" / "folknet.json").read_bytes())
+    stages = [{"name": "look", "kind": "command",
+               "command": "lane-tool > tool.txt; printf '%s\\n' \"PATH=$PATH\" \"RUSTUP_HOME=$RUSTUP_HOME\" "
+                          "\"PYTHONPATH=${PYTHONPATH-unset}\" \"NEV_FOLKNET_FILE=$NEV_FOLKNET_FILE\" "
+                          "\"NEV_LEDGER_NAME=$NEV_LEDGER_NAME\" > env.txt"}]
+    forge, _ = _submit_local(tmp_path, stages, name="envjob")
+    cp = _start(tmp_path, forge, dh, "envjob", f"LANE_PATH={lane_bin}:/usr/local/bin:/usr/bin:/bin",
+                f"LANE_RUSTUP_HOME={tmp_path / 'rustup'}", f"DECLARED={declared}")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert git(forge, "show", "result/envjob:tool.txt").strip() == "lane-tool ran"
+    env = dict(ln.split("=", 1) for ln in git(forge, "show", "result/envjob:env.txt").splitlines())
+    assert env["PATH"].split(":")[0] == str(lane_bin)
+    assert env["RUSTUP_HOME"] == str(tmp_path / "rustup")
+    assert env["PYTHONPATH"] == "unset"          # the source copy never shadows the installed nev
+    assert env["NEV_FOLKNET_FILE"] == str(declared)
+    assert env["NEV_LEDGER_NAME"] == "envjob"

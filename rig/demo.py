@@ -1,0 +1,623 @@
+"""`nev box demo`: the whole mission end to end on the rig-in-a-box, through the public commands
+of every part. Each step prints one progress line with its time; a part that is not on main yet
+makes its step say `not built yet (issue #N)` and the demo goes on where it can. The exit status
+is 0 only when every step ran and passed.
+
+The steps run `nev` itself (`python -m rig.cli`, this very checkout) with the box's settings, so
+what the demo shows is what a person typing the commands gets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lanes.errors import NevError
+from lanes.gitrun import Repo
+from lanes.mask import mask
+from lanes.ui import info
+from rig.box import Box
+from rig.box.state import BoxInfo
+from rig.demo_report import (
+    FAILED,
+    NOT_BUILT,
+    PARTIAL,
+    PASSED,
+    Results,
+    StepResult,
+    exit_code,
+    missing_issues,
+    results_text,
+    summary_table,
+)
+
+PROJECT = Path(__file__).resolve().parent.parent
+ENGINE = PROJECT / "crates_bridge" / "engine"
+FUNCTION = "abspos_width"            # the generated function the demo's track rewrites
+OTHER = "block_width"                # the example engine's other generated function
+DEMO_BOX_NAME = "demo"
+DEMO_BOX_NET = "198.18.77"
+SNAPSHOT_LABEL = "demo-start"
+
+# What each later step needs from parts that may not be on main yet: (command path, issue).
+# A missing required part skips the step ("not built"); a missing optional one makes it
+# "partial" (it runs what exists, e.g. the batch straight through the gate instead of as a job).
+REQUIRED: dict[int, list[tuple[tuple[str, ...], int]]] = {
+    5: [(("dagu", "up"), 8), (("batch", "run"), 12)],
+    6: [(("land",), 6)],
+}
+OPTIONAL: dict[int, list[tuple[tuple[str, ...], int]]] = {
+    5: [(("job", "submit"), 9)],
+    6: [(("job", "poll"), 9), (("lane", "sweep"), 5)],
+    7: [(("ledger",), 12), (("job", "status"), 9)],
+    8: [(("rig", "dashboard"), 14)],
+}
+ENGINE_IN_REPO = "crates_bridge/engine"   # where nev looks for the engine (NEV_ENGINE_DIR's default)
+GENERATED = f"{ENGINE_IN_REPO}/crates/layout/src/generated"
+
+# The engine repository's gate (read from main by `nev land`): the floors, scored on a lane.
+VERIFY = "nev floors check"
+TRACKS = {
+    "verify": VERIFY,
+    "landChecks": [],
+    "protected": [],
+    "specWatch": {"pollEnv": {"NEV_LANE_STRICT": "1"}, "landScript": "nev land --approved",
+                  "lanes": {"tool": "writer-harness"}},
+}
+
+# The track's spec: floor files are protected (raised only after landing), so not in touches.
+SPEC = """---
+touches:
+  - crates_bridge/engine/crates/layout/src/generated/{fn}.rs
+  - crates_bridge/engine/crates/layout/src/generated/{fn}.provenance.json
+---
+# {fn}: CSS 2.1 section 10.3.7, absolutely positioned, non-replaced elements
+
+Generate `{fn}` (crates_bridge/engine/crates/layout/src/generated/{fn}.rs) by a best-of-N batch through the
+gateway, verified against the three-browser corpus `corpus/{fn}`. The example engine's version
+misses the rule for negative free space with both margins auto (margin-left 0 in ltr); a
+version that passes more cases of the corpus replaces it and its floor is raised after landing.
+"""
+
+
+class StepFailed(NevError):
+    pass
+
+
+def _sub(text: str, old: str, new: str) -> str:
+    if old not in text:
+        raise StepFailed(f"the example {FUNCTION}.rs changed: the demo's bank cannot find {old!r}")
+    return text.replace(old, new, 1)
+
+
+def demo_bank() -> dict:
+    """Candidates a model might answer for `abspos_width`, as whole files.
+
+    - wrong: the example engine's own version (it misses the rule for negative free space with
+      both margins auto), and one that also forgets shrink-to-fit;
+    - right: the negative-margins rule, and every length resolved to the browsers' layout unit
+      (1/64 px, floored), as Blink, Gecko and WebKit do: without it a case such as
+      `left: auto; width: 101.4%; right: 56%` is 1/30 px off the browsers' answer.
+    """
+    example = (ENGINE / "crates/layout/src/generated" / f"{FUNCTION}.rs").read_text()
+    auto = "(None, None) => (free / 2.0, free / 2.0),"
+    negative = _sub(example, auto, "(None, None) if free < 0.0 => (0.0, free),\n            " + auto)
+    head = "fn solve(input: &AbsposWidthInput, width: Len) -> AbsposWidthOutput {\n"
+    right = _sub(negative, head, "/// A length in the browsers' layout unit (1/64 px, floored).\n"
+                 "fn lu(v: Option<f64>) -> Option<f64> {\n    v.map(|x| (x * 64.0).floor() / 64.0)\n}\n\n" + head)
+    for old, new in (("input.padding_left.or_zero(cb)", "lu(input.padding_left.resolve(cb)).unwrap_or(0.0)"),
+                     ("input.padding_right.or_zero(cb)", "lu(input.padding_right.resolve(cb)).unwrap_or(0.0)"),
+                     ("input.left.resolve(cb)", "lu(input.left.resolve(cb))"),
+                     ("input.right.resolve(cb)", "lu(input.right.resolve(cb))"),
+                     ("width.resolve(cb)", "lu(width.resolve(cb))"),
+                     ("input.margin_left.resolve(cb)", "lu(input.margin_left.resolve(cb))"),
+                     ("input.margin_right.resolve(cb)", "lu(input.margin_right.resolve(cb))")):
+        right = _sub(right, old, new)
+    no_shrink = _sub(negative, "(None, None, None) => (static_left, shrink_to_fit),",
+                     "(None, None, None) => (static_left, 0.0),")
+    return {"_comment": "nev box demo: abspos_width wrong at the sampling tier, right at the capacity tier",
+            "functions": {FUNCTION: {
+                "sampling": [{"kind": "wrong", "code": example}, {"kind": "wrong", "code": no_shrink}],
+                "capacity": [{"kind": "right", "code": right}]}}}
+
+
+@dataclass
+class Options:
+    keep: bool = False
+    cases: int = 200
+    box: Box | None = None            # default: NEV_BOX_NAME/NEV_BOX_NET, else demo / 198.18.77
+    say: Callable[[str], None] = info
+    stdout: Callable[[str], None] = print
+
+
+@dataclass
+class Demo:
+    opts: Options
+    box: Box
+    tag: str = field(default_factory=lambda: secrets.token_hex(2))
+    t0: float = field(default_factory=time.monotonic)
+    steps: list[StepResult] = field(default_factory=list)
+    results: Results = field(default_factory=lambda: Results(function=FUNCTION))
+    info: BoxInfo | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    work: Path = Path()
+    home: Path = Path()
+    logs: Path = Path()
+    advertisers: list[subprocess.Popen] = field(default_factory=list)
+    primary: Path = Path()
+    track: Path = Path()
+    repo_url: str = ""
+    job: str = ""
+
+    # ---- running nev ----
+
+    def nev(self, *args: str, step: str, timeout: float = 900, ok: tuple[int, ...] = (0,),
+            cwd: Path | None = None) -> subprocess.CompletedProcess:
+        """Run `nev ARGS` (this checkout) with the demo's settings; output kept in the step's log."""
+        argv = [sys.executable, "-m", "rig.cli", *args]
+        t = time.monotonic()
+        cp = subprocess.run(argv, cwd=cwd or PROJECT, env=self.env, capture_output=True, text=True, timeout=timeout)
+        self.log(step, f"$ nev {' '.join(args)}\n{cp.stdout}{cp.stderr}"
+                       f"[exit {cp.returncode} after {time.monotonic() - t:.1f} s]\n")
+        if cp.returncode not in ok:
+            last = (cp.stderr.strip().splitlines() or cp.stdout.strip().splitlines() or ["(no output)"])[-1]
+            raise StepFailed(f"`nev {' '.join(args[:3])} ...` exited {cp.returncode}: {last} "
+                             f"(whole output: {self.log_path(step)})")
+        return cp
+
+    def log_path(self, step: str) -> Path:
+        return self.logs / f"{step}.log"
+
+    def prepare(self) -> None:
+        """The demo's own folders (work under the box's folder, which `box down` removes; notes and
+        logs under ~/.local/share/nev/demo/<box>, outside any git worktree) and its settings."""
+        self.home = Path(os.path.expanduser("~/.local/share/nev/demo")) / self.box.name
+        if self.home.exists():    # the demo's own notes and logs of an earlier run
+            self.stop_earlier_dashboard()
+            shutil.rmtree(self.home)
+        self.logs = self.home / "logs"
+        self.logs.mkdir(parents=True)
+        self.work = self.box.dir / "demo" / self.tag
+        self.env = {**os.environ, "PYTHONPATH": str(PROJECT), "NEV_BOX_NAME": self.box.name,
+                    "NEV_BOX_NET": self.box.net, "NEV_BOX_DIR": str(self.box.dir.parent)}
+        self.env.pop("NEV_ON_LANE", None)
+
+    def log(self, step: str, text: str) -> None:
+        p = self.log_path(step)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with p.open("a") as f:
+            f.write(mask(text))
+
+    def git(self, path: Path, *args: str) -> str:
+        return Repo(path, env={"GIT_ASKPASS": str(self.binfo.forge_askpass)}).out(*args)
+
+    @property
+    def binfo(self) -> BoxInfo:
+        assert self.info is not None, "the box is not up"
+        return self.info
+
+    # ---- the steps ----
+
+    def step1_box(self, missing: list[int]) -> str:
+        self.nev("box", "up", step="1-box")
+        self.info = self.box.info()
+        self.work.mkdir(parents=True, exist_ok=True)
+        self._settings()
+        self._start_advertisers()
+        hosts = self.binfo.hosts
+        cp = self.nev("rig", "collect", "--interface", self.binfo.bridge_addr, "--expect", str(len(hosts)),
+                      "--timeout", "10", "--json", step="1-box")
+        seen = json.loads(cp.stdout or "{}")
+        up = sorted(h for h, v in seen.items() if v.get("status") == "up")
+        if set(up) != set(hosts):
+            raise StepFailed(f"collect saw {len(up)} of {len(hosts)} hosts up ({', '.join(up) or 'none'}); "
+                             f"advertiser logs in {self.logs}")
+        self.nev("rig", "probe", step="1-box")
+        st = self.nev("rig", "status", step="1-box")
+        self.results.rig_status = st.stdout.strip()
+        ready = sum(1 for line in st.stdout.splitlines() if " ready " in f" {line} ")
+        return f"{len(hosts)} hosts advertised and collected, {ready} aliases ready"
+
+    def _settings(self) -> None:
+        bi = self.binfo
+        self.env.update({**bi.env, "NEV_INVENTORY": str(self.work / "inventory.json"),
+                         "NEV_RIG_NOTES": str(self.home / "rig-notes")})
+
+    def _start_advertisers(self) -> None:
+        for host, h in self.binfo.hosts.items():
+            log = self.logs / f"advertise-{host}.log"
+            argv = ["ip", "netns", "exec", h["netns"], sys.executable, "-m", "rig.cli", "rig", "advertise",
+                    "--interface", h["addr"], "--name", host]
+            with log.open("wb") as out:
+                self.advertisers.append(subprocess.Popen(argv, cwd=PROJECT, env=self.env, stdout=out,
+                                                         stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + 60
+        for host in self.binfo.hosts:
+            log = self.logs / f"advertise-{host}.log"
+            while "advertising" not in (log.read_text(errors="replace") if log.exists() else ""):
+                if time.monotonic() > deadline:
+                    raise StepFailed(f"{host} did not start advertising in 60 s; see {log}")
+                time.sleep(0.1)
+
+    def reset_pools(self) -> None:
+        """The stand-in pools back to their own bank (the box may be shared)."""
+        for pool in self.binfo.pools if self.info else ():
+            try:
+                self.binfo.pool_control(pool, reset=True)
+            except (OSError, NevError):
+                pass
+
+    def stop_advertisers(self) -> None:
+        for p in self.advertisers:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in self.advertisers:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(5)
+        self.advertisers.clear()
+
+    def step2_snapshot(self, missing: list[int]) -> str:
+        cp = self.nev("rig", "snapshot", SNAPSHOT_LABEL, step="2-snapshot")
+        last = (cp.stdout.strip() or cp.stderr.strip()).splitlines()[-1:]
+        return last[0].split(":")[0] if last else SNAPSHOT_LABEL
+
+    def step3_repo(self, missing: list[int]) -> str:
+        bi = self.binfo
+        name = f"demo-engine-{self.tag}.git"
+        self.repo_url = bi.forge_create_repo(name)
+        seed = self.work / "seed"
+        shutil.copytree(ENGINE, seed / ENGINE_IN_REPO, ignore=shutil.ignore_patterns("target", "corpus"))
+        (seed / ".gitignore").write_text("target/\ncorpus/\n.env\n")
+        (seed / "tracks.json").write_text(json.dumps(TRACKS, indent=2) + "\n")
+        self.git(seed.parent, "init", "-q", "-b", "main", str(seed))
+        self.git(seed, "add", "-A")
+        self.git(seed, "commit", "-q", "-m", "engine: the example workspace (crates_bridge/engine)")
+        self.git(seed, "push", "-q", self.repo_url, "main")
+        shutil.rmtree(seed)
+        # the demo's lanes file: the box's lanes, fetching from this repository
+        lanes = json.loads(bi.lanes_file.read_text())
+        lanes["git_url"] = self.repo_url
+        lf = self.work / "lane.local.json"
+        lf.write_text(json.dumps(lanes, indent=1))
+        self.env.update({"NEV_LANES_FILE": str(lf), "NEV_LANE_GIT_URL": self.repo_url})
+        # primary checkout on the dev box; the spec on main; the track worktree beside it
+        self.primary = self.work / f"engine-{self.tag}"
+        self.git(self.work, "clone", "-q", self.repo_url, str(self.primary))
+        spec = self.primary / "specs" / f"{FUNCTION}.md"
+        spec.parent.mkdir(parents=True)
+        spec.write_text(SPEC.format(fn=FUNCTION))
+        self.git(self.primary, "add", "specs")
+        self.git(self.primary, "commit", "-q", "-m", f"specs: {FUNCTION} (touches its generated files only)")
+        self.git(self.primary, "push", "-q", "origin", "main")
+        # named like its spec: the lane copy the corpus is built in is the one `nev land` gates in
+        self.track = self.work / FUNCTION
+        self.git(self.primary, "worktree", "add", "-q", "-b", FUNCTION, str(self.track), "main")
+        self.results.main_on_forge = self._forge_main()
+        return f"{name}: main {self.results.main_on_forge[:12]} with specs/{FUNCTION}.md; track worktree {self.track.name}"
+
+    def _forge_main(self) -> str:
+        out = self.git(self.work, "ls-remote", self.repo_url, "refs/heads/main")
+        return out.split()[0] if out else ""
+
+    def step4_corpus(self, missing: list[int]) -> str:
+        self.nev("lane", "install", "--lane", "0", step="4-corpus")
+        # the demo's function, and the engine's other generated function (scoring reads every
+        # corpus `generated_score_check --list-caches` names)
+        builds = " && ".join(f"nev oracle build {fn} --cases {self.opts.cases}" for fn in (FUNCTION, OTHER))
+        cp = self.nev("lane", "on", "--lane-only", "--lane", "0", "--pull", f"corpus/{FUNCTION}",
+                      "--pull", f"corpus/{OTHER}", str(self.track), "sh", "-c", builds, step="4-corpus")
+        man = self.track / "corpus" / FUNCTION / "manifest.json"
+        if not man.exists():
+            raise StepFailed(f"the corpus did not come back from the lane: no {man}")
+        m = json.loads(man.read_text())
+        agreed = next((ln for ln in (cp.stdout + cp.stderr).splitlines() if "agreed of" in ln), "")
+        return agreed.strip() or f"corpus/{FUNCTION}: {m.get('cases')} agreed cases"
+
+    # Steps 5 and 6 need Dagu (#8), the batch (#12) and nev land (#6). With nev job (#9) the batch
+    # and the verify gate are stages of a Dagu job and the poll lands its result; without it they
+    # run straight through the lane gate and the track lands by `nev land approve` + the tick.
+
+    def bank(self) -> Path:
+        """The stand-in pools' bank for the demo's function: only wrong answers at the sampling
+        tier, a right one at the capacity tier, so the batch must escalate."""
+        path = self.work / "bank.json"
+        path.write_text(json.dumps(demo_bank(), indent=1))
+        return path
+
+    def step5_job(self, missing: list[int]) -> str:
+        bank = self.bank()
+        for pool in self.binfo.pools:
+            self.binfo.pool_control(pool, bank=str(bank))
+        # the batch key reaches the lane only in the worktree's .env (gitignored), never in argv
+        env_file = self.track / ".env"
+        fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, f"NEV_MODEL_API_KEY={self.binfo.keys['batch'].read_text().strip()}\n".encode())
+        os.close(fd)
+        self.env.setdefault("NEV_DAGU_BINARY", "/opt/nev/dagu-1.30.2/dagu")
+        self.nev("dagu", "up", "--lane", "0", step="5-job")
+        batch = ["nev", "batch", "run", FUNCTION, "--models", "qwen3.8-27b-fast:4:4", "--max-batches", "3",
+                 "--escalate-after", "1", "--seed", "15"]
+        if 9 not in missing:
+            return self._submit_job(" ".join(batch))
+        # jobs (#9) not on main: the same batch straight through the lane gate, then the verify gate
+        cp = self.nev(*batch[1:], step="5-job", cwd=self.track, timeout=1200)
+        out = cp.stdout + cp.stderr
+        if "kept a passing version" not in out:
+            raise StepFailed(f"the batch kept no passing version (see {self.log_path('5-job')})")
+        escalated = "escalat" in out
+        verify = VERIFY.split()
+        self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.track), *verify, step="5-job")
+        # the track's commit: the function and its provenance (its floor file is protected: the
+        # floor is raised on main after the landing)
+        self.git(self.track, "checkout", "--", f"{GENERATED}/{FUNCTION}.floor.json")
+        self.git(self.track, "add", f"{GENERATED}/{FUNCTION}.rs", f"{GENERATED}/{FUNCTION}.provenance.json")
+        prov = json.loads((self.track / GENERATED / f"{FUNCTION}.provenance.json").read_text())
+        bid = (prov.get("batch") or {}).get("id", "?")
+        self.git(self.track, "commit", "-q", "-m", f"{FUNCTION}: generated by batch {bid}")
+        return (f"batch {bid} kept a passing version" + (" after escalation" if escalated else "")
+                + "; verify passed on the lane (ran through the gate, not as a job)")
+
+    def _submit_job(self, batch: str) -> str:
+        """The batch and the verify gate as stages of a job: a Dagu run on the lane."""
+        import yaml
+
+        bi = self.binfo
+        # the job's inventory check reads the lane's own snapshot: step 1's collect and probe
+        lane = bi.lanes[0]
+        snap = lane.host_home / ".local/share/nev/inventory.json"
+        snap.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.work / "inventory.json", snap)
+        st = lane.host_home.stat()
+        for p in (snap.parent, snap):
+            os.chown(p, st.st_uid, st.st_gid)
+        self.job = f"{FUNCTION.replace('_', '-')}-{self.tag}"
+        floor = f"{GENERATED}/{FUNCTION}.floor.json"
+        # the job's checkout on the lane gets its own corpora; the floor file the batch writes is
+        # put back (floor files are protected: floors rise on main after the landing)
+        builds = " && ".join(f"nev oracle build {fn} --cases {self.opts.cases}" for fn in (FUNCTION, OTHER))
+        manifest = {
+            "name": self.job, "base": self.git(self.track, "rev-parse", "HEAD"), "spec": f"specs/{FUNCTION}.md",
+            "key": "batch", "limit": "30m",
+            "stages": [{"name": "gen", "kind": "batch",
+                        "command": f"{builds} && {batch} && git checkout -- {floor}",
+                        "models": ["qwen3.8-27b-fast", "deepseek-v4.1-flash"]},
+                       {"name": "verify", "kind": "verify", "command": VERIFY}]}
+        mf = self.track / "jobs" / f"{FUNCTION}.yaml"
+        mf.parent.mkdir(exist_ok=True)
+        mf.write_text(yaml.safe_dump(manifest, sort_keys=False))
+        cp = self.nev("job", "submit", str(mf), "--lane", "0", step="5-job", cwd=self.track)
+        run_id = (cp.stdout.strip().splitlines() or ["?"])[-1]
+        # the job carries the track now (job/<name> on the forge): the poll sets the branch named
+        # like the spec to the job's result, so the local track branch and worktree make way
+        self.git(self.primary, "worktree", "remove", "--force", str(self.track))
+        self.git(self.primary, "branch", "-D", FUNCTION)
+        return f"job {self.job} submitted as Dagu run {run_id} (batch then verify on the lane)"
+
+    def step6_land(self, missing: list[int]) -> str:
+        if len(self.steps) < 2 or self.steps[-2].status not in (PASSED, PARTIAL):
+            raise StepFailed("step 5 left nothing to land")
+        # the floors step after the landing scores main's checkout on the lane: its lane copy needs
+        # the corpora too (only `*ground-truth` corpora are shared through the NAS)
+        builds = " && ".join(f"nev oracle build {fn} --cases {self.opts.cases}" for fn in (FUNCTION, OTHER))
+        self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.primary), "sh", "-c", builds, step="6-land")
+        before = self.git(self.primary, "rev-parse", "main")
+        if 9 not in missing:
+            self._poll_job()
+        else:
+            self.nev("land", "approve", FUNCTION, "--repo", str(self.primary), step="6-land")
+            self.nev("land", "--approved", "--repo", str(self.primary), step="6-land")
+        r = self.results
+        after = self.git(self.primary, "rev-parse", "main")
+        # the landed commit: the one the landing tagged spec/<name>/<spec sha> (the floors commit,
+        # when floors rose, comes after it on main)
+        tags = self.git(self.primary, "for-each-ref", "--format=%(refname)", f"refs/tags/spec/{FUNCTION}/")
+        landed = self.git(self.primary, "rev-parse", tags.split()[-1] + "^{commit}") if tags else ""
+        if after == before or not landed:
+            raise StepFailed(f"main did not land the track (main {after[:12]}, tag {tags or 'none'}); "
+                             f"see {self.log_path('6-land')}")
+        r.landed_commit, r.main_after = landed, after
+        r.floors_commit = after if after != landed else None
+        swept = "lane sweep not built yet"
+        if 5 not in missing:     # the landed track has no worktree now: its lane copies go
+            sw = self.nev("lane", "sweep", "--lane", "0", "--track", FUNCTION, "--repo", str(self.primary),
+                          step="6-land")
+            swept = (sw.stdout.strip().splitlines() or sw.stderr.strip().splitlines() or ["swept"])[-1]
+        return (f"main {before[:12]} -> {landed[:12]} (guarded fast-forward)"
+                + (f", floors raised in {after[:12]}" if r.floors_commit else ", no floor raised")
+                + f"; {swept}")
+
+    def _poll_job(self) -> None:
+        deadline = time.monotonic() + 900
+        status: dict = {}
+        while time.monotonic() < deadline:
+            self.nev("job", "poll", "--repo", str(self.primary), step="6-land", ok=(0, 1, 3))
+            cp = self.nev("job", "status", self.job, "--json", step="6-land", ok=(0, 1))
+            rows = json.loads(cp.stdout[cp.stdout.find("["):] if "[" in cp.stdout else "[]")
+            status = next((r for r in rows if r.get("job") == self.job), {})
+            if status.get("status") in ("landed", "failed", "not-landed"):
+                break
+            time.sleep(10)
+        if status.get("status") != "landed":
+            raise StepFailed(f"job {self.job} ended {status.get('status') or 'unfinished after 15 min'}: "
+                             f"{status.get('why') or ''}".rstrip(": "))
+        run_id = status.get("run_id") or ""
+        logs = self.binfo.nas / "archive" / "job-logs" / self.job / run_id
+        self.results.job_log = str(logs / "archive.txt") if (logs / "archive.txt").exists() else str(logs)
+
+    def step7_results(self, missing: list[int]) -> str:
+        r = self.results
+        r.main_on_forge = self._forge_main()
+        # score and floor of the function as main has it, scored on the lane over the corpus:
+        # in the track's lane copy (where step 4 built the corpora), or, once the track landed
+        # (its worktree and lane copies are gone), in a worktree of main named like it, whose
+        # lane copy gets the corpora again (the same seeds give the same cases)
+        wt, prep = self.track, ""
+        if not self.track.exists():
+            wt = self.work / "landed" / FUNCTION
+            wt.parent.mkdir(exist_ok=True)
+            self.git(self.primary, "worktree", "add", "-q", "--detach", str(wt), "main")
+            prep = " && ".join(f"nev oracle build {fn} --cases {self.opts.cases}" for fn in (FUNCTION, OTHER)) + " && "
+        pulls = [a for fn in (FUNCTION, OTHER) for a in ("--pull", f"corpus/{fn}")] if prep else []
+        cp = self.nev("lane", "on", "--lane-only", "--lane", "0", *pulls, str(wt), "sh", "-c",
+                      f"{prep}nev scores --json", step="7-results")
+        rows = json.loads(cp.stdout[cp.stdout.find("["):] if "[" in cp.stdout else "[]")
+        row = next((x for x in rows if x.get("function") == FUNCTION), None)
+        if row is None or row.get("error"):
+            raise StepFailed(f"{FUNCTION} could not be scored: {row.get('error') if row else 'no row'}")
+        r.score = f"{row['cases_passed']}/{row['cases_run']}"
+        fl = row.get("floor") or {}
+        r.floor = f"{fl.get('cases_passed', 0)}/{fl.get('cases_run', 0)}" if isinstance(fl, dict) else str(fl)
+        chk = self.nev("lane", "on", "--lane-only", "--lane", "0", str(wt),
+                       "nev", "floors", "check", step="7-results", ok=(0, 1))
+        line = next((ln for ln in chk.stdout.splitlines() if ln.startswith(FUNCTION + " ")), "")
+        r.floors_check = " ".join(line.split()) or f"exit {chk.returncode}"
+        if chk.returncode != 0 or row.get("status") not in ("ok", "better"):
+            raise StepFailed(f"{FUNCTION} does not hold its floor: {r.floors_check}")
+        st = self.nev("rig", "status", step="7-results")
+        r.rig_status = st.stdout.strip()
+        if 12 not in missing:
+            # the ledger line of the batch that made main's version (named in its provenance): a
+            # batch run by a job is filed under the job's name, one run through the gate under
+            # the track's worktree name
+            prov = json.loads(self.git(self.primary, "show", f"main:{GENERATED}/{FUNCTION}.provenance.json"))
+            bid = (prov.get("batch") or {}).get("id") or "-"
+            led = self.nev("ledger", "--worktree", self.job or FUNCTION, step="7-results", ok=(0, 1))
+            rows = [" ".join(ln.split()) for ln in led.stdout.splitlines() if bid in ln]
+            if rows:
+                r.ledger_line = rows[-1]
+        for key, issue in (("ledger", 12), ("job_log", 9)):
+            if issue in missing:
+                r.missing[key] = [issue]
+        return f"{FUNCTION} {r.score} at floor {r.floor}"
+
+    def step8_end(self, missing: list[int]) -> str:
+        if not self.opts.keep:
+            self.stop_advertisers()
+            self.nev("box", "down", step="8-end")
+            return f"box {self.box.name} is down"
+        if missing:
+            self.results.missing["dashboard"] = missing
+            return f"box {self.box.name} left up (--keep); eval \"$(NEV_BOX_NAME={self.box.name} nev box env)\""
+        url, pid = self._start_dashboard()
+        self.results.dashboard_url = url
+        return (f"box {self.box.name} left up (--keep); dashboard {url} (pid {pid}: `kill {pid}` stops it); "
+                f"eval \"$(NEV_BOX_NAME={self.box.name} nev box env)\"")
+
+    def dashboard_pid_file(self) -> Path:
+        return self.home / "dashboard.pid"
+
+    def _start_dashboard(self) -> tuple[str, int]:
+        """`nev rig dashboard` on a free port of 127.0.0.1, left running for the kept box; its pid in
+        dashboard.pid beside the logs (the next demo on this box stops it)."""
+        log = self.logs / "dashboard.log"
+        argv = [sys.executable, "-m", "rig.cli", "rig", "dashboard", "--port", "0"]
+        with log.open("wb") as out:
+            p = subprocess.Popen(argv, cwd=PROJECT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        self.dashboard_pid_file().write_text(f"{p.pid}\n")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            m = re.search(r"dashboard: (http://127\.0\.0\.1:\d+/)", log.read_text(errors="replace"))
+            if m:
+                return m.group(1), p.pid
+            if p.poll() is not None:
+                raise StepFailed(f"nev rig dashboard exited {p.returncode}; see {log}")
+            time.sleep(0.2)
+        os.killpg(p.pid, signal.SIGTERM)
+        raise StepFailed(f"nev rig dashboard did not serve in 120 s; see {log}")
+
+    def stop_earlier_dashboard(self) -> None:
+        """The dashboard an earlier `--keep` demo on this box left running (by its recorded pid)."""
+        try:
+            pid = int(self.dashboard_pid_file().read_text().strip())
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            return
+        if "rig dashboard" in cmd:
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    # ---- the driver ----
+
+    def run(self) -> int:
+        from rig.cli import cli
+
+        plan: list[tuple[int, str, Callable[..., str]]] = [
+            (1, "box up, advertise, collect, probe, status", self.step1_box),
+            (2, f"snapshot {SNAPSHOT_LABEL}", self.step2_snapshot),
+            (3, "engine repo, primary checkout, track + spec", self.step3_repo),
+            (4, f"oracle corpus/{FUNCTION} on a lane", self.step4_corpus),
+            (5, "Dagu + job: best-of-N batch, verify gate", self.step5_job),
+            (6, "poll, land, raise floors, sweep", self.step6_land),
+            (7, "results", self.step7_results),
+            (8, "keep or box down", self.step8_end),
+        ]
+        self.opts.say(f"nev box demo on box {self.box.name} (net {self.box.net}.0/24), function {FUNCTION}")
+        broken = False
+        self.prepare()
+        try:
+            for number, name, fn in plan:
+                res = StepResult(number, name)
+                self.steps.append(res)
+                required = missing_issues(cli, REQUIRED.get(number, []))
+                optional = missing_issues(cli, OPTIONAL.get(number, []) if number != 8 or self.opts.keep else [])
+                res.missing = sorted(set(required + optional))
+                t = time.monotonic()
+                if broken and number not in (7, 8):
+                    res.note = "an earlier step failed"
+                elif required:
+                    res.status = NOT_BUILT
+                elif broken and number == 7:
+                    res.note = "an earlier step failed"
+                else:
+                    try:
+                        res.note = fn(optional)
+                        res.status = PARTIAL if optional else PASSED
+                    except (NevError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
+                        res.status, res.note, broken = FAILED, mask(str(e)), True
+                    finally:
+                        if number == 6:      # the job's batch draws from the banks until it lands
+                            self.reset_pools()
+                res.seconds = time.monotonic() - t
+                self.opts.say(res.line(time.monotonic() - self.t0))
+        finally:
+            self.stop_advertisers()
+            self.reset_pools()
+        # what a result waits for: the landing on steps 5 and 6, the ledger and log on their parts
+        waits = {"landed": [n for s in self.steps if s.number in (5, 6) and s.status == NOT_BUILT
+                            for n in s.missing],
+                 "ledger": [12] if any(12 in s.missing for s in self.steps) else [],
+                 "job_log": [9] if any(9 in s.missing for s in self.steps) else []}
+        for key, issues in waits.items():
+            if issues and key not in self.results.missing:
+                self.results.missing[key] = issues
+        self.opts.stdout("")
+        self.opts.stdout(summary_table(self.steps))
+        self.opts.stdout("")
+        self.opts.stdout(results_text(self.results))
+        self.opts.stdout(f"work: {self.work}" + ("" if self.work.exists() else " (removed with the box)"))
+        self.opts.stdout(f"logs: {self.logs}")
+        return exit_code(self.steps)
+
+
+def run(opts: Options) -> int:
+    box = opts.box or Box.from_settings(default_name=DEMO_BOX_NAME, default_net=DEMO_BOX_NET)
+    return Demo(opts, box).run()
