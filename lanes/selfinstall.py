@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -48,6 +49,9 @@ def wheelhouse(cache: Path, root: Path = PROJECT) -> tuple[Path, str]:
     if (house / ".complete").exists():
         return house, key
     house.mkdir(parents=True, exist_ok=True)
+    # setuptools stages the wheel in <root>/build and does not empty it first: a module deleted
+    # from the sources would still ride along. It is build output (gitignored), so start clean.
+    shutil.rmtree(root / "build", ignore_errors=True)
     with tempfile.TemporaryDirectory() as build:
         cmds = [[sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check",
                  "--wheel-dir", str(house), str(root)],

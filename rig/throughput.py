@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import gateway
 from lanes import jsonfile, settings
 from lanes.errors import ConfigError, NevError, UsageError
-from lanes.mask import mask, register_secret
+from lanes.mask import mask
 
 PROMPT = ("Throughput sweep of the rig (a fixed prompt). Write a small Rust function that clamps a "
           "pixel length to a range, with a one-line doc comment.")
@@ -44,25 +45,10 @@ class Target:
 
     @classmethod
     def from_settings(cls) -> Target:
-        """The gateway URL (as the generation loop picks it: NEV_LANE_MODEL_URL first on a lane
-        (NEV_ON_LANE), else NEV_MODEL_URL) and the key from NEV_MODEL_KEY_FILE."""
-        on_lane = settings.get_flag(settings.ON_LANE)
-        url = ((settings.get(settings.LANE_MODEL_URL) if on_lane else None) or settings.get(settings.MODEL_URL)
-               or settings.get(settings.LANE_MODEL_URL))
-        if not url:
-            raise ConfigError("no gateway URL: set NEV_MODEL_URL (NEV_LANE_MODEL_URL on a lane), e.g. http://gateway:4000")
-        key_file = settings.get_path(settings.MODEL_KEY_FILE)
-        key = None
-        if key_file is not None:
-            try:
-                key = key_file.read_text(encoding="utf-8").strip()
-            except OSError as e:
-                raise ConfigError(f"NEV_MODEL_KEY_FILE {key_file}: cannot read it ({e.strerror})") from None
-        key = key or settings.get(settings.MODEL_API_KEY)
-        if not key:
-            raise ConfigError("no gateway key: set NEV_MODEL_KEY_FILE to a mode-600 file holding it")
-        register_secret(key)
-        return cls(url=url.rstrip("/"), key=key)
+        """The gateway URL and key as the generation loop reads them (`bench.gateway`):
+        NEV_LANE_MODEL_URL first on a lane (NEV_ON_LANE), else NEV_MODEL_URL; the key from its
+        mode-600 NEV_MODEL_KEY_FILE."""
+        return cls(url=gateway.url_from_settings(), key=gateway.key_from_settings())
 
 
 @dataclass(frozen=True)

@@ -180,5 +180,5 @@ def test_probe_without_a_gateway_key_is_one_clear_line(box, tmp_path):
         env.pop(k, None)
     r = nev(env, "rig", "probe")
     assert r.returncode == 1
-    assert r.stderr.strip() == "nev: no gateway key: set NEV_MODEL_KEY_FILE to a mode-600 file holding it"
+    assert r.stderr.strip() == "nev: no gateway key: set NEV_MODEL_KEY_FILE to a file holding the key (mode 600)"
     assert not Path(env["NEV_INVENTORY"]).exists()

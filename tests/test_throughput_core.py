@@ -124,6 +124,7 @@ def test_the_command_prints_a_table_and_json_and_saves_the_sweep(tmp_path):
 def test_the_gateway_url_is_picked_as_the_generation_loop_picks_it(monkeypatch, tmp_path):
     key = tmp_path / "k"
     key.write_text("secret-key-value\n")
+    key.chmod(0o600)
     monkeypatch.setenv("NEV_MODEL_KEY_FILE", str(key))
     monkeypatch.setenv("NEV_MODEL_URL", "http://dev-view:4000/")
     monkeypatch.setenv("NEV_LANE_MODEL_URL", "http://lane-view:4000")

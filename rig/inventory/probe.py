@@ -24,10 +24,11 @@ from typing import Any
 
 import requests
 
+from bench import gateway
 from bench.folknet import Alias, Folknet
 from lanes import settings
 from lanes.errors import ConfigError
-from lanes.mask import mask, register_secret
+from lanes.mask import mask
 from lanes.ui import info
 from rig.inventory import snapshot
 
@@ -99,21 +100,9 @@ class Gateway:
 
     @classmethod
     def from_settings(cls) -> Gateway:
-        url = settings.get(settings.MODEL_URL)
-        if not url:
-            raise ConfigError("NEV_MODEL_URL is not set; point it at the gateway (e.g. http://gateway:4000)")
-        key_file = settings.get_path(settings.MODEL_KEY_FILE)
-        key = None
-        if key_file is not None:
-            try:
-                key = key_file.read_text(encoding="utf-8").strip()
-            except OSError as e:
-                raise ConfigError(f"NEV_MODEL_KEY_FILE {key_file}: cannot read it ({e.strerror})") from None
-        key = key or settings.get(settings.MODEL_API_KEY)
-        if not key:
-            raise ConfigError("no gateway key: set NEV_MODEL_KEY_FILE to a mode-600 file holding it")
-        register_secret(key)
-        return cls(url=url.rstrip("/"), key=key)
+        """The gateway as every nev caller reads it (`bench.gateway`: the URL, and the key from
+        its mode-600 file)."""
+        return cls(url=gateway.url_from_settings(), key=gateway.key_from_settings())
 
 
 def _session() -> requests.Session:
