@@ -197,6 +197,9 @@ ListenAddress {addr}:{SSH_PORT}
 HostKey {host_key}
 PidFile {pid_file}
 AuthorizedKeysFile {authorized_keys}
+# The key file is written by nev box (root, mode 600) in the box folder, which may sit inside a
+# checkout under a world-writable /tmp (CI clones anywhere): sshd's path check would refuse it.
+StrictModes no
 PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
