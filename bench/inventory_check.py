@@ -20,11 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bench.folknet import Folknet
 from lanes import jsonfile
-from lanes.errors import ConfigError
 
 EXIT_READY = 0
 EXIT_TRANSIENT = 3
@@ -113,20 +110,6 @@ def needs_from_manifest(data: Any, where: Path | str) -> Needs:
         name = st.get("name") if isinstance(st.get("name"), str) else where_i
         models_of(st, where_i, name)
     return Needs(models=out, key=key)
-
-
-def load_manifest(path: Path) -> Needs:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: manifest not found; give the job's manifest file") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the manifest: {e.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: manifest is not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
-    return needs_from_manifest(data, path)
 
 
 def read_snapshot(path: Path) -> Snapshot:

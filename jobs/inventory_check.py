@@ -11,13 +11,14 @@ from pathlib import Path
 
 from bench import folknet, inventory_check
 from bench.inventory_check import Reason
+from jobs import manifest as manifest_file
 from lanes import settings
 from lanes.ui import emit_json, info
 
 
 def run_check(manifest: Path, snapshot: Path, declared: Path | None = None) -> list[Reason]:
     """Every reason the job may not start now (empty: every model it needs is ready)."""
-    needs = inventory_check.load_manifest(manifest)
+    needs = inventory_check.needs_from_manifest(manifest_file.read(manifest), manifest)
     decl = folknet.load(declared or folknet.default_path())
     snap = inventory_check.read_snapshot(snapshot)
     return inventory_check.check(needs, snap, decl, dt.datetime.now(dt.UTC),

@@ -214,6 +214,11 @@ def parse(data: Any, where: Path | str) -> Manifest:
 
 
 def load(path: Path) -> Manifest:
+    return parse(read(path), path)
+
+
+def read(path: Path) -> object:
+    """The manifest file's YAML, or one line naming the file and what is wrong with it."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -224,4 +229,4 @@ def load(path: Path) -> Manifest:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: manifest is not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
-    return parse(data, path)
+    return data
