@@ -297,7 +297,7 @@ class LaneDagu:
 
 
 def connect(lane: Lane, distributed_shared: str | None = None) -> LaneDagu:
-    conn = Connection(lane.target).connect()
+    conn = lane.connect()
     home = conn.run('printf %s "$HOME"', check=True).out.strip()
     root = resolve_root(settings.get(settings.DAGU_DIR) or "~/dagu", home)
     layout = Layout(root=root, shared=distributed_shared)

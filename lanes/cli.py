@@ -77,11 +77,10 @@ def install(lane_index: int | None) -> int:
     and a second run with the same sources changes nothing.
     """
     from lanes import config, selfinstall
-    from lanes.ssh import Connection
 
     lf = config.configured()
     for lane in config.pick(lf, lane_index):
-        with Connection(lane.target) as conn:
+        with lane.connect() as conn:
             _changed, line = selfinstall.install(conn, selfinstall.default_cache())
         click.echo(f"{lane.label}: {line}")
     return 0
@@ -167,7 +166,6 @@ def create(backend: str, name: str, node: str, addr: str, bridge: str | None, cp
     from lanes import create as cr
     from lanes import settings
     from lanes.errors import UsageError
-    from lanes.hostexec import Node
 
     all_binds = [cr.Bind.parse(b) for b in binds]
     if shared:
@@ -178,14 +176,23 @@ def create(backend: str, name: str, node: str, addr: str, bridge: str | None, cp
             raise UsageError("--backend pct needs --vmid (the Proxmox guest id)")
         lane = cr.PctLane(vmid=vmid, name=name, addr=addr, gateway=gateway, bridge=bridge or "vmbr0", cpus=cpus,
                           memory_gb=memory_gb, disk_gb=disk_gb, storage=storage, binds=tuple(all_binds))
-        return cr.run_create_pct(None if print_only else Node(node), lane, keys)
+        return cr.run_create_pct(None if print_only else _node(node), lane, keys)
     if not bridge:
         raise UsageError("--backend lxc needs --bridge (the node's bridge the guest joins)")
     lane_x = cr.LxcLane(name=name, bridge=bridge, addr=addr, cpus=cpus, memory_gb=memory_gb, disk_gb=disk_gb,
                         lxcpath=lxcpath or cr.LXCPATH, cache=cache or cr.CACHE, binds=tuple(all_binds))
     state = settings.get_path(settings.STATE_DIR)
     out = Path(out_dir) if out_dir else (state or Path(".")) / "lanes" / name
-    return cr.run_create_lxc(Node(node), lane_x, keys, out)
+    return cr.run_create_lxc(_node(node), lane_x, keys, out)
+
+
+def _node(spec: str):  # type: ignore[no-untyped-def]
+    """A node to run scripts on; a remote one through the jump host (NEV_LANE_JUMP or the
+    lanes file's `jump`), as on the real rig."""
+    from lanes import config
+    from lanes.hostexec import LOCAL, Node
+
+    return Node(spec, jump=None if spec == LOCAL else config.default_jump())
 
 
 @lane.command("destroy")
@@ -200,7 +207,6 @@ def destroy(backend: str, name: str | None, vmid: int | None, node: str, lxcpath
     """Stop and remove a lane guest and everything it held on the node (its image stays cached)."""
     from lanes import create as cr
     from lanes.errors import UsageError
-    from lanes.hostexec import Node
 
     if backend == "pct":
         if vmid is None:
@@ -210,10 +216,10 @@ def destroy(backend: str, name: str | None, vmid: int | None, node: str, lxcpath
             for c in cmds:
                 click.echo(c)
             return 0
-        Node(node).run("set -eu\n" + "\n".join(cmds) + "\n", what=f"pct destroy {vmid}")
+        _node(node).run("set -eu\n" + "\n".join(cmds) + "\n", what=f"pct destroy {vmid}")
         return 0
     if not name:
         raise UsageError("--backend lxc needs --name")
-    for line in cr.destroy_lxc(Node(node), name, lxcpath or cr.LXCPATH):
+    for line in cr.destroy_lxc(_node(node), name, lxcpath or cr.LXCPATH):
         click.echo(line)
     return 0

@@ -1,13 +1,15 @@
-"""The lanes file (`bench/lane.local.json`, gitignored): lanes[], git_url, nas."""
+"""The lanes file (`bench/lane.local.json`, gitignored): lanes[], jump, git_url, nas; and the one
+way to open a connection to a lane (`Lane.connect`), through the jump host when one is declared."""
 
 from __future__ import annotations
 
+import getpass
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lanes import jsonfile, settings
-from lanes.errors import ConfigError, NoLaneError
-from lanes.ssh import SshError, Target
+from lanes.errors import ConfigError, NevError, NoLaneError
+from lanes.ssh import CONNECT_TIMEOUT, Connection, SshError, Target
 
 
 @dataclass(frozen=True)
@@ -17,10 +19,31 @@ class Lane:
     root: str = "/srv/lane"
     shared: str | None = None
     name: str = ""
+    jump: str | None = None    # [user@]host[:port] of the jump host in front of it (None: direct)
 
     @property
     def target(self) -> Target:
         return Target.parse(self.ssh)
+
+    @property
+    def jump_target(self) -> Target | None:
+        return Target.parse(self.jump, default_user=getpass.getuser()) if self.jump else None
+
+    def connection(self, timeout: float = CONNECT_TIMEOUT) -> Connection:
+        """The one way to reach this lane: through its jump host when it has one, both host keys
+        pinned (NEV_KNOWN_HOSTS), the same key (NEV_SSH_KEY). Not yet connected."""
+        return Connection(self.target, timeout=timeout, jump=self.jump_target)
+
+    def connect(self, timeout: float = CONNECT_TIMEOUT) -> Connection:
+        return self.connection(timeout).connect()
+
+    def answers(self, timeout: float = CONNECT_TIMEOUT) -> bool:
+        """True when the lane accepts a BatchMode-style login within `timeout` and runs `true`."""
+        try:
+            with self.connect(timeout) as c:
+                return c.run("true", timeout=timeout).exit_status == 0
+        except NevError:
+            return False
 
     @property
     def label(self) -> str:
@@ -34,6 +57,20 @@ class LanesFile:
     git_url: str | None = None
     nas: str | None = None
     primary: str | None = None
+    jump: str | None = None
+
+
+def _jump_field(f: jsonfile.Fields, obj: dict, where: str) -> str | None:
+    """A `jump` field: an SSH address, or "" for none (a lane reached directly)."""
+    if "jump" not in obj:
+        return None
+    value = f.get(obj, "jump", str, where)
+    if value:
+        try:
+            Target.parse(value)
+        except SshError as e:
+            raise f.fail(f"{where}.jump" if where else "jump", f"is not an SSH address ({e})") from None
+    return value
 
 
 def load(path: Path) -> LanesFile:
@@ -41,6 +78,9 @@ def load(path: Path) -> LanesFile:
     f = jsonfile.Fields(path)
     top = f.obj(data, "(top level)")
     raw_lanes = f.get(top, "lanes", list, "")
+    top_jump = _jump_field(f, top, "")
+    env_jump = settings.get(settings.LANE_JUMP)
+    default_jump = env_jump if env_jump is not None else top_jump
     lanes = []
     for i, item in enumerate(raw_lanes):
         where = f"lanes[{i}]"
@@ -52,11 +92,24 @@ def load(path: Path) -> LanesFile:
             Target.parse(ssh)
         except SshError as e:
             raise f.fail(f"{where}.ssh", f"is not an SSH address ({e})") from None
+        own_jump = _jump_field(f, obj, where)
         lanes.append(Lane(index=i, ssh=ssh, root=f.get(obj, "root", str, where, False, "/srv/lane"),
                           shared=f.get(obj, "shared", str, where, False),
-                          name=f.get(obj, "name", str, where, False, "")))
+                          name=f.get(obj, "name", str, where, False, ""),
+                          jump=(own_jump if own_jump is not None else default_jump) or None))
     return LanesFile(path=path, lanes=lanes, git_url=f.get(top, "git_url", str, "", False),
-                     nas=f.get(top, "nas", str, "", False), primary=f.get(top, "primary", str, "", False))
+                     nas=f.get(top, "nas", str, "", False), primary=f.get(top, "primary", str, "", False),
+                     jump=default_jump or None)
+
+
+def default_jump() -> Target | None:
+    """The jump host in front of the rig's machines: NEV_LANE_JUMP, else the lanes file's `jump`
+    (for commands that reach a node rather than a listed lane: `nev lane create|destroy`)."""
+    spec = settings.get(settings.LANE_JUMP)
+    if spec is None:
+        path = lanes_file_path()
+        spec = load(path).jump if path.exists() else None
+    return Target.parse(spec, default_user=getpass.getuser()) if spec else None
 
 
 def lanes_file_path() -> Path:
@@ -72,8 +125,9 @@ def configured(require: bool = True) -> LanesFile:
     base = load(path) if path.exists() else LanesFile(path=None)
     if one:
         root = base.lanes[0].root if base.lanes else "/srv/lane"
-        base = LanesFile(path=base.path, lanes=[Lane(0, one, root=root)], git_url=base.git_url,
-                         nas=base.nas, primary=base.primary)
+        jump = base.jump if base.path else settings.get(settings.LANE_JUMP)
+        base = LanesFile(path=base.path, lanes=[Lane(0, one, root=root, jump=jump or None)], git_url=base.git_url,
+                         nas=base.nas, primary=base.primary, jump=jump or None)
     if require and not base.lanes:
         raise NoLaneError(f"no build lane configured: set NEV_LANE_SSH or list lanes in {path}; nothing ran")
     return base

@@ -204,7 +204,9 @@ def lxc_config(lane: LxcLane) -> str:
         f"lxc.init.cmd = /sbin/init.lxc -n {lane.name} -- /usr/local/sbin/lane-init",
         "lxc.apparmor.profile = unconfined",
         "lxc.net.0.type = veth",
-        f"lxc.net.0.link = {lane.bridge}",
+        # No bridge: the caller attaches the host-side veth itself (the box's bridge lives in a
+        # network namespace of its own, which LXC cannot reach).
+        *([f"lxc.net.0.link = {lane.bridge}"] if lane.bridge else []),
         "lxc.net.0.flags = up",
         "lxc.net.0.name = eth0",
         f"lxc.net.0.ipv4.address = {lane.addr}/24",
@@ -321,7 +323,7 @@ else
   lxc-start -P {q(lane.lxcpath)} -n {q(lane.name)} -d -L {q(lane.dir)}/console.log -o {q(lane.dir)}/lxc.log -l INFO
   lxc-wait -P {q(lane.lxcpath)} -n {q(lane.name)} -s RUNNING -t 20
   # a guest re-made at the same address has a new MAC: forget the old one, or connections stall
-  ip neigh flush to {q(lane.addr)} dev {q(lane.bridge)} 2>/dev/null || true
+  {f"ip neigh flush to {q(lane.addr)} dev {q(lane.bridge)} 2>/dev/null || true" if lane.bridge else ":"}
   echo "changed: lane {lane.name} started"
 fi
 echo "pid: $(lxc-info -P {q(lane.lxcpath)} -n {q(lane.name)} -pH)"

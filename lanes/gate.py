@@ -115,7 +115,7 @@ def pick_lane(lf: LanesFile, index: int | None,
               timeout: float = CONNECT_TIMEOUT) -> tuple[Lane, Connection] | None:
     """The first lane (or lane `index`) that accepts a key login within `timeout`."""
     for lane in config.pick(lf, index):
-        conn = Connection(lane.target, timeout=timeout)
+        conn = lane.connection(timeout)
         try:
             conn.connect()
         except SshError as e:
@@ -360,7 +360,7 @@ def _second_call(lane: Lane, wt: payload.Worktree, pid: int | None, keep_env: bo
     import json
 
     try:
-        with Connection(lane.target) as conn:
+        with lane.connect() as conn:
             s = Session(conn, lane)
             s.send_json({"op": "cleanup", "root": lane.root, "name": wt.name, "pid": pid,
                          "keep_env": keep_env})
@@ -447,7 +447,7 @@ def lane_status() -> list[dict[str, Any]]:
                                "answers": False, "free_gb": None, "copies": [], "running": []}
         t0 = time.monotonic()
         try:
-            with Connection(lane.target) as conn:
+            with lane.connect() as conn:
                 s = Session(conn, lane)
                 s.send_json({"op": "status", "root": lane.root})
                 for kind, data in s.frames(timeout=30):

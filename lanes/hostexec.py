@@ -35,13 +35,14 @@ class Node:
     """Where scripts run: `local` or `[user@]host[:port]` (user defaults to root)."""
 
     def __init__(self, spec: str, known_hosts: Path | None = None, key_file: Path | None = None,
-                 timeout: float = 900) -> None:
+                 timeout: float = 900, jump: Target | None = None) -> None:
         self.spec = spec
         self.timeout = timeout
         self.target = None if spec == LOCAL else Target.parse(spec, default_user="root")
         self._conn: Connection | None = None
         self._known_hosts = known_hosts
         self._key_file = key_file
+        self._jump = jump    # the jump host in front of the node (both host keys pinned)
 
     @property
     def is_local(self) -> bool:
@@ -57,7 +58,7 @@ class Node:
             ran = Ran(cp.returncode, cp.stdout, cp.stderr)
         else:
             if self._conn is None:
-                self._conn = Connection(self.target, self._known_hosts, self._key_file).connect()
+                self._conn = Connection(self.target, self._known_hosts, self._key_file, jump=self._jump).connect()
             res = self._conn.run(COMMAND, stdin=script.encode(), timeout=self.timeout)
             ran = Ran(res.exit_status, res.out, res.err)
         if check and ran.status != 0:

@@ -163,7 +163,7 @@ def provision_lanes(lane_index: int | None, params: Params, ssh_user: str = "roo
         raise ConfigError(f"--lane {lane_index}: no such lane; the lanes file lists {len(lf.lanes)}")
     for ln in lanes:
         t = ln.target
-        node = Node(f"{ssh_user}@{t.host}:{t.port}", default_known_hosts(), default_key_file())
+        node = Node(f"{ssh_user}@{t.host}:{t.port}", default_known_hosts(), default_key_file(), jump=ln.jump_target)
         try:
             run(node, Params(**{**params.__dict__, "root": ln.root, "shared": ln.shared or params.shared}),
                 f"lane {ln.index}")

@@ -108,13 +108,15 @@ class Connection:
 
     def __init__(self, target: Target, known_hosts: Path | None = None,
                  key_file: Path | None = None, timeout: float = CONNECT_TIMEOUT,
-                 via: Connection | None = None) -> None:
+                 via: Connection | None = None, jump: Target | None = None) -> None:
         self.target = target
         self.via = via  # a jump host's open connection: this one runs over its direct-tcpip channel
+        self.jump = jump  # or a jump host this connection opens (and closes) itself
         self.known_hosts = known_hosts or default_known_hosts()
         self.key_file = key_file if key_file is not None else default_key_file()
         self.timeout = timeout
         self._client: paramiko.SSHClient | None = None
+        self._own_jump: Connection | None = None
 
     # -- connecting -----------------------------------------------------
     def connect(self) -> Connection:
@@ -132,6 +134,16 @@ class Connection:
                         allow_agent=False, look_for_keys=self.key_file is None)
         if self.key_file is not None:
             kw["key_filename"] = str(self.key_file)
+        if self.via is None and self.jump is not None:
+            # Both hops pinned in the same known_hosts file, with the same key.
+            try:
+                self._own_jump = Connection(self.jump, self.known_hosts, self.key_file, self.timeout).connect()
+            except HostKeyError as e:
+                raise HostKeyError(f"jump host: {e}") from None
+            except SshError as e:
+                raise SshError(f"cannot reach {self.target}: the jump host {self.jump} did not let us in "
+                               f"({e})") from None
+            self.via = self._own_jump
         if self.via is not None:
             try:
                 kw["sock"] = self.via.transport.open_channel(
@@ -141,7 +153,11 @@ class Connection:
                 raise SshError(f"cannot reach {self.target} through the jump host {self.via.target}: "
                                f"{mask(str(e)) or type(e).__name__}") from None
         try:
-            client.connect(**kw)
+            try:
+                client.connect(**kw)
+            except BaseException:
+                self._close_jump()
+                raise
         except paramiko.BadHostKeyException:
             raise HostKeyError(
                 f"host key of {self.target} does not match the one pinned in {self.known_hosts}; "
@@ -164,6 +180,19 @@ class Connection:
         if self._client is not None:
             self._client.close()
             self._client = None
+        self._close_jump()
+
+    def _close_jump(self) -> None:
+        if self._own_jump is not None:
+            self._own_jump.close()
+            self._own_jump = None
+            self.via = None
+
+    @property
+    def route(self) -> str:
+        """How this connection reaches its host, for messages: `lane@h` or `lane@h via jump@j`."""
+        hop = self.jump or (self.via.target if self.via is not None else None)
+        return f"{self.target}" + (f" via {hop}" if hop else "")
 
     def __enter__(self) -> Connection:
         return self.connect()
@@ -341,10 +370,10 @@ def _pipe(sock: socket.socket, ch: paramiko.Channel) -> None:
 
 
 def answers(target: Target, known_hosts: Path | None = None, key_file: Path | None = None,
-            timeout: float = CONNECT_TIMEOUT) -> bool:
+            timeout: float = CONNECT_TIMEOUT, jump: Target | None = None) -> bool:
     """True when the host accepts a BatchMode-style login within `timeout` and runs `true`."""
     try:
-        with Connection(target, known_hosts, key_file, timeout) as c:
+        with Connection(target, known_hosts, key_file, timeout, jump=jump) as c:
             return c.run("true", timeout=timeout).exit_status == 0
     except NevError:
         return False

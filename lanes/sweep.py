@@ -321,7 +321,7 @@ def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool
     results = []
     for ln in chosen:
         try:
-            with Connection(ln.target) as conn:
+            with ln.connect() as conn:
                 s = sweep_lane(conn, ln, tracks, primary, track, dry_run, None)
         except (SshError, NevError) as e:
             say(f"{ln.label}: not swept: {e}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import pwd
 import shutil
 import sys
 import time
@@ -28,8 +29,10 @@ from rig.box.lanes_netns import (
     LANE_SHARED,
     USER,
     client_key,
+    ensure_jump_user,
     ensure_user,
     keygen,
+    remove_jump_user,
     remove_user,
 )
 from rig.box.state import BoxInfo, BoxState, LaneInfo, PoolInfo, ProcRec
@@ -125,19 +128,26 @@ class Box:
                    for p, h in zip(plan.POOLS, layout.pool_hosts(), strict=True)},
             proxy_stats_socket=self.dir / "run" / "haproxy.sock",
             folknet_file=self.dir / "folknet.json", rig_file=self.dir / "rig.local.json",
+            rig_netns=layout.rig_netns, jump=layout.jump_spec, jump_addr=layout.jump_outside_addr,
+            jump_rig_addr=layout.jump().addr, dev_addr=layout.dev_addr,
+            forge_local_url=layout.forge_local_base, gateway_local_url=layout.gateway_local_url,
         )
         info.env = self._env(info)
         return info
 
     def _env(self, info: BoxInfo) -> dict[str, str]:
+        # What a user of the real rig sets: the jump host, the forge and the gateway through the
+        # development box's forwards, and the rig addresses the lanes use.
         env = {
             "NEV_BOX_NAME": self.name, "NEV_BOX_NET": self.net, "NEV_BOX_DIR": str(self.dir.parent),
             "NEV_LANES_FILE": str(info.lanes_file), "NEV_KNOWN_HOSTS": str(info.known_hosts),
-            "NEV_SSH_KEY": str(info.ssh_key), "NEV_LANE_GIT_URL": info.forge_url + "engine.git",
+            "NEV_SSH_KEY": str(info.ssh_key), "NEV_LANE_JUMP": info.jump,
+            "NEV_LANE_GIT_URL": info.forge_url + "engine.git",
+            "NEV_FORGE_URL": info.forge_local_url + "engine.git",
             "NEV_FORGE_USER": info.forge_user, "NEV_FORGE_TOKEN_FILE": str(info.forge_token_file),
         }
         if info.gateway_url:
-            env.update({"NEV_MODEL_URL": info.gateway_url, "NEV_LANE_MODEL_URL": info.gateway_url})
+            env.update({"NEV_MODEL_URL": info.gateway_local_url, "NEV_LANE_MODEL_URL": info.gateway_url})
         if info.keys.get("batch"):
             env["NEV_MODEL_KEY_FILE"] = str(info.keys["batch"])
         if info.folknet_file:
@@ -171,14 +181,17 @@ class Box:
     def health(self, st: BoxState) -> dict[str, bool]:
         """Each network object and recorded process of the box: present/alive or not."""
         assert st.info is not None
-        out: dict[str, bool] = {f"bridge {st.info.bridge}": netns.link_exists(st.info.bridge)}
+        rig = st.info.rig_netns
+        out: dict[str, bool] = {f"bridge {st.info.bridge}": bool(rig) and netns.link_exists(st.info.bridge, rig)}
         have = netns.netns_list()
-        for h in st.info.hosts.values():
+        jump_ns = f"{self.name}-jump"
+        out[f"outside link {self.name}-out"] = (netns.link_exists(f"{self.name}-out") and jump_ns in have
+                                                and netns.ns_has_addr(jump_ns, "eth1"))
+        for h in [*st.info.hosts.values(), {"netns": jump_ns, "role": "jump"}]:
+            out[f"veth {h['netns']}"] = bool(rig) and netns.link_exists(h["netns"], rig)
             if h["role"] == "lane" and st.lanes_kind != "netns":
-                out[f"veth {h['netns']}"] = netns.link_exists(h["netns"])
                 continue
             out[f"netns {h['netns']}"] = h["netns"] in have
-            out[f"veth {h['netns']}"] = netns.link_exists(h["netns"])
         for key, rec in st.procs.items():
             out[key] = procs.alive(rec)
         return out
@@ -236,6 +249,13 @@ class Box:
             (state.REGISTRY / "users").mkdir(parents=True, exist_ok=True)
             (state.REGISTRY / "users" / f"{USER}.created").write_text(self.name + "\n")
             changed.append(f"user {USER}")
+        if plan.JUMP_USER not in st.users:
+            st.users.append(plan.JUMP_USER)
+            state.register(self.name, self.net, self.dir, st.users)
+        if ensure_jump_user():
+            (state.REGISTRY / "users").mkdir(parents=True, exist_ok=True)
+            (state.REGISTRY / "users" / f"{plan.JUMP_USER}.created").write_text(self.name + "\n")
+            changed.append(f"user {plan.JUMP_USER}")
 
         # Lanes no longer wanted (the lane count went down).
         backend = lanes_backend.make(self.lane_backend, self.dir, self.logs)
@@ -293,6 +313,7 @@ class Box:
         hosts = {h.name: h for h in layout.hosts()}
         for lane in info.lanes:
             hostkeys.append((lane.addr, backend.prepare(lane, hosts[lane.name], pub)))
+            _lane_model_env(lane.host_home, info.gateway_url)
         # Service hosts reachable as root (for `nev rig`): sshd in their network namespace.
         ak = self.dir / "ssh" / "authorized_keys"
         forge.write_secret(ak, pub)
@@ -310,6 +331,24 @@ class Box:
                                                             "-D", "-e", "-f", str(cfg)], self.logs / f"{hname}-sshd.log")
                 record(rec, cfg, ak)
                 started_services.append((h, rec))
+        # The jump host: the one way in from the development box (key-only, forwards only).
+        jump = layout.jump()
+        jd = self.dir / "hosts" / "jump"
+        keygen(jd / "ssh_host_ed25519_key", "jump-host")
+        jp = (jd / "ssh_host_ed25519_key.pub").read_text().split()
+        hostkeys.append((info.jump_addr, f"{jp[0]} {jp[1]}"))
+        jcfg = jd / "sshd_config"
+        # sshd reads a user's keys as that user: the jump user's copy is its own (mode 600).
+        jak = jd / "authorized_keys"
+        forge.write_secret(jak, pub)
+        jent = pwd.getpwnam(plan.JUMP_USER)
+        os.chown(jak, jent.pw_uid, jent.pw_gid)
+        jcfg.write_text(plan.jump_sshd_config(layout, str(jd / "ssh_host_ed25519_key"), str(jd / "sshd.pid"), str(jak)))
+        if not fresh("jump.sshd", jcfg, jak):
+            jrec = procs.spawn("jump.sshd", "jump", ["ip", "netns", "exec", jump.netns, "/usr/sbin/sshd",
+                                                     "-D", "-e", "-f", str(jcfg)], self.logs / "jump-sshd.log")
+            record(jrec, jcfg, jak)
+            started_services.append((jump, jrec))
         info.known_hosts.write_text(plan.known_hosts_lines(hostkeys))
         info.ssh_config.write_text(self._ssh_config(info))
         started_lanes = []
@@ -374,22 +413,24 @@ class Box:
         # Files that point nev at the box.
         jsonfile.write_atomic(info.lanes_file, plan.lanes_file(
             [{"ssh": ln.ssh, "root": ln.root, "shared": ln.shared, "name": ln.name} for ln in info.lanes],
-            info.forge_url + "engine.git", str(info.nas)))
+            info.forge_url + "engine.git", str(info.nas), info.jump))
 
-        # Wait for everything to answer.
-        for lane, rec in started_lanes:
-            backend.wait(lane, rec)
-        for h, rec in started_services:
-            procs.wait_port(h.addr, plan.SSH_PORT, 10, rec, self.logs / f"{h.name}-sshd.log")
-        procs.wait_http(f"http://{info.forge_addr}/health", 10, st.procs["forge.nginx"],
-                        self.logs / "forge-nginx.log")
-        for pi in info.pools.values():
-            rec = st.procs[f"{pi.name}.pool"]
-            procs.wait_http(f"http://{pi.addr}:{pi.port}/health", 10, rec, self.logs / f"{pi.name}-pool.log")
-        for pi in info.pools.values():
-            procs.wait_port(px.addr, pi.proxy_port, 10, st.procs["proxy.haproxy"], self.logs / "proxy-haproxy.log")
-        gw_rec = st.procs["gateway.litellm"]
-        procs.wait_http(f"{info.gateway_url}/health/liveliness", 300, gw_rec, self.logs / "gateway-litellm.log")
+        # Wait for everything to answer: the box checks its hosts from inside the rig network
+        # (the development box itself reaches it only through the jump host).
+        with netns.inside(layout.rig_netns):
+            for lane, rec in started_lanes:
+                backend.wait(lane, rec)
+            for h, rec in started_services:
+                procs.wait_port(h.addr, plan.SSH_PORT, 10, rec, self.logs / f"{h.name}-sshd.log")
+            procs.wait_http(f"http://{info.forge_addr}/health", 10, st.procs["forge.nginx"],
+                            self.logs / "forge-nginx.log")
+            for pi in info.pools.values():
+                rec = st.procs[f"{pi.name}.pool"]
+                procs.wait_http(f"http://{pi.addr}:{pi.port}/health", 10, rec, self.logs / f"{pi.name}-pool.log")
+            for pi in info.pools.values():
+                procs.wait_port(px.addr, pi.proxy_port, 10, st.procs["proxy.haproxy"], self.logs / "proxy-haproxy.log")
+            gw_rec = st.procs["gateway.litellm"]
+            procs.wait_http(f"{info.gateway_url}/health/liveliness", 300, gw_rec, self.logs / "gateway-litellm.log")
         if "started gateway.litellm" in changed:
             cpu = procs.cpu_seconds(gw_rec.pid)
             changed.append(f"gateway answered {time.monotonic() - t_gw:.1f} s after its start"
@@ -399,30 +440,28 @@ class Box:
         return changed
 
     def _ssh_config(self, info: BoxInfo) -> str:
-        out = []
-        for ln in info.lanes:
-            out.append(f"""Host {self.name}-{ln.name} {ln.addr}
-    HostName {ln.addr}
-    User {USER}
-    IdentityFile {info.ssh_key}
+        """An OpenSSH client config as a user of the real rig has one: every rig host through
+        the jump host (ProxyJump), every host key pinned."""
+        common = f"""    IdentityFile {info.ssh_key}
     IdentitiesOnly yes
     UserKnownHostsFile {info.known_hosts}
     StrictHostKeyChecking yes
     BatchMode yes
     KexAlgorithms curve25519-sha256
-""")
-        for hname in plan.SERVICE_SSH_HOSTS:
-            addr = info.hosts[hname]["addr"]
-            out.append(f"""Host {self.name}-{hname} {addr}
+"""
+        jump_alias = f"{self.name}-jump"
+        out = [f"""Host {jump_alias} {info.jump_addr}
+    HostName {info.jump_addr}
+    User {plan.JUMP_USER}
+{common}"""]
+        hosts = [(ln.name, ln.addr, USER) for ln in info.lanes]
+        hosts += [(h, info.hosts[h]["addr"], "root") for h in plan.SERVICE_SSH_HOSTS]
+        for name, addr, user in hosts:
+            out.append(f"""Host {self.name}-{name} {addr}
     HostName {addr}
-    User root
-    IdentityFile {info.ssh_key}
-    IdentitiesOnly yes
-    UserKnownHostsFile {info.known_hosts}
-    StrictHostKeyChecking yes
-    BatchMode yes
-    KexAlgorithms curve25519-sha256
-""")
+    User {user}
+    ProxyJump {jump_alias}
+{common}""")
         return "".join(out)
 
     # ---- down ----
@@ -454,7 +493,7 @@ class Box:
                     done.append(f"ended {len(left)} leftover process(es) in {ns}")
             if done:
                 time.sleep(0.05)
-            done += [f"removed {x}" for x in netns.remove(self.name)]
+            done += [f"removed {x}" for x in netns.remove(self.name, net=self.net)]
             backend = lanes_backend.make(st.lanes_kind if st else self.lane_backend, self.dir, self.logs)
             for ln in (st.info.lanes if st and st.info else []):
                 backend.remove(self.dir / "lanes" / ln.name)
@@ -465,11 +504,30 @@ class Box:
                 remove_user()
                 marker.unlink(missing_ok=True)
                 done.append(f"removed user {USER}")
+            jmarker = state.REGISTRY / "users" / f"{plan.JUMP_USER}.created"
+            if plan.JUMP_USER not in state.users_elsewhere(self.name, entries) and jmarker.exists():
+                remove_jump_user()
+                jmarker.unlink(missing_ok=True)
+                done.append(f"removed user {plan.JUMP_USER}")
             state.unregister(self.name)
             if (self.dir / MARKER).exists():
                 shutil.rmtree(self.dir, ignore_errors=True)
                 done.append(f"removed {self.dir}")
         return done
+
+
+def _lane_model_env(home: Path, gateway_url: str) -> None:
+    """The lane's ~/.lane-model-env, as `nev lane provision` writes it on the real rig: the
+    gateway at its rig address (a lane never uses the development box's forward)."""
+    if not gateway_url:
+        return
+    f = home / ".lane-model-env"
+    text = f"NEV_LANE_MODEL_URL={gateway_url}\n"
+    if not f.exists() or f.read_text() != text:
+        f.write_text(text)
+    st = home.stat()
+    os.chown(f, st.st_uid, st.st_gid)
+    os.chmod(f, 0o644)
 
 
 __all__ = ["Box", "BoxInfo", "HOME", "require_root"]

@@ -99,7 +99,8 @@ class LxcLanes:
         st = self.staged(lane.name)
         binds = [create.Bind(str(st / name), target, ro) for _src, name, target, ro in self.sources(lane)]
         ncpu = os.cpu_count() or 1
-        return create.LxcLane(name=self.container(lane.name), bridge=f"{self.box_dir.name}br",
+        # No bridge for LXC: the box's bridge is in the rig namespace; start() moves the veth there.
+        return create.LxcLane(name=self.container(lane.name), bridge="",
                               addr=lane.addr, cpus=ncpu, memory_gb=4, disk_gb=20, lxcpath=self.lxcpath,
                               recipe=self.recipe, binds=tuple(binds), veth=host.veth, autostart=False)
 
@@ -149,11 +150,25 @@ class LxcLanes:
         # a netns lane (and `down` finds it); the guest's processes keep it alive.
         subprocess.run(["ip", "netns", "delete", lane.netns], capture_output=True)
         subprocess.run(["ip", "netns", "attach", lane.netns, str(init)], capture_output=True, check=True)
+        # The guest's host-side veth joins the rig network's bridge, inside the rig namespace.
+        box = self.box_dir.name
+        rig, bridge = f"{box}-rig", f"{box}br"
+        if Path("/sys/class/net", host.veth).exists():
+            for argv in (["ip", "link", "set", host.veth, "netns", rig],
+                         ["ip", "-n", rig, "link", "set", host.veth, "master", bridge, "up"]):
+                cp = subprocess.run(argv, capture_output=True, text=True)
+                if cp.returncode != 0:
+                    raise NevError(f"lane {spec.name}: {' '.join(argv)} failed: {cp.stderr.strip()}")
+            subprocess.run(["ip", "-n", rig, "neigh", "flush", "to", lane.addr, "dev", bridge], capture_output=True)
         return ProcRec(key=f"{lane.name}.sshd", host=lane.name, pid=pid, start=st,
                        argv=["lxc-start", "-P", spec.lxcpath, "-n", spec.name, "-d"])
 
     def wait(self, lane: LaneInfo, rec: ProcRec) -> None:
-        procs.wait_port(lane.addr, plan.SSH_PORT, 20, rec, Path(self.lxcpath) / self.container(lane.name) / "lxc.log")
+        from rig.box import netns
+
+        with netns.inside(f"{self.box_dir.name}-rig"):   # the rig network: no route from the dev box
+            procs.wait_port(lane.addr, plan.SSH_PORT, 20, rec,
+                            Path(self.lxcpath) / self.container(lane.name) / "lxc.log")
 
     def remove(self, lane_dir: Path) -> None:
         name = self.container(lane_dir.name)

@@ -42,6 +42,29 @@ def ensure_user() -> bool:
     return created
 
 
+def ensure_jump_user() -> bool:
+    """The jump host's user: key-only, no shell (it may only open TCP forwards). True when created."""
+    from rig.box.plan import JUMP_USER
+
+    try:
+        pwd.getpwnam(JUMP_USER)
+        return False
+    except KeyError:
+        pass
+    cp = subprocess.run(["useradd", "-M", "-d", "/nonexistent", "-s", "/usr/sbin/nologin", "-U", JUMP_USER],
+                        capture_output=True, text=True)
+    if cp.returncode != 0 and "already exists" not in cp.stderr:
+        raise NevError(f"could not create user {JUMP_USER}: {cp.stderr.strip()}")
+    subprocess.run(["usermod", "-p", "*", JUMP_USER], check=True, capture_output=True)
+    return cp.returncode == 0
+
+
+def remove_jump_user() -> None:
+    from rig.box.plan import JUMP_USER
+
+    subprocess.run(["userdel", JUMP_USER], capture_output=True)
+
+
 def remove_user() -> None:
     subprocess.run(["userdel", USER], capture_output=True)
     try:
@@ -114,7 +137,10 @@ class NetnsLanes:
         return procs.spawn(f"{lane.name}.sshd", lane.name, argv, self.log_dir / f"{lane.name}-sshd.log")
 
     def wait(self, lane: LaneInfo, rec: ProcRec) -> None:
-        procs.wait_port(lane.addr, plan.SSH_PORT, 10, rec, self.log_dir / f"{lane.name}-sshd.log")
+        from rig.box import netns
+
+        with netns.inside(f"{self.box_dir.name}-rig"):   # the rig network: no route from the dev box
+            procs.wait_port(lane.addr, plan.SSH_PORT, 10, rec, self.log_dir / f"{lane.name}-sshd.log")
 
     def remove(self, lane_dir: Path) -> None:
         return None

@@ -1,12 +1,20 @@
-"""The box's network: a bridge in the root namespace, one network namespace per host, veths.
+"""The box's network, as the real rig's: two networks and one way in.
 
-Only what is missing is created (so `up` repairs a half-alive box), and `down` removes exactly
-the objects named after this box.
+The rig network is a bridge inside a namespace of its own (`<name>-rig`), with one network
+namespace per host joined to it by a veth; the root namespace (the development box) has no
+interface, address or route on it (the rig's /24 is an `unreachable` route there). The jump
+host's namespace has a second interface, the outside link, a /30 shared with the root
+namespace only. Only what is missing is created (so `up` repairs a half-alive box), and `down`
+removes exactly the objects named after this box.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,44 +44,69 @@ def netns_list() -> set[str]:
     return {p.name for p in d.iterdir()} if d.is_dir() else set()
 
 
-def link_exists(dev: str) -> bool:
-    return Path("/sys/class/net", dev).exists()
+def link_exists(dev: str, ns: str | None = None) -> bool:
+    """Whether interface `dev` exists in namespace `ns` (the root namespace for None)."""
+    if ns is None:
+        return Path("/sys/class/net", dev).exists()
+    if ns not in netns_list():
+        return False
+    return _run(["ip", "-n", ns, "link", "show", "dev", dev], check=False).returncode == 0
 
 
-def ns_has_eth0(ns: str) -> bool:
-    cp = _run(["ip", "-n", ns, "-o", "-4", "addr", "show", "dev", "eth0"], check=False)
+def ns_has_addr(ns: str, dev: str = "eth0") -> bool:
+    cp = _run(["ip", "-n", ns, "-o", "-4", "addr", "show", "dev", dev], check=False)
     return cp.returncode == 0 and " inet " in cp.stdout
 
 
+def ns_has_eth0(ns: str) -> bool:
+    return ns_has_addr(ns, "eth0")
+
+
 def ensure(layout: plan.Layout, skip_roles: frozenset[str] = frozenset()) -> list[str]:
-    """Create the bridge, namespaces and veths that are missing; return what was made. Hosts of
-    a role in `skip_roles` get none (LXC lanes bring their own)."""
+    """Create the rig namespace and bridge, the host namespaces and veths, and the jump host's
+    outside link that are missing; return what was made. Hosts of a role in `skip_roles` get
+    no namespace or veth (LXC lanes bring their own)."""
     made: list[str] = []
-    cmds: list[str] = []
-    if not link_exists(layout.bridge):
-        cmds += plan.bridge_cmds(layout)
-        made.append(f"made bridge {layout.bridge}")
     have = netns_list()
+    rig = layout.rig_netns
+    if rig not in have:
+        _run(["ip", "netns", "add", rig])
+        made.append(f"made netns {rig}")
+    cmds: list[str] = []
+    if not link_exists(layout.bridge, rig):
+        cmds += plan.bridge_cmds(layout)
+        made.append(f"made bridge {layout.bridge} (in {rig})")
     inside: list[tuple[str, list[str]]] = []
-    for h in layout.hosts():
+    for h in [*layout.hosts(), layout.jump()]:
         if h.role in skip_roles:
             continue
         if h.netns not in have:
             _run(["ip", "netns", "add", h.netns])
             made.append(f"made netns {h.netns}")
-        if not link_exists(h.veth) or not ns_has_eth0(h.netns):
-            if link_exists(h.veth):
+        if not link_exists(h.veth, rig) or not ns_has_eth0(h.netns):
+            if link_exists(h.veth, rig):
                 cmds.append(f"link del {h.veth}")
-            root_side, ns_side = plan.host_cmds(layout, h)
-            cmds += root_side
+            rig_side, ns_side = plan.host_cmds(layout, h)
+            cmds += rig_side
             inside.append((h.netns, ns_side))
             made.append(f"made veth {h.veth}")
-    ip_batch(cmds)
+    ip_batch(cmds, rig)
     for ns, c in inside:
         ip_batch(c, ns)
     if inside:
         # A recreated host has a new MAC: forget the old one, or connections stall for seconds.
-        _run(["ip", "neigh", "flush", "dev", layout.bridge], check=False)
+        _run(["ip", "-n", rig, "neigh", "flush", "dev", layout.bridge], check=False)
+    jump_ns = layout.jump().netns
+    if not link_exists(layout.outside_veth) or not ns_has_addr(jump_ns, "eth1"):
+        if link_exists(layout.outside_veth):
+            _run(["ip", "link", "del", layout.outside_veth], check=False)
+        root_side, jump_side = plan.outside_cmds(layout)
+        ip_batch(root_side)
+        ip_batch(jump_side, jump_ns)
+        made.append(f"made outside link {layout.outside_veth} ({layout.dev_addr} <-> {layout.jump_outside_addr})")
+    else:
+        # The unreachable route may have been removed by hand: put it back (idempotent).
+        _run(["ip", "route", "replace", "unreachable", f"{layout.net}.0/24"], check=False)
     return made
 
 
@@ -83,8 +116,43 @@ def box_netns(name: str) -> list[str]:
 
 
 def box_links(name: str) -> list[str]:
+    """The box's interfaces in the root namespace (the outside link; LXC lanes' veths)."""
     pre = plan.netns_prefix(name)
     return sorted(p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith(pre))
+
+
+def root_routes_to(net: str) -> list[str]:
+    """The root namespace's routes inside the box's /24 (pure read; for checks and `down`)."""
+    cp = _run(["ip", "-o", "-4", "route", "show", "table", "all"], check=False)
+    return [ln for ln in cp.stdout.splitlines() if f" {net}." in f" {ln}" or ln.startswith(f"{net}.")
+            or f"unreachable {net}." in ln]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNET = 0x40000000
+
+
+@contextmanager
+def inside(ns: str) -> Iterator[None]:
+    """Run the block's new sockets in namespace `ns` (this thread only; restored after).
+
+    The box uses it for its own health checks and its stand-in pools' control route: the
+    development box itself has no way onto the rig network but through the jump host.
+    """
+    target = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        if _libc.setns(target, CLONE_NEWNET) != 0:
+            raise NevError(f"cannot enter network namespace {ns}: {os.strerror(ctypes.get_errno())}; "
+                           "run `nev box up` to repair the box")
+        try:
+            yield
+        finally:
+            if _libc.setns(own, CLONE_NEWNET) != 0:
+                raise NevError(f"cannot return from network namespace {ns}: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(target)
+        os.close(own)
 
 
 def ns_pids(ns: str) -> list[int]:
@@ -92,10 +160,12 @@ def ns_pids(ns: str) -> list[int]:
     return [int(x) for x in cp.stdout.split() if x.isdigit()]
 
 
-def remove(name: str, extra_netns: list[str] | None = None) -> list[str]:
-    """Delete every namespace, veth and the bridge named after box `name`."""
+def remove(name: str, extra_netns: list[str] | None = None, net: str | None = None) -> list[str]:
+    """Delete every namespace (the rig's with its bridge and veths), the outside link, a bridge
+    left in the root namespace by an older box, and the unreachable route of box `name`."""
     gone: list[str] = []
     cmds = [f"link del {dev}" for dev in box_links(name)]
+    gone += [f"link {dev}" for dev in box_links(name)]
     for ns in sorted(set(box_netns(name)) | set(extra_netns or [])):
         if ns in netns_list():
             cmds.append(f"netns del {ns}")
@@ -104,6 +174,11 @@ def remove(name: str, extra_netns: list[str] | None = None) -> list[str]:
     if link_exists(br):
         cmds.append(f"link del {br}")
         gone.append(br)
+    if net:
+        cp = _run(["ip", "route", "show", "type", "unreachable", f"{net}.0/24"], check=False)
+        if cp.stdout.strip():
+            cmds.append(f"route del unreachable {net}.0/24")
+            gone.append(f"route unreachable {net}.0/24")
     if cmds:
         _run(["ip", "-force", "-batch", "-"], input="\n".join(cmds) + "\n", check=False)
     return gone

@@ -21,14 +21,24 @@ MAX_LANES = 9
 
 # Host octets inside the box's /24.
 BRIDGE_OCTET = 1
+JUMP_OCTET = 2          # the jump host's address on the rig network
 FORGE_OCTET = 5
 LANE_OCTET0 = 11
 GATEWAY_OCTET = 20
 PROXY_OCTET = 30
 POOL_OCTET0 = 40
 
+# The outside link (development box <-> jump host) is a /30 at the top of the box's /24, which
+# the rig network never uses: the development box is .254, the jump host's outside end .253.
+OUTSIDE_OCTET = 252
+DEV_OCTET = 254
+JUMP_OUT_OCTET = 253
+
 SSH_PORT = 22
 FORGE_PORT = 80
+JUMP_USER = "nevjump"
+# The development box's local forwards (127.0.0.1), one pair of ports per box net.
+FORWARD_PORT0 = 30000
 GATEWAY_PORT = 4000
 POOL_PORT = 8000
 PROXY_PORT0 = 8100
@@ -65,11 +75,11 @@ def check_lanes(n: int) -> int:
 class Host:
     """One host of the box: a network namespace joined to the bridge by a veth pair."""
 
-    name: str       # lane0, forge, gateway, proxy, gpu0 ...
-    role: str       # lane | forge | gateway | proxy | pool
+    name: str       # lane0, forge, gateway, proxy, gpu0 ... (and jump)
+    role: str       # lane | forge | gateway | proxy | pool (| jump)
     addr: str
     netns: str
-    veth: str       # root-side end; the namespace side is always eth0
+    veth: str       # bridge-side end (in the rig namespace); the host side is always eth0
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,38 @@ class Layout:
     @property
     def bridge(self) -> str:
         return f"{self.name}br"
+
+    @property
+    def rig_netns(self) -> str:
+        """The namespace that holds the rig network's bridge (never the root namespace)."""
+        return f"{self.name}-rig"
+
+    def jump(self) -> Host:
+        """The one way in: on the rig bridge (eth0) and on the outside link (eth1)."""
+        return self.host("jump", "jump", JUMP_OCTET)
+
+    @property
+    def outside_veth(self) -> str:
+        """The development box's end of the outside link (root namespace)."""
+        return f"{self.name}-out"
+
+    @property
+    def dev_addr(self) -> str:
+        return f"{self.net}.{DEV_OCTET}"
+
+    @property
+    def jump_outside_addr(self) -> str:
+        return f"{self.net}.{JUMP_OUT_OCTET}"
+
+    @property
+    def jump_spec(self) -> str:
+        """How the development box reaches the jump host: user@addr (port 22)."""
+        return f"{JUMP_USER}@{self.jump_outside_addr}"
+
+    def forward_port(self, what: str) -> int:
+        """The development box's local port forwarding to the forge (0) or the gateway (1)."""
+        a, b, c = (int(x) for x in self.net.split("."))
+        return FORWARD_PORT0 + (b - 18) * 2560 + c * 10 + ("forge", "gateway").index(what)
 
     @property
     def bridge_addr(self) -> str:
@@ -137,6 +179,15 @@ class Layout:
     def gateway_url(self) -> str:
         return f"http://{self.gateway().addr}:{GATEWAY_PORT}"
 
+    @property
+    def forge_local_base(self) -> str:
+        """The forge as the development box reaches it: its local forward."""
+        return f"http://127.0.0.1:{self.forward_port('forge')}/git/"
+
+    @property
+    def gateway_local_url(self) -> str:
+        return f"http://127.0.0.1:{self.forward_port('gateway')}"
+
 
 def netns_prefix(name: str) -> str:
     return f"{name}-"
@@ -146,17 +197,32 @@ def netns_prefix(name: str) -> str:
 
 
 def bridge_cmds(layout: Layout) -> list[str]:
+    """Run in the rig namespace: the bridge, with the box's own address on it (for the box's
+    health checks and the lanes' apt proxy), never in the root namespace."""
     return [f"link add {layout.bridge} type bridge",
             f"addr add {layout.bridge_addr}/24 dev {layout.bridge}",
-            f"link set {layout.bridge} up"]
+            f"link set {layout.bridge} up", "link set lo up"]
 
 
 def host_cmds(layout: Layout, h: Host) -> tuple[list[str], list[str]]:
-    """The veth pair of one host (root-side commands, then the commands run in the namespace):
-    its namespace side is named eth0, and the namespace gets no default route."""
+    """The veth pair of one host (commands run in the rig namespace, then in the host's): its
+    host side is named eth0, and the host gets no default route."""
     return ([f"link add {h.veth} type veth peer name eth0 netns {h.netns}",
              f"link set {h.veth} master {layout.bridge} up"],
             [f"addr add {h.addr}/24 dev eth0", "link set eth0 up", "link set lo up"])
+
+
+def outside_cmds(layout: Layout) -> tuple[list[str], list[str]]:
+    """The outside link (commands run in the root namespace, then in the jump host's): a /30 of
+    its own, so the development box gets a route to the jump host's outside end and nothing
+    else; the rig's /24 is made unreachable in the root namespace, so no packet for a rig
+    address ever leaves through the machine's default route."""
+    j = layout.jump()
+    return ([f"link add {layout.outside_veth} type veth peer name eth1 netns {j.netns}",
+             f"addr add {layout.dev_addr}/30 dev {layout.outside_veth}",
+             f"link set {layout.outside_veth} up",
+             f"route replace unreachable {layout.net}.0/24"],
+            [f"addr add {layout.jump_outside_addr}/30 dev eth1", "link set eth1 up"])
 
 
 def tbf_cmd(dev: str, kbit: int) -> list[str]:
@@ -187,6 +253,38 @@ X11Forwarding no
 AllowTcpForwarding yes
 PrintMotd no
 Subsystem sftp internal-sftp
+"""
+
+
+def jump_sshd_config(layout: Layout, host_key: str, pid_file: str, authorized_keys: str) -> str:
+    """The jump host's sshd: on both its interfaces, key-only, one user who may only open TCP
+    forwards to the rig's hosts (no shell, no tty, no agent, no remote forwards)."""
+    j = layout.jump()
+    permit = " ".join(f"{h.addr}:*" for h in layout.hosts())
+    return f"""# sshd of the box's jump host (written by nev box)
+ListenAddress {layout.jump_outside_addr}:{SSH_PORT}
+ListenAddress {j.addr}:{SSH_PORT}
+HostKey {host_key}
+PidFile {pid_file}
+AuthorizedKeysFile {authorized_keys}
+# The key file lives in the box folder (see root_sshd_config).
+StrictModes no
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin no
+AllowUsers {JUMP_USER}
+UsePAM no
+AllowTcpForwarding local
+PermitOpen {permit}
+AllowAgentForwarding no
+AllowStreamLocalForwarding no
+GatewayPorts no
+PermitTunnel no
+PermitTTY no
+X11Forwarding no
+ForceCommand /usr/sbin/nologin
+PrintMotd no
 """
 
 
@@ -247,8 +345,9 @@ def known_hosts_lines(entries: list[tuple[str, str]]) -> str:
     return "".join(f"{addr} {pub}\n" for addr, pub in entries)
 
 
-def lanes_file(lane_entries: list[dict], git_url: str, nas: str) -> dict:
-    return {"lanes": lane_entries, "git_url": git_url, "nas": nas, "primary": "main"}
+def lanes_file(lane_entries: list[dict], git_url: str, nas: str, jump: str | None = None) -> dict:
+    return {"lanes": lane_entries, "git_url": git_url, "nas": nas, "primary": "main",
+            **({"jump": jump} if jump else {})}
 
 
 # ---- forge -----------------------------------------------------------------------------------
@@ -391,6 +490,13 @@ def rig_file(layout: Layout, haproxy_cfg_path: str, haproxy_pid: str, litellm_cf
     """Roles on the box's service hosts, reachable as root over SSH (pinned keys)."""
     gw = layout.gateway().addr
     return {
+        "jump": layout.jump_spec,
+        "forwards": {
+            "forge": {"local_port": layout.forward_port("forge"),
+                      "target": f"{layout.forge().addr}:{FORGE_PORT}", "check": "forge"},
+            "gateway": {"local_port": layout.forward_port("gateway"),
+                        "target": f"{gw}:{GATEWAY_PORT}", "check": "gateway"},
+        },
         "seeds": [],
         "roles": {
             "proxy": {"hosts": [f"root@{layout.proxy().addr}"], "files": [haproxy_cfg_path],

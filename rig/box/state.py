@@ -92,6 +92,15 @@ class BoxInfo:
     rig_file: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     hosts: dict[str, dict[str, str]] = field(default_factory=dict)   # host -> {addr, netns, role}
+    # The real rig's network: the rig's bridge in a namespace of its own, the jump host as the
+    # one way in, and the development box's local forwards to the forge and the gateway.
+    rig_netns: str = ""
+    jump: str = ""                 # user@addr the development box reaches the jump host at
+    jump_addr: str = ""            # the jump host's outside address (the development box's side)
+    jump_rig_addr: str = ""        # the jump host's address on the rig network
+    dev_addr: str = ""             # the development box's end of the outside link
+    forge_local_url: str = ""      # the forge through the development box's forward (…/git/)
+    gateway_local_url: str = ""    # the gateway through the development box's forward
 
     # ---- helpers other areas use ----
 
@@ -104,15 +113,25 @@ class BoxInfo:
 
         return forge.create_repo(self, name)
 
+    def dev_url(self, url: str) -> str:
+        """A rig-side forge or gateway URL as the development box reaches it (its forward)."""
+        for rig, local in ((self.forge_url, self.forge_local_url),
+                           (self.gateway_url, self.gateway_local_url)):
+            if rig and local and url.startswith(rig.rstrip("/")):
+                return local.rstrip("/") + url[len(rig.rstrip("/")):]
+        return url
+
     def pool_control(self, pool: str, **settings: Any) -> dict:
         """Set (or read, with no settings) a stand-in pool's delay, tokens_per_s, max_inflight,
-        fail ("429" | "503" | "hang" | None), fail_times, bank; `reset=True` restores defaults."""
-        from rig.box import poolctl
+        fail ("429" | "503" | "hang" | None), fail_times, bank; `reset=True` restores defaults.
+        The control route is the box's own: it is reached from inside the rig network."""
+        from rig.box import netns, poolctl
 
         url = self.pools[pool].control_url
-        if settings.pop("reset", False):
-            poolctl.reset(url)
-        return poolctl.control(url, **settings)
+        with netns.inside(self.rig_netns):
+            if settings.pop("reset", False):
+                poolctl.reset(url)
+            return poolctl.control(url, **settings)
 
     def run_in(self, host: str, argv: list[str], **kw: Any) -> Any:
         """Run a command inside a host's network namespace (and, for a lane, its mounts)."""

@@ -15,7 +15,6 @@ from bench.inventory_check import parse_time
 from lanes import config as lanes_config
 from lanes import settings
 from lanes.errors import NevError
-from lanes.ssh import Connection
 
 
 def age(seconds: float | None) -> str:
@@ -125,7 +124,7 @@ def lane_snapshot_path() -> str:
 def load_from_lane(index: int) -> tuple[dict[str, Any], str]:
     lane = lanes_config.pick(lanes_config.configured(), index)[0]
     path = lane_snapshot_path()
-    with Connection(lane.target) as conn:
+    with lane.connect() as conn:
         res = conn.run(["cat", "--", path])
     source = f"{lane.label}:{path}"
     if res.exit_status != 0:
