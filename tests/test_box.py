@@ -1,26 +1,40 @@
-"""The rig-in-a-box, stage 1: lanes (sshd in namespaces) and the forge, against the real parts."""
+"""The rig-in-a-box: its network (the real rig's: one way in through the jump host), lanes (sshd in
+namespaces) and the forge, against the real parts."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from lanes.ssh import Connection, HostKeyError, Target
+import paramiko
+import pytest
+
+from lanes.ssh import Connection, HostKeyError, SshError, Target
 from rig.box import Box, procs, state
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def ssh(info, lane, cmd, known_hosts=None):
+    """OpenSSH as a user of the rig runs it: the box's client config, ProxyJump through the jump
+    host, every key pinned (`known_hosts` replaces the lane hop's pins only)."""
     return subprocess.run(
-        ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-         "-o", f"UserKnownHostsFile={known_hosts or info.known_hosts}", "-o", "IdentitiesOnly=yes",
-         "-o", "KexAlgorithms=curve25519-sha256", "-o", "ConnectTimeout=5",
-         "-i", str(info.ssh_key), f"lane@{lane.addr}", cmd],
+        ["ssh", "-F", str(info.ssh_config), "-o", "ConnectTimeout=5",
+         *(["-o", f"UserKnownHostsFile={known_hosts}"] if known_hosts else []), f"lane@{lane.addr}", cmd],
         capture_output=True, text=True, timeout=30)
+
+
+def jump(info):
+    return Target.parse(info.jump)
+
+
+def forge_local(info, path="engine.git"):
+    """The forge through the development box's forward (the only way it reaches the forge)."""
+    return info.forge_local_url + path
 
 
 def nev(*args, env=None):
@@ -46,11 +60,74 @@ def test_ssh_batchmode_with_pinned_keys_reaches_each_lane(box):
         assert f" {lane.addr}/24 " in addr_line
 
 
-def test_lanes_ssh_module_connects_with_the_box_known_hosts(box):
+def test_lanes_ssh_module_connects_through_the_jump_host_with_the_box_known_hosts(box):
     lane = box.lanes[1]
-    with Connection(Target.parse(lane.ssh), known_hosts=box.known_hosts, key_file=box.ssh_key) as c:
-        r = c.run("echo $HOME; stat -c %U /srv/lane")
-    assert r.out.split() == ["/home/lane", "lane"]
+    with Connection(Target.parse(lane.ssh), known_hosts=box.known_hosts, key_file=box.ssh_key, jump=jump(box)) as c:
+        r = c.run("echo $HOME; stat -c %U /srv/lane; echo $SSH_CLIENT")
+    home, owner, client = r.out.split()[:3]
+    assert (home, owner) == ("/home/lane", "lane")
+    assert client == box.jump_rig_addr          # the lane sees the jump host, not the dev box
+
+
+# ---- the network: two networks, one way in ------------------------------------------------------
+
+
+def test_the_development_box_has_no_address_or_route_on_the_rig_network(box):
+    addrs = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True).stdout
+    mine = [ln for ln in addrs.splitlines() if f" {box.net}." in ln]
+    assert len(mine) == 1 and f" {box.dev_addr}/30 " in mine[0], mine   # the outside link only
+    assert not Path("/sys/class/net", box.bridge).exists()
+    for host, h in [*box.hosts.items(), ("jump (rig side)", {"addr": box.jump_rig_addr})]:
+        r = subprocess.run(["ip", "route", "get", h["addr"]], capture_output=True, text=True)
+        assert r.returncode != 0 and "unreachable" in (r.stdout + r.stderr).lower() or             "No route" in r.stderr, (host, r.stdout, r.stderr)
+    r = subprocess.run(["ip", "route", "get", box.jump_addr], capture_output=True, text=True)
+    assert r.returncode == 0 and f"dev {box.name}-out" in r.stdout
+    # Not only the routing table: no sshd banner ever comes back from a lane's address.
+    for lane in box.lanes:
+        banner = b""
+        try:
+            with socket.create_connection((lane.addr, 22), timeout=2) as sock:
+                sock.settimeout(2)
+                banner = sock.recv(64)
+        except OSError:
+            pass
+        assert not banner.startswith(b"SSH-"), lane.addr
+
+
+def test_a_lane_is_not_reached_without_the_jump_host(box):
+    with pytest.raises(SshError):
+        Connection(Target.parse(box.lanes[0].ssh), box.known_hosts, box.ssh_key, timeout=3).connect()
+
+
+def test_an_unknown_jump_host_key_is_refused_like_a_lanes(box, tmp_path):
+    kh = tmp_path / "known_hosts"
+    kh.write_text("".join(ln + "\n" for ln in box.known_hosts.read_text().splitlines()
+                          if not ln.startswith(box.jump_addr + " ")))
+    with pytest.raises(HostKeyError, match="jump host"):
+        Connection(Target.parse(box.lanes[0].ssh), kh, box.ssh_key, jump=jump(box)).connect()
+    # the same through nev: the lane does not answer, and the reason names the pin
+    r = nev("lane", "list", "--json", env={**box.env, "NEV_KNOWN_HOSTS": str(kh)})
+    assert r.returncode == 0, r.stderr
+    assert '"answers": false' in r.stdout
+    r = nev("lane", "run", "--lane", "0", str(ROOT), "true", env={**box.env, "NEV_KNOWN_HOSTS": str(kh)})
+    assert r.returncode == 3 and "jump host" in r.stderr and "not pinned" in r.stderr
+
+
+def test_the_jump_host_gives_no_shell_and_forwards_only_to_rig_hosts(box):
+    with Connection(jump(box), box.known_hosts, box.ssh_key) as j:
+        r = j.run("id -un; echo reached")
+        assert r.exit_status != 0 and "reached" not in r.out
+        ch = j.transport.open_channel("direct-tcpip", (box.lanes[0].addr, 22), ("127.0.0.1", 0), timeout=5)
+        try:
+            assert ch.recv(4) == b"SSH-"
+        finally:
+            ch.close()
+        for where in (("127.0.0.1", 22), (box.dev_addr, 22)):
+            with pytest.raises(paramiko.ChannelException):
+                j.transport.open_channel("direct-tcpip", where, ("127.0.0.1", 0), timeout=5)
+    r = subprocess.run(["ssh", "-F", str(box.ssh_config), "-o", "ConnectTimeout=5", f"{box.name}-jump", "id"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "uid=" not in r.stdout
 
 
 def test_a_wrong_pinned_host_key_is_refused(box, tmp_path):
@@ -59,18 +136,20 @@ def test_a_wrong_pinned_host_key_is_refused(box, tmp_path):
     # lane0's address with lane1's key: the pin does not match.
     line1 = next(ln for ln in box.known_hosts.read_text().splitlines() if ln.startswith(other.addr + " "))
     bad.write_text(line1.replace(other.addr, box.lanes[0].addr, 1) + "\n")
+    # the jump host stays pinned: only the lane's pin is wrong
+    bad.write_text(bad.read_text() + next(ln for ln in box.known_hosts.read_text().splitlines()
+                                          if ln.startswith(box.jump_addr + " ")) + "\n")
     r = ssh(box, box.lanes[0], "true", known_hosts=bad)
     assert r.returncode == 255 and "host key" in r.stderr.lower()
     try:
-        Connection(Target.parse(box.lanes[0].ssh), known_hosts=bad, key_file=box.ssh_key).connect()
+        Connection(Target.parse(box.lanes[0].ssh), known_hosts=bad, key_file=box.ssh_key, jump=jump(box)).connect()
         raise AssertionError("connected despite a wrong pinned key")
     except HostKeyError:
         pass
 
 
 def test_password_login_is_refused(box):
-    r = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "PubkeyAuthentication=no",
-                        "-o", f"UserKnownHostsFile={box.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+    r = subprocess.run(["ssh", "-F", str(box.ssh_config), "-o", "PubkeyAuthentication=no",
                         f"lane@{box.lanes[0].addr}", "true"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 255 and "Permission denied (publickey)" in r.stderr
 
@@ -118,7 +197,7 @@ def test_run_in_a_lane_sees_the_lane_mounts(box):
 
 
 def test_clone_with_the_token_works(box, tmp_path):
-    r = git("clone", box.forge_url.replace("http://", f"http://{box.forge_user}@") + "engine.git",
+    r = git("clone", forge_local(box).replace("http://", f"http://{box.forge_user}@"),
             str(tmp_path / "c"), env={"GIT_ASKPASS": str(box.forge_askpass)})
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "c" / "README.md").exists()
@@ -127,7 +206,7 @@ def test_clone_with_the_token_works(box, tmp_path):
 
 def test_clone_without_the_token_gets_401(box, tmp_path):
     before = box.forge_access_log.read_text().count('" 401 ')
-    r = git("clone", box.forge_url + "engine.git", str(tmp_path / "c"))
+    r = git("clone", forge_local(box), str(tmp_path / "c"))
     assert r.returncode != 0 and not (tmp_path / "c").exists()
     assert box.forge_access_log.read_text().count('" 401 ') > before
 
@@ -136,7 +215,7 @@ def test_clone_with_a_wrong_token_gets_401(box, tmp_path):
     ask = tmp_path / "ask"
     ask.write_text("#!/bin/sh\necho not-the-token\n")
     ask.chmod(0o700)
-    r = git("clone", f"http://nev@{box.forge_addr}/git/engine.git", str(tmp_path / "c"),
+    r = git("clone", forge_local(box).replace("http://", "http://nev@"), str(tmp_path / "c"),
             env={"GIT_ASKPASS": str(ask)})
     assert r.returncode != 0 and "Authentication failed" in r.stderr
 
@@ -151,7 +230,8 @@ def test_forge_create_repo_then_push_and_clone_back(box, tmp_path):
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     assert git("add", "f.txt", cwd=work).returncode == 0
     assert git("commit", "-q", "-m", "one", cwd=work, env=env).returncode == 0
-    authed = url.replace("http://", "http://nev@")
+    authed = box.dev_url(url).replace("http://", "http://nev@")
+    assert authed.startswith("http://nev@127.0.0.1:")
     r = git("push", authed, "main", cwd=work, env=env)
     assert r.returncode == 0, r.stderr
     r = git("clone", authed, str(tmp_path / "back"), env=env)
@@ -189,16 +269,19 @@ def test_no_namespace_has_a_default_route(box):
 
     for host, h in box.hosts.items():
         assert netns.default_routes(h["netns"]) == [], host
+    assert netns.default_routes(f"{box.name}-jump") == []
+    assert netns.default_routes(box.rig_netns) == []
 
 
 def test_every_server_binds_its_namespace_address_or_loopback(box):
     checked = 0
-    for host, h in box.hosts.items():
+    jump_host = {"netns": f"{box.name}-jump", "addr": box.jump_rig_addr, "also": box.jump_addr}
+    for host, h in [*box.hosts.items(), ("jump", jump_host)]:
         r = subprocess.run(["ip", "netns", "exec", h["netns"], "ss", "-Hltun"], capture_output=True, text=True)
         for line in r.stdout.splitlines():
             local = line.split()[4]
             addr = local.rsplit(":", 1)[0].strip("[]")
-            assert addr in (h["addr"], "127.0.0.1", "::1"), (host, line)
+            assert addr in (h["addr"], h.get("also"), "127.0.0.1", "::1"), (host, line)
             checked += 1
     assert checked >= 3
 
@@ -221,8 +304,8 @@ def test_up_repairs_a_half_alive_box(box):
     rec = st.procs["lane1.sshd"]
     procs.stop(rec)
     # an LXC lane's veth goes with its guest; a netns lane's stays and is deleted here
-    subprocess.run(["ip", "link", "del", f"{box.name}-lane1"], check=st.lanes_kind == "netns",
-                   capture_output=True)
+    subprocess.run(["ip", "-n", box.rig_netns, "link", "del", f"{box.name}-lane1"],
+                   check=st.lanes_kind == "netns", capture_output=True)
     assert nev("box", "status", env=box.env).returncode == 1
     r = b.bring_up(len(box.lanes))
     assert "started lane1.sshd" in r.changed
@@ -245,11 +328,16 @@ def test_env_prints_exports_that_point_at_the_box(box):
     lines = dict(ln.removeprefix("export ").split("=", 1) for ln in r.stdout.splitlines())
     assert lines["NEV_LANES_FILE"] == str(box.lanes_file)
     assert lines["NEV_KNOWN_HOSTS"] == str(box.known_hosts)
-    assert lines["NEV_LANE_GIT_URL"] == box.forge_url + "engine.git"
+    assert lines["NEV_LANE_GIT_URL"] == box.forge_url + "engine.git"      # the lanes: rig address
+    assert lines["NEV_FORGE_URL"] == box.forge_local_url + "engine.git"   # the dev box: its forward
+    assert lines["NEV_MODEL_URL"].startswith("http://127.0.0.1:")         # the dev box: its forward
+    assert lines["NEV_LANE_MODEL_URL"] == box.gateway_url                 # the lanes: rig address
+    assert lines["NEV_LANE_JUMP"] == f"nevjump@{box.jump_addr}"
     from lanes.config import load
 
     lf = load(box.lanes_file)
     assert [ln.ssh for ln in lf.lanes] == [ln.ssh for ln in box.lanes]
+    assert lf.jump == box.jump and all(ln.jump == box.jump for ln in lf.lanes)
 
 
 def test_box_env_fixture_points_settings_at_the_box(box_env):
@@ -292,6 +380,8 @@ def test_a_second_box_coexists_and_down_leaves_nothing_behind(box, tmp_path):
     assert r.returncode == 0, r.stderr
     assert not [n for n in os.listdir("/run/netns") if n.startswith(name + "-")]
     assert not [n for n in os.listdir("/sys/class/net") if n.startswith(name)]
+    assert net not in subprocess.run(["ip", "route", "show", "table", "all"], capture_output=True,
+                                     text=True).stdout              # the unreachable route went too
     assert not any(Path(f"/proc/{p}").exists() and procs.start_time(p) for p in pids)
     assert not (tmp_path / name).exists()
     assert name not in state.registry_entries()

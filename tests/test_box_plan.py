@@ -90,15 +90,37 @@ def info_for(tmp: Path) -> BoxInfo:
     return BoxInfo(name="t", dir=tmp, net="198.18.9", bridge="tbr", bridge_addr="198.18.9.1", lanes=[],
                    known_hosts=tmp, ssh_key=tmp, ssh_config=tmp, lanes_file=tmp, forge_url="", forge_addr="",
                    forge_user="nev", forge_token_file=tmp, forge_askpass=tmp, forge_access_log=tmp,
-                   forge_repos=tmp, nas=tmp, hosts=hosts)
+                   forge_repos=tmp, nas=tmp, hosts=hosts, rig_netns="t-rig")
 
 
-def test_shape_puts_down_on_the_root_side_and_up_inside_the_lane(tmp_path):
+def test_shape_puts_down_on_the_bridge_side_and_up_inside_the_lane(tmp_path):
     cmds = shape_cmds(info_for(tmp_path), "lane0", False, 156, 3640)
-    assert cmds[0][:5] == ["tc", "qdisc", "replace", "dev", "t-lane0"] and "3640kbit" in cmds[0]
+    assert cmds[0][:9] == ["ip", "netns", "exec", "t-rig", "tc", "qdisc", "replace", "dev", "t-lane0"]
+    assert "3640kbit" in cmds[0]
     assert cmds[1][:4] == ["ip", "netns", "exec", "t-lane0"] and "eth0" in cmds[1] and "156kbit" in cmds[1]
     off = shape_cmds(info_for(tmp_path), "lane0", True, None, None)
     assert all("del" in c for c in off)
+
+
+def test_shape_outside_is_the_development_boxs_uplink_to_the_jump_host(tmp_path):
+    up, down = shape_cmds(info_for(tmp_path), "outside", False, 156, 3640)
+    assert up[:5] == ["tc", "qdisc", "replace", "dev", "t-out"] and "156kbit" in up     # the dev box's end
+    assert down[:4] == ["ip", "netns", "exec", "t-jump"] and "eth1" in down and "3640kbit" in down
+
+
+def test_the_layout_keeps_the_outside_link_and_forwards_apart_from_the_rig(tmp_path):
+    from rig.box import plan
+
+    lay = plan.Layout("t", "198.18.9", 2)
+    rig_addrs = {h.addr for h in lay.hosts()} | {lay.jump().addr, lay.bridge_addr}
+    assert lay.dev_addr not in rig_addrs and lay.jump_outside_addr not in rig_addrs
+    assert lay.jump_spec == "nevjump@198.18.9.253"
+    ports = {plan.Layout("t", n, 1).forward_port(w) for n in ("198.18.9", "198.18.10", "198.19.9")
+             for w in ("forge", "gateway")}
+    assert len(ports) == 6 and all(1024 < p < 65536 for p in ports)
+    cfg = plan.jump_sshd_config(lay, "/k", "/p", "/a")
+    assert "AllowTcpForwarding local" in cfg and "ForceCommand /usr/sbin/nologin" in cfg
+    assert f"PermitOpen {lay.forge().addr}:*" in cfg and "127.0.0.1" not in cfg
 
 
 def test_shape_refuses_a_host_that_is_not_a_lane_and_missing_rates(tmp_path):
