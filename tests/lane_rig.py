@@ -74,15 +74,16 @@ def on_box(info, tmp: Path) -> LaneRig:
                    and f"/{repo}/" in line and '" 200 ' in line)
 
     askpass = {"GIT_ASKPASS": str(info.forge_askpass)}
-    url = info.forge_create_repo(f"gate{tag}.git")
+    url = info.forge_create_repo(f"gate{tag}.git")     # the rig address: what the lanes fetch
+    local = info.dev_url(url)                           # the dev box's forward to the same repo
     _, seed = h.make_forge(tmp / "seed")
-    h.git(seed, "push", "-q", url, "main", env=askpass)
+    h.git(seed, "push", "-q", local, "main", env=askpass)
     lanes = tmp / "lanes.json"
     data = json.loads(info.lanes_file.read_text())
     data["lanes"] = data["lanes"][:1]
     data["git_url"] = url
     lanes.write_text(json.dumps(data))
-    env = dict(info.env, NEV_LANES_FILE=str(lanes), NEV_LANE_GIT_URL=url)
+    env = dict(info.env, NEV_LANES_FILE=str(lanes), NEV_LANE_GIT_URL=url, NEV_FORGE_URL=local)
 
     def lane_git(name: str, script: str) -> str:
         """A shell script run as the lane user in its copy `name` (paths as the lane sees them)."""
@@ -91,6 +92,6 @@ def on_box(info, tmp: Path) -> LaneRig:
         assert cp.returncode == 0, cp.stderr
         return cp.stdout.strip()
 
-    return LaneRig(tmp=tmp, lane_root=lane.host_root, nas=info.nas, env=env, clone_url=url,
+    return LaneRig(tmp=tmp, lane_root=lane.host_root, nas=info.nas, env=env, clone_url=local,
                    push_env=askpass, fetch_count=fetches, lane_cmdlines=lane_cmdlines,
                    cut_connections=cut, lane_git=lane_git, tag=tag, lane_home=lane.host_home)

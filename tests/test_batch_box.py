@@ -101,7 +101,7 @@ def share(box, alias: str, n: int, inflight: int, supports_n: bool = True) -> ba
 
 
 def gw(box) -> Gateway:
-    return Gateway(box.gateway_url, read_key(box.keys["batch"]))
+    return Gateway(box.gateway_local_url, read_key(box.keys["batch"]))   # the dev box's forward
 
 
 def test_a_batch_finds_the_right_answer_and_keeps_it_with_provenance_and_a_floor_the_check_accepts(pools, repo):

@@ -11,6 +11,7 @@ import urllib.request
 import pytest
 
 from rig.box.haproxy import clear_counters, server_row
+from rig.box.netns import inside
 
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -43,7 +44,7 @@ def key(box, name: str) -> str:
 
 def chat(box, alias: str, keyname: str = "batch", **extra) -> tuple[int, dict, dict]:
     body = {"model": alias, "messages": [{"role": "user", "content": "Write clamp_px in Rust."}], **extra}
-    return post(f"{box.gateway_url}/v1/chat/completions", body, key(box, keyname))
+    return post(f"{box.gateway_local_url}/v1/chat/completions", body, key(box, keyname))
 
 
 @pytest.fixture(autouse=True)
@@ -76,12 +77,12 @@ def test_an_alias_outside_the_keys_list_gets_403(box):
 
 
 def test_an_unknown_key_gets_401_and_the_master_key_works(box):
-    code, _, _ = post(f"{box.gateway_url}/v1/chat/completions", {"model": SAMPLING, "messages": []}, "sk-nope")
+    code, _, _ = post(f"{box.gateway_local_url}/v1/chat/completions", {"model": SAMPLING, "messages": []}, "sk-nope")
     assert code == 401
     assert box.master_key_file is not None
     code, body, _ = chat(box, CAPACITY, keyname="batch")
     assert code == 200
-    code, body, _ = get(f"{box.gateway_url}/v1/models", box.master_key_file.read_text().strip())
+    code, body, _ = get(f"{box.gateway_local_url}/v1/models", box.master_key_file.read_text().strip())
     assert code == 200 and {m["id"] for m in body["data"]} == set(box.aliases)
 
 
@@ -138,7 +139,8 @@ def test_pool_answers_503_on_demand(box):
     box.pool_control("gpu1", fail="503")
     code, _, _ = chat(box, CAPACITY)
     assert code == 503
-    code, _, _ = get(f"http://{box.pools['gpu1'].addr}:{box.pools['gpu1'].port}/health")
+    with inside(box.rig_netns):      # a pool is reached directly only from inside the rig network
+        code, _, _ = get(f"http://{box.pools['gpu1'].addr}:{box.pools['gpu1'].port}/health")
     assert code == 503
 
 
@@ -147,10 +149,11 @@ def test_a_hanging_pool_holds_the_request_until_released(box):
     box.pool_control("gpu0", fail="hang")
     url = f"http://{p.addr}:{p.port}/v1/chat/completions"
     body = {"model": SAMPLING, "messages": [{"role": "user", "content": "clamp_px"}]}
-    with pytest.raises((TimeoutError, urllib.error.URLError)):
+    with inside(box.rig_netns), pytest.raises((TimeoutError, urllib.error.URLError)):
         post(url, body, timeout=1.0)
     box.pool_control("gpu0", fail=None)
-    assert post(url, body, timeout=10)[0] == 200
+    with inside(box.rig_netns):
+        assert post(url, body, timeout=10)[0] == 200
 
 
 def test_tokens_per_second_slows_answers(box):
@@ -172,7 +175,8 @@ def test_the_bank_is_data_a_new_file_changes_the_answers(box, tmp_path):
 
 def test_the_pool_is_named_a_stand_in_and_lists_its_model(box):
     p = box.pools["gpu1"]
-    code, body, headers = get(f"http://{p.addr}:{p.port}/v1/models")
+    with inside(box.rig_netns):
+        code, body, headers = get(f"http://{p.addr}:{p.port}/v1/models")
     assert code == 200 and [m["id"] for m in body["data"]] == [CAPACITY]
     assert "stand-in" in headers["X-Stand-In"]
     assert "stand-in" in box.pool_control("gpu1")["stand_in"]
@@ -189,7 +193,8 @@ def test_box_env_points_nev_at_the_gateway_and_the_declared_aliases(box_env):
 
     from bench import folknet
 
-    assert os.environ["NEV_MODEL_URL"] == box_env.gateway_url
+    assert os.environ["NEV_MODEL_URL"] == box_env.gateway_local_url     # the dev box's forward
+    assert os.environ["NEV_LANE_MODEL_URL"] == box_env.gateway_url      # the lanes' rig address
     kf = os.environ["NEV_MODEL_KEY_FILE"]
     assert oct(os.stat(kf).st_mode & 0o777) == "0o600"
     assert all(key(box_env, k) not in v for k in box_env.keys for v in box_env.env.values())

@@ -62,7 +62,7 @@ def lane(box, tmp_path_factory):
     env.update(NEV_DAGU_BINARY=DAGU, NEV_MODEL_KEY_FILE=str(keyfile), NEV_DAGU_POLL="1")
     l0 = box.lanes[0]
     r = nev(env, "dagu", "up")
-    conn = Connection(Target.parse(l0.ssh), box.known_hosts, box.ssh_key).connect()
+    conn = Connection(Target.parse(l0.ssh), box.known_hosts, box.ssh_key, jump=Target.parse(box.jump)).connect()
     fwd = conn.forward("127.0.0.1", PORT)
     bl = BoxLane(env, l0.host_home / "dagu", l0.addr, key, fwd, box)
     bl.first_up = r  # type: ignore[attr-defined]
@@ -85,8 +85,10 @@ def test_up_on_a_clean_lane_verifies_the_binary_and_listens_on_loopback_only(lan
     # healthy on the lane's own loopback ...
     r = box.run_in(box.lanes[0].name, ["curl", "-s", f"http://127.0.0.1:{PORT}/api/v2/health"])
     assert '"status":"healthy"' in r.stdout
-    # ... and not reachable from the bridge (root namespace) on the lane's address
-    with pytest.raises(OSError):
+    # ... and not reachable from the rig network on the lane's address
+    from rig.box.netns import inside
+
+    with inside(box.rig_netns), pytest.raises(OSError):
         socket.create_connection((lane.addr, PORT), timeout=2).close()
     # 401 without the password, through the SSH forward
     assert requests.get(lane.fwd.url + "/api/v2/dag-runs", timeout=5).status_code == 401

@@ -55,7 +55,7 @@ def dist(box, tmp_path_factory):
     env.update(NEV_DAGU_PKI_DIR=str(tmp / "pki"), NEV_DAGU_POLL="1", NEV_DAGU_WAIT="120")
     r = nev(env, "dagu", "up", "--distributed", "--lane", "0")
     assert r.returncode == 0, r.stderr
-    conns = [Connection(Target.parse(ln.ssh), box.known_hosts, box.ssh_key).connect() for ln in box.lanes]
+    conns = [Connection(Target.parse(ln.ssh), box.known_hosts, box.ssh_key, jump=Target.parse(box.jump)).connect() for ln in box.lanes]
     fwd = conns[0].forward("127.0.0.1", PORT)
     d = Dist(env, box, fwd, tmp / "pki", conns)
     yield d
@@ -114,9 +114,12 @@ def test_label_pinned_run_runs_on_the_labelled_lane(dist, box, tmp_path):
 
 
 def test_coordinator_port_refuses_plain_and_certificateless_connections(dist, box):
+    from rig.box.netns import inside
+
     addr = box.lanes[0].addr
-    # plain HTTP/2 (what an insecure gRPC client sends): no HTTP/2 SETTINGS frame comes back
-    with socket.create_connection((addr, COORD_PORT), timeout=5) as s:
+    # Tried from the rig network (anyone on it could reach the port): plain HTTP/2 (what an
+    # insecure gRPC client sends): no HTTP/2 SETTINGS frame comes back
+    with inside(box.rig_netns), socket.create_connection((addr, COORD_PORT), timeout=5) as s:
         s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000"))
         s.settimeout(5)
         try:
@@ -129,14 +132,14 @@ def test_coordinator_port_refuses_plain_and_certificateless_connections(dist, bo
     ctx.load_verify_locations(dist.pki / "ca.crt")
     ctx.set_alpn_protocols(["h2"])
     with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
-        with socket.create_connection((addr, COORD_PORT), timeout=5) as raw, \
+        with inside(box.rig_netns), socket.create_connection((addr, COORD_PORT), timeout=5) as raw, \
                 ctx.wrap_socket(raw, server_hostname=addr) as s:
             s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
             if not s.recv(64):
                 raise ConnectionResetError("closed")
     # ... and with a certificate it completes the handshake (the port does speak mTLS)
     ctx.load_cert_chain(dist.pki / "lane1.crt", dist.pki / "lane1.key")
-    with socket.create_connection((addr, COORD_PORT), timeout=5) as raw, \
+    with inside(box.rig_netns), socket.create_connection((addr, COORD_PORT), timeout=5) as raw, \
             ctx.wrap_socket(raw, server_hostname=addr) as s:
         assert s.selected_alpn_protocol() == "h2"
 

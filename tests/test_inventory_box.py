@@ -79,8 +79,10 @@ def probe_env(box, tmp_path: Path, health: dict[str, str] | None = None, **extra
     return env
 
 
-def nev(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=ROOT, env=env, capture_output=True,
+def nev(env: dict[str, str], *args: str, timeout: float = 120, netns: str | None = None) -> subprocess.CompletedProcess:
+    """nev on the development box, or (with `netns`) on a rig host of the box, as on a lane."""
+    where = ["ip", "netns", "exec", netns] if netns else []
+    return subprocess.run([*where, sys.executable, "-m", "rig.cli", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -151,7 +153,7 @@ def test_models_listing_answers_while_completions_fail(box, tmp_path):
     key = Path(box.env["NEV_MODEL_KEY_FILE"]).read_text().strip()
     try:
         box.pool_control("gpu0", fail="503")
-        models = requests.get(f"{box.gateway_url}/v1/models", headers={"Authorization": f"Bearer {key}"},
+        models = requests.get(f"{box.gateway_local_url}/v1/models", headers={"Authorization": f"Bearer {key}"},
                               timeout=10)
         assert models.status_code == 200 and FAST in models.text
         assert statuses(env)[FAST] == "failing"
@@ -161,15 +163,22 @@ def test_models_listing_answers_while_completions_fail(box, tmp_path):
 
 
 def test_declared_backend_health_must_answer_too(box, tmp_path):
+    # A backend's health route is on the rig network: the probe runs on a lane, as on the rig,
+    # and reaches the gateway at its rig address.
     pool = box.pools["gpu0"]
-    good = probe_env(box, tmp_path, health={FAST: f"http://{pool.addr}:{pool.port}/health"})
-    r = nev(good, "rig", "probe", "--every", "0.1", "--rounds", "2")
+    lane_ns = box.lanes[0].netns
+    good = probe_env(box, tmp_path, health={FAST: f"http://{pool.addr}:{pool.port}/health"},
+                     NEV_MODEL_URL=box.gateway_url)
+    r = nev(good, "rig", "probe", "--every", "0.1", "--rounds", "2", netns=lane_ns)
     assert r.returncode == 0 and "probe round 2" in r.stderr, r.stderr
     snap = json.loads(Path(good["NEV_INVENTORY"]).read_text())
     assert snap["aliases"][FAST]["status"] == "ready" and snap["aliases"][FAST]["oks"] == 2
     dead = f"http://{pool.addr}:{pool.port + 7}/health"
-    bad = probe_env(box, tmp_path, health={FAST: dead}, NEV_INVENTORY=str(tmp_path / "other.json"))
-    assert statuses(bad)[FAST] == "failing"
+    bad = probe_env(box, tmp_path, health={FAST: dead}, NEV_INVENTORY=str(tmp_path / "other.json"),
+                    NEV_MODEL_URL=box.gateway_url)
+    r = nev(bad, "rig", "probe", netns=lane_ns)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(Path(bad["NEV_INVENTORY"]).read_text())["aliases"][FAST]["status"] == "failing"
     snap = json.loads(Path(bad["NEV_INVENTORY"]).read_text())
     assert snap["aliases"][FAST]["last_error"].startswith(f"backend health {dead} unreachable")
 

@@ -110,7 +110,8 @@ def rig(box, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("jobs-box")
     r = Rig(box, tmp)
     url = box.forge_create_repo(f"jobs-e2e-{int(time.time())}")
-    r.env["NEV_LANE_GIT_URL"] = url
+    r.env["NEV_LANE_GIT_URL"] = url                  # the lanes fetch and publish at the rig address
+    r.env["NEV_FORGE_URL"] = box.dev_url(url)        # the dev box pushes through its forward
     archive = box.nas / "archive"
     archive.mkdir(exist_ok=True)
     os.chown(archive, r.uid, r.uid)
@@ -120,7 +121,7 @@ def rig(box, tmp_path_factory):
     (r.dev / "specs").mkdir()
     git(r.dev, "add", "-A")
     git(r.dev, "commit", "-qm", "base")
-    authed = url.replace("://", f"://{box.forge_user}@", 1)
+    authed = box.dev_url(url).replace("://", f"://{box.forge_user}@", 1)
     git(r.dev, "remote", "add", "origin", authed)
     subprocess.run(["git", "-C", str(r.dev), "push", "-q", "origin", "main"], check=True, env=r.git_env)
     r.ok("dagu", "up")

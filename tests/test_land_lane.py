@@ -30,7 +30,7 @@ def lane_kit(box, tmp_path: Path, lanes: list[dict] | None = None) -> tuple[Kit,
     git_env = {**k.env(), **askpass}
     import subprocess
 
-    subprocess.run(["git", "-C", str(k.primary), "push", "-q", url, "main"], check=True, env=git_env,
+    subprocess.run(["git", "-C", str(k.primary), "push", "-q", box.dev_url(url), "main"], check=True, env=git_env,
                    capture_output=True)
     lanes_file = tmp_path / "lanes.json"
     data = json.loads(box.lanes_file.read_text())

@@ -67,7 +67,7 @@ def test_throughput_runs_on_a_lane_with_only_what_nev_lane_install_puts_there(bo
     assert inst.returncode == 0, inst.stderr
     key = Path(os.environ["NEV_MODEL_KEY_FILE"]).read_bytes()
     alias = box.pools["gpu0"].alias
-    with Connection(Target.parse(box.lanes[1].ssh), box.known_hosts, box.ssh_key) as c:
+    with Connection(Target.parse(box.lanes[1].ssh), box.known_hosts, box.ssh_key, jump=Target.parse(box.jump)) as c:
         assert c.run(["python3", "-c", "import requests"]).exit_status != 0   # the lane's own Python
         c.write_file(".nev-throughput-key", key, mode=0o600)                 # through stdin, never argv
         r = c.run(f"NEV_MODEL_URL={os.environ['NEV_LANE_MODEL_URL']} NEV_MODEL_KEY_FILE=$HOME/.nev-throughput-key "

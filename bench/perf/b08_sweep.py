@@ -30,7 +30,7 @@ from pathlib import Path
 from lanes import sweep as sw
 from lanes.config import Lane
 from lanes.gitrun import Repo
-from lanes.ssh import Connection
+from lanes.ssh import Connection, Target
 from rig.box import Box
 
 HERE = Path(__file__).resolve().parent
@@ -60,7 +60,7 @@ def main() -> int:
     root = f"/srv/lane/b08-{bid}"
     lanes = [Lane(i, ln.ssh, root=root, shared=ln.shared) for i, ln in enumerate(info.lanes[:2])]
     names = [f"copy{i:02d}-{bid}" for i in range(a.copies)]
-    conns = [Connection(ln.target, info.known_hosts, info.ssh_key).connect() for ln in lanes]
+    conns = [Connection(ln.target, info.known_hosts, info.ssh_key, jump=Target.parse(info.jump)).connect() for ln in lanes]
     with tempfile.TemporaryDirectory(prefix="b08-") as tmp:
         primary = Path(tmp) / "engine"
         Repo(Path(tmp)).git("init", "-q", str(primary))
@@ -78,7 +78,7 @@ def main() -> int:
                 du_out = []
                 for ln in lanes:
                     paths = " ".join(shlex.quote(f"{root}/{p}") for n in names for p in (n, f".payload-{n}"))
-                    with Connection(ln.target, info.known_hosts, info.ssh_key) as c:
+                    with Connection(ln.target, info.known_hosts, info.ssh_key, jump=Target.parse(info.jump)) as c:
                         du_out.append(c.run(f"du -sb {paths}", check=True).out)
                 du_s.append(time.monotonic() - t0)
                 for r, out in zip(results, du_out, strict=True):

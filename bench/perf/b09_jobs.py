@@ -139,7 +139,7 @@ def enqueue_once(box, env: dict[str, str], dev: Path, n: int) -> dict:
     from lanes.ssh import Connection, Target
 
     t = time.monotonic()
-    with Connection(Target.parse(box.lanes[0].ssh), box.known_hosts, box.ssh_key) as c:
+    with Connection(Target.parse(box.lanes[0].ssh), box.known_hosts, box.ssh_key, jump=Target.parse(box.jump)) as c:
         c.run(["bash", "-c", stage], check=True)
     hand = time.monotonic() - t
     return {"enqueue_to_runner_s": round(parse_iso(runner["time"]) - mark["enqueue"], 3),
