@@ -1,11 +1,10 @@
 """B1: starting a gate on a lane behind a slow uplink, against `rsync -a` of the same worktree.
 
-On the rig-in-a-box (NEV_BOX_NAME / NEV_BOX_NET; brought up if needed, left up), lane 1's link
-to the dev box is shaped like the seed's: ~18.6 KB/s from the dev box to the lane, ~435 KB/s
-back. Only dev-box traffic is shaped (an HTB class matched on the bridge address, on each end of
-the lane's veth): the lane still reaches the forge at rig-network speed, as on the real rig,
-where the slow link is the dev box's own uplink. (`nev box shape` puts a tbf on the whole veth,
-which would also slow the lane's forge fetches.)
+On the rig-in-a-box (NEV_BOX_NAME / NEV_BOX_NET; brought up if needed, left up), the dev box
+reaches lane 1 as on the real rig: through the jump host, over the box's outside link, which is
+shaped like the seed's uplink: ~18.6 KB/s from the dev box, ~435 KB/s back (an HTB class on each
+end of the outside link: the dev box's end and the jump host's eth1). The lane still reaches the
+forge at rig-network speed, on the rig bridge, as on the real rig.
 
 The worktree holds >= 100 MB (incompressible files pushed to the box forge), a few unpushed
 commits, an uncommitted diff and untracked files. Measured, in the same run:
@@ -56,23 +55,19 @@ def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
                         "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b", **(env or {})})
 
 
-def shape(veth: str, netns: str, dev_addr: str) -> None:
-    """HTB on both ends of the lane's veth; only traffic to/from the dev box is slowed."""
-    for prefix, dev, rate, match in ((["tc"], veth, UP_KBIT, "src"),
-                                     (["ip", "netns", "exec", netns, "tc"], "eth0", DOWN_KBIT, "dst")):
+def shape(out_dev: str, jump_ns: str) -> None:
+    """HTB on both ends of the outside link: everything the dev box sends or gets is slowed."""
+    for prefix, dev, rate in ((["tc"], out_dev, UP_KBIT),
+                              (["ip", "netns", "exec", jump_ns, "tc"], "eth1", DOWN_KBIT)):
         subprocess.run([*prefix, "qdisc", "del", "dev", dev, "root"], capture_output=True)
-        sh([*prefix, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "20"])
+        sh([*prefix, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10"])
         sh([*prefix, "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb",
             "rate", f"{rate}kbit", "ceil", f"{rate}kbit", "burst", "4k", "cburst", "4k", "quantum", "1514"])
-        sh([*prefix, "class", "add", "dev", dev, "parent", "1:", "classid", "1:20", "htb",
-            "rate", "10gbit", "quantum", "60000"])
-        sh([*prefix, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "u32",
-            "match", "ip", match, f"{dev_addr}/32", "flowid", "1:10"])
 
 
-def unshape(veth: str, netns: str) -> None:
-    subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], capture_output=True)
-    subprocess.run(["ip", "netns", "exec", netns, "tc", "qdisc", "del", "dev", "eth0", "root"],
+def unshape(out_dev: str, jump_ns: str) -> None:
+    subprocess.run(["tc", "qdisc", "del", "dev", out_dev, "root"], capture_output=True)
+    subprocess.run(["ip", "netns", "exec", jump_ns, "tc", "qdisc", "del", "dev", "eth1", "root"],
                    capture_output=True)
 
 
@@ -96,10 +91,10 @@ def make_worktree(info, tmp: Path, tag: str, mb: int) -> tuple[Path, str]:
         (seed / "src" / f"mod{i}.rs").write_text(f"pub fn f{i}() -> u32 {{ {i} }}\n" * 40)
     git(seed, "add", "-A")
     git(seed, "commit", "-qm", "seed")
-    git(seed, "push", "-q", url, "main", env=askpass)
+    git(seed, "push", "-q", info.dev_url(url), "main", env=askpass)    # through the dev box's forward
     shutil.rmtree(seed)
     wt = tmp / f"b01{tag}"
-    git(tmp, "clone", "-q", url, str(wt), env=askpass)
+    git(tmp, "clone", "-q", info.dev_url(url), str(wt), env=askpass)
     for i in range(3):  # a few unpushed commits
         (wt / "src" / f"new{i}.rs").write_text(f"pub fn n{i}() {{}}\n" * 30)
         (wt / "src" / "mod1.rs").write_text(f"pub fn f1() -> u32 {{ {i + 100} }}\n")
@@ -147,13 +142,12 @@ def main() -> int:
     args = ap.parse_args()
     info = Box.from_settings().up(lanes=2)
     lane = info.lanes[1]
-    host = info.hosts[lane.name]
-    veth, netns = host["netns"], host["netns"]
+    veth, netns = f"{info.name}-out", f"{info.name}-jump"     # the dev box's uplink to the jump host
     tag = "-" + secrets.token_hex(2)
     fig: dict = {"bench": "B1", "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                  "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                                           capture_output=True, text=True).stdout.strip(),
-                 "up_kbit": UP_KBIT, "down_kbit": DOWN_KBIT}
+                 "up_kbit": UP_KBIT, "down_kbit": DOWN_KBIT, "route": "via jump host"}
     with tempfile.TemporaryDirectory(prefix="nev-b01-") as tmpd:
         tmp = Path(tmpd)
         t0 = time.perf_counter()
@@ -169,7 +163,7 @@ def main() -> int:
         # A fresh lane: no mirror, no copies.
         for old in lane.host_root.iterdir():
             shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
-        shape(veth, netns, info.bridge_addr)
+        shape(veth, netns)
         try:
             b0 = class_bytes(veth)
             fresh_s, fresh = gate_once(wt)
@@ -204,6 +198,10 @@ def main() -> int:
             t0 = time.perf_counter()
             sh(["ssh", "-F", str(info.ssh_config), f"lane@{lane.addr}", "cd", f"{lane.root}/rsync-copy", "&&", "true"])
             ssh_s = time.perf_counter() - t0
+            # The floor of any gate here: one `ssh -J jump lane true` over the same slow link.
+            t0 = time.perf_counter()
+            sh(["ssh", "-F", str(info.ssh_config), "-J", f"{info.name}-jump", f"lane@{lane.addr}", "true"])
+            fig["ssh_j_true_s"] = round(time.perf_counter() - t0, 2)
             total = fig["worktree_bytes_without_git"]
             est = rsync_s if finished else rsync_s * total / max(arrived, 1)
             fig.update(rsync_ran_s=round(rsync_s, 1), rsync_finished=finished, rsync_bytes_arrived=arrived,
@@ -226,6 +224,8 @@ def main() -> int:
           f"({fig['rsync_rate_Bps']} B/s){'' if fig['rsync_finished'] else ', cut'}; "
           f"full copy + command {fig['rsync_full_s_extrapolated']} s"
           f"{'' if fig['rsync_finished'] else ' (extrapolated)'}")
+    print(f"ssh -J jump lane true   {fig['ssh_j_true_s']:.2f} s (warm overhead over it: "
+          f"{fig['nev_warm_s'] - fig['ssh_j_true_s']:+.2f} s)")
     print(f"lane apply peak RSS     {fig['lane_apply_peak_rss_kb']} KB")
     print(f"ratio rsync/nev fresh   {fig['ratio_rsync_vs_nev_fresh']}x (warm: {fig['ratio_rsync_vs_nev_warm']}x)")
     return 0

@@ -1,9 +1,10 @@
 """B2: overhead of `nev lane run WORKTREE true` on a warm lane copy, against `ssh lane true`.
 
 Runs on the rig-in-a-box (NEV_BOX_NAME / NEV_BOX_NET pick the box; it is brought up if needed
-and left up). Both are timed alternately on lane 0 over the unshaped bridge: the `nev` CLI as
-a user runs it (interpreter start included), the gate in-process (connect + one channel), and
-the ssh CLI with the box's client config. Prints medians and the ratio last; appends a JSON
+and left up). Both are timed alternately on lane 0 through the jump host, as on the real rig
+(unshaped links): the `nev` CLI as a user runs it (interpreter start included), the gate
+in-process (both hops connected + one channel), and `ssh -J jump lane true` (the ssh CLI with the
+box's client config, whose ProxyJump is the jump host). Prints medians and the ratio last; appends a JSON
 line to bench/perf/results.jsonl. Peak RSS is per process (wait4), never summed.
 
     .venv/bin/python bench/perf/b02_gate_overhead.py [--runs 10]
@@ -64,9 +65,9 @@ def make_worktree(info, tmp: Path, tag: str) -> tuple[Path, str]:
         (seed / f"file{i}.txt").write_text(f"line {i}\n" * 200)
     git(seed, "add", "-A")
     git(seed, "commit", "-qm", "seed")
-    git(seed, "push", "-q", url, "main", env=askpass)
+    git(seed, "push", "-q", info.dev_url(url), "main", env=askpass)      # through the dev box's forward
     wt = tmp / f"b02{tag}"
-    git(tmp, "clone", "-q", url, str(wt), env=askpass)
+    git(tmp, "clone", "-q", info.dev_url(url), str(wt), env=askpass)
     (wt / "unpushed.txt").write_text("unpushed\n")
     git(wt, "add", "-A")
     git(wt, "commit", "-qm", "unpushed")
@@ -93,7 +94,7 @@ def main() -> int:
                "PYTHONPATH": str(ROOT)}
         os.environ.update({k: v for k, v in env.items() if k.startswith("NEV_")})
         nev = [sys.executable, "-m", "rig.cli", "lane", "run", str(wt), "true"]
-        ssh = ["ssh", "-F", str(info.ssh_config), f"lane@{lane.addr}", "true"]
+        ssh = ["ssh", "-F", str(info.ssh_config), "-J", f"{info.name}-jump", f"lane@{lane.addr}", "true"]
         first, _, rc = timed(nev, env)  # the cold run: mirror fetch, worktree add
         assert rc == 0, "the first gate failed; run it by hand to see why"
         cli, ssh_t, inproc = [], [], []
@@ -123,7 +124,7 @@ def main() -> int:
             "bench": "B2", "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                                      capture_output=True, text=True).stdout.strip(),
-            "runs": args.runs, "first_gate_s": round(first, 3),
+            "runs": args.runs, "route": "via jump host", "first_gate_s": round(first, 3),
             "ssh_true_s": round(med["ssh"], 3), "nev_lane_run_true_s": round(med["nev_cli"], 3),
             "gate_inprocess_s": round(med["gate_inproc"], 3),
             "overhead_cli_s": round(med["nev_cli"] - med["ssh"], 3),
@@ -135,7 +136,7 @@ def main() -> int:
     with RESULTS.open("a") as f:
         f.write(json.dumps(fig) + "\n")
     print(f"first (cold) gate             {fig['first_gate_s']:.3f} s")
-    print(f"ssh lane true (median)        {fig['ssh_true_s']:.3f} s")
+    print(f"ssh -J jump lane true (median) {fig['ssh_true_s']:.3f} s")
     print(f"nev lane run wt true (median) {fig['nev_lane_run_true_s']:.3f} s  (CLI, interpreter start included)")
     print(f"gate in-process (median)      {fig['gate_inprocess_s']:.3f} s")
     print(f"overhead over ssh             {fig['overhead_cli_s']:+.3f} s CLI, {fig['overhead_inprocess_s']:+.3f} s in-process")
