@@ -157,6 +157,7 @@ class Demo:
     primary: Path = Path()
     track: Path = Path()
     repo_url: str = ""
+    dev_repo_url: str = ""
     job: str = ""
 
     # ---- running nev ----
@@ -280,7 +281,8 @@ class Demo:
     def step3_repo(self, missing: list[int]) -> str:
         bi = self.binfo
         name = f"demo-engine-{self.tag}.git"
-        self.repo_url = bi.forge_create_repo(name)
+        self.repo_url = bi.forge_create_repo(name)          # the rig address: what the lanes fetch
+        self.dev_repo_url = bi.dev_url(self.repo_url)         # the dev box reaches it through its forward
         seed = self.work / "seed"
         shutil.copytree(ENGINE, seed / ENGINE_IN_REPO, ignore=shutil.ignore_patterns("target", "corpus"))
         (seed / ".gitignore").write_text("target/\ncorpus/\n.env\n")
@@ -288,17 +290,18 @@ class Demo:
         self.git(seed.parent, "init", "-q", "-b", "main", str(seed))
         self.git(seed, "add", "-A")
         self.git(seed, "commit", "-q", "-m", "engine: the example workspace (crates_bridge/engine)")
-        self.git(seed, "push", "-q", self.repo_url, "main")
+        self.git(seed, "push", "-q", self.dev_repo_url, "main")
         shutil.rmtree(seed)
         # the demo's lanes file: the box's lanes, fetching from this repository
         lanes = json.loads(bi.lanes_file.read_text())
         lanes["git_url"] = self.repo_url
         lf = self.work / "lane.local.json"
         lf.write_text(json.dumps(lanes, indent=1))
-        self.env.update({"NEV_LANES_FILE": str(lf), "NEV_LANE_GIT_URL": self.repo_url})
+        self.env.update({"NEV_LANES_FILE": str(lf), "NEV_LANE_GIT_URL": self.repo_url,
+                         "NEV_FORGE_URL": self.dev_repo_url})
         # primary checkout on the dev box; the spec on main; the track worktree beside it
         self.primary = self.work / f"engine-{self.tag}"
-        self.git(self.work, "clone", "-q", self.repo_url, str(self.primary))
+        self.git(self.work, "clone", "-q", self.dev_repo_url, str(self.primary))
         spec = self.primary / "specs" / f"{FUNCTION}.md"
         spec.parent.mkdir(parents=True)
         spec.write_text(SPEC.format(fn=FUNCTION))
@@ -312,7 +315,7 @@ class Demo:
         return f"{name}: main {self.results.main_on_forge[:12]} with specs/{FUNCTION}.md; track worktree {self.track.name}"
 
     def _forge_main(self) -> str:
-        out = self.git(self.work, "ls-remote", self.repo_url, "refs/heads/main")
+        out = self.git(self.work, "ls-remote", self.dev_repo_url, "refs/heads/main")
         return out.split()[0] if out else ""
 
     def step4_corpus(self, missing: list[int]) -> str:
