@@ -120,7 +120,9 @@ def test_the_layout_keeps_the_outside_link_and_forwards_apart_from_the_rig(tmp_p
     assert len(ports) == 6 and all(1024 < p < 65536 for p in ports)
     cfg = plan.jump_sshd_config(lay, "/k", "/p", "/a")
     assert "AllowTcpForwarding local" in cfg and "ForceCommand /usr/sbin/nologin" in cfg
-    assert f"PermitOpen {lay.forge().addr}:*" in cfg and "127.0.0.1" not in cfg
+    permit = next(ln for ln in cfg.splitlines() if ln.startswith("PermitOpen ")).split()[1:]
+    assert f"{lay.forge().addr}:*" in permit and all(f"{h.addr}:*" in permit for h in lay.hosts())
+    assert not {f"{a}:*" for a in (lay.dev_addr, lay.jump_outside_addr, lay.jump().addr, "127.0.0.1")} & set(permit)
 
 
 def test_shape_refuses_a_host_that_is_not_a_lane_and_missing_rates(tmp_path):

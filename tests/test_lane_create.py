@@ -18,10 +18,18 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).with_name("golden")
 
 
-def nev(*args: str, **kw) -> subprocess.CompletedProcess:
+def nev(*args: str, netns: str | None = None, **kw) -> subprocess.CompletedProcess:
+    """nev here, or (`netns`) on a machine of the rig network: the box's LXC node is one."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=ROOT, env=env,
+    where = ["ip", "netns", "exec", netns] if netns else []
+    return subprocess.run([*where, sys.executable, "-m", "rig.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600, **kw)
+
+
+def bridge_ports(box) -> list[str]:
+    out = subprocess.run(["ip", "-n", box.rig_netns, "-o", "link", "show", "master", box.bridge],
+                         capture_output=True, text=True).stdout
+    return sorted(ln.split(":")[1].strip().split("@")[0] for ln in out.splitlines())
 
 
 def test_lxc_config_is_unprivileged_overlay_started_at_boot():
@@ -102,8 +110,7 @@ def test_cli_lxc_without_bridge_is_a_usage_error(tmp_path):
 
 
 def test_lxc_lane_created_by_nev_answers_ssh_passes_a_gate_and_is_gone_after_destroy(box, tmp_path):
-    key = tmp_path / "id"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    key = box.ssh_key       # one client key for both hops: the jump host knows it
     # Everything the guest's root must reach lives outside mode-700 folders (tmp_path, /root).
     base = Path("/var/lib/nev-lxc/tests") / uuid.uuid4().hex[:8]
     nas = base / "nas"
@@ -113,15 +120,20 @@ def test_lxc_lane_created_by_nev_answers_ssh_passes_a_gate_and_is_gone_after_des
     name = "nevtest-lxc0"
     addr = f"{box.net}.70"
     out = tmp_path / "record"
-    ports_before = sorted(p.name for p in Path(f"/sys/class/net/{box.bridge}/brif").iterdir())
+    ports_before = bridge_ports(box)
+    # The node the guest is made on sits on the rig network (its bridge is the rig's bridge); the
+    # dev box reaches the guest through the jump host, as every lane.
     cp = nev("lane", "create", "--backend", "lxc", "--name", name, "--bridge", box.bridge, "--addr", addr,
              "--cpus", "2", "--memory-gb", "2", "--lxcpath", lxcpath, "--shared", str(nas),
-             "--authorized-key", str(key) + ".pub", "--out", str(out))
+             "--authorized-key", str(key.with_suffix(".pub")), "--out", str(out), netns=box.rig_netns)
+    kh = tmp_path / "known_hosts"    # the new guest's pinned key, and the jump host's
     try:
         assert cp.returncode == 0, cp.stderr
         assert f"changed: lane {name} written in {lxcpath}" in cp.stdout
+        kh.write_text((out / "known_hosts").read_text() + "".join(
+            ln + "\n" for ln in box.known_hosts.read_text().splitlines() if ln.startswith(box.jump_addr + " ")))
         from tests.test_lane_lxc import connect
-        conn = connect(f"lane@{addr}", out / "known_hosts", key)
+        conn = connect(f"lane@{addr}", kh, key, jump=box.jump)
         res = conn.run("id -un && cd /srv/lane && git init -q gate && cd gate && git -c user.email=a@b -c user.name=a "
                        "commit -q --allow-empty -m one && git rev-list --count HEAD && python3 -c 'print(6*7)' "
                        "&& touch /srv/lane-shared/from-lxc && cat /proc/self/uid_map")
@@ -140,7 +152,7 @@ def test_lxc_lane_created_by_nev_answers_ssh_passes_a_gate_and_is_gone_after_des
         lanes = json.loads(Path(rig.env["NEV_LANES_FILE"]).read_text())
         lanes["lanes"] = [{"ssh": f"lane@{addr}", "root": "/srv/lane", "shared": "/srv/lane-shared", "name": name}]
         (tmp_path / "lanes.json").write_text(json.dumps(lanes))
-        env = dict(rig.env, NEV_LANES_FILE=str(tmp_path / "lanes.json"), NEV_KNOWN_HOSTS=str(out / "known_hosts"),
+        env = dict(rig.env, NEV_LANES_FILE=str(tmp_path / "lanes.json"), NEV_KNOWN_HOSTS=str(kh),
                    NEV_SSH_KEY=str(key))
         wt = h.clone_worktree(rig.clone_url, tmp_path / f"lxcgate{rig.tag}", rig.push_env)
         (wt / "untracked.txt").write_text("from the dev box\n")
@@ -150,12 +162,12 @@ def test_lxc_lane_created_by_nev_answers_ssh_passes_a_gate_and_is_gone_after_des
         # a second create changes nothing
         cp2 = nev("lane", "create", "--backend", "lxc", "--name", name, "--bridge", box.bridge, "--addr", addr,
                   "--cpus", "2", "--memory-gb", "2", "--lxcpath", lxcpath, "--shared", str(nas),
-                  "--authorized-key", str(key) + ".pub", "--out", str(out))
+                  "--authorized-key", str(key.with_suffix(".pub")), "--out", str(out), netns=box.rig_netns)
         assert cp2.returncode == 0, cp2.stderr
         assert not any(ln.startswith("changed:") for ln in cp2.stdout.splitlines())
         assert f"unchanged: lane {name} running" in cp2.stdout
     finally:
-        cd = nev("lane", "destroy", "--backend", "lxc", "--name", name, "--lxcpath", lxcpath)
+        cd = nev("lane", "destroy", "--backend", "lxc", "--name", name, "--lxcpath", lxcpath, netns=box.rig_netns)
         left = sorted(p.name for p in Path(lxcpath).iterdir()) if Path(lxcpath).exists() else []
         shutil.rmtree(base)
     assert cd.returncode == 0, cd.stderr
@@ -163,7 +175,9 @@ def test_lxc_lane_created_by_nev_answers_ssh_passes_a_gate_and_is_gone_after_des
     assert left == []                       # nothing of the lane is left in its lxcpath
     ls = subprocess.run(["lxc-ls", "-P", lxcpath], capture_output=True, text=True)
     assert name not in ls.stdout
+    from rig.box.netns import inside
     from rig.box.procs import port_open
-    assert not port_open(addr, 22)
-    assert sorted(p.name for p in Path(f"/sys/class/net/{box.bridge}/brif").iterdir()) == ports_before
+    with inside(box.rig_netns):
+        assert not port_open(addr, 22)
+    assert bridge_ports(box) == ports_before
     assert not list(Path("/sys/fs/cgroup").glob(f"*/lxc.payload.{name}"))

@@ -29,11 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 ACNG_CACHE = Path("/var/cache/nev-apt-cacher")   # kept between runs: packages come once
 
 
-def connect(target: str, known_hosts: Path, key: Path, wait: float = 20) -> Connection:
+def connect(target: str, known_hosts: Path, key: Path, wait: float = 20, jump: str | None = None) -> Connection:
+    """A guest on the rig network, through the jump host (pinned in `known_hosts` too)."""
     t0 = time.monotonic()
     while True:
         try:
-            return Connection(Target.parse(target), known_hosts=known_hosts, key_file=key).connect()
+            return Connection(Target.parse(target), known_hosts=known_hosts, key_file=key,
+                              jump=Target.parse(jump) if jump else None).connect()
         except Exception:  # noqa: BLE001 - sshd still starting
             if time.monotonic() - t0 > wait:
                 raise
@@ -51,8 +53,9 @@ def guest(box):
     host = plan.Host("lane7", "lane", lane.addr, lane.netns, lane.netns)
     pub = client_key(box.ssh_key)
     hostkey = backend.prepare(lane, host, pub)
-    kh = d / "known_hosts"
-    kh.write_text(plan.known_hosts_lines([(lane.addr, hostkey)]))
+    kh = d / "known_hosts"     # the guest's pinned key, and the jump host's
+    kh.write_text(plan.known_hosts_lines([(lane.addr, hostkey)]) + "".join(
+        ln + "\n" for ln in box.known_hosts.read_text().splitlines() if ln.startswith(box.jump_addr + " ")))
     rec = backend.start(lane, host, None)
     assert rec is not None
     try:
@@ -65,7 +68,7 @@ def guest(box):
 
 def test_lxc_backend_lane_answers_ssh_as_lane_and_runs_a_gate_style_command(box, guest):
     lane, kh, _backend, rec = guest
-    with connect(f"lane@{lane.addr}", kh, box.ssh_key) as c:
+    with connect(f"lane@{lane.addr}", kh, box.ssh_key, jump=box.jump) as c:
         res = c.run("id -un; cd /srv/lane && git init -q g && git -C g rev-parse --is-inside-work-tree; "
                     "python3 -c 'print(6*7)'; cargo --version; echo x > /srv/lane-shared/lxc-mark; "
                     "cat /proc/self/uid_map; ls /proc/1/root 2>&1 | head -1", check=True)
@@ -85,7 +88,8 @@ def test_lxc_backend_lane_answers_ssh_as_lane_and_runs_a_gate_style_command(box,
 
 @pytest.fixture(scope="module")
 def apt_proxy(box, tmp_path_factory):
-    """apt-cacher-ng on the box's bridge address: the guests' only way to packages."""
+    """apt-cacher-ng on the box's bridge address (in the rig network's namespace, as the rig's apt
+    cache is a host of the rig network): the guests' only way to packages."""
     run = tmp_path_factory.mktemp("acng")
     ACNG_CACHE.mkdir(parents=True, exist_ok=True)
     port = 3142
@@ -93,11 +97,13 @@ def apt_proxy(box, tmp_path_factory):
     (run / "acng.conf").write_text(f"CacheDir: {ACNG_CACHE}\nLogDir: {run}\nPort: {port}\n"
                                    f"BindAddress: {box.bridge_addr}\nPidFile: {run}/pid\nSocketPath: {run}/sock\n"
                                    "ForeGround: 1\nExThreshold: 4\n")
-    p = subprocess.Popen(["/usr/sbin/apt-cacher-ng", "-c", str(run)], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(["ip", "netns", "exec", box.rig_netns, "/usr/sbin/apt-cacher-ng", "-c", str(run)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        from rig.box.netns import inside
         from rig.box.procs import wait_port
-        wait_port(box.bridge_addr, port, 10)
+        with inside(box.rig_netns):
+            wait_port(box.bridge_addr, port, 10)
         yield f"http://{box.bridge_addr}:{port}"
     finally:
         p.terminate()
@@ -107,8 +113,8 @@ def apt_proxy(box, tmp_path_factory):
 def test_provision_twice_second_run_changes_nothing(box, guest, apt_proxy, tmp_path, monkeypatch):
     lane, kh, _b, _r = guest
     lanes_file = tmp_path / "lanes.json"
-    lanes_file.write_text(json.dumps({"lanes": [{"ssh": f"lane@{lane.addr}", "root": "/srv/lane",
-                                                 "shared": "/srv/lane-shared"}]}))
+    lanes_file.write_text(json.dumps({"jump": box.jump, "lanes": [{"ssh": f"lane@{lane.addr}", "root": "/srv/lane",
+                                                                   "shared": "/srv/lane-shared"}]}))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NEV_LANES_FILE": str(lanes_file), "NEV_KNOWN_HOSTS": str(kh),
            "NEV_SSH_KEY": str(box.ssh_key), "NEV_LANE_APT_PROXY": apt_proxy,
            "NEV_LANE_MODEL_URL": box.gateway_url, "LANE_WRITER_SETUP": "echo \"$LANE_WRITER_TOOL\" > ~/writer-ready",
@@ -124,7 +130,7 @@ def test_provision_twice_second_run_changes_nothing(box, guest, apt_proxy, tmp_p
     lines = second.stdout.splitlines()
     assert lines and all(ln.startswith("lane 0: unchanged: ") for ln in lines), second.stdout
     assert len(lines) == len(first.stdout.splitlines())
-    with connect(f"lane@{lane.addr}", kh, box.ssh_key) as c:
+    with connect(f"lane@{lane.addr}", kh, box.ssh_key, jump=box.jump) as c:
         res = c.run("cat ~/.lane-shared-env ~/.lane-model-env ~/writer-ready; node -e 'console.log(1+1)'; "
                     "git -C /srv/lane/.git-mirror rev-parse --is-bare-repository; test -d /srv/lane-shared/npm-cache",
                     check=True)
@@ -138,7 +144,7 @@ def test_busy_test_names_only_listed_processes(box, guest):
         (22, "cargo"), (24, "node")]
     assert busy.pattern({"LANE_BUSY_COMMANDS": "cargo|pi"}) == "cargo|pi"
     assert busy.pattern({}) == "cargo|rustc|node"
-    with connect(f"lane@{lane.addr}", kh, box.ssh_key) as c:
+    with connect(f"lane@{lane.addr}", kh, box.ssh_key, jump=box.jump) as c:
         assert busy.lane_busy(c, "cargo|rustc|node") == []
         c.run("setsid sleep 30 </dev/null >/dev/null 2>&1 &", check=True)
         time.sleep(0.3)

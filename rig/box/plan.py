@@ -260,7 +260,9 @@ def jump_sshd_config(layout: Layout, host_key: str, pid_file: str, authorized_ke
     """The jump host's sshd: on both its interfaces, key-only, one user who may only open TCP
     forwards to the rig's hosts (no shell, no tty, no agent, no remote forwards)."""
     j = layout.jump()
-    permit = " ".join(f"{h.addr}:*" for h in layout.hosts())
+    # Every address of the rig network but the bridge's and the jump host's own (lanes made later
+    # by `nev lane create` live there too); never loopback, never the outside link.
+    permit = " ".join(f"{layout.net}.{i}:*" for i in range(JUMP_OCTET + 1, OUTSIDE_OCTET))
     return f"""# sshd of the box's jump host (written by nev box)
 ListenAddress {layout.jump_outside_addr}:{SSH_PORT}
 ListenAddress {j.addr}:{SSH_PORT}
