@@ -61,7 +61,7 @@ def pick_lane(flag: int | None) -> Lane:
     if not lf.lanes:
         one = settings.get(settings.LANE_SSH)
         if one and index == 0:
-            return Lane(0, one)
+            return lanes_config.configured().lanes[0]     # with the jump host (NEV_LANE_JUMP)
         raise ConfigError(f"no lanes listed in {path}; list them there (or set NEV_LANE_SSH for one lane)")
     return lanes_config.pick(lf, index)[0]
 

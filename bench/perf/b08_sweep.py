@@ -58,7 +58,7 @@ def main() -> int:
     os.environ.update(info.env)
     bid = uuid.uuid4().hex[:6]
     root = f"/srv/lane/b08-{bid}"
-    lanes = [Lane(i, ln.ssh, root=root, shared=ln.shared) for i, ln in enumerate(info.lanes[:2])]
+    lanes = [Lane(i, ln.ssh, root=root, shared=ln.shared, jump=info.jump) for i, ln in enumerate(info.lanes[:2])]
     names = [f"copy{i:02d}-{bid}" for i in range(a.copies)]
     conns = [Connection(ln.target, info.known_hosts, info.ssh_key, jump=Target.parse(info.jump)).connect() for ln in lanes]
     with tempfile.TemporaryDirectory(prefix="b08-") as tmp:
