@@ -221,9 +221,8 @@ def cron_tag(repo: Path) -> str:
 
 
 def cron_line(repo: Path, env: Mapping[str, str], log: Path) -> str:
-    return (f"* * * * * cd {shlex.quote(str(repo))} && {crontab.env_prefix(env)} "
-            f"{shlex.quote(sys.executable)} -m rig.cli job poll >> {shlex.quote(str(log))} 2>&1 "
-            f"{cron_tag(repo)}")
+    return crontab.line("* * * * *", repo, env, [sys.executable, "-m", "rig.cli", "job", "poll"], log,
+                        cron_tag(repo))
 
 
 def poll_workflow(repo: Path, env: Mapping[str, str]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 
 from lanes.errors import NevError
 from lanes.mask import is_secret_name
@@ -37,6 +38,15 @@ def carried_env(environ: Mapping[str, str]) -> dict[str, str]:
 def env_prefix(env: Mapping[str, str]) -> str:
     """`env K=V ...` for a crontab line, sorted and quoted."""
     return "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+
+
+def line(schedule: str, cwd: Path, env: Mapping[str, str], argv: list[str], log: Path, tag: str) -> str:
+    """`SCHEDULE mkdir -p LOGDIR && cd CWD && env K=V ... ARGV >> LOG 2>&1 TAG`; cron's `%` escaped
+    (a newline there)."""
+    cmd = (f"mkdir -p {shlex.quote(str(log.parent))} && cd {shlex.quote(str(cwd))} && {env_prefix(env)} "
+           f"{shlex.join(argv)} "
+           f">> {shlex.quote(str(log))} 2>&1")
+    return f"{schedule} {cmd.replace('%', chr(92) + '%')} {tag}"
 
 
 def read() -> str:
