@@ -22,7 +22,7 @@ from dagu import install
 from dagu.api import DaguApi, DaguApiError
 from dagu.layout import USERNAME, Layout, resolve_root
 from lanes import config as lanes_config
-from lanes import settings
+from lanes import crontab, settings
 from lanes.config import Lane
 from lanes.errors import ConfigError, NevError
 from lanes.mask import register_secret
@@ -117,10 +117,8 @@ rm -f {q(pidfile)}
 
 def cron_lines(existing: str, start_script: str, on: bool) -> str:
     """The lane user's crontab with our @reboot line added or removed (other lines kept)."""
-    kept = [ln for ln in existing.splitlines() if CRON_TAG not in ln]
-    if on:
-        kept.append(f"@reboot /bin/sh {shlex.quote(start_script)} {CRON_TAG}")
-    return "\n".join(kept) + ("\n" if kept else "")
+    line = f"@reboot /bin/sh {shlex.quote(start_script)} {CRON_TAG}"
+    return crontab.table(existing, CRON_TAG, line if on else None)
 
 
 # -- the lane ----------------------------------------------------------------

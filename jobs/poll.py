@@ -35,9 +35,10 @@ from jobs import records
 from jobs import result as result_mod
 from jobs import tracks as tracks_file
 from jobs.result import Result
+from lanes import crontab
 from lanes.errors import NevError
 from lanes.gitrun import GitError, Repo
-from lanes.mask import is_secret_name, mask
+from lanes.mask import mask
 from lanes.ui import info
 
 FINAL = ("landed", "failed", "not-landed")
@@ -207,11 +208,7 @@ def poll(repo_path: Path | None = None, environ: Mapping[str, str] | None = None
 
 def tick_env(repo: Path, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment of a scheduled tick: this shell's non-secret NEV_* settings, then pollEnv."""
-    def wanted(k: str) -> bool:
-        secret = is_secret_name(k) and not k.endswith("_FILE")  # a key's file path is no secret
-        return (k.startswith("NEV_") and not secret) or k in ("PATH", "HOME")
-
-    env = {k: v for k, v in environ.items() if wanted(k)}
+    env = crontab.carried_env(environ)
     env["PYTHONPATH"] = str(NEV_ROOT)
     tf = repo / "tracks.json"
     if tf.exists():
@@ -219,18 +216,13 @@ def tick_env(repo: Path, environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def cron_tag(repo: Path) -> str:
+    return f"{CRON_TAG} {repo}"
+
+
 def cron_line(repo: Path, env: Mapping[str, str], log: Path) -> str:
-    assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-    return (f"* * * * * cd {shlex.quote(str(repo))} && env {assigns} {shlex.quote(sys.executable)} -m rig.cli "
-            f"job poll >> {shlex.quote(str(log))} 2>&1 {CRON_TAG} {repo}")
-
-
-def cron_table(existing: str, repo: Path, line: str | None) -> str:
-    """The crontab with this repository's tick line replaced or removed; other lines kept (pure)."""
-    kept = [ln for ln in existing.splitlines() if not ln.endswith(f"{CRON_TAG} {repo}")]
-    if line:
-        kept.append(line)
-    return "\n".join(kept) + ("\n" if kept else "")
+    return crontab.line("* * * * *", repo, env, [sys.executable, "-m", "rig.cli", "job", "poll"], log,
+                        cron_tag(repo))
 
 
 def poll_workflow(repo: Path, env: Mapping[str, str]) -> str:
@@ -263,15 +255,9 @@ def install(repo_path: Path | None, dagu_home: Path | None, on: bool,
         else:
             info(f"no tick workflow at {wf}; nothing to remove")
         return 0
-    cur = subprocess.run(["crontab", "-l"], capture_output=True, text=True)
-    existing = cur.stdout if cur.returncode == 0 else ""
     log = records.path(env).parent / "job-poll.log"
-    table = cron_table(existing, repo, cron_line(repo, tenv, log) if on else None)
-    if table == existing:
+    if not crontab.install(cron_tag(repo), cron_line(repo, tenv, log) if on else None):
         info("the crontab already " + ("has this repository's tick" if on else "has no tick for this repository"))
         return 0
-    cp = subprocess.run(["crontab", "-"], input=table, capture_output=True, text=True)
-    if cp.returncode != 0:
-        raise NevError(f"crontab refused the table: {cp.stderr.strip()}")
     info(("installed" if on else "removed") + f" the tick's crontab line for {repo} (log {log})")
     return 0

@@ -87,7 +87,7 @@ PROBE_OKS = _s("NEV_PROBE_OKS", "2", "answered probes in a row before a failing 
 THROUGHPUT_DIR = _s("NEV_THROUGHPUT_DIR", "~/.local/share/nev/throughput", "where `nev rig throughput` keeps each alias's last sweep (JSON)")
 CAPACITY_FILE = _s("NEV_CAPACITY_FILE", "bench/capacity.json", "declared per-class power figures, roles and budgets, candidate size")
 DASHBOARD_REFRESH = _s("NEV_DASHBOARD_REFRESH", "15", "seconds between the dashboard's collections (and page reloads)")
-STATE_DIR = _s("NEV_STATE_DIR", "~/.local/state/nev", "local state: approvals, job results, locks")
+STATE_DIR = _s("NEV_STATE_DIR", "~/.local/state/nev", "local state: approvals, job results, locks, port forwards (forwards/)")
 # Oracle
 CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where `nev oracle build` writes corpora (relative to the current folder)")
 # Landing

@@ -1,9 +1,10 @@
-"""The one place that opens SSH connections (paramiko).
+"""The one place that opens SSH connections (paramiko; the OpenSSH client for held forwards).
 
 Host keys are always pinned from a known_hosts file: an unknown or changed host
-key is refused (`RejectPolicy`), never added. Commands are logged masked.
-Payloads are written to the paramiko channel directly, in large chunks (never
-through fabric/invoke's `in_stream`, which moves about 100 bytes/s).
+key is refused (`RejectPolicy`, or `StrictHostKeyChecking=yes`), never added.
+Commands are logged masked. Payloads are written to the paramiko channel
+directly, in large chunks (never through fabric/invoke's `in_stream`, which
+moves about 100 bytes/s).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import select
 import shlex
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -23,7 +25,7 @@ import paramiko
 
 from lanes import settings
 from lanes.errors import NevError
-from lanes.mask import mask
+from lanes.mask import mask, mask_argv
 
 log = logging.getLogger("nev.ssh")
 
@@ -378,3 +380,71 @@ def answers(target: Target, known_hosts: Path | None = None, key_file: Path | No
     except NevError:
         return False
 
+
+
+# -- the OpenSSH client holding one local forward (supervised by rig/forward) ----------------
+
+def client_forward_argv(jump: Target, local_port: int, target: str, known_hosts: Path,
+                        key_file: Path | None) -> list[str]:
+    """`ssh -N -L 127.0.0.1:PORT:TARGET` through `jump`: the host key only from `known_hosts`
+    (no global file, never added), no config file or agent, and the client exits when the
+    forward cannot listen or the jump host stops answering (about 10 s)."""
+    def path(p: Path) -> str:
+        return f'"{p}"' if any(c.isspace() for c in str(p)) else str(p)
+
+    # `-o "Option value"` (ssh_config's other spelling) rather than `Option=value`: the masked log
+    # would show StrictHostKeyChecking=*** (a KEY-named assignment), hiding that it is yes.
+    opts = {"BatchMode": "yes", "StrictHostKeyChecking": "yes", "UserKnownHostsFile": path(known_hosts),
+            "GlobalKnownHostsFile": "/dev/null", "UpdateHostKeys": "no", "IdentitiesOnly": "yes",
+            "ExitOnForwardFailure": "yes", "ServerAliveInterval": "5", "ServerAliveCountMax": "2",
+            "ConnectTimeout": f"{CONNECT_TIMEOUT * 2:.0f}", "KexAlgorithms": "curve25519-sha256"}
+    argv = ["ssh", "-N", "-F", "none", "-L", f"127.0.0.1:{local_port}:{target}"]
+    for k, v in opts.items():
+        argv += ["-o", f"{k} {v}"]
+    if key_file is not None:
+        argv += ["-i", str(key_file)]
+    return argv + ["-p", str(jump.port), f"{jump.user}@{jump.host}"]
+
+
+def _die_with_parent() -> None:
+    # The client must not outlive its supervisor, even when the supervisor is SIGKILLed.
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+
+
+def start_client_forward(argv: list[str]) -> subprocess.Popen[bytes]:
+    """Start the OpenSSH client of `client_forward_argv`; its stderr is a pipe for the supervisor."""
+    log.debug("ssh: %s", mask_argv(argv))
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+
+
+LASTING = ("host-key", "login", "port")  # a retry gets the same answer until someone acts
+
+
+@dataclass(frozen=True)
+class ClientFailure:
+    kind: str  # host-key | login | port | other
+    line: str
+
+    @property
+    def lasting(self) -> bool:
+        return self.kind in LASTING
+
+
+def client_failure(stderr: str, jump: Target, known_hosts: Path) -> ClientFailure:
+    """Why the OpenSSH client gave up, as one masked line, from what it wrote on stderr."""
+    if "IDENTIFICATION HAS CHANGED" in stderr:
+        return ClientFailure("host-key", f"host key of the jump host {jump} does not match the one pinned in "
+                             f"{known_hosts}; refusing to connect (re-pin it only if the host was really rebuilt)")
+    if "Host key verification failed" in stderr:
+        return ClientFailure("host-key", f"host key of the jump host {jump} is not pinned in {known_hosts}; "
+                             "refusing to connect (add the jump host's key to that file)")
+    if "Permission denied" in stderr:
+        return ClientFailure("login", f"the jump host {jump} refused the login (Permission denied); check "
+                             "the rig file's ssh_key or NEV_SSH_KEY")
+    if "Address already in use" in stderr or "cannot listen to port" in stderr:
+        return ClientFailure("port", "the local port is in use by another program")
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    return ClientFailure("other", mask(lines[-1]) if lines else "ssh exited without a message")

@@ -1,4 +1,4 @@
-"""`rig/rig.local.json` (gitignored): roles, their hosts, files and commands, the jump host."""
+"""`rig/rig.local.json` (gitignored): roles, their hosts, files and commands, the jump host, port forwards."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from lanes.ssh import SshError, Target
 
 DEFAULT_HOST_STORE = "/var/lib/nev/rig-snapshots"
 DEFAULT_HEALTH_TIMEOUT = 20.0
+CHECKS = ("forge", "gateway", "tcp")
+_FORWARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,26 @@ class Role:
 
 
 @dataclass(frozen=True)
+class Forward:
+    """A local port on 127.0.0.1 forwarded through the jump host to `target` (host:port)."""
+
+    name: str
+    local_port: int
+    target_host: str
+    target_port: int
+    check: str = "tcp"  # forge | gateway | tcp (see rig.forward.check)
+
+    @property
+    def target(self) -> str:
+        h = self.target_host
+        return f"[{h}]:{self.target_port}" if ":" in h else f"{h}:{self.target_port}"
+
+    @property
+    def local(self) -> str:
+        return f"127.0.0.1:{self.local_port}"
+
+
+@dataclass(frozen=True)
 class RigFile:
     path: Path
     roles: dict[str, Role]
@@ -42,6 +64,7 @@ class RigFile:
     host_store: str = DEFAULT_HOST_STORE
     known_hosts: Path | None = None
     ssh_key: Path | None = None
+    forwards: dict[str, Forward] = field(default_factory=dict)
 
 
 def _regexes(f: jsonfile.Fields, obj: dict, key: str, where: str) -> list[str]:
@@ -116,12 +139,54 @@ def _role(f: jsonfile.Fields, name: str, obj: object) -> Role:
                 volatile=_regexes(f, o, "volatile", where), health_timeout=float(timeout))
 
 
+def _port(f: jsonfile.Fields, value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise f.fail(where, f"must be a port number from 1 to 65535, not {value!r}")
+    return value
+
+
+def _forward(f: jsonfile.Fields, name: str, obj: object) -> Forward:
+    where = f"forwards.{name}"
+    if not _FORWARD_NAME.fullmatch(name):
+        raise f.fail(where, "has a bad name; use letters, digits, '.', '_' or '-' (it names a state file)")
+    o = f.obj(obj, where)
+    unknown = sorted(set(o) - {"local_port", "target", "check"})
+    if unknown:
+        raise f.fail(f"{where}.{unknown[0]}", "is not a forward field (local_port, target, check)")
+    port = _port(f, f.get(o, "local_port", int, where), f"{where}.local_port")
+    target = f.get(o, "target", str, where).strip()
+    host, sep, tport = target.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not tport.isdigit():
+        raise f.fail(f"{where}.target", f"must be host:port as the jump host sees it, not {target!r}")
+    check = f.get(o, "check", str, where, required=False, default="tcp")
+    if check not in CHECKS:
+        raise f.fail(f"{where}.check", f"must be one of {', '.join(CHECKS)}, not {check!r}")
+    return Forward(name=name, local_port=port, target_host=host,
+                   target_port=_port(f, int(tport), f"{where}.target's port"), check=check)
+
+
+def _forwards(f: jsonfile.Fields, top: dict, jump: str | None) -> dict[str, Forward]:
+    out: dict[str, Forward] = {}
+    for name, obj in f.get(top, "forwards", dict, "", required=False, default={}).items():
+        fw = _forward(f, name, obj)
+        taken = [o.name for o in out.values() if o.local_port == fw.local_port]
+        if taken:
+            raise f.fail(f"forwards.{name}.local_port", f"{fw.local_port} is also forwards.{taken[0]}'s; "
+                         "give each forward its own port")
+        out[name] = fw
+    if out and not jump:
+        raise f.fail("jump", "is missing; forwards go through the jump host: add \"jump\": \"[user@]host[:port]\"")
+    return out
+
+
 def load(path: Path) -> RigFile:
     data = jsonfile.load(path, "rig file")
     f = jsonfile.Fields(path)
     top = f.obj(data, "(top level)")
     roles: dict[str, Role] = {}
-    for name, obj in f.get(top, "roles", dict, "").items():
+    for name, obj in f.get(top, "roles", dict, "", required=False, default={}).items():
         roles[name] = _role(f, name, obj)
     jump = f.get(top, "jump", str, "", required=False)
     if jump:
@@ -133,7 +198,8 @@ def load(path: Path) -> RigFile:
     key = f.get(top, "ssh_key", str, "", required=False)
     return RigFile(path=path, roles=roles, jump=jump, seeds=f.str_list(top, "seeds", ""),
                    host_store=store.rstrip("/"),
-                   known_hosts=_rel(path, kh), ssh_key=_rel(path, key))
+                   known_hosts=_rel(path, kh), ssh_key=_rel(path, key),
+                   forwards=_forwards(f, top, jump))
 
 
 def _rel(base: Path, p: str | None) -> Path | None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import click
 
+from rig.forward_cli import forward
+
 
 @click.group("rig")
 def rig() -> None:
-    """The rig as a whole: inventory, probes, status, snapshots, capacity, dashboard."""
+    """The rig as a whole: inventory, probes, status, snapshots, capacity, dashboard, port forwards."""
 
 
 @rig.command("advertise")
@@ -270,3 +272,6 @@ def dashboard(port: int, refresh: int | None) -> int:
 
     every = refresh if refresh is not None else settings.get_int(settings.DASHBOARD_REFRESH)
     return server.serve(port, every, info)
+
+
+rig.add_command(forward)

@@ -15,6 +15,7 @@ from jobs import poll as poll_mod
 from jobs import result as result_mod
 from jobs.poll import RunInfo, decide
 from jobs.result import Result
+from lanes import crontab
 from tests.job_helpers import ROOT, git, make_checkout, nev
 
 DAGU = "/opt/nev/dagu-1.30.2/dagu"
@@ -105,10 +106,14 @@ def test_cron_table_replaces_only_this_repositorys_line(tmp_path):
     line = poll_mod.cron_line(repo, {"NEV_LANE_STRICT": "1", "PATH": "/usr/bin"}, tmp_path / "log")
     assert line.startswith("* * * * * ") and "NEV_LANE_STRICT=1" in line and "job poll" in line
     other = "0 3 * * * backup # mine\n"
-    t1 = poll_mod.cron_table(other, repo, line)
+    tag = poll_mod.cron_tag(repo)
+    t1 = crontab.table(other, tag, line)
     assert t1 == other + line + "\n"
-    assert poll_mod.cron_table(t1, repo, line) == t1  # idempotent
-    assert poll_mod.cron_table(t1, repo, None) == other
+    assert crontab.table(t1, tag, line) == t1  # idempotent
+    assert crontab.table(t1, tag, None) == other
+    # another repository's tick (a longer path with this one as prefix) is not ours
+    theirs = poll_mod.cron_line(tmp_path / "r2", {}, tmp_path / "log")
+    assert crontab.table(t1 + theirs + "\n", tag, None) == other + theirs + "\n"
 
 
 def test_tick_env_has_poll_env_and_no_secret(tmp_path):

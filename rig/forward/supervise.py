@@ -1,0 +1,143 @@
+"""One forward's supervisor: keeps its OpenSSH client running, records state, stops on SIGTERM.
+
+It runs detached (its own session), holds `<name>.lock` for its lifetime, and restarts the
+client whenever it exits. The wait before a restart (`next_delay`, pure):
+
+| the client ran | next wait |
+|---|---|
+| less than STABLE s | twice the last wait: FIRST at first, at most MAX |
+| STABLE s or longer | FIRST again |
+
+SIGTERM (or SIGINT) stops the client, records the stop and exits 0. The client gets
+SIGTERM by itself if the supervisor dies any other way (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from types import FrameType
+
+from lanes import ssh
+from lanes.errors import NevError
+from lanes.mask import mask_argv
+from rig.config import Forward, RigFile
+from rig.forward import state as st
+
+FIRST = 0.5
+MAX = 5.0
+STABLE = 10.0
+
+
+def next_delay(last: float, ran: float) -> float:
+    """Seconds to wait before the next client, after one that ran `ran` s (pure; see the table)."""
+    if ran >= STABLE or last <= 0:
+        return FIRST
+    return min(last * 2, MAX)
+
+
+def client_files(rig: RigFile) -> tuple[Path, Path | None]:
+    """(known_hosts, key file): the rig file's own, else NEV_KNOWN_HOSTS and NEV_SSH_KEY."""
+    kh = rig.known_hosts or ssh.default_known_hosts()
+    key = rig.ssh_key or ssh.default_key_file()
+    return kh.absolute(), key.absolute() if key is not None else None
+
+
+def jump_target(rig: RigFile) -> ssh.Target:
+    if not rig.jump:
+        raise NevError(f"{rig.path}: no jump host; add \"jump\": \"[user@]host[:port]\"")
+    return ssh.Target.parse(rig.jump, default_user="root")
+
+
+class Supervisor:
+    def __init__(self, rig: RigFile, fw: Forward) -> None:
+        self.fw = fw
+        self.paths = st.Paths.of(fw.name)
+        self.jump = jump_target(rig)
+        self.known_hosts, self.key = client_files(rig)
+        self.log = st.Log(self.paths.log, owns_std=True)
+        self.stopping = False
+        self.child: subprocess.Popen[bytes] | None = None
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping = True
+        if self.child is not None and self.child.poll() is None:
+            self.child.terminate()
+
+    def run(self) -> int:
+        self.paths.dir.mkdir(parents=True, exist_ok=True)
+        lock = open(self.paths.lock, "w")  # noqa: SIM115 - held until the process exits
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.log.write(f"supervisor: {self.fw.name} already has a supervisor; this one exits")
+            return 1
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        me = st.Proc.of(os.getpid())
+        assert me is not None
+        self.state = st.State(name=self.fw.name, local_port=self.fw.local_port, target=self.fw.target,
+                              jump=str(self.jump), check=self.fw.check, supervisor=me, started=st.now(),
+                              log=str(self.paths.log))
+        st.write(self.paths, self.state)
+        argv = ssh.client_forward_argv(self.jump, self.fw.local_port, self.fw.target, self.known_hosts,
+                                       self.key)
+        self.log.write(f"supervisor {me.pid}: holding {self.fw.local} -> {self.fw.target} via {self.jump}")
+        delay = 0.0
+        while not self.stopping:
+            ran = self._one_client(argv)
+            if self.stopping:
+                break
+            delay = next_delay(delay, ran)
+            self.log.write(f"restarting the client in {delay:.1f} s")
+            self._sleep(delay)
+            self.state.restarts += 1
+        self.state.ssh = None
+        self.state.since = None
+        self.state.last_exit = st.Exit(at=st.now(), code=None, kind="stopped", why="stopped (SIGTERM)")
+        st.write(self.paths, self.state)
+        self.log.write("supervisor: stopped")
+        return 0
+
+    def _one_client(self, argv: list[str]) -> float:
+        """Run one client until it exits; record it. Seconds it ran."""
+        t0 = time.monotonic()
+        child = ssh.start_client_forward(argv)
+        self.child = child
+        if self.stopping:  # SIGTERM came between the start and the line above
+            child.terminate()
+        proc = st.Proc.of(child.pid)
+        self.state.ssh = proc
+        self.state.since = st.now()
+        st.write(self.paths, self.state)
+        self.log.write(f"client {child.pid} started: {mask_argv(argv)}")
+        said: list[str] = []
+        assert child.stderr is not None
+        for raw in child.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            if line:
+                said = (said + [line])[-20:]
+                self.log.write(f"ssh: {line}")
+        code = child.wait()
+        self.child = None
+        ran = time.monotonic() - t0
+        fail = ssh.client_failure("\n".join(said), self.jump, self.known_hosts)
+        why = fail.line if said else f"ssh exited {code} without a message"
+        if code < 0:
+            why = f"killed by signal {-code}" + (f"; {fail.line}" if said else "")
+        self.state.ssh = None
+        self.state.last_exit = st.Exit(at=st.now(), code=code, kind=fail.kind if said else "other", why=why)
+        st.write(self.paths, self.state)
+        self.log.write(f"client {child.pid} exited {code} after {ran:.1f} s: {why}")
+        return ran
+
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < end:
+            time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+
