@@ -12,6 +12,7 @@ import hashlib
 import os
 import pwd
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -217,7 +218,7 @@ class Box:
                 raise NevError(f"box {self.name} has {old.lanes_kind} lanes, not {self.lane_backend}; "
                                "run `nev box down` first to change NEV_BOX_LANES")
             if (old and old.info and old.complete and old.lane_count == n and old.code == code_digest()
-                    and all(self.health(old).values())):
+                    and all(self.health(old).values()) and self.forwards_answer(old.info)):
                 return UpResult(old.info, [], time.monotonic() - t0)
             changed = self._build(old, n)
             st = self.state()
@@ -265,8 +266,9 @@ class Box:
                 procs.stop(st.procs.pop(key))
                 backend.remove(self.dir / "lanes" / lane_name)
                 changed.append(f"removed {lane_name}")
+        keep = {*info.hosts, "jump", "rig"}     # the jump host and the rig network's own namespace
         stale_ns = [ns for ns in netns.box_netns(self.name)
-                    if ns.removeprefix(plan.netns_prefix(self.name)) not in info.hosts]
+                    if ns.removeprefix(plan.netns_prefix(self.name)) not in keep]
         if stale_ns:
             netns.remove_some(stale_ns)
 
@@ -408,7 +410,8 @@ class Box:
         assert info.folknet_file is not None and info.rig_file is not None
         jsonfile.write_atomic(info.folknet_file, plan.folknet(layout))
         jsonfile.write_atomic(info.rig_file, plan.rig_file(layout, str(hcfg), str(self.dir / "run" / "haproxy.pid"),
-                                                           str(gdir / "config.yaml")))
+                                                           str(gdir / "config.yaml"), str(info.known_hosts),
+                                                           str(info.ssh_key)))
 
         # Files that point nev at the box.
         jsonfile.write_atomic(info.lanes_file, plan.lanes_file(
@@ -435,9 +438,34 @@ class Box:
             cpu = procs.cpu_seconds(gw_rec.pid)
             changed.append(f"gateway answered {time.monotonic() - t_gw:.1f} s after its start"
                            + (f" ({cpu:.1f} s of CPU)" if cpu is not None else ""))
+        # The development box's forwards to the forge and the gateway, through the jump host, as
+        # a user of the real rig holds them: `nev rig forward up` with the box's rig file.
+        st.forward_state = st.forward_state or str(settings.get_path(settings.STATE_DIR))
+        state.write_state(self.dir, st)
+        changed += self.forwards(st, "up")
         st.complete = True
         state.write_state(self.dir, st)
         return changed
+
+    def forwards(self, st: BoxState, action: str) -> list[str]:
+        """`nev rig forward up|down` for the box's rig file; the lines it printed, or a NevError."""
+        assert st.info is not None and st.info.rig_file is not None
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_"))}
+        env.update(PYTHONPATH=str(PROJECT), NEV_RIG_FILE=str(st.info.rig_file),
+                   NEV_STATE_DIR=st.forward_state or str(settings.get_path(settings.STATE_DIR)))
+        cp = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "forward", action], cwd=PROJECT, env=env,
+                            capture_output=True, text=True, timeout=120)
+        lines = [ln.strip() for ln in (cp.stdout + cp.stderr).splitlines() if ln.strip()]
+        if cp.returncode != 0 and action == "up":
+            raise NevError(f"the box's forwards did not come up: {lines[-1] if lines else 'exit ' + str(cp.returncode)}")
+        return [f"forward {ln}" for ln in lines if "already running" not in ln]
+
+    def forwards_answer(self, info: BoxInfo) -> bool:
+        """Both forwards answer a real request (the forge 401, the gateway's health route)."""
+        from rig.forward import check
+
+        return all(check.probe(what, int(url.rsplit(":", 1)[1].split("/")[0])).up
+                   for what, url in (("forge", info.forge_local_url), ("gateway", info.gateway_local_url)))
 
     def _ssh_config(self, info: BoxInfo) -> str:
         """An OpenSSH client config as a user of the real rig has one: every rig host through
@@ -477,6 +505,11 @@ class Box:
                 raise NevError(f"box {self.name!r} belongs to {other.get('dir')}, not {self.dir}; "
                                "nothing was removed (set NEV_BOX_DIR to that folder's parent)")
             st = self.state()
+            if st and st.info and st.info.rig_file and st.info.rig_file.exists():
+                try:
+                    done += self.forwards(st, "down")
+                except (OSError, subprocess.SubprocessError) as e:
+                    done.append(f"forwards not stopped: {e}")
             if st:
                 for rec in reversed(list(st.procs.values())):
                     if procs.stop(rec):

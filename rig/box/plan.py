@@ -488,11 +488,15 @@ def folknet(layout: Layout) -> dict:
                         for p in POOLS}}
 
 
-def rig_file(layout: Layout, haproxy_cfg_path: str, haproxy_pid: str, litellm_cfg_path: str) -> dict:
-    """Roles on the box's service hosts, reachable as root over SSH (pinned keys)."""
+def rig_file(layout: Layout, haproxy_cfg_path: str, haproxy_pid: str, litellm_cfg_path: str,
+             known_hosts: str = "", ssh_key: str = "") -> dict:
+    """Roles on the box's service hosts, reachable as root over SSH through the jump host (pinned
+    keys), and the development box's forwards to the forge and the gateway."""
     gw = layout.gateway().addr
     return {
         "jump": layout.jump_spec,
+        **({"known_hosts": known_hosts} if known_hosts else {}),
+        **({"ssh_key": ssh_key} if ssh_key else {}),
         "forwards": {
             "forge": {"local_port": layout.forward_port("forge"),
                       "target": f"{layout.forge().addr}:{FORGE_PORT}", "check": "forge"},

@@ -180,6 +180,7 @@ class BoxState:
     complete: bool = False
     code: str = ""    # digest of the box's own code and data: a new version rebuilds the box
     lanes_kind: str = "netns"   # the lane backend the box was built with (NEV_BOX_LANES)
+    forward_state: str = ""     # NEV_STATE_DIR the box's forwards were started with (`down` needs it)
 
     def to_json(self) -> dict:
         out = self.info.to_json() if self.info else {}
@@ -189,6 +190,7 @@ class BoxState:
         out["users"] = self.users
         out["complete"] = self.complete
         out["lanes_kind"] = self.lanes_kind
+        out["forward_state"] = self.forward_state
         return out
 
     @classmethod
@@ -197,7 +199,8 @@ class BoxState:
         procs = {k: ProcRec(**v) for k, v in data.get("procs", {}).items()}
         return cls(info=info, procs=procs, lane_count=int(data.get("lane_count", 0)),
                    users=list(data.get("users", [])), complete=bool(data.get("complete", False)),
-                   code=str(data.get("code", "")), lanes_kind=str(data.get("lanes_kind", "netns")))
+                   code=str(data.get("code", "")), lanes_kind=str(data.get("lanes_kind", "netns")),
+                   forward_state=str(data.get("forward_state", "")))
 
 
 def state_path(box_dir: Path) -> Path:

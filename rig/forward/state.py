@@ -1,4 +1,4 @@
-"""A forward's state file and log under NEV_STATE_DIR/forwards/, written by its supervisor only.
+"""A forward's state file and log under NEV_STATE_DIR/forwards/<rig>/, written by its supervisor only.
 
 `<name>.json` (written atomically): the declaration the supervisor runs, the supervisor's PID
 and kernel start time (so a reused PID is never mistaken for ours), the current ssh client's
@@ -10,6 +10,7 @@ PID and start time, `since` (when that client started), `restarts`, and the last
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,9 +30,13 @@ def now() -> str:
 
 
 def folder() -> Path:
+    """NEV_STATE_DIR/forwards/<rig file>-<digest of its absolute path>: the forwards of one rig
+    file (several rigs, or rigs-in-a-box, on one development box never share a name)."""
     base = settings.get_path(settings.STATE_DIR)
-    assert base is not None
-    return base.absolute() / "forwards"
+    rig = settings.get_path(settings.RIG_FILE)
+    assert base is not None and rig is not None
+    where = str(rig.absolute())
+    return base.absolute() / "forwards" / f"{rig.stem}-{hashlib.sha256(where.encode()).hexdigest()[:8]}"
 
 
 @dataclass(frozen=True)
