@@ -170,6 +170,7 @@ def test_each_lane_has_its_own_srv_lane_and_home_but_shares_the_nas(box):
 
 def test_nas_standard_folders_stay_writable_for_lanes_after_root_writes_there(box):
     # The dev box (root) writes into the share first, as an in-place batch or a test does.
+    (box.nas / "ledger" / "from-lane.jsonl").unlink(missing_ok=True)     # a kept box's last run
     (box.nas / "ledger" / "from-root.jsonl").write_text("{}\n")
     (box.nas / "archive" / "job-logs" / "root-job").mkdir(exist_ok=True)
     r = ssh(box, box.lanes[1], "echo '{}' >> /srv/lane-shared/ledger/from-lane.jsonl && "

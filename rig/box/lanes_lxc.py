@@ -160,6 +160,7 @@ class LxcLanes:
                 if cp.returncode != 0:
                     raise NevError(f"lane {spec.name}: {' '.join(argv)} failed: {cp.stderr.strip()}")
             subprocess.run(["ip", "-n", rig, "neigh", "flush", "to", lane.addr, "dev", bridge], capture_output=True)
+            subprocess.run(["ip", "-n", f"{box}-jump", "neigh", "flush", "to", lane.addr], capture_output=True)
         return ProcRec(key=f"{lane.name}.sshd", host=lane.name, pid=pid, start=st,
                        argv=["lxc-start", "-P", spec.lxcpath, "-n", spec.name, "-d"])
 

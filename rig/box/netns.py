@@ -94,8 +94,14 @@ def ensure(layout: plan.Layout, skip_roles: frozenset[str] = frozenset()) -> lis
     for ns, c in inside:
         ip_batch(c, ns)
     if inside:
-        # A recreated host has a new MAC: forget the old one, or connections stall for seconds.
+        # A recreated host has a new MAC: every host that talked to it (the jump host first)
+        # must forget the old one, or connections stall until the entry times out.
         _run(["ip", "-n", rig, "neigh", "flush", "dev", layout.bridge], check=False)
+        for h in [*layout.hosts(), layout.jump()]:
+            if h.netns in netns_list():
+                for ns, _c in inside:
+                    addr = next(x.addr for x in [*layout.hosts(), layout.jump()] if x.netns == ns)
+                    _run(["ip", "-n", h.netns, "neigh", "flush", "to", addr], check=False)
     jump_ns = layout.jump().netns
     if not link_exists(layout.outside_veth) or not ns_has_addr(jump_ns, "eth1"):
         if link_exists(layout.outside_veth):
