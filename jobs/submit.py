@@ -34,7 +34,7 @@ from jobs import forge as forge_mod
 from jobs import manifest as manifest_mod
 from jobs import records
 from jobs.manifest import Manifest
-from lanes import settings
+from lanes import dotenv, settings
 from lanes.errors import NevError
 from lanes.gitrun import Repo
 from lanes.ui import info
@@ -106,12 +106,8 @@ LANE_ENV_PROBE = "; ".join(f'printf "%s=%s\\n" {n} "${n}"' for n in LANE_ENV_NAM
 
 def parse_lane_env(text: str) -> dict[str, str]:
     """NAME=value lines of LANE_ENV_PROBE's output (pure); unset names are empty."""
-    out = {n: "" for n in LANE_ENV_NAMES}
-    for line in text.splitlines():
-        name, sep, value = line.partition("=")
-        if sep and name in out:
-            out[name] = value.strip()
-    return out
+    got = dotenv.parse(text)
+    return {n: got.get(n, "") for n in LANE_ENV_NAMES}
 
 
 def step_path(lane_env: Mapping[str, str]) -> str:
