@@ -27,7 +27,7 @@ from typing import Any
 
 import paramiko
 
-from lanes import config, payload, settings, ui
+from lanes import config, forgeauth, payload, settings, ui
 from lanes.apply import FRAME, check_rel
 from lanes.config import Lane, LanesFile
 from lanes.errors import DiskShortError, NevError, NoLaneError
@@ -67,20 +67,6 @@ class Forge:
         return {"user": self.user or "nev", "password": self.password} if self.password else None
 
 
-def _dotenv(path: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    if not path.is_file():
-        return out
-    for line in path.read_text(errors="replace").splitlines():
-        s = line.strip()
-        if s.startswith("export "):
-            s = s[7:].strip()
-        name, sep, value = s.partition("=")
-        if sep and not s.startswith("#"):
-            out[name.strip()] = value.strip().strip("'\"")
-    return out
-
-
 def split_credentials(url: str) -> tuple[str, str | None, str | None]:
     """(url without user:token, user, token)."""
     parts = urllib.parse.urlsplit(url)
@@ -93,7 +79,8 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
 
 
 def forge_for(wt: payload.Worktree, lf: LanesFile) -> Forge:
-    """The forge URL the lane mirror fetches from, and the credential kept out of every argv."""
+    """The forge URL the lane mirror fetches from, and the credential kept out of every argv
+    (`lanes.forgeauth.lookup`; a user and token inside the URL come last)."""
     raw = settings.get(settings.LANE_GIT_URL) or lf.git_url
     if not raw:
         cp = wt.repo.git("remote", "get-url", "origin", check=False)
@@ -101,14 +88,9 @@ def forge_for(wt: payload.Worktree, lf: LanesFile) -> Forge:
     if not raw:
         return Forge(None)
     url, user, token = split_credentials(raw)
-    env = _dotenv(wt.path / ".env")
-    token_file = settings.get_path(settings.FORGE_TOKEN_FILE)
-    file_token = token_file.read_text().strip() if token_file and token_file.is_file() else None
-    token = (settings.get(settings.FORGE_TOKEN) or file_token or env.get("NEV_FORGE_TOKEN")
-             or env.get("GENERA_FORGE_TOKEN") or token)
-    user = settings.get(settings.FORGE_USER) or env.get("NEV_FORGE_USER") or env.get("GENERA_FORGE_USER") or user
+    cred = forgeauth.lookup(wt.repo)
     register_secret(token)
-    return Forge(url, user, token)
+    return Forge(url, cred.user or user, cred.token or token)
 
 
 def pick_lane(lf: LanesFile, index: int | None,

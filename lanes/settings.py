@@ -37,7 +37,8 @@ def _s(name: str, default: str | None, help: str, secret: bool = False) -> Setti
 
 # Lanes
 LANE_SSH = _s("NEV_LANE_SSH", None, "one lane as [user@]host[:port]; overrides lanes[] in the lanes file")
-LANE_GIT_URL = _s("NEV_LANE_GIT_URL", None, "forge URL the lane mirror fetches from (credential kept out of argv)")
+LANE_GIT_URL = _s("NEV_LANE_GIT_URL", None, "the forge repository as the lanes reach it (rig address; else the lanes file's "
+                  "git_url): lane mirrors and job steps fetch and publish there; no credential in it")
 LANE_FETCH_MAX_AGE = _s("NEV_LANE_FETCH_MAX_AGE", "600", "seconds before a lane mirror fetches from the forge again")
 LANE_MIN_FREE_GB = _s("NEV_LANE_MIN_FREE_GB", "20", "free GB a lane root needs before a gate; below it the lane is swept")
 LANE_STRICT = _s("NEV_LANE_STRICT", None, "when set to 1, every check runs lane-only (never on the dev box)")
@@ -60,8 +61,12 @@ ESCALATE_AFTER = _s("NEV_ESCALATE_AFTER", "2", "batches with no pass before a ru
 ESCALATE_MODEL = _s("NEV_ESCALATE_MODEL", None, "the capacity-tier share of a run as ALIAS:N:INFLIGHT (default: the first capacity alias)")
 FOLKNET_FILE = _s("NEV_FOLKNET_FILE", "bench/folknet.json", "declared model aliases")
 # Forge
-FORGE_USER = _s("NEV_FORGE_USER", None, "forge user name")
-FORGE_TOKEN = _s("NEV_FORGE_TOKEN", None, "forge token (secret)", secret=True)
+FORGE_URL = _s("NEV_FORGE_URL", None, "the forge repository as the development box reaches it (its local forward, "
+               "http://127.0.0.1:PORT/OWNER/REPO.git): job and result branches are pushed and listed there; "
+               "unset, NEV_LANE_GIT_URL is used (a flat rig where both sides reach one address); no credential in it")
+FORGE_USER = _s("NEV_FORGE_USER", None, "forge user name (else the checkout's or primary checkout's .env, else nev)")
+FORGE_TOKEN = _s("NEV_FORGE_TOKEN", None, "forge token (secret); looked up in the environment, then NEV_FORGE_TOKEN_FILE, "
+                 "then the checkout's or primary checkout's .env (NEV_FORGE_TOKEN or GENERA_FORGE_TOKEN)", secret=True)
 FORGE_TOKEN_FILE = _s("NEV_FORGE_TOKEN_FILE", None, "file holding the forge token (mode 600)")
 # Dagu
 DAGU_LANE = _s("NEV_DAGU_LANE", None, "index of the lane that runs Dagu")
