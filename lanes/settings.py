@@ -44,15 +44,18 @@ LANE_MIN_FREE_GB = _s("NEV_LANE_MIN_FREE_GB", "20", "free GB a lane root needs b
 LANE_STRICT = _s("NEV_LANE_STRICT", None, "when set to 1, every check runs lane-only (never on the dev box)")
 LANE_KEEP_ENV = _s("NEV_LANE_KEEP_ENV", None, "when set to 1, the lane copy keeps .env after the run")
 LANE_SHARED = _s("NEV_LANE_SHARED", "/srv/lane-shared", "the NAS folder as seen on a lane")
-ON_LANE = _s("NEV_ON_LANE", None, "set on a lane during a gate: commands run in place")
+ON_LANE = _s("NEV_ON_LANE", None, "set on a lane (gates, job steps): commands run in place, the gateway URL comes "
+             "from ~/.lane-model-env")
 LANES_FILE = _s("NEV_LANES_FILE", "bench/lane.local.json", "the lanes file (lanes[], git_url, nas)")
 KNOWN_HOSTS = _s("NEV_KNOWN_HOSTS", None, "known_hosts file with the lanes' pinned host keys")
 SSH_KEY = _s("NEV_SSH_KEY", None, "private key file used to reach lanes")
 LANE_BUSY_COMMANDS = _s("NEV_LANE_BUSY_COMMANDS", "cargo|rustc|node", "process names that make a lane busy (LANE_BUSY_COMMANDS also read)")
 LANE_APT_PROXY = _s("NEV_LANE_APT_PROXY", None, "apt proxy a lane guest installs through (apt-cacher-ng on the node's bridge address)")
-LANE_MODEL_URL = _s("NEV_LANE_MODEL_URL", None, "gateway URL as seen from a lane")
+LANE_MODEL_URL = _s("NEV_LANE_MODEL_URL", None, "gateway URL as a lane reaches it: on a lane, ~/.lane-model-env's "
+                    "(written by `nev lane provision` from this setting) wins over the environment's")
 # Models and the gateway
-MODEL_URL = _s("NEV_MODEL_URL", None, "the LiteLLM gateway's base URL")
+MODEL_URL = _s("NEV_MODEL_URL", None, "the LiteLLM gateway's base URL as the development box reaches it "
+               "(never read on a lane)")
 MODEL_API_KEY = _s("NEV_MODEL_API_KEY", None, "the gateway key (secret)", secret=True)
 MODEL_KEY_FILE = _s("NEV_MODEL_KEY_FILE", None, "file holding the gateway key (mode 600)")
 MODELS = _s("NEV_MODELS", None, "models of a batch as ALIAS:N:INFLIGHT,...")
