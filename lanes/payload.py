@@ -39,7 +39,7 @@ BOOTSTRAP = ("import sys,json,types,zlib;b=sys.stdin.buffer;n=int(b.readline())\
 
 
 def lane_program() -> bytes:
-    """The length-prefixed, compressed module blob the bootstrap reads first (~13 KB)."""
+    """The length-prefixed, compressed module blob the bootstrap reads first (~14 KB)."""
     return _program()
 
 
