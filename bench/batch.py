@@ -583,21 +583,16 @@ def ledger_name(root: Path, environ: Mapping[str, str] | None = None) -> str:
 def gateway_key(root: Path) -> str:
     """The run's key: NEV_MODEL_KEY_FILE; on a lane, the worktree's .env (NEV_MODEL_API_KEY) the gate copied."""
     from bench.gateway import read_key
-    from lanes import settings
+    from lanes import dotenv, settings
     from lanes.mask import register_secret
 
     path = settings.get_path(settings.MODEL_KEY_FILE)
     if path is not None and path.exists():
         return read_key(path)
-    env_file = root / ".env"
-    if env_file.is_file():
-        for line in env_file.read_text(encoding="utf-8").splitlines():
-            k, sep, v = line.partition("=")
-            if sep and k.strip().removeprefix("export ").strip() in ("NEV_MODEL_API_KEY", "GENERA_MODEL_API_KEY"):
-                key = v.strip().strip("'\"")
-                if key:
-                    register_secret(key)
-                    return key
+    key = dotenv.first(dotenv.read(root / ".env"), "NEV_MODEL_API_KEY", "GENERA_MODEL_API_KEY")
+    if key:
+        register_secret(key)
+        return key
     return read_key(path)
 
 

@@ -1,5 +1,7 @@
 """THE gateway client: OpenAI-compatible chat completions through the LiteLLM proxy.
 
+- the gateway's URL is the one this process reaches (`url_from_settings`: the development box's
+  NEV_MODEL_URL, or on a lane the lane's own `~/.lane-model-env`);
 - the run's key is read from a file (`NEV_MODEL_KEY_FILE`), never from argv, and registered
   with the masker;
 - per alias at most INFLIGHT calls at once, never more than `folknet.json` declares;
@@ -15,17 +17,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import stat
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanes import settings
+from lanes import dotenv, settings
 from lanes.errors import ConfigError
 from lanes.mask import mask, register_secret
 
@@ -67,11 +70,45 @@ def key_from_settings() -> str:
     return read_key(settings.get_path(settings.MODEL_KEY_FILE))
 
 
-def url_from_settings() -> str:
-    on_lane = settings.get_flag(settings.ON_LANE)
-    url = (settings.get(settings.LANE_MODEL_URL) if on_lane else None) or settings.get(settings.MODEL_URL)
-    if not url:
-        raise ConfigError("no gateway URL: set NEV_MODEL_URL (NEV_LANE_MODEL_URL on a lane)")
+#: the lane user's file with the gateway's address as the lane reaches it (NEV_LANE_MODEL_URL),
+#: written by `nev lane provision`
+LANE_MODEL_ENV = ".lane-model-env"
+
+
+def lane_model_env(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    home = env.get("HOME")
+    return (Path(home) if home else Path.home()) / LANE_MODEL_ENV
+
+
+def url_from_settings(environ: Mapping[str, str] | None = None) -> str:
+    """The gateway's base URL as this process reaches it (no trailing `/`); ConfigError when unset.
+
+    The development box reaches the gateway through its own port forward; a lane at a rig
+    address. A batch or job step on a lane may carry the development box's NEV_MODEL_URL in its
+    environment, so on a lane that is never read:
+
+    | where | the URL |
+    |---|---|
+    | not on a lane | NEV_MODEL_URL |
+    | on a lane (NEV_ON_LANE set) | `~/.lane-model-env`'s NEV_LANE_MODEL_URL, else NEV_LANE_MODEL_URL in the environment |
+
+    (The lane program, `lanes/apply.py`, picks the URL for the `.env` it installs for a gate.)
+    """
+    env = os.environ if environ is None else environ
+    if settings.get(settings.ON_LANE, env):
+        path = lane_model_env(env)
+        url = (dotenv.first(dotenv.read(path), "NEV_LANE_MODEL_URL", "GENERA_LANE_MODEL_URL")
+               or settings.get(settings.LANE_MODEL_URL, env))
+        if not url:
+            what = "has no NEV_LANE_MODEL_URL line" if path.exists() else "does not exist"
+            raise ConfigError(f"no gateway URL on this lane: {path} {what} and NEV_LANE_MODEL_URL is not set; "
+                              "run `nev lane provision` with NEV_LANE_MODEL_URL set (NEV_MODEL_URL is the "
+                              "development box's and is not read on a lane)")
+    else:
+        url = settings.get(settings.MODEL_URL, env)
+        if not url:
+            raise ConfigError("no gateway URL: set NEV_MODEL_URL to the gateway as this box reaches it")
     return url.rstrip("/")
 
 

@@ -1,7 +1,7 @@
 """Model batches run only on a lane. One function decides: already on a lane (`NEV_ON_LANE`)
 -> run here; otherwise re-run the same command there through the lane gate, lane-only, with
-the NEV_* settings passed along (credentials and lane settings excepted) and the results
-pulled back; no lane (or no gate) -> exit 3, nothing run here."""
+the NEV_* settings passed along (credentials, lane settings and this box's own addresses
+excepted) and the results pulled back; no lane (or no gate) -> exit 3, nothing run here."""
 
 from __future__ import annotations
 
@@ -18,8 +18,11 @@ from lanes.mask import is_secret_name
 _LANE_ONLY = {"NEV_ON_LANE", "NEV_LANES_FILE", "NEV_KNOWN_HOSTS", "NEV_SSH_KEY", "NEV_LANE_SSH",
               "NEV_LANE_SHARED", "NEV_LANE_GIT_URL", "NEV_LANE_STRICT", "NEV_LANE_KEEP_ENV",
               "NEV_LANE_FETCH_MAX_AGE", "NEV_LANE_MIN_FREE_GB"}
-#: lane-named settings the dev box sets for the lane: they travel
+#: lane-named settings the dev box sets for the lane: they travel (the lane's own
+#: ~/.lane-model-env still wins over NEV_LANE_MODEL_URL there, `bench.gateway.url_from_settings`)
 _TRAVELS = {"NEV_LANE_MODEL_URL"}
+#: addresses as this box reaches them (its port forwards): wrong on a lane, so they stay here
+_DEV_BOX_ONLY = {"NEV_MODEL_URL", "NEV_FORGE_URL"}
 #: credentials (and files of credentials): the gate's .env carries them, never the environment
 _CREDENTIALS = {"NEV_MODEL_API_KEY", "NEV_MODEL_KEY_FILE", "NEV_FORGE_TOKEN", "NEV_FORGE_TOKEN_FILE",
                 "NEV_FORGE_USER"}
@@ -40,7 +43,7 @@ def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
         if c in _TRAVELS:
             out[k] = v
             continue
-        if c in _LANE_ONLY or c in _CREDENTIALS or c in secret or c.startswith("NEV_LANE_") \
+        if c in _LANE_ONLY or c in _DEV_BOX_ONLY or c in _CREDENTIALS or c in secret or c.startswith("NEV_LANE_") \
                 or c.startswith("NEV_BOX_") or is_secret_name(c) or c.endswith("_KEY_FILE") or c.endswith("_TOKEN_FILE"):
             continue
         out[k] = v

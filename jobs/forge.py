@@ -1,9 +1,17 @@
 """The forge as the dev box sees it: job/* and result/* branches, with the token kept out of argv.
 
-The forge URL is NEV_LANE_GIT_URL (the repository the lanes fetch). The token comes from
-NEV_FORGE_TOKEN_FILE (mode 600) or NEV_FORGE_TOKEN, and reaches git only through a
-credential helper configured in the environment; a URL that carries a credential is
-refused, since it would land in argv and in git's messages.
+Two URLs name the same forge repository:
+
+- `url`, where this box pushes and lists job and result branches: NEV_FORGE_URL (on the real
+  rig, this box's own port forward, 127.0.0.1:PORT), else the lanes' URL (a flat rig);
+- `lane_url`, where the lanes fetch job/<name> and publish result/<name>: NEV_LANE_GIT_URL, else
+  the lanes file's `git_url` (the rig address, which this box may not reach). It goes to the
+  lane as the job workflow's FORGE parameter.
+
+Neither may carry a credential (it would land in argv, in git's messages and, for the lanes'
+URL, in Dagu's run records). The token comes from `lanes.forgeauth.lookup` (environment, then
+NEV_FORGE_TOKEN_FILE, then the checkout's or primary checkout's `.env`) and reaches git only
+through the credential helper in git's environment.
 """
 
 from __future__ import annotations
@@ -11,23 +19,31 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
-from lanes import settings
+from lanes import config, forgeauth, settings
 from lanes.errors import ConfigError
+from lanes.forgeauth import Credential
 from lanes.gitrun import Repo
-from lanes.mask import register_secret
-
-_HELPER = ('!f() { test "$1" = get || exit 0; echo "username=${NEV_FORGE_USER:-nev}"; '
-           'if [ -n "${NEV_FORGE_TOKEN_FILE:-}" ]; then printf "password="; cat "$NEV_FORGE_TOKEN_FILE"; '
-           'else echo "password=${NEV_FORGE_TOKEN}"; fi; }; f')
 
 
 @dataclass(frozen=True)
 class Forge:
-    url: str
-    env: dict[str, str]
+    url: str                 # as this box reaches it
+    lane_url: str | None     # as the lanes reach it (None: not configured)
+    cred: Credential
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.cred.git_env()
+
+    def for_lanes(self) -> str:
+        """The lanes' URL, which a job's steps fetch and publish at."""
+        if not self.lane_url:
+            raise ConfigError("the lanes' forge URL is not set: set NEV_LANE_GIT_URL (or git_url in the lanes "
+                              "file) to the forge repository as the lanes reach it, e.g. "
+                              "http://198.18.0.5/git/engine.git")
+        return self.lane_url
 
     def ls(self, repo: Repo, prefix: str) -> dict[str, str]:
         """Branch name (without `refs/heads/<prefix>/`) -> tip, of every `<prefix>/*` branch."""
@@ -56,45 +72,35 @@ class Forge:
             self.push(repo, *gone)
 
 
-def from_settings(environ: Mapping[str, str] | None = None) -> Forge:
-    env_in = os.environ if environ is None else environ
-    url = settings.get(settings.LANE_GIT_URL, env_in)
-    if not url:
-        raise ConfigError("NEV_LANE_GIT_URL is not set: set it to the forge repository the lanes fetch "
-                          "(e.g. http://198.18.0.5/git/engine.git; `nev box env` sets it on the box)")
+def _no_credential(url: str, where: str) -> str:
     parts = urlsplit(url)
     if parts.username or parts.password:
-        raise ConfigError("NEV_LANE_GIT_URL carries a credential; drop it from the URL and put the token in "
-                          "the file NEV_FORGE_TOKEN_FILE (mode 600)")
-    env = {"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "credential.helper", "GIT_CONFIG_VALUE_0": "",
-           "GIT_CONFIG_KEY_1": "credential.helper", "GIT_CONFIG_VALUE_1": _HELPER, "GIT_TERMINAL_PROMPT": "0",
-           "NEV_FORGE_USER": settings.get(settings.FORGE_USER, env_in) or "nev"}
-    token_file = settings.get(settings.FORGE_TOKEN_FILE, env_in)
-    token = settings.get(settings.FORGE_TOKEN, env_in)
-    if token_file:
-        p = Path(token_file).expanduser()
-        try:
-            value = p.read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise ConfigError(f"NEV_FORGE_TOKEN_FILE={p}: cannot read it ({e.strerror}); fix the path") from None
-        register_secret(value)
-        env["NEV_FORGE_TOKEN_FILE"] = str(p)
-    elif token:
-        register_secret(token)
-        env["NEV_FORGE_TOKEN"] = token
-        env["NEV_FORGE_TOKEN_FILE"] = ""
-    else:
-        env["GIT_CONFIG_COUNT"] = "1"  # a forge without auth (a local path in tests)
-    return Forge(url, env)
+        raise ConfigError(f"{where} carries a credential; drop it from the URL and put the token in "
+                          "the file NEV_FORGE_TOKEN_FILE (mode 600) or the primary checkout's .env")
+    return url
 
 
-def token_bytes(environ: Mapping[str, str] | None = None) -> bytes | None:
-    """The forge token, for the lane's own mode-600 copy (sent over SSH stdin)."""
+def lane_url_from_settings(environ: Mapping[str, str]) -> str | None:
+    """The lanes' URL: NEV_LANE_GIT_URL, else the lanes file's `git_url`; None when neither is set."""
+    url = settings.get(settings.LANE_GIT_URL, environ)
+    if url:
+        return _no_credential(url, "NEV_LANE_GIT_URL")
+    path = settings.get_path(settings.LANES_FILE, environ)
+    if path is not None and path.is_file():
+        git_url = config.load(path).git_url
+        if git_url:
+            return _no_credential(git_url, f"git_url in {path}")
+    return None
+
+
+def from_settings(environ: Mapping[str, str] | None = None, repo: Repo | None = None) -> Forge:
+    """The forge of `repo` (whose `.env` files may hold the token) under the settings in `environ`."""
     env_in = os.environ if environ is None else environ
-    tf = settings.get(settings.FORGE_TOKEN_FILE, env_in)
-    value = Path(tf).expanduser().read_text(encoding="utf-8").strip() if tf else \
-        (settings.get(settings.FORGE_TOKEN, env_in) or "").strip()
-    if not value:
-        return None
-    register_secret(value)
-    return value.encode()
+    lane_url = lane_url_from_settings(env_in)
+    own = settings.get(settings.FORGE_URL, env_in)
+    url = _no_credential(own, "NEV_FORGE_URL") if own else lane_url
+    if not url:
+        raise ConfigError("no forge URL: set NEV_FORGE_URL to the forge repository as this box reaches it "
+                          "(its port forward) and NEV_LANE_GIT_URL to it as the lanes reach it "
+                          "(on a flat rig such as the box, NEV_LANE_GIT_URL alone: `nev box env` sets it)")
+    return Forge(url, lane_url, forgeauth.lookup(repo, env_in))

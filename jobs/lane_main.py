@@ -12,8 +12,10 @@ is `nev job run`'s runner itself; the other steps:
 - archive: copy logs and state, scrubbed, to the share (also the exit handler).
 - cleanup: remove the job's folder only when it passed, was published and archived.
 
-The forge credential is the lane's mode-600 token file (NEV_FORGE_TOKEN_FILE), handed to git
-by a credential helper through the environment; it is in no argv and no URL.
+The forge is the URL the lanes reach (`--forge`, the workflow's FORGE parameter: NEV_LANE_GIT_URL
+on the dev box), never the dev box's own forward. The credential is the lane's mode-600 token file
+(NEV_FORGE_TOKEN_FILE), handed to git by nev's one credential helper (`lanes.apply.credential_env`)
+through the environment; it is in no argv and no URL.
 """
 
 from __future__ import annotations
@@ -29,13 +31,12 @@ from pathlib import Path
 from jobs import archive as archive_mod
 from jobs import result as result_mod
 from jobs import runner
+from lanes.apply import credential_env
 from lanes.errors import NevError
 from lanes.gitrun import GitError, Repo, git_env
 from lanes.mask import register_secret
 
 EXIT_PUBLISH = 7
-CRED_HELPER = ('!f() { test "$1" = get || exit 0; echo "username=${NEV_FORGE_USER:-nev}"; '
-               'printf "password="; cat "$NEV_FORGE_TOKEN_FILE"; }; f')
 
 
 def say(msg: str) -> None:
@@ -43,17 +44,14 @@ def say(msg: str) -> None:
 
 
 def forge_env() -> dict[str, str]:
-    """Git config for forge commands: our credential helper only, reading the token file."""
-    env = {"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "credential.helper", "GIT_CONFIG_VALUE_0": "",
-           "GIT_CONFIG_KEY_1": "credential.helper", "GIT_CONFIG_VALUE_1": CRED_HELPER,
-           "GIT_TERMINAL_PROMPT": "0"}
+    """Git config for forge commands: nev's one credential helper, answering with the token file's
+    content (the file Dagu names in NEV_FORGE_TOKEN_FILE); without the file, no helper at all."""
     tf = os.environ.get("NEV_FORGE_TOKEN_FILE")
+    token = None
     if tf and Path(tf).is_file():
-        for v in archive_mod.read_secret_files([tf]):
-            register_secret(v)
-    else:
-        env["GIT_CONFIG_COUNT"] = "1"
-    return env
+        token = next(iter(archive_mod.read_secret_files([tf])), None)
+        register_secret(token)
+    return credential_env(os.environ.get("NEV_FORGE_USER"), token)
 
 
 def job_dir(work: str, job: str) -> Path:

@@ -152,7 +152,7 @@ def land(repo: Repo, name: str, res: Result, rec: dict[str, Any] | None, forge: 
 def poll(repo_path: Path | None = None, environ: Mapping[str, str] | None = None) -> int:
     env = dict(os.environ if environ is None else environ)
     repo = Repo(Repo(repo_path or Path.cwd()).toplevel())
-    forge = forge_mod.from_settings(env)
+    forge = forge_mod.from_settings(env, repo)
     tips = forge.ls(repo, "result")
     if tips:
         forge.fetch_results(repo)

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from bench.gateway import url_from_settings
 from jobs.manifest import Manifest
 from lanes import settings
+from lanes.errors import ConfigError
 
 EXIT_UNMET = 9
 BASE_TOOLS = ("git", "python3", "node", "kill")
@@ -39,7 +41,8 @@ class Facts:
 
     tools: dict[str, str | None]                 # tool -> resolved path (None: not found)
     browsers: dict[str, str | None]              # "a|b" alternatives -> resolved path
-    gateway: tuple[str | None, str | None] | None  # (url, error) when a stage calls a model; None: not asked
+    # when a stage calls a model: (url, why it does not answer) or (None, why no URL); None: not asked
+    gateway: tuple[str | None, str | None] | None
     workdir: str
     free_bytes: int | None
     min_free_bytes: int
@@ -68,8 +71,7 @@ def evaluate(f: Facts) -> list[Unmet]:
     if f.gateway is not None:
         url, err = f.gateway
         if url is None:
-            out.append(Unmet("gateway-unset", "a stage calls a model but no gateway is set: "
-                             "set NEV_LANE_MODEL_URL (or NEV_MODEL_URL) on the lane"))
+            out.append(Unmet("gateway-unset", f"a stage calls a model but {err or 'no gateway URL is set'}"))
         elif err is not None:
             out.append(Unmet("gateway-unreachable", f"the model gateway {url} does not answer: {err}"))
     gib = 1 << 30
@@ -92,8 +94,13 @@ def evaluate(f: Facts) -> list[Unmet]:
     return out
 
 
-def gateway_url(environ: Mapping[str, str] | None = None) -> str | None:
-    return settings.get(settings.LANE_MODEL_URL, environ) or settings.get(settings.MODEL_URL, environ)
+def gateway_url(environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """(the gateway URL this process reaches, None), or (None, why there is none):
+    `bench.gateway.url_from_settings` decides (on a lane, the lane's ~/.lane-model-env)."""
+    try:
+        return url_from_settings(environ), None
+    except ConfigError as e:
+        return None, str(e)
 
 
 def probe_gateway(url: str, timeout: float = 3.0) -> str | None:
@@ -138,8 +145,8 @@ def gather(m: Manifest, workdir: Path, used_s: float, environ: Mapping[str, str]
             browsers[alt] = found
     gateway: tuple[str | None, str | None] | None = None
     if m.calls_model():
-        url = gateway_url(env)
-        gateway = (url, probe_gateway(url) if url else None)
+        url, why = gateway_url(env)
+        gateway = (url, probe_gateway(url) if url else why)
     try:
         free: int | None = shutil.disk_usage(workdir).free
     except OSError:

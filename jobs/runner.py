@@ -27,12 +27,13 @@ from typing import Any
 
 from bench import folknet
 from bench import inventory_check as inv
+from bench.gateway import url_from_settings
 from jobs import manifest as manifest_mod
 from jobs import preflight, result, writer
 from jobs.manifest import Manifest, Stage
 from jobs.state import FAILED, NOT_RUN, PASSED, STOPPED, JobState, file_hash
 from lanes import settings
-from lanes.errors import NevError
+from lanes.errors import ConfigError, NevError
 from lanes.gitrun import GitError, Repo
 from lanes.mask import mask
 from lanes.ui import info
@@ -97,6 +98,23 @@ def _end_group(pgid: int, grace: float = 5.0) -> None:
             if not _pg_alive(pgid):
                 return
             time.sleep(0.1)
+
+
+def with_lane_gateway(env: Mapping[str, str]) -> dict[str, str]:
+    """A stage's environment whose NEV_MODEL_URL (which a harness may read) is, on a lane, the
+    lane's own gateway URL (`bench.gateway.url_from_settings`: ~/.lane-model-env), never a
+    development box's value the run's environment carried; absent when the lane has none (the
+    requirements check has said so). Off a lane, `env` as it is."""
+    out = dict(env)
+    if not settings.get(settings.ON_LANE, env):
+        return out
+    out.pop("NEV_MODEL_URL", None)
+    out.pop("GENERA_MODEL_URL", None)
+    try:
+        out["NEV_MODEL_URL"] = url_from_settings(env)
+    except ConfigError:
+        pass
+    return out
 
 
 class _Stop:
@@ -236,6 +254,7 @@ class Runner:
             env["NEV_FOLKNET_FILE"] = str(declared)
         if self.run_id:
             env["NEV_JOB_RUN_ID"] = self.run_id
+        env = with_lane_gateway(env)
         left = self.m.limit_s - self.js.used_s()
         with log_path.open("ab") as log:
             log.write(f"== stage {st.name} ({st.kind}) run {self.js.state['stages'].get(st.name, {}).get('runs', 0) + 1}\n"

@@ -12,6 +12,8 @@
   environment only, so the lane's own PATH and toolchain settings (what an SSH session there
   gets: sshd's SetEnv, the lane's profile) are read now and handed to the run step as
   parameters (LANE_PATH, with `~/.local/bin` first, and LANE_RUSTUP_HOME / LANE_CARGO_HOME).
+- job/<name> is pushed at the forge URL this box reaches (NEV_FORGE_URL, its forward), and the
+  workflow's FORGE parameter is the URL the lane reaches (NEV_LANE_GIT_URL), `jobs/forge.py`.
 - The forge token goes over SSH stdin into `~/dagu/home/forge-token` (mode 600); no secret
   is a run parameter.
 """
@@ -34,7 +36,7 @@ from jobs import forge as forge_mod
 from jobs import manifest as manifest_mod
 from jobs import records
 from jobs.manifest import Manifest
-from lanes import settings
+from lanes import dotenv, settings
 from lanes.errors import NevError
 from lanes.gitrun import Repo
 from lanes.ui import info
@@ -106,12 +108,8 @@ LANE_ENV_PROBE = "; ".join(f'printf "%s=%s\\n" {n} "${n}"' for n in LANE_ENV_NAM
 
 def parse_lane_env(text: str) -> dict[str, str]:
     """NAME=value lines of LANE_ENV_PROBE's output (pure); unset names are empty."""
-    out = {n: "" for n in LANE_ENV_NAMES}
-    for line in text.splitlines():
-        name, sep, value = line.partition("=")
-        if sep and name in out:
-            out[name] = value.strip()
-    return out
+    got = dotenv.parse(text)
+    return {n: got.get(n, "") for n in LANE_ENV_NAMES}
 
 
 def step_path(lane_env: Mapping[str, str]) -> str:
@@ -124,8 +122,11 @@ def step_path(lane_env: Mapping[str, str]) -> str:
     return ":".join(parts)
 
 
-def params(m: Manifest, manifest: str, forge_url: str, lane_home: str, layout: Layout, share: str, src: str,
+def params(m: Manifest, manifest: str, lane_forge_url: str, lane_home: str, layout: Layout, share: str, src: str,
            environ: Mapping[str, str], lane_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The job workflow's run parameters (pure): nothing secret, and only addresses as the lane
+    reaches them (FORGE: the lanes' forge URL; MODEL_URL: NEV_LANE_MODEL_URL, which the lane's own
+    ~/.lane-model-env overrides there)."""
     le = dict(lane_env or {"HOME": lane_home})
     # The lane's own snapshot: the default path, under the lane user's home (NEV_INVENTORY here
     # names this box's file).
@@ -133,7 +134,7 @@ def params(m: Manifest, manifest: str, forge_url: str, lane_home: str, layout: L
     if inv.startswith("~/"):
         inv = posixpath.join(lane_home, inv[2:])
     return {
-        "JOB": m.name, "MANIFEST": manifest, "FORGE": forge_url,
+        "JOB": m.name, "MANIFEST": manifest, "FORGE": lane_forge_url,
         "MIRROR": posixpath.join(layout.root, "job-mirror.git"), "WORK": layout.jobs_work,
         "SHARE": share, "SRC": src, "PY": "python3", "INVENTORY": inv,
         "MODEL_URL": settings.get(settings.LANE_MODEL_URL, environ) or "",
@@ -162,11 +163,12 @@ def sync_source(ld: LaneDagu, declared: Path | None) -> str:
     return dest
 
 
-def push_forge_token(ld: LaneDagu, environ: Mapping[str, str]) -> None:
-    token = forge_mod.token_bytes(environ)
-    path = posixpath.join(ld.layout.home, "forge-token")
-    if token is None:
+def push_forge_token(ld: LaneDagu, forge: forge_mod.Forge) -> None:
+    """The forge token into the lane's `~/dagu/home/forge-token` (mode 600), over SSH stdin."""
+    if not forge.cred.token:
         return
+    token = forge.cred.token.encode()
+    path = posixpath.join(ld.layout.home, "forge-token")
     have = ld.conn.run(f"sha256sum < {shlex.quote(path)} 2>/dev/null").out.split()
     if have and have[0] == hashlib.sha256(token).hexdigest():
         return
@@ -179,14 +181,15 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
     m = manifest_mod.load(manifest_path)
     repo = Repo(Repo(repo_path or Path.cwd()).toplevel())
     tip = job_tip(repo, m)
-    forge = forge_mod.from_settings(env)
+    forge = forge_mod.from_settings(env, repo)
+    lane_forge = forge.for_lanes()  # refused before anything is pushed
     forge.delete(repo, f"result/{m.name}")
     forge.push(repo, f"+{tip}:refs/heads/job/{m.name}")
     info(f"pushed job/{m.name} ({tip[:12]}) to the forge")
     from dagu import runs, service
 
     with service.opened(lane_flag) as ld:
-        push_forge_token(ld, env)
+        push_forge_token(ld, forge)
         if settings.get_flag(settings.JOB_INSTALL_NEV, env):
             from lanes import selfinstall
 
@@ -197,7 +200,7 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
         wf = runs.load_workflow(str(workflow_file()))
         ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
         lane_env = parse_lane_env(ld.conn.run(LANE_ENV_PROBE).out)
-        p = params(m, push_manifest(ld, m), forge.url, lane_env["HOME"], ld.layout, service.lane_shared(ld.lane), src,
+        p = params(m, push_manifest(ld, m), lane_forge, lane_env["HOME"], ld.layout, service.lane_shared(ld.lane), src,
                    env, lane_env)
         with ld.api() as api:
             run_id, queued = runs.submit(api, wf, p)

@@ -43,16 +43,20 @@ import threading
 import time
 
 try:  # sent next to this module by the dev box; importable from the package in tests
+    import nev_dotenv as dotenv  # type: ignore[import-not-found]
     import nev_links as links  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - exercised when run from the source tree
-    from lanes import links
+    from lanes import dotenv, links
 
 MIRROR = ".git-mirror"
 LAST_FETCH = "nev-last-fetch"
 FRAME = struct.Struct(">cI")
 CHUNK = 256 * 1024
 STOP_GRACE = 1.0
-CREDENTIAL_HELPER = ("!f() { test \"$1\" = get || exit 0; echo \"username=${NEV_GIT_USER}\"; "
+# The one git credential helper of nev (the dev box's forge commands and the job steps import it
+# from here): it answers from NEV_GIT_USER / NEV_GIT_PASSWORD in git's environment, so the token
+# is in no argv, no URL and no git config file.
+CREDENTIAL_HELPER = ("!f() { test \"$1\" = get || exit 0; echo \"username=${NEV_GIT_USER:-nev}\"; "
                      "echo \"password=${NEV_GIT_PASSWORD}\"; }; f")
 
 
@@ -295,13 +299,14 @@ def git_out(args: list[str], cwd: str | None = None) -> str:
     return git(args, cwd=cwd).stdout.decode(errors="replace").strip()
 
 
-def credential_env(cred: dict | None) -> dict:
-    """Git config through the environment: a helper that answers from NEV_GIT_* variables."""
+def credential_env(user: str | None, password: str | None) -> dict[str, str]:
+    """Git config through the environment: other credential helpers off, then CREDENTIAL_HELPER
+    answering `user`/`password` from NEV_GIT_* variables (without a password: helpers off only)."""
     env = {"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "credential.helper", "GIT_CONFIG_VALUE_0": "",
            "GIT_CONFIG_KEY_1": "credential.helper", "GIT_CONFIG_VALUE_1": CREDENTIAL_HELPER}
-    if cred and cred.get("password"):
-        env["NEV_GIT_USER"] = cred.get("user") or "nev"
-        env["NEV_GIT_PASSWORD"] = cred["password"]
+    if password:
+        env["NEV_GIT_USER"] = user or "nev"
+        env["NEV_GIT_PASSWORD"] = password
     else:
         env["GIT_CONFIG_COUNT"] = "1"
     return env
@@ -392,7 +397,8 @@ class Lane:
         with _mirror_lock(self.mirror):
             cp = self.run_tool(["git", "fetch", "-q", "--no-tags", self.git_url,
                                 "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
-                               cwd=self.mirror, env=git_env(credential_env(self.cred)))
+                               cwd=self.mirror, env=git_env(credential_env((self.cred or {}).get("user"),
+                                                                            (self.cred or {}).get("password"))))
         if cp[0] != 0:
             err = cp[1].decode(errors="replace").strip().splitlines()
             self.say("forge fetch failed: " + (Masker([self.cred.get("password", "")] if self.cred else [])(
@@ -797,38 +803,19 @@ def copy_sizes(root: str) -> list[dict]:
 
 
 def lane_model_url() -> str | None:
+    """The gateway as this lane reaches it, for the run's `.env`: NEV_LANE_MODEL_URL in the lane
+    program's environment (the lane's own sshd session), else `~/.lane-model-env`."""
     url = os.environ.get("NEV_LANE_MODEL_URL") or os.environ.get("GENERA_LANE_MODEL_URL")
     if url:
         return url
-    try:
-        with open(os.path.expanduser("~/.lane-model-env"), encoding="utf-8") as f:
-            for line in f:
-                s = line.strip()
-                if s.startswith("export "):
-                    s = s[7:].strip()
-                for name in ("NEV_LANE_MODEL_URL=", "GENERA_LANE_MODEL_URL="):
-                    if s.startswith(name):
-                        return s[len(name):].strip().strip("'\"") or None
-    except OSError:
-        pass
-    return None
+    return dotenv.first(dotenv.read(os.path.expanduser("~/.lane-model-env")),
+                        "NEV_LANE_MODEL_URL", "GENERA_LANE_MODEL_URL")
 
 
 def env_secrets(path: str) -> list[str]:
     """Values of secret-named variables in a .env file, to mask them in the gate log."""
-    out: list[str] = []
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                s = line.strip()
-                if s.startswith("export "):
-                    s = s[7:]
-                name, sep, value = s.partition("=")
-                if sep and re.search(r"(?i)KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", name):
-                    out.append(value.strip().strip("'\""))
-    except OSError:
-        pass
-    return out
+    secret = re.compile(r"(?i)KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL")
+    return [v for k, v in dotenv.read(path).items() if v and secret.search(k)]
 
 
 # -- entry points ----------------------------------------------------------------------------

@@ -23,7 +23,8 @@ def run(lane_index: int | None, lane_only: bool, pull: tuple[str, ...], worktree
 
     Exit status is the command's; 3 when no lane answered (nothing ran), 4 when the
     lane's disk is short even after a sweep, 130/143 when interrupted (the command on
-    the lane is stopped too).
+    the lane is stopped too). Already on a lane (NEV_ON_LANE set) COMMAND runs in place in
+    WORKTREE, as with `nev lane on`: no lane settings read, --pull ignored.
     """
     from lanes import gate
 

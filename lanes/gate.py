@@ -27,7 +27,7 @@ from typing import Any
 
 import paramiko
 
-from lanes import config, payload, settings, ui
+from lanes import config, forgeauth, payload, settings, ui
 from lanes.apply import FRAME, check_rel
 from lanes.config import Lane, LanesFile
 from lanes.errors import DiskShortError, NevError, NoLaneError
@@ -67,20 +67,6 @@ class Forge:
         return {"user": self.user or "nev", "password": self.password} if self.password else None
 
 
-def _dotenv(path: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    if not path.is_file():
-        return out
-    for line in path.read_text(errors="replace").splitlines():
-        s = line.strip()
-        if s.startswith("export "):
-            s = s[7:].strip()
-        name, sep, value = s.partition("=")
-        if sep and not s.startswith("#"):
-            out[name.strip()] = value.strip().strip("'\"")
-    return out
-
-
 def split_credentials(url: str) -> tuple[str, str | None, str | None]:
     """(url without user:token, user, token)."""
     parts = urllib.parse.urlsplit(url)
@@ -93,7 +79,8 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
 
 
 def forge_for(wt: payload.Worktree, lf: LanesFile) -> Forge:
-    """The forge URL the lane mirror fetches from, and the credential kept out of every argv."""
+    """The forge URL the lane mirror fetches from, and the credential kept out of every argv
+    (`lanes.forgeauth.lookup`; a user and token inside the URL come last)."""
     raw = settings.get(settings.LANE_GIT_URL) or lf.git_url
     if not raw:
         cp = wt.repo.git("remote", "get-url", "origin", check=False)
@@ -101,14 +88,9 @@ def forge_for(wt: payload.Worktree, lf: LanesFile) -> Forge:
     if not raw:
         return Forge(None)
     url, user, token = split_credentials(raw)
-    env = _dotenv(wt.path / ".env")
-    token_file = settings.get_path(settings.FORGE_TOKEN_FILE)
-    file_token = token_file.read_text().strip() if token_file and token_file.is_file() else None
-    token = (settings.get(settings.FORGE_TOKEN) or file_token or env.get("NEV_FORGE_TOKEN")
-             or env.get("GENERA_FORGE_TOKEN") or token)
-    user = settings.get(settings.FORGE_USER) or env.get("NEV_FORGE_USER") or env.get("GENERA_FORGE_USER") or user
+    cred = forgeauth.lookup(wt.repo)
     register_secret(token)
-    return Forge(url, user, token)
+    return Forge(url, cred.user or user, cred.token or token)
 
 
 def pick_lane(lf: LanesFile, index: int | None,
@@ -377,6 +359,8 @@ def _second_call(lane: Lane, wt: payload.Worktree, pid: int | None, keep_env: bo
 
 def run_local(worktree: Path, command: Sequence[str], extra_env: dict[str, str] | None = None) -> int:
     """Run in place (already on a lane, or the local fallback of `nev lane on`)."""
+    if not worktree.is_dir():
+        raise NevError(f"worktree {worktree} does not exist; give the folder of a git worktree")
     env = dict(os.environ)
     env.update(extra_env or {})
     try:
@@ -398,12 +382,30 @@ def run_local(worktree: Path, command: Sequence[str], extra_env: dict[str, str] 
         restore()
 
 
+def already_on_lane() -> bool:
+    """NEV_ON_LANE is set (to anything): this machine is a lane, and a gate runs its command here."""
+    return bool(settings.get(settings.ON_LANE))
+
+
+def in_place(worktree: Path, command: Sequence[str], pull: Sequence[str] = (),
+             extra_env: dict[str, str] | None = None) -> int:
+    """The command in `worktree` on this machine, already a lane: no lane settings read, `--pull`
+    ignored (the outputs are where they belong); the status is the command's."""
+    if pull:
+        ui.info("already on a lane (NEV_ON_LANE): --pull ignored")
+    return run_local(worktree, command, extra_env)
+
+
 def run(worktree: Path, command: list[str], *, lane_index: int | None = None, lane_only: bool = True,
         pull: Sequence[str] = (), extra_env: dict[str, str] | None = None,
         sweep: Callable[[Lane, str], object] | None = None) -> int:
-    """`nev lane run`: the command's exit status; NoLaneError (3) when no lane answers and lane-only."""
+    """`nev lane run`: the command's exit status; NoLaneError (3) when no lane answers and lane-only.
+
+    Already on a lane (NEV_ON_LANE set) it runs in place, as `nev lane on` does."""
     if not command:
         raise NevError("no command given; say what to run on the lane")
+    if already_on_lane():
+        return in_place(Path(worktree), command, pull, extra_env)
     for d in pull:
         check_rel(d.rstrip("/"), "--pull")
     wt = payload.Worktree.open(Path(worktree))
@@ -427,10 +429,8 @@ def run(worktree: Path, command: list[str], *, lane_index: int | None = None, la
 def on(worktree: Path, command: list[str], *, lane_only: bool = False, pull: Sequence[str] = (),
        extra_env: dict[str, str] | None = None, lane_index: int | None = None) -> int:
     """`nev lane on`: in place when NEV_ON_LANE is set; else a gate, lane-only when asked or strict."""
-    if settings.get_flag(settings.ON_LANE) or settings.get(settings.ON_LANE):
-        if pull:
-            ui.info("already on a lane (NEV_ON_LANE): --pull ignored")
-        return run_local(Path(worktree), command, extra_env)
+    if already_on_lane():
+        return in_place(Path(worktree), command, pull, extra_env)
     strict = lane_only or settings.get_flag(settings.LANE_STRICT)
     return run(Path(worktree), command, lane_index=lane_index, lane_only=strict, pull=pull,
                extra_env=extra_env)

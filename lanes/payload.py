@@ -7,7 +7,7 @@
 - The diff is `git diff --binary -M HEAD`: staged and unstaged, binary-safe, with modes,
   symlinks, deletions and renames.
 - The untracked files git does not ignore go as one gzip'd tar (odd names, modes, symlinks).
-- The lane program (`lanes/apply.py` and `lanes/links.py`, stdlib only) travels on the same
+- The lane program (`lanes/apply.py` with `lanes/links.py` and `lanes/dotenv.py`, stdlib only) travels on the same
   channel's stdin ahead of everything, started by a short bootstrap that holds no secret.
 """
 
@@ -26,8 +26,9 @@ from pathlib import Path
 from lanes.errors import NevError
 from lanes.gitrun import GitError, Repo
 
-LANE_MODULES = ("nev_links", "nev_apply")
-_SOURCES = {"nev_links": "links.py", "nev_apply": "apply.py"}
+# In import order: the bootstrap runs each module before the next one imports it.
+LANE_MODULES = ("nev_dotenv", "nev_links", "nev_apply")
+_SOURCES = {"nev_dotenv": "dotenv.py", "nev_links": "links.py", "nev_apply": "apply.py"}
 
 # Reads the modules from stdin, then runs the apply program; it is the only argv on the lane.
 BOOTSTRAP = ("import sys,json,types,zlib;b=sys.stdin.buffer;n=int(b.readline())\n"
@@ -38,7 +39,7 @@ BOOTSTRAP = ("import sys,json,types,zlib;b=sys.stdin.buffer;n=int(b.readline())\
 
 
 def lane_program() -> bytes:
-    """The length-prefixed, compressed module blob the bootstrap reads first (~13 KB)."""
+    """The length-prefixed, compressed module blob the bootstrap reads first (~14 KB)."""
     return _program()
 
 

@@ -37,22 +37,26 @@ def _s(name: str, default: str | None, help: str, secret: bool = False) -> Setti
 
 # Lanes
 LANE_SSH = _s("NEV_LANE_SSH", None, "one lane as [user@]host[:port]; overrides lanes[] in the lanes file")
-LANE_GIT_URL = _s("NEV_LANE_GIT_URL", None, "forge URL the lane mirror fetches from (credential kept out of argv)")
+LANE_GIT_URL = _s("NEV_LANE_GIT_URL", None, "the forge repository as the lanes reach it (rig address; else the lanes file's "
+                  "git_url): lane mirrors and job steps fetch and publish there; no credential in it")
 LANE_FETCH_MAX_AGE = _s("NEV_LANE_FETCH_MAX_AGE", "600", "seconds before a lane mirror fetches from the forge again")
 LANE_MIN_FREE_GB = _s("NEV_LANE_MIN_FREE_GB", "20", "free GB a lane root needs before a gate; below it the lane is swept")
 LANE_STRICT = _s("NEV_LANE_STRICT", None, "when set to 1, every check runs lane-only (never on the dev box)")
 LANE_KEEP_ENV = _s("NEV_LANE_KEEP_ENV", None, "when set to 1, the lane copy keeps .env after the run")
 LANE_SHARED = _s("NEV_LANE_SHARED", "/srv/lane-shared", "the NAS folder as seen on a lane")
-ON_LANE = _s("NEV_ON_LANE", None, "set on a lane during a gate: commands run in place")
+ON_LANE = _s("NEV_ON_LANE", None, "set on a lane (gates, job steps): commands run in place, the gateway URL comes "
+             "from ~/.lane-model-env")
 LANES_FILE = _s("NEV_LANES_FILE", "bench/lane.local.json", "the lanes file (lanes[], git_url, nas)")
 LANE_JUMP = _s("NEV_LANE_JUMP", None, "the jump host every lane is reached through, [user@]host[:port]; overrides the lanes file's top-level jump (a lane's own jump wins)")
 KNOWN_HOSTS = _s("NEV_KNOWN_HOSTS", None, "known_hosts file with the pinned host keys of the lanes and the jump host")
 SSH_KEY = _s("NEV_SSH_KEY", None, "private key file used to reach lanes")
 LANE_BUSY_COMMANDS = _s("NEV_LANE_BUSY_COMMANDS", "cargo|rustc|node", "process names that make a lane busy (LANE_BUSY_COMMANDS also read)")
 LANE_APT_PROXY = _s("NEV_LANE_APT_PROXY", None, "apt proxy a lane guest installs through (apt-cacher-ng on the node's bridge address)")
-LANE_MODEL_URL = _s("NEV_LANE_MODEL_URL", None, "gateway URL as seen from a lane")
+LANE_MODEL_URL = _s("NEV_LANE_MODEL_URL", None, "gateway URL as a lane reaches it: on a lane, ~/.lane-model-env's "
+                    "(written by `nev lane provision` from this setting) wins over the environment's")
 # Models and the gateway
-MODEL_URL = _s("NEV_MODEL_URL", None, "the LiteLLM gateway's base URL")
+MODEL_URL = _s("NEV_MODEL_URL", None, "the LiteLLM gateway's base URL as the development box reaches it "
+               "(never read on a lane)")
 MODEL_API_KEY = _s("NEV_MODEL_API_KEY", None, "the gateway key (secret)", secret=True)
 MODEL_KEY_FILE = _s("NEV_MODEL_KEY_FILE", None, "file holding the gateway key (mode 600)")
 MODELS = _s("NEV_MODELS", None, "models of a batch as ALIAS:N:INFLIGHT,...")
@@ -61,8 +65,12 @@ ESCALATE_AFTER = _s("NEV_ESCALATE_AFTER", "2", "batches with no pass before a ru
 ESCALATE_MODEL = _s("NEV_ESCALATE_MODEL", None, "the capacity-tier share of a run as ALIAS:N:INFLIGHT (default: the first capacity alias)")
 FOLKNET_FILE = _s("NEV_FOLKNET_FILE", "bench/folknet.json", "declared model aliases")
 # Forge
-FORGE_USER = _s("NEV_FORGE_USER", None, "forge user name")
-FORGE_TOKEN = _s("NEV_FORGE_TOKEN", None, "forge token (secret)", secret=True)
+FORGE_URL = _s("NEV_FORGE_URL", None, "the forge repository as the development box reaches it (its local forward, "
+               "http://127.0.0.1:PORT/OWNER/REPO.git): job and result branches are pushed and listed there; "
+               "unset, NEV_LANE_GIT_URL is used (a flat rig where both sides reach one address); no credential in it")
+FORGE_USER = _s("NEV_FORGE_USER", None, "forge user name (else the checkout's or primary checkout's .env, else nev)")
+FORGE_TOKEN = _s("NEV_FORGE_TOKEN", None, "forge token (secret); looked up in the environment, then NEV_FORGE_TOKEN_FILE, "
+                 "then the checkout's or primary checkout's .env (NEV_FORGE_TOKEN or GENERA_FORGE_TOKEN)", secret=True)
 FORGE_TOKEN_FILE = _s("NEV_FORGE_TOKEN_FILE", None, "file holding the forge token (mode 600)")
 # Dagu
 DAGU_LANE = _s("NEV_DAGU_LANE", None, "index of the lane that runs Dagu")

@@ -46,8 +46,8 @@ class Target:
     @classmethod
     def from_settings(cls) -> Target:
         """The gateway URL and key as the generation loop reads them (`bench.gateway`):
-        NEV_LANE_MODEL_URL first on a lane (NEV_ON_LANE), else NEV_MODEL_URL; the key from its
-        mode-600 NEV_MODEL_KEY_FILE."""
+        NEV_MODEL_URL, or on a lane (NEV_ON_LANE) the lane's own ~/.lane-model-env; the key from
+        its mode-600 NEV_MODEL_KEY_FILE."""
         return cls(url=gateway.url_from_settings(), key=gateway.key_from_settings())
 
 

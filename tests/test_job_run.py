@@ -232,6 +232,7 @@ UNMET = [
     ("firefox-esr", {"NEV_JOB_BROWSERS": "chromium,firefox-esr,WebKitWebDriver"}, "browser firefox-esr"),
     ("WebKitWebDriver", {}, "browser WebKitWebDriver"),
     (None, {"NEV_LANE_MODEL_URL": "GATEWAY_CLOSED"}, "does not answer"),
+    (None, {"NEV_LANE_MODEL_URL": ""}, ".lane-model-env does not exist and NEV_LANE_MODEL_URL is not set"),
     (None, {"NEV_JOB_MIN_FREE_GB": "100000000"}, "GiB needed"),
     (None, {"NEV_LANE_SHARED": "SHARE_MISSING"}, "shared archive folder"),
     (None, {"NEV_ON_LANE": ""}, "NEV_ON_LANE is not set"),
@@ -257,6 +258,7 @@ def test_each_unmet_requirement_exits_9_with_its_reason_and_runs_no_stage(tmp_pa
     env = lane_env(tmp_path, gateway.port, tool_dir(tmp_path / "bin", leave_out), **over)
     if env.get("NEV_ON_LANE") == "":
         del env["NEV_ON_LANE"]
+        env["NEV_MODEL_URL"] = env["NEV_LANE_MODEL_URL"]  # off a lane the gateway is the dev box's URL
     state = tmp_path / "st"
     r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
     assert r.returncode == 9, r.stderr

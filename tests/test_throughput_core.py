@@ -130,6 +130,7 @@ def test_the_gateway_url_is_picked_as_the_generation_loop_picks_it(monkeypatch, 
     monkeypatch.setenv("NEV_LANE_MODEL_URL", "http://lane-view:4000")
     monkeypatch.delenv("NEV_ON_LANE", raising=False)
     assert tp.Target.from_settings() == tp.Target("http://dev-view:4000", "secret-key-value")
+    monkeypatch.setenv("HOME", str(tmp_path))  # a lane without ~/.lane-model-env: the environment's
     monkeypatch.setenv("NEV_ON_LANE", "1")
     assert tp.Target.from_settings().url == "http://lane-view:4000"
     monkeypatch.delenv("NEV_MODEL_URL")

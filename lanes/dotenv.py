@@ -1,0 +1,67 @@
+"""`.env`-style files (`NAME=value` lines), read one way everywhere.
+
+A checkout's `.env`, the lane's `~/.lane-model-env` and the lane's answer to the submit probe
+all go through `parse`. Stdlib only and self-contained: the lane program carries this module
+(sent as `nev_dotenv`, `lanes/payload.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def parse(text: str) -> dict[str, str]:
+    """NAME -> value of every `NAME=value` line (pure).
+
+    | line | value |
+    |---|---|
+    | blank, `# ...`, or no valid NAME before `=` | skipped |
+    | `export NAME=v` | as `NAME=v` |
+    | `NAME="v"` / `NAME='v'` (then maybe ` # note`) | `v`, verbatim (no escapes, no `$` expansion) |
+    | `NAME=v # note` | `v` (a ` #` after an unquoted value starts a comment) |
+    | `NAME=  v  ` | `v` |
+
+    A later line of the same NAME wins, as when a shell sources the file.
+    """
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        if s.startswith("export ") or s.startswith("export\t"):
+            s = s[7:].lstrip()
+        name, sep, value = s.partition("=")
+        name = name.strip()
+        if not sep or not _NAME.match(name):
+            continue
+        value = value.strip()
+        end = value.find(value[0], 1) if value and value[0] in "'\"" else -1
+        if end > 0:
+            value = value[1:end]
+        else:
+            cut = value.find(" #")
+            if cut >= 0:
+                value = value[:cut].rstrip()
+        out[name] = value
+    return out
+
+
+def read(path: str | os.PathLike[str]) -> dict[str, str]:
+    """`parse` of the file at `path`; {} when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return parse(f.read())
+    except OSError:
+        return {}
+
+
+def first(values: dict[str, str], *names: str) -> str | None:
+    """The value of the first of `names` that is set and not empty."""
+    for n in names:
+        v = values.get(n)
+        if v:
+            return v
+    return None
