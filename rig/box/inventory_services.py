@@ -14,8 +14,9 @@ run, where, as whom and with which files; `Box` (core.py) starts and records the
 | `lane0.collect` | lane0 | the same as lane0's advertiser | `lane` | `nev rig collect --interface ADDR --every 60 --expect N` |
 
 Lane services run the lane's own nev (`~/.local/bin/nev`, put there by `nev lane install`, as on
-the real rig: this machine's Python lives under /root, which the lane user cannot enter), so the
-lane must have this nev installed before they start; service hosts run this checkout as root.
+the real rig: this machine's Python may live in a mode-700 folder such as /root/.pyenv, which the
+lane user cannot enter), so the lane must have this nev before they start
+(`inventory_up.prepare`); service hosts run this checkout's nev as root.
 Their `--inventory` files are in the box folder, which a netns lane sees at the same path; an LXC
 guest does not, so with LXC lanes only the service hosts get services for now. A host of role
 `jump` gets none: nothing of this project runs on the jump host.
