@@ -67,7 +67,8 @@ def wheelhouse(cache: Path, root: Path = PROJECT) -> tuple[Path, str]:
     return house, key
 
 
-def _tar(house: Path) -> bytes:
+def wheel_tar(house: Path) -> bytes:
+    """The wheelhouse as one tar, as the lane's install script reads it on stdin."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tf:
         for whl in sorted(house.glob("*.whl")):
@@ -106,7 +107,7 @@ def install(conn: Connection, cache: Path) -> tuple[bool, str]:
     lines = probe.out.split()
     if lines == [key, "ok"]:
         return False, f"unchanged: nev {key} already installed"
-    res = conn.run(remote_script(key), stdin=_tar(house), timeout=900)
+    res = conn.run(remote_script(key), stdin=wheel_tar(house), timeout=900)
     if res.exit_status != 0:
         last = (res.err.strip().splitlines() or [f"exit {res.exit_status}"])[-1]
         raise NevError(f"installing nev on {conn.target} failed: {last}")

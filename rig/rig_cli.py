@@ -39,7 +39,8 @@ def advertise(inventory: str | None, interface: str | None, port: int | None, na
 @click.option("--expect", type=int, help="Stop browsing early once this many hosts are found.")
 @click.option("--every", type=float, help="Keep browsing and collect every S seconds.")
 @click.option("--rounds", type=int, help="With --every: stop after N rounds.")
-@click.option("--ansible", is_flag=True, help="Print an Ansible --list inventory.")
+@click.option("--ansible", is_flag=True,
+              help="Print an Ansible --list inventory (groups by role; reached through the jump host).")
 @click.option("--json", "as_json", is_flag=True, help="Print the snapshot's hosts as JSON.")
 def collect(timeout: float, interface: str | None, expect: int | None, every: float | None,
             rounds: int | None, ansible: bool, as_json: bool) -> int:
@@ -63,7 +64,9 @@ def collect(timeout: float, interface: str | None, expect: int | None, every: fl
     snap = col.run(interface or settings.get(settings.MDNS_INTERFACE), seeds, snapshot.default_path(),
                    declared, timeout, expect, every, rounds)
     if ansible:
-        emit_json(col.ansible(snap))
+        from rig.inventory import reach
+
+        emit_json(col.ansible(snap, reach.load()))
     elif as_json:
         emit_json(snap["hosts"])
     return 0
@@ -91,8 +94,14 @@ def probe(every: float | None, rounds: int | None, timeout: float | None) -> int
 @rig.command("status")
 @click.option("--lane", "lane_index", type=int, help="Read lane N's snapshot over SSH.")
 @click.option("--json", "as_json", is_flag=True)
-def status(lane_index: int | None, as_json: bool) -> int:
-    """Alias, status, held for, last answer, snapshot age."""
+@click.option("--ansible", is_flag=True,
+              help="Print the snapshot's hosts as an Ansible --list inventory (reached through the jump host).")
+def status(lane_index: int | None, as_json: bool, ansible: bool) -> int:
+    """Alias, status, held for, last answer, snapshot age.
+
+    With --lane N --ansible, the development box's Ansible inventory: the hosts lane N's
+    collector found, each with its rig address, SSH user and port, and the jump host.
+    """
     from lanes.ui import emit_json
     from rig.inventory import snapshot
     from rig.inventory import status as st
@@ -102,6 +111,12 @@ def status(lane_index: int | None, as_json: bool) -> int:
         data, source = st.load_local(path), str(path)
     else:
         data, source = st.load_from_lane(lane_index)
+    if ansible:
+        from rig.inventory import collect as col
+        from rig.inventory import reach
+
+        emit_json(col.ansible(data, reach.load()))
+        return 0
     s = st.summary(data, snapshot.now_utc(), source)
     if as_json:
         emit_json(s)

@@ -32,7 +32,7 @@ from rig.inventory import snapshot
 SERVICE_TYPE = "_nevinv._tcp.local."
 SCHEMA = 1
 DECLARED_KEYS = ("name", "role", "roles", "hardware_class", "gpus", "serving", "models", "pools",
-                 "software", "notes")
+                 "ssh", "software", "notes")
 
 
 def check_interface(addr: str | None, what: str = "--interface") -> str:
@@ -122,6 +122,10 @@ def read_declared(path: Path | None) -> dict[str, Any]:
         f.str_list(data, k, "")
     for k in ("gpus", "serving"):
         f.get(data, k, list, "", required=False)
+    ssh = f.get(data, "ssh", dict, "", required=False)
+    if ssh is not None:   # how this host is reached over SSH: {"user": ..., "port": ...}
+        f.get(ssh, "user", str, "ssh", required=False)
+        f.get(ssh, "port", int, "ssh", required=False)
     return data
 
 

@@ -29,6 +29,7 @@ from lanes.mask import mask
 from lanes.ui import info
 from rig.inventory import snapshot
 from rig.inventory.advertise import SERVICE_TYPE, check_interface, sanitize
+from rig.inventory.reach import Reach, host_vars
 
 FETCH_TIMEOUT = 3.0
 
@@ -227,8 +228,10 @@ def collect_round(browser: Browser | None, seeds: list[str], path: Path, declare
     return snapshot.update(path, change, at)
 
 
-def ansible(snap: dict[str, Any]) -> dict[str, Any]:
-    """Ansible's dynamic-inventory `--list` form: groups by role, `_meta.hostvars`."""
+def ansible(snap: dict[str, Any], reach: Reach | None = None) -> dict[str, Any]:
+    """Ansible's dynamic-inventory `--list` form: a group per role, `down`, `_meta.hostvars`.
+    With `reach`, every host also gets what Ansible needs to reach it from the development box
+    (user, port, key file, pinned host keys, the jump host: `reach.host_vars`)."""
     groups: dict[str, list[str]] = {}
     hostvars: dict[str, Any] = {}
     for name, h in sorted((snap.get("hosts") or {}).items()):
@@ -240,6 +243,8 @@ def ansible(snap: dict[str, Any]) -> dict[str, Any]:
                                                  ("nev_role", h.get("role"))) if v is not None}
         if addrs:
             hv["ansible_host"] = addrs[0]
+        if reach is not None:
+            hv.update(host_vars(addrs[0] if addrs else None, inv, reach))
         for k in ("hardware_class", "gpus", "serving", "models", "pools", "software"):
             if k in inv:
                 hv[f"nev_{k}"] = inv[k]

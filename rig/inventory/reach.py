@@ -1,0 +1,131 @@
+"""How the development box reaches a rig host over SSH, for the Ansible export: jump, pinned keys, user.
+
+On the real rig (and the box) the development box has no route to the rig network: every SSH
+connection goes through the jump host. `load` reads what the local files and settings say;
+`host_vars` and `common_args` are pure.
+
+Why a ProxyCommand and not `-o ProxyJump=...`: ssh runs the jump's connection as a second ssh
+that gets none of the command line's `-o` options (only `-F`), so with ProxyJump the jump host's
+key would be checked against ~/.ssh/known_hosts instead of the pinned file (measured: "Host key
+verification failed"). The ProxyCommand carries the same pinning options to the jump.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lanes import config as lanes_config
+from lanes import jsonfile, settings
+from lanes import ssh as lanes_ssh
+from lanes.ssh import Target
+from rig import config as rig_config
+
+LANE_JUMP_ENV = "NEV_LANE_JUMP"
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What Ansible needs besides each host's address: the jump host, pinned keys, the key file,
+    and the SSH user and port the local lanes and rig files give per address."""
+
+    jump: Target | None = None
+    known_hosts: Path | None = None
+    key_file: Path | None = None
+    by_addr: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+
+
+def _setting(environ: Mapping[str, str]) -> str | None:
+    # The lead's NEV_LANE_JUMP setting, once registered; until then the variable itself.
+    s = getattr(settings, "LANE_JUMP", None)
+    return settings.get(s, environ) if s is not None else (environ.get(LANE_JUMP_ENV) or None)
+
+
+def jump_spec(environ: Mapping[str, str] | None = None) -> str | None:
+    """The jump host as [user@]host[:port]: the rig file's `jump`, else NEV_LANE_JUMP, else the
+    lanes file's top-level `jump`; None when none is declared. The one place that says so."""
+    env = os.environ if environ is None else environ
+    rig_path = settings.get_path(settings.RIG_FILE, env)
+    if rig_path is not None and rig_path.exists():
+        jump = rig_config.load(rig_path).jump
+        if jump:
+            return jump
+    spec = _setting(env)
+    if spec:
+        return spec
+    lanes_path = settings.get_path(settings.LANES_FILE, env)
+    if lanes_path is not None and lanes_path.exists():
+        data = jsonfile.load(lanes_path, "lanes file")
+        jump = data.get("jump") if isinstance(data, dict) else None
+        if isinstance(jump, str) and jump:
+            return jump
+    return None
+
+
+def load() -> Reach:
+    """The local view: jump, known_hosts and key (rig file, else NEV_KNOWN_HOSTS / NEV_SSH_KEY),
+    and user@addr:port of every lane (lanes file, NEV_LANE_SSH) and role host (rig file, root by
+    default)."""
+    by_addr: dict[str, tuple[str, int]] = {}
+    rig = None
+    rig_path = rig_config.default_path()
+    if rig_path.exists():
+        rig = rig_config.load(rig_path)
+        for role in rig.roles.values():
+            for spec in role.hosts:
+                t = Target.parse(spec, default_user="root")
+                by_addr[t.host] = (t.user, t.port)
+    for lane in lanes_config.configured(require=False).lanes:
+        t = lane.target
+        by_addr[t.host] = (t.user, t.port)
+    jump = jump_spec()
+    known = (rig.known_hosts if rig and rig.known_hosts else None) or settings.get_path(settings.KNOWN_HOSTS)
+    key = (rig.ssh_key if rig and rig.ssh_key else None) or lanes_ssh.default_key_file()
+    return Reach(jump=Target.parse(jump, default_user="root") if jump else None,
+                 known_hosts=known, key_file=key, by_addr=by_addr)
+
+
+def _pinning(reach: Reach) -> list[str]:
+    out = []
+    if reach.known_hosts is not None:
+        out += ["-o", f"UserKnownHostsFile={reach.known_hosts}"]
+    return out + ["-o", "StrictHostKeyChecking=yes"]
+
+
+def common_args(reach: Reach) -> str:
+    """`ansible_ssh_common_args`: host keys pinned (never turned off), through the jump when one
+    is declared. Ansible splits it with shlex; ssh runs the ProxyCommand with /bin/sh."""
+    args = _pinning(reach)
+    if reach.jump is None:
+        return shlex.join(args)
+    j = reach.jump
+    inner = ["ssh", *_pinning(reach), "-o", "BatchMode=yes"]
+    if reach.key_file is not None:
+        inner += ["-o", f"IdentityFile={reach.key_file}", "-o", "IdentitiesOnly=yes"]
+    inner += ["-p", str(j.port), "-W", "%h:%p", f"{j.user}@{j.host}"]
+    return shlex.join(["-o", "ProxyCommand=" + shlex.join(inner), *args])
+
+
+def host_vars(addr: str | None, inventory: Mapping[str, Any], reach: Reach) -> dict[str, Any]:
+    """ansible_host, ansible_user, ansible_port, the key file and the common args for one host.
+    The user and port come from the local lanes/rig files when they name the address, else from
+    the host's own inventory (`ssh: {user, port}`); a host with neither gets no user or port."""
+    out: dict[str, Any] = {}
+    if not addr:
+        return out
+    out["ansible_host"] = addr
+    ssh = inventory.get("ssh")
+    declared: Mapping[str, Any] = ssh if isinstance(ssh, dict) else {}
+    user, port = reach.by_addr.get(addr) or (declared.get("user"), declared.get("port"))
+    if user:
+        out["ansible_user"] = user
+    if port:
+        out["ansible_port"] = int(port)
+    if reach.key_file is not None:
+        out["ansible_ssh_private_key_file"] = str(reach.key_file)
+    out["ansible_ssh_common_args"] = common_args(reach)
+    return out
