@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -85,7 +86,7 @@ def _rig_doc(jump: local_sshd.LocalSshd, services: dict[str, int], known_hosts: 
 
 def _recorded_procs(state_dir: Path) -> list[st.Proc]:
     out = []
-    for f in (state_dir / "forwards").glob("*.json"):
+    for f in (state_dir / "forwards").glob("*/*.json"):
         rec = json.loads(f.read_text())
         out += [st.Proc(**rec[k]) for k in ("supervisor", "ssh") if rec.get(k)]
     return out
@@ -101,6 +102,9 @@ class Rig:
         self.doc = doc
         self.file.write_text(json.dumps(doc))
         self.env = {"NEV_RIG_FILE": str(self.file), "NEV_STATE_DIR": str(self.state)}
+        # one folder per rig file: <stem>-<digest of its absolute path>
+        digest = hashlib.sha256(str(self.file.absolute()).encode()).hexdigest()[:8]
+        self.folder = self.state / "forwards" / f"rig.local-{digest}"
         self.seen: set[st.Proc] = set()
 
     def nev(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -115,7 +119,7 @@ class Rig:
         return {f["name"]: f for f in doc["forwards"]}
 
     def record(self, name: str) -> dict:
-        return json.loads((self.state / "forwards" / f"{name}.json").read_text())
+        return json.loads((self.folder / f"{name}.json").read_text())
 
     def port(self, name: str) -> int:
         return int(self.doc["forwards"][name]["local_port"])
@@ -213,7 +217,7 @@ def test_down_leaves_no_supervisor_or_client(rig):
     assert "forge: stopped (supervisor" in r.stdout and "gateway: stopped" in r.stdout
     for p in recorded:
         assert procs.start_time(p.pid) != p.start, f"pid {p.pid} still runs"
-    assert not list((rig.state / "forwards").glob("*.json"))
+    assert not list(rig.folder.glob("*.json"))
     assert rig.status()["forge"]["state"] == "down"
     assert "was not running" in rig.nev("down", "forge").stdout
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from lanes import jsonfile, settings
 from lanes.errors import NevError
 from lanes.mask import register_secret
-from rig.box import forge, gateway, lanes_backend, netns, plan, procs, state
+from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, procs, state
 from rig.box.lanes_netns import (
     HOME,
     LANE_ROOT,
@@ -420,9 +420,25 @@ class Box:
 
         # Wait for everything to answer: the box checks its hosts from inside the rig network
         # (the development box itself reaches it only through the jump host).
+        for lane, rec in started_lanes:
+            backend.wait(lane, rec)
+
+        # Every host advertises its role (mDNS + HTTP inventory) and lane0 collects, as on the
+        # rig; lane services run the lane's own nev, installed the way `nev lane install` does.
+        lane_pids = {ln.name: st.procs[f"{ln.name}.sshd"].pid for ln in info.lanes}
+        svcs, made = inventory_up.prepare(layout, self.dir, st.lanes_kind, lane_pids,
+                                          userns=not backend.uses_netns)
+        changed += made
+        restarted = {lane.name for lane, _rec in started_lanes}
+        for svc in svcs:                                   # advertisers first, lane0.collect last
+            if svc.in_lane and svc.host in restarted and svc.key in st.procs:
+                procs.stop(st.procs.pop(svc.key))          # it held the lane's old namespaces
+            if not fresh(svc.key, *svc.conf_files):
+                pid = lane_pids[svc.host] if svc.in_lane else None
+                record(procs.spawn(svc.key, svc.host, svc.argv(pid), svc.log, env=svc.env, cwd=svc.cwd),
+                       *svc.conf_files)
+
         with netns.inside(layout.rig_netns):
-            for lane, rec in started_lanes:
-                backend.wait(lane, rec)
             for h, rec in started_services:
                 procs.wait_port(h.addr, plan.SSH_PORT, 10, rec, self.logs / f"{h.name}-sshd.log")
             procs.wait_http(f"http://{info.forge_addr}/health", 10, st.procs["forge.nginx"],

@@ -25,8 +25,6 @@ from lanes import ssh as lanes_ssh
 from lanes.ssh import Target
 from rig import config as rig_config
 
-LANE_JUMP_ENV = "NEV_LANE_JUMP"
-
 
 @dataclass(frozen=True)
 class Reach:
@@ -40,9 +38,7 @@ class Reach:
 
 
 def _setting(environ: Mapping[str, str]) -> str | None:
-    # The lead's NEV_LANE_JUMP setting, once registered; until then the variable itself.
-    s = getattr(settings, "LANE_JUMP", None)
-    return settings.get(s, environ) if s is not None else (environ.get(LANE_JUMP_ENV) or None)
+    return settings.get(settings.LANE_JUMP, environ)
 
 
 def jump_spec(environ: Mapping[str, str] | None = None) -> str | None:
