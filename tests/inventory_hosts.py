@@ -23,6 +23,7 @@ class Advertisers:
     def __init__(self, box: Any, tmp: Path, port: int = PORT) -> None:
         self.hosts: dict[str, dict[str, str]] = dict(box.hosts)
         self.bridge_addr: str = box.bridge_addr
+        self.rig_netns: str = box.rig_netns     # "no host": the rig network's own namespace
         self.tmp = tmp
         self.port = port
         self.procs: list[subprocess.Popen] = []
@@ -32,8 +33,8 @@ class Advertisers:
 
     def popen(self, host: str | None, argv: list[str], log: Path,
               env: dict[str, str] | None = None) -> subprocess.Popen:
-        """Start argv in a host's network namespace (the root one for None), output to `log`."""
-        full = (["ip", "netns", "exec", self.hosts[host]["netns"]] if host else []) + argv
+        """Start argv in a host's network namespace (the rig network's own for None), output to `log`."""
+        full = ["ip", "netns", "exec", self.hosts[host]["netns"] if host else self.rig_netns, *argv]
         e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
         p = subprocess.Popen(full, cwd=ROOT, env=e, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
                              start_new_session=True)
