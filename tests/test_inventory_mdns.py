@@ -20,7 +20,6 @@ import pytest
 import requests
 
 from rig.box.netns import inside
-
 from tests.inventory_hosts import Advertisers
 
 ROOT = Path(__file__).resolve().parent.parent
