@@ -153,7 +153,6 @@ class Demo:
     work: Path = Path()
     home: Path = Path()
     logs: Path = Path()
-    advertisers: list[subprocess.Popen] = field(default_factory=list)
     primary: Path = Path()
     track: Path = Path()
     repo_url: str = ""
@@ -214,41 +213,44 @@ class Demo:
         self.info = self.box.info()
         self.work.mkdir(parents=True, exist_ok=True)
         self._settings()
-        self._start_advertisers()
         hosts = self.binfo.hosts
-        cp = self.nev("rig", "collect", "--interface", self.binfo.bridge_addr, "--expect", str(len(hosts)),
-                      "--timeout", "10", "--json", step="1-box")
-        seen = json.loads(cp.stdout or "{}")
-        up = sorted(h for h, v in seen.items() if v.get("status") == "up")
-        if set(up) != set(hosts):
-            raise StepFailed(f"collect saw {len(up)} of {len(hosts)} hosts up ({', '.join(up) or 'none'}); "
-                             f"advertiser logs in {self.logs}")
+        # Every host advertises its role (a service of the box) and lane0's collector gathers
+        # them, as on the rig; the dev box reads the result over SSH through the jump host.
+        deadline = time.monotonic() + 120
+        while True:
+            cp = self.nev("rig", "status", "--lane", "0", "--ansible", step="1-box", ok=(0, 1))
+            groups = json.loads(cp.stdout) if cp.returncode == 0 and cp.stdout.strip() else {}
+            roles = {h: role for role, g in groups.items() if role not in ("_meta", "all", "down")
+                     for h in (g.get("hosts") or [])}
+            if set(hosts) <= set(roles):
+                break
+            if time.monotonic() > deadline:
+                raise StepFailed(f"lane0's collector saw {len(roles)} of {len(hosts)} hosts "
+                                 f"({', '.join(sorted(roles)) or 'none'}); see {self.log_path('1-box')}")
+            time.sleep(2)
+        wrong = sorted(h for h in hosts if roles[h] != hosts[h]["role"])
+        if wrong:
+            raise StepFailed(f"hosts advertised with the wrong role: {', '.join(wrong)}")
+        self._lane_snapshot_home()
         self.nev("rig", "probe", step="1-box")
         st = self.nev("rig", "status", step="1-box")
         self.results.rig_status = st.stdout.strip()
         ready = sum(1 for line in st.stdout.splitlines() if " ready " in f" {line} ")
-        return f"{len(hosts)} hosts advertised and collected, {ready} aliases ready"
+        return f"{len(hosts)} hosts advertised, collected on lane0 ({len(set(roles.values()))} roles), {ready} aliases ready"
+
+    def _lane_snapshot_home(self) -> None:
+        """lane0's snapshot (hosts, collected there) as the dev box's own, which the probe completes."""
+        lane = self.binfo.lanes[0]
+        cp = subprocess.run(["ssh", "-F", str(self.binfo.ssh_config), f"lane@{lane.addr}",
+                             "cat .local/share/nev/inventory.json"], capture_output=True, timeout=60)
+        if cp.returncode != 0:
+            raise StepFailed(f"reading lane0's snapshot failed: {cp.stderr.decode(errors='replace').strip()}")
+        (self.work / "inventory.json").write_bytes(cp.stdout)
 
     def _settings(self) -> None:
         bi = self.binfo
         self.env.update({**bi.env, "NEV_INVENTORY": str(self.work / "inventory.json"),
                          "NEV_RIG_NOTES": str(self.home / "rig-notes")})
-
-    def _start_advertisers(self) -> None:
-        for host, h in self.binfo.hosts.items():
-            log = self.logs / f"advertise-{host}.log"
-            argv = ["ip", "netns", "exec", h["netns"], sys.executable, "-m", "rig.cli", "rig", "advertise",
-                    "--interface", h["addr"], "--name", host]
-            with log.open("wb") as out:
-                self.advertisers.append(subprocess.Popen(argv, cwd=PROJECT, env=self.env, stdout=out,
-                                                         stderr=subprocess.STDOUT, start_new_session=True))
-        deadline = time.monotonic() + 60
-        for host in self.binfo.hosts:
-            log = self.logs / f"advertise-{host}.log"
-            while "advertising" not in (log.read_text(errors="replace") if log.exists() else ""):
-                if time.monotonic() > deadline:
-                    raise StepFailed(f"{host} did not start advertising in 60 s; see {log}")
-                time.sleep(0.1)
 
     def reset_pools(self) -> None:
         """The stand-in pools back to their own bank (the box may be shared)."""
@@ -257,21 +259,6 @@ class Demo:
                 self.binfo.pool_control(pool, reset=True)
             except (OSError, NevError):
                 pass
-
-    def stop_advertisers(self) -> None:
-        for p in self.advertisers:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for p in self.advertisers:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(5)
-        self.advertisers.clear()
 
     def step2_snapshot(self, missing: list[int]) -> str:
         cp = self.nev("rig", "snapshot", SNAPSHOT_LABEL, step="2-snapshot")
@@ -511,7 +498,6 @@ class Demo:
 
     def step8_end(self, missing: list[int]) -> str:
         if not self.opts.keep:
-            self.stop_advertisers()
             self.nev("box", "down", step="8-end")
             return f"box {self.box.name} is down"
         if missing:
@@ -602,7 +588,6 @@ class Demo:
                 res.seconds = time.monotonic() - t
                 self.opts.say(res.line(time.monotonic() - self.t0))
         finally:
-            self.stop_advertisers()
             self.reset_pools()
         # what a result waits for: the landing on steps 5 and 6, the ledger and log on their parts
         waits = {"landed": [n for s in self.steps if s.number in (5, 6) and s.status == NOT_BUILT
