@@ -80,10 +80,11 @@ def env() -> int:
 @box.command("shape")
 @click.argument("lane")
 @click.argument("off", required=False)
-@click.option("--up", "up_kbit", type=int, help="Upload rate of the lane, kbit/s.")
-@click.option("--down", "down_kbit", type=int, help="Download rate of the lane, kbit/s.")
+@click.option("--up", "up_kbit", type=int, help="Upload rate (of the lane, or of the dev box for `outside`), kbit/s.")
+@click.option("--down", "down_kbit", type=int, help="Download rate, kbit/s.")
 def shape(lane: str, off: str | None, up_kbit: int | None, down_kbit: int | None) -> int:
-    """Slow a lane's link with tbf: `shape lane0 --up 156 --down 3640`, or `shape lane0 off`."""
+    """Slow a link with tbf: `shape lane0 --up 156 --down 3640`, `shape outside ...` (the dev
+    box's uplink to the jump host, as on the rig), or `shape lane0 off`."""
     from rig.box.shape import shape as do_shape
 
     info(do_shape(_box().info(), lane, off, up_kbit, down_kbit))
