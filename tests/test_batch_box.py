@@ -67,6 +67,8 @@ def env_for(box, repo: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_"))}
     env.update(box.env)
     env.update({"NEV_ON_LANE": "1", "NEV_LANE_SHARED": str(box.nas), "PYTHONPATH": str(ROOT)})
+    # In place on the dev box (as the lane gate runs a batch): its way to the gateway is its forward.
+    env["NEV_LANE_MODEL_URL"] = box.gateway_local_url
     return env
 
 
@@ -301,3 +303,36 @@ def test_off_a_lane_the_batch_reruns_itself_on_a_lane_and_pulls_back_what_it_kep
     assert [x for x in ledger.read(box.nas / "ledger" / "wt-onlane.jsonl") if x["batch"] == bid]
     assert not (box.lanes[0].host_root / "wt-onlane" / ".env").exists()
     assert read_key(box.keys["batch"]) not in r.stdout + r.stderr
+
+
+def test_on_a_lane_the_batch_uses_the_lanes_gateway_address_not_the_dev_boxs(pools, repo, tmp_path):
+    """The dev box's NEV_MODEL_URL is its forward (127.0.0.1), which means nothing on a lane: a
+    lane whose ~/.lane-model-env held that URL fails to reach the gateway, and the run says so."""
+    box = pools
+    wt = tmp_path / "wt-wrongurl"
+    shutil.copytree(repo, wt, ignore=shutil.ignore_patterns("target", ".git"))
+    (wt / ".gitignore").write_text("target/\n.env\n")
+    fd = os.open(wt / ".env", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, f"NEV_MODEL_API_KEY={read_key(box.keys['batch'])}\n".encode())
+    os.close(fd)
+    g = init(wt)
+    g.git("add", "-A")
+    g.git("commit", "-q", "-m", "worktree")
+    env = env_for(box, wt)
+    for k in ("NEV_ON_LANE", "NEV_LANE_SHARED", "NEV_MODEL_KEY_FILE", "NEV_LANE_MODEL_URL"):
+        env.pop(k)
+    assert env["NEV_MODEL_URL"].startswith("http://127.0.0.1:")       # the dev box's forward
+    inst = nev(env, wt, "lane", "install", "--lane", "0", timeout=900)
+    assert inst.returncode == 0, inst.stdout + inst.stderr
+    env["NEV_LANE_SSH"] = box.lanes[0].ssh
+    model_env = box.lanes[0].host_home / ".lane-model-env"
+    good = model_env.read_text()
+    assert good.strip() == f"NEV_LANE_MODEL_URL={box.gateway_url}"   # the rig address
+    model_env.write_text(f"NEV_LANE_MODEL_URL={box.gateway_local_url}\n")
+    try:
+        r = nev(env, wt, "batch", "run", "block_width", "--models", f"{SAMPLING}:2:2", "--max-batches", "1",
+                "--seed", "7")
+    finally:
+        model_env.write_text(good)
+    assert r.returncode != 0 or "kept a passing version" not in r.stdout, r.stdout + r.stderr
+    assert "127.0.0.1" in r.stdout + r.stderr and "/srv/lane/wt-wrongurl/" in r.stdout + r.stderr

@@ -156,7 +156,17 @@ def _secrets(box) -> list[str]:
     return [s for s in out if s]
 
 
+def _forge_requests(box, job: str) -> list[tuple[str, str]]:
+    """(client address, request) of every forge request about this job's branches or repository."""
+    out = []
+    for line in box.forge_access_log.read_text().splitlines():
+        if "jobs-e2e-" in line and ("git-receive-pack" in line or "git-upload-pack" in line):
+            out.append((line.split(" ", 1)[0], line))
+    return out
+
+
 def test_three_stage_job_runs_on_the_lane_publishes_and_poll_lands_it(rig, box):
+    seen_before = len(_forge_requests(box, "threestage"))
     run_id = rig.job("threestage", _stages("threestage", "qwen3.8-27b-fast"))
     assert re.fullmatch(r"[0-9a-f-]{36}", run_id)
     assert rig.step_exit(run_id, "run") == "0"
@@ -179,6 +189,15 @@ def test_three_stage_job_runs_on_the_lane_publishes_and_poll_lands_it(rig, box):
     assert box.net not in blob and "://" not in blob
     assert not re.search(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b", blob)
     assert not (rig.lane.host_home / "dagu" / "jobs-work" / "threestage").exists()  # cleaned up
+    # Two addresses of one forge: the dev box pushed the job branch through its forward (the
+    # forge sees the jump host's rig address), the lane fetched and published the result at the
+    # forge's rig address itself (the forge sees the lane).
+    reqs = _forge_requests(box, "threestage")[seen_before:]
+    pushes_dev = [r for a, r in reqs if a == box.jump_rig_addr and "git-receive-pack" in r]
+    lane_fetch = [r for a, r in reqs if a == rig.lane.addr and "git-upload-pack" in r]
+    lane_push = [r for a, r in reqs if a == rig.lane.addr and "git-receive-pack" in r]
+    assert pushes_dev and lane_fetch and lane_push, reqs
+    assert {a for a, _ in reqs} <= {box.jump_rig_addr, rig.lane.addr}, reqs
 
 
 def test_pool_answering_503_gives_exit_3_is_resent_and_passes_after_recovery(rig, box):

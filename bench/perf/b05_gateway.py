@@ -30,6 +30,7 @@ from bench import prompt
 from bench.gateway import Gateway, read_key
 from crates_bridge.workspace import EXAMPLE_ENGINE
 from lanes.gitrun import Repo
+from rig.box.netns import inside
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -122,14 +123,17 @@ def main() -> None:
             out[alias] = g
         return out
 
-    # warm both paths (LiteLLM's first call loads its model map)
-    draw(gateways(False), dict.fromkeys(calls, 2), msgs)
-    draw(gateways(True), dict.fromkeys(calls, 2), msgs)
-    proxy = draw(gateways(False), calls, msgs)
-    direct = draw(gateways(True), calls, msgs)
-    sampling = [al for al in calls if net.aliases[al].tier == "sampling"][0]
-    serial_p = draw(gateways(False, True), {sampling: 10}, msgs)["aliases"][sampling]["latency_median_s"]
-    serial_d = draw(gateways(True, True), {sampling: 10}, msgs)["aliases"][sampling]["latency_median_s"]
+    # Both paths from the rig network, where batches run (a lane reaches the gateway and, for the
+    # baseline, the pools at their rig addresses); the dev box has no route there.
+    with inside(info.rig_netns):
+        # warm both paths (LiteLLM's first call loads its model map)
+        draw(gateways(False), dict.fromkeys(calls, 2), msgs)
+        draw(gateways(True), dict.fromkeys(calls, 2), msgs)
+        proxy = draw(gateways(False), calls, msgs)
+        direct = draw(gateways(True), calls, msgs)
+        sampling = [al for al in calls if net.aliases[al].tier == "sampling"][0]
+        serial_p = draw(gateways(False, True), {sampling: 10}, msgs)["aliases"][sampling]["latency_median_s"]
+        serial_d = draw(gateways(True, True), {sampling: 10}, msgs)["aliases"][sampling]["latency_median_s"]
     added = {al: round(proxy["aliases"][al]["latency_median_s"] - direct["aliases"][al]["latency_median_s"], 4)
              for al in calls}
     pids = {k: r.pid for k, r in (st.procs.items() if st else [])}

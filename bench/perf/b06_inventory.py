@@ -35,10 +35,12 @@ sys.path.insert(0, str(ROOT))
 from bench.folknet import Alias  # noqa: E402
 from lanes import settings  # noqa: E402
 from rig.box import Box  # noqa: E402
+from rig.box.netns import inside  # noqa: E402
 from rig.inventory import collect, probe  # noqa: E402
 from tests.inventory_hosts import Advertisers  # noqa: E402
 
 DELAY = 0.5   # seconds the slow pool (gpu1) waits before answering
+RIG_NETNS: list[str] = [""]   # the box's rig-network namespace, set in main()
 
 
 def peak_rss_mb(pid: int | None) -> float | None:
@@ -56,12 +58,13 @@ def peak_rss_mb(pid: int | None) -> float | None:
 def time_collect(bridge: str, names: set[str]) -> float:
     """Seconds from a fresh browser to every named host found and its inventory fetched."""
     t0 = time.monotonic()
-    b = collect.Browser(bridge)
-    try:
-        found = [f for f in b.listing(10.0, names=names) if f.name in names]
-        fetched = collect.fetch_all(found)
-    finally:
-        b.close()
+    with inside(RIG_NETNS[0]):      # the collector is a host of the rig network (as on a lane)
+        b = collect.Browser(bridge)
+        try:
+            found = [f for f in b.listing(10.0, names=names) if f.name in names]
+            fetched = collect.fetch_all(found)
+        finally:
+            b.close()
     took = time.monotonic() - t0
     up = [u for u, (doc, _err) in fetched.items() if doc is not None]
     if len(up) < len(names):
@@ -83,6 +86,7 @@ def main() -> int:
     rss: dict[str, float | None] = {}
     box = Box.from_settings(dict(os.environ), default_name="bsix", default_net="198.18.62")
     info = box.up(lanes=2)
+    RIG_NETNS[0] = info.rig_netns
     adv = Advertisers(info, tmp)
     n_hosts = len(adv.hosts)
     try:
@@ -103,7 +107,7 @@ def main() -> int:
 
         # -- probe: each alias alone, then one round of every alias ------------
         key = Path(info.env["NEV_MODEL_KEY_FILE"]).read_text().strip()
-        gateway = probe.Gateway(info.gateway_url, key)
+        gateway = probe.Gateway(info.gateway_local_url, key)   # the dev box's forward, as `nev rig probe`
         aliases = [Alias(name=a, pool=pool, max_inflight=1, provider="self-hosted")
                    for a, pool in sorted(info.aliases.items())]
         info.pool_control("gpu1", delay=DELAY)
