@@ -38,32 +38,9 @@ class DaguServiceError(NevError):
     pass
 
 
-# -- lane choice (pure) --------------------------------------------------
-
-def choose_lane_index(flag: int | None, dagu_lane: str | None, lane_ssh: str | None) -> tuple[int, bool]:
-    """(index, use NEV_LANE_SSH): --lane, else NEV_DAGU_LANE, else NEV_LANE_SSH (as lane 0), else 0."""
-    if flag is not None:
-        return flag, False
-    if dagu_lane not in (None, ""):
-        try:
-            return int(str(dagu_lane)), False
-        except ValueError:
-            raise ConfigError(f"NEV_DAGU_LANE={dagu_lane!r} is not a lane index; set it to 0, 1, ...") from None
-    return 0, bool(lane_ssh)
-
-
 def pick_lane(flag: int | None) -> Lane:
-    index, use_ssh = choose_lane_index(flag, settings.get(settings.DAGU_LANE), settings.get(settings.LANE_SSH))
-    if use_ssh:
-        return lanes_config.configured().lanes[0]
-    path = lanes_config.lanes_file_path()
-    lf = lanes_config.load(path) if path.exists() else lanes_config.LanesFile(path=None)
-    if not lf.lanes:
-        one = settings.get(settings.LANE_SSH)
-        if one and index == 0:
-            return lanes_config.configured().lanes[0]     # with the jump host (NEV_LANE_JUMP)
-        raise ConfigError(f"no lanes listed in {path}; list them there (or set NEV_LANE_SSH for one lane)")
-    return lanes_config.pick(lf, index)[0]
+    """The lane that runs Dagu: --lane, else NEV_DAGU_LANE, else NEV_LANE_SSH's lane, else lane 0."""
+    return lanes_config.chosen(flag, settings.DAGU_LANE)
 
 
 def lane_shared(lane: Lane) -> str:

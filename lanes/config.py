@@ -133,6 +133,40 @@ def configured(require: bool = True) -> LanesFile:
     return base
 
 
+def choose_lane_index(flag: int | None, preferred: str | None, lane_ssh: str | None) -> tuple[int, bool]:
+    """(index, use NEV_LANE_SSH's lane), pure: --lane, else the preferred setting's index (such
+    as NEV_DAGU_LANE), else NEV_LANE_SSH (as lane 0), else 0."""
+    if flag is not None:
+        return flag, False
+    if preferred not in (None, ""):
+        try:
+            return int(str(preferred)), False
+        except ValueError:
+            raise ConfigError(f"lane index {preferred!r} is not a number; set it to 0, 1, ...") from None
+    return 0, bool(lane_ssh)
+
+
+def chosen(flag: int | None, preferred: settings.Setting | None = None) -> Lane:
+    """The one lane a command works on (the one place that chooses it): --lane N, else the
+    `preferred` setting's index, else NEV_LANE_SSH's lane, else lane 0 of the lanes file. Every
+    lane keeps its jump host (the file's, NEV_LANE_JUMP or its own)."""
+    pref = settings.get(preferred) if preferred is not None else None
+    try:
+        index, use_ssh = choose_lane_index(flag, pref, settings.get(settings.LANE_SSH))
+    except ConfigError:
+        assert preferred is not None
+        raise ConfigError(f"{preferred.name}={pref!r} is not a lane index; set it to 0, 1, ...") from None
+    if use_ssh:
+        return configured().lanes[0]
+    path = lanes_file_path()
+    lf = load(path) if path.exists() else LanesFile(path=None)
+    if not lf.lanes:
+        if settings.get(settings.LANE_SSH) and index == 0:
+            return configured().lanes[0]
+        raise NoLaneError(f"no lanes listed in {path}; list them there (or set NEV_LANE_SSH for one lane)")
+    return pick(lf, index)[0]
+
+
 def pick(lf: LanesFile, index: int | None) -> list[Lane]:
     if index is None:
         return lf.lanes

@@ -20,7 +20,8 @@ from dagu import install, pki, runs
 from dagu.api import StepStatus, parse_run, step_exit_code
 from dagu.distributed import worker_labels
 from dagu.layout import DAGU_SHA256, Layout, resolve_root
-from dagu.service import choose_lane_index, cron_lines
+from dagu.service import cron_lines
+from lanes.config import choose_lane_index
 from lanes.errors import ConfigError, UsageError
 from tests.dagu_helpers import DAGU
 

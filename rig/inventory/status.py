@@ -122,7 +122,7 @@ def lane_snapshot_path() -> str:
 
 
 def load_from_lane(index: int) -> tuple[dict[str, Any], str]:
-    lane = lanes_config.pick(lanes_config.configured(), index)[0]
+    lane = lanes_config.chosen(index)
     path = lane_snapshot_path()
     with lane.connect() as conn:
         res = conn.run(["cat", "--", path])
