@@ -273,11 +273,9 @@ def test_5xx_answers_are_retried_with_backoff_and_metered(pools):
     assert box.pool_control("gpu0")["failed"] == {"503": 2}
 
 
-def test_off_a_lane_the_batch_reruns_itself_on_a_lane_and_pulls_back_what_it_kept(pools, repo, tmp_path):
-    """Through the real lane gate: nev installed on the lane, the worktree shipped, the key only in
-    the .env the gate installs for the run (and removes), the results pulled back."""
-    box = pools
-    wt = tmp_path / "wt-onlane"
+def dev_box_worktree(box, repo: Path, wt: Path) -> tuple[Path, dict[str, str]]:
+    """A worktree on the dev box whose .env holds the key (as a user's does), nev installed on
+    lane0, and the dev box's environment (off a lane: the batch re-runs itself on lane0)."""
     shutil.copytree(repo, wt, ignore=shutil.ignore_patterns("target", ".git"))
     (wt / ".gitignore").write_text("target/\n.env\n")
     fd = os.open(wt / ".env", os.O_WRONLY | os.O_CREAT, 0o600)
@@ -287,11 +285,19 @@ def test_off_a_lane_the_batch_reruns_itself_on_a_lane_and_pulls_back_what_it_kep
     g.git("add", "-A")
     g.git("commit", "-q", "-m", "worktree")
     env = env_for(box, wt)
-    for k in ("NEV_ON_LANE", "NEV_LANE_SHARED", "NEV_MODEL_KEY_FILE"):
+    for k in ("NEV_ON_LANE", "NEV_LANE_SHARED", "NEV_MODEL_KEY_FILE", "NEV_LANE_MODEL_URL"):
         env.pop(k)
     inst = nev(env, wt, "lane", "install", "--lane", "0", timeout=900)
     assert inst.returncode == 0, inst.stdout + inst.stderr
     env["NEV_LANE_SSH"] = box.lanes[0].ssh
+    return wt, env
+
+
+def test_off_a_lane_the_batch_reruns_itself_on_a_lane_and_pulls_back_what_it_kept(pools, repo, tmp_path):
+    """Through the real lane gate: nev installed on the lane, the worktree shipped, the key only in
+    the .env the gate installs for the run (and removes), the results pulled back."""
+    box = pools
+    wt, env = dev_box_worktree(box, repo, tmp_path / "wt-onlane")
     r = nev(env, wt, "batch", "run", "block_width", "--models", f"{SAMPLING}:8:4", "--max-batches", "2", "--seed", "7")
     assert r.returncode == 0, r.stdout + r.stderr
     bid = batch_id_of(r.stdout)
@@ -309,22 +315,8 @@ def test_on_a_lane_the_batch_uses_the_lanes_gateway_address_not_the_dev_boxs(poo
     """The dev box's NEV_MODEL_URL is its forward (127.0.0.1), which means nothing on a lane: a
     lane whose ~/.lane-model-env held that URL fails to reach the gateway, and the run says so."""
     box = pools
-    wt = tmp_path / "wt-wrongurl"
-    shutil.copytree(repo, wt, ignore=shutil.ignore_patterns("target", ".git"))
-    (wt / ".gitignore").write_text("target/\n.env\n")
-    fd = os.open(wt / ".env", os.O_WRONLY | os.O_CREAT, 0o600)
-    os.write(fd, f"NEV_MODEL_API_KEY={read_key(box.keys['batch'])}\n".encode())
-    os.close(fd)
-    g = init(wt)
-    g.git("add", "-A")
-    g.git("commit", "-q", "-m", "worktree")
-    env = env_for(box, wt)
-    for k in ("NEV_ON_LANE", "NEV_LANE_SHARED", "NEV_MODEL_KEY_FILE", "NEV_LANE_MODEL_URL"):
-        env.pop(k)
+    wt, env = dev_box_worktree(box, repo, tmp_path / "wt-wrongurl")
     assert env["NEV_MODEL_URL"].startswith("http://127.0.0.1:")       # the dev box's forward
-    inst = nev(env, wt, "lane", "install", "--lane", "0", timeout=900)
-    assert inst.returncode == 0, inst.stdout + inst.stderr
-    env["NEV_LANE_SSH"] = box.lanes[0].ssh
     model_env = box.lanes[0].host_home / ".lane-model-env"
     good = model_env.read_text()
     assert good.strip() == f"NEV_LANE_MODEL_URL={box.gateway_url}"   # the rig address
