@@ -222,11 +222,12 @@ class Demo:
             groups = json.loads(cp.stdout) if cp.returncode == 0 and cp.stdout.strip() else {}
             roles = {h: role for role, g in groups.items() if role not in ("_meta", "all", "down")
                      for h in (g.get("hosts") or [])}
-            if set(hosts) <= set(roles):
+            down = set((groups.get("down") or {}).get("hosts") or [])
+            if set(hosts) <= set(roles) and not down & set(hosts):
                 break
             if time.monotonic() > deadline:
-                raise StepFailed(f"lane0's collector saw {len(roles)} of {len(hosts)} hosts "
-                                 f"({', '.join(sorted(roles)) or 'none'}); see {self.log_path('1-box')}")
+                raise StepFailed(f"lane0's collector saw {len(set(roles) - down)} of {len(hosts)} hosts up "
+                                 f"({', '.join(sorted(set(roles) - down)) or 'none'}); see {self.log_path('1-box')}")
             time.sleep(2)
         wrong = sorted(h for h in hosts if roles[h] != hosts[h]["role"])
         if wrong:

@@ -121,11 +121,11 @@ def test_status_on_the_dev_box_reads_lane0s_snapshot_over_ssh(box, services):
 
 
 def test_ansible_export_reaches_lanes_and_service_hosts_through_the_jump(box, services):
-    """lane0's sshd stands in for the jump host (it forwards TCP, like the jump): Ansible's
-    ssh, with the export's common args, reaches lane1 as `lane` and the proxy as root."""
+    """Ansible's ssh, with the export's common args, reaches lane1 as `lane` and the proxy as root
+    through the box's jump host (the development box has no other way onto the rig network)."""
     wait_for_every_host(box, services["snapshot"])
-    jump = box.lanes[0]
-    env = {**os.environ, **box.env, "PYTHONPATH": str(ROOT), "NEV_LANE_JUMP": f"lane@{jump.addr}"}
+    env = {**os.environ, **box.env, "PYTHONPATH": str(ROOT)}
+    assert env["NEV_LANE_JUMP"] == box.jump
     r = nev(env, "rig", "status", "--lane", "0", "--ansible")
     assert r.returncode == 0, r.stderr
     inv = json.loads(r.stdout)
@@ -140,6 +140,7 @@ def test_ansible_export_reaches_lanes_and_service_hosts_through_the_jump(box, se
     assert not [s for s in secrets if s in r.stdout]
     for host, who in (("lane1", "lane"), ("proxy", "root")):
         v = hv[host]
+        assert box.jump_addr in v["ansible_ssh_common_args"]      # through the jump host, pinned
         t0 = time.monotonic()
         cp = subprocess.run(["ssh", *shlex.split(v["ansible_ssh_common_args"]), "-o", "BatchMode=yes",
                              "-o", f"IdentityFile={v['ansible_ssh_private_key_file']}",

@@ -121,6 +121,10 @@ def test_lxc_lane_created_by_nev_answers_ssh_passes_a_gate_and_is_gone_after_des
     addr = f"{box.net}.70"
     out = tmp_path / "record"
     ports_before = bridge_ports(box)
+    # The node's image cache is filled from this machine's package mirror (a node of the real rig
+    # has its own way to packages; the rig network here has none): built once, cached after.
+    from lanes.hostexec import Node
+    cr.ensure_image(Node("local"), cr.ImageRecipe())
     # The node the guest is made on sits on the rig network (its bridge is the rig's bridge); the
     # dev box reaches the guest through the jump host, as every lane.
     cp = nev("lane", "create", "--backend", "lxc", "--name", name, "--bridge", box.bridge, "--addr", addr,

@@ -88,24 +88,29 @@ def test_lxc_backend_lane_answers_ssh_as_lane_and_runs_a_gate_style_command(box,
 
 @pytest.fixture(scope="module")
 def apt_proxy(box, tmp_path_factory):
-    """apt-cacher-ng on the box's bridge address (in the rig network's namespace, as the rig's apt
-    cache is a host of the rig network): the guests' only way to packages."""
+    """The rig's apt cache: apt-cacher-ng here (it needs the package mirror, which the rig network
+    cannot reach), offered to the guests on the rig network at the bridge's address through a
+    relay (`tests/netrelay.py`). The guests' only way to packages."""
+    from tests.netrelay import Relay
+
     run = tmp_path_factory.mktemp("acng")
     ACNG_CACHE.mkdir(parents=True, exist_ok=True)
     port = 3142
     # Its own config: Debian's remaps send deb.debian.org to other mirrors; this one only proxies.
     (run / "acng.conf").write_text(f"CacheDir: {ACNG_CACHE}\nLogDir: {run}\nPort: {port}\n"
-                                   f"BindAddress: {box.bridge_addr}\nPidFile: {run}/pid\nSocketPath: {run}/sock\n"
+                                   f"BindAddress: 127.0.0.1\nPidFile: {run}/pid\nSocketPath: {run}/sock\n"
                                    "ForeGround: 1\nExThreshold: 4\n")
-    p = subprocess.Popen(["ip", "netns", "exec", box.rig_netns, "/usr/sbin/apt-cacher-ng", "-c", str(run)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(["/usr/sbin/apt-cacher-ng", "-c", str(run)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    relay = None
     try:
-        from rig.box.netns import inside
         from rig.box.procs import wait_port
-        with inside(box.rig_netns):
-            wait_port(box.bridge_addr, port, 10)
+        wait_port("127.0.0.1", port, 10)
+        relay = Relay(box.rig_netns, (box.bridge_addr, port), ("127.0.0.1", port))
         yield f"http://{box.bridge_addr}:{port}"
     finally:
+        if relay is not None:
+            relay.close()
         p.terminate()
         p.wait(10)
 

@@ -16,7 +16,7 @@ import pytest
 from lanes import sweep as sw
 from lanes.config import Lane
 from lanes.gitrun import Repo
-from lanes.ssh import Connection, Target
+from lanes.ssh import Connection
 
 E = sw.Entry
 
@@ -53,9 +53,9 @@ class Scene:
         self.id = uuid.uuid4().hex[:8]
         self.root = f"/srv/lane/sweep-{self.id}"
         self.host_root = box.lanes[0].host_root / f"sweep-{self.id}"
-        self.lane = Lane(0, box.lanes[0].ssh, root=self.root, shared=shared)
+        self.lane = Lane(0, box.lanes[0].ssh, root=self.root, shared=shared, jump=box.jump)
         self.primary = tmp_path / "engine"
-        self.conn = Connection(self.lane.target, box.known_hosts, box.ssh_key, jump=Target.parse(box.jump)).connect()
+        self.conn = Connection(self.lane.target, box.known_hosts, box.ssh_key, jump=self.lane.jump_target).connect()
         Repo(tmp_path).git("init", "-q", str(self.primary))
         Repo(self.primary).git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x")
 

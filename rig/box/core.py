@@ -103,6 +103,10 @@ class Box:
     def logs(self) -> Path:
         return self.dir / "logs"
 
+    @property
+    def jump_keys_file(self) -> Path:
+        return state.REGISTRY / "jump" / self.name / "authorized_keys"
+
     def _lane_info(self, h: plan.Host, i: int) -> LaneInfo:
         d = self.dir / "lanes" / h.name
         return LaneInfo(index=i, name=h.name, netns=h.netns, addr=h.addr, ssh=f"{USER}@{h.addr}:{plan.SSH_PORT}",
@@ -340,8 +344,12 @@ class Box:
         jp = (jd / "ssh_host_ed25519_key.pub").read_text().split()
         hostkeys.append((info.jump_addr, f"{jp[0]} {jp[1]}"))
         jcfg = jd / "sshd_config"
-        # sshd reads a user's keys as that user: the jump user's copy is its own (mode 600).
-        jak = jd / "authorized_keys"
+        # sshd reads a user's keys as that user: the jump user's copy is its own (mode 600), in a
+        # folder it can reach wherever the box folder lives (pytest's and CI's are mode 700).
+        jak = self.jump_keys_file
+        jak.parent.mkdir(parents=True, exist_ok=True)
+        for d in (jak.parent, jak.parent.parent):
+            os.chmod(d, 0o755)
         forge.write_secret(jak, pub)
         jent = pwd.getpwnam(plan.JUMP_USER)
         os.chown(jak, jent.pw_uid, jent.pw_gid)
@@ -473,7 +481,8 @@ class Box:
                             capture_output=True, text=True, timeout=120)
         lines = [ln.strip() for ln in (cp.stdout + cp.stderr).splitlines() if ln.strip()]
         if cp.returncode != 0 and action == "up":
-            raise NevError(f"the box's forwards did not come up: {lines[-1] if lines else 'exit ' + str(cp.returncode)}")
+            why = " | ".join(ln for ln in lines if "DOWN" in ln) or (lines[-1] if lines else f"exit {cp.returncode}")
+            raise NevError(f"the box's forwards did not come up: {why}")
         return [f"forward {ln}" for ln in lines if "already running" not in ln]
 
     def forwards_answer(self, info: BoxInfo) -> bool:
@@ -559,6 +568,7 @@ class Box:
                 jmarker.unlink(missing_ok=True)
                 done.append(f"removed user {plan.JUMP_USER}")
             state.unregister(self.name)
+            shutil.rmtree(self.jump_keys_file.parent, ignore_errors=True)
             if (self.dir / MARKER).exists():
                 shutil.rmtree(self.dir, ignore_errors=True)
                 done.append(f"removed {self.dir}")

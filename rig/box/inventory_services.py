@@ -37,7 +37,7 @@ from rig.box.lanes_netns import HOME, LANE_ROOT, LANE_SHARED, USER
 PROJECT = Path(__file__).resolve().parent.parent.parent   # where `rig` is importable from
 PORT = int(settings.INVENTORY_PORT.default or "8787")      # tests start their own on 8790+
 COLLECTOR = "lane0"
-COLLECT_EVERY = 60
+COLLECT_EVERY = 30
 COLLECT_TIMEOUT = 3
 LANE_NEV = f"{HOME}/.local/bin/nev"                        # `nev lane install` links it there
 HARDWARE_CLASS = "rig-in-a-box"
