@@ -379,7 +379,8 @@ class Gateway:
                     continue
                 if code == 0 or code >= 500:
                     tries_5xx += 1
-                    why = (f"no connection to the gateway ({mask(raw.decode(errors='replace'))[:200]})"
+                    why = (f"no connection to the gateway at {mask(self.url)} "
+                           f"({mask(raw.decode(errors='replace'))[:200]})"
                            if code == 0 else _reason(code, raw))
                     if tries_5xx >= TRIES_5XX:
                         rec.status, rec.error = "failed", f"{alias}: {why} (tried {tries_5xx} times)"

@@ -21,7 +21,8 @@ GOLDEN = Path(__file__).with_name("golden")
 def nev(*args: str, netns: str | None = None, **kw) -> subprocess.CompletedProcess:
     """nev here, or (`netns`) on a machine of the rig network: the box's LXC node is one."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    where = ["ip", "netns", "exec", netns] if netns else []
+    # nsenter, not `ip netns exec`: that remounts /sys, and lxc-start needs the cgroup tree in it
+    where = ["nsenter", f"--net=/run/netns/{netns}", "--"] if netns else []
     return subprocess.run([*where, sys.executable, "-m", "rig.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600, **kw)
 
