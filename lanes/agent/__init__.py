@@ -17,7 +17,7 @@ named kinds (`wire`):
 | `output` | the command's output to the dev box and, masked, to the gate log |
 | `mirror` | the bare mirror and its fetch policy |
 | `copy` | the copy: checkout, diff, untracked files, links, the run's `.env` |
-| `root` | one-call operations: status, cleanup |
+| `root` | one-call operations: status, cleanup, survey, remove |
 | `gate` | the lane end of a gate, lock to result |
 | `main` | the entry: the first request picks the operation |
 """

@@ -12,7 +12,8 @@ from lanes.agent.errors import Refused
 from lanes.agent.wire import Kind, Op, Wire, op_of
 
 # The one-call operations: one request, one RESULT.
-ONE_CALL: dict[Op, Callable[[dict[str, Any]], dict[str, Any]]] = {Op.STATUS: root.status, Op.CLEANUP: root.cleanup}
+ONE_CALL: dict[Op, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    Op.STATUS: root.status, Op.CLEANUP: root.cleanup, Op.SURVEY: root.survey, Op.REMOVE: root.remove}
 
 
 def main() -> None:

@@ -14,6 +14,8 @@ payload or bundle request is followed by its members as raw bytes of the announc
 | `abort` | the gate, when the disk guard says no | RESULT with `aborted` |
 | `status` | `nev lane list` | RESULT: free disk, copies, gates running |
 | `cleanup` | the gate's second call after a dropped connection | RESULT: the `.env` files removed, or busy |
+| `survey` | `nev lane sweep` | RESULT: facts about every entry under the root |
+| `remove` | `nev lane sweep` | RESULT: per copy, removed (and archived where) or kept and why |
 
 Stdlib only; the development box reads and writes frames with the same definitions.
 """
@@ -61,6 +63,8 @@ class Op(str, Enum):  # noqa: UP042
     ABORT = "abort"
     STATUS = "status"
     CLEANUP = "cleanup"
+    SURVEY = "survey"
+    REMOVE = "remove"
 
 
 class Stop(str, Enum):  # noqa: UP042
