@@ -141,3 +141,21 @@ def test_payload_carries_diff_untracked_files_and_env(repo):
     assert sorted(payload.untracked_names(payload.Worktree.open(repo).repo)) == [
         "raw.bin", "untracked dir/exec.sh", "untracked dir/rel-link", "untracked dir/spaced name ü.txt"]
 
+
+def test_the_agent_is_sent_lean_with_every_line_where_it_was():
+    import ast
+    import io
+    import tokenize
+
+    for name in payload.LANE_MODULES[1:]:
+        src = payload.source_path(name).read_text()
+        lean = payload.lean(src)
+        assert len(lean.splitlines()) == len(src.splitlines()), name
+
+        def defs(text: str) -> list[tuple[str, int]]:
+            return [(n.name, n.lineno) for n in ast.walk(ast.parse(text))
+                    if isinstance(n, ast.FunctionDef | ast.ClassDef)]
+        assert defs(lean) == defs(src), name
+        assert ast.get_docstring(ast.parse(lean)) == "", name
+        tokens = tokenize.generate_tokens(io.StringIO(lean).readline)
+        assert not [t.string for t in tokens if t.type == tokenize.COMMENT], name
