@@ -93,7 +93,7 @@ def url_from_settings(environ: Mapping[str, str] | None = None) -> str:
     | not on a lane | NEV_MODEL_URL |
     | on a lane (NEV_ON_LANE set) | `~/.lane-model-env`'s NEV_LANE_MODEL_URL, else NEV_LANE_MODEL_URL in the environment |
 
-    (The lane program, `lanes/apply.py`, picks the URL for the `.env` it installs for a gate.)
+    (The lane agent, `lanes/agent/copy.py`, picks the URL for the `.env` it installs for a gate.)
     """
     env = os.environ if environ is None else environ
     if settings.get(settings.ON_LANE, env):
