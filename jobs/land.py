@@ -23,7 +23,7 @@ from jobs import approvals as store
 from jobs import protected, spec, tracks
 from jobs.approvals import MAIN, LandPaths, Pending, sha_arg
 from jobs.land_after import after_landing, changes, finish_pending, main_checkout, tracks_at
-from jobs.land_gate import fault, run_gate, stop_leftover_gate
+from jobs.land_gate import INTERRUPTED, fault, run_gate, stop_leftover_gate
 from jobs.landlock import LandLock
 from lanes import settings
 from lanes.errors import NevError
@@ -272,7 +272,7 @@ def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> 
         try:
             rc = land(repo_path, a.name, a.spec_sha, a.tip, environ=env)
         except NevError as e:
-            if e.exit_code in (130, 143):
+            if e.exit_code in INTERRUPTED:
                 raise
             info(f"nev land {a.name}: {e.message}")
             rc = e.exit_code

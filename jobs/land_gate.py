@@ -20,7 +20,7 @@ from lanes.errors import NevError
 from lanes.ui import info
 
 FAULT_PHASES = ("before-rebase", "gate", "before-ref-update", "after-ref-update", "cleanup")
-INTERRUPTED = (130, 143)
+INTERRUPTED = (130, 143)  # SIGINT, SIGTERM: an interrupted gate stops the landing (and a tick)
 
 
 def fault(phase: str) -> None:

@@ -43,6 +43,7 @@ from jobs import land as landing
 from jobs import records
 from jobs import result as result_mod
 from jobs import tracks as tracks_file
+from jobs.land_gate import INTERRUPTED
 from jobs.result import Result
 from lanes import crontab
 from lanes.errors import NevError
@@ -54,7 +55,6 @@ FINAL = ("landed", "failed", "not-landed")
 CRON_TAG = "# nev-job-poll"
 POLL_WORKFLOW = "nev-job-poll"
 NEV_ROOT = Path(__file__).resolve().parents[1]
-INTERRUPTED = (130, 143)
 
 
 class StepExit(IntEnum):
