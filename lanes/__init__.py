@@ -8,3 +8,10 @@ links and credential hygiene. It is also the lowest layer of the toolkit: the
 settings registry, the masking helper, the error type and the git and SSH choke
 points live here, because every other package reaches lanes through them.
 """
+
+import sys as _sys
+
+# paramiko imports invoke (~0.1 s, a third of a lane command's start-up) only for the `Match exec`
+# of OpenSSH config files, which nev never reads: keep it out (here, before any module of ours
+# imports paramiko) unless something loaded it already.
+_sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]
