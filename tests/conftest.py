@@ -3,6 +3,9 @@
 NEV_BOX_NAME (default "tbox") and NEV_BOX_NET (default "198.18.9") name and address it, so
 several boxes coexist on one machine; NEV_BOX_KEEP=1 leaves it up at the end (the next session's
 `up` is then a no-op). It is never skipped: without root it fails with the reason.
+
+Every test that needs the box, directly or through another fixture, is marked `box` here, so
+`pytest -m "not box"` (the fast loop) never brings one up.
 """
 
 from __future__ import annotations
@@ -28,6 +31,15 @@ def test_box():
 
 
 test_box.__test__ = False  # type: ignore[attr-defined]
+
+BOX_FIXTURES = {"box", "box_env"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # fixturenames is the closure: a fixture that asks for `box` brings it in too.
+    for item in items:
+        if BOX_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.box)
 
 
 @pytest.fixture(scope="session")

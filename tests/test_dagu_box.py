@@ -22,7 +22,7 @@ from dagu.install import show_hash
 from dagu.layout import DAGU_SHA256
 from dagu.runs import max_overlap
 from lanes.ssh import Connection, Forward, Target
-from tests.dagu_helpers import (
+from tests.helpers.dagu_helpers import (
     DAGU,
     WORKTREE,
     Api,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from lanes.ssh import Connection, Forward, Target
-from tests.dagu_helpers import DAGU, Api, base_env, nev, ok, password_from_config, wait_for
+from tests.helpers.dagu_helpers import DAGU, Api, base_env, nev, ok, password_from_config, wait_for
 
 PORT = 18431
 COORD_PORT = 50055

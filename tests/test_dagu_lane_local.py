@@ -17,8 +17,8 @@ import requests
 
 from dagu.install import show_hash
 from dagu.layout import DAGU_SHA256
-from tests import local_sshd
-from tests.dagu_helpers import (
+from tests.helpers import local_sshd
+from tests.helpers.dagu_helpers import (
     DAGU,
     Api,
     base_env,

@@ -23,7 +23,7 @@ from dagu.layout import DAGU_SHA256, Layout, resolve_root
 from dagu.service import cron_lines
 from lanes.config import choose_lane_index
 from lanes.errors import ConfigError, UsageError
-from tests.dagu_helpers import DAGU
+from tests.helpers.dagu_helpers import DAGU
 
 WORKFLOWS = sorted((Path(__file__).resolve().parent.parent / "dagu" / "workflows").glob("*.yaml"))
 

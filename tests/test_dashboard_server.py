@@ -9,7 +9,7 @@ import subprocess
 import sys
 import urllib.request
 
-from tests.standin_pool import ROOT, free_port
+from tests.helpers.standin_pool import ROOT, free_port
 from tests.test_dashboard_box import OPENER, wait_health
 
 

@@ -19,7 +19,7 @@ from lanes.config import LanesFile
 from lanes.errors import ConfigError
 from lanes.gitrun import Repo
 from lanes.mask import mask
-from tests.job_helpers import fake_lane_dagu, git, make_checkout, write_manifest
+from tests.helpers.job_helpers import fake_lane_dagu, git, make_checkout, write_manifest
 
 TOKEN = "forgetok-" + "5be0c1d2a3f4"
 

@@ -23,9 +23,9 @@ from rig.box import procs
 from rig.forward import check, control
 from rig.forward import state as st
 from rig.forward.supervise import FIRST, MAX, STABLE, next_delay
-from tests import local_sshd
-from tests.lane_helpers import nev
-from tests.local_sshd import free_port
+from tests.helpers import local_sshd
+from tests.helpers.lane_helpers import nev
+from tests.helpers.local_sshd import free_port
 
 
 class _Forge(BaseHTTPRequestHandler):

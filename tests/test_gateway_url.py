@@ -15,7 +15,7 @@ from jobs import preflight
 from jobs.manifest import parse
 from jobs.runner import with_lane_gateway
 from lanes.errors import ConfigError
-from tests.job_helpers import (
+from tests.helpers.job_helpers import (
     Listener,
     free_port,
     lane_env,

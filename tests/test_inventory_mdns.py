@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from rig.box.advertisers import Advertisers
 from rig.box.netns import inside
-from tests.inventory_hosts import Advertisers
 
 ROOT = Path(__file__).resolve().parent.parent
 DECLARED = {"schema": 1, "providers": ["self-hosted"], "aliases": {

@@ -203,7 +203,7 @@ def test_jump_comes_from_the_rig_file_then_the_setting_then_the_lanes_file(tmp_p
 
 def test_common_args_reach_a_host_through_a_real_jump_with_pinned_keys(tmp_path):
     """Two real sshd: the export's ProxyCommand pins the jump's key too; ProxyJump would not."""
-    from tests import local_sshd
+    from tests.helpers import local_sshd
 
     jump = local_sshd.start(tmp_path / "jump")
     target = local_sshd.start(tmp_path / "target")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.job_helpers import ROOT, git
+from tests.helpers.job_helpers import ROOT, git
 
 DAGU = "/opt/nev/dagu-1.30.2/dagu"
 _CLEAR = ("NEV_", "GENERA_", "TRACKS_")

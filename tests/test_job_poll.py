@@ -18,7 +18,7 @@ from jobs import submit as submit_mod
 from jobs.poll import RunInfo, decide
 from jobs.result import Result
 from lanes import crontab
-from tests.job_helpers import ROOT, fake_lane_dagu, git, make_checkout, nev, write_manifest
+from tests.helpers.job_helpers import ROOT, fake_lane_dagu, git, make_checkout, nev, write_manifest
 
 DAGU = "/opt/nev/dagu-1.30.2/dagu"
 

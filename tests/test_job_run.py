@@ -19,7 +19,7 @@ from jobs.runner import _pg_alive
 from jobs.state import JobState, replay, valid_prefix
 from lanes.errors import ConfigError
 from lanes.gitrun import Repo
-from tests.job_helpers import (
+from tests.helpers.job_helpers import (
     Listener,
     events,
     free_port,

@@ -18,7 +18,7 @@ import pytest
 from jobs import archive as archive_mod
 from jobs import result as result_mod
 from lanes.gitrun import Repo
-from tests.job_helpers import ROOT, git, make_checkout, write_manifest
+from tests.helpers.job_helpers import ROOT, Listener, git, make_checkout, write_manifest
 
 DAGU = "/opt/nev/dagu-1.30.2/dagu"
 WORKFLOW = ROOT / "dagu" / "workflows" / "job.yaml"
@@ -146,7 +146,7 @@ def test_inventory_not_ready_keeps_a_not_run_result_unpublished(tmp_path):
     dh = _dagu_home(tmp_path)
     forge, _ = _submit_local(tmp_path, [{"name": "gen", "kind": "batch", "command": "true",
                                          "models": ["qwen3.8-27b-fast"]}], key="batch")
-    gateway = __import__("tests.job_helpers", fromlist=["Listener"]).Listener()
+    gateway = Listener()
     try:
         cp = _start(tmp_path, forge, dh, "demo", f"MODEL_URL=http://127.0.0.1:{gateway.port}")
     finally:

@@ -17,7 +17,7 @@ import pytest
 
 from jobs import result as result_mod
 from lanes.gitrun import Repo
-from tests.job_helpers import (
+from tests.helpers.job_helpers import (
     ROOT,
     Listener,
     git,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("tests.landkit")
+pytest.register_assert_rewrite("tests.helpers.landkit")
 
-from tests.landkit import Kit, check_invariant  # noqa: E402
+from tests.helpers.landkit import Kit, check_invariant  # noqa: E402
 
 ON_LANE_GATE = 'test "$NEV_ON_LANE" = 1 && echo "gated-on-lane $(git rev-parse HEAD)"'
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("tests.landkit")
+pytest.register_assert_rewrite("tests.helpers.landkit")
 
-from tests.landkit import Kit, check_invariant, finish, git, pid_dead, wait_for  # noqa: E402
+from tests.helpers.landkit import Kit, check_invariant, finish, git, pid_dead, wait_for  # noqa: E402
 
 
 @pytest.fixture

@@ -163,8 +163,8 @@ def test_lxc_lane_created_by_nev_answers_ssh_passes_a_gate_and_is_gone_after_des
         # a real gate (`nev lane run`, as in the lane-gate tests) passes on the new guest
         import json
 
-        from tests import lane_helpers as h
-        from tests import lane_rig as rigs
+        from tests.helpers import lane_helpers as h
+        from tests.helpers import lane_rig as rigs
         rig = rigs.on_box(box, tmp_path / "rig")
         lanes = json.loads(Path(rig.env["NEV_LANES_FILE"]).read_text())
         lanes["lanes"] = [{"ssh": f"lane@{addr}", "root": "/srv/lane", "shared": "/srv/lane-shared", "name": name}]

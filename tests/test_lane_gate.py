@@ -13,8 +13,8 @@ import pytest
 
 from lanes import gate, payload
 from lanes.errors import DiskShortError
-from tests import lane_helpers as h
-from tests import lane_rig as rigs
+from tests.helpers import lane_helpers as h
+from tests.helpers import lane_rig as rigs
 
 SECRET_TOKEN = "forgetok-4f1d9c2b7e" + "a8815d3c"
 SECRET_KEY = "sk-gatekey-93ab61f0" + "7c2d"
@@ -378,7 +378,7 @@ def test_lane_list_shows_answering_and_silent_lanes(lane_rig, tmp_path):
 
 
 def h_free_port() -> int:
-    from tests.local_sshd import free_port
+    from tests.helpers.local_sshd import free_port
 
     return free_port()
 

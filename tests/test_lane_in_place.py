@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.job_helpers import ROOT, make_checkout, nev
+from tests.helpers.job_helpers import ROOT, make_checkout, nev
 
 
 def _env(tmp_path, **extra: str) -> dict[str, str]:

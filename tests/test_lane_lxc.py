@@ -90,8 +90,8 @@ def test_lxc_backend_lane_answers_ssh_as_lane_and_runs_a_gate_style_command(box,
 def apt_proxy(box, tmp_path_factory):
     """The rig's apt cache: apt-cacher-ng here (it needs the package mirror, which the rig network
     cannot reach), offered to the guests on the rig network at the bridge's address through a
-    relay (`tests/netrelay.py`). The guests' only way to packages."""
-    from tests.netrelay import Relay
+    relay (`tests/helpers/netrelay.py`). The guests' only way to packages."""
+    from tests.helpers.netrelay import Relay
 
     run = tmp_path_factory.mktemp("acng")
     ACNG_CACHE.mkdir(parents=True, exist_ok=True)

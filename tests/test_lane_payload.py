@@ -14,7 +14,7 @@ from lanes.agent.errors import Refused
 from lanes.agent.output import Masker
 from lanes.config import Lane
 from lanes.gate import disk_short_message, split_credentials
-from tests import lane_helpers as h
+from tests.helpers import lane_helpers as h
 
 
 def test_split_credentials_takes_user_and_token_out_of_the_url():

@@ -227,8 +227,8 @@ def test_disk_guard_sweeps_then_exits_4_naming_lane_free_space_and_largest_copie
     swept, then the guard (threshold far above the disk) refuses with exit 4."""
     import json
 
-    from tests import lane_helpers as h
-    from tests import lane_rig as rigs
+    from tests.helpers import lane_helpers as h
+    from tests.helpers import lane_rig as rigs
 
     rig = rigs.on_box(box, tmp_path / "rig")
     root = f"/srv/lane/guard{rig.tag}"

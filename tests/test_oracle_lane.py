@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench.oracle import store
-from tests import lane_helpers as h
-from tests import lane_rig as rigs
+from tests.helpers import lane_helpers as h
+from tests.helpers import lane_rig as rigs
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ import pytest
 from bench.oracle import store
 
 ROOT = Path(__file__).resolve().parent.parent
-NETWATCH = Path(__file__).resolve().parent / "netwatch.py"
+NETWATCH = Path(__file__).resolve().parent / "helpers" / "netwatch.py"
 
 
 def marked_processes(mark: str) -> list[str]:

@@ -1,6 +1,6 @@
 """Golden files (Oxidized-style) for the capture of each role type: recorded host output goes
 through the real parser and the real masking, compared with an expected record and an
-expected redacted form. `python -m tests.snapshot_golden_record --update` rewrites them."""
+expected redacted form. `python -m tests.helpers.snapshot_golden_record --update` rewrites them."""
 
 from __future__ import annotations
 

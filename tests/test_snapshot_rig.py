@@ -14,9 +14,9 @@ from lanes import gitrun
 from lanes.ssh import Connection, Target
 from rig.snapshot.capture import FileRec
 from rig.snapshot.store import LocalStore
-from tests import snapshot_parts
-from tests.local_sshd import free_port
-from tests.snapshot_parts import BATCH_KEY, MASTER_KEY
+from tests.helpers import snapshot_parts
+from tests.helpers.local_sshd import free_port
+from tests.helpers.snapshot_parts import BATCH_KEY, MASTER_KEY
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from lanes.ssh import Connection, HostKeyError, Target, answers
-from tests import local_sshd
+from tests.helpers import local_sshd
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 
 from lanes.errors import NevError, UsageError
 from rig import throughput as tp
-from tests.standin_pool import ROOT, control, standin_pool
+from tests.helpers.standin_pool import ROOT, control, standin_pool
 
 
 def row(level: int, tok_s: float) -> dict:

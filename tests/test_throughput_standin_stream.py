@@ -8,7 +8,7 @@ import time
 import urllib.parse
 
 from rig.box.pool import stream_events
-from tests.standin_pool import control, counters, standin_pool
+from tests.helpers.standin_pool import control, counters, standin_pool
 
 
 def chat(url: str, body: dict) -> tuple[int, dict[str, str], bytes, float | None, float]:

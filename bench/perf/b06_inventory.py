@@ -35,9 +35,9 @@ sys.path.insert(0, str(ROOT))
 from bench.folknet import Alias  # noqa: E402
 from lanes import settings  # noqa: E402
 from rig.box import Box  # noqa: E402
+from rig.box.advertisers import Advertisers  # noqa: E402
 from rig.box.netns import inside  # noqa: E402
 from rig.inventory import collect, probe  # noqa: E402
-from tests.inventory_hosts import Advertisers  # noqa: E402
 
 DELAY = 0.5   # seconds the slow pool (gpu1) waits before answering
 RIG_NETNS: list[str] = [""]   # the box's rig-network namespace, set in main()

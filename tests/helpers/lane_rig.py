@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests import lane_helpers as h
+from tests.helpers import lane_helpers as h
 
 
 @dataclass

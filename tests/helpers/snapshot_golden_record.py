@@ -4,7 +4,7 @@ Each role type's files are written under a scratch root, the real capture script
 them with `sh` (as it does on a host over SSH), and the scratch prefix is rewritten to the
 real paths in the `=file` lines (the content lines are untouched). The expected files are
 then produced by the real parser and the real masking. Run:
-    .venv/bin/python -m tests.snapshot_golden_record [--update]
+    .venv/bin/python -m tests.helpers.snapshot_golden_record [--update]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rig.snapshot.capture import SCRIPT
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "snapshot"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "snapshot"
 
 UNIT = """[Unit]
 Description=TabbyAPI serving {model}

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TOOLS = ["git", "python3", "node", "kill", "bash", "sleep", "cat", "touch", "echo", "printf", "test", "env",
          "cargo", "chromium", "firefox-esr", "WebKitWebDriver", "make", "sh", "mkdir", "cp", "rm", "ls", "wc"]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-WT = Path(__file__).resolve().parent.parent
+WT = Path(__file__).resolve().parents[2]
 
 
 def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:

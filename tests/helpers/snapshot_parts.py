@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tests import local_sshd
-from tests.local_sshd import free_port
+from tests.helpers import local_sshd
+from tests.helpers.local_sshd import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MASTER_KEY = "sk-master-7f3a9c1e55d2b8406e1f"
 BATCH_KEY = "sk-batch-0a1b2c3d4e5f60718293"
 

@@ -1,9 +1,9 @@
 """Counts the assertions that passed in the landing tests (a pytest plugin, not a test module).
 
-    PYTHONPATH=. .venv/bin/pytest -q -o enable_assertion_pass_hook=true -p tests.land_assertcount tests/test_land*.py
+    PYTHONPATH=. .venv/bin/pytest -q -o enable_assertion_pass_hook=true -p tests.helpers.land_assertcount tests/test_land*.py
 
 prints `assertions passed: N` (and the count in scenarios of real repositories) at the end.
-Asserts inside tests/landkit.py (the invariant) count too; only test_land* items are counted.
+Asserts inside tests/helpers/landkit.py (the invariant) count too; only test_land* items are counted.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.register_assert_rewrite("tests.landkit")
+pytest.register_assert_rewrite("tests.helpers.landkit")
 
 _by_file: Counter[str] = Counter()
 _KIT = Path(__file__).with_name("landkit.py")

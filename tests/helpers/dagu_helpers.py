@@ -13,7 +13,7 @@ from typing import Any
 
 import requests
 
-WORKTREE = Path(__file__).resolve().parent.parent
+WORKTREE = Path(__file__).resolve().parents[2]
 DAGU = "/opt/nev/dagu-1.30.2/dagu"
 
 # Settings that must not leak from the developer's shell into these tests.

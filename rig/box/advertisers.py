@@ -1,7 +1,8 @@
-"""Run the real `nev rig advertise` on hosts of the rig-in-a-box, each in its own namespace.
+"""Extra `nev rig advertise` processes on hosts of the rig-in-a-box, for tests and benchmarks.
 
-Advertisers started here use their own port and instance names (`<host>-<tag>`), so they
-never collide with anything the box itself runs; `close()` ends every one still running.
+Each runs the real command in its host's own namespace, with its own port and instance name
+(`<host>-<tag>`), so it never collides with anything the box itself runs; `close()` ends every
+one still running.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PORT = 8790
 
 
