@@ -23,13 +23,13 @@ def share_root() -> Path:
     """The share: NEV_LANE_SHARED on a lane or when set; on the dev box, the lanes file's `nas`."""
     import os
 
-    from lanes import config
+    from lanes import lanesfile
 
     explicit = os.environ.get(settings.LANE_SHARED.name) or os.environ.get(settings.LANE_SHARED.legacy)
     if not settings.get(settings.ON_LANE) and not explicit:
-        path = config.lanes_file_path()
+        path = lanesfile.lanes_file_path()
         if path.exists():
-            nas = config.load(path).nas
+            nas = lanesfile.load(path).nas
             if nas:
                 return Path(nas).expanduser()
     root = settings.get_path(settings.LANE_SHARED)

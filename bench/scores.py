@@ -79,10 +79,10 @@ def show(req: Scoring, scorer: Scorer, as_json: bool, echo: Callable[[str], None
 def lane_scorer(req: Scoring) -> list[Score]:
     """A `Scorer` that runs `nev scores --json` on the first build lane that answers, in a lane
     copy of `req.repo`; NoLaneError (exit 3) when none answers, and nothing is written."""
-    from lanes import config, gate, payload  # the SSH stack, loaded only when a lane scores
+    from lanes import gate, lanesfile, payload  # the SSH stack, loaded only when a lane scores
     from lanes.errors import NoLaneError
 
-    lf = config.configured(require=True)
+    lf = lanesfile.configured(require=True)
     picked = gate.pick_lane(lf, None)
     if picked is None:
         raise NoLaneError("no build lane answered to score the floors; nothing was written")

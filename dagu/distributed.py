@@ -15,8 +15,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from dagu import config as dconfig
-from dagu import pki
+from dagu import daguconfig, pki
 from dagu.layout import Layout
 from dagu.service import (
     LOG_CAP_BYTES,
@@ -27,7 +26,7 @@ from dagu.service import (
     pick_lane,
     prepare,
 )
-from lanes import config as lanes_config
+from lanes import lanesfile
 from lanes.errors import NevError
 
 SUPERVISOR_SRC = Path(__file__).resolve().parent / "supervise.py"
@@ -137,7 +136,7 @@ def _lane_facts(ld: LaneDagu) -> tuple[bool, int]:
     return (out[:1] == ["yes"]), int(out[1]) if len(out) > 1 and out[1].isdigit() else 1
 
 
-def _push_tls(ld: LaneDagu, cert: pki.LaneCert, report: UpReport) -> dconfig.Tls:
+def _push_tls(ld: LaneDagu, cert: pki.LaneCert, report: UpReport) -> daguconfig.Tls:
     L = ld.layout
     ld.sh(f"umask 077 && mkdir -p {shlex.quote(L.tls_dir)} && chmod 700 {shlex.quote(L.tls_dir)}")
     changed = False
@@ -146,14 +145,14 @@ def _push_tls(ld: LaneDagu, cert: pki.LaneCert, report: UpReport) -> dconfig.Tls
             ld.conn.write_file(path, data, 0o600)
             changed = True
     report.note(f"{ld.lane.label}: TLS certificate, key and CA (mode 600)", changed)
-    return dconfig.Tls(cert=L.tls_cert, key=L.tls_key, ca=L.tls_ca)
+    return daguconfig.Tls(cert=L.tls_cert, key=L.tls_key, ca=L.tls_ca)
 
 
 def up(coord_flag: int | None) -> UpReport:
     """Coordinator on the chosen lane, a supervised worker on every lane; all with mTLS."""
     report = UpReport()
     coord_lane = pick_lane(coord_flag)
-    lanes = lanes_config.configured().lanes
+    lanes = lanesfile.configured().lanes
     members: list[Member] = []
     try:
         for lane in lanes:
@@ -170,16 +169,16 @@ def up(coord_flag: int | None) -> UpReport:
                         ld.write_if_changed(worker_script(ld), worker_start_script(L), 0o700)
                         | ld.write_if_changed(worker_script(ld, True), worker_stop_script(L), 0o700))
             browsers, cores = _lane_facts(ld)
-            wc = dconfig.WorkerConfig(layout=L, worker_id=f"lane{ld.lane.index}",
+            wc = daguconfig.WorkerConfig(layout=L, worker_id=f"lane{ld.lane.index}",
                                       labels=worker_labels(ld.lane.index, browsers, cores),
                                       max_active_runs=WORKER_MAX_ACTIVE, tls=tls)
-            worker_changed = ld.write_if_changed(L.worker_config, dconfig.render_worker(wc))
+            worker_changed = ld.write_if_changed(L.worker_config, daguconfig.render_worker(wc))
             report.note(f"{ld.lane.label}: worker.yaml", worker_changed)
             if ld.lane.index == coord_lane.index:
                 pw_cfg = ld.read_opt(L.config)
-                existing = dconfig.parse_existing(pw_cfg.decode() if pw_cfg else None)
+                existing = daguconfig.parse_existing(pw_cfg.decode() if pw_cfg else None)
                 pw = existing.password or ld.generate_password()
-                sc = dconfig.ServerConfig(layout=L, port=ld.port, password=pw, coord_port=ld.coord_port,
+                sc = daguconfig.ServerConfig(layout=L, port=ld.port, password=pw, coord_port=ld.coord_port,
                                           queue_max=existing.queue_max, coord_host=m.addr,
                                           coord_advertise=m.addr, tls=tls)
                 changed = ld.write_config(server=sc)

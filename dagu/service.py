@@ -17,14 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from dagu import config as dconfig
-from dagu import install
+from dagu import daguconfig, install
 from dagu.api import DaguApi, DaguApiError
 from dagu.layout import USERNAME, Layout, resolve_root
-from lanes import config as lanes_config
-from lanes import crontab, settings
-from lanes.config import Lane
+from lanes import crontab, lanesfile, settings
 from lanes.errors import ConfigError, NevError
+from lanes.lanesfile import Lane
 from lanes.mask import register_secret
 from lanes.ssh import Connection
 
@@ -40,7 +38,7 @@ class DaguServiceError(NevError):
 
 def pick_lane(flag: int | None) -> Lane:
     """The lane that runs Dagu: --lane, else NEV_DAGU_LANE, else NEV_LANE_SSH's lane, else lane 0."""
-    return lanes_config.chosen(flag, settings.DAGU_LANE)
+    return lanesfile.chosen(flag, settings.DAGU_LANE)
 
 
 def lane_shared(lane: Lane) -> str:
@@ -144,7 +142,7 @@ class LaneDagu:
     def password(self) -> str:
         if self._password is None:
             raw = self.read_opt(self.layout.config)
-            pw = dconfig.parse_existing(raw.decode() if raw else None).password
+            pw = daguconfig.parse_existing(raw.decode() if raw else None).password
             if not pw:
                 raise DaguServiceError(f"Dagu is not set up on {self.lane.label} ({self.layout.config} has no "
                                        "password); run `nev dagu up` first")
@@ -247,24 +245,24 @@ class LaneDagu:
         register_secret(pw)
         return pw
 
-    def server_config(self, password: str, queue_max: int) -> dconfig.ServerConfig:
-        return dconfig.ServerConfig(layout=self.layout, port=self.port, password=password,
+    def server_config(self, password: str, queue_max: int) -> daguconfig.ServerConfig:
+        return daguconfig.ServerConfig(layout=self.layout, port=self.port, password=password,
                                     coord_port=self.coord_port, queue_max=queue_max)
 
     def write_config(self, queue_max: int | None = None,
-                     server: dconfig.ServerConfig | None = None) -> bool:
+                     server: daguconfig.ServerConfig | None = None) -> bool:
         """Write config.yaml (keeping the password and queue size); True when it changed."""
         raw = self.read_opt(self.layout.config)
-        if server is None and raw is not None and queue_max is not None and dconfig.is_distributed(raw.decode()):
-            text = dconfig.with_queue_max(raw.decode(), queue_max)
+        if server is None and raw is not None and queue_max is not None and daguconfig.is_distributed(raw.decode()):
+            text = daguconfig.with_queue_max(raw.decode(), queue_max)
         else:
             if server is None:
-                existing = dconfig.parse_existing(raw.decode() if raw else None)
+                existing = daguconfig.parse_existing(raw.decode() if raw else None)
                 pw = existing.password or self.generate_password()
                 server = self.server_config(pw, queue_max if queue_max is not None else existing.queue_max)
             register_secret(server.password)
             self._password = server.password
-            text = dconfig.render_server(server)
+            text = daguconfig.render_server(server)
         if raw is not None and raw.decode() == text:
             return False
         self.conn.write_file(self.layout.config, text.encode(), 0o600)
@@ -353,7 +351,7 @@ def prepare(ld: LaneDagu, report: UpReport) -> None:
     src = install.source_from_settings(lane_shared(ld.lane))
     at = ld.lane.label
     report.note(f"{at}: Dagu {install.DAGU_VERSION} binary (sha256 checked)", install.install(ld.conn, L, src))
-    report.note(f"{at}: base.yaml", ld.write_if_changed(L.home + "/base.yaml", dconfig.render_base()))
+    report.note(f"{at}: base.yaml", ld.write_if_changed(L.home + "/base.yaml", daguconfig.render_base()))
     report.note(f"{at}: start.sh", ld.write_if_changed(ld.start_script, render_start_script(L), 0o700))
     report.note(f"{at}: stop.sh", ld.write_if_changed(ld.stop_script, render_stop_script(L, L.server_pid), 0o700))
     key = model_key_bytes()

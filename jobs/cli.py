@@ -76,9 +76,9 @@ def inventory(manifest: str, snapshot: str, declared: str | None, as_json: bool)
     """
     from pathlib import Path
 
-    from jobs import inventory_check
+    from jobs import check_inventory
 
-    return inventory_check.run(Path(manifest), Path(snapshot), Path(declared) if declared else None, as_json)
+    return check_inventory.run(Path(manifest), Path(snapshot), Path(declared) if declared else None, as_json)
 
 
 @job.command("poll")

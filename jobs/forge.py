@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from lanes import config, forgeauth, settings
+from lanes import forgeauth, lanesfile, settings
 from lanes.errors import ConfigError
 from lanes.forgeauth import Credential
 from lanes.gitrun import Repo
@@ -87,7 +87,7 @@ def lane_url_from_settings(environ: Mapping[str, str]) -> str | None:
         return _no_credential(url, "NEV_LANE_GIT_URL")
     path = settings.get_path(settings.LANES_FILE, environ)
     if path is not None and path.is_file():
-        git_url = config.load(path).git_url
+        git_url = lanesfile.load(path).git_url
         if git_url:
             return _no_credential(git_url, f"git_url in {path}")
     return None

@@ -46,9 +46,9 @@ def lanes_configured(environ: Mapping[str, str]) -> bool:
     lanes_file = settings.get_path(settings.LANES_FILE, environ)
     if not settings.get(settings.LANE_SSH, environ) and (lanes_file is None or not lanes_file.exists()):
         return False
-    from lanes import config
+    from lanes import lanesfile
 
-    return bool(config.configured(require=False).lanes)
+    return bool(lanesfile.configured(require=False).lanes)
 
 
 def run_gate(cmd: str, worktree: Path, strict: bool, record: Path, environ: Mapping[str, str]) -> int:

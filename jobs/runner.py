@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import folknet
-from bench import inventory_check as inv
+from bench import readiness as inv
 from bench.gateway import url_from_settings
 from jobs import manifest as manifest_mod
 from jobs import preflight, result, writer

@@ -77,10 +77,10 @@ def install(lane_index: int | None) -> int:
     A lane never runs a different nev than the dev box: the install is keyed by the sources,
     and a second run with the same sources changes nothing.
     """
-    from lanes import config, selfinstall
+    from lanes import lanesfile, selfinstall
 
-    lf = config.configured()
-    for lane in config.pick(lf, lane_index):
+    lf = lanesfile.configured()
+    for lane in lanesfile.pick(lf, lane_index):
         with lane.connect() as conn:
             _changed, line = selfinstall.install(conn, selfinstall.default_cache())
         click.echo(f"{lane.label}: {line}")
@@ -190,10 +190,10 @@ def create(backend: str, name: str, node: str, addr: str, bridge: str | None, cp
 def _node(spec: str):  # type: ignore[no-untyped-def]
     """A node to run scripts on; a remote one through the jump host (NEV_LANE_JUMP or the
     lanes file's `jump`), as on the real rig."""
-    from lanes import config
+    from lanes import lanesfile
     from lanes.hostexec import LOCAL, Node
 
-    return Node(spec, jump=None if spec == LOCAL else config.default_jump())
+    return Node(spec, jump=None if spec == LOCAL else lanesfile.default_jump())
 
 
 @lane.command("destroy")

@@ -27,11 +27,11 @@ from typing import Any
 
 import paramiko
 
-from lanes import config, forgeauth, payload, session, settings, ui
+from lanes import forgeauth, lanesfile, payload, session, settings, ui
 from lanes.agent.guard import check_rel
 from lanes.agent.wire import Kind, Op, Stop
-from lanes.config import Lane, LanesFile
 from lanes.errors import DiskShortError, NevError, NoLaneError
+from lanes.lanesfile import Lane, LanesFile
 from lanes.mask import mask, register_secret
 from lanes.session import Session
 from lanes.ssh import CONNECT_TIMEOUT, Connection, SshError
@@ -98,7 +98,7 @@ def forge_for(wt: payload.Worktree, lf: LanesFile) -> Forge:
 def pick_lane(lf: LanesFile, index: int | None,
               timeout: float = CONNECT_TIMEOUT) -> tuple[Lane, Connection] | None:
     """The first lane (or lane `index`) that accepts a key login within `timeout`."""
-    for lane in config.pick(lf, index):
+    for lane in lanesfile.pick(lf, index):
         conn = lane.connection(timeout)
         try:
             conn.connect()
@@ -348,7 +348,7 @@ def run(worktree: Path, command: list[str], *, lane_index: int | None = None, la
     for d in pull:
         check_rel(d.rstrip("/"), "--pull")
     wt = payload.Worktree.open(Path(worktree))
-    lf = config.configured(require=lane_only)
+    lf = lanesfile.configured(require=lane_only)
     picked = pick_lane(lf, lane_index) if lf.lanes else None
     if picked is None:
         if lane_only:
@@ -377,7 +377,7 @@ def on(worktree: Path, command: list[str], *, lane_only: bool = False, pull: Seq
 
 def lane_status() -> list[dict[str, Any]]:
     """`nev lane list`: every configured lane, answering or not, free disk, copies, gates running."""
-    lf = config.configured(require=False)
+    lf = lanesfile.configured(require=False)
     rows: list[dict[str, Any]] = []
     for lane in lf.lanes:
         row: dict[str, Any] = {"index": lane.index, "ssh": lane.ssh, "name": lane.name, "root": lane.root,

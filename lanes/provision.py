@@ -13,7 +13,7 @@ import shlex
 import urllib.parse
 from dataclasses import dataclass
 
-from lanes import config
+from lanes import lanesfile
 from lanes.agent import layout
 from lanes.create import heredoc
 from lanes.errors import ConfigError, NevError
@@ -161,7 +161,7 @@ def run(node: Node, params: Params, label: str) -> list[str]:
 
 
 def provision_lanes(lane_index: int | None, params: Params, ssh_user: str = "root") -> int:
-    lf = config.configured()
+    lf = lanesfile.configured()
     lanes = lf.lanes if lane_index is None else [ln for ln in lf.lanes if ln.index == lane_index]
     if not lanes:
         raise ConfigError(f"--lane {lane_index}: no such lane; the lanes file lists {len(lf.lanes)}")

@@ -18,8 +18,8 @@ import paramiko
 
 from lanes import payload, ui
 from lanes.agent.wire import Kind, Op, ProtocolError, parse, request
-from lanes.config import Lane
 from lanes.errors import NevError
+from lanes.lanesfile import Lane
 from lanes.ssh import CHUNK, Connection
 
 

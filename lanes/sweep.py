@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanes import busy, config, session, settings, ui
+from lanes import busy, lanesfile, session, settings, ui
 from lanes.agent.wire import Op
-from lanes.config import Lane
 from lanes.errors import NevError
 from lanes.gitrun import Repo
+from lanes.lanesfile import Lane
 from lanes.ssh import Connection, SshError
 
 SURVEY_TIMEOUT = 600
@@ -173,7 +173,7 @@ def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool
           say: Callable[[str], None] = _stdout) -> tuple[int, list[LaneSweep]]:
     """Sweep every configured lane (or one); print a line per copy. Exit 1 when a lane could not
     be swept or a removal failed (named on its line); nothing done is undone."""
-    lf = config.configured()
+    lf = lanesfile.configured()
     chosen = lanes if lanes is not None else [ln for ln in lf.lanes if lane_index is None or ln.index == lane_index]
     if not chosen:
         raise NevError(f"--lane {lane_index}: no such lane; the lanes file lists {len(lf.lanes)}")

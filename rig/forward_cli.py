@@ -25,10 +25,10 @@ def up(names: tuple[str, ...], timeout: float, install_: bool) -> int:
     One line per forward: `NAME 127.0.0.1:PORT -> TARGET up`. Forwards already running are left
     as they are. Exits 1 naming each forward that did not come up and what ssh said.
     """
-    from rig import config
+    from rig import rigfile
     from rig.forward import control
 
-    rig = control.load(config.default_path())
+    rig = control.load(rigfile.default_path())
     if install_:
         control.install(rig.path, True, click.echo)
     return control.up(rig, names, timeout, click.echo, lambda line: click.echo(line, err=True))
@@ -39,11 +39,11 @@ def up(names: tuple[str, ...], timeout: float, install_: bool) -> int:
 @click.option("--uninstall", is_flag=True, help="Also remove the @reboot crontab line (only that line).")
 def down(names: tuple[str, ...], uninstall: bool) -> int:
     """Stop the supervisors and their ssh clients (by recorded PID and start time); drop their state."""
-    from rig import config
+    from rig import rigfile
     from rig.forward import control
 
     if uninstall:
-        control.install(config.default_path(), False, click.echo)
+        control.install(rigfile.default_path(), False, click.echo)
     return control.down(names, click.echo)
 
 
@@ -56,10 +56,10 @@ def status(names: tuple[str, ...], as_json: bool) -> int:
     Exits 0 when every forward answers, 1 otherwise.
     """
     from lanes.ui import emit_json
-    from rig import config
+    from rig import rigfile
     from rig.forward import control
 
-    rows = control.status(control.load(config.default_path()), names)
+    rows = control.status(control.load(rigfile.default_path()), names)
     all_up = all(r.up for r in rows)
     if as_json:
         emit_json({"all_up": all_up, "forwards": [r.to_json() for r in rows]})
@@ -72,9 +72,9 @@ def status(names: tuple[str, ...], as_json: bool) -> int:
 @click.argument("name")
 def supervise(name: str) -> int:
     """Run one forward's supervisor in the foreground (what `up` starts, detached)."""
-    from rig import config
+    from rig import rigfile
     from rig.forward import control
     from rig.forward.supervise import Supervisor
 
-    rig = control.load(config.default_path())
+    rig = control.load(rigfile.default_path())
     return Supervisor(rig, control.select(rig, [name])[0]).run()

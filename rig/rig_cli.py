@@ -51,17 +51,17 @@ def collect(timeout: float, interface: str | None, expect: int | None, every: fl
     from bench import folknet
     from lanes import settings
     from lanes.ui import emit_json, info
-    from rig import config as rig_config
+    from rig import rigfile
     from rig.inventory import collect as col
-    from rig.inventory import snapshot
+    from rig.inventory import inventoryfile
 
-    rig_path = rig_config.default_path()
-    seeds = rig_config.load(rig_path).seeds if rig_path.exists() else []
+    rig_path = rigfile.default_path()
+    seeds = rigfile.load(rig_path).seeds if rig_path.exists() else []
     decl_path = folknet.default_path()
     declared = folknet.load(decl_path) if decl_path.exists() else None
     if declared is None:
         info(f"no declared aliases at {decl_path} (NEV_FOLKNET_FILE): collecting hosts only")
-    snap = col.run(interface or settings.get(settings.MDNS_INTERFACE), seeds, snapshot.default_path(),
+    snap = col.run(interface or settings.get(settings.MDNS_INTERFACE), seeds, inventoryfile.default_path(),
                    declared, timeout, expect, every, rounds)
     if ansible:
         from rig.inventory import reach
@@ -83,11 +83,11 @@ def probe(every: float | None, rounds: int | None, timeout: float | None) -> int
     """
     from bench import folknet
     from lanes import settings
+    from rig.inventory import inventoryfile
     from rig.inventory import probe as pr
-    from rig.inventory import snapshot
 
     t = timeout if timeout is not None else settings.get_float(settings.PROBE_TIMEOUT)
-    return pr.run(snapshot.default_path(), folknet.load(folknet.default_path()), pr.Gateway.from_settings(),
+    return pr.run(inventoryfile.default_path(), folknet.load(folknet.default_path()), pr.Gateway.from_settings(),
                   t, pr.Policy.from_settings(), every, rounds)
 
 
@@ -103,11 +103,11 @@ def status(lane_index: int | None, as_json: bool, ansible: bool) -> int:
     collector found, each with its rig address, SSH user and port, and the jump host.
     """
     from lanes.ui import emit_json
-    from rig.inventory import snapshot
+    from rig.inventory import inventoryfile
     from rig.inventory import status as st
 
     if lane_index is None:
-        path = snapshot.default_path()
+        path = inventoryfile.default_path()
         data, source = st.load_local(path), str(path)
     else:
         data, source = st.load_from_lane(lane_index)
@@ -117,7 +117,7 @@ def status(lane_index: int | None, as_json: bool, ansible: bool) -> int:
 
         emit_json(col.ansible(data, reach.load()))
         return 0
-    s = st.summary(data, snapshot.now_utc(), source)
+    s = st.summary(data, inventoryfile.now_utc(), source)
     if as_json:
         emit_json(s)
     else:
@@ -252,13 +252,13 @@ def capacity(declared_file: str | None, as_json: bool) -> int:
     from lanes.ui import emit_json, info
     from rig import capacity as cap
     from rig import throughput as tp
-    from rig.inventory import snapshot
+    from rig.inventory import inventoryfile
 
     path = Path(declared_file) if declared_file else settings.get_path(settings.CAPACITY_FILE)
     assert path is not None
     declared = cap.load(path)
-    snap_path = snapshot.default_path()
-    snap = snapshot.read(snap_path) if snap_path.exists() else None
+    snap_path = inventoryfile.default_path()
+    snap = inventoryfile.read(snap_path) if snap_path.exists() else None
     if snap is None:
         info(f"capacity: no inventory snapshot at {snap_path}: alias status unknown, roles counted as declared")
     m = cap.model(folknet.load(folknet.default_path()), snap, cap.read_sweeps(tp.results_dir()), declared)

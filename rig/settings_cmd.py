@@ -30,13 +30,13 @@ def check_files() -> list[dict[str, str]]:
     """Load every settings file that exists; report ok or the one-line problem."""
     from bench import folknet
     from jobs import tracks
-    from lanes import config as lanes_config
-    from rig import config as rig_config
+    from lanes import lanesfile
+    from rig import rigfile
 
     checks: list[tuple[str, Path, object]] = [
-        ("lanes", lanes_config.lanes_file_path(), lanes_config.load),
+        ("lanes", lanesfile.lanes_file_path(), lanesfile.load),
         ("folknet", folknet.default_path(), folknet.load),
-        ("rig", rig_config.default_path(), rig_config.load),
+        ("rig", rigfile.default_path(), rigfile.load),
         ("tracks", Path("tracks.json"), tracks.load),
     ]
     out = []

@@ -338,7 +338,7 @@ def test_env_prints_exports_that_point_at_the_box(box):
     assert lines["NEV_MODEL_URL"].startswith("http://127.0.0.1:")         # the dev box: its forward
     assert lines["NEV_LANE_MODEL_URL"] == box.gateway_url                 # the lanes: rig address
     assert lines["NEV_LANE_JUMP"] == f"nevjump@{box.jump_addr}"
-    from lanes.config import load
+    from lanes.lanesfile import load
 
     lf = load(box.lanes_file)
     assert [ln.ssh for ln in lf.lanes] == [ln.ssh for ln in box.lanes]
@@ -346,9 +346,9 @@ def test_env_prints_exports_that_point_at_the_box(box):
 
 
 def test_box_env_fixture_points_settings_at_the_box(box_env):
-    from lanes import config
+    from lanes import lanesfile
 
-    assert config.configured().lanes[0].target.host == box_env.lanes[0].addr
+    assert lanesfile.configured().lanes[0].target.host == box_env.lanes[0].addr
 
 
 def test_up_without_root_exits_1_saying_it_needs_root(tmp_path):

@@ -206,10 +206,10 @@ def test_box_env_points_nev_at_the_gateway_and_the_declared_aliases(box_env):
 def test_rig_file_roles_reach_the_service_hosts_as_root_over_pinned_ssh(box):
     import subprocess
 
-    from rig import config as rigconfig
+    from rig import rigfile
 
     assert box.rig_file is not None
-    rf = rigconfig.load(box.rig_file)
+    rf = rigfile.load(box.rig_file)
     proxy = rf.roles["proxy"]
 
     def ssh_root(host: str, cmd: str) -> subprocess.CompletedProcess:

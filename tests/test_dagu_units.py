@@ -15,14 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dagu import config as dconfig
-from dagu import install, pki, runs
+from dagu import daguconfig, install, pki, runs
 from dagu.api import StepStatus, parse_run, step_exit_code
 from dagu.distributed import worker_labels
 from dagu.layout import DAGU_SHA256, Layout, resolve_root
 from dagu.service import cron_lines
-from lanes.config import choose_lane_index
 from lanes.errors import ConfigError, UsageError
+from lanes.lanesfile import choose_lane_index
 from tests.helpers.dagu_helpers import DAGU
 
 WORKFLOWS = sorted((Path(__file__).resolve().parent.parent / "dagu" / "workflows").glob("*.yaml"))
@@ -103,28 +102,28 @@ def test_lane_choice_order():
 
 def test_config_renders_camel_case_and_keeps_password_and_queue():
     lay = Layout("/home/lane/dagu")
-    text = dconfig.render_server(dconfig.ServerConfig(layout=lay, port=18431, password="pw-abc", coord_port=50055,
+    text = daguconfig.render_server(daguconfig.ServerConfig(layout=lay, port=18431, password="pw-abc", coord_port=50055,
                                                       queue_max=3))
     doc = yaml.safe_load(text)
     assert doc["scheduler"]["lockStaleThreshold"] == "3s"
     assert doc["paths"]["dataDir"] == "/home/lane/dagu/home/data" and doc["host"] == "127.0.0.1"
-    ex = dconfig.parse_existing(text)
+    ex = daguconfig.parse_existing(text)
     assert (ex.password, ex.queue_max) == ("pw-abc", 3)
-    assert not dconfig.is_distributed(text)
-    assert dconfig.parse_existing(None).password is None
+    assert not daguconfig.is_distributed(text)
+    assert daguconfig.parse_existing(None).password is None
 
 
 def test_distributed_config_keeps_everything_but_the_queue_size():
     lay = Layout("/home/lane/dagu", shared="/srv/lane-shared")
-    tls = dconfig.Tls("/c", "/k", "/ca")
-    text = dconfig.render_server(dconfig.ServerConfig(layout=lay, port=1, password="pw", coord_port=2,
+    tls = daguconfig.Tls("/c", "/k", "/ca")
+    text = daguconfig.render_server(daguconfig.ServerConfig(layout=lay, port=1, password="pw", coord_port=2,
                                                       coord_host="198.18.0.11", tls=tls))
-    assert dconfig.is_distributed(text)
+    assert daguconfig.is_distributed(text)
     doc = yaml.safe_load(text)
     assert doc["paths"]["dataDir"] == "/srv/lane-shared/dagu/data"
     assert doc["coordinator"] == {"host": "198.18.0.11", "port": 2, "advertise": "198.18.0.11"}
     assert doc["peer"] == {"insecure": False, "certFile": "/c", "keyFile": "/k", "clientCaFile": "/ca"}
-    new = yaml.safe_load(dconfig.with_queue_max(text, 5))
+    new = yaml.safe_load(daguconfig.with_queue_max(text, 5))
     assert new["queues"]["config"][0]["maxConcurrency"] == 5
     assert {k: v for k, v in new.items() if k != "queues"} == {k: v for k, v in doc.items() if k != "queues"}
 

@@ -15,9 +15,9 @@ from jobs import forge as forge_mod
 from jobs import lane_main, submit
 from lanes import forgeauth, gate, gitrun, payload
 from lanes.agent.git import CREDENTIAL_HELPER
-from lanes.config import LanesFile
 from lanes.errors import ConfigError
 from lanes.gitrun import Repo
+from lanes.lanesfile import LanesFile
 from lanes.mask import mask
 from tests.helpers.job_helpers import fake_lane_dagu, git, make_checkout, write_manifest
 

@@ -18,7 +18,7 @@ import pytest
 
 from lanes import crontab
 from lanes.errors import ConfigError
-from rig import config as rig_config
+from rig import rigfile
 from rig.box import procs
 from rig.forward import check, control
 from rig.forward import state as st
@@ -346,10 +346,10 @@ def test_missing_rig_file_no_forwards_and_no_jump_each_say_what_to_add(tmp_path)
 
 # -- pure parts -------------------------------------------------------------------------------------
 
-def _load(tmp_path: Path, forwards: dict, **top: object) -> rig_config.RigFile:
+def _load(tmp_path: Path, forwards: dict, **top: object) -> rigfile.RigFile:
     p = tmp_path / "rig.local.json"
     p.write_text(json.dumps({"jump": "root@jump-host", **top, "forwards": forwards}))
-    return rig_config.load(p)
+    return rigfile.load(p)
 
 
 @pytest.mark.parametrize("fw, field, problem", [
@@ -375,13 +375,13 @@ def test_rig_file_forward_errors_name_file_and_field(tmp_path, fw, field, proble
 def test_rig_file_forwards_parse(tmp_path):
     rig = _load(tmp_path, {"forge": {"local_port": 18080, "target": "10.0.0.5:80", "check": "forge"},
                            "db": {"local_port": 15432, "target": "[fd00::5]:5432"}})
-    assert rig.forwards["forge"] == rig_config.Forward("forge", 18080, "10.0.0.5", 80, "forge")
+    assert rig.forwards["forge"] == rigfile.Forward("forge", 18080, "10.0.0.5", 80, "forge")
     assert rig.forwards["db"].check == "tcp" and rig.forwards["db"].target == "[fd00::5]:5432"
     assert rig.roles == {}
 
 
 def test_the_example_rig_file_declares_forwards():
-    rig = rig_config.load(Path(__file__).resolve().parent.parent / "rig" / "rig.example.json")
+    rig = rigfile.load(Path(__file__).resolve().parent.parent / "rig" / "rig.example.json")
     assert {"forge", "gateway"} <= set(rig.forwards) and rig.jump
 
 

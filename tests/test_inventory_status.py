@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from bench import folknet
-from rig.inventory import snapshot, status
+from rig.inventory import inventoryfile, status
 from rig.inventory.probe import Outcome, Policy, advance
 
 T0 = dt.datetime(2026, 11, 30, 10, 0, 0, tzinfo=dt.UTC)
@@ -33,28 +33,28 @@ def test_first_outcome_decides_an_unknown_alias():
 def test_ready_alias_turns_failing_only_after_n_failures_in_a_row():
     seq = rounds([OK, BAD, BAD, BAD], Policy(fails=3, oks=2))
     assert [s["status"] for s in seq] == ["ready", "ready", "ready", "failing"]
-    assert seq[-1]["since"] == snapshot.iso(T0 + dt.timedelta(minutes=15))
+    assert seq[-1]["since"] == inventoryfile.iso(T0 + dt.timedelta(minutes=15))
     assert seq[-1]["last_error"].startswith("HTTP 503")
-    assert seq[-1]["last_answer"] == snapshot.iso(T0)
+    assert seq[-1]["last_answer"] == inventoryfile.iso(T0)
 
 
 def test_a_success_between_failures_resets_the_count():
     seq = rounds([OK, BAD, OK, BAD, OK], Policy(fails=2, oks=2))
     assert {s["status"] for s in seq} == {"ready"}
-    assert seq[-1]["since"] == snapshot.iso(T0)
+    assert seq[-1]["since"] == inventoryfile.iso(T0)
 
 
 def test_failing_alias_turns_ready_only_after_m_successes():
     seq = rounds([BAD, OK, OK, BAD, OK, OK, OK], Policy(fails=2, oks=3))
     assert [s["status"] for s in seq] == ["failing"] * 6 + ["ready"]
-    assert seq[-1]["since"] == snapshot.iso(T0 + dt.timedelta(minutes=30))
+    assert seq[-1]["since"] == inventoryfile.iso(T0 + dt.timedelta(minutes=30))
     assert seq[-1]["last_answer_latency_s"] == 0.05
 
 
 def test_since_holds_while_the_status_holds():
     seq = rounds([OK, OK, OK], Policy())
-    assert {s["since"] for s in seq} == {snapshot.iso(T0)}
-    assert seq[-1]["last_answer"] == snapshot.iso(T0 + dt.timedelta(minutes=10))
+    assert {s["since"] for s in seq} == {inventoryfile.iso(T0)}
+    assert seq[-1]["last_answer"] == inventoryfile.iso(T0 + dt.timedelta(minutes=10))
 
 
 def write_declared(tmp_path: Path, aliases: dict) -> folknet.Folknet:
@@ -68,10 +68,10 @@ A = {"pool": "gpu0", "max_inflight": 4, "provider": "self-hosted", "keys": ["bat
 
 def test_merge_declared_keeps_probe_state_drops_removed_marks_retired(tmp_path):
     decl = write_declared(tmp_path, {"a": A, "b": dict(A, retired="2026-09-22")})
-    snap = snapshot.empty()
+    snap = inventoryfile.empty()
     snap["aliases"] = {"a": {"status": "ready", "since": "2026-11-30T09:00:00Z", "max_inflight": 1},
                        "gone": {"status": "ready"}, "b": {"status": "ready"}}
-    snapshot.merge_declared(snap, decl, T0.date())
+    inventoryfile.merge_declared(snap, decl, T0.date())
     assert set(snap["aliases"]) == {"a", "b"}
     assert snap["aliases"]["a"]["status"] == "ready" and snap["aliases"]["a"]["max_inflight"] == 4
     assert snap["aliases"]["a"]["since"] == "2026-11-30T09:00:00Z"
@@ -80,8 +80,8 @@ def test_merge_declared_keeps_probe_state_drops_removed_marks_retired(tmp_path):
 
 def test_snapshot_update_is_atomic_and_keeps_other_sections(tmp_path):
     p = tmp_path / "inv" / "inventory.json"
-    snapshot.update(p, lambda s: s["hosts"].update(h={"status": "up"}), T0)
-    snapshot.update(p, lambda s: s.update(probed_at="x"), T0)
+    inventoryfile.update(p, lambda s: s["hosts"].update(h={"status": "up"}), T0)
+    inventoryfile.update(p, lambda s: s.update(probed_at="x"), T0)
     data = json.loads(p.read_text())
     assert data["hosts"] == {"h": {"status": "up"}} and data["probed_at"] == "x"
     assert data["written_at"] == "2026-11-30T10:00:00Z"
@@ -93,7 +93,7 @@ def test_concurrent_writers_lose_no_section(tmp_path):
 
     def bump(key: str) -> None:
         for i in range(30):
-            snapshot.update(p, lambda s, i=i: s["hosts"].__setitem__(f"{key}{i}", {}))
+            inventoryfile.update(p, lambda s, i=i: s["hosts"].__setitem__(f"{key}{i}", {}))
 
     ts = [threading.Thread(target=bump, args=(k,)) for k in "ab"]
     for t in ts:
@@ -106,7 +106,7 @@ def test_concurrent_writers_lose_no_section(tmp_path):
 def test_corrupt_snapshot_is_started_over(tmp_path):
     p = tmp_path / "inventory.json"
     p.write_text("{oops")
-    snapshot.update(p, lambda s: s["aliases"].update(a={"status": "ready"}), T0)
+    inventoryfile.update(p, lambda s: s["aliases"].update(a={"status": "ready"}), T0)
     assert json.loads(p.read_text())["aliases"] == {"a": {"status": "ready"}}
 
 

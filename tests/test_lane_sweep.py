@@ -16,8 +16,8 @@ import pytest
 from lanes import sweep as sw
 from lanes.agent import layout
 from lanes.agent import root as agent_root
-from lanes.config import Lane
 from lanes.gitrun import Repo
+from lanes.lanesfile import Lane
 from lanes.ssh import Connection
 
 E = sw.Entry

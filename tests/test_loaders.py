@@ -7,9 +7,9 @@ import pytest
 
 from bench import folknet
 from jobs import tracks
-from lanes import config as lanes_config
+from lanes import lanesfile
 from lanes.errors import ConfigError
-from rig import config as rig_config
+from rig import rigfile
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,7 @@ def write(tmp_path: Path, name: str, data) -> Path:
     return p
 
 
-@pytest.mark.parametrize("loader", [lanes_config.load, tracks.load, folknet.load, rig_config.load])
+@pytest.mark.parametrize("loader", [lanesfile.load, tracks.load, folknet.load, rigfile.load])
 def test_malformed_json_names_file_and_position(tmp_path, loader):
     p = write(tmp_path, "bad.json", '{"lanes": [\n  {"ssh": "a"},,\n]}')
     with pytest.raises(ConfigError) as e:
@@ -29,7 +29,7 @@ def test_malformed_json_names_file_and_position(tmp_path, loader):
     assert str(p) in msg and "line 2" in msg and "\n" not in msg
 
 
-@pytest.mark.parametrize("loader", [lanes_config.load, tracks.load, folknet.load, rig_config.load])
+@pytest.mark.parametrize("loader", [lanesfile.load, tracks.load, folknet.load, rigfile.load])
 def test_missing_file_names_file(tmp_path, loader):
     with pytest.raises(ConfigError) as e:
         loader(tmp_path / "nope.json")
@@ -39,14 +39,14 @@ def test_missing_file_names_file(tmp_path, loader):
 def test_lanes_file_bad_field(tmp_path):
     p = write(tmp_path, "lane.local.json", {"lanes": [{"ssh": "lane@a"}, {"ssh": 5}]})
     with pytest.raises(ConfigError) as e:
-        lanes_config.load(p)
+        lanesfile.load(p)
     assert str(p) in str(e.value) and "lanes[1].ssh" in str(e.value) and "string" in str(e.value)
 
 
 def test_lanes_file_bad_port(tmp_path):
     p = write(tmp_path, "lane.local.json", {"lanes": [{"ssh": "lane@a:xx"}]})
     with pytest.raises(ConfigError) as e:
-        lanes_config.load(p)
+        lanesfile.load(p)
     assert "lanes[0].ssh" in str(e.value)
 
 
@@ -81,7 +81,7 @@ def test_folknet_bad_retired_date(tmp_path):
 def test_rig_file_role_without_hosts(tmp_path):
     p = write(tmp_path, "rig.local.json", {"roles": {"proxy": {"hosts": []}}})
     with pytest.raises(ConfigError) as e:
-        rig_config.load(p)
+        rigfile.load(p)
     assert "roles.proxy.hosts" in str(e.value)
 
 
@@ -89,13 +89,13 @@ def test_committed_files_load():
     assert tracks.load(ROOT / "tracks.json").verify
     fk = folknet.load(ROOT / "bench/folknet.json")
     assert any(a.is_retired() for a in fk.aliases.values())
-    assert len(lanes_config.load(ROOT / "bench/lane.example.json").lanes) == 2
-    assert "proxy" in rig_config.load(ROOT / "rig/rig.example.json").roles
+    assert len(lanesfile.load(ROOT / "bench/lane.example.json").lanes) == 2
+    assert "proxy" in rigfile.load(ROOT / "rig/rig.example.json").roles
 
 
 def test_lane_ssh_env_overrides_file(tmp_path, monkeypatch):
     p = write(tmp_path, "lane.local.json", {"lanes": [{"ssh": "lane@a", "root": "/srv/x"}, {"ssh": "lane@b"}]})
     monkeypatch.setenv("NEV_LANES_FILE", str(p))
     monkeypatch.setenv("NEV_LANE_SSH", "other@c:2222")
-    lf = lanes_config.configured()
+    lf = lanesfile.configured()
     assert [(lane.target.user, lane.target.host, lane.target.port, lane.root) for lane in lf.lanes] == [("other", "c", 2222, "/srv/x")]

@@ -11,8 +11,8 @@ import pytest
 from lanes import gitrun
 from lanes.errors import ConfigError, UsageError
 from lanes.mask import mask
-from rig import config as rig_config
-from rig.config import Role
+from rig import rigfile
+from rig.rigfile import Role
 from rig.snapshot import changelog
 from rig.snapshot.capture import CaptureError, CmdRec, FileRec, HostState, parse_capture, sha256
 from rig.snapshot.diff import mask_text, render
@@ -188,12 +188,12 @@ def _rig(tmp_path, roles, **top):
 ])
 def test_rig_file_errors_name_the_field(tmp_path, role, field):
     with pytest.raises(ConfigError) as e:
-        rig_config.load(_rig(tmp_path, {"p": role}))
+        rigfile.load(_rig(tmp_path, {"p": role}))
     assert f"field {field} " in str(e.value)
 
 
 def test_role_validate_belongs_to_first_file_and_file_objects_bring_their_own(tmp_path):
-    rf = rig_config.load(_rig(tmp_path, {"gw": {
+    rf = rigfile.load(_rig(tmp_path, {"gw": {
         "hosts": ["root@h"], "validate": "yamlcheck {path}",
         "files": ["/etc/litellm/config.yaml", {"path": "/etc/litellm/keys.json", "validate": "jq . {path}"},
                   "/etc/systemd/system/litellm.service"]}}, host_store="/var/lib/x/"))

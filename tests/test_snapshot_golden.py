@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rig.config import Role
+from rig.rigfile import Role
 from rig.snapshot.capture import parse_capture
 from rig.snapshot.diff import redacted_view
 

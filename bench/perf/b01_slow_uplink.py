@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from lanes import config, gate, payload  # noqa: E402
+from lanes import gate, lanesfile, payload  # noqa: E402
 from rig.box import Box  # noqa: E402
 
 RESULTS = ROOT / "bench" / "perf" / "results.jsonl"
@@ -121,7 +121,7 @@ def du_bytes(path: Path, exclude: str | None = None) -> int:
 
 def gate_once(wt: Path) -> tuple[float, gate.Outcome]:
     t0 = time.perf_counter()
-    lf = config.configured()
+    lf = lanesfile.configured()
     picked = gate.pick_lane(lf, 0)
     assert picked is not None, "lane 1 of the box does not answer"
     lane, conn = picked

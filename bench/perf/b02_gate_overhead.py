@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from lanes import config, gate, payload  # noqa: E402
+from lanes import gate, lanesfile, payload  # noqa: E402
 from rig.box import Box  # noqa: E402
 
 RESULTS = ROOT / "bench" / "perf" / "results.jsonl"
@@ -109,7 +109,7 @@ def main() -> int:
             cli.append(t)
             rss["nev_cli"] = max(rss["nev_cli"], r or 0)
             t0 = time.perf_counter()
-            lf = config.configured()
+            lf = lanesfile.configured()
             picked = gate.pick_lane(lf, 0)
             assert picked is not None
             ln, conn = picked

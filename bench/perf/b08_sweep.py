@@ -28,8 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lanes import sweep as sw
-from lanes.config import Lane
 from lanes.gitrun import Repo
+from lanes.lanesfile import Lane
 from lanes.ssh import Connection, Target
 from rig.box import Box
 

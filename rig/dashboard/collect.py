@@ -75,13 +75,13 @@ def dagu_runs() -> list[dict[str, Any]]:
 # -- aliases ---------------------------------------------------------------
 
 def aliases() -> dict[str, Any]:
-    from rig.inventory import snapshot, status
+    from rig.inventory import inventoryfile, status
 
-    path = snapshot.default_path()
+    path = inventoryfile.default_path()
     if not path.exists():
         raise Unavailable(f"no inventory snapshot at {path}: run `nev rig probe` (NEV_INVENTORY)")
-    snap = snapshot.read(path)
-    now = snapshot.now_utc()
+    snap = inventoryfile.read(path)
+    now = inventoryfile.now_utc()
     s = status.summary(snap, now, str(path))
     limits = {n: a.get("max_inflight") for n, a in (snap.get("aliases") or {}).items()}
     for r in s["aliases"]:

@@ -15,12 +15,12 @@ from typing import Any
 
 from lanes import crontab, settings, ssh
 from lanes.errors import ConfigError, NevError, UsageError
-from rig import config
+from rig import rigfile
 from rig.box import procs
-from rig.config import Forward, RigFile
 from rig.forward import check
 from rig.forward import state as st
 from rig.forward.supervise import client_files, jump_target
+from rig.rigfile import Forward, RigFile
 
 NEV_ROOT = Path(__file__).resolve().parents[2]
 UP_TIMEOUT = 30.0
@@ -35,7 +35,7 @@ def load(path: Path) -> RigFile:
     if not path.exists():
         raise ConfigError(f"{path}: rig file not found (NEV_RIG_FILE); create it with \"jump\": "
                           f"\"[user@]host[:port]\" and {example} (see rig/rig.example.json, docs/forwards.md)")
-    rig = config.load(path)
+    rig = rigfile.load(path)
     if not rig.forwards:
         raise ConfigError(f"{path}: no forwards declared; add {example} (docs/forwards.md)")
     return rig

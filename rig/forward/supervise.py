@@ -25,8 +25,8 @@ from types import FrameType
 from lanes import ssh
 from lanes.errors import NevError
 from lanes.mask import mask_argv
-from rig.config import Forward, RigFile
 from rig.forward import state as st
+from rig.rigfile import Forward, RigFile
 
 FIRST = 0.5
 MAX = 5.0
@@ -117,12 +117,12 @@ class Supervisor:
 
     def _undeclared(self) -> str | None:
         """Why this forward is no longer declared (its rig file gone or changed), or None."""
-        from rig import config
+        from rig import rigfile
 
         if not self.rig_path.exists():
             return f"the rig file {self.rig_path} is gone"
         try:
-            fws = config.load(self.rig_path).forwards
+            fws = rigfile.load(self.rig_path).forwards
         except NevError:
             return None          # a file being edited: keep the forward until it reads again
         now = fws.get(self.fw.name)

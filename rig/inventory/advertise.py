@@ -27,7 +27,7 @@ from lanes import jsonfile
 from lanes.errors import ConfigError, UsageError
 from lanes.mask import is_secret_name, mask, register_secret
 from lanes.ui import info
-from rig.inventory import snapshot
+from rig.inventory import inventoryfile
 
 SERVICE_TYPE = "_nevinv._tcp.local."
 SCHEMA = 1
@@ -250,7 +250,7 @@ def run(interface: str | None, inventory: Path | None, port: int, name: str | No
             register_secret(v)
     declared = read_declared(inventory)
     host_name = name or declared.get("name") or default_name(addr)
-    doc, dropped = build(declared, addr, port, host_name, snapshot.iso(snapshot.now_utc()))
+    doc, dropped = build(declared, addr, port, host_name, inventoryfile.iso(inventoryfile.now_utc()))
     for note in dropped:
         info(f"inventory: {note}")
     stop = threading.Event()

@@ -27,7 +27,7 @@ import requests
 from bench.folknet import Folknet
 from lanes.mask import mask
 from lanes.ui import info
-from rig.inventory import snapshot
+from rig.inventory import inventoryfile
 from rig.inventory.advertise import SERVICE_TYPE, check_interface, sanitize
 from rig.inventory.reach import Reach, host_vars
 
@@ -182,7 +182,7 @@ def merge(found: list[Found], seeds: list[str], fetched: dict[str, tuple[dict[st
         hosts[f.name] = {"name": f.name, "url": f.url, "addresses": f.addresses,
                          "role": (doc or {}).get("role") or f.role, "sources": list(f.sources),
                          "status": "up" if doc is not None else "down", "error": err,
-                         "seen_after_s": f.seen_after_s, "checked_at": snapshot.iso(at),
+                         "seen_after_s": f.seen_after_s, "checked_at": inventoryfile.iso(at),
                          "inventory": doc}
         if f.url:
             by_url[f.url] = f.name
@@ -197,7 +197,7 @@ def merge(found: list[Found], seeds: list[str], fetched: dict[str, tuple[dict[st
             name = netloc
         hosts[name] = {"name": name, "url": url, "addresses": [], "role": (doc or {}).get("role"),
                        "sources": ["seed"], "status": "up" if doc is not None else "down", "error": err,
-                       "seen_after_s": None, "checked_at": snapshot.iso(at), "inventory": doc}
+                       "seen_after_s": None, "checked_at": inventoryfile.iso(at), "inventory": doc}
     return hosts
 
 
@@ -207,11 +207,11 @@ def pool_hosts(hosts: dict[str, Any], pool: str) -> list[str]:
 
 def apply(snap: dict[str, Any], hosts: dict[str, Any], declared: Folknet | None, at: dt.datetime) -> None:
     if declared is not None:
-        snapshot.merge_declared(snap, declared, at.date())
+        inventoryfile.merge_declared(snap, declared, at.date())
     snap["hosts"] = hosts
     for a in snap["aliases"].values():
         a["pool_hosts"] = pool_hosts(hosts, a.get("pool") or "")
-    snap["collected_at"] = snapshot.iso(at)
+    snap["collected_at"] = inventoryfile.iso(at)
 
 
 def collect_round(browser: Browser | None, seeds: list[str], path: Path, declared: Folknet | None,
@@ -219,13 +219,13 @@ def collect_round(browser: Browser | None, seeds: list[str], path: Path, declare
     found = browser.listing(duration, expect) if browser is not None else []
     extra = [Found(name=u, url=u, sources=["seed"]) for u in seeds]
     fetched = fetch_all(found + extra)
-    at = snapshot.now_utc()
+    at = inventoryfile.now_utc()
     hosts = merge(found, seeds, fetched, at)
 
     def change(snap: dict[str, Any]) -> None:
         apply(snap, hosts, declared, at)
 
-    return snapshot.update(path, change, at)
+    return inventoryfile.update(path, change, at)
 
 
 def ansible(snap: dict[str, Any], reach: Reach | None = None) -> dict[str, Any]:

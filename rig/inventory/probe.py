@@ -30,7 +30,7 @@ from lanes import settings
 from lanes.errors import ConfigError
 from lanes.mask import mask
 from lanes.ui import info
-from rig.inventory import snapshot
+from rig.inventory import inventoryfile as snapshot
 
 READY = "ready"
 FAILING = "failing"

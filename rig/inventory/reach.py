@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanes import config as lanes_config
-from lanes import jsonfile, settings
+from lanes import jsonfile, lanesfile, settings
 from lanes import ssh as lanes_ssh
 from lanes.ssh import Target
-from rig import config as rig_config
+from rig import rigfile
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ def jump_spec(environ: Mapping[str, str] | None = None) -> str | None:
     env = os.environ if environ is None else environ
     rig_path = settings.get_path(settings.RIG_FILE, env)
     if rig_path is not None and rig_path.exists():
-        jump = rig_config.load(rig_path).jump
+        jump = rigfile.load(rig_path).jump
         if jump:
             return jump
     spec = _setting(env)
@@ -68,14 +67,14 @@ def load() -> Reach:
     default)."""
     by_addr: dict[str, tuple[str, int]] = {}
     rig = None
-    rig_path = rig_config.default_path()
+    rig_path = rigfile.default_path()
     if rig_path.exists():
-        rig = rig_config.load(rig_path)
+        rig = rigfile.load(rig_path)
         for role in rig.roles.values():
             for spec in role.hosts:
                 t = Target.parse(spec, default_user="root")
                 by_addr[t.host] = (t.user, t.port)
-    for lane in lanes_config.configured(require=False).lanes:
+    for lane in lanesfile.configured(require=False).lanes:
         t = lane.target
         by_addr[t.host] = (t.user, t.port)
     jump = jump_spec()

@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.inventory_check import parse_time
-from lanes import config as lanes_config
-from lanes import settings
+from bench.readiness import parse_time
+from lanes import lanesfile, settings
 from lanes.errors import NevError
 
 
@@ -122,7 +121,7 @@ def lane_snapshot_path() -> str:
 
 
 def load_from_lane(index: int) -> tuple[dict[str, Any], str]:
-    lane = lanes_config.chosen(index)
+    lane = lanesfile.chosen(index)
     path = lane_snapshot_path()
     with lane.connect() as conn:
         res = conn.run(["cat", "--", path])

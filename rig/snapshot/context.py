@@ -5,18 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from lanes import config as lanes_config
-from lanes import settings
+from lanes import lanesfile, settings
 from lanes.errors import UsageError
-from rig import config as rig_config
-from rig.config import RigFile, Role
+from rig import rigfile
+from rig.rigfile import RigFile, Role
 from rig.snapshot.store import LocalStore
 
 
 def nas_roots() -> list[str]:
     """Every path that is the NAS: the lanes file's `nas` and the lanes' shared folder."""
     roots = []
-    lf = lanes_config.configured(require=False)
+    lf = lanesfile.configured(require=False)
     if lf.nas:
         roots.append(str(Path(lf.nas).expanduser()))
     shared = settings.get(settings.LANE_SHARED)
@@ -41,7 +40,7 @@ class Context:
     def load(cls, create: bool = True) -> Context:
         nas = nas_roots()
         store = LocalStore.open(notes_dir(), nas, create=create)
-        return cls(rig=rig_config.load(rig_config.default_path()), store=store, nas=nas)
+        return cls(rig=rigfile.load(rigfile.default_path()), store=store, nas=nas)
 
     def roles(self, names: tuple[str, ...] | list[str], within: list[str] | None = None) -> list[Role]:
         pool = within if within is not None else list(self.rig.roles)

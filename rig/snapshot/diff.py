@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 
 from lanes.mask import MASK, known_secrets, mask, register_secret
-from rig.config import Role
+from rig.rigfile import Role
 from rig.snapshot.capture import FileRec, HostState, capture_host
 from rig.snapshot.context import Context
 from rig.snapshot.hosts import Hosts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lanes import ssh
 from lanes.ssh import Connection, Target
-from rig.config import RigFile
+from rig.rigfile import RigFile
 
 
 def target(spec: str) -> Target:

@@ -20,7 +20,7 @@ from lanes.errors import NevError
 from lanes.mask import mask
 from lanes.ssh import Connection
 from lanes.ui import info
-from rig.config import Role
+from rig.rigfile import Role
 from rig.snapshot import changelog
 from rig.snapshot.capture import FileRec, HostState, capture_host
 from rig.snapshot.context import Context

@@ -1,6 +1,6 @@
-"""`nev job check inventory`: the shell around bench.inventory_check (read, check, print).
+"""`nev job check inventory`: the shell around bench.readiness (read, check, print).
 
-The job runner calls `run_check` and keeps `bench.inventory_check.report(reasons)` in
+The job runner calls `run_check` and keeps `bench.readiness.report(reasons)` in
 its state (`state.json` -> `inventory`); exit 3 is resent later, exit 10 never is.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from bench import folknet, inventory_check
-from bench.inventory_check import Reason
+from bench import folknet, readiness
+from bench.readiness import Reason
 from jobs import manifest as manifest_file
 from lanes import settings
 from lanes.ui import emit_json, info
@@ -18,10 +18,10 @@ from lanes.ui import emit_json, info
 
 def run_check(manifest: Path, snapshot: Path, declared: Path | None = None) -> list[Reason]:
     """Every reason the job may not start now (empty: every model it needs is ready)."""
-    needs = inventory_check.needs_from_manifest(manifest_file.read(manifest), manifest)
+    needs = readiness.needs_from_manifest(manifest_file.read(manifest), manifest)
     decl = folknet.load(declared or folknet.default_path())
-    snap = inventory_check.read_snapshot(snapshot)
-    return inventory_check.check(needs, snap, decl, dt.datetime.now(dt.UTC),
+    snap = readiness.read_snapshot(snapshot)
+    return readiness.check(needs, snap, decl, dt.datetime.now(dt.UTC),
                                  float(settings.get_int(settings.INVENTORY_MAX_AGE)))
 
 
@@ -29,9 +29,9 @@ def run(manifest: Path, snapshot: Path, declared: Path | None, as_json: bool) ->
     reasons = run_check(manifest, snapshot, declared)
     for r in reasons:
         info(f"inventory: {'refused' if r.permanent else 'not ready'}: {r.message}")
-    code = inventory_check.exit_code(reasons)
+    code = readiness.exit_code(reasons)
     if as_json:
-        emit_json(inventory_check.report(reasons))
+        emit_json(readiness.report(reasons))
     elif code == 0:
         info(f"inventory: every model of {manifest} is ready")
     return code

@@ -8,7 +8,7 @@ provider is not declared, or the job's key may not use it; it never clears by
 itself). All reasons are collected, never only the first.
 
 The snapshot fields read here (`probed_at`, `aliases.<name>.status|since|
-last_error`) are written by `rig/inventory/snapshot.py`; docs/inventory.md
+last_error`) are written by `rig/inventory/inventoryfile.py`; docs/inventory.md
 describes the format.
 """
 

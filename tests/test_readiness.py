@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import folknet
-from bench.inventory_check import (
+from bench.readiness import (
     Need,
     Needs,
     Snapshot,
