@@ -14,12 +14,13 @@ def lane() -> None:
 
 @lane.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--lane", "lane_index", type=int, help="Use lane N of the lanes file (default: first that answers).")
-@click.option("--lane-only", is_flag=True, help="Never run on the development box (always so for `run`).")
 @click.option("--pull", multiple=True, metavar="DIR", help="Copy DIR of the lane copy back after the run (repeatable).")
 @click.argument("worktree", type=click.Path(file_okay=False))
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(lane_index: int | None, lane_only: bool, pull: tuple[str, ...], worktree: str, command: tuple[str, ...]) -> int:
+def run(lane_index: int | None, pull: tuple[str, ...], worktree: str, command: tuple[str, ...]) -> int:
     """Ship WORKTREE (unpushed commits, diff, untracked files) to a lane and run COMMAND there.
+
+    COMMAND never runs on this machine; `nev lane on` runs it here when no lane answers.
 
     Exit status is the command's; 3 when no lane answered (nothing ran), 4 when the
     lane's disk is short even after a sweep, 130/143 when interrupted (the command on

@@ -28,10 +28,6 @@ class ConfigError(NevError):
     exit_code = 1
 
 
-class NotBuiltError(NevError):
-    exit_code = 1
-
-
 class NoLaneError(NevError):
     """No build lane answered; nothing ran."""
 

@@ -37,15 +37,12 @@ from lanes.session import Session
 from lanes.ssh import CONNECT_TIMEOUT, Connection, SshError
 
 
-# The disk guard's sweep (issue 5 provides it): called as SWEEP_HOOK(lane, track) when the lane
-# root is short of NEV_LANE_MIN_FREE_GB before a run; the guard then asks the lane again.
 def _sweep(lane: Lane, track: str) -> None:
+    """The disk guard's sweep, when the lane root is short of NEV_LANE_MIN_FREE_GB before a run;
+    the guard then asks the lane again."""
     from lanes import sweep
 
     sweep.gate_hook(lane, track)
-
-
-SWEEP_HOOK: Callable[[Lane, str], object] | None = _sweep
 
 STOP_WAIT = 3.0
 DROPPED_EXIT = 255
@@ -196,13 +193,8 @@ def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Se
         if hello["free_gb"] < min_free:
             session.request(Op.ABORT)
             session.close()
-            hook = sweep or SWEEP_HOOK
-            if hook is not None:
-                ui.info(f"{lane.label}: {hello['free_gb']:.1f} GB free, under {min_free:g} GB; sweeping the lane")
-                hook(lane, wt.name)
-            else:
-                ui.info(f"{lane.label}: {hello['free_gb']:.1f} GB free, under {min_free:g} GB; "
-                        "no sweep is installed (lanes.gate.SWEEP_HOOK), checking again")
+            ui.info(f"{lane.label}: {hello['free_gb']:.1f} GB free, under {min_free:g} GB; sweeping the lane")
+            (sweep or _sweep)(lane, wt.name)
             session = Session(conn, lane)
             hello = _hello(session, wt, forge)
             if hello["free_gb"] < min_free:

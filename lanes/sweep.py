@@ -197,7 +197,7 @@ def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool
 
 
 def gate_hook(lane: Lane, track: str) -> None:
-    """The gate's disk guard (`lanes.gate.SWEEP_HOOK`): sweep the lane that is short of space,
+    """The gate's disk guard (`lanes.gate` calls it): sweep the lane that is short of space,
     every copy that may go (the primary checkout is the repository of the current folder); the
     guard then asks the lane for its free space again. A sweep that fails says so in one line
     and the guard decides as if nothing was freed."""

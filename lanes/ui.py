@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from lanes.errors import NotBuiltError
 from lanes.mask import mask
 
 
@@ -72,7 +71,3 @@ class Counter:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
-
-
-def not_built(what: str, issue: int) -> NotBuiltError:
-    return NotBuiltError(f"`nev {what}` is not built yet (issue #{issue}); nothing was done")

@@ -97,8 +97,8 @@ def shape(lane: str, off: str | None, up_kbit: int | None, down_kbit: int | None
 def demo(keep: bool, cases: int) -> int:
     """Run the whole mission end to end on the box: one line per step, then a summary.
 
-    Box NEV_BOX_NAME (default demo) on NEV_BOX_NET (default 198.18.77). Steps whose part is not
-    built yet say so and are skipped; exit 0 only when every step ran and passed.
+    Box NEV_BOX_NAME (default demo) on NEV_BOX_NET (default 198.18.77). After a failed step the
+    later ones do not run, except the last; exit 0 only when every step ran and passed.
     """
     from rig.demo import Options, run
 

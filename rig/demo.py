@@ -1,7 +1,7 @@
 """`nev box demo`: the whole mission end to end on the rig-in-a-box, through the public commands
-of every part. Each step prints one progress line with its time; a part that is not on main yet
-makes its step say `not built yet (issue #N)` and the demo goes on where it can. The exit status
-is 0 only when every step ran and passed.
+of every part. Each step prints one progress line with its time and passes or fails; after a
+failure the later steps do not run, except the last (keep the box or bring it down). The exit
+status is 0 only when every step ran and passed.
 
 The steps run `nev` itself (`python -m rig.cli`, this very checkout) with the box's settings, so
 what the demo shows is what a person typing the commands gets.
@@ -30,13 +30,10 @@ from rig.box import Box
 from rig.box.state import BoxInfo
 from rig.demo_report import (
     FAILED,
-    NOT_BUILT,
-    PARTIAL,
     PASSED,
     Results,
     StepResult,
     exit_code,
-    missing_issues,
     results_text,
     summary_table,
 )
@@ -49,19 +46,6 @@ DEMO_BOX_NAME = "demo"
 DEMO_BOX_NET = "198.18.77"
 SNAPSHOT_LABEL = "demo-start"
 
-# What each later step needs from parts that may not be on main yet: (command path, issue).
-# A missing required part skips the step ("not built"); a missing optional one makes it
-# "partial" (it runs what exists, e.g. the batch straight through the gate instead of as a job).
-REQUIRED: dict[int, list[tuple[tuple[str, ...], int]]] = {
-    5: [(("dagu", "up"), 8), (("batch", "run"), 12)],
-    6: [(("land",), 6)],
-}
-OPTIONAL: dict[int, list[tuple[tuple[str, ...], int]]] = {
-    5: [(("job", "submit"), 9)],
-    6: [(("job", "poll"), 9), (("lane", "sweep"), 5)],
-    7: [(("ledger",), 12), (("job", "status"), 9)],
-    8: [(("rig", "dashboard"), 14)],
-}
 ENGINE_IN_REPO = "crates_bridge/engine"   # where nev looks for the engine (NEV_ENGINE_DIR's default)
 GENERATED = f"{ENGINE_IN_REPO}/crates/layout/src/generated"
 
@@ -175,6 +159,11 @@ class Demo:
                              f"(whole output: {self.log_path(step)})")
         return cp
 
+    def corpus_builds(self) -> str:
+        """The shell command that builds the demo function's corpus and the engine's other one
+        (scoring reads every corpus `generated_score_check --list-caches` names)."""
+        return " && ".join(f"nev oracle build {fn} --cases {self.opts.cases}" for fn in (FUNCTION, OTHER))
+
     def log_path(self, step: str) -> Path:
         return self.logs / f"{step}.log"
 
@@ -208,7 +197,7 @@ class Demo:
 
     # ---- the steps ----
 
-    def step1_box(self, missing: list[int]) -> str:
+    def step1_box(self) -> str:
         self.nev("box", "up", step="1-box")
         self.info = self.box.info()
         self.work.mkdir(parents=True, exist_ok=True)
@@ -261,12 +250,12 @@ class Demo:
             except (OSError, NevError):
                 pass
 
-    def step2_snapshot(self, missing: list[int]) -> str:
+    def step2_snapshot(self) -> str:
         cp = self.nev("rig", "snapshot", SNAPSHOT_LABEL, step="2-snapshot")
         last = (cp.stdout.strip() or cp.stderr.strip()).splitlines()[-1:]
         return last[0].split(":")[0] if last else SNAPSHOT_LABEL
 
-    def step3_repo(self, missing: list[int]) -> str:
+    def step3_repo(self) -> str:
         bi = self.binfo
         name = f"demo-engine-{self.tag}.git"
         self.repo_url = bi.forge_create_repo(name)          # the rig address: what the lanes fetch
@@ -306,13 +295,11 @@ class Demo:
         out = self.git(self.work, "ls-remote", self.dev_repo_url, "refs/heads/main")
         return out.split()[0] if out else ""
 
-    def step4_corpus(self, missing: list[int]) -> str:
+    def step4_corpus(self) -> str:
         self.nev("lane", "install", "--lane", "0", step="4-corpus")
-        # the demo's function, and the engine's other generated function (scoring reads every
-        # corpus `generated_score_check --list-caches` names)
-        builds = " && ".join(f"nev oracle build {fn} --cases {self.opts.cases}" for fn in (FUNCTION, OTHER))
         cp = self.nev("lane", "on", "--lane-only", "--lane", "0", "--pull", f"corpus/{FUNCTION}",
-                      "--pull", f"corpus/{OTHER}", str(self.track), "sh", "-c", builds, step="4-corpus")
+                      "--pull", f"corpus/{OTHER}", str(self.track), "sh", "-c", self.corpus_builds(),
+                      step="4-corpus")
         man = self.track / "corpus" / FUNCTION / "manifest.json"
         if not man.exists():
             raise StepFailed(f"the corpus did not come back from the lane: no {man}")
@@ -320,9 +307,8 @@ class Demo:
         agreed = next((ln for ln in (cp.stdout + cp.stderr).splitlines() if "agreed of" in ln), "")
         return agreed.strip() or f"corpus/{FUNCTION}: {m.get('cases')} agreed cases"
 
-    # Steps 5 and 6 need Dagu (#8), the batch (#12) and nev land (#6). With nev job (#9) the batch
-    # and the verify gate are stages of a Dagu job and the poll lands its result; without it they
-    # run straight through the lane gate and the track lands by `nev land approve` + the tick.
+    # Steps 5 and 6: the batch and the verify gate are stages of a Dagu job on the lane, and
+    # `nev job poll` lands its result.
 
     def bank(self) -> Path:
         """The stand-in pools' bank for the demo's function: only wrong answers at the sampling
@@ -331,38 +317,14 @@ class Demo:
         path.write_text(json.dumps(demo_bank(), indent=1))
         return path
 
-    def step5_job(self, missing: list[int]) -> str:
+    def step5_job(self) -> str:
         bank = self.bank()
         for pool in self.binfo.pools:
             self.binfo.pool_control(pool, bank=str(bank))
-        # the batch key reaches the lane only in the worktree's .env (gitignored), never in argv
-        env_file = self.track / ".env"
-        fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.write(fd, f"NEV_MODEL_API_KEY={self.binfo.keys['batch'].read_text().strip()}\n".encode())
-        os.close(fd)
         self.env.setdefault("NEV_DAGU_BINARY", "/opt/nev/dagu-1.30.2/dagu")
         self.nev("dagu", "up", "--lane", "0", step="5-job")
-        batch = ["nev", "batch", "run", FUNCTION, "--models", "qwen3.8-27b-fast:4:4", "--max-batches", "3",
-                 "--escalate-after", "1", "--seed", "15"]
-        if 9 not in missing:
-            return self._submit_job(" ".join(batch))
-        # jobs (#9) not on main: the same batch straight through the lane gate, then the verify gate
-        cp = self.nev(*batch[1:], step="5-job", cwd=self.track, timeout=1200)
-        out = cp.stdout + cp.stderr
-        if "kept a passing version" not in out:
-            raise StepFailed(f"the batch kept no passing version (see {self.log_path('5-job')})")
-        escalated = "escalat" in out
-        verify = VERIFY.split()
-        self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.track), *verify, step="5-job")
-        # the track's commit: the function and its provenance (its floor file is protected: the
-        # floor is raised on main after the landing)
-        self.git(self.track, "checkout", "--", f"{GENERATED}/{FUNCTION}.floor.json")
-        self.git(self.track, "add", f"{GENERATED}/{FUNCTION}.rs", f"{GENERATED}/{FUNCTION}.provenance.json")
-        prov = json.loads((self.track / GENERATED / f"{FUNCTION}.provenance.json").read_text())
-        bid = (prov.get("batch") or {}).get("id", "?")
-        self.git(self.track, "commit", "-q", "-m", f"{FUNCTION}: generated by batch {bid}")
-        return (f"batch {bid} kept a passing version" + (" after escalation" if escalated else "")
-                + "; verify passed on the lane (ran through the gate, not as a job)")
+        return self._submit_job(f"nev batch run {FUNCTION} --models qwen3.8-27b-fast:4:4 --max-batches 3 "
+                                "--escalate-after 1 --seed 15")
 
     def _submit_job(self, batch: str) -> str:
         """The batch and the verify gate as stages of a job: a Dagu run on the lane."""
@@ -381,7 +343,7 @@ class Demo:
         floor = f"{GENERATED}/{FUNCTION}.floor.json"
         # the job's checkout on the lane gets its own corpora; the floor file the batch writes is
         # put back (floor files are protected: floors rise on main after the landing)
-        builds = " && ".join(f"nev oracle build {fn} --cases {self.opts.cases}" for fn in (FUNCTION, OTHER))
+        builds = self.corpus_builds()
         manifest = {
             "name": self.job, "base": self.git(self.track, "rev-parse", "HEAD"), "spec": f"specs/{FUNCTION}.md",
             "key": "batch", "limit": "30m",
@@ -400,19 +362,13 @@ class Demo:
         self.git(self.primary, "branch", "-D", FUNCTION)
         return f"job {self.job} submitted as Dagu run {run_id} (batch then verify on the lane)"
 
-    def step6_land(self, missing: list[int]) -> str:
-        if len(self.steps) < 2 or self.steps[-2].status not in (PASSED, PARTIAL):
-            raise StepFailed("step 5 left nothing to land")
+    def step6_land(self) -> str:
         # the floors step after the landing scores main's checkout on the lane: its lane copy needs
         # the corpora too (only `*ground-truth` corpora are shared through the NAS)
-        builds = " && ".join(f"nev oracle build {fn} --cases {self.opts.cases}" for fn in (FUNCTION, OTHER))
+        builds = self.corpus_builds()
         self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.primary), "sh", "-c", builds, step="6-land")
         before = self.git(self.primary, "rev-parse", "main")
-        if 9 not in missing:
-            self._poll_job()
-        else:
-            self.nev("land", "approve", FUNCTION, "--repo", str(self.primary), step="6-land")
-            self.nev("land", "--approved", "--repo", str(self.primary), step="6-land")
+        self._poll_job()
         r = self.results
         after = self.git(self.primary, "rev-parse", "main")
         # the landed commit: the one the landing tagged spec/<name>/<spec sha> (the floors commit,
@@ -424,11 +380,10 @@ class Demo:
                              f"see {self.log_path('6-land')}")
         r.landed_commit, r.main_after = landed, after
         r.floors_commit = after if after != landed else None
-        swept = "lane sweep not built yet"
-        if 5 not in missing:     # the landed track has no worktree now: its lane copies go
-            sw = self.nev("lane", "sweep", "--lane", "0", "--track", FUNCTION, "--repo", str(self.primary),
-                          step="6-land")
-            swept = (sw.stdout.strip().splitlines() or sw.stderr.strip().splitlines() or ["swept"])[-1]
+        # the landed track has no worktree now: its lane copies go
+        sw = self.nev("lane", "sweep", "--lane", "0", "--track", FUNCTION, "--repo", str(self.primary),
+                      step="6-land")
+        swept = (sw.stdout.strip().splitlines() or sw.stderr.strip().splitlines() or ["swept"])[-1]
         return (f"main {before[:12]} -> {landed[:12]} (guarded fast-forward)"
                 + (f", floors raised in {after[:12]}" if r.floors_commit else ", no floor raised")
                 + f"; {swept}")
@@ -451,22 +406,18 @@ class Demo:
         logs = self.binfo.nas / "archive" / "job-logs" / self.job / run_id
         self.results.job_log = str(logs / "archive.txt") if (logs / "archive.txt").exists() else str(logs)
 
-    def step7_results(self, missing: list[int]) -> str:
+    def step7_results(self) -> str:
         r = self.results
         r.main_on_forge = self._forge_main()
-        # score and floor of the function as main has it, scored on the lane over the corpus:
-        # in the track's lane copy (where step 4 built the corpora), or, once the track landed
-        # (its worktree and lane copies are gone), in a worktree of main named like it, whose
-        # lane copy gets the corpora again (the same seeds give the same cases)
-        wt, prep = self.track, ""
-        if not self.track.exists():
-            wt = self.work / "landed" / FUNCTION
-            wt.parent.mkdir(exist_ok=True)
-            self.git(self.primary, "worktree", "add", "-q", "--detach", str(wt), "main")
-            prep = " && ".join(f"nev oracle build {fn} --cases {self.opts.cases}" for fn in (FUNCTION, OTHER)) + " && "
-        pulls = [a for fn in (FUNCTION, OTHER) for a in ("--pull", f"corpus/{fn}")] if prep else []
+        # score and floor of the function as main has it, scored on the lane over the corpus. The
+        # landed track has no worktree or lane copy any more: a worktree of main named like it,
+        # whose lane copy gets the corpora again (the same seeds give the same cases)
+        wt = self.work / "landed" / FUNCTION
+        wt.parent.mkdir(exist_ok=True)
+        self.git(self.primary, "worktree", "add", "-q", "--detach", str(wt), "main")
+        pulls = [a for fn in (FUNCTION, OTHER) for a in ("--pull", f"corpus/{fn}")]
         cp = self.nev("lane", "on", "--lane-only", "--lane", "0", *pulls, str(wt), "sh", "-c",
-                      f"{prep}nev scores --json", step="7-results")
+                      f"{self.corpus_builds()} && nev scores --json", step="7-results")
         rows = json.loads(cp.stdout[cp.stdout.find("["):] if "[" in cp.stdout else "[]")
         row = next((x for x in rows if x.get("function") == FUNCTION), None)
         if row is None or row.get("error"):
@@ -482,28 +433,20 @@ class Demo:
             raise StepFailed(f"{FUNCTION} does not hold its floor: {r.floors_check}")
         st = self.nev("rig", "status", step="7-results")
         r.rig_status = st.stdout.strip()
-        if 12 not in missing:
-            # the ledger line of the batch that made main's version (named in its provenance): a
-            # batch run by a job is filed under the job's name, one run through the gate under
-            # the track's worktree name
-            prov = json.loads(self.git(self.primary, "show", f"main:{GENERATED}/{FUNCTION}.provenance.json"))
-            bid = (prov.get("batch") or {}).get("id") or "-"
-            led = self.nev("ledger", "--worktree", self.job or FUNCTION, step="7-results", ok=(0, 1))
-            rows = [" ".join(ln.split()) for ln in led.stdout.splitlines() if bid in ln]
-            if rows:
-                r.ledger_line = rows[-1]
-        for key, issue in (("ledger", 12), ("job_log", 9)):
-            if issue in missing:
-                r.missing[key] = [issue]
+        # the ledger line of the batch that made main's version (named in its provenance): a
+        # batch run by a job is filed under the job's name
+        prov = json.loads(self.git(self.primary, "show", f"main:{GENERATED}/{FUNCTION}.provenance.json"))
+        bid = (prov.get("batch") or {}).get("id") or "-"
+        led = self.nev("ledger", "--worktree", self.job, step="7-results", ok=(0, 1))
+        rows = [" ".join(ln.split()) for ln in led.stdout.splitlines() if bid in ln]
+        if rows:
+            r.ledger_line = rows[-1]
         return f"{FUNCTION} {r.score} at floor {r.floor}"
 
-    def step8_end(self, missing: list[int]) -> str:
+    def step8_end(self) -> str:
         if not self.opts.keep:
             self.nev("box", "down", step="8-end")
             return f"box {self.box.name} is down"
-        if missing:
-            self.results.missing["dashboard"] = missing
-            return f"box {self.box.name} left up (--keep); eval \"$(NEV_BOX_NAME={self.box.name} nev box env)\""
         url, pid = self._start_dashboard()
         self.results.dashboard_url = url
         return (f"box {self.box.name} left up (--keep); dashboard {url} (pid {pid}: `kill {pid}` stops it); "
@@ -548,9 +491,7 @@ class Demo:
     # ---- the driver ----
 
     def run(self) -> int:
-        from rig.cli import cli
-
-        plan: list[tuple[int, str, Callable[..., str]]] = [
+        plan: list[tuple[int, str, Callable[[], str]]] = [
             (1, "box up, advertise, collect, probe, status", self.step1_box),
             (2, f"snapshot {SNAPSHOT_LABEL}", self.step2_snapshot),
             (3, "engine repo, primary checkout, track + spec", self.step3_repo),
@@ -567,20 +508,13 @@ class Demo:
             for number, name, fn in plan:
                 res = StepResult(number, name)
                 self.steps.append(res)
-                required = missing_issues(cli, REQUIRED.get(number, []))
-                optional = missing_issues(cli, OPTIONAL.get(number, []) if number != 8 or self.opts.keep else [])
-                res.missing = sorted(set(required + optional))
                 t = time.monotonic()
-                if broken and number not in (7, 8):
-                    res.note = "an earlier step failed"
-                elif required:
-                    res.status = NOT_BUILT
-                elif broken and number == 7:
+                if broken and number != 8:      # the end (keep or box down) always runs
                     res.note = "an earlier step failed"
                 else:
                     try:
-                        res.note = fn(optional)
-                        res.status = PARTIAL if optional else PASSED
+                        res.note = fn()
+                        res.status = PASSED
                     except (NevError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
                         res.status, res.note, broken = FAILED, mask(str(e)), True
                     finally:
@@ -590,14 +524,6 @@ class Demo:
                 self.opts.say(res.line(time.monotonic() - self.t0))
         finally:
             self.reset_pools()
-        # what a result waits for: the landing on steps 5 and 6, the ledger and log on their parts
-        waits = {"landed": [n for s in self.steps if s.number in (5, 6) and s.status == NOT_BUILT
-                            for n in s.missing],
-                 "ledger": [12] if any(12 in s.missing for s in self.steps) else [],
-                 "job_log": [9] if any(9 in s.missing for s in self.steps) else []}
-        for key, issues in waits.items():
-            if issues and key not in self.results.missing:
-                self.results.missing[key] = issues
         self.opts.stdout("")
         self.opts.stdout(summary_table(self.steps))
         self.opts.stdout("")

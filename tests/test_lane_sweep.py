@@ -1,4 +1,4 @@
-"""`nev lane sweep`: the decision (pure) and every scenario of issue 5 on a real box lane over SSH.
+"""`nev lane sweep`: the decision (pure) and every scenario on a real box lane over SSH.
 
 Each test works under its own root on lane0 (`/srv/lane/sweep-<id>`), so it never touches the
 copies other tests' gates leave under `/srv/lane`.

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def lane_python():
     """A Python the lane user can run, seeing this worktree's packages: a stand-in for the lane's
-    provisioned nev environment (lane provisioning is not built yet)."""
+    installed nev (`nev lane install`), without installing it there."""
     base = Path(tempfile.mkdtemp(prefix="nev-lanepy-", dir="/tmp"))
     base.chmod(0o755)
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(base / "v")], check=True)
