@@ -48,8 +48,6 @@ from lanes.mask import mask
 
 DEFAULT_N = 8
 DEFAULT_ESCALATE_N = 4
-DEFAULT_ESCALATE_AFTER = 2
-DEFAULT_MAX_BATCHES = 4
 EXIT_NO_PASS = 1
 
 
@@ -531,13 +529,10 @@ def _keep(cfg: RunConfig, ws: Workspace, spec: prompt.Spec, signature: str, batc
 
 # ---- the command (thin shell) ----
 
-def _repo_root(repo: Path) -> Path:
-    from lanes.gitrun import GitError, Repo
+def repo_root(repo: Path) -> Path:
+    from lanes.gitrun import Repo
 
-    try:
-        return Repo(repo.resolve()).toplevel()
-    except GitError:
-        return repo.resolve()
+    return Repo(repo).toplevel_or_self()
 
 
 def config_from_settings(function: str, repo: Path, models: str | None, max_batches: int | None,
@@ -547,7 +542,7 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
 
     if not re.fullmatch(r"[a-z][a-z0-9_]*", function):
         raise UsageError(f"`{function}` is not a function name (lower_snake_case)")
-    root = _repo_root(repo)
+    root = repo_root(repo)
     net = fk.load(fk.default_path())
     models = models or settings.get(settings.MODELS)
     shares = resolve(parse_models(models), net) if models else default_models(net)
@@ -555,15 +550,12 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
         raise UsageError(f"no sampling model: pass --models ALIAS:N:INFLIGHT or declare one in {net.path}")
     esc_text = escalate or settings.get(settings.ESCALATE_MODEL)
     escalation = resolve(parse_models(esc_text), net)[0] if esc_text else default_escalation(net)
-    mb = max_batches if max_batches is not None else (
-        settings.get_int(settings.MAX_BATCHES) if settings.get(settings.MAX_BATCHES) else DEFAULT_MAX_BATCHES)
+    mb = max_batches if max_batches is not None else settings.get_int(settings.MAX_BATCHES)
     ea = escalate_after if escalate_after is not None else settings.get_int(settings.ESCALATE_AFTER)
     if mb < 1 or ea < 0:
         raise UsageError("--max-batches must be at least 1 and --escalate-after at least 0")
-    engine = Path(settings.get(settings.ENGINE_DIR) or "crates_bridge/engine")
-    corpus_root = Path(settings.get(settings.CORPUS_DIR) or "corpus")
-    engine = engine if engine.is_absolute() else root / engine
-    corpus_root = corpus_root if corpus_root.is_absolute() else root / corpus_root
+    engine = settings.path_under(settings.ENGINE_DIR, root)
+    corpus_root = settings.path_under(settings.CORPUS_DIR, root)
     return RunConfig(function=function, shares=shares, escalation=escalation, escalate_after=ea,
                      max_batches=mb, engine_dir=engine, corpus_dir=corpus or corpus_root / function,
                      workdir=root / "target" / "batch", ledger_path=ledger.ledger_dir() / f"{ledger_name(root)}.jsonl",
@@ -606,15 +598,15 @@ def command(function: str, repo: Path, models: str | None, max_batches: int | No
     if not onlane.on_lane():
         from lanes import settings
 
-        root = _repo_root(repo)
-        engine = Path(settings.get(settings.ENGINE_DIR) or "crates_bridge/engine")
+        root = repo_root(repo)
+        engine = Path(settings.value(settings.ENGINE_DIR))
         pull = ["target/batch"] + ([str(engine / "crates/layout/src/generated")] if not engine.is_absolute() else [])
         return onlane.run_on_lane(root, ["nev", *argv], pull=pull)
     cfg = config_from_settings(function, repo, models, max_batches, escalate_after, escalate, seed, corpus)
     for s in cfg.shares + ([cfg.escalation] if cfg.escalation else []):
         if s.note:
             echo(f"{s.alias}: {s.note}")
-    gw = Gateway(url_from_settings(), gateway_key(_repo_root(repo)))
+    gw = Gateway(url_from_settings(), gateway_key(repo_root(repo)))
     res = run(cfg, gw, echo=echo)
     echo(res.message)
     return res.exit_code

@@ -31,6 +31,7 @@ from pathlib import Path
 from jobs import archive as archive_mod
 from jobs import result as result_mod
 from jobs import runner
+from lanes import settings
 from lanes.apply import credential_env
 from lanes.errors import NevError
 from lanes.gitrun import GitError, Repo, git_env
@@ -46,12 +47,12 @@ def say(msg: str) -> None:
 def forge_env() -> dict[str, str]:
     """Git config for forge commands: nev's one credential helper, answering with the token file's
     content (the file Dagu names in NEV_FORGE_TOKEN_FILE); without the file, no helper at all."""
-    tf = os.environ.get("NEV_FORGE_TOKEN_FILE")
+    tf = settings.get(settings.FORGE_TOKEN_FILE)
     token = None
     if tf and Path(tf).is_file():
         token = next(iter(archive_mod.read_secret_files([tf])), None)
         register_secret(token)
-    return credential_env(os.environ.get("NEV_FORGE_USER"), token)
+    return credential_env(settings.get(settings.FORGE_USER), token)
 
 
 def job_dir(work: str, job: str) -> Path:
@@ -139,8 +140,8 @@ def step_logs_dir(step_logs: str | None, run_log: str | None) -> Path | None:
 
 
 def do_archive(job: str, run_id: str, work: str, share: str, step_logs: str | None, run_log: str | None) -> int:
-    secrets = archive_mod.read_secret_files([os.environ.get("NEV_FORGE_TOKEN_FILE"),
-                                             os.environ.get("NEV_MODEL_KEY_FILE")])
+    secrets = archive_mod.read_secret_files([settings.get(settings.FORGE_TOKEN_FILE),
+                                             settings.get(settings.MODEL_KEY_FILE)])
     logs = step_logs_dir(step_logs, run_log)
     dest = archive_mod.archive(job, run_id, job_dir(work, job), Path(share), logs, secrets)
     say(f"archived the run's logs to {dest} (marker {archive_mod.marker(Path(share), job, run_id).name})")

@@ -18,7 +18,7 @@ from lanes import jsonfile, settings
 
 
 def path(environ: Mapping[str, str] | None = None) -> Path:
-    base = settings.get_path(settings.STATE_DIR, environ) or Path("~/.local/state/nev").expanduser()
+    base = settings.path(settings.STATE_DIR, environ)
     return base / "job-results.json"
 
 

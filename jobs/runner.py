@@ -47,7 +47,7 @@ def default_state_dir(name: str, environ: Mapping[str, str] | None = None) -> Pa
     explicit = settings.get(settings.JOB_STATE, environ)
     if explicit:
         return Path(explicit).expanduser()
-    base = settings.get_path(settings.STATE_DIR, environ) or Path("~/.local/state/nev").expanduser()
+    base = settings.path(settings.STATE_DIR, environ)
     return base / "jobs" / name
 
 
@@ -194,7 +194,7 @@ class Runner:
 
     def _declared_path(self) -> Path:
         """The declared aliases of this job: the file submit sent, else NEV_FOLKNET_FILE in the job's tree."""
-        declared = self.declared or Path(settings.get(settings.FOLKNET_FILE, self.environ) or folknet.default_path())
+        declared = self.declared or settings.path(settings.FOLKNET_FILE, self.environ)
         return declared if declared.is_absolute() else self.workdir / declared
 
     # -- stages ----------------------------------------------------------------------------

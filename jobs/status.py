@@ -15,7 +15,7 @@ from lanes.ui import emit_json
 
 
 def jobs_folder(environ: Mapping[str, str] | None = None) -> Path:
-    base = settings.get_path(settings.STATE_DIR, environ) or Path("~/.local/state/nev").expanduser()
+    base = settings.path(settings.STATE_DIR, environ)
     return base / "jobs"
 
 

@@ -200,7 +200,7 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
         wf = runs.load_workflow(str(workflow_file()))
         ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
         lane_env = parse_lane_env(ld.conn.run(LANE_ENV_PROBE).out)
-        p = params(m, push_manifest(ld, m), lane_forge, lane_env["HOME"], ld.layout, service.lane_shared(ld.lane), src,
+        p = params(m, push_manifest(ld, m), lane_forge, lane_env["HOME"], ld.layout, ld.lane.shared_dir, src,
                    env, lane_env)
         with ld.api() as api:
             run_id, queued = runs.submit(api, wf, p)

@@ -107,10 +107,6 @@ def pick_lane(lf: LanesFile, index: int | None,
     return None
 
 
-def lane_shared(lane: Lane) -> str:
-    return lane.shared or settings.get(settings.LANE_SHARED) or "/srv/lane-shared"
-
-
 class Session:
     """One conversation with the lane program over one SSH channel."""
 
@@ -176,7 +172,7 @@ def _hello(session: Session, wt: payload.Worktree, forge: Forge) -> dict[str, An
     import json
 
     session.send_json({"op": "hello", "name": wt.name, "root": session.lane.root,
-                       "shared": lane_shared(session.lane), "git_url": forge.url,
+                       "shared": session.lane.shared_dir, "git_url": forge.url,
                        "fetch_max_age": settings.get_float(settings.LANE_FETCH_MAX_AGE),
                        "min_free_gb": settings.get_float(settings.LANE_MIN_FREE_GB)})
     for kind, data in session.frames():

@@ -254,8 +254,7 @@ def capacity(declared_file: str | None, as_json: bool) -> int:
     from rig import throughput as tp
     from rig.inventory import snapshot
 
-    path = Path(declared_file) if declared_file else settings.get_path(settings.CAPACITY_FILE)
-    assert path is not None
+    path = Path(declared_file) if declared_file else settings.path(settings.CAPACITY_FILE)
     declared = cap.load(path)
     snap_path = snapshot.default_path()
     snap = snapshot.read(snap_path) if snap_path.exists() else None

@@ -305,9 +305,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def results_dir() -> Path:
-    p = settings.get_path(settings.THROUGHPUT_DIR)
-    assert p is not None
-    return p
+    return settings.path(settings.THROUGHPUT_DIR)
 
 
 def save(result: dict[str, Any], directory: Path | None = None) -> Path:

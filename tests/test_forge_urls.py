@@ -81,12 +81,11 @@ def test_with_both_urls_git_targets_the_forward_and_the_lane_gets_the_rig_addres
         return real_run(argv, *a, **kw)
 
     conn = FakeConn()
-    ld = SimpleNamespace(conn=conn, layout=Layout(root="/home/lane/dagu"), lane=SimpleNamespace(label="lane 0"),
+    ld = SimpleNamespace(conn=conn, layout=Layout(root="/home/lane/dagu"), lane=SimpleNamespace(label="lane 0", shared_dir="/srv/lane-shared"),
                          write_if_changed=lambda path, text: None, api=contextlib.nullcontext)
     sent: list[dict[str, str]] = []
     clean_env.setattr(gitrun.subprocess, "run", recording_run)
     clean_env.setattr(service, "opened", lambda flag: contextlib.nullcontext(ld))
-    clean_env.setattr(service, "lane_shared", lambda lane: "/srv/lane-shared")
     clean_env.setattr(runs, "submit", lambda api, wf, p: (sent.append(p), ("run-1", False))[1])
 
     assert submit.submit(manifest, repo_path=track, environ=env) == 0

@@ -191,10 +191,7 @@ def floors() -> list[dict[str, Any]]:
     from crates_bridge.registry import discover
     from crates_bridge.workspace import Workspace
 
-    engine = settings.get_path(settings.ENGINE_DIR)
-    assert engine is not None
-    if not engine.is_absolute():
-        engine = Path.cwd() / engine
+    engine = settings.path_under(settings.ENGINE_DIR, Path.cwd())
     if not engine.is_dir():
         raise Unavailable(f"no engine workspace at {engine} (NEV_ENGINE_DIR)")
     out = []
