@@ -44,11 +44,11 @@ from crates_bridge.errors import BridgeError
 from crates_bridge.registry import FLOOR_SUFFIX, PROVENANCE_SUFFIX, Floor, load_floor, write_floor
 from crates_bridge.workspace import Workspace
 from lanes.errors import ConfigError, NevError, UsageError
+from lanes.exitcodes import Exit
 from lanes.mask import mask
 
 DEFAULT_N = 8
 DEFAULT_ESCALATE_N = 4
-EXIT_NO_PASS = 1
 
 
 # ---- models (pure) ----
@@ -479,7 +479,7 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
     why = "; ".join(f"{a}: {e}" for a, e in failed_aliases.items())
     msg = (f"{cfg.function}: no version passed in {len(rounds)} batch(es)"
            + (f" (failed models: {why})" if why else "") + "; nothing kept")
-    return RunResult(batch_id, False, rounds, None, mask(msg), EXIT_NO_PASS)
+    return RunResult(batch_id, False, rounds, None, mask(msg), Exit.FAILED)
 
 
 def _keep(cfg: RunConfig, ws: Workspace, spec: prompt.Spec, signature: str, batch_id: str, win: Judged,

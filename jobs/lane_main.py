@@ -34,10 +34,9 @@ from jobs import runner
 from lanes import settings
 from lanes.apply import credential_env
 from lanes.errors import NevError
+from lanes.exitcodes import Exit
 from lanes.gitrun import GitError, Repo, git_env
 from lanes.mask import register_secret
-
-EXIT_PUBLISH = 7
 
 
 def say(msg: str) -> None:
@@ -111,10 +110,10 @@ def publish(job: str, forge: str, work: str) -> int:
         res = result_mod.read(repo)
     except GitError as e:
         say(f"publish: cannot read the result: {e}")
-        return EXIT_PUBLISH
+        return Exit.PUBLISH_FAILED
     if res is None:
         say("publish: the run left no result commit; resend the job")
-        return EXIT_PUBLISH
+        return Exit.PUBLISH_FAILED
     if res.outcome == "not-run":
         say(f"publish: not-run result (exit {res.exit}) kept locally, not published")
         return 0
@@ -122,7 +121,7 @@ def publish(job: str, forge: str, work: str) -> int:
         repo.git("push", "-q", "--force", forge, f"HEAD:refs/heads/result/{job}", timeout=600)
     except GitError as e:
         say(f"publish: pushing result/{job} failed: {e}")
-        return EXIT_PUBLISH
+        return Exit.PUBLISH_FAILED
     (job_dir(work, job) / "published").write_text(f"{res.commit}\n")
     say(f"publish: result/{job} is {res.outcome} (exit {res.exit}) at {res.commit[:12]}")
     return 0

@@ -22,7 +22,6 @@ from jobs.manifest import Manifest
 from lanes import settings
 from lanes.errors import ConfigError
 
-EXIT_UNMET = 9
 BASE_TOOLS = ("git", "python3", "node", "kill")
 
 

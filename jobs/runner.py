@@ -34,11 +34,11 @@ from jobs.manifest import Manifest, Stage
 from jobs.state import FAILED, NOT_RUN, PASSED, STOPPED, JobState, file_hash
 from lanes import settings
 from lanes.errors import ConfigError, NevError
+from lanes.exitcodes import Exit
 from lanes.gitrun import GitError, Repo
 from lanes.mask import mask
 from lanes.ui import info
 
-EXIT_PASSED, EXIT_STAGE_FAILED, EXIT_NOT_READY, EXIT_STOPPED, EXIT_UNMET, EXIT_REFUSED = 0, 1, 3, 8, 9, 10
 HEARTBEAT_S = 5.0
 _PR_SET_PDEATHSIG = 1
 
@@ -292,11 +292,11 @@ class Runner:
         if why_stopped:
             self.js.record("stage-stopped", stage=st.name, exit=code, reason=why_stopped)
             info(f"stage {st.name}: stopped by {why_stopped}")
-            return EXIT_STOPPED
+            return Exit.STOPPED
         if code != 0:
             self.js.record("stage-failed", stage=st.name, exit=code)
             info(f"stage {st.name}: failed (exit {code}); log {log_path}")
-            return EXIT_STAGE_FAILED
+            return Exit.FAILED
         if not self.repo.is_clean():
             self.repo.git("add", "-A")
             self.repo.git("commit", "-q", "--no-verify", "-m", f"job {self.m.name}: stage {st.name} ({st.kind})")
@@ -331,7 +331,7 @@ class Runner:
         self._recover()
         unmet = self._preflight()
         if unmet:
-            return self._finish(FAILED, EXIT_UNMET, [u.message for u in unmet])
+            return self._finish(FAILED, Exit.UNMET, [u.message for u in unmet])
         if head is None:
             raise NevError(f"{self.workdir}: not a git checkout with a commit; clone the job branch first")
         result.strip(self.repo)
@@ -341,26 +341,26 @@ class Runner:
             # A job that cannot go on (a bad declared file, a broken checkout) ends with a failed
             # result, so the poller records it instead of resending it.
             info(f"job {self.m.name}: {e}")
-            return self._finish(FAILED, EXIT_STAGE_FAILED, [str(e)])
+            return self._finish(FAILED, Exit.FAILED, [str(e)])
 
     def _checked_stages(self) -> int:
         code, reasons = self._inventory()
-        if code == EXIT_NOT_READY:
+        if code == Exit.UNAVAILABLE:
             return self._finish(NOT_RUN, code, [r.message for r in reasons])
-        if code == EXIT_REFUSED:
+        if code == Exit.REFUSED:
             return self._finish(FAILED, code, [r.message for r in reasons])
         for stage in self.m.stages:
             if self._passed(stage):
                 info(f"stage {stage.name}: passed before; not rerun")
                 continue
             if self.stop.signum is not None:
-                return self._finish(STOPPED, EXIT_STOPPED, [f"stopped by signal {self.stop.signum}"])
+                return self._finish(STOPPED, Exit.STOPPED, [f"stopped by signal {self.stop.signum}"])
             code = self._run_stage(stage)
-            if code == EXIT_STOPPED:
+            if code == Exit.STOPPED:
                 return self._finish(STOPPED, code, [f"stage {stage.name} stopped"])
             if code != 0:
                 return self._finish(FAILED, code, [f"stage {stage.name} failed (exit {code})"])
-        return self._finish(PASSED, EXIT_PASSED, [])
+        return self._finish(PASSED, Exit.OK, [])
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -411,7 +411,7 @@ def check_preflight(manifest_path: Path, workdir: Path | None, state_dir: Path |
                       inputs={"manifest": m.digest}, by="check")
         if not unmet:
             info(f"requirements: every requirement of {m.name} is met")
-        return EXIT_UNMET if unmet else 0
+        return Exit.UNMET if unmet else Exit.OK
     finally:
         if js is not None:
             js.close()
