@@ -32,7 +32,7 @@ from jobs import manifest as manifest_mod
 from jobs import preflight, result, writer
 from jobs.manifest import Manifest, Stage
 from jobs.state import FAILED, NOT_RUN, PASSED, STOPPED, JobState, file_hash
-from lanes import settings
+from lanes import procgroup, settings
 from lanes.errors import ConfigError, NevError
 from lanes.exitcodes import Exit
 from lanes.gitrun import GitError, Repo
@@ -64,40 +64,6 @@ def _die_with_parent() -> None:  # runs in the child before exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
-
-
-def _pg_alive(pgid: int) -> bool:
-    """Whether a process of the group is still running (zombies waiting for a reaper do not count)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
-
-
-def _end_group(pgid: int, grace: float = 5.0) -> None:
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < wait:
-            if not _pg_alive(pgid):
-                return
-            time.sleep(0.1)
 
 
 def with_lane_gateway(env: Mapping[str, str]) -> dict[str, str]:
@@ -202,8 +168,8 @@ class Runner:
         """A stage the last attempt left running was killed: end what is left of it."""
         for name, s in list(self.js.state["stages"].items()):
             if s["status"] == "running":
-                if s.get("pgid") and _pg_alive(int(s["pgid"])):
-                    _end_group(int(s["pgid"]))
+                if s.get("pgid") and procgroup.alive(int(s["pgid"])):
+                    procgroup.stop(int(s["pgid"]))
                 self.js.record("stage-interrupted", stage=name)
                 info(f"stage {name}: cut short by the last run; it reruns from its start")
 
@@ -285,7 +251,7 @@ class Runner:
                 elif now - t0 > left:
                     why_stopped = f"the wall-clock limit of {self.m.limit_s:.0f} s across resumes"
                 if why_stopped:
-                    _end_group(proc.pid)
+                    procgroup.stop(proc.pid, leader=proc)
                     code = proc.wait()
                     break
         self.js.heartbeat()
