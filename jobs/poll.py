@@ -158,7 +158,7 @@ def poll(repo_path: Path | None = None, environ: Mapping[str, str] | None = None
         forge.fetch_results(repo)
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     failed = 0
-    with records.locked(env) as data:
+    with records.locked_json(env) as data:
         jobs = data["jobs"]
         waiting = {n: r for n, r in jobs.items() if n not in tips and r.get("status") not in FINAL
                    and r.get("run_id")}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from jobs import records
 from jobs.state import STATE, JobState, used_seconds
 from lanes import settings
 from lanes.errors import NevError
@@ -82,19 +82,13 @@ def show(name: str | None, state_dir: Path | None, as_json: bool, environ: Mappi
             continue
         js = JobState.read(f)
         found.append(summary(js.state, js.clock()))
-    polled = jobs_folder(environ).parent / "job-results.json"
-    if polled.exists() and state_dir is None:
-        try:
-            recorded = json.loads(polled.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            recorded = {}
-        for job, rec in sorted(recorded.get("jobs", {}).items()):
+    if state_dir is None:
+        for job, rec in sorted(records.read(environ).jobs.items()):
             if (name is None or job == name) and not any(s["job"] == job for s in found):
-                found.append({"job": job, "status": rec.get("status"), "attempts": rec.get("sends", 0),
-                              "used_s": 0.0, "stages": rec.get("stages", {}), "preflight": None,
-                              "inventory": None, "result": rec.get("result"), "exit": rec.get("exit"),
-                              "why": rec.get("why"), "run_id": rec.get("run_id"),
-                              "resends": rec.get("resends", 0)})
+                found.append({"job": job, "status": rec.status.value, "attempts": rec.sends,
+                              "used_s": 0.0, "stages": {}, "preflight": None,
+                              "inventory": None, "result": rec.result, "exit": rec.exit,
+                              "why": rec.why, "run_id": rec.run_id, "resends": rec.resends})
     if name and not found:
         raise NevError(f"no job {name}: no state folder under {jobs_folder(environ)} and no submission record")
     found = [short_commits(s) for s in found]

@@ -205,16 +205,13 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
         with ld.api() as api:
             run_id, queued = runs.submit(api, wf, p)
         lane_label = ld.lane.label
-    with records.locked(env) as data:
-        rec = data["jobs"].get(m.name, {})
-        rec.update({"job": m.name, "spec": m.spec_name, "manifest": str(manifest_path), "tip": tip, "run_id": run_id,
-                    "lane": lane_flag, "lane_label": lane_label, "status": "submitted",
-                    "submitted_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                    "params": p, "result": None})
-        rec.setdefault("sends", 0)
-        rec["sends"] = int(rec["sends"]) + 1
-        rec.setdefault("resends", 0)
-        data["jobs"][m.name] = rec
+    with records.locked(env) as recs:
+        rec = recs.job(m.name)
+        rec.spec, rec.manifest, rec.tip, rec.run_id = m.spec_name, str(manifest_path), tip, run_id
+        rec.lane, rec.lane_label, rec.status = lane_flag, lane_label, records.JobStatus.SUBMITTED
+        rec.submitted_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        rec.params, rec.result = p, None
+        rec.sends += 1
     info(f"job {m.name}: run {run_id} {'enqueued' if queued else 'started'} on {lane_label}")
     print(run_id)
     return 0
