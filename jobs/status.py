@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from jobs import records
-from jobs.state import STATE, JobState, used_seconds
+from jobs.state import STATE, JobState, JobView, used_seconds
 from lanes import settings
 from lanes.errors import NevError
 from lanes.ui import emit_json
@@ -19,17 +20,17 @@ def jobs_folder(environ: Mapping[str, str] | None = None) -> Path:
     return base / "jobs"
 
 
-def summary(state: dict[str, Any], clock: dict[str, Any] | None = None) -> dict[str, Any]:
+def summary(state: JobView, clock: dict[str, Any] | None = None) -> dict[str, Any]:
     """The part of a state a person reads (pure)."""
     return {
-        "job": state.get("job"),
-        "status": state.get("status"),
-        "attempts": len(state.get("attempts", [])),
+        "job": state.job,
+        "status": state.status.value,
+        "attempts": len(state.attempts),
         "used_s": round(used_seconds(state, clock), 1),
-        "stages": {n: s["status"] for n, s in state.get("stages", {}).items()},
-        "preflight": state.get("preflight"),
-        "inventory": (state.get("inventory") or {}).get("outcome"),
-        "result": state.get("result"),
+        "stages": {n: s.status.value for n, s in state.stages.items()},
+        "preflight": asdict(state.preflight) if state.preflight else None,
+        "inventory": state.inventory.outcome if state.inventory else None,
+        "result": asdict(state.result) if state.result else None,
     }
 
 

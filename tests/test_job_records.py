@@ -11,6 +11,7 @@ import pytest
 
 from jobs import records
 from jobs.records import JobRecord, JobStatus, Records
+from jobs.state import JobView, Status, replay, used_seconds
 from lanes.errors import ConfigError
 from lanes.jsonfile import Fields
 from tests.job_helpers import ROOT, nev
@@ -96,3 +97,34 @@ def test_job_status_refuses_a_corrupt_records_file_in_one_line_and_leaves_it(tmp
     assert len(lines) == 1 and str(p) in lines[0] and field in lines[0], r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert p.read_bytes() == before
+
+
+def _events() -> list[dict]:
+    t = "2026-01-02T03:00:00.000Z"
+    return [{"seq": 1, "time": t, "event": "run-started", "job": "demo", "run_id": "r1", "stages": ["gen", "check"],
+             "inputs": {"manifest": "m1"}},
+            {"seq": 2, "time": t, "event": "preflight-passed", "reasons": []},
+            {"seq": 3, "time": t, "event": "stage-started", "stage": "gen", "pgid": 42, "log": "gen.log",
+             "inputs": {"head": "h1", "stage": "d1"}},
+            {"seq": 4, "time": "2026-01-02T03:00:10.000Z", "event": "stage-passed", "stage": "gen", "commit": "c1",
+             "outputs": ["out/a"]},
+            {"seq": 5, "time": "2026-01-02T03:00:11.000Z", "event": "job-ended", "outcome": "stopped", "exit": 8}]
+
+
+def test_the_job_state_view_is_typed_and_state_json_reads_back_the_same(tmp_path):
+    view = replay(_events())
+    assert view.status is Status.STOPPED and view.stages["gen"].status is Status.PASSED
+    assert view.stages["gen"].outputs == ["out/a"] and view.stages["check"].status is Status.PENDING
+    assert view.attempts[0].last_seen == "2026-01-02T03:00:11.000Z" and view.preflight and view.preflight.ok
+    assert used_seconds(view) == 11.0
+    data = {**view.to_json(), "used_s": 11.0}
+    assert list(data)[:4] == ["schema", "job", "status", "manifest"] and data["stages"]["gen"]["pgid"] == 42
+    assert JobView.from_json(Fields(tmp_path / "state.json"), json.loads(json.dumps(data))).stages == view.stages
+
+
+def test_a_bad_field_of_state_json_is_named_with_its_file(tmp_path):
+    data = replay(_events()).to_json()
+    data["stages"]["gen"]["status"] = "half-done"
+    with pytest.raises(ConfigError) as e:
+        JobView.from_json(Fields(tmp_path / "state.json"), data)
+    assert f"{tmp_path / 'state.json'}: field stages.gen.status is 'half-done'" in str(e.value)

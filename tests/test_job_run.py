@@ -15,7 +15,7 @@ import pytest
 
 from jobs import manifest as manifest_mod
 from jobs import result as result_mod
-from jobs.state import JobState, replay, valid_prefix
+from jobs.state import JobState, Status, replay, valid_prefix
 from lanes.errors import ConfigError
 from lanes.gitrun import Repo
 from lanes.procgroup import alive as group_alive
@@ -107,7 +107,7 @@ def test_events_valid_prefix_stops_at_a_torn_or_broken_line(tmp_path):
     lines[1] = lines[1].replace('"x"', '"y"')
     evs, _ = valid_prefix("".join(lines))
     assert len(evs) == 2  # line 2 still parses, line 3's prev no longer matches
-    assert replay(evs)["stages"]["a"]["status"] == "running"
+    assert replay(evs).stages["a"].status is Status.RUNNING
 
 
 # --- the runner ---------------------------------------------------------------------------------
