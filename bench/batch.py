@@ -583,7 +583,7 @@ def gateway_key(root: Path) -> str:
     path = settings.get_path(settings.MODEL_KEY_FILE)
     if path is not None and path.exists():
         return read_key(path)
-    key = dotenv.first(dotenv.read(root / ".env"), "NEV_MODEL_API_KEY", "GENERA_MODEL_API_KEY")
+    key = dotenv.first(dotenv.read(root / ".env"), *settings.MODEL_API_KEY.names)
     if key:
         register_secret(key)
         return key

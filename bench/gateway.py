@@ -101,7 +101,7 @@ def url_from_settings(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     if settings.get(settings.ON_LANE, env):
         path = lane_model_env(env)
-        url = (dotenv.first(dotenv.read(path), "NEV_LANE_MODEL_URL", "GENERA_LANE_MODEL_URL")
+        url = (dotenv.first(dotenv.read(path), *settings.LANE_MODEL_URL.names)
                or settings.get(settings.LANE_MODEL_URL, env))
         if not url:
             what = "has no NEV_LANE_MODEL_URL line" if path.exists() else "does not exist"

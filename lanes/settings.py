@@ -25,6 +25,11 @@ class Setting:
     def legacy(self) -> str:
         return "GENERA_" + self.name.removeprefix("NEV_")
 
+    @property
+    def names(self) -> tuple[str, str]:
+        """The name and the legacy name, in the order they are read (also in `.env` files)."""
+        return self.name, self.legacy
+
 
 _REGISTRY: dict[str, Setting] = {}
 
