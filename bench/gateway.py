@@ -96,7 +96,7 @@ def url_from_settings(environ: Mapping[str, str] | None = None) -> str:
     | not on a lane | NEV_MODEL_URL |
     | on a lane (NEV_ON_LANE set) | `~/.lane-model-env`'s NEV_LANE_MODEL_URL, else NEV_LANE_MODEL_URL in the environment |
 
-    (The lane program, `lanes/apply.py`, picks the URL for the `.env` it installs for a gate.)
+    (The lane agent, `lanes/agent/copy.py`, picks the URL for the `.env` it installs for a gate.)
     """
     env = os.environ if environ is None else environ
     if settings.get(settings.ON_LANE, env):
@@ -370,7 +370,8 @@ class Gateway:
                     continue
                 if code == 0 or code >= 500:
                     tries_5xx += 1
-                    why = (f"no connection to the gateway ({mask(raw.decode(errors='replace'))[:200]})"
+                    why = (f"no connection to the gateway at {mask(self.endpoint.url)} "
+                           f"({mask(raw.decode(errors='replace'))[:200]})"
                            if code == 0 else _reason(code, raw))
                     if tries_5xx >= TRIES_5XX:
                         rec.status, rec.error = "failed", f"{alias}: {why} (tried {tries_5xx} times)"

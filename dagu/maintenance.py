@@ -14,6 +14,7 @@ import re
 import shlex
 
 from dagu.service import LaneDagu
+from lanes.agent import layout
 from lanes.errors import NevError, UsageError
 from lanes.mask import mask
 
@@ -35,7 +36,7 @@ def clean_job(ld: LaneDagu, name: str) -> bool:
 
 
 def mirror_path(ld: LaneDagu) -> str:
-    return posixpath.join(ld.lane.root, ".git-mirror")
+    return layout.Root(ld.lane.root).mirror
 
 
 def refspecs() -> list[str]:

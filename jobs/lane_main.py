@@ -14,7 +14,7 @@ is `nev job run`'s runner itself; the other steps:
 
 The forge is the URL the lanes reach (`--forge`, the workflow's FORGE parameter: NEV_LANE_GIT_URL
 on the dev box), never the dev box's own forward. The credential is the lane's mode-600 token file
-(NEV_FORGE_TOKEN_FILE), handed to git by nev's one credential helper (`lanes.apply.credential_env`)
+(NEV_FORGE_TOKEN_FILE), handed to git by nev's one credential helper (`lanes.agent.git.credential_env`)
 through the environment; it is in no argv and no URL.
 """
 
@@ -32,7 +32,7 @@ from jobs import archive as archive_mod
 from jobs import result as result_mod
 from jobs import runner
 from lanes import settings
-from lanes.apply import credential_env
+from lanes.agent.git import credential_env
 from lanes.errors import NevError
 from lanes.exitcodes import Exit
 from lanes.gitrun import GitError, Repo, git_env

@@ -1,8 +1,8 @@
 """`.env`-style files (`NAME=value` lines), read one way everywhere.
 
 A checkout's `.env`, the lane's `~/.lane-model-env` and the lane's answer to the submit probe
-all go through `parse`. Stdlib only and self-contained: the lane program carries this module
-(sent as `nev_dotenv`, `lanes/payload.py`).
+all go through `parse`. Stdlib only and self-contained: it travels with the lane agent
+(`lanes/payload.py`).
 """
 
 from __future__ import annotations

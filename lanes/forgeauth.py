@@ -9,7 +9,7 @@ The token is looked up in this order (the first one set wins):
 
 The user: NEV_FORGE_USER (legacy GENERA_FORGE_USER) in the environment, else NEV_FORGE_USER or
 GENERA_FORGE_USER in those `.env` files, else `nev`. The token is registered with the masker and
-reaches git only through the one credential helper (`lanes.apply.credential_env`), never argv.
+reaches git only through the one credential helper (`lanes.agent.git.credential_env`), never argv.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lanes import dotenv, settings
-from lanes.apply import credential_env
+from lanes.agent.git import credential_env
 from lanes.errors import ConfigError
 from lanes.gitrun import GitError, Repo
 from lanes.mask import register_secret

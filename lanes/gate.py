@@ -1,7 +1,7 @@
 """The dev-box side of a gate: pick a lane, ship the worktree, stream the run, pull, clean up.
 
 `run()` is `nev lane run` (lane-only unless told otherwise) and `on()` is `nev lane on`. One SSH
-channel carries the whole conversation with the lane program (`lanes/apply.py`): hello (the
+channel carries the whole conversation with the lane agent (`lanes/agent/`): hello (the
 mirror's tips, free disk), the payload, the streamed output, pulled folders and the result. An
 interrupt (SIGINT/SIGTERM) asks the lane to stop the command's whole process tree and exits
 130/143; a dropped connection is followed by a second SSH call that stops the run and removes
@@ -10,8 +10,8 @@ the three `.env` files.
 
 from __future__ import annotations
 
+import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -20,18 +20,20 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import paramiko
 
-from lanes import config, forgeauth, payload, settings, ui
-from lanes.apply import FRAME, check_rel
+from lanes import config, forgeauth, payload, session, settings, ui
+from lanes.agent.guard import check_rel
+from lanes.agent.wire import Kind, Op, Stop
 from lanes.config import Lane, LanesFile
 from lanes.errors import DiskShortError, NevError, NoLaneError
 from lanes.mask import mask, register_secret
+from lanes.session import Session
 from lanes.ssh import CONNECT_TIMEOUT, Connection, SshError
 
 
@@ -107,59 +109,6 @@ def pick_lane(lf: LanesFile, index: int | None,
     return None
 
 
-class Session:
-    """One conversation with the lane program over one SSH channel."""
-
-    def __init__(self, conn: Connection, lane: Lane) -> None:
-        self.conn = conn
-        self.lane = lane
-        self.ch: paramiko.Channel = conn.open_session(payload.lane_command())
-        self.buf = bytearray()
-        self.sent = 0
-        self.send(payload.lane_program())
-
-    def send(self, data: bytes) -> None:
-        view = memoryview(data)
-        for i in range(0, len(view), 256 * 1024):
-            self.ch.sendall(bytes(view[i:i + 256 * 1024]))
-        self.sent += len(data)
-
-    def send_json(self, obj: dict[str, Any]) -> None:
-        import json
-
-        data = json.dumps(obj).encode()
-        self.send(FRAME.pack(b"J", len(data)) + data)
-
-    def frames(self, timeout: float | None = None) -> Iterator[tuple[bytes, bytes]]:
-        """Frames as they arrive; ends when the channel closes (or `timeout` passes)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            while len(self.buf) >= FRAME.size:
-                kind, n = FRAME.unpack(self.buf[:FRAME.size])
-                if len(self.buf) < FRAME.size + n:
-                    break
-                data = bytes(self.buf[FRAME.size:FRAME.size + n])
-                del self.buf[:FRAME.size + n]
-                yield kind, data
-            if deadline is not None and time.monotonic() > deadline:
-                return
-            select.select([self.ch], [], [], 0.2)
-            while self.ch.recv_stderr_ready():
-                for line in self.ch.recv_stderr(65536).decode(errors="replace").splitlines():
-                    ui.info(f"{self.lane.label}: {line}")
-            if self.ch.recv_ready():
-                data = self.ch.recv(256 * 1024)
-                if not data:
-                    return
-                self.buf += data
-            elif self.ch.closed or (self.ch.exit_status_ready() and not self.ch.recv_ready()):
-                if not self.ch.recv_ready() and not self.ch.recv_stderr_ready():
-                    return
-
-    def close(self) -> None:
-        self.ch.close()
-
-
 @dataclass
 class Outcome:
     status: int
@@ -169,21 +118,18 @@ class Outcome:
 
 
 def _hello(session: Session, wt: payload.Worktree, forge: Forge) -> dict[str, Any]:
-    import json
-
-    session.send_json({"op": "hello", "name": wt.name, "root": session.lane.root,
-                       "shared": session.lane.shared_dir, "git_url": forge.url,
-                       "fetch_max_age": settings.get_float(settings.LANE_FETCH_MAX_AGE),
-                       "min_free_gb": settings.get_float(settings.LANE_MIN_FREE_GB)})
+    session.request(Op.HELLO, name=wt.name, root=session.lane.root, shared=session.lane.shared_dir,
+                    git_url=forge.url, fetch_max_age=settings.get_float(settings.LANE_FETCH_MAX_AGE),
+                    min_free_gb=settings.get_float(settings.LANE_MIN_FREE_GB))
     for kind, data in session.frames():
-        if kind == b"M":
+        if kind is Kind.MESSAGE:
             ui.info(f"{session.lane.label}: {data.decode(errors='replace')}")
-        elif kind == b"H":
-            return json.loads(data)
-        elif kind == b"R":
+        elif kind is Kind.HELLO:
+            return dict(json.loads(data))
+        elif kind is Kind.RESULT:
             res = json.loads(data)
-            raise NevError(f"{session.lane.label}: {res.get('refused', 'the lane program stopped')}")
-    raise SshError(f"{session.lane.label}: the lane program ended before answering (is python3 installed there?)")
+            raise NevError(f"{session.lane.label}: {res.get('refused', 'the lane agent stopped')}")
+    raise SshError(f"{session.lane.label}: the lane agent ended before answering (is python3 installed there?)")
 
 
 def disk_short_message(lane: Lane, hello: dict[str, Any], need: float) -> str:
@@ -207,14 +153,29 @@ def _interrupt_handlers() -> Callable[[], None]:
     return restore
 
 
+class _Pull:
+    """A pulled folder on its way in: PULL_START, PULL_DATA..., PULL_END."""
+
+    def __init__(self, d: str) -> None:
+        check_rel(d.rstrip("/"), "--pull")
+        self.dir = d
+        self.tmp = tempfile.TemporaryFile()
+
+    def finish(self, root: Path) -> None:
+        self.tmp.seek(0)
+        dest = root / self.dir
+        dest.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=self.tmp, mode="r:gz") as tf:
+            tf.extractall(dest, filter="data")
+        self.tmp.close()
+
+
 def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Sequence[str], *,
                  forge: Forge, pull: Sequence[str] = (), extra_env: dict[str, str] | None = None,
                  sweep: Callable[[Lane, str], object] | None = None,
                  on_stdout: Callable[[bytes], None] | None = None,
                  on_stderr: Callable[[bytes], None] | None = None) -> Outcome:
     """Run `command` for `wt` on an answering lane; the exit status is the command's."""
-    import json
-
     out = on_stdout or _write(sys.stdout)
     err = on_stderr or _write(sys.stderr)
     keep_env = settings.get_flag(settings.LANE_KEEP_ENV)
@@ -229,7 +190,7 @@ def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Se
         session = first_session = Session(conn, lane)
         hello = _hello(session, wt, forge)
         if hello["free_gb"] < min_free:
-            session.send_json({"op": "abort"})
+            session.request(Op.ABORT)
             session.close()
             hook = sweep or SWEEP_HOOK
             if hook is not None:
@@ -241,51 +202,45 @@ def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Se
             session = Session(conn, lane)
             hello = _hello(session, wt, forge)
             if hello["free_gb"] < min_free:
-                session.send_json({"op": "abort"})
+                session.request(Op.ABORT)
                 raise DiskShortError(disk_short_message(lane, hello, min_free))
         p = payload.build(wt, hello.get("tips", []), forge.url is not None)
         sizes = p.sizes()
-        env = dict(extra_env or {})
-        session.send_json({"op": "payload", "commit": p.commit, "sizes": sizes, "command": list(command),
-                           "env": env, "cred": forge.cred(), "keep_env": keep_env, "pull": list(pull)})
+        session.request(Op.PAYLOAD, commit=p.commit, sizes=sizes, command=list(command), env=dict(extra_env or {}),
+                        cred=forge.cred(), keep_env=keep_env, pull=list(pull))
         for member in p.members():
             session.send(member)
-        pulling: tuple[str, Any, Any] | None = None
+        pulling: _Pull | None = None
         for kind, data in session.frames():
-            if kind == b"O":
+            if kind is Kind.STDOUT:
                 out(data)
-            elif kind == b"E":
+            elif kind is Kind.STDERR:
                 err(data)
-            elif kind == b"M":
+            elif kind is Kind.MESSAGE:
                 ui.info(f"{lane.label}: {data.decode(errors='replace')}")
-            elif kind == b"N":
+            elif kind is Kind.NEED_BUNDLE:
                 tips = json.loads(data)["tips"]
                 ui.info(f"{lane.label}: the forge could not supply the bundle's basis; sending a bundle over the lane's own commits")
                 b = payload.bundle(wt.repo, wt.commit, payload.known_commits(wt.repo, tips))
-                session.send_json({"op": "bundle", "size": len(b)})
+                session.request(Op.BUNDLE, size=len(b))
                 session.send(b)
                 sizes["bundle_resent"] = len(b)
-            elif kind == b"Q":
-                d = json.loads(data)["dir"]
-                check_rel(d.rstrip("/"), "--pull")
-                tmp = tempfile.TemporaryFile()
-                pulling = (d, tmp, None)
-            elif kind == b"P" and pulling is not None:
-                pulling[1].write(data)
-            elif kind == b"q" and pulling is not None:
-                _extract_pull(wt.path, pulling[0], pulling[1])
-                ui.info(f"{lane.label}: pulled {pulling[0]}")
+            elif kind is Kind.PULL_START:
+                pulling = _Pull(json.loads(data)["dir"])
+            elif kind is Kind.PULL_DATA and pulling is not None:
+                pulling.tmp.write(data)
+            elif kind is Kind.PULL_END and pulling is not None:
+                pulling.finish(wt.path)
+                ui.info(f"{lane.label}: pulled {pulling.dir}")
                 pulling = None
-            elif kind == b"R":
+            elif kind is Kind.RESULT:
                 result = json.loads(data)
                 break
     except (KeyboardInterrupt, _Term) as e:
-        sig = "INT" if isinstance(e, KeyboardInterrupt) else "TERM"
-        code = 130 if sig == "INT" else 143
-        stopped = _stop(session, sig)
-        if not stopped:
+        how = Stop.INT if isinstance(e, KeyboardInterrupt) else Stop.TERM
+        if not _stop(session, how):
             _second_call(lane, wt, hello.get("pid"), keep_env)
-        raise Interrupted(f"interrupted; the command on {lane.label} was stopped", code) from None
+        raise Interrupted(f"interrupted; the command on {lane.label} was stopped", how.status) from None
     finally:
         restore()
         if session is not None:
@@ -296,7 +251,7 @@ def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Se
     if result.get("refused"):
         raise NevError(f"{lane.label} refused the gate: {result['refused']}")
     if result.get("stopped"):
-        raise Interrupted(f"the command on {lane.label} was stopped", 130 if result["stopped"] == "INT" else 143)
+        raise Interrupted(f"the command on {lane.label} was stopped", Stop(result["stopped"]).status)
     sent = session.sent if session else 0
     if session is not None and session is not first_session:
         sent += first_session.sent if first_session else 0
@@ -310,47 +265,31 @@ def _write(stream: Any) -> Callable[[bytes], None]:
     return w
 
 
-def _extract_pull(root: Path, d: str, tmp: Any) -> None:
-    tmp.seek(0)
-    dest = root / d
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=tmp, mode="r:gz") as tf:
-        tf.extractall(dest, filter="data")
-    tmp.close()
-
-
-def _stop(session: Session | None, sig: str) -> bool:
+def _stop(session: Session | None, how: Stop) -> bool:
     """Ask the lane to stop the command's process tree; True when it confirmed."""
     if session is None or session.ch.closed:
         return False
     try:
-        session.send_json({"op": "stop", "signal": sig})
+        session.request(Op.STOP, signal=how.value)
         for kind, _ in session.frames(timeout=STOP_WAIT):
-            if kind == b"R":
+            if kind is Kind.RESULT:
                 return True
-    except (OSError, paramiko.SSHException, EOFError):
+    except (OSError, paramiko.SSHException, EOFError, NevError):
         return False
     return False
 
 
 def _second_call(lane: Lane, wt: payload.Worktree, pid: int | None, keep_env: bool) -> str:
     """A fresh SSH connection that stops the run (if still there) and removes the .env files."""
-    import json
-
     try:
         with lane.connect() as conn:
-            s = Session(conn, lane)
-            s.send_json({"op": "cleanup", "root": lane.root, "name": wt.name, "pid": pid,
-                         "keep_env": keep_env})
-            for kind, data in s.frames(timeout=15):
-                if kind == b"R":
-                    res = json.loads(data)
-                    if res.get("busy"):
-                        return "another gate of this worktree holds the lane copy; it removes its own .env"
-                    return "the lane copy's .env files were removed over a second SSH call"
+            res = session.call(conn, lane, Op.CLEANUP, 15, root=lane.root, name=wt.name, pid=pid,
+                               keep_env=keep_env)
     except (NevError, OSError, paramiko.SSHException) as e:
         return f"the second SSH call to remove the .env files failed too ({mask(str(e))}); run it again with `nev lane run`"
-    return "the second SSH call got no answer"
+    if res.get("busy"):
+        return "another gate of this worktree holds the lane copy; it removes its own .env"
+    return "the lane copy's .env files were removed over a second SSH call"
 
 
 def run_local(worktree: Path, command: Sequence[str], extra_env: dict[str, str] | None = None) -> int:
@@ -434,8 +373,6 @@ def on(worktree: Path, command: list[str], *, lane_only: bool = False, pull: Seq
 
 def lane_status() -> list[dict[str, Any]]:
     """`nev lane list`: every configured lane, answering or not, free disk, copies, gates running."""
-    import json
-
     lf = config.configured(require=False)
     rows: list[dict[str, Any]] = []
     for lane in lf.lanes:
@@ -444,14 +381,9 @@ def lane_status() -> list[dict[str, Any]]:
         t0 = time.monotonic()
         try:
             with lane.connect() as conn:
-                s = Session(conn, lane)
-                s.send_json({"op": "status", "root": lane.root})
-                for kind, data in s.frames(timeout=30):
-                    if kind == b"R":
-                        ans = json.loads(data)
-                        row.update(answers=True, free_gb=ans.get("free_gb"), copies=ans.get("copies", []),
-                                   running=ans.get("running", []), guest=ans.get("guest"))
-                        break
+                ans = session.call(conn, lane, Op.STATUS, 30, root=lane.root)
+            row.update(answers=True, free_gb=ans.get("free_gb"), copies=ans.get("copies", []),
+                       running=ans.get("running", []), guest=ans.get("guest"))
         except NevError as e:
             row["error"] = mask(str(e))
         row["seconds"] = round(time.monotonic() - t0, 2)

@@ -7,18 +7,20 @@
 - The diff is `git diff --binary -M HEAD`: staged and unstaged, binary-safe, with modes,
   symlinks, deletions and renames.
 - The untracked files git does not ignore go as one gzip'd tar (odd names, modes, symlinks).
-- The lane program (`lanes/apply.py` with `lanes/links.py` and `lanes/dotenv.py`, stdlib only) travels on the same
+- The lane agent (`lanes/agent/`, with `lanes/dotenv.py`; stdlib only) travels on the same
   channel's stdin ahead of everything, started by a short bootstrap that holds no secret.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import gzip
 import io
 import json
 import os
 import tarfile
+import tokenize
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,16 +28,30 @@ from pathlib import Path
 from lanes.errors import NevError
 from lanes.gitrun import GitError, Repo
 
-# In import order: the bootstrap runs each module before the next one imports it.
-LANE_MODULES = ("nev_dotenv", "nev_links", "nev_apply")
-_SOURCES = {"nev_dotenv": "dotenv.py", "nev_links": "links.py", "nev_apply": "apply.py"}
+# The agent as sent, each module under its own name, in import order: each imports only the
+# stdlib and modules before it (tests/test_architecture.py). `lanes` is an empty namespace on the
+# lane, so nothing but these modules can be imported from it there.
+LANE_MODULES = ("lanes", "lanes.dotenv", "lanes.agent", "lanes.agent.errors", "lanes.agent.layout",
+                "lanes.agent.wire", "lanes.agent.guard", "lanes.agent.git", "lanes.agent.links",
+                "lanes.agent.procs", "lanes.agent.output", "lanes.agent.mirror", "lanes.agent.copy",
+                "lanes.agent.root", "lanes.agent.gate", "lanes.agent.main")
+PACKAGES = ("lanes", "lanes.agent")
 
-# Reads the modules from stdin, then runs the apply program; it is the only argv on the lane.
+# Reads the modules from stdin, then runs the agent; it is the only argv on the lane.
 BOOTSTRAP = ("import sys,json,types,zlib;b=sys.stdin.buffer;n=int(b.readline())\n"
-             "m=json.loads(zlib.decompress(b.read(n)))\n"
-             "for k,s in m:\n"
-             " mod=types.ModuleType(k);mod.__file__=k;sys.modules[k]=mod;exec(compile(s,k,'exec'),mod.__dict__)\n"
-             "sys.modules['nev_apply'].main()")
+             "for k,p,s in json.loads(zlib.decompress(b.read(n))):\n"
+             " m=types.ModuleType(k);m.__file__=k;sys.modules[k]=m\n"
+             " if p:m.__path__=[]\n"
+             " a,_,c=k.rpartition('.')\n"
+             " if a:setattr(sys.modules[a],c,m)\n"
+             " exec(compile(s,k,'exec'),m.__dict__)\n"
+             "sys.modules['lanes.agent.main'].main()")
+
+
+def source_path(module: str) -> Path:
+    """The file of one of LANE_MODULES."""
+    path = Path(__file__).parent.parent.joinpath(*module.split("."))
+    return path / "__init__.py" if module in PACKAGES else path.with_suffix(".py")
 
 
 def lane_program() -> bytes:
@@ -43,10 +59,34 @@ def lane_program() -> bytes:
     return _program()
 
 
+def lean(source: str) -> str:
+    """`source` without its docstrings and comments, every line where it was (a traceback on the
+    lane points at the same line here): the agent crosses a slow uplink with every call."""
+    lines = source.splitlines(keepends=True)
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if (isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            doc = body[0]
+            first, last = doc.lineno - 1, (doc.end_lineno or doc.lineno) - 1
+            indent = lines[first][:doc.col_offset]
+            lines[first:last + 1] = [indent + '""\n'] + ["\n"] * (last - first)
+    out = io.StringIO("".join(lines))
+    cuts: dict[int, int] = {}
+    for tok in tokenize.generate_tokens(out.readline):
+        if tok.type == tokenize.COMMENT:
+            cuts[tok.start[0] - 1] = tok.start[1]
+    lines = "".join(lines).splitlines(keepends=True)
+    for row, col in cuts.items():
+        lines[row] = lines[row][:col].rstrip() + "\n"
+    return "".join(lines)
+
+
 @functools.lru_cache(maxsize=1)
 def _program() -> bytes:
-    here = Path(__file__).parent
-    mods = [[name, (here / _SOURCES[name]).read_text()] for name in LANE_MODULES]
+    mods = [[name, name in PACKAGES, "" if name == "lanes" else lean(source_path(name).read_text())]
+            for name in LANE_MODULES]
     blob = zlib.compress(json.dumps(mods).encode(), 9)
     return str(len(blob)).encode() + b"\n" + blob
 

@@ -2,7 +2,7 @@
 
 The one way code on the development box (or a job's runner on a lane) ends a group it started with
 `start_new_session=True`: a job's stage, a browser with its driver, the demo's dashboard. The lane
-program (`lanes/apply.py`) keeps its own: it is standard-library only and shipped alone.
+agent (`lanes/agent/procs.py`) keeps its own: it is standard-library only and shipped alone.
 """
 
 from __future__ import annotations

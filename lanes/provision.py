@@ -14,6 +14,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 from lanes import config
+from lanes.agent import layout
 from lanes.create import heredoc
 from lanes.errors import ConfigError, NevError
 from lanes.hostexec import Node
@@ -59,6 +60,11 @@ def _file(name: str, path: str, content: str, owner: str, mode: str) -> Step:
     return Step(name, check, heredoc(path, content, mode, owner).rstrip("\n"))
 
 
+def _home_file(name: str, content: str) -> Step:
+    """One of the lane home's files (`lanes.agent.layout`), the lane user's, mode 644."""
+    return _file(f"~/{name}", layout.home_file(HOME, name), content, f"{USER}:{USER}", "644")
+
+
 def no_userinfo(url: str) -> str:
     """A URL with any user:password removed (nothing secret is written on a lane by provision)."""
     u = urllib.parse.urlsplit(url)
@@ -92,7 +98,7 @@ def plan(p: Params) -> list[Step]:
         f"lane root {p.root}",
         f"[ \"$(stat -c %U {q(p.root)} 2>/dev/null)\" = {USER} ]",
         f"mkdir -p {q(p.root)} && chown {USER}:{USER} {q(p.root)}"))
-    mirror = f"{p.root}/.git-mirror"
+    mirror = layout.Root(p.root).mirror
     steps.append(Step(
         f"mirror {mirror}",
         _as_lane(f"git -C {q(mirror)} rev-parse --is-bare-repository 2>/dev/null | grep -qx true"),
@@ -112,12 +118,10 @@ def plan(p: Params) -> list[Step]:
     steps.append(Step(f"npm cache {npm_cache}", f"[ -d {q(npm_cache)} ]", _as_lane(f"mkdir -p {q(npm_cache)}")))
     lane_env = (f"export NEV_LANE_SHARED={p.shared}\nexport npm_config_cache={npm_cache}\n"
                 f"export PATH={TOOLCHAIN_PATH}:$HOME/.cargo/bin\n")
-    steps.append(_file("~/.lane-env", f"{HOME}/.lane-env", lane_env, f"{USER}:{USER}", "644"))
-    steps.append(_file("~/.lane-shared-env", f"{HOME}/.lane-shared-env",
-                       f"NEV_LANE_SHARED={p.shared}\nnpm_config_cache={npm_cache}\n", f"{USER}:{USER}", "644"))
+    steps.append(_home_file(layout.LANE_ENV, lane_env))
+    steps.append(_home_file(layout.SHARED_ENV, f"NEV_LANE_SHARED={p.shared}\nnpm_config_cache={npm_cache}\n"))
     if p.model_url:
-        steps.append(_file("~/.lane-model-env", f"{HOME}/.lane-model-env",
-                           f"NEV_LANE_MODEL_URL={no_userinfo(p.model_url)}\n", f"{USER}:{USER}", "644"))
+        steps.append(_home_file(layout.MODEL_ENV, f"NEV_LANE_MODEL_URL={no_userinfo(p.model_url)}\n"))
     if p.pi_tracks_url:
         dest = f"{HOME}/.local/share/pi-tracks"
         steps.append(Step("writer host: pi-tracks clone", f"[ -d {q(dest)}/.git ]",

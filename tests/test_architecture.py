@@ -48,20 +48,30 @@ def test_each_package_imports_only_what_the_architecture_allows():
 
 
 def test_lane_program_is_stdlib_only():
-    # The lane-side program is sent with every payload and runs with the lane's bare python3.
+    # The lane agent is sent whole with every call and runs with the lane's bare python3: every
+    # module of the subpackage is sent, and each imports only the stdlib and modules sent before it.
     import sys
 
     from lanes import payload
 
-    sent = set(payload.LANE_MODULES)
-    for name in payload.LANE_MODULES:
-        tree = ast.parse((ROOT / "lanes" / payload._SOURCES[name]).read_text(encoding="utf-8"))
-        mods = set()
+    sent = [m for m in payload.LANE_MODULES if m != "lanes"]   # `lanes`: an empty namespace there
+    assert set((ROOT / "lanes" / "agent").rglob("*.py")) <= {payload.source_path(m) for m in sent}
+    earlier = {"lanes"}
+
+    def allowed(module: str) -> bool:
+        return module.split(".")[0] in sys.stdlib_module_names | {"__future__"} or module in earlier
+
+    for name in sent:
+        tree = ast.parse(payload.source_path(name).read_text(encoding="utf-8"))
+        bad = []
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                mods |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                mods.add(node.module.split(".")[0])
-        # `lanes` appears only in the dev-box fallback import of a module that is also sent.
-        allowed = set(sys.stdlib_module_names) | {"__future__", "lanes"} | sent
-        assert mods <= allowed, (name, mods - allowed)
+                bad += [a.name for a in node.names if not allowed(a.name)]
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level or not allowed(module):
+                    bad.append("." * node.level + module)
+                bad += [f"{module}.{a.name}" for a in node.names
+                        if f"{module}.{a.name}" in payload.LANE_MODULES and f"{module}.{a.name}" not in earlier]
+        assert not bad, (name, bad)
+        earlier.add(name)

@@ -328,4 +328,5 @@ def test_on_a_lane_the_batch_uses_the_lanes_gateway_address_not_the_dev_boxs(poo
     finally:
         model_env.write_text(good)
     assert r.returncode != 0 or "kept a passing version" not in r.stdout, r.stdout + r.stderr
-    assert "127.0.0.1" in r.stdout + r.stderr and "/srv/lane/wt-wrongurl/" in r.stdout + r.stderr
+    assert "lane 0: pulled target/batch" in r.stderr                      # it ran on the lane ...
+    assert f"no connection to the gateway at {box.gateway_local_url}" in r.stdout   # ... and said why

@@ -71,8 +71,9 @@ def test_demo_lands_a_generated_function_at_its_floor_and_reports_what_is_not_bu
     # 1: every host advertised its role and lane0's collector found it (read over SSH); one probe
     # round from the dev box through its forward to the gateway
     inv = json.loads((work / "inventory.json").read_text())
-    assert set(inv["hosts"]) == set(box.hosts) and all(h["status"] == "up" for h in inv["hosts"].values())
-    assert {n: h["role"] for n, h in inv["hosts"].items()} == {n: h["role"] for n, h in box.hosts.items()}
+    # (other tests' advertisers on the session box may be listed too: the box's own hosts are checked)
+    assert set(box.hosts) <= set(inv["hosts"]) and all(inv["hosts"][n]["status"] == "up" for n in box.hosts)
+    assert {n: inv["hosts"][n]["role"] for n in box.hosts} == {n: h["role"] for n, h in box.hosts.items()}
     assert inv.get("probed_at") and all(a["status"] == "ready" for a in inv["aliases"].values())
     # 2: the snapshot is stored under its label
     assert (logs.parent / "rig-notes" / "snapshots" / "labels" / "demo-start.json").exists()

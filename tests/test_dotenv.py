@@ -9,8 +9,10 @@ import pytest
 
 from bench.batch import gateway_key
 from jobs import submit
-from lanes import apply, dotenv, payload
-from lanes.apply import FRAME
+from lanes import dotenv, payload
+from lanes.agent.copy import lane_model_url
+from lanes.agent.output import env_secrets
+from lanes.agent.wire import FRAME, Kind, Op, request
 
 
 @pytest.mark.parametrize("line,expected", [
@@ -50,7 +52,7 @@ def test_the_callers_read_quoted_exported_values_alike(tmp_path, monkeypatch):
     monkeypatch.delenv("NEV_MODEL_KEY_FILE", raising=False)
     monkeypatch.delenv("GENERA_MODEL_KEY_FILE", raising=False)
     assert gateway_key(tmp_path) == "sk-quoted-123456"
-    assert sorted(apply.env_secrets(str(tmp_path / ".env"))) == ["forge-tok-9876", "sk-quoted-123456"]
+    assert sorted(env_secrets(str(tmp_path / ".env"))) == ["forge-tok-9876", "sk-quoted-123456"]
     assert submit.parse_lane_env("HOME=/home/lane\nPATH=/a:/b\n")["PATH"] == "/a:/b"
 
 
@@ -59,20 +61,19 @@ def test_lane_model_url_of_the_lane_program_reads_the_file_through_the_same_pars
     monkeypatch.delenv("NEV_LANE_MODEL_URL", raising=False)
     monkeypatch.delenv("GENERA_LANE_MODEL_URL", raising=False)
     (tmp_path / ".lane-model-env").write_text("# written by nev lane provision\nexport NEV_LANE_MODEL_URL='http://10.0.0.20:4000'\n")
-    assert apply.lane_model_url() == "http://10.0.0.20:4000"
+    assert lane_model_url() == "http://10.0.0.20:4000"
     monkeypatch.setenv("NEV_LANE_MODEL_URL", "http://from-the-lane-session:4000")
-    assert apply.lane_model_url() == "http://from-the-lane-session:4000"  # unchanged: the session's wins there
+    assert lane_model_url() == "http://from-the-lane-session:4000"  # unchanged: the session's wins there
 
 
 def test_the_lane_program_as_sent_carries_the_parser_and_runs_on_bare_python3(tmp_path):
     """The bootstrap, the module blob and a `status` request, exactly as a gate sends them."""
-    req = json.dumps({"op": "status", "root": str(tmp_path)}).encode()
-    sent = payload.lane_program() + FRAME.pack(b"J", len(req)) + req
+    sent = payload.lane_program() + request(Op.STATUS, root=str(tmp_path))
     cp = subprocess.run(["sh", "-c", payload.lane_command()], input=sent,
                         capture_output=True, timeout=60, cwd=tmp_path,  # no `lanes` package to fall back on
                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert cp.returncode == 0, cp.stderr
     kind, n = FRAME.unpack(cp.stdout[:FRAME.size])
     answer = json.loads(cp.stdout[FRAME.size:FRAME.size + n])
-    assert kind == b"R" and answer["root"] == str(tmp_path) and answer["free_gb"] > 0
-    assert payload.LANE_MODULES.index("nev_dotenv") < payload.LANE_MODULES.index("nev_apply")
+    assert kind == Kind.RESULT and answer["root"] == str(tmp_path) and answer["free_gb"] > 0
+    assert payload.LANE_MODULES.index("lanes.dotenv") < payload.LANE_MODULES.index("lanes.agent.main")

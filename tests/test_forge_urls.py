@@ -17,7 +17,8 @@ from dagu import runs, service
 from dagu.layout import Layout
 from jobs import forge as forge_mod
 from jobs import lane_main, submit
-from lanes import apply, forgeauth, gate, gitrun, payload
+from lanes import forgeauth, gate, gitrun, payload
+from lanes.agent.git import CREDENTIAL_HELPER
 from lanes.config import LanesFile
 from lanes.errors import ConfigError
 from lanes.gitrun import Repo
@@ -169,7 +170,7 @@ def test_the_one_credential_helper_hands_git_the_token_from_its_environment(tmp_
                         env=env, capture_output=True, text=True, timeout=30)
     assert cp.returncode == 0, cp.stderr
     assert f"username=forge-bot\npassword={TOKEN}\n" in cp.stdout
-    assert cred.git_env()["GIT_CONFIG_VALUE_1"] == apply.CREDENTIAL_HELPER
+    assert cred.git_env()["GIT_CONFIG_VALUE_1"] == CREDENTIAL_HELPER
     assert forgeauth.Credential("u", None).git_env()["GIT_CONFIG_COUNT"] == "1"  # helpers off, none added
 
 
@@ -178,6 +179,6 @@ def test_the_job_steps_use_the_same_helper_with_the_lanes_token_file(tmp_path, c
     tf.write_text(TOKEN)
     clean_env.setenv("NEV_FORGE_TOKEN_FILE", str(tf))
     env = lane_main.forge_env()
-    assert env["GIT_CONFIG_VALUE_1"] == apply.CREDENTIAL_HELPER and env["NEV_GIT_PASSWORD"] == TOKEN
+    assert env["GIT_CONFIG_VALUE_1"] == CREDENTIAL_HELPER and env["NEV_GIT_PASSWORD"] == TOKEN
     clean_env.setenv("NEV_FORGE_TOKEN_FILE", str(tmp_path / "missing"))
     assert "NEV_GIT_PASSWORD" not in lane_main.forge_env()

@@ -208,6 +208,21 @@ def test_killed_client_is_down_then_back_within_10s_with_a_new_since(rig):
     print(f"back after {took:.2f} s")
 
 
+def test_a_supervisor_whose_rig_file_is_gone_stops_by_itself(rig):
+    """A rig-in-a-box folder removed without `down`: nobody would stop its forwards any more."""
+    assert rig.nev("up").returncode == 0
+    rec = rig.record("forge")
+    sup = st.Proc(**rec["supervisor"])
+    rig.file.rename(rig.file.with_suffix(".gone"))
+    try:
+        os.kill(rec["ssh"]["pid"], signal.SIGKILL)          # its next restart finds the file gone
+        assert _wait(lambda: not sup.alive(), 10.0), "the supervisor kept running"
+        assert "rig file" in rig.record("forge")["last_exit"]["why"]
+        assert rig.record("gateway")["ssh"] is not None      # the other one was not touched
+    finally:
+        rig.file.with_suffix(".gone").rename(rig.file)
+
+
 def test_down_leaves_no_supervisor_or_client(rig):
     assert rig.nev("up").returncode == 0
     recorded = _recorded_procs(rig.state)

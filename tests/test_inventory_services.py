@@ -34,7 +34,9 @@ def test_every_host_gets_exactly_one_advertiser_on_its_own_address():
         assert inner[inner.index("--interface") + 1] == h.addr
         assert inner[inner.index("--name") + 1] == h.name
         assert inner[inner.index("--port") + 1] == "8787"    # tests start theirs on 8790+
-        assert Path(inner[inner.index("--inventory") + 1]) == isv.inventory_file(BOX, h.name)
+        want = isv.lane_file(BOX, h.name, "host-inventory.json")[1] if h.role == "lane" else \
+            str(isv.inventory_file(BOX, h.name))   # a lane reads its copy in its own home
+        assert inner[inner.index("--inventory") + 1] == want
 
 
 def test_lanes_run_as_lane_inside_their_namespaces_and_service_hosts_through_ip_netns():
@@ -66,8 +68,9 @@ def test_lane0_runs_the_collector_writing_the_lanes_own_snapshot():
     assert "--every" in inner
     # the snapshot is the default path in the lane's home, the one `nev rig status --lane 0` reads
     assert "NEV_INVENTORY" not in col.env and col.env["HOME"] == "/home/lane"
-    assert col.env["NEV_FOLKNET_FILE"] == str(BOX / "folknet.json")
-    assert BOX / "folknet.json" in col.conf_files
+    host_path, seen = isv.lane_file(BOX, "lane0", "folknet.json")       # the box's, copied home
+    assert col.env["NEV_FOLKNET_FILE"] == seen == "/home/lane/.config/nev/folknet.json"
+    assert host_path in col.conf_files and host_path.parent.parent.parent == BOX / "lanes" / "lane0" / "home"
     assert svcs[-1] is col   # after every advertiser
 
 
@@ -87,7 +90,12 @@ def _names(value: object) -> list[str]:
 
 def test_no_secret_in_any_argv_env_or_inventory_file(tmp_path):
     svcs = isv.services(LAYOUT, tmp_path)
+    for h in LAYOUT.lane_hosts():
+        (tmp_path / "lanes" / h.name / "home").mkdir(parents=True)
     paths = isv.write_inventory_files(LAYOUT, tmp_path)
+    for h in LAYOUT.lane_hosts():   # each lane's own copy, readable by the lane user
+        copy = isv.lane_file(tmp_path, h.name, "host-inventory.json")[0]
+        assert copy.read_bytes() == paths[h.name].read_bytes() and copy.stat().st_mode & 0o777 == 0o644
     for s in svcs:
         for text in [*s.argv(1), *s.env.values()]:
             assert mask(text) == text, (s.key, text)

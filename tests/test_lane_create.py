@@ -18,10 +18,23 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).with_name("golden")
 
 
+# A machine of the rig network, for LXC: its network namespace, a sysfs of that namespace (LXC
+# finds the bridge there) with this machine's cgroup tree kept in it (lxc-start needs it; `ip
+# netns exec` mounts a sysfs without it).
+ON_RIG = """set -e
+mkdir -p /run/nev-cgroup-keep
+mount --rbind /sys/fs/cgroup /run/nev-cgroup-keep
+mount -t sysfs sysfs /sys
+mount --move /run/nev-cgroup-keep /sys/fs/cgroup
+exec "$@"
+"""
+
+
 def nev(*args: str, netns: str | None = None, **kw) -> subprocess.CompletedProcess:
     """nev here, or (`netns`) on a machine of the rig network: the box's LXC node is one."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    where = ["ip", "netns", "exec", netns] if netns else []
+    where = (["nsenter", f"--net=/run/netns/{netns}", "--", "unshare", "--mount", "--propagation", "private",
+              "sh", "-c", ON_RIG, "on-rig"] if netns else [])
     return subprocess.run([*where, sys.executable, "-m", "rig.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600, **kw)
 

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from lanes import apply, links, payload
+from lanes import payload
+from lanes.agent import guard, links
+from lanes.agent.copy import swap_model_url
+from lanes.agent.errors import Refused
+from lanes.agent.output import Masker
 from lanes.config import Lane
 from lanes.gate import disk_short_message, split_credentials
 from tests import lane_helpers as h
@@ -31,15 +35,15 @@ def test_disk_short_message_names_lane_free_space_and_largest_copies():
 
 @pytest.mark.parametrize("bad", ["../x", "a/../../x", "/etc/passwd", "a/.git/config", ".git/hooks/x", ""])
 def test_paths_escaping_the_worktree_are_refused(bad):
-    with pytest.raises(apply.Refused):
-        apply.check_rel(bad, "test")
+    with pytest.raises(Refused):
+        guard.check_rel(bad, "test")
 
 
 @pytest.mark.parametrize("rel,target,ok", [
     ("a/link", "../b", True), ("link", "b/c", True), ("link", "../x", False),
     ("a/b/link", "../../c", True), ("a/b/link", "../../../c", False), ("link", "/etc", False)])
 def test_symlink_targets_must_stay_inside(rel, target, ok):
-    assert apply.link_target_ok(rel, target) is ok
+    assert guard.link_target_ok(rel, target) is ok
 
 
 def test_diff_paths_reads_renames_quoted_names_and_new_symlinks():
@@ -47,29 +51,29 @@ def test_diff_paths_reads_renames_quoted_names_and_new_symlinks():
             b'rename from "old \\303\\274.txt"\nrename to "new \\303\\274.txt"\n'
             b"diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+../../etc\n"
             b"\\ No newline at end of file\n")
-    paths, symlinks = apply.diff_paths(diff)
+    paths, symlinks = guard.diff_paths(diff)
     assert "old ü.txt" in paths and "new ü.txt" in paths and "l" in paths
     assert symlinks == [("l", "../../etc")]
-    with pytest.raises(apply.Refused, match="points out of the worktree"):
-        apply.check_diff("/nonexistent-copy", diff)
+    with pytest.raises(Refused, match="points out of the worktree"):
+        guard.check_diff("/nonexistent-copy", diff)
 
 
 def test_diff_with_dotdot_path_is_refused():
     evil = b"diff --git a/../x b/../x\nnew file mode 100644\n--- /dev/null\n+++ b/../x\n@@ -0,0 +1 @@\n+x\n"
-    with pytest.raises(apply.Refused, match="escapes the worktree"):
-        apply.check_diff("/nonexistent-copy", evil)
+    with pytest.raises(Refused, match="escapes the worktree"):
+        guard.check_diff("/nonexistent-copy", evil)
 
 
 def test_model_url_is_swapped_and_the_key_left_as_copied():
     env = b"# gateway\nexport NEV_MODEL_URL=http://127.0.0.1:4000\nNEV_MODEL_API_KEY=sk-abc\nGENERA_MODEL_URL=x\n"
-    out = apply.swap_model_url(env, "http://10.0.0.20:4000")
+    out = swap_model_url(env, "http://10.0.0.20:4000")
     assert out == (b"# gateway\nexport NEV_MODEL_URL=http://10.0.0.20:4000\nNEV_MODEL_API_KEY=sk-abc\n"
                    b"GENERA_MODEL_URL=http://10.0.0.20:4000\n")
-    assert apply.swap_model_url(env, None) == env
+    assert swap_model_url(env, None) == env
 
 
 def test_gate_log_masker_hides_known_secrets_and_url_credentials():
-    m = apply.Masker(["tok-123456"])
+    m = Masker(["tok-123456"])
     assert m(b"fetch http://nev:tok-123456@forge/x and tok-123456\n") == b"fetch http://***@forge/x and ***\n"
 
 
@@ -136,3 +140,22 @@ def test_payload_carries_diff_untracked_files_and_env(repo):
     assert p.untracked_count == 4 and p.env == b"NEV_MODEL_URL=http://x\n"
     assert sorted(payload.untracked_names(payload.Worktree.open(repo).repo)) == [
         "raw.bin", "untracked dir/exec.sh", "untracked dir/rel-link", "untracked dir/spaced name ü.txt"]
+
+
+def test_the_agent_is_sent_lean_with_every_line_where_it_was():
+    import ast
+    import io
+    import tokenize
+
+    for name in payload.LANE_MODULES[1:]:
+        src = payload.source_path(name).read_text()
+        lean = payload.lean(src)
+        assert len(lean.splitlines()) == len(src.splitlines()), name
+
+        def defs(text: str) -> list[tuple[str, int]]:
+            return [(n.name, n.lineno) for n in ast.walk(ast.parse(text))
+                    if isinstance(n, ast.FunctionDef | ast.ClassDef)]
+        assert defs(lean) == defs(src), name
+        assert ast.get_docstring(ast.parse(lean)) == "", name
+        tokens = tokenize.generate_tokens(io.StringIO(lean).readline)
+        assert not [t.string for t in tokens if t.type == tokenize.COMMENT], name

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from lanes import sweep as sw
+from lanes.agent import layout
+from lanes.agent import root as agent_root
 from lanes.config import Lane
 from lanes.gitrun import Repo
 from lanes.ssh import Connection
@@ -42,6 +44,34 @@ def test_decide_keeps_corpus_data_without_a_nas_and_filters_by_track():
     assert [(d.name, d.remove) for d in got] == [("data", False), ("other", True)]
     assert "no NAS folder" in got[0].why
     assert [d.name for d in sw.decide(entries, set(), None, "other", True)] == ["other"]
+
+
+def test_the_copies_under_a_root_are_its_copies_and_payloads_left_without_one():
+    entries = [".git-mirror", ".git-mirror.lock", ".lock-a", ".payload-a", "a", ".payload-b",
+               ".stray-c-20260101T000000-7", "d", ".hidden"]
+    assert layout.copy_names(entries) == {"a", "b", "d"}
+    assert [layout.lock_owner(e) for e in entries[:3]] == [None, None, "a"]
+
+
+def test_remove_keeps_a_copy_whose_lock_a_gate_took_after_the_survey(tmp_path):
+    import fcntl
+    import os
+
+    root = layout.Root(str(tmp_path))
+    Repo(tmp_path).git("init", "-q", "--bare", root.mirror)
+    Repo(tmp_path).git("init", "-q", "src")
+    Repo(tmp_path / "src").git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x")
+    Repo(tmp_path / "src").git("push", "-q", root.mirror, "HEAD:refs/heads/main")
+    for name in ("held", "free"):
+        Repo(Path(root.mirror)).git("worktree", "add", "-q", "--detach", root.copy(name), "main")
+    fd = os.open(root.lock("held"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        ans = agent_root.remove({"root": root.path, "names": ["held", "free"], "nas": None, "stamp": "t"})
+    finally:
+        os.close(fd)
+    assert ans == {"removed": {"free": ""}, "failed": {"held": "locked by a running gate; kept"}}
+    assert Path(root.copy("held")).is_dir() and not Path(root.copy("free")).exists()
 
 
 # ---- on the box ----------------------------------------------------------------------------

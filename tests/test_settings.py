@@ -80,9 +80,9 @@ def test_given_ignores_the_default():
 
 
 CODE = ("bench", "jobs", "lanes", "rig", "dagu", "crates_bridge")
-# The lane program is stdlib-only and shipped alone (no registry on a lane's bare python3);
+# The lane agent is stdlib-only and shipped alone (no registry on a lane's bare python3);
 # the box gateway's auth module is source written for LiteLLM's process, not ours.
-DIRECT_READ_EXEMPT = {"lanes/apply.py", "rig/box/gateway.py"}
+DIRECT_READ_EXEMPT = {"lanes/agent/copy.py", "rig/box/gateway.py"}
 
 
 def _sources():

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lanes import jsonfile, settings
+from lanes.agent.layout import MODEL_ENV
 from lanes.errors import NevError
 from lanes.mask import register_secret
 from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, procs, state
@@ -580,7 +581,7 @@ def _lane_model_env(home: Path, gateway_url: str) -> None:
     gateway at its rig address (a lane never uses the development box's forward)."""
     if not gateway_url:
         return
-    f = home / ".lane-model-env"
+    f = home / MODEL_ENV
     text = f"NEV_LANE_MODEL_URL={gateway_url}\n"
     if not f.exists() or f.read_text() != text:
         f.write_text(text)

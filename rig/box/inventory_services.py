@@ -17,13 +17,16 @@ Lane services run the lane's own nev (`~/.local/bin/nev`, put there by `nev lane
 the real rig: this machine's Python may live in a mode-700 folder such as /root/.pyenv, which the
 lane user cannot enter), so the lane must have this nev before they start
 (`inventory_up.prepare`); service hosts run this checkout's nev as root.
-Their `--inventory` files are in the box folder, which a netns lane sees at the same path; an LXC
-guest does not, so with LXC lanes only the service hosts get services for now. A host of role
+A lane's files (its `--inventory`, and for the collector the declared folknet and the rig file)
+are copied into the lane's own home (`~/.config/nev/`), since the box folder may sit under a
+mode-700 folder (pytest's, CI's) the lane user cannot enter; an LXC guest does not see the box
+folder at all, so with LXC lanes only the service hosts get services for now. A host of role
 `jump` gets none: nothing of this project runs on the jump host.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -80,6 +83,14 @@ def inventory_dir(box_dir: Path) -> Path:
 
 def inventory_file(box_dir: Path, host: str) -> Path:
     return inventory_dir(box_dir) / f"{host}.json"
+
+
+LANE_CONFIG = ".config/nev"    # inside the lane's home: the files its services read
+
+
+def lane_file(box_dir: Path, lane: str, name: str) -> tuple[Path, str]:
+    """A file for a lane's service: (its path on this machine, its path as the lane sees it)."""
+    return (box_dir / "lanes" / lane / "home" / LANE_CONFIG / name, f"{HOME}/{LANE_CONFIG}/{name}")
 
 
 def as_lane(argv: list[str]) -> tuple[str, ...]:
@@ -161,6 +172,8 @@ def services(layout: plan.Layout, box_dir: Path, lanes_kind: str = "netns",
         args = ["rig", "advertise", "--interface", h.addr, "--port", str(PORT), "--name", h.name,
                 "--inventory", str(inv)]
         if in_lane:
+            inv, seen = lane_file(box_dir, h.name, "host-inventory.json")
+            args[-1] = seen
             out.append(Service(f"{h.name}.advertise", h.name, h.netns, True, USER,
                                as_lane([LANE_NEV, *args]), lane_env, PROJECT,
                                logs / f"{h.name}-advertise.log", (inv, lane_nev_marker(box_dir, h.name))))
@@ -170,11 +183,12 @@ def services(layout: plan.Layout, box_dir: Path, lanes_kind: str = "netns",
                                logs / f"{h.name}-advertise.log", (inv, *adv_code)))
     lane = next((h for h in hosts if h.name == COLLECTOR), None)
     if lane is not None and lanes_kind == "netns":
-        folknet_file, rig_file = box_dir / "folknet.json", box_dir / "rig.local.json"
+        (folknet_file, folknet_seen), (rig_file, rig_seen) = (lane_file(box_dir, lane.name, n)
+                                                              for n in ("folknet.json", "rig.local.json"))
         args = ["rig", "collect", "--interface", lane.addr, "--every", str(every),
                 "--timeout", str(COLLECT_TIMEOUT), "--expect", str(len(out))]
         # NEV_INVENTORY is left to its default: relative to the lane's home, as on the real rig.
-        cenv = {**lane_env, "NEV_FOLKNET_FILE": str(folknet_file), "NEV_RIG_FILE": str(rig_file)}
+        cenv = {**lane_env, "NEV_FOLKNET_FILE": folknet_seen, "NEV_RIG_FILE": rig_seen}
         out.append(Service(f"{lane.name}.collect", lane.name, lane.netns, True, USER,
                            as_lane([LANE_NEV, *args]), cenv, PROJECT,
                            logs / f"{lane.name}-collect.log",
@@ -187,7 +201,32 @@ def write_inventory_files(layout: plan.Layout, box_dir: Path) -> dict[str, Path]
     inventory_dir(box_dir).mkdir(parents=True, exist_ok=True)
     (inventory_dir(box_dir) / "home").mkdir(exist_ok=True)
     paths: dict[str, Path] = {}
+    lanes = {h.name for h in layout.lane_hosts()}
     for name, doc in declared(layout).items():
         paths[name] = inventory_file(box_dir, name)
         jsonfile.write_atomic(paths[name], doc)
+        if name in lanes:
+            _lane_copy(box_dir, name, "host-inventory.json", paths[name])
+    if COLLECTOR in lanes:
+        for n in ("folknet.json", "rig.local.json"):
+            if (box_dir / n).exists():
+                _lane_copy(box_dir, COLLECTOR, n, box_dir / n)
     return paths
+
+
+def _lane_copy(box_dir: Path, lane: str, name: str, src: Path) -> None:
+    """Copy a file into the lane's ~/.config/nev (owned like the lane's home; rewritten only when
+    it changed, so the service's restart-on-change sees real changes only)."""
+    dest, _seen = lane_file(box_dir, lane, name)
+    home = box_dir / "lanes" / lane / "home"
+    st = home.stat()
+    data = src.read_bytes()
+    for d in (home / ".config", dest.parent):
+        d.mkdir(mode=0o755, exist_ok=True)
+        os.chown(d, st.st_uid, st.st_gid)
+    if not dest.exists() or dest.read_bytes() != data:
+        tmp = dest.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    os.chown(dest, st.st_uid, st.st_gid)

@@ -55,6 +55,7 @@ def jump_target(rig: RigFile) -> ssh.Target:
 
 class Supervisor:
     def __init__(self, rig: RigFile, fw: Forward) -> None:
+        self.rig_path = rig.path
         self.fw = fw
         self.paths = st.Paths.of(fw.name)
         self.jump = jump_target(rig)
@@ -93,6 +94,16 @@ class Supervisor:
             ran = self._one_client(argv)
             if self.stopping:
                 break
+            gone = self._undeclared()
+            if gone:
+                # Nobody will stop it any more (a rig-in-a-box folder removed, a forward dropped
+                # from the file): a supervisor of nothing stops by itself instead of retrying forever.
+                self.log.write(f"supervisor: {gone}; stopping")
+                self.state.ssh = None
+                self.state.since = None
+                self.state.last_exit = st.Exit(at=st.now(), code=None, kind="stopped", why=gone)
+                st.write(self.paths, self.state)
+                return 0
             delay = next_delay(delay, ran)
             self.log.write(f"restarting the client in {delay:.1f} s")
             self._sleep(delay)
@@ -103,6 +114,23 @@ class Supervisor:
         st.write(self.paths, self.state)
         self.log.write("supervisor: stopped")
         return 0
+
+    def _undeclared(self) -> str | None:
+        """Why this forward is no longer declared (its rig file gone or changed), or None."""
+        from rig import config
+
+        if not self.rig_path.exists():
+            return f"the rig file {self.rig_path} is gone"
+        try:
+            fws = config.load(self.rig_path).forwards
+        except NevError:
+            return None          # a file being edited: keep the forward until it reads again
+        now = fws.get(self.fw.name)
+        if now is None:
+            return f"{self.fw.name} is no longer declared in {self.rig_path}"
+        if (now.local_port, now.target) != (self.fw.local_port, self.fw.target):
+            return f"{self.fw.name} is declared differently in {self.rig_path} now (`up` starts it anew)"
+        return None
 
     def _one_client(self, argv: list[str]) -> float:
         """Run one client until it exits; record it. Seconds it ran."""

@@ -1,6 +1,4 @@
-"""Which folders of a lane copy link into the NAS share (the seed's table), as pure functions.
-
-Stdlib only: this module is sent to the lane with every payload, next to `lanes/apply.py`.
+"""Which folders of a lane copy link into the NAS share (the seed's table), and making the links.
 
 | in the worktree                                   | on the share                              |
 |---------------------------------------------------|-------------------------------------------|

@@ -1,0 +1,244 @@
+"""The lane end of a gate (`lanes/gate.py` is the development box's): one conversation, lock to result.
+
+In order: take the copy's lock (a second gate of the same worktree waits and says so); answer
+HELLO; take the payload; supply the commit to the mirror (`lanes.agent.mirror`); prepare the copy
+(`lanes.agent.copy`); run the command in its own session with NEV_ON_LANE=1, its output to the
+development box and the gate log (`lanes.agent.output`); pull the asked folders back; remove the
+three `.env` files on every exit unless the request keeps them; the RESULT last.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import queue
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from typing import Any
+
+from lanes.agent import layout, links
+from lanes.agent.copy import Copy, lane_model_url, remove_env
+from lanes.agent.errors import Refused, Stopped
+from lanes.agent.guard import check_rel, inside
+from lanes.agent.mirror import Mirror
+from lanes.agent.output import Masker, Tee, env_secrets, open_log
+from lanes.agent.procs import Child, on_signals
+from lanes.agent.root import copy_sizes, free_gb
+from lanes.agent.wire import FrameWriter, Kind, Op, ProtocolError, Stop, Wire, need, op_of
+
+
+class Gate:
+    def __init__(self, wire: Wire, hello: dict[str, Any]) -> None:
+        self.wire = wire
+        self.name: str = need(hello, "name")
+        if not layout.copy_name_ok(self.name):
+            raise Refused(f"worktree name {self.name!r} cannot be a lane copy's name")
+        self.root = layout.Root(need(hello, "root"))
+        self.shared: str = need(hello, "shared")
+        self.min_free_gb = float(need(hello, "min_free_gb"))
+        self.child = Child(self.root.copy(self.name))
+        self.copy = Copy(self.root, self.name, wire.say)
+        self.mirror = Mirror(self.root, hello.get("git_url"), None, float(need(hello, "fetch_max_age")),
+                             wire.say, self.child)
+        self.lock_fd: int | None = None
+        self.bundles: queue.Queue[int] = queue.Queue()
+
+    def lock(self) -> None:
+        """The copy's lock, waiting (and saying so) while another gate of the same worktree holds it."""
+        os.makedirs(self.root.path, exist_ok=True)
+        fd = os.open(self.root.lock(self.name), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            except OSError:
+                holder = "unknown"
+            self.wire.say(f"another gate of {self.name} is running on this lane ({holder}); waiting for it to finish")
+            t0 = time.monotonic()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self.wire.say(f"the other gate of {self.name} finished after {time.monotonic() - t0:.1f} s; going on")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%H:%M:%S')}\n".encode(), 0)
+        self.lock_fd = fd
+
+    def hello(self) -> dict[str, Any]:
+        have_mirror = os.path.isdir(self.mirror.path)
+        free = free_gb(self.root.path)
+        ans: dict[str, Any] = {
+            "pid": os.getpid(), "mirror": have_mirror, "tips": self.mirror.tips() if have_mirror else [],
+            "fetch_age": self.mirror.fetch_age() if have_mirror else None, "free_gb": round(free, 2),
+            "guest": socket.gethostname(), "python": sys.version.split()[0]}
+        if free < self.min_free_gb:
+            ans["copies"] = copy_sizes(self.root.path)
+        return ans
+
+    def take_payload(self, req: dict[str, Any]) -> dict[str, int]:
+        """The members that follow the payload request, into the payload folder; their sizes."""
+        sizes = {m: int(need(req, "sizes").get(m, 0)) for m in layout.PAYLOAD_MEMBERS}
+        folder = self.root.payload(self.name)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)
+        for member, size in sizes.items():
+            if member == layout.ENV and size == 0:
+                continue
+            self.wire.copy_to(self.root.member(self.name, member), size)
+        return sizes
+
+    def ask_bundle(self, tips: list[str]) -> int:
+        """NEED_BUNDLE with the mirror's tips; the size of the bundle that comes back."""
+        self.wire.send_json(Kind.NEED_BUNDLE, {"tips": tips})
+        while True:
+            self.child.check()
+            try:
+                return self.bundles.get(timeout=0.2)
+            except queue.Empty:
+                continue
+
+    def watch_stdin(self) -> None:
+        """After the payload: a stop request or a closed connection stops the run; a bundle is taken."""
+        how = Stop.TERM
+        while True:
+            try:
+                req = self.wire.read_request()
+            except (EOFError, OSError, ProtocolError):
+                break
+            op = op_of(req)
+            if op is Op.STOP:
+                how = Stop.INT if req.get("signal") == Stop.INT.value else Stop.TERM
+                break
+            if op is Op.BUNDLE:
+                try:
+                    self.wire.copy_to(self.root.member(self.name, layout.BUNDLE), int(req["size"]))
+                except (EOFError, OSError):
+                    break
+                self.bundles.put(int(req["size"]))
+        self.child.stop(how)
+
+    def command_env(self, extra: dict[str, Any]) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({str(k): str(v) for k, v in extra.items()})
+        env.update({"NEV_ON_LANE": "1", "NEV_LANE_SHARED": self.shared})
+        # Non-login SSH commands read no profile: put the lane's own nev (installed by
+        # `nev lane install`) on PATH the way a login shell would.
+        local_bin = layout.home_file(os.path.expanduser("~"), layout.LOCAL_BIN)
+        if os.path.isdir(local_bin) and local_bin not in env.get("PATH", "").split(os.pathsep):
+            env["PATH"] = local_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+        if os.path.isdir(self.shared):
+            env.setdefault("NEV_LEDGER", os.path.join(self.shared, links.ledger_path(self.name)))
+        return env
+
+    def run_command(self, command: list[str], env: dict[str, str], log_path: str | None, masker: Masker) -> int:
+        try:
+            p = self.child.start(command, cwd=self.copy.path, env=env, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except FileNotFoundError:
+            self.wire.send(Kind.STDERR, f"nev-lane: command not found: {command[0]}\n".encode())
+            return 127
+        except PermissionError:
+            self.wire.send(Kind.STDERR, f"nev-lane: command not executable: {command[0]}\n".encode())
+            return 126
+        assert p.stdout is not None and p.stderr is not None
+        tee = Tee(self.wire, open_log(log_path, self.wire.say), masker)
+        tee.start(p.stdout, p.stderr)  # type: ignore[arg-type]
+        status = p.wait()
+        tee.finish()
+        self.child.done()
+        return 128 - status if status < 0 else status
+
+    def pull(self, dirs: list[str]) -> None:
+        """Each folder back as PULL_START, its gzip'd tar in PULL_DATA frames, PULL_END."""
+        for d in dirs:
+            check_rel(d.rstrip("/"), "--pull")
+            src = os.path.join(self.copy.path, d)
+            if not os.path.isdir(src) or not inside(self.copy.path, src):
+                self.wire.say(f"--pull {d}: no such folder in the lane copy; nothing pulled for it")
+                continue
+            self.wire.send_json(Kind.PULL_START, {"dir": d})
+            out = FrameWriter(self.wire, Kind.PULL_DATA)
+            with tarfile.open(fileobj=out, mode="w|gz", format=tarfile.PAX_FORMAT) as tf:
+                tf.add(src, arcname=".")
+            out.flush_all()
+            self.wire.send(Kind.PULL_END)
+
+    def prepare(self, req: dict[str, Any], sizes: dict[str, int]) -> None:
+        commit = need(req, "commit")
+        self.mirror.supply(commit, f"refs/nev/{self.name}", self.root.member(self.name, layout.BUNDLE),
+                           sizes[layout.BUNDLE] > 0, self.ask_bundle)
+        self.child.check()
+        self.copy.prepare(self.mirror, commit)
+        self.copy.apply_diff(self.root.member(self.name, layout.DIFF))
+        if sizes[layout.UNTRACKED]:
+            self.copy.extract(self.root.member(self.name, layout.UNTRACKED))
+        self.copy.make_links(self.shared)
+        self.copy.install_env(lane_model_url())
+
+
+def run(wire: Wire, first: dict[str, Any]) -> int:
+    """A whole gate from its `hello` request; the exit status of the agent (the command's)."""
+    gate = Gate(wire, first)
+    result: dict[str, Any] = {"status": None}
+
+    def on_stop(how: Stop) -> None:
+        if gate.lock_fd is None:  # still waiting for another gate's lock: nothing to undo
+            os._exit(how.status)
+        gate.child.stop(how)
+
+    on_signals(on_stop)
+    keep_env = False
+    try:
+        gate.lock()
+        wire.send_json(Kind.HELLO, gate.hello())
+        req = wire.read_request()
+        if op_of(req) is not Op.PAYLOAD:
+            result["aborted"] = True
+            return 0
+        keep_env = bool(req.get("keep_env"))
+        gate.mirror.cred = req.get("cred") or {}
+        sizes = gate.take_payload(req)
+        threading.Thread(target=gate.watch_stdin, daemon=True).start()
+        t0 = time.monotonic()
+        gate.prepare(req, sizes)
+        result["prepare_s"] = round(time.monotonic() - t0, 3)
+        gate.child.check()
+        secrets = env_secrets(gate.root.member(gate.name, layout.ENV))
+        if gate.mirror.cred.get("password"):
+            secrets.append(gate.mirror.cred["password"])
+        log_path = None
+        if os.path.isdir(gate.shared):
+            log_path = os.path.join(gate.shared, links.gate_log_path(
+                gate.name, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), socket.gethostname(), need(req, "commit")))
+            result["log"] = log_path
+        status = gate.run_command(list(need(req, "command")), gate.command_env(req.get("env") or {}),
+                                  log_path, Masker(secrets))
+        if gate.child.stopping.is_set():
+            result["stopped"] = gate.child.how.value
+        result["status"] = status
+        if not gate.child.stopping.is_set():
+            gate.pull(list(req.get("pull") or []))
+        return status
+    except Stopped:
+        result["stopped"] = gate.child.how.value
+        return gate.child.how.status
+    except Refused as e:
+        result["refused"] = str(e)
+        return 1
+    except EOFError:
+        result["refused"] = "the connection closed before the payload arrived"
+        return 1
+    finally:
+        if not keep_env:
+            remove_env(gate.root, gate.name)
+            shutil.rmtree(gate.root.payload(gate.name), ignore_errors=True)
+        result["env_removed"] = not any(os.path.lexists(p) for p in gate.root.env_files(gate.name))
+        result["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        result["command_maxrss_kb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss or None
+        wire.send_json(Kind.RESULT, result)
+        if gate.lock_fd is not None:
+            os.close(gate.lock_fd)

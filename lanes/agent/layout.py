@@ -1,0 +1,108 @@
+"""Every path under a lane root, and the lane home's files nev reads or writes, named once.
+
+| path | what |
+|---|---|
+| `<root>/.git-mirror` | the bare mirror; every copy is one of its worktrees |
+| `<root>/.git-mirror.lock` | flock that serialises ref updates in the mirror across gates |
+| `<root>/.git-mirror/nev-last-fetch` | its mtime is the last fetch from the forge |
+| `<root>/<name>` | the copy of worktree `name` (a git worktree of the mirror) |
+| `<root>/<name>/.env`, `<root>/<name>/.env.nev-rewrite` | the run's `.env`, and its rewrite on the way in |
+| `<root>/.lock-<name>` | flock held while a gate of `name` runs; holds `pid P since T` |
+| `<root>/.payload-<name>/` | a gate's payload (mode 700): `bundle`, `diff`, `untracked`, `.env` |
+| `<root>/.stray-<name>-<time>-<pid>` | a directory found at a copy's place that was no worktree, moved aside |
+| `~/.lane-model-env` | NEV_LANE_MODEL_URL: the gateway as the lane reaches it (`nev lane provision`) |
+| `~/.lane-env`, `~/.lane-shared-env` | the NAS folder, npm cache and PATH for lane shells (`nev lane provision`) |
+| `~/.local/bin` | the lane's own nev (`nev lane install`), put on a gate command's PATH |
+
+Stdlib only and pure: the agent uses it on the lane, the development box (the sweep, provisioning,
+Dagu's maintenance) to name the same paths. Lane paths are POSIX paths on either side.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+MIRROR = ".git-mirror"
+LOCK = ".lock-"
+PAYLOAD = ".payload-"
+STRAY = ".stray-"
+LAST_FETCH = "nev-last-fetch"
+ENV = ".env"
+ENV_REWRITE = ".env.nev-rewrite"
+# A payload's members, in the order they follow the payload request on the wire.
+BUNDLE, DIFF, UNTRACKED = "bundle", "diff", "untracked"
+PAYLOAD_MEMBERS = (BUNDLE, DIFF, UNTRACKED, ENV)
+
+MODEL_ENV = ".lane-model-env"
+LANE_ENV = ".lane-env"
+SHARED_ENV = ".lane-shared-env"
+LOCAL_BIN = ".local/bin"
+
+
+def copy_name_ok(name: str) -> bool:
+    """A worktree name that can be a copy under the root: one path part, not hidden (so it can
+    never be the mirror, a lock, a payload or a stray)."""
+    return bool(name) and "/" not in name and "\0" not in name and not name.startswith(".")
+
+
+def lock_owner(entry: str) -> str | None:
+    """The copy name a root entry is the lock of (`.lock-<name>`), else None."""
+    return entry[len(LOCK):] if entry.startswith(LOCK) else None
+
+
+def copy_names(entries: list[str]) -> set[str]:
+    """The copy names a listing of the root speaks of: copies, and payloads left without one
+    (the mirror, locks, strays and other hidden entries are no copy)."""
+    names = set()
+    for e in entries:
+        if e.startswith(PAYLOAD):
+            names.add(e[len(PAYLOAD):])
+        elif copy_name_ok(e):
+            names.add(e)
+    return names
+
+
+@dataclass(frozen=True)
+class Root:
+    """A lane root: `path` as given (the lane resolves it where it must)."""
+
+    path: str
+
+    @property
+    def mirror(self) -> str:
+        return posixpath.join(self.path, MIRROR)
+
+    @property
+    def mirror_lock(self) -> str:
+        return self.mirror + ".lock"
+
+    @property
+    def last_fetch(self) -> str:
+        return posixpath.join(self.mirror, LAST_FETCH)
+
+    def copy(self, name: str) -> str:
+        return posixpath.join(self.path, name)
+
+    def lock(self, name: str) -> str:
+        return posixpath.join(self.path, LOCK + name)
+
+    def payload(self, name: str) -> str:
+        return posixpath.join(self.path, PAYLOAD + name)
+
+    def member(self, name: str, member: str) -> str:
+        """One of PAYLOAD_MEMBERS in the payload of `name`."""
+        return posixpath.join(self.payload(name), member)
+
+    def env_files(self, name: str) -> list[str]:
+        """The three `.env` files of a run, removed on every exit."""
+        return [posixpath.join(self.copy(name), ENV), posixpath.join(self.copy(name), ENV_REWRITE),
+                self.member(name, ENV)]
+
+    def stray(self, name: str, stamp: str, pid: int) -> str:
+        return posixpath.join(self.path, f"{STRAY}{name}-{stamp}-{pid}")
+
+
+def home_file(home: str, name: str) -> str:
+    """One of the lane home's files above (MODEL_ENV, LANE_ENV, SHARED_ENV, LOCAL_BIN) under `home`."""
+    return posixpath.join(home, name)

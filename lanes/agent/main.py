@@ -1,0 +1,43 @@
+"""The agent's entry: read the first request, run its operation, exit with its status."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from lanes.agent import gate, root
+from lanes.agent.errors import Refused
+from lanes.agent.wire import Kind, Op, Wire, op_of
+
+# The one-call operations: one request, one RESULT.
+ONE_CALL: dict[Op, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    Op.STATUS: root.status, Op.CLEANUP: root.cleanup, Op.SURVEY: root.survey, Op.REMOVE: root.remove}
+
+
+def main() -> None:
+    wire = Wire(sys.stdin.buffer, sys.stdout.buffer)  # type: ignore[arg-type]
+    code = 1
+    try:
+        first = wire.read_request()
+        op = op_of(first)
+        if op is Op.HELLO:
+            code = gate.run(wire, first)
+        elif op in ONE_CALL:
+            wire.send_json(Kind.RESULT, ONE_CALL[op](first))
+            code = 0
+        else:
+            wire.send_json(Kind.RESULT, {"refused": f"unknown request {first.get('op')!r}"})
+    except Refused as e:
+        wire.send_json(Kind.RESULT, {"refused": str(e)})
+    except OSError as e:
+        wire.send_json(Kind.RESULT, {"refused": str(e)})
+    except EOFError:
+        pass
+    sys.stdout.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The lane's bare mirror and its fetch policy: a gate's commit from the bundle, the forge, or another bundle.
+
+| the mirror | what happens |
+|---|---|
+| last fetch older than the maximum age, or never fetched (and a forge URL known) | fetch first |
+| the bundle verifies and unbundles to a commit the mirror then has | done |
+| no bundle was needed and the mirror has the commit | done |
+| otherwise, not fetched yet in this gate | fetch, then try again |
+| otherwise | ask the development box for a bundle over the mirror's own tips (NEED_BUNDLE) |
+
+The forge credential reaches git through the credential helper's environment, never argv.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lanes.agent import layout
+from lanes.agent.errors import Refused
+from lanes.agent.git import credential_env, git, git_env
+from lanes.agent.output import Masker
+from lanes.agent.procs import Child
+
+
+def fetch_reason(git_url: str | None, age: float | None, max_age: float) -> str | None:
+    """Why the mirror fetches before anything else (pure); None when it need not."""
+    if not git_url:
+        return None
+    if age is None:
+        return "never fetched"
+    return f"last fetch {age:.0f} s ago" if age > max_age else None
+
+
+class MirrorLock:
+    """Serialises ref updates in the shared mirror across gates of different copies."""
+
+    def __init__(self, root: layout.Root) -> None:
+        self.path = root.mirror_lock
+
+    def __enter__(self) -> None:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
+class Mirror:
+    def __init__(self, root: layout.Root, git_url: str | None, cred: dict[str, Any] | None,
+                 max_age: float, say: Callable[[str], None], child: Child) -> None:
+        self.root = root
+        self.path = root.mirror
+        self.git_url = git_url
+        self.cred = cred or {}
+        self.max_age = max_age
+        self.say = say
+        self.child = child
+        self.fetched = False
+
+    def tips(self) -> list[str]:
+        out = git(["for-each-ref", "--format=%(objectname)"], cwd=self.path, check=False).stdout
+        return sorted(set(out.decode().split()))
+
+    def fetch_age(self) -> float | None:
+        try:
+            return max(0.0, time.time() - os.stat(self.root.last_fetch).st_mtime)
+        except OSError:
+            return None
+
+    def ensure(self) -> None:
+        if not os.path.isdir(self.path):
+            git(["init", "-q", "--bare", self.path])
+            git(["config", "gc.auto", "0"], cwd=self.path)
+
+    def fetch(self, why: str) -> bool:
+        """Fetch every branch and tag from the forge, once per gate; False when it failed."""
+        if self.fetched or not self.git_url:
+            return False
+        self.fetched = True
+        self.say(f"fetching the mirror from the forge ({why})")
+        t0 = time.monotonic()
+        env = git_env(credential_env(self.cred.get("user"), self.cred.get("password")))
+        with MirrorLock(self.root):
+            status, err = self.child.run_tool(["git", "fetch", "-q", "--no-tags", self.git_url,
+                                               "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
+                                              cwd=self.path, env=env)
+        if status != 0:
+            lines = err.decode(errors="replace").strip().splitlines()
+            last = (lines[-1] if lines else f"exit {status}").encode()
+            self.say("forge fetch failed: " + Masker([self.cred.get("password", "")])(last).decode())
+            return False
+        with open(self.root.last_fetch, "w") as f:
+            f.write(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
+        self.say(f"fetched in {time.monotonic() - t0:.1f} s")
+        return True
+
+    def has_commit(self, commit: str) -> bool:
+        return git(["cat-file", "-e", commit + "^{commit}"], cwd=self.path, check=False).returncode == 0
+
+    def take_bundle(self, path: str, ref: str, commit: str) -> bool:
+        """Unbundle into `ref`; False when its prerequisites are missing."""
+        if git(["bundle", "verify", "-q", path], cwd=self.path, check=False).returncode != 0:
+            return False
+        with MirrorLock(self.root):
+            git(["fetch", "-q", "--no-tags", path, f"+HEAD:{ref}"], cwd=self.path)
+        return self.has_commit(commit)
+
+    def supply(self, commit: str, ref: str, bundle: str, have_bundle: bool,
+               ask: Callable[[list[str]], int]) -> None:
+        """Make sure the mirror holds `commit` at `ref` (see the table above). `ask` sends the
+        mirror's tips for another bundle (written to `bundle`) and returns its size."""
+        self.ensure()
+        why = fetch_reason(self.git_url, self.fetch_age(), self.max_age)
+        if why:
+            self.fetch(why)
+        for attempt in range(3):
+            if have_bundle and self.take_bundle(bundle, ref, commit):
+                return
+            if not have_bundle and self.has_commit(commit):
+                git(["update-ref", ref, commit], cwd=self.path)
+                return
+            if self.fetch("the bundle cannot supply the commit"):
+                continue
+            if attempt == 2:
+                break
+            have_bundle = ask(self.tips()) > 0
+        raise Refused(f"the lane cannot get commit {commit[:12]}: not in the bundle, the mirror or the forge")
+
+    def worktrees(self) -> set[str]:
+        """The real paths of the mirror's worktrees (the copies and the mirror itself)."""
+        out = git(["worktree", "list", "--porcelain"], cwd=self.path).stdout.decode(errors="surrogateescape")
+        return {os.path.realpath(line[9:]) for line in out.splitlines() if line.startswith("worktree ")}

@@ -1,0 +1,254 @@
+"""One-call operations on the lane root: `status`, `cleanup`, and the sweep's `survey` and `remove`.
+
+`survey` reports plain facts about every copy under the root and `remove` archives a copy's
+untracked corpus data to the NAS as one tar, then removes the copy through `git worktree remove`
+and `git worktree prune`; which copies go is decided on the development box (`lanes.sweep.decide`).
+Nothing outside the root is touched, no symlink is followed out of it, the mirror stays.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import time
+from typing import Any
+
+from lanes.agent import layout
+from lanes.agent.copy import remove_env
+from lanes.agent.errors import Refused
+from lanes.agent.git import git
+from lanes.agent.wire import need
+
+
+def free_gb(path: str) -> float:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize / 1e9
+
+
+def copy_sizes(root: str) -> list[dict[str, Any]]:
+    """Each copy's size in KB (`du -sk`), largest first: what the disk guard's refusal names."""
+    out = []
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if not layout.copy_name_ok(name) or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        cp = subprocess.run(["du", "-sk", path], capture_output=True)
+        kb = int(cp.stdout.split()[0]) if cp.returncode == 0 and cp.stdout else 0
+        out.append({"name": name, "kb": kb})
+    return sorted(out, key=lambda c: -c["kb"])
+
+
+def locked(path: str, shared: bool = False) -> bool:
+    """Whether another process holds the flock of the lock file at `path` (a gate runs)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def status(req: dict[str, Any]) -> dict[str, Any]:
+    """`nev lane list`: free disk, copies present (worktrees of the mirror), gates running (locks held)."""
+    root = layout.Root(need(req, "root"))
+    ans: dict[str, Any] = {"guest": socket.gethostname(), "root": root.path, "copies": [], "running": []}
+    if not os.path.isdir(root.path):
+        ans["free_gb"] = None
+        return ans
+    ans["free_gb"] = round(free_gb(root.path), 2)
+    if os.path.isdir(root.mirror):
+        mirror = os.path.realpath(root.mirror)
+        ans["copies"] = sorted(os.path.basename(p) for p in _worktrees(root) if p != mirror)
+    for entry in sorted(os.listdir(root.path)):
+        name = layout.lock_owner(entry)
+        if name is not None and locked(root.lock(name), shared=True):
+            ans["running"].append(name)
+    return ans
+
+
+def cleanup(req: dict[str, Any]) -> dict[str, Any]:
+    """The development box's second call after a dropped connection: stop the run, remove the
+    `.env` files. Only when no other gate holds the copy's lock (the one that does removes its own)."""
+    root, name = layout.Root(need(req, "root")), need(req, "name")
+    if req.get("pid"):
+        try:
+            os.kill(int(req["pid"]), signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    ans: dict[str, Any] = {"removed": [], "busy": False}
+    if not layout.copy_name_ok(name) or not os.path.exists(root.lock(name)):
+        return ans
+    fd = os.open(root.lock(name), os.O_RDWR)
+    try:
+        deadline = time.monotonic() + float(req.get("wait", 5))
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    ans["busy"] = True
+                    return ans
+                time.sleep(0.05)
+        if not req.get("keep_env"):
+            ans["removed"] = remove_env(root, name)
+            shutil.rmtree(root.payload(name), ignore_errors=True)
+        return ans
+    finally:
+        os.close(fd)
+
+
+# -- the sweep -------------------------------------------------------------------------------
+
+def _worktrees(root: layout.Root) -> set[str]:
+    r = git(["worktree", "list", "--porcelain"], cwd=root.mirror, check=False)
+    lines = r.stdout.decode(errors="surrogateescape").splitlines()
+    return {os.path.realpath(ln[9:]) for ln in lines if ln.startswith("worktree ")}
+
+
+def _du_all(paths: list[str]) -> dict[str, int]:
+    """One du for every folder (-l: hard links counted per folder, as a du of each alone)."""
+    if not paths:
+        return {}
+    r = subprocess.run(["du", "-sbl", "--", *paths], capture_output=True, text=True)
+    out = {}
+    for line in r.stdout.splitlines():
+        size, _, path = line.partition("\t")
+        out[path] = int(size)
+    return out
+
+
+def _processes() -> list[tuple[int, str, list[str]]]:
+    """(pid, name, paths it works in: its cwd and its open files) of every process we can see."""
+    procs = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            paths = [os.readlink(f"/proc/{entry}/cwd")]
+        except OSError:
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                try:
+                    paths.append(os.readlink(f"/proc/{entry}/fd/{fd}"))
+                except OSError:
+                    pass
+        except OSError:
+            pass
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            comm = "?"
+        procs.append((int(entry), comm, paths))
+    return procs
+
+
+def _corpus_untracked(copy: str) -> list[str]:
+    """The copy's untracked files under `corpus/` (links not followed, not counted)."""
+    corpus = os.path.join(copy, "corpus")
+    if not os.path.isdir(corpus) or os.path.islink(corpus):
+        return []
+    r = git(["ls-files", "--others", "-z", "--", "corpus"], cwd=copy, check=False)
+    names = [n.decode("utf-8", "surrogateescape") for n in r.stdout.split(b"\0") if n]
+    return [n for n in names if not os.path.islink(os.path.join(copy, n))]
+
+
+def _real_dir(p: str) -> bool:
+    return os.path.isdir(p) and not os.path.islink(p)
+
+
+def survey(req: dict[str, Any]) -> dict[str, Any]:
+    """Facts about every copy under the root (and payloads left without one), for `lanes.sweep.decide`."""
+    root = layout.Root(os.path.realpath(need(req, "root")))
+    busy = set(req.get("busy") or [])
+    worktrees = _worktrees(root) if os.path.isdir(root.mirror) else set()
+    procs = _processes()
+
+    def in_use(p: str) -> list[tuple[int, str]]:
+        pre = p + "/"
+        return sorted({(pid, comm) for pid, comm, paths in procs for q in paths if q == p or q.startswith(pre)})
+
+    names = sorted(layout.copy_names(os.listdir(root.path)))
+    sizes = _du_all([p for n in names for p in (root.copy(n), root.payload(n)) if _real_dir(p)])
+    entries = []
+    for n in names:
+        copy, payload = root.copy(n), root.payload(n)
+        d: dict[str, Any] = {"name": n, "copy": os.path.lexists(copy), "payload": os.path.lexists(payload),
+                             "symlink": os.path.islink(copy) or os.path.islink(payload), "dir": _real_dir(copy)}
+        d["worktree"] = d["dir"] and os.path.realpath(copy) in worktrees
+        d["size"] = sizes.get(copy, 0) + sizes.get(payload, 0)
+        use = (in_use(copy) if d["dir"] else []) + (in_use(payload) if d["payload"] else [])
+        d["pids"] = [[p, c] for p, c in use]
+        d["busy"] = [[p, c] for p, c in use if c in busy]
+        d["locked"] = locked(root.lock(n))
+        d["corpus"] = _corpus_untracked(copy) if d["worktree"] else []
+        entries.append(d)
+    nas: str | None = req.get("nas")
+    return {"root": root.path, "mirror": os.path.isdir(root.mirror), "entries": entries,
+            "free_gb": free_gb(root.path), "nas": nas is not None and os.path.isdir(nas),
+            "peak_rss_kb": {"survey": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                            "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}}
+
+
+def remove_copy(root: layout.Root, name: str, nas: str | None, stamp: str) -> str:
+    """Archive the copy's untracked corpus files to `nas` (one tar), then remove the copy, its
+    payload and its lock; the archive's path ("" when nothing was archived). Refused: kept."""
+    if not layout.copy_name_ok(name):
+        raise Refused(f"{name!r} cannot be a copy's name; kept")
+    copy, payload = root.copy(name), root.payload(name)
+    for p in (copy, payload):
+        if os.path.islink(p) or (os.path.lexists(p) and os.path.dirname(os.path.realpath(p)) != root.path):
+            raise Refused(f"{p} is a link or leaves {root.path}; kept")
+    if locked(root.lock(name)):
+        raise Refused("locked by a running gate; kept")
+    archived = ""
+    if os.path.isdir(copy):
+        files = _corpus_untracked(copy)
+        if files:
+            if not nas or not os.path.isdir(nas):
+                raise Refused("no NAS folder to archive corpus/ into; kept")
+            dest = os.path.join(nas, "archive", "corpus", name)
+            os.makedirs(dest, exist_ok=True)
+            tmp = os.path.join(dest, f".{stamp}.tar.part")
+            with tarfile.open(tmp, "w") as tf:
+                for n in files:
+                    tf.add(os.path.join(copy, n), arcname=n, recursive=False)
+            archived = os.path.join(dest, f"{stamp}.tar")
+            os.replace(tmp, archived)
+        git(["worktree", "remove", "--force", "--force", copy], cwd=root.mirror)
+    git(["worktree", "prune"], cwd=root.mirror)
+    if _real_dir(payload):
+        r = subprocess.run(["rm", "-rf", "--one-file-system", "--", payload], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise Refused(f"removing {payload} failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
+    lock = root.lock(name)
+    if os.path.isfile(lock) and not os.path.islink(lock):
+        os.unlink(lock)
+    return archived
+
+
+def remove(req: dict[str, Any]) -> dict[str, Any]:
+    """`remove_copy` of each name: {"removed": {name: archive}, "failed": {name: why}}."""
+    root = layout.Root(os.path.realpath(need(req, "root")))
+    ans: dict[str, Any] = {"removed": {}, "failed": {}}
+    for name in need(req, "names"):
+        try:
+            ans["removed"][name] = remove_copy(root, name, req.get("nas"), need(req, "stamp"))
+        except (Refused, OSError) as e:
+            ans["failed"][name] = str(e)
+    return ans

@@ -1,0 +1,96 @@
+"""The development box's end of the lane agent: one SSH channel that starts it, frames out and in.
+
+`Session` is a conversation (a gate streams through one); `call` is a one-call operation
+(`status`, `cleanup`, `survey`, `remove`): one request, its RESULT. Frame kinds and operations
+are the agent's own (`lanes.agent.wire`); the agent travels ahead of the first request
+(`lanes.payload.lane_program`).
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import paramiko
+
+from lanes import payload, ui
+from lanes.agent.wire import Kind, Op, ProtocolError, parse, request
+from lanes.config import Lane
+from lanes.errors import NevError
+from lanes.ssh import CHUNK, Connection
+
+
+class Session:
+    """One conversation with the lane agent over one SSH channel."""
+
+    def __init__(self, conn: Connection, lane: Lane) -> None:
+        self.conn = conn
+        self.lane = lane
+        self.ch: paramiko.Channel = conn.open_session(payload.lane_command())
+        self.buf = bytearray()
+        self.sent = 0
+        self.send(payload.lane_program())
+
+    def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        for i in range(0, len(view), CHUNK):
+            self.ch.sendall(bytes(view[i:i + CHUNK]))
+        self.sent += len(data)
+
+    def request(self, op: Op, **fields: Any) -> None:
+        self.send(request(op, **fields))
+
+    def frames(self, timeout: float | None = None) -> Iterator[tuple[Kind, bytes]]:
+        """Frames as they arrive; ends when the channel closes (or `timeout` passes). The agent's
+        stderr (a traceback, python3 missing) is shown line by line with the lane's label."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                yield from parse(self.buf)
+            except ProtocolError as e:
+                raise NevError(f"{self.lane.label}: {e}") from None
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            select.select([self.ch], [], [], 0.2)
+            while self.ch.recv_stderr_ready():
+                for line in self.ch.recv_stderr(65536).decode(errors="replace").splitlines():
+                    ui.info(f"{self.lane.label}: {line}")
+            if self.ch.recv_ready():
+                data = self.ch.recv(CHUNK)
+                if not data:
+                    return
+                self.buf += data
+            elif self.ch.closed or (self.ch.exit_status_ready() and not self.ch.recv_ready()):
+                if not self.ch.recv_ready() and not self.ch.recv_stderr_ready():
+                    return
+
+    def result(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """The RESULT's JSON (MESSAGE lines shown on the way); None when none came."""
+        for kind, data in self.frames(timeout):
+            if kind is Kind.MESSAGE:
+                ui.info(f"{self.lane.label}: {data.decode(errors='replace')}")
+            elif kind is Kind.RESULT:
+                ans = json.loads(data)
+                return ans if isinstance(ans, dict) else {}
+        return None
+
+    def close(self) -> None:
+        self.ch.close()
+
+
+def call(conn: Connection, lane: Lane, op: Op, timeout: float, **fields: Any) -> dict[str, Any]:
+    """A one-call operation of the agent: its RESULT. NevError when it refused or did not answer."""
+    s = Session(conn, lane)
+    try:
+        s.request(op, **fields)
+        ans = s.result(timeout)
+    finally:
+        s.close()
+    if ans is None:
+        raise NevError(f"the lane agent gave no answer to {op.value!r} within {timeout:g} s")
+    if ans.get("refused"):
+        raise NevError(f"the lane agent refused {op.value!r}: {ans['refused']}")
+    return ans
