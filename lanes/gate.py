@@ -32,6 +32,7 @@ from lanes.agent.guard import check_rel
 from lanes.agent.wire import Kind, Op, Stop
 from lanes.config import Lane, LanesFile
 from lanes.errors import DiskShortError, NevError, NoLaneError
+from lanes.exitcodes import Exit
 from lanes.mask import mask, register_secret
 from lanes.session import Session
 from lanes.ssh import CONNECT_TIMEOUT, Connection, SshError
@@ -48,7 +49,7 @@ def _sweep(lane: Lane, track: str) -> None:
 SWEEP_HOOK: Callable[[Lane, str], object] | None = _sweep
 
 STOP_WAIT = 3.0
-DROPPED_EXIT = 255
+DROPPED_EXIT = Exit.CONNECTION_DROPPED
 
 
 class Interrupted(NevError):
@@ -312,7 +313,7 @@ def run_local(worktree: Path, command: Sequence[str], extra_env: dict[str, str] 
             p.wait(5)
         except subprocess.TimeoutExpired:
             p.kill()
-        raise Interrupted("interrupted", 130 if sig == signal.SIGINT else 143) from None
+        raise Interrupted("interrupted", Exit.INTERRUPTED if sig == signal.SIGINT else Exit.TERMINATED) from None
     finally:
         restore()
 
