@@ -130,7 +130,7 @@ def params(m: Manifest, manifest: str, lane_forge_url: str, lane_home: str, layo
     le = dict(lane_env or {"HOME": lane_home})
     # The lane's own snapshot: the default path, under the lane user's home (NEV_INVENTORY here
     # names this box's file).
-    inv = settings.INVENTORY.default or "~/.local/share/nev/inventory.json"
+    inv = settings.value(settings.INVENTORY, {})
     if inv.startswith("~/"):
         inv = posixpath.join(lane_home, inv[2:])
     return {

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes import procgroup
+from lanes import procgroup, settings
 from lanes.errors import NevError
 from lanes.gitrun import Repo
 from lanes.mask import mask
@@ -62,7 +62,7 @@ OPTIONAL: dict[int, list[tuple[tuple[str, ...], int]]] = {
     7: [(("ledger",), 12), (("job", "status"), 9)],
     8: [(("rig", "dashboard"), 14)],
 }
-ENGINE_IN_REPO = "crates_bridge/engine"   # where nev looks for the engine (NEV_ENGINE_DIR's default)
+ENGINE_IN_REPO = settings.value(settings.ENGINE_DIR, {})   # where nev looks for the engine: the default
 GENERATED = f"{ENGINE_IN_REPO}/crates/layout/src/generated"
 
 # The engine repository's gate (read from main by `nev land`): the floors, scored on a lane.

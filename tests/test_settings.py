@@ -110,11 +110,16 @@ def test_no_call_site_repeats_a_default():
         for node in ast.walk(ast.parse(text)):
             if not (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or)):
                 continue
-            for read in node.values[:-1]:  # a reader followed by a fallback
+            for read in node.values[:-1]:  # a reader (or a setting's .default) followed by a fallback
                 if (isinstance(read, ast.Call) and isinstance(read.func, ast.Attribute)
-                        and read.func.attr in readers and read.args
-                        and isinstance(read.args[0], ast.Attribute)
-                        and isinstance(getattr(settings, read.args[0].attr, None), settings.Setting)
-                        and getattr(settings, read.args[0].attr).default is not None):
+                        and read.func.attr in readers and read.args):
+                    setting = read.args[0]
+                elif isinstance(read, ast.Attribute) and read.attr == "default":
+                    setting = read.value
+                else:
+                    continue
+                if (isinstance(setting, ast.Attribute)
+                        and isinstance(getattr(settings, setting.attr, None), settings.Setting)
+                        and getattr(settings, setting.attr).default is not None):
                     found.append(f"{name}:{node.lineno}")
     assert not found, "use settings.value/path (the registry's default): " + ", ".join(found)
