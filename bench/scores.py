@@ -1,7 +1,8 @@
 """`nev scores`: every generated function against its corpus, as a table or JSON.
 
-`to_json`/`from_json` are also the wire form of a lane scorer: the landing runs
-`nev scores --json` on the build lane and reads the scores back with `from_json`.
+`to_json`/`from_json` are also the wire form of `lane_scorer`, the scorer the landing passes to
+`bench.floors.raise_floors`: it runs `nev scores --json` on a build lane and reads the scores
+back with `from_json`.
 """
 
 from __future__ import annotations
@@ -73,3 +74,26 @@ def show(req: Scoring, scorer: Scorer, as_json: bool, echo: Callable[[str], None
         for line in table(judgements):
             echo(line)
     return 0
+
+
+def lane_scorer(req: Scoring) -> list[Score]:
+    """A `Scorer` that runs `nev scores --json` on the first build lane that answers, in a lane
+    copy of `req.repo`; NoLaneError (exit 3) when none answers, and nothing is written."""
+    from lanes import config, gate, payload  # the SSH stack, loaded only when a lane scores
+    from lanes.errors import NoLaneError
+
+    lf = config.configured(require=True)
+    picked = gate.pick_lane(lf, None)
+    if picked is None:
+        raise NoLaneError("no build lane answered to score the floors; nothing was written")
+    lane, conn = picked
+    buf = bytearray()
+    try:
+        wt = payload.Worktree.open(req.repo)
+        out = gate.gate_on_lane(lane, conn, wt, ["nev", "scores", "--json"], forge=gate.forge_for(wt, lf),
+                                on_stdout=buf.extend)
+    finally:
+        conn.close()
+    if out.status != 0:
+        raise NevError(f"`nev scores --json` on {lane.label} exited {out.status}; nothing was written")
+    return from_json(buf.decode(errors="replace"))

@@ -7,24 +7,39 @@ gate's process group, and the temporary worktree a landing rebases and gates in.
     <common-git-dir>/nev/land-pending/<name>.json  written before main moves; a rerun finishes after it
     <common-git-dir>/nev/land-gate/<name>.json     the running gate's process group (killed by a rerun)
     <common-git-dir>/nev/land-wt/<name>/           the rebased worktree the gate runs in
+
+Approvals and markers are read into dataclasses through `lanes.jsonfile.Fields`: a file that
+is not what nev wrote is refused naming the file and the field, and left as it is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobs import spec
 from lanes import jsonfile
 from lanes.errors import NevError
+from lanes.gitrun import Repo
+from lanes.jsonfile import Fields
+
+MAIN = "refs/heads/main"
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")
 
 
 @dataclass(frozen=True)
 class LandPaths:
     common: Path
+
+    @classmethod
+    def of(cls, repo: Repo) -> LandPaths:
+        return cls(repo.common_dir())
 
     @property
     def base(self) -> Path:
@@ -47,6 +62,31 @@ class LandPaths:
         return self.base / "land-wt" / name
 
 
+def sha_arg(what: str, value: str) -> str:
+    """A sha given on the command line: 7 to 40 hex digits, lower-cased."""
+    v = value.strip().lower()
+    if not (7 <= len(v) <= 40 and all(c in "0123456789abcdef" for c in v)):
+        raise NevError(f"{what} {value!r} is not a commit sha (7 to 40 hex digits); nothing was done")
+    return v
+
+
+def _full_sha(f: Fields, top: dict, key: str) -> str:
+    v = f.get(top, key, str, "")
+    if not _FULL_SHA.fullmatch(v):
+        raise f.fail(key, f"must be a full object id (40 hex digits), not {v[:50]!r}")
+    return str(v)
+
+
+def _name(f: Fields, top: dict, expected: str) -> str:
+    name = f.get(top, "name", str, "")
+    if name != expected:
+        raise f.fail("name", f"is {name[:50]!r}, but the file is for {expected!r}")
+    return str(name)
+
+
+# ---------------------------------------------------------------- approvals
+
+
 @dataclass(frozen=True)
 class Approval:
     name: str
@@ -55,12 +95,13 @@ class Approval:
     approved_at: float
     by: str
 
-
-def _read(path: Path, what: str) -> dict[str, Any]:
-    data = jsonfile.load(path, what)
-    if not isinstance(data, dict):
-        raise NevError(f"{path}: {what} is not a JSON object; remove it and approve again")
-    return data
+    @classmethod
+    def from_json(cls, data: Any, path: Path) -> Approval:
+        f = Fields(path)
+        top = f.obj(data, "(top level)")
+        return cls(name=_name(f, top, path.stem), spec_sha=_full_sha(f, top, "spec_sha"), tip=_full_sha(f, top, "tip"),
+                   approved_at=float(f.get(top, "approved_at", (int, float), "", required=False, default=0)),
+                   by=str(f.get(top, "by", str, "", required=False, default="")))
 
 
 def save_approval(paths: LandPaths, name: str, spec_sha: str, tip: str) -> Approval:
@@ -69,20 +110,13 @@ def save_approval(paths: LandPaths, name: str, spec_sha: str, tip: str) -> Appro
     except (KeyError, OSError):
         by = str(os.getuid())
     a = Approval(name=name, spec_sha=spec_sha, tip=tip, approved_at=time.time(), by=by)
-    jsonfile.write_atomic(paths.approval(name), a.__dict__)
+    jsonfile.write_atomic(paths.approval(name), dataclasses.asdict(a))
     return a
 
 
 def load_approval(paths: LandPaths, name: str) -> Approval | None:
     p = paths.approval(name)
-    if not p.exists():
-        return None
-    d = _read(p, "approval")
-    try:
-        return Approval(name=str(d["name"]), spec_sha=str(d["spec_sha"]), tip=str(d["tip"]),
-                        approved_at=float(d.get("approved_at", 0)), by=str(d.get("by", "")))
-    except (KeyError, TypeError, ValueError):
-        raise NevError(f"{p}: approval is missing name, spec_sha or tip; approve the track again") from None
+    return Approval.from_json(jsonfile.load(p, "approval"), p) if p.exists() else None
 
 
 def list_approvals(paths: LandPaths) -> list[Approval]:
@@ -99,18 +133,64 @@ def drop_approval(paths: LandPaths, name: str) -> None:
     paths.approval(name).unlink(missing_ok=True)
 
 
-def write_pending(paths: LandPaths, name: str, data: dict[str, Any]) -> None:
-    jsonfile.write_atomic(paths.pending(name), data)
-    fd = os.open(paths.pending(name).parent, os.O_RDONLY)
+def approve(repo_path: Path, name: str, spec_sha: str | None = None, tip: str | None = None) -> int:
+    """`nev land approve NAME`: pin the reviewed spec sha and branch tip (default: what they are now)."""
+    spec.check_name(name)
+    repo = Repo(repo_path)
+    paths = LandPaths.of(repo)
+    now_tip = repo.try_rev(f"refs/heads/{name}")
+    if now_tip is None:
+        raise NevError(f"branch {name} does not exist; nothing approved")
+    blob = repo.blob(repo.rev(MAIN), spec.spec_path(name))
+    if blob is None:
+        raise NevError(f"{spec.spec_path(name)} is not on main; nothing approved")
+    if tip is not None and not now_tip.startswith(sha_arg("branch tip", tip)):
+        raise NevError(f"branch {name} is at {now_tip[:12]}, not the reviewed {tip}; review again; nothing approved")
+    if spec_sha is not None and not blob.startswith(sha_arg("spec sha", spec_sha)):
+        raise NevError(f"{spec.spec_path(name)} on main is {blob[:12]}, not the reviewed {spec_sha}; nothing approved")
+    a = save_approval(paths, name, blob, now_tip)
+    print(f"approved {name}: spec {a.spec_sha[:12]}, tip {a.tip[:12]} (stored in {paths.approval(name)})")
+    return 0
+
+
+# ---------------------------------------------------------------- the land-pending marker
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Written (and synced) just before main moves from `old` to `new`; removed when every
+    after-step has run. A rerun that finds it finishes what the landing owed."""
+
+    name: str
+    spec_sha: str
+    tip: str   # the approved branch tip
+    old: str   # main before
+    new: str   # the gated tip main moves to
+    time: float
+    pid: int
+
+    @classmethod
+    def from_json(cls, data: Any, path: Path) -> Pending:
+        f = Fields(path)
+        top = f.obj(data, "(top level)")
+        return cls(name=_name(f, top, path.stem), spec_sha=_full_sha(f, top, "spec_sha"),
+                   tip=_full_sha(f, top, "tip"), old=_full_sha(f, top, "old"), new=_full_sha(f, top, "new"),
+                   time=float(f.get(top, "time", (int, float), "")), pid=int(f.get(top, "pid", int, "")))
+
+
+def write_pending(paths: LandPaths, marker: Pending) -> None:
+    p = paths.pending(marker.name)
+    jsonfile.write_atomic(p, dataclasses.asdict(marker))
+    fd = os.open(p.parent, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def read_pending(paths: LandPaths, name: str) -> dict[str, Any] | None:
+def read_pending(paths: LandPaths, name: str) -> Pending | None:
     p = paths.pending(name)
-    return _read(p, "land-pending marker") if p.exists() else None
+    return Pending.from_json(jsonfile.load(p, "land-pending marker"), p) if p.exists() else None
 
 
 def pending_names(paths: LandPaths) -> list[str]:

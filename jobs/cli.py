@@ -136,6 +136,7 @@ def land(args: tuple[str, ...], check: bool, approved: bool, spec_sha: str | Non
     """
     from pathlib import Path
 
+    from jobs import approvals
     from jobs import land as landing
 
     where = Path(repo)
@@ -146,7 +147,7 @@ def land(args: tuple[str, ...], check: bool, approved: bool, spec_sha: str | Non
     if args[:1] == ("approve",):
         if len(args) != 2 or check:
             raise click.UsageError("usage: nev land approve SPEC_NAME [--spec-sha SHA] [--tip SHA]")
-        return landing.approve(where, args[1], spec_sha=spec_sha, tip=tip)
+        return approvals.approve(where, args[1], spec_sha=spec_sha, tip=tip)
     if len(args) != 3:
         raise click.UsageError("usage: nev land SPEC_NAME SPEC_SHA BRANCH_TIP [--check] "
                                "(or: nev land approve SPEC_NAME, nev land --approved)")

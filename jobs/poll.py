@@ -1,15 +1,20 @@
-"""`nev job poll`: the tick. Results on the forge -> `nev land`; exit 3 and 7 resent; 9 and 10 recorded.
+"""`nev job poll`: the tick. Results on the forge -> `jobs.land.land`; exit 3 and 7 resent; 9 and 10 recorded.
 
 Each tick reads every `result/*` branch on the forge and the Dagu run of every job this
 box submitted that has no result yet, and `decide` (pure) picks one action per job:
 
 | seen | action |
 |---|---|
-| result passed | land it through `nev land SPEC SPEC_SHA TIP` (the branch named like the spec is set to the result); after a landing, job/<name> and result/<name> are deleted on the forge |
+| result passed | land it (`jobs.land.land` in this process, as `nev land SPEC SPEC_SHA TIP`; the branch named like the spec is set to the result); after a landing, job/<name> and result/<name> are deleted on the forge |
 | result failed / stopped (exit 1, 8, 9, 10) | recorded as failed, never resent |
 | no result, run ended with the run step's exit 3 (inventory not ready) | resent, not counted as a send |
 | no result, run ended with the publish step's exit 7 | resent, not counted as a send |
 | no result, run still queued or running | wait |
+
+One tick runs at a time per state folder (`job-poll.lock`; a tick that finds another still
+running does nothing). The job records (`jobs.records`) are locked only while they are read
+and while each outcome is written, never during a landing, so `nev job submit` does not
+wait for a gate.
 
 `--install` makes the tick tick: a crontab line (or, with `--dagu-home`, a Dagu workflow with
 `schedule: "* * * * *"`) running `nev job poll` in this repository with tracks.json ->
@@ -18,22 +23,27 @@ specWatch.pollEnv in its environment; `--uninstall` removes it.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import fcntl
 import os
 import shlex
-import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import IntEnum, StrEnum
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from jobs import forge as forge_mod
+from jobs import land as landing
 from jobs import records
 from jobs import result as result_mod
 from jobs import tracks as tracks_file
+from jobs.land_gate import INTERRUPTED
 from jobs.result import Result
 from lanes import crontab
 from lanes.errors import NevError
@@ -47,40 +57,59 @@ POLL_WORKFLOW = "nev-job-poll"
 NEV_ROOT = Path(__file__).resolve().parents[1]
 
 
+class StepExit(IntEnum):
+    """Exits of the job workflow's steps that the tick acts on (docs/exit-codes.md)."""
+
+    INVENTORY_NOT_READY = 3  # the run step: resent, not counted as a send
+    PUBLISH_FAILED = 7       # the publish step: resent, not counted as a send
+
+
 @dataclass(frozen=True)
 class RunInfo:
     done: bool
     status: str
-    run_exit: str | None = None      # the run step's exit: "0", "3", "9", "-" (killed), None (did not end)
-    publish_exit: str | None = None  # the publish step's
+    run_exit: int | None = None      # the run step's exit; None: it did not end, or ended without one (killed)
+    publish_exit: int | None = None  # the publish step's
+
+
+class Act(StrEnum):
+    LAND = "land"
+    RESEND = "resend"
+    FAILED = "failed"
+    WAIT = "wait"
+    DONE = "done"
 
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # land | resend | failed | wait | done
+    kind: Act
     why: str
+
+
+def _code(x: int | None) -> str:
+    return "-" if x is None else str(x)
 
 
 def decide(rec: dict[str, Any] | None, res: Result | None, run: RunInfo | None) -> Action:
     """What the tick does for one job (pure)."""
     if res is not None:
         if rec and rec.get("result") == res.commit and rec.get("status") in FINAL:
-            return Action("done", f"{rec['status']} already")
+            return Action(Act.DONE, f"{rec['status']} already")
         if res.outcome == "passed":
-            return Action("land", f"result {res.commit[:12]} passed")
-        return Action("failed", f"result {res.outcome} (exit {res.exit}); not resent")
+            return Action(Act.LAND, f"result {res.commit[:12]} passed")
+        return Action(Act.FAILED, f"result {res.outcome} (exit {res.exit}); not resent")
     if rec is None or rec.get("status") in FINAL:
-        return Action("done", "nothing new")
+        return Action(Act.DONE, "nothing new")
     if run is None:
-        return Action("wait", "its run's status is unknown this tick")
+        return Action(Act.WAIT, "its run's status is unknown this tick")
     if not run.done:
-        return Action("wait", f"run {rec.get('run_id')} is {run.status}")
-    if run.run_exit == "3":
-        return Action("resend", "inventory not ready (exit 3)")
-    if run.publish_exit == "7":
-        return Action("resend", "publishing the result failed (exit 7)")
-    return Action("failed", f"run {rec.get('run_id')} ended {run.status} without a result "
-                            f"(run step exit {run.run_exit}, publish exit {run.publish_exit})")
+        return Action(Act.WAIT, f"run {rec.get('run_id')} is {run.status}")
+    if run.run_exit == StepExit.INVENTORY_NOT_READY:
+        return Action(Act.RESEND, "inventory not ready (exit 3)")
+    if run.publish_exit == StepExit.PUBLISH_FAILED:
+        return Action(Act.RESEND, "publishing the result failed (exit 7)")
+    return Action(Act.FAILED, f"run {rec.get('run_id')} ended {run.status} without a result "
+                              f"(run step exit {_code(run.run_exit)}, publish exit {_code(run.publish_exit)})")
 
 
 def read_runs(jobs: dict[str, dict[str, Any]]) -> dict[str, RunInfo]:
@@ -92,15 +121,17 @@ def read_runs(jobs: dict[str, dict[str, Any]]) -> dict[str, RunInfo]:
     from dagu import api as api_mod
     from dagu import service
 
+    def code(st: Any) -> int | None:
+        c = api_mod.step_exit_code(st) if st is not None and st.done else "-"
+        return int(c) if c.isdigit() else None
+
     for lane, names in by_lane.items():
         try:
             with service.opened(lane) as ld, ld.api() as api:
                 for name in names:
                     st = api.find_run(jobs[name]["run_id"])
                     steps = {s.name: s for s in st.steps}
-                    code = {k: (api_mod.step_exit_code(steps[k]) if k in steps and steps[k].done else None)
-                            for k in ("run", "publish")}
-                    out[name] = RunInfo(st.done, st.status, code["run"], code["publish"])
+                    out[name] = RunInfo(st.done, st.status, code(steps.get("run")), code(steps.get("publish")))
         except NevError as e:
             info(f"poll: cannot read runs on lane {lane if lane is not None else 'default'}: {e}")
     return out
@@ -120,86 +151,123 @@ def resend(rec: dict[str, Any]) -> str:
 
 def land(repo: Repo, name: str, res: Result, rec: dict[str, Any] | None, forge: forge_mod.Forge,
          environ: Mapping[str, str]) -> tuple[str, str]:
-    """(status, why): landed through `nev land`, or not-landed with the reason."""
+    """(status, why): landed through `jobs.land.land` in this process, or not-landed with the reason."""
     spec = res.spec or (rec or {}).get("spec")
     if not spec:
         return "not-landed", "the result names no spec (Nev-Job-Spec); land it by hand"
-    spec_sha = repo.git("rev-parse", "--verify", "--quiet", f"refs/heads/main:specs/{spec}.md",
-                        check=False).stdout.strip()
-    if not spec_sha:
+    spec_sha = repo.blob("refs/heads/main", f"specs/{spec}.md")
+    if spec_sha is None:
         return "not-landed", f"specs/{spec}.md is not on main; a job lands only against its spec"
     branch = f"refs/heads/{spec}"
     cur = repo.try_rev(branch)
     if cur is not None and cur != res.commit:
         return "not-landed", (f"branch {spec} exists at {cur[:12]} (a track in progress?); "
                               f"not replacing it with result {res.commit[:12]}")
-    repo.git("update-ref", branch, res.commit)
-    cp = subprocess.run([sys.executable, "-m", "rig.cli", "land", spec, spec_sha, res.commit],
-                        cwd=repo.path, env={**environ, "PYTHONPATH": str(NEV_ROOT)},
-                        capture_output=True, text=True)
-    for line in (cp.stdout + cp.stderr).strip().splitlines():
-        info(f"  {line}" if line.startswith("land:") else f"  land: {line}")
-    if cp.returncode != 0:
-        if repo.try_rev(branch) == res.commit:
-            repo.git("update-ref", "-d", branch, res.commit)
-        last = (cp.stderr.strip().splitlines() or cp.stdout.strip().splitlines() or [f"exit {cp.returncode}"])[-1]
-        return "not-landed", f"nev land exit {cp.returncode}: {mask(last)}"
+    repo.set_ref(branch, res.commit)
+    try:
+        landing.land(repo.path, spec, spec_sha, res.commit, environ=environ)
+    except NevError as e:
+        if e.exit_code in INTERRUPTED:
+            raise
+        repo.delete_ref(branch, res.commit)
+        return "not-landed", f"nev land exit {e.exit_code}: {mask(e.message)}"
     forge.delete(repo, f"job/{name}", f"result/{name}")
-    repo.git("update-ref", "-d", f"refs/nev/results/{name}", check=False)
+    repo.delete_ref(f"refs/nev/results/{name}")
     return "landed", f"landed on main ({repo.rev('refs/heads/main')[:12]}); job/{name} and result/{name} deleted"
+
+
+@contextmanager
+def one_tick(environ: Mapping[str, str]) -> Iterator[int | None]:
+    """Held for a whole tick: yields None, or the PID of another tick that holds it (a landing
+    can outlast the minute between scheduled ticks)."""
+    p = records.path(environ).with_name("job-poll.lock")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raw = os.read(fd, 32).decode(errors="replace").strip()
+            yield int(raw) if raw.isdigit() else 0
+            return
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield None
+    finally:
+        os.close(fd)
+
+
+def _record(environ: Mapping[str, str], name: str, seen: dict[str, Any] | None, **fields: Any) -> bool:
+    """Write `fields` into the job's record, under the records lock. False (nothing written) when
+    the job was submitted again since this tick read it: the new submission owns the record."""
+    with records.locked_json(environ) as data:
+        rec = data["jobs"].setdefault(name, {"job": name, "sends": 0, "resends": 0, "status": "submitted"})
+        if rec.get("sends", 0) != (seen or {}).get("sends", 0):
+            info(f"{name}: submitted again during this tick; its record is left to the new submission")
+            return False
+        rec.update(fields)
+        return True
 
 
 def poll(repo_path: Path | None = None, environ: Mapping[str, str] | None = None) -> int:
     env = dict(os.environ if environ is None else environ)
     repo = Repo(Repo(repo_path or Path.cwd()).toplevel())
     forge = forge_mod.from_settings(env, repo)
+    with one_tick(env) as other:
+        if other is not None:
+            info(f"poll: another tick (PID {other or '?'}) is still running; this one does nothing")
+            return 0
+        return _tick(repo, forge, env)
+
+
+def _tick(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
     tips = forge.ls(repo, "result")
     if tips:
         forge.fetch_results(repo)
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    failed = 0
     with records.locked_json(env) as data:
-        jobs = data["jobs"]
-        waiting = {n: r for n, r in jobs.items() if n not in tips and r.get("status") not in FINAL
-                   and r.get("run_id")}
-        runs = read_runs(waiting) if waiting else {}
-        for name in sorted(set(tips) | set(jobs)):
-            rec = jobs.get(name)
-            res = result_mod.read(repo, f"refs/nev/results/{name}") if name in tips else None
-            act = decide(rec, res, runs.get(name))
-            if act.kind == "done":
+        jobs = copy.deepcopy(data["jobs"])
+    waiting = {n: r for n, r in jobs.items() if n not in tips and r.get("status") not in FINAL and r.get("run_id")}
+    runs = read_runs(waiting) if waiting else {}
+    failed = 0
+    for name in sorted(set(tips) | set(jobs)):
+        rec = jobs.get(name)
+        res = result_mod.read(repo, f"refs/nev/results/{name}") if name in tips else None
+        act = decide(rec, res, runs.get(name))
+        if act.kind is Act.DONE:
+            continue
+        if act.kind is Act.WAIT:
+            _record(env, name, rec, polled_at=now)
+            info(f"{name}: waiting: {act.why}")
+        elif act.kind is Act.RESEND:
+            assert rec is not None
+            try:
+                run_id = resend(rec)
+            except NevError as e:
+                _record(env, name, rec, polled_at=now)
+                info(f"{name}: resend failed: {e}; next tick tries again")
                 continue
-            rec = jobs.setdefault(name, {"job": name, "sends": 0, "resends": 0, "status": "submitted"})
-            rec["polled_at"] = now
-            if act.kind == "wait":
-                info(f"{name}: waiting: {act.why}")
-                continue
-            if act.kind == "resend":
-                try:
-                    rec["run_id"] = resend(rec)
-                except NevError as e:
-                    info(f"{name}: resend failed: {e}; next tick tries again")
-                    continue
-                rec["resends"] = int(rec.get("resends", 0)) + 1
-                rec["status"] = "resent"
-                info(f"{name}: resent ({act.why}), run {rec['run_id']}; not counted as a send")
-                continue
-            assert res is not None or act.kind == "failed"
-            if res is not None:
-                rec.update(result=res.commit, exit=res.exit, outcome=res.outcome, run_id=res.run_id or rec.get("run_id"))
-            if act.kind == "failed":
-                rec["status"] = "failed"
-                failed += 1
+            _record(env, name, rec, polled_at=now, run_id=run_id, status="resent",
+                    resends=int(rec.get("resends", 0)) + 1)
+            info(f"{name}: resent ({act.why}), run {run_id}; not counted as a send")
+        else:
+            assert res is not None or act.kind is Act.FAILED
+            got = {} if res is None else {"result": res.commit, "exit": res.exit, "outcome": res.outcome,
+                                          "run_id": res.run_id or (rec or {}).get("run_id")}
+            if act.kind is Act.FAILED:
+                if _record(env, name, rec, polled_at=now, status="failed", **got):
+                    failed += 1
                 info(f"{name}: failed: {act.why}")
                 continue
             assert res is not None
+            _record(env, name, rec, polled_at=now, **got)
             try:
                 status, why = land(repo, name, res, rec, forge, env)
             except GitError as e:
                 status, why = "not-landed", str(e)
-            rec["status"] = status
-            rec["why"] = why
+            _record(env, name, rec, status=status, why=why)
             info(f"{name}: {status}: {why}")
+    with records.locked_json(env) as data:
         data["last_poll"] = now
     return 1 if failed else 0
 

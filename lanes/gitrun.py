@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,12 @@ from lanes.errors import NevError
 from lanes.mask import mask, mask_argv
 
 log = logging.getLogger("nev.git")
+
+# What a user's configuration must not change about a rebase, a commit or a tag nev makes:
+# no editor, no signing prompt, no autosquash/autostash, no other refs moved, no hooks.
+WRITE_CFG = ("-c", "core.editor=true", "-c", "commit.gpgSign=false", "-c", "tag.gpgSign=false",
+             "-c", "rebase.autoSquash=false", "-c", "rebase.autoStash=false", "-c", "rebase.updateRefs=false",
+             "-c", "core.hooksPath=/dev/null")
 
 
 class GitError(NevError):
@@ -108,6 +115,145 @@ class Repo:
 
     def is_clean(self) -> bool:
         return self.out("status", "--porcelain") == ""
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def show(self, rev: str, path: str) -> str | None:
+        """The text of `path` at `rev`; None when it is not there."""
+        cp = self.git("show", f"{rev}:{path}", check=False)
+        return cp.stdout if cp.returncode == 0 else None
+
+    def blob(self, rev: str, path: str) -> str | None:
+        """The blob id of `path` at `rev`; None when it is not there."""
+        cp = self.git("rev-parse", "--verify", "--quiet", f"{rev}:{path}", check=False)
+        if cp.returncode != 0:
+            return None
+        return cp.stdout.strip() or None
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        return self.ok("merge-base", "--is-ancestor", a, b)
+
+    def merge_base(self, a: str, b: str) -> str:
+        return self.out("merge-base", a, b)
+
+    def tree_files(self, rev: str) -> set[str]:
+        """Every file path in the tree of `rev`."""
+        return {p for p in self.git("ls-tree", "-r", "--name-only", "-z", rev).stdout.split("\0") if p}
+
+    def name_status(self, a: str, b: str) -> str:
+        """`git diff --name-status -z` from `a` to `b`, renames detected, no external diff or textconv."""
+        return self.git("diff", "--name-status", "-z", "-M", "--no-ext-diff", "--no-textconv", a, b).stdout
+
+    def local_changes(self) -> set[str]:
+        """Paths that differ from HEAD in the index or the working tree, and untracked files not ignored."""
+        changed = self.git("diff", "--name-only", "-z", "HEAD").stdout.split("\0")
+        untracked = self.git("ls-files", "--others", "--exclude-standard", "-z").stdout.split("\0")
+        return {p for p in changed + untracked if p}
+
+    def index_matches(self, rev: str, paths: Sequence[str]) -> bool:
+        """The index holds `paths` exactly as `rev` does."""
+        return self.ok("diff-index", "--cached", "--quiet", rev, "--", *paths)
+
+    def refs(self, prefix: str) -> list[str]:
+        """Full names of the refs under `prefix` (such as `refs/tags/spec/alpha/`)."""
+        return self.out("for-each-ref", "--format=%(refname)", prefix).split()
+
+    # -- refs -------------------------------------------------------------------------------
+
+    def set_ref(self, ref: str, new: str) -> None:
+        self.git("update-ref", ref, new)
+
+    def compare_and_swap(self, ref: str, new: str, old: str, message: str) -> bool:
+        """Move `ref` to `new` only if it is still `old` (one atomic `update-ref`); False when it moved."""
+        return self.git("update-ref", "-m", message, ref, new, old, check=False).returncode == 0
+
+    def delete_ref(self, ref: str, old: str | None = None) -> bool:
+        """Delete `ref` (only if it is still `old`, when given); False when it was not deleted."""
+        return self.git("update-ref", "-d", ref, *([old] if old else []), check=False).returncode == 0
+
+    def tag_annotated(self, tag: str, rev: str, message: str) -> None:
+        self.git(*WRITE_CFG, "tag", "-a", "-m", message, tag, rev)
+
+    # -- worktrees --------------------------------------------------------------------------
+
+    def worktrees(self) -> list[Worktree]:
+        """The repository's worktrees (not a bare one), from `git worktree list --porcelain`."""
+        out: list[Worktree] = []
+        cur: dict[str, str] = {}
+        for line in self.git("worktree", "list", "--porcelain").stdout.splitlines() + [""]:
+            if not line:
+                if "worktree" in cur and "bare" not in cur:
+                    out.append(Worktree(Path(cur["worktree"]), cur.get("HEAD"), cur.get("branch")))
+                cur = {}
+                continue
+            k, _, v = line.partition(" ")
+            cur[k] = v
+        return out
+
+    def add_detached_worktree(self, path: Path, rev: str) -> Repo:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.git("worktree", "add", "--detach", "-q", str(path), rev)
+        return Repo(path, dict(self.env), self.timeout)
+
+    def remove_worktree(self, path: Path) -> None:
+        """`git worktree remove --force`: the worktree goes, uncommitted changes with it."""
+        self.git("worktree", "remove", "--force", str(path))
+
+    def discard_worktree(self, path: Path) -> None:
+        """Remove the worktree at `path` whatever state it is in (its folder goes), then prune."""
+        if path.exists() and not self.ok("worktree", "remove", "--force", str(path)):
+            shutil.rmtree(path, ignore_errors=True)
+        self.prune_worktrees()
+
+    def prune_worktrees(self) -> None:
+        self.git("worktree", "prune", check=False)
+
+    def move_checkout(self, old: str, new: str) -> None:
+        """Bring this checkout's index and files from `old` to `new`, keeping unrelated local edits."""
+        self.git("read-tree", "-m", "-u", old, new)
+
+    # -- rebase and commit ------------------------------------------------------------------
+
+    def rebase(self, onto: str) -> subprocess.CompletedProcess:
+        """Start rebasing HEAD onto `onto`; a returncode other than 0 means it stopped (see `conflicted`)."""
+        return self.git(*WRITE_CFG, "rebase", "--quiet", onto, check=False)
+
+    def conflicted(self) -> list[str]:
+        return [p for p in self.git("diff", "--name-only", "--diff-filter=U", "-z").stdout.split("\0") if p]
+
+    def rebase_continue(self) -> subprocess.CompletedProcess:
+        """Go on after resolving: `--continue`, or `--skip` when the resolution left the commit empty."""
+        staged = not self.ok("diff", "--cached", "--quiet")
+        return self.git(*WRITE_CFG, "rebase", "--continue" if staged else "--skip", check=False)
+
+    def rebase_abort(self) -> None:
+        self.git("rebase", "--abort", check=False)
+
+    def keep_upstream(self, path: str) -> None:
+        """In a stopped rebase, resolve `path` with the side being rebased onto ("ours" in a rebase);
+        when that side has no such file, it is removed."""
+        if self.ok("checkout", "--ours", "--", path):
+            self.git("add", "--", path)
+        else:
+            self.git("rm", "-q", "--cached", "--ignore-unmatch", "--", path)
+            (self.path / path).unlink(missing_ok=True)
+
+    def commit_file(self, path: str, text: str | None, message: str) -> str:
+        """Write `path` (or remove it, for None) and commit it alone; the new HEAD."""
+        if text is None:
+            self.git("rm", "-q", "--", path)
+        else:
+            (self.path / path).write_text(text, encoding="utf-8")
+            self.git("add", "--", path)
+        self.git(*WRITE_CFG, "commit", "-q", "--no-verify", "-m", message)
+        return self.rev("HEAD")
+
+
+@dataclass(frozen=True)
+class Worktree:
+    path: Path
+    head: str | None
+    branch: str | None  # the full ref name (refs/heads/x); None when detached
 
 
 def init(path: Path, bare: bool = False, branch: str = "main") -> Repo:

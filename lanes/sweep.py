@@ -207,10 +207,10 @@ def gate_hook(lane: Lane, track: str) -> None:
         ui.info(f"{lane.label}: the disk guard's sweep failed: {e}")
 
 
-def after_landing(track: str) -> int:
+def after_landing(track: str, repo: Repo | None = None) -> int:
     """After a landing: sweep that track's copies only. A failure is one line and undoes nothing."""
     try:
-        status, _ = sweep(track=track)
+        status, _ = sweep(track=track, repo=repo)
     except NevError as e:
         print(f"sweep after landing {track}: failed: {e}", flush=True)
         return 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import yaml
 
@@ -125,3 +127,37 @@ def nev_popen(args: list[str], env: dict[str, str], cwd: Path | None = None) -> 
 
 def events(state: Path) -> list[dict]:
     return [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
+
+
+LANE_PROBE_OUT = "HOME=/home/lane\nPATH=/usr/bin:/bin\nRUSTUP_HOME=\nCARGO_HOME=\n"
+
+
+class FakeConn:
+    """The lane's side of an SSH connection, as `nev job submit` uses it."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, tuple[bytes, int]] = {}
+        self.commands: list[str] = []
+
+    def run(self, command: str, stdin: bytes | None = None, check: bool = False, timeout: float | None = None):
+        self.commands.append(command)
+        return SimpleNamespace(exit_status=0, out=LANE_PROBE_OUT if "RUSTUP_HOME" in command else "")
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
+        self.files[path] = (data, mode)
+
+
+def fake_lane_dagu(monkeypatch) -> tuple[FakeConn, list[dict[str, str]]]:
+    """`nev job submit`'s lane and its Dagu, faked at the edge (in this process): the SSH
+    connection, and the run parameters Dagu was given."""
+    from dagu import runs, service
+    from dagu.layout import Layout
+
+    conn = FakeConn()
+    ld = SimpleNamespace(conn=conn, layout=Layout(root="/home/lane/dagu"),
+                         lane=SimpleNamespace(label="lane 0", shared_dir="/srv/lane-shared"),
+                         write_if_changed=lambda path, text: None, api=contextlib.nullcontext)
+    sent: list[dict[str, str]] = []
+    monkeypatch.setattr(service, "opened", lambda flag: contextlib.nullcontext(ld))
+    monkeypatch.setattr(runs, "submit", lambda api, wf, p: (sent.append(p), ("run-1", False))[1])
+    return conn, sent

@@ -4,17 +4,13 @@ NEV_FORGE_TOKEN_FILE or the primary checkout's `.env`, and is in no argv, no par
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from dagu import runs, service
-from dagu.layout import Layout
 from jobs import forge as forge_mod
 from jobs import lane_main, submit
 from lanes import forgeauth, gate, gitrun, payload
@@ -23,10 +19,9 @@ from lanes.config import LanesFile
 from lanes.errors import ConfigError
 from lanes.gitrun import Repo
 from lanes.mask import mask
-from tests.job_helpers import git, make_checkout, write_manifest
+from tests.job_helpers import fake_lane_dagu, git, make_checkout, write_manifest
 
 TOKEN = "forgetok-" + "5be0c1d2a3f4"
-PROBE_OUT = "HOME=/home/lane\nPATH=/usr/bin:/bin\nRUSTUP_HOME=\nCARGO_HOME=\n"
 
 
 @pytest.fixture
@@ -48,21 +43,6 @@ def primary_and_track(tmp: Path) -> tuple[Path, Path]:
     return primary, track
 
 
-class FakeConn:
-    """The lane's side of an SSH connection, as `nev job submit` uses it."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, tuple[bytes, int]] = {}
-        self.commands: list[str] = []
-
-    def run(self, command: str, stdin: bytes | None = None, check: bool = False, timeout: float | None = None):
-        self.commands.append(command)
-        return SimpleNamespace(exit_status=0, out=PROBE_OUT if "RUSTUP_HOME" in command else "")
-
-    def write_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
-        self.files[path] = (data, mode)
-
-
 def test_with_both_urls_git_targets_the_forward_and_the_lane_gets_the_rig_address(tmp_path, clean_env):
     _primary, track = primary_and_track(tmp_path)
     forward = tmp_path / "forward.git"   # the forge as this box reaches it
@@ -81,13 +61,8 @@ def test_with_both_urls_git_targets_the_forward_and_the_lane_gets_the_rig_addres
         argvs.append(list(argv))
         return real_run(argv, *a, **kw)
 
-    conn = FakeConn()
-    ld = SimpleNamespace(conn=conn, layout=Layout(root="/home/lane/dagu"), lane=SimpleNamespace(label="lane 0", shared_dir="/srv/lane-shared"),
-                         write_if_changed=lambda path, text: None, api=contextlib.nullcontext)
-    sent: list[dict[str, str]] = []
+    conn, sent = fake_lane_dagu(clean_env)
     clean_env.setattr(gitrun.subprocess, "run", recording_run)
-    clean_env.setattr(service, "opened", lambda flag: contextlib.nullcontext(ld))
-    clean_env.setattr(runs, "submit", lambda api, wf, p: (sent.append(p), ("run-1", False))[1])
 
     assert submit.submit(manifest, repo_path=track, environ=env) == 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,10 +14,11 @@ import yaml
 
 from jobs import poll as poll_mod
 from jobs import result as result_mod
+from jobs import submit as submit_mod
 from jobs.poll import RunInfo, decide
 from jobs.result import Result
 from lanes import crontab
-from tests.job_helpers import ROOT, git, make_checkout, nev
+from tests.job_helpers import ROOT, fake_lane_dagu, git, make_checkout, nev, write_manifest
 
 DAGU = "/opt/nev/dagu-1.30.2/dagu"
 
@@ -31,8 +33,8 @@ def _res(outcome: str, code: int, commit: str = "c" * 40) -> Result:
     ({"status": "submitted"}, _res("failed", 9), None, "failed"),
     ({"status": "failed", "result": "c" * 40}, _res("failed", 10), None, "done"),
     ({"status": "landed", "result": "c" * 40}, _res("passed", 0), None, "done"),
-    ({"status": "submitted", "run_id": "r"}, None, RunInfo(True, "partially_succeeded", "3", "0"), "resend"),
-    ({"status": "resent", "run_id": "r"}, None, RunInfo(True, "failed", "0", "7"), "resend"),
+    ({"status": "submitted", "run_id": "r"}, None, RunInfo(True, "partially_succeeded", 3, 0), "resend"),
+    ({"status": "resent", "run_id": "r"}, None, RunInfo(True, "failed", 0, 7), "resend"),
     ({"status": "submitted", "run_id": "r"}, None, RunInfo(False, "running"), "wait"),
     ({"status": "submitted", "run_id": "r"}, None, RunInfo(False, "queued"), "wait"),
     ({"status": "submitted", "run_id": "r"}, None, None, "wait"),
@@ -43,7 +45,8 @@ def test_decide(rec, res, run, kind):
     assert decide(rec, res, run).kind == kind
 
 
-def _forge_with_result(tmp: Path, outcome: str, code: int, spec_on_main: bool = False) -> tuple[Path, Path]:
+def _forge_with_result(tmp: Path, outcome: str, code: int, spec_on_main: bool = False,
+                       verify: str | None = None) -> tuple[Path, Path]:
     forge = tmp / "forge.git"
     git(tmp, "init", "-q", "--bare", str(forge))
     dev = tmp / "dev"
@@ -51,6 +54,9 @@ def _forge_with_result(tmp: Path, outcome: str, code: int, spec_on_main: bool = 
     if spec_on_main:
         (dev / "specs").mkdir()
         (dev / "specs" / "demo.md").write_text("---\ntouches:\n  - out/**\n---\n# demo\n")
+        if verify is not None:
+            tracks = json.loads((dev / "tracks.json").read_text())
+            (dev / "tracks.json").write_text(json.dumps({**tracks, "verify": verify}))
         git(dev, "add", "-A")
         git(dev, "commit", "-qm", "spec")
     git(dev, "push", "-q", str(forge), "HEAD:refs/heads/main")
@@ -92,6 +98,65 @@ def test_poll_does_not_land_without_the_spec_on_main(tmp_path):
     assert "demo: not-landed: specs/demo.md is not on main" in r.stderr
     assert git(dev, "rev-parse", "main") == git(forge, "rev-parse", "main")
     assert subprocess.run(["git", "-C", str(dev), "rev-parse", "--verify", "-q", "refs/heads/demo"]).returncode != 0
+
+
+def test_submit_and_a_second_tick_return_while_poll_is_landing_a_result(tmp_path, monkeypatch):
+    """Acceptance: the tick holds the job records only to read them and to write each outcome,
+    never during a landing, so a submission in the middle of a gate does not wait for it. The
+    landing is real (the tick's process, a real repository, a gate of 10 s run here); the
+    submission pushes to the same local forge and records in the same state folder, with only
+    its lane and Dagu faked at the edge. A second tick meanwhile does nothing (one tick at a time)."""
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    gate = f"touch {ctl}/gate-started && sleep 10 && touch {ctl}/gate-ended"
+    forge, dev = _forge_with_result(tmp_path, "passed", 0, spec_on_main=True, verify=gate)
+    env = {**_env(tmp_path, forge), "NEV_LANES_FILE": str(tmp_path / "no-lanes.json")}
+    out, err = (tmp_path / "poll.out").open("w"), (tmp_path / "poll.err").open("w")
+    t0 = time.monotonic()
+    tick = subprocess.Popen([sys.executable, "-m", "rig.cli", "job", "poll", "--repo", str(dev)], cwd=ROOT,
+                            env=env, stdout=out, stderr=err, text=True)
+    try:
+        while not (ctl / "gate-started").exists():
+            assert tick.poll() is None, (tmp_path / "poll.err").read_text()
+            assert time.monotonic() - t0 < 60, "the landing's gate never started"
+            time.sleep(0.05)
+        gate_started = time.monotonic() - t0
+        other = tmp_path / "other"
+        git(tmp_path, "clone", "-q", "-b", "main", str(forge), str(other))
+        manifest = write_manifest(tmp_path / "other.yaml", git(other, "rev-parse", "HEAD"),
+                                  [{"name": "a", "kind": "command", "command": "true"}], name="other")
+        for k in [k for k in os.environ if k.startswith(("NEV_", "GENERA_"))]:
+            monkeypatch.delenv(k)
+        fake_lane_dagu(monkeypatch)
+        s0 = time.monotonic()
+        rc = submit_mod.submit(manifest, repo_path=other, environ={
+            "NEV_LANE_GIT_URL": str(forge), "NEV_STATE_DIR": str(tmp_path / "state"), "NEV_JOB_INSTALL_NEV": "0",
+            "NEV_FOLKNET_FILE": str(tmp_path / "none.json"), "PATH": os.environ["PATH"]})
+        submit_took = time.monotonic() - s0
+        assert rc == 0
+        # Returned in the middle of the landing: the gate has not ended, the tick still runs.
+        assert not (ctl / "gate-ended").exists() and tick.poll() is None, f"submit took {submit_took:.2f} s"
+        records = json.loads((tmp_path / "state" / "job-results.json").read_text())["jobs"]
+        assert records["other"]["status"] == "submitted"
+        assert git(forge, "rev-parse", "refs/heads/job/other") == git(other, "rev-parse", "HEAD")
+        second = nev(["job", "poll", "--repo", str(dev)], env)
+        assert second.returncode == 0 and f"another tick (PID {tick.pid}) is still running" in second.stderr
+        assert not (ctl / "gate-ended").exists() and tick.poll() is None
+        assert tick.wait(timeout=120) == 0, (tmp_path / "poll.err").read_text()
+        landing_took = time.monotonic() - t0
+    finally:
+        if tick.poll() is None:
+            tick.kill()
+            tick.wait()
+        out.close()
+        err.close()
+    print(f"gate started {gate_started:.2f} s into the tick; submit took {submit_took:.2f} s; "
+          f"the tick took {landing_took:.2f} s")
+    records = json.loads((tmp_path / "state" / "job-results.json").read_text())["jobs"]
+    assert records["demo"]["status"] == "landed", (tmp_path / "poll.err").read_text()
+    assert records["other"]["status"] == "submitted"  # the tick's write kept the submission
+    assert (ctl / "gate-ended").exists()
+    assert git(dev, "show", "main:out/x.txt") == "x"
 
 
 def test_forge_url_with_a_credential_is_refused(tmp_path):

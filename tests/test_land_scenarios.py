@@ -431,6 +431,39 @@ def test_tick_lands_every_approved_track_and_skips_a_moved_tip(tmp_path: Path) -
     check_invariant(k, old, "alpha", alpha_tip, landed=True)
 
 
+@pytest.mark.parametrize("field,spoil,problem", [
+    ("new", lambda m: m.pop("new"), "is missing"),
+    ("old", lambda m: m.update(old=42), "must be a string, not a number"),
+    ("tip", lambda m: m.update(tip=m["tip"][:12]), "must be a full object id (40 hex digits)"),
+])
+def test_a_corrupt_pending_marker_is_one_line_naming_file_and_field_and_is_left_as_it_was(
+        kit: Kit, field: str, spoil, problem: str) -> None:
+    old = kit.rev("main")
+    kit.track("alpha")
+    tip, sha = kit.rev("alpha"), kit.spec_sha("alpha")
+    marker = kit.common() / "nev/land-pending/alpha.json"
+    data = {"name": "alpha", "spec_sha": sha, "tip": tip, "old": old, "new": tip, "time": 1.0, "pid": 1}
+    spoil(data)
+    marker.parent.mkdir(parents=True)
+    marker.write_text(json.dumps(data))
+    before = marker.read_bytes()
+    r = kit.land("alpha")
+    assert r.rc == 1, r.text
+    [line] = r.err.splitlines()
+    assert line.startswith(f"nev: {marker}: field {field} {problem}") and line.endswith("; fix the file")
+    assert marker.read_bytes() == before
+    assert kit.gates_started() == 0
+    # The tick says the same on one line, lands nothing else of this track, and leaves the file too.
+    assert kit.nev("approve", "alpha").rc == 0
+    r = kit.nev("--approved")
+    assert r.rc == 1
+    [tick_line] = [ln for ln in r.err.splitlines() if str(marker) in ln]
+    assert tick_line == "nev land alpha: " + line.removeprefix("nev: ")
+    assert marker.read_bytes() == before
+    assert kit.gates_started() == 0
+    check_invariant(kit, old, "alpha", tip, landed=False)
+
+
 def test_approve_refuses_a_tip_other_than_the_reviewed_one(kit: Kit) -> None:
     old = kit.rev("main")
     kit.track("alpha")

@@ -36,6 +36,9 @@ def ensure_user() -> bool:
         # useradd leaves the account locked, which sshd refuses even for keys.
         subprocess.run(["usermod", "-p", "*", USER], check=True, capture_output=True)
         created = cp.returncode == 0
+        spool = Path("/var/spool/cron/crontabs", USER)
+        if created and spool.exists() and spool.stat().st_uid != pwd.getpwnam(USER).pw_uid:
+            spool.unlink()         # left by an earlier `lane` user with another uid
     HOME.mkdir(mode=0o755, exist_ok=True)          # mount point for each lane's own home
     Path(LANE_ROOT).parent.mkdir(exist_ok=True)    # /srv: the lanes' private mounts go over it
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
@@ -65,7 +68,15 @@ def remove_jump_user() -> None:
     subprocess.run(["userdel", JUMP_USER], capture_output=True)
 
 
+def _drop_crontab(user: str) -> None:
+    """A removed user's crontab outlives it (userdel leaves the spool file): a user made again
+    later gets another uid and could never replace the old file (crontab: rename: EPERM)."""
+    subprocess.run(["crontab", "-r", "-u", user], capture_output=True)
+    Path("/var/spool/cron/crontabs", user).unlink(missing_ok=True)
+
+
 def remove_user() -> None:
+    _drop_crontab(USER)
     subprocess.run(["userdel", USER], capture_output=True)
     try:
         HOME.rmdir()

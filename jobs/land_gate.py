@@ -1,0 +1,162 @@
+"""The landing's gate runner: one gate command on the rebased tip, through the lane path or in
+its own recorded process group here, and the test-only fault injection of the lander."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from jobs.approvals import LandPaths
+from jobs.landlock import pid_alive
+from lanes import jsonfile, settings
+from lanes.errors import NevError
+from lanes.ui import info
+
+FAULT_PHASES = ("before-rebase", "gate", "before-ref-update", "after-ref-update", "cleanup")
+INTERRUPTED = (130, 143)  # SIGINT, SIGTERM: an interrupted gate stops the landing (and a tick)
+
+
+def fault(phase: str) -> None:
+    """Test-only fault injection: with NEV_LAND_FAULT=<phase> the lander SIGKILLs itself here."""
+    if settings.get(settings.LAND_FAULT) == phase:
+        info(f"land: NEV_LAND_FAULT={phase}: killing this lander with SIGKILL (test only)")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _fault_timer(phase: str, delay: float = 0.3) -> threading.Timer | None:
+    if settings.get(settings.LAND_FAULT) != phase:
+        return None
+    t = threading.Timer(delay, fault, args=(phase,))
+    t.daemon = True
+    t.start()
+    return t
+
+
+def lanes_configured(environ: Mapping[str, str]) -> bool:
+    """A build lane is configured (NEV_LANE_SSH, or lanes in the lanes file)."""
+    # Cheap first: with no NEV_LANE_SSH and no lanes file, the SSH stack is never loaded.
+    lanes_file = settings.get_path(settings.LANES_FILE, environ)
+    if not settings.get(settings.LANE_SSH, environ) and (lanes_file is None or not lanes_file.exists()):
+        return False
+    from lanes import config
+
+    return bool(config.configured(require=False).lanes)
+
+
+def run_gate(cmd: str, worktree: Path, strict: bool, record: Path, environ: Mapping[str, str]) -> int:
+    """Run one gate command on the tip checked out in `worktree`; its exit status.
+
+    `nev lane on` semantics: on a lane (NEV_ON_LANE) it runs in place; strict is lane-only
+    (no lane answering is exit 3 with nothing run here); not strict with no lane configured, it
+    runs here. Everything but a lane run goes through `run_here`, which records its process
+    group in `record` so a rerun after a SIGKILL can stop it."""
+    if settings.get(settings.ON_LANE, environ) or not (strict or lanes_configured(environ)):
+        return run_here(cmd, worktree, record, environ)
+    from lanes import gate  # the SSH stack, loaded only when a lane could be used
+
+    timer = _fault_timer("gate")
+    try:
+        return gate.on(worktree, ["sh", "-c", cmd], lane_only=strict)
+    except NevError as e:
+        if e.exit_code in INTERRUPTED:
+            raise
+        info(f"land: gate: {e.message}")
+        return e.exit_code
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def run_here(cmd: str, worktree: Path, record: Path, environ: Mapping[str, str]) -> int:
+    """The command in its own process group here, killed as a whole tree on SIGINT/SIGTERM."""
+    env = {k: v for k, v in environ.items() if k != settings.LAND_FAULT.name}
+    proc = subprocess.Popen(["sh", "-c", cmd], cwd=worktree, env=env, stdin=subprocess.DEVNULL,
+                            stdout=sys.stderr.fileno(), start_new_session=True)
+    try:
+        jsonfile.write_atomic(record, {"pgid": proc.pid, "start": _proc_start(proc.pid),
+                                       "lander": os.getpid(), "cmd": cmd})
+        timer = _fault_timer("gate")
+        rc = proc.wait()
+        if timer is not None:
+            timer.cancel()
+        return rc
+    except BaseException:
+        _kill_group(proc.pid)
+        proc.wait()
+        raise
+    finally:
+        # Anything the command left behind in its group goes too.
+        if proc.returncode is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        record.unlink(missing_ok=True)
+
+
+def stop_leftover_gate(paths: LandPaths, name: str) -> None:
+    """A lander killed during its gate leaves the gate running; the next run stops it."""
+    rec = paths.gate(name)
+    if not rec.exists():
+        return
+    try:
+        data = jsonfile.load(rec, "gate record")
+        pgid, start = int(data["pgid"]), data.get("start")
+    except (NevError, KeyError, TypeError, ValueError):
+        rec.unlink(missing_ok=True)
+        return
+    if pid_alive(pgid) and (start is None or _proc_start(pgid) == start):
+        _kill_group(pgid)
+        info(f"land: stopped a gate left running by an interrupted landing of {name} (process group {pgid})")
+    rec.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- process groups
+
+
+def _proc_start(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2:].split()[19]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kill_group(pgid: int, grace: float = 3.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if not _group_alive(pgid):
+                return
+            time.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    """A live (non-zombie) process is in group `pgid` (zombies wait for a reaper, not for us)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        rest = stat[stat.rindex(")") + 2:].split()
+        if len(rest) > 2 and rest[2] == str(pgid) and rest[0] != "Z":
+            return True
+    return False
