@@ -5,13 +5,11 @@ excepted) and the results pulled back; no lane (or no gate) -> exit 3, nothing r
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lanes import settings
-from lanes.errors import NoLaneError
 from lanes.mask import is_secret_name
 
 #: lane settings: the lane sets its own
@@ -57,13 +55,8 @@ def on_lane(environ: Mapping[str, str] | None = None) -> bool:
 
 def run_on_lane(worktree: Path, command: Sequence[str], pull: Sequence[str] = ()) -> int:
     """Re-run `command` on a lane through the gate (lane-only); NoLaneError (exit 3) without one."""
-    try:
-        gate = importlib.import_module("lanes.gate")
-    except ImportError:
-        gate = None
-    if gate is None or not hasattr(gate, "run"):
-        raise NoLaneError("model batches run only on a build lane and this checkout has no lane gate; "
-                          "nothing ran (on a lane, NEV_ON_LANE=1 runs the batch in place)")
+    from lanes import gate  # here: a batch in place on a lane never loads the SSH stack
+
     status: int = gate.run(worktree, list(command), lane_only=True, pull=list(pull),
                            extra_env=forwarded_env(os.environ))
     return status

@@ -15,7 +15,6 @@ breaks the page.
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import json
 import threading
 import time
@@ -43,10 +42,8 @@ def is_unavailable(section: Any) -> bool:
 # -- lanes -----------------------------------------------------------------
 
 def lanes() -> list[dict[str, Any]]:
-    try:
-        gate = importlib.import_module("lanes.gate")
-    except ImportError:
-        raise Unavailable("lanes/gate.py not on this branch") from None
+    from lanes import gate  # here: the SSH stack loads only when the page shows lanes
+
     rows: list[dict[str, Any]] = gate.lane_status()
     if not rows:
         raise Unavailable("no build lane configured (NEV_LANE_SSH or the lanes file)")
@@ -56,10 +53,8 @@ def lanes() -> list[dict[str, Any]]:
 # -- Dagu ------------------------------------------------------------------
 
 def dagu_runs() -> list[dict[str, Any]]:
-    try:
-        service = importlib.import_module("dagu.service")
-    except ImportError:
-        raise Unavailable("dagu/service.py not on this branch") from None
+    from dagu import service
+
     if not settings.get(settings.DAGU_LANE):
         raise Unavailable("NEV_DAGU_LANE is not set: no lane runs Dagu")
     with service.opened(None) as ld, ld.api() as api:
