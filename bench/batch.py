@@ -36,21 +36,21 @@ from typing import Any
 
 from bench import folknet as fk
 from bench import ledger, prompt
+from bench import rounds as rounds_mod
 from bench.gateway import CallFailed, CallRecord, Gateway, split_draws
 from bench.phases import Phases, own_cpu_s
+from bench.rounds import ModelRound, RoundRecord, ShareStatus
 from crates_bridge.candidates import Verdict, probe
 from crates_bridge.corpus import read_manifest
 from crates_bridge.errors import BridgeError
 from crates_bridge.registry import FLOOR_SUFFIX, PROVENANCE_SUFFIX, Floor, load_floor, write_floor
 from crates_bridge.workspace import Workspace
 from lanes.errors import ConfigError, NevError, UsageError
+from lanes.exitcodes import Exit
 from lanes.mask import mask
 
 DEFAULT_N = 8
 DEFAULT_ESCALATE_N = 4
-DEFAULT_ESCALATE_AFTER = 2
-DEFAULT_MAX_BATCHES = 4
-EXIT_NO_PASS = 1
 
 
 # ---- models (pure) ----
@@ -294,7 +294,7 @@ class ShareResult:
 class RunResult:
     batch_id: str
     passed: bool
-    rounds: list[dict[str, Any]]
+    rounds: list[RoundRecord]
     kept: Path | None = None
     message: str = ""
     exit_code: int = 0
@@ -302,6 +302,25 @@ class RunResult:
 
 def _seed(base: str, *parts: object) -> int:
     return int(hashlib.sha256("|".join([base, *map(str, parts)]).encode()).hexdigest()[:8], 16)
+
+
+def model_round(r: ShareResult, new: Sequence[Candidate], judged: Mapping[str, Judged]) -> ModelRound:
+    """One model's share of a round, from its draw and the verdicts of its candidates."""
+    mine = [c for c in new if c.alias == r.share.alias]
+    scored = [judged[c.hash] for c in mine if judged[c.hash].cases_run]
+    compiled = [c for c in mine if judged[c.hash].status != "compile-error"]
+    npass = sum(1 for c in mine if judged[c.hash].status == "passed")
+    return ModelRound(
+        tier=r.share.tier, n=r.share.n, inflight=r.share.inflight, note=r.share.note,
+        candidates=len(mine), answers=len(r.texts), compiled=len(compiled),
+        passed=npass, best=max((j.cases_passed for j in scored), default=None),
+        tokens_in=sum(x.prompt_tokens for x in r.calls), tokens_out=sum(x.completion_tokens for x in r.calls),
+        cached_tokens=sum(x.cached_tokens for x in r.calls),
+        draw_s=round(r.draw_s, 3), calls=len(r.calls),
+        retries=sum(x.retries for x in r.calls), rate_limited=sum(x.rate_limited for x in r.calls),
+        pacer_wait_s=round(sum(x.pacer_wait_s for x in r.calls), 3),
+        status=ShareStatus.FAILED if r.error else ShareStatus.OK, error=r.error,
+        inflight_meter=r.inflight, pass_at=pass_at(len(mine), npass))
 
 
 def draw_share(gw: Gateway, share: Share, messages: list[dict[str, str]], seed_base: str, rnd: int) -> ShareResult:
@@ -385,7 +404,7 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
 
     judged: dict[str, Judged] = {}
     all_cands: list[Candidate] = []
-    rounds: list[dict[str, Any]] = []
+    rounds: list[RoundRecord] = []
     failing: list[prompt.FailingCase] = []
     failed_aliases: dict[str, str] = {}
     for rnd in range(1, cfg.max_batches + 1):
@@ -435,43 +454,24 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
         ph.phases["score"] = {"s": round(score_s, 3), "cpus_busy": ph.phases.get("compile+score", {}).get("cpus_busy")}
         all_cands.extend(new)
         passing = [c for c in new if judged[c.hash].status == "passed"]
-        models: dict[str, Any] = {}
-        for r in results:
-            mine = [c for c in new if c.alias == r.share.alias]
-            scored = [judged[c.hash] for c in mine if judged[c.hash].cases_run]
-            compiled = [c for c in mine if judged[c.hash].status != "compile-error"]
-            npass = sum(1 for c in mine if judged[c.hash].status == "passed")
-            models[r.share.alias] = {
-                "tier": r.share.tier, "n": r.share.n, "inflight": r.share.inflight, "note": r.share.note,
-                "candidates": len(mine), "answers": len(r.texts), "compiled": len(compiled),
-                "passed": npass, "best": max((j.cases_passed for j in scored), default=None),
-                "tokens_in": sum(x.prompt_tokens for x in r.calls), "tokens_out": sum(x.completion_tokens for x in r.calls),
-                "cached_tokens": sum(x.cached_tokens for x in r.calls),
-                "draw_s": round(r.draw_s, 3), "calls": len(r.calls),
-                "retries": sum(x.retries for x in r.calls), "rate_limited": sum(x.rate_limited for x in r.calls),
-                "pacer_wait_s": round(sum(x.pacer_wait_s for x in r.calls), 3),
-                "status": "failed" if r.error else "ok", "error": r.error,
-                "inflight_meter": r.inflight, **pass_at(len(mine), npass),
-            }
         compiled_n = sum(1 for c in new if judged[c.hash].status != "compile-error")
         best = max((judged[c.hash].cases_passed for c in new if judged[c.hash].cases_run), default=None)
-        record = {
-            "batch": batch_id, "function": cfg.function, "round": rnd, "escalated": escalated,
-            "start": start, "end": _now(), "lane_cpu_s": round(own_cpu_s() - cpu0, 2),
-            "candidates": len(new), "unique": len({c.hash for c in new}), "new_unique": len(order),
-            "duplicates": len(new) - len({c.hash for c in new}),
-            "compiled": compiled_n, "best": best, "cases_run": manifest.cases,
-            "passed": bool(passing), "prompt_prefix_chars": p.prefix_chars, "prompt_chars": len(p.text),
-            "failing_cases_shown": len(failing), "versions_shown": len(versions),
-            "phases": ph.to_json(), "models": models, **pass_at(len(new), len(passing)),
-            "calls": [x.to_json() for r in results for x in r.calls],
-        }
+        record = RoundRecord(
+            batch=batch_id, function=cfg.function, round=rnd, escalated=escalated,
+            start=start, end=_now(), lane_cpu_s=round(own_cpu_s() - cpu0, 2),
+            candidates=len(new), unique=len({c.hash for c in new}), new_unique=len(order),
+            duplicates=len(new) - len({c.hash for c in new}),
+            compiled=compiled_n, best=best, cases_run=manifest.cases,
+            passed=bool(passing), prompt_prefix_chars=p.prefix_chars, prompt_chars=len(p.text),
+            failing_cases_shown=len(failing), versions_shown=len(versions),
+            phases=ph.to_json(), models={r.share.alias: model_round(r, new, judged) for r in results},
+            pass_at=pass_at(len(new), len(passing)), calls=[x.to_json() for r in results for x in r.calls])
         rounds.append(record)
-        (run_dir / f"record-r{rnd}.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
-        ledger.append(cfg.ledger_path, ledger.line_for(record))
-        echo(f"  {len(new)} candidates, {record['unique']} unique ({len(order)} new), {compiled_n} compiled, "
+        rounds_mod.write(run_dir, record)
+        ledger.append(cfg.ledger_path, ledger.line_for(record.to_json()))
+        echo(f"  {len(new)} candidates, {record.unique} unique ({len(order)} new), {compiled_n} compiled, "
              f"best {best if best is not None else '-'}/{manifest.cases}, "
-             f"pass@1 {record.get('pass@1', 0):.2f}, draw {ph.phases['draw']['s']:.1f} s")
+             f"pass@1 {record.pass_at_1:.2f}, draw {ph.phases['draw']['s']:.1f} s")
         if passing:
             kept = _keep(cfg, ws, spec, signature, batch_id, judged[passing[0].hash], all_cands, judged, rounds,
                          manifest.cases, run_dir)
@@ -481,11 +481,11 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
     why = "; ".join(f"{a}: {e}" for a, e in failed_aliases.items())
     msg = (f"{cfg.function}: no version passed in {len(rounds)} batch(es)"
            + (f" (failed models: {why})" if why else "") + "; nothing kept")
-    return RunResult(batch_id, False, rounds, None, mask(msg), EXIT_NO_PASS)
+    return RunResult(batch_id, False, rounds, None, mask(msg), Exit.FAILED)
 
 
 def _keep(cfg: RunConfig, ws: Workspace, spec: prompt.Spec, signature: str, batch_id: str, win: Judged,
-          cands: list[Candidate], judged: dict[str, Judged], rounds: list[dict[str, Any]], cases_run: int | None,
+          cands: list[Candidate], judged: dict[str, Judged], rounds: list[RoundRecord], cases_run: int | None,
           run_dir: Path) -> Path:
     gen = ws.generated_dir
     src_path = gen / f"{cfg.function}.rs"
@@ -506,7 +506,7 @@ def _keep(cfg: RunConfig, ws: Workspace, spec: prompt.Spec, signature: str, batc
         "spec": {"document": spec.document, "section": spec.section, "title": spec.title, "source": spec.source},
         "signature": signature,
         "batch": {"id": batch_id, "models": list(models.values()), "rounds": len(rounds),
-                  "escalated": any(r["escalated"] for r in rounds), "candidates": len(cands),
+                  "escalated": any(r.escalated for r in rounds), "candidates": len(cands),
                   "unique": len({c.hash for c in cands}),
                   "compiled": sum(1 for c in cands if judged[c.hash].status != "compile-error"),
                   "best": win.cases_passed, **pass_at(len(cands), n_pass), "date": _now()},
@@ -531,13 +531,10 @@ def _keep(cfg: RunConfig, ws: Workspace, spec: prompt.Spec, signature: str, batc
 
 # ---- the command (thin shell) ----
 
-def _repo_root(repo: Path) -> Path:
-    from lanes.gitrun import GitError, Repo
+def repo_root(repo: Path) -> Path:
+    from lanes.gitrun import Repo
 
-    try:
-        return Repo(repo.resolve()).toplevel()
-    except GitError:
-        return repo.resolve()
+    return Repo(repo).toplevel_or_self()
 
 
 def config_from_settings(function: str, repo: Path, models: str | None, max_batches: int | None,
@@ -547,7 +544,7 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
 
     if not re.fullmatch(r"[a-z][a-z0-9_]*", function):
         raise UsageError(f"`{function}` is not a function name (lower_snake_case)")
-    root = _repo_root(repo)
+    root = repo_root(repo)
     net = fk.load(fk.default_path())
     models = models or settings.get(settings.MODELS)
     shares = resolve(parse_models(models), net) if models else default_models(net)
@@ -555,15 +552,12 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
         raise UsageError(f"no sampling model: pass --models ALIAS:N:INFLIGHT or declare one in {net.path}")
     esc_text = escalate or settings.get(settings.ESCALATE_MODEL)
     escalation = resolve(parse_models(esc_text), net)[0] if esc_text else default_escalation(net)
-    mb = max_batches if max_batches is not None else (
-        settings.get_int(settings.MAX_BATCHES) if settings.get(settings.MAX_BATCHES) else DEFAULT_MAX_BATCHES)
+    mb = max_batches if max_batches is not None else settings.get_int(settings.MAX_BATCHES)
     ea = escalate_after if escalate_after is not None else settings.get_int(settings.ESCALATE_AFTER)
     if mb < 1 or ea < 0:
         raise UsageError("--max-batches must be at least 1 and --escalate-after at least 0")
-    engine = Path(settings.get(settings.ENGINE_DIR) or "crates_bridge/engine")
-    corpus_root = Path(settings.get(settings.CORPUS_DIR) or "corpus")
-    engine = engine if engine.is_absolute() else root / engine
-    corpus_root = corpus_root if corpus_root.is_absolute() else root / corpus_root
+    engine = settings.path_under(settings.ENGINE_DIR, root)
+    corpus_root = settings.path_under(settings.CORPUS_DIR, root)
     return RunConfig(function=function, shares=shares, escalation=escalation, escalate_after=ea,
                      max_batches=mb, engine_dir=engine, corpus_dir=corpus or corpus_root / function,
                      workdir=root / "target" / "batch", ledger_path=ledger.ledger_dir() / f"{ledger_name(root)}.jsonl",
@@ -589,7 +583,7 @@ def gateway_key(root: Path) -> str:
     path = settings.get_path(settings.MODEL_KEY_FILE)
     if path is not None and path.exists():
         return read_key(path)
-    key = dotenv.first(dotenv.read(root / ".env"), "NEV_MODEL_API_KEY", "GENERA_MODEL_API_KEY")
+    key = dotenv.first(dotenv.read(root / ".env"), *settings.MODEL_API_KEY.names)
     if key:
         register_secret(key)
         return key
@@ -606,15 +600,15 @@ def command(function: str, repo: Path, models: str | None, max_batches: int | No
     if not onlane.on_lane():
         from lanes import settings
 
-        root = _repo_root(repo)
-        engine = Path(settings.get(settings.ENGINE_DIR) or "crates_bridge/engine")
+        root = repo_root(repo)
+        engine = Path(settings.value(settings.ENGINE_DIR))
         pull = ["target/batch"] + ([str(engine / "crates/layout/src/generated")] if not engine.is_absolute() else [])
         return onlane.run_on_lane(root, ["nev", *argv], pull=pull)
     cfg = config_from_settings(function, repo, models, max_batches, escalate_after, escalate, seed, corpus)
     for s in cfg.shares + ([cfg.escalation] if cfg.escalation else []):
         if s.note:
             echo(f"{s.alias}: {s.note}")
-    gw = Gateway(url_from_settings(), gateway_key(_repo_root(repo)))
+    gw = Gateway(url_from_settings(), gateway_key(repo_root(repo)))
     res = run(cfg, gw, echo=echo)
     echo(res.message)
     return res.exit_code

@@ -19,7 +19,7 @@ def batch() -> None:
 @batch.command("run", context_settings={"ignore_unknown_options": False})
 @click.argument("function")
 @click.option("--models", help="ALIAS:N:INFLIGHT,... (default NEV_MODELS, else every sampling alias of folknet.json)")
-@click.option("--max-batches", type=int, help="Stop after K batches (default NEV_MAX_BATCHES, else 4)")
+@click.option("--max-batches", type=int, help="Stop after K batches (default NEV_MAX_BATCHES, 4)")
 @click.option("--escalate-after", type=int, help="Batches with no pass before escalating (default NEV_ESCALATE_AFTER, 2)")
 @click.option("--escalate", help="The capacity-tier share ALIAS:N:INFLIGHT (default NEV_ESCALATE_MODEL, else the "
               "first capacity alias)")
@@ -59,17 +59,17 @@ def oracle() -> None:
 def oracle_build(corpus: str, shard: str | None, engines: str, cases: int, as_json: bool) -> int:
     """Generate, render and vote a corpus; write it once, keyed by the engine versions.
 
-    Writes corpus/CORPUS/ (NEV_CORPUS_DIR); an up-to-date corpus is left as it is.
+    Writes NEV_CORPUS_DIR/CORPUS/ (corpus/ of the repository by default); an up-to-date corpus is left as it is.
     Exit 0 done, 1 an engine failed, 2 bad arguments, 143 terminated (nothing published).
     """
     from bench.oracle.build import build, summary_lines
     from bench.oracle.cases import parse_shard
     from bench.oracle.engines import parse_engines
     from lanes import settings
+    from lanes.gitrun import Repo
     from lanes.ui import emit_json
 
-    root = settings.get_path(settings.CORPUS_DIR)
-    assert root is not None
+    root = settings.path_under(settings.CORPUS_DIR, Repo(Path.cwd()).toplevel_or_self())
     result = build(corpus, root=root, shard=parse_shard(shard), engine_names=parse_engines(engines),
                    count=cases)
     if as_json:
@@ -133,13 +133,9 @@ _REPO = click.option("--repo", type=click.Path(file_okay=False, path_type=Path),
 
 def _scoring(repo: Path) -> Scoring:
     from bench.floors import scoring_for
-    from lanes.gitrun import GitError, Repo
+    from lanes.gitrun import Repo
 
-    try:
-        root = Repo(repo.resolve()).toplevel()
-    except GitError:
-        root = repo.resolve()
-    return scoring_for(root)
+    return scoring_for(Repo(repo).toplevel_or_self())
 
 
 @floors.command("check")
@@ -189,9 +185,9 @@ def ledger(worktree: str | None, as_json: bool, repo: Path) -> int:
     import json
 
     from bench import ledger as ledger_mod
-    from bench.batch import _repo_root
+    from bench.batch import repo_root
 
-    name = worktree or _repo_root(repo).name
+    name = worktree or repo_root(repo).name
     path = ledger_mod.ledger_dir() / f"{name}.jsonl"
     if as_json:
         for line in ledger_mod.read(path):

@@ -155,10 +155,8 @@ def default_scorer(environ: Mapping[str, str] | None = None) -> Scorer:
 
 def scoring_for(repo: Path, environ: Mapping[str, str] | None = None) -> Scoring:
     env = os.environ if environ is None else environ
-    engine = Path(settings.get(settings.ENGINE_DIR, env) or "crates_bridge/engine")
-    corpus = Path(settings.get(settings.CORPUS_DIR, env) or "corpus")
-    return Scoring(repo, engine if engine.is_absolute() else repo / engine,
-                   corpus if corpus.is_absolute() else repo / corpus)
+    return Scoring(repo, settings.path_under(settings.ENGINE_DIR, repo, env),
+                   settings.path_under(settings.CORPUS_DIR, repo, env))
 
 
 def functions_of(req: Scoring) -> list[GeneratedFunction]:

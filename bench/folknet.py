@@ -80,6 +80,4 @@ def load(path: Path) -> Folknet:
 
 
 def default_path() -> Path:
-    p = settings.get_path(settings.FOLKNET_FILE)
-    assert p is not None
-    return p
+    return settings.path(settings.FOLKNET_FILE)

@@ -21,18 +21,15 @@ import os
 import stat
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.gateway_http import Endpoint, Unreachable, error_message, post_json
 from lanes import dotenv, settings
 from lanes.errors import ConfigError
 from lanes.mask import mask, register_secret
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 #: seconds of freeze after a 429 when the answer names no Retry-After
 COOLDOWN_S = 1.0
@@ -70,6 +67,12 @@ def key_from_settings() -> str:
     return read_key(settings.get_path(settings.MODEL_KEY_FILE))
 
 
+def endpoint_from_settings() -> Endpoint:
+    """The gateway as every nev caller reads it: `url_from_settings` and the key from its mode-600
+    file (NEV_MODEL_KEY_FILE)."""
+    return Endpoint(url_from_settings(), key_from_settings())
+
+
 #: the lane user's file with the gateway's address as the lane reaches it (NEV_LANE_MODEL_URL),
 #: written by `nev lane provision`
 LANE_MODEL_ENV = ".lane-model-env"
@@ -98,7 +101,7 @@ def url_from_settings(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     if settings.get(settings.ON_LANE, env):
         path = lane_model_env(env)
-        url = (dotenv.first(dotenv.read(path), "NEV_LANE_MODEL_URL", "GENERA_LANE_MODEL_URL")
+        url = (dotenv.first(dotenv.read(path), *settings.LANE_MODEL_URL.names)
                or settings.get(settings.LANE_MODEL_URL, env))
         if not url:
             what = "has no NEV_LANE_MODEL_URL line" if path.exists() else "does not exist"
@@ -268,12 +271,7 @@ def _retry_after(headers: Any) -> float | None:
 
 
 def _reason(code: int, raw: bytes) -> str:
-    try:
-        err = json.loads(raw).get("error")
-        msg = err.get("message") if isinstance(err, dict) else str(err)
-    except (ValueError, AttributeError):
-        msg = raw[:200].decode(errors="replace")
-    return mask(f"HTTP {code}: {' '.join(str(msg).split())[:300]}")
+    return mask(f"HTTP {code}: {' '.join(error_message(raw).split())[:300]}")
 
 
 class Gateway:
@@ -282,8 +280,7 @@ class Gateway:
 
     def __init__(self, url: str, key: str | None, timeout_s: float = 600.0,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
-        self.url = url.rstrip("/")
-        self.key = key
+        self.endpoint = Endpoint(url.rstrip("/"), key)
         self.timeout_s = timeout_s
         self.clock = clock
         self.sleep = sleep
@@ -313,16 +310,12 @@ class Gateway:
             waited += w
 
     def _post(self, body: dict[str, Any]) -> tuple[int, bytes, Any]:
-        headers = {"Content-Type": "application/json"}
-        if self.key:
-            headers["Authorization"] = f"Bearer {self.key}"
-        req = urllib.request.Request(f"{self.url}/v1/chat/completions", data=json.dumps(body).encode(),
-                                     headers=headers, method="POST")
+        """(status, body, headers) of one call; status 0 with the reason when nothing answered."""
         try:
-            with _OPENER.open(req, timeout=self.timeout_s) as r:
-                return r.status, r.read(), r.headers
-        except urllib.error.HTTPError as e:
-            return e.code, e.read(), e.headers
+            r = post_json(self.endpoint, body, self.timeout_s)
+        except Unreachable as e:
+            return 0, str(e).encode(), None
+        return r.status, r.body, r.headers
 
     def call(self, alias: str, messages: list[dict[str, str]], n: int, seed: int,
              max_tokens: int | None = None) -> tuple[list[str], CallRecord]:
@@ -343,8 +336,6 @@ class Gateway:
                 st.meter.enter()
                 try:
                     code, raw, headers = self._post(body)
-                except (urllib.error.URLError, OSError, TimeoutError) as e:
-                    code, raw, headers = 0, str(getattr(e, "reason", e)).encode(), None
                 finally:
                     st.meter.leave()
                 rec.latency_s += self.clock() - t0
@@ -379,7 +370,7 @@ class Gateway:
                     continue
                 if code == 0 or code >= 500:
                     tries_5xx += 1
-                    why = (f"no connection to the gateway at {mask(self.url)} "
+                    why = (f"no connection to the gateway at {mask(self.endpoint.url)} "
                            f"({mask(raw.decode(errors='replace'))[:200]})"
                            if code == 0 else _reason(code, raw))
                     if tries_5xx >= TRIES_5XX:

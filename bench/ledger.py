@@ -21,20 +21,15 @@ _ADDR = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|://|\b[a-z0-9-]+\.(?:local|lan|
 
 def share_root() -> Path:
     """The share: NEV_LANE_SHARED on a lane or when set; on the dev box, the lanes file's `nas`."""
-    import os
-
     from lanes import lanesfile
 
-    explicit = os.environ.get(settings.LANE_SHARED.name) or os.environ.get(settings.LANE_SHARED.legacy)
-    if not settings.get(settings.ON_LANE) and not explicit:
+    if not settings.get(settings.ON_LANE) and not settings.given(settings.LANE_SHARED):
         path = lanesfile.lanes_file_path()
         if path.exists():
             nas = lanesfile.load(path).nas
             if nas:
                 return Path(nas).expanduser()
-    root = settings.get_path(settings.LANE_SHARED)
-    assert root is not None
-    return root
+    return settings.path(settings.LANE_SHARED)
 
 
 def ledger_dir(shared: Path | None = None) -> Path:

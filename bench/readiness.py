@@ -22,10 +22,7 @@ from typing import Any
 
 from bench.folknet import Folknet
 from lanes import jsonfile
-
-EXIT_READY = 0
-EXIT_TRANSIENT = 3
-EXIT_PERMANENT = 10
+from lanes.exitcodes import Exit
 
 READY = "ready"
 
@@ -217,14 +214,14 @@ def check(needs: Needs, snap: Snapshot, declared: Folknet, now: dt.datetime,
     return reasons
 
 
-def exit_code(reasons: list[Reason]) -> int:
+def exit_code(reasons: list[Reason]) -> Exit:
     if not reasons:
-        return EXIT_READY
-    return EXIT_PERMANENT if any(r.permanent for r in reasons) else EXIT_TRANSIENT
+        return Exit.OK
+    return Exit.REFUSED if any(r.permanent for r in reasons) else Exit.UNAVAILABLE
 
 
 def report(reasons: list[Reason]) -> dict[str, Any]:
     """The JSON form kept in the job's state (`state.json` -> `inventory`)."""
     code = exit_code(reasons)
-    outcome = {EXIT_READY: "ready", EXIT_TRANSIENT: "not-ready", EXIT_PERMANENT: "refused"}[code]
+    outcome = {Exit.OK: "ready", Exit.UNAVAILABLE: "not-ready", Exit.REFUSED: "refused"}[code]
     return {"outcome": outcome, "exit": code, "reasons": [r.to_json() for r in reasons]}

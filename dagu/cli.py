@@ -8,6 +8,7 @@ import time
 import click
 
 from lanes import settings
+from lanes.exitcodes import Exit
 from lanes.ui import emit_json, info
 
 
@@ -177,7 +178,7 @@ def run(workflow: str, param: tuple[str, ...], lane_index: int | None, detach: b
     if not st.done:
         info(f"run {run_id} is still {st.status} after {wait:.0f} s (NEV_DAGU_WAIT); "
              f"follow it with `nev dagu watch {run_id}`")
-        return runs.EXIT_FAILED
+        return Exit.FAILED
     return runs.run_exit_code(st)
 
 
@@ -213,7 +214,7 @@ def watch(run_id: str, once: bool, step: str | None, lane_index: int | None) -> 
         if step:
             code, _ = runs.watch_once_step(api, run_id, step)
             click.echo(code)
-            return int(code) if code.isdigit() else runs.EXIT_FAILED
+            return int(code) if code.isdigit() else Exit.FAILED
         st = api.find_run(run_id)
         if once:
             click.echo(f"run {run_id} of {st.name}: {st.status}")
@@ -222,7 +223,7 @@ def watch(run_id: str, once: bool, step: str | None, lane_index: int | None) -> 
             return runs.run_exit_code(st) if st.done else 0
         st = runs.follow(api, st.name, run_id, settings.get_float(settings.DAGU_WAIT),
                          settings.get_float(settings.DAGU_POLL), info)
-    return runs.run_exit_code(st) if st.done else runs.EXIT_FAILED
+    return runs.run_exit_code(st) if st.done else Exit.FAILED
 
 
 @dagu.command("clean-jobs")

@@ -22,7 +22,6 @@ from dagu.service import (
     LaneDagu,
     UpReport,
     connect,
-    lane_shared,
     pick_lane,
     prepare,
 )
@@ -156,7 +155,7 @@ def up(coord_flag: int | None) -> UpReport:
     members: list[Member] = []
     try:
         for lane in lanes:
-            ld = connect(lane, distributed_shared=lane_shared(lane))
+            ld = connect(lane, distributed_shared=lane.shared_dir)
             members.append(Member(ld, lane.target.host))
         for m in members:
             ld = m.ld

@@ -35,9 +35,7 @@ class LaneCert:
 
 
 def pki_dir() -> Path:
-    p = settings.get_path(settings.DAGU_PKI_DIR)
-    assert p is not None
-    return p
+    return settings.path(settings.DAGU_PKI_DIR)
 
 
 def _write_private(path: Path, data: bytes) -> None:

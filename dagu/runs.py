@@ -20,13 +20,13 @@ import yaml
 
 from dagu.api import DaguApi, DaguApiError, RunStatus, StepStatus, step_exit_code
 from lanes.errors import NevError, UsageError
+from lanes.exitcodes import Exit
 from lanes.mask import is_secret_name
 
 WORKFLOWS_DIR = Path(__file__).resolve().parent / "workflows"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-EXIT_FAILED = 1
 
 
 class RunError(NevError):
@@ -95,7 +95,7 @@ def describe_step(s: StepStatus) -> str:
 
 
 def run_exit_code(status: RunStatus) -> int:
-    return 0 if status.status == "succeeded" else EXIT_FAILED
+    return Exit.OK if status.status == "succeeded" else Exit.FAILED
 
 
 def max_overlap(intervals: list[tuple[float, float]]) -> int:
@@ -168,7 +168,7 @@ def submit(api: DaguApi, wf: Workflow, params: dict[str, str], confirm_wait: flo
     if _recorded(api, wf.name, run_id, confirm_wait, sleep):
         return run_id, True
     raise RunError(f"Dagu answered an enqueue of {wf.name} twice but keeps no record of either run; "
-                   "check the lane's Dagu (`nev dagu status`) and submit again", EXIT_FAILED)
+                   "check the lane's Dagu (`nev dagu status`) and submit again", Exit.FAILED)
 
 
 def watch_once_step(api: DaguApi, run_id: str, step: str) -> tuple[str, StepStatus]:
@@ -176,5 +176,5 @@ def watch_once_step(api: DaguApi, run_id: str, step: str) -> tuple[str, StepStat
     s = st.step(step)
     if not s.done:
         raise RunError(f"step {step} of run {run_id} has not ended (it is {s.status or 'not started'}); "
-                       "ask again later", EXIT_FAILED)
+                       "ask again later", Exit.FAILED)
     return step_exit_code(s), s

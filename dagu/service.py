@@ -41,10 +41,6 @@ def pick_lane(flag: int | None) -> Lane:
     return lanesfile.chosen(flag, settings.DAGU_LANE)
 
 
-def lane_shared(lane: Lane) -> str:
-    return lane.shared or settings.get(settings.LANE_SHARED) or "/srv/lane-shared"
-
-
 # -- scripts written to the lane (pure) ------------------------------------
 
 def render_start_script(layout: Layout) -> str:
@@ -272,7 +268,7 @@ class LaneDagu:
 def connect(lane: Lane, distributed_shared: str | None = None) -> LaneDagu:
     conn = lane.connect()
     home = conn.run('printf %s "$HOME"', check=True).out.strip()
-    root = resolve_root(settings.get(settings.DAGU_DIR) or "~/dagu", home)
+    root = resolve_root(settings.value(settings.DAGU_DIR), home)
     layout = Layout(root=root, shared=distributed_shared)
     return LaneDagu(lane=lane, conn=conn, layout=layout, port=settings.get_int(settings.DAGU_PORT),
                     coord_port=settings.get_int(settings.DAGU_COORD_PORT))
@@ -348,7 +344,7 @@ def prepare(ld: LaneDagu, report: UpReport) -> None:
     q = shlex.quote
     L = ld.layout
     ld.sh(f"umask 077 && mkdir -p {q(L.bin_dir)} {q(L.home)} {q(L.dags)} {q(L.run_dir)} {q(L.data)} {q(L.logs)}")
-    src = install.source_from_settings(lane_shared(ld.lane))
+    src = install.source_from_settings(ld.lane.shared_dir)
     at = ld.lane.label
     report.note(f"{at}: Dagu {install.DAGU_VERSION} binary (sha256 checked)", install.install(ld.conn, L, src))
     report.note(f"{at}: base.yaml", ld.write_if_changed(L.home + "/base.yaml", daguconfig.render_base()))

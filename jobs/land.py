@@ -27,6 +27,7 @@ from jobs.land_gate import INTERRUPTED, fault, run_gate, stop_leftover_gate
 from jobs.landlock import LandLock
 from lanes import settings
 from lanes.errors import NevError
+from lanes.exitcodes import Exit
 from lanes.gitrun import GitError, Repo
 from lanes.ui import info
 
@@ -35,11 +36,11 @@ NO_LANE = 3  # a gate command's exit when no build lane answered (lanes.errors.N
 
 
 class NotLanded(NevError):
-    exit_code = 1
+    exit_code = Exit.FAILED
 
 
 class RebaseConflict(NevError):
-    exit_code = 2
+    exit_code = Exit.USAGE      # a rebase conflict outside handoff.md (COMMANDS.md)
 
 
 @dataclass

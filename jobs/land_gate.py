@@ -9,18 +9,19 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from jobs.approvals import LandPaths
 from jobs.landlock import pid_alive
-from lanes import jsonfile, settings
+from lanes import jsonfile, procgroup, settings
 from lanes.errors import NevError
+from lanes.exitcodes import Exit
 from lanes.ui import info
 
 FAULT_PHASES = ("before-rebase", "gate", "before-ref-update", "after-ref-update", "cleanup")
-INTERRUPTED = (130, 143)  # SIGINT, SIGTERM: an interrupted gate stops the landing (and a tick)
+# SIGINT, SIGTERM: an interrupted gate stops the landing (and a tick)
+INTERRUPTED = (Exit.INTERRUPTED, Exit.TERMINATED)
 
 
 def fault(phase: str) -> None:
@@ -89,7 +90,7 @@ def run_here(cmd: str, worktree: Path, record: Path, environ: Mapping[str, str])
             timer.cancel()
         return rc
     except BaseException:
-        _kill_group(proc.pid)
+        procgroup.stop(proc.pid, grace=3.0, leader=proc)
         proc.wait()
         raise
     finally:
@@ -112,7 +113,7 @@ def stop_leftover_gate(paths: LandPaths, name: str) -> None:
         rec.unlink(missing_ok=True)
         return
     if pid_alive(pgid) and (start is None or _proc_start(pgid) == start):
-        _kill_group(pgid)
+        procgroup.stop(pgid, grace=3.0)
         info(f"land: stopped a gate left running by an interrupted landing of {name} (process group {pgid})")
     rec.unlink(missing_ok=True)
 
@@ -126,37 +127,3 @@ def _proc_start(pid: int) -> str | None:
         return stat[stat.rindex(")") + 2:].split()[19]
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _kill_group(pgid: int, grace: float = 3.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            if not _group_alive(pgid):
-                return
-            time.sleep(0.05)
-
-
-def _group_alive(pgid: int) -> bool:
-    """A live (non-zombie) process is in group `pgid` (zombies wait for a reaper, not for us)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        rest = stat[stat.rindex(")") + 2:].split()
-        if len(rest) > 2 and rest[2] == str(pgid) and rest[0] != "Z":
-            return True
-    return False

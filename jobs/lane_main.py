@@ -31,12 +31,12 @@ from pathlib import Path
 from jobs import archive as archive_mod
 from jobs import result as result_mod
 from jobs import runner
+from lanes import settings
 from lanes.agent.git import credential_env
 from lanes.errors import NevError
+from lanes.exitcodes import Exit
 from lanes.gitrun import GitError, Repo, git_env
 from lanes.mask import register_secret
-
-EXIT_PUBLISH = 7
 
 
 def say(msg: str) -> None:
@@ -46,12 +46,12 @@ def say(msg: str) -> None:
 def forge_env() -> dict[str, str]:
     """Git config for forge commands: nev's one credential helper, answering with the token file's
     content (the file Dagu names in NEV_FORGE_TOKEN_FILE); without the file, no helper at all."""
-    tf = os.environ.get("NEV_FORGE_TOKEN_FILE")
+    tf = settings.get(settings.FORGE_TOKEN_FILE)
     token = None
     if tf and Path(tf).is_file():
         token = next(iter(archive_mod.read_secret_files([tf])), None)
         register_secret(token)
-    return credential_env(os.environ.get("NEV_FORGE_USER"), token)
+    return credential_env(settings.get(settings.FORGE_USER), token)
 
 
 def job_dir(work: str, job: str) -> Path:
@@ -110,10 +110,10 @@ def publish(job: str, forge: str, work: str) -> int:
         res = result_mod.read(repo)
     except GitError as e:
         say(f"publish: cannot read the result: {e}")
-        return EXIT_PUBLISH
+        return Exit.PUBLISH_FAILED
     if res is None:
         say("publish: the run left no result commit; resend the job")
-        return EXIT_PUBLISH
+        return Exit.PUBLISH_FAILED
     if res.outcome == "not-run":
         say(f"publish: not-run result (exit {res.exit}) kept locally, not published")
         return 0
@@ -121,7 +121,7 @@ def publish(job: str, forge: str, work: str) -> int:
         repo.git("push", "-q", "--force", forge, f"HEAD:refs/heads/result/{job}", timeout=600)
     except GitError as e:
         say(f"publish: pushing result/{job} failed: {e}")
-        return EXIT_PUBLISH
+        return Exit.PUBLISH_FAILED
     (job_dir(work, job) / "published").write_text(f"{res.commit}\n")
     say(f"publish: result/{job} is {res.outcome} (exit {res.exit}) at {res.commit[:12]}")
     return 0
@@ -139,8 +139,8 @@ def step_logs_dir(step_logs: str | None, run_log: str | None) -> Path | None:
 
 
 def do_archive(job: str, run_id: str, work: str, share: str, step_logs: str | None, run_log: str | None) -> int:
-    secrets = archive_mod.read_secret_files([os.environ.get("NEV_FORGE_TOKEN_FILE"),
-                                             os.environ.get("NEV_MODEL_KEY_FILE")])
+    secrets = archive_mod.read_secret_files([settings.get(settings.FORGE_TOKEN_FILE),
+                                             settings.get(settings.MODEL_KEY_FILE)])
     logs = step_logs_dir(step_logs, run_log)
     dest = archive_mod.archive(job, run_id, job_dir(work, job), Path(share), logs, secrets)
     say(f"archived the run's logs to {dest} (marker {archive_mod.marker(Path(share), job, run_id).name})")

@@ -200,7 +200,7 @@ def one_tick(environ: Mapping[str, str]) -> Iterator[int | None]:
 def _record(environ: Mapping[str, str], name: str, seen: dict[str, Any] | None, **fields: Any) -> bool:
     """Write `fields` into the job's record, under the records lock. False (nothing written) when
     the job was submitted again since this tick read it: the new submission owns the record."""
-    with records.locked(environ) as data:
+    with records.locked_json(environ) as data:
         rec = data["jobs"].setdefault(name, {"job": name, "sends": 0, "resends": 0, "status": "submitted"})
         if rec.get("sends", 0) != (seen or {}).get("sends", 0):
             info(f"{name}: submitted again during this tick; its record is left to the new submission")
@@ -225,7 +225,7 @@ def _tick(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
     if tips:
         forge.fetch_results(repo)
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    with records.locked(env) as data:
+    with records.locked_json(env) as data:
         jobs = copy.deepcopy(data["jobs"])
     waiting = {n: r for n, r in jobs.items() if n not in tips and r.get("status") not in FINAL and r.get("run_id")}
     runs = read_runs(waiting) if waiting else {}
@@ -267,7 +267,7 @@ def _tick(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
                 status, why = "not-landed", str(e)
             _record(env, name, rec, status=status, why=why)
             info(f"{name}: {status}: {why}")
-    with records.locked(env) as data:
+    with records.locked_json(env) as data:
         data["last_poll"] = now
     return 1 if failed else 0
 

@@ -22,7 +22,6 @@ from jobs.manifest import Manifest
 from lanes import settings
 from lanes.errors import ConfigError
 
-EXIT_UNMET = 9
 BASE_TOOLS = ("git", "python3", "node", "kill")
 
 
@@ -117,7 +116,7 @@ def probe_gateway(url: str, timeout: float = 3.0) -> str | None:
 
 
 def archive_folder(environ: Mapping[str, str] | None = None) -> Path:
-    return Path(settings.get(settings.LANE_SHARED, environ) or "/srv/lane-shared") / "archive"
+    return settings.path(settings.LANE_SHARED, environ) / "archive"
 
 
 def _archive_problem(path: Path) -> str | None:
@@ -135,7 +134,7 @@ def gather(m: Manifest, workdir: Path, used_s: float, environ: Mapping[str, str]
     browsers: dict[str, str | None] = {}
     if m.has_writer():
         tools["cargo"] = shutil.which("cargo", path=path)
-        spec = settings.get(settings.JOB_BROWSERS, env) or ""
+        spec = settings.value(settings.JOB_BROWSERS, env)
         for alt in (a.strip() for a in spec.split(",") if a.strip()):
             found = None
             for name in alt.split("|"):
@@ -153,10 +152,10 @@ def gather(m: Manifest, workdir: Path, used_s: float, environ: Mapping[str, str]
         free = None
     archive = archive_folder(env)
     return Facts(tools=tools, browsers=browsers, gateway=gateway, workdir=str(workdir), free_bytes=free,
-                 min_free_bytes=int(float(settings.get(settings.JOB_MIN_FREE_GB, env) or "20") * (1 << 30)),
+                 min_free_bytes=int(settings.get_float(settings.JOB_MIN_FREE_GB, env) * (1 << 30)),
                  archive=str(archive), archive_problem=_archive_problem(archive),
                  on_lane=bool(settings.get(settings.ON_LANE, env)), limit_s=m.limit_s, used_s=used_s,
-                 min_left_s=float(settings.get(settings.JOB_MIN_LEFT, env) or "600"),
+                 min_left_s=settings.get_float(settings.JOB_MIN_LEFT, env),
                  writer=m.has_writer(), gate=m.calls_gate())
 
 

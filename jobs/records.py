@@ -1,51 +1,179 @@
 """What the dev box remembers of its jobs: `NEV_STATE_DIR/job-results.json` (submissions, sends, outcomes).
 
 Read and written under a lock (`job-results.json.lock`), atomically, so a tick and a
-submission never drop each other's entries.
+submission never drop each other's entries. The file is read into typed records (`Records`, one
+`JobRecord` per job) with every field checked: a file that is not JSON, or has a field of the
+wrong kind, is refused with one line naming the file and the field, and left as it is (never read
+as empty and written back over). Fields this version does not know are kept as they are.
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from lanes import jsonfile, settings
+from lanes.jsonfile import Fields
+
+SCHEMA = 1
+
+
+class JobStatus(StrEnum):
+    """Where a job stands for this box: sent (and maybe resent), then landed, failed or not landed."""
+
+    SUBMITTED = "submitted"
+    RESENT = "resent"
+    LANDED = "landed"
+    FAILED = "failed"
+    NOT_LANDED = "not-landed"
+
+    @property
+    def final(self) -> bool:
+        return self in (JobStatus.LANDED, JobStatus.FAILED, JobStatus.NOT_LANDED)
+
+
+@dataclass
+class JobRecord:
+    """One job as this box submitted and polled it."""
+
+    job: str
+    status: JobStatus = JobStatus.SUBMITTED
+    sends: int = 0                      # submissions (`nev job submit`)
+    resends: int = 0                    # the poller's resends (exit 3 or 7), not counted as sends
+    spec: str | None = None
+    manifest: str | None = None
+    tip: str | None = None              # the job branch's commit as pushed
+    run_id: str | None = None           # the Dagu run of the last send
+    lane: int | None = None             # --lane of the submission (None: the default lane)
+    lane_label: str | None = None
+    submitted_at: str | None = None
+    polled_at: str | None = None
+    params: dict[str, str] = field(default_factory=dict)   # the run's parameters (nothing secret)
+    result: str | None = None           # the result commit once one is on the forge
+    exit: int | None = None             # the result's exit code
+    outcome: str | None = None          # the result's outcome (passed, failed, stopped, not-run)
+    why: str | None = None              # the last landing's reason
+    extra: dict[str, Any] = field(default_factory=dict)    # fields this version does not know
+
+    @classmethod
+    def from_json(cls, f: Fields, obj: Any, where: str) -> JobRecord:
+        o = f.obj(obj, where)
+        raw_status = f.get(o, "status", str, where, required=False, default=JobStatus.SUBMITTED.value)
+        try:
+            status = JobStatus(raw_status)
+        except ValueError:
+            raise f.fail(f"{where}.status", f"is {raw_status!r}, not one of "
+                         f"{', '.join(s.value for s in JobStatus)}") from None
+        params = f.get(o, "params", dict, where, required=False, default={})
+        for k, v in params.items():
+            if not isinstance(v, str):
+                raise f.fail(f"{where}.params.{k}", "must be a string")
+
+        def opt(key: str, kind: type) -> Any:
+            return f.get(o, key, kind, where, required=False)
+
+        known = {x.name for x in fields(cls)} - {"extra"}
+        return cls(job=f.get(o, "job", str, where), status=status,
+                   sends=f.get(o, "sends", int, where, required=False, default=0),
+                   resends=f.get(o, "resends", int, where, required=False, default=0),
+                   spec=opt("spec", str), manifest=opt("manifest", str), tip=opt("tip", str),
+                   run_id=opt("run_id", str), lane=opt("lane", int), lane_label=opt("lane_label", str),
+                   submitted_at=opt("submitted_at", str), polled_at=opt("polled_at", str),
+                   params=dict(params), result=opt("result", str), exit=opt("exit", int),
+                   outcome=opt("outcome", str), why=opt("why", str),
+                   extra={k: v for k, v in o.items() if k not in known})
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as the file holds it: fields with no value left out."""
+        out: dict[str, Any] = {x.name: getattr(self, x.name) for x in fields(self)
+                               if x.name != "extra" and getattr(self, x.name) is not None}
+        out["status"] = self.status.value
+        return {**out, **self.extra}
+
+
+@dataclass
+class Records:
+    """The whole file: every job by name, and when the poller last ticked."""
+
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    last_poll: str | None = None
+    schema: int = SCHEMA
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, f: Fields, data: Any) -> Records:
+        top = f.obj(data, "(top level)")
+        schema = f.get(top, "schema", int, "", required=False, default=SCHEMA)
+        if schema != SCHEMA:
+            raise f.fail("schema", f"is {schema}; this nev reads schema {SCHEMA}")
+        jobs = f.get(top, "jobs", dict, "", required=False, default={})
+        recs = {}
+        for name, raw in jobs.items():
+            rec = JobRecord.from_json(f, raw, f"jobs.{name}")
+            if rec.job != name:
+                raise f.fail(f"jobs.{name}.job", f"is {rec.job!r}, not the entry's name {name!r}")
+            recs[name] = rec
+        return cls(jobs=recs, last_poll=f.get(top, "last_poll", str, "", required=False), schema=schema,
+                   extra={k: v for k, v in top.items() if k not in ("schema", "jobs", "last_poll")})
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema": self.schema, "jobs": {n: r.to_json() for n, r in self.jobs.items()}}
+        if self.last_poll is not None:
+            out["last_poll"] = self.last_poll
+        return {**out, **self.extra}
+
+    def job(self, name: str) -> JobRecord:
+        """The record of `name`, made (a result seen with no submission of this box) when missing."""
+        return self.jobs.setdefault(name, JobRecord(job=name))
 
 
 def path(environ: Mapping[str, str] | None = None) -> Path:
-    base = settings.get_path(settings.STATE_DIR, environ) or Path("~/.local/state/nev").expanduser()
-    return base / "job-results.json"
+    return settings.path(settings.STATE_DIR, environ) / "job-results.json"
+
+
+def load(p: Path) -> Records:
+    """The records of file `p` (none when it does not exist); ConfigError naming the file and the
+    field when it is not JSON or a field is bad."""
+    if not p.exists():
+        return Records()
+    return Records.from_json(Fields(p), jsonfile.load(p, "job records file"))
+
+
+def read(environ: Mapping[str, str] | None = None) -> Records:
+    """The records as they are now, without the lock (for `nev job status`)."""
+    return load(path(environ))
 
 
 @contextmanager
-def locked(environ: Mapping[str, str] | None = None) -> Iterator[dict[str, Any]]:
-    """The records, held under the lock; written back (atomically) when the block ends without error."""
+def locked(environ: Mapping[str, str] | None = None) -> Iterator[Records]:
+    """The records, held under the lock; written back (atomically) when the block ends without error.
+    A corrupt file is refused before the block runs, and left as it is."""
     p = path(environ)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(str(p) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        data = load(p)
-        yield data
-        jsonfile.write_atomic(p, data, mode=0o600)
+        recs = load(p)
+        yield recs
+        jsonfile.write_atomic(p, recs.to_json(), mode=0o600)
     finally:
         os.close(fd)
 
 
-def load(p: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        data = {}
-    except json.JSONDecodeError:
-        data = {}
-    if not isinstance(data, dict):
-        data = {}
-    data.setdefault("schema", 1)
-    data.setdefault("jobs", {})
-    return data
+@contextmanager
+def locked_json(environ: Mapping[str, str] | None = None) -> Iterator[dict[str, Any]]:
+    """`locked` for the poller, which still edits the records as JSON: the same checks on the way in,
+    and what it wrote is checked again (Records.from_json) before it reaches the file. Goes once
+    the poller reads `JobRecord`s."""
+    p = path(environ)
+    with locked(environ) as recs:
+        data = recs.to_json()
+        yield data
+        again = Records.from_json(Fields(p), data)
+        recs.jobs, recs.last_poll, recs.extra = again.jobs, again.last_poll, again.extra

@@ -31,14 +31,14 @@ from bench.gateway import url_from_settings
 from jobs import manifest as manifest_mod
 from jobs import preflight, result, writer
 from jobs.manifest import Manifest, Stage
-from jobs.state import FAILED, NOT_RUN, PASSED, STOPPED, JobState, file_hash
-from lanes import settings
+from jobs.state import JobState, Status, file_hash
+from lanes import procgroup, settings
 from lanes.errors import ConfigError, NevError
+from lanes.exitcodes import Exit
 from lanes.gitrun import GitError, Repo
 from lanes.mask import mask
 from lanes.ui import info
 
-EXIT_PASSED, EXIT_STAGE_FAILED, EXIT_NOT_READY, EXIT_STOPPED, EXIT_UNMET, EXIT_REFUSED = 0, 1, 3, 8, 9, 10
 HEARTBEAT_S = 5.0
 _PR_SET_PDEATHSIG = 1
 
@@ -47,7 +47,7 @@ def default_state_dir(name: str, environ: Mapping[str, str] | None = None) -> Pa
     explicit = settings.get(settings.JOB_STATE, environ)
     if explicit:
         return Path(explicit).expanduser()
-    base = settings.get_path(settings.STATE_DIR, environ) or Path("~/.local/state/nev").expanduser()
+    base = settings.path(settings.STATE_DIR, environ)
     return base / "jobs" / name
 
 
@@ -64,40 +64,6 @@ def _die_with_parent() -> None:  # runs in the child before exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
-
-
-def _pg_alive(pgid: int) -> bool:
-    """Whether a process of the group is still running (zombies waiting for a reaper do not count)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
-
-
-def _end_group(pgid: int, grace: float = 5.0) -> None:
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < wait:
-            if not _pg_alive(pgid):
-                return
-            time.sleep(0.1)
 
 
 def with_lane_gateway(env: Mapping[str, str]) -> dict[str, str]:
@@ -139,7 +105,7 @@ class Runner:
         self.logs = js.folder / "logs"
 
     # -- results ---------------------------------------------------------------------------
-    def _finish(self, outcome: str, code: int, reasons: list[str]) -> int:
+    def _finish(self, outcome: Status, code: int, reasons: list[str]) -> int:
         try:
             commit = result.commit(self.repo, self.m.name, outcome, code, self.run_id, reasons,
                                    self.m.spec_name)
@@ -194,22 +160,22 @@ class Runner:
 
     def _declared_path(self) -> Path:
         """The declared aliases of this job: the file submit sent, else NEV_FOLKNET_FILE in the job's tree."""
-        declared = self.declared or Path(settings.get(settings.FOLKNET_FILE, self.environ) or folknet.default_path())
+        declared = self.declared or settings.path(settings.FOLKNET_FILE, self.environ)
         return declared if declared.is_absolute() else self.workdir / declared
 
     # -- stages ----------------------------------------------------------------------------
     def _recover(self) -> None:
         """A stage the last attempt left running was killed: end what is left of it."""
-        for name, s in list(self.js.state["stages"].items()):
-            if s["status"] == "running":
-                if s.get("pgid") and _pg_alive(int(s["pgid"])):
-                    _end_group(int(s["pgid"]))
+        for name, s in list(self.js.state.stages.items()):
+            if s.status is Status.RUNNING:
+                if s.pgid and procgroup.alive(s.pgid):
+                    procgroup.stop(s.pgid)
                 self.js.record("stage-interrupted", stage=name)
                 info(f"stage {name}: cut short by the last run; it reruns from its start")
 
     def _passed(self, st: Stage) -> bool:
-        s = self.js.state["stages"].get(st.name)
-        return bool(s and s["status"] == PASSED and s.get("digest") == st.digest())
+        s = self.js.state.stages.get(st.name)
+        return bool(s and s.status is Status.PASSED and s.digest == st.digest())
 
     def _reset_to(self, commit: str | None) -> None:
         if commit and self.repo.rev("HEAD") != commit or not self.repo.is_clean():
@@ -229,9 +195,9 @@ class Runner:
         return ["bash", "-c", command], {}
 
     def _run_stage(self, st: Stage) -> int:
-        prev = self.js.state["stages"].get(st.name, {})
-        if prev.get("status") in ("interrupted", STOPPED, FAILED, "running"):
-            self._reset_to(prev.get("head_at_start"))
+        prev = self.js.state.stages.get(st.name)
+        if prev and prev.status in (Status.INTERRUPTED, Status.STOPPED, Status.FAILED, Status.RUNNING):
+            self._reset_to(prev.head_at_start)
         self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{st.name}.log"
         head = self.repo.rev("HEAD")
@@ -257,7 +223,7 @@ class Runner:
         env = with_lane_gateway(env)
         left = self.m.limit_s - self.js.used_s()
         with log_path.open("ab") as log:
-            log.write(f"== stage {st.name} ({st.kind}) run {self.js.state['stages'].get(st.name, {}).get('runs', 0) + 1}\n"
+            log.write(f"== stage {st.name} ({st.kind}) run {prev.runs + 1 if prev else 1}\n"
                       .encode())
             log.flush()
             proc = subprocess.Popen(argv, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -265,7 +231,7 @@ class Runner:
                                     preexec_fn=_die_with_parent)
             self.js.record("stage-started", stage=st.name, log=str(log_path), pgid=proc.pid,
                            inputs={"stage": st.digest(), "manifest": self.m.digest, "head": head,
-                                   "inventory": (self.js.state.get("inventory") or {}).get("snapshot")})
+                                   "inventory": self.js.state.inventory.snapshot if self.js.state.inventory else None})
             info(f"stage {st.name} ({st.kind}): started")
             t0 = time.monotonic()
             last_beat = 0.0
@@ -285,18 +251,18 @@ class Runner:
                 elif now - t0 > left:
                     why_stopped = f"the wall-clock limit of {self.m.limit_s:.0f} s across resumes"
                 if why_stopped:
-                    _end_group(proc.pid)
+                    procgroup.stop(proc.pid, leader=proc)
                     code = proc.wait()
                     break
         self.js.heartbeat()
         if why_stopped:
             self.js.record("stage-stopped", stage=st.name, exit=code, reason=why_stopped)
             info(f"stage {st.name}: stopped by {why_stopped}")
-            return EXIT_STOPPED
+            return Exit.STOPPED
         if code != 0:
             self.js.record("stage-failed", stage=st.name, exit=code)
             info(f"stage {st.name}: failed (exit {code}); log {log_path}")
-            return EXIT_STAGE_FAILED
+            return Exit.FAILED
         if not self.repo.is_clean():
             self.repo.git("add", "-A")
             self.repo.git("commit", "-q", "--no-verify", "-m", f"job {self.m.name}: stage {st.name} ({st.kind})")
@@ -317,9 +283,9 @@ class Runner:
 
     def _run(self) -> int:
         st = self.js.state
-        if st.get("status") == PASSED and st.get("manifest") == self.m.digest:
+        if st.status is Status.PASSED and st.manifest == self.m.digest:
             r = result.read(self.repo)
-            if r is not None and r.outcome == PASSED:
+            if r is not None and r.outcome == Status.PASSED:
                 info(f"job {self.m.name}: passed before (result {r.commit[:12]}); nothing to run")
                 return 0
         try:
@@ -331,7 +297,7 @@ class Runner:
         self._recover()
         unmet = self._preflight()
         if unmet:
-            return self._finish(FAILED, EXIT_UNMET, [u.message for u in unmet])
+            return self._finish(Status.FAILED, Exit.UNMET, [u.message for u in unmet])
         if head is None:
             raise NevError(f"{self.workdir}: not a git checkout with a commit; clone the job branch first")
         result.strip(self.repo)
@@ -341,26 +307,26 @@ class Runner:
             # A job that cannot go on (a bad declared file, a broken checkout) ends with a failed
             # result, so the poller records it instead of resending it.
             info(f"job {self.m.name}: {e}")
-            return self._finish(FAILED, EXIT_STAGE_FAILED, [str(e)])
+            return self._finish(Status.FAILED, Exit.FAILED, [str(e)])
 
     def _checked_stages(self) -> int:
         code, reasons = self._inventory()
-        if code == EXIT_NOT_READY:
-            return self._finish(NOT_RUN, code, [r.message for r in reasons])
-        if code == EXIT_REFUSED:
-            return self._finish(FAILED, code, [r.message for r in reasons])
+        if code == Exit.UNAVAILABLE:
+            return self._finish(Status.NOT_RUN, code, [r.message for r in reasons])
+        if code == Exit.REFUSED:
+            return self._finish(Status.FAILED, code, [r.message for r in reasons])
         for stage in self.m.stages:
             if self._passed(stage):
                 info(f"stage {stage.name}: passed before; not rerun")
                 continue
             if self.stop.signum is not None:
-                return self._finish(STOPPED, EXIT_STOPPED, [f"stopped by signal {self.stop.signum}"])
+                return self._finish(Status.STOPPED, Exit.STOPPED, [f"stopped by signal {self.stop.signum}"])
             code = self._run_stage(stage)
-            if code == EXIT_STOPPED:
-                return self._finish(STOPPED, code, [f"stage {stage.name} stopped"])
+            if code == Exit.STOPPED:
+                return self._finish(Status.STOPPED, code, [f"stage {stage.name} stopped"])
             if code != 0:
-                return self._finish(FAILED, code, [f"stage {stage.name} failed (exit {code})"])
-        return self._finish(PASSED, EXIT_PASSED, [])
+                return self._finish(Status.FAILED, code, [f"stage {stage.name} failed (exit {code})"])
+        return self._finish(Status.PASSED, Exit.OK, [])
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -411,7 +377,7 @@ def check_preflight(manifest_path: Path, workdir: Path | None, state_dir: Path |
                       inputs={"manifest": m.digest}, by="check")
         if not unmet:
             info(f"requirements: every requirement of {m.name} is met")
-        return EXIT_UNMET if unmet else 0
+        return Exit.UNMET if unmet else Exit.OK
     finally:
         if js is not None:
             js.close()

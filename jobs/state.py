@@ -21,20 +21,32 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from lanes import jsonfile
 from lanes.errors import NevError
+from lanes.jsonfile import Fields
 
 EVENTS = "events.jsonl"
 STATE = "state.json"
 CLOCK = "clock.json"
 LOCK = "lock"
 
-# Job outcomes recorded in a result and in state.json `status`.
-PASSED, FAILED, NOT_RUN, STOPPED, RUNNING, PENDING = "passed", "failed", "not-run", "stopped", "running", "pending"
+
+
+class Status(StrEnum):
+    """A job's or a stage's state (state.json `status`); a job's outcome as its result records it."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    PASSED = "passed"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    NOT_RUN = "not-run"
+    INTERRUPTED = "interrupted"   # a stage the last attempt left running (it reruns from its start)
 
 
 def now_iso() -> str:
@@ -81,67 +93,187 @@ def valid_prefix(text: str) -> tuple[list[dict[str, Any]], int]:
     return events, size
 
 
-def _stage_entry() -> dict[str, Any]:
-    return {"status": PENDING, "runs": 0, "started": None, "ended": None, "head_at_start": None,
-            "digest": None, "commit": None, "log": None, "exit": None, "pgid": None, "outputs": []}
+@dataclass
+class StageView:
+    status: Status = Status.PENDING
+    runs: int = 0
+    started: str | None = None
+    ended: str | None = None
+    head_at_start: str | None = None
+    digest: str | None = None
+    commit: str | None = None
+    log: str | None = None
+    exit: int | None = None
+    pgid: int | None = None
+    outputs: list[str] = field(default_factory=list)
 
 
-def replay(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """The job's state after these events (pure)."""
-    st: dict[str, Any] = {"schema": 1, "job": None, "status": PENDING, "manifest": None, "attempts": [],
-                          "preflight": None, "inventory": None, "stages": {}, "result": None,
-                          "events": len(events), "last_event": None}
+@dataclass
+class Attempt:
+    n: int
+    started: str
+    last_seen: str
+    run_id: str | None = None
+
+
+@dataclass
+class PreflightView:
+    ok: bool
+    reasons: list[dict[str, Any]]
+    at: str | None
+
+
+@dataclass
+class InventoryView:
+    outcome: str            # ready, not-ready, refused (bench.readiness.report)
+    exit: int | None
+    reasons: list[dict[str, Any]]
+    at: str | None
+    snapshot: str | None
+
+
+@dataclass
+class ResultView:
+    outcome: str | None
+    exit: int | None
+    commit: str | None
+    at: str | None
+
+
+@dataclass
+class LastEvent:
+    seq: int | None
+    event: str | None
+    time: str | None
+    stage: str | None
+
+
+@dataclass
+class JobView:
+    """A job's state after its events (`replay`), what state.json holds (plus `used_s`)."""
+
+    schema: int = 1
+    job: str | None = None
+    status: Status = Status.PENDING
+    manifest: str | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    preflight: PreflightView | None = None
+    inventory: InventoryView | None = None
+    stages: dict[str, StageView] = field(default_factory=dict)
+    result: ResultView | None = None
+    events: int = 0
+    last_event: LastEvent | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, f: Fields, obj: Any) -> JobView:
+        """A state.json as read back (the dashboard): missing fields take their defaults; a field of
+        the wrong kind is named with the file."""
+        o = f.obj(obj, "(top level)")
+
+        def opt(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = None) -> Any:
+            return f.get(d, key, kind, where, required=False, default=default)
+
+        def status(d: dict[str, Any], where: str) -> Status:
+            raw = opt(d, "status", str, where, Status.PENDING.value)
+            try:
+                return Status(raw)
+            except ValueError:
+                raise f.fail(f"{where}.status" if where else "status", f"is {raw!r}, not one of "
+                             f"{', '.join(x.value for x in Status)}") from None
+
+        stages = {}
+        for name, raw in opt(o, "stages", dict, "", {}).items():
+            d = f.obj(raw, f"stages.{name}")
+            w = f"stages.{name}"
+            stages[name] = StageView(status(d, w), opt(d, "runs", int, w, 0), opt(d, "started", str, w),
+                                     opt(d, "ended", str, w), opt(d, "head_at_start", str, w), opt(d, "digest", str, w),
+                                     opt(d, "commit", str, w), opt(d, "log", str, w), opt(d, "exit", int, w),
+                                     opt(d, "pgid", int, w), f.str_list(d, "outputs", w))
+        attempts = []
+        for i, raw in enumerate(opt(o, "attempts", list, "", [])):
+            d, w = f.obj(raw, f"attempts[{i}]"), f"attempts[{i}]"
+            attempts.append(Attempt(opt(d, "n", int, w, i + 1), opt(d, "started", str, w, ""),
+                                    opt(d, "last_seen", str, w, ""), opt(d, "run_id", str, w)))
+        le = opt(o, "last_event", dict, "")
+        return cls(schema=opt(o, "schema", int, "", 1), job=opt(o, "job", str, ""), status=status(o, ""),
+                   manifest=opt(o, "manifest", str, ""), attempts=attempts, stages=stages,
+                   events=opt(o, "events", int, "", 0),
+                   last_event=None if le is None else LastEvent(opt(le, "seq", int, "last_event"),
+                                                                opt(le, "event", str, "last_event"),
+                                                                opt(le, "time", str, "last_event"),
+                                                                opt(le, "stage", str, "last_event")))
+
+
+def replay(events: list[dict[str, Any]]) -> JobView:
+    """The job's state after these events (pure).
+
+    | event | what changes |
+    |---|---|
+    | run-started | a new attempt; the job, its manifest, its stages (pending) named; status running |
+    | any later event | the last attempt's last_seen |
+    | preflight-passed / -failed | preflight (ok, reasons) |
+    | inventory-OUTCOME | inventory (outcome, exit, reasons, the snapshot's hash) |
+    | stage-started | the stage running, one more run, its head, digest, log and process group |
+    | stage-passed / -failed / -stopped / -interrupted | the stage's status and end (passed: commit, outputs) |
+    | result-committed | result (outcome, exit, commit) |
+    | job-ended | the job's status: its outcome |
+    """
+    st = JobView(events=len(events))
     for ev in events:
         kind = ev.get("event")
-        t = ev.get("time")
-        st["last_event"] = {"seq": ev.get("seq"), "event": kind, "time": t, "stage": ev.get("stage")}
+        t = str(ev.get("time", ""))
+        st.last_event = LastEvent(ev.get("seq"), kind, t, ev.get("stage"))
         if kind == "run-started":
-            st["job"] = ev.get("job")
-            st["manifest"] = ev.get("inputs", {}).get("manifest")
-            st["status"] = RUNNING
-            st["attempts"].append({"n": len(st["attempts"]) + 1, "started": t, "last_seen": t,
-                                   "run_id": ev.get("run_id")})
+            st.job = ev.get("job")
+            st.manifest = ev.get("inputs", {}).get("manifest")
+            st.status = Status.RUNNING
+            st.attempts.append(Attempt(len(st.attempts) + 1, t, t, ev.get("run_id")))
             for name in ev.get("stages", []):
-                st["stages"].setdefault(name, _stage_entry())
-        elif st["attempts"]:
-            st["attempts"][-1]["last_seen"] = t
+                st.stages.setdefault(name, StageView())
+        elif st.attempts:
+            st.attempts[-1].last_seen = t
         if kind in ("preflight-passed", "preflight-failed"):
-            st["preflight"] = {"ok": kind == "preflight-passed", "reasons": ev.get("reasons", []), "at": t}
+            st.preflight = PreflightView(kind == "preflight-passed", ev.get("reasons", []), t)
         elif kind and kind.startswith("inventory-"):
-            st["inventory"] = {"outcome": kind[len("inventory-"):], "exit": ev.get("exit"),
-                               "reasons": ev.get("reasons", []), "at": t,
-                               "snapshot": ev.get("inputs", {}).get("snapshot")}
+            st.inventory = InventoryView(kind[len("inventory-"):], ev.get("exit"), ev.get("reasons", []), t,
+                                         ev.get("inputs", {}).get("snapshot"))
         elif kind and kind.startswith("stage-"):
-            s = st["stages"].setdefault(ev["stage"], _stage_entry())
+            s = st.stages.setdefault(ev["stage"], StageView())
             if kind == "stage-started":
-                s.update(status=RUNNING, started=t, ended=None, exit=None, runs=s["runs"] + 1,
-                         head_at_start=ev.get("inputs", {}).get("head"),
-                         digest=ev.get("inputs", {}).get("stage"), log=ev.get("log"), pgid=ev.get("pgid"))
+                inputs = ev.get("inputs", {})
+                s.status, s.started, s.ended, s.exit, s.runs = Status.RUNNING, t, None, None, s.runs + 1
+                s.head_at_start, s.digest = inputs.get("head"), inputs.get("stage")
+                s.log, s.pgid = ev.get("log"), ev.get("pgid")
             elif kind == "stage-passed":
-                s.update(status=PASSED, ended=t, exit=0, commit=ev.get("commit"), outputs=ev.get("outputs", []))
+                s.status, s.ended, s.exit = Status.PASSED, t, 0
+                s.commit, s.outputs = ev.get("commit"), ev.get("outputs", [])
             elif kind == "stage-failed":
-                s.update(status=FAILED, ended=t, exit=ev.get("exit"))
+                s.status, s.ended, s.exit = Status.FAILED, t, ev.get("exit")
             elif kind == "stage-stopped":
-                s.update(status=STOPPED, ended=t, exit=ev.get("exit"))
+                s.status, s.ended, s.exit = Status.STOPPED, t, ev.get("exit")
             elif kind == "stage-interrupted":
-                s.update(status="interrupted", ended=t)
+                s.status, s.ended = Status.INTERRUPTED, t
         elif kind == "result-committed":
-            st["result"] = {"outcome": ev.get("outcome"), "exit": ev.get("exit"), "commit": ev.get("commit"),
-                            "at": t}
+            st.result = ResultView(ev.get("outcome"), ev.get("exit"), ev.get("commit"), t)
         elif kind == "job-ended":
-            st["status"] = ev.get("outcome")
+            st.status = Status(str(ev.get("outcome")))
     return st
 
 
-def used_seconds(state: dict[str, Any], clock: dict[str, Any] | None = None) -> float:
+def used_seconds(state: JobView, clock: dict[str, Any] | None = None) -> float:
     """Wall-clock seconds spent across every attempt (a killed one up to its last heartbeat)."""
     total = 0.0
-    attempts = state.get("attempts", [])
+    attempts = state.attempts
     for i, a in enumerate(attempts):
-        end = parse_iso(a["last_seen"])
-        if clock and i == len(attempts) - 1 and clock.get("attempt") == a["n"]:
+        if not a.started or not a.last_seen:
+            continue
+        end = parse_iso(a.last_seen)
+        if clock and i == len(attempts) - 1 and clock.get("attempt") == a.n:
             end = max(end, float(clock.get("last_seen_ts", end)))
-        total += max(0.0, end - parse_iso(a["started"]))
+        total += max(0.0, end - parse_iso(a.started))
     return total
 
 
@@ -151,7 +283,7 @@ class JobState:
 
     folder: Path
     events: list[dict[str, Any]] = field(default_factory=list)
-    state: dict[str, Any] = field(default_factory=dict)
+    state: JobView = field(default_factory=JobView)
     _lock_fd: int | None = None
 
     @classmethod
@@ -203,8 +335,8 @@ class JobState:
         return ev
 
     def write_state(self) -> None:
-        out = dict(self.state)
-        out["used_s"] = round(used_seconds(out, self.clock()), 1)
+        out = self.state.to_json()
+        out["used_s"] = round(used_seconds(self.state, self.clock()), 1)
         jsonfile.write_atomic(self.folder / STATE, out)
 
     def clock(self) -> dict[str, Any] | None:
@@ -215,9 +347,9 @@ class JobState:
         return data if isinstance(data, dict) else None
 
     def heartbeat(self) -> None:
-        attempts = self.state.get("attempts") or []
-        if attempts:
-            jsonfile.write_atomic(self.folder / CLOCK, {"attempt": attempts[-1]["n"], "last_seen_ts": time.time()})
+        if self.state.attempts:
+            jsonfile.write_atomic(self.folder / CLOCK, {"attempt": self.state.attempts[-1].n,
+                                                        "last_seen_ts": time.time()})
 
     def used_s(self) -> float:
         return used_seconds(self.state, self.clock())

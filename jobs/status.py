@@ -2,34 +2,35 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from jobs.state import STATE, JobState, used_seconds
+from jobs import records
+from jobs.state import STATE, JobState, JobView, used_seconds
 from lanes import settings
 from lanes.errors import NevError
 from lanes.ui import emit_json
 
 
 def jobs_folder(environ: Mapping[str, str] | None = None) -> Path:
-    base = settings.get_path(settings.STATE_DIR, environ) or Path("~/.local/state/nev").expanduser()
+    base = settings.path(settings.STATE_DIR, environ)
     return base / "jobs"
 
 
-def summary(state: dict[str, Any], clock: dict[str, Any] | None = None) -> dict[str, Any]:
+def summary(state: JobView, clock: dict[str, Any] | None = None) -> dict[str, Any]:
     """The part of a state a person reads (pure)."""
     return {
-        "job": state.get("job"),
-        "status": state.get("status"),
-        "attempts": len(state.get("attempts", [])),
+        "job": state.job,
+        "status": state.status.value,
+        "attempts": len(state.attempts),
         "used_s": round(used_seconds(state, clock), 1),
-        "stages": {n: s["status"] for n, s in state.get("stages", {}).items()},
-        "preflight": state.get("preflight"),
-        "inventory": (state.get("inventory") or {}).get("outcome"),
-        "result": state.get("result"),
+        "stages": {n: s.status.value for n, s in state.stages.items()},
+        "preflight": asdict(state.preflight) if state.preflight else None,
+        "inventory": state.inventory.outcome if state.inventory else None,
+        "result": asdict(state.result) if state.result else None,
     }
 
 
@@ -82,19 +83,13 @@ def show(name: str | None, state_dir: Path | None, as_json: bool, environ: Mappi
             continue
         js = JobState.read(f)
         found.append(summary(js.state, js.clock()))
-    polled = jobs_folder(environ).parent / "job-results.json"
-    if polled.exists() and state_dir is None:
-        try:
-            recorded = json.loads(polled.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            recorded = {}
-        for job, rec in sorted(recorded.get("jobs", {}).items()):
+    if state_dir is None:
+        for job, rec in sorted(records.read(environ).jobs.items()):
             if (name is None or job == name) and not any(s["job"] == job for s in found):
-                found.append({"job": job, "status": rec.get("status"), "attempts": rec.get("sends", 0),
-                              "used_s": 0.0, "stages": rec.get("stages", {}), "preflight": None,
-                              "inventory": None, "result": rec.get("result"), "exit": rec.get("exit"),
-                              "why": rec.get("why"), "run_id": rec.get("run_id"),
-                              "resends": rec.get("resends", 0)})
+                found.append({"job": job, "status": rec.status.value, "attempts": rec.sends,
+                              "used_s": 0.0, "stages": {}, "preflight": None,
+                              "inventory": None, "result": rec.result, "exit": rec.exit,
+                              "why": rec.why, "run_id": rec.run_id, "resends": rec.resends})
     if name and not found:
         raise NevError(f"no job {name}: no state folder under {jobs_folder(environ)} and no submission record")
     found = [short_commits(s) for s in found]

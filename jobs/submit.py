@@ -130,7 +130,7 @@ def params(m: Manifest, manifest: str, lane_forge_url: str, lane_home: str, layo
     le = dict(lane_env or {"HOME": lane_home})
     # The lane's own snapshot: the default path, under the lane user's home (NEV_INVENTORY here
     # names this box's file).
-    inv = settings.INVENTORY.default or "~/.local/share/nev/inventory.json"
+    inv = settings.value(settings.INVENTORY, {})
     if inv.startswith("~/"):
         inv = posixpath.join(lane_home, inv[2:])
     return {
@@ -200,21 +200,18 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
         wf = runs.load_workflow(str(workflow_file()))
         ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
         lane_env = parse_lane_env(ld.conn.run(LANE_ENV_PROBE).out)
-        p = params(m, push_manifest(ld, m), lane_forge, lane_env["HOME"], ld.layout, service.lane_shared(ld.lane), src,
+        p = params(m, push_manifest(ld, m), lane_forge, lane_env["HOME"], ld.layout, ld.lane.shared_dir, src,
                    env, lane_env)
         with ld.api() as api:
             run_id, queued = runs.submit(api, wf, p)
         lane_label = ld.lane.label
-    with records.locked(env) as data:
-        rec = data["jobs"].get(m.name, {})
-        rec.update({"job": m.name, "spec": m.spec_name, "manifest": str(manifest_path), "tip": tip, "run_id": run_id,
-                    "lane": lane_flag, "lane_label": lane_label, "status": "submitted",
-                    "submitted_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                    "params": p, "result": None})
-        rec.setdefault("sends", 0)
-        rec["sends"] = int(rec["sends"]) + 1
-        rec.setdefault("resends", 0)
-        data["jobs"][m.name] = rec
+    with records.locked(env) as recs:
+        rec = recs.job(m.name)
+        rec.spec, rec.manifest, rec.tip, rec.run_id = m.spec_name, str(manifest_path), tip, run_id
+        rec.lane, rec.lane_label, rec.status = lane_flag, lane_label, records.JobStatus.SUBMITTED
+        rec.submitted_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        rec.params, rec.result = p, None
+        rec.sends += 1
     info(f"job {m.name}: run {run_id} {'enqueued' if queued else 'started'} on {lane_label}")
     print(run_id)
     return 0

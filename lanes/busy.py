@@ -20,8 +20,8 @@ PS_COMMAND = "ps -eo pid=,comm="
 def pattern(environ: Mapping[str, str] | None = None) -> str:
     """NEV_LANE_BUSY_COMMANDS, or the seed's LANE_BUSY_COMMANDS, or cargo|rustc|node."""
     env = os.environ if environ is None else environ
-    raw = env.get(settings.LANE_BUSY_COMMANDS.name) or env.get("LANE_BUSY_COMMANDS") or settings.get(
-        settings.LANE_BUSY_COMMANDS, env) or ""
+    raw = (settings.given(settings.LANE_BUSY_COMMANDS, env) or env.get("LANE_BUSY_COMMANDS")
+           or settings.value(settings.LANE_BUSY_COMMANDS, env))
     names = [n.strip() for n in raw.split("|") if n.strip()]
     bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_.+-]+", n)]
     if not names or bad:

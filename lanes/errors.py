@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from lanes.exitcodes import Exit
+
 
 class NevError(Exception):
     """A known failure: `message` is one sentence naming what is wrong and what to do."""
 
-    exit_code = 1
+    exit_code: int = Exit.FAILED
 
     def __init__(self, message: str, exit_code: int | None = None) -> None:
         super().__init__(message)
@@ -19,20 +21,20 @@ class NevError(Exception):
 
 
 class UsageError(NevError):
-    exit_code = 2
+    exit_code = Exit.USAGE
 
 
 class ConfigError(NevError):
     """A settings file or variable is malformed: names the file, the field and the problem."""
 
-    exit_code = 1
+    exit_code = Exit.FAILED
 
 
 class NoLaneError(NevError):
     """No build lane answered; nothing ran."""
 
-    exit_code = 3
+    exit_code = Exit.UNAVAILABLE
 
 
 class DiskShortError(NevError):
-    exit_code = 4
+    exit_code = Exit.DISK_SHORT

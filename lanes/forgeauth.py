@@ -25,8 +25,8 @@ from lanes.errors import ConfigError
 from lanes.gitrun import GitError, Repo
 from lanes.mask import register_secret
 
-TOKEN_NAMES = ("NEV_FORGE_TOKEN", "GENERA_FORGE_TOKEN")
-USER_NAMES = ("NEV_FORGE_USER", "GENERA_FORGE_USER")
+TOKEN_NAMES = settings.FORGE_TOKEN.names
+USER_NAMES = settings.FORGE_USER.names
 
 
 @dataclass(frozen=True)

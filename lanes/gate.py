@@ -31,6 +31,7 @@ from lanes import forgeauth, lanesfile, payload, session, settings, ui
 from lanes.agent.guard import check_rel
 from lanes.agent.wire import Kind, Op, Stop
 from lanes.errors import DiskShortError, NevError, NoLaneError
+from lanes.exitcodes import Exit
 from lanes.lanesfile import Lane, LanesFile
 from lanes.mask import mask, register_secret
 from lanes.session import Session
@@ -45,7 +46,7 @@ def _sweep(lane: Lane, track: str) -> None:
     sweep.gate_hook(lane, track)
 
 STOP_WAIT = 3.0
-DROPPED_EXIT = 255
+DROPPED_EXIT = Exit.CONNECTION_DROPPED
 
 
 class Interrupted(NevError):
@@ -106,10 +107,6 @@ def pick_lane(lf: LanesFile, index: int | None,
     return None
 
 
-def lane_shared(lane: Lane) -> str:
-    return lane.shared or settings.get(settings.LANE_SHARED) or "/srv/lane-shared"
-
-
 @dataclass
 class Outcome:
     status: int
@@ -119,7 +116,7 @@ class Outcome:
 
 
 def _hello(session: Session, wt: payload.Worktree, forge: Forge) -> dict[str, Any]:
-    session.request(Op.HELLO, name=wt.name, root=session.lane.root, shared=lane_shared(session.lane),
+    session.request(Op.HELLO, name=wt.name, root=session.lane.root, shared=session.lane.shared_dir,
                     git_url=forge.url, fetch_max_age=settings.get_float(settings.LANE_FETCH_MAX_AGE),
                     min_free_gb=settings.get_float(settings.LANE_MIN_FREE_GB))
     for kind, data in session.frames():
@@ -308,7 +305,7 @@ def run_local(worktree: Path, command: Sequence[str], extra_env: dict[str, str] 
             p.wait(5)
         except subprocess.TimeoutExpired:
             p.kill()
-        raise Interrupted("interrupted", 130 if sig == signal.SIGINT else 143) from None
+        raise Interrupted("interrupted", Exit.INTERRUPTED if sig == signal.SIGINT else Exit.TERMINATED) from None
     finally:
         restore()
 

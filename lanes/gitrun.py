@@ -99,6 +99,13 @@ class Repo:
     def toplevel(self) -> Path:
         return Path(self.out("rev-parse", "--show-toplevel"))
 
+    def toplevel_or_self(self) -> Path:
+        """The checkout this folder is in, else the folder itself (an engine or corpus outside git)."""
+        try:
+            return self.toplevel()
+        except GitError:
+            return self.path.resolve()
+
     def git_dir(self) -> Path:
         return Path(self.out("rev-parse", "--absolute-git-dir"))
 

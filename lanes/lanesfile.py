@@ -49,6 +49,11 @@ class Lane:
     def label(self) -> str:
         return f"lane {self.index}" + (f" ({self.name})" if self.name else "")
 
+    @property
+    def shared_dir(self) -> str:
+        """The NAS folder as seen on this lane: its own `shared` (lanes file), else NEV_LANE_SHARED."""
+        return self.shared or settings.value(settings.LANE_SHARED)
+
 
 @dataclass(frozen=True)
 class LanesFile:
@@ -113,9 +118,7 @@ def default_jump() -> Target | None:
 
 
 def lanes_file_path() -> Path:
-    p = settings.get_path(settings.LANES_FILE)
-    assert p is not None
-    return p
+    return settings.path(settings.LANES_FILE)
 
 
 def configured(require: bool = True) -> LanesFile:

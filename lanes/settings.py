@@ -25,11 +25,19 @@ class Setting:
     def legacy(self) -> str:
         return "GENERA_" + self.name.removeprefix("NEV_")
 
+    @property
+    def names(self) -> tuple[str, str]:
+        """The name and the legacy name, in the order they are read (also in `.env` files)."""
+        return self.name, self.legacy
+
 
 _REGISTRY: dict[str, Setting] = {}
 
 
 def _s(name: str, default: str | None, help: str, secret: bool = False) -> Setting:
+    """Register one setting; a name registered twice is refused (one name, one meaning)."""
+    if name in _REGISTRY:
+        raise ValueError(f"setting {name} is registered twice in lanes/settings.py; keep one definition")
     s = Setting(name, default, help, secret)
     _REGISTRY[name] = s
     return s
@@ -60,7 +68,7 @@ MODEL_URL = _s("NEV_MODEL_URL", None, "the LiteLLM gateway's base URL as the dev
 MODEL_API_KEY = _s("NEV_MODEL_API_KEY", None, "the gateway key (secret)", secret=True)
 MODEL_KEY_FILE = _s("NEV_MODEL_KEY_FILE", None, "file holding the gateway key (mode 600)")
 MODELS = _s("NEV_MODELS", None, "models of a batch as ALIAS:N:INFLIGHT,...")
-MAX_BATCHES = _s("NEV_MAX_BATCHES", None, "stop a generation run after this many batches")
+MAX_BATCHES = _s("NEV_MAX_BATCHES", "4", "stop a generation run after this many batches")
 ESCALATE_AFTER = _s("NEV_ESCALATE_AFTER", "2", "batches with no pass before a run escalates to the capacity tier")
 ESCALATE_MODEL = _s("NEV_ESCALATE_MODEL", None, "the capacity-tier share of a run as ALIAS:N:INFLIGHT (default: the first capacity alias)")
 FOLKNET_FILE = _s("NEV_FOLKNET_FILE", "bench/folknet.json", "declared model aliases")
@@ -96,8 +104,6 @@ THROUGHPUT_DIR = _s("NEV_THROUGHPUT_DIR", "~/.local/share/nev/throughput", "wher
 CAPACITY_FILE = _s("NEV_CAPACITY_FILE", "bench/capacity.json", "declared per-class power figures, roles and budgets, candidate size")
 DASHBOARD_REFRESH = _s("NEV_DASHBOARD_REFRESH", "15", "seconds between the dashboard's collections (and page reloads)")
 STATE_DIR = _s("NEV_STATE_DIR", "~/.local/state/nev", "local state: approvals, job results, locks, port forwards (forwards/)")
-# Oracle
-CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where `nev oracle build` writes corpora (relative to the current folder)")
 # Landing
 LAND_LOCK_WAIT = _s("NEV_LAND_LOCK_WAIT", "3600", "seconds `nev land` waits for another landing's lock before refusing")
 LAND_FAULT = _s("NEV_LAND_FAULT", None, "test only: `nev land` SIGKILLs itself at this phase (before-rebase, gate, before-ref-update, after-ref-update, cleanup)")
@@ -116,25 +122,44 @@ BOX_NAME = _s("NEV_BOX_NAME", "nevbox", "prefix of the box's namespaces, bridge 
 BOX_NET = _s("NEV_BOX_NET", "198.18.0", "the /24 (inside 198.18.0.0/15) the box's hosts are addressed from")
 BOX_LANES = _s("NEV_BOX_LANES", "netns", "how the box makes its lanes: netns (namespace + sshd) or lxc (unprivileged LXC guests)")
 BOX_KEEP = _s("NEV_BOX_KEEP", None, "when set to 1, the test fixture leaves the box up at the end")
+BOX_REGISTRY = _s("NEV_BOX_REGISTRY", "/var/lib/nev-box", "the machine-wide list of boxes, their users and locks "
+                  "(so boxes never take each other's names or nets)")
 # Engine, corpora and floors (crates_bridge, bench/floors.py)
 ENGINE_DIR = _s("NEV_ENGINE_DIR", "crates_bridge/engine", "the engine's Cargo workspace, relative to the repository root")
-CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where corpora live (corpus/<name>/), relative to the repository root")
+CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where corpora live (corpus/<name>/): `nev oracle build` writes them, "
+                "batches and floors read them; relative to the repository root")
 
 
 def all_settings() -> list[Setting]:
     return list(_REGISTRY.values())
 
 
+def given(setting: Setting | str, environ: Mapping[str, str] | None = None) -> str | None:
+    """What the environment sets (NEV_* first, then the legacy GENERA_* name), ignoring the default:
+    None when neither is set (or both are empty)."""
+    s = _REGISTRY[setting] if isinstance(setting, str) else setting
+    env = os.environ if environ is None else environ
+    raw = env.get(s.name)
+    if raw is None or raw == "":
+        raw = env.get(s.legacy)
+    return None if raw is None or raw == "" else raw
+
+
 def get(setting: Setting | str, environ: Mapping[str, str] | None = None) -> str | None:
     """The value of a setting: NEV_* first, then the legacy GENERA_* name, then the default."""
     s = _REGISTRY[setting] if isinstance(setting, str) else setting
-    env = os.environ if environ is None else environ
-    value = env.get(s.name)
-    if value is None or value == "":
-        value = env.get(s.legacy)
-    if value is None or value == "":
-        return s.default
-    return value
+    raw = given(s, environ)
+    return s.default if raw is None else raw
+
+
+def value(setting: Setting | str, environ: Mapping[str, str] | None = None) -> str:
+    """`get` for a setting that always has a value (its default when unset); ConfigError when it has
+    neither, so no caller repeats the default."""
+    s = _REGISTRY[setting] if isinstance(setting, str) else setting
+    raw = get(s, environ)
+    if raw is None:
+        raise ConfigError(f"{s.name} is not set and has no default; set it")
+    return raw
 
 
 def get_int(setting: Setting | str, environ: Mapping[str, str] | None = None) -> int:
@@ -167,3 +192,14 @@ def get_flag(setting: Setting | str, environ: Mapping[str, str] | None = None) -
 def get_path(setting: Setting | str, environ: Mapping[str, str] | None = None) -> Path | None:
     raw = get(setting, environ)
     return None if raw is None else Path(os.path.expanduser(raw))
+
+
+def path(setting: Setting | str, environ: Mapping[str, str] | None = None) -> Path:
+    """`get_path` for a setting that always has a value (see `value`); `~` expanded."""
+    return Path(os.path.expanduser(value(setting, environ)))
+
+
+def path_under(setting: Setting | str, root: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """A folder setting read relative to `root` (a repository) unless it is absolute."""
+    p = path(setting, environ)
+    return p if p.is_absolute() else root / p

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanes import busy, lanesfile, session, settings, ui
+from lanes import busy, lanesfile, session, ui
 from lanes.agent.wire import Op
 from lanes.errors import NevError
 from lanes.gitrun import Repo
@@ -130,7 +130,7 @@ def survey(conn: Connection, lane: Lane, nas: str | None) -> dict[str, Any]:
 
 def sweep_lane(conn: Connection, lane: Lane, tracks: set[str], primary: str | None, track: str | None,
                dry_run: bool, nas: str | None) -> LaneSweep:
-    nas_dir = nas or lane.shared or settings.get(settings.LANE_SHARED)
+    nas_dir = nas or lane.shared_dir
     facts = survey(conn, lane, nas_dir)
     nas_ok = bool(facts["nas"])
     result = LaneSweep(lane, decide([Entry.from_json(e) for e in facts["entries"]], tracks, primary, track, nas_ok),

@@ -13,6 +13,7 @@ from dagu.cli import dagu
 from jobs.cli import job, land
 from lanes.cli import lane
 from lanes.errors import NevError
+from lanes.exitcodes import Exit
 from lanes.mask import mask
 from rig.box_cli import box
 from rig.rig_cli import rig
@@ -28,9 +29,10 @@ class Terminated(BaseException):
 def cli(verbose: int) -> None:
     """nev: run the build-and-generation rig from a development box.
 
-    Exit codes: 0 done, 1 refused or failed, 2 usage, 3 no lane answered / inventory
-    not ready, 4 lane disk short, 7 publish failed, 8 stopped, 9 requirements unmet,
-    10 inventory refusal that never clears, 130/143 interrupted. See docs/exit-codes.md.
+    Exit codes: 0 done, 1 refused or failed, 2 usage, 3 nothing ran: not available now (no lane
+    answered; a job's inventory not ready), 4 lane disk short, 7 publish failed, 8 stopped,
+    9 requirements unmet, 10 inventory refusal that never clears, 130/143 interrupted.
+    See docs/exit-codes.md.
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(name)s: %(message)s", stream=sys.stderr)
@@ -76,21 +78,21 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except click.exceptions.Abort:
         print("nev: interrupted", file=sys.stderr)
-        return 130
+        return Exit.INTERRUPTED
     except click.UsageError as e:
         e.show()
-        return 2
+        return Exit.USAGE
     except click.ClickException as e:
         e.show()
-        return 1
+        return Exit.FAILED
     except KeyboardInterrupt:
         print("nev: interrupted", file=sys.stderr)
-        return 130
+        return Exit.INTERRUPTED
     except Terminated:
         print("nev: terminated", file=sys.stderr)
-        return 143
+        return Exit.TERMINATED
     except BrokenPipeError:
-        return 1
+        return Exit.FAILED
 
 
 def run() -> None:

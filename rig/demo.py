@@ -14,7 +14,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lanes import procgroup, settings
 from lanes.errors import NevError
 from lanes.gitrun import Repo
 from lanes.mask import mask
@@ -46,7 +46,7 @@ DEMO_BOX_NAME = "demo"
 DEMO_BOX_NET = "198.18.77"
 SNAPSHOT_LABEL = "demo-start"
 
-ENGINE_IN_REPO = "crates_bridge/engine"   # where nev looks for the engine (NEV_ENGINE_DIR's default)
+ENGINE_IN_REPO = settings.value(settings.ENGINE_DIR, {})   # where nev looks for the engine: the default
 GENERATED = f"{ENGINE_IN_REPO}/crates/layout/src/generated"
 
 # The engine repository's gate (read from main by `nev land`): the floors, scored on a lane.
@@ -472,7 +472,7 @@ class Demo:
             if p.poll() is not None:
                 raise StepFailed(f"nev rig dashboard exited {p.returncode}; see {log}")
             time.sleep(0.2)
-        os.killpg(p.pid, signal.SIGTERM)
+        procgroup.stop(p.pid, leader=p)
         raise StepFailed(f"nev rig dashboard did not serve in 120 s; see {log}")
 
     def stop_earlier_dashboard(self) -> None:
@@ -483,10 +483,7 @@ class Demo:
         except (OSError, ValueError):
             return
         if "rig dashboard" in cmd:
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            procgroup.stop(pid)
 
     # ---- the driver ----
 

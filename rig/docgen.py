@@ -1,8 +1,13 @@
-"""Generate docs/settings.md from the settings registry (one source of truth)."""
+"""Generate docs/settings.md from the settings registry and docs/exit-codes.md from the exit-code enum
+(one source of truth each): `python -m rig.docgen > docs/settings.md`,
+`python -m rig.docgen exit-codes > docs/exit-codes.md`."""
 
 from __future__ import annotations
 
+import sys
+
 from lanes import settings
+from lanes.exitcodes import Exit
 
 HEADER = """# Settings and files
 
@@ -44,5 +49,34 @@ def render() -> str:
     return HEADER + "\n".join(rows) + "\n" + FILES
 
 
+EXIT_HEADER = """# Exit codes
+
+Shared by every `nev` command; each code means one thing. Errors print one line on stderr,
+`nev: ...`, naming the file, setting or host at fault and what to do. This page is generated from
+`lanes/exitcodes.py` (`python -m rig.docgen exit-codes > docs/exit-codes.md`).
+
+| code | name | meaning |
+|---|---|---|
+"""
+
+EXIT_FOOTER = """
+`nev lane run` otherwise exits with the remote command's status (see [lanes](lanes.md)).
+"""
+
+
+def render_exit_codes() -> str:
+    rows = [f"| {int(e)} | `{e.name}` | {e.meaning} |" for e in Exit]
+    out = EXIT_HEADER + "\n".join(rows) + "\n"
+    out += "\n## What a code stands for, per command\n\n| code | command | there |\n|---|---|---|\n"
+    out += "".join(f"| {int(e)} | {cmd} | {what} |\n" for e in Exit for cmd, what in e.where)
+    return out + EXIT_FOOTER
+
+
+PAGES = {"settings": render, "exit-codes": render_exit_codes}
+
+
 if __name__ == "__main__":
-    print(render(), end="")
+    page = sys.argv[1] if len(sys.argv) > 1 else "settings"
+    if page not in PAGES:
+        sys.exit(f"usage: python -m rig.docgen [{'|'.join(PAGES)}]")
+    print(PAGES[page](), end="")

@@ -81,13 +81,13 @@ def probe(every: float | None, rounds: int | None, timeout: float | None) -> int
 
     Status changes after NEV_PROBE_FAILS failures or NEV_PROBE_OKS answers in a row.
     """
-    from bench import folknet
+    from bench import folknet, gateway
     from lanes import settings
     from rig.inventory import inventoryfile
     from rig.inventory import probe as pr
 
     t = timeout if timeout is not None else settings.get_float(settings.PROBE_TIMEOUT)
-    return pr.run(inventoryfile.default_path(), folknet.load(folknet.default_path()), pr.Gateway.from_settings(),
+    return pr.run(inventoryfile.default_path(), folknet.load(folknet.default_path()), gateway.endpoint_from_settings(),
                   t, pr.Policy.from_settings(), every, rounds)
 
 
@@ -254,8 +254,7 @@ def capacity(declared_file: str | None, as_json: bool) -> int:
     from rig import throughput as tp
     from rig.inventory import inventoryfile
 
-    path = Path(declared_file) if declared_file else settings.get_path(settings.CAPACITY_FILE)
-    assert path is not None
+    path = Path(declared_file) if declared_file else settings.path(settings.CAPACITY_FILE)
     declared = cap.load(path)
     snap_path = inventoryfile.default_path()
     snap = inventoryfile.read(snap_path) if snap_path.exists() else None

@@ -210,6 +210,4 @@ def _rel(base: Path, p: str | None) -> Path | None:
 
 
 def default_path() -> Path:
-    p = settings.get_path(settings.RIG_FILE)
-    assert p is not None
-    return p
+    return settings.path(settings.RIG_FILE)

@@ -6,27 +6,25 @@ output tokens (the usage chunk; counted from the text when the gateway sends non
 output tokens/s and requests/s over the level's wall time, p50/p95 latency and time to first
 token. The knee is the level after which throughput stops growing.
 
-Standard library only (http.client, threads): it runs on a lane that has nothing but Python and
-what `nev lane provision` installs, and from the dev box. Rig traffic never goes through a proxy
-named in the environment (http.client ignores it).
+Standard library only (the gateway's one HTTP client, `bench.gateway_http`, and threads): it runs on
+a lane that has nothing but Python and what `nev lane provision` installs, and from the dev box.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench import gateway
+from bench.gateway_http import Endpoint, Unreachable, error_message, stream
 from lanes import jsonfile, settings
-from lanes.errors import ConfigError, NevError, UsageError
+from lanes.errors import NevError, UsageError
 from lanes.mask import mask
 
 PROMPT = ("Throughput sweep of the rig (a fixed prompt). Write a small Rust function that clamps a "
@@ -36,19 +34,6 @@ MIN_GAIN = 0.25          # past the knee: doubling the in-flight level adds less
 MIN_FOR_P50 = 5          # fewer observations than this: no p50 (null), said so
 MIN_FOR_P95 = 20         # fewer observations than this: no p95 (null), said so
 SCHEMA = 1
-
-
-@dataclass(frozen=True)
-class Target:
-    url: str
-    key: str
-
-    @classmethod
-    def from_settings(cls) -> Target:
-        """The gateway URL and key as the generation loop reads them (`bench.gateway`):
-        NEV_MODEL_URL, or on a lane (NEV_ON_LANE) the lane's own ~/.lane-model-env; the key from
-        its mode-600 NEV_MODEL_KEY_FILE."""
-        return cls(url=gateway.url_from_settings(), key=gateway.key_from_settings())
 
 
 @dataclass(frozen=True)
@@ -140,82 +125,42 @@ def knee(rows: Sequence[dict[str, Any]], min_gain: float = MIN_GAIN) -> int | No
 
 # -- the I/O edge ----------------------------------------------------------
 
-def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
-    u = urllib.parse.urlsplit(url)
-    if u.scheme not in ("http", "https") or not u.hostname:
-        raise ConfigError(f"NEV_MODEL_URL {url!r}: give the gateway's base URL, http://host:port")
-    cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-    conn = cls(u.hostname, u.port, timeout=timeout)
-    base = u.path.rstrip("/")
-    if base.endswith("/v1"):
-        base = base[:-3]
-    return conn, base + "/v1/chat/completions"
-
-
-def _error_text(raw: bytes) -> str:
-    text = raw.decode("utf-8", "replace")
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return " ".join(text.split())[:200]
-    err = data.get("error") if isinstance(data, dict) else None
-    if isinstance(err, dict) and isinstance(err.get("message"), str):
-        return " ".join(err["message"].split())[:200]
-    return " ".join(text.split())[:200]
-
-
-def one_request(target: Target, alias: str, max_tokens: int, timeout: float, prompt: str = PROMPT) -> Sample:
+def one_request(target: Endpoint, alias: str, max_tokens: int, timeout: float, prompt: str = PROMPT) -> Sample:
     """One streamed completion: latency to the last byte, time to the first content chunk, tokens."""
-    body = json.dumps({"model": alias, "stream": True, "stream_options": {"include_usage": True},
-                       "max_tokens": max_tokens, "temperature": 0, "seed": 1,
-                       "messages": [{"role": "user", "content": prompt}]}).encode()
+    body = {"model": alias, "stream": True, "stream_options": {"include_usage": True},
+            "max_tokens": max_tokens, "temperature": 0, "seed": 1,
+            "messages": [{"role": "user", "content": prompt}]}
     t0 = time.monotonic()
-    conn, path = _connection(target.url, timeout)
     try:
-        conn.request("POST", path, body=body, headers={
-            "Authorization": f"Bearer {target.key}", "Content-Type": "application/json",
-            "Accept": "text/event-stream"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            return Sample(False, time.monotonic() - t0, error=mask(f"HTTP {resp.status}: {_error_text(resp.read())}"))
-        ttft: float | None = None
-        usage: int | None = None
-        chars = 0
-        done = False
-        while True:
-            line = resp.readline()
-            if not line:
-                break
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                done = True
-                break
-            try:
-                event = json.loads(data)
-            except ValueError:
-                continue
-            for ch in event.get("choices") or []:
-                content = (ch.get("delta") or {}).get("content")
-                if content:
-                    chars += len(content)
-                    if ttft is None:
-                        ttft = time.monotonic() - t0
-            u = event.get("usage")
-            if isinstance(u, dict) and isinstance(u.get("completion_tokens"), int):
-                usage = u["completion_tokens"]
-        latency = time.monotonic() - t0
-        if not done and ttft is None:
-            return Sample(False, latency, error="the stream ended without an answer")
-        if usage is None:
-            return Sample(True, latency, ttft, max(1, chars // 4) if chars else 0, tokens_counted=True)
-        return Sample(True, latency, ttft, usage)
-    except (OSError, http.client.HTTPException) as e:
+        with stream(target, body, timeout) as answer:
+            if answer.status != 200:
+                why = " ".join(error_message(answer.body()).split())[:200]
+                return Sample(False, time.monotonic() - t0, error=mask(f"HTTP {answer.status}: {why}"))
+            ttft: float | None = None
+            usage: int | None = None
+            chars = 0
+            for data in answer.events():
+                try:
+                    event = json.loads(data)
+                except ValueError:
+                    continue
+                for ch in event.get("choices") or []:
+                    content = (ch.get("delta") or {}).get("content")
+                    if content:
+                        chars += len(content)
+                        if ttft is None:
+                            ttft = time.monotonic() - t0
+                u = event.get("usage")
+                if isinstance(u, dict) and isinstance(u.get("completion_tokens"), int):
+                    usage = u["completion_tokens"]
+            latency = time.monotonic() - t0
+            if not answer.done and ttft is None:
+                return Sample(False, latency, error="the stream ended without an answer")
+    except Unreachable as e:
         return Sample(False, time.monotonic() - t0, error=mask(f"gateway unreachable: {e}"))
-    finally:
-        conn.close()
+    if usage is None:
+        return Sample(True, latency, ttft, max(1, chars // 4) if chars else 0, tokens_counted=True)
+    return Sample(True, latency, ttft, usage)
 
 
 Request = Callable[[], Sample]
@@ -305,9 +250,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def results_dir() -> Path:
-    p = settings.get_path(settings.THROUGHPUT_DIR)
-    assert p is not None
-    return p
+    return settings.path(settings.THROUGHPUT_DIR)
 
 
 def save(result: dict[str, Any], directory: Path | None = None) -> Path:
@@ -333,7 +276,7 @@ def own_use() -> dict[str, float | None]:
 
 def run(alias: str, levels: Sequence[int], requests: int | None, max_tokens: int, timeout: float,
         on_level: Callable[[dict[str, Any]], None] = lambda _r: None) -> dict[str, Any]:
-    target = Target.from_settings()
+    target = gateway.endpoint_from_settings()
     result = sweep(lambda: one_request(target, alias, max_tokens, timeout), alias, levels, requests, on_level)
     result["max_tokens"] = max_tokens
     result["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

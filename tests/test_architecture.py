@@ -19,17 +19,36 @@ EXEMPT = {ROOT / "bench" / "perf"}
 
 
 def imported_packages(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return imported_by(path.read_text(encoding="utf-8"))
+
+
+def imported_by(source: str) -> set[str]:
+    """Our packages a module imports: import statements, and importlib.import_module("x...") /
+    __import__("x...") calls with a literal name (an import hidden that way is still one)."""
     found = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and ((isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                   or (isinstance(node.func, ast.Name) and node.func.id in ("__import__", "import_module")))):
+            names = [node.args[0].value]
         else:
             continue
         found |= {n.split(".")[0] for n in names} & PACKAGES
     return found
+
+
+def test_the_import_rules_see_imports_hidden_behind_importlib():
+    hidden = 'import importlib\n\ndef f():\n    return importlib.import_module("jobs.land")\n'
+    assert imported_by(hidden) == {"jobs"}                                    # lanes may not: caught
+    assert imported_by('m = __import__("rig.cli")\n') == {"rig"}
+    assert imported_by('from importlib import import_module\nimport_module("bench.batch")\n') == {"bench"}
+    assert not {"jobs"} <= ALLOWED["lanes"]
+    assert imported_by('import importlib\nimportlib.import_module("json")\n') == set()   # not ours
 
 
 def test_each_package_imports_only_what_the_architecture_allows():

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import batch, ledger, prompt
+from bench import batch, ledger, prompt, rounds
 from bench import folknet as fk
 from bench.gateway import Gateway, read_key
+from bench.rounds import RoundRecord, ShareStatus
 from crates_bridge import corpus
 from crates_bridge.candidates import probe
 from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
@@ -77,10 +78,9 @@ def nev(env: dict[str, str], cwd: Path, *args: str, timeout: float = 600) -> sub
                           text=True, timeout=timeout)
 
 
-def records(repo: Path, batch_id: str) -> list[dict]:
+def records(repo: Path, batch_id: str) -> list[RoundRecord]:
     d = repo / "target" / "batch" / batch_id
-    return [json.loads((d / f"record-r{i}.json").read_text()) for i in range(1, 20)
-            if (d / f"record-r{i}.json").exists()]
+    return [rounds.read(rounds.record_path(d, i)) for i in range(1, 20) if rounds.record_path(d, i).exists()]
 
 
 def batch_id_of(out: str) -> str:
@@ -129,18 +129,18 @@ def test_a_batch_finds_the_right_answer_and_keeps_it_with_provenance_and_a_floor
     lines = [x for x in ledger.read(ledger.ledger_dir(box.nas) / f"{repo.name}.jsonl") if x["batch"] == bid]
     assert len(lines) == len(recs) >= 1 and lines[-1]["passed"] is True
     for rec, line in zip(recs, lines, strict=True):
-        m = rec["models"][SAMPLING]
-        assert line["models"][SAMPLING]["candidates"] == m["candidates"] == m["answers"] == 8
-        assert line["candidates"] == rec["candidates"] == 8
-        assert line["compiled"] == rec["compiled"] == m["compiled"]
-        assert line["unique"] == rec["unique"] and line["best"] == rec["best"]
-        assert line["models"][SAMPLING]["tokens_out"] == sum(c["completion_tokens"] for c in rec["calls"]) > 0
+        m = rec.models[SAMPLING]
+        assert line["models"][SAMPLING]["candidates"] == m.candidates == m.answers == 8
+        assert line["candidates"] == rec.candidates == 8
+        assert line["compiled"] == rec.compiled == m.compiled
+        assert line["unique"] == rec.unique and line["best"] == rec.best
+        assert line["models"][SAMPLING]["tokens_out"] == sum(c["completion_tokens"] for c in rec.calls) > 0
         assert ledger.find_address(line) is None
-        assert {"draw", "compile", "score"} <= set(rec["phases"]) and rec["lane_cpu_s"] > 0
+        assert {"draw", "compile", "score"} <= set(rec.phases) and rec.lane_cpu_s > 0
         # duplicates compiled once: the probe saw exactly the new unique candidates
-        files = list((repo / "target" / "batch" / bid / f"probe-r{rec['round']}").rglob("c[0-9][0-9][0-9].rs"))
-        assert len({f.name for f in files}) == rec["new_unique"] <= rec["unique"]
-    assert sum(r["duplicates"] for r in recs) >= 1
+        files = list((repo / "target" / "batch" / bid / f"probe-r{rec.round}").rglob("c[0-9][0-9][0-9].rs"))
+        assert len({f.name for f in files}) == rec.new_unique <= rec.unique
+    assert sum(r.duplicates for r in recs) >= 1
     assert box.pool_control("gpu0")["max_inflight_seen"] <= 4
     # the key never lands in a file, a record or the output
     secret = read_key(box.keys["batch"])
@@ -178,12 +178,12 @@ def test_escalation_after_k_rounds_sends_the_geometry_differences_to_the_capacit
     cfg = config(box, repo, "abspos_width", [share(box, SAMPLING, 6, 3)], share(box, CAPACITY, 2, 2),
                  escalate_after=2, max_batches=3)
     res = batch.run(cfg, gw(box), echo=lambda s: None)
-    assert res.passed, [r["models"] for r in res.rounds]
-    assert [r["escalated"] for r in res.rounds] == [False, False, True]
-    assert list(res.rounds[2]["models"]) == [CAPACITY] and res.rounds[2]["models"][CAPACITY]["passed"] >= 1
-    assert res.rounds[2]["versions_shown"] >= 1
+    assert res.passed, [r.models for r in res.rounds]
+    assert [r.escalated for r in res.rounds] == [False, False, True]
+    assert list(res.rounds[2].models) == [CAPACITY] and res.rounds[2].models[CAPACITY].passed >= 1
+    assert res.rounds[2].versions_shown >= 1
     # what the capacity pool was asked: only the escalated round's calls, carrying the exact diffs
-    assert box.pool_control("gpu1")["served"] == res.rounds[2]["models"][CAPACITY]["calls"]
+    assert box.pool_control("gpu1")["served"] == res.rounds[2].models[CAPACITY].calls
     esc_prompt = (repo / "target/batch" / res.batch_id / "prompt-r3.txt").read_text()
     assert marker in esc_prompt and "expected" in marker and "got" in marker
     assert marker not in (repo / "target/batch" / res.batch_id / "prompt-r1.txt").read_text()
@@ -199,12 +199,12 @@ def test_never_more_calls_in_flight_than_inflight_per_alias(pools, repo):
                                              share(box, CAPACITY, 4, 2, supports_n=False)], max_batches=1)
     g = gw(box)
     res = batch.run(cfg, g, echo=lambda s: None)
-    m = res.rounds[0]["models"]
-    assert m[SAMPLING]["calls"] == 12 and m[CAPACITY]["calls"] == 4
+    m = res.rounds[0].models
+    assert m[SAMPLING].calls == 12 and m[CAPACITY].calls == 4
     assert box.pool_control("gpu0")["max_inflight_seen"] == 3
     assert box.pool_control("gpu1")["max_inflight_seen"] == 2
-    assert m[SAMPLING]["inflight_meter"]["max_seen"] == 3
-    assert m[SAMPLING]["inflight_meter"]["at_limit_share"] > 0.5
+    assert m[SAMPLING].inflight_meter["max_seen"] == 3
+    assert m[SAMPLING].inflight_meter["at_limit_share"] > 0.5
 
 
 def test_a_pool_answering_429_slows_the_batch_which_finishes_and_reports_the_429s(pools, repo):
@@ -214,11 +214,11 @@ def test_a_pool_answering_429_slows_the_batch_which_finishes_and_reports_the_429
     t0 = time.monotonic()
     res = batch.run(cfg, gw(box), echo=lambda s: None)
     took = time.monotonic() - t0
-    limited = sum(r["models"][SAMPLING]["rate_limited"] for r in res.rounds)
+    limited = sum(r.models[SAMPLING].rate_limited for r in res.rounds)
     assert res.passed and res.exit_code == 0
     assert limited == 6 == box.pool_control("gpu0")["failed"]["429"]
-    assert all(r["models"][SAMPLING]["status"] == "ok" for r in res.rounds)
-    calls = [c for r in res.rounds for c in r["calls"]]
+    assert all(r.models[SAMPLING].status is ShareStatus.OK for r in res.rounds)
+    calls = [c for r in res.rounds for c in r.calls]
     assert all(c["status"] == "ok" for c in calls) and any(429 in c["http"] for c in calls)
     assert sum(c["pacer_wait_s"] for c in calls) >= 1.0 and took >= 1.0
 
@@ -235,11 +235,12 @@ def test_a_dead_pool_fails_that_models_share_with_a_reason_and_the_batch_goes_on
         cfg = config(box, repo, "block_width", [share(box, SAMPLING, 8, 4), share(box, CAPACITY, 2, 2)],
                      max_batches=2, seed=3)
         res = batch.run(cfg, gw(box), echo=lambda s: None)
-        first = res.rounds[0]["models"]
-        assert first[CAPACITY]["status"] == "failed" and first[CAPACITY]["candidates"] == 0
-        assert CAPACITY in first[CAPACITY]["error"] and "tried 4 times" in first[CAPACITY]["error"]
-        assert "\n" not in first[CAPACITY]["error"]
-        assert first[SAMPLING]["status"] == "ok" and first[SAMPLING]["candidates"] == 8
+        first = res.rounds[0].models
+        cap_error = first[CAPACITY].error or ""
+        assert first[CAPACITY].status is ShareStatus.FAILED and first[CAPACITY].candidates == 0
+        assert CAPACITY in cap_error and "tried 4 times" in cap_error
+        assert "\n" not in cap_error
+        assert first[SAMPLING].status is ShareStatus.OK and first[SAMPLING].candidates == 8
         assert res.passed
         line = [x for x in ledger.read(cfg.ledger_path) if x["batch"] == res.batch_id][0]
         assert line["models"][CAPACITY]["status"] == "failed" and ledger.find_address(line) is None

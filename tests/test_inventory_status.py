@@ -139,7 +139,7 @@ def test_age_formats():
 
 
 def test_probe_error_text_takes_the_message_of_an_openai_error_body():
-    from rig.inventory.probe import error_text
+    from bench.gateway_http import error_message as error_text
 
     body = '{"error": {"message": "litellm.ServiceUnavailableError: stand-in pool: unavailable\\n\\nmore"}}'
     assert error_text(body) == "litellm.ServiceUnavailableError: stand-in pool: unavailable\n\nmore"

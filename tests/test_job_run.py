@@ -15,10 +15,10 @@ import pytest
 
 from jobs import manifest as manifest_mod
 from jobs import result as result_mod
-from jobs.runner import _pg_alive
-from jobs.state import JobState, replay, valid_prefix
+from jobs.state import JobState, Status, replay, valid_prefix
 from lanes.errors import ConfigError
 from lanes.gitrun import Repo
+from lanes.procgroup import alive as group_alive
 from tests.helpers.job_helpers import (
     Listener,
     events,
@@ -107,7 +107,7 @@ def test_events_valid_prefix_stops_at_a_torn_or_broken_line(tmp_path):
     lines[1] = lines[1].replace('"x"', '"y"')
     evs, _ = valid_prefix("".join(lines))
     assert len(evs) == 2  # line 2 still parses, line 3's prev no longer matches
-    assert replay(evs)["stages"]["a"]["status"] == "running"
+    assert replay(evs).stages["a"].status is Status.RUNNING
 
 
 # --- the runner ---------------------------------------------------------------------------------
@@ -156,7 +156,7 @@ def test_kill_9_in_stage_two_then_resume_does_not_rerun_stage_one(tmp_path, gate
     assert any(e["event"] == "stage-interrupted" and e["stage"] == "two" for e in evs)
     assert (state / "one.count").read_text() == "ran\n"
     assert (work / "one.txt").read_text() == "one\n" and (work / "two.txt").read_text() == "two\n"
-    assert not _pg_alive(pgid)  # the killed stage's leftover `sleep` was ended (a zombie may await its reaper)
+    assert not group_alive(pgid)  # the killed stage's leftover `sleep` was ended (a zombie may await its reaper)
     res = result_mod.read(Repo(work))
     assert res is not None and (res.outcome, res.exit) == ("passed", 0)
     log = git(work, "log", "--format=%s")

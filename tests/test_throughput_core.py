@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from bench import gateway
+from bench.gateway_http import Endpoint
 from lanes.errors import NevError, UsageError
 from rig import throughput as tp
 from tests.helpers.standin_pool import ROOT, control, standin_pool
@@ -55,7 +57,7 @@ def test_levels_must_be_increasing_positive_integers():
 def test_a_sweep_finds_the_knee_at_the_pools_in_flight_limit():
     with standin_pool(max_inflight=4) as url:
         control(url, delay=0.25)
-        target = tp.Target(url=url, key="not-checked-by-the-pool")
+        target = Endpoint(url=url, key="not-checked-by-the-pool")
         result = tp.sweep(lambda: tp.one_request(target, "stand-alias", 64, 30), "stand-alias",
                           [1, 2, 4, 8, 16], 16)
     assert result["knee"] in (4, 8), result          # within one level of the limit
@@ -73,7 +75,7 @@ def test_a_sweep_finds_the_knee_at_the_pools_in_flight_limit():
 def test_an_alias_that_does_not_answer_is_one_clear_error_and_nothing_measured():
     with standin_pool() as url:
         control(url, fail="503")
-        target = tp.Target(url=url, key="k")
+        target = Endpoint(url=url, key="k")
         with pytest.raises(NevError, match="did not answer through the gateway.*HTTP 503"):
             tp.sweep(lambda: tp.one_request(target, "stand-alias", 16, 10), "stand-alias", [1, 2], 2)
 
@@ -82,8 +84,8 @@ def test_the_sweep_runs_with_the_standard_library_alone(tmp_path):
     """A lane may have no `requests`, no venv: python -S (no site-packages) must do."""
     code = (
         "import sys, json; sys.path.insert(0, sys.argv[1]);"
-        "from rig import throughput as tp;"
-        "t = tp.Target(url=sys.argv[2], key='k');"
+        "from rig import throughput as tp; from bench.gateway_http import Endpoint;"
+        "t = Endpoint(url=sys.argv[2], key='k');"
         "r = tp.sweep(lambda: tp.one_request(t, 'stand-alias', 16, 10), 'stand-alias', [1, 2], 3);"
         "print(json.dumps({'rows': len(r['levels']), 'mods': sorted(m for m in sys.modules"
         " if m.split('.')[0] in ('requests', 'click', 'rich', 'paramiko', 'yaml', 'urllib3'))}))")
@@ -129,11 +131,11 @@ def test_the_gateway_url_is_picked_as_the_generation_loop_picks_it(monkeypatch, 
     monkeypatch.setenv("NEV_MODEL_URL", "http://dev-view:4000/")
     monkeypatch.setenv("NEV_LANE_MODEL_URL", "http://lane-view:4000")
     monkeypatch.delenv("NEV_ON_LANE", raising=False)
-    assert tp.Target.from_settings() == tp.Target("http://dev-view:4000", "secret-key-value")
+    assert gateway.endpoint_from_settings() == Endpoint("http://dev-view:4000", "secret-key-value")
     monkeypatch.setenv("HOME", str(tmp_path))  # a lane without ~/.lane-model-env: the environment's
     monkeypatch.setenv("NEV_ON_LANE", "1")
-    assert tp.Target.from_settings().url == "http://lane-view:4000"
+    assert gateway.endpoint_from_settings().url == "http://lane-view:4000"
     monkeypatch.delenv("NEV_MODEL_URL")
     monkeypatch.delenv("NEV_LANE_MODEL_URL")
     with pytest.raises(NevError, match="no gateway URL"):
-        tp.Target.from_settings()
+        gateway.endpoint_from_settings()

@@ -1,7 +1,7 @@
 """Browser processes: each in its own session, always stopped, even when this process dies.
 
 Every engine process is started with `start_new_session=True` (its own process group)
-and stopped with `killpg`. A small reaper sidecar holds the list of live groups and
+and stopped with `lanes.procgroup.stop`. A small reaper sidecar holds the list of live groups and
 kills them all when its stdin reaches EOF, which happens when this process exits for
 any reason, SIGKILL included; so no browser, driver or Xvfb outlives a build.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,8 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from lanes import procgroup
 
 # The reaper: reads "+PGID" / "-PGID" / "dPATH" / "uPATH" lines; on EOF kills every group
 # still listed, then removes every scratch folder still listed.
@@ -124,23 +125,7 @@ class Proc:
 
     def stop(self, grace: float = 2.0) -> None:
         """SIGTERM the whole group, SIGKILL what is left after `grace` seconds."""
-        try:
-            os.killpg(self.pgid, signal.SIGTERM)
-        except OSError:
-            pass
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and group_alive(self.pgid):
-            if self.popen.poll() is None:
-                try:
-                    self.popen.wait(0.05)
-                except subprocess.TimeoutExpired:
-                    pass
-            else:
-                time.sleep(0.05)
-        try:
-            os.killpg(self.pgid, signal.SIGKILL)
-        except OSError:
-            pass
+        procgroup.stop(self.pgid, grace=grace, leader=self.popen)
         try:
             self.popen.wait(2)
         except subprocess.TimeoutExpired:
@@ -149,22 +134,6 @@ class Proc:
             if stream is not None:
                 stream.close()
         _tell_reaper(f"-{self.pgid}")
-
-
-def group_alive(pgid: int) -> bool:
-    """True while any process of group `pgid` exists (zombies excluded)."""
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 def read_line_matching(stream: object, marker: str, timeout: float, what: str) -> str:

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.folknet import Alias  # noqa: E402
+from bench.gateway_http import Endpoint  # noqa: E402
 from lanes import settings  # noqa: E402
 from rig.box import Box  # noqa: E402
 from rig.box.advertisers import Advertisers  # noqa: E402
@@ -107,7 +108,7 @@ def main() -> int:
 
         # -- probe: each alias alone, then one round of every alias ------------
         key = Path(info.env["NEV_MODEL_KEY_FILE"]).read_text().strip()
-        gateway = probe.Gateway(info.gateway_local_url, key)   # the dev box's forward, as `nev rig probe`
+        gateway = Endpoint(info.gateway_local_url, key)   # the dev box's forward, as `nev rig probe`
         aliases = [Alias(name=a, pool=pool, max_inflight=1, provider="self-hosted")
                    for a, pool in sorted(info.aliases.items())]
         info.pool_control("gpu1", delay=DELAY)

@@ -84,7 +84,7 @@ class Box:
         self.net = plan.check_net(net)
         self.dir = box_dir.absolute()
         # How lanes are made (rig/box/lanes_backend.py): NEV_BOX_LANES, netns unless set.
-        self.lane_backend = lanes or settings.get(settings.BOX_LANES) or "netns"
+        self.lane_backend = lanes or settings.value(settings.BOX_LANES)
         if self.lane_backend not in lanes_backend.BACKENDS:
             raise NevError(f"NEV_BOX_LANES={self.lane_backend!r} is unknown; use one of "
                            f"{', '.join(lanes_backend.BACKENDS)}")
@@ -93,9 +93,9 @@ class Box:
     def from_settings(cls, environ: Mapping[str, str] | None = None, default_name: str | None = None,
                       default_net: str | None = None) -> Box:
         env = os.environ if environ is None else environ
-        name = (env.get("NEV_BOX_NAME") or default_name or settings.get(settings.BOX_NAME, env) or "nevbox")
-        net = (env.get("NEV_BOX_NET") or default_net or settings.get(settings.BOX_NET, env) or "198.18.0")
-        base = settings.get_path(settings.BOX_DIR, env) or Path(".box")
+        name = settings.given(settings.BOX_NAME, env) or default_name or settings.value(settings.BOX_NAME)
+        net = settings.given(settings.BOX_NET, env) or default_net or settings.value(settings.BOX_NET)
+        base = settings.path(settings.BOX_DIR, env)
         return cls(name, net, base / plan.check_name(name), settings.get(settings.BOX_LANES, env))
 
     # ---- paths ----

@@ -38,7 +38,7 @@ from rig.box import plan
 from rig.box.lanes_netns import HOME, LANE_ROOT, LANE_SHARED, USER
 
 PROJECT = Path(__file__).resolve().parent.parent.parent   # where `rig` is importable from
-PORT = int(settings.INVENTORY_PORT.default or "8787")      # tests start their own on 8790+
+PORT = settings.get_int(settings.INVENTORY_PORT, {})      # its default; tests start their own on 8790+
 COLLECTOR = "lane0"
 COLLECT_EVERY = 30
 COLLECT_TIMEOUT = 3
@@ -115,7 +115,7 @@ def declared(layout: plan.Layout) -> dict[str, dict[str, Any]]:
             doc["ssh"] = {"user": USER, "port": plan.SSH_PORT}
             doc["serving"] = [
                 {"unit": "sshd", "port": plan.SSH_PORT, "user": USER, "root": LANE_ROOT, "shared": LANE_SHARED},
-                {"unit": "dagu", "address": "127.0.0.1", "port": int(settings.DAGU_PORT.default or "0")},
+                {"unit": "dagu", "address": "127.0.0.1", "port": settings.get_int(settings.DAGU_PORT, {})},
             ]
             if h.name == COLLECTOR:
                 doc["serving"].append({"unit": "nev rig collect", "every_s": COLLECT_EVERY,

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanes import jsonfile
+from lanes import jsonfile, settings
 from lanes.errors import NevError
 
-REGISTRY = Path(os.environ.get("NEV_BOX_REGISTRY", "/var/lib/nev-box"))
+REGISTRY = settings.path(settings.BOX_REGISTRY)
 
 
 @dataclass

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lanes import settings
+from lanes import jsonfile, settings
+from lanes.errors import NevError
 from lanes.mask import known_secrets, mask
 
 
@@ -41,7 +42,7 @@ def is_unavailable(section: Any) -> bool:
 # -- lanes -----------------------------------------------------------------
 
 def lanes() -> list[dict[str, Any]]:
-    from lanes import gate
+    from lanes import gate  # here: the SSH stack loads only when the page shows lanes
 
     rows: list[dict[str, Any]] = gate.lane_status()
     if not rows:
@@ -99,18 +100,17 @@ def jobs() -> list[dict[str, Any]]:
     if not root.is_dir():
         raise Unavailable(f"no job state folder at {root} (NEV_STATE_DIR/jobs): no job has run here")
     out: list[dict[str, Any]] = []
-    from jobs.state import STATE
+    from jobs.state import STATE, JobView
 
     for f in sorted(root.glob(f"*/{STATE}")):
         try:
-            st = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
+            st = JobView.from_json(jsonfile.Fields(f), jsonfile.load(f, "job state"))
+        except NevError as e:
             out.append({"job": f.parent.name, "status": "unreadable", "stages": {}, "error": str(e)})
             continue
-        stages = {n: (s.get("status") if isinstance(s, dict) else s) for n, s in (st.get("stages") or {}).items()}
-        out.append({"job": st.get("job") or f.parent.name, "status": st.get("status"), "stages": stages,
-                    "attempts": len(st.get("attempts") or []),
-                    "last_event": (st.get("last_event") or {}).get("time")})
+        out.append({"job": st.job or f.parent.name, "status": st.status.value,
+                    "stages": {n: s.status.value for n, s in st.stages.items()}, "attempts": len(st.attempts),
+                    "last_event": st.last_event.time if st.last_event else None})
     return out
 
 
@@ -186,10 +186,7 @@ def floors() -> list[dict[str, Any]]:
     from crates_bridge.registry import discover
     from crates_bridge.workspace import Workspace
 
-    engine = settings.get_path(settings.ENGINE_DIR)
-    assert engine is not None
-    if not engine.is_absolute():
-        engine = Path.cwd() / engine
+    engine = settings.path_under(settings.ENGINE_DIR, Path.cwd())
     if not engine.is_dir():
         raise Unavailable(f"no engine workspace at {engine} (NEV_ENGINE_DIR)")
     out = []

@@ -258,7 +258,7 @@ def cron_tag(rig_path: Path) -> str:
 
 def cron_line(rig_path: Path, environ: Mapping[str, str]) -> str:
     env = supervisor_env(rig_path, environ)
-    log = Path(env["NEV_STATE_DIR"]) / "forwards" / "boot.log"
+    log = settings.path(settings.STATE_DIR, env) / "forwards" / "boot.log"
     return crontab.line("@reboot", NEV_ROOT, env, [sys.executable, "-m", "rig.cli", "rig", "forward", "up"],
                         log, cron_tag(rig_path))
 

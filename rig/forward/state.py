@@ -32,9 +32,8 @@ def now() -> str:
 def folder() -> Path:
     """NEV_STATE_DIR/forwards/<rig file>-<digest of its absolute path>: the forwards of one rig
     file (several rigs, or rigs-in-a-box, on one development box never share a name)."""
-    base = settings.get_path(settings.STATE_DIR)
-    rig = settings.get_path(settings.RIG_FILE)
-    assert base is not None and rig is not None
+    base = settings.path(settings.STATE_DIR)
+    rig = settings.path(settings.RIG_FILE)
     where = str(rig.absolute())
     return base.absolute() / "forwards" / f"{rig.stem}-{hashlib.sha256(where.encode()).hexdigest()[:8]}"
 

@@ -41,9 +41,7 @@ def iso(t: dt.datetime) -> str:
 
 
 def default_path() -> Path:
-    p = settings.get_path(settings.INVENTORY)
-    assert p is not None
-    return p
+    return settings.path(settings.INVENTORY)
 
 
 def empty() -> dict[str, Any]:

@@ -15,17 +15,15 @@ rounds in a row, a failing one turns ready only after M answered rounds in a row
 from __future__ import annotations
 
 import datetime as dt
-import json
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import requests
-
-from bench import gateway
+from bench import gateway_http
 from bench.folknet import Alias, Folknet
+from bench.gateway_http import Endpoint, Unreachable
 from lanes import settings
 from lanes.errors import ConfigError
 from lanes.mask import mask
@@ -93,79 +91,44 @@ def advance(state: dict[str, Any], out: Outcome, at: dt.datetime, policy: Policy
 
 # -- the I/O edge ----------------------------------------------------------
 
-@dataclass(frozen=True)
-class Gateway:
-    url: str
-    key: str
-
-    @classmethod
-    def from_settings(cls) -> Gateway:
-        """The gateway as every nev caller reads it (`bench.gateway`: the URL, and the key from
-        its mode-600 file)."""
-        return cls(url=gateway.url_from_settings(), key=gateway.key_from_settings())
-
-
-def _session() -> requests.Session:
-    """Rig traffic never goes through a proxy named in the environment."""
-    sess = requests.Session()
-    sess.trust_env = False
-    return sess
-
-
 def _short(text: str, n: int = 200) -> str:
     one = " ".join(text.split())
     return mask(one[:n] + ("..." if len(one) > n else ""))
 
 
-def error_text(body: str) -> str:
-    """The message of an OpenAI-style error body (`{"error": {"message": ...}}`), else the body."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return body
-    err = data.get("error") if isinstance(data, dict) else None
-    if isinstance(err, dict) and isinstance(err.get("message"), str):
-        return err["message"]
-    if isinstance(err, str):
-        return err
-    return body
-
-
-def probe_one(gw: Gateway, alias: Alias, timeout: float) -> Outcome:
+def probe_one(gw: Endpoint, alias: Alias, timeout: float) -> Outcome:
     """One capped completion (max_tokens 1) and the backend health URL if declared."""
     t0 = time.monotonic()
-    base = gw.url[:-3] if gw.url.endswith("/v1") else gw.url
     try:
-        r = _session().post(f"{base}/v1/chat/completions", timeout=(min(5.0, timeout), timeout),
-                          headers={"Authorization": f"Bearer {gw.key}"},
-                          json={"model": alias.name, "max_tokens": 1, "temperature": 0,
-                                "messages": [{"role": "user", "content": PROMPT}]})
-    except requests.Timeout:
-        return Outcome(False, None, f"no answer within {timeout:g} s")
-    except requests.RequestException as e:
+        r = gateway_http.post_json(gw, {"model": alias.name, "max_tokens": 1, "temperature": 0,
+                                        "messages": [{"role": "user", "content": PROMPT}]},
+                                   timeout=(min(5.0, timeout), timeout))
+    except Unreachable as e:
+        if e.timed_out:
+            return Outcome(False, None, f"no answer within {timeout:g} s")
         return Outcome(False, None, _short(f"gateway unreachable: {e}"))
     latency = time.monotonic() - t0
-    if r.status_code != 200:
-        return Outcome(False, latency, f"HTTP {r.status_code}: {_short(error_text(r.text))}")
+    if r.status != 200:
+        return Outcome(False, latency, f"HTTP {r.status}: {_short(gateway_http.error_message(r.body))}")
     try:
         body = r.json()
         choices = body.get("choices") if isinstance(body, dict) else None
     except ValueError:
         choices = None
     if not choices:
-        return Outcome(False, latency, f"HTTP 200 without a completion: {_short(r.text)}")
+        return Outcome(False, latency, f"HTTP 200 without a completion: {_short(r.text())}")
     if alias.health:
         left = max(0.5, timeout - latency)
         try:
-            h = _session().get(alias.health, timeout=(min(5.0, left), left))
-        except requests.RequestException as e:
+            h = gateway_http.get(alias.health, timeout=(min(5.0, left), left))
+        except Unreachable as e:
             return Outcome(False, latency, _short(f"backend health {alias.health} unreachable: {e}"))
-        if not 200 <= h.status_code < 300:
-            return Outcome(False, latency, f"backend health {alias.health}: HTTP {h.status_code}")
+        if not 200 <= h.status < 300:
+            return Outcome(False, latency, f"backend health {alias.health}: HTTP {h.status}")
     return Outcome(True, latency)
 
 
-def probe_round(gw: Gateway, aliases: list[Alias], timeout: float) -> dict[str, Outcome]:
+def probe_round(gw: Endpoint, aliases: list[Alias], timeout: float) -> dict[str, Outcome]:
     """Probe every alias at once; an alias still waiting at the deadline has failed."""
     results: dict[str, Outcome] = {}
     lock = threading.Lock()
@@ -190,7 +153,7 @@ def probe_round(gw: Gateway, aliases: list[Alias], timeout: float) -> dict[str, 
                 for a in aliases}
 
 
-def run_round(path: Path, declared: Folknet, gw: Gateway, timeout: float, policy: Policy,
+def run_round(path: Path, declared: Folknet, gw: Endpoint, timeout: float, policy: Policy,
               now: dt.datetime | None = None) -> dict[str, Any]:
     """One probe round, folded into the snapshot (written even when every probe failed)."""
     today = (now or snapshot.now_utc()).date()
@@ -207,7 +170,7 @@ def run_round(path: Path, declared: Folknet, gw: Gateway, timeout: float, policy
     return snapshot.update(path, change, at)
 
 
-def run(path: Path, declared: Folknet, gw: Gateway, timeout: float, policy: Policy,
+def run(path: Path, declared: Folknet, gw: Endpoint, timeout: float, policy: Policy,
         every: float | None, rounds: int | None) -> int:
     """Probe once, or every `every` seconds (for `rounds` rounds, or until stopped)."""
     n = 0

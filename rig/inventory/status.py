@@ -116,7 +116,7 @@ def load_local(path: Path) -> dict[str, Any]:
 def lane_snapshot_path() -> str:
     """The snapshot's path on a lane: the lane's own default (NEV_INVENTORY here may name a
     local file), relative to the lane user's home for `~/`."""
-    raw = settings.INVENTORY.default or ""
+    raw = settings.value(settings.INVENTORY, {})
     return raw[2:] if raw.startswith("~/") else raw
 
 

@@ -25,9 +25,7 @@ def nas_roots() -> list[str]:
 
 
 def notes_dir() -> Path:
-    p = settings.get_path(settings.RIG_NOTES)
-    assert p is not None
-    return p
+    return settings.path(settings.RIG_NOTES)
 
 
 @dataclass

@@ -154,10 +154,10 @@ def fake_lane_dagu(monkeypatch) -> tuple[FakeConn, list[dict[str, str]]]:
     from dagu.layout import Layout
 
     conn = FakeConn()
-    ld = SimpleNamespace(conn=conn, layout=Layout(root="/home/lane/dagu"), lane=SimpleNamespace(label="lane 0"),
+    ld = SimpleNamespace(conn=conn, layout=Layout(root="/home/lane/dagu"),
+                         lane=SimpleNamespace(label="lane 0", shared_dir="/srv/lane-shared"),
                          write_if_changed=lambda path, text: None, api=contextlib.nullcontext)
     sent: list[dict[str, str]] = []
     monkeypatch.setattr(service, "opened", lambda flag: contextlib.nullcontext(ld))
-    monkeypatch.setattr(service, "lane_shared", lambda lane: "/srv/lane-shared")
     monkeypatch.setattr(runs, "submit", lambda api, wf, p: (sent.append(p), ("run-1", False))[1])
     return conn, sent

@@ -1,0 +1,56 @@
+"""Every exit code of `nev`, defined once: the number, what it means, and where a command group
+gives it a narrower sense. `docs/exit-codes.md` is generated from this enum (`python -m rig.docgen
+exit-codes > docs/exit-codes.md`).
+
+Each code means one thing. 3 is "nothing ran: what the command needs is not available now; the same
+request may succeed later": for the lane commands (and what runs through a lane: batches, floors,
+the landing's gate) that is a build lane, for a job the inventory; the poller resends on it.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Exit(IntEnum):
+    """An exit code with its meaning (`meaning`) and, per command group, what it stands for (`where`)."""
+
+    meaning: str
+    where: tuple[tuple[str, str], ...]
+
+    def __new__(cls, code: int, meaning: str, where: tuple[tuple[str, str], ...] = ()) -> Exit:
+        obj = int.__new__(cls, code)
+        obj._value_ = code
+        obj.meaning = meaning
+        obj.where = where
+        return obj
+
+    OK = 0, "done", (
+        ("`nev job check inventory`", "the inventory is ready"),
+    )
+    FAILED = 1, "refused or failed, the reason on one line (stderr); also a malformed settings file", (
+        ("`nev land`", "not landed (the reason on one line)"),
+        ("`nev job run`", "a stage failed"),
+        ("`nev batch run`", "no version passed, or the kept files exist from an earlier batch (never rewritten)"),
+        ("`nev floors check`", "a floor is broken"),
+    )
+    USAGE = 2, "usage error: bad arguments or options", (
+        ("`nev land`", "a rebase conflict outside `handoff.md` (the files named): the branch must change first"),
+    )
+    UNAVAILABLE = 3, ("nothing ran: what the command needs is not available now; the same request may "
+                      "succeed later"), (
+        ("`nev lane`, `nev batch run`, `nev floors`, `nev land`'s gate", "no build lane answered"),
+        ("`nev job run`, `nev job check inventory`",
+         "the inventory is not ready (a not-run result is kept on the lane; `nev job poll` resends the job)"),
+    )
+    DISK_SHORT = 4, ("a lane's disk is short even after a sweep (names the lane index, free GB, the largest "
+                     "copies)")
+    PUBLISH_FAILED = 7, "job: publishing the result to the forge failed (`nev job poll` resends the job)"
+    STOPPED = 8, "job: stopped (SIGTERM/SIGINT, or the wall-clock limit)"
+    UNMET = 9, "job: the requirements check failed (not resent)"
+    REFUSED = 10, ("job: an inventory refusal that never clears by itself (model retired or undeclared, "
+                   "provider not allowed; not resent)")
+    INTERRUPTED = 130, "interrupted (SIGINT); a command running on a lane is stopped too"
+    TERMINATED = 143, "terminated (SIGTERM); a command running on a lane is stopped too"
+    CONNECTION_DROPPED = 255, ("`nev lane run`: the connection to the lane dropped mid-run (a second call "
+                               "stops the command and removes the `.env` files)")
