@@ -50,5 +50,15 @@ def stop(pgid: int, grace: float = 5.0, kill_wait: float = 2.0,
             if leader is not None:
                 leader.poll()
             if not alive(pgid):
+                _reap(leader)
                 return
             time.sleep(0.05)
+
+
+def _reap(leader: subprocess.Popen | None) -> None:
+    """The group is gone; its leader may still be a zombie that `alive` does not count: reap it."""
+    if leader is not None:
+        try:
+            leader.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
