@@ -336,7 +336,7 @@ class Forward:
             except Exception:  # noqa: BLE001 - the client sees a closed socket
                 client.close()
                 continue
-            threading.Thread(target=_pipe, args=(client, ch), daemon=True).start()
+            threading.Thread(target=pipe, args=(client, ch), daemon=True).start()
 
     def close(self) -> None:
         self._stop.set()
@@ -349,7 +349,9 @@ class Forward:
         self.close()
 
 
-def _pipe(sock: socket.socket, ch: paramiko.Channel) -> None:
+def pipe(sock: socket.socket, ch: paramiko.Channel | socket.socket) -> None:
+    """Copy bytes both ways between a socket and a channel (or another socket) until one side
+    closes; then close both."""
     try:
         while True:
             watch: list[Any] = [sock, ch]

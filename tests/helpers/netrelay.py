@@ -12,6 +12,7 @@ import select
 import socket
 import threading
 
+from lanes.ssh import pipe
 from rig.box.netns import inside
 
 
@@ -41,27 +42,9 @@ class Relay:
             except OSError:
                 client.close()
                 continue
-            threading.Thread(target=_pipe, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
 
     def close(self) -> None:
         self._stop.set()
         self.sock.close()
         self._thread.join(2)
-
-
-def _pipe(a: socket.socket, b: socket.socket) -> None:
-    try:
-        while True:
-            r, _, _ = select.select([a, b], [], [], 30)
-            if not r:
-                continue
-            for s in r:
-                data = s.recv(65536)
-                if not data:
-                    return
-                (b if s is a else a).sendall(data)
-    except OSError:
-        pass
-    finally:
-        a.close()
-        b.close()
