@@ -45,9 +45,9 @@ from crates_bridge.corpus import read_manifest
 from crates_bridge.errors import BridgeError
 from crates_bridge.registry import FLOOR_SUFFIX, PROVENANCE_SUFFIX, Floor, load_floor, write_floor
 from crates_bridge.workspace import Workspace
-from lanes.errors import ConfigError, NevError, UsageError
-from lanes.exitcodes import Exit
-from lanes.mask import mask
+from lanes.base.errors import ConfigError, NevError, UsageError
+from lanes.base.exitcodes import Exit
+from lanes.base.mask import mask
 
 DEFAULT_N = 8
 DEFAULT_ESCALATE_N = 4
@@ -532,7 +532,7 @@ def _keep(cfg: RunConfig, ws: Workspace, spec: prompt.Spec, signature: str, batc
 # ---- the command (thin shell) ----
 
 def repo_root(repo: Path) -> Path:
-    from lanes.gitrun import Repo
+    from lanes.base.gitrun import Repo
 
     return Repo(repo).toplevel_or_self()
 
@@ -540,7 +540,7 @@ def repo_root(repo: Path) -> Path:
 def config_from_settings(function: str, repo: Path, models: str | None, max_batches: int | None,
                          escalate_after: int | None, escalate: str | None, seed: int | None,
                          corpus: Path | None = None) -> RunConfig:
-    from lanes import settings
+    from lanes.base import settings
 
     if not re.fullmatch(r"[a-z][a-z0-9_]*", function):
         raise UsageError(f"`{function}` is not a function name (lower_snake_case)")
@@ -566,7 +566,7 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
 
 def ledger_name(root: Path, environ: Mapping[str, str] | None = None) -> str:
     """Whose batches these are: NEV_LEDGER_NAME (a job's stages: the job's name), else the worktree's folder."""
-    from lanes import settings
+    from lanes.base import settings
 
     name = (settings.get(settings.LEDGER_NAME, environ) or "").strip()
     if "/" in name or name in (".", ".."):
@@ -577,8 +577,9 @@ def ledger_name(root: Path, environ: Mapping[str, str] | None = None) -> str:
 def gateway_key(root: Path) -> str:
     """The run's key: NEV_MODEL_KEY_FILE; on a lane, the worktree's .env (NEV_MODEL_API_KEY) the gate copied."""
     from bench.gateway import read_key
-    from lanes import dotenv, settings
-    from lanes.mask import register_secret
+    from lanes import dotenv
+    from lanes.base import settings
+    from lanes.base.mask import register_secret
 
     path = settings.get_path(settings.MODEL_KEY_FILE)
     if path is not None and path.exists():
@@ -598,7 +599,7 @@ def command(function: str, repo: Path, models: str | None, max_batches: int | No
     from bench.gateway import url_from_settings
 
     if not onlane.on_lane():
-        from lanes import settings
+        from lanes.base import settings
 
         root = repo_root(repo)
         engine = Path(settings.value(settings.ENGINE_DIR))

@@ -65,9 +65,9 @@ def oracle_build(corpus: str, shard: str | None, engines: str, cases: int, as_js
     from bench.oracle.build import build, summary_lines
     from bench.oracle.cases import parse_shard
     from bench.oracle.engines import parse_engines
-    from lanes import settings
-    from lanes.gitrun import Repo
-    from lanes.ui import emit_json
+    from lanes.base import settings
+    from lanes.base.gitrun import Repo
+    from lanes.base.ui import emit_json
 
     root = settings.path_under(settings.CORPUS_DIR, Repo(Path.cwd()).toplevel_or_self())
     result = build(corpus, root=root, shard=parse_shard(shard), engine_names=parse_engines(engines),
@@ -94,7 +94,7 @@ def oracle_render(pages: tuple[str, ...], engines: str, as_json: bool) -> int:
     from bench.oracle.engines import parse_engines
     from bench.oracle.render import collect_pages, format_pages, render_pages
     from bench.oracle.vote import DEFAULT_TOLERANCE
-    from lanes.ui import emit_json
+    from lanes.base.ui import emit_json
 
     results = render_pages(collect_pages(pages), parse_engines(engines), DEFAULT_TOLERANCE)
     if as_json:
@@ -110,7 +110,7 @@ def oracle_render(pages: tuple[str, ...], engines: str, as_json: bool) -> int:
 def oracle_engines(as_json: bool) -> int:
     """Versions of the three engines found here, and whether each starts (exit 1 if one does not)."""
     from bench.oracle.render import engines_report
-    from lanes.ui import emit_json
+    from lanes.base.ui import emit_json
 
     rows = engines_report()
     if as_json:
@@ -133,7 +133,7 @@ _REPO = click.option("--repo", type=click.Path(file_okay=False, path_type=Path),
 
 def _scoring(repo: Path) -> Scoring:
     from bench.floors import scoring_for
-    from lanes.gitrun import Repo
+    from lanes.base.gitrun import Repo
 
     return scoring_for(Repo(repo).toplevel_or_self())
 

@@ -4,7 +4,7 @@ The decisions (`judge`, `raise_to`) are pure functions over plain values. The
 scoring step is pluggable (`Scorer`): `nev floors check|raise` and `nev scores`
 score locally when they run on a lane (`NEV_ON_LANE`, the gate) and the
 landing passes a scorer that runs `nev scores --json` on the build lane
-(see docs/floors.md). Raising commits through `lanes.gitrun`, the only place
+(see docs/floors.md). Raising commits through `lanes.base.gitrun`, the only place
 that runs git.
 """
 
@@ -19,9 +19,9 @@ from crates_bridge.errors import BridgeError
 from crates_bridge.registry import Floor, GeneratedFunction, discover, write_floor
 from crates_bridge.runner import Score, list_caches, score_generated
 from crates_bridge.workspace import Workspace
-from lanes import settings
-from lanes.errors import NevError, NoLaneError
-from lanes.gitrun import Repo
+from lanes.base import settings
+from lanes.base.errors import NevError, NoLaneError
+from lanes.base.gitrun import Repo
 
 FAILING = ("drop", "shrunk", "zero", "error", "unscored")
 

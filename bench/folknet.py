@@ -11,7 +11,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes import jsonfile, settings
+from lanes.base import jsonfile, settings
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.gateway_http import Endpoint, Unreachable, error_message, post_json
-from lanes import dotenv, settings
-from lanes.errors import ConfigError
-from lanes.mask import mask, register_secret
+from lanes import dotenv
+from lanes.base import settings
+from lanes.base.errors import ConfigError
+from lanes.base.mask import mask, register_secret
 
 #: seconds of freeze after a 429 when the answer names no Retry-After
 COOLDOWN_S = 1.0

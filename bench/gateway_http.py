@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from lanes.errors import ConfigError, NevError
+from lanes.base.errors import ConfigError, NevError
 
 COMPLETIONS = "/v1/chat/completions"
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lanes import settings
-from lanes.errors import ConfigError
+from lanes.base import settings
+from lanes.base.errors import ConfigError
 
 _ADDR = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|://|\b[a-z0-9-]+\.(?:local|lan|internal|com|net|org)\b", re.I)
 

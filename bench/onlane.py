@@ -9,8 +9,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lanes import settings
-from lanes.mask import is_secret_name
+from lanes.base import settings
+from lanes.base.mask import is_secret_name
 
 #: lane settings: the lane sets its own
 _LANE_ONLY = {"NEV_ON_LANE", "NEV_LANES_FILE", "NEV_KNOWN_HOSTS", "NEV_SSH_KEY", "NEV_LANE_SSH",

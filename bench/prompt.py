@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes.errors import ConfigError
+from lanes.base.errors import ConfigError
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 #: failing cases a sampling prompt shows at most

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.folknet import Folknet
-from lanes import jsonfile
-from lanes.exitcodes import Exit
+from lanes.base import jsonfile
+from lanes.base.exitcodes import Exit
 
 READY = "ready"
 

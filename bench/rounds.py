@@ -1,7 +1,7 @@
 """A batch round's record: `target/batch/<batch>/record-rN.json`, with one share per model.
 
 The batch builds a `RoundRecord` after each round and writes it (`write`); `read` loads one back
-with every field checked (`lanes.jsonfile.Fields`: a bad field is named with its file). The ledger's
+with every field checked (`lanes.base.jsonfile.Fields`: a bad field is named with its file). The ledger's
 line is drawn from the record's JSON form (`bench.ledger.line_for`).
 """
 
@@ -14,8 +14,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from lanes import jsonfile
-from lanes.jsonfile import Fields
+from lanes.base import jsonfile
+from lanes.base.jsonfile import Fields
 
 _PASS_AT = re.compile(r"pass@\d+")
 _NUMBER = (int, float)

@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.floors import Judgement, Scorer, Scoring, evaluate
 from crates_bridge.runner import Score
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 
 COLUMNS = ("function", "passed/run", "floor", "batch", "status")
 
@@ -80,7 +80,7 @@ def lane_scorer(req: Scoring) -> list[Score]:
     """A `Scorer` that runs `nev scores --json` on the first build lane that answers, in a lane
     copy of `req.repo`; NoLaneError (exit 3) when none answers, and nothing is written."""
     from lanes import gate, lanesfile, payload  # the SSH stack, loaded only when a lane scores
-    from lanes.errors import NoLaneError
+    from lanes.base.errors import NoLaneError
 
     lf = lanesfile.configured(require=True)
     picked = gate.pick_lane(lf, None)

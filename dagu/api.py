@@ -16,8 +16,8 @@ from urllib.parse import quote
 
 import requests
 
-from lanes.errors import NevError
-from lanes.mask import mask
+from lanes.base.errors import NevError
+from lanes.base.mask import mask
 
 log = logging.getLogger("nev.dagu.api")
 

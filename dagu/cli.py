@@ -7,9 +7,9 @@ import time
 
 import click
 
-from lanes import settings
-from lanes.exitcodes import Exit
-from lanes.ui import emit_json, info
+from lanes.base import settings
+from lanes.base.exitcodes import Exit
+from lanes.base.ui import emit_json, info
 
 
 @click.group("dagu")

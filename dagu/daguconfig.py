@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from dagu.layout import USERNAME, Layout
-from lanes.errors import ConfigError
+from lanes.base.errors import ConfigError
 
 QUEUE_NAME = "global"
 DEFAULT_QUEUE_MAX = 2

@@ -26,7 +26,7 @@ from dagu.service import (
     prepare,
 )
 from lanes import lanesfile
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 
 SUPERVISOR_SRC = Path(__file__).resolve().parent / "supervise.py"
 WORKER_MAX_ACTIVE = 1  # each worker polls 100 slots by default; 1 spreads concurrent runs over lanes

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dagu.layout import DAGU_SHA256, DAGU_VERSION, Layout
-from lanes import settings
-from lanes.errors import NevError
-from lanes.ssh import Connection
+from lanes.base import settings
+from lanes.base.errors import NevError
+from lanes.base.ssh import Connection
 
 
 class InstallError(NevError):

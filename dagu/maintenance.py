@@ -15,8 +15,8 @@ import shlex
 
 from dagu.service import LaneDagu
 from lanes.agent import layout
-from lanes.errors import NevError, UsageError
-from lanes.mask import mask
+from lanes.base.errors import NevError, UsageError
+from lanes.base.mask import mask
 
 _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 NAMESPACES = ("job", "result")

@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from lanes import settings
-from lanes.errors import ConfigError
+from lanes.base import settings
+from lanes.base.errors import ConfigError
 
 VALID_DAYS = 365
 RENEW_DAYS = 30

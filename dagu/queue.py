@@ -9,7 +9,7 @@ through the queue (`nev dagu run` enqueues workflows with a top-level `queue:`).
 from __future__ import annotations
 
 from dagu.service import LaneDagu
-from lanes.errors import UsageError
+from lanes.base.errors import UsageError
 
 MAX_QUEUE = 64
 

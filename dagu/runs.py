@@ -19,9 +19,9 @@ from typing import Any
 import yaml
 
 from dagu.api import DaguApi, DaguApiError, RunStatus, StepStatus, step_exit_code
-from lanes.errors import NevError, UsageError
-from lanes.exitcodes import Exit
-from lanes.mask import is_secret_name
+from lanes.base.errors import NevError, UsageError
+from lanes.base.exitcodes import Exit
+from lanes.base.mask import is_secret_name
 
 WORKFLOWS_DIR = Path(__file__).resolve().parent / "workflows"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from dagu import daguconfig, install
 from dagu.api import DaguApi, DaguApiError
 from dagu.layout import USERNAME, Layout, resolve_root
-from lanes import crontab, lanesfile, settings
-from lanes.errors import ConfigError, NevError
+from lanes import lanesfile
+from lanes.base import crontab, settings
+from lanes.base.errors import ConfigError, NevError
+from lanes.base.mask import register_secret
+from lanes.base.ssh import Connection
 from lanes.lanesfile import Lane
-from lanes.mask import register_secret
-from lanes.ssh import Connection
 
 CRON_TAG = "# nev-dagu"
 HEALTH_WAIT = 20.0

@@ -8,7 +8,7 @@ gate's process group, and the temporary worktree a landing rebases and gates in.
     <common-git-dir>/nev/land-gate/<name>.json     the running gate's process group (killed by a rerun)
     <common-git-dir>/nev/land-wt/<name>/           the rebased worktree the gate runs in
 
-Approvals and markers are read into dataclasses through `lanes.jsonfile.Fields`: a file that
+Approvals and markers are read into dataclasses through `lanes.base.jsonfile.Fields`: a file that
 is not what nev wrote is refused naming the file and the field, and left as it is.
 """
 
@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from jobs import spec
-from lanes import jsonfile
-from lanes.errors import NevError
-from lanes.gitrun import Repo
-from lanes.jsonfile import Fields
+from lanes.base import jsonfile
+from lanes.base.errors import NevError
+from lanes.base.gitrun import Repo
+from lanes.base.jsonfile import Fields
 
 MAIN = "refs/heads/main"
 _FULL_SHA = re.compile(r"[0-9a-f]{40}")

@@ -3,7 +3,7 @@
 `archive/job-logs/<job>/<run id>/` on the share receives the stage logs, `state.json`,
 `events.jsonl`, each writer session's prompt (brief) and events, and the run's Dagu step
 logs; `archive.txt` lists every file and its line count. Every line passes through
-`scrub`: `lanes.mask` (known secret values, credentials in URLs, Authorization headers,
+`scrub`: `lanes.base.mask` (known secret values, credentials in URLs, Authorization headers,
 KEY/TOKEN/... assignments, token-shaped strings), then every URL, every IP address and
 every user@host. Once the copy is complete the marker `archived-<run id>` is written next
 to the run folder; the cleanup step removes the job folder only when it is there.
@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from lanes.mask import mask
+from lanes.base.mask import mask
 
 URL_MARK = "<url>"
 ADDRESS_MARK = "<address>"
@@ -39,7 +39,7 @@ def _ip(m: re.Match[str]) -> str:
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """`text` with secrets, URLs, IP addresses and user@host replaced (pure but for lanes.mask's known values)."""
+    """`text` with secrets, URLs, IP addresses and user@host replaced (pure but for lanes.base.mask's known values)."""
     text = mask(text, secrets)
     text = _URL.sub(URL_MARK, text)
     text = _USER_AT_HOST.sub(ADDRESS_MARK, text)

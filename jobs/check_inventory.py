@@ -12,8 +12,8 @@ from pathlib import Path
 from bench import folknet, readiness
 from bench.readiness import Reason
 from jobs import manifest as manifest_file
-from lanes import settings
-from lanes.ui import emit_json, info
+from lanes.base import settings
+from lanes.base.ui import emit_json, info
 
 
 def run_check(manifest: Path, snapshot: Path, declared: Path | None = None) -> list[Reason]:

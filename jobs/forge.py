@@ -21,10 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from lanes import forgeauth, lanesfile, settings
-from lanes.errors import ConfigError
+from lanes import forgeauth, lanesfile
+from lanes.base import settings
+from lanes.base.errors import ConfigError
+from lanes.base.gitrun import Repo
 from lanes.forgeauth import Credential
-from lanes.gitrun import Repo
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,14 @@ from jobs.approvals import MAIN, LandPaths, Pending, sha_arg
 from jobs.land_after import after_landing, changes, finish_pending, main_checkout, tracks_at
 from jobs.land_gate import INTERRUPTED, fault, run_gate, stop_leftover_gate
 from jobs.landlock import LandLock
-from lanes import settings
-from lanes.errors import NevError
-from lanes.exitcodes import Exit
-from lanes.gitrun import GitError, Repo
-from lanes.ui import info
+from lanes.base import settings
+from lanes.base.errors import NevError
+from lanes.base.exitcodes import Exit
+from lanes.base.gitrun import GitError, Repo
+from lanes.base.ui import info
 
 MAX_REGATES = 3
-NO_LANE = 3  # a gate command's exit when no build lane answered (lanes.errors.NoLaneError)
+NO_LANE = 3  # a gate command's exit when no build lane answered (lanes.base.errors.NoLaneError)
 
 
 class NotLanded(NevError):

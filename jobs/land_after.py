@@ -14,10 +14,10 @@ from jobs import approvals as store
 from jobs import protected, tracks
 from jobs.approvals import MAIN, LandPaths, Pending
 from jobs.land_gate import fault, lanes_configured
-from lanes import settings
-from lanes.errors import NevError
-from lanes.gitrun import Repo
-from lanes.ui import info
+from lanes.base import settings
+from lanes.base.errors import NevError
+from lanes.base.gitrun import Repo
+from lanes.base.ui import info
 
 
 def changes(repo: Repo, a: str, b: str) -> list[protected.Change]:

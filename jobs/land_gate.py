@@ -14,10 +14,10 @@ from pathlib import Path
 
 from jobs.approvals import LandPaths
 from jobs.landlock import pid_alive
-from lanes import jsonfile, procgroup, settings
-from lanes.errors import NevError
-from lanes.exitcodes import Exit
-from lanes.ui import info
+from lanes.base import jsonfile, procgroup, settings
+from lanes.base.errors import NevError
+from lanes.base.exitcodes import Exit
+from lanes.base.ui import info
 
 FAULT_PHASES = ("before-rebase", "gate", "before-ref-update", "after-ref-update", "cleanup")
 # SIGINT, SIGTERM: an interrupted gate stops the landing (and a tick)

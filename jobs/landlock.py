@@ -12,8 +12,8 @@ import os
 import time
 from pathlib import Path
 
-from lanes.errors import NevError
-from lanes.ui import info
+from lanes.base.errors import NevError
+from lanes.base.ui import info
 
 
 def pid_alive(pid: int) -> bool:

@@ -31,12 +31,12 @@ from pathlib import Path
 from jobs import archive as archive_mod
 from jobs import result as result_mod
 from jobs import runner
-from lanes import settings
 from lanes.agent.git import credential_env
-from lanes.errors import NevError
-from lanes.exitcodes import Exit
-from lanes.gitrun import GitError, Repo, git_env
-from lanes.mask import register_secret
+from lanes.base import settings
+from lanes.base.errors import NevError
+from lanes.base.exitcodes import Exit
+from lanes.base.gitrun import GitError, Repo, git_env
+from lanes.base.mask import register_secret
 
 
 def say(msg: str) -> None:

@@ -34,8 +34,8 @@ from typing import Any
 
 import yaml
 
-from lanes.errors import ConfigError
-from lanes.jsonfile import Fields
+from lanes.base.errors import ConfigError
+from lanes.base.jsonfile import Fields
 
 KINDS = ("command", "verify", "batch", "writer")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,59}$")

@@ -45,11 +45,11 @@ from jobs import result as result_mod
 from jobs import tracks as tracks_file
 from jobs.land_gate import INTERRUPTED
 from jobs.result import Result
-from lanes import crontab
-from lanes.errors import NevError
-from lanes.gitrun import GitError, Repo
-from lanes.mask import mask
-from lanes.ui import info
+from lanes.base import crontab
+from lanes.base.errors import NevError
+from lanes.base.gitrun import GitError, Repo
+from lanes.base.mask import mask
+from lanes.base.ui import info
 
 FINAL = ("landed", "failed", "not-landed")
 CRON_TAG = "# nev-job-poll"

@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 
 from bench.gateway import url_from_settings
 from jobs.manifest import Manifest
-from lanes import settings
-from lanes.errors import ConfigError
+from lanes.base import settings
+from lanes.base.errors import ConfigError
 
 BASE_TOOLS = ("git", "python3", "node", "kill")
 

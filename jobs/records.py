@@ -18,8 +18,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from lanes import jsonfile, settings
-from lanes.jsonfile import Fields
+from lanes.base import jsonfile, settings
+from lanes.base.jsonfile import Fields
 
 SCHEMA = 1
 

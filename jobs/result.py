@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lanes.gitrun import Repo
-from lanes.mask import mask
+from lanes.base.gitrun import Repo
+from lanes.base.mask import mask
 
 TRAILER_JOB = "Nev-Job"
 TRAILER_OUTCOME = "Nev-Job-Outcome"

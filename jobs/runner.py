@@ -32,12 +32,12 @@ from jobs import manifest as manifest_mod
 from jobs import preflight, result, writer
 from jobs.manifest import Manifest, Stage
 from jobs.state import JobState, Status, file_hash
-from lanes import procgroup, settings
-from lanes.errors import ConfigError, NevError
-from lanes.exitcodes import Exit
-from lanes.gitrun import GitError, Repo
-from lanes.mask import mask
-from lanes.ui import info
+from lanes.base import procgroup, settings
+from lanes.base.errors import ConfigError, NevError
+from lanes.base.exitcodes import Exit
+from lanes.base.gitrun import GitError, Repo
+from lanes.base.mask import mask
+from lanes.base.ui import info
 
 HEARTBEAT_S = 5.0
 _PR_SET_PDEATHSIG = 1

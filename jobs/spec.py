@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 RESERVED = {"approve"}

@@ -26,9 +26,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from lanes import jsonfile
-from lanes.errors import NevError
-from lanes.jsonfile import Fields
+from lanes.base import jsonfile
+from lanes.base.errors import NevError
+from lanes.base.jsonfile import Fields
 
 EVENTS = "events.jsonl"
 STATE = "state.json"

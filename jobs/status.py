@@ -10,9 +10,9 @@ from typing import Any
 
 from jobs import records
 from jobs.state import STATE, JobState, JobView, used_seconds
-from lanes import settings
-from lanes.errors import NevError
-from lanes.ui import emit_json
+from lanes.base import settings
+from lanes.base.errors import NevError
+from lanes.base.ui import emit_json
 
 
 def jobs_folder(environ: Mapping[str, str] | None = None) -> Path:

@@ -36,10 +36,11 @@ from jobs import forge as forge_mod
 from jobs import manifest as manifest_mod
 from jobs import records
 from jobs.manifest import Manifest
-from lanes import dotenv, settings
-from lanes.errors import NevError
-from lanes.gitrun import Repo
-from lanes.ui import info
+from lanes import dotenv
+from lanes.base import settings
+from lanes.base.errors import NevError
+from lanes.base.gitrun import Repo
+from lanes.base.ui import info
 
 WORKFLOW = "job"
 SOURCE_PACKAGES = ("jobs", "lanes", "bench")

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanes import jsonfile
-from lanes.errors import ConfigError
+from lanes.base import jsonfile
+from lanes.base.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from jobs import tracks as tracks_file
 from jobs.manifest import Stage
-from lanes import settings
-from lanes.errors import ConfigError, NevError
-from lanes.mask import register_secret
+from lanes.base import settings
+from lanes.base.errors import ConfigError, NevError
+from lanes.base.mask import register_secret
 
 DEFAULT_LAUNCH = "$PI_TRACKS_HOME/bin/writer-exec.sh"
 

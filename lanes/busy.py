@@ -10,9 +10,9 @@ import os
 import re
 from collections.abc import Mapping
 
-from lanes import settings
-from lanes.errors import ConfigError
-from lanes.ssh import Connection
+from lanes.base import settings
+from lanes.base.errors import ConfigError
+from lanes.base.ssh import Connection
 
 PS_COMMAND = "ps -eo pid=,comm="
 

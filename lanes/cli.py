@@ -53,7 +53,7 @@ def on(lane_index: int | None, lane_only: bool, pull: tuple[str, ...], worktree:
 def list_(as_json: bool) -> int:
     """Configured lanes: answering or not, free disk, copies, gates running."""
     from lanes import gate
-    from lanes.ui import emit_json
+    from lanes.base.ui import emit_json
 
     rows = gate.lane_status()
     if as_json:
@@ -105,7 +105,7 @@ def sweep(lane_index: int | None, track: str | None, dry_run: bool, repo: str) -
     from pathlib import Path
 
     from lanes import sweep as sw
-    from lanes.gitrun import Repo
+    from lanes.base.gitrun import Repo
 
     status, _ = sw.sweep(lane_index, track, dry_run, Repo(Path(repo)))
     return status
@@ -125,7 +125,7 @@ def provision(lane_index: int | None, packages: str | None, apt_proxy: str | Non
     import os
 
     from lanes import provision as pv
-    from lanes import settings
+    from lanes.base import settings
 
     env = os.environ
     pk = pv.GATE_PACKAGES if packages is None else tuple(x.strip() for x in packages.split(",") if x.strip())
@@ -166,8 +166,8 @@ def create(backend: str, name: str, node: str, addr: str, bridge: str | None, cp
     from pathlib import Path
 
     from lanes import create as cr
-    from lanes import settings
-    from lanes.errors import UsageError
+    from lanes.base import settings
+    from lanes.base.errors import UsageError
 
     all_binds = [cr.Bind.parse(b) for b in binds]
     if shared:
@@ -208,7 +208,7 @@ def destroy(backend: str, name: str | None, vmid: int | None, node: str, lxcpath
             print_only: bool) -> int:
     """Stop and remove a lane guest and everything it held on the node (its image stays cached)."""
     from lanes import create as cr
-    from lanes.errors import UsageError
+    from lanes.base.errors import UsageError
 
     if backend == "pct":
         if vmid is None:

@@ -24,9 +24,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes.errors import ConfigError, NevError
+from lanes.base.errors import ConfigError, NevError
+from lanes.base.ui import info
 from lanes.hostexec import Node
-from lanes.ui import info
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 CACHE = "/var/lib/nev-lxc"

@@ -19,11 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes import dotenv, settings
+from lanes import dotenv
 from lanes.agent.git import credential_env
-from lanes.errors import ConfigError
-from lanes.gitrun import GitError, Repo
-from lanes.mask import register_secret
+from lanes.base import settings
+from lanes.base.errors import ConfigError
+from lanes.base.gitrun import GitError, Repo
+from lanes.base.mask import register_secret
 
 TOKEN_NAMES = settings.FORGE_TOKEN.names
 USER_NAMES = settings.FORGE_USER.names

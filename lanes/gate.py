@@ -27,15 +27,16 @@ from typing import Any
 
 import paramiko
 
-from lanes import forgeauth, lanesfile, payload, session, settings, ui
+from lanes import forgeauth, lanesfile, payload, session
 from lanes.agent.guard import check_rel
 from lanes.agent.wire import Kind, Op, Stop
-from lanes.errors import DiskShortError, NevError, NoLaneError
-from lanes.exitcodes import Exit
+from lanes.base import settings, ui
+from lanes.base.errors import DiskShortError, NevError, NoLaneError
+from lanes.base.exitcodes import Exit
+from lanes.base.mask import mask, register_secret
+from lanes.base.ssh import CONNECT_TIMEOUT, Connection, SshError
 from lanes.lanesfile import Lane, LanesFile
-from lanes.mask import mask, register_secret
 from lanes.session import Session
-from lanes.ssh import CONNECT_TIMEOUT, Connection, SshError
 
 
 def _sweep(lane: Lane, track: str) -> None:

@@ -2,7 +2,7 @@
 
 A script is always sent the same way: `sh -s` with the script on stdin, so nothing it carries
 (keys, URLs) is ever in a process's argv. On a remote node that is one SSH command
-(`lanes.ssh`, host key pinned); on the local machine ("local") the very same command line runs
+(`lanes.base.ssh`, host key pinned); on the local machine ("local") the very same command line runs
 here, so what the tests exercise is byte for byte what would go over SSH.
 """
 
@@ -12,9 +12,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from lanes.errors import NevError
-from lanes.mask import mask
-from lanes.ssh import Connection, Target
+from lanes.base.errors import NevError
+from lanes.base.mask import mask
+from lanes.base.ssh import Connection, Target
 
 COMMAND = "sh -s"
 LOCAL = "local"

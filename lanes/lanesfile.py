@@ -7,9 +7,9 @@ import getpass
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes import jsonfile, settings
-from lanes.errors import ConfigError, NevError, NoLaneError
-from lanes.ssh import CONNECT_TIMEOUT, Connection, SshError, Target
+from lanes.base import jsonfile, settings
+from lanes.base.errors import ConfigError, NevError, NoLaneError
+from lanes.base.ssh import CONNECT_TIMEOUT, Connection, SshError, Target
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes.errors import NevError
-from lanes.gitrun import GitError, Repo
+from lanes.base.errors import NevError
+from lanes.base.gitrun import GitError, Repo
 
 # The agent as sent, each module under its own name, in import order: each imports only the
 # stdlib and modules before it (tests/test_architecture.py). `lanes` is an empty namespace on the

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from lanes import lanesfile
 from lanes.agent import layout
+from lanes.base.errors import ConfigError, NevError
+from lanes.base.ssh import default_key_file, default_known_hosts
 from lanes.create import heredoc
-from lanes.errors import ConfigError, NevError
 from lanes.hostexec import Node
-from lanes.ssh import default_key_file, default_known_hosts
 
 # What the gate needs on a lane (Debian bookworm names): git, Python, Node, a C linker for
 # cargo, the three browsers with their drivers and a virtual display.

@@ -19,8 +19,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from lanes.errors import NevError
-from lanes.ssh import Connection
+from lanes.base.errors import NevError
+from lanes.base.ssh import Connection
 
 PROJECT = Path(__file__).resolve().parent.parent
 PACKAGES = ("bench", "jobs", "lanes", "rig", "dagu", "crates_bridge")

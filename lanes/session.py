@@ -16,11 +16,12 @@ from typing import Any
 
 import paramiko
 
-from lanes import payload, ui
+from lanes import payload
 from lanes.agent.wire import Kind, Op, ProtocolError, parse, request
-from lanes.errors import NevError
+from lanes.base import ui
+from lanes.base.errors import NevError
+from lanes.base.ssh import CHUNK, Connection
 from lanes.lanesfile import Lane
-from lanes.ssh import CHUNK, Connection
 
 
 class Session:

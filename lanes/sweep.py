@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanes import busy, lanesfile, session, ui
+from lanes import busy, lanesfile, session
 from lanes.agent.wire import Op
-from lanes.errors import NevError
-from lanes.gitrun import Repo
+from lanes.base import ui
+from lanes.base.errors import NevError
+from lanes.base.gitrun import Repo
+from lanes.base.ssh import Connection, SshError
 from lanes.lanesfile import Lane
-from lanes.ssh import Connection, SshError
 
 SURVEY_TIMEOUT = 600
 REMOVE_TIMEOUT = 3600     # per copy: archiving its corpus data can take long

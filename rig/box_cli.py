@@ -6,7 +6,7 @@ import shlex
 
 import click
 
-from lanes.ui import emit_json, info
+from lanes.base.ui import emit_json, info
 
 
 def _box():

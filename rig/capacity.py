@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.folknet import Folknet
-from lanes import jsonfile
+from lanes.base import jsonfile
 
 SCHEMA = 1
 

@@ -11,10 +11,10 @@ import click
 from bench.cli import batch, floors, ledger, oracle, scores
 from dagu.cli import dagu
 from jobs.cli import job, land
+from lanes.base.errors import NevError
+from lanes.base.exitcodes import Exit
+from lanes.base.mask import mask
 from lanes.cli import lane
-from lanes.errors import NevError
-from lanes.exitcodes import Exit
-from lanes.mask import mask
 from rig.box_cli import box
 from rig.rig_cli import rig
 
@@ -45,7 +45,7 @@ def settings_cmd(as_json: bool) -> int:
 
     Exits 1 when a settings file that exists is malformed.
     """
-    from lanes.ui import emit_json
+    from lanes.base.ui import emit_json
     from rig.settings_cmd import check_files, describe
 
     rows, files = describe(), check_files()

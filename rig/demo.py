@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes import procgroup, settings
-from lanes.errors import NevError
-from lanes.gitrun import Repo
-from lanes.mask import mask
-from lanes.ui import info
+from lanes.base import procgroup, settings
+from lanes.base.errors import NevError
+from lanes.base.gitrun import Repo
+from lanes.base.mask import mask
+from lanes.base.ui import info
 from rig.box import Box
 from rig.box.state import BoxInfo
 from rig.demo_report import (

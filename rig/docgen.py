@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import sys
 
-from lanes import settings
-from lanes.exitcodes import Exit
+from lanes.base import settings
+from lanes.base.exitcodes import Exit
 
 HEADER = """# Settings and files
 
 Every setting is an environment variable `NEV_*`; when it is unset, the legacy
-`GENERA_*` name is read (one helper, `lanes.settings.get`, does this everywhere).
+`GENERA_*` name is read (one helper, `lanes.base.settings.get`, does this everywhere).
 `nev settings` prints each one's value and where it came from, secrets masked.
-This page is generated from `lanes/settings.py` (`python -m rig.docgen > docs/settings.md`).
+This page is generated from `lanes/base/settings.py` (`python -m rig.docgen > docs/settings.md`).
 
 | variable | legacy | default | what |
 |---|---|---|---|
@@ -36,7 +36,7 @@ problem, and exit 1.
 
 Secrets (forge token, gateway keys, Dagu password) never appear in argv, a
 committed file, a log line, a Dagu run parameter or an error message: every
-log and error line goes through `lanes.mask.mask`.
+log and error line goes through `lanes.base.mask.mask`.
 """
 
 
@@ -53,7 +53,7 @@ EXIT_HEADER = """# Exit codes
 
 Shared by every `nev` command; each code means one thing. Errors print one line on stderr,
 `nev: ...`, naming the file, setting or host at fault and what to do. This page is generated from
-`lanes/exitcodes.py` (`python -m rig.docgen exit-codes > docs/exit-codes.md`).
+`lanes/base/exitcodes.py` (`python -m rig.docgen exit-codes > docs/exit-codes.md`).
 
 | code | name | meaning |
 |---|---|---|

@@ -55,7 +55,7 @@ def status(names: tuple[str, ...], as_json: bool) -> int:
 
     Exits 0 when every forward answers, 1 otherwise.
     """
-    from lanes.ui import emit_json
+    from lanes.base.ui import emit_json
     from rig import rigfile
     from rig.forward import control
 

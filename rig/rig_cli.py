@@ -25,7 +25,7 @@ def advertise(inventory: str | None, interface: str | None, port: int | None, na
     """
     from pathlib import Path
 
-    from lanes import settings
+    from lanes.base import settings
     from rig.inventory import advertise as adv
 
     return adv.run(interface or settings.get(settings.MDNS_INTERFACE),
@@ -49,8 +49,8 @@ def collect(timeout: float, interface: str | None, expect: int | None, every: fl
     A host listed by mDNS whose HTTP inventory does not answer is marked down.
     """
     from bench import folknet
-    from lanes import settings
-    from lanes.ui import emit_json, info
+    from lanes.base import settings
+    from lanes.base.ui import emit_json, info
     from rig import rigfile
     from rig.inventory import collect as col
     from rig.inventory import inventoryfile
@@ -82,7 +82,7 @@ def probe(every: float | None, rounds: int | None, timeout: float | None) -> int
     Status changes after NEV_PROBE_FAILS failures or NEV_PROBE_OKS answers in a row.
     """
     from bench import folknet, gateway
-    from lanes import settings
+    from lanes.base import settings
     from rig.inventory import inventoryfile
     from rig.inventory import probe as pr
 
@@ -102,7 +102,7 @@ def status(lane_index: int | None, as_json: bool, ansible: bool) -> int:
     With --lane N --ansible, the development box's Ansible inventory: the hosts lane N's
     collector found, each with its rig address, SSH user and port, and the jump host.
     """
-    from lanes.ui import emit_json
+    from lanes.base.ui import emit_json
     from rig.inventory import inventoryfile
     from rig.inventory import status as st
 
@@ -126,7 +126,7 @@ def status(lane_index: int | None, as_json: bool, ansible: bool) -> int:
 
 
 def _say(line: str) -> None:
-    from lanes.mask import known_secrets, mask
+    from lanes.base.mask import known_secrets, mask
 
     click.echo(mask(line, extra=known_secrets()))
 
@@ -169,7 +169,7 @@ def restore(label: str, roles: tuple[str, ...], dry_run: bool) -> int:
 @click.option("--json", "as_json", is_flag=True)
 def snapshots(as_json: bool) -> int:
     """Labels, times and roles of the snapshots."""
-    from lanes.ui import emit_json
+    from lanes.base.ui import emit_json
     from rig.snapshot.context import Context
     from rig.snapshot.record import listing
 
@@ -216,7 +216,7 @@ def throughput(alias: str, inflight: str, n_requests: int | None, max_tokens: in
     level where throughput stops growing. The result is also written to NEV_THROUGHPUT_DIR/ALIAS.json
     for `nev rig capacity`. Standard library only: runs on a lane as on the dev box.
     """
-    from lanes.ui import emit_json, info
+    from lanes.base.ui import emit_json, info
     from rig import throughput as tp
 
     levels = tp.parse_levels(inflight)
@@ -248,8 +248,8 @@ def capacity(declared_file: str | None, as_json: bool) -> int:
     from pathlib import Path
 
     from bench import folknet
-    from lanes import settings
-    from lanes.ui import emit_json, info
+    from lanes.base import settings
+    from lanes.base.ui import emit_json, info
     from rig import capacity as cap
     from rig import throughput as tp
     from rig.inventory import inventoryfile
@@ -280,8 +280,8 @@ def dashboard(port: int, refresh: int | None) -> int:
     Each source is collected on its own; one that is missing shows as `unavailable: <reason>`.
     Ctrl-C or SIGTERM stops it (exit 0).
     """
-    from lanes import settings
-    from lanes.ui import info
+    from lanes.base import settings
+    from lanes.base.ui import info
     from rig.dashboard import server
 
     every = refresh if refresh is not None else settings.get_int(settings.DASHBOARD_REFRESH)

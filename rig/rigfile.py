@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes import jsonfile, settings
-from lanes.ssh import SshError, Target
+from lanes.base import jsonfile, settings
+from lanes.base.ssh import SshError, Target
 
 DEFAULT_HOST_STORE = "/var/lib/nev/rig-snapshots"
 DEFAULT_HEALTH_TIMEOUT = 20.0

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lanes import settings
-from lanes.errors import NevError
-from lanes.mask import MASK
+from lanes.base import settings
+from lanes.base.errors import NevError
+from lanes.base.mask import MASK
 
 
 def describe() -> list[dict[str, str | None]]:

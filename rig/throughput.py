@@ -23,9 +23,9 @@ from typing import Any
 
 from bench import gateway
 from bench.gateway_http import Endpoint, Unreachable, error_message, stream
-from lanes import jsonfile, settings
-from lanes.errors import NevError, UsageError
-from lanes.mask import mask
+from lanes.base import jsonfile, settings
+from lanes.base.errors import NevError, UsageError
+from lanes.base.mask import mask
 
 PROMPT = ("Throughput sweep of the rig (a fixed prompt). Write a small Rust function that clamps a "
           "pixel length to a range, with a one-line doc comment.")

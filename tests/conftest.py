@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lanes import settings
+from lanes.base import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,6 +13,22 @@ ALLOWED = {
     "lanes": {"lanes"},
     "crates_bridge": {"crates_bridge"},
 }
+# From `lanes`, other packages import the foundation (`lanes.base`, any module) and these named
+# lane entry points only; the rest of `lanes` is the lane path's inside.
+LANE_ENTRY_POINTS = {
+    "lanes.lanesfile",      # the lanes file, Lane.connect(): the one way to a lane
+    "lanes.gate",           # a command on a lane (gate.on)
+    "lanes.payload",        # what a gate sends (benchmarks measure it)
+    "lanes.sweep",          # the sweep, and after_landing
+    "lanes.selfinstall",    # nev installed on a lane
+    "lanes.create",         # creating an LXC lane
+    "lanes.hostexec",       # a script on a node (LXC host)
+    "lanes.forgeauth",      # the forge credential
+    "lanes.dotenv",         # .env parsing, shipped with the agent
+    "lanes.cli",            # `nev lane`
+    "lanes.agent.layout",   # the lane root's paths
+    "lanes.agent.git",      # the forge credential helper's environment, on a lane
+}
 # Benchmark scripts are programs that drive the whole rig (they bring up the box), not part of
 # the bench package's code.
 EXEMPT = {ROOT / "bench" / "perf"}
@@ -22,15 +38,16 @@ def imported_packages(path: Path) -> set[str]:
     return imported_by(path.read_text(encoding="utf-8"))
 
 
-def imported_by(source: str) -> set[str]:
-    """Our packages a module imports: import statements, and importlib.import_module("x...") /
-    __import__("x...") calls with a literal name (an import hidden that way is still one)."""
+def imported_modules(source: str) -> set[str]:
+    """Our modules a module imports, dotted (`from lanes import gate` is `lanes.gate`), including
+    importlib.import_module("x...") / __import__("x...") calls with a literal name."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
+            names = [f"{node.module}.{a.name}" if node.module in PACKAGES | {"lanes.agent", "lanes.base"}
+                     else node.module for a in node.names]
         elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
               and isinstance(node.args[0].value, str)
               and ((isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
@@ -38,8 +55,20 @@ def imported_by(source: str) -> set[str]:
             names = [node.args[0].value]
         else:
             continue
-        found |= {n.split(".")[0] for n in names} & PACKAGES
+        found |= {n for n in names if n.split(".")[0] in PACKAGES}
     return found
+
+
+def imported_by(source: str) -> set[str]:
+    """Our packages a module imports (an import hidden behind importlib is still one)."""
+    return {m.split(".")[0] for m in imported_modules(source)}
+
+
+def lane_modules_used_wrongly(source: str) -> set[str]:
+    """Modules of `lanes` that code outside `lanes` may not import: neither foundation nor entry point."""
+    return {m for m in imported_modules(source)
+            if m.split(".")[0] == "lanes" and m != "lanes" and not m.startswith("lanes.base")
+            and not any(m == e or m.startswith(e + ".") for e in LANE_ENTRY_POINTS)}
 
 
 def test_the_import_rules_see_imports_hidden_behind_importlib():
@@ -63,6 +92,29 @@ def test_each_package_imports_only_what_the_architecture_allows():
             if extra:
                 bad.append(f"{f.relative_to(ROOT)} imports {sorted(extra)}")
     assert checked > 100
+    assert not bad, "\n".join(bad)
+
+
+def test_other_packages_use_lanes_foundation_and_named_entry_points_only():
+    assert lane_modules_used_wrongly("from lanes import session\n") == {"lanes.session"}   # caught
+    assert lane_modules_used_wrongly('import importlib\nimportlib.import_module("lanes.agent.procs")\n') \
+        == {"lanes.agent.procs"}
+    assert not lane_modules_used_wrongly("from lanes.base import settings, ssh\nfrom lanes import gate\n")
+    bad = []
+    for pkg in PACKAGES - {"lanes"}:
+        for f in (ROOT / pkg).rglob("*.py"):
+            if "target" in f.parts:
+                continue
+            wrong = lane_modules_used_wrongly(f.read_text(encoding="utf-8"))
+            if wrong:
+                bad.append(f"{f.relative_to(ROOT)} imports {sorted(wrong)}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_foundation_imports_nothing_of_ours_but_itself():
+    bad = [f"{f.relative_to(ROOT)} imports {sorted(m)}" for f in (ROOT / "lanes" / "base").glob("*.py")
+           if (m := {x for x in imported_modules(f.read_text(encoding="utf-8"))
+                     if not x.startswith("lanes.base")})]
     assert not bad, "\n".join(bad)
 
 

@@ -19,7 +19,7 @@ from bench import batch, gateway, ledger, onlane, phases, prompt
 from bench import folknet as fk
 from crates_bridge import samples
 from crates_bridge.workspace import EXAMPLE_ENGINE
-from lanes.errors import ConfigError, UsageError
+from lanes.base.errors import ConfigError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 CSS = (EXAMPLE_ENGINE / "crates/layout/src/css.rs").read_text()

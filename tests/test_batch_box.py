@@ -23,8 +23,8 @@ from bench.rounds import RoundRecord, ShareStatus
 from crates_bridge import corpus
 from crates_bridge.candidates import probe
 from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
-from lanes.errors import NevError
-from lanes.gitrun import Repo, init
+from lanes.base.errors import NevError
+from lanes.base.gitrun import Repo, init
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"

@@ -8,7 +8,7 @@ import pytest
 
 from bench import ledger, rounds
 from bench.rounds import ModelRound, RoundRecord, ShareStatus
-from lanes.errors import ConfigError
+from lanes.base.errors import ConfigError
 
 
 def _round() -> RoundRecord:

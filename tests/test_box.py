@@ -13,7 +13,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from lanes.ssh import Connection, HostKeyError, SshError, Target
+from lanes.base.ssh import Connection, HostKeyError, SshError, Target
 from rig.box import Box, procs, state
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lanes.errors import ConfigError, UsageError
+from lanes.base.errors import ConfigError, UsageError
 from rig.box import plan, state
 from rig.box.shape import shape_cmds
 from rig.box.state import BoxInfo

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import folknet
-from lanes.errors import ConfigError
+from lanes.base.errors import ConfigError
 from rig import capacity as cap
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ import requests
 from dagu.install import show_hash
 from dagu.layout import DAGU_SHA256
 from dagu.runs import max_overlap
-from lanes.ssh import Connection, Forward, Target
+from lanes.base.ssh import Connection, Forward, Target
 from tests.helpers.dagu_helpers import (
     DAGU,
     WORKTREE,

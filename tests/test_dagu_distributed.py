@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lanes.ssh import Connection, Forward, Target
+from lanes.base.ssh import Connection, Forward, Target
 from tests.helpers.dagu_helpers import DAGU, Api, base_env, nev, ok, password_from_config, wait_for
 
 PORT = 18431

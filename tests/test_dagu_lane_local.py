@@ -141,7 +141,7 @@ def test_clean_jobs_removes_only_that_job(lane):
 
 
 def test_prune_mirror_prunes_only_job_and_result_refs(lane, tmp_path):
-    from lanes.gitrun import Repo
+    from lanes.base.gitrun import Repo
 
     forge = tmp_path / "forge.git"
     Repo(tmp_path).git("init", "--bare", "-q", str(forge))

@@ -20,7 +20,7 @@ from dagu.api import StepStatus, parse_run, step_exit_code
 from dagu.distributed import worker_labels
 from dagu.layout import DAGU_SHA256, Layout, resolve_root
 from dagu.service import cron_lines
-from lanes.errors import ConfigError, UsageError
+from lanes.base.errors import ConfigError, UsageError
 from lanes.lanesfile import choose_lane_index
 from tests.helpers.dagu_helpers import DAGU
 
@@ -249,7 +249,7 @@ def test_lane_certificates_do_mutual_tls_and_stay_private(tmp_path):
 
 
 def test_pki_dir_is_outside_the_repository():
-    from lanes import settings
+    from lanes.base import settings
 
     p = settings.get_path(settings.DAGU_PKI_DIR, {})
     assert p is not None and not str(p).startswith(str(Path(__file__).resolve().parent.parent))
@@ -305,7 +305,7 @@ class _ForgetfulDagu:
 
 def test_submit_enqueues_again_when_dagu_keeps_no_record_of_the_run():
     from dagu import runs
-    from lanes.errors import NevError
+    from lanes.base.errors import NevError
     wf = runs.Workflow("queued", "queue: global\n", {"queue": "global"})
     said: list[str] = []
     api = _ForgetfulDagu(forget=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 
-from lanes.mask import register_secret
+from lanes.base.mask import register_secret
 from rig.dashboard import collect, page, plot
 
 LEDGER = [

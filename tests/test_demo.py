@@ -17,7 +17,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from lanes.gitrun import Repo
+from lanes.base.gitrun import Repo
 from rig.demo_report import FAILED, PASSED, SKIPPED, StepResult, exit_code, summary_table
 
 ROOT = Path(__file__).resolve().parent.parent

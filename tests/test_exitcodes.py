@@ -1,7 +1,7 @@
 """Exit codes: one enum, every code of the command surface, each code one meaning, the page generated."""
 
-from lanes.errors import ConfigError, DiskShortError, NevError, NoLaneError, UsageError
-from lanes.exitcodes import Exit
+from lanes.base.errors import ConfigError, DiskShortError, NevError, NoLaneError, UsageError
+from lanes.base.exitcodes import Exit
 from rig.docgen import render_exit_codes
 
 # docs: COMMANDS.md "Exit codes shared by all commands", and `nev lane run`'s dropped connection.

@@ -21,8 +21,8 @@ from bench import floors, scores
 from crates_bridge import corpus, runner
 from crates_bridge.registry import Floor, GeneratedFunction, Provenance
 from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
-from lanes.errors import NevError, NoLaneError
-from lanes.gitrun import Repo, init
+from lanes.base.errors import NevError, NoLaneError
+from lanes.base.gitrun import Repo, init
 
 N = 120
 ROOT = Path(__file__).resolve().parents[1]

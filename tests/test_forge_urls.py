@@ -13,12 +13,13 @@ import pytest
 
 from jobs import forge as forge_mod
 from jobs import lane_main, submit
-from lanes import forgeauth, gate, gitrun, payload
+from lanes import forgeauth, gate, payload
 from lanes.agent.git import CREDENTIAL_HELPER
-from lanes.errors import ConfigError
-from lanes.gitrun import Repo
+from lanes.base import gitrun
+from lanes.base.errors import ConfigError
+from lanes.base.gitrun import Repo
+from lanes.base.mask import mask
 from lanes.lanesfile import LanesFile
-from lanes.mask import mask
 from tests.helpers.job_helpers import fake_lane_dagu, git, make_checkout, write_manifest
 
 TOKEN = "forgetok-" + "5be0c1d2a3f4"

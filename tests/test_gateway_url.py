@@ -14,7 +14,7 @@ from bench.gateway import url_from_settings
 from jobs import preflight
 from jobs.manifest import parse
 from jobs.runner import with_lane_gateway
-from lanes.errors import ConfigError
+from lanes.base.errors import ConfigError
 from tests.helpers.job_helpers import (
     Listener,
     free_port,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lanes.mask import is_secret_name, mask
-from lanes.ssh import Target
+from lanes.base.mask import is_secret_name, mask
+from lanes.base.ssh import Target
 from rig.box import inventory_services as isv
 from rig.box import plan
 from rig.inventory import advertise, collect, reach

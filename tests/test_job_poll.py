@@ -17,7 +17,7 @@ from jobs import result as result_mod
 from jobs import submit as submit_mod
 from jobs.poll import RunInfo, decide
 from jobs.result import Result
-from lanes import crontab
+from lanes.base import crontab
 from tests.helpers.job_helpers import ROOT, fake_lane_dagu, git, make_checkout, nev, write_manifest
 
 DAGU = "/opt/nev/dagu-1.30.2/dagu"

@@ -12,8 +12,8 @@ import pytest
 from jobs import records
 from jobs.records import JobRecord, JobStatus, Records
 from jobs.state import JobView, Status, replay, used_seconds
-from lanes.errors import ConfigError
-from lanes.jsonfile import Fields
+from lanes.base.errors import ConfigError
+from lanes.base.jsonfile import Fields
 from tests.helpers.job_helpers import ROOT, nev
 
 GOOD = {"schema": 1, "last_poll": "2026-01-02T03:04:05+00:00", "jobs": {"demo": {

@@ -16,9 +16,9 @@ import pytest
 from jobs import manifest as manifest_mod
 from jobs import result as result_mod
 from jobs.state import JobState, Status, replay, valid_prefix
-from lanes.errors import ConfigError
-from lanes.gitrun import Repo
-from lanes.procgroup import alive as group_alive
+from lanes.base.errors import ConfigError
+from lanes.base.gitrun import Repo
+from lanes.base.procgroup import alive as group_alive
 from tests.helpers.job_helpers import (
     Listener,
     events,

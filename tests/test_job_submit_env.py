@@ -11,8 +11,8 @@ from bench.batch import ledger_name
 from dagu.layout import Layout
 from jobs import status, submit
 from jobs.manifest import parse
-from lanes.errors import UsageError
-from lanes.mask import mask
+from lanes.base.errors import UsageError
+from lanes.base.mask import mask
 
 PROBE_OUT = "HOME=/home/lane\nPATH=/srv/tc/cargo-bin:/usr/local/bin:/usr/bin:/bin\nRUSTUP_HOME=/srv/tc/rustup\nCARGO_HOME=\n"
 

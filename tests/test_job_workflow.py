@@ -17,7 +17,7 @@ import pytest
 
 from jobs import archive as archive_mod
 from jobs import result as result_mod
-from lanes.gitrun import Repo
+from lanes.base.gitrun import Repo
 from tests.helpers.job_helpers import ROOT, Listener, git, make_checkout, write_manifest
 
 DAGU = "/opt/nev/dagu-1.30.2/dagu"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from jobs import result as result_mod
-from lanes.gitrun import Repo
+from lanes.base.gitrun import Repo
 from tests.helpers.job_helpers import (
     ROOT,
     Listener,

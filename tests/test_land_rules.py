@@ -15,7 +15,7 @@ import pytest
 from jobs import protected as P
 from jobs import spec, tracks
 from jobs.landlock import LandLock, pid_alive
-from lanes.errors import ConfigError, NevError
+from lanes.base.errors import ConfigError, NevError
 
 
 @pytest.mark.parametrize("path", [

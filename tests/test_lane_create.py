@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lanes import create as cr
-from lanes.errors import ConfigError
+from lanes.base.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).with_name("golden")

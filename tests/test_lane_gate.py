@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lanes import gate, payload
-from lanes.errors import DiskShortError
+from lanes.base.errors import DiskShortError
 from tests.helpers import lane_helpers as h
 from tests.helpers import lane_rig as rigs
 

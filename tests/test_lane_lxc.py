@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from lanes import busy, provision
+from lanes.base.ssh import Connection, Target
 from lanes.hostexec import Node
-from lanes.ssh import Connection, Target
 from rig.box import plan
 from rig.box.lanes_lxc import LxcLanes
 from rig.box.lanes_netns import client_key, host_toolchain

@@ -16,9 +16,9 @@ import pytest
 from lanes import sweep as sw
 from lanes.agent import layout
 from lanes.agent import root as agent_root
-from lanes.gitrun import Repo
+from lanes.base.gitrun import Repo
+from lanes.base.ssh import Connection
 from lanes.lanesfile import Lane
-from lanes.ssh import Connection
 
 E = sw.Entry
 

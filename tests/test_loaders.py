@@ -8,7 +8,7 @@ import pytest
 from bench import folknet
 from jobs import tracks
 from lanes import lanesfile
-from lanes.errors import ConfigError
+from lanes.base.errors import ConfigError
 from rig import rigfile
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """The masking helper hides credentials in every shape they take."""
 
-from lanes.mask import mask, register_secret
+from lanes.base.mask import mask, register_secret
 
 TOKEN = "f3a9c2e1b7d84c6a9e0f1a2b3c4d5e6f7a8b9c0d"
 

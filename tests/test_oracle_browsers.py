@@ -234,7 +234,7 @@ def test_engine_reporting_another_version_than_installed_stops_the_build(fleet, 
 
 
 def test_an_error_inside_a_fleet_stops_every_engine_process():
-    from lanes.procgroup import alive as group_alive
+    from lanes.base.procgroup import alive as group_alive
 
     groups = []
     with pytest.raises(RuntimeError, match="a failing test"):

@@ -12,7 +12,7 @@ from bench.oracle.build import judge
 from bench.oracle.cases import Shard, generator_for, parse_shard, shard_seeds
 from bench.oracle.render import check_page, collect_pages
 from bench.oracle.vote import DEFAULT_TOLERANCE, flatten, vote
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 
 TOL = DEFAULT_TOLERANCE
 

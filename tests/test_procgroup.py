@@ -4,7 +4,7 @@ import subprocess
 import sys
 import time
 
-from lanes import procgroup
+from lanes.base import procgroup
 
 # A group of two: the leader and a child that both ignore SIGTERM (the worst case).
 STUBBORN = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "

@@ -22,7 +22,7 @@ from bench.readiness import (
     read_snapshot,
     report,
 )
-from lanes.errors import ConfigError
+from lanes.base.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = dt.datetime(2026, 11, 30, 10, 0, 0, tzinfo=dt.UTC)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lanes import settings
-from lanes.errors import ConfigError
+from lanes.base import settings
+from lanes.base.errors import ConfigError
 from rig.docgen import render
 
 
@@ -99,7 +99,7 @@ def test_no_module_reads_a_nev_variable_from_the_environment_directly():
     direct = re.compile(r"""(\.get\(|getenv\(|\[)\s*["'](NEV|GENERA)_[A-Z_]*["']\s*(?!\]\s*=[^=])""")
     found = [f"{name}:{n}" for name, text in _sources() if name not in DIRECT_READ_EXEMPT
              for n, line in enumerate(text.splitlines(), 1) if direct.search(line)]
-    assert not found, "read these through lanes.settings: " + ", ".join(found)
+    assert not found, "read these through lanes.base.settings: " + ", ".join(found)
 
 
 def test_no_call_site_repeats_a_default():

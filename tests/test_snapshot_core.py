@@ -8,9 +8,9 @@ import stat
 
 import pytest
 
-from lanes import gitrun
-from lanes.errors import ConfigError, UsageError
-from lanes.mask import mask
+from lanes.base import gitrun
+from lanes.base.errors import ConfigError, UsageError
+from lanes.base.mask import mask
 from rig import rigfile
 from rig.rigfile import Role
 from rig.snapshot import changelog
@@ -163,7 +163,7 @@ def test_diff_of_a_changed_secret_says_so_without_showing_it():
 # -- change log -------------------------------------------------------------------------
 
 def test_change_log_is_private_and_masked(tmp_path):
-    from lanes.mask import register_secret
+    from lanes.base.mask import register_secret
     register_secret("sk-master-in-a-message-42")
     p = changelog.append(tmp_path, changelog.restore_entry("x", ["gw"], ["FAILED: saw sk-master-in-a-message-42"]))
     assert stat.S_IMODE(p.stat().st_mode) == 0o600

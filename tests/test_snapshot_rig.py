@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lanes import gitrun
-from lanes.ssh import Connection, Target
+from lanes.base import gitrun
+from lanes.base.ssh import Connection, Target
 from rig.snapshot.capture import FileRec
 from rig.snapshot.store import LocalStore
 from tests.helpers import snapshot_parts

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from lanes.ssh import Connection, HostKeyError, Target, answers
+from lanes.base.ssh import Connection, HostKeyError, Target, answers
 from tests.helpers import local_sshd
 
 

@@ -58,7 +58,7 @@ def test_throughput_runs_on_a_lane_with_only_what_nev_lane_install_puts_there(bo
     """The seed's first sweep died on a lane without `requests` and without python3-venv."""
     import os
 
-    from lanes.ssh import Connection, Target
+    from lanes.base.ssh import Connection, Target
 
     box = box_env
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -10,7 +10,7 @@ import pytest
 
 from bench import gateway
 from bench.gateway_http import Endpoint
-from lanes.errors import NevError, UsageError
+from lanes.base.errors import NevError, UsageError
 from rig import throughput as tp
 from tests.helpers.standin_pool import ROOT, control, standin_pool
 

@@ -19,7 +19,7 @@ from bench.oracle.cases import Case, Generator, Shard, generator_for, shard_seed
 from bench.oracle.engines import Engine, EngineError, Measure
 from bench.oracle.fleet import Fleet
 from bench.oracle.vote import DEFAULT_TOLERANCE, flatten, tally, vote
-from lanes.ui import Counter, info
+from lanes.base.ui import Counter, info
 
 BATCH = 100
 WHOLE = Shard(0, 1)

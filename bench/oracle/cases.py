@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.oracle.engines import Measure
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 
 PAGE_STYLE = "html,body{margin:0;padding:0;overflow:hidden}"
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.oracle.procs import Proc, Scratch, base_env, read_line_matching
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 
 ENGINES = ("chromium", "firefox", "webkit")
 VIEW_W, VIEW_H = 800, 600

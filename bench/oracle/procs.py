@@ -1,7 +1,7 @@
 """Browser processes: each in its own session, always stopped, even when this process dies.
 
 Every engine process is started with `start_new_session=True` (its own process group)
-and stopped with `lanes.procgroup.stop`. A small reaper sidecar holds the list of live groups and
+and stopped with `lanes.base.procgroup.stop`. A small reaper sidecar holds the list of live groups and
 kills them all when its stdin reaches EOF, which happens when this process exits for
 any reason, SIGKILL included; so no browser, driver or Xvfb outlives a build.
 """
@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lanes import procgroup
+from lanes.base import procgroup
 
 # The reaper: reads "+PGID" / "-PGID" / "dPATH" / "uPATH" lines; on EOF kills every group
 # still listed, then removes every scratch folder still listed.

@@ -21,7 +21,7 @@ from bench.oracle import engines as eng
 from bench.oracle.engines import EngineError
 from bench.oracle.fleet import Fleet
 from bench.oracle.vote import vote
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 
 # attribute -> (measured list, index, whether the oracle's tolerance is the default)
 CHECKS: dict[str, tuple[str, int, bool]] = {

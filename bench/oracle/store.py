@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 
 FORMAT = 1
 TMP_PREFIX = ".tmp-"

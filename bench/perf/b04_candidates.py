@@ -32,7 +32,7 @@ from crates_bridge import candidates, corpus
 from crates_bridge.runner import parse_lines
 from crates_bridge.samples import batch_of
 from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
-from lanes.gitrun import Repo
+from lanes.base.gitrun import Repo
 
 HERE = Path(__file__).resolve().parent
 FUNCTION = "block_width"

@@ -29,7 +29,7 @@ from bench import folknet as fk
 from bench import prompt
 from bench.gateway import Gateway, read_key
 from crates_bridge.workspace import EXAMPLE_ENGINE
-from lanes.gitrun import Repo
+from lanes.base.gitrun import Repo
 from rig.box.netns import inside
 
 HERE = Path(__file__).resolve().parent

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.folknet import Alias  # noqa: E402
 from bench.gateway_http import Endpoint  # noqa: E402
-from lanes import settings  # noqa: E402
+from lanes.base import settings  # noqa: E402
 from rig.box import Box  # noqa: E402
 from rig.box.advertisers import Advertisers  # noqa: E402
 from rig.box.netns import inside  # noqa: E402

@@ -28,9 +28,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lanes import sweep as sw
-from lanes.gitrun import Repo
+from lanes.base.gitrun import Repo
+from lanes.base.ssh import Connection, Target
 from lanes.lanesfile import Lane
-from lanes.ssh import Connection, Target
 from rig.box import Box
 
 HERE = Path(__file__).resolve().parent

@@ -136,7 +136,7 @@ def enqueue_once(box, env: dict[str, str], dev: Path, n: int) -> dict:
     evs = [json.loads(line) for line in ev_file.read_text().splitlines()]
     runner = next(e for e in evs if e["event"] == "run-started")
     first = next(e for e in evs if e["event"] == "stage-started")
-    from lanes.ssh import Connection, Target
+    from lanes.base.ssh import Connection, Target
 
     t = time.monotonic()
     with Connection(Target.parse(box.lanes[0].ssh), box.known_hosts, box.ssh_key, jump=Target.parse(box.jump)) as c:
@@ -159,7 +159,7 @@ def main() -> int:
             resumes.append(resume_once(Path(d), a.sleep))
     print("resume after kill -9:", json.dumps(resumes))
 
-    from lanes import settings
+    from lanes.base import settings
     from rig.box import Box
 
     benv = dict(os.environ)

@@ -20,10 +20,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes import jsonfile, settings
 from lanes.agent.layout import MODEL_ENV
-from lanes.errors import NevError
-from lanes.mask import register_secret
+from lanes.base import jsonfile, settings
+from lanes.base.errors import NevError
+from lanes.base.mask import register_secret
 from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, procs, state
 from rig.box.lanes_netns import (
     HOME,

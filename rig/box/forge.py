@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lanes import gitrun
-from lanes.errors import UsageError
+from lanes.base import gitrun
+from lanes.base.errors import UsageError
 from rig.box import plan
 
 if TYPE_CHECKING:

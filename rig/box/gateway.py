@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 from rig.box import plan
 from rig.box.forge import write_secret
 

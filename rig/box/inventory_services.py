@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanes import jsonfile, selfinstall, settings
+from lanes import selfinstall
+from lanes.base import jsonfile, settings
 from rig.box import plan
 from rig.box.lanes_netns import HOME, LANE_ROOT, LANE_SHARED, USER
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from lanes import selfinstall
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 from rig.box import inventory_services as isv
 from rig.box import plan
 

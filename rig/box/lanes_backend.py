@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from lanes.errors import ConfigError
+from lanes.base.errors import ConfigError
 from rig.box import plan
 from rig.box.state import LaneInfo, ProcRec
 

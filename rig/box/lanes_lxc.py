@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from lanes import create
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 from lanes.hostexec import LOCAL, Node
 from rig.box import plan, procs
 from rig.box.lanes_netns import HOME, LANE_ROOT, LANE_SHARED, host_toolchain, keygen

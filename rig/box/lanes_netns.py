@@ -11,7 +11,7 @@ import pwd
 import subprocess
 from pathlib import Path
 
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 from rig.box import plan, procs
 from rig.box.state import LaneInfo, ProcRec
 

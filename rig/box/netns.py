@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 from rig.box import plan
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from lanes.errors import ConfigError
+from lanes.base.errors import ConfigError
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
 MAX_LANES = 9

@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 from rig.box.state import ProcRec
 
 # Never through an HTTP proxy from the environment: box traffic stays on the bridge.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from typing import TYPE_CHECKING
 
-from lanes.errors import NevError, UsageError
+from lanes.base.errors import NevError, UsageError
 from rig.box import plan
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanes import jsonfile, settings
-from lanes.errors import NevError
+from lanes.base import jsonfile, settings
+from lanes.base.errors import NevError
 
 REGISTRY = settings.path(settings.BOX_REGISTRY)
 

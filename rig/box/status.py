@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lanes.errors import NevError
+from lanes.base.errors import NevError
 from rig.box import netns, plan, procs
 
 if TYPE_CHECKING:

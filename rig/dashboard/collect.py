@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lanes import jsonfile, settings
-from lanes.errors import NevError
-from lanes.mask import known_secrets, mask
+from lanes.base import jsonfile, settings
+from lanes.base.errors import NevError
+from lanes.base.mask import known_secrets, mask
 
 
 class Unavailable(Exception):

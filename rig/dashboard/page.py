@@ -10,7 +10,7 @@ import datetime as dt
 import html
 from typing import Any
 
-from lanes.mask import known_secrets, mask
+from lanes.base.mask import known_secrets, mask
 from rig.dashboard import plot
 from rig.dashboard.collect import is_unavailable
 from rig.inventory.status import age

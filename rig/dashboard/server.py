@@ -9,8 +9,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from lanes.errors import NevError
-from lanes.mask import known_secrets, mask
+from lanes.base.errors import NevError
+from lanes.base.mask import known_secrets, mask
 from rig.dashboard import collect, page
 
 HOST = "127.0.0.1"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lanes import crontab, settings, ssh
-from lanes.errors import ConfigError, NevError, UsageError
+from lanes.base import crontab, settings, ssh
+from lanes.base.errors import ConfigError, NevError, UsageError
 from rig import rigfile
 from rig.box import procs
 from rig.forward import check

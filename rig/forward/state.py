@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lanes import jsonfile, settings
-from lanes.errors import ConfigError
-from lanes.mask import mask
+from lanes.base import jsonfile, settings
+from lanes.base.errors import ConfigError
+from lanes.base.mask import mask
 from rig.box import procs
 from rig.box.state import ProcRec
 

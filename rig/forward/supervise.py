@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from lanes import ssh
-from lanes.errors import NevError
-from lanes.mask import mask_argv
+from lanes.base import ssh
+from lanes.base.errors import NevError
+from lanes.base.mask import mask_argv
 from rig.forward import state as st
 from rig.rigfile import Forward, RigFile
 

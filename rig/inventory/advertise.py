@@ -23,10 +23,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from lanes import jsonfile
-from lanes.errors import ConfigError, UsageError
-from lanes.mask import is_secret_name, mask, register_secret
-from lanes.ui import info
+from lanes.base import jsonfile
+from lanes.base.errors import ConfigError, UsageError
+from lanes.base.mask import is_secret_name, mask, register_secret
+from lanes.base.ui import info
 from rig.inventory import inventoryfile
 
 SERVICE_TYPE = "_nevinv._tcp.local."

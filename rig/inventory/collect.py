@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 import requests
 
 from bench.folknet import Folknet
-from lanes.mask import mask
-from lanes.ui import info
+from lanes.base.mask import mask
+from lanes.base.ui import info
 from rig.inventory import inventoryfile
 from rig.inventory.advertise import SERVICE_TYPE, check_interface, sanitize
 from rig.inventory.reach import Reach, host_vars

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.folknet import Folknet
-from lanes import jsonfile, settings
-from lanes.ui import info
+from lanes.base import jsonfile, settings
+from lanes.base.ui import info
 
 SCHEMA = 1
 

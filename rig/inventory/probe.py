@@ -24,10 +24,10 @@ from typing import Any
 from bench import gateway_http
 from bench.folknet import Alias, Folknet
 from bench.gateway_http import Endpoint, Unreachable
-from lanes import settings
-from lanes.errors import ConfigError
-from lanes.mask import mask
-from lanes.ui import info
+from lanes.base import settings
+from lanes.base.errors import ConfigError
+from lanes.base.mask import mask
+from lanes.base.ui import info
 from rig.inventory import inventoryfile as snapshot
 
 READY = "ready"

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanes import jsonfile, lanesfile, settings
-from lanes import ssh as lanes_ssh
-from lanes.ssh import Target
+from lanes import lanesfile
+from lanes.base import jsonfile, settings
+from lanes.base import ssh as lanes_ssh
+from lanes.base.ssh import Target
 from rig import rigfile
 
 

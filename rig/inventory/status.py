@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.readiness import parse_time
-from lanes import lanesfile, settings
-from lanes.errors import NevError
+from lanes import lanesfile
+from lanes.base import settings
+from lanes.base.errors import NevError
 
 
 def age(seconds: float | None) -> str:

@@ -14,9 +14,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from lanes.errors import NevError
-from lanes.mask import mask
-from lanes.ssh import Connection
+from lanes.base.errors import NevError
+from lanes.base.mask import mask
+from lanes.base.ssh import Connection
 
 # $1 = number of files, then the files, then the commands. A symlink or a non-file is
 # reported, never followed: restoring through a link would replace the link itself.

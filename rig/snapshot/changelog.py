@@ -12,7 +12,7 @@ import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lanes.mask import known_secrets, mask
+from lanes.base.mask import known_secrets, mask
 from rig.snapshot.store import Manifest
 
 NAME = "changelog.md"

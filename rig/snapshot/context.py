@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from lanes import lanesfile, settings
-from lanes.errors import UsageError
+from lanes import lanesfile
+from lanes.base import settings
+from lanes.base.errors import UsageError
 from rig import rigfile
 from rig.rigfile import RigFile, Role
 from rig.snapshot.store import LocalStore

@@ -11,7 +11,7 @@ import difflib
 import re
 from collections.abc import Iterable
 
-from lanes.mask import MASK, known_secrets, mask, register_secret
+from lanes.base.mask import MASK, known_secrets, mask, register_secret
 from rig.rigfile import Role
 from rig.snapshot.capture import FileRec, HostState, capture_host
 from rig.snapshot.context import Context

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lanes import ssh
-from lanes.ssh import Connection, Target
+from lanes.base import ssh
+from lanes.base.ssh import Connection, Target
 from rig.rigfile import RigFile
 
 

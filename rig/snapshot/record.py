@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lanes.errors import NevError
-from lanes.ui import info
+from lanes.base.errors import NevError
+from lanes.base.ui import info
 from rig.snapshot import changelog
 from rig.snapshot.capture import HostState, capture_host, sha256
 from rig.snapshot.context import Context

@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lanes.errors import NevError
-from lanes.mask import mask
-from lanes.ssh import Connection
-from lanes.ui import info
+from lanes.base.errors import NevError
+from lanes.base.mask import mask
+from lanes.base.ssh import Connection
+from lanes.base.ui import info
 from rig.rigfile import Role
 from rig.snapshot import changelog
 from rig.snapshot.capture import FileRec, HostState, capture_host

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanes.errors import NevError, UsageError
-from lanes.jsonfile import write_bytes_atomic
-from lanes.mask import mask
-from lanes.ssh import Connection
+from lanes.base.errors import NevError, UsageError
+from lanes.base.jsonfile import write_bytes_atomic
+from lanes.base.mask import mask
+from lanes.base.ssh import Connection
 from rig.snapshot.capture import CmdRec, FileRec, HostState, sha256
 
 FORMAT = 1

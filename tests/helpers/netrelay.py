@@ -12,7 +12,7 @@ import select
 import socket
 import threading
 
-from lanes.ssh import pipe
+from lanes.base.ssh import pipe
 from rig.box.netns import inside
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from lanes.mask import mask
+from lanes.base.mask import mask
 
 
 def is_tty() -> bool:

@@ -23,9 +23,9 @@ from typing import Any
 
 import paramiko
 
-from lanes import settings
-from lanes.errors import NevError
-from lanes.mask import mask, mask_argv
+from lanes.base import settings
+from lanes.base.errors import NevError
+from lanes.base.mask import mask, mask_argv
 
 log = logging.getLogger("nev.ssh")
 

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes.errors import NevError
-from lanes.mask import mask, mask_argv
+from lanes.base.errors import NevError
+from lanes.base.mask import mask, mask_argv
 
 log = logging.getLogger("nev.git")
 

@@ -12,8 +12,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from lanes.errors import NevError
-from lanes.mask import is_secret_name
+from lanes.base.errors import NevError
+from lanes.base.mask import is_secret_name
 
 
 def table(existing: str, tag: str, line: str | None) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lanes.exitcodes import Exit
+from lanes.base.exitcodes import Exit
 
 
 class NevError(Exception):

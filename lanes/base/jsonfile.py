@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from lanes.errors import ConfigError
+from lanes.base.errors import ConfigError
 
 
 def load(path: Path, what: str = "settings file") -> Any:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from lanes.errors import ConfigError
+from lanes.base.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ _REGISTRY: dict[str, Setting] = {}
 def _s(name: str, default: str | None, help: str, secret: bool = False) -> Setting:
     """Register one setting; a name registered twice is refused (one name, one meaning)."""
     if name in _REGISTRY:
-        raise ValueError(f"setting {name} is registered twice in lanes/settings.py; keep one definition")
+        raise ValueError(f"setting {name} is registered twice in lanes/base/settings.py; keep one definition")
     s = Setting(name, default, help, secret)
     _REGISTRY[name] = s
     return s
