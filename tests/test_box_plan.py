@@ -200,3 +200,56 @@ def test_litellm_config_has_an_alias_per_pool_no_retries_and_no_key_inside():
     assert all(m["litellm_params"]["max_retries"] == 0 for m in cfg["model_list"])
     assert cfg["general_settings"]["master_key"] == "os.environ/LITELLM_MASTER_KEY"
     assert plan.key_allowlists() == {"batch": [p.alias for p in plan.POOLS], "writer": [plan.POOLS[0].alias]}
+
+
+# ---- waiting for a service to answer ----------------------------------------------------------
+
+import socket  # noqa: E402
+import threading  # noqa: E402
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
+
+from lanes.base.errors import NevError  # noqa: E402
+from rig.box import procs  # noqa: E402
+from rig.box.state import ProcRec  # noqa: E402
+
+
+def test_wait_port_returns_once_the_port_listens_and_names_a_port_that_never_does():
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    procs.wait_port("127.0.0.1", port, 2)
+    srv.close()
+    with pytest.raises(NevError, match=rf"^127\.0\.0\.1 did not listen on 127\.0\.0\.1:{port} within 0 s"):
+        procs.wait_port("127.0.0.1", port, 0.2)
+
+
+def test_wait_http_takes_a_client_error_as_an_answer_but_not_a_server_error():
+    codes = {"/missing": 404, "/broken": 503}
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(codes[self.path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        procs.wait_http(f"{base}/missing", 2)
+        with pytest.raises(NevError, match=r"/broken did not answer .*/broken within 0 s"):
+            procs.wait_http(f"{base}/broken", 0.3)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_waits_stop_at_once_when_the_recorded_process_is_gone(tmp_path):
+    gone = ProcRec(key="gpu9.pool", host="gpu9", pid=2 ** 22 + 1, start=1, argv=[])
+    port = socket.create_server(("127.0.0.1", 0))
+    closed = port.getsockname()[1]
+    port.close()
+    with pytest.raises(NevError, match=r"gpu9\.pool exited while starting; see .*gpu9-pool\.log"):
+        procs.wait_port("127.0.0.1", closed, 30, gone, tmp_path / "gpu9-pool.log")
