@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,15 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
         except OSError:
             pass
         raise
+
+
+def map_strings(data: Any, fn: Callable[[str], Any]) -> Any:
+    """The same JSON-shaped data with `fn` applied to every string value inside (keys kept)."""
+    if isinstance(data, dict):
+        return {k: map_strings(v, fn) for k, v in data.items()}
+    if isinstance(data, list):
+        return [map_strings(v, fn) for v in data]
+    return fn(data) if isinstance(data, str) else data
 
 
 def write_atomic(path: Path, data: Any, mode: int = 0o644) -> None:
