@@ -154,7 +154,7 @@ def run(node: Node, params: Params, label: str) -> list[str]:
     lines = [ln for ln in ran.out.splitlines() if ln.startswith(("changed: ", "unchanged: ", "failed: "))]
     for ln in lines:
         print(f"{label}: {ln}" if label else ln, flush=True)
-    if ran.status != 0:
+    if ran.exit_status != 0:
         failed = next((ln for ln in lines if ln.startswith("failed: ")), "failed: (no step)")
         raise NevError(f"provisioning {label} stopped at {failed.removeprefix('failed: ')}: {ran.last_err()}")
     return lines

@@ -167,4 +167,4 @@ def test_provision_plan_writes_no_credential_of_the_model_url():
 
 def test_provision_node_runs_scripts_on_stdin():
     ran = Node("local").run("read x; echo got-$x\n", check=False)   # the script itself is stdin
-    assert ran.status == 0 and ran.out.strip() == "got-"
+    assert ran.exit_status == 0 and ran.out.strip() == "got-"

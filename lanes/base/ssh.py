@@ -95,6 +95,11 @@ class Result:
     def err(self) -> str:
         return self.stderr.decode(errors="replace")
 
+    def last_err(self) -> str:
+        """The last line of stderr that says something, masked; `exit N` when there is none."""
+        lines = [ln.strip() for ln in self.err.splitlines() if ln.strip()]
+        return mask(lines[-1]) if lines else f"exit {self.exit_status}"
+
 
 def default_known_hosts() -> Path:
     p = settings.get_path(settings.KNOWN_HOSTS)
@@ -280,8 +285,7 @@ class Connection:
             writer.join(timeout=5)
         res = Result(status, b"".join(out), b"".join(err))
         if check and status != 0:
-            first = (res.err.strip().splitlines() or [f"exit {status}"])[-1]
-            raise SshError(f"command on {self.target} failed (exit {status}): {mask(first)}")
+            raise SshError(f"command on {self.target} failed (exit {status}): {res.last_err()}")
         return res
 
     def read_file(self, path: str) -> bytes:
