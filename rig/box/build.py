@@ -23,7 +23,7 @@ from lanes.agent.layout import MODEL_ENV
 from lanes.base import jsonfile, settings
 from lanes.base.mask import register_secret
 from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, procs, state
-from rig.box.lanes_netns import USER, client_key, ensure_jump_user, ensure_user, keygen
+from rig.box.lanes_netns import USER, client_key, ensure_jump_user, ensure_user, host_key
 from rig.box.state import BoxInfo, BoxState, LaneInfo, ProcRec
 
 if TYPE_CHECKING:
@@ -207,9 +207,7 @@ class Build:
             _lane_model_env(lane.host_home, self.info.gateway_url)
 
     def _pin_host_key(self, host_dir: Path, addr: str, comment: str) -> None:
-        keygen(host_dir / "ssh_host_ed25519_key", comment)
-        pub = (host_dir / "ssh_host_ed25519_key.pub").read_text().split()
-        self.hostkeys.append((addr, f"{pub[0]} {pub[1]}"))
+        self.hostkeys.append((addr, host_key(host_dir / "ssh_host_ed25519_key", comment)))
 
     def _sshd(self, h: plan.Host, cfg: Path, authorized_keys: Path) -> None:
         rec = self.keep(f"{h.name}.sshd", h.name, ["ip", "netns", "exec", h.netns, "/usr/sbin/sshd",
