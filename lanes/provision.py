@@ -26,7 +26,6 @@ GATE_PACKAGES = ("git", "python3", "nodejs", "npm", "gcc", "libc6-dev", "procps"
                  "chromium", "chromium-driver", "firefox-esr", "webkit2gtk-driver", "xvfb")
 USER = "lane"
 HOME = "/home/lane"
-TOOLCHAIN_PATH = "/srv/toolchain/cargo-bin:/usr/local/bin:/usr/bin:/bin"
 
 
 @dataclass(frozen=True)
@@ -105,9 +104,9 @@ def plan(p: Params) -> list[Step]:
         _as_lane(f"git init -q --bare {q(mirror)} && git -C {q(mirror)} config gc.auto 0")))
     steps.append(Step(
         "toolchains git python3 node cargo",
-        _as_lane(f"PATH={TOOLCHAIN_PATH}:$HOME/.cargo/bin; command -v git && command -v python3 && "
+        _as_lane(f"PATH={layout.TOOLCHAIN_PATH}:$HOME/.cargo/bin; command -v git && command -v python3 && "
                  "command -v node && command -v cargo") + " >/dev/null",
-        "echo 'cargo is missing: the Rust toolchain comes from the node (a read-only bind at /srv/toolchain) "
+        f"echo 'cargo is missing: the Rust toolchain comes from the node (a read-only bind at {layout.TOOLCHAIN}) "
         "or rustup in the lane home' >&2; false"))
     steps.append(Step(
         f"NAS at {p.shared}",
@@ -117,7 +116,7 @@ def plan(p: Params) -> list[Step]:
     npm_cache = f"{p.shared}/npm-cache"
     steps.append(Step(f"npm cache {npm_cache}", f"[ -d {q(npm_cache)} ]", _as_lane(f"mkdir -p {q(npm_cache)}")))
     lane_env = (f"export NEV_LANE_SHARED={p.shared}\nexport npm_config_cache={npm_cache}\n"
-                f"export PATH={TOOLCHAIN_PATH}:$HOME/.cargo/bin\n")
+                f"export PATH={layout.TOOLCHAIN_PATH}:$HOME/.cargo/bin\n")
     steps.append(_home_file(layout.LANE_ENV, lane_env))
     steps.append(_home_file(layout.SHARED_ENV, f"NEV_LANE_SHARED={p.shared}\nnpm_config_cache={npm_cache}\n"))
     if p.model_url:

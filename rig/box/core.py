@@ -76,14 +76,14 @@ class Box:
         fd = self.dir / "forge"
         lanes = [self._lane_info(h, i) for i, h in enumerate(layout.lane_hosts())]
         info = BoxInfo(
-            name=self.name, dir=self.dir, net=self.net, bridge=layout.bridge, bridge_addr=layout.bridge_addr,
+            name=self.name, dir=self.dir, net=self.net, bridge=layout.bridge, bridge_addr=layout.addr(plan.BRIDGE_OCTET),
             lanes=lanes, known_hosts=self.dir / "ssh" / "known_hosts", ssh_key=self.dir / "ssh" / "id_ed25519",
             ssh_config=self.dir / "ssh" / "config", lanes_file=self.dir / "lane.local.json",
-            forge_url=layout.forge_base, forge_addr=layout.forge().addr, forge_user=forge.USER,
+            forge_url=layout.forge_url(), forge_addr=layout.forge().addr, forge_user=forge.USER,
             forge_token_file=fd / "token", forge_askpass=fd / "askpass", forge_access_log=fd / "access.log",
             forge_repos=fd / "repos", nas=self.dir / "nas",
             hosts={h.name: {"addr": h.addr, "netns": h.netns, "role": h.role} for h in layout.hosts()},
-            gateway_url=layout.gateway_url, gateway_addr=layout.gateway().addr,
+            gateway_url=layout.gateway_url(), gateway_addr=layout.gateway().addr,
             master_key_file=self.dir / "keys" / "master.key",
             keys={k: self.dir / "keys" / f"{k}.key" for k in plan.KEY_NAMES},
             aliases={p.alias: p.name for p in plan.POOLS}, proxy_addr=layout.proxy().addr,
@@ -93,9 +93,9 @@ class Box:
                    for p, h in zip(plan.POOLS, layout.pool_hosts(), strict=True)},
             proxy_stats_socket=self.dir / "run" / "haproxy.sock",
             folknet_file=self.dir / "folknet.json", rig_file=self.dir / "rig.local.json",
-            rig_netns=layout.rig_netns, jump=layout.jump_spec, jump_addr=layout.jump_outside_addr,
-            jump_rig_addr=layout.jump().addr, dev_addr=layout.dev_addr,
-            forge_local_url=layout.forge_local_base, gateway_local_url=layout.gateway_local_url,
+            rig_netns=layout.rig_netns, jump=layout.jump_spec, jump_addr=layout.addr(plan.JUMP_OUT_OCTET),
+            jump_rig_addr=layout.jump().addr, dev_addr=layout.addr(plan.DEV_OCTET),
+            forge_local_url=layout.forge_url(local=True), gateway_local_url=layout.gateway_url(local=True),
         )
         info.env = self._env(info)
         return info

@@ -19,14 +19,13 @@ import time
 from pathlib import Path
 
 from lanes import create
+from lanes.agent import layout
 from lanes.base.errors import NevError
 from lanes.hostexec import LOCAL, Node
 from rig.box import plan, procs
 from rig.box.lanes_backend import BoxLanes
 from rig.box.lanes_netns import HOME, LANE_ROOT, LANE_SHARED, host_key, host_toolchain
 from rig.box.state import LaneInfo, ProcRec
-
-TOOLCHAIN = "/srv/toolchain"
 
 
 def _is_mount(path: Path) -> bool:
@@ -89,7 +88,8 @@ class LxcLanes(BoxLanes):
                (str(self.box_dir / "nas"), "nas", LANE_SHARED, False)]
         tc = host_toolchain()
         if tc is not None:
-            out += [(tc[0], "rustup", f"{TOOLCHAIN}/rustup", True), (tc[1], "cargo-bin", f"{TOOLCHAIN}/cargo-bin", True)]
+            out += [(tc[0], "rustup", f"{layout.TOOLCHAIN}/rustup", True),
+                    (tc[1], "cargo-bin", f"{layout.TOOLCHAIN}/cargo-bin", True)]
         return out
 
     def spec(self, lane: LaneInfo, host: plan.Host) -> create.LxcLane:

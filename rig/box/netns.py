@@ -109,7 +109,8 @@ def ensure(layout: plan.Layout, skip_roles: frozenset[str] = frozenset()) -> lis
         root_side, jump_side = plan.outside_cmds(layout)
         ip_batch(root_side)
         ip_batch(jump_side, jump_ns)
-        made.append(f"made outside link {layout.outside_veth} ({layout.dev_addr} <-> {layout.jump_outside_addr})")
+        made.append(f"made outside link {layout.outside_veth} ({layout.addr(plan.DEV_OCTET)} <-> "
+                    f"{layout.addr(plan.JUMP_OUT_OCTET)})")
     else:
         # The unreachable route may have been removed by hand: put it back (idempotent).
         _run(["ip", "route", "replace", "unreachable", f"{layout.net}.0/24"], check=False)
