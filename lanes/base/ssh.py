@@ -236,50 +236,11 @@ class Connection:
         ch = self.open_session(command)
         out: list[bytes] = []
         err: list[bytes] = []
-        writer: threading.Thread | None = None
-        write_error: list[BaseException] = []
-        if stdin is not None:
-            chunks: Iterable[bytes] = [stdin] if isinstance(stdin, bytes | bytearray) else stdin
-
-            def feed() -> None:
-                try:
-                    for c in chunks:
-                        view = memoryview(c)
-                        for i in range(0, len(view), CHUNK):
-                            ch.sendall(bytes(view[i:i + CHUNK]))
-                    ch.shutdown_write()
-                except BaseException as e:  # noqa: BLE001 - reported after the run
-                    write_error.append(e)
-
-            writer = threading.Thread(target=feed, daemon=True)
-            writer.start()
-        else:
-            ch.shutdown_write()
+        writer = _feed(ch, stdin)
         deadline = None if timeout is None else time.monotonic() + timeout
-        exited_at: float | None = None
-        while True:
-            r, _, _ = select.select([ch], [], [], 0.2)
-            got = False
-            while ch.recv_ready():
-                data = ch.recv(CHUNK)
-                got = True
-                (on_stdout(data) if on_stdout else out.append(data))
-            while ch.recv_stderr_ready():
-                data = ch.recv_stderr(CHUNK)
-                got = True
-                (on_stderr(data) if on_stderr else err.append(data))
-            # The exit status can arrive before the last output: stop at EOF, or a moment after the
-            # exit status when a background child still holds the output open (no EOF would come).
-            if ch.exit_status_ready() and not ch.recv_ready() and not ch.recv_stderr_ready():
-                if exited_at is None:
-                    exited_at = time.monotonic()
-                if ch.eof_received or time.monotonic() - exited_at > EOF_GRACE:
-                    break
-            if ch.closed and not got:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                ch.close()
-                raise SshError(f"command on {self.target} timed out after {timeout:.0f} s")
+        if not _pump(ch, on_stdout or out.append, on_stderr or err.append, deadline):
+            ch.close()
+            raise SshError(f"command on {self.target} timed out after {timeout:.0f} s")
         status = ch.recv_exit_status()
         if writer is not None:
             writer.join(timeout=5)
@@ -304,6 +265,58 @@ class Connection:
     def forward(self, remote_host: str, remote_port: int, local_port: int = 0,
                 local_host: str = "127.0.0.1") -> Forward:
         return Forward(self, remote_host, remote_port, local_host, local_port)
+
+
+def _feed(ch: paramiko.Channel, stdin: bytes | Iterable[bytes] | None) -> threading.Thread | None:
+    """`stdin` sent in large chunks by a thread of its own, then the channel's input closed (at once
+    when there is nothing to send)."""
+    if stdin is None:
+        ch.shutdown_write()
+        return None
+    chunks: Iterable[bytes] = [stdin] if isinstance(stdin, bytes | bytearray) else stdin
+
+    def feed() -> None:
+        try:
+            for c in chunks:
+                view = memoryview(c)
+                for i in range(0, len(view), CHUNK):
+                    ch.sendall(bytes(view[i:i + CHUNK]))
+            ch.shutdown_write()
+        except BaseException:  # noqa: BLE001 - a command that stopped reading: its result says why
+            pass
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    return writer
+
+
+def _pump(ch: paramiko.Channel, to_out: Callable[[bytes], None], to_err: Callable[[bytes], None],
+          deadline: float | None) -> bool:
+    """The command's output passed on until it is done; False when `deadline` came first."""
+    exited_at: float | None = None
+    while True:
+        select.select([ch], [], [], 0.2)
+        got = _drain(ch.recv_ready, ch.recv, to_out) | _drain(ch.recv_stderr_ready, ch.recv_stderr, to_err)
+        # The exit status can arrive before the last output: stop at EOF, or a moment after the
+        # exit status when a background child still holds the output open (no EOF would come).
+        if ch.exit_status_ready() and not ch.recv_ready() and not ch.recv_stderr_ready():
+            if exited_at is None:
+                exited_at = time.monotonic()
+            if ch.eof_received or time.monotonic() - exited_at > EOF_GRACE:
+                return True
+        if ch.closed and not got:
+            return True
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+
+
+def _drain(ready: Callable[[], bool], recv: Callable[[int], bytes], to: Callable[[bytes], None]) -> bool:
+    """What is ready on one stream passed on; True when there was any."""
+    got = False
+    while ready():
+        to(recv(CHUNK))
+        got = True
+    return got
 
 
 class Forward:
