@@ -165,8 +165,9 @@ class Build:
 
     def _made_user(self, user: str) -> None:
         """Marked as made by this box: `down` removes it when no other box lists it."""
-        (state.REGISTRY / "users").mkdir(parents=True, exist_ok=True)
-        (state.REGISTRY / "users" / f"{user}.created").write_text(self.box.name + "\n")
+        marker = state.user_marker(user)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(self.box.name + "\n")
         self.changed.append(f"user {user}")
 
     def drop_unwanted_lanes(self) -> None:

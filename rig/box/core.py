@@ -217,55 +217,61 @@ class Box:
         """Stop every recorded process, remove namespaces, veths, bridge, the user (when no
         other box lists it) and the box folder. Works on a box whose processes are gone."""
         require_root("down")
-        done: list[str] = []
         with self._lock():
             other = state.registry_entries().get(self.name)
             if other and Path(other.get("dir", "")) != self.dir and state.registry_live(other):
                 raise NevError(f"box {self.name!r} belongs to {other.get('dir')}, not {self.dir}; "
                                "nothing was removed (set NEV_BOX_DIR to that folder's parent)")
             st = self.state()
-            if st and st.info and st.info.rig_file and st.info.rig_file.exists():
-                try:
-                    done += self.forwards(st, "down")
-                except (OSError, subprocess.SubprocessError) as e:
-                    done.append(f"forwards not stopped: {e}")
-            if st:
-                for rec in reversed(list(st.procs.values())):
-                    if procs.stop(rec):
-                        done.append(f"stopped {rec.key} (pid {rec.pid})")
-            # Children of those (nginx workers) leave on their own; sessions of the box's lanes
-            # and anything run_in started live on in its namespaces: end them.
-            deadline = time.monotonic() + 1.0
-            while any(netns.ns_pids(ns) for ns in netns.box_netns(self.name)) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            for ns in netns.box_netns(self.name):
-                left = netns.ns_pids(ns)
-                if left:
-                    procs.kill_pids(left)
-                    done.append(f"ended {len(left)} leftover process(es) in {ns}")
-            if done:
-                time.sleep(0.05)
+            done = self._end_processes(st)
             done += [f"removed {x}" for x in netns.remove(self.name, net=self.net)]
             backend = lanes_backend.make(st.lanes_kind if st else self.lane_backend, self.dir, self.logs)
             for ln in (st.info.lanes if st and st.info else []):
                 backend.remove(self.dir / "lanes" / ln.name)
-            entries = state.registry_entries()
-            users = st.users if st else [USER]
-            marker = state.REGISTRY / "users" / f"{USER}.created"
-            if USER in users and USER not in state.users_elsewhere(self.name, entries) and marker.exists():
-                remove_user()
-                marker.unlink(missing_ok=True)
-                done.append(f"removed user {USER}")
-            jmarker = state.REGISTRY / "users" / f"{plan.JUMP_USER}.created"
-            if plan.JUMP_USER not in state.users_elsewhere(self.name, entries) and jmarker.exists():
-                remove_jump_user()
-                jmarker.unlink(missing_ok=True)
-                done.append(f"removed user {plan.JUMP_USER}")
+            done += self._remove_users(st)
             state.unregister(self.name)
             shutil.rmtree(self.jump_keys_file.parent, ignore_errors=True)
             if (self.dir / MARKER).exists():
                 shutil.rmtree(self.dir, ignore_errors=True)
                 done.append(f"removed {self.dir}")
+        return done
+
+    def _end_processes(self, st: BoxState | None) -> list[str]:
+        """The forwards, every recorded process, then whatever still runs in the box's namespaces."""
+        done: list[str] = []
+        if st and st.info and st.info.rig_file and st.info.rig_file.exists():
+            try:
+                done += self.forwards(st, "down")
+            except (OSError, subprocess.SubprocessError) as e:
+                done.append(f"forwards not stopped: {e}")
+        for rec in reversed(list(st.procs.values()) if st else []):
+            if procs.stop(rec):
+                done.append(f"stopped {rec.key} (pid {rec.pid})")
+        # Children of those (nginx workers) leave on their own; sessions of the box's lanes
+        # and anything run_in started live on in its namespaces: end them.
+        deadline = time.monotonic() + 1.0
+        while any(netns.ns_pids(ns) for ns in netns.box_netns(self.name)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for ns in netns.box_netns(self.name):
+            left = netns.ns_pids(ns)
+            if left:
+                procs.kill_pids(left)
+                done.append(f"ended {len(left)} leftover process(es) in {ns}")
+        if done:
+            time.sleep(0.05)
+        return done
+
+    def _remove_users(self, st: BoxState | None) -> list[str]:
+        """The shared users this machine's boxes made, once no other box lists them."""
+        elsewhere = state.users_elsewhere(self.name, state.registry_entries())
+        listed = st.users if st else [USER]
+        done = []
+        for user, remove, ours in ((USER, remove_user, USER in listed), (plan.JUMP_USER, remove_jump_user, True)):
+            marker = state.user_marker(user)
+            if ours and user not in elsewhere and marker.exists():
+                remove()
+                marker.unlink(missing_ok=True)
+                done.append(f"removed user {user}")
         return done
 
 
