@@ -129,18 +129,40 @@ class Connection:
     def connect(self) -> Connection:
         if self._client is not None:
             return self
-        client = paramiko.SSHClient()
-        if not self.known_hosts.exists():
-            raise HostKeyError(
-                f"known_hosts file {self.known_hosts} does not exist; pin the lane's host key there "
-                "(NEV_KNOWN_HOSTS names it)")
-        client.load_host_keys(str(self.known_hosts))
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        client = self._pinned_client()
         kw: dict = dict(hostname=self.target.host, port=self.target.port, username=self.target.user,
                         timeout=self.timeout, banner_timeout=self.timeout, auth_timeout=self.timeout,
                         allow_agent=False, look_for_keys=self.key_file is None)
         if self.key_file is not None:
             kw["key_filename"] = str(self.key_file)
+        tunnel = self._tunnel()
+        if tunnel is not None:
+            kw["sock"] = tunnel
+        try:
+            _open(client, kw, self.target, self.known_hosts)
+        except BaseException:
+            self._close_jump()
+            raise
+        t = client.get_transport()
+        if t is not None:
+            t.set_keepalive(15)
+        self._client = client
+        return self
+
+    def _pinned_client(self) -> paramiko.SSHClient:
+        """A client that knows only the host keys pinned in known_hosts and refuses any other."""
+        if not self.known_hosts.exists():
+            raise HostKeyError(
+                f"known_hosts file {self.known_hosts} does not exist; pin the lane's host key there "
+                "(NEV_KNOWN_HOSTS names it)")
+        client = paramiko.SSHClient()
+        client.load_host_keys(str(self.known_hosts))
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        return client
+
+    def _tunnel(self) -> paramiko.Channel | None:
+        """The channel to the target through the jump host (opened here when this connection has
+        its own), or None for a direct connection."""
         if self.via is None and self.jump is not None:
             # Both hops pinned in the same known_hosts file, with the same key.
             try:
@@ -151,37 +173,14 @@ class Connection:
                 raise SshError(f"cannot reach {self.target}: the jump host {self.jump} did not let us in "
                                f"({e})") from None
             self.via = self._own_jump
-        if self.via is not None:
-            try:
-                kw["sock"] = self.via.transport.open_channel(
-                    "direct-tcpip", (self.target.host, self.target.port), ("127.0.0.1", 0),
-                    timeout=self.timeout)
-            except (paramiko.SSHException, OSError) as e:
-                raise SshError(f"cannot reach {self.target} through the jump host {self.via.target}: "
-                               f"{mask(str(e)) or type(e).__name__}") from None
+        if self.via is None:
+            return None
         try:
-            try:
-                client.connect(**kw)
-            except BaseException:
-                self._close_jump()
-                raise
-        except paramiko.BadHostKeyException:
-            raise HostKeyError(
-                f"host key of {self.target} does not match the one pinned in {self.known_hosts}; "
-                "refusing to connect (re-pin it only if the host was really rebuilt)") from None
-        except paramiko.SSHException as e:
-            if "not found in known_hosts" in str(e):
-                raise HostKeyError(
-                    f"host key of {self.target} is not pinned in {self.known_hosts}; refusing to connect "
-                    "(add the lane's key to that file)") from None
-            raise SshError(f"SSH to {self.target} failed: {mask(str(e))}") from None
-        except (TimeoutError, OSError) as e:
-            raise SshError(f"SSH to {self.target} failed: {e}") from None
-        t = client.get_transport()
-        if t is not None:
-            t.set_keepalive(15)
-        self._client = client
-        return self
+            return self.via.transport.open_channel(
+                "direct-tcpip", (self.target.host, self.target.port), ("127.0.0.1", 0), timeout=self.timeout)
+        except (paramiko.SSHException, OSError) as e:
+            raise SshError(f"cannot reach {self.target} through the jump host {self.via.target}: "
+                           f"{mask(str(e)) or type(e).__name__}") from None
 
     def close(self) -> None:
         if self._client is not None:
@@ -265,6 +264,24 @@ class Connection:
     def forward(self, remote_host: str, remote_port: int, local_port: int = 0,
                 local_host: str = "127.0.0.1") -> Forward:
         return Forward(self, remote_host, remote_port, local_host, local_port)
+
+
+def _open(client: paramiko.SSHClient, kw: dict, target: Target, known_hosts: Path) -> None:
+    """`client.connect(**kw)`, its failures as HostKeyError (a key not pinned or not matching) or SshError."""
+    try:
+        client.connect(**kw)
+    except paramiko.BadHostKeyException:
+        raise HostKeyError(
+            f"host key of {target} does not match the one pinned in {known_hosts}; "
+            "refusing to connect (re-pin it only if the host was really rebuilt)") from None
+    except paramiko.SSHException as e:
+        if "not found in known_hosts" in str(e):
+            raise HostKeyError(
+                f"host key of {target} is not pinned in {known_hosts}; refusing to connect "
+                "(add the lane's key to that file)") from None
+        raise SshError(f"SSH to {target} failed: {mask(str(e))}") from None
+    except (TimeoutError, OSError) as e:
+        raise SshError(f"SSH to {target} failed: {e}") from None
 
 
 def _feed(ch: paramiko.Channel, stdin: bytes | Iterable[bytes] | None) -> threading.Thread | None:
