@@ -100,6 +100,7 @@ def test_poll_does_not_land_without_the_spec_on_main(tmp_path):
     assert subprocess.run(["git", "-C", str(dev), "rev-parse", "--verify", "-q", "refs/heads/demo"]).returncode != 0
 
 
+@pytest.mark.parts  # a real landing with a 10 s gate
 def test_submit_and_a_second_tick_return_while_poll_is_landing_a_result(tmp_path, monkeypatch):
     """Acceptance: the tick holds the job records only to read them and to write each outcome,
     never during a landing, so a submission in the middle of a gate does not wait for it. The
@@ -193,6 +194,7 @@ def test_tick_env_has_poll_env_and_no_secret(tmp_path):
     assert "NEV_FORGE_TOKEN" not in env and "OTHER" not in env and env["PATH"] == "/usr/bin"
 
 
+@pytest.mark.parts  # the Dagu binary
 def test_installed_tick_is_a_valid_scheduled_dagu_workflow_that_really_ticks(tmp_path):
     """--install --dagu-home writes a `schedule:` workflow; the real Dagu scheduler runs it within a minute."""
     forge, dev = _forge_with_result(tmp_path, "failed", 9)
