@@ -4,15 +4,20 @@
 
 use crate::css::{AbsposWidthInput, AbsposWidthOutput, BlockWidthInput, BlockWidthOutput, Len};
 
-/// CSS 2.1 §10.3.3 with §10.4's `min-width: 0` (the initial value).
-pub fn block_width(i: &BlockWidthInput) -> BlockWidthOutput {
-    let out = block_width_pass(i, i.width);
-    // §10.4: a tentative used width below min-width (0) reruns the rules with
-    // min-width as the computed width.
-    if out.width < 0.0 {
-        return block_width_pass(i, Len::Px(0.0));
+/// §10.4 with `min-width: 0` (the initial value): the rules run with the computed
+/// width; a tentative used width below min-width (0) reruns them with min-width
+/// as the computed width.
+fn min_width_zero<O>(width: Len, rules: impl Fn(Len) -> O, used_width: impl Fn(&O) -> f64) -> O {
+    let out = rules(width);
+    if used_width(&out) < 0.0 {
+        return rules(Len::Px(0.0));
     }
     out
+}
+
+/// CSS 2.1 §10.3.3 with §10.4's `min-width: 0` (the initial value).
+pub fn block_width(i: &BlockWidthInput) -> BlockWidthOutput {
+    min_width_zero(i.width, |w| block_width_pass(i, w), |o| o.width)
 }
 
 fn block_width_pass(i: &BlockWidthInput, width: Len) -> BlockWidthOutput {
@@ -54,11 +59,7 @@ fn block_width_pass(i: &BlockWidthInput, width: Len) -> BlockWidthOutput {
 
 /// CSS 2.1 §10.3.7 (ltr, static left 0) with §10.4's `min-width: 0`.
 pub fn abspos_width(i: &AbsposWidthInput) -> AbsposWidthOutput {
-    let out = abspos_pass(i, i.width);
-    if out.width < 0.0 {
-        return abspos_pass(i, Len::Px(0.0));
-    }
-    out
+    min_width_zero(i.width, |w| abspos_pass(i, w), |o| o.width)
 }
 
 fn abspos_pass(i: &AbsposWidthInput, width: Len) -> AbsposWidthOutput {
