@@ -40,6 +40,7 @@ from bench import rounds as rounds_mod
 from bench.gateway import CallFailed, CallRecord, Gateway, split_draws
 from bench.phases import Phases, own_cpu_s
 from bench.rounds import ModelRound, RoundRecord, ShareStatus
+from crates_bridge import rustlex
 from crates_bridge.candidates import Verdict, probe
 from crates_bridge.corpus import read_manifest
 from crates_bridge.errors import BridgeError
@@ -140,35 +141,22 @@ def extract_code(answer: str, function: str) -> str | None:
 
 
 def normalise(code: str) -> str:
-    """Code with comments and whitespace runs removed (strings kept): what dedupe compares."""
+    """Code with comments and whitespace runs removed (literals kept): what dedupe compares."""
     out: list[str] = []
-    strings: list[str] = []
-    i, n = 0, len(code)
-    while i < n:
-        c = code[i]
-        if code.startswith("//", i):
-            j = code.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        if code.startswith("/*", i):
-            j = code.find("*/", i + 2)
-            i = n if j < 0 else j + 2
+    literals: list[str] = []
+    for t in rustlex.scan(code):
+        piece = code[t.start:t.end]
+        if t.kind is rustlex.Kind.CODE:
+            out.append(piece)
+        elif t.kind is rustlex.Kind.COMMENT:
             out.append(" ")
-            continue
-        if c == '"':
-            j = i + 1
-            while j < n and code[j] != '"':
-                j += 2 if code[j] == "\\" else 1
-            strings.append(code[i:j + 1])
-            out.append(f" \x00{len(strings) - 1}\x00 ")
-            i = j + 1
-            continue
-        out.append(c)
-        i += 1
+        else:
+            literals.append(piece)
+            out.append(f" \x00{len(literals) - 1}\x00 ")
     text = "".join(out)
     text = re.sub(r"\s+", " ", text)
     text = re.sub(r" ?([{}()\[\];,:<>=+\-*/&|!.]) ?", r"\1", text).strip()
-    return re.sub(r" ?\x00(\d+)\x00 ?", lambda m: strings[int(m.group(1))], text)
+    return re.sub(r" ?\x00(\d+)\x00 ?", lambda m: literals[int(m.group(1))], text)
 
 
 def code_hash(code: str) -> str:

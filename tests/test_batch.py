@@ -78,6 +78,13 @@ def test_dedupe_hash_ignores_comments_and_whitespace_but_not_code():
     assert batch.code_hash('fn f() { "a  b" }') != batch.code_hash('fn f() { "a b" }')
 
 
+def test_dedupe_reads_literals_and_comments_as_rustc_does():
+    # a quote in a char literal opens no string; a nested block comment ends at its own close
+    quote = "fn f() -> char { let a = 1;  '\"' }"
+    assert batch.code_hash(quote) == batch.code_hash(quote.replace("  ", " /* a /* nested */ comment */ "))
+    assert batch.code_hash('fn f() { r#"a  "b"#; }') != batch.code_hash('fn f() { r#"a "b"#; }')
+
+
 def _brute(n: int, c: int, k: int) -> float:
     combos = list(itertools.combinations(range(n), k))
     return sum(1 for s in combos if any(i < c for i in s)) / len(combos)
