@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +37,44 @@ class Need:
     stage: str | None = None
 
 
+class ReasonKind(StrEnum):
+    """Why a job may not start now. Transient kinds clear by themselves (exit 3: resend later);
+    permanent ones never do (exit 10)."""
+
+    SNAPSHOT_MISSING = "snapshot-missing"
+    SNAPSHOT_UNPROBED = "snapshot-unprobed"
+    SNAPSHOT_STALE = "snapshot-stale"
+    NOT_PROBED = "not-probed"
+    NOT_READY = "not-ready"
+    PROVIDER_UNDECLARED = "provider-undeclared"
+    ALIAS_UNDECLARED = "alias-undeclared"
+    ALIAS_RETIRED = "alias-retired"
+    PROVIDER_NOT_ALLOWED = "provider-not-allowed"
+    KEY_NOT_ALLOWED = "key-not-allowed"
+
+    @property
+    def permanent(self) -> bool:
+        return self in PERMANENT
+
+
+PERMANENT = frozenset({ReasonKind.PROVIDER_UNDECLARED, ReasonKind.ALIAS_UNDECLARED, ReasonKind.ALIAS_RETIRED,
+                       ReasonKind.PROVIDER_NOT_ALLOWED, ReasonKind.KEY_NOT_ALLOWED})
+
+
 @dataclass(frozen=True)
 class Reason:
-    kind: str
-    permanent: bool
+    kind: ReasonKind
     message: str
     alias: str | None = None
     stage: str | None = None
 
+    @property
+    def permanent(self) -> bool:
+        return self.kind.permanent
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"kind": self.kind.value, "permanent": self.permanent, "message": self.message,
+                "alias": self.alias, "stage": self.stage}
 
 
 @dataclass(frozen=True)
@@ -142,17 +171,17 @@ def check(needs: Needs, snap: Snapshot, declared: Folknet, now: dt.datetime,
     today = now.date()
     aliases_state: dict[str, Any] = {}
     if snap.data is None:
-        reasons.append(Reason("snapshot-missing", False,
+        reasons.append(Reason(ReasonKind.SNAPSHOT_MISSING,
                               f"inventory snapshot {snap.path} is {snap.problem}: run `nev rig probe` on the lane"))
     else:
         probed = parse_time(snap.data.get("probed_at"))
         if probed is None:
-            reasons.append(Reason("snapshot-unprobed", False,
+            reasons.append(Reason(ReasonKind.SNAPSHOT_UNPROBED,
                                   f"inventory snapshot {snap.path} has no probe round yet: run `nev rig probe`"))
         else:
             age = (now - probed).total_seconds()
             if age > max_age_s:
-                reasons.append(Reason("snapshot-stale", False,
+                reasons.append(Reason(ReasonKind.SNAPSHOT_STALE,
                                       f"inventory snapshot {snap.path} is {_fmt_age(age)} old "
                                       f"(limit {_fmt_age(max_age_s)}): is `nev rig probe --every` running?"))
         raw = snap.data.get("aliases")
@@ -166,33 +195,33 @@ def check(needs: Needs, snap: Snapshot, declared: Folknet, now: dt.datetime,
         seen.add(ident)
         where = f" (stage {need.stage})" if need.stage else ""
         if need.provider is not None and need.provider not in declared.providers:
-            reasons.append(Reason("provider-undeclared", True,
+            reasons.append(Reason(ReasonKind.PROVIDER_UNDECLARED,
                                   f"provider {need.provider}{where} is not declared in {declared.path}",
                                   need.alias or None, need.stage))
         if not need.alias:
             continue
         alias = declared.aliases.get(need.alias)
         if alias is None:
-            reasons.append(Reason("alias-undeclared", True,
+            reasons.append(Reason(ReasonKind.ALIAS_UNDECLARED,
                                   f"model {need.alias}{where} is not declared in {declared.path}",
                                   need.alias, need.stage))
             continue
         if alias.is_retired(today):
-            reasons.append(Reason("alias-retired", True,
+            reasons.append(Reason(ReasonKind.ALIAS_RETIRED,
                                   f"model {need.alias}{where} was retired on {alias.retired}",
                                   need.alias, need.stage))
             continue
         if alias.provider not in declared.providers:
-            reasons.append(Reason("provider-undeclared", True,
+            reasons.append(Reason(ReasonKind.PROVIDER_UNDECLARED,
                                   f"model {need.alias}{where}: its provider {alias.provider} is not declared "
                                   f"in {declared.path}", need.alias, need.stage))
         if need.provider is not None and need.provider != alias.provider:
-            reasons.append(Reason("provider-not-allowed", True,
+            reasons.append(Reason(ReasonKind.PROVIDER_NOT_ALLOWED,
                                   f"model {need.alias}{where} is served by {alias.provider}, "
                                   f"not by the provider {need.provider} the stage allows",
                                   need.alias, need.stage))
         if needs.key is not None and needs.key not in alias.keys:
-            reasons.append(Reason("key-not-allowed", True,
+            reasons.append(Reason(ReasonKind.KEY_NOT_ALLOWED,
                                   f"model {need.alias}{where} is not allowed for key {needs.key} "
                                   f"(allowed: {', '.join(alias.keys) or 'none'})", need.alias, need.stage))
         if snap.data is None:
@@ -202,13 +231,13 @@ def check(needs: Needs, snap: Snapshot, declared: Folknet, now: dt.datetime,
         if status == READY:
             continue
         if not isinstance(st, dict) or status in (None, "unknown"):
-            reasons.append(Reason("not-probed", False,
+            reasons.append(Reason(ReasonKind.NOT_PROBED,
                                   f"model {need.alias}{where} has not been probed yet", need.alias, need.stage))
             continue
         since = parse_time(st.get("since"))
         held = f" for {_fmt_age((now - since).total_seconds())}" if since else ""
         err = st.get("last_error")
-        reasons.append(Reason("not-ready", False,
+        reasons.append(Reason(ReasonKind.NOT_READY,
                               f"model {need.alias}{where} is {status}{held}"
                               + (f": {err}" if err else ""), need.alias, need.stage))
     return reasons
