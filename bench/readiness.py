@@ -65,12 +65,19 @@ PERMANENT = frozenset({ReasonKind.PROVIDER_UNDECLARED, ReasonKind.ALIAS_UNDECLAR
 class Reason:
     kind: ReasonKind
     message: str
-    alias: str | None = None
-    stage: str | None = None
+    need: Need | None = None   # the model (or provider) it is about; None: the snapshot's as a whole
 
     @property
     def permanent(self) -> bool:
         return self.kind.permanent
+
+    @property
+    def alias(self) -> str | None:
+        return (self.need.alias or None) if self.need else None
+
+    @property
+    def stage(self) -> str | None:
+        return self.need.stage if self.need else None
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind.value, "permanent": self.permanent, "message": self.message,
@@ -187,43 +194,41 @@ def check(needs: Needs, snap: Snapshot, declared: Folknet, now: dt.datetime,
         raw = snap.data.get("aliases")
         aliases_state = raw if isinstance(raw, dict) else {}
 
-    seen: set[tuple[str, str | None, str | None]] = set()
+    seen: set[Need] = set()
     for need in needs.models:
-        ident = (need.alias, need.provider, need.stage)
-        if ident in seen:
+        if need in seen:
             continue
-        seen.add(ident)
+        seen.add(need)
         where = f" (stage {need.stage})" if need.stage else ""
         if need.provider is not None and need.provider not in declared.providers:
             reasons.append(Reason(ReasonKind.PROVIDER_UNDECLARED,
-                                  f"provider {need.provider}{where} is not declared in {declared.path}",
-                                  need.alias or None, need.stage))
+                                  f"provider {need.provider}{where} is not declared in {declared.path}", need))
         if not need.alias:
             continue
         alias = declared.aliases.get(need.alias)
         if alias is None:
             reasons.append(Reason(ReasonKind.ALIAS_UNDECLARED,
                                   f"model {need.alias}{where} is not declared in {declared.path}",
-                                  need.alias, need.stage))
+                                  need))
             continue
         if alias.is_retired(today):
             reasons.append(Reason(ReasonKind.ALIAS_RETIRED,
                                   f"model {need.alias}{where} was retired on {alias.retired}",
-                                  need.alias, need.stage))
+                                  need))
             continue
         if alias.provider not in declared.providers:
             reasons.append(Reason(ReasonKind.PROVIDER_UNDECLARED,
                                   f"model {need.alias}{where}: its provider {alias.provider} is not declared "
-                                  f"in {declared.path}", need.alias, need.stage))
+                                  f"in {declared.path}", need))
         if need.provider is not None and need.provider != alias.provider:
             reasons.append(Reason(ReasonKind.PROVIDER_NOT_ALLOWED,
                                   f"model {need.alias}{where} is served by {alias.provider}, "
                                   f"not by the provider {need.provider} the stage allows",
-                                  need.alias, need.stage))
+                                  need))
         if needs.key is not None and needs.key not in alias.keys:
             reasons.append(Reason(ReasonKind.KEY_NOT_ALLOWED,
                                   f"model {need.alias}{where} is not allowed for key {needs.key} "
-                                  f"(allowed: {', '.join(alias.keys) or 'none'})", need.alias, need.stage))
+                                  f"(allowed: {', '.join(alias.keys) or 'none'})", need))
         if snap.data is None:
             continue
         st = aliases_state.get(need.alias)
@@ -232,14 +237,14 @@ def check(needs: Needs, snap: Snapshot, declared: Folknet, now: dt.datetime,
             continue
         if not isinstance(st, dict) or status in (None, "unknown"):
             reasons.append(Reason(ReasonKind.NOT_PROBED,
-                                  f"model {need.alias}{where} has not been probed yet", need.alias, need.stage))
+                                  f"model {need.alias}{where} has not been probed yet", need))
             continue
         since = parse_time(st.get("since"))
         held = f" for {_fmt_age((now - since).total_seconds())}" if since else ""
         err = st.get("last_error")
         reasons.append(Reason(ReasonKind.NOT_READY,
                               f"model {need.alias}{where} is {status}{held}"
-                              + (f": {err}" if err else ""), need.alias, need.stage))
+                              + (f": {err}" if err else ""), need))
     return reasons
 
 

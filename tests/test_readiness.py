@@ -160,9 +160,9 @@ def test_multiple_reasons_all_reported_and_permanent_wins(declared):
     ("provider-not-allowed", True), ("key-not-allowed", True),
 ])
 def test_a_reasons_kind_decides_whether_it_ever_clears(kind, refused):
-    reason = Reason(ReasonKind(kind), "m", "fast")
+    reason = Reason(ReasonKind(kind), "m", Need("fast", None, "gen"))
     assert reason.permanent is refused and exit_code([reason]) == (10 if refused else 3)
-    assert reason.to_json() == {"kind": kind, "permanent": refused, "message": "m", "alias": "fast", "stage": None}
+    assert reason.to_json() == {"kind": kind, "permanent": refused, "message": "m", "alias": "fast", "stage": "gen"}
 
 
 def test_manifest_needs_from_stages_and_top_level():
