@@ -169,26 +169,31 @@ def generator_for(corpus: str, extra: dict[str, Callable[[], Generator]] | None 
 
 @dataclass(frozen=True)
 class Shard:
+    """Worker `index` of `count` building one corpus (`--shard i/n`)."""
+
     index: int
     count: int
+
+    @classmethod
+    def parse(cls, spec: str | None) -> Shard:
+        """`--shard i/n`; the whole corpus when none is given."""
+        if spec is None:
+            return WHOLE
+        try:
+            i, n = (int(x) for x in spec.split("/"))
+        except ValueError:
+            raise NevError(f"--shard {spec!r} is not i/n; write for example 0/2", 2) from None
+        if n < 1 or not 0 <= i < n:
+            raise NevError(f"--shard {spec!r}: need 0 <= i < n; write for example 1/2", 2)
+        return cls(i, n)
+
+    def seeds(self, start: int, count: int) -> Iterator[int]:
+        """This worker's seeds of [start, start+count): i, i+n, i+2n, ... (no queue needed)."""
+        first = start + ((self.index - start) % self.count)
+        return iter(range(first, start + count, self.count))
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
 
 
-def parse_shard(spec: str | None) -> Shard:
-    if spec is None:
-        return Shard(0, 1)
-    try:
-        i, n = (int(x) for x in spec.split("/"))
-    except ValueError:
-        raise NevError(f"--shard {spec!r} is not i/n; write for example 0/2", 2) from None
-    if n < 1 or not 0 <= i < n:
-        raise NevError(f"--shard {spec!r}: need 0 <= i < n; write for example 1/2", 2)
-    return Shard(i, n)
-
-
-def shard_seeds(start: int, count: int, shard: Shard) -> Iterator[int]:
-    """Worker i of n takes seeds i, i+n, i+2n, ... of [start, start+count): no queue needed."""
-    first = start + ((shard.index - start) % shard.count)
-    return iter(range(first, start + count, shard.count))
+WHOLE = Shard(0, 1)
