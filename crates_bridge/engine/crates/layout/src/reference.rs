@@ -123,17 +123,14 @@ fn abspos_pass(i: &AbsposWidthInput, width: Len) -> AbsposWidthOutput {
 mod tests {
     use super::*;
 
+    fn lens<const N: usize>(texts: [&str; N]) -> [Len; N] {
+        texts.map(|t| Len::parse(t).unwrap())
+    }
+
     fn bw(cb: f64, w: &str, ml: &str, mr: &str, p: &str, b: f64) -> BlockWidthOutput {
-        block_width(&BlockWidthInput {
-            cb_width: cb,
-            width: Len::parse(w).unwrap(),
-            margin_left: Len::parse(ml).unwrap(),
-            margin_right: Len::parse(mr).unwrap(),
-            padding_left: Len::parse(p).unwrap(),
-            padding_right: Len::parse(p).unwrap(),
-            border_left: b,
-            border_right: b,
-        })
+        let [width, margin_left, margin_right, padding] = lens([w, ml, mr, p]);
+        block_width(&BlockWidthInput { cb_width: cb, width, margin_left, margin_right, padding_left: padding,
+                                       padding_right: padding, border_left: b, border_right: b })
     }
 
     #[test]
@@ -173,19 +170,10 @@ mod tests {
     }
 
     fn ap(cb: f64, l: &str, w: &str, r: &str, ml: &str, mr: &str, content: f64) -> AbsposWidthOutput {
-        abspos_width(&AbsposWidthInput {
-            cb_width: cb,
-            left: Len::parse(l).unwrap(),
-            right: Len::parse(r).unwrap(),
-            width: Len::parse(w).unwrap(),
-            margin_left: Len::parse(ml).unwrap(),
-            margin_right: Len::parse(mr).unwrap(),
-            padding_left: Len::Px(0.0),
-            padding_right: Len::Px(0.0),
-            border_left: 0.0,
-            border_right: 0.0,
-            content_width: content,
-        })
+        let [left, width, right, margin_left, margin_right] = lens([l, w, r, ml, mr]);
+        let none = Len::Px(0.0);
+        abspos_width(&AbsposWidthInput { cb_width: cb, left, right, width, margin_left, margin_right, padding_left: none,
+                                         padding_right: none, border_left: 0.0, border_right: 0.0, content_width: content })
     }
 
     #[test]
