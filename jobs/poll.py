@@ -240,7 +240,7 @@ def _tick(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
             continue
         if act.kind is Act.WAIT:
             with _record(env, name, rec) as r:
-                if r:
+                if r is not None:
                     r.polled_at = now
             info(f"{name}: waiting: {act.why}")
         elif act.kind is Act.RESEND:
@@ -249,18 +249,18 @@ def _tick(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
                 run_id = resend(rec)
             except NevError as e:
                 with _record(env, name, rec) as r:
-                    if r:
+                    if r is not None:
                         r.polled_at = now
                 info(f"{name}: resend failed: {e}; next tick tries again")
                 continue
             with _record(env, name, rec) as r:
-                if r:
+                if r is not None:
                     r.polled_at, r.run_id, r.status, r.resends = now, run_id, JobStatus.RESENT, rec.resends + 1
             info(f"{name}: resent ({act.why}), run {run_id}; not counted as a send")
         else:
             assert res is not None or act.kind is Act.FAILED
             with _record(env, name, rec) as r:
-                if r:
+                if r is not None:
                     r.polled_at = now
                     if res is not None:
                         r.result, r.exit, r.outcome = res.commit, res.exit, res.outcome
@@ -277,7 +277,7 @@ def _tick(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
             except GitError as e:
                 status, why = JobStatus.NOT_LANDED, str(e)
             with _record(env, name, rec) as r:
-                if r:
+                if r is not None:
                     r.status, r.why = status, why
             info(f"{name}: {status}: {why}")
     with records.locked(env) as recs:
