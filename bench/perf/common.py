@@ -3,7 +3,7 @@ it builds, a child's wall time and peak RSS, a process's peak RSS, and the resul
 appended to results.jsonl, and the same figures printed, the ratios last.
 
 A script runs as `python bench/perf/bNN_x.py`; it puts the repository first on `sys.path` and
-then imports this module (`from bench.perf import common`).
+then imports from this module (`from bench.perf.common import publish`).
 """
 
 from __future__ import annotations
