@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from lanes.base import jsonfile
 from lanes.base.errors import ConfigError
 from lanes.base.jsonfile import Fields
 
@@ -231,12 +232,7 @@ def load(path: Path) -> Manifest:
 
 def read(path: Path) -> object:
     """The manifest file's YAML, or one line naming the file and what is wrong with it."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: manifest not found; give the job's manifest file") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the manifest: {e.strerror}") from None
+    text = jsonfile.read_text(path, "manifest", "give the job's manifest file")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lanes import lanesfile
@@ -29,6 +30,21 @@ HOME = "/home/lane"
 
 
 @dataclass(frozen=True)
+class Writer:
+    """A writer host's own set-up: LANE_WRITER_SETUP, run as the lane user (again whenever it or
+    its settings change) with LANE_WRITER_TOOL and LANE_WRITER_DIRS in its environment."""
+
+    setup: str
+    tool: str = ""
+    dirs: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Writer | None:
+        setup = env.get("LANE_WRITER_SETUP")
+        return cls(setup, env.get("LANE_WRITER_TOOL") or "", env.get("LANE_WRITER_DIRS") or "") if setup else None
+
+
+@dataclass(frozen=True)
 class Params:
     root: str = "/srv/lane"
     shared: str = "/srv/lane-shared"
@@ -36,9 +52,7 @@ class Params:
     apt_proxy: str | None = None
     model_url: str | None = None
     pi_tracks_url: str | None = None
-    writer_setup: str | None = None
-    writer_tool: str | None = None
-    writer_dirs: str | None = None
+    writer: Writer | None = None
 
 
 @dataclass(frozen=True)
@@ -125,14 +139,15 @@ def plan(p: Params) -> list[Step]:
         dest = f"{HOME}/.local/share/pi-tracks"
         steps.append(Step("writer host: pi-tracks clone", f"[ -d {q(dest)}/.git ]",
                           _as_lane(f"git clone -q {q(p.pi_tracks_url)} {q(dest)}")))
-    if p.writer_setup:
+    if p.writer:
+        w = p.writer
         stamp = f"{HOME}/.cache/nev-writer-setup"
-        digest = hashlib.sha256("\0".join([p.writer_setup, p.writer_tool or "", p.writer_dirs or ""]).encode()).hexdigest()
-        env = f"LANE_WRITER_TOOL={q(p.writer_tool or '')} LANE_WRITER_DIRS={q(p.writer_dirs or '')}"
+        digest = hashlib.sha256("\0".join([w.setup, w.tool, w.dirs]).encode()).hexdigest()
+        env = f"LANE_WRITER_TOOL={q(w.tool)} LANE_WRITER_DIRS={q(w.dirs)}"
         steps.append(Step(
             "writer host: LANE_WRITER_SETUP",
             f"[ \"$(cat {stamp} 2>/dev/null)\" = {digest} ]",
-            _as_lane(f"cd && {env} sh -c {q(p.writer_setup)} && mkdir -p ~/.cache && echo {digest} > {stamp}")))
+            _as_lane(f"cd && {env} sh -c {q(w.setup)} && mkdir -p ~/.cache && echo {digest} > {stamp}")))
     return steps
 
 

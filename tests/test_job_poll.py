@@ -16,6 +16,7 @@ from jobs import poll as poll_mod
 from jobs import result as result_mod
 from jobs import submit as submit_mod
 from jobs.poll import RunInfo, decide
+from jobs.records import JobRecord, JobStatus
 from jobs.result import Result
 from lanes.base import crontab
 from tests.helpers.job_helpers import ROOT, fake_lane_dagu, git, make_checkout, nev, write_manifest
@@ -27,19 +28,23 @@ def _res(outcome: str, code: int, commit: str = "c" * 40) -> Result:
     return Result("demo", outcome, code, "run-1", commit, (), "demo")
 
 
+def _rec(status: str, **fields) -> JobRecord:
+    return JobRecord(job="demo", status=JobStatus(status), **fields)
+
+
 @pytest.mark.parametrize("rec,res,run,kind", [
     (None, _res("passed", 0), None, "land"),
-    ({"status": "submitted"}, _res("failed", 10), None, "failed"),
-    ({"status": "submitted"}, _res("failed", 9), None, "failed"),
-    ({"status": "failed", "result": "c" * 40}, _res("failed", 10), None, "done"),
-    ({"status": "landed", "result": "c" * 40}, _res("passed", 0), None, "done"),
-    ({"status": "submitted", "run_id": "r"}, None, RunInfo(True, "partially_succeeded", 3, 0), "resend"),
-    ({"status": "resent", "run_id": "r"}, None, RunInfo(True, "failed", 0, 7), "resend"),
-    ({"status": "submitted", "run_id": "r"}, None, RunInfo(False, "running"), "wait"),
-    ({"status": "submitted", "run_id": "r"}, None, RunInfo(False, "queued"), "wait"),
-    ({"status": "submitted", "run_id": "r"}, None, None, "wait"),
-    ({"status": "submitted", "run_id": "r"}, None, RunInfo(True, "failed", None, None), "failed"),
-    ({"status": "landed"}, None, None, "done"),
+    (_rec("submitted"), _res("failed", 10), None, "failed"),
+    (_rec("submitted"), _res("failed", 9), None, "failed"),
+    (_rec("failed", result="c" * 40), _res("failed", 10), None, "done"),
+    (_rec("landed", result="c" * 40), _res("passed", 0), None, "done"),
+    (_rec("submitted", run_id="r"), None, RunInfo(True, "partially_succeeded", 3, 0), "resend"),
+    (_rec("resent", run_id="r"), None, RunInfo(True, "failed", 0, 7), "resend"),
+    (_rec("submitted", run_id="r"), None, RunInfo(False, "running"), "wait"),
+    (_rec("submitted", run_id="r"), None, RunInfo(False, "queued"), "wait"),
+    (_rec("submitted", run_id="r"), None, None, "wait"),
+    (_rec("submitted", run_id="r"), None, RunInfo(True, "failed", None, None), "failed"),
+    (_rec("landed"), None, None, "done"),
 ])
 def test_decide(rec, res, run, kind):
     assert decide(rec, res, run).kind == kind

@@ -12,13 +12,19 @@ from typing import Any
 from lanes.base.errors import ConfigError
 
 
-def load(path: Path, what: str = "settings file") -> Any:
+def read_text(path: Path, what: str, if_missing: str) -> str:
+    """The text of `path`, the `what` of its messages; ConfigError naming the file when it is missing
+    (with `if_missing`: what to do) or cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} not found; create it (see the *.example.json beside it)") from None
+        raise ConfigError(f"{path}: {what} not found; {if_missing}") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the {what}: {e.strerror}") from None
+
+
+def load(path: Path, what: str = "settings file") -> Any:
+    text = read_text(path, what, "create it (see the *.example.json beside it)")
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
