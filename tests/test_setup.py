@@ -100,3 +100,19 @@ def test_setup_check_changes_nothing_and_reports_the_virtualenv_it_would_make(tm
     assert cp.returncode == 1 and not (tmp_path / "venv").exists()
     assert any(x.endswith(f"(the engine needs {MINIMUM})") and "unchanged: Rust: rustc " in x
                for x in cp.stdout.splitlines())
+
+
+def test_setup_says_when_npm_cannot_fetch_dagu(tmp_path):
+    fake = tmp_path / "npm-offline"
+    fake.mkdir()
+    (fake / "npm").write_text("#!/bin/sh\necho 'npm ERR! code SELF_SIGNED_CERT_IN_CHAIN' >&2\nexit 1\n")
+    (fake / "npm").chmod(0o755)
+    env_dagu = tmp_path / "dagu-cache"
+    path = path_without({"npm"}, tmp_path)
+    cp = subprocess.run([str(SETUP)], capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "PATH": f"{fake}:{path}", "NEV_SETUP_SKIP_APT": "1",
+                             "NEV_DAGU_CACHE": str(env_dagu), "NEV_VENV": str(tmp_path / "venv")})
+    assert cp.returncode == 1
+    assert cp.stderr.splitlines()[-1].startswith("setup: npm could not fetch @dagu-org/dagu-linux-x64@")
+    assert "SELF_SIGNED_CERT_IN_CHAIN" in cp.stderr
+    assert not env_dagu.exists() and not (tmp_path / "venv").exists()
