@@ -10,23 +10,38 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+import tomllib
 import urllib.parse
 from dataclasses import dataclass
+from pathlib import Path
 
-from lanes import lanesfile
+from lanes import guestlist, lanesfile
 from lanes.agent import layout
+from lanes.base import settings
 from lanes.base.errors import ConfigError, NevError
 from lanes.base.ssh import default_key_file, default_known_hosts
 from lanes.create import heredoc
 from lanes.hostexec import Node
 
-# What the gate needs on a lane (Debian bookworm names): git, Python, Node, a C linker for
-# cargo, the three browsers with their drivers and a virtual display.
-GATE_PACKAGES = ("git", "python3", "nodejs", "npm", "gcc", "libc6-dev", "procps", "ca-certificates",
-                 "chromium", "chromium-driver", "firefox-esr", "webkit2gtk-driver", "xvfb")
+# What a working lane needs (Debian bookworm names): the whole declared list, the image's part
+# included (`lanes/guestlist.py`), so a guest made from any Debian image is checked and completed.
+GATE_PACKAGES = guestlist.packages()
 USER = "lane"
 HOME = "/home/lane"
-TOOLCHAIN_PATH = "/srv/toolchain/cargo-bin:/usr/local/bin:/usr/bin:/bin"
+TOOLCHAIN = "/srv/toolchain"      # the node's Rust, bound read-only (it cannot be installed in a guest
+TOOLCHAIN_PATH = f"{TOOLCHAIN}/cargo-bin:/usr/local/bin:/usr/bin:/bin"   # with no route out)
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def engine_rust_min(root: Path = PROJECT) -> str | None:
+    """The engine's minimum Rust (`rust-version` of its Cargo workspace), None when it names none."""
+    cargo = settings.path_under(settings.ENGINE_DIR, root) / "Cargo.toml"
+    try:
+        data = tomllib.loads(cargo.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    v = data.get("workspace", {}).get("package", {}).get("rust-version") or data.get("package", {}).get("rust-version")
+    return str(v) if v else None
 
 
 @dataclass(frozen=True)
@@ -40,6 +55,7 @@ class Params:
     writer_setup: str | None = None
     writer_tool: str | None = None
     writer_dirs: str | None = None
+    rust_min: str | None = None     # the engine's minimum Rust (`engine_rust_min`)
 
 
 @dataclass(frozen=True)
@@ -47,6 +63,7 @@ class Step:
     name: str
     check: str      # exit 0: already so
     apply: str
+    detail: str = ""   # a command printing what the check found, added to the step's line
 
 
 def _as_lane(cmd: str) -> str:
@@ -104,11 +121,10 @@ def plan(p: Params) -> list[Step]:
         _as_lane(f"git -C {q(mirror)} rev-parse --is-bare-repository 2>/dev/null | grep -qx true"),
         _as_lane(f"git init -q --bare {q(mirror)} && git -C {q(mirror)} config gc.auto 0")))
     steps.append(Step(
-        "toolchains git python3 node cargo",
-        _as_lane(f"PATH={TOOLCHAIN_PATH}:$HOME/.cargo/bin; command -v git && command -v python3 && "
-                 "command -v node && command -v cargo") + " >/dev/null",
-        "echo 'cargo is missing: the Rust toolchain comes from the node (a read-only bind at /srv/toolchain) "
-        "or rustup in the lane home' >&2; false"))
+        "toolchains git python3 node",
+        _as_lane("command -v git && command -v python3 && command -v node") + " >/dev/null",
+        "echo 'git, python3 or node is missing: add it to the packages' >&2; false"))
+    steps.append(rust_step(p.rust_min))
     steps.append(Step(
         f"NAS at {p.shared}",
         _as_lane(f"test -d {q(p.shared)} && test -w {q(p.shared)}"),
@@ -137,11 +153,37 @@ def plan(p: Params) -> list[Step]:
     return steps
 
 
+def rust_step(rust_min: str | None) -> Step:
+    """Rust cannot be installed in a guest with no route out (rustup downloads, and Debian's
+    rustc is older than the engine's minimum): it is the node's toolchain, bound read-only at
+    /srv/toolchain, or rustup in the lane home. The line names which, and the version."""
+    find = (f"PATH={TOOLCHAIN_PATH}:$HOME/.cargo/bin RUSTUP_HOME=${{RUSTUP_HOME:-{TOOLCHAIN}/rustup}}; "
+            "c=$(command -v cargo) || exit 1; v=$(cargo --version 2>/dev/null | cut -d' ' -f2) || exit 1; ")
+    if rust_min:
+        ok = (f"[ \"$(printf '%s\\n%s\\n' {shlex.quote(rust_min)} \"${{v%%-*}}\" | sort -V | head -1)\" = "
+              f"{shlex.quote(rust_min)} ]")
+    else:
+        ok = "[ -n \"$v\" ]"
+    where = (f"case $c in {TOOLCHAIN}/*) echo \"cargo $v, the node's toolchain bound read-only at {TOOLCHAIN}\";; "
+             "*) echo \"cargo $v at $c\";; esac")
+    need = f"rust >= {rust_min}" if rust_min else "rust"
+    older = f" or older than {rust_min}" if rust_min else ""
+    return Step(
+        f"{need} (the engine's minimum)" if rust_min else need,
+        _as_lane(find + ok),
+        f"echo 'cargo is missing{older}: the Rust toolchain comes from the node "
+        f"(a read-only bind at {TOOLCHAIN}: nev lane create --bind SRC:{TOOLCHAIN}/rustup:ro) "
+        "or rustup in the lane home' >&2; false",
+        detail=_as_lane(find + where))
+
+
 def script(steps: list[Step]) -> str:
     """One script: every step prints its line; the first failing action stops the run."""
     out = ["set -u", "export LC_ALL=C PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
     for s in steps:
         label = shlex.quote(s.name)
+        if s.detail:
+            label += f'": $({s.detail} 2>/dev/null)"'
         out.append(f"if {s.check}\nthen echo unchanged: {label}\nelse\n"
                    f"{{ {s.apply}\n}} || {{ echo failed: {label}; exit 1; }}\n"
                    f"if {s.check}\nthen echo changed: {label}\nelse echo failed: {label}; exit 1; fi\nfi")

@@ -121,6 +121,8 @@ BOX_DIR = _s("NEV_BOX_DIR", ".box", "where boxes keep state and configs (one fol
 BOX_NAME = _s("NEV_BOX_NAME", "nevbox", "prefix of the box's namespaces, bridge and users")
 BOX_NET = _s("NEV_BOX_NET", "198.18.0", "the /24 (inside 198.18.0.0/15) the box's hosts are addressed from")
 BOX_LANES = _s("NEV_BOX_LANES", "netns", "how the box makes its lanes: netns (namespace + sshd) or lxc (unprivileged LXC guests)")
+LXC_CACHE = _s("NEV_LXC_CACHE", "/var/lib/nev-lxc", "where LXC lane images are cached (one folder per recipe) and the "
+               "box's guests live (an absolute path the guests' root, uid 100000, can traverse)")
 BOX_KEEP = _s("NEV_BOX_KEEP", None, "when set to 1, the test fixture leaves the box up at the end")
 BOX_REGISTRY = _s("NEV_BOX_REGISTRY", "/var/lib/nev-box", "the machine-wide list of boxes, their users and locks "
                   "(so boxes never take each other's names or nets)")

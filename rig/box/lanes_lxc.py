@@ -73,7 +73,8 @@ class LxcLanes:
         self.box_dir = box_dir
         self.log_dir = log_dir
         self.node = Node(LOCAL)
-        self.base = Path(create.CACHE) / "boxes" / box_dir.name
+        self.cache = create.cache()
+        self.base = Path(self.cache) / "boxes" / box_dir.name
         self.lxcpath = str(self.base / "lxc")
         self.recipe = create.ImageRecipe()
 
@@ -102,7 +103,7 @@ class LxcLanes:
         # No bridge for LXC: the box's bridge is in the rig namespace; start() moves the veth there.
         return create.LxcLane(name=self.container(lane.name), bridge="",
                               addr=lane.addr, cpus=ncpu, memory_gb=4, disk_gb=20, lxcpath=self.lxcpath,
-                              recipe=self.recipe, binds=tuple(binds), veth=host.veth, autostart=False)
+                              cache=self.cache, recipe=self.recipe, binds=tuple(binds), veth=host.veth, autostart=False)
 
     def prepare(self, lane: LaneInfo, host: plan.Host, client_pub: str) -> str:
         d = self.lane_dir(lane)
@@ -126,7 +127,7 @@ class LxcLanes:
         (d / "sshd_config").write_text(sshd)   # its digest restarts the guest when it changes
         files = create.GuestFiles(host_key=hk.read_text(), host_key_pub=hk.with_suffix(".pub").read_text(),
                                   authorized_keys=client_pub + "\n", sshd_config=sshd, lane_home_in_delta=False)
-        create.ensure_image(self.node, self.recipe)
+        create.ensure_image(self.node, self.recipe, self.cache)
         self.node.run(create.write_script(spec, files), what=f"writing lane {spec.name}")
         pub = hk.with_suffix(".pub").read_text().split()
         return f"{pub[0]} {pub[1]}"
