@@ -435,8 +435,7 @@ class Box:
         # Every host advertises its role (mDNS + HTTP inventory) and lane0 collects, as on the
         # rig; lane services run the lane's own nev, installed the way `nev lane install` does.
         lane_pids = {ln.name: st.procs[f"{ln.name}.sshd"].pid for ln in info.lanes}
-        svcs, made = inventory_up.prepare(layout, self.dir, st.lanes_kind, lane_pids,
-                                          userns=not backend.uses_netns)
+        svcs, made = inventory_up.prepare(layout, self.dir, st.lanes_kind, lane_pids)
         changed += made
         restarted = {lane.name for lane, _rec in started_lanes}
         for svc in svcs:                                   # advertisers first, lane0.collect last
