@@ -146,3 +146,42 @@ def test_lane_program_is_stdlib_only():
                         if f"{module}.{a.name}" in payload.LANE_MODULES and f"{module}.{a.name}" not in earlier]
         assert not bad, (name, bad)
         earlier.add(name)
+
+
+def code_graph() -> dict[str, tuple[set[str], set[str]]]:
+    """Per package: our packages it imports, and what it takes from `lanes` (base collapsed)."""
+    graph: dict[str, tuple[set[str], set[str]]] = {p: (set(), set()) for p in PACKAGES}
+    for pkg in PACKAGES:
+        for f in (ROOT / pkg).rglob("*.py"):
+            if any(e in f.parents for e in EXEMPT) or "target" in f.parts:
+                continue
+            for m in imported_modules(f.read_text(encoding="utf-8")):
+                top = m.split(".")[0]
+                if top != pkg:
+                    graph[pkg][0].add(top)
+                    if top == "lanes" and m != "lanes":
+                        graph[pkg][1].add("base" if m.startswith("lanes.base") else m.removeprefix("lanes."))
+    return graph
+
+
+def doc_graph(text: str) -> dict[str, tuple[set[str], set[str]]]:
+    """The import table of docs/architecture.md ("## The import graph")."""
+    section = text.split("## The import graph", 1)[1].split("\n## ", 1)[0]
+    graph = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0].strip("`") in PACKAGES:
+            def names(cell: str) -> set[str]:
+                return {n.strip() for n in cell.split(",") if n.strip() and n.strip() != "(none)"}
+            graph[cells[0].strip("`")] = (names(cells[1]), names(cells[2]))
+    return graph
+
+
+def test_the_architecture_page_has_the_real_import_graph():
+    documented = doc_graph((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert set(documented) == PACKAGES
+    real = code_graph()
+    wrong = {p: (documented[p], real[p]) for p in PACKAGES if documented[p] != real[p]}
+    assert not wrong, f"docs/architecture.md's import table differs from the code (documented, real): {wrong}"
+    # and the comparison can fail: a package missing from one row is seen
+    assert doc_graph("## The import graph\n| `dagu` | (none) | |\n")["dagu"] != real["dagu"]
