@@ -12,8 +12,8 @@ guest made from any Debian image (a Proxmox template, an older cached image) bec
 lane. The image's key hashes the whole list and the apt sources (`lanes.create.ImageRecipe`), so
 a change to either is a new image, never a cached one used stale.
 
-The browsers are in the image because every box lane is a fresh overlay: installing them per
-lane (~930 MB) on every `nev box up` would cost minutes; in the image they cost once.
+The browsers and node are in the image because every box lane is a fresh overlay: installing
+them per lane (~1 GB) on every `nev box up` would cost minutes; in the image they cost once.
 
 The apt sources are the host's (bookworm, bookworm-updates, bookworm-security), so a guest's
 browsers are the versions this machine has: a corpus built on a lane and one built here can be
@@ -50,13 +50,14 @@ DECLARED: tuple[Need, ...] = (
     Need("libc6-dev", IMG, "cargo's linker"),
     Need("procps", IMG, "ps for the busy test and the sweep"),
     Need("iproute2", IMG, "ip, for the box's checks inside a guest"),
+    Need("curl", IMG, "HTTP from a job's stages and checks (the gateway, Dagu's API on the lane)"),
     Need("chromium", IMG, "the oracle's Blink (Playwright drives /usr/lib/chromium/chromium)"),
     Need("firefox-esr", IMG, "the oracle's Gecko (WebDriver BiDi)"),
     Need("webkit2gtk-driver", IMG, "the oracle's WebKit (WebKitWebDriver starts MiniBrowser)"),
     Need("xvfb", IMG, "WebKit's display"),
     Need("fonts-dejavu-core", IMG, "the fonts this machine renders with: same fonts, same layout"),
     Need("fonts-dejavu-extra", IMG, "the fonts this machine renders with"),
-    Need("nodejs", PROV, "the job event store's tests and the oracle's npm packages"),
+    Need("nodejs", IMG, "node: a job's requirements check wants it on every lane"),
     Need("npm", PROV, "npm ci from the share's cache"),
     Need("chromium-driver", PROV, "chromedriver, for tools that drive Chromium without Playwright"),
 )

@@ -123,8 +123,10 @@ class LxcLanes:
         tc = host_toolchain()
         hk = d / "ssh_host_ed25519_key"
         keygen(hk, f"{lane.name}-host")
-        sshd = create.guest_sshd_config(lane.addr, toolchain=tc is not None)
-        (d / "sshd_config").write_text(sshd)   # its digest restarts the guest when it changes
+        # The image's key rides in the config as a comment: its digest restarts the guest when
+        # either changes (a new declared list is a new image, and the lane moves onto it).
+        sshd = create.guest_sshd_config(lane.addr, toolchain=tc is not None) + f"# image {self.recipe.key}\n"
+        (d / "sshd_config").write_text(sshd)
         files = create.GuestFiles(host_key=hk.read_text(), host_key_pub=hk.with_suffix(".pub").read_text(),
                                   authorized_keys=client_pub + "\n", sshd_config=sshd, lane_home_in_delta=False)
         create.ensure_image(self.node, self.recipe, self.cache)
