@@ -3,7 +3,7 @@
 The box calls, per lane: `prepare` (files, keys; returns the host key to pin), `start` (when
 the recorded process is not alive), `wait` (until SSH answers), and on removal `remove`. There
 are "netns" (a network namespace running sshd in a private mount namespace) and "lxc" (a real
-unprivileged LXC guest, `rig/box/lanes_lxc.py`); NEV_BOX_LANES picks one.
+unprivileged LXC guest, `rig/box/lanes_lxc.py`, the default); NEV_BOX_LANES picks one.
 """
 
 from __future__ import annotations
