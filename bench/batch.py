@@ -16,6 +16,10 @@ One run of `nev batch run FUNCTION` is a sequence of batches (rounds):
 Nothing is accepted on a model's word: escalated output goes through the same probe. Each
 batch appends one line to the ledger and its full record (every call metered) to the run's
 folder.
+
+The shares are `bench.shares`, answers become candidates in `bench.answers`, verdicts and what
+the next prompt carries are `bench.verdicts`, a kept version is written by `bench.keep`; this
+module draws, runs the rounds, and is `nev batch run`'s thin shell.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import math
 import re
 import threading
 import time
@@ -37,232 +40,22 @@ from typing import Any
 from bench import folknet as fk
 from bench import ledger, prompt
 from bench import rounds as rounds_mod
+from bench.answers import Candidate, code_hash, extract_code
 from bench.gateway import CallFailed, CallRecord, Gateway, split_draws
+from bench.keep import keep
 from bench.phases import Phases, own_cpu_s
-from bench.rounds import ModelRound, RoundRecord, ShareStatus
-from crates_bridge.candidates import Verdict, probe
+from bench.rounds import ModelRound, RoundRecord, ShareStatus, now
+from bench.shares import Share, default_escalation, default_models, parse_models, resolve
+from bench.verdicts import Judged, best_versions, failing_cases, judge, pass_at
+from crates_bridge.candidates import probe
 from crates_bridge.corpus import read_manifest
 from crates_bridge.errors import BridgeError
-from crates_bridge.registry import FLOOR_SUFFIX, PROVENANCE_SUFFIX, Floor, load_floor, write_floor
+from crates_bridge.registry import PROVENANCE_SUFFIX
 from crates_bridge.workspace import Workspace
 from lanes.base.errors import ConfigError, NevError, UsageError
 from lanes.base.exitcodes import Exit
 from lanes.base.mask import mask
 
-DEFAULT_N = 8
-DEFAULT_ESCALATE_N = 4
-
-
-# ---- models (pure) ----
-
-@dataclass(frozen=True)
-class Share:
-    """One model's share of a batch: N candidates at INFLIGHT calls at once."""
-
-    alias: str
-    n: int
-    inflight: int
-    tier: str = "sampling"
-    supports_n: bool = True
-    #: what folknet.json declares; `inflight` is never above it
-    declared_max: int = 0
-    note: str | None = None
-
-
-def parse_models(text: str) -> list[tuple[str, int, int | None]]:
-    """`ALIAS:N:INFLIGHT,...` (INFLIGHT optional) -> [(alias, n, inflight)]."""
-    out: list[tuple[str, int, int | None]] = []
-    for part in [p.strip() for p in text.split(",") if p.strip()]:
-        bits = part.split(":")
-        if len(bits) not in (2, 3) or not bits[0]:
-            raise UsageError(f"--models entry `{part}` is not ALIAS:N[:INFLIGHT]; e.g. qwen3.8-27b-fast:32:8")
-        try:
-            n = int(bits[1])
-            inflight = int(bits[2]) if len(bits) == 3 else None
-        except ValueError:
-            raise UsageError(f"--models entry `{part}`: N and INFLIGHT must be whole numbers (ALIAS:N:INFLIGHT)") from None
-        if n < 1 or (inflight is not None and inflight < 1):
-            raise UsageError(f"--models entry `{part}`: N and INFLIGHT must be at least 1")
-        out.append((bits[0], n, inflight))
-    if not out:
-        raise UsageError("--models is empty; give ALIAS:N:INFLIGHT,...")
-    return out
-
-
-def resolve(entries: Sequence[tuple[str, int, int | None]], net: fk.Folknet) -> list[Share]:
-    """Check each alias against folknet.json; cap INFLIGHT at what it declares."""
-    shares = []
-    for alias, n, inflight in entries:
-        a = net.aliases.get(alias)
-        if a is None:
-            raise UsageError(f"model `{alias}` is not in {net.path}; use one of "
-                             f"{', '.join(x.name for x in net.active())}")
-        if a.is_retired():
-            raise UsageError(f"model `{alias}` was retired on {a.retired} ({net.path}); pick an active alias")
-        want = inflight if inflight is not None else a.max_inflight
-        note = None
-        if want > a.max_inflight:
-            note = f"INFLIGHT {want} capped at {a.max_inflight} (folknet.json)"
-        shares.append(Share(alias, n, min(want, a.max_inflight), a.tier, a.supports_n, a.max_inflight, note))
-    return shares
-
-
-def default_models(net: fk.Folknet) -> list[Share]:
-    return [Share(a.name, DEFAULT_N, a.max_inflight, a.tier, a.supports_n, a.max_inflight)
-            for a in net.active() if a.tier == "sampling"]
-
-
-def default_escalation(net: fk.Folknet) -> Share | None:
-    for a in net.active():
-        if a.tier == "capacity":
-            return Share(a.name, DEFAULT_ESCALATE_N, a.max_inflight, a.tier, a.supports_n, a.max_inflight)
-    return None
-
-
-# ---- candidates (pure) ----
-
-_BLOCK = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
-
-
-def extract_code(answer: str, function: str) -> str | None:
-    """The code block of an answer that defines `function` (a rust block first); None if none."""
-    blocks = [(lang.lower(), body) for lang, body in _BLOCK.findall(answer)]
-    if not blocks and re.search(rf"\bfn\s+{re.escape(function)}\b", answer):
-        blocks = [("", answer)]
-    defining = [(lang, b) for lang, b in blocks if re.search(rf"\bfn\s+{re.escape(function)}\b", b)]
-    pick = [b for lang, b in defining if lang in ("rust", "rs")] or [b for _, b in defining]
-    if not pick:
-        return None
-    code = pick[0].strip() + "\n"
-    if "use super::prelude::*;" not in code:
-        code = "use super::prelude::*;\n\n" + code
-    return code
-
-
-def normalise(code: str) -> str:
-    """Code with comments and whitespace runs removed (strings kept): what dedupe compares."""
-    out: list[str] = []
-    strings: list[str] = []
-    i, n = 0, len(code)
-    while i < n:
-        c = code[i]
-        if code.startswith("//", i):
-            j = code.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        if code.startswith("/*", i):
-            j = code.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-            out.append(" ")
-            continue
-        if c == '"':
-            j = i + 1
-            while j < n and code[j] != '"':
-                j += 2 if code[j] == "\\" else 1
-            strings.append(code[i:j + 1])
-            out.append(f" \x00{len(strings) - 1}\x00 ")
-            i = j + 1
-            continue
-        out.append(c)
-        i += 1
-    text = "".join(out)
-    text = re.sub(r"\s+", " ", text)
-    text = re.sub(r" ?([{}()\[\];,:<>=+\-*/&|!.]) ?", r"\1", text).strip()
-    return re.sub(r" ?\x00(\d+)\x00 ?", lambda m: strings[int(m.group(1))], text)
-
-
-def code_hash(code: str) -> str:
-    return hashlib.sha256(normalise(code).encode()).hexdigest()[:16]
-
-
-def pass_at_k(n: int, c: int, k: int) -> float | None:
-    """The unbiased estimator 1 - C(n-c, k) / C(n, k) (Chen et al. 2021); None when k > n."""
-    if k > n or n <= 0:
-        return None
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def pass_at(n: int, c: int, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
-    return {f"pass@{k}": round(v, 4) for k in ks if (v := pass_at_k(n, c, k)) is not None}
-
-
-@dataclass
-class Candidate:
-    alias: str
-    round: int
-    source: str
-    hash: str
-    #: index into the run's unique candidates
-    unique: int = -1
-
-
-@dataclass
-class Judged:
-    """A unique candidate's verdict (shared by its duplicates)."""
-
-    hash: str
-    source: str
-    status: str
-    cases_passed: int
-    cases_run: int
-    error: str | None
-    diffs: tuple[tuple[str, dict[str, tuple[float | None, float | None]]], ...]
-    failed_ids: tuple[str, ...]
-
-
-def judge(v: Verdict, source: str, h: str) -> Judged:
-    failed = [c for c in v.cases if not c.passed]
-    diffs = tuple((c.id, dict(c.diff)) for c in sorted(failed, key=lambda c: c.id) if c.diff)
-    return Judged(h, source, v.status, v.cases_passed, v.cases_run, v.error or v.run_error, diffs,
-                  tuple(sorted(c.id for c in failed)))
-
-
-def failing_cases(judged: Sequence[Judged], corpus: dict[str, dict], limit: int = prompt.MAX_CASES
-                  ) -> list[prompt.FailingCase]:
-    """The cases the compiled candidates fail most often (bounded), with the best failing try's diff."""
-    compiled = [j for j in judged if j.cases_run]
-    count: dict[str, int] = {}
-    for j in compiled:
-        for cid in j.failed_ids:
-            count[cid] = count.get(cid, 0) + 1
-    order = sorted(count, key=lambda cid: (-count[cid], cid))[:limit]
-    best = sorted(compiled, key=lambda j: -j.cases_passed)
-    out = []
-    for cid in order:
-        diff: dict[str, tuple[float | None, float | None]] = {}
-        for j in best:
-            d = dict(j.diffs).get(cid)
-            if d:
-                diff = d
-                break
-        case = corpus.get(cid, {})
-        out.append(prompt.FailingCase(cid, case.get("input", {}), case.get("expected", {}), diff, count[cid]))
-    return out
-
-
-def best_versions(judged: Sequence[Judged], limit: int = prompt.MAX_VERSIONS) -> list[prompt.FailingVersion]:
-    failing = [j for j in judged if j.cases_run and j.status == "failed"]
-    failing.sort(key=lambda j: (-j.cases_passed, j.hash))
-    return [prompt.FailingVersion(j.source, j.cases_passed, j.cases_run, j.diffs) for j in failing[:limit]]
-
-
-def kept_source(spec: prompt.Spec, source: str, batch_id: str) -> str:
-    """The kept version as committed: a header naming the spec and batch, the steps as comments."""
-    head = [f"// Generated: {spec.heading}.", f"// Source: {spec.source}",
-            f"// Provenance: {spec.function}{PROVENANCE_SUFFIX} beside this file (batch {batch_id}).",
-            "// Spec steps:"]
-    head += [f"//   {i}. {s}" for i, s in enumerate(spec.steps, 1)]
-    return "\n".join(head) + "\n" + source.lstrip()
-
-
-def is_placeholder(record: dict) -> bool:
-    b = record.get("batch")
-    return not (isinstance(b, dict) and b.get("models"))
-
-
-# ---- the run ----
 
 @dataclass
 class RunConfig:
@@ -354,10 +147,6 @@ def draw_share(gw: Gateway, share: Share, messages: list[dict[str, str]], seed_b
     return res
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def read_cases(corpus_dir: Path) -> dict[str, dict]:
     out = {}
     for line in (corpus_dir / "cases.jsonl").read_text(encoding="utf-8").splitlines():
@@ -417,7 +206,7 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
         p = prompt.build(spec, signature, iface, failing, versions, cases_run=manifest.cases)
         (run_dir / f"prompt-r{rnd}.txt").write_text(p.text, encoding="utf-8")
         ph = Phases()
-        start, cpu0 = _now(), own_cpu_s()
+        start, cpu0 = now(), own_cpu_s()
         echo(f"batch {batch_id} round {rnd}{' (escalated)' if escalated else ''}: "
              + ", ".join(f"{s.alias} {s.n} at {s.inflight}" for s in shares))
         with ph.phase("draw"), ThreadPoolExecutor(max_workers=len(shares)) as ex:
@@ -458,7 +247,7 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
         best = max((judged[c.hash].cases_passed for c in new if judged[c.hash].cases_run), default=None)
         record = RoundRecord(
             batch=batch_id, function=cfg.function, round=rnd, escalated=escalated,
-            start=start, end=_now(), lane_cpu_s=round(own_cpu_s() - cpu0, 2),
+            start=start, end=now(), lane_cpu_s=round(own_cpu_s() - cpu0, 2),
             candidates=len(new), unique=len({c.hash for c in new}), new_unique=len(order),
             duplicates=len(new) - len({c.hash for c in new}),
             compiled=compiled_n, best=best, cases_run=manifest.cases,
@@ -473,8 +262,8 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
              f"best {best if best is not None else '-'}/{manifest.cases}, "
              f"pass@1 {record.pass_at_1:.2f}, draw {ph.phases['draw']['s']:.1f} s")
         if passing:
-            kept = _keep(cfg, ws, spec, signature, batch_id, judged[passing[0].hash], all_cands, judged, rounds,
-                         manifest.cases, run_dir)
+            kept = keep(ws, spec, signature, batch_id, judged[passing[0].hash], all_cands, judged, rounds,
+                        cfg.corpus_dir, run_dir)
             return RunResult(batch_id, True, rounds, kept, f"{cfg.function}: kept a passing version from "
                              f"{passing[0].alias} (round {rnd}) in {kept}", 0)
         failing = failing_cases(list(judged.values()), corpus)
@@ -482,51 +271,6 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
     msg = (f"{cfg.function}: no version passed in {len(rounds)} batch(es)"
            + (f" (failed models: {why})" if why else "") + "; nothing kept")
     return RunResult(batch_id, False, rounds, None, mask(msg), Exit.FAILED)
-
-
-def _keep(cfg: RunConfig, ws: Workspace, spec: prompt.Spec, signature: str, batch_id: str, win: Judged,
-          cands: list[Candidate], judged: dict[str, Judged], rounds: list[RoundRecord], cases_run: int | None,
-          run_dir: Path) -> Path:
-    gen = ws.generated_dir
-    src_path = gen / f"{cfg.function}.rs"
-    prov_path = gen / f"{cfg.function}{PROVENANCE_SUFFIX}"
-    floor_path = gen / f"{cfg.function}{FLOOR_SUFFIX}"
-    text = kept_source(spec, win.source, batch_id)
-    models: dict[str, dict[str, Any]] = {}
-    for c in cands:
-        m = models.setdefault(c.alias, {"alias": c.alias, "candidates": 0, "compiled": 0, "best": None})
-        j = judged[c.hash]
-        m["candidates"] += 1
-        m["compiled"] += j.status != "compile-error"
-        if j.cases_run:
-            m["best"] = max(m["best"] or 0, j.cases_passed)
-    n_pass = sum(1 for c in cands if judged[c.hash].status == "passed")
-    record = {
-        "format": 1, "function": cfg.function,
-        "spec": {"document": spec.document, "section": spec.section, "title": spec.title, "source": spec.source},
-        "signature": signature,
-        "batch": {"id": batch_id, "models": list(models.values()), "rounds": len(rounds),
-                  "escalated": any(r.escalated for r in rounds), "candidates": len(cands),
-                  "unique": len({c.hash for c in cands}),
-                  "compiled": sum(1 for c in cands if judged[c.hash].status != "compile-error"),
-                  "best": win.cases_passed, **pass_at(len(cands), n_pass), "date": _now()},
-        "verification": {"corpus": cfg.corpus_dir.name, "cases_passed": win.cases_passed,
-                         "cases_run": win.cases_run},
-    }
-    if prov_path.is_file():
-        old = json.loads(prov_path.read_text(encoding="utf-8"))
-        if not is_placeholder(old):
-            (run_dir / f"{cfg.function}.rs").write_text(text, encoding="utf-8")
-            (run_dir / f"{cfg.function}{PROVENANCE_SUFFIX}").write_text(json.dumps(record, indent=2) + "\n")
-            raise NevError(f"{prov_path} records batch {old['batch'].get('id')} and is never rewritten; the passing "
-                           f"version is in {run_dir}; retire the old function by hand to take it", 1)
-    src_path.write_text(text, encoding="utf-8")
-    prov_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    old_floor = load_floor(floor_path)
-    new = Floor(win.cases_passed, win.cases_run)
-    if old_floor is None or old_floor.cases_passed <= new.cases_passed:
-        write_floor(floor_path, new)
-    return src_path
 
 
 # ---- the command (thin shell) ----

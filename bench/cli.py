@@ -63,14 +63,14 @@ def oracle_build(corpus: str, shard: str | None, engines: str, cases: int, as_js
     Exit 0 done, 1 an engine failed, 2 bad arguments, 143 terminated (nothing published).
     """
     from bench.oracle.build import build, summary_lines
-    from bench.oracle.cases import parse_shard
+    from bench.oracle.cases import Shard
     from bench.oracle.engines import parse_engines
     from lanes.base import settings
     from lanes.base.gitrun import Repo
     from lanes.base.ui import emit_json
 
     root = settings.path_under(settings.CORPUS_DIR, Repo(Path.cwd()).toplevel_or_self())
-    result = build(corpus, root=root, shard=parse_shard(shard), engine_names=parse_engines(engines),
+    result = build(corpus, root=root, shard=Shard.parse(shard), engine_names=parse_engines(engines),
                    count=cases)
     if as_json:
         emit_json({"folder": str(result.folder), "written": result.written, "manifest": result.manifest,

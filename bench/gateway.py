@@ -124,15 +124,17 @@ class Pacer:
 
     rate: float
     burst: float
-    seed_rate: float = 0.0
-    tokens: float = 0.0
-    last: float = 0.0
-    frozen_until: float = 0.0
-    clean: int = 0
-    lowered: int = 0
+    # the bucket's state, not parameters: the rate it grows back towards, what is left in it, when
+    # it last refilled, the clean calls since a 429, the 429s that lowered it
+    seed_rate: float = field(init=False)
+    tokens: float = field(init=False)
+    last: float = field(init=False, default=0.0)
+    frozen_until: float = field(init=False, default=0.0)
+    clean: int = field(init=False, default=0)
+    lowered: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        self.seed_rate = self.seed_rate or self.rate
+        self.seed_rate = self.rate
         self.tokens = self.burst
 
     def wait_time(self, now: float) -> float:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lanes.base import settings
+from lanes.base import jsonfile, settings
 from lanes.base.errors import ConfigError
 
 _ADDR = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|://|\b[a-z0-9-]+\.(?:local|lan|internal|com|net|org)\b", re.I)
@@ -55,13 +55,8 @@ def find_address(obj: Any, where: str = "") -> str | None:
 
 def scrub(obj: Any) -> Any:
     """Replace addresses and URLs inside strings by `<host>`."""
-    if isinstance(obj, dict):
-        return {k: scrub(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [scrub(v) for v in obj]
-    if isinstance(obj, str):
-        return re.sub(r"\S*://\S*|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b", "<host>", obj)
-    return obj
+    return jsonfile.map_strings(obj, lambda s: re.sub(r"\S*://\S*|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b",
+                                                      "<host>", s))
 
 
 def line_for(record: dict[str, Any]) -> dict[str, Any]:

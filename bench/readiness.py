@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +37,51 @@ class Need:
     stage: str | None = None
 
 
+class ReasonKind(StrEnum):
+    """Why a job may not start now. Transient kinds clear by themselves (exit 3: resend later);
+    permanent ones never do (exit 10)."""
+
+    SNAPSHOT_MISSING = "snapshot-missing"
+    SNAPSHOT_UNPROBED = "snapshot-unprobed"
+    SNAPSHOT_STALE = "snapshot-stale"
+    NOT_PROBED = "not-probed"
+    NOT_READY = "not-ready"
+    PROVIDER_UNDECLARED = "provider-undeclared"
+    ALIAS_UNDECLARED = "alias-undeclared"
+    ALIAS_RETIRED = "alias-retired"
+    PROVIDER_NOT_ALLOWED = "provider-not-allowed"
+    KEY_NOT_ALLOWED = "key-not-allowed"
+
+    @property
+    def permanent(self) -> bool:
+        return self in PERMANENT
+
+
+PERMANENT = frozenset({ReasonKind.PROVIDER_UNDECLARED, ReasonKind.ALIAS_UNDECLARED, ReasonKind.ALIAS_RETIRED,
+                       ReasonKind.PROVIDER_NOT_ALLOWED, ReasonKind.KEY_NOT_ALLOWED})
+
+
 @dataclass(frozen=True)
 class Reason:
-    kind: str
-    permanent: bool
+    kind: ReasonKind
     message: str
-    alias: str | None = None
-    stage: str | None = None
+    need: Need | None = None   # the model (or provider) it is about; None: the snapshot's as a whole
+
+    @property
+    def permanent(self) -> bool:
+        return self.kind.permanent
+
+    @property
+    def alias(self) -> str | None:
+        return (self.need.alias or None) if self.need else None
+
+    @property
+    def stage(self) -> str | None:
+        return self.need.stage if self.need else None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"kind": self.kind.value, "permanent": self.permanent, "message": self.message,
+                "alias": self.alias, "stage": self.stage}
 
 
 @dataclass(frozen=True)
@@ -142,59 +178,57 @@ def check(needs: Needs, snap: Snapshot, declared: Folknet, now: dt.datetime,
     today = now.date()
     aliases_state: dict[str, Any] = {}
     if snap.data is None:
-        reasons.append(Reason("snapshot-missing", False,
+        reasons.append(Reason(ReasonKind.SNAPSHOT_MISSING,
                               f"inventory snapshot {snap.path} is {snap.problem}: run `nev rig probe` on the lane"))
     else:
         probed = parse_time(snap.data.get("probed_at"))
         if probed is None:
-            reasons.append(Reason("snapshot-unprobed", False,
+            reasons.append(Reason(ReasonKind.SNAPSHOT_UNPROBED,
                                   f"inventory snapshot {snap.path} has no probe round yet: run `nev rig probe`"))
         else:
             age = (now - probed).total_seconds()
             if age > max_age_s:
-                reasons.append(Reason("snapshot-stale", False,
+                reasons.append(Reason(ReasonKind.SNAPSHOT_STALE,
                                       f"inventory snapshot {snap.path} is {_fmt_age(age)} old "
                                       f"(limit {_fmt_age(max_age_s)}): is `nev rig probe --every` running?"))
         raw = snap.data.get("aliases")
         aliases_state = raw if isinstance(raw, dict) else {}
 
-    seen: set[tuple[str, str | None, str | None]] = set()
+    seen: set[Need] = set()
     for need in needs.models:
-        ident = (need.alias, need.provider, need.stage)
-        if ident in seen:
+        if need in seen:
             continue
-        seen.add(ident)
+        seen.add(need)
         where = f" (stage {need.stage})" if need.stage else ""
         if need.provider is not None and need.provider not in declared.providers:
-            reasons.append(Reason("provider-undeclared", True,
-                                  f"provider {need.provider}{where} is not declared in {declared.path}",
-                                  need.alias or None, need.stage))
+            reasons.append(Reason(ReasonKind.PROVIDER_UNDECLARED,
+                                  f"provider {need.provider}{where} is not declared in {declared.path}", need))
         if not need.alias:
             continue
         alias = declared.aliases.get(need.alias)
         if alias is None:
-            reasons.append(Reason("alias-undeclared", True,
+            reasons.append(Reason(ReasonKind.ALIAS_UNDECLARED,
                                   f"model {need.alias}{where} is not declared in {declared.path}",
-                                  need.alias, need.stage))
+                                  need))
             continue
         if alias.is_retired(today):
-            reasons.append(Reason("alias-retired", True,
+            reasons.append(Reason(ReasonKind.ALIAS_RETIRED,
                                   f"model {need.alias}{where} was retired on {alias.retired}",
-                                  need.alias, need.stage))
+                                  need))
             continue
         if alias.provider not in declared.providers:
-            reasons.append(Reason("provider-undeclared", True,
+            reasons.append(Reason(ReasonKind.PROVIDER_UNDECLARED,
                                   f"model {need.alias}{where}: its provider {alias.provider} is not declared "
-                                  f"in {declared.path}", need.alias, need.stage))
+                                  f"in {declared.path}", need))
         if need.provider is not None and need.provider != alias.provider:
-            reasons.append(Reason("provider-not-allowed", True,
+            reasons.append(Reason(ReasonKind.PROVIDER_NOT_ALLOWED,
                                   f"model {need.alias}{where} is served by {alias.provider}, "
                                   f"not by the provider {need.provider} the stage allows",
-                                  need.alias, need.stage))
+                                  need))
         if needs.key is not None and needs.key not in alias.keys:
-            reasons.append(Reason("key-not-allowed", True,
+            reasons.append(Reason(ReasonKind.KEY_NOT_ALLOWED,
                                   f"model {need.alias}{where} is not allowed for key {needs.key} "
-                                  f"(allowed: {', '.join(alias.keys) or 'none'})", need.alias, need.stage))
+                                  f"(allowed: {', '.join(alias.keys) or 'none'})", need))
         if snap.data is None:
             continue
         st = aliases_state.get(need.alias)
@@ -202,15 +236,15 @@ def check(needs: Needs, snap: Snapshot, declared: Folknet, now: dt.datetime,
         if status == READY:
             continue
         if not isinstance(st, dict) or status in (None, "unknown"):
-            reasons.append(Reason("not-probed", False,
-                                  f"model {need.alias}{where} has not been probed yet", need.alias, need.stage))
+            reasons.append(Reason(ReasonKind.NOT_PROBED,
+                                  f"model {need.alias}{where} has not been probed yet", need))
             continue
         since = parse_time(st.get("since"))
         held = f" for {_fmt_age((now - since).total_seconds())}" if since else ""
         err = st.get("last_error")
-        reasons.append(Reason("not-ready", False,
+        reasons.append(Reason(ReasonKind.NOT_READY,
                               f"model {need.alias}{where} is {status}{held}"
-                              + (f": {err}" if err else ""), need.alias, need.stage))
+                              + (f": {err}" if err else ""), need))
     return reasons
 
 

@@ -7,6 +7,7 @@ line is drawn from the record's JSON form (`bench.ledger.line_for`).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from dataclasses import dataclass, field
@@ -24,6 +25,11 @@ _NUMBER = (int, float)
 class ShareStatus(StrEnum):
     OK = "ok"            # every call of the share answered
     FAILED = "failed"    # a call failed after its retries: no new call of that model started
+
+
+def now() -> str:
+    """A round's start or end, a kept version's date: UTC to the second."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def record_path(run_dir: Path, rnd: int) -> Path:

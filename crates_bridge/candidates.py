@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crates_bridge import rustlex
 from crates_bridge.errors import BridgeError
 from crates_bridge.runner import CaseResult, parse_lines
 from crates_bridge.workspace import LAYOUT_CRATE, Workspace, no_wrapper_env
@@ -188,60 +189,23 @@ def split_errors(stderr_lines: Sequence[str], main_lines: dict[int, int],
 # suspect is confirmed (and its error text taken) by rustc alone.
 
 _PAIRS = {")": "(", "]": "[", "}": "{"}
-_RAW = re.compile(r'(?:b|c)?r(#*)"')
-_CHAR = re.compile(r"'(?:\\(?:u\{[0-9a-fA-F]*\}|x[0-9a-fA-F]{2}|.)|[^\\'\n])'")
 
 
 def lex_suspect(text: str) -> str | None:
     """Why rustc would stop lexing this source (delimiters, strings, comments), or None."""
     stack: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j + 1
+    for t in rustlex.scan(text):
+        if t.error:
+            return t.error
+        if t.kind is not rustlex.Kind.CODE:
             continue
-        if text.startswith("/*", i):
-            depth, i = 1, i + 2
-            while i < n and depth:
-                if text.startswith("/*", i):
-                    depth, i = depth + 1, i + 2
-                elif text.startswith("*/", i):
-                    depth, i = depth - 1, i + 2
-                else:
-                    i += 1
-            if depth:
-                return "unterminated block comment"
-            continue
-        m = _RAW.match(text, i) if c in "brc" and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")) else None
-        if m:
-            end = '"' + m.group(1)
-            j = text.find(end, m.end())
-            if j < 0:
-                return "unterminated raw string"
-            i = j + len(end)
-            continue
-        if c == '"':
-            i += 1
-            while i < n and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-            if i >= n:
-                return "unterminated double quote string"
-            i += 1
-            continue
-        if c == "'":
-            # A char literal ('a', '\n', '\u{..}') or a lifetime ('a): only the former closes.
-            m2 = _CHAR.match(text, i)
-            i = m2.end() if m2 else i + 1
-            continue
-        if c in "([{":
-            stack.append(c)
-        elif c in ")]}":
-            if not stack or stack[-1] != _PAIRS[c]:
-                return "unexpected or mismatched closing delimiter"
-            stack.pop()
-        i += 1
+        for c in text[t.start:t.end]:
+            if c in "([{":
+                stack.append(c)
+            elif c in ")]}":
+                if not stack or stack[-1] != _PAIRS[c]:
+                    return "unexpected or mismatched closing delimiter"
+                stack.pop()
     return "unclosed delimiter" if stack else None
 
 

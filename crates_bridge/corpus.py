@@ -58,10 +58,9 @@ def _len(rng: random.Random, *, auto: bool = True, pct: bool = True, neg: bool =
     return f"{rng.randint(lo, 300)}px"
 
 
-def block_width_input(seed: int) -> dict[str, Any]:
-    rng = random.Random(f"block_width:{seed}")
+def _element(rng: random.Random) -> dict[str, Any]:
+    """The element's horizontal box, drawn in this order: width, margins, padding, borders."""
     return {
-        "cb_width": float(rng.choice([0, 100, 240, 320, 480, 600, 1000])),
         "width": _len(rng),
         "margin_left": _len(rng, neg=True),
         "margin_right": _len(rng, neg=True),
@@ -72,19 +71,18 @@ def block_width_input(seed: int) -> dict[str, Any]:
     }
 
 
+def block_width_input(seed: int) -> dict[str, Any]:
+    rng = random.Random(f"block_width:{seed}")
+    return {"cb_width": float(rng.choice([0, 100, 240, 320, 480, 600, 1000])), **_element(rng)}
+
+
 def abspos_width_input(seed: int) -> dict[str, Any]:
     rng = random.Random(f"abspos_width:{seed}")
     return {
         "cb_width": float(rng.choice([100, 240, 320, 480, 600, 1000])),
         "left": _len(rng, neg=True),
         "right": _len(rng, neg=True),
-        "width": _len(rng),
-        "margin_left": _len(rng, neg=True),
-        "margin_right": _len(rng, neg=True),
-        "padding_left": _len(rng, auto=False),
-        "padding_right": _len(rng, auto=False),
-        "border_left": f"{rng.randint(0, 12)}px",
-        "border_right": f"{rng.randint(0, 12)}px",
+        **_element(rng),
         "content_width": float(rng.randint(0, 400)),
     }
 

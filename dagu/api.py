@@ -11,7 +11,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 import requests
@@ -25,7 +25,7 @@ API = "/api/v2"
 TIMEOUT = 30.0
 
 # dag-run statusLabel values that mean the run is over
-FINAL = frozenset({"succeeded", "failed", "aborted", "partially_succeeded", "rejected"})
+RUN_FINAL = frozenset({"succeeded", "failed", "aborted", "partially_succeeded", "rejected"})
 STEP_FINAL = frozenset({"succeeded", "failed", "aborted", "skipped", "partially_succeeded", "rejected"})
 
 _EXIT_STATUS = re.compile(r"exit status (\d+)")
@@ -38,32 +38,43 @@ class DaguApiError(NevError):
 
 
 @dataclass(frozen=True)
-class StepStatus:
+class _Status:
+    """What a run and a step have alike: a name, Dagu's statusLabel, and when it started and
+    finished; done once the label is one of the kind's final ones."""
+
+    FINAL: ClassVar[frozenset[str]] = frozenset()
     name: str
-    status: str  # statusLabel: not_started, running, failed, aborted, succeeded, skipped, ...
-    error: str = ""
-    started_at: str = ""
-    finished_at: str = ""
+    status: str
+    started_at: str = field(default="", kw_only=True)
+    finished_at: str = field(default="", kw_only=True)
 
     @property
     def done(self) -> bool:
-        return self.status in STEP_FINAL
+        return self.status in self.FINAL
+
+
+def _times(d: dict[str, Any]) -> dict[str, str]:
+    """A run's or a node's start and end as `_Status` takes them."""
+    return {"started_at": str(d.get("startedAt") or ""), "finished_at": str(d.get("finishedAt") or "")}
 
 
 @dataclass(frozen=True)
-class RunStatus:
-    name: str
+class StepStatus(_Status):
+    """A step (statusLabel: not_started, running, failed, aborted, succeeded, skipped, ...)."""
+
+    FINAL = STEP_FINAL
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class RunStatus(_Status):
+    """A dag-run (statusLabel: queued, running, succeeded, failed, aborted, ...)."""
+
+    FINAL = RUN_FINAL
     run_id: str
-    status: str  # statusLabel: queued, running, succeeded, failed, aborted, ...
     steps: list[StepStatus] = field(default_factory=list)
     params: str = ""
     worker_id: str = ""
-    started_at: str = ""
-    finished_at: str = ""
-
-    @property
-    def done(self) -> bool:
-        return self.status in FINAL
 
     def step(self, name: str) -> StepStatus:
         for s in self.steps:
@@ -83,16 +94,11 @@ def step_exit_code(step: StepStatus) -> str:
 
 def parse_run(doc: dict[str, Any]) -> RunStatus:
     d = doc.get("dagRunDetails", doc)
-    steps = []
-    for n in d.get("nodes") or []:
-        st = n.get("step") or {}
-        steps.append(StepStatus(name=str(st.get("name", "")), status=str(n.get("statusLabel", "")),
-                                error=str(n.get("error") or ""), started_at=str(n.get("startedAt") or ""),
-                                finished_at=str(n.get("finishedAt") or "")))
+    steps = [StepStatus(name=str((n.get("step") or {}).get("name", "")), status=str(n.get("statusLabel", "")),
+                        error=str(n.get("error") or ""), **_times(n)) for n in d.get("nodes") or []]
     return RunStatus(name=str(d.get("name", "")), run_id=str(d.get("dagRunId", "")),
                      status=str(d.get("statusLabel", "")), steps=steps, params=str(d.get("params") or ""),
-                     worker_id=str(d.get("workerId") or ""), started_at=str(d.get("startedAt") or ""),
-                     finished_at=str(d.get("finishedAt") or ""))
+                     worker_id=str(d.get("workerId") or ""), **_times(d))
 
 
 def encode_params(params: dict[str, str]) -> str:

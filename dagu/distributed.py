@@ -21,7 +21,9 @@ from dagu.service import (
     LOG_CAP_BYTES,
     LaneDagu,
     UpReport,
+    clean_env,
     connect,
+    if_running,
     pick_lane,
     prepare,
 )
@@ -51,15 +53,11 @@ def worker_start_script(layout: Layout) -> str:
 set -e
 umask 077
 mkdir -p {q(layout.run_dir)} {q(layout.tmp)}
-pid=$(cat {q(layout.worker_pid)} 2>/dev/null || true)
-if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q supervise "/proc/$pid/cmdline" 2>/dev/null; then
-  exit 0
+{if_running(layout.worker_pid, "supervise")}  exit 0
 fi
 rm -f {q(layout.worker_pid)}  # stale: its supervisor died without removing it
 cd {q(layout.root)}
-env -i HOME="$HOME" USER="$(id -un)" LOGNAME="$(id -un)" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \\
-  DAGU_HOME={q(layout.home)} TMPDIR={q(layout.tmp)} \\
-  setsid nohup python3 {q(layout.supervisor)} --log {q(layout.worker_log)} --pidfile {q(layout.worker_pid)} \\
+{clean_env(layout)}  setsid nohup python3 {q(layout.supervisor)} --log {q(layout.worker_log)} --pidfile {q(layout.worker_pid)} \\
     --cap {WORKER_LOG_CAP} -- {q(layout.binary)} worker -c {q(layout.worker_config)} \\
     > /dev/null 2>&1 < /dev/null &
 i=0
@@ -71,9 +69,7 @@ def worker_stop_script(layout: Layout) -> str:
     q = shlex.quote
     return f"""#!/bin/sh
 # Written by `nev dagu up --distributed`: stops this lane's supervised worker (its whole process group).
-pid=$(cat {q(layout.worker_pid)} 2>/dev/null || true)
-if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q supervise "/proc/$pid/cmdline" 2>/dev/null; then
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+{if_running(layout.worker_pid, "supervise")}  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
   i=0
   while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
   kill -KILL -- "-$pid" 2>/dev/null || true
@@ -89,9 +85,7 @@ def worker_script(ld: LaneDagu, stop: bool = False) -> str:
 
 
 def worker_pid(ld: LaneDagu) -> int | None:
-    pf = shlex.quote(ld.layout.worker_pid)
-    out = ld.sh(f'pid=$(cat {pf} 2>/dev/null || true); if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && '
-                f'grep -q supervise "/proc/$pid/cmdline" 2>/dev/null; then echo "$pid"; fi', check=False).strip()
+    out = ld.sh(if_running(ld.layout.worker_pid, "supervise") + 'echo "$pid"\nfi', check=False).strip()
     return int(out) if out.isdigit() else None
 
 

@@ -18,6 +18,16 @@ DAGU_SHA256 = "3eb94cd06c8dfdf5591f209834ded1f3549a3d764e89baceb2b34b1f62f03018"
 USERNAME = "nev"  # basic-auth user; the password is generated on the lane
 
 
+class _Under:
+    """A path under the Dagu root, named once in `Layout` (`binary = _Under("bin", "dagu")`)."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+
+    def __get__(self, layout: Layout, owner: type | None = None) -> str:
+        return posixpath.join(layout.root, *self.parts)
+
+
 @dataclass(frozen=True)
 class Layout:
     """Paths of one lane's Dagu. `root` is absolute (resolved on the lane)."""
@@ -25,102 +35,43 @@ class Layout:
     root: str
     shared: str | None = None  # the NAS folder on the lane, set in distributed mode
 
-    def _p(self, *parts: str) -> str:
-        return posixpath.join(self.root, *parts)
-
-    @property
-    def bin_dir(self) -> str:
-        return self._p("bin")
-
-    @property
-    def binary(self) -> str:
-        return self._p("bin", "dagu")
-
-    @property
-    def home(self) -> str:
-        return self._p("home")
-
-    @property
-    def config(self) -> str:
-        return self._p("home", "config.yaml")
-
-    @property
-    def worker_config(self) -> str:
-        return self._p("home", "worker.yaml")
-
-    @property
-    def dags(self) -> str:
-        return self._p("home", "dags")
-
-    @property
-    def model_key(self) -> str:
-        return self._p("home", "model-key")
+    bin_dir = _Under("bin")
+    binary = _Under("bin", "dagu")
+    supervisor = _Under("bin", "supervise.py")
+    home = _Under("home")
+    config = _Under("home", "config.yaml")
+    worker_config = _Under("home", "worker.yaml")
+    dags = _Under("home", "dags")
+    model_key = _Under("home", "model-key")
+    # pid files and the server's and workers' own logs (always lane-local)
+    run_dir = _Under("run")
+    server_pid = _Under("run", "server.pid")
+    server_log = _Under("run", "server.log")
+    worker_pid = _Under("run", "worker.pid")
+    worker_log = _Under("run", "worker.log")
+    # TMPDIR of Dagu and its steps: /tmp may be shared with other users (workers write DAG files there)
+    tmp = _Under("tmp")
+    tls_dir = _Under("tls")
+    tls_cert = _Under("tls", "lane.crt")
+    tls_key = _Under("tls", "lane.key")
+    tls_ca = _Under("tls", "ca.crt")
+    jobs_work = _Under("jobs-work")
 
     @property
     def data(self) -> str:
         if self.shared:
             return posixpath.join(self.shared, "dagu", "data")
-        return self._p("home", "data")
+        return posixpath.join(self.root, "home", "data")
 
     @property
     def logs(self) -> str:
         if self.shared:
             return posixpath.join(self.shared, "dagu", "logs")
-        return self._p("home", "logs")
+        return posixpath.join(self.root, "home", "logs")
 
     @property
     def lock_dir(self) -> str:
         return posixpath.join(self.data, "scheduler", "locks", ".dagu_lock")
-
-    @property
-    def run_dir(self) -> str:
-        """Pid files and the server's and workers' own logs (always lane-local)."""
-        return self._p("run")
-
-    @property
-    def tmp(self) -> str:
-        """TMPDIR of Dagu and its steps: /tmp may be shared with other users (workers write DAG files there)."""
-        return self._p("tmp")
-
-    @property
-    def server_pid(self) -> str:
-        return self._p("run", "server.pid")
-
-    @property
-    def server_log(self) -> str:
-        return self._p("run", "server.log")
-
-    @property
-    def worker_pid(self) -> str:
-        return self._p("run", "worker.pid")
-
-    @property
-    def worker_log(self) -> str:
-        return self._p("run", "worker.log")
-
-    @property
-    def supervisor(self) -> str:
-        return self._p("bin", "supervise.py")
-
-    @property
-    def tls_dir(self) -> str:
-        return self._p("tls")
-
-    @property
-    def tls_cert(self) -> str:
-        return self._p("tls", "lane.crt")
-
-    @property
-    def tls_key(self) -> str:
-        return self._p("tls", "lane.key")
-
-    @property
-    def tls_ca(self) -> str:
-        return self._p("tls", "ca.crt")
-
-    @property
-    def jobs_work(self) -> str:
-        return self._p("jobs-work")
 
 
 def resolve_root(setting_value: str, remote_home: str) -> str:

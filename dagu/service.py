@@ -44,6 +44,23 @@ def pick_lane(flag: int | None) -> Lane:
 
 # -- scripts written to the lane (pure) ------------------------------------
 
+def if_running(pidfile: str, program: str) -> str:
+    """sh: `$pid` read from `pidfile`, then an `if` (the caller writes its body and `fi`) that holds
+    while that process is alive and is `program` (its command line names it: a pid the system has
+    given to another process since is not ours)."""
+    q = shlex.quote
+    return (f'pid=$(cat {q(pidfile)} 2>/dev/null || true)\n'
+            f'if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q {program} "/proc/$pid/cmdline" 2>/dev/null; then\n')
+
+
+def clean_env(layout: Layout) -> str:
+    """The start of a Dagu process's command line, continued on the next line: nothing of the SSH
+    session's environment, only who runs it and where."""
+    q = shlex.quote
+    return (f'env -i HOME="$HOME" USER="$(id -un)" LOGNAME="$(id -un)" PATH={CLEAN_PATH} LANG=C.UTF-8 \\\n'
+            f'  DAGU_HOME={q(layout.home)} TMPDIR={q(layout.tmp)} \\\n')
+
+
 def render_start_script(layout: Layout) -> str:
     q = shlex.quote
     # Single mode: none of our Dagu runs, so a scheduler lock left behind is stale. In distributed
@@ -54,17 +71,13 @@ def render_start_script(layout: Layout) -> str:
 set -e
 umask 077
 mkdir -p {q(layout.run_dir)} {q(layout.tmp)}
-pid=$(cat {q(layout.server_pid)} 2>/dev/null || true)
-if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q dagu "/proc/$pid/cmdline" 2>/dev/null; then
-  exit 0
+{if_running(layout.server_pid, "dagu")}  exit 0
 fi
 if [ -f {q(layout.server_log)} ] && [ "$(stat -c %s {q(layout.server_log)})" -gt {LOG_CAP_BYTES} ]; then
   mv -f {q(layout.server_log)} {q(layout.server_log)}.1
 fi
 {lock}cd {q(layout.root)}
-env -i HOME="$HOME" USER="$(id -un)" LOGNAME="$(id -un)" PATH={CLEAN_PATH} LANG=C.UTF-8 \\
-  DAGU_HOME={q(layout.home)} TMPDIR={q(layout.tmp)} \\
-  setsid nohup {q(layout.binary)} start-all -c {q(layout.config)} >> {q(layout.server_log)} 2>&1 < /dev/null &
+{clean_env(layout)}  setsid nohup {q(layout.binary)} start-all -c {q(layout.config)} >> {q(layout.server_log)} 2>&1 < /dev/null &
 echo $! > {q(layout.server_pid)}
 """
 
@@ -74,9 +87,7 @@ def render_stop_script(layout: Layout, pidfile: str) -> str:
     q = shlex.quote
     return f"""#!/bin/sh
 # Written by `nev dagu up`: stops one Dagu process of this lane user (TERM, then KILL after 10 s).
-pid=$(cat {q(pidfile)} 2>/dev/null || true)
-if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q dagu "/proc/$pid/cmdline" 2>/dev/null; then
-  kill -TERM "$pid" 2>/dev/null || true
+{if_running(pidfile, "dagu")}  kill -TERM "$pid" 2>/dev/null || true
   i=0
   while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
   kill -KILL "$pid" 2>/dev/null || true
@@ -130,10 +141,7 @@ class LaneDagu:
 
     # -- state -------------------------------------------------------------
     def pid(self, pidfile: str | None = None) -> int | None:
-        pf = shlex.quote(pidfile or self.layout.server_pid)
-        out = self.sh(f'pid=$(cat {pf} 2>/dev/null || true); '
-                      f'if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q dagu "/proc/$pid/cmdline" 2>/dev/null; '
-                      f'then echo "$pid"; fi', check=False).strip()
+        out = self.sh(if_running(pidfile or self.layout.server_pid, "dagu") + 'echo "$pid"\nfi', check=False).strip()
         return int(out) if out.isdigit() else None
 
     def password(self) -> str:

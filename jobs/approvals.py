@@ -84,23 +84,36 @@ def _name(f: Fields, top: dict, expected: str) -> str:
     return str(name)
 
 
+@dataclass(frozen=True)
+class Pins:
+    """What an approval and a land-pending marker both hold: the track, its spec's blob on main
+    and the approved branch tip."""
+
+    name: str
+    spec_sha: str
+    tip: str
+
+    @staticmethod
+    def read(data: Any, path: Path) -> tuple[Fields, dict[str, Any], tuple[str, str, str]]:
+        """A file of either kind, read as far as the pins: its fields, its top-level object, and the
+        pins checked (the name is the file's, the shas are full object ids)."""
+        f = Fields(path)
+        top = f.obj(data, "(top level)")
+        return f, top, (_name(f, top, path.stem), _full_sha(f, top, "spec_sha"), _full_sha(f, top, "tip"))
+
+
 # ---------------------------------------------------------------- approvals
 
 
 @dataclass(frozen=True)
-class Approval:
-    name: str
-    spec_sha: str
-    tip: str
+class Approval(Pins):
     approved_at: float
     by: str
 
     @classmethod
     def from_json(cls, data: Any, path: Path) -> Approval:
-        f = Fields(path)
-        top = f.obj(data, "(top level)")
-        return cls(name=_name(f, top, path.stem), spec_sha=_full_sha(f, top, "spec_sha"), tip=_full_sha(f, top, "tip"),
-                   approved_at=float(f.get(top, "approved_at", (int, float), "", required=False, default=0)),
+        f, top, pins = cls.read(data, path)
+        return cls(*pins, approved_at=float(f.get(top, "approved_at", (int, float), "", required=False, default=0)),
                    by=str(f.get(top, "by", str, "", required=False, default="")))
 
 
@@ -157,13 +170,10 @@ def approve(repo_path: Path, name: str, spec_sha: str | None = None, tip: str | 
 
 
 @dataclass(frozen=True)
-class Pending:
+class Pending(Pins):
     """Written (and synced) just before main moves from `old` to `new`; removed when every
     after-step has run. A rerun that finds it finishes what the landing owed."""
 
-    name: str
-    spec_sha: str
-    tip: str   # the approved branch tip
     old: str   # main before
     new: str   # the gated tip main moves to
     time: float
@@ -171,10 +181,8 @@ class Pending:
 
     @classmethod
     def from_json(cls, data: Any, path: Path) -> Pending:
-        f = Fields(path)
-        top = f.obj(data, "(top level)")
-        return cls(name=_name(f, top, path.stem), spec_sha=_full_sha(f, top, "spec_sha"),
-                   tip=_full_sha(f, top, "tip"), old=_full_sha(f, top, "old"), new=_full_sha(f, top, "new"),
+        f, top, pins = cls.read(data, path)
+        return cls(*pins, old=_full_sha(f, top, "old"), new=_full_sha(f, top, "new"),
                    time=float(f.get(top, "time", (int, float), "")), pid=int(f.get(top, "pid", int, "")))
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from lanes.base import jsonfile
 from lanes.base.errors import ConfigError
 from lanes.base.jsonfile import Fields
 
@@ -142,14 +143,15 @@ def _models(f: Fields, obj: dict, field: str) -> tuple[Model, ...]:
     return tuple(out)
 
 
+TOP_FIELDS = {"name", "base", "spec", "key", "limit", "models", "providers", "stages"}
+STAGE_FIELDS = {"name", "kind", "command", "models", "providers", "brief", "model"}
+
+
 def parse(data: Any, where: Path | str) -> Manifest:
     """Validate a manifest's data; every problem names the field."""
     f = Fields(where)
     top = f.obj(data, "(top level)")
-    known_top = {"name", "base", "spec", "key", "limit", "models", "providers", "stages"}
-    for k in top:
-        if k not in known_top:
-            raise f.fail(str(k), f"is not a manifest field (known: {', '.join(sorted(known_top))})")
+    _only_known(f, top, TOP_FIELDS, "", "a manifest field")
     name = f.get(top, "name", str, "")
     if not NAME_RE.match(name):
         raise f.fail("name", f"{name!r} must be 1-60 of a-z 0-9 . _ - starting with a letter or digit")
@@ -170,47 +172,58 @@ def parse(data: Any, where: Path | str) -> Manifest:
     stages_raw = f.get(top, "stages", list, "")
     if not stages_raw:
         raise f.fail("stages", "is empty; list at least one stage")
-    stages: list[Stage] = []
     seen: set[str] = set()
-    known_stage = {"name", "kind", "command", "models", "providers", "brief", "model"}
-    for i, st in enumerate(stages_raw):
-        here = f"stages[{i}]"
-        st = f.obj(st, here)
-        for k in st:
-            if k not in known_stage:
-                raise f.fail(f"{here}.{k}", f"is not a stage field (known: {', '.join(sorted(known_stage))})")
-        sname = f.get(st, "name", str, here)
-        if not NAME_RE.match(sname):
-            raise f.fail(f"{here}.name", f"{sname!r} must be 1-60 of a-z 0-9 . _ -")
-        if sname in seen:
-            raise f.fail(f"{here}.name", f"{sname!r} is used by an earlier stage; stage names are unique")
-        seen.add(sname)
-        kind = f.get(st, "kind", str, here)
-        if kind not in KINDS:
-            raise f.fail(f"{here}.kind", f"{kind!r} must be one of {', '.join(KINDS)}")
-        command = f.get(st, "command", str, here, required=False)
-        if command is not None and not command.strip():
-            raise f.fail(f"{here}.command", "is empty")
-        if kind in ("command", "batch") and command is None:
-            raise f.fail(f"{here}.command", f"is missing; a {kind} stage runs a command")
-        brief = f.get(st, "brief", str, here, required=False)
-        model = f.get(st, "model", str, here, required=False)
-        if kind == "writer":
-            if command is not None:
-                raise f.fail(f"{here}.command", "is not allowed on a writer stage: the harness is a declaration "
-                             "(tracks.json specWatch.lanes.tool); give brief and model")
-            if brief is None:
-                raise f.fail(f"{here}.brief", "is missing; a writer stage needs its brief file")
-            if model is None:
-                raise f.fail(f"{here}.model", "is missing; a writer stage needs the model alias it writes with")
-        elif brief is not None or model is not None:
-            raise f.fail(f"{here}.{'brief' if brief is not None else 'model'}", "is only for writer stages")
-        smodels = _models(f, st, here)
-        if model is not None and not any(m.alias == model for m in smodels):
-            smodels = (*smodels, Model(model))
-        stages.append(Stage(sname, kind, command, smodels, tuple(f.str_list(st, "providers", here)), brief, model))
+    stages = tuple(_stage(f, st, f"stages[{i}]", seen) for i, st in enumerate(stages_raw))
     digest = hashlib.sha256(json.dumps(top, sort_keys=True, default=str).encode()).hexdigest()
-    return Manifest(Path(where), name, base, spec, limit, tuple(stages), key, models, digest, top)
+    return Manifest(Path(where), name, base, spec, limit, stages, key, models, digest, top)
+
+
+def _only_known(f: Fields, obj: dict, known: set[str], here: str, what: str) -> None:
+    for k in obj:
+        if k not in known:
+            raise f.fail(f"{here}.{k}" if here else str(k), f"is not {what} (known: {', '.join(sorted(known))})")
+
+
+def _stage(f: Fields, raw: Any, here: str, seen: set[str]) -> Stage:
+    """One stage; `seen` holds the names of the stages before it (and gets this one's)."""
+    st = f.obj(raw, here)
+    _only_known(f, st, STAGE_FIELDS, here, "a stage field")
+    sname = f.get(st, "name", str, here)
+    if not NAME_RE.match(sname):
+        raise f.fail(f"{here}.name", f"{sname!r} must be 1-60 of a-z 0-9 . _ -")
+    if sname in seen:
+        raise f.fail(f"{here}.name", f"{sname!r} is used by an earlier stage; stage names are unique")
+    seen.add(sname)
+    kind = f.get(st, "kind", str, here)
+    if kind not in KINDS:
+        raise f.fail(f"{here}.kind", f"{kind!r} must be one of {', '.join(KINDS)}")
+    command = f.get(st, "command", str, here, required=False)
+    if command is not None and not command.strip():
+        raise f.fail(f"{here}.command", "is empty")
+    if kind in ("command", "batch") and command is None:
+        raise f.fail(f"{here}.command", f"is missing; a {kind} stage runs a command")
+    brief = f.get(st, "brief", str, here, required=False)
+    model = f.get(st, "model", str, here, required=False)
+    _check_writer_fields(f, here, kind, command, brief, model)
+    smodels = _models(f, st, here)
+    if model is not None and not any(m.alias == model for m in smodels):
+        smodels = (*smodels, Model(model))
+    return Stage(sname, kind, command, smodels, tuple(f.str_list(st, "providers", here)), brief, model)
+
+
+def _check_writer_fields(f: Fields, here: str, kind: str, command: str | None, brief: str | None,
+                         model: str | None) -> None:
+    """A writer stage has a brief and a model and no command; no other stage has a brief or a model."""
+    if kind == "writer":
+        if command is not None:
+            raise f.fail(f"{here}.command", "is not allowed on a writer stage: the harness is a declaration "
+                         "(tracks.json specWatch.lanes.tool); give brief and model")
+        if brief is None:
+            raise f.fail(f"{here}.brief", "is missing; a writer stage needs its brief file")
+        if model is None:
+            raise f.fail(f"{here}.model", "is missing; a writer stage needs the model alias it writes with")
+    elif brief is not None or model is not None:
+        raise f.fail(f"{here}.{'brief' if brief is not None else 'model'}", "is only for writer stages")
 
 
 def load(path: Path) -> Manifest:
@@ -219,12 +232,7 @@ def load(path: Path) -> Manifest:
 
 def read(path: Path) -> object:
     """The manifest file's YAML, or one line naming the file and what is wrong with it."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: manifest not found; give the job's manifest file") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the manifest: {e.strerror}") from None
+    text = jsonfile.read_text(path, "manifest", "give the job's manifest file")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

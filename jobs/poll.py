@@ -44,6 +44,7 @@ from jobs import records
 from jobs import result as result_mod
 from jobs import tracks as tracks_file
 from jobs.land_gate import INTERRUPTED
+from jobs.records import JobRecord, JobStatus
 from jobs.result import Result
 from lanes.base import crontab
 from lanes.base.errors import NevError
@@ -51,7 +52,6 @@ from lanes.base.gitrun import GitError, Repo
 from lanes.base.mask import mask
 from lanes.base.ui import info
 
-FINAL = ("landed", "failed", "not-landed")
 CRON_TAG = "# nev-job-poll"
 POLL_WORKFLOW = "nev-job-poll"
 NEV_ROOT = Path(__file__).resolve().parents[1]
@@ -90,34 +90,35 @@ def _code(x: int | None) -> str:
     return "-" if x is None else str(x)
 
 
-def decide(rec: dict[str, Any] | None, res: Result | None, run: RunInfo | None) -> Action:
+def decide(rec: JobRecord | None, res: Result | None, run: RunInfo | None) -> Action:
     """What the tick does for one job (pure)."""
     if res is not None:
-        if rec and rec.get("result") == res.commit and rec.get("status") in FINAL:
-            return Action(Act.DONE, f"{rec['status']} already")
+        if rec and rec.result == res.commit and rec.status.final:
+            return Action(Act.DONE, f"{rec.status} already")
         if res.outcome == "passed":
             return Action(Act.LAND, f"result {res.commit[:12]} passed")
         return Action(Act.FAILED, f"result {res.outcome} (exit {res.exit}); not resent")
-    if rec is None or rec.get("status") in FINAL:
+    if rec is None or rec.status.final:
         return Action(Act.DONE, "nothing new")
     if run is None:
         return Action(Act.WAIT, "its run's status is unknown this tick")
     if not run.done:
-        return Action(Act.WAIT, f"run {rec.get('run_id')} is {run.status}")
+        return Action(Act.WAIT, f"run {rec.run_id} is {run.status}")
     if run.run_exit == StepExit.INVENTORY_NOT_READY:
         return Action(Act.RESEND, "inventory not ready (exit 3)")
     if run.publish_exit == StepExit.PUBLISH_FAILED:
         return Action(Act.RESEND, "publishing the result failed (exit 7)")
-    return Action(Act.FAILED, f"run {rec.get('run_id')} ended {run.status} without a result "
+    return Action(Act.FAILED, f"run {rec.run_id} ended {run.status} without a result "
                               f"(run step exit {_code(run.run_exit)}, publish exit {_code(run.publish_exit)})")
 
 
-def read_runs(jobs: dict[str, dict[str, Any]]) -> dict[str, RunInfo]:
+def read_runs(jobs: dict[str, JobRecord]) -> dict[str, RunInfo]:
     """The Dagu run of each job, read on its lane (a lane that does not answer leaves its jobs waiting)."""
     out: dict[str, RunInfo] = {}
-    by_lane: dict[Any, list[str]] = {}
+    by_lane: dict[int | None, list[tuple[str, str]]] = {}
     for name, rec in jobs.items():
-        by_lane.setdefault(rec.get("lane"), []).append(name)
+        if rec.run_id:
+            by_lane.setdefault(rec.lane, []).append((name, rec.run_id))
     from dagu import api as api_mod
     from dagu import service
 
@@ -125,11 +126,11 @@ def read_runs(jobs: dict[str, dict[str, Any]]) -> dict[str, RunInfo]:
         c = api_mod.step_exit_code(st) if st is not None and st.done else "-"
         return int(c) if c.isdigit() else None
 
-    for lane, names in by_lane.items():
+    for lane, runs in by_lane.items():
         try:
             with service.opened(lane) as ld, ld.api() as api:
-                for name in names:
-                    st = api.find_run(jobs[name]["run_id"])
+                for name, run_id in runs:
+                    st = api.find_run(run_id)
                     steps = {s.name: s for s in st.steps}
                     out[name] = RunInfo(st.done, st.status, code(steps.get("run")), code(steps.get("publish")))
         except NevError as e:
@@ -137,32 +138,32 @@ def read_runs(jobs: dict[str, dict[str, Any]]) -> dict[str, RunInfo]:
     return out
 
 
-def resend(rec: dict[str, Any]) -> str:
+def resend(rec: JobRecord) -> str:
     from dagu import runs, service
     from jobs.submit import workflow_file
 
-    with service.opened(rec.get("lane")) as ld:
+    with service.opened(rec.lane) as ld:
         wf = runs.load_workflow(str(workflow_file()))
         ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
         with ld.api() as api:
-            run_id, _ = runs.submit(api, wf, rec["params"])
+            run_id, _ = runs.submit(api, wf, rec.params)
     return str(run_id)
 
 
-def land(repo: Repo, name: str, res: Result, rec: dict[str, Any] | None, forge: forge_mod.Forge,
-         environ: Mapping[str, str]) -> tuple[str, str]:
+def land(repo: Repo, name: str, res: Result, rec: JobRecord | None, forge: forge_mod.Forge,
+         environ: Mapping[str, str]) -> tuple[JobStatus, str]:
     """(status, why): landed through `jobs.land.land` in this process, or not-landed with the reason."""
-    spec = res.spec or (rec or {}).get("spec")
+    spec = res.spec or (rec.spec if rec else None)
     if not spec:
-        return "not-landed", "the result names no spec (Nev-Job-Spec); land it by hand"
+        return JobStatus.NOT_LANDED, "the result names no spec (Nev-Job-Spec); land it by hand"
     spec_sha = repo.blob("refs/heads/main", f"specs/{spec}.md")
     if spec_sha is None:
-        return "not-landed", f"specs/{spec}.md is not on main; a job lands only against its spec"
+        return JobStatus.NOT_LANDED, f"specs/{spec}.md is not on main; a job lands only against its spec"
     branch = f"refs/heads/{spec}"
     cur = repo.try_rev(branch)
     if cur is not None and cur != res.commit:
-        return "not-landed", (f"branch {spec} exists at {cur[:12]} (a track in progress?); "
-                              f"not replacing it with result {res.commit[:12]}")
+        return JobStatus.NOT_LANDED, (f"branch {spec} exists at {cur[:12]} (a track in progress?); "
+                                      f"not replacing it with result {res.commit[:12]}")
     repo.set_ref(branch, res.commit)
     try:
         landing.land(repo.path, spec, spec_sha, res.commit, environ=environ)
@@ -170,10 +171,10 @@ def land(repo: Repo, name: str, res: Result, rec: dict[str, Any] | None, forge: 
         if e.exit_code in INTERRUPTED:
             raise
         repo.delete_ref(branch, res.commit)
-        return "not-landed", f"nev land exit {e.exit_code}: {mask(e.message)}"
+        return JobStatus.NOT_LANDED, f"nev land exit {e.exit_code}: {mask(e.message)}"
     forge.delete(repo, f"job/{name}", f"result/{name}")
     repo.delete_ref(f"refs/nev/results/{name}")
-    return "landed", f"landed on main ({repo.rev('refs/heads/main')[:12]}); job/{name} and result/{name} deleted"
+    return JobStatus.LANDED, f"landed on main ({repo.rev('refs/heads/main')[:12]}); job/{name} and result/{name} deleted"
 
 
 @contextmanager
@@ -197,16 +198,17 @@ def one_tick(environ: Mapping[str, str]) -> Iterator[int | None]:
         os.close(fd)
 
 
-def _record(environ: Mapping[str, str], name: str, seen: dict[str, Any] | None, **fields: Any) -> bool:
-    """Write `fields` into the job's record, under the records lock. False (nothing written) when
-    the job was submitted again since this tick read it: the new submission owns the record."""
-    with records.locked_json(environ) as data:
-        rec = data["jobs"].setdefault(name, {"job": name, "sends": 0, "resends": 0, "status": "submitted"})
-        if rec.get("sends", 0) != (seen or {}).get("sends", 0):
+@contextmanager
+def _record(environ: Mapping[str, str], name: str, seen: JobRecord | None) -> Iterator[JobRecord | None]:
+    """The job's record under the records lock, for this tick's outcome; None (nothing to write)
+    when the job was submitted again since this tick read it: the new submission owns the record."""
+    with records.locked(environ) as recs:
+        rec = recs.job(name)
+        if rec.sends != (seen.sends if seen else 0):
             info(f"{name}: submitted again during this tick; its record is left to the new submission")
-            return False
-        rec.update(fields)
-        return True
+            yield None
+        else:
+            yield rec
 
 
 def poll(repo_path: Path | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -225,9 +227,9 @@ def _tick(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
     if tips:
         forge.fetch_results(repo)
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    with records.locked_json(env) as data:
-        jobs = copy.deepcopy(data["jobs"])
-    waiting = {n: r for n, r in jobs.items() if n not in tips and r.get("status") not in FINAL and r.get("run_id")}
+    with records.locked(env) as recs:
+        jobs = copy.deepcopy(recs.jobs)
+    waiting = {n: r for n, r in jobs.items() if n not in tips and not r.status.final and r.run_id}
     runs = read_runs(waiting) if waiting else {}
     failed = 0
     for name in sorted(set(tips) | set(jobs)):
@@ -237,38 +239,49 @@ def _tick(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
         if act.kind is Act.DONE:
             continue
         if act.kind is Act.WAIT:
-            _record(env, name, rec, polled_at=now)
+            with _record(env, name, rec) as r:
+                if r is not None:
+                    r.polled_at = now
             info(f"{name}: waiting: {act.why}")
         elif act.kind is Act.RESEND:
             assert rec is not None
             try:
                 run_id = resend(rec)
             except NevError as e:
-                _record(env, name, rec, polled_at=now)
+                with _record(env, name, rec) as r:
+                    if r is not None:
+                        r.polled_at = now
                 info(f"{name}: resend failed: {e}; next tick tries again")
                 continue
-            _record(env, name, rec, polled_at=now, run_id=run_id, status="resent",
-                    resends=int(rec.get("resends", 0)) + 1)
+            with _record(env, name, rec) as r:
+                if r is not None:
+                    r.polled_at, r.run_id, r.status, r.resends = now, run_id, JobStatus.RESENT, rec.resends + 1
             info(f"{name}: resent ({act.why}), run {run_id}; not counted as a send")
         else:
             assert res is not None or act.kind is Act.FAILED
-            got = {} if res is None else {"result": res.commit, "exit": res.exit, "outcome": res.outcome,
-                                          "run_id": res.run_id or (rec or {}).get("run_id")}
+            with _record(env, name, rec) as r:
+                if r is not None:
+                    r.polled_at = now
+                    if res is not None:
+                        r.result, r.exit, r.outcome = res.commit, res.exit, res.outcome
+                        r.run_id = res.run_id or (rec.run_id if rec else None)
+                    if act.kind is Act.FAILED:
+                        r.status = JobStatus.FAILED
+                        failed += 1
             if act.kind is Act.FAILED:
-                if _record(env, name, rec, polled_at=now, status="failed", **got):
-                    failed += 1
                 info(f"{name}: failed: {act.why}")
                 continue
             assert res is not None
-            _record(env, name, rec, polled_at=now, **got)
             try:
                 status, why = land(repo, name, res, rec, forge, env)
             except GitError as e:
-                status, why = "not-landed", str(e)
-            _record(env, name, rec, status=status, why=why)
+                status, why = JobStatus.NOT_LANDED, str(e)
+            with _record(env, name, rec) as r:
+                if r is not None:
+                    r.status, r.why = status, why
             info(f"{name}: {status}: {why}")
-    with records.locked_json(env) as data:
-        data["last_poll"] = now
+    with records.locked(env) as recs:
+        recs.last_poll = now
     return 1 if failed else 0
 
 

@@ -153,7 +153,8 @@ def read(environ: Mapping[str, str] | None = None) -> Records:
 @contextmanager
 def locked(environ: Mapping[str, str] | None = None) -> Iterator[Records]:
     """The records, held under the lock; written back (atomically) when the block ends without error.
-    A corrupt file is refused before the block runs, and left as it is."""
+    A corrupt file is refused before the block runs, and left as it is; what the block wrote is
+    checked as a reader will check it before it reaches the file."""
     p = path(environ)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(str(p) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -161,19 +162,8 @@ def locked(environ: Mapping[str, str] | None = None) -> Iterator[Records]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         recs = load(p)
         yield recs
-        jsonfile.write_atomic(p, recs.to_json(), mode=0o600)
+        data = recs.to_json()
+        Records.from_json(Fields(p), data)
+        jsonfile.write_atomic(p, data, mode=0o600)
     finally:
         os.close(fd)
-
-
-@contextmanager
-def locked_json(environ: Mapping[str, str] | None = None) -> Iterator[dict[str, Any]]:
-    """`locked` for the poller, which still edits the records as JSON: the same checks on the way in,
-    and what it wrote is checked again (Records.from_json) before it reaches the file. Goes once
-    the poller reads `JobRecord`s."""
-    p = path(environ)
-    with locked(environ) as recs:
-        data = recs.to_json()
-        yield data
-        again = Records.from_json(Fields(p), data)
-        recs.jobs, recs.last_poll, recs.extra = again.jobs, again.last_poll, again.extra

@@ -10,7 +10,7 @@ from typing import Any
 
 from jobs import records
 from jobs.state import STATE, JobState, JobView, used_seconds
-from lanes.base import settings
+from lanes.base import jsonfile, settings
 from lanes.base.errors import NevError
 from lanes.base.ui import emit_json
 
@@ -41,13 +41,7 @@ SHORT = 12
 def short_commits(obj: Any) -> Any:
     """The same data with every full commit id cut to its first 12 characters (pure): what a person
     reads and passes to git, and short enough that log masking (long letter+digit runs) keeps it."""
-    if isinstance(obj, dict):
-        return {k: short_commits(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [short_commits(v) for v in obj]
-    if isinstance(obj, str) and COMMIT_ID.fullmatch(obj):
-        return obj[:SHORT]
-    return obj
+    return jsonfile.map_strings(obj, lambda s: s[:SHORT] if COMMIT_ID.fullmatch(s) else s)
 
 
 def lines(s: dict[str, Any]) -> list[str]:

@@ -131,8 +131,7 @@ def provision(lane_index: int | None, packages: str | None, apt_proxy: str | Non
     pk = pv.GATE_PACKAGES if packages is None else tuple(x.strip() for x in packages.split(",") if x.strip())
     params = pv.Params(packages=pk, apt_proxy=apt_proxy or settings.get(settings.LANE_APT_PROXY),
                        model_url=settings.get(settings.LANE_MODEL_URL) or env.get("LANE_MODEL_URL"),
-                       pi_tracks_url=env.get("LANE_PI_TRACKS_URL"), writer_setup=env.get("LANE_WRITER_SETUP"),
-                       writer_tool=env.get("LANE_WRITER_TOOL"), writer_dirs=env.get("LANE_WRITER_DIRS"),
+                       pi_tracks_url=env.get("LANE_PI_TRACKS_URL"), writer=pv.Writer.from_env(env),
                        rust_min=pv.engine_rust_min())
     return pv.provision_lanes(lane_index, params, ssh_user)
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lanes import guestlist
-from lanes.base import settings
+from lanes.agent import layout
+from lanes.base import settings, sshd
 from lanes.base.errors import ConfigError, NevError
 from lanes.base.ui import info
 from lanes.hostexec import Node
@@ -260,24 +261,10 @@ def lxc_config(lane: LxcLane) -> str:
 
 def guest_sshd_config(addr: str, toolchain: bool) -> str:
     """sshd in the guest: key-only, `lane` for gates and root (for provisioning over SSH)."""
-    env = ("SetEnv PATH=/srv/toolchain/cargo-bin:/usr/local/bin:/usr/bin:/bin "
-           "RUSTUP_HOME=/srv/toolchain/rustup\n") if toolchain else ""
-    return f"""# sshd of a lane guest (written by nev lane create)
-{env}ListenAddress {addr}:22
-HostKey /etc/ssh/ssh_host_ed25519_key
-PidFile /run/sshd.pid
-AuthorizedKeysFile .ssh/authorized_keys
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-AllowUsers lane root
-UsePAM no
-X11Forwarding no
-AllowTcpForwarding yes
-PrintMotd no
-Subsystem sftp internal-sftp
-"""
+    return sshd.config("a lane guest (written by nev lane create)", [f"{addr}:22"], "/etc/ssh/ssh_host_ed25519_key",
+                       "/run/sshd.pid", ".ssh/authorized_keys", "lane root", "prohibit-password",
+                       env=layout.TOOLCHAIN_ENV if toolchain else None,
+                       options=["AllowTcpForwarding yes", "Subsystem sftp internal-sftp"])
 
 
 @dataclass(frozen=True)

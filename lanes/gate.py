@@ -169,41 +169,45 @@ class _Pull:
         self.tmp.close()
 
 
-def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Sequence[str], *,
-                 forge: Forge, pull: Sequence[str] = (), extra_env: dict[str, str] | None = None,
-                 sweep: Callable[[Lane, str], object] | None = None,
-                 on_stdout: Callable[[bytes], None] | None = None,
-                 on_stderr: Callable[[bytes], None] | None = None) -> Outcome:
-    """Run `command` for `wt` on an answering lane; the exit status is the command's."""
-    out = on_stdout or _write(sys.stdout)
-    err = on_stderr or _write(sys.stderr)
-    keep_env = settings.get_flag(settings.LANE_KEEP_ENV)
-    min_free = settings.get_float(settings.LANE_MIN_FREE_GB)
-    restore = _interrupt_handlers()
-    session: Session | None = None
-    first_session: Session | None = None
-    hello: dict[str, Any] = {}
-    result: dict[str, Any] | None = None
-    sizes: dict[str, int] = {}
-    try:
-        session = first_session = Session(conn, lane)
-        hello = _hello(session, wt, forge)
-        if hello["free_gb"] < min_free:
-            session.request(Op.ABORT)
-            session.close()
-            ui.info(f"{lane.label}: {hello['free_gb']:.1f} GB free, under {min_free:g} GB; sweeping the lane")
-            (sweep or _sweep)(lane, wt.name)
-            session = Session(conn, lane)
-            hello = _hello(session, wt, forge)
-            if hello["free_gb"] < min_free:
-                session.request(Op.ABORT)
-                raise DiskShortError(disk_short_message(lane, hello, min_free))
-        p = payload.build(wt, hello.get("tips", []), forge.url is not None)
-        sizes = p.sizes()
-        session.request(Op.PAYLOAD, commit=p.commit, sizes=sizes, command=list(command), env=dict(extra_env or {}),
-                        cred=forge.cred(), keep_env=keep_env, pull=list(pull))
+class _GateRun:
+    """One gate's conversation with the lane agent, and what its interrupt and drop paths need:
+    the session (a second one after a sweep), the lane's hello and what the payload weighed."""
+
+    def __init__(self, lane: Lane, conn: Connection, wt: payload.Worktree, forge: Forge) -> None:
+        self.lane, self.conn, self.wt, self.forge = lane, conn, wt, forge
+        self.session: Session | None = None
+        self.first: Session | None = None
+        self.hello: dict[str, Any] = {}
+        self.sizes: dict[str, int] = {}
+
+    def open(self, min_free: float, sweep: Callable[[Lane, str], object] | None) -> Session:
+        """A session on the lane with `min_free` GB free: when short, the lane is swept and asked once more."""
+        self.session = self.first = Session(self.conn, self.lane)
+        self.hello = _hello(self.session, self.wt, self.forge)
+        if self.hello["free_gb"] < min_free:
+            self.session.request(Op.ABORT)
+            self.session.close()
+            ui.info(f"{self.lane.label}: {self.hello['free_gb']:.1f} GB free, under {min_free:g} GB; sweeping the lane")
+            (sweep or _sweep)(self.lane, self.wt.name)
+            self.session = Session(self.conn, self.lane)
+            self.hello = _hello(self.session, self.wt, self.forge)
+            if self.hello["free_gb"] < min_free:
+                self.session.request(Op.ABORT)
+                raise DiskShortError(disk_short_message(self.lane, self.hello, min_free))
+        return self.session
+
+    def send(self, session: Session, command: Sequence[str], extra_env: dict[str, str] | None, keep_env: bool,
+             pull: Sequence[str]) -> None:
+        p = payload.build(self.wt, self.hello.get("tips", []), self.forge.url is not None)
+        self.sizes = p.sizes()
+        session.request(Op.PAYLOAD, commit=p.commit, sizes=self.sizes, command=list(command),
+                        env=dict(extra_env or {}), cred=self.forge.cred(), keep_env=keep_env, pull=list(pull))
         for member in p.members():
             session.send(member)
+
+    def stream(self, session: Session, out: Callable[[bytes], None],
+               err: Callable[[bytes], None]) -> dict[str, Any] | None:
+        """The run's frames until its result (None when the connection drops first)."""
         pulling: _Pull | None = None
         for kind, data in session.frames():
             if kind is Kind.STDOUT:
@@ -211,45 +215,67 @@ def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Se
             elif kind is Kind.STDERR:
                 err(data)
             elif kind is Kind.MESSAGE:
-                ui.info(f"{lane.label}: {data.decode(errors='replace')}")
+                ui.info(f"{self.lane.label}: {data.decode(errors='replace')}")
             elif kind is Kind.NEED_BUNDLE:
-                tips = json.loads(data)["tips"]
-                ui.info(f"{lane.label}: the forge could not supply the bundle's basis; sending a bundle over the lane's own commits")
-                b = payload.bundle(wt.repo, wt.commit, payload.known_commits(wt.repo, tips))
-                session.request(Op.BUNDLE, size=len(b))
-                session.send(b)
-                sizes["bundle_resent"] = len(b)
+                self.resend_bundle(session, json.loads(data)["tips"])
             elif kind is Kind.PULL_START:
                 pulling = _Pull(json.loads(data)["dir"])
             elif kind is Kind.PULL_DATA and pulling is not None:
                 pulling.tmp.write(data)
             elif kind is Kind.PULL_END and pulling is not None:
-                pulling.finish(wt.path)
-                ui.info(f"{lane.label}: pulled {pulling.dir}")
+                pulling.finish(self.wt.path)
+                ui.info(f"{self.lane.label}: pulled {pulling.dir}")
                 pulling = None
             elif kind is Kind.RESULT:
-                result = json.loads(data)
-                break
+                return dict(json.loads(data))
+        return None
+
+    def resend_bundle(self, session: Session, tips: list[str]) -> None:
+        ui.info(f"{self.lane.label}: the forge could not supply the bundle's basis; sending a bundle over the lane's own commits")
+        b = payload.bundle(self.wt.repo, self.wt.commit, payload.known_commits(self.wt.repo, tips))
+        session.request(Op.BUNDLE, size=len(b))
+        session.send(b)
+        self.sizes["bundle_resent"] = len(b)
+
+    def sent(self) -> int:
+        """Bytes sent over the gate's sessions (both, when a sweep made a second)."""
+        total = self.session.sent if self.session else 0
+        if self.first is not None and self.first is not self.session:
+            total += self.first.sent
+        return total
+
+
+def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Sequence[str], *,
+                 forge: Forge, pull: Sequence[str] = (), extra_env: dict[str, str] | None = None,
+                 sweep: Callable[[Lane, str], object] | None = None,
+                 on_stdout: Callable[[bytes], None] | None = None,
+                 on_stderr: Callable[[bytes], None] | None = None) -> Outcome:
+    """Run `command` for `wt` on an answering lane; the exit status is the command's."""
+    keep_env = settings.get_flag(settings.LANE_KEEP_ENV)
+    restore = _interrupt_handlers()
+    run = _GateRun(lane, conn, wt, forge)
+    result: dict[str, Any] | None = None
+    try:
+        session = run.open(settings.get_float(settings.LANE_MIN_FREE_GB), sweep)
+        run.send(session, command, extra_env, keep_env, pull)
+        result = run.stream(session, on_stdout or _write(sys.stdout), on_stderr or _write(sys.stderr))
     except (KeyboardInterrupt, _Term) as e:
         how = Stop.INT if isinstance(e, KeyboardInterrupt) else Stop.TERM
-        if not _stop(session, how):
-            _second_call(lane, wt, hello.get("pid"), keep_env)
+        if not _stop(run.session, how):
+            _second_call(lane, wt, run.hello.get("pid"), keep_env)
         raise Interrupted(f"interrupted; the command on {lane.label} was stopped", how.status) from None
     finally:
         restore()
-        if session is not None:
-            session.close()
+        if run.session is not None:
+            run.session.close()
     if result is None:
-        cleanup = _second_call(lane, wt, hello.get("pid"), keep_env)
+        cleanup = _second_call(lane, wt, run.hello.get("pid"), keep_env)
         raise NevError(f"the connection to {lane.label} dropped mid-run; {cleanup}", DROPPED_EXIT)
     if result.get("refused"):
         raise NevError(f"{lane.label} refused the gate: {result['refused']}")
     if result.get("stopped"):
         raise Interrupted(f"the command on {lane.label} was stopped", Stop(result["stopped"]).status)
-    sent = session.sent if session else 0
-    if session is not None and session is not first_session:
-        sent += first_session.sent if first_session else 0
-    return Outcome(int(result["status"]), result, sent, sizes)
+    return Outcome(int(result["status"]), result, run.sent(), run.sizes)
 
 
 def _write(stream: Any) -> Callable[[bytes], None]:

@@ -9,26 +9,13 @@ here, so what the tests exercise is byte for byte what would go over SSH.
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from lanes.base.errors import NevError
-from lanes.base.mask import mask
-from lanes.base.ssh import Connection, Target
+from lanes.base.ssh import Connection, Result, Target
 
 COMMAND = "sh -s"
 LOCAL = "local"
-
-
-@dataclass(frozen=True)
-class Ran:
-    status: int
-    out: str
-    err: str
-
-    def last_err(self) -> str:
-        lines = [ln for ln in self.err.splitlines() if ln.strip()]
-        return mask(lines[-1]) if lines else f"exit {self.status}"
 
 
 class Node:
@@ -51,18 +38,16 @@ class Node:
     def __str__(self) -> str:
         return self.spec
 
-    def run(self, script: str, check: bool = True, what: str = "script") -> Ran:
+    def run(self, script: str, check: bool = True, what: str = "script") -> Result:
         if self.target is None:
-            cp = subprocess.run(COMMAND.split(), input=script, capture_output=True, text=True,
-                                timeout=self.timeout)
-            ran = Ran(cp.returncode, cp.stdout, cp.stderr)
+            cp = subprocess.run(COMMAND.split(), input=script.encode(), capture_output=True, timeout=self.timeout)
+            ran = Result(cp.returncode, cp.stdout, cp.stderr)
         else:
             if self._conn is None:
                 self._conn = Connection(self.target, self._known_hosts, self._key_file, jump=self._jump).connect()
-            res = self._conn.run(COMMAND, stdin=script.encode(), timeout=self.timeout)
-            ran = Ran(res.exit_status, res.out, res.err)
-        if check and ran.status != 0:
-            raise NevError(f"{what} on {self} failed (exit {ran.status}): {ran.last_err()}")
+            ran = self._conn.run(COMMAND, stdin=script.encode(), timeout=self.timeout)
+        if check and ran.exit_status != 0:
+            raise NevError(f"{what} on {self} failed (exit {ran.exit_status}): {ran.last_err()}")
         return ran
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ import hashlib
 import shlex
 import tomllib
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +29,6 @@ from lanes.hostexec import Node
 GATE_PACKAGES = guestlist.packages()
 USER = "lane"
 HOME = "/home/lane"
-TOOLCHAIN = "/srv/toolchain"      # the node's Rust, bound read-only (it cannot be installed in a guest
-TOOLCHAIN_PATH = f"{TOOLCHAIN}/cargo-bin:/usr/local/bin:/usr/bin:/bin"   # with no route out)
 PROJECT = Path(__file__).resolve().parent.parent
 
 
@@ -45,6 +44,21 @@ def engine_rust_min(root: Path = PROJECT) -> str | None:
 
 
 @dataclass(frozen=True)
+class Writer:
+    """A writer host's own set-up: LANE_WRITER_SETUP, run as the lane user (again whenever it or
+    its settings change) with LANE_WRITER_TOOL and LANE_WRITER_DIRS in its environment."""
+
+    setup: str
+    tool: str = ""
+    dirs: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Writer | None:
+        setup = env.get("LANE_WRITER_SETUP")
+        return cls(setup, env.get("LANE_WRITER_TOOL") or "", env.get("LANE_WRITER_DIRS") or "") if setup else None
+
+
+@dataclass(frozen=True)
 class Params:
     root: str = "/srv/lane"
     shared: str = "/srv/lane-shared"
@@ -52,9 +66,7 @@ class Params:
     apt_proxy: str | None = None
     model_url: str | None = None
     pi_tracks_url: str | None = None
-    writer_setup: str | None = None
-    writer_tool: str | None = None
-    writer_dirs: str | None = None
+    writer: Writer | None = None
     rust_min: str | None = None     # the engine's minimum Rust (`engine_rust_min`)
 
 
@@ -133,7 +145,7 @@ def plan(p: Params) -> list[Step]:
     npm_cache = f"{p.shared}/npm-cache"
     steps.append(Step(f"npm cache {npm_cache}", f"[ -d {q(npm_cache)} ]", _as_lane(f"mkdir -p {q(npm_cache)}")))
     lane_env = (f"export NEV_LANE_SHARED={p.shared}\nexport npm_config_cache={npm_cache}\n"
-                f"export PATH={TOOLCHAIN_PATH}:$HOME/.cargo/bin\n")
+                f"export PATH={layout.TOOLCHAIN_PATH}:$HOME/.cargo/bin\n")
     steps.append(_home_file(layout.LANE_ENV, lane_env))
     steps.append(_home_file(layout.SHARED_ENV, f"NEV_LANE_SHARED={p.shared}\nnpm_config_cache={npm_cache}\n"))
     if p.model_url:
@@ -142,14 +154,15 @@ def plan(p: Params) -> list[Step]:
         dest = f"{HOME}/.local/share/pi-tracks"
         steps.append(Step("writer host: pi-tracks clone", f"[ -d {q(dest)}/.git ]",
                           _as_lane(f"git clone -q {q(p.pi_tracks_url)} {q(dest)}")))
-    if p.writer_setup:
+    if p.writer:
+        w = p.writer
         stamp = f"{HOME}/.cache/nev-writer-setup"
-        digest = hashlib.sha256("\0".join([p.writer_setup, p.writer_tool or "", p.writer_dirs or ""]).encode()).hexdigest()
-        env = f"LANE_WRITER_TOOL={q(p.writer_tool or '')} LANE_WRITER_DIRS={q(p.writer_dirs or '')}"
+        digest = hashlib.sha256("\0".join([w.setup, w.tool, w.dirs]).encode()).hexdigest()
+        env = f"LANE_WRITER_TOOL={q(w.tool)} LANE_WRITER_DIRS={q(w.dirs)}"
         steps.append(Step(
             "writer host: LANE_WRITER_SETUP",
             f"[ \"$(cat {stamp} 2>/dev/null)\" = {digest} ]",
-            _as_lane(f"cd && {env} sh -c {q(p.writer_setup)} && mkdir -p ~/.cache && echo {digest} > {stamp}")))
+            _as_lane(f"cd && {env} sh -c {q(w.setup)} && mkdir -p ~/.cache && echo {digest} > {stamp}")))
     return steps
 
 
@@ -157,14 +170,14 @@ def rust_step(rust_min: str | None) -> Step:
     """Rust cannot be installed in a guest with no route out (rustup downloads, and Debian's
     rustc is older than the engine's minimum): it is the node's toolchain, bound read-only at
     /srv/toolchain, or rustup in the lane home. The line names which, and the version."""
-    find = (f"PATH={TOOLCHAIN_PATH}:$HOME/.cargo/bin RUSTUP_HOME=${{RUSTUP_HOME:-{TOOLCHAIN}/rustup}}; "
+    find = (f"PATH={layout.TOOLCHAIN_PATH}:$HOME/.cargo/bin RUSTUP_HOME=${{RUSTUP_HOME:-{layout.TOOLCHAIN}/rustup}}; "
             "c=$(command -v cargo) || exit 1; v=$(cargo --version 2>/dev/null | cut -d' ' -f2) || exit 1; ")
     if rust_min:
         ok = (f"[ \"$(printf '%s\\n%s\\n' {shlex.quote(rust_min)} \"${{v%%-*}}\" | sort -V | head -1)\" = "
               f"{shlex.quote(rust_min)} ]")
     else:
         ok = "[ -n \"$v\" ]"
-    where = (f"case $c in {TOOLCHAIN}/*) echo \"cargo $v, the node's toolchain bound read-only at {TOOLCHAIN}\";; "
+    where = (f"case $c in {layout.TOOLCHAIN}/*) echo \"cargo $v, the node's toolchain bound read-only at {layout.TOOLCHAIN}\";; "
              "*) echo \"cargo $v at $c\";; esac")
     need = f"rust >= {rust_min}" if rust_min else "rust"
     older = f" or older than {rust_min}" if rust_min else ""
@@ -172,7 +185,7 @@ def rust_step(rust_min: str | None) -> Step:
         f"{need} (the engine's minimum)" if rust_min else need,
         _as_lane(find + ok),
         f"echo 'cargo is missing{older}: the Rust toolchain comes from the node "
-        f"(a read-only bind at {TOOLCHAIN}: nev lane create --bind SRC:{TOOLCHAIN}/rustup:ro) "
+        f"(a read-only bind at {layout.TOOLCHAIN}: nev lane create --bind SRC:{layout.TOOLCHAIN}/rustup:ro) "
         "or rustup in the lane home' >&2; false",
         detail=_as_lane(find + where))
 
@@ -196,7 +209,7 @@ def run(node: Node, params: Params, label: str) -> list[str]:
     lines = [ln for ln in ran.out.splitlines() if ln.startswith(("changed: ", "unchanged: ", "failed: "))]
     for ln in lines:
         print(f"{label}: {ln}" if label else ln, flush=True)
-    if ran.status != 0:
+    if ran.exit_status != 0:
         failed = next((ln for ln in lines if ln.startswith("failed: ")), "failed: (no step)")
         raise NevError(f"provisioning {label} stopped at {failed.removeprefix('failed: ')}: {ran.last_err()}")
     return lines

@@ -4,8 +4,10 @@ NEV_BOX_NAME (default "tbox") and NEV_BOX_NET (default "198.18.9") name and addr
 several boxes coexist on one machine; NEV_BOX_KEEP=1 leaves it up at the end (the next session's
 `up` is then a no-op). It is never skipped: without root it fails with the reason.
 
-Every test that needs the box, directly or through another fixture, is marked `box` here, so
-`pytest -m "not box"` (the fast loop) never brings one up.
+Every test that needs the box, directly or through another fixture, is marked `box` here, and so
+is every test marked `parts` (it starts one of the box's heavy real parts on this machine without
+the box: browsers, Dagu, HAProxy, sshd, the Rust compiler, a stand-in pool), so
+`pytest -m "not box"` (the fast loop, about a minute) never brings one up or starts one.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # fixturenames is the closure: a fixture that asks for `box` brings it in too.
     for item in items:
-        if BOX_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if BOX_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("parts"):
             item.add_marker(pytest.mark.box)
 
 

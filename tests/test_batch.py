@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench import batch, gateway, ledger, onlane, phases, prompt
+from bench import answers, gateway, ledger, onlane, phases, prompt, shares, verdicts
 from bench import folknet as fk
 from crates_bridge import samples
 from crates_bridge.workspace import EXAMPLE_ENGINE
@@ -30,29 +30,29 @@ NET = fk.load(ROOT / "bench/folknet.json")
 # ---- models ----
 
 def test_models_parse_alias_n_inflight_and_refuse_bad_entries():
-    assert batch.parse_models("a:32:8, b:4") == [("a", 32, 8), ("b", 4, None)]
+    assert shares.parse_models("a:32:8, b:4") == [("a", 32, 8), ("b", 4, None)]
     for bad in ("a", "a:x:1", "a:0:1", ":3:3", "", "a:1:0"):
         with pytest.raises(UsageError):
-            batch.parse_models(bad)
+            shares.parse_models(bad)
 
 
 def test_inflight_is_capped_at_what_folknet_declares():
-    [s] = batch.resolve([("qwen3.8-27b-fast", 32, 32)], NET)
+    [s] = shares.resolve([("qwen3.8-27b-fast", 32, 32)], NET)
     assert s.inflight == 8 and s.declared_max == 8 and "capped at 8" in (s.note or "")
-    [s] = batch.resolve([("deepseek-v4.1-flash", 4, None)], NET)
+    [s] = shares.resolve([("deepseek-v4.1-flash", 4, None)], NET)
     assert s.inflight == 2 and s.tier == "capacity"
 
 
 def test_unknown_and_retired_models_are_refused_with_the_file_named():
     with pytest.raises(UsageError, match="not in .*folknet.json"):
-        batch.resolve([("nope", 1, 1)], NET)
+        shares.resolve([("nope", 1, 1)], NET)
     with pytest.raises(UsageError, match="retired on 2026-09-22"):
-        batch.resolve([("glm-5.3-flash", 1, 1)], NET)
+        shares.resolve([("glm-5.3-flash", 1, 1)], NET)
 
 
 def test_default_models_are_the_sampling_aliases_and_escalation_the_capacity_one():
-    assert {s.alias for s in batch.default_models(NET)} == {"qwen3.8-27b-fast", "qwen3.8-27b-fast-2"}
-    esc = batch.default_escalation(NET)
+    assert {s.alias for s in shares.default_models(NET)} == {"qwen3.8-27b-fast", "qwen3.8-27b-fast-2"}
+    esc = shares.default_escalation(NET)
     assert esc is not None and esc.alias == "deepseek-v4.1-flash" and esc.inflight == 2
 
 
@@ -61,21 +61,28 @@ def test_default_models_are_the_sampling_aliases_and_escalation_the_capacity_one
 def test_extract_takes_the_rust_block_that_defines_the_function_and_adds_the_prelude():
     ans = ("Here:\n```text\nfn block_width is nice\n```\n```rust\npub fn helper() {}\n```\n"
            "```rust\npub fn block_width(input: &BlockWidthInput) -> BlockWidthOutput { todo!() }\n```\n")
-    code = batch.extract_code(ans, "block_width")
+    code = answers.extract_code(ans, "block_width")
     assert code is not None and code.startswith("use super::prelude::*;")
     assert "pub fn block_width(" in code and "helper" not in code
-    assert batch.extract_code("no code here", "block_width") is None
+    assert answers.extract_code("no code here", "block_width") is None
     bare = "use super::prelude::*;\npub fn block_width(i: &BlockWidthInput) -> BlockWidthOutput { todo!() }"
-    assert batch.extract_code(bare, "block_width") == bare + "\n"
+    assert answers.extract_code(bare, "block_width") == bare + "\n"
 
 
 def test_dedupe_hash_ignores_comments_and_whitespace_but_not_code():
     a = samples.RIGHT[0]
-    assert batch.code_hash(a) == batch.code_hash("// a model's preamble\n" + a.replace("    ", "\t"))
-    assert batch.code_hash(a) == batch.code_hash(a.replace("let cb = input.cb_width;", "let cb=input.cb_width ;"))
-    assert batch.code_hash(a) != batch.code_hash(samples.WRONG[0])
+    assert answers.code_hash(a) == answers.code_hash("// a model's preamble\n" + a.replace("    ", "\t"))
+    assert answers.code_hash(a) == answers.code_hash(a.replace("let cb = input.cb_width;", "let cb=input.cb_width ;"))
+    assert answers.code_hash(a) != answers.code_hash(samples.WRONG[0])
     # text inside strings counts
-    assert batch.code_hash('fn f() { "a  b" }') != batch.code_hash('fn f() { "a b" }')
+    assert answers.code_hash('fn f() { "a  b" }') != answers.code_hash('fn f() { "a b" }')
+
+
+def test_dedupe_reads_literals_and_comments_as_rustc_does():
+    # a quote in a char literal opens no string; a nested block comment ends at its own close
+    quote = "fn f() -> char { let a = 1;  '\"' }"
+    assert answers.code_hash(quote) == answers.code_hash(quote.replace("  ", " /* a /* nested */ comment */ "))
+    assert answers.code_hash('fn f() { r#"a  "b"#; }') != answers.code_hash('fn f() { r#"a "b"#; }')
 
 
 def _brute(n: int, c: int, k: int) -> float:
@@ -87,12 +94,12 @@ def _brute(n: int, c: int, k: int) -> float:
 def test_pass_at_k_is_the_unbiased_estimator(n, data):
     c = data.draw(st.integers(0, n))
     k = data.draw(st.integers(1, n))
-    assert batch.pass_at_k(n, c, k) == pytest.approx(_brute(n, c, k))
+    assert verdicts.pass_at_k(n, c, k) == pytest.approx(_brute(n, c, k))
 
 
 def test_pass_at_k_is_none_past_n_and_reported_for_small_k_only():
-    assert batch.pass_at_k(3, 1, 5) is None
-    assert batch.pass_at(8, 2) == {"pass@1": 0.25, "pass@5": pytest.approx(1 - 6 * 5 * 4 * 3 * 2 / (8 * 7 * 6 * 5 * 4), abs=1e-4)}
+    assert verdicts.pass_at_k(3, 1, 5) is None
+    assert verdicts.pass_at(8, 2) == {"pass@1": 0.25, "pass@5": pytest.approx(1 - 6 * 5 * 4 * 3 * 2 / (8 * 7 * 6 * 5 * 4), abs=1e-4)}
 
 
 def test_draws_fill_the_inflight_slots_with_n_and_fan_out_without():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import batch, ledger, prompt, rounds
+from bench import answers, batch, ledger, prompt, rounds, shares, verdicts
 from bench import folknet as fk
 from bench.gateway import Gateway, read_key
 from bench.rounds import RoundRecord, ShareStatus
@@ -89,7 +89,7 @@ def batch_id_of(out: str) -> str:
     return m.group(1)
 
 
-def config(box, repo: Path, function: str, shares: list[batch.Share], escalation: batch.Share | None = None,
+def config(box, repo: Path, function: str, shares: list[shares.Share], escalation: shares.Share | None = None,
            escalate_after: int = 2, max_batches: int = 3, seed: int = 1) -> batch.RunConfig:
     return batch.RunConfig(function=function, shares=shares, escalation=escalation, escalate_after=escalate_after,
                            max_batches=max_batches, engine_dir=repo / "crates_bridge/engine",
@@ -97,9 +97,9 @@ def config(box, repo: Path, function: str, shares: list[batch.Share], escalation
                            ledger_path=ledger.ledger_dir(box.nas) / f"{repo.name}.jsonl", seed=seed)
 
 
-def share(box, alias: str, n: int, inflight: int, supports_n: bool = True) -> batch.Share:
+def share(box, alias: str, n: int, inflight: int, supports_n: bool = True) -> shares.Share:
     a = fk.load(box.folknet_file).aliases[alias]
-    return batch.Share(alias, n, min(inflight, a.max_inflight), a.tier, supports_n, a.max_inflight)
+    return shares.Share(alias, n, min(inflight, a.max_inflight), a.tier, supports_n, a.max_inflight)
 
 
 def gw(box) -> Gateway:
@@ -160,9 +160,9 @@ def _marker(repo: Path) -> str:
     wrong = [c["code"] for c in bank if c["kind"] == "wrong"]
     ws = Workspace(repo / "crates_bridge/engine")
     b = probe(ws, "abspos_width", wrong, repo / "corpus/abspos_width", repo / "target" / "marker")
-    judged = [batch.judge(v, s, batch.code_hash(s)) for v, s in zip(b.verdicts, wrong, strict=True)]
+    judged = [verdicts.judge(v, s, answers.code_hash(s)) for v, s in zip(b.verdicts, wrong, strict=True)]
     assert all(j.status == "failed" for j in judged)
-    best = batch.best_versions(judged)[0]
+    best = verdicts.best_versions(judged)[0]
     return prompt.diff_line(*best.diffs[0])
 
 

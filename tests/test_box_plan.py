@@ -18,7 +18,7 @@ def test_names_fit_linux_interface_names_for_the_longest_box_name():
         assert len(h.veth) <= 15 and len(h.netns) <= 15
         assert h.addr.startswith("198.18.7.")
     assert len({h.addr for h in lay.hosts()}) == len(lay.hosts())
-    assert lay.bridge == "abcdefbr" and lay.bridge_addr == "198.18.7.1"
+    assert lay.bridge == "abcdefbr" and lay.addr(plan.BRIDGE_OCTET) == "198.18.7.1"
 
 
 @pytest.mark.parametrize("bad", ["", "toolong1", "Box", "1box", "a-b"])
@@ -49,6 +49,26 @@ def test_sshd_config_is_key_only_and_bound_to_its_address():
     cfg = plan.sshd_config("198.18.9.11", "/k", "/p")
     assert "ListenAddress 198.18.9.11:22" in cfg
     assert "PasswordAuthentication no" in cfg and "AllowUsers lane" in cfg and "UsePAM no" in cfg
+
+
+def test_every_sshd_nev_writes_is_key_only_with_its_own_users_and_options():
+    from lanes import create
+
+    lay = plan.Layout("t", "198.18.9", 1)
+    configs = {"lane": plan.sshd_config("198.18.9.11", "/k", "/p", toolchain=True),
+               "jump": plan.jump_sshd_config(lay, "/k", "/p", "/a"),
+               "service": plan.root_sshd_config("198.18.9.30", "/k", "/p", "/a"),
+               "guest": create.guest_sshd_config("10.0.0.5", toolchain=False)}
+    for name, cfg in configs.items():
+        lines = cfg.splitlines()
+        for policy in ("PubkeyAuthentication yes", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+                       "UsePAM no", "X11Forwarding no"):
+            assert lines.count(policy) == 1, (name, policy)
+        assert sum(ln.startswith("AllowUsers ") for ln in lines) == 1, name
+    assert "AllowUsers nevjump" in configs["jump"] and "ForceCommand /usr/sbin/nologin" in configs["jump"]
+    assert "PermitRootLogin prohibit-password" in configs["service"] and "AllowUsers root" in configs["service"]
+    assert "AllowUsers lane root" in configs["guest"] and "SetEnv" not in configs["guest"]
+    assert "SetEnv PATH=/srv/toolchain/cargo-bin:" in configs["lane"] and "PermitRootLogin no" in configs["lane"]
 
 
 def test_ssha_hash_is_salted_and_hides_the_token():
@@ -112,8 +132,9 @@ def test_the_layout_keeps_the_outside_link_and_forwards_apart_from_the_rig(tmp_p
     from rig.box import plan
 
     lay = plan.Layout("t", "198.18.9", 2)
-    rig_addrs = {h.addr for h in lay.hosts()} | {lay.jump().addr, lay.bridge_addr}
-    assert lay.dev_addr not in rig_addrs and lay.jump_outside_addr not in rig_addrs
+    dev_addr, jump_outside_addr = lay.addr(plan.DEV_OCTET), lay.addr(plan.JUMP_OUT_OCTET)
+    rig_addrs = {h.addr for h in lay.hosts()} | {lay.jump().addr, lay.addr(plan.BRIDGE_OCTET)}
+    assert dev_addr not in rig_addrs and jump_outside_addr not in rig_addrs
     assert lay.jump_spec == "nevjump@198.18.9.253"
     ports = {plan.Layout("t", n, 1).forward_port(w) for n in ("198.18.9", "198.18.10", "198.19.9")
              for w in ("forge", "gateway")}
@@ -122,7 +143,7 @@ def test_the_layout_keeps_the_outside_link_and_forwards_apart_from_the_rig(tmp_p
     assert "AllowTcpForwarding local" in cfg and "ForceCommand /usr/sbin/nologin" in cfg
     permit = next(ln for ln in cfg.splitlines() if ln.startswith("PermitOpen ")).split()[1:]
     assert f"{lay.forge().addr}:*" in permit and all(f"{h.addr}:*" in permit for h in lay.hosts())
-    assert not {f"{a}:*" for a in (lay.dev_addr, lay.jump_outside_addr, lay.jump().addr, "127.0.0.1")} & set(permit)
+    assert not {f"{a}:*" for a in (dev_addr, jump_outside_addr, lay.jump().addr, "127.0.0.1")} & set(permit)
 
 
 def test_shape_refuses_a_host_that_is_not_a_lane_and_missing_rates(tmp_path):
@@ -200,3 +221,56 @@ def test_litellm_config_has_an_alias_per_pool_no_retries_and_no_key_inside():
     assert all(m["litellm_params"]["max_retries"] == 0 for m in cfg["model_list"])
     assert cfg["general_settings"]["master_key"] == "os.environ/LITELLM_MASTER_KEY"
     assert plan.key_allowlists() == {"batch": [p.alias for p in plan.POOLS], "writer": [plan.POOLS[0].alias]}
+
+
+# ---- waiting for a service to answer ----------------------------------------------------------
+
+import socket  # noqa: E402
+import threading  # noqa: E402
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
+
+from lanes.base.errors import NevError  # noqa: E402
+from rig.box import procs  # noqa: E402
+from rig.box.state import ProcRec  # noqa: E402
+
+
+def test_wait_port_returns_once_the_port_listens_and_names_a_port_that_never_does():
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    procs.wait_port("127.0.0.1", port, 2)
+    srv.close()
+    with pytest.raises(NevError, match=rf"^127\.0\.0\.1 did not listen on 127\.0\.0\.1:{port} within 0 s"):
+        procs.wait_port("127.0.0.1", port, 0.2)
+
+
+def test_wait_http_takes_a_client_error_as_an_answer_but_not_a_server_error():
+    codes = {"/missing": 404, "/broken": 503}
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(codes[self.path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        procs.wait_http(f"{base}/missing", 2)
+        with pytest.raises(NevError, match=r"/broken did not answer .*/broken within 0 s"):
+            procs.wait_http(f"{base}/broken", 0.3)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_waits_stop_at_once_when_the_recorded_process_is_gone(tmp_path):
+    gone = ProcRec(key="gpu9.pool", host="gpu9", pid=2 ** 22 + 1, start=1, argv=[])
+    port = socket.create_server(("127.0.0.1", 0))
+    closed = port.getsockname()[1]
+    port.close()
+    with pytest.raises(NevError, match=r"gpu9\.pool exited while starting; see .*gpu9-pool\.log"):
+        procs.wait_port("127.0.0.1", closed, 30, gone, tmp_path / "gpu9-pool.log")

@@ -7,6 +7,8 @@ from crates_bridge.errors import BridgeError
 from crates_bridge.samples import BROKEN, GOOD, batch_of
 from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
 
+pytestmark = pytest.mark.parts  # starts the Rust compiler on candidate crates here
+
 
 @pytest.fixture(scope="module")
 def ws():

@@ -29,6 +29,8 @@ from tests.helpers.dagu_helpers import (
     write_lanes_file,
 )
 
+pytestmark = pytest.mark.parts  # starts the Dagu binary behind a local sshd here
+
 
 @dataclass
 class LocalLane:

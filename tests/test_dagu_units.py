@@ -85,6 +85,15 @@ def test_parse_run_reads_nodes():
     assert st.done and st.worker_id == "lane1" and step_exit_code(st.step("s")) == "7"
 
 
+def test_a_run_and_its_steps_keep_their_times_and_end_on_their_own_labels():
+    st = parse_run({"name": "x", "dagRunId": "r", "statusLabel": "running", "startedAt": "t0",
+                    "nodes": [{"step": {"name": "a"}, "statusLabel": "skipped", "startedAt": "t1", "finishedAt": "t2"}]})
+    step = st.step("a")
+    assert (st.started_at, st.finished_at, step.started_at, step.finished_at) == ("t0", "", "t1", "t2")
+    assert step.done and not st.done                      # a skipped step is over; a running run is not
+    assert not parse_run({"statusLabel": "skipped"}).done  # nor is a run whose label only a step can end on
+
+
 def test_max_overlap():
     assert runs.max_overlap([(0, 3), (0, 3), (3, 6), (3, 6)]) == 2
     assert runs.max_overlap([(0, 5), (1, 6), (2, 7)]) == 3

@@ -27,6 +27,8 @@ from tests.helpers import local_sshd
 from tests.helpers.lane_helpers import nev
 from tests.helpers.local_sshd import free_port
 
+pytestmark = pytest.mark.parts  # starts a jump host's sshd and OpenSSH forwards here
+
 
 class _Forge(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name

@@ -16,6 +16,7 @@ from jobs import poll as poll_mod
 from jobs import result as result_mod
 from jobs import submit as submit_mod
 from jobs.poll import RunInfo, decide
+from jobs.records import JobRecord, JobStatus
 from jobs.result import Result
 from lanes.base import crontab
 from tests.helpers.job_helpers import ROOT, fake_lane_dagu, git, make_checkout, nev, write_manifest
@@ -27,19 +28,23 @@ def _res(outcome: str, code: int, commit: str = "c" * 40) -> Result:
     return Result("demo", outcome, code, "run-1", commit, (), "demo")
 
 
+def _rec(status: str, **fields) -> JobRecord:
+    return JobRecord(job="demo", status=JobStatus(status), **fields)
+
+
 @pytest.mark.parametrize("rec,res,run,kind", [
     (None, _res("passed", 0), None, "land"),
-    ({"status": "submitted"}, _res("failed", 10), None, "failed"),
-    ({"status": "submitted"}, _res("failed", 9), None, "failed"),
-    ({"status": "failed", "result": "c" * 40}, _res("failed", 10), None, "done"),
-    ({"status": "landed", "result": "c" * 40}, _res("passed", 0), None, "done"),
-    ({"status": "submitted", "run_id": "r"}, None, RunInfo(True, "partially_succeeded", 3, 0), "resend"),
-    ({"status": "resent", "run_id": "r"}, None, RunInfo(True, "failed", 0, 7), "resend"),
-    ({"status": "submitted", "run_id": "r"}, None, RunInfo(False, "running"), "wait"),
-    ({"status": "submitted", "run_id": "r"}, None, RunInfo(False, "queued"), "wait"),
-    ({"status": "submitted", "run_id": "r"}, None, None, "wait"),
-    ({"status": "submitted", "run_id": "r"}, None, RunInfo(True, "failed", None, None), "failed"),
-    ({"status": "landed"}, None, None, "done"),
+    (_rec("submitted"), _res("failed", 10), None, "failed"),
+    (_rec("submitted"), _res("failed", 9), None, "failed"),
+    (_rec("failed", result="c" * 40), _res("failed", 10), None, "done"),
+    (_rec("landed", result="c" * 40), _res("passed", 0), None, "done"),
+    (_rec("submitted", run_id="r"), None, RunInfo(True, "partially_succeeded", 3, 0), "resend"),
+    (_rec("resent", run_id="r"), None, RunInfo(True, "failed", 0, 7), "resend"),
+    (_rec("submitted", run_id="r"), None, RunInfo(False, "running"), "wait"),
+    (_rec("submitted", run_id="r"), None, RunInfo(False, "queued"), "wait"),
+    (_rec("submitted", run_id="r"), None, None, "wait"),
+    (_rec("submitted", run_id="r"), None, RunInfo(True, "failed", None, None), "failed"),
+    (_rec("landed"), None, None, "done"),
 ])
 def test_decide(rec, res, run, kind):
     assert decide(rec, res, run).kind == kind
@@ -100,6 +105,7 @@ def test_poll_does_not_land_without_the_spec_on_main(tmp_path):
     assert subprocess.run(["git", "-C", str(dev), "rev-parse", "--verify", "-q", "refs/heads/demo"]).returncode != 0
 
 
+@pytest.mark.parts  # a real landing with a 10 s gate
 def test_submit_and_a_second_tick_return_while_poll_is_landing_a_result(tmp_path, monkeypatch):
     """Acceptance: the tick holds the job records only to read them and to write each outcome,
     never during a landing, so a submission in the middle of a gate does not wait for it. The
@@ -193,6 +199,7 @@ def test_tick_env_has_poll_env_and_no_secret(tmp_path):
     assert "NEV_FORGE_TOKEN" not in env and "OTHER" not in env and env["PATH"] == "/usr/bin"
 
 
+@pytest.mark.parts  # the Dagu binary
 def test_installed_tick_is_a_valid_scheduled_dagu_workflow_that_really_ticks(tmp_path):
     """--install --dagu-home writes a `schedule:` workflow; the real Dagu scheduler runs it within a minute."""
     forge, dev = _forge_with_result(tmp_path, "failed", 9)

@@ -70,10 +70,10 @@ def test_the_locked_records_of_a_corrupt_file_are_refused_and_the_file_left_as_i
     assert ran == [] and p.read_bytes() == before
 
 
-def test_what_the_poller_writes_as_json_is_checked_before_it_reaches_the_file(tmp_path):
+def test_what_a_writer_puts_in_the_records_is_checked_before_it_reaches_the_file(tmp_path):
     p = _write(tmp_path, json.dumps(GOOD))
-    with pytest.raises(ConfigError, match="jobs.demo.resends"), records.locked_json(_env(tmp_path)) as data:
-        data["jobs"]["demo"]["resends"] = "many"
+    with pytest.raises(ConfigError, match="jobs.demo.resends"), records.locked(_env(tmp_path)) as recs:
+        recs.jobs["demo"].resends = "many"  # type: ignore[assignment]
     assert json.loads(p.read_text()) == GOOD
 
 

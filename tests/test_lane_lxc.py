@@ -216,6 +216,20 @@ def test_provision_plan_writes_no_credential_of_the_model_url():
     assert "secret" not in text and "NEV_LANE_MODEL_URL=http://10.0.0.20:4000/" in text
 
 
+def test_provision_runs_the_writer_setup_only_when_given_and_again_when_its_settings_change():
+    assert provision.Writer.from_env({"LANE_WRITER_TOOL": "pi"}) is None
+    assert not [s for s in provision.plan(provision.Params(packages=())) if "WRITER" in s.name]
+
+    def step(env: dict[str, str]) -> provision.Step:
+        [s] = [s for s in provision.plan(provision.Params(packages=(), writer=provision.Writer.from_env(env)))
+               if s.name == "writer host: LANE_WRITER_SETUP"]
+        return s
+
+    a = step({"LANE_WRITER_SETUP": "./setup.sh", "LANE_WRITER_TOOL": "pi", "LANE_WRITER_DIRS": "srv"})
+    assert "LANE_WRITER_TOOL=pi LANE_WRITER_DIRS=srv sh -c ./setup.sh" in a.apply
+    assert step({"LANE_WRITER_SETUP": "./setup.sh", "LANE_WRITER_TOOL": "pi"}).check != a.check
+
+
 def test_provision_node_runs_scripts_on_stdin():
     ran = Node("local").run("read x; echo got-$x\n", check=False)   # the script itself is stdin
-    assert ran.status == 0 and ran.out.strip() == "got-"
+    assert ran.exit_status == 0 and ran.out.strip() == "got-"

@@ -99,3 +99,12 @@ def test_lane_ssh_env_overrides_file(tmp_path, monkeypatch):
     monkeypatch.setenv("NEV_LANE_SSH", "other@c:2222")
     lf = lanesfile.configured()
     assert [(lane.target.user, lane.target.host, lane.target.port, lane.root) for lane in lf.lanes] == [("other", "c", 2222, "/srv/x")]
+
+
+def test_map_strings_reaches_every_string_value_and_keeps_keys_and_other_values():
+    from lanes.base import jsonfile
+
+    data = {"url": "a", "n": 3, "xs": ["b", {"key": "c", "ok": True}], "none": None}
+    assert jsonfile.map_strings(data, str.upper) == {
+        "url": "A", "n": 3, "xs": ["B", {"key": "C", "ok": True}], "none": None}
+    assert jsonfile.map_strings("plain", str.upper) == "PLAIN"

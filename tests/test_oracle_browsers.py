@@ -16,6 +16,8 @@ from bench.oracle.engines import ENGINES
 from bench.oracle.fleet import Fleet
 from bench.oracle.vote import DEFAULT_TOLERANCE
 
+pytestmark = pytest.mark.parts  # starts Chromium, Firefox and WebKit here
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

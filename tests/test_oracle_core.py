@@ -10,7 +10,7 @@ import pytest
 
 from bench.oracle import cases, reference, store
 from bench.oracle.build import judge
-from bench.oracle.cases import Shard, generator_for, parse_shard, shard_seeds
+from bench.oracle.cases import Shard, generator_for
 from bench.oracle.render import check_page, collect_pages
 from bench.oracle.vote import DEFAULT_TOLERANCE, flatten, vote
 from lanes.base.errors import NevError
@@ -43,17 +43,17 @@ def test_vote_tolerance_is_explicit():
 
 
 def test_shards_partition_the_seeds_without_overlap():
-    whole = list(shard_seeds(0, 101, Shard(0, 1)))
-    parts = [list(shard_seeds(0, 101, Shard(i, 3))) for i in range(3)]
+    whole = list(Shard.parse(None).seeds(0, 101))
+    parts = [list(Shard(i, 3).seeds(0, 101)) for i in range(3)]
     assert parts[1][:3] == [1, 4, 7]
-    assert sorted(s for p in parts for s in p) == whole
-    assert list(shard_seeds(10, 10, Shard(1, 2))) == [11, 13, 15, 17, 19]
+    assert sorted(s for p in parts for s in p) == whole == list(range(101))
+    assert list(Shard.parse("1/2").seeds(10, 10)) == [11, 13, 15, 17, 19]
 
 
 @pytest.mark.parametrize("spec", ["2/2", "x", "1/0", "-1/3", "1/2/3"])
 def test_bad_shard_is_a_usage_error(spec):
     with pytest.raises(NevError) as e:
-        parse_shard(spec)
+        Shard.parse(spec)
     assert e.value.exit_code == 2 and spec in e.value.message
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from bench.oracle import store
 
+pytestmark = pytest.mark.parts  # starts the three browsers and Xvfb here
+
 ROOT = Path(__file__).resolve().parent.parent
 NETWATCH = Path(__file__).resolve().parent / "helpers" / "netwatch.py"
 

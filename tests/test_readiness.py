@@ -15,6 +15,8 @@ from bench import folknet
 from bench.readiness import (
     Need,
     Needs,
+    Reason,
+    ReasonKind,
     Snapshot,
     check,
     exit_code,
@@ -150,6 +152,17 @@ def test_multiple_reasons_all_reported_and_permanent_wins(declared):
     rep = report(reasons)
     assert rep["outcome"] == "refused" and len(rep["reasons"]) == 4
     assert {r["permanent"] for r in rep["reasons"]} == {True, False}
+
+
+@pytest.mark.parametrize("kind, refused", [
+    ("snapshot-missing", False), ("snapshot-unprobed", False), ("snapshot-stale", False), ("not-probed", False),
+    ("not-ready", False), ("provider-undeclared", True), ("alias-undeclared", True), ("alias-retired", True),
+    ("provider-not-allowed", True), ("key-not-allowed", True),
+])
+def test_a_reasons_kind_decides_whether_it_ever_clears(kind, refused):
+    reason = Reason(ReasonKind(kind), "m", Need("fast", None, "gen"))
+    assert reason.permanent is refused and exit_code([reason]) == (10 if refused else 3)
+    assert reason.to_json() == {"kind": kind, "permanent": refused, "message": "m", "alias": "fast", "stage": "gen"}
 
 
 def test_manifest_needs_from_stages_and_top_level():

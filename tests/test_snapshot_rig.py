@@ -18,6 +18,8 @@ from tests.helpers import snapshot_parts
 from tests.helpers.local_sshd import free_port
 from tests.helpers.snapshot_parts import BATCH_KEY, MASTER_KEY
 
+pytestmark = pytest.mark.parts  # starts HAProxy and sshd for every role here
+
 
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):

@@ -8,6 +8,8 @@ import pytest
 from lanes.base.ssh import Connection, HostKeyError, Target, answers
 from tests.helpers import local_sshd
 
+pytestmark = pytest.mark.parts  # starts a local sshd here
+
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):

@@ -54,6 +54,7 @@ def test_levels_must_be_increasing_positive_integers():
             tp.parse_levels(bad)
 
 
+@pytest.mark.parts  # a stand-in pool server
 def test_a_sweep_finds_the_knee_at_the_pools_in_flight_limit():
     with standin_pool(max_inflight=4) as url:
         control(url, delay=0.25)
@@ -72,6 +73,7 @@ def test_a_sweep_finds_the_knee_at_the_pools_in_flight_limit():
     assert "stops growing at" in text and "ttft p50" in text
 
 
+@pytest.mark.parts  # a stand-in pool server
 def test_an_alias_that_does_not_answer_is_one_clear_error_and_nothing_measured():
     with standin_pool() as url:
         control(url, fail="503")
@@ -80,6 +82,7 @@ def test_an_alias_that_does_not_answer_is_one_clear_error_and_nothing_measured()
             tp.sweep(lambda: tp.one_request(target, "stand-alias", 16, 10), "stand-alias", [1, 2], 2)
 
 
+@pytest.mark.parts  # a stand-in pool server
 def test_the_sweep_runs_with_the_standard_library_alone(tmp_path):
     """A lane may have no `requests`, no venv: python -S (no site-packages) must do."""
     code = (
@@ -96,6 +99,7 @@ def test_the_sweep_runs_with_the_standard_library_alone(tmp_path):
     assert json.loads(out.stdout) == {"rows": 2, "mods": []}
 
 
+@pytest.mark.parts  # a stand-in pool server
 def test_the_command_prints_a_table_and_json_and_saves_the_sweep(tmp_path):
     key = tmp_path / "key"
     key.write_text("k\n")

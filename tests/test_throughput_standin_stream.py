@@ -7,8 +7,12 @@ import json
 import time
 import urllib.parse
 
+import pytest
+
 from rig.box.pool import stream_events
 from tests.helpers.standin_pool import control, counters, standin_pool
+
+pytestmark = pytest.mark.parts  # starts a stand-in pool server here
 
 
 def chat(url: str, body: dict) -> tuple[int, dict[str, str], bytes, float | None, float]:

@@ -15,14 +15,13 @@ from typing import Any
 
 from bench.oracle import engines as eng
 from bench.oracle import store
-from bench.oracle.cases import Case, Generator, Shard, generator_for, shard_seeds
+from bench.oracle.cases import WHOLE, Case, Generator, Shard, generator_for
 from bench.oracle.engines import Engine, EngineError, Measure
 from bench.oracle.fleet import Fleet
 from bench.oracle.vote import DEFAULT_TOLERANCE, flatten, tally, vote
 from lanes.base.ui import Counter, info
 
 BATCH = 100
-WHOLE = Shard(0, 1)
 
 
 @dataclass
@@ -93,7 +92,7 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
         man = store.read_manifest(folder) or {}
         return BuildResult(folder, False, man)
 
-    seeds = list(shard_seeds(start, count, shard))
+    seeds = list(shard.seeds(start, count))
     t0 = time.monotonic()
     writer = store.Writer(root, folder.name)
     try:

@@ -63,6 +63,29 @@ def _nonneg(rng: random.Random, px: int, pct: int) -> str:
     return f"{rng.randint(0, px)}px"
 
 
+def _element(rng: random.Random, *, width: tuple[float, tuple[int, int], tuple[int, int]],
+             margin: tuple[tuple[int, int], tuple[int, int]], padding: tuple[int, int], border: int) -> dict[str, str]:
+    """The element's horizontal box, drawn in this order: width (auto share, px range, % range),
+    the margins (px range, % range; auto 30% of the time), the padding (px max, % max), the
+    borders (px max)."""
+    return {
+        "width": _len(rng, auto=width[0], px=width[1], pct=width[2]),
+        "margin_left": _len(rng, auto=0.3, px=margin[0], pct=margin[1]),
+        "margin_right": _len(rng, auto=0.3, px=margin[0], pct=margin[1]),
+        "padding_left": _nonneg(rng, *padding),
+        "padding_right": _nonneg(rng, *padding),
+        "border_left": f"{rng.randint(0, border)}px",
+        "border_right": f"{rng.randint(0, border)}px",
+    }
+
+
+def _element_css(inp: dict[str, Any]) -> str:
+    """The element's style for its horizontal box (`_element`), 10px high."""
+    return (f"width:{inp['width']};margin:0 {inp['margin_right']} 0 {inp['margin_left']};"
+            f"padding:0 {inp['padding_right']} 0 {inp['padding_left']};"
+            f"border-style:solid;border-width:0 {inp['border_right']} 0 {inp['border_left']};height:10px")
+
+
 def _doc(body: str) -> str:
     return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><style>{PAGE_STYLE}</style>'
             f"</head><body>{body}</body></html>")
@@ -80,19 +103,11 @@ class BlockWidth(Generator):
         rng = random.Random(f"{self.name}:{self.version}:{seed}")
         inp: dict[str, Any] = {
             "cb_width": rng.randint(40, 780),
-            "width": _len(rng, auto=0.4, px=(0, 700), pct=(0, 120)),
-            "margin_left": _len(rng, auto=0.3, px=(-60, 200), pct=(-10, 50)),
-            "margin_right": _len(rng, auto=0.3, px=(-60, 200), pct=(-10, 50)),
-            "padding_left": _nonneg(rng, 40, 20),
-            "padding_right": _nonneg(rng, 40, 20),
-            "border_left": f"{rng.randint(0, 10)}px",
-            "border_right": f"{rng.randint(0, 10)}px",
+            **_element(rng, width=(0.4, (0, 700), (0, 120)), margin=((-60, 200), (-10, 50)), padding=(40, 20),
+                       border=10),
         }
-        el = (f"width:{inp['width']};margin:0 {inp['margin_right']} 0 {inp['margin_left']};"
-              f"padding:0 {inp['padding_right']} 0 {inp['padding_left']};"
-              f"border-style:solid;border-width:0 {inp['border_right']} 0 {inp['border_left']};height:10px")
         body = (f'<div id="cb" style="width:{inp["cb_width"]}px;height:20px">'
-                f'<div id="el" style="{el}"><div id="w" style="height:1px"></div></div></div>')
+                f'<div id="el" style="{_element_css(inp)}"><div id="w" style="height:1px"></div></div></div>')
         return Case(self.case_id(seed), seed, inp, _doc(body))
 
     def expected(self, case: Case, m: Measure) -> dict[str, float]:
@@ -115,19 +130,11 @@ class AbsposWidth(Generator):
             "cb_width": rng.randint(40, 780),
             "left": _len(rng, auto=0.45, px=(-40, 300), pct=(-10, 60)),
             "right": _len(rng, auto=0.45, px=(-40, 300), pct=(-10, 60)),
-            "width": _len(rng, auto=0.45, px=(0, 600), pct=(0, 110)),
-            "margin_left": _len(rng, auto=0.3, px=(-40, 120), pct=(-10, 30)),
-            "margin_right": _len(rng, auto=0.3, px=(-40, 120), pct=(-10, 30)),
-            "padding_left": _nonneg(rng, 30, 15),
-            "padding_right": _nonneg(rng, 30, 15),
-            "border_left": f"{rng.randint(0, 8)}px",
-            "border_right": f"{rng.randint(0, 8)}px",
+            **_element(rng, width=(0.45, (0, 600), (0, 110)), margin=((-40, 120), (-10, 30)), padding=(30, 15),
+                       border=8),
             "content_width": rng.randint(0, 500),
         }
-        el = (f"position:absolute;top:0;left:{inp['left']};right:{inp['right']};width:{inp['width']};"
-              f"margin:0 {inp['margin_right']} 0 {inp['margin_left']};"
-              f"padding:0 {inp['padding_right']} 0 {inp['padding_left']};"
-              f"border-style:solid;border-width:0 {inp['border_right']} 0 {inp['border_left']};height:10px")
+        el = f"position:absolute;top:0;left:{inp['left']};right:{inp['right']};" + _element_css(inp)
         body = (f'<div id="cb" style="position:relative;width:{inp["cb_width"]}px;height:20px">'
                 f'<div id="el" style="{el}"><div id="c" style="width:{inp["content_width"]}px;height:1px">'
                 f'</div><div id="w" style="height:1px"></div></div></div>')
@@ -162,26 +169,31 @@ def generator_for(corpus: str, extra: dict[str, Callable[[], Generator]] | None 
 
 @dataclass(frozen=True)
 class Shard:
+    """Worker `index` of `count` building one corpus (`--shard i/n`)."""
+
     index: int
     count: int
+
+    @classmethod
+    def parse(cls, spec: str | None) -> Shard:
+        """`--shard i/n`; the whole corpus when none is given."""
+        if spec is None:
+            return WHOLE
+        try:
+            i, n = (int(x) for x in spec.split("/"))
+        except ValueError:
+            raise NevError(f"--shard {spec!r} is not i/n; write for example 0/2", 2) from None
+        if n < 1 or not 0 <= i < n:
+            raise NevError(f"--shard {spec!r}: need 0 <= i < n; write for example 1/2", 2)
+        return cls(i, n)
+
+    def seeds(self, start: int, count: int) -> Iterator[int]:
+        """This worker's seeds of [start, start+count): i, i+n, i+2n, ... (no queue needed)."""
+        first = start + ((self.index - start) % self.count)
+        return iter(range(first, start + count, self.count))
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
 
 
-def parse_shard(spec: str | None) -> Shard:
-    if spec is None:
-        return Shard(0, 1)
-    try:
-        i, n = (int(x) for x in spec.split("/"))
-    except ValueError:
-        raise NevError(f"--shard {spec!r} is not i/n; write for example 0/2", 2) from None
-    if n < 1 or not 0 <= i < n:
-        raise NevError(f"--shard {spec!r}: need 0 <= i < n; write for example 1/2", 2)
-    return Shard(i, n)
-
-
-def shard_seeds(start: int, count: int, shard: Shard) -> Iterator[int]:
-    """Worker i of n takes seeds i, i+n, i+2n, ... of [start, start+count): no queue needed."""
-    first = start + ((shard.index - start) % shard.count)
-    return iter(range(first, start + count, shard.count))
+WHOLE = Shard(0, 1)

@@ -22,7 +22,6 @@ by the gate's own channel. Prints the figures and the ratio last; appends to res
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import re
@@ -34,25 +33,18 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.perf.common import git, publish  # noqa: E402
 from lanes import gate, lanesfile, payload  # noqa: E402
 from rig.box import Box  # noqa: E402
 
-RESULTS = ROOT / "bench" / "perf" / "results.jsonl"
 UP_KBIT = 156     # dev box -> lane: ~18.6 KB/s of payload (tbf/htb count headers: ~4.6% above)
 DOWN_KBIT = 3640  # lane -> dev box: ~435 KB/s
 
 
 def sh(argv: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
-
-
-def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
-    subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b",
-                        "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b", **(env or {})})
 
 
 def shape(out_dev: str, jump_ns: str) -> None:
@@ -144,10 +136,7 @@ def main() -> int:
     lane = info.lanes[1]
     veth, netns = f"{info.name}-out", f"{info.name}-jump"     # the dev box's uplink to the jump host
     tag = "-" + secrets.token_hex(2)
-    fig: dict = {"bench": "B1", "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                 "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                          capture_output=True, text=True).stdout.strip(),
-                 "up_kbit": UP_KBIT, "down_kbit": DOWN_KBIT, "route": "via jump host"}
+    fig: dict = {"up_kbit": UP_KBIT, "down_kbit": DOWN_KBIT, "route": "via jump host"}
     with tempfile.TemporaryDirectory(prefix="nev-b01-") as tmpd:
         tmp = Path(tmpd)
         t0 = time.perf_counter()
@@ -212,22 +201,7 @@ def main() -> int:
             shutil.rmtree(lane.host_root / "rsync-copy", ignore_errors=True)
     fig["ratio_rsync_vs_nev_fresh"] = round(fig["rsync_full_s_extrapolated"] / fig["nev_fresh_s"], 1)
     fig["ratio_rsync_vs_nev_warm"] = round(fig["rsync_full_s_extrapolated"] / fig["nev_warm_s"], 1)
-    with RESULTS.open("a") as f:
-        f.write(json.dumps(fig) + "\n")
-    mb = 1e6
-    print(f"worktree                {fig['worktree_bytes'] / mb:.1f} MB ({fig['worktree_bytes_without_git'] / mb:.1f} MB without .git)")
-    print(f"nev fresh copy          {fig['nev_fresh_s']:.2f} s, {fig['nev_fresh_bytes_link']} bytes on the slow link "
-          f"({fig['nev_fresh_bytes_channel']} in the channel; payload {fig['nev_fresh_payload']})")
-    print(f"nev warm rerun          {fig['nev_warm_s']:.2f} s, {fig['nev_warm_bytes_link']} bytes on the slow link "
-          f"({fig['nev_warm_bytes_channel']} in the channel)")
-    print(f"rsync -a                {fig['rsync_bytes_arrived']} bytes in {fig['rsync_ran_s']} s "
-          f"({fig['rsync_rate_Bps']} B/s){'' if fig['rsync_finished'] else ', cut'}; "
-          f"full copy + command {fig['rsync_full_s_extrapolated']} s"
-          f"{'' if fig['rsync_finished'] else ' (extrapolated)'}")
-    print(f"ssh -J jump lane true   {fig['ssh_j_true_s']:.2f} s (warm overhead over it: "
-          f"{fig['nev_warm_s'] - fig['ssh_j_true_s']:+.2f} s)")
-    print(f"lane apply peak RSS     {fig['lane_apply_peak_rss_kb']} KB")
-    print(f"ratio rsync/nev fresh   {fig['ratio_rsync_vs_nev_fresh']}x (warm: {fig['ratio_rsync_vs_nev_warm']}x)")
+    publish("B1", fig)
     return 0
 
 

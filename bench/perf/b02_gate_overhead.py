@@ -13,7 +13,6 @@ line to bench/perf/results.jsonl. Peak RSS is per process (wait4), never summed.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import secrets
@@ -24,13 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.perf.common import ROOT, git, publish  # noqa: E402
 from lanes import gate, lanesfile, payload  # noqa: E402
 from rig.box import Box  # noqa: E402
-
-RESULTS = ROOT / "bench" / "perf" / "results.jsonl"
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, int | None, int]:
@@ -46,12 +43,6 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float
         wall = time.perf_counter() - t0
         text = rss.read().strip().splitlines()
     return wall, int(text[-1]) if text and text[-1].isdigit() else None, rc
-
-
-def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
-    subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b",
-                        "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b", **(env or {})})
 
 
 def make_worktree(info, tmp: Path, tag: str) -> tuple[Path, str]:
@@ -121,9 +112,6 @@ def main() -> int:
             rss["lane_apply"] = max(rss["lane_apply"], int(out.result.get("maxrss_kb") or 0))
         med = {k: statistics.median(v) for k, v in (("ssh", ssh_t), ("nev_cli", cli), ("gate_inproc", inproc))}
         fig = {
-            "bench": "B2", "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                     capture_output=True, text=True).stdout.strip(),
             "runs": args.runs, "route": "via jump host", "first_gate_s": round(first, 3),
             "ssh_true_s": round(med["ssh"], 3), "nev_lane_run_true_s": round(med["nev_cli"], 3),
             "gate_inprocess_s": round(med["gate_inproc"], 3),
@@ -133,16 +121,7 @@ def main() -> int:
             "peak_rss_kb": {k: (v or None) for k, v in rss.items()},
             "ratio_cli_vs_ssh": round(med["nev_cli"] / med["ssh"], 2),
         }
-    with RESULTS.open("a") as f:
-        f.write(json.dumps(fig) + "\n")
-    print(f"first (cold) gate             {fig['first_gate_s']:.3f} s")
-    print(f"ssh -J jump lane true (median) {fig['ssh_true_s']:.3f} s")
-    print(f"nev lane run wt true (median) {fig['nev_lane_run_true_s']:.3f} s  (CLI, interpreter start included)")
-    print(f"gate in-process (median)      {fig['gate_inprocess_s']:.3f} s")
-    print(f"overhead over ssh             {fig['overhead_cli_s']:+.3f} s CLI, {fig['overhead_inprocess_s']:+.3f} s in-process")
-    print(f"bytes sent (warm rerun)       {fig['bytes_sent_warm']}")
-    print(f"peak RSS KB                   {fig['peak_rss_kb']}")
-    print(f"ratio nev/ssh                 {fig['ratio_cli_vs_ssh']}")
+    publish("B2", fig)
     return 0
 
 

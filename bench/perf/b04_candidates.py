@@ -24,17 +24,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from crates_bridge import candidates, corpus
-from crates_bridge.runner import parse_lines
-from crates_bridge.samples import batch_of
-from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
-from lanes.base.gitrun import Repo
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-HERE = Path(__file__).resolve().parent
+from bench.perf.common import publish  # noqa: E402
+from crates_bridge import candidates, corpus  # noqa: E402
+from crates_bridge.runner import parse_lines  # noqa: E402
+from crates_bridge.samples import batch_of  # noqa: E402
+from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace  # noqa: E402
+
 FUNCTION = "block_width"
 
 
@@ -125,13 +125,8 @@ def main() -> int:
         single = in_child(probe, "single", ws.target_dir, t / "single", sources, cdir)
         crates = in_child(probe, "crates", t / "target-crates", t / "crates", sources, cdir)
         base = in_child(one_after_another, t / "target-base", t / "base", sources, cdir)
-    try:
-        commit = Repo(HERE).out("rev-parse", "--short", "HEAD")
-    except Exception:
-        commit = None
     fastest = min(("single", single["wall_s"]), ("crates", crates["wall_s"]), key=lambda x: x[1])
     row = {
-        "bench": "B4", "commit": commit, "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "candidates": len(sources), "cases": a.cases, "cpus": mp.cpu_count(),
         "ns_per_case_per_candidate_median": single["ns_per_case_median"],
         "ns_per_case_per_candidate_max": single["ns_per_case_max"],
@@ -140,19 +135,7 @@ def main() -> int:
         "ratio_baseline_over_single": round(base["wall_s"] / single["wall_s"], 2),
         "ratio_crates_over_single": round(crates["wall_s"] / single["wall_s"], 2),
     }
-    with (HERE / "results.jsonl").open("a") as f:
-        f.write(json.dumps(row) + "\n")
-    print(f"B4: {len(sources)} candidates x {a.cases} cases on {row['cpus']} cpus")
-    print(f"  per case per candidate (runner, in-process): median {single['ns_per_case_median']} ns, "
-          f"max {single['ns_per_case_max']} ns (goal < 50000 ns; the seed: < 1 ms per page)")
-    for label, r in (("one crate, every candidate a module", single),
-                     ("one crate per candidate, --keep-going", crates),
-                     ("baseline: cargo build each crate in turn", base)):
-        print(f"  {label:<42} compile {r['compile_s']:7.2f} s  score {r['score_s']:6.2f} s  "
-              f"wall {r['wall_s']:7.2f} s  peak RSS {r['peak_rss_mb']['largest_child']} MB")
-    print(f"  verdicts (single): {single['statuses']}; rounds {single['rounds']}; faster mode: {fastest[0]}")
-    print(f"ratio crates/single {row['ratio_crates_over_single']}x; "
-          f"ratio baseline/single {row['ratio_baseline_over_single']}x")
+    publish("B4", row)
     return 0
 
 

@@ -15,38 +15,24 @@ Peak RSS per process: this client (getrusage), the LiteLLM proxy and each pool (
 from __future__ import annotations
 
 import argparse
-import json
-import resource
 import statistics
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import folknet as fk
-from bench import prompt
-from bench.gateway import Gateway, read_key
-from crates_bridge.workspace import EXAMPLE_ENGINE
-from lanes.base.gitrun import Repo
-from rig.box.netns import inside
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+from bench import folknet as fk  # noqa: E402
+from bench import prompt  # noqa: E402
+from bench.gateway import Gateway, read_key  # noqa: E402
+from bench.perf.common import ROOT, own_peak_rss_mb, publish, vm_hwm_mb  # noqa: E402
+from crates_bridge.workspace import EXAMPLE_ENGINE  # noqa: E402
+from rig.box.netns import inside  # noqa: E402
+
 BANK = ROOT / "tests" / "data" / "bank_find.json"
-
-
-def vm_hwm_mb(pid: int | None) -> float | None:
-    if not pid:
-        return None
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
 
 
 def messages() -> list[dict[str, str]]:
@@ -140,31 +126,17 @@ def main() -> None:
     for p in info.pools:
         info.pool_control(p, reset=True)
     result = {
-        "bench": "B5", "commit": Repo(ROOT).out("rev-parse", "--short", "HEAD"),
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": int(subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip() or 0),
         "pool_delay_s": a.delay, "through_proxy": proxy, "straight_to_pool": direct,
         "proxy_added_latency_median_s": added,
         "proxy_added_latency_one_call_at_a_time_s": round(serial_p - serial_d, 4),
-        "peak_rss_mb": {"client": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mb": {"client": own_peak_rss_mb(),
                         "litellm": vm_hwm_mb(pids.get("gateway.litellm")),
                         **{f"pool_{p}": vm_hwm_mb(pids.get(f"{p}.pool")) for p in info.pools},
                         "haproxy": vm_hwm_mb(pids.get("proxy.haproxy"))},
         "ratio_completions_per_s_proxy_over_direct": round(proxy["completions_per_s"] / direct["completions_per_s"], 3),
     }
-    with (HERE / "results.jsonl").open("a") as f:
-        f.write(json.dumps(result) + "\n")
-    for label, r in (("through the proxy", proxy), ("straight to the pools", direct)):
-        print(f"{label}: {r['completions']} completions in {r['wall_s']:.2f} s = {r['completions_per_s']:.1f}/s")
-        for al, x in r["aliases"].items():
-            print(f"  {al:22} {x['completions_per_s']:6.1f}/s at limit {100 * (x['at_limit_share'] or 0):5.1f}% "
-                  f"(max {x['max_in_flight']}/{x['inflight']}), latency median {x['latency_median_s'] * 1000:.0f} ms "
-                  f"p90 {x['latency_p90_s'] * 1000:.0f} ms")
-    print(f"proxy added latency, one call at a time: {(serial_p - serial_d) * 1000:.0f} ms")
-    print("proxy added latency per call at the in-flight limits (median): " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in added.items()))
-    print(f"peak RSS MB: {result['peak_rss_mb']}")
-    print(f"ratio completions/s through the proxy / straight to the pools: "
-          f"{result['ratio_completions_per_s_proxy_over_direct']}")
+    publish("B5", result)
 
 
 if __name__ == "__main__":

@@ -17,23 +17,20 @@ Prints the figures, appends a JSON line to bench/perf/results.jsonl, and prints 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import resource
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.folknet import Alias  # noqa: E402
 from bench.gateway_http import Endpoint  # noqa: E402
+from bench.perf.common import own_peak_rss_mb, publish, vm_hwm_mb  # noqa: E402
 from lanes.base import settings  # noqa: E402
 from rig.box import Box  # noqa: E402
 from rig.box.advertisers import Advertisers  # noqa: E402
@@ -42,18 +39,6 @@ from rig.inventory import collect, probe  # noqa: E402
 
 DELAY = 0.5   # seconds the slow pool (gpu1) waits before answering
 RIG_NETNS: list[str] = [""]   # the box's rig-network namespace, set in main()
-
-
-def peak_rss_mb(pid: int | None) -> float | None:
-    if pid is None:
-        return None
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
 
 
 def time_collect(bridge: str, names: set[str]) -> float:
@@ -102,7 +87,7 @@ def main() -> int:
         procs = adv.start_all("all", lambda h: {"role": adv.hosts[h]["role"]})
         every = {f"{h}-all" for h in adv.hosts}
         all_hosts = statistics.median(time_collect(info.bridge_addr, every) for _ in range(args.reps))
-        rss["advertise_max"] = max((peak_rss_mb(p.pid) or 0.0) for p in procs.values()) or None
+        rss["advertise_max"] = max((vm_hwm_mb(p.pid) or 0.0) for p in procs.values()) or None
         for p in procs.values():
             adv.stop(p)
 
@@ -128,31 +113,22 @@ def main() -> int:
             round_all = statistics.median(timed(aliases) for _ in range(args.reps))
         finally:
             info.pool_control("gpu1", reset=True)
-        rss["litellm"] = peak_rss_mb(box_pid(Path(info.dir), "gateway.litellm"))
+        rss["litellm"] = vm_hwm_mb(box_pid(Path(info.dir), "gateway.litellm"))
     finally:
         adv.close()
         if not settings.get_flag(settings.BOX_KEEP):
             box.down()
-    rss["bench_process"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    rss["bench_process"] = own_peak_rss_mb()
 
     slowest_host = max(single)
     slowest_alias = max(alone.values())
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip() or None
-    rec = {"bench": "B6", "commit": commit, "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-           "hosts": n_hosts, "aliases": len(alone), "slow_pool_delay_s": DELAY, "reps": args.reps,
+    rec = {"hosts": n_hosts, "aliases": len(alone), "slow_pool_delay_s": DELAY, "reps": args.reps,
            "collect_all_s": round(all_hosts, 3), "collect_slowest_single_s": round(slowest_host, 3),
            "collect_ratio": round(all_hosts / slowest_host, 2),
            "probe_round_s": round(round_all, 3), "probe_slowest_single_s": round(slowest_alias, 3),
            "probe_ratio": round(round_all / slowest_alias, 2),
            "probe_alone_s": {k: round(v, 3) for k, v in alone.items()}, "peak_rss_mb": rss}
-    with open(ROOT / "bench" / "perf" / "results.jsonl", "a") as f:
-        f.write(json.dumps(rec) + "\n")
-    print(f"collect, {n_hosts} hosts: {all_hosts:.3f} s; slowest single host alone: {slowest_host:.3f} s")
-    print(f"probe round, {len(alone)} aliases: {round_all:.3f} s; slowest alias alone: {slowest_alias:.3f} s "
-          f"(each alone: {', '.join(f'{k} {v:.3f}' for k, v in alone.items())})")
-    print(f"peak RSS MB: {rss}")
-    print(f"ratio collect {rec['collect_ratio']}  probe {rec['probe_ratio']}")
+    publish("B6", rec)
     return 0
 
 

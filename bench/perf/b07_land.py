@@ -22,7 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.perf.common import ROOT, git, publish, run_measured  # noqa: E402
+
 GATE = 'date +%s.%N >> {log}; date +%s.%N >> {log}'
 
 
@@ -31,21 +34,6 @@ def env() -> dict[str, str]:
     e.update({"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
               "GIT_COMMITTER_EMAIL": "b@b", "PYTHONPATH": str(ROOT), "NEV_LAND_LOCK_WAIT": "600"})
     return e
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True,
-                          env=env()).stdout.strip()
-
-
-def timed(argv: list[str], cwd: Path, extra: dict[str, str] | None = None) -> tuple[float, int, int | None]:
-    """Wall seconds, exit code, peak RSS in KiB of that one process (None when unknown)."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(argv, cwd=cwd, env={**env(), **(extra or {})},
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, ru = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - t0, p.returncode, (ru.ru_maxrss or None)
 
 
 def make_repo(base: Path, names: list[str], log: Path) -> Path:
@@ -97,14 +85,14 @@ def main() -> int:
         for n in names:
             tip = add_track(repo, n)
             sha = git(repo, "rev-parse", f"main:specs/{n}.md")
-            wall, rc, peak = timed([*nev, n, sha, tip], repo)
+            rc, wall, peak = run_measured([*nev, n, sha, tip], env(), repo)
             if rc != 0:
                 print(f"b07: landing {n} failed (exit {rc})", file=sys.stderr)
                 return 1
             land_s.append(wall)
             rss.append(peak)
             add_track(twin, n)
-            wall, rc, _ = timed(["git", "merge", "--ff-only", "-q", n], twin)
+            _, wall, _ = run_measured(["git", "merge", "--ff-only", "-q", n], env(), twin)
             ff_s.append(wall)
         gates = gate_seconds(log)
         overhead = [w - g for w, g in zip(land_s, gates, strict=True)]
@@ -126,9 +114,6 @@ def main() -> int:
         race_gates = gate_seconds(rlog)
     med_over, med_ff = statistics.median(overhead), statistics.median(ff_s)
     res = {
-        "bench": "B7", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                 text=True).stdout.strip() or None,
         "rounds": a.rounds, "land_wall_median_s": round(statistics.median(land_s), 4),
         "gate_median_s": round(statistics.median(gates), 4), "land_overhead_median_s": round(med_over, 4),
         "land_overhead_max_s": round(max(overhead), 4), "ff_only_median_s": round(med_ff, 4),
@@ -137,12 +122,7 @@ def main() -> int:
         "race_gates_run": len(race_gates), "race_ok": race_ok,
         "ratio_overhead_vs_ff_only": round(med_over / med_ff, 1) if med_ff > 0 else None,
     }
-    with open(ROOT / "bench/perf/results.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(res) + "\n")
-    for k, v in res.items():
-        if k != "ratio_overhead_vs_ff_only":
-            print(f"{k}: {v}")
-    print(f"ratio (nev land overhead beyond the gate / git merge --ff-only): {res['ratio_overhead_vs_ff_only']}")
+    publish("B7", res)
     return 0 if race_ok else 1
 
 

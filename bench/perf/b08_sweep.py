@@ -14,7 +14,6 @@ and prints the ratio last.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import resource
@@ -24,16 +23,16 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 
-from lanes import sweep as sw
-from lanes.base.gitrun import Repo
-from lanes.base.ssh import Connection, Target
-from lanes.lanesfile import Lane
-from rig.box import Box
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-HERE = Path(__file__).resolve().parent
+from bench.perf.common import publish  # noqa: E402
+from lanes import sweep as sw  # noqa: E402
+from lanes.base.gitrun import Repo  # noqa: E402
+from lanes.base.ssh import Connection, Target  # noqa: E402
+from lanes.lanesfile import Lane  # noqa: E402
+from rig.box import Box  # noqa: E402
 
 
 def setup(conn: Connection, root: str, names: list[str], files: int) -> None:
@@ -90,26 +89,18 @@ def main() -> int:
             for c in conns:
                 c.run(f"rm -rf {root}")
                 c.close()
-    commit = Repo(HERE).out("rev-parse", "--short", "HEAD")
     med_sweep, med_du = statistics.median(sweep_s), statistics.median(du_s)
     row = {
-        "bench": "B8", "commit": commit, "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": mp.cpu_count(), "lanes": len(lanes), "copies_per_lane": a.copies, "files_per_copy": a.files,
         "box_lanes": Box.from_settings().lane_backend,
         "sweep_dry_run_s": [round(x, 3) for x in sweep_s], "du_s": [round(x, 3) for x in du_s],
+        "sweep_dry_run_median_s": round(med_sweep, 3), "du_median_s": round(med_du, 3),
         "sizes_match_du": sizes_match,
         "peak_rss_kb": {"this_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                         "lane_survey_per_round": rss[-1]},
         "ratio_sweep_over_du": round(med_sweep / med_du, 2),
     }
-    with (HERE / "results.jsonl").open("a") as f:
-        f.write(json.dumps(row) + "\n")
-    print(f"B8: sweep --dry-run on {len(lanes)} lanes x {a.copies} copies ({a.files} files each), "
-          f"{a.rounds} rounds, {row['cpus']} cpus, {row['box_lanes']} lanes")
-    print(f"  sweep --dry-run median {med_sweep:.3f} s; du -s of the same folders median {med_du:.3f} s; "
-          f"sizes match du: {sizes_match}")
-    print(f"  peak RSS: this process {row['peak_rss_kb']['this_process']} KB; lane survey {rss[-1]}")
-    print(f"ratio sweep/du {row['ratio_sweep_over_du']}x")
+    publish("B8", row)
     return 0
 
 

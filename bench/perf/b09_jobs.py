@@ -17,7 +17,6 @@ Prints the figures, appends a JSON line to bench/perf/results.jsonl, prints the 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import signal
@@ -28,30 +27,14 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import yaml  # noqa: E402
 
+from bench.perf.common import ROOT, git, publish, run_measured  # noqa: E402
 from jobs.state import parse_iso  # noqa: E402
 
 DAGU = "/opt/nev/dagu-1.30.2/dagu"
-
-
-def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    e = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
-         "GIT_COMMITTER_EMAIL": "b@b", **(env or {})}
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True,
-                          env=e).stdout.strip()
-
-
-def run_child(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, float, float | None]:
-    """(exit, wall s, peak RSS MB of that process from wait4)."""
-    t0 = time.monotonic()
-    p = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, ru = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return p.returncode, time.monotonic() - t0, round(ru.ru_maxrss / 1024, 1)
 
 
 # -- B: resume after kill -9 -----------------------------------------------------------------------
@@ -88,14 +71,15 @@ def resume_once(tmp: Path, sleep_s: float) -> dict:
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     t_launch = time.time()
-    code, wall, rss = run_child(argv, env, ROOT)
+    code, wall, peak_kib = run_measured(argv, env, ROOT)
     assert code == 0, f"resume exit {code}"
     evs = [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
     restart = [e for e in evs if e["event"] == "stage-started" and e["stage"] == "two"][-1]
     ones = sum(1 for e in evs if e["event"] == "stage-started" and e["stage"] == "one")
-    _, hand, _ = run_child(["bash", "-c", stage2], env, work)
+    _, hand, _ = run_measured(["bash", "-c", stage2], env, work)
     return {"resume_wall_s": round(wall, 3), "resume_to_stage_restart_s": round(parse_iso(restart["time"]) - t_launch, 3),
-            "by_hand_s": round(hand, 3), "stage_one_runs": ones, "resume_peak_rss_mb": rss}
+            "by_hand_s": round(hand, 3), "stage_one_runs": ones,
+            "resume_peak_rss_mb": None if peak_kib is None else round(peak_kib / 1024, 1)}
 
 
 # -- A: enqueue to the first stage, on the box --------------------------------------------------------
@@ -197,8 +181,7 @@ def main() -> int:
         return round(statistics.median(r[k] for r in rows), 3)
 
     out = {
-        "bench": "B9", "commit": git(ROOT, "rev-parse", "--short", "HEAD"),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "cpus": os.cpu_count(), "reps": a.reps,
+        "cpus": os.cpu_count(), "reps": a.reps,
         "stage_sleep_s": a.sleep,
         "enqueue": {k: med(enq, k) for k in enq[0]} if enq else None,
         "resume": {k: med(resumes, k) for k in ("resume_wall_s", "resume_to_stage_restart_s", "by_hand_s")},
@@ -210,11 +193,7 @@ def main() -> int:
         out["ratio_enqueue_to_stage_over_by_hand"] = round(out["enqueue"]["enqueue_to_stage_s"]
                                                            / out["enqueue"]["by_hand_ssh_s"], 2)
     out["ratio_resume_over_by_hand"] = round(out["resume"]["resume_wall_s"] / out["resume"]["by_hand_s"], 2)
-    with (ROOT / "bench" / "perf" / "results.jsonl").open("a") as f:
-        f.write(json.dumps(out) + "\n")
-    print(json.dumps({k: v for k, v in out.items() if not k.startswith("ratio")}, indent=1))
-    print(f"ratio enqueue->first stage / by hand over ssh: {out.get('ratio_enqueue_to_stage_over_by_hand')}")
-    print(f"ratio resume after kill -9 / stage by hand: {out['ratio_resume_over_by_hand']}")
+    publish("B9", out)
     return 0
 
 

@@ -13,6 +13,7 @@
 | `~/.lane-model-env` | NEV_LANE_MODEL_URL: the gateway as the lane reaches it (`nev lane provision`) |
 | `~/.lane-env`, `~/.lane-shared-env` | the NAS folder, npm cache and PATH for lane shells (`nev lane provision`) |
 | `~/.local/bin` | the lane's own nev (`nev lane install`), put on a gate command's PATH |
+| `/srv/toolchain/{rustup,cargo-bin}` | the node's Rust toolchain, bound read-only (`TOOLCHAIN_ENV` for sessions) |
 
 Stdlib only and pure: the agent uses it on the lane, the development box (the sweep, provisioning,
 Dagu's maintenance) to name the same paths. Lane paths are POSIX paths on either side.
@@ -38,6 +39,10 @@ MODEL_ENV = ".lane-model-env"
 LANE_ENV = ".lane-env"
 SHARED_ENV = ".lane-shared-env"
 LOCAL_BIN = ".local/bin"
+
+TOOLCHAIN = "/srv/toolchain"
+TOOLCHAIN_PATH = f"{TOOLCHAIN}/cargo-bin:/usr/local/bin:/usr/bin:/bin"
+TOOLCHAIN_ENV = {"PATH": TOOLCHAIN_PATH, "RUSTUP_HOME": f"{TOOLCHAIN}/rustup"}
 
 
 def copy_name_ok(name: str) -> bool:

@@ -5,19 +5,26 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lanes.base.errors import ConfigError
 
 
-def load(path: Path, what: str = "settings file") -> Any:
+def read_text(path: Path, what: str, if_missing: str) -> str:
+    """The text of `path`, the `what` of its messages; ConfigError naming the file when it is missing
+    (with `if_missing`: what to do) or cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} not found; create it (see the *.example.json beside it)") from None
+        raise ConfigError(f"{path}: {what} not found; {if_missing}") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the {what}: {e.strerror}") from None
+
+
+def load(path: Path, what: str = "settings file") -> Any:
+    text = read_text(path, what, "create it (see the *.example.json beside it)")
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -39,6 +46,15 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
         except OSError:
             pass
         raise
+
+
+def map_strings(data: Any, fn: Callable[[str], Any]) -> Any:
+    """The same JSON-shaped data with `fn` applied to every string value inside (keys kept)."""
+    if isinstance(data, dict):
+        return {k: map_strings(v, fn) for k, v in data.items()}
+    if isinstance(data, list):
+        return [map_strings(v, fn) for v in data]
+    return fn(data) if isinstance(data, str) else data
 
 
 def write_atomic(path: Path, data: Any, mode: int = 0o644) -> None:

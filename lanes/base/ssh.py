@@ -95,6 +95,11 @@ class Result:
     def err(self) -> str:
         return self.stderr.decode(errors="replace")
 
+    def last_err(self) -> str:
+        """The last line of stderr that says something, masked; `exit N` when there is none."""
+        lines = [ln.strip() for ln in self.err.splitlines() if ln.strip()]
+        return mask(lines[-1]) if lines else f"exit {self.exit_status}"
+
 
 def default_known_hosts() -> Path:
     p = settings.get_path(settings.KNOWN_HOSTS)
@@ -124,18 +129,40 @@ class Connection:
     def connect(self) -> Connection:
         if self._client is not None:
             return self
-        client = paramiko.SSHClient()
-        if not self.known_hosts.exists():
-            raise HostKeyError(
-                f"known_hosts file {self.known_hosts} does not exist; pin the lane's host key there "
-                "(NEV_KNOWN_HOSTS names it)")
-        client.load_host_keys(str(self.known_hosts))
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        client = self._pinned_client()
         kw: dict = dict(hostname=self.target.host, port=self.target.port, username=self.target.user,
                         timeout=self.timeout, banner_timeout=self.timeout, auth_timeout=self.timeout,
                         allow_agent=False, look_for_keys=self.key_file is None)
         if self.key_file is not None:
             kw["key_filename"] = str(self.key_file)
+        tunnel = self._tunnel()
+        if tunnel is not None:
+            kw["sock"] = tunnel
+        try:
+            _open(client, kw, self.target, self.known_hosts)
+        except BaseException:
+            self._close_jump()
+            raise
+        t = client.get_transport()
+        if t is not None:
+            t.set_keepalive(15)
+        self._client = client
+        return self
+
+    def _pinned_client(self) -> paramiko.SSHClient:
+        """A client that knows only the host keys pinned in known_hosts and refuses any other."""
+        if not self.known_hosts.exists():
+            raise HostKeyError(
+                f"known_hosts file {self.known_hosts} does not exist; pin the lane's host key there "
+                "(NEV_KNOWN_HOSTS names it)")
+        client = paramiko.SSHClient()
+        client.load_host_keys(str(self.known_hosts))
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        return client
+
+    def _tunnel(self) -> paramiko.Channel | None:
+        """The channel to the target through the jump host (opened here when this connection has
+        its own), or None for a direct connection."""
         if self.via is None and self.jump is not None:
             # Both hops pinned in the same known_hosts file, with the same key.
             try:
@@ -146,37 +173,14 @@ class Connection:
                 raise SshError(f"cannot reach {self.target}: the jump host {self.jump} did not let us in "
                                f"({e})") from None
             self.via = self._own_jump
-        if self.via is not None:
-            try:
-                kw["sock"] = self.via.transport.open_channel(
-                    "direct-tcpip", (self.target.host, self.target.port), ("127.0.0.1", 0),
-                    timeout=self.timeout)
-            except (paramiko.SSHException, OSError) as e:
-                raise SshError(f"cannot reach {self.target} through the jump host {self.via.target}: "
-                               f"{mask(str(e)) or type(e).__name__}") from None
+        if self.via is None:
+            return None
         try:
-            try:
-                client.connect(**kw)
-            except BaseException:
-                self._close_jump()
-                raise
-        except paramiko.BadHostKeyException:
-            raise HostKeyError(
-                f"host key of {self.target} does not match the one pinned in {self.known_hosts}; "
-                "refusing to connect (re-pin it only if the host was really rebuilt)") from None
-        except paramiko.SSHException as e:
-            if "not found in known_hosts" in str(e):
-                raise HostKeyError(
-                    f"host key of {self.target} is not pinned in {self.known_hosts}; refusing to connect "
-                    "(add the lane's key to that file)") from None
-            raise SshError(f"SSH to {self.target} failed: {mask(str(e))}") from None
-        except (TimeoutError, OSError) as e:
-            raise SshError(f"SSH to {self.target} failed: {e}") from None
-        t = client.get_transport()
-        if t is not None:
-            t.set_keepalive(15)
-        self._client = client
-        return self
+            return self.via.transport.open_channel(
+                "direct-tcpip", (self.target.host, self.target.port), ("127.0.0.1", 0), timeout=self.timeout)
+        except (paramiko.SSHException, OSError) as e:
+            raise SshError(f"cannot reach {self.target} through the jump host {self.via.target}: "
+                           f"{mask(str(e)) or type(e).__name__}") from None
 
     def close(self) -> None:
         if self._client is not None:
@@ -231,57 +235,17 @@ class Connection:
         ch = self.open_session(command)
         out: list[bytes] = []
         err: list[bytes] = []
-        writer: threading.Thread | None = None
-        write_error: list[BaseException] = []
-        if stdin is not None:
-            chunks: Iterable[bytes] = [stdin] if isinstance(stdin, bytes | bytearray) else stdin
-
-            def feed() -> None:
-                try:
-                    for c in chunks:
-                        view = memoryview(c)
-                        for i in range(0, len(view), CHUNK):
-                            ch.sendall(bytes(view[i:i + CHUNK]))
-                    ch.shutdown_write()
-                except BaseException as e:  # noqa: BLE001 - reported after the run
-                    write_error.append(e)
-
-            writer = threading.Thread(target=feed, daemon=True)
-            writer.start()
-        else:
-            ch.shutdown_write()
+        writer = _feed(ch, stdin)
         deadline = None if timeout is None else time.monotonic() + timeout
-        exited_at: float | None = None
-        while True:
-            r, _, _ = select.select([ch], [], [], 0.2)
-            got = False
-            while ch.recv_ready():
-                data = ch.recv(CHUNK)
-                got = True
-                (on_stdout(data) if on_stdout else out.append(data))
-            while ch.recv_stderr_ready():
-                data = ch.recv_stderr(CHUNK)
-                got = True
-                (on_stderr(data) if on_stderr else err.append(data))
-            # The exit status can arrive before the last output: stop at EOF, or a moment after the
-            # exit status when a background child still holds the output open (no EOF would come).
-            if ch.exit_status_ready() and not ch.recv_ready() and not ch.recv_stderr_ready():
-                if exited_at is None:
-                    exited_at = time.monotonic()
-                if ch.eof_received or time.monotonic() - exited_at > EOF_GRACE:
-                    break
-            if ch.closed and not got:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                ch.close()
-                raise SshError(f"command on {self.target} timed out after {timeout:.0f} s")
+        if not _pump(ch, on_stdout or out.append, on_stderr or err.append, deadline):
+            ch.close()
+            raise SshError(f"command on {self.target} timed out after {timeout:.0f} s")
         status = ch.recv_exit_status()
         if writer is not None:
             writer.join(timeout=5)
         res = Result(status, b"".join(out), b"".join(err))
         if check and status != 0:
-            first = (res.err.strip().splitlines() or [f"exit {status}"])[-1]
-            raise SshError(f"command on {self.target} failed (exit {status}): {mask(first)}")
+            raise SshError(f"command on {self.target} failed (exit {status}): {res.last_err()}")
         return res
 
     def read_file(self, path: str) -> bytes:
@@ -300,6 +264,76 @@ class Connection:
     def forward(self, remote_host: str, remote_port: int, local_port: int = 0,
                 local_host: str = "127.0.0.1") -> Forward:
         return Forward(self, remote_host, remote_port, local_host, local_port)
+
+
+def _open(client: paramiko.SSHClient, kw: dict, target: Target, known_hosts: Path) -> None:
+    """`client.connect(**kw)`, its failures as HostKeyError (a key not pinned or not matching) or SshError."""
+    try:
+        client.connect(**kw)
+    except paramiko.BadHostKeyException:
+        raise HostKeyError(
+            f"host key of {target} does not match the one pinned in {known_hosts}; "
+            "refusing to connect (re-pin it only if the host was really rebuilt)") from None
+    except paramiko.SSHException as e:
+        if "not found in known_hosts" in str(e):
+            raise HostKeyError(
+                f"host key of {target} is not pinned in {known_hosts}; refusing to connect "
+                "(add the lane's key to that file)") from None
+        raise SshError(f"SSH to {target} failed: {mask(str(e))}") from None
+    except (TimeoutError, OSError) as e:
+        raise SshError(f"SSH to {target} failed: {e}") from None
+
+
+def _feed(ch: paramiko.Channel, stdin: bytes | Iterable[bytes] | None) -> threading.Thread | None:
+    """`stdin` sent in large chunks by a thread of its own, then the channel's input closed (at once
+    when there is nothing to send)."""
+    if stdin is None:
+        ch.shutdown_write()
+        return None
+    chunks: Iterable[bytes] = [stdin] if isinstance(stdin, bytes | bytearray) else stdin
+
+    def feed() -> None:
+        try:
+            for c in chunks:
+                view = memoryview(c)
+                for i in range(0, len(view), CHUNK):
+                    ch.sendall(bytes(view[i:i + CHUNK]))
+            ch.shutdown_write()
+        except BaseException:  # noqa: BLE001 - a command that stopped reading: its result says why
+            pass
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    return writer
+
+
+def _pump(ch: paramiko.Channel, to_out: Callable[[bytes], None], to_err: Callable[[bytes], None],
+          deadline: float | None) -> bool:
+    """The command's output passed on until it is done; False when `deadline` came first."""
+    exited_at: float | None = None
+    while True:
+        select.select([ch], [], [], 0.2)
+        got = _drain(ch.recv_ready, ch.recv, to_out) | _drain(ch.recv_stderr_ready, ch.recv_stderr, to_err)
+        # The exit status can arrive before the last output: stop at EOF, or a moment after the
+        # exit status when a background child still holds the output open (no EOF would come).
+        if ch.exit_status_ready() and not ch.recv_ready() and not ch.recv_stderr_ready():
+            if exited_at is None:
+                exited_at = time.monotonic()
+            if ch.eof_received or time.monotonic() - exited_at > EOF_GRACE:
+                return True
+        if ch.closed and not got:
+            return True
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+
+
+def _drain(ready: Callable[[], bool], recv: Callable[[int], bytes], to: Callable[[bytes], None]) -> bool:
+    """What is ready on one stream passed on; True when there was any."""
+    got = False
+    while ready():
+        to(recv(CHUNK))
+        got = True
+    return got
 
 
 class Forward:

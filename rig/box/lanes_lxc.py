@@ -19,13 +19,13 @@ import time
 from pathlib import Path
 
 from lanes import create
+from lanes.agent import layout
 from lanes.base.errors import NevError
 from lanes.hostexec import LOCAL, Node
 from rig.box import plan, procs
-from rig.box.lanes_netns import HOME, LANE_ROOT, LANE_SHARED, host_toolchain, keygen
+from rig.box.lanes_backend import BoxLanes
+from rig.box.lanes_netns import HOME, LANE_ROOT, LANE_SHARED, host_key, host_toolchain
 from rig.box.state import LaneInfo, ProcRec
-
-TOOLCHAIN = "/srv/toolchain"
 
 
 def _is_mount(path: Path) -> bool:
@@ -65,21 +65,17 @@ def _child(pid: int, timeout: float) -> int | None:
     return None
 
 
-class LxcLanes:
+class LxcLanes(BoxLanes):
     kind = "lxc"
     uses_netns = False
 
     def __init__(self, box_dir: Path, log_dir: Path) -> None:
-        self.box_dir = box_dir
-        self.log_dir = log_dir
+        super().__init__(box_dir, log_dir)
         self.node = Node(LOCAL)
         self.cache = create.cache()
         self.base = Path(self.cache) / "boxes" / box_dir.name
         self.lxcpath = str(self.base / "lxc")
         self.recipe = create.ImageRecipe()
-
-    def lane_dir(self, lane: LaneInfo) -> Path:
-        return self.box_dir / "lanes" / lane.name
 
     def container(self, lane_name: str) -> str:
         return f"{self.box_dir.name}-{lane_name}"
@@ -93,7 +89,8 @@ class LxcLanes:
                (str(self.box_dir / "nas"), "nas", LANE_SHARED, False)]
         tc = host_toolchain()
         if tc is not None:
-            out += [(tc[0], "rustup", f"{TOOLCHAIN}/rustup", True), (tc[1], "cargo-bin", f"{TOOLCHAIN}/cargo-bin", True)]
+            out += [(tc[0], "rustup", f"{layout.TOOLCHAIN}/rustup", True),
+                    (tc[1], "cargo-bin", f"{layout.TOOLCHAIN}/cargo-bin", True)]
         return out
 
     def spec(self, lane: LaneInfo, host: plan.Host) -> create.LxcLane:
@@ -109,20 +106,12 @@ class LxcLanes:
         d = self.lane_dir(lane)
         d.mkdir(parents=True, exist_ok=True)
         spec = self.spec(lane, host)
-        uid = spec.lane_uid
-        for p in (lane.host_root, lane.host_home, lane.host_home / ".ssh"):
-            p.mkdir(parents=True, exist_ok=True)
-            os.chown(p, uid, uid)
-        os.chmod(lane.host_home / ".ssh", 0o700)
-        ak = lane.host_home / ".ssh" / "authorized_keys"
-        ak.write_text(client_pub + "\n")
-        os.chown(ak, uid, uid)
-        os.chmod(ak, 0o600)
+        self.make_home(lane, spec.lane_uid, spec.lane_uid, client_pub)
         for src, name, _target, ro in self.sources(lane):
             _bind(src, self.staged(lane.name) / name, ro)
         tc = host_toolchain()
         hk = d / "ssh_host_ed25519_key"
-        keygen(hk, f"{lane.name}-host")
+        pinned = host_key(hk, f"{lane.name}-host")
         # The image's key rides in the config as a comment: its digest restarts the guest when
         # either changes (a new declared list is a new image, and the lane moves onto it).
         sshd = create.guest_sshd_config(lane.addr, toolchain=tc is not None) + f"# image {self.recipe.key}\n"
@@ -131,8 +120,7 @@ class LxcLanes:
                                   authorized_keys=client_pub + "\n", sshd_config=sshd, lane_home_in_delta=False)
         create.ensure_image(self.node, self.recipe, self.cache)
         self.node.run(create.write_script(spec, files), what=f"writing lane {spec.name}")
-        pub = hk.with_suffix(".pub").read_text().split()
-        return f"{pub[0]} {pub[1]}"
+        return pinned
 
     def start(self, lane: LaneInfo, host: plan.Host, rec: ProcRec | None) -> ProcRec | None:
         if procs.alive(rec):
@@ -168,11 +156,7 @@ class LxcLanes:
                        argv=["lxc-start", "-P", spec.lxcpath, "-n", spec.name, "-d"])
 
     def wait(self, lane: LaneInfo, rec: ProcRec) -> None:
-        from rig.box import netns
-
-        with netns.inside(f"{self.box_dir.name}-rig"):   # the rig network: no route from the dev box
-            procs.wait_port(lane.addr, plan.SSH_PORT, 20, rec,
-                            Path(self.lxcpath) / self.container(lane.name) / "lxc.log")
+        self.wait_ssh(lane, rec, 20, Path(self.lxcpath) / self.container(lane.name) / "lxc.log")
 
     def remove(self, lane_dir: Path) -> None:
         name = self.container(lane_dir.name)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lanes.base.errors import NevError
 from rig.box import plan, procs
+from rig.box.lanes_backend import BoxLanes
 from rig.box.state import LaneInfo, ProcRec
 
 USER = "lane"
@@ -101,39 +102,31 @@ def keygen(path: Path, comment: str) -> None:
                        check=True, capture_output=True)
 
 
+def host_key(path: Path, comment: str) -> str:
+    """A host's key, made when missing; its public half as known_hosts pins it (type and key)."""
+    keygen(path, comment)
+    pub = path.with_suffix(".pub").read_text().split()
+    return f"{pub[0]} {pub[1]}"
+
+
 def client_key(path: Path) -> str:
     keygen(path, "nev-box-client")
     return path.with_suffix(".pub").read_text().strip()
 
 
-class NetnsLanes:
+class NetnsLanes(BoxLanes):
     kind = "netns"
     uses_netns = True
-
-    def __init__(self, box_dir: Path, log_dir: Path) -> None:
-        self.box_dir = box_dir
-        self.log_dir = log_dir
-
-    def lane_dir(self, lane: LaneInfo) -> Path:
-        return self.box_dir / "lanes" / lane.name
 
     def prepare(self, lane: LaneInfo, host: plan.Host, client_pub: str) -> str:
         d = self.lane_dir(lane)
         ent = pwd.getpwnam(USER)
-        for p in (lane.host_root, lane.host_home, lane.host_home / ".ssh"):
-            p.mkdir(parents=True, exist_ok=True)
-            os.chown(p, ent.pw_uid, ent.pw_gid)
-        os.chmod(lane.host_home / ".ssh", 0o700)
-        ak = lane.host_home / ".ssh" / "authorized_keys"
-        ak.write_text(client_pub + "\n")
-        os.chown(ak, ent.pw_uid, ent.pw_gid)
-        os.chmod(ak, 0o600)
+        self.make_home(lane, ent.pw_uid, ent.pw_gid, client_pub)
         hk = d / "ssh_host_ed25519_key"
-        keygen(hk, f"{lane.name}-host")
+        pinned = host_key(hk, f"{lane.name}-host")
         (d / "sshd_config").write_text(plan.sshd_config(host.addr, str(hk), str(d / "sshd.pid"),
                                                         toolchain=host_toolchain() is not None))
-        pub = hk.with_suffix(".pub").read_text().split()
-        return f"{pub[0]} {pub[1]}"
+        return pinned
 
     def start(self, lane: LaneInfo, host: plan.Host, rec: ProcRec | None) -> ProcRec | None:
         if procs.alive(rec):
@@ -148,10 +141,7 @@ class NetnsLanes:
         return procs.spawn(f"{lane.name}.sshd", lane.name, argv, self.log_dir / f"{lane.name}-sshd.log")
 
     def wait(self, lane: LaneInfo, rec: ProcRec) -> None:
-        from rig.box import netns
-
-        with netns.inside(f"{self.box_dir.name}-rig"):   # the rig network: no route from the dev box
-            procs.wait_port(lane.addr, plan.SSH_PORT, 10, rec, self.log_dir / f"{lane.name}-sshd.log")
+        self.wait_ssh(lane, rec, 10, self.log_dir / f"{lane.name}-sshd.log")
 
     def remove(self, lane_dir: Path) -> None:
         return None

@@ -67,53 +67,68 @@ def ensure(layout: plan.Layout, skip_roles: frozenset[str] = frozenset()) -> lis
     outside link that are missing; return what was made. Hosts of a role in `skip_roles` get
     no namespace or veth (LXC lanes bring their own)."""
     made: list[str] = []
-    have = netns_list()
     rig = layout.rig_netns
-    if rig not in have:
+    if rig not in netns_list():
         _run(["ip", "netns", "add", rig])
         made.append(f"made netns {rig}")
     cmds: list[str] = []
     if not link_exists(layout.bridge, rig):
         cmds += plan.bridge_cmds(layout)
         made.append(f"made bridge {layout.bridge} (in {rig})")
-    inside: list[tuple[str, list[str]]] = []
-    for h in [*layout.hosts(), layout.jump()]:
-        if h.role in skip_roles:
-            continue
+    hosts = [h for h in [*layout.hosts(), layout.jump()] if h.role not in skip_roles]
+    remade = _ensure_hosts(layout, hosts, cmds, made)
+    ip_batch(cmds, rig)
+    for h, ns_side in remade:
+        ip_batch(ns_side, h.netns)
+    if remade:
+        _forget_macs(layout, [h.addr for h, _ in remade])
+    return made + _ensure_outside_link(layout)
+
+
+def _ensure_hosts(layout: plan.Layout, hosts: list[plan.Host], cmds: list[str],
+                  made: list[str]) -> list[tuple[plan.Host, list[str]]]:
+    """Each host's namespace, made where missing; the rig side of each missing veth added to
+    `cmds`. The hosts whose veth is (re)made, with the commands to run inside them."""
+    have = netns_list()
+    remade = []
+    for h in hosts:
         if h.netns not in have:
             _run(["ip", "netns", "add", h.netns])
             made.append(f"made netns {h.netns}")
-        if not link_exists(h.veth, rig) or not ns_has_eth0(h.netns):
-            if link_exists(h.veth, rig):
+        if not link_exists(h.veth, layout.rig_netns) or not ns_has_eth0(h.netns):
+            if link_exists(h.veth, layout.rig_netns):
                 cmds.append(f"link del {h.veth}")
             rig_side, ns_side = plan.host_cmds(layout, h)
             cmds += rig_side
-            inside.append((h.netns, ns_side))
+            remade.append((h, ns_side))
             made.append(f"made veth {h.veth}")
-    ip_batch(cmds, rig)
-    for ns, c in inside:
-        ip_batch(c, ns)
-    if inside:
-        # A recreated host has a new MAC: every host that talked to it (the jump host first)
-        # must forget the old one, or connections stall until the entry times out.
-        _run(["ip", "-n", rig, "neigh", "flush", "dev", layout.bridge], check=False)
-        for h in [*layout.hosts(), layout.jump()]:
-            if h.netns in netns_list():
-                for ns, _c in inside:
-                    addr = next(x.addr for x in [*layout.hosts(), layout.jump()] if x.netns == ns)
-                    _run(["ip", "-n", h.netns, "neigh", "flush", "to", addr], check=False)
+    return remade
+
+
+def _forget_macs(layout: plan.Layout, addrs: list[str]) -> None:
+    """A recreated host has a new MAC: every host that talked to it (the jump host first) must
+    forget the old one, or connections stall until the entry times out."""
+    _run(["ip", "-n", layout.rig_netns, "neigh", "flush", "dev", layout.bridge], check=False)
+    have = netns_list()
+    for h in [*layout.hosts(), layout.jump()]:
+        if h.netns in have:
+            for addr in addrs:
+                _run(["ip", "-n", h.netns, "neigh", "flush", "to", addr], check=False)
+
+
+def _ensure_outside_link(layout: plan.Layout) -> list[str]:
     jump_ns = layout.jump().netns
-    if not link_exists(layout.outside_veth) or not ns_has_addr(jump_ns, "eth1"):
-        if link_exists(layout.outside_veth):
-            _run(["ip", "link", "del", layout.outside_veth], check=False)
-        root_side, jump_side = plan.outside_cmds(layout)
-        ip_batch(root_side)
-        ip_batch(jump_side, jump_ns)
-        made.append(f"made outside link {layout.outside_veth} ({layout.dev_addr} <-> {layout.jump_outside_addr})")
-    else:
+    if link_exists(layout.outside_veth) and ns_has_addr(jump_ns, "eth1"):
         # The unreachable route may have been removed by hand: put it back (idempotent).
         _run(["ip", "route", "replace", "unreachable", f"{layout.net}.0/24"], check=False)
-    return made
+        return []
+    if link_exists(layout.outside_veth):
+        _run(["ip", "link", "del", layout.outside_veth], check=False)
+    root_side, jump_side = plan.outside_cmds(layout)
+    ip_batch(root_side)
+    ip_batch(jump_side, jump_ns)
+    return [f"made outside link {layout.outside_veth} ({layout.addr(plan.DEV_OCTET)} <-> "
+            f"{layout.addr(plan.JUMP_OUT_OCTET)})"]
 
 
 def box_netns(name: str) -> list[str]:

@@ -14,6 +14,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from lanes.agent import layout as lane_layout
+from lanes.base import sshd
 from lanes.base.errors import ConfigError
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
@@ -126,29 +128,22 @@ class Layout:
         return f"{self.name}-out"
 
     @property
-    def dev_addr(self) -> str:
-        return f"{self.net}.{DEV_OCTET}"
-
-    @property
-    def jump_outside_addr(self) -> str:
-        return f"{self.net}.{JUMP_OUT_OCTET}"
-
-    @property
     def jump_spec(self) -> str:
         """How the development box reaches the jump host: user@addr (port 22)."""
-        return f"{JUMP_USER}@{self.jump_outside_addr}"
+        return f"{JUMP_USER}@{self.addr(JUMP_OUT_OCTET)}"
 
     def forward_port(self, what: str) -> int:
         """The development box's local port forwarding to the forge (0) or the gateway (1)."""
         a, b, c = (int(x) for x in self.net.split("."))
         return FORWARD_PORT0 + (b - 18) * 2560 + c * 10 + ("forge", "gateway").index(what)
 
-    @property
-    def bridge_addr(self) -> str:
-        return f"{self.net}.{BRIDGE_OCTET}"
+    def addr(self, octet: int) -> str:
+        """The address with this last octet in the box's /24: a host's, the bridge's (BRIDGE_OCTET),
+        either end of the outside link (DEV_OCTET, JUMP_OUT_OCTET)."""
+        return f"{self.net}.{octet}"
 
     def host(self, host: str, role: str, octet: int) -> Host:
-        return Host(host, role, f"{self.net}.{octet}", f"{self.name}-{host}", f"{self.name}-{host}")
+        return Host(host, role, self.addr(octet), f"{self.name}-{host}", f"{self.name}-{host}")
 
     def lane_hosts(self) -> list[Host]:
         return [self.host(f"lane{i}", "lane", LANE_OCTET0 + i) for i in range(self.lanes)]
@@ -171,22 +166,18 @@ class Layout:
     def proxy_port(self, pool: str) -> int:
         return PROXY_PORT0 + [p.name for p in POOLS].index(pool)
 
-    @property
-    def forge_base(self) -> str:
-        return f"http://{self.forge().addr}/git/"
+    def forge_url(self, local: bool = False) -> str:
+        """The forge's git base at its rig address, or (local) through the development box's
+        forward, as the development box reaches it."""
+        where = self._forwarded("forge") if local else self.forge().addr
+        return f"http://{where}/git/"
 
-    @property
-    def gateway_url(self) -> str:
-        return f"http://{self.gateway().addr}:{GATEWAY_PORT}"
+    def gateway_url(self, local: bool = False) -> str:
+        where = self._forwarded("gateway") if local else f"{self.gateway().addr}:{GATEWAY_PORT}"
+        return f"http://{where}"
 
-    @property
-    def forge_local_base(self) -> str:
-        """The forge as the development box reaches it: its local forward."""
-        return f"http://127.0.0.1:{self.forward_port('forge')}/git/"
-
-    @property
-    def gateway_local_url(self) -> str:
-        return f"http://127.0.0.1:{self.forward_port('gateway')}"
+    def _forwarded(self, what: str) -> str:
+        return f"127.0.0.1:{self.forward_port(what)}"
 
 
 def netns_prefix(name: str) -> str:
@@ -200,7 +191,7 @@ def bridge_cmds(layout: Layout) -> list[str]:
     """Run in the rig namespace: the bridge, with the box's own address on it (for the box's
     health checks and the lanes' apt proxy), never in the root namespace."""
     return [f"link add {layout.bridge} type bridge",
-            f"addr add {layout.bridge_addr}/24 dev {layout.bridge}",
+            f"addr add {layout.addr(BRIDGE_OCTET)}/24 dev {layout.bridge}",
             f"link set {layout.bridge} up", "link set lo up"]
 
 
@@ -219,10 +210,10 @@ def outside_cmds(layout: Layout) -> tuple[list[str], list[str]]:
     address ever leaves through the machine's default route."""
     j = layout.jump()
     return ([f"link add {layout.outside_veth} type veth peer name eth1 netns {j.netns}",
-             f"addr add {layout.dev_addr}/30 dev {layout.outside_veth}",
+             f"addr add {layout.addr(DEV_OCTET)}/30 dev {layout.outside_veth}",
              f"link set {layout.outside_veth} up",
              f"route replace unreachable {layout.net}.0/24"],
-            [f"addr add {layout.jump_outside_addr}/30 dev eth1", "link set eth1 up"])
+            [f"addr add {layout.addr(JUMP_OUT_OCTET)}/30 dev eth1", "link set eth1 up"])
 
 
 def tbf_cmd(dev: str, kbit: int) -> list[str]:
@@ -236,81 +227,35 @@ def tbf_cmd(dev: str, kbit: int) -> list[str]:
 
 
 def sshd_config(addr: str, host_key: str, pid_file: str, user: str = "lane", toolchain: bool = False) -> str:
-    env = f"SetEnv PATH={LANE_PATH} RUSTUP_HOME={TOOLCHAIN}/rustup\n" if toolchain else ""
-    return f"""# sshd of one box lane (written by nev box)
-{env}
-ListenAddress {addr}:{SSH_PORT}
-HostKey {host_key}
-PidFile {pid_file}
-AuthorizedKeysFile .ssh/authorized_keys
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin no
-AllowUsers {user}
-UsePAM no
-X11Forwarding no
-AllowTcpForwarding yes
-PrintMotd no
-Subsystem sftp internal-sftp
-"""
+    return sshd.config("one box lane (written by nev box)", [f"{addr}:{SSH_PORT}"], host_key, pid_file,
+                       ".ssh/authorized_keys", user, env=lane_layout.TOOLCHAIN_ENV if toolchain else None,
+                       options=["AllowTcpForwarding yes", "Subsystem sftp internal-sftp"])
 
 
 def jump_sshd_config(layout: Layout, host_key: str, pid_file: str, authorized_keys: str) -> str:
     """The jump host's sshd: on both its interfaces, key-only, one user who may only open TCP
     forwards to the rig's hosts (no shell, no tty, no agent, no remote forwards)."""
-    j = layout.jump()
     # Every address of the rig network but the bridge's and the jump host's own (lanes made later
     # by `nev lane create` live there too); never loopback, never the outside link.
-    permit = " ".join(f"{layout.net}.{i}:*" for i in range(JUMP_OCTET + 1, OUTSIDE_OCTET))
-    return f"""# sshd of the box's jump host (written by nev box)
-ListenAddress {layout.jump_outside_addr}:{SSH_PORT}
-ListenAddress {j.addr}:{SSH_PORT}
-HostKey {host_key}
-PidFile {pid_file}
-AuthorizedKeysFile {authorized_keys}
-# The key file lives in the box folder (see root_sshd_config).
-StrictModes no
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin no
-AllowUsers {JUMP_USER}
-UsePAM no
-AllowTcpForwarding local
-PermitOpen {permit}
-AllowAgentForwarding no
-AllowStreamLocalForwarding no
-GatewayPorts no
-PermitTunnel no
-PermitTTY no
-X11Forwarding no
-ForceCommand /usr/sbin/nologin
-PrintMotd no
-"""
+    permit = " ".join(f"{layout.addr(i)}:*" for i in range(JUMP_OCTET + 1, OUTSIDE_OCTET))
+    return sshd.config(
+        "the box's jump host (written by nev box)",
+        [f"{layout.addr(JUMP_OUT_OCTET)}:{SSH_PORT}", f"{layout.jump().addr}:{SSH_PORT}"],
+        host_key, pid_file, authorized_keys, JUMP_USER,
+        options=["# The key file lives in the box folder (see root_sshd_config).", "StrictModes no",
+                 "AllowTcpForwarding local", f"PermitOpen {permit}", "AllowAgentForwarding no",
+                 "AllowStreamLocalForwarding no", "GatewayPorts no", "PermitTunnel no", "PermitTTY no",
+                 "ForceCommand /usr/sbin/nologin"])
 
 
 def root_sshd_config(addr: str, host_key: str, pid_file: str, authorized_keys: str) -> str:
     """sshd for root on a service host (proxy, gateway), so `nev rig` reaches it as on the rig."""
-    return f"""# sshd of a box service host (written by nev box)
-ListenAddress {addr}:{SSH_PORT}
-HostKey {host_key}
-PidFile {pid_file}
-AuthorizedKeysFile {authorized_keys}
-# The key file is written by nev box (root, mode 600) in the box folder, which may sit inside a
-# checkout under a world-writable /tmp (CI clones anywhere): sshd's path check would refuse it.
-StrictModes no
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-AllowUsers root
-UsePAM no
-X11Forwarding no
-AllowTcpForwarding no
-PrintMotd no
-Subsystem sftp internal-sftp
-"""
+    return sshd.config(
+        "a box service host (written by nev box)", [f"{addr}:{SSH_PORT}"], host_key, pid_file,
+        authorized_keys, "root", "prohibit-password",
+        # The key file is written by nev box (root, mode 600) in the box folder, which may sit inside
+        # a checkout under a world-writable /tmp (CI clones anywhere): sshd's path check would refuse it.
+        options=["StrictModes no", "AllowTcpForwarding no", "Subsystem sftp internal-sftp"])
 
 
 SERVICE_SSH_HOSTS = ("gateway", "proxy")
@@ -338,8 +283,6 @@ mount --bind "$3" "$4"
 shift 6
 exec "$@"
 """
-TOOLCHAIN = "/srv/toolchain"
-LANE_PATH = f"{TOOLCHAIN}/cargo-bin:/usr/local/bin:/usr/bin:/bin"
 
 
 def known_hosts_lines(entries: list[tuple[str, str]]) -> str:

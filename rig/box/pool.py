@@ -198,6 +198,16 @@ class Pool:
             self.failed[mode] = self.failed.get(mode, 0) + 1
             return mode
 
+    def admit(self) -> tuple[float, float]:
+        """Wait for a place under the in-flight limit and take it (as a GPU server queues);
+        the delay and tokens per second to serve it with."""
+        with self.cond:
+            while self.inflight >= self.max_inflight:
+                self.cond.wait()
+            self.inflight += 1
+            self.max_seen = max(self.max_seen, self.inflight)
+            return self.delay, self.tokens_per_s
+
     def release(self) -> None:
         """One in-flight request is done."""
         with self.cond:
@@ -210,152 +220,161 @@ class Pool:
             return self.fail == "hang"
 
 
-def make_handler(pool: Pool) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "nev-stand-in-pool/1"
+class Handler(BaseHTTPRequestHandler):
+    """The pool's routes; `make_handler` binds it to one `Pool`."""
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            return None
+    protocol_version = "HTTP/1.1"
+    server_version = "nev-stand-in-pool/1"
+    pool: Pool
 
-        def send_json(self, code: int, data: Any, headers: dict[str, str] | None = None) -> None:
-            raw = json.dumps(data).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.send_header("X-Stand-In", f"{pool.name}: {STAND_IN}")
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return None
+
+    def send_json(self, code: int, data: Any, headers: dict[str, str] | None = None) -> None:
+        raw = json.dumps(data).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.send_header("X-Stand-In", f"{self.pool.name}: {STAND_IN}")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def refuse(self, code: int, message: str, kind: str, headers: dict[str, str] | None = None) -> None:
+        """An error answer in OpenAI's shape."""
+        self.send_json(code, {"error": {"message": message, "type": kind}}, headers)
+
+    def body(self) -> dict:
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b"{}"
+        data = json.loads(raw or b"{}")
+        if not isinstance(data, dict):
+            raise ValueError("the body must be a JSON object")
+        return data
+
+    def do_GET(self) -> None:
+        pool = self.pool
+        if self.path == "/health":
+            if pool.fail == "503":
+                self.send_json(503, {"status": "unavailable", "stand_in": STAND_IN})
+            else:
+                self.send_json(200, {"status": "ok", "stand_in": STAND_IN})
+        elif self.path in ("/v1/models", "/models"):
+            self.send_json(200, {"object": "list", "data": [
+                {"id": m, "object": "model", "created": 0, "owned_by": f"stand-in {pool.name}"}
+                for m in pool.tiers]})
+        elif self.path == "/control":
+            self.send_json(200, pool.snapshot())
+        else:
+            self.refuse(404, f"no route {self.path}", "not_found")
+
+    def do_POST(self) -> None:
+        try:
+            body = self.body()
+        except ValueError as e:
+            self.refuse(400, f"bad JSON: {e}", "invalid_request_error")
+            return
+        if self.path == "/control/reset":
+            self.pool.reset()
+            self.send_json(200, self.pool.snapshot())
+        elif self.path == "/control":
+            try:
+                self.pool.update(body)
+            except (ValueError, TypeError, KeyError, OSError) as e:
+                self.refuse(400, str(e), "invalid_request_error")
+                return
+            self.send_json(200, self.pool.snapshot())
+        elif self.path in ("/v1/chat/completions", "/chat/completions"):
+            self.chat(body)
+        else:
+            self.refuse(404, f"no route {self.path}", "not_found")
+
+    def chat(self, body: dict) -> None:
+        if self.failed_on_demand():
+            return
+        try:
+            picks = self.picks(body)
+        except (ValueError, TypeError) as e:
+            self.refuse(400, str(e), "invalid_request_error")
+            return
+        out = completion(body, picks, self.pool.name)
+        delay, tps = self.pool.admit()
+        if body.get("stream"):
+            self.stream(body, out, delay, tps)
+            return
+        try:
+            wait = delay + (out["usage"]["completion_tokens"] / tps if tps > 0 else 0.0)
+            if wait > 0:
+                time.sleep(wait)
+        finally:
+            # Done before the answer leaves: the next request may arrive the moment it does.
+            self.pool.release()
+        self.send_json(200, out)
+
+    def failed_on_demand(self) -> bool:
+        """The failure `/control` asked for: 429 or 503 answered (True), or a hang held until
+        it is lifted (then the request is served)."""
+        mode = self.pool.take_fail()
+        if mode == "429":
+            self.refuse(429, "stand-in pool: rate limited (on demand)", "rate_limit_error", {"Retry-After": "1"})
+        elif mode == "503":
+            self.refuse(503, "stand-in pool: unavailable (on demand)", "service_unavailable")
+        elif mode == "hang":
+            deadline = time.monotonic() + 3600
+            while self.pool.still_hanging() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return mode in ("429", "503")
+
+    def picks(self, body: dict) -> list[dict[str, str]]:
+        n = int(body.get("n") or 1)
+        if not 1 <= n <= 128:
+            raise ValueError("n must be 1..128")
+        with self.pool.lock:
+            bank, tiers = self.pool.bank, self.pool.tiers
+        return choose(bank, body, tiers)[2]
+
+    def stream(self, body: dict, out: dict, delay: float, tps: float) -> None:
+        """Server-sent events in OpenAI's chunk format: the first piece after `delay`
+        (time to first token), the rest paced at `tokens_per_s`, usage last when
+        `stream_options.include_usage` asks for it, then `data: [DONE]`."""
+        released = False
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("X-Stand-In", f"{self.pool.name}: {STAND_IN}")
             self.end_headers()
-            self.wfile.write(raw)
-
-        def body(self) -> dict:
-            n = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(n) if n else b"{}"
-            data = json.loads(raw or b"{}")
-            if not isinstance(data, dict):
-                raise ValueError("the body must be a JSON object")
-            return data
-
-        def do_GET(self) -> None:
-            if self.path == "/health":
-                if pool.fail == "503":
-                    self.send_json(503, {"status": "unavailable", "stand_in": STAND_IN})
-                else:
-                    self.send_json(200, {"status": "ok", "stand_in": STAND_IN})
-            elif self.path in ("/v1/models", "/models"):
-                self.send_json(200, {"object": "list", "data": [
-                    {"id": m, "object": "model", "created": 0, "owned_by": f"stand-in {pool.name}"}
-                    for m in pool.tiers]})
-            elif self.path == "/control":
-                self.send_json(200, pool.snapshot())
-            else:
-                self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
-
-        def do_POST(self) -> None:
-            try:
-                body = self.body()
-            except ValueError as e:
-                self.send_json(400, {"error": {"message": f"bad JSON: {e}", "type": "invalid_request_error"}})
-                return
-            if self.path == "/control/reset":
-                pool.reset()
-                self.send_json(200, pool.snapshot())
-            elif self.path == "/control":
-                try:
-                    pool.update(body)
-                except (ValueError, TypeError, KeyError, OSError) as e:
-                    self.send_json(400, {"error": {"message": str(e), "type": "invalid_request_error"}})
-                    return
-                self.send_json(200, pool.snapshot())
-            elif self.path in ("/v1/chat/completions", "/chat/completions"):
-                self.chat(body)
-            else:
-                self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
-
-        def chat(self, body: dict) -> None:
-            stream = bool(body.get("stream"))
-            mode = pool.take_fail()
-            if mode == "429":
-                self.send_json(429, {"error": {"message": "stand-in pool: rate limited (on demand)",
-                                               "type": "rate_limit_error"}}, {"Retry-After": "1"})
-                return
-            if mode == "503":
-                self.send_json(503, {"error": {"message": "stand-in pool: unavailable (on demand)",
-                                               "type": "service_unavailable"}})
-                return
-            if mode == "hang":
-                deadline = time.monotonic() + 3600
-                while pool.still_hanging() and time.monotonic() < deadline:
-                    time.sleep(0.05)
-            try:
-                n = int(body.get("n") or 1)
-                if not 1 <= n <= 128:
-                    raise ValueError("n must be 1..128")
-                with pool.lock:
-                    bank, tiers = pool.bank, pool.tiers
-                _fn, _tier, picks = choose(bank, body, tiers)
-            except (ValueError, TypeError) as e:
-                self.send_json(400, {"error": {"message": str(e), "type": "invalid_request_error"}})
-                return
-            out = completion(body, picks, pool.name)
-            with pool.cond:
-                while pool.inflight >= pool.max_inflight:
-                    pool.cond.wait()
-                pool.inflight += 1
-                pool.max_seen = max(pool.max_seen, pool.inflight)
-                delay, tps = pool.delay, pool.tokens_per_s
-            if stream:
-                self.stream(body, out, delay, tps)
-                return
-            try:
-                wait = delay + (out["usage"]["completion_tokens"] / tps if tps > 0 else 0.0)
-                if wait > 0:
-                    time.sleep(wait)
-            finally:
-                # Done before the answer leaves: the next request may arrive the moment it does.
-                pool.release()
-            self.send_json(200, out)
-
-        def stream(self, body: dict, out: dict, delay: float, tps: float) -> None:
-            """Server-sent events in OpenAI's chunk format: the first piece after `delay`
-            (time to first token), the rest paced at `tokens_per_s`, usage last when
-            `stream_options.include_usage` asks for it, then `data: [DONE]`."""
-            released = False
-            try:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.send_header("X-Stand-In", f"{pool.name}: {STAND_IN}")
-                self.end_headers()
-                if delay > 0:
-                    time.sleep(delay)
-                for event in stream_events(out, body):
-                    if event.get("choices") and tps > 0:
-                        tokens = sum(len(c["delta"].get("content") or "") for c in event["choices"]) / 4
-                        time.sleep(tokens / tps)
-                    elif not event.get("choices"):
-                        # The usage chunk comes after the last token: the answer is done.
-                        pool.release()
-                        released = True
-                    self.write_chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
-                if not released:
-                    pool.release()
+            if delay > 0:
+                time.sleep(delay)
+            for event in stream_events(out, body):
+                if event.get("choices") and tps > 0:
+                    tokens = sum(len(c["delta"].get("content") or "") for c in event["choices"]) / 4
+                    time.sleep(tokens / tps)
+                elif not event.get("choices"):
+                    # The usage chunk comes after the last token: the answer is done.
+                    self.pool.release()
                     released = True
-                self.write_chunk(b"data: [DONE]\n\n")
-                self.write_chunk(b"")
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True
-            finally:
-                if not released:
-                    pool.release()
+                self.write_chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
+            if not released:
+                self.pool.release()
+                released = True
+            self.write_chunk(b"data: [DONE]\n\n")
+            self.write_chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        finally:
+            if not released:
+                self.pool.release()
 
-        def write_chunk(self, data: bytes) -> None:
-            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-            self.wfile.flush()
+    def write_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
 
-    return Handler
+
+def make_handler(pool: Pool) -> type[Handler]:
+    return type("Handler", (Handler,), {"pool": pool})
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -246,6 +246,11 @@ def register(name: str, net: str, box_dir: Path, users: list[str]) -> None:
                           {"name": name, "net": net, "dir": str(box_dir), "users": users})
 
 
+def user_marker(user: str) -> Path:
+    """Says a box made the shared `user`: the last box that lists it removes it."""
+    return REGISTRY / "users" / f"{user}.created"
+
+
 def unregister(name: str) -> None:
     try:
         (REGISTRY / "boxes" / f"{name}.json").unlink()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from lanes.base.mask import known_secrets, mask
@@ -61,113 +62,126 @@ def _copies(copies: Any) -> str:
     return f"{len(names)}" + (f": {_t(', '.join(names))}" if names else "")
 
 
+def _section(sid: str, title: str, inner: str) -> str:
+    return f'<section id="{sid}"><h2>{title}</h2>{inner}</section>'
+
+
+def _shown(source: Any, body: Callable[[Any], str]) -> str:
+    """What a source's data shows, or why the source is unavailable."""
+    return _unavailable(source) if is_unavailable(source) else body(source)
+
+
+def _table(heads: Iterable[str], rows: Iterable[str]) -> str:
+    return "<table><tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr>" + "".join(rows) + "</table>"
+
+
 def lanes_html(section: Any, dagu: Any) -> str:
-    out = ['<section id="lanes"><h2>Lanes</h2>']
-    if is_unavailable(section):
-        out.append(_unavailable(section))
-    else:
-        out.append("<table><tr><th>lane</th><th>answering</th><th>free disk</th><th>copies</th>"
-                   "<th>gates running</th><th>note</th></tr>")
-        for r in section:
-            answers = "yes" if r.get("answers") else "no"
-            name = f"lane {r.get('index')}" + (f" ({r['name']})" if r.get("name") else "")
-            free = "-" if r.get("free_gb") is None else f"{r['free_gb']} GB"
-            running = r.get("running")
-            gates = "-" if running is None else (_t(", ".join(map(str, running))) if running else "none")
-            note = r.get("error") or r.get("note") or ""
-            out.append(f'<tr class="lane" data-lane="{_t(r.get("index"))}" data-answers="{answers}">'
-                       f"<td>{_t(name)}</td><td>{_st(answers)}</td><td>{free}</td><td>{_copies(r.get('copies'))}</td>"
-                       f"<td>{gates}</td><td>{_t(note)}</td></tr>")
-        out.append("</table>")
-    out.append('<h3 id="dagu">Dagu runs in progress</h3>')
-    if is_unavailable(dagu):
-        out.append(_unavailable(dagu))
-    elif not dagu:
-        out.append('<p class="meta">none</p>')
-    else:
-        out.append("<table><tr><th>workflow</th><th>run</th><th>status</th><th>started</th></tr>")
-        for r in dagu:
-            out.append(f'<tr class="dagu-run" data-workflow="{_t(r.get("name"))}" data-status="{_t(r.get("status"))}">'
-                       f'<td>{_t(r.get("name"))}</td><td>{_t(r.get("run_id"))}</td>'
-                       f"<td>{_st(r.get('status'))}</td><td>{_t(r.get('started_at'))}</td></tr>")
-        out.append("</table>")
-    out.append("</section>")
-    return "".join(out)
+    return _section("lanes", "Lanes", _shown(section, _lanes_table)
+                    + '<h3 id="dagu">Dagu runs in progress</h3>' + _shown(dagu, _dagu_table))
+
+
+def _lanes_table(section: list[dict[str, Any]]) -> str:
+    return _table(("lane", "answering", "free disk", "copies", "gates running", "note"), map(_lane_row, section))
+
+
+def _lane_row(r: dict[str, Any]) -> str:
+    answers = "yes" if r.get("answers") else "no"
+    name = f"lane {r.get('index')}" + (f" ({r['name']})" if r.get("name") else "")
+    free = "-" if r.get("free_gb") is None else f"{r['free_gb']} GB"
+    running = r.get("running")
+    gates = "-" if running is None else (_t(", ".join(map(str, running))) if running else "none")
+    note = r.get("error") or r.get("note") or ""
+    return (f'<tr class="lane" data-lane="{_t(r.get("index"))}" data-answers="{answers}">'
+            f"<td>{_t(name)}</td><td>{_st(answers)}</td><td>{free}</td><td>{_copies(r.get('copies'))}</td>"
+            f"<td>{gates}</td><td>{_t(note)}</td></tr>")
+
+
+def _dagu_table(runs: list[dict[str, Any]]) -> str:
+    if not runs:
+        return '<p class="meta">none</p>'
+    return _table(("workflow", "run", "status", "started"), (
+        f'<tr class="dagu-run" data-workflow="{_t(r.get("name"))}" data-status="{_t(r.get("status"))}">'
+        f'<td>{_t(r.get("name"))}</td><td>{_t(r.get("run_id"))}</td>'
+        f"<td>{_st(r.get('status'))}</td><td>{_t(r.get('started_at'))}</td></tr>" for r in runs))
 
 
 def aliases_html(section: Any) -> str:
-    out = ['<section id="aliases"><h2>Aliases</h2>']
-    if is_unavailable(section):
-        return "".join(out) + _unavailable(section) + "</section>"
-    out.append("<table><tr><th>alias</th><th>status</th><th>held for</th><th>last answer</th>"
-               "<th>in-flight limit</th><th>pool</th><th>last error</th></tr>")
-    for r in section["rows"]:
-        held = f"since {r['retired']}" if r["status"] == "retired" else (
-            "-" if r.get("held_for_s") is None else age(r["held_for_s"]))
-        out.append(f'<tr class="alias" data-alias="{_t(r["alias"])}" data-status="{_t(r["status"])}">'
-                   f"<td>{_t(r['alias'])}</td><td>{_st(r['status'])}</td><td>{_t(held)}</td>"
-                   f"<td>{_ago(r.get('last_answer_ago_s'))}</td><td>{_t(r.get('max_inflight') or '-')}</td>"
-                   f"<td>{_t(r.get('pool') or '-')}</td><td>{_t((r.get('last_error') or '')[:120])}</td></tr>")
-    out.append("</table>")
+    return _section("aliases", "Aliases", _shown(section, _aliases_table))
+
+
+def _aliases_table(section: dict[str, Any]) -> str:
     probe = "never probed" if section.get("probe_age_s") is None else f"probed {age(section['probe_age_s'])} ago"
-    out.append(f'<p class="meta">snapshot {_t(section.get("snapshot"))}: {probe}; hosts up '
-               f'{section.get("hosts_up")}/{section.get("hosts")}</p></section>')
-    return "".join(out)
+    return (_table(("alias", "status", "held for", "last answer", "in-flight limit", "pool", "last error"),
+                   map(_alias_row, section["rows"]))
+            + f'<p class="meta">snapshot {_t(section.get("snapshot"))}: {probe}; hosts up '
+            f'{section.get("hosts_up")}/{section.get("hosts")}</p>')
+
+
+def _alias_row(r: dict[str, Any]) -> str:
+    held = f"since {r['retired']}" if r["status"] == "retired" else (
+        "-" if r.get("held_for_s") is None else age(r["held_for_s"]))
+    return (f'<tr class="alias" data-alias="{_t(r["alias"])}" data-status="{_t(r["status"])}">'
+            f"<td>{_t(r['alias'])}</td><td>{_st(r['status'])}</td><td>{_t(held)}</td>"
+            f"<td>{_ago(r.get('last_answer_ago_s'))}</td><td>{_t(r.get('max_inflight') or '-')}</td>"
+            f"<td>{_t(r.get('pool') or '-')}</td><td>{_t((r.get('last_error') or '')[:120])}</td></tr>")
 
 
 def jobs_html(section: Any) -> str:
-    out = ['<section id="jobs"><h2>Jobs</h2>']
-    if is_unavailable(section):
-        return "".join(out) + _unavailable(section) + "</section>"
+    return _section("jobs", "Jobs", _shown(section, _jobs_table))
+
+
+def _jobs_table(section: list[dict[str, Any]]) -> str:
     if not section:
-        return "".join(out) + '<p class="meta">no job state yet</p></section>'
-    out.append("<table><tr><th>job</th><th>status</th><th>stages</th><th>attempts</th><th>last event</th></tr>")
-    for j in section:
-        stages = " ".join(f"{_t(n)} {_st(s)}" for n, s in j.get("stages", {}).items()) or "-"
-        out.append(f'<tr class="job" data-job="{_t(j.get("job"))}"><td>{_t(j.get("job"))}</td>'
-                   f"<td>{_st(j.get('status'))}</td><td>{stages}</td><td>{_t(j.get('attempts'))}</td>"
-                   f"<td>{_t(j.get('last_event') or j.get('error') or '')}</td></tr>")
-    out.append("</table></section>")
-    return "".join(out)
+        return '<p class="meta">no job state yet</p>'
+    return _table(("job", "status", "stages", "attempts", "last event"), map(_job_row, section))
+
+
+def _job_row(j: dict[str, Any]) -> str:
+    stages = " ".join(f"{_t(n)} {_st(s)}" for n, s in j.get("stages", {}).items()) or "-"
+    return (f'<tr class="job" data-job="{_t(j.get("job"))}"><td>{_t(j.get("job"))}</td>'
+            f"<td>{_st(j.get('status'))}</td><td>{stages}</td><td>{_t(j.get('attempts'))}</td>"
+            f"<td>{_t(j.get('last_event') or j.get('error') or '')}</td></tr>")
 
 
 def batches_html(section: Any) -> str:
-    out = ['<section id="batches"><h2>Batches</h2>']
-    if is_unavailable(section):
-        return "".join(out) + _unavailable(section) + "</section>"
+    return _section("batches", "Batches", _shown(section, _batches_plots_and_table))
+
+
+def _batches_plots_and_table(section: dict[str, Any]) -> str:
     pts = section["points"]
-    out.append('<div class="grid">')
-    out.append(plot.svg("best score (share of cases) per batch, per model", plot.series(pts, "best_share")))
-    out.append(plot.svg("compiled share per batch, per model", plot.series(pts, "compiled_share")))
-    out.append("</div>")
-    out.append(f'<p class="meta">{len(section["lines"])} batches from {_t(section["folder"])}'
-               + (f'; {section["unreadable_lines"]} unreadable lines skipped' if section["unreadable_lines"] else "")
-               + "</p>")
+    out = ['<div class="grid">',
+           plot.svg("best score (share of cases) per batch, per model", plot.series(pts, "best_share")),
+           plot.svg("compiled share per batch, per model", plot.series(pts, "compiled_share")),
+           "</div>",
+           f'<p class="meta">{len(section["lines"])} batches from {_t(section["folder"])}'
+           + (f'; {section["unreadable_lines"]} unreadable lines skipped' if section["unreadable_lines"] else "")
+           + "</p>"]
     recent = list(reversed(pts))[:12]
     if recent:
-        out.append("<table><tr><th>batch</th><th>function</th><th>model</th><th>compiled</th><th>best</th></tr>")
-        for p in recent:
-            best = "-" if p.get("best") is None else f"{p['best']}/{p.get('cases_run') or '-'}"
-            out.append(f'<tr class="batch"><td>{_t(p.get("batch"))}</td><td>{_t(p.get("function"))}</td>'
-                       f"<td>{_t(p.get('model'))}</td><td>{_t(p.get('compiled'))}/{_t(p.get('candidates'))}</td>"
-                       f"<td>{_t(best)}</td></tr>")
-        out.append("</table>")
-    out.append("</section>")
+        out.append(_table(("batch", "function", "model", "compiled", "best"), map(_batch_row, recent)))
     return "".join(out)
+
+
+def _batch_row(p: dict[str, Any]) -> str:
+    best = "-" if p.get("best") is None else f"{p['best']}/{p.get('cases_run') or '-'}"
+    return (f'<tr class="batch"><td>{_t(p.get("batch"))}</td><td>{_t(p.get("function"))}</td>'
+            f"<td>{_t(p.get('model'))}</td><td>{_t(p.get('compiled'))}/{_t(p.get('candidates'))}</td>"
+            f"<td>{_t(best)}</td></tr>")
 
 
 def floors_html(section: Any) -> str:
-    out = ['<section id="floors"><h2>Floors</h2>']
-    if is_unavailable(section):
-        return "".join(out) + _unavailable(section) + "</section>"
-    out.append("<table><tr><th>function</th><th>floor</th><th>admitted with</th><th>batch</th></tr>")
-    for f in section:
-        floor = "none" if f.get("floor_passed") is None else f"{f['floor_passed']}/{f['floor_run']}"
-        adm = f"{f.get('admitted_passed')}/{f.get('admitted_run') if f.get('admitted_run') is not None else '-'}"
-        out.append(f'<tr class="floor" data-function="{_t(f["function"])}"><td>{_t(f["function"])}</td>'
-                   f"<td>{_t(floor)}</td><td>{_t(adm)}</td><td>{_t(f.get('batch'))}</td></tr>")
-    out.append("</table></section>")
-    return "".join(out)
+    return _section("floors", "Floors", _shown(section, _floors_table))
+
+
+def _floors_table(section: list[dict[str, Any]]) -> str:
+    return _table(("function", "floor", "admitted with", "batch"), map(_floor_row, section))
+
+
+def _floor_row(f: dict[str, Any]) -> str:
+    floor = "none" if f.get("floor_passed") is None else f"{f['floor_passed']}/{f['floor_run']}"
+    adm = f"{f.get('admitted_passed')}/{f.get('admitted_run') if f.get('admitted_run') is not None else '-'}"
+    return (f'<tr class="floor" data-function="{_t(f["function"])}"><td>{_t(f["function"])}</td>'
+            f"<td>{_t(floor)}</td><td>{_t(adm)}</td><td>{_t(f.get('batch'))}</td></tr>")
 
 
 def render(data: dict[str, Any], refresh_s: int) -> str:

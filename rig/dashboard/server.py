@@ -9,6 +9,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from lanes.base import jsonfile
 from lanes.base.errors import NevError
 from lanes.base.mask import known_secrets, mask
 from rig.dashboard import collect, page
@@ -17,13 +18,7 @@ HOST = "127.0.0.1"
 
 
 def _masked(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _masked(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_masked(v) for v in obj]
-    if isinstance(obj, str):
-        return mask(obj, extra=known_secrets())
-    return obj
+    return jsonfile.map_strings(obj, lambda s: mask(s, extra=known_secrets()))
 
 
 class Dashboard:

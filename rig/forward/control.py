@@ -135,6 +135,23 @@ def stop(name: str) -> str | None:
 def up(rig: RigFile, names: tuple[str, ...], timeout: float, say: Say, warn: Say) -> int:
     fws = select(rig, names)
     jump = jump_target(rig)
+    _check_client(rig)
+    already, start = _to_start(fws, str(jump))
+    for fw in start:
+        if not port_free(fw.local_port):
+            raise NevError(f"port {fw.local_port} on 127.0.0.1 is in use by another program "
+                           f"(forwards.{fw.name}.local_port in {rig.path}); stop it or choose another port")
+    t0 = time.monotonic()
+    for fw in start:
+        _spawn(rig, fw.name)
+    failed = _wait_up(fws, start, already, t0, timeout, say, warn)
+    if failed:
+        raise NevError(f"{len(failed)} of {len(fws)} forwards did not come up: {', '.join(failed)}")
+    return 0
+
+
+def _check_client(rig: RigFile) -> None:
+    """The OpenSSH client, the known_hosts file and the key file (when one is named) are there."""
     if shutil.which("ssh") is None:
         raise ConfigError("no ssh client on PATH; install OpenSSH's client (Debian package openssh-client)")
     kh, key = client_files(rig)
@@ -143,24 +160,28 @@ def up(rig: RigFile, names: tuple[str, ...], timeout: float, say: Say, warn: Say
                           f"(the rig file's known_hosts, else NEV_KNOWN_HOSTS)")
     if key is not None and not key.exists():
         raise ConfigError(f"key file {key} does not exist (the rig file's ssh_key, else NEV_SSH_KEY)")
+
+
+def _to_start(fws: list[Forward], jump: str) -> tuple[dict[str, str], list[Forward]]:
+    """Forwards already running as declared (name -> note), and those to start: not running, or
+    running with another declaration (stopped here)."""
     already: dict[str, str] = {}
     start: list[Forward] = []
     for fw in fws:
         rec = _running(fw.name)
-        if rec is not None and _same(rec, fw, str(jump)):
+        if rec is not None and _same(rec, fw, jump):
             already[fw.name] = f"already running since {rec.started}"
             continue
         if rec is not None:
             stop(fw.name)
             already[fw.name] = "restarted: its declaration changed"
         start.append(fw)
-    for fw in start:
-        if not port_free(fw.local_port):
-            raise NevError(f"port {fw.local_port} on 127.0.0.1 is in use by another program "
-                           f"(forwards.{fw.name}.local_port in {rig.path}); stop it or choose another port")
-    t0 = time.monotonic()
-    for fw in start:
-        _spawn(rig, fw.name)
+    return already, start
+
+
+def _wait_up(fws: list[Forward], started: list[Forward], already: dict[str, str], t0: float, timeout: float,
+             say: Say, warn: Say) -> dict[str, str]:
+    """Until every forward answers a real request or is down for good; why each down one is."""
     pending = {fw.name: fw for fw in fws}
     failed: dict[str, str] = {}
     while pending:
@@ -170,26 +191,32 @@ def up(rig: RigFile, names: tuple[str, ...], timeout: float, say: Say, warn: Say
                 say(f"{label(fw)} up ({already.get(name) or f'{time.monotonic() - t0:.1f} s'})")
                 del pending[name]
                 continue
-            rec = st.read(st.Paths.of(name))
-            if rec is None or not rec.supervisor.alive():
-                last = st.tail(st.Paths.of(name).log, 1)
-                failed[name] = "its supervisor exited" + (f": {last[0]}" if last else "")
-            elif rec.ssh is None and rec.last_exit is not None and rec.last_exit.kind in ssh.LASTING:
-                failed[name] = rec.last_exit.why
-                if fw in start:
-                    stop(name)
-            elif time.monotonic() - t0 > timeout:
-                why = rec.last_exit.why if rec.last_exit else ans.detail
-                failed[name] = (f"not up after {timeout:.0f} s ({why}); its supervisor keeps retrying "
-                                "(`nev rig forward down` stops it)")
-            if name in failed:
+            why = _down_for_good(fw, ans.detail, fw in started, time.monotonic() - t0 > timeout, timeout)
+            if why is not None:
+                failed[name] = why
                 del pending[name]
-                warn(f"{label(fw)} DOWN: {failed[name]}{_ssh_lines(name)}")
+                warn(f"{label(fw)} DOWN: {why}{_ssh_lines(name)}")
         if pending:
             time.sleep(0.2)
-    if failed:
-        raise NevError(f"{len(failed)} of {len(fws)} forwards did not come up: {', '.join(failed)}")
-    return 0
+    return failed
+
+
+def _down_for_good(fw: Forward, detail: str, started_here: bool, timed_out: bool, timeout: float) -> str | None:
+    """Why a forward that does not answer yet is down for good (None: keep waiting). One started
+    by this call whose ssh failed in a way retrying cannot mend is stopped."""
+    rec = st.read(st.Paths.of(fw.name))
+    if rec is None or not rec.supervisor.alive():
+        last = st.tail(st.Paths.of(fw.name).log, 1)
+        return "its supervisor exited" + (f": {last[0]}" if last else "")
+    if rec.ssh is None and rec.last_exit is not None and rec.last_exit.kind in ssh.LASTING:
+        if started_here:
+            stop(fw.name)
+        return rec.last_exit.why
+    if timed_out:
+        why = rec.last_exit.why if rec.last_exit else detail
+        return (f"not up after {timeout:.0f} s ({why}); its supervisor keeps retrying "
+                "(`nev rig forward down` stops it)")
+    return None
 
 
 def down(names: tuple[str, ...], say: Say) -> int:

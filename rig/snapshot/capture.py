@@ -124,24 +124,48 @@ class HostState:
 
 def parse_capture(raw: bytes, host: str, files: list[str], commands: list[str]) -> HostState:
     """Turn the capture script's output into records; every oddity is one clear error."""
-    lines = raw.decode("utf-8", errors="replace").split("\n")
-    state = HostState(host=host)
-    it = iter(lines)
-
-    def nxt(what: str) -> str:
-        try:
-            return next(it)
-        except StopIteration:
-            raise CaptureError(f"capture on {host} ended early while reading {what}; run it again") from None
-
+    r = _Reader(raw, HostState(host=host))
     for path in files:
-        head = nxt(path)
+        r.state.files.append(r.file(path))
+    for n, cmd in enumerate(commands):
+        r.state.commands.append(r.command(n, cmd))
+    if r.line("the end marker") != "=end":
+        raise CaptureError(f"capture on {host} did not finish cleanly; run it again")
+    return r.state
+
+
+class _Reader:
+    """The capture script's output, line by line, into `state` (content goes to its blobs)."""
+
+    def __init__(self, raw: bytes, state: HostState) -> None:
+        self.lines = iter(raw.decode("utf-8", errors="replace").split("\n"))
+        self.state = state
+        self.host = state.host
+
+    def line(self, what: str) -> str:
+        try:
+            return next(self.lines)
+        except StopIteration:
+            raise CaptureError(f"capture on {self.host} ended early while reading {what}; run it again") from None
+
+    def blob(self, what: str, named: str) -> tuple[bytes, str]:
+        """The next line's base64 content, kept under its sha256."""
+        try:
+            data = base64.b64decode(self.line(what), validate=True)
+        except binascii.Error:
+            raise CaptureError(f"capture on {self.host}: {named} came back damaged; run it again") from None
+        sha = sha256(data)
+        self.state.blobs[sha] = data
+        return data, sha
+
+    def file(self, path: str) -> FileRec:
+        host = self.host
+        head = self.line(path)
         if head != f"=file {path}":
             raise CaptureError(f"capture on {host}: expected {path}, got {mask(head[:80])!r}; run it again")
-        kind = nxt(path)
+        kind = self.line(path)
         if kind == "missing":
-            state.files.append(FileRec(path=path, missing=True))
-            continue
+            return FileRec(path=path, missing=True)
         if kind.startswith("symlink "):
             raise CaptureError(f"{path} on {host} is a symlink to {kind[8:]}; list the file it points to "
                                "in the rig file instead")
@@ -154,33 +178,21 @@ def parse_capture(raw: bytes, host: str, files: list[str], commands: list[str]) 
         if len(parts) != 7 or parts[0] != "stat":
             raise CaptureError(f"capture on {host}: bad stat line for {path}; run it again")
         _, uid, gid, user, group, mode, size = parts
-        try:
-            data = base64.b64decode(nxt(path), validate=True)
-        except binascii.Error:
-            raise CaptureError(f"capture on {host}: the content of {path} came back damaged; run it again") from None
+        data, sha = self.blob(path, f"the content of {path}")
         if len(data) != int(size):
             raise CaptureError(f"{path} on {host} changed while it was read ({size} bytes, then {len(data)}); "
                                "run the snapshot again")
-        sha = sha256(data)
-        state.blobs[sha] = data
-        state.files.append(FileRec(path=path, uid=int(uid), gid=int(gid), user=user, group=group,
-                                   mode=int(mode, 8), size=len(data), sha256=sha))
-    for n, cmd in enumerate(commands):
-        if nxt(cmd) != f"=cmd {n}":
-            raise CaptureError(f"capture on {host}: output of {cmd!r} is out of place; run it again")
-        ex = nxt(cmd)
+        return FileRec(path=path, uid=int(uid), gid=int(gid), user=user, group=group,
+                       mode=int(mode, 8), size=len(data), sha256=sha)
+
+    def command(self, n: int, cmd: str) -> CmdRec:
+        if self.line(cmd) != f"=cmd {n}":
+            raise CaptureError(f"capture on {self.host}: output of {cmd!r} is out of place; run it again")
+        ex = self.line(cmd)
         if not ex.startswith("exit "):
-            raise CaptureError(f"capture on {host}: no exit status for {cmd!r}; run it again")
-        try:
-            out = base64.b64decode(nxt(cmd), validate=True)
-        except binascii.Error:
-            raise CaptureError(f"capture on {host}: the output of {cmd!r} came back damaged; run it again") from None
-        sha = sha256(out)
-        state.blobs[sha] = out
-        state.commands.append(CmdRec(cmd=cmd, exit=int(ex[5:]), sha256=sha))
-    if nxt("the end marker") != "=end":
-        raise CaptureError(f"capture on {host} did not finish cleanly; run it again")
-    return state
+            raise CaptureError(f"capture on {self.host}: no exit status for {cmd!r}; run it again")
+        _out, sha = self.blob(cmd, f"the output of {cmd!r}")
+        return CmdRec(cmd=cmd, exit=int(ex[5:]), sha256=sha)
 
 
 def capture_argv(files: list[str], commands: list[str]) -> str:

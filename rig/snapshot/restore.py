@@ -186,7 +186,26 @@ class HostJob:
 def restore_role(hosts: Hosts, role: Role, label: str, want: dict[str, HostState],
                  dry_run: bool) -> list[str]:
     """Restore one role on all its recorded hosts; returns outcome lines or raises RestoreFailed."""
-    token = _secrets.token_hex(4)
+    jobs = _host_jobs(hosts, want, _secrets.token_hex(4))
+    if not jobs:
+        return [f"{role.name}: already as in {label}; nothing replaced, no reload"]
+    _stage_and_validate(jobs, role, label, want)
+    if dry_run:
+        for j in jobs:
+            j.drop_staged()
+        return [f"{role.name} on {j.host}: would change " + "; ".join(c.describe() for c in j.changes)
+                + " (validate passed)" for j in jobs]
+    _put_in_place(jobs, role, label)
+    out = []
+    for j in jobs:
+        j.drop_backups()
+        steps = "validated, moved, " + ("reloaded, " if role.reload else "") + ("healthy" if role.health else "done")
+        out.append(f"{role.name} on {j.host}: " + "; ".join(c.describe() for c in j.changes) + f" ({steps})")
+    return out
+
+
+def _host_jobs(hosts: Hosts, want: dict[str, HostState], token: str) -> list[HostJob]:
+    """One job for each host whose files differ from the snapshot."""
     jobs: list[HostJob] = []
     for host, w in want.items():
         conn = hosts.get(host)
@@ -194,8 +213,12 @@ def restore_role(hosts: Hosts, role: Role, label: str, want: dict[str, HostState
         changes = plan_host(w, have)
         if changes:
             jobs.append(HostJob(host, conn, changes, token))
-    if not jobs:
-        return [f"{role.name}: already as in {label}; nothing replaced, no reload"]
+    return jobs
+
+
+def _stage_and_validate(jobs: list[HostJob], role: Role, label: str, want: dict[str, HostState]) -> None:
+    """Every changed file written beside its place and validated there; on any failure the staged
+    copies are removed and nothing was replaced."""
     content: dict[str, bytes] = {}
     for w in want.values():
         content.update(w.blobs)
@@ -213,11 +236,11 @@ def restore_role(hosts: Hosts, role: Role, label: str, want: dict[str, HostState
         for j in jobs:
             j.drop_staged()
         raise
-    if dry_run:
-        for j in jobs:
-            j.drop_staged()
-        return [f"{role.name} on {j.host}: would change " + "; ".join(c.describe() for c in j.changes)
-                + " (validate passed)" for j in jobs]
+
+
+def _put_in_place(jobs: list[HostJob], role: Role, label: str) -> None:
+    """Host by host: the staged files moved into place, reload, health check; on any failure (or an
+    interrupt) every host touched is rolled back and the rest lose their staged copies."""
     done: list[HostJob] = []
     step, host = "move into place", jobs[0].host
     try:
@@ -243,12 +266,6 @@ def restore_role(hosts: Hosts, role: Role, label: str, want: dict[str, HostState
         # Interrupted (Ctrl-C, SIGTERM): never leave a half-restored role behind.
         _roll_back(role, done)
         raise
-    out = []
-    for j in jobs:
-        j.drop_backups()
-        steps = "validated, moved, " + ("reloaded, " if role.reload else "") + ("healthy" if role.health else "done")
-        out.append(f"{role.name} on {j.host}: " + "; ".join(c.describe() for c in j.changes) + f" ({steps})")
-    return out
 
 
 def _roll_back(role: Role, done: list[HostJob]) -> str:

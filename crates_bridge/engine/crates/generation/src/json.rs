@@ -78,58 +78,51 @@ impl Parser<'_> {
             Some(b'f') => self.eat("false").map(|_| Json::Bool(false)),
             Some(b'"') => self.string().map(Json::Str),
             Some(b'[') => {
-                self.i += 1;
                 let mut v = Vec::new();
-                self.ws();
-                if self.b.get(self.i) == Some(&b']') {
-                    self.i += 1;
-                    return Ok(Json::Arr(v));
-                }
-                loop {
-                    self.ws();
-                    v.push(self.value(depth + 1)?);
-                    self.ws();
-                    match self.b.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b']') => {
-                            self.i += 1;
-                            return Ok(Json::Arr(v));
-                        }
-                        _ => return self.err("expected `,` or `]`"),
-                    }
-                }
+                self.items(b']', |p| {
+                    v.push(p.value(depth + 1)?);
+                    Ok(())
+                })?;
+                Ok(Json::Arr(v))
             }
             Some(b'{') => {
-                self.i += 1;
                 let mut m = BTreeMap::new();
-                self.ws();
-                if self.b.get(self.i) == Some(&b'}') {
-                    self.i += 1;
-                    return Ok(Json::Obj(m));
-                }
-                loop {
-                    self.ws();
-                    if self.b.get(self.i) != Some(&b'"') {
-                        return self.err("expected a string key");
+                self.items(b'}', |p| {
+                    if p.b.get(p.i) != Some(&b'"') {
+                        return p.err("expected a string key");
                     }
-                    let k = self.string()?;
-                    self.ws();
-                    self.eat(":")?;
-                    self.ws();
-                    let v = self.value(depth + 1)?;
-                    m.insert(k, v);
-                    self.ws();
-                    match self.b.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b'}') => {
-                            self.i += 1;
-                            return Ok(Json::Obj(m));
-                        }
-                        _ => return self.err("expected `,` or `}`"),
-                    }
-                }
+                    let k = p.string()?;
+                    p.ws();
+                    p.eat(":")?;
+                    p.ws();
+                    m.insert(k, p.value(depth + 1)?);
+                    Ok(())
+                })?;
+                Ok(Json::Obj(m))
             }
             Some(_) => self.number(),
+        }
+    }
+    /// At `[` or `{`: `item` once per comma-separated item, up to `close` (no item is fine).
+    fn items(&mut self, close: u8, mut item: impl FnMut(&mut Self) -> Result<(), String>) -> Result<(), String> {
+        self.i += 1;
+        self.ws();
+        if self.b.get(self.i) == Some(&close) {
+            self.i += 1;
+            return Ok(());
+        }
+        loop {
+            self.ws();
+            item(self)?;
+            self.ws();
+            match self.b.get(self.i) {
+                Some(b',') => self.i += 1,
+                Some(&c) if c == close => {
+                    self.i += 1;
+                    return Ok(());
+                }
+                _ => return self.err(&format!("expected `,` or `{}`", close as char)),
+            }
         }
     }
     fn number(&mut self) -> Result<Json, String> {

@@ -62,52 +62,41 @@ fn len(v: &Json, key: &str) -> Result<Len, String> {
     }
 }
 
-impl CaseInput for BlockWidthInput {
-    fn from_json(v: &Json) -> Result<Self, String> {
-        Ok(BlockWidthInput {
-            cb_width: num(v, "cb_width")?,
-            width: len(v, "width")?,
-            margin_left: len(v, "margin_left")?,
-            margin_right: len(v, "margin_right")?,
-            padding_left: len(v, "padding_left")?,
-            padding_right: len(v, "padding_right")?,
-            border_left: num(v, "border_left")?,
-            border_right: num(v, "border_right")?,
-        })
-    }
+/// `CaseInput` for an input struct: every field read from the case's key of the same name,
+/// a `num` field as a number of px, a `len` field as a length (auto, px or %).
+macro_rules! case_input {
+    ($ty:ident { num: $($num:ident),+; len: $($len:ident),+ $(;)? }) => {
+        impl CaseInput for $ty {
+            fn from_json(v: &Json) -> Result<Self, String> {
+                Ok($ty { $($num: num(v, stringify!($num))?,)+ $($len: len(v, stringify!($len))?,)+ })
+            }
+        }
+    };
 }
 
-impl Geometry for BlockWidthOutput {
-    const FIELDS: &'static [&'static str] = &["width", "margin_left", "margin_right"];
-    fn values(&self) -> Vec<f64> {
-        vec![self.width, self.margin_left, self.margin_right]
-    }
+/// `Geometry` for an output struct: the fields compared, in the order the corpus names them.
+macro_rules! geometry {
+    ($ty:ident { $($field:ident),+ $(,)? }) => {
+        impl Geometry for $ty {
+            const FIELDS: &'static [&'static str] = &[$(stringify!($field)),+];
+            fn values(&self) -> Vec<f64> {
+                vec![$(self.$field),+]
+            }
+        }
+    };
 }
 
-impl CaseInput for AbsposWidthInput {
-    fn from_json(v: &Json) -> Result<Self, String> {
-        Ok(AbsposWidthInput {
-            cb_width: num(v, "cb_width")?,
-            left: len(v, "left")?,
-            right: len(v, "right")?,
-            width: len(v, "width")?,
-            margin_left: len(v, "margin_left")?,
-            margin_right: len(v, "margin_right")?,
-            padding_left: len(v, "padding_left")?,
-            padding_right: len(v, "padding_right")?,
-            border_left: num(v, "border_left")?,
-            border_right: num(v, "border_right")?,
-            content_width: num(v, "content_width")?,
-        })
-    }
-}
+case_input!(BlockWidthInput {
+    num: cb_width, border_left, border_right;
+    len: width, margin_left, margin_right, padding_left, padding_right;
+});
+geometry!(BlockWidthOutput { width, margin_left, margin_right });
 
-impl Geometry for AbsposWidthOutput {
-    const FIELDS: &'static [&'static str] = &["left", "width", "margin_left", "margin_right"];
-    fn values(&self) -> Vec<f64> {
-        vec![self.left, self.width, self.margin_left, self.margin_right]
-    }
-}
+case_input!(AbsposWidthInput {
+    num: cb_width, border_left, border_right, content_width;
+    len: left, right, width, margin_left, margin_right, padding_left, padding_right;
+});
+geometry!(AbsposWidthOutput { left, width, margin_left, margin_right });
 
 /// Parse every case's input and expected geometry once, before any timing.
 pub fn prepare<I: CaseInput, O: Geometry>(corpus: &Corpus) -> Result<Vec<(String, I, Vec<f64>)>, String> {

@@ -4,15 +4,20 @@
 
 use crate::css::{AbsposWidthInput, AbsposWidthOutput, BlockWidthInput, BlockWidthOutput, Len};
 
-/// CSS 2.1 §10.3.3 with §10.4's `min-width: 0` (the initial value).
-pub fn block_width(i: &BlockWidthInput) -> BlockWidthOutput {
-    let out = block_width_pass(i, i.width);
-    // §10.4: a tentative used width below min-width (0) reruns the rules with
-    // min-width as the computed width.
-    if out.width < 0.0 {
-        return block_width_pass(i, Len::Px(0.0));
+/// §10.4 with `min-width: 0` (the initial value): the rules run with the computed
+/// width; a tentative used width below min-width (0) reruns them with min-width
+/// as the computed width.
+fn min_width_zero<O>(width: Len, rules: impl Fn(Len) -> O, used_width: impl Fn(&O) -> f64) -> O {
+    let out = rules(width);
+    if used_width(&out) < 0.0 {
+        return rules(Len::Px(0.0));
     }
     out
+}
+
+/// CSS 2.1 §10.3.3 with §10.4's `min-width: 0` (the initial value).
+pub fn block_width(i: &BlockWidthInput) -> BlockWidthOutput {
+    min_width_zero(i.width, |w| block_width_pass(i, w), |o| o.width)
 }
 
 fn block_width_pass(i: &BlockWidthInput, width: Len) -> BlockWidthOutput {
@@ -54,11 +59,7 @@ fn block_width_pass(i: &BlockWidthInput, width: Len) -> BlockWidthOutput {
 
 /// CSS 2.1 §10.3.7 (ltr, static left 0) with §10.4's `min-width: 0`.
 pub fn abspos_width(i: &AbsposWidthInput) -> AbsposWidthOutput {
-    let out = abspos_pass(i, i.width);
-    if out.width < 0.0 {
-        return abspos_pass(i, Len::Px(0.0));
-    }
-    out
+    min_width_zero(i.width, |w| abspos_pass(i, w), |o| o.width)
 }
 
 fn abspos_pass(i: &AbsposWidthInput, width: Len) -> AbsposWidthOutput {
@@ -122,17 +123,14 @@ fn abspos_pass(i: &AbsposWidthInput, width: Len) -> AbsposWidthOutput {
 mod tests {
     use super::*;
 
+    fn lens<const N: usize>(texts: [&str; N]) -> [Len; N] {
+        texts.map(|t| Len::parse(t).unwrap())
+    }
+
     fn bw(cb: f64, w: &str, ml: &str, mr: &str, p: &str, b: f64) -> BlockWidthOutput {
-        block_width(&BlockWidthInput {
-            cb_width: cb,
-            width: Len::parse(w).unwrap(),
-            margin_left: Len::parse(ml).unwrap(),
-            margin_right: Len::parse(mr).unwrap(),
-            padding_left: Len::parse(p).unwrap(),
-            padding_right: Len::parse(p).unwrap(),
-            border_left: b,
-            border_right: b,
-        })
+        let [width, margin_left, margin_right, padding] = lens([w, ml, mr, p]);
+        block_width(&BlockWidthInput { cb_width: cb, width, margin_left, margin_right, padding_left: padding,
+                                       padding_right: padding, border_left: b, border_right: b })
     }
 
     #[test]
@@ -172,19 +170,10 @@ mod tests {
     }
 
     fn ap(cb: f64, l: &str, w: &str, r: &str, ml: &str, mr: &str, content: f64) -> AbsposWidthOutput {
-        abspos_width(&AbsposWidthInput {
-            cb_width: cb,
-            left: Len::parse(l).unwrap(),
-            right: Len::parse(r).unwrap(),
-            width: Len::parse(w).unwrap(),
-            margin_left: Len::parse(ml).unwrap(),
-            margin_right: Len::parse(mr).unwrap(),
-            padding_left: Len::Px(0.0),
-            padding_right: Len::Px(0.0),
-            border_left: 0.0,
-            border_right: 0.0,
-            content_width: content,
-        })
+        let [left, width, right, margin_left, margin_right] = lens([l, w, r, ml, mr]);
+        let none = Len::Px(0.0);
+        abspos_width(&AbsposWidthInput { cb_width: cb, left, right, width, margin_left, margin_right, padding_left: none,
+                                         padding_right: none, border_left: 0.0, border_right: 0.0, content_width: content })
     }
 
     #[test]

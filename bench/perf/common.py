@@ -1,0 +1,92 @@
+"""What every benchmark script shares: the commit it measures, git for the throw-away repositories
+it builds, a child's wall time and peak RSS, a process's peak RSS, and the result: one line
+appended to results.jsonl, and the same figures printed, the ratios last.
+
+A script runs as `python bench/perf/bNN_x.py`; it puts the repository first on `sys.path` and
+then imports from this module (`from bench.perf.common import publish`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import resource
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from lanes.base.gitrun import GitError, Repo
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "perf" / "results.jsonl"
+
+
+def commit() -> str | None:
+    """The repository's short HEAD, the commit a result line belongs to (None outside git)."""
+    try:
+        return Repo(ROOT).out("rev-parse", "--short", "HEAD") or None
+    except GitError:
+        return None
+
+
+def git(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
+    """git in one of a benchmark's own repositories (through the git choke point); its stdout."""
+    return Repo(cwd).out(*args, env=env)
+
+
+def vm_hwm_mb(pid: int | None) -> float | None:
+    """The peak RSS of one running process (VmHWM), in MB; None when it is gone or unknown."""
+    if not pid:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def own_peak_rss_mb() -> float:
+    """This process's peak RSS, in MB."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def run_measured(argv: list[str], env: Mapping[str, str], cwd: Path) -> tuple[int, float, int | None]:
+    """Run a child to its end, its output dropped: (exit code, wall seconds, peak RSS in KiB of
+    that one process from wait4, None when unknown)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, env=dict(env), cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, time.monotonic() - t0, (ru.ru_maxrss or None)
+
+
+def _flat(name: str, value: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, Mapping) and value:
+        for k, v in value.items():
+            yield from _flat(f"{name}.{k}" if name else str(k), v)
+    else:
+        yield name, value
+
+
+def report(row: Mapping[str, Any]) -> list[str]:
+    """A result as printed: one `figure: value` line per figure (nested ones dotted), in the
+    row's order, the ratios last."""
+    figures = list(_flat("", row))
+    last = sorted(figures, key=lambda f: any(part.startswith("ratio") for part in f[0].split(".")))
+    return [f"{name}: {value}" for name, value in last]
+
+
+def publish(bench: str, figures: Mapping[str, Any]) -> dict[str, Any]:
+    """Append one result line (the bench, the commit, the date, then `figures`) to results.jsonl
+    and print it (`report`); returns the line as written."""
+    row = {"bench": bench, "commit": commit(), "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+           **figures}
+    with RESULTS.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+    print("\n".join(report(row)))
+    return row

@@ -1,0 +1,406 @@
+"""The steps of `nev box up` that (re)build a box, in order (`Build.run`).
+
+Registry and the shared users, the network, then every service whose recorded process is not
+alive with the config it was started with is (re)started, the gateway first; box.json is
+rewritten after each start so an interrupted `up` still leaves a record `down` can clean from.
+Then the files that point nev at the box, the waits until everything answers, and the
+development box's forwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import shutil
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lanes.agent.layout import MODEL_ENV
+from lanes.base import jsonfile, settings
+from lanes.base.mask import register_secret
+from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, procs, state
+from rig.box.lanes_netns import USER, client_key, ensure_jump_user, ensure_user, host_key
+from rig.box.state import BoxInfo, BoxState, LaneInfo, ProcRec
+
+if TYPE_CHECKING:
+    from rig.box.core import Box
+
+MARKER = ".nev-box"
+POOL_CODE = Path(__file__).with_name("pool.py")
+PROJECT = Path(__file__).resolve().parent.parent.parent   # where `rig` is importable from
+NAS_FOLDERS = ("ledger", "archive", "archive/gate-logs", "archive/job-logs", "archive/corpus",
+               "ground-truth", "suites", "releases")
+
+
+def conf_digest(*files: Path) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f).encode() + b"\0")
+        try:
+            h.update(f.read_bytes())
+        except FileNotFoundError:
+            h.update(b"(missing)")
+    return h.hexdigest()[:16]
+
+
+def code_digest() -> str:
+    """The box's code and data: a box made by another version is rebuilt (configs rewritten,
+    changed services restarted) by the next `up`."""
+    here = Path(__file__).parent
+    return conf_digest(*sorted(here.glob("*.py")), here / "bank.json")
+
+
+class Build:
+    """One (re)build of the box by `up`: the state it records, what it changed, and its steps.
+
+    A service is (re)started only when its recorded process is not alive with the config it
+    was started with; box.json is rewritten after each start.
+    """
+
+    def __init__(self, box: Box, layout: plan.Layout, info: BoxInfo, old: BoxState | None) -> None:
+        self.box, self.dir, self.layout, self.info = box, box.dir, layout, info
+        self.st = BoxState(info=info, procs=dict(old.procs) if old else {}, lane_count=layout.lanes,
+                           users=list(old.users) if old else [], code=code_digest(), lanes_kind=box.lane_backend)
+        self.changed: list[str] = []
+        self.backend = lanes_backend.make(box.lane_backend, box.dir, box.logs)
+        self.hosts = {h.name: h for h in layout.hosts()}
+        self.client_pub = ""
+        self.hostkeys: list[tuple[str, str]] = []                 # (address, key) to pin
+        self.started_sshds: list[tuple[plan.Host, ProcRec]] = []
+        self.started_lanes: list[tuple[LaneInfo, ProcRec]] = []
+        self.gateway_at = 0.0
+
+    def run(self) -> list[str]:
+        """Every step in order; what changed."""
+        self.make_folders()
+        self.register_users()
+        self.drop_unwanted_lanes()
+        self.make_network()
+        self.start_gateway()       # first: LiteLLM takes ~10 s of CPU to start, the rest happens meanwhile
+        self.prepare_lanes()
+        self.start_service_sshds()
+        self.start_jump_host()
+        self.write_ssh_client_files()
+        self.start_lanes()
+        self.start_forge()
+        self.start_pools_and_proxy()
+        self.write_rig_files()
+        self.wait_for_lanes()
+        self.start_inventory_services()
+        self.wait_for_services()
+        self.start_forwards()
+        return self.changed
+
+    # ---- starting a service ----
+
+    def log(self, key: str) -> Path:
+        """The log of a service: `forge.nginx` logs to logs/forge-nginx.log."""
+        return self.box.logs / f"{key.replace('.', '-')}.log"
+
+    def fresh(self, key: str, *files: Path) -> bool:
+        """Alive with the config it was started with; a stale one is stopped here."""
+        rec = self.st.procs.get(key)
+        if not procs.alive(rec):
+            return False
+        assert rec is not None
+        if rec.conf and rec.conf != conf_digest(*files):
+            procs.stop(rec)
+            self.changed.append(f"config of {key} changed")
+            return False
+        return True
+
+    def record(self, rec: ProcRec | None, *files: Path) -> None:
+        """A started process recorded (with its config's digest) and box.json rewritten."""
+        if rec is not None:
+            rec.conf = conf_digest(*files) if files else ""
+            self.st.procs[rec.key] = rec
+            self.changed.append(f"started {rec.key}")
+            state.write_state(self.dir, self.st)
+
+    def start(self, key: str, host: str, argv: list[str], files: tuple[Path, ...] = (),
+              env: Mapping[str, str] | None = None, cwd: Path | None = None) -> ProcRec:
+        rec = procs.spawn(key, host, argv, self.log(key), env=env, cwd=cwd)
+        self.record(rec, *files)
+        return rec
+
+    def keep(self, key: str, host: str, argv: list[str], files: tuple[Path, ...] = (),
+             env: Mapping[str, str] | None = None, cwd: Path | None = None) -> ProcRec | None:
+        """`key` running with the config in `files`: started unless fresh; the new record."""
+        return None if self.fresh(key, *files) else self.start(key, host, argv, files, env, cwd)
+
+    # ---- the steps ----
+
+    def make_folders(self) -> None:
+        """The box folder, its marker and subfolders, and the share (the NAS) with its folders."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / MARKER).write_text("a rig-in-a-box folder; `nev box down` removes it\n")
+        for sub in ("logs", "run", "ssh", "nas"):
+            (self.dir / sub).mkdir(exist_ok=True)
+        os.chmod(self.dir / "nas", 0o1777)
+        # The share's standard folders, open to every lane user like the share itself (the
+        # real NAS export is shared by every lane): a folder first made by root on the dev box
+        # must not lock the lanes' `lane` user out of the ledger or the archives.
+        for sub in NAS_FOLDERS:
+            (self.dir / "nas" / sub).mkdir(parents=True, exist_ok=True)
+            os.chmod(self.dir / "nas" / sub, 0o1777)
+
+    def register_users(self) -> None:
+        """The box in the registry with the shared users it uses; each made when missing."""
+        st = self.st
+        if USER not in st.users:
+            st.users.append(USER)
+        state.register(self.box.name, self.box.net, self.dir, st.users)
+        state.write_state(self.dir, st)
+        if ensure_user():
+            self._made_user(USER)
+        if plan.JUMP_USER not in st.users:
+            st.users.append(plan.JUMP_USER)
+            state.register(self.box.name, self.box.net, self.dir, st.users)
+        if ensure_jump_user():
+            self._made_user(plan.JUMP_USER)
+
+    def _made_user(self, user: str) -> None:
+        """Marked as made by this box: `down` removes it when no other box lists it."""
+        marker = state.user_marker(user)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(self.box.name + "\n")
+        self.changed.append(f"user {user}")
+
+    def drop_unwanted_lanes(self) -> None:
+        """Lanes no longer wanted (the lane count went down), and namespaces of no host."""
+        for key in [k for k in self.st.procs if k.startswith("lane")]:
+            lane_name = key.split(".")[0]
+            if lane_name not in self.info.hosts:
+                procs.stop(self.st.procs.pop(key))
+                self.backend.remove(self.dir / "lanes" / lane_name)
+                self.changed.append(f"removed {lane_name}")
+        keep = {*self.info.hosts, "jump", "rig"}     # the jump host and the rig network's own namespace
+        stale_ns = [ns for ns in netns.box_netns(self.box.name)
+                    if ns.removeprefix(plan.netns_prefix(self.box.name)) not in keep]
+        if stale_ns:
+            netns.remove_some(stale_ns)
+
+    def make_network(self) -> None:
+        """The bridge, veths and namespaces, made where missing (an LXC lane has its own namespace)."""
+        self.changed += netns.ensure(self.layout, frozenset() if self.backend.uses_netns else frozenset({"lane"}))
+
+    def start_gateway(self) -> None:
+        gw, gdir = self.layout.gateway(), self.dir / "gateway"
+        genv, _keyfiles, _master = gateway.write_files(self.layout, gdir, self.dir / "keys")
+        for k in (genv["LITELLM_MASTER_KEY"], *(p.read_text().strip() for p in self.info.keys.values())):
+            register_secret(k)
+        self.gateway_at = time.monotonic()
+        (gdir / "home").mkdir(exist_ok=True)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(gdir / "home"),
+               "LANG": "C.UTF-8", **genv}
+        self.keep("gateway.litellm", "gateway", gateway.argv(gw.netns, gw.addr, gdir / "config.yaml"),
+                  (gdir / "config.yaml", gdir / "keys.json", gdir / f"{gateway.AUTH_MODULE}.py"), env=env, cwd=gdir)
+
+    def prepare_lanes(self) -> None:
+        """Every lane's files and keys (through its backend) and its ~/.lane-model-env."""
+        self.client_pub = client_key(self.info.ssh_key)
+        for lane in self.info.lanes:
+            self.hostkeys.append((lane.addr, self.backend.prepare(lane, self.hosts[lane.name], self.client_pub)))
+            _lane_model_env(lane.host_home, self.info.gateway_url)
+
+    def _pin_host_key(self, host_dir: Path, addr: str, comment: str) -> None:
+        self.hostkeys.append((addr, host_key(host_dir / "ssh_host_ed25519_key", comment)))
+
+    def _sshd(self, h: plan.Host, cfg: Path, authorized_keys: Path) -> None:
+        rec = self.keep(f"{h.name}.sshd", h.name, ["ip", "netns", "exec", h.netns, "/usr/sbin/sshd",
+                                                    "-D", "-e", "-f", str(cfg)], (cfg, authorized_keys))
+        if rec is not None:
+            self.started_sshds.append((h, rec))
+
+    def start_service_sshds(self) -> None:
+        """Service hosts reachable as root (for `nev rig`): sshd in their network namespace."""
+        ak = self.dir / "ssh" / "authorized_keys"
+        forge.write_secret(ak, self.client_pub)
+        for hname in plan.SERVICE_SSH_HOSTS:
+            h, hd = self.hosts[hname], self.dir / "hosts" / hname
+            self._pin_host_key(hd, h.addr, f"{hname}-host")
+            cfg = hd / "sshd_config"
+            cfg.write_text(plan.root_sshd_config(h.addr, str(hd / "ssh_host_ed25519_key"),
+                                                 str(hd / "sshd.pid"), str(ak)))
+            self._sshd(h, cfg, ak)
+
+    def start_jump_host(self) -> None:
+        """The jump host: the one way in from the development box (key-only, forwards only)."""
+        jd = self.dir / "hosts" / "jump"
+        self._pin_host_key(jd, self.info.jump_addr, "jump-host")
+        # sshd reads a user's keys as that user: the jump user's copy is its own (mode 600), in a
+        # folder it can reach wherever the box folder lives (pytest's and CI's are mode 700).
+        jak = self.box.jump_keys_file
+        jak.parent.mkdir(parents=True, exist_ok=True)
+        for d in (jak.parent, jak.parent.parent):
+            os.chmod(d, 0o755)
+        forge.write_secret(jak, self.client_pub)
+        jent = pwd.getpwnam(plan.JUMP_USER)
+        os.chown(jak, jent.pw_uid, jent.pw_gid)
+        jcfg = jd / "sshd_config"
+        jcfg.write_text(plan.jump_sshd_config(self.layout, str(jd / "ssh_host_ed25519_key"), str(jd / "sshd.pid"),
+                                              str(jak)))
+        self._sshd(self.layout.jump(), jcfg, jak)
+
+    def write_ssh_client_files(self) -> None:
+        """known_hosts with every host key pinned, and the OpenSSH client config."""
+        self.info.known_hosts.write_text(plan.known_hosts_lines(self.hostkeys))
+        self.info.ssh_config.write_text(ssh_client_config(self.box.name, self.info))
+
+    def start_lanes(self) -> None:
+        """Each lane not alive with its sshd config, started by its backend."""
+        for lane in self.info.lanes:
+            cfg = self.dir / "lanes" / lane.name / "sshd_config"
+            self.fresh(f"{lane.name}.sshd", cfg)
+            rec = self.backend.start(lane, self.hosts[lane.name], self.st.procs.get(f"{lane.name}.sshd"))
+            if rec and not self.backend.uses_netns:
+                self.changed.append(f"made veth {self.hosts[lane.name].veth} (with guest {self.box.name}-{lane.name})")
+            self.record(rec, cfg)
+            if rec:
+                self.started_lanes.append((lane, rec))
+
+    def start_forge(self) -> None:
+        """The forge (nginx and fcgiwrap serving git over HTTP), its token, the engine repository."""
+        fdir, info = self.dir / "forge", self.info
+        token = forge.ensure_token(info.forge_token_file)
+        register_secret(token)
+        fpaths = forge.write_files(fdir, info.forge_addr, token)
+        forge.seed_engine(info.forge_repos)
+        ns = self.layout.forge().netns
+        if not procs.alive(self.st.procs.get("forge.fcgiwrap")):
+            Path(fpaths["socket"]).unlink(missing_ok=True)
+            self.start("forge.fcgiwrap", "forge", ["ip", "netns", "exec", ns, "/usr/sbin/fcgiwrap", "-c", "4", "-f",
+                                                   "-s", f"unix:{fpaths['socket']}"])
+        self.keep("forge.nginx", "forge", ["ip", "netns", "exec", ns, "/usr/sbin/nginx", "-e", fpaths["error_log"],
+                                           "-p", str(fdir), "-c", str(fdir / "nginx.conf")],
+                  (fdir / "nginx.conf", fdir / "htpasswd"))
+
+    def start_pools_and_proxy(self) -> None:
+        """Stand-in pools, then HAProxy in front of them."""
+        pdir = self.dir / "pools"
+        pdir.mkdir(exist_ok=True)
+        bank = pdir / "bank.json"
+        if not bank.exists():
+            shutil.copyfile(Path(__file__).with_name("bank.json"), bank)
+        pool_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(PROJECT),
+                    "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+        for p, h in zip(plan.POOLS, self.layout.pool_hosts(), strict=True):
+            self.keep(f"{p.name}.pool", p.name, [
+                "ip", "netns", "exec", h.netns, sys.executable, "-m", "rig.box.pool", "--addr", h.addr,
+                "--port", str(plan.POOL_PORT), "--name", p.name, "--bank", str(bank),
+                "--model", f"{p.alias}={p.tier}", "--max-inflight", str(p.max_inflight)],
+                (bank, POOL_CODE), env=pool_env, cwd=PROJECT)
+        hcfg = self.dir / "proxy" / "haproxy.cfg"
+        hcfg.parent.mkdir(exist_ok=True)
+        hcfg.write_text(plan.haproxy_cfg(self.layout, str(self.dir / "run" / "haproxy.pid"),
+                                         str(self.dir / "run" / "haproxy.sock")))
+        self.keep("proxy.haproxy", "proxy", ["ip", "netns", "exec", self.layout.proxy().netns, "/usr/sbin/haproxy",
+                                             "-W", "-db", "-f", str(hcfg)], (hcfg,))
+
+    def write_rig_files(self) -> None:
+        """The folknet and rig files, and the lanes file: what points nev at the box."""
+        info = self.info
+        assert info.folknet_file is not None and info.rig_file is not None
+        jsonfile.write_atomic(info.folknet_file, plan.folknet(self.layout))
+        jsonfile.write_atomic(info.rig_file, plan.rig_file(
+            self.layout, str(self.dir / "proxy" / "haproxy.cfg"), str(self.dir / "run" / "haproxy.pid"),
+            str(self.dir / "gateway" / "config.yaml"), str(info.known_hosts), str(info.ssh_key)))
+        jsonfile.write_atomic(info.lanes_file, plan.lanes_file(
+            [{"ssh": ln.ssh, "root": ln.root, "shared": ln.shared, "name": ln.name} for ln in info.lanes],
+            info.forge_url + "engine.git", str(info.nas), info.jump))
+
+    def wait_for_lanes(self) -> None:
+        # The box checks its hosts from inside the rig network (the development box itself
+        # reaches it only through the jump host).
+        for lane, rec in self.started_lanes:
+            self.backend.wait(lane, rec)
+
+    def start_inventory_services(self) -> None:
+        """Every host advertises its role (mDNS + HTTP inventory) and lane0 collects, as on the
+        rig; lane services run the lane's own nev, installed the way `nev lane install` does."""
+        st = self.st
+        lane_pids = {ln.name: st.procs[f"{ln.name}.sshd"].pid for ln in self.info.lanes}
+        svcs, made = inventory_up.prepare(self.layout, self.dir, st.lanes_kind, lane_pids)
+        self.changed += made
+        restarted = {lane.name for lane, _rec in self.started_lanes}
+        for svc in svcs:                                   # advertisers first, lane0.collect last
+            if svc.in_lane and svc.host in restarted and svc.key in st.procs:
+                procs.stop(st.procs.pop(svc.key))          # it held the lane's old namespaces
+            if not self.fresh(svc.key, *svc.conf_files):
+                pid = lane_pids[svc.host] if svc.in_lane else None
+                self.record(procs.spawn(svc.key, svc.host, svc.argv(pid), svc.log, env=svc.env, cwd=svc.cwd),
+                            *svc.conf_files)
+
+    def wait_for_services(self) -> None:
+        """Every service answers, checked from inside the rig network; the gateway's start time noted."""
+        info, recs = self.info, self.st.procs
+        with netns.inside(self.layout.rig_netns):
+            for h, rec in self.started_sshds:
+                procs.wait_port(h.addr, plan.SSH_PORT, 10, rec, self.log(rec.key))
+            procs.wait_http(f"http://{info.forge_addr}/health", 10, recs["forge.nginx"], self.log("forge.nginx"))
+            for pi in info.pools.values():
+                key = f"{pi.name}.pool"
+                procs.wait_http(f"http://{pi.addr}:{pi.port}/health", 10, recs[key], self.log(key))
+            for pi in info.pools.values():
+                procs.wait_port(self.layout.proxy().addr, pi.proxy_port, 10, recs["proxy.haproxy"],
+                                self.log("proxy.haproxy"))
+            gw_rec = recs["gateway.litellm"]
+            procs.wait_http(f"{info.gateway_url}/health/liveliness", 300, gw_rec, self.log("gateway.litellm"))
+        if "started gateway.litellm" in self.changed:
+            cpu = procs.cpu_seconds(gw_rec.pid)
+            self.changed.append(f"gateway answered {time.monotonic() - self.gateway_at:.1f} s after its start"
+                                + (f" ({cpu:.1f} s of CPU)" if cpu is not None else ""))
+
+    def start_forwards(self) -> None:
+        """The development box's forwards to the forge and the gateway, through the jump host, as
+        a user of the real rig holds them: `nev rig forward up` with the box's rig file."""
+        st = self.st
+        st.forward_state = st.forward_state or str(settings.get_path(settings.STATE_DIR))
+        state.write_state(self.dir, st)
+        self.changed += self.box.forwards(st, "up")
+        st.complete = True
+        state.write_state(self.dir, st)
+
+
+def ssh_client_config(box_name: str, info: BoxInfo) -> str:
+    """An OpenSSH client config as a user of the real rig has one: every rig host through
+    the jump host (ProxyJump), every host key pinned."""
+    common = f"""    IdentityFile {info.ssh_key}
+    IdentitiesOnly yes
+    UserKnownHostsFile {info.known_hosts}
+    StrictHostKeyChecking yes
+    BatchMode yes
+    KexAlgorithms curve25519-sha256
+"""
+    jump_alias = f"{box_name}-jump"
+    out = [f"""Host {jump_alias} {info.jump_addr}
+    HostName {info.jump_addr}
+    User {plan.JUMP_USER}
+{common}"""]
+    hosts = [(ln.name, ln.addr, USER) for ln in info.lanes]
+    hosts += [(h, info.hosts[h]["addr"], "root") for h in plan.SERVICE_SSH_HOSTS]
+    for name, addr, user in hosts:
+        out.append(f"""Host {box_name}-{name} {addr}
+    HostName {addr}
+    User {user}
+    ProxyJump {jump_alias}
+{common}""")
+    return "".join(out)
+
+
+def _lane_model_env(home: Path, gateway_url: str) -> None:
+    """The lane's ~/.lane-model-env, as `nev lane provision` writes it on the real rig: the
+    gateway at its rig address (a lane never uses the development box's forward)."""
+    if not gateway_url:
+        return
+    f = home / MODEL_ENV
+    text = f"NEV_LANE_MODEL_URL={gateway_url}\n"
+    if not f.exists() or f.read_text() != text:
+        f.write_text(text)
+    st = home.stat()
+    os.chown(f, st.st_uid, st.st_gid)
+    os.chmod(f, 0o644)
