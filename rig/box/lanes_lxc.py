@@ -145,6 +145,9 @@ class LxcLanes(BoxLanes):
         box = self.box_dir.name
         rig, bridge = f"{box}-rig", f"{box}br"
         if Path("/sys/class/net", host.veth).exists():
+            # The guest this one replaces (a restart on a config change) may not have taken its
+            # veth with it yet: that one, in the rig namespace, is stale.
+            subprocess.run(["ip", "-n", rig, "link", "del", host.veth], capture_output=True)
             for argv in (["ip", "link", "set", host.veth, "netns", rig],
                          ["ip", "-n", rig, "link", "set", host.veth, "master", bridge, "up"]):
                 cp = subprocess.run(argv, capture_output=True, text=True)
