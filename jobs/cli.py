@@ -45,6 +45,16 @@ def run(manifest: str, workdir: str | None, state: str | None, inventory: str | 
                       Path(inventory) if inventory else None, Path(declared) if declared else None)
 
 
+@job.command("step", hidden=True, add_help_option=False,
+             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def step(args: tuple[str, ...]) -> int:
+    """One step of the job workflow on a lane (prepare, run, publish, archive, cleanup)."""
+    from jobs import lane_main
+
+    return lane_main.main(list(args))
+
+
 @job.group("check")
 def check() -> None:
     """The checks a job makes before its first stage."""

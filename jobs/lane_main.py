@@ -1,8 +1,8 @@
-"""The job workflow's steps on the lane: `python3 -m jobs.lane_main STEP ...` (dagu/workflows/job.yaml).
+"""The job workflow's steps on the lane: `nev job step STEP ...` (dagu/workflows/job.yaml).
 
-Runs with the lane's own python3 and PyYAML only (no click, no third-party client), from
-the copy of nev's sources `nev job submit` sent to the lane (`PYTHONPATH`). The run step
-is `nev job run`'s runner itself; the other steps:
+Runs as the lane's own installed nev (`nev lane install`, ~/.local/bin/nev): never a copy of
+nev's sources or another machine's packages. The run step is `nev job run`'s runner itself;
+the other steps:
 
 - prepare: fetch job/<name> from the forge into the lane mirror, clone it into the job's
   folder (a folder from an earlier run of the same job tip is resumed, one of another tip is
@@ -172,7 +172,7 @@ def cleanup(job: str, run_id: str, work: str, share: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m jobs.lane_main")
+    p = argparse.ArgumentParser(prog="nev job step")
     sub = p.add_subparsers(dest="step", required=True)
     a = sub.add_parser("prepare")
     a.add_argument("--job", required=True)
@@ -208,8 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             w = job_dir(ns.work, ns.job)
             declared = Path(ns.declared) if ns.declared and Path(ns.declared).is_file() else None
             manifest = Path(ns.manifest) if os.path.isabs(ns.manifest) else w / "src" / ns.manifest
-            # this step imports the job's copy of nev's sources (PYTHONPATH); its stages run the
-            # lane's installed nev, which a PYTHONPATH of Python files only would shadow
+            # the stages run the lane's installed nev: nothing on PYTHONPATH may shadow it
             stage_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
             return runner.run(manifest, w / "src", w / "state",
                               Path(ns.inventory).expanduser() if ns.inventory else None, declared, stage_env)

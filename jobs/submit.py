@@ -4,11 +4,11 @@
   The manifest itself is not part of the job's tree (it would be part of what lands): it goes
   to the lane as `~/dagu/manifests/<name>.<digest>.yaml`, never replaced by a later submission.
 - A stale result/<name> of an earlier submission is deleted from the forge first.
-- nev's own sources (jobs/, lanes/, bench/ Python files) are copied to the lane under
-  `~/dagu/src/<digest>/`, a folder that is never replaced: a second submission while one
-  builds gets its own copy when the sources differ and shares it when they are the same.
-- The lane runs the same nev as this box: `nev lane install` (`lanes.selfinstall`, a no-op when
-  the sources are unchanged) puts it in `~/.local/bin`. Dagu steps get an allowlisted
+- The declared aliases (NEV_FOLKNET_FILE) go to the lane as `~/dagu/declared/<digest>.json`,
+  never replaced either.
+- The lane runs the same nev as this box, and every step of the workflow is that nev (the NEV
+  parameter, `~/.local/bin/nev`): `nev lane install` (`lanes.selfinstall`, a no-op when the
+  sources are unchanged) puts it there. No copy of nev's sources goes to the lane. Dagu steps get an allowlisted
   environment only, so the lane's own PATH and toolchain settings (what an SSH session there
   gets: sshd's SetEnv, the lane's profile) are read now and handed to the run step as
   parameters (LANE_PATH, with `~/.local/bin` first, and LANE_RUSTUP_HOME / LANE_CARGO_HOME).
@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import io
 import os
 import posixpath
 import shlex
-import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -36,53 +34,18 @@ from jobs import forge as forge_mod
 from jobs import manifest as manifest_mod
 from jobs import records
 from jobs.manifest import Manifest
-from lanes import dotenv
+from lanes import dotenv, selfinstall
 from lanes.base import settings
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo
 from lanes.base.ui import info
 
 WORKFLOW = "job"
-SOURCE_PACKAGES = ("jobs", "lanes", "bench")
-DECLARED = "declared/folknet.json"  # the submitting checkout's declared aliases, beside the sources
 NEV_ROOT = Path(__file__).resolve().parents[1]
 
 
 def workflow_file() -> Path:
     return NEV_ROOT / "dagu" / "workflows" / f"{WORKFLOW}.yaml"
-
-
-def source_files(root: Path = NEV_ROOT, declared: Path | None = None) -> list[tuple[str, bytes]]:
-    """(path, content) of every Python file the lane steps import, sorted, and the declared aliases."""
-    out = []
-    for pkg in SOURCE_PACKAGES:
-        for f in sorted((root / pkg).rglob("*.py")):
-            if "__pycache__" not in f.parts:
-                out.append((f.relative_to(root).as_posix(), f.read_bytes()))
-    if declared is not None:
-        try:
-            out.append((DECLARED, declared.read_bytes()))
-        except OSError as e:
-            raise NevError(f"{declared}: cannot read the declared aliases ({e.strerror}); set NEV_FOLKNET_FILE") from None
-    return out
-
-
-def source_digest(files: list[tuple[str, bytes]]) -> str:
-    h = hashlib.sha256()
-    for name, data in files:
-        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
-    return h.hexdigest()[:16]
-
-
-def tar_bytes(files: list[tuple[str, bytes]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        for name, data in files:
-            ti = tarfile.TarInfo(name)
-            ti.size = len(data)
-            ti.mode = 0o644
-            tf.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def job_tip(repo: Repo, m: Manifest) -> str:
@@ -94,13 +57,28 @@ def job_tip(repo: Repo, m: Manifest) -> str:
     return head
 
 
-def push_manifest(ld: LaneDagu, m: Manifest) -> str:
-    """The manifest on the lane, under a name from its content: a later submission never replaces it."""
-    data = m.path.read_bytes()
-    dest = posixpath.join(ld.layout.root, "manifests", f"{m.name}.{hashlib.sha256(data).hexdigest()[:12]}.yaml")
+def _push_once(ld: LaneDagu, folder: str, name: str, data: bytes) -> str:
+    """`data` on the lane under `~/dagu/FOLDER/`, named from its content: never replaced."""
+    dest = posixpath.join(ld.layout.root, folder, name.format(digest=hashlib.sha256(data).hexdigest()[:12]))
     ld.conn.run(f"mkdir -p {shlex.quote(posixpath.dirname(dest))}", check=True)
     ld.conn.write_file(dest, data, 0o644)
     return dest
+
+
+def push_manifest(ld: LaneDagu, m: Manifest) -> str:
+    """The manifest on the lane, under a name from its content: a later submission never replaces it."""
+    return _push_once(ld, "manifests", f"{m.name}.{{digest}}.yaml", m.path.read_bytes())
+
+
+def push_declared(ld: LaneDagu, declared: Path | None) -> str:
+    """The submitting checkout's declared aliases on the lane ("" when there are none)."""
+    if declared is None:
+        return ""
+    try:
+        data = declared.read_bytes()
+    except OSError as e:
+        raise NevError(f"{declared}: cannot read the declared aliases ({e.strerror}); set NEV_FOLKNET_FILE") from None
+    return _push_once(ld, "declared", "folknet.{digest}.json", data)
 
 
 LANE_ENV_NAMES = ("HOME", "PATH", "RUSTUP_HOME", "CARGO_HOME")
@@ -123,8 +101,8 @@ def step_path(lane_env: Mapping[str, str]) -> str:
     return ":".join(parts)
 
 
-def params(m: Manifest, manifest: str, lane_forge_url: str, lane_home: str, layout: Layout, share: str, src: str,
-           environ: Mapping[str, str], lane_env: Mapping[str, str] | None = None) -> dict[str, str]:
+def params(m: Manifest, manifest: str, lane_forge_url: str, lane_home: str, layout: Layout, share: str,
+           declared: str, environ: Mapping[str, str], lane_env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The job workflow's run parameters (pure): nothing secret, and only addresses as the lane
     reaches them (FORGE: the lanes' forge URL; MODEL_URL: NEV_LANE_MODEL_URL, which the lane's own
     ~/.lane-model-env overrides there)."""
@@ -137,31 +115,14 @@ def params(m: Manifest, manifest: str, lane_forge_url: str, lane_home: str, layo
     return {
         "JOB": m.name, "MANIFEST": manifest, "FORGE": lane_forge_url,
         "MIRROR": posixpath.join(layout.root, "job-mirror.git"), "WORK": layout.jobs_work,
-        "SHARE": share, "SRC": src, "PY": "python3", "INVENTORY": inv,
+        "SHARE": share, "NEV": posixpath.join(lane_home, selfinstall.LINK), "INVENTORY": inv,
         "MODEL_URL": settings.get(settings.LANE_MODEL_URL, environ) or "",
         "NPM_CACHE": posixpath.join(share, "npm-cache"),
-        "DECLARED": posixpath.join(src, DECLARED),
+        "DECLARED": declared,
         "LANE_PATH": step_path(le),
         "LANE_RUSTUP_HOME": le.get("RUSTUP_HOME", ""),
         "LANE_CARGO_HOME": le.get("CARGO_HOME", ""),
     }
-
-
-def sync_source(ld: LaneDagu, declared: Path | None) -> str:
-    files = source_files(declared=declared)
-    digest = source_digest(files)
-    dest = posixpath.join(ld.layout.root, "src", digest)
-    q = shlex.quote(dest)
-    have = ld.conn.run(f"test -d {q}").exit_status == 0
-    if have:
-        info(f"nev sources {digest} already on {ld.lane.label}")
-        return dest
-    r = ld.conn.run(f"set -e; t={q}.tmp.$$; mkdir -p \"$t\"; tar -xf - -C \"$t\"; "
-                    f"mv -T \"$t\" {q} 2>/dev/null || rm -rf \"$t\"", stdin=tar_bytes(files))
-    if r.exit_status != 0:
-        raise NevError(f"could not copy nev's sources to {ld.lane.label}: {r.out.strip() or r.exit_status}")
-    info(f"copied nev sources {digest} to {ld.lane.label}:{dest}")
-    return dest
 
 
 def push_forge_token(ld: LaneDagu, forge: forge_mod.Forge) -> None:
@@ -192,16 +153,14 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
     with service.opened(lane_flag) as ld:
         push_forge_token(ld, forge)
         if settings.get_flag(settings.JOB_INSTALL_NEV, env):
-            from lanes import selfinstall
-
             _changed, line = selfinstall.install(ld.conn, selfinstall.default_cache())
             info(f"nev on {ld.lane.label}: {line}")
         declared = settings.get_path(settings.FOLKNET_FILE, env)
-        src = sync_source(ld, declared if declared and declared.is_file() else None)
+        decl = push_declared(ld, declared if declared and declared.is_file() else None)
         wf = runs.load_workflow(str(workflow_file()))
         ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
         lane_env = parse_lane_env(ld.conn.run(LANE_ENV_PROBE).out)
-        p = params(m, push_manifest(ld, m), lane_forge, lane_env["HOME"], ld.layout, ld.lane.shared_dir, src,
+        p = params(m, push_manifest(ld, m), lane_forge, lane_env["HOME"], ld.layout, ld.lane.shared_dir, decl,
                    env, lane_env)
         with ld.api() as api:
             run_id, queued = runs.submit(api, wf, p)

@@ -131,7 +131,8 @@ def provision(lane_index: int | None, packages: str | None, apt_proxy: str | Non
     pk = pv.GATE_PACKAGES if packages is None else tuple(x.strip() for x in packages.split(",") if x.strip())
     params = pv.Params(packages=pk, apt_proxy=apt_proxy or settings.get(settings.LANE_APT_PROXY),
                        model_url=settings.get(settings.LANE_MODEL_URL) or env.get("LANE_MODEL_URL"),
-                       pi_tracks_url=env.get("LANE_PI_TRACKS_URL"), writer=pv.Writer.from_env(env))
+                       pi_tracks_url=env.get("LANE_PI_TRACKS_URL"), writer=pv.Writer.from_env(env),
+                       rust_min=pv.engine_rust_min())
     return pv.provision_lanes(lane_index, params, ssh_user)
 
 
@@ -181,7 +182,7 @@ def create(backend: str, name: str, node: str, addr: str, bridge: str | None, cp
     if not bridge:
         raise UsageError("--backend lxc needs --bridge (the node's bridge the guest joins)")
     lane_x = cr.LxcLane(name=name, bridge=bridge, addr=addr, cpus=cpus, memory_gb=memory_gb, disk_gb=disk_gb,
-                        lxcpath=lxcpath or cr.LXCPATH, cache=cache or cr.CACHE, binds=tuple(all_binds))
+                        lxcpath=lxcpath or cr.LXCPATH, cache=cache or cr.cache(), binds=tuple(all_binds))
     state = settings.get_path(settings.STATE_DIR)
     out = Path(out_dir) if out_dir else (state or Path(".")) / "lanes" / name
     return cr.run_create_lxc(_node(node), lane_x, keys, out)

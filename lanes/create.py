@@ -21,26 +21,29 @@ import hashlib
 import re
 import shlex
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lanes import guestlist
 from lanes.agent import layout
-from lanes.base import sshd
+from lanes.base import settings, sshd
 from lanes.base.errors import ConfigError, NevError
 from lanes.base.ui import info
 from lanes.hostexec import Node
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
-CACHE = "/var/lib/nev-lxc"
+CACHE = settings.value(settings.LXC_CACHE, {})   # the default; `cache()` reads NEV_LXC_CACHE
 LXCPATH = "/var/lib/lxc"          # the default lxcpath, which the node's lxc-autostart reads at boot
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
+SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 IDMAP_BASE = 100000
 IDMAP_SIZE = 65536
 LANE_UID = 1000
-# What the gate needs before provisioning: sshd, git, Python and a C linker for cargo.
-PACKAGES = ("openssh-server", "git", "python3", "ca-certificates", "gcc", "libc6-dev", "procps", "iproute2")
-RECIPE_VERSION = "1"
+# What the image holds: the image part of the one declared list (`lanes/guestlist.py`).
+PACKAGES = guestlist.packages(guestlist.Stage.IMAGE)
+RECIPE_VERSION = "2"
 
 LANE_INIT = """#!/bin/sh
 # pid 1's child in a lane guest (init.lxc -n NAME -- lane-init): sshd in the foreground
@@ -48,6 +51,11 @@ mkdir -p /run/sshd
 chmod 755 /run/sshd
 exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config
 """
+
+
+def cache(environ: Mapping[str, str] | None = None) -> str:
+    """The image cache and the box's lxcpaths on this machine (NEV_LXC_CACHE)."""
+    return check_abs(settings.value(settings.LXC_CACHE, environ), "NEV_LXC_CACHE")
 
 
 def check_name(name: str) -> str:
@@ -82,19 +90,35 @@ def heredoc(path: str, content: str, mode: str = "644", owner: str | None = None
 class ImageRecipe:
     suite: str = SUITE
     mirror: str = MIRROR
+    security: str = SECURITY_MIRROR
     packages: tuple[str, ...] = PACKAGES
     idmap_base: int = IDMAP_BASE
     lane_uid: int = LANE_UID
 
     @property
+    def sources(self) -> str:
+        """The guest's apt sources: this machine's suites (updates and security too), so the
+        guest's browsers are the versions this machine has."""
+        return (f"deb {self.mirror} {self.suite} main\n"
+                f"deb {self.mirror} {self.suite}-updates main\n"
+                f"deb {self.security} {self.suite}-security main\n")
+
+    @property
     def key(self) -> str:
-        text = "\n".join([RECIPE_VERSION, self.suite, self.mirror, " ".join(sorted(self.packages)),
-                          str(self.lane_uid), LANE_INIT])
+        """A digest of everything the image is made from, the whole declared list included (a
+        package that moves from provisioning into the image makes a new image too)."""
+        text = "\n".join([RECIPE_VERSION, self.suite, self.sources, " ".join(sorted(self.packages)),
+                          guestlist.digest_text(), str(self.lane_uid), LANE_INIT])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def rootfs(self, cache: str = CACHE) -> str:
         """The uid-shifted image, the read-only lower layer of every lane made from it."""
         return f"{cache}/images/{self.key}-u{self.idmap_base}/rootfs"
+
+
+def _in_build(rel: str, content: str, mode: str) -> str:
+    """heredoc() for a file of the image being built ("$B/raw/REL": $B is expanded)."""
+    return heredoc(f"$B/raw/{rel}", content, mode).replace(shlex.quote(f"$B/raw/{rel}"), f'"$B/raw/{rel}"')
 
 
 def image_script(recipe: ImageRecipe, cache: str = CACHE) -> str:
@@ -115,11 +139,12 @@ rm -rf "$B"; mkdir -p "$B"
 debootstrap --variant=minbase {q(recipe.suite)} "$B/raw" {q(recipe.mirror)} >"$B.log" 2>&1 || {{ tail -5 "$B.log" >&2; exit 1; }}
 printf '#!/bin/sh\\nexit 101\\n' > "$B/raw/usr/sbin/policy-rc.d"; chmod 755 "$B/raw/usr/sbin/policy-rc.d"
 cp /etc/resolv.conf "$B/raw/etc/resolv.conf" 2>/dev/null || true
+{_in_build('etc/apt/sources.list', recipe.sources, '644')}chroot "$B/raw" apt-get update >>"$B.log" 2>&1 || {{ tail -5 "$B.log" >&2; exit 1; }}
 DEBIAN_FRONTEND=noninteractive chroot "$B/raw" apt-get install -y --no-install-recommends {pkgs} >>"$B.log" 2>&1 || {{ tail -5 "$B.log" >&2; exit 1; }}
 chroot "$B/raw" apt-get clean
 rm -f "$B/raw/etc/ssh/ssh_host_"*
 cp /usr/sbin/init.lxc.static "$B/raw/sbin/init.lxc"
-{heredoc('$B/raw/usr/local/sbin/lane-init', LANE_INIT, '755').replace("'$B/raw/usr/local/sbin/lane-init'", '"$B/raw/usr/local/sbin/lane-init"')}chroot "$B/raw" useradd -m -u {recipe.lane_uid} -U -s /bin/bash lane
+{_in_build('usr/local/sbin/lane-init', LANE_INIT, '755')}chroot "$B/raw" useradd -m -u {recipe.lane_uid} -U -s /bin/bash lane
 chroot "$B/raw" usermod -p '*' lane
 mkdir -p "$B/raw/srv/lane" "$B/raw/srv/lane-shared" "$B/raw/srv/toolchain/rustup" "$B/raw/srv/toolchain/cargo-bin" "$B/raw/root/.ssh"
 chroot "$B/raw" chown lane:lane /srv/lane

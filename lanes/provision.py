@@ -13,20 +13,31 @@ import shlex
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
-from lanes import lanesfile
+from lanes import guestlist, lanesfile
 from lanes.agent import layout
+from lanes.base import rustversion, settings
 from lanes.base.errors import ConfigError, NevError
 from lanes.base.ssh import default_key_file, default_known_hosts
 from lanes.create import heredoc
 from lanes.hostexec import Node
 
-# What the gate needs on a lane (Debian bookworm names): git, Python, Node, a C linker for
-# cargo, the three browsers with their drivers and a virtual display.
-GATE_PACKAGES = ("git", "python3", "nodejs", "npm", "gcc", "libc6-dev", "procps", "ca-certificates",
-                 "chromium", "chromium-driver", "firefox-esr", "webkit2gtk-driver", "xvfb")
+# What a working lane needs (Debian bookworm names): the whole declared list, the image's part
+# included (`lanes/guestlist.py`), so a guest made from any Debian image is checked and completed.
+GATE_PACKAGES = guestlist.packages()
 USER = "lane"
 HOME = "/home/lane"
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def engine_rust_min(root: Path = PROJECT) -> str:
+    """The engine's minimum Rust (`rust-version` of its Cargo workspace, read by the one reader
+    `lanes.base.rustversion` that scripts/setup uses too); ConfigError naming file and field."""
+    try:
+        return rustversion.minimum(settings.path_under(settings.ENGINE_DIR, root) / "Cargo.toml")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,7 @@ class Params:
     model_url: str | None = None
     pi_tracks_url: str | None = None
     writer: Writer | None = None
+    rust_min: str | None = None     # the engine's minimum Rust (`engine_rust_min`)
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,7 @@ class Step:
     name: str
     check: str      # exit 0: already so
     apply: str
+    detail: str = ""   # a command printing what the check found, added to the step's line
 
 
 def _as_lane(cmd: str) -> str:
@@ -117,11 +130,10 @@ def plan(p: Params) -> list[Step]:
         _as_lane(f"git -C {q(mirror)} rev-parse --is-bare-repository 2>/dev/null | grep -qx true"),
         _as_lane(f"git init -q --bare {q(mirror)} && git -C {q(mirror)} config gc.auto 0")))
     steps.append(Step(
-        "toolchains git python3 node cargo",
-        _as_lane(f"PATH={layout.TOOLCHAIN_PATH}:$HOME/.cargo/bin; command -v git && command -v python3 && "
-                 "command -v node && command -v cargo") + " >/dev/null",
-        f"echo 'cargo is missing: the Rust toolchain comes from the node (a read-only bind at {layout.TOOLCHAIN}) "
-        "or rustup in the lane home' >&2; false"))
+        "toolchains git python3 node",
+        _as_lane("command -v git && command -v python3 && command -v node") + " >/dev/null",
+        "echo 'git, python3 or node is missing: add it to the packages' >&2; false"))
+    steps.append(rust_step(p.rust_min))
     steps.append(Step(
         f"NAS at {p.shared}",
         _as_lane(f"test -d {q(p.shared)} && test -w {q(p.shared)}"),
@@ -151,11 +163,37 @@ def plan(p: Params) -> list[Step]:
     return steps
 
 
+def rust_step(rust_min: str | None) -> Step:
+    """Rust cannot be installed in a guest with no route out (rustup downloads, and Debian's
+    rustc is older than the engine's minimum): it is the node's toolchain, bound read-only at
+    /srv/toolchain, or rustup in the lane home. The line names which, and the version."""
+    find = (f"PATH={layout.TOOLCHAIN_PATH}:$HOME/.cargo/bin RUSTUP_HOME=${{RUSTUP_HOME:-{layout.TOOLCHAIN}/rustup}}; "
+            "c=$(command -v cargo) || exit 1; v=$(cargo --version 2>/dev/null | cut -d' ' -f2) || exit 1; ")
+    if rust_min:
+        ok = (f"[ \"$(printf '%s\\n%s\\n' {shlex.quote(rust_min)} \"${{v%%-*}}\" | sort -V | head -1)\" = "
+              f"{shlex.quote(rust_min)} ]")
+    else:
+        ok = "[ -n \"$v\" ]"
+    where = (f"case $c in {layout.TOOLCHAIN}/*) echo \"cargo $v, the node's toolchain bound read-only at {layout.TOOLCHAIN}\";; "
+             "*) echo \"cargo $v at $c\";; esac")
+    need = f"rust >= {rust_min}" if rust_min else "rust"
+    older = f" or older than {rust_min}" if rust_min else ""
+    return Step(
+        f"{need} (the engine's minimum)" if rust_min else need,
+        _as_lane(find + ok),
+        f"echo 'cargo is missing{older}: the Rust toolchain comes from the node "
+        f"(a read-only bind at {layout.TOOLCHAIN}: nev lane create --bind SRC:{layout.TOOLCHAIN}/rustup:ro) "
+        "or rustup in the lane home' >&2; false",
+        detail=_as_lane(find + where))
+
+
 def script(steps: list[Step]) -> str:
     """One script: every step prints its line; the first failing action stops the run."""
     out = ["set -u", "export LC_ALL=C PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
     for s in steps:
         label = shlex.quote(s.name)
+        if s.detail:
+            label += f'": $({s.detail} 2>/dev/null)"'
         out.append(f"if {s.check}\nthen echo unchanged: {label}\nelse\n"
                    f"{{ {s.apply}\n}} || {{ echo failed: {label}; exit 1; }}\n"
                    f"if {s.check}\nthen echo changed: {label}\nelse echo failed: {label}; exit 1; fi\nfi")

@@ -26,6 +26,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 PACKAGES = ("bench", "jobs", "lanes", "rig", "dagu", "crates_bridge")
 VENV = ".local/share/nev/venv"
 MARKER = ".local/share/nev/installed"
+LINK = ".local/bin/nev"           # the lane's `nev`, relative to its home
 SKIP_PARTS = {"__pycache__", "target", ".pytest_cache", ".mypy_cache"}
 
 
@@ -94,7 +95,7 @@ else
   pip="{VENV}/bin/python $(ls "$tmp"/pip-*.whl)/pip"
 fi
 $pip install -q --disable-pip-version-check --no-index --find-links "$tmp" nev
-ln -sfn "$HOME/{VENV}/bin/nev" .local/bin/nev
+ln -sfn "$HOME/{VENV}/bin/nev" {LINK}
 echo {k} > {MARKER}
 echo "changed: nev {key} installed in ~/{VENV}"
 """

@@ -37,6 +37,22 @@ test_box.__test__ = False  # type: ignore[attr-defined]
 BOX_FIXTURES = {"box", "box_env"}
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which lanes the box tests run on: LXC guests (the default, as on the rig) or netns lanes
+    (NEV_BOX_LANES=netns, the quick local loop, which share this machine's filesystem)."""
+    from lanes import create
+
+    b = test_box()
+    where = (f"unprivileged LXC guests (images cached in {create.cache()})" if b.lane_backend == "lxc"
+             else "network namespaces sharing this machine's filesystem (not what the rig runs)")
+    return f"rig-in-a-box {b.name} on {b.net}.0/24, lanes: {b.lane_backend}: {where}"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    # again at the end, which `pytest -q` (make test) shows too
+    terminalreporter.write_line(pytest_report_header(config))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # fixturenames is the closure: a fixture that asks for `box` brings it in too.
     for item in items:

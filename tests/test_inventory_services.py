@@ -48,7 +48,8 @@ def test_lanes_run_as_lane_inside_their_namespaces_and_service_hosts_through_ip_
     assert "PYTHONPATH" not in lane.env
     assert isv.lane_nev_marker(BOX, "lane1") in lane.conf_files   # a new install restarts it
     assert lane.argv(4242) == ["nsenter", "-t", "4242", "-n", "-m", "--", *lane.inner]
-    assert lane.argv(4242, userns=True)[:5] == ["nsenter", "-t", "4242", "-U", "-n"]
+    lxc_lane = adverts(isv.services(LAYOUT, BOX, lanes_kind="lxc"))["lane1"]
+    assert lxc_lane.argv(4242)[:5] == ["nsenter", "-t", "4242", "-U", "-n"]
     with pytest.raises(ValueError, match="sshd"):
         lane.argv()
     gw = adv["gateway"]
@@ -74,10 +75,16 @@ def test_lane0_runs_the_collector_writing_the_lanes_own_snapshot():
     assert svcs[-1] is col   # after every advertiser
 
 
-def test_lxc_lanes_get_no_lane_services():
+def test_lxc_lanes_get_lane_services_entered_through_the_guests_user_namespace():
     svcs = isv.services(LAYOUT, BOX, lanes_kind="lxc")
-    assert {s.host for s in svcs} == {h.name for h in LAYOUT.hosts() if h.role != "lane"}
-    assert not any(s.key.endswith(".collect") for s in svcs)
+    assert {s.host for s in svcs} == {h.name for h in LAYOUT.hosts() if h.role != "jump"}
+    lane_svcs = [s for s in svcs if s.in_lane]
+    assert {s.key for s in lane_svcs} >= {"lane0.advertise", "lane1.advertise", "lane0.collect"}
+    for s in lane_svcs:
+        argv = s.argv(4242)
+        assert argv[:5] == ["nsenter", "-t", "4242", "-U", "-n"], argv
+    netns_argv = next(s for s in isv.services(LAYOUT, BOX) if s.key == "lane0.advertise").argv(4242)
+    assert "-U" not in netns_argv
 
 
 def _names(value: object) -> list[str]:

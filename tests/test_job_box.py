@@ -233,8 +233,11 @@ def test_retired_model_gives_exit_10_a_failed_result_and_is_not_resent(rig, box)
     assert rig.record("retired")["resends"] == 0 and rig.record("retired")["run_id"] == run_id
     st = rig.ok("job", "status", "retired")
     assert "retired: failed (exit 10)" in st.stdout
-    # another declared file made another source copy; the first submission's copy is untouched
-    first, second = rig.record("threestage")["params"]["SRC"], rig.record("retired")["params"]["SRC"]
+    # another declared file made another declared copy; the first submission's copy is untouched
+    first, second = rig.record("threestage")["params"]["DECLARED"], rig.record("retired")["params"]["DECLARED"]
     assert first != second
-    on_host = rig.lane.host_home / Path(first).relative_to("/home/lane")
-    assert (on_host / "jobs" / "runner.py").read_bytes() == (ROOT / "jobs" / "runner.py").read_bytes()
+    on_host = rig.lane.host_home / Path(second).relative_to("/home/lane")
+    assert on_host.read_bytes() == f.read_bytes()
+    # every step ran the lane's installed nev; no copy of nev's sources went to the lane
+    assert rig.record("retired")["params"]["NEV"] == "/home/lane/.local/bin/nev"
+    assert not (rig.lane.host_home / "dagu" / "src").exists()

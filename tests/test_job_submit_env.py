@@ -34,7 +34,10 @@ def test_params_carry_the_lanes_path_and_toolchain_and_no_box_path(tmp_path):
                "stages": [{"name": "a", "kind": "command", "command": "true"}]}, str(tmp_path / "job.yaml"))
     lay = Layout(root="/home/lane/dagu")
     p = submit.params(m, "/home/lane/dagu/manifests/demo.yaml", "http://forge/x.git", "/home/lane", lay,
-                      "/srv/share", "/home/lane/dagu/src/abc", {}, submit.parse_lane_env(PROBE_OUT))
+                      "/srv/share", "/home/lane/dagu/declared/folknet.abc.json", {}, submit.parse_lane_env(PROBE_OUT))
+    # every step is the lane's installed nev; no copy of nev's sources is named
+    assert p["NEV"] == "/home/lane/.local/bin/nev" and "SRC" not in p and "PY" not in p
+    assert p["DECLARED"] == "/home/lane/dagu/declared/folknet.abc.json"
     assert p["LANE_PATH"].startswith("/home/lane/.local/bin:/srv/tc/cargo-bin:")
     assert (p["LANE_RUSTUP_HOME"], p["LANE_CARGO_HOME"]) == ("/srv/tc/rustup", "")
     assert p["INVENTORY"] == "/home/lane/.local/share/nev/inventory.json"

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,16 @@ def _submit_local(tmp: Path, stages: list[dict], name: str = "demo", **top: obje
     return forge, base
 
 
+def _nev_stand_in(tmp: Path) -> Path:
+    """What `nev lane install` links at ~/.local/bin/nev on a lane, for a Dagu run here: this
+    checkout's nev (the workflow's NEV parameter)."""
+    f = tmp / "lane-bin" / "nev"
+    f.parent.mkdir(exist_ok=True)
+    f.write_text(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m rig.cli \"$@\"\n")
+    f.chmod(0o755)
+    return f
+
+
 def _start(tmp: Path, forge: Path, dh: Path, name: str = "demo", *extra: str) -> subprocess.CompletedProcess:
     share = tmp / "share"
     (share / "archive").mkdir(parents=True, exist_ok=True)
@@ -81,7 +92,7 @@ def _start(tmp: Path, forge: Path, dh: Path, name: str = "demo", *extra: str) ->
     env.update({"DAGU_HOME": str(dh), "PATH": "/usr/local/bin:/usr/bin:/bin", "NEV_JOB_MIN_FREE_GB": "0",
                 "NEV_STATE_DIR": str(tmp / "nevstate")})
     params = [f"JOB={name}", "MANIFEST=job.yaml", f"FORGE={forge}", f"MIRROR={tmp / 'mirror.git'}",
-              f"WORK={tmp / 'work'}", f"SHARE={share}", f"SRC={ROOT}", "PY=/usr/bin/python3",
+              f"WORK={tmp / 'work'}", f"SHARE={share}", f"NEV={_nev_stand_in(tmp)}",
               f"INVENTORY={tmp / 'inventory.json'}", *extra]
     wf = tmp / "wf" / "job.yaml"  # Dagu writes its step scripts beside the workflow file
     wf.parent.mkdir(exist_ok=True)

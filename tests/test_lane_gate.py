@@ -156,7 +156,19 @@ def test_env_is_installed_for_the_run_only(lane_rig):
     wt = worktree(lane_rig, "envrun")
     (wt / ".env").write_text(f"NEV_MODEL_URL=http://127.0.0.1:4000\nNEV_MODEL_API_KEY={SECRET_KEY}\n")
     assert lane_rig.lane_home is not None
-    (lane_rig.lane_home / ".lane-model-env").write_text("NEV_LANE_MODEL_URL=http://gateway.lane:4000\n")
+    model_env = lane_rig.lane_home / ".lane-model-env"
+    kept = model_env.read_bytes() if model_env.exists() else None
+    model_env.write_text("NEV_LANE_MODEL_URL=http://gateway.lane:4000\n")
+    try:
+        _env_run_checks(lane_rig, wt)
+    finally:   # the box's lane keeps its real gateway address for the tests after this one
+        if kept is None:
+            model_env.unlink(missing_ok=True)
+        else:
+            model_env.write_bytes(kept)
+
+
+def _env_run_checks(lane_rig, wt: Path) -> None:
     r = h.nev(["lane", "run", str(wt), "sh", "-c", "test -f .env && cat .env && exit 1"], lane_rig.env)
     assert r.returncode == 1, r.stderr
     assert r.stdout.splitlines() == ["NEV_MODEL_URL=http://gateway.lane:4000", f"NEV_MODEL_API_KEY={SECRET_KEY}"]

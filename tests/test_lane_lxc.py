@@ -115,7 +115,13 @@ def apt_proxy(box, tmp_path_factory):
         p.wait(10)
 
 
-def test_provision_twice_second_run_changes_nothing(box, guest, apt_proxy, tmp_path, monkeypatch):
+def _nev(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rig.cli", *argv], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=1800)
+
+
+def test_guest_missing_a_browser_fails_the_engine_check_naming_it_and_provision_twice_fixes_it(
+        box, guest, apt_proxy, tmp_path):
     lane, kh, _b, _r = guest
     lanes_file = tmp_path / "lanes.json"
     lanes_file.write_text(json.dumps({"jump": box.jump, "lanes": [{"ssh": f"lane@{lane.addr}", "root": "/srv/lane",
@@ -125,12 +131,26 @@ def test_provision_twice_second_run_changes_nothing(box, guest, apt_proxy, tmp_p
            "NEV_LANE_MODEL_URL": box.gateway_url, "LANE_WRITER_SETUP": "echo \"$LANE_WRITER_TOOL\" > ~/writer-ready",
            "LANE_WRITER_TOOL": "sometool", "LANE_WRITER_DIRS": "srv-lane"}
     env.pop("NEV_LANE_SSH", None)
-    argv = [sys.executable, "-m", "rig.cli", "lane", "provision", "--packages", "git,python3,nodejs"]
-    first = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    # A guest without Firefox: its package removed as the guest's root.
+    with connect(f"root@{lane.addr}", kh, box.ssh_key, jump=box.jump) as c:
+        c.run("export PATH=/usr/sbin:/sbin:$PATH; dpkg -r --force-depends firefox-esr >/dev/null 2>&1; "
+              "! command -v firefox-esr", check=True)
+    inst = _nev(["lane", "install"], env)
+    assert inst.returncode == 0, inst.stderr
+    with connect(f"lane@{lane.addr}", kh, box.ssh_key, jump=box.jump) as c:
+        res = c.run("cd /srv/lane && ~/.local/bin/nev oracle build block_width --cases 5")
+    assert res.exit_status == 1, res.out + res.err
+    assert f"engine firefox not found on {box.name}-lane7" in res.err and "package firefox-esr" in res.err, res.err
+
+    first = _nev(["lane", "provision"], env)          # the whole declared list, through the apt proxy
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "lane 0: changed: packages git python3 nodejs" in first.stdout
+    assert f"lane 0: changed: packages {' '.join(provision.GATE_PACKAGES)}" in first.stdout
     assert "lane 0: changed: ~/.lane-model-env" in first.stdout
-    second = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    if host_toolchain() is not None:   # Rust is the node's, bound read-only, and named so
+        rust = next(ln for ln in first.stdout.splitlines() if "rust >= " in ln)
+        assert rust.startswith(f"lane 0: unchanged: rust >= {provision.engine_rust_min()} (the engine's minimum): "
+                               "cargo ") and "the node's toolchain bound read-only at /srv/toolchain" in rust, rust
+    second = _nev(["lane", "provision"], env)
     assert second.returncode == 0, second.stderr
     lines = second.stdout.splitlines()
     assert lines and all(ln.startswith("lane 0: unchanged: ") for ln in lines), second.stdout
@@ -139,8 +159,39 @@ def test_provision_twice_second_run_changes_nothing(box, guest, apt_proxy, tmp_p
         res = c.run("cat ~/.lane-shared-env ~/.lane-model-env ~/writer-ready; node -e 'console.log(1+1)'; "
                     "git -C /srv/lane/.git-mirror rev-parse --is-bare-repository; test -d /srv/lane-shared/npm-cache",
                     check=True)
+        built = c.run("cd /srv/lane && ~/.local/bin/nev oracle build block_width --cases 5")
     assert res.out.splitlines() == ["NEV_LANE_SHARED=/srv/lane-shared", "npm_config_cache=/srv/lane-shared/npm-cache",
                                     f"NEV_LANE_MODEL_URL={box.gateway_url}", "sometool", "2", "true"]
+    assert built.exit_status == 0, built.out + built.err   # the provisioned guest's own three browsers
+    assert "agreed of 5 generated" in built.out + built.err
+
+
+def test_guest_sees_none_of_this_machines_files_but_what_is_bound_on_purpose(box, guest, tmp_path):
+    lane, kh, _b, _r = guest
+    probe = Path("/tmp") / f"nev-isolation-{os.getpid()}"
+    probe.write_text("the dev box's\n")
+    probe.chmod(0o644)
+    outside = [str(probe), str(ROOT / "pyproject.toml"), str(box.dir / "box.json"), "/var/lib/nev-box",
+               sys.prefix, "/root/.cargo", "/etc/nev-box-never"]
+    try:
+        with connect(f"lane@{lane.addr}", kh, box.ssh_key, jump=box.jump) as c:
+            res = c.run("for p in " + " ".join(outside) + "; do test -e \"$p\" && echo \"seen $p\"; done; "
+                        "cat /proc/self/mountinfo", check=True)
+    finally:
+        probe.unlink()
+    assert not [ln for ln in res.out.splitlines() if ln.startswith("seen ")], res.out
+    # Every mount of this machine's own filesystem in the guest is a bind made on purpose.
+    dev = os.stat("/").st_dev
+    ours = f"{os.major(dev)}:{os.minor(dev)}"
+    binds = {}
+    for ln in res.out.splitlines():
+        f = ln.split()
+        if len(f) > 5 and f[2] == ours:
+            binds[f[4]] = "ro" if f[5].split(",")[0] == "ro" else "rw"
+    want = {"/srv/lane": "rw", "/home/lane": "rw", "/srv/lane-shared": "rw"}
+    if host_toolchain() is not None:
+        want.update({"/srv/toolchain/rustup": "ro", "/srv/toolchain/cargo-bin": "ro"})
+    assert binds == want
 
 
 def test_busy_test_names_only_listed_processes(box, guest):

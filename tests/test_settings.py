@@ -66,7 +66,7 @@ def test_a_setting_registered_twice_is_refused():
 
 
 def test_value_and_path_give_the_default_and_refuse_a_setting_without_one(tmp_path):
-    assert settings.value(settings.BOX_LANES, {}) == "netns"
+    assert settings.value(settings.BOX_LANES, {}) == "lxc"     # the box's lanes are LXC guests unless set
     assert settings.path(settings.STATE_DIR, {"NEV_STATE_DIR": "~/st"}).is_absolute()
     assert settings.path_under(settings.CORPUS_DIR, tmp_path, {}) == tmp_path / "corpus"
     assert settings.path_under(settings.CORPUS_DIR, tmp_path, {"NEV_CORPUS_DIR": "/abs"}) == Path("/abs")

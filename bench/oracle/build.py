@@ -39,8 +39,7 @@ def probe_versions(names: Sequence[str]) -> dict[str, str]:
     found = {n: eng.probe_version(n) for n in names}
     missing = [n for n, v in found.items() if v is None]
     if missing:
-        raise EngineError(f"engine {', '.join(missing)} not found on this machine; install the Debian "
-                          "packages (chromium firefox-esr webkit2gtk-driver xvfb) or pass --engines")
+        raise EngineError(eng.absent(missing))
     return {n: str(v) for n, v in found.items()}
 
 

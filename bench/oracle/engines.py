@@ -39,6 +39,8 @@ CHROMIUM_BIN = "/usr/lib/chromium/chromium"
 FIREFOX_BIN = "firefox-esr"
 WEBKIT_DRIVER_BIN = "WebKitWebDriver"
 XVFB_BIN = "Xvfb"
+# What provides each engine on Debian (the lane's declared list, lanes/guestlist.py, names them too).
+PACKAGES = {"chromium": ("chromium",), "firefox": ("firefox-esr",), "webkit": ("webkit2gtk-driver", "xvfb")}
 
 MEASURE_JS = """
 function __nevMeasure(doc) {
@@ -154,7 +156,7 @@ def probe_version(name: str) -> str | None:
     if name == "firefox":
         return _version_of([FIREFOX_BIN, "--version"], r"Firefox ([0-9.a-z]+)")
     if name == "webkit":
-        if shutil.which(WEBKIT_DRIVER_BIN) is None:
+        if shutil.which(WEBKIT_DRIVER_BIN) is None or shutil.which(XVFB_BIN) is None:
             return None
         return _version_of(["dpkg-query", "-W", "-f", "${Version}\n", "webkit2gtk-driver"],
                            r"^([0-9.]+)")
@@ -164,6 +166,13 @@ def probe_version(name: str) -> str | None:
 def missing(names: Sequence[str] = ENGINES) -> list[str]:
     """The engines not installed here (for requirement checks; starts no browser)."""
     return [n for n in names if probe_version(n) is None]
+
+
+def absent(names: Sequence[str]) -> str:
+    """One line naming absent engines, the host and the Debian packages that provide them."""
+    pkgs = " ".join(p for n in names for p in PACKAGES.get(n, ()))
+    return (f"engine {', '.join(names)} not found on {socket.gethostname()}; install the Debian "
+            f"package{'s' if len(pkgs.split()) > 1 else ''} {pkgs} (on a lane: nev lane provision) or pass --engines")
 
 
 def _case_file(scratch: Scratch, doc: str) -> Path:

@@ -130,7 +130,7 @@ def engines_report(names: Sequence[str] = eng.ENGINES) -> list[dict[str, Any]]:
     def one(n: str) -> dict[str, Any]:
         row: dict[str, Any] = {"engine": n, "version": eng.probe_version(n), "starts": False}
         if row["version"] is None:
-            row["error"] = "not installed"
+            row["error"] = eng.absent([n])
             return row
         t0 = time.monotonic()
         try:

@@ -120,7 +120,10 @@ JOB_RUN_ID = _s("NEV_JOB_RUN_ID", None, "the Dagu run id a job's run is part of 
 BOX_DIR = _s("NEV_BOX_DIR", ".box", "where boxes keep state and configs (one folder per box name)")
 BOX_NAME = _s("NEV_BOX_NAME", "nevbox", "prefix of the box's namespaces, bridge and users")
 BOX_NET = _s("NEV_BOX_NET", "198.18.0", "the /24 (inside 198.18.0.0/15) the box's hosts are addressed from")
-BOX_LANES = _s("NEV_BOX_LANES", "netns", "how the box makes its lanes: netns (namespace + sshd) or lxc (unprivileged LXC guests)")
+BOX_LANES = _s("NEV_BOX_LANES", "lxc", "how the box makes its lanes: lxc (unprivileged LXC guests, as on the rig) or "
+               "netns (a namespace + sshd sharing this machine's filesystem: the quick local loop)")
+LXC_CACHE = _s("NEV_LXC_CACHE", "/var/lib/nev-lxc", "where LXC lane images are cached (one folder per recipe) and the "
+               "box's guests live (an absolute path the guests' root, uid 100000, can traverse)")
 BOX_KEEP = _s("NEV_BOX_KEEP", None, "when set to 1, the test fixture leaves the box up at the end")
 BOX_REGISTRY = _s("NEV_BOX_REGISTRY", "/var/lib/nev-box", "the machine-wide list of boxes, their users and locks "
                   "(so boxes never take each other's names or nets)")

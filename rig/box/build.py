@@ -324,8 +324,7 @@ class Build:
         rig; lane services run the lane's own nev, installed the way `nev lane install` does."""
         st = self.st
         lane_pids = {ln.name: st.procs[f"{ln.name}.sshd"].pid for ln in self.info.lanes}
-        svcs, made = inventory_up.prepare(self.layout, self.dir, st.lanes_kind, lane_pids,
-                                          userns=not self.backend.uses_netns)
+        svcs, made = inventory_up.prepare(self.layout, self.dir, st.lanes_kind, lane_pids)
         self.changed += made
         restarted = {lane.name for lane, _rec in self.started_lanes}
         for svc in svcs:                                   # advertisers first, lane0.collect last

@@ -42,7 +42,7 @@ class Box:
         self.name = plan.check_name(name)
         self.net = plan.check_net(net)
         self.dir = box_dir.absolute()
-        # How lanes are made (rig/box/lanes_backend.py): NEV_BOX_LANES, netns unless set.
+        # How lanes are made (rig/box/lanes_backend.py): NEV_BOX_LANES, LXC guests unless set.
         self.lane_backend = lanes or settings.value(settings.BOX_LANES)
         if self.lane_backend not in lanes_backend.BACKENDS:
             raise NevError(f"NEV_BOX_LANES={self.lane_backend!r} is unknown; use one of "

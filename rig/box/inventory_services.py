@@ -10,7 +10,7 @@ run, where, as whom and with which files; `Box` (core.py) starts and records the
 | service | host | runs in | as | command |
 |---|---|---|---|---|
 | `<host>.advertise` | forge, gateway, proxy, gpuN | `ip netns exec <netns>` | root | `nev rig advertise --interface ADDR --port 8787 --name HOST --inventory FILE` |
-| `laneN.advertise` | each lane | the lane's network and mount namespaces (`nsenter -t <sshd pid> -n -m`) | `lane` (`setpriv`) | the same |
+| `laneN.advertise` | each lane | the lane's network and mount namespaces (`nsenter -t <sshd pid> -n -m`; an LXC guest's user namespace too, `-U`) | `lane` (`setpriv`) | the same |
 | `lane0.collect` | lane0 | the same as lane0's advertiser | `lane` | `nev rig collect --interface ADDR --every 60 --expect N` |
 
 Lane services run the lane's own nev (`~/.local/bin/nev`, put there by `nev lane install`, as on
@@ -19,9 +19,9 @@ lane user cannot enter), so the lane must have this nev before they start
 (`inventory_up.prepare`); service hosts run this checkout's nev as root.
 A lane's files (its `--inventory`, and for the collector the declared folknet and the rig file)
 are copied into the lane's own home (`~/.config/nev/`), since the box folder may sit under a
-mode-700 folder (pytest's, CI's) the lane user cannot enter; an LXC guest does not see the box
-folder at all, so with LXC lanes only the service hosts get services for now. A host of role
-`jump` gets none: nothing of this project runs on the jump host.
+mode-700 folder (pytest's, CI's) the lane user cannot enter, and an LXC guest does not see the
+box folder at all (its home is a bind of the box's lane home, so the copies are what it sees).
+A host of role `jump` gets none: nothing of this project runs on the jump host.
 """
 
 from __future__ import annotations
@@ -69,13 +69,14 @@ class Service:
     cwd: Path = PROJECT
     log: Path = Path("/dev/null")
     conf_files: tuple[Path, ...] = ()   # a change to any of these should restart it
+    userns: bool = False           # the lane is an LXC guest: enter its user namespace too
 
-    def argv(self, lane_pid: int | None = None, userns: bool = False) -> list[str]:
+    def argv(self, lane_pid: int | None = None) -> list[str]:
         if not self.in_lane:
             return ["ip", "netns", "exec", self.netns, *self.inner]
         if lane_pid is None:
             raise ValueError(f"{self.key} runs inside {self.host}'s namespaces: give its sshd's PID")
-        return ["nsenter", "-t", str(lane_pid), *(["-U"] if userns else []), "-n", "-m", "--", *self.inner]
+        return ["nsenter", "-t", str(lane_pid), *(["-U"] if self.userns else []), "-n", "-m", "--", *self.inner]
 
 
 def inventory_dir(box_dir: Path) -> Path:
@@ -162,13 +163,12 @@ def services(layout: plan.Layout, box_dir: Path, lanes_kind: str = "netns",
     root_env = {**base, "PYTHONPATH": str(PROJECT), "HOME": str(inventory_dir(box_dir) / "home")}
     lane_env = {**base, "HOME": str(HOME)}
     logs = box_dir / "logs"
+    userns = lanes_kind != "netns"
     adv_code = (_INVENTORY_CODE / "advertise.py",)
     out: list[Service] = []
     hosts = _hosts(layout)
     for h in hosts:
         in_lane = h.role == "lane"
-        if in_lane and lanes_kind != "netns":
-            continue
         inv = inventory_file(box_dir, h.name)
         args = ["rig", "advertise", "--interface", h.addr, "--port", str(PORT), "--name", h.name,
                 "--inventory", str(inv)]
@@ -177,13 +177,13 @@ def services(layout: plan.Layout, box_dir: Path, lanes_kind: str = "netns",
             args[-1] = seen
             out.append(Service(f"{h.name}.advertise", h.name, h.netns, True, USER,
                                as_lane([LANE_NEV, *args]), lane_env, PROJECT,
-                               logs / f"{h.name}-advertise.log", (inv, lane_nev_marker(box_dir, h.name))))
+                               logs / f"{h.name}-advertise.log", (inv, lane_nev_marker(box_dir, h.name)), userns))
         else:
             out.append(Service(f"{h.name}.advertise", h.name, h.netns, False, "root",
                                (python, "-m", "rig.cli", *args), root_env, PROJECT,
                                logs / f"{h.name}-advertise.log", (inv, *adv_code)))
     lane = next((h for h in hosts if h.name == COLLECTOR), None)
-    if lane is not None and lanes_kind == "netns":
+    if lane is not None:
         (folknet_file, folknet_seen), (rig_file, rig_seen) = (lane_file(box_dir, lane.name, n)
                                                               for n in ("folknet.json", "rig.local.json"))
         args = ["rig", "collect", "--interface", lane.addr, "--every", str(every),
@@ -193,7 +193,7 @@ def services(layout: plan.Layout, box_dir: Path, lanes_kind: str = "netns",
         out.append(Service(f"{lane.name}.collect", lane.name, lane.netns, True, USER,
                            as_lane([LANE_NEV, *args]), cenv, PROJECT,
                            logs / f"{lane.name}-collect.log",
-                           (folknet_file, rig_file, lane_nev_marker(box_dir, lane.name))))
+                           (folknet_file, rig_file, lane_nev_marker(box_dir, lane.name)), userns))
     return out
 
 

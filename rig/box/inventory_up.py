@@ -38,14 +38,14 @@ def install_nev(box_dir: Path, lane: str, lane_pid: int, userns: bool = False,
 
 
 def prepare(layout: plan.Layout, box_dir: Path, lanes_kind: str, lane_pids: Mapping[str, int],
-            userns: bool = False) -> tuple[list[isv.Service], list[str]]:
+            ) -> tuple[list[isv.Service], list[str]]:
     """Write every host's inventory file, put nev on each lane that runs a service; return the
     services to start (in order) and what changed. `lane_pids`: lane name -> its sshd's PID."""
     isv.write_inventory_files(layout, box_dir)
     svcs = isv.services(layout, box_dir, lanes_kind)
     changed = []
     for lane in sorted({s.host for s in svcs if s.in_lane}):
-        line = install_nev(box_dir, lane, lane_pids[lane], userns)
+        line = install_nev(box_dir, lane, lane_pids[lane], userns=lanes_kind != "netns")
         if line is not None:
             changed.append(f"{lane}: {line}")
     return svcs, changed

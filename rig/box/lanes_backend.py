@@ -3,7 +3,7 @@
 The box calls, per lane: `prepare` (files, keys; returns the host key to pin), `start` (when
 the recorded process is not alive), `wait` (until SSH answers), and on removal `remove`. There
 are "netns" (a network namespace running sshd in a private mount namespace) and "lxc" (a real
-unprivileged LXC guest, `rig/box/lanes_lxc.py`); NEV_BOX_LANES picks one. Both are `BoxLanes`:
+unprivileged LXC guest, `rig/box/lanes_lxc.py`, the default); NEV_BOX_LANES picks one. Both are `BoxLanes`:
 a lane's folder, its home with the client key, and the wait for its SSH are the same for both.
 """
 

@@ -72,7 +72,8 @@ class LxcLanes(BoxLanes):
     def __init__(self, box_dir: Path, log_dir: Path) -> None:
         super().__init__(box_dir, log_dir)
         self.node = Node(LOCAL)
-        self.base = Path(create.CACHE) / "boxes" / box_dir.name
+        self.cache = create.cache()
+        self.base = Path(self.cache) / "boxes" / box_dir.name
         self.lxcpath = str(self.base / "lxc")
         self.recipe = create.ImageRecipe()
 
@@ -99,7 +100,7 @@ class LxcLanes(BoxLanes):
         # No bridge for LXC: the box's bridge is in the rig namespace; start() moves the veth there.
         return create.LxcLane(name=self.container(lane.name), bridge="",
                               addr=lane.addr, cpus=ncpu, memory_gb=4, disk_gb=20, lxcpath=self.lxcpath,
-                              recipe=self.recipe, binds=tuple(binds), veth=host.veth, autostart=False)
+                              cache=self.cache, recipe=self.recipe, binds=tuple(binds), veth=host.veth, autostart=False)
 
     def prepare(self, lane: LaneInfo, host: plan.Host, client_pub: str) -> str:
         d = self.lane_dir(lane)
@@ -111,11 +112,13 @@ class LxcLanes(BoxLanes):
         tc = host_toolchain()
         hk = d / "ssh_host_ed25519_key"
         pinned = host_key(hk, f"{lane.name}-host")
-        sshd = create.guest_sshd_config(lane.addr, toolchain=tc is not None)
-        (d / "sshd_config").write_text(sshd)   # its digest restarts the guest when it changes
+        # The image's key rides in the config as a comment: its digest restarts the guest when
+        # either changes (a new declared list is a new image, and the lane moves onto it).
+        sshd = create.guest_sshd_config(lane.addr, toolchain=tc is not None) + f"# image {self.recipe.key}\n"
+        (d / "sshd_config").write_text(sshd)
         files = create.GuestFiles(host_key=hk.read_text(), host_key_pub=hk.with_suffix(".pub").read_text(),
                                   authorized_keys=client_pub + "\n", sshd_config=sshd, lane_home_in_delta=False)
-        create.ensure_image(self.node, self.recipe)
+        create.ensure_image(self.node, self.recipe, self.cache)
         self.node.run(create.write_script(spec, files), what=f"writing lane {spec.name}")
         return pinned
 
@@ -142,6 +145,9 @@ class LxcLanes(BoxLanes):
         box = self.box_dir.name
         rig, bridge = f"{box}-rig", f"{box}br"
         if Path("/sys/class/net", host.veth).exists():
+            # The guest this one replaces (a restart on a config change) may not have taken its
+            # veth with it yet: that one, in the rig namespace, is stale.
+            subprocess.run(["ip", "-n", rig, "link", "del", host.veth], capture_output=True)
             for argv in (["ip", "link", "set", host.veth, "netns", rig],
                          ["ip", "-n", rig, "link", "set", host.veth, "master", bridge, "up"]):
                 cp = subprocess.run(argv, capture_output=True, text=True)
