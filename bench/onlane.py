@@ -53,10 +53,27 @@ def on_lane(environ: Mapping[str, str] | None = None) -> bool:
     return bool(settings.get(settings.ON_LANE, env))
 
 
+#: where the declared aliases land in the lane copy when they are a file of this machine's
+DECLARED_ON_LANE = ".nev-sent/folknet.json"
+
+
+def declared_files(worktree: Path, env: dict[str, str]) -> dict[str, bytes]:
+    """The declared aliases (NEV_FOLKNET_FILE) travel with the run when they are a file of this
+    machine outside the worktree (a lane cannot read this machine's files): sent into the lane
+    copy, and the setting pointed at that copy there. Changes `env` to match."""
+    declared = settings.path_under(settings.FOLKNET_FILE, worktree.resolve())
+    if worktree.resolve() in declared.resolve().parents or not declared.is_file():
+        return {}
+    env[settings.FOLKNET_FILE.name] = DECLARED_ON_LANE
+    env.pop("GENERA_FOLKNET_FILE", None)
+    return {DECLARED_ON_LANE: declared.read_bytes()}
+
+
 def run_on_lane(worktree: Path, command: Sequence[str], pull: Sequence[str] = ()) -> int:
     """Re-run `command` on a lane through the gate (lane-only); NoLaneError (exit 3) without one."""
     from lanes import gate  # the SSH stack, loaded only when a batch goes to a lane
 
-    status: int = gate.run(worktree, list(command), lane_only=True, pull=list(pull),
-                           extra_env=forwarded_env(os.environ))
+    env = forwarded_env(os.environ)
+    files = declared_files(worktree, env)
+    status: int = gate.run(worktree, list(command), lane_only=True, pull=list(pull), extra_env=env, files=files)
     return status

@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,8 +197,8 @@ class _GateRun:
         return self.session
 
     def send(self, session: Session, command: Sequence[str], extra_env: dict[str, str] | None, keep_env: bool,
-             pull: Sequence[str]) -> None:
-        p = payload.build(self.wt, self.hello.get("tips", []), self.forge.url is not None)
+             pull: Sequence[str], files: Mapping[str, bytes] | None = None) -> None:
+        p = payload.build(self.wt, self.hello.get("tips", []), self.forge.url is not None, files)
         self.sizes = p.sizes()
         session.request(Op.PAYLOAD, commit=p.commit, sizes=self.sizes, command=list(command),
                         env=dict(extra_env or {}), cred=self.forge.cred(), keep_env=keep_env, pull=list(pull))
@@ -249,15 +249,18 @@ def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Se
                  forge: Forge, pull: Sequence[str] = (), extra_env: dict[str, str] | None = None,
                  sweep: Callable[[Lane, str], object] | None = None,
                  on_stdout: Callable[[bytes], None] | None = None,
-                 on_stderr: Callable[[bytes], None] | None = None) -> Outcome:
-    """Run `command` for `wt` on an answering lane; the exit status is the command's."""
+                 on_stderr: Callable[[bytes], None] | None = None,
+                 files: Mapping[str, bytes] | None = None) -> Outcome:
+    """Run `command` for `wt` on an answering lane; the exit status is the command's. `files`
+    (lane-copy path -> content) travel with the untracked files: files of this machine the
+    command needs, which the lane cannot read here."""
     keep_env = settings.get_flag(settings.LANE_KEEP_ENV)
     restore = _interrupt_handlers()
     run = _GateRun(lane, conn, wt, forge)
     result: dict[str, Any] | None = None
     try:
         session = run.open(settings.get_float(settings.LANE_MIN_FREE_GB), sweep)
-        run.send(session, command, extra_env, keep_env, pull)
+        run.send(session, command, extra_env, keep_env, pull, files)
         result = run.stream(session, on_stdout or _write(sys.stdout), on_stderr or _write(sys.stderr))
     except (KeyboardInterrupt, _Term) as e:
         how = Stop.INT if isinstance(e, KeyboardInterrupt) else Stop.TERM
@@ -353,7 +356,7 @@ def in_place(worktree: Path, command: Sequence[str], pull: Sequence[str] = (),
 
 def run(worktree: Path, command: list[str], *, lane_index: int | None = None, lane_only: bool = True,
         pull: Sequence[str] = (), extra_env: dict[str, str] | None = None,
-        sweep: Callable[[Lane, str], object] | None = None) -> int:
+        sweep: Callable[[Lane, str], object] | None = None, files: Mapping[str, bytes] | None = None) -> int:
     """`nev lane run`: the command's exit status; NoLaneError (3) when no lane answers and lane-only.
 
     Already on a lane (NEV_ON_LANE set) it runs in place, as `nev lane on` does."""
@@ -363,6 +366,8 @@ def run(worktree: Path, command: list[str], *, lane_index: int | None = None, la
         return in_place(Path(worktree), command, pull, extra_env)
     for d in pull:
         check_rel(d.rstrip("/"), "--pull")
+    for name in files or {}:
+        check_rel(name, "a file sent with the run")
     wt = payload.Worktree.open(Path(worktree))
     lf = lanesfile.configured(require=lane_only)
     picked = pick_lane(lf, lane_index) if lf.lanes else None
@@ -376,7 +381,7 @@ def run(worktree: Path, command: list[str], *, lane_index: int | None = None, la
     forge = forge_for(wt, lf)
     try:
         return gate_on_lane(lane, conn, wt, command, forge=forge, pull=pull, extra_env=extra_env,
-                            sweep=sweep).status
+                            sweep=sweep, files=files).status
     finally:
         conn.close()
 

@@ -23,6 +23,7 @@ import os
 import tarfile
 import tokenize
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -211,8 +212,10 @@ def untracked_names(repo: Repo) -> list[str]:
     return [n for n in names if n != ".env"]
 
 
-def untracked_tar(root: Path, names: list[str]) -> bytes:
-    if not names:
+def untracked_tar(root: Path, names: list[str], extra: Mapping[str, bytes] | None = None) -> bytes:
+    """The untracked files, and `extra` (lane-copy path -> content: files of this machine that
+    travel with the run, e.g. a batch's declared aliases), as one gzipped tar."""
+    if not names and not extra:
         return b""
     raw = io.BytesIO()
     with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
@@ -222,15 +225,21 @@ def untracked_tar(root: Path, names: list[str]) -> bytes:
                 if not os.path.lexists(p):
                     continue
                 tf.add(str(p), arcname=n, recursive=False)
+            for n, data in (extra or {}).items():
+                info = tarfile.TarInfo(n)
+                info.size, info.mode = len(data), 0o600
+                tf.addfile(info, io.BytesIO(data))
     return raw.getvalue()
 
 
-def build(wt: Worktree, lane_tips: list[str], forge_reachable: bool) -> Payload:
+def build(wt: Worktree, lane_tips: list[str], forge_reachable: bool,
+          extra: Mapping[str, bytes] | None = None) -> Payload:
     basis = basis_for(wt.repo, lane_tips, forge_reachable)
     names = untracked_names(wt.repo)
     env_file = wt.path / ".env"
     env = env_file.read_bytes() if env_file.is_file() else b""
     return Payload(commit=wt.commit, bundle=bundle(wt.repo, wt.commit, basis), diff=diff(wt.repo),
-                   untracked=untracked_tar(wt.path, names), env=env, untracked_count=len(names),
+                   untracked=untracked_tar(wt.path, names, extra), env=env,
+                   untracked_count=len(names) + len(extra or {}),
                    basis=basis)
 

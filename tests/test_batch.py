@@ -291,3 +291,36 @@ def test_nev_ledger_on_the_dev_box_reads_the_share_named_by_the_lanes_file(tmp_p
     lanes.write_text(json.dumps({"lanes": [], "nas": str(nas)}))
     r = _nev("ledger", "--worktree", "wty", env={"NEV_LANES_FILE": str(lanes)})
     assert r.returncode == 0 and "qwen3.8-27b-fast" in r.stdout, r.stderr
+
+
+def test_declared_aliases_outside_the_worktree_travel_with_a_batch_to_the_lane(tmp_path, monkeypatch):
+    # A lane cannot read this machine's files: a declaration outside the worktree is sent into
+    # the lane copy and the setting there points at it; one inside the worktree travels as is.
+    wt = tmp_path / "wt"
+    (wt / "bench").mkdir(parents=True)
+    outside = tmp_path / "box" / "folknet.json"
+    outside.parent.mkdir()
+    outside.write_text('{"aliases": {}}')
+    env = {"NEV_FOLKNET_FILE": str(outside), "NEV_MODELS": "a:1:1"}
+    monkeypatch.setenv("NEV_FOLKNET_FILE", str(outside))
+    files = onlane.declared_files(wt, env)
+    assert files == {onlane.DECLARED_ON_LANE: b'{"aliases": {}}'}
+    assert env == {"NEV_FOLKNET_FILE": onlane.DECLARED_ON_LANE, "NEV_MODELS": "a:1:1"}
+    inside = wt / "bench" / "folknet.json"
+    inside.write_text("{}")
+    monkeypatch.setenv("NEV_FOLKNET_FILE", "bench/folknet.json")
+    env = {"NEV_FOLKNET_FILE": "bench/folknet.json"}
+    assert onlane.declared_files(wt, env) == {}
+    assert env == {"NEV_FOLKNET_FILE": "bench/folknet.json"}
+
+
+def test_files_sent_with_a_run_are_in_the_untracked_tar_with_their_lane_copy_names(tmp_path):
+    import io
+    import tarfile
+
+    from lanes import payload
+    data = payload.untracked_tar(tmp_path, [], {".nev-sent/folknet.json": b"{}"})
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tf:
+        member = tf.getmember(".nev-sent/folknet.json")
+        assert tf.extractfile(member).read() == b"{}"          # type: ignore[union-attr]
+        assert member.mode == 0o600

@@ -182,14 +182,18 @@ def test_worker_without_client_certificate_cannot_connect_and_is_stopped_spinnin
 
 
 def _kill_lane_except_sshd(netns: str) -> int:
+    """Every process of the lane but its sshd and, on an LXC lane, the guest's init (pid 1 in the
+    guest's pid namespace: killing it would end the guest, not just its work)."""
     pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split()
     killed = 0
     for p in pids:
         try:
             comm = Path(f"/proc/{p}/comm").read_text().strip()
-        except OSError:
+            nspid = next(line.split()[-1] for line in Path(f"/proc/{p}/status").read_text().splitlines()
+                         if line.startswith("NSpid:"))
+        except (OSError, StopIteration):
             continue
-        if comm != "sshd":
+        if comm != "sshd" and nspid != "1":
             try:
                 os.kill(int(p), signal.SIGKILL)
                 killed += 1
