@@ -13,6 +13,7 @@ import hashlib
 import os
 import pwd
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from lanes.agent.layout import MODEL_ENV
 from lanes.base import jsonfile, settings
+from lanes.base.errors import NevError
 from lanes.base.mask import register_secret
 from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, procs, state
 from rig.box.lanes_netns import USER, client_key, ensure_jump_user, ensure_user, host_key
@@ -280,26 +282,45 @@ class Build:
                   (fdir / "nginx.conf", fdir / "htpasswd"))
 
     def start_pools_and_proxy(self) -> None:
-        """Stand-in pools, then HAProxy in front of them."""
+        """Stand-in pools, each replica through its unit script, then HAProxy in front of them."""
         pdir = self.dir / "pools"
-        pdir.mkdir(exist_ok=True)
+        (pdir / "units").mkdir(parents=True, exist_ok=True)
         bank = pdir / "bank.json"
         if not bank.exists():
             shutil.copyfile(Path(__file__).with_name("bank.json"), bank)
-        pool_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(PROJECT),
-                    "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
         for p, h in zip(plan.POOLS, self.layout.pool_hosts(), strict=True):
-            self.keep(f"{p.name}.pool", p.name, [
-                "ip", "netns", "exec", h.netns, sys.executable, "-m", "rig.box.pool", "--addr", h.addr,
-                "--port", str(plan.POOL_PORT), "--name", p.name, "--bank", str(bank),
-                "--model", f"{p.alias}={p.tier}", "--max-inflight", str(p.max_inflight)],
-                (bank, POOL_CODE), env=pool_env, cwd=PROJECT)
+            for r in p.replica_names():
+                self._replica(p, r, h, bank)
         hcfg = self.dir / "proxy" / "haproxy.cfg"
         hcfg.parent.mkdir(exist_ok=True)
         hcfg.write_text(plan.haproxy_cfg(self.layout, str(self.dir / "run" / "haproxy.pid"),
                                          str(self.dir / "run" / "haproxy.sock")))
         self.keep("proxy.haproxy", "proxy", ["ip", "netns", "exec", self.layout.proxy().netns, "/usr/sbin/haproxy",
                                              "-W", "-db", "-f", str(hcfg)], (hcfg,))
+
+    def _replica(self, p: plan.Pool, replica: str, h: plan.Host, bank: Path) -> None:
+        """One replica started by its own unit script (as `nev rig start` starts it), its
+        processes recorded; one a `nev rig start` left running is stopped and started again."""
+        unit = self.dir / "pools" / "units" / f"{p.name}-{replica}"
+        unit.write_text(plan.unit_script(p, replica, h.addr, sys.executable, str(PROJECT), str(bank),
+                                         str(self.dir / "run" / f"{p.name}-{replica}.pids"),
+                                         str(self.log(f"{p.name}.{replica}")), str(self.dir / "run")))
+        unit.chmod(0o755)
+        keys = pool_keys(p, replica)
+        files = (bank, POOL_CODE, unit)
+        if all(self.fresh(k, *files) for k in keys):
+            return
+        for k in keys:
+            if k in self.st.procs:
+                procs.stop(self.st.procs.pop(k))
+        run = ["ip", "netns", "exec", h.netns, str(unit)]
+        subprocess.run([*run, "stop"], capture_output=True, timeout=30)
+        cp = subprocess.run([*run, "start"], capture_output=True, text=True, timeout=60)
+        if cp.returncode != 0:
+            raise NevError(f"could not start {p.name}/{replica}: {cp.stderr.strip() or 'exit ' + str(cp.returncode)}")
+        pids = (self.dir / "run" / f"{p.name}-{replica}.pids").read_text().split()
+        for k, pid in zip(keys, pids, strict=True):
+            self.record(procs.adopt(k, p.name, int(pid), [str(unit), "start"]), *files)
 
     def write_rig_files(self) -> None:
         """The folknet and rig files, and the lanes file: what points nev at the box."""
@@ -308,7 +329,9 @@ class Build:
         jsonfile.write_atomic(info.folknet_file, plan.folknet(self.layout))
         jsonfile.write_atomic(info.rig_file, plan.rig_file(
             self.layout, str(self.dir / "proxy" / "haproxy.cfg"), str(self.dir / "run" / "haproxy.pid"),
-            str(self.dir / "gateway" / "config.yaml"), str(info.known_hosts), str(info.ssh_key)))
+            str(self.dir / "gateway" / "config.yaml"), str(info.known_hosts), str(info.ssh_key),
+            admin=f"{sys.executable} -I {PROJECT / 'rig' / 'box' / 'haproxy.py'} {self.dir / 'run' / 'haproxy.sock'}",
+            units_dir=str(self.dir / "pools" / "units")))
         jsonfile.write_atomic(info.lanes_file, plan.lanes_file(
             [{"ssh": ln.ssh, "root": ln.root, "shared": ln.shared, "name": ln.name} for ln in info.lanes],
             info.forge_url + "engine.git", str(info.nas), info.jump))
@@ -343,8 +366,8 @@ class Build:
             for h, rec in self.started_sshds:
                 procs.wait_port(h.addr, plan.SSH_PORT, 10, rec, self.log(rec.key))
             procs.wait_http(f"http://{info.forge_addr}/health", 10, recs["forge.nginx"], self.log("forge.nginx"))
-            for pi in info.pools.values():
-                key = f"{pi.name}.pool"
+            for p in plan.POOLS:
+                pi, key = info.pools[p.name], pool_keys(p, p.replica_names()[0])[0]
                 procs.wait_http(f"http://{pi.addr}:{pi.port}/health", 10, recs[key], self.log(key))
             for pi in info.pools.values():
                 procs.wait_port(self.layout.proxy().addr, pi.proxy_port, 10, recs["proxy.haproxy"],
@@ -365,6 +388,14 @@ class Build:
         self.changed += self.box.forwards(st, "up")
         st.complete = True
         state.write_state(self.dir, st)
+
+
+def pool_keys(p: plan.Pool, replica: str) -> list[str]:
+    """box.json's keys for a replica's processes: `gpu0.pool` for a one-replica pool (and a
+    pair's head; its worker half `gpu1.worker`), `gpu2.r0` for each replica of a larger pool."""
+    if p.pair:
+        return [f"{p.name}.pool", f"{p.name}.worker"]
+    return [f"{p.name}.pool" if p.replicas == 1 else f"{p.name}.{replica}"]
 
 
 def ssh_client_config(box_name: str, info: BoxInfo) -> str:

@@ -89,7 +89,8 @@ class Box:
             aliases={p.alias: p.name for p in plan.POOLS}, proxy_addr=layout.proxy().addr,
             pools={p.name: PoolInfo(name=p.name, netns=h.netns, addr=h.addr, port=plan.POOL_PORT,
                                     control_url=f"http://{h.addr}:{plan.POOL_PORT}/control", alias=p.alias,
-                                    max_inflight=p.max_inflight, proxy_port=layout.proxy_port(p.name))
+                                    max_inflight=p.max_inflight, proxy_port=layout.proxy_port(p.name),
+                                    replicas={r: p.port(r) for r in p.replica_names()})
                    for p, h in zip(plan.POOLS, layout.pool_hosts(), strict=True)},
             proxy_stats_socket=self.dir / "run" / "haproxy.sock",
             folknet_file=self.dir / "folknet.json", rig_file=self.dir / "rig.local.json",
