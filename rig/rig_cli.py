@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from rig.forward_cli import forward
+from rig.serving_cli import COMMANDS as SERVING_COMMANDS
 
 
 @click.group("rig")
@@ -289,3 +290,5 @@ def dashboard(port: int, refresh: int | None) -> int:
 
 
 rig.add_command(forward)
+for _cmd in SERVING_COMMANDS:
+    rig.add_command(_cmd)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from lanes.base import jsonfile, settings
 from lanes.base.ssh import SshError, Target
+from rig.serving import declared
+from rig.serving.declared import ServingRole
 
 DEFAULT_HOST_STORE = "/var/lib/nev/rig-snapshots"
 DEFAULT_HEALTH_TIMEOUT = 20.0
@@ -30,6 +32,9 @@ class Role:
     validates: dict[str, str] = field(default_factory=dict)
     volatile: list[str] = field(default_factory=list)
     health_timeout: float = DEFAULT_HEALTH_TIMEOUT
+    # a proxy role's HAProxy runtime API: a command that sends its stdin to the admin socket
+    # and prints the answer (e.g. `socat stdio /run/haproxy/admin.sock`)
+    admin: str | None = None
 
     def validate_for(self, path: str) -> str | None:
         return self.validates.get(path)
@@ -65,6 +70,7 @@ class RigFile:
     known_hosts: Path | None = None
     ssh_key: Path | None = None
     forwards: dict[str, Forward] = field(default_factory=dict)
+    serving: dict[str, ServingRole] = field(default_factory=dict)
 
 
 def _regexes(f: jsonfile.Fields, obj: dict, key: str, where: str) -> list[str]:
@@ -136,7 +142,8 @@ def _role(f: jsonfile.Fields, name: str, obj: object) -> Role:
                 reload=f.get(o, "reload", str, where, required=False),
                 health=f.get(o, "health", str, where, required=False),
                 masks=_masks(f, o, where), validates=validates,
-                volatile=_regexes(f, o, "volatile", where), health_timeout=float(timeout))
+                volatile=_regexes(f, o, "volatile", where), health_timeout=float(timeout),
+                admin=f.get(o, "admin", str, where, required=False))
 
 
 def _port(f: jsonfile.Fields, value: object, where: str) -> int:
@@ -199,7 +206,7 @@ def load(path: Path) -> RigFile:
     return RigFile(path=path, roles=roles, jump=jump, seeds=f.str_list(top, "seeds", ""),
                    host_store=store.rstrip("/"),
                    known_hosts=_rel(path, kh), ssh_key=_rel(path, key),
-                   forwards=_forwards(f, top, jump))
+                   forwards=_forwards(f, top, jump), serving=declared.load(f, top, set(roles)))
 
 
 def _rel(base: Path, p: str | None) -> Path | None:

@@ -1,0 +1,48 @@
+"""`nev rig drain|stop|start|restart`: parses arguments and dispatches to rig.serving."""
+
+from __future__ import annotations
+
+import click
+
+HELP = {
+    "drain": """Take ROLE[/REPLICA] out of HAProxy (drain), wait for its calls in flight, then stop it.
+
+    Drain through HAProxy's runtime API (no config edit, no reload), wait until the server has
+    no session or the grace is over (the calls still in flight are cut and counted), stop the
+    unit, put the server in maintenance.""",
+    "stop": """Put ROLE[/REPLICA] in maintenance in HAProxy, then stop its unit (calls in flight are cut).""",
+    "start": """Start ROLE[/REPLICA]'s unit, wait for its health, put it back to ready, check a real completion.""",
+    "restart": """Drain and stop ROLE[/REPLICA], then start it again (drain's steps, then start's).""",
+}
+TAIL = """
+
+    One line per step; a change-log entry (who, what, when, result) in the rig notes. A stop
+    that would leave an alias with no ready replica is refused unless --force. A pair starts and
+    stops only as one (naming one half is refused). Exits 1 naming the step that failed."""
+
+
+def _make(verb: str) -> click.Command:
+    @click.command(verb, help=HELP[verb] + TAIL)
+    @click.argument("spec", metavar="ROLE[/REPLICA]")
+    @click.option("--dry-run", is_flag=True, help="Print the steps; change nothing.")
+    @click.option("--force", is_flag=True, help="Stop even the last ready replica of an alias.")
+    @click.option("--grace", type=click.FloatRange(min=0), default=60.0, show_default=True,
+                  help="Seconds a drain waits for calls in flight before it stops the replica.")
+    @click.option("--probe-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
+                  help="Seconds the completion through the gateway may take after a start.")
+    def cmd(spec: str, dry_run: bool, force: bool, grace: float, probe_timeout: float) -> int:
+        from lanes.base.mask import known_secrets, mask
+        from rig import rigfile
+        from rig.serving.actions import run_verb
+        from rig.snapshot.context import notes_dir
+
+        def say(line: str) -> None:
+            click.echo(mask(line, extra=known_secrets()))
+
+        return run_verb(verb, spec, rigfile.load(rigfile.default_path()), notes_dir(), say, grace=grace,
+                        force=force, dry_run=dry_run, probe_timeout=probe_timeout)
+
+    return cmd
+
+
+COMMANDS = [_make(v) for v in ("drain", "stop", "start", "restart")]
