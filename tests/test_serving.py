@@ -1,0 +1,105 @@
+"""The serving commands' pure parts: the declared roles, `show stat` parsing, the last-ready-replica
+refusal and the steps each verb takes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lanes.base.errors import ConfigError, UsageError
+from rig import rigfile
+from rig.serving import actions, declared
+from rig.serving.haproxy import Server, parse_stat
+
+
+def unit(host: str, name: str, **more: object) -> dict:
+    return {"host": host, "start": f"/usr/bin/systemctl start {name}", "stop": f"/usr/bin/systemctl stop {name}",
+            "status": f"/usr/bin/systemctl is-active --quiet {name}", **more}
+
+
+RIG = {"roles": {"proxy": {"hosts": ["root@proxy"], "admin": "socat stdio /run/haproxy/admin.sock"}},
+       "serving": {
+           "flashnext": {"proxy": "proxy", "backend": "be_fn", "aliases": ["qwen3.8-flash-next"],
+                         "replicas": {"r0": unit("admin@arm1", "fn", server="n1", sudo=True),
+                                      "r1": unit("admin@arm2", "fn", server="n2", sudo=True)}},
+           "dsv": {"proxy": "proxy", "backend": "be_dsv", "aliases": ["deepseek-v4.1-flash"], "start_timeout": 600,
+                   "replicas": {"pair": unit("admin@arm3", "dsv-pair", server="dsv", halves=["head", "worker"])}}}}
+
+
+def load(tmp_path, data: dict) -> rigfile.RigFile:
+    p = tmp_path / "rig.local.json"
+    p.write_text(json.dumps(data))
+    return rigfile.load(p)
+
+
+def test_the_rig_file_declares_serving_roles_with_their_replicas_and_a_pair(tmp_path):
+    rig = load(tmp_path, RIG)
+    fn = rig.serving["flashnext"]
+    assert fn.backend == "be_fn" and list(fn.replicas) == ["r0", "r1"] and fn.replicas["r1"].server == "n2"
+    assert fn.replicas["r0"].command("stop") == "sudo -n /usr/bin/systemctl stop fn"
+    assert rig.serving["dsv"].replicas["pair"].halves == ("head", "worker")
+    assert rig.serving["dsv"].start_timeout == 600 and rig.roles["proxy"].admin.startswith("socat")
+
+
+def test_a_bad_serving_field_is_named(tmp_path):
+    bad = json.loads(json.dumps(RIG))
+    bad["serving"]["dsv"]["proxy"] = "nope"
+    with pytest.raises(ConfigError, match=r"serving\.dsv\.proxy"):
+        load(tmp_path, bad)
+    bad = json.loads(json.dumps(RIG))
+    bad["serving"]["flashnext"]["replicas"]["r0"]["stat"] = "x"
+    with pytest.raises(ConfigError, match=r"serving\.flashnext\.replicas\.r0\.stat"):
+        load(tmp_path, bad)
+
+
+def test_a_pair_half_is_refused_and_a_role_means_all_its_replicas(tmp_path):
+    rig = load(tmp_path, RIG)
+    with pytest.raises(UsageError, match="one half of the pair dsv/pair .* nev rig start dsv/pair"):
+        declared.resolve(rig.serving, "dsv/worker", "start")
+    role, reps = declared.resolve(rig.serving, "flashnext", "drain")
+    assert [r.ref for r in reps] == ["flashnext/r0", "flashnext/r1"]
+    with pytest.raises(UsageError, match="no replica 'r9'"):
+        declared.resolve(rig.serving, "flashnext/r9", "stop")
+
+
+STAT = """# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,weight
+fe_fn,FRONTEND,,,3,5,512,40,OPEN,
+be_fn,n1,0,0,2,4,8,20,UP,1
+be_fn,n2,1,1,4,8,8,20,DRAIN,0
+be_fn,BACKEND,0,0,6,8,,40,UP,1
+be_dsv,dsv,0,0,0,2,2,3,MAINT,1
+"""
+
+
+def test_show_stat_gives_each_server_its_state_and_calls_in_flight():
+    rows = {s.name: s for s in parse_stat(STAT)}
+    assert set(rows) == {"n1", "n2", "dsv"}
+    assert rows["n1"].ready and rows["n1"].in_flight == 2 and rows["n1"].slim == 8
+    assert rows["n2"].state == "drained" and rows["n2"].in_flight == 5
+    assert rows["dsv"].state == "stopped" and not rows["dsv"].ready
+
+
+def srv(backend: str, name: str, status: str) -> Server:
+    return Server(backend, name, status, 0, 0, 8, 1)
+
+
+def test_the_last_ready_replica_of_an_alias_is_found(tmp_path):
+    rig = load(tmp_path, RIG)
+    fn = rig.serving["flashnext"]
+    both = [srv("be_fn", "n1", "UP"), srv("be_fn", "n2", "no check")]
+    assert actions.orphaned(rig.serving, both, [fn.replicas["r0"]], [fn]) == []
+    one = [srv("be_fn", "n1", "UP"), srv("be_fn", "n2", "DRAIN")]
+    assert actions.orphaned(rig.serving, one, [fn.replicas["r0"]], [fn]) == ["qwen3.8-flash-next"]
+    assert actions.orphaned(rig.serving, both, list(fn.replicas.values()), [fn]) == ["qwen3.8-flash-next"]
+
+
+def test_each_verb_takes_the_backend_out_before_the_unit_stops(tmp_path):
+    rig = load(tmp_path, RIG)
+    fn = rig.serving["flashnext"]
+    steps = actions.plan("drain", fn, [fn.replicas["r0"]], 60)
+    assert [s.split(" ")[0] for s in steps] == ["check", "set", "wait", "stop", "set"]
+    assert "to drain" in steps[1] and "grace 60 s" in steps[2] and "to maint" in steps[4]
+    assert [s.split(" ")[0] for s in actions.plan("stop", fn, [fn.replicas["r0"]], 60)] == ["check", "set", "stop"]
+    up = actions.plan("start", fn, [fn.replicas["r0"]], 60)
+    assert [s.split(" ")[0] for s in up] == ["start", "wait", "set", "one"] and "to ready" in up[2]
