@@ -35,6 +35,8 @@ class Role:
     # a proxy role's HAProxy runtime API: a command that sends its stdin to the admin socket
     # and prints the answer (e.g. `socat stdio /run/haproxy/admin.sock`)
     admin: str | None = None
+    # a gateway role's per-key allowlists on its host: {id: {"name": KEY, "models": [ALIAS...]}}
+    keys_file: str | None = None
 
     def validate_for(self, path: str) -> str | None:
         return self.validates.get(path)
@@ -143,7 +145,8 @@ def _role(f: jsonfile.Fields, name: str, obj: object) -> Role:
                 health=f.get(o, "health", str, where, required=False),
                 masks=_masks(f, o, where), validates=validates,
                 volatile=_regexes(f, o, "volatile", where), health_timeout=float(timeout),
-                admin=f.get(o, "admin", str, where, required=False))
+                admin=f.get(o, "admin", str, where, required=False),
+                keys_file=f.get(o, "keys_file", str, where, required=False))
 
 
 def _port(f: jsonfile.Fields, value: object, where: str) -> int:

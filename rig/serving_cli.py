@@ -46,3 +46,33 @@ def _make(verb: str) -> click.Command:
 
 
 COMMANDS = [_make(v) for v in ("drain", "stop", "start", "restart")]
+
+
+@click.command("drift")
+@click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON.")
+def drift(as_json: bool) -> int:
+    """Compare the gateway, HAProxy and bench/folknet.json; one line per difference.
+
+    Reads every model the gateway serves (with NEV_GATEWAY_ADMIN_KEY_FILE), HAProxy's server
+    lines through its runtime API and the gateway's keys file over SSH. Exits 1 when anything
+    differs.
+    """
+    from bench import folknet
+    from lanes.base.ui import emit_json
+    from rig import rigfile
+    from rig.serving import drift as dr
+
+    rig_file = rigfile.load(rigfile.default_path())
+    declared = folknet.load(folknet.default_path())
+    diffs = dr.compare(declared, rig_file.serving, dr.gather(rig_file, dr.served_models()))
+    if as_json:
+        emit_json([d.to_json() for d in diffs])
+    else:
+        for d in diffs:
+            click.echo(d.message)
+        if not diffs:
+            click.echo("no drift: the gateway, HAProxy and the declaration agree")
+    return 1 if diffs else 0
+
+
+COMMANDS.append(drift)

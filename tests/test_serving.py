@@ -103,3 +103,25 @@ def test_each_verb_takes_the_backend_out_before_the_unit_stops(tmp_path):
     assert [s.split(" ")[0] for s in actions.plan("stop", fn, [fn.replicas["r0"]], 60)] == ["check", "set", "stop"]
     up = actions.plan("start", fn, [fn.replicas["r0"]], 60)
     assert [s.split(" ")[0] for s in up] == ["start", "wait", "set", "one"] and "to ready" in up[2]
+
+
+def test_drift_compares_the_three_sides_one_difference_per_line(tmp_path):
+    from bench import folknet
+    from rig.serving.drift import Live, compare
+
+    rig = load(tmp_path, RIG)
+    f = tmp_path / "folknet.json"
+    f.write_text(json.dumps({"providers": ["self-hosted"], "aliases": {
+        "qwen3.8-flash-next": {"pool": "p", "max_inflight": 16, "provider": "self-hosted", "keys": ["batch"]},
+        "deepseek-v4.1-flash": {"pool": "p", "max_inflight": 2, "provider": "self-hosted", "keys": ["batch"]},
+        "glm-5.3-flash": {"pool": "p", "max_inflight": 8, "provider": "self-hosted", "retired": "2026-09-22"}}}))
+    declared = folknet.load(f)
+    servers = [srv("be_fn", "n1", "UP"), srv("be_fn", "n2", "UP"), Server("be_dsv", "dsv", "MAINT", 0, 0, 2, 1)]
+    live = Live(served=["deepseek-v4.1-flash", "glm-5.3-flash", "qwen3.8-flash-next"], servers=servers,
+                keys={"batch": ["qwen3.8-flash-next", "glm-5.3-flash"]})
+    kinds = sorted((d.kind, d.alias) for d in compare(declared, rig.serving, live))
+    assert kinds == [("key-missing", "deepseek-v4.1-flash"), ("key-too-much", "glm-5.3-flash"),
+                     ("none-up", "deepseek-v4.1-flash"), ("retired-served", "glm-5.3-flash")]
+    live = Live(served=["qwen3.8-flash-next"], servers=[srv("be_fn", "n1", "UP"), Server("be_fn", "n2", "UP", 0, 0, 4, 1)])
+    assert [(d.kind, d.alias) for d in compare(declared, rig.serving, live)] == [
+        ("missing", "deepseek-v4.1-flash"), ("limit", "qwen3.8-flash-next")]

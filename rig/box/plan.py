@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from lanes.agent import layout as lane_layout
 from lanes.base import sshd
@@ -551,6 +552,7 @@ def rig_file(layout: Layout, haproxy_cfg_path: str, haproxy_pid: str, litellm_cf
                       "health": f"haproxy -c -q -f {haproxy_cfg_path}",
                       **({"admin": admin} if admin else {})},
             "gateway": {"hosts": [f"root@{gw}"], "files": [litellm_cfg_path], "masks": ["master_key"],
+                        "keys_file": str(Path(litellm_cfg_path).with_name("keys.json")),
                         "validate": "python3 -c 'import sys,yaml; yaml.safe_load(open(sys.argv[1]))' {path}",
                         "health": f"curl -fsS --noproxy '*' http://{gw}:{GATEWAY_PORT}/health/liveliness"},
         },
