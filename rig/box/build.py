@@ -192,15 +192,29 @@ class Build:
 
     def start_gateway(self) -> None:
         gw, gdir = self.layout.gateway(), self.dir / "gateway"
-        genv, _keyfiles, _master = gateway.write_files(self.layout, gdir, self.dir / "keys")
+        genv, _keyfiles, master = gateway.write_files(self.layout, gdir, self.dir / "keys")
         for k in (genv["LITELLM_MASTER_KEY"], *(p.read_text().strip() for p in self.info.keys.values())):
             register_secret(k)
         self.gateway_at = time.monotonic()
         (gdir / "home").mkdir(exist_ok=True)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(gdir / "home"),
                "LANG": "C.UTF-8", **genv}
-        self.keep("gateway.litellm", "gateway", gateway.argv(gw.netns, gw.addr, gdir / "config.yaml"),
-                  (gdir / "config.yaml", gdir / "keys.json", gdir / f"{gateway.AUTH_MODULE}.py"), env=env, cwd=gdir)
+        unit, pids = gdir / "unit", self.dir / "run" / "gateway.pid"
+        unit.write_text(gateway.unit_script(env, gdir, master, gw.addr, pids, self.log("gateway.litellm")))
+        unit.chmod(0o755)
+        files = (gdir / "config.yaml", gdir / "keys.json", gdir / f"{gateway.AUTH_MODULE}.py", unit)
+        if self.fresh("gateway.litellm", *files):
+            return
+        # Through its unit, as a role reload restarts it: the unit stops whatever LiteLLM it
+        # started last (one a `nev rig` reload left running too), so there is never a second one.
+        self.st.procs.pop("gateway.litellm", None)
+        run = ["ip", "netns", "exec", gw.netns, str(unit)]
+        subprocess.run([*run, "stop"], capture_output=True, timeout=30)
+        cp = subprocess.run([*run, "start", "--no-wait"], capture_output=True, text=True, timeout=60)
+        if cp.returncode != 0:
+            raise NevError(f"could not start the gateway: {cp.stderr.strip() or 'exit ' + str(cp.returncode)}")
+        self.record(procs.adopt("gateway.litellm", "gateway", int(pids.read_text().split()[0]), [str(unit), "start"]),
+                    *files)
 
     def prepare_lanes(self) -> None:
         """Every lane's files and keys (through its backend) and its ~/.lane-model-env."""

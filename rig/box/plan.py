@@ -43,6 +43,7 @@ JUMP_USER = "nevjump"
 # The development box's local forwards (127.0.0.1), one pair of ports per box net.
 FORWARD_PORT0 = 30000
 GATEWAY_PORT = 4000
+GATEWAY_RESTART_TIMEOUT = 300   # LiteLLM's start takes ~10 s of CPU; minutes on a busy 2-core box
 POOL_PORT = 8000
 PROXY_PORT0 = 8100
 
@@ -551,10 +552,15 @@ def rig_file(layout: Layout, haproxy_cfg_path: str, haproxy_pid: str, litellm_cf
                       "reload": f"kill -USR2 $(cat {haproxy_pid})",
                       "health": f"haproxy -c -q -f {haproxy_cfg_path}",
                       **({"admin": admin} if admin else {})},
-            "gateway": {"hosts": [f"root@{gw}"], "files": [litellm_cfg_path], "masks": ["master_key"],
+            # the keys file (digests and allowlists, no secret) is in the snapshot with the config
+            "gateway": {"hosts": [f"root@{gw}"], "masks": ["master_key"],
+                        "files": [litellm_cfg_path, str(Path(litellm_cfg_path).with_name("keys.json"))],
                         "keys_file": str(Path(litellm_cfg_path).with_name("keys.json")),
                         "validate": "python3 -c 'import sys,yaml; yaml.safe_load(open(sys.argv[1]))' {path}",
-                        "health": f"curl -fsS --noproxy '*' http://{gw}:{GATEWAY_PORT}/health/liveliness"},
+                        # LiteLLM has no reload: its unit restarts it and waits until it answers
+                        "reload": f"{Path(litellm_cfg_path).with_name('unit')} restart",
+                        "health": f"curl -fsS --noproxy '*' http://{gw}:{GATEWAY_PORT}/health/liveliness",
+                        "health_timeout": GATEWAY_RESTART_TIMEOUT},
         },
     }
 
