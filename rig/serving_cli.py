@@ -50,20 +50,39 @@ COMMANDS = [_make(v) for v in ("drain", "stop", "start", "restart")]
 
 @click.command("drift")
 @click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON.")
-def drift(as_json: bool) -> int:
+@click.option("--fix", is_flag=True, help="Regenerate the gateway's model list from the declaration and put it "
+              "in place (snapshot first; validate, atomic move, reload, health check, rolled back on failure).")
+def drift(as_json: bool, fix: bool) -> int:
     """Compare the gateway, HAProxy and bench/folknet.json; one line per difference.
 
     Reads every model the gateway serves (with NEV_GATEWAY_ADMIN_KEY_FILE), HAProxy's server
     lines through its runtime API and the gateway's keys file over SSH. Exits 1 when anything
-    differs.
+    differs. With --fix, the gateway's model list is regenerated and applied first; what is
+    left is printed after it.
     """
     from bench import folknet
+    from lanes.base.mask import known_secrets, mask
     from lanes.base.ui import emit_json
     from rig import rigfile
     from rig.serving import drift as dr
 
     rig_file = rigfile.load(rigfile.default_path())
     declared = folknet.load(folknet.default_path())
+    fixed = 0
+    if fix:
+        from rig.serving import fix as fx
+        from rig.snapshot.context import Context, notes_dir
+        from rig.snapshot.record import take
+
+        def say(line: str) -> None:
+            click.echo(mask(line, extra=known_secrets()), err=as_json)
+
+        role = fx.gateway_role(rig_file).name
+
+        def snapshot(label: str) -> None:
+            take(Context.load(), label, (role,), say)
+
+        fixed = fx.fix(rig_file, declared, notes_dir(), say, snapshot)
     diffs = dr.compare(declared, rig_file.serving, dr.gather(rig_file, dr.served_models()))
     if as_json:
         emit_json([d.to_json() for d in diffs])
@@ -72,7 +91,7 @@ def drift(as_json: bool) -> int:
             click.echo(d.message)
         if not diffs:
             click.echo("no drift: the gateway, HAProxy and the declaration agree")
-    return 1 if diffs else 0
+    return 1 if diffs or fixed else 0
 
 
 COMMANDS.append(drift)

@@ -125,3 +125,51 @@ def test_drift_compares_the_three_sides_one_difference_per_line(tmp_path):
     live = Live(served=["qwen3.8-flash-next"], servers=[srv("be_fn", "n1", "UP"), Server("be_fn", "n2", "UP", 0, 0, 4, 1)])
     assert [(d.kind, d.alias) for d in compare(declared, rig.serving, live)] == [
         ("missing", "deepseek-v4.1-flash"), ("limit", "qwen3.8-flash-next")]
+
+
+def _entry(alias: str, base: str) -> dict:
+    return {"model_name": alias, "litellm_params": {"model": f"openai/{alias}", "api_base": base, "max_retries": 0}}
+
+
+def test_drift_fix_regenerates_the_model_list_keeping_served_entries_and_copying_a_pools_entry(tmp_path):
+    from bench import folknet
+    from rig.serving.fix import regenerate
+
+    rig = load(tmp_path, RIG)
+    f = tmp_path / "folknet.json"
+    f.write_text(json.dumps({"providers": ["self-hosted"], "aliases": {
+        "qwen3.8-flash-next": {"pool": "flashnext", "max_inflight": 8, "provider": "self-hosted"},
+        "qwen3.8-flash-next-2": {"pool": "flashnext", "max_inflight": 8, "provider": "self-hosted"},
+        "kimi-3": {"pool": "elsewhere", "max_inflight": 8, "provider": "self-hosted"},
+        "glm-5.3-flash": {"pool": "flashnext", "max_inflight": 8, "provider": "self-hosted", "retired": "2026-09-22"}}}))
+    config = {"model_list": [_entry("qwen3.8-flash-next", "http://proxy:8101/v1"),
+                             _entry("glm-5.3-flash", "http://proxy:8101/v1"), _entry("stray", "http://x/v1")],
+              "general_settings": {"master_key": "os.environ/LITELLM_MASTER_KEY"}}
+    gen = regenerate(config, folknet.load(f), rig.serving)
+    assert gen.removed == ["glm-5.3-flash", "stray"] and gen.added == ["qwen3.8-flash-next-2"]
+    assert gen.unfixable == ["kimi-3"]                      # nothing of its pool to copy
+    assert gen.config["model_list"] == [_entry("qwen3.8-flash-next", "http://proxy:8101/v1"),
+                                        _entry("qwen3.8-flash-next-2", "http://proxy:8101/v1")]
+    assert gen.config["general_settings"] == config["general_settings"]
+    assert [e["model_name"] for e in config["model_list"]] == ["qwen3.8-flash-next", "glm-5.3-flash", "stray"]
+    again = regenerate(gen.config, folknet.load(f), rig.serving)
+    assert not again.changed and again.unfixable == ["kimi-3"]
+
+
+def test_drift_fix_gives_each_key_the_active_aliases_that_grant_it(tmp_path):
+    from bench import folknet
+    from rig.serving.fix import regenerate_keys
+
+    f = tmp_path / "folknet.json"
+    f.write_text(json.dumps({"providers": ["self-hosted"], "aliases": {
+        "a": {"pool": "p", "max_inflight": 8, "provider": "self-hosted", "keys": ["batch", "writer"]},
+        "b": {"pool": "p", "max_inflight": 8, "provider": "self-hosted", "keys": ["batch"]},
+        "old": {"pool": "p", "max_inflight": 8, "provider": "self-hosted", "keys": ["batch"], "retired": "2026-01-01"}}}))
+    keys = {"k1": {"name": "batch", "models": ["old", "a"], "sha256": "d1"},
+            "k2": {"name": "writer", "models": ["a"], "sha256": "d2"}}
+    new, changes = regenerate_keys(keys, folknet.load(f))
+    assert new == {"k1": {"name": "batch", "models": ["a", "b"], "sha256": "d1"},
+                   "k2": {"name": "writer", "models": ["a"], "sha256": "d2"}}
+    assert changes == ["key batch: no more old; now b"]
+    assert keys["k1"]["models"] == ["old", "a"]                   # the input is left as it was
+    assert regenerate_keys(new, folknet.load(f))[1] == []
