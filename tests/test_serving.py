@@ -173,3 +173,35 @@ def test_drift_fix_gives_each_key_the_active_aliases_that_grant_it(tmp_path):
     assert changes == ["key batch: no more old; now b"]
     assert keys["k1"]["models"] == ["old", "a"]                   # the input is left as it was
     assert regenerate_keys(new, folknet.load(f))[1] == []
+
+
+LOG = """## 2026-12-01T17:30:20Z drain flashnext/r0
+- who: root@vm
+- replicas: flashnext/r0 (be_fn)
+- drain flashnext/r0: set be_fn/n1 to drain (runtime API)
+- result: done
+
+## 2026-12-01T17:31:00Z stop flashnext
+- who: ops@laptop
+- replicas: flashnext/r0, flashnext/r1 (be_fn)
+- result: done
+"""
+
+
+def test_a_drained_or_stopped_replica_shows_as_such_and_its_alias_as_stopped_not_failing(tmp_path):
+    from rig.serving.state import alias_status, last_actions, replicas
+
+    rig = load(tmp_path, RIG)
+    acts = last_actions(LOG)
+    assert acts["flashnext/r0"].verb == "stop" and acts["flashnext/r1"].who == "ops@laptop"
+    servers = [srv("be_fn", "n1", "DRAIN"), srv("be_fn", "n2", "MAINT"), srv("be_dsv", "dsv", "DOWN")]
+    reps = replicas(rig.serving, servers, last_actions(LOG.split("\n\n")[0]))
+    assert [(r.replica, r.state, r.by) for r in reps] == [
+        ("flashnext/r0", "drained", "drain by root@vm at 2026-12-01T17:30:20Z"), ("flashnext/r1", "stopped", ""),
+        ("dsv/pair", "down", "")]
+    assert alias_status("qwen3.8-flash-next", "failing", reps) == "stopped"   # an operator's doing
+    assert alias_status("deepseek-v4.1-flash", "failing", reps) == "failing"  # down on its own
+    reps = replicas(rig.serving, [srv("be_fn", "n1", "MAINT")], last_actions(LOG.split("\n\n")[0]))
+    assert reps[0].state == "drained"                                          # a drain ends in maintenance
+    reps = replicas(rig.serving, [srv("be_fn", "n1", "UP"), srv("be_fn", "n2", "MAINT")], {})
+    assert alias_status("qwen3.8-flash-next", "failing", reps) == "failing"   # one replica still ready

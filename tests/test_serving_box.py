@@ -8,6 +8,7 @@ arriving and answered to its journal, which outlives the process a drain stops."
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from rig.serving.actions import run_verb
 
 ROOT = Path(__file__).resolve().parent.parent
 ALIAS = "qwen3.8-flash-next"
+FAST = "qwen3.8-27b-fast"
 
 
 def nev(env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -210,3 +212,32 @@ def test_dry_run_prints_the_steps_and_changes_nothing(serving):
     assert not (Path(env["NEV_RIG_NOTES"]) / "changelog.md").exists()
     assert pids.read_text() == before and all(alive(int(p)) for p in before.split())   # the same process
     assert server_row(box.proxy_stats_socket, "be_gpu2", "r1")["status"] in ("UP", "no check")
+
+
+def test_status_and_the_dashboard_show_a_drained_or_stopped_replica_as_such_not_as_failing(serving, tmp_path,
+                                                                                           monkeypatch):
+    from rig.dashboard import collect, page
+
+    box, env = serving
+    env = {**env, "NEV_INVENTORY": str(tmp_path / "inventory.json")}
+    monkeypatch.setenv("NEV_INVENTORY", env["NEV_INVENTORY"])
+    assert nev(env, "rig", "drain", "gpu2/r0").returncode == 0
+    assert nev(env, "rig", "stop", "gpu0", "--force").returncode == 0
+    nev(env, "rig", "probe", "--timeout", "20")                      # gpu0's alias fails its probe now
+    probed = json.loads((tmp_path / "inventory.json").read_text())["aliases"]
+    assert probed[FAST]["status"] == "failing" and probed[ALIAS]["status"] == "ready"
+    r = nev(env, "rig", "status", "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    reps = {x["replica"]: x for x in s["replicas"]}
+    assert reps["gpu2/r0"]["state"] == "drained" and reps["gpu2/r0"]["by"].startswith("drain by ")
+    assert reps["gpu0/r0"]["state"] == "stopped" and reps["gpu0/r0"]["by"].startswith("stop by ")
+    assert reps["gpu2/r1"]["state"] == "ready" and reps["gpu1/pair"]["state"] == "ready"
+    status = {a["alias"]: a["status"] for a in s["aliases"]}
+    assert status[FAST] == "stopped" and status[ALIAS] == "ready"    # an operator's stop, not a failure
+    text = nev(env, "rig", "status").stdout
+    assert any(ln.startswith("gpu0/r0") and "stopped" in ln for ln in text.splitlines()), text
+    data = collect.gather({"aliases": collect.aliases, "replicas": collect.replicas})
+    html = page.render({**{k: collect.unavailable("not collected here") for k in collect.COLLECTORS}, **data}, 30)
+    assert 'data-replica="gpu2/r0" data-state="drained"' in html and 'data-replica="gpu0/r0" data-state="stopped"' in html
+    assert f'data-alias="{FAST}" data-status="stopped"' in html
