@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lanes.base import jsonfile, settings
 from lanes.base.ssh import SshError, Target
-from rig.serving import declared
+from rig.serving import declared, sudoers
 from rig.serving.declared import ServingRole
 
 DEFAULT_HOST_STORE = "/var/lib/nev/rig-snapshots"
@@ -206,10 +206,28 @@ def load(path: Path) -> RigFile:
         raise f.fail("host_store", f"must be an absolute folder other than / ({store!r})")
     kh = f.get(top, "known_hosts", str, "", required=False)
     key = f.get(top, "ssh_key", str, "", required=False)
+    serving = declared.load(f, top, set(roles))
+    roles.update(_sudo_roles(f, serving, roles))
     return RigFile(path=path, roles=roles, jump=jump, seeds=f.str_list(top, "seeds", ""),
                    host_store=store.rstrip("/"),
                    known_hosts=_rel(path, kh), ssh_key=_rel(path, key),
-                   forwards=_forwards(f, top, jump), serving=declared.load(f, top, set(roles)))
+                   forwards=_forwards(f, top, jump), serving=serving)
+
+
+def _sudo_roles(f: jsonfile.Fields, serving: dict[str, ServingRole], roles: dict[str, Role]) -> dict[str, Role]:
+    """Per serving role with `sudo` replicas, the snapshot role holding its sudoers drop-in
+    (`nev rig provision-sudo` installs it; snapshot, diff and restore see it like any file)."""
+    out = {}
+    for s in serving.values():
+        if not sudoers.sudo_replicas(s):
+            continue
+        name, path = sudoers.role_name(s.name), sudoers.path(s.name)
+        if name in roles:
+            raise f.fail(f"roles.{name}", f"is the role nev keeps serving.{s.name}'s sudoers drop-in in; "
+                         "give your role another name")
+        out[name] = Role(name=name, hosts=sudoers.root_hosts(s), files=[path], validates={path: sudoers.VALIDATE},
+                         health=sudoers.HEALTH)
+    return out
 
 
 def _rel(base: Path, p: str | None) -> Path | None:

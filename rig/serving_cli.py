@@ -1,4 +1,4 @@
-"""`nev rig drain|stop|start|restart`: parses arguments and dispatches to rig.serving."""
+"""`nev rig drain|stop|start|restart|drift|provision-sudo`: parses arguments and dispatches to rig.serving."""
 
 from __future__ import annotations
 
@@ -95,3 +95,35 @@ def drift(as_json: bool, fix: bool) -> int:
 
 
 COMMANDS.append(drift)
+
+
+@click.command("provision-sudo")
+@click.argument("role", metavar="ROLE")
+@click.option("--dry-run", is_flag=True, help="Print the drop-in and run visudo -cf on it on the hosts; replace nothing.")
+def provision_sudo(role: str, dry_run: bool) -> int:
+    """Install ROLE's sudoers drop-in: its admin accounts may run exactly their units' commands.
+
+    For the replicas with "sudo": true: one line per admin account allowing the start, stop and
+    status commands exactly as the rig file gives them (no wildcard), as root, without a password.
+    Snapshot first (the undo is printed), then /etc/sudoers.d/nev-serving-ROLE written beside its
+    place as root:root 0440, checked with visudo -cf, moved into place atomically and checked
+    again with visudo -c; a file visudo refuses is never installed. Exits 1 naming the step that
+    failed or the command sudo cannot allow exactly, 2 for an unknown role.
+    """
+    from lanes.base.mask import known_secrets, mask
+    from rig import rigfile
+    from rig.serving import sudoers
+    from rig.serving.provision import provision
+    from rig.snapshot.context import Context, notes_dir
+    from rig.snapshot.record import take
+
+    def say(line: str) -> None:
+        click.echo(mask(line, extra=known_secrets()))
+
+    def snapshot(label: str) -> None:
+        take(Context.load(), label, (sudoers.role_name(role),), say)
+
+    return provision(rigfile.load(rigfile.default_path()), role, notes_dir(), say, snapshot, dry_run=dry_run)
+
+
+COMMANDS.append(provision_sudo)
