@@ -69,17 +69,19 @@ def provision(rig: RigFile, spec: str, notes: Path, say: Callable[[str], None], 
         say(f"provision-sudo {spec}: {line}")
 
     with Hosts(rig) as hosts:
+        stale = [h for h, w in want.items() if plan_host(w, capture_host(hosts.get(h), h, [path], []))]
         if dry_run:
             for host, text in drops.items():
                 say(f"provision-sudo {spec}: {path} on {host} would be:")
                 for ln in text.splitlines():
                     say(f"    {ln}")
+        if not stale:
+            say(f"provision-sudo {spec}: {path} already as generated on {', '.join(want)}; nothing "
+                f"{'would be ' if dry_run else ''}replaced")
+            return 0
+        if dry_run:
             for ln in restore_role(hosts, srole, "(dry run)", want, dry_run=True, doing=f"provision-sudo {spec}"):
                 say(f"provision-sudo {spec}: {ln}")
-            return 0
-        stale = [h for h, w in want.items() if plan_host(w, capture_host(hosts.get(h), h, [path], []))]
-        if not stale:
-            tell(f"{path} already as generated on {', '.join(want)}; nothing replaced")
             return 0
         label = f"before-provision-sudo-{role.name}-{changelog.now().replace(':', '').replace('-', '')}"
         n = sum(text.count(", \\\n") + text.count(" NOPASSWD: ") for text in drops.values())
