@@ -25,7 +25,14 @@ from lanes.base import jsonfile, settings
 from lanes.base.errors import NevError
 from lanes.base.mask import register_secret
 from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, procs, state
-from rig.box.lanes_netns import USER, client_key, ensure_jump_user, ensure_user, host_key
+from rig.box.lanes_netns import (
+    USER,
+    client_key,
+    ensure_admin_user,
+    ensure_jump_user,
+    ensure_user,
+    host_key,
+)
 from rig.box.state import BoxInfo, BoxState, LaneInfo, ProcRec
 
 if TYPE_CHECKING:
@@ -91,6 +98,7 @@ class Build:
         self.start_forge()
         self.start_pools_and_proxy()
         self.write_rig_files()
+        self.write_admin_sudoers()
         self.wait_for_lanes()
         self.start_inventory_services()
         self.wait_for_services()
@@ -164,6 +172,11 @@ class Build:
             state.register(self.box.name, self.box.net, self.dir, st.users)
         if ensure_jump_user():
             self._made_user(plan.JUMP_USER)
+        if plan.ADMIN_USER not in st.users:
+            st.users.append(plan.ADMIN_USER)
+            state.register(self.box.name, self.box.net, self.dir, st.users)
+        if ensure_admin_user():
+            self._made_user(plan.ADMIN_USER)
 
     def _made_user(self, user: str) -> None:
         """Marked as made by this box: `down` removes it when no other box lists it."""
@@ -226,23 +239,54 @@ class Build:
     def _pin_host_key(self, host_dir: Path, addr: str, comment: str) -> None:
         self.hostkeys.append((addr, host_key(host_dir / "ssh_host_ed25519_key", comment)))
 
-    def _sshd(self, h: plan.Host, cfg: Path, authorized_keys: Path) -> None:
-        rec = self.keep(f"{h.name}.sshd", h.name, ["ip", "netns", "exec", h.netns, "/usr/sbin/sshd",
-                                                    "-D", "-e", "-f", str(cfg)], (cfg, authorized_keys))
+    def _sshd(self, h: plan.Host, cfg: Path, authorized_keys: Path, *more: Path) -> None:
+        argv = ["ip", "netns", "exec", h.netns, "/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)]
+        if h.name == plan.ADMIN_POOL:
+            argv = plan.private_sudoers_argv(str(self.sudoers_dir), str(self.sudoers_file), argv)
+        rec = self.keep(f"{h.name}.sshd", h.name, argv, (cfg, authorized_keys, *more))
         if rec is not None:
             self.started_sshds.append((h, rec))
 
+    @property
+    def sudoers_dir(self) -> Path:
+        """The admin pool host's /etc/sudoers.d (and beside it its /etc/sudoers)."""
+        return self.dir / "hosts" / plan.ADMIN_POOL / "sudoers.d"
+
+    @property
+    def sudoers_file(self) -> Path:
+        return self.dir / "hosts" / plan.ADMIN_POOL / "sudoers"
+
+    def _admin_host(self) -> tuple[Path, ...]:
+        """The admin account's key file and the host's own sudo configuration (root's, 0440;
+        the drop-in folder 0755 as Debian ships it); the files its sshd is started with."""
+        keys = self.box.admin_keys_file
+        keys.parent.mkdir(parents=True, exist_ok=True)
+        for d in (keys.parent, keys.parent.parent):
+            os.chmod(d, 0o755)
+        forge.write_secret(keys, self.client_pub)
+        ent = pwd.getpwnam(plan.ADMIN_USER)
+        os.chown(keys, ent.pw_uid, ent.pw_gid)
+        self.sudoers_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.sudoers_dir, 0o755)
+        if not self.sudoers_file.exists() or self.sudoers_file.read_text() != plan.SUDOERS:
+            self.sudoers_file.write_text(plan.SUDOERS)     # in place: a bind mount holds the inode
+        os.chmod(self.sudoers_file, 0o440)
+        return keys, self.sudoers_file
+
     def start_service_sshds(self) -> None:
-        """Service hosts reachable as root (for `nev rig`): sshd in their network namespace."""
+        """Service hosts reachable as root (for `nev rig`): sshd in their network namespace; the
+        admin pool host's also lets in its admin account, with sudo as that host's own files say."""
         ak = self.dir / "ssh" / "authorized_keys"
         forge.write_secret(ak, self.client_pub)
         for hname in plan.SERVICE_SSH_HOSTS:
             h, hd = self.hosts[hname], self.dir / "hosts" / hname
             self._pin_host_key(hd, h.addr, f"{hname}-host")
+            more = self._admin_host() if hname == plan.ADMIN_POOL else ()
             cfg = hd / "sshd_config"
             cfg.write_text(plan.root_sshd_config(h.addr, str(hd / "ssh_host_ed25519_key"),
-                                                 str(hd / "sshd.pid"), str(ak)))
-            self._sshd(h, cfg, ak)
+                                                 str(hd / "sshd.pid"), str(ak),
+                                                 admin_keys=str(more[0]) if more else ""))
+            self._sshd(h, cfg, ak, *more)
 
     def start_jump_host(self) -> None:
         """The jump host: the one way in from the development box (key-only, forwards only)."""
@@ -349,6 +393,23 @@ class Build:
         jsonfile.write_atomic(info.lanes_file, plan.lanes_file(
             [{"ssh": ln.ssh, "root": ln.root, "shared": ln.shared, "name": ln.name} for ln in info.lanes],
             info.forge_url + "engine.git", str(info.nas), info.jump))
+
+    def write_admin_sudoers(self) -> None:
+        """The admin pool's drop-in as `nev rig provision-sudo` writes it, when the host has none
+        (a box comes up provisioned; one changed since is left as it is)."""
+        from rig import rigfile
+        from rig.serving import sudoers
+
+        assert self.info.rig_file is not None
+        role = rigfile.load(self.info.rig_file).serving[plan.ADMIN_POOL]
+        f = self.sudoers_dir / Path(sudoers.path(role.name)).name
+        if not f.exists():
+            (text,) = sudoers.drop_ins(role).values()
+            tmp = self.sudoers_dir / f".{f.name}.new"           # a name with a dot: sudo skips it
+            tmp.write_text(text)
+            os.chmod(tmp, 0o440)
+            tmp.rename(f)
+            self.changed.append(f"sudoers drop-in {f.name} on {plan.ADMIN_POOL}")
 
     def wait_for_lanes(self) -> None:
         # The box checks its hosts from inside the rig network (the development box itself

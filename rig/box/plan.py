@@ -40,6 +40,10 @@ JUMP_OUT_OCTET = 253
 SSH_PORT = 22
 FORGE_PORT = 80
 JUMP_USER = "nevjump"
+# The ARM nodes' admin account, on one pool host: no general sudo, only the drop-in `nev rig
+# provision-sudo` installs in that host's own /etc/sudoers.d (a box folder bound over it).
+ADMIN_USER = "nevadm"
+ADMIN_POOL = "gpu0"
 # The development box's local forwards (127.0.0.1), one pair of ports per box net.
 FORWARD_PORT0 = 30000
 GATEWAY_PORT = 4000
@@ -278,14 +282,45 @@ def jump_sshd_config(layout: Layout, host_key: str, pid_file: str, authorized_ke
                  "ForceCommand /usr/sbin/nologin"])
 
 
-def root_sshd_config(addr: str, host_key: str, pid_file: str, authorized_keys: str) -> str:
-    """sshd for root on a service host (proxy, gateway), so `nev rig` reaches it as on the rig."""
+def root_sshd_config(addr: str, host_key: str, pid_file: str, authorized_keys: str,
+                     admin_keys: str = "") -> str:
+    """sshd for root on a service host (proxy, gateway), so `nev rig` reaches it as on the rig;
+    with `admin_keys`, the admin account too (its key file one it can read, as sshd reads it as
+    that user)."""
+    admin = [f"Match User {ADMIN_USER}", f"    AuthorizedKeysFile {admin_keys}"] if admin_keys else []
     return sshd.config(
         "a box service host (written by nev box)", [f"{addr}:{SSH_PORT}"], host_key, pid_file,
-        authorized_keys, "root", "prohibit-password",
+        authorized_keys, f"root {ADMIN_USER}" if admin_keys else "root", "prohibit-password",
         # The key file is written by nev box (root, mode 600) in the box folder, which may sit inside
         # a checkout under a world-writable /tmp (CI clones anywhere): sshd's path check would refuse it.
-        options=["StrictModes no", "AllowTcpForwarding no", "Subsystem sftp internal-sftp"])
+        options=["StrictModes no", "AllowTcpForwarding no", "Subsystem sftp internal-sftp", *admin])
+
+
+# The admin pool host's sudo configuration is its own: its sshd (and every session through it)
+# runs in a mount namespace where $1 (a box folder) is /etc/sudoers.d and $2 /etc/sudoers; this
+# machine's own files are never written. `ip netns exec` then copies those mounts.
+PRIVATE_SUDOERS_SH = """set -e
+mount --bind "$1" /etc/sudoers.d
+mount --bind "$2" /etc/sudoers
+shift 2
+exec "$@"
+"""
+
+# Debian's /etc/sudoers (sudo 1.9), without its comments: root, the sudo group, the drop-ins.
+SUDOERS = """# the box's admin host's /etc/sudoers (written by nev box): Debian's default
+Defaults\tenv_reset
+Defaults\tmail_badpass
+Defaults\tsecure_path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+Defaults\tuse_pty
+root\tALL=(ALL:ALL) ALL
+%sudo\tALL=(ALL:ALL) ALL
+@includedir /etc/sudoers.d
+"""
+
+
+def private_sudoers_argv(sudoers_dir: str, sudoers_file: str, argv: list[str]) -> list[str]:
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", PRIVATE_SUDOERS_SH, "sh",
+            sudoers_dir, sudoers_file, *argv]
 
 
 SERVICE_SSH_HOSTS = ("gateway", "proxy", *(p.name for p in POOLS))
@@ -484,8 +519,10 @@ def serving(layout: Layout, units_dir: str) -> dict:
         replicas = {}
         for r in p.replica_names():
             unit = f"{units_dir}/{p.name}-{r}"
-            replicas[r] = {"host": f"root@{h.addr}", "server": p.server(r), "start": f"{unit} start",
-                           "stop": f"{unit} stop", "status": f"{unit} status",
+            admin = p.name == ADMIN_POOL
+            replicas[r] = {"host": f"{ADMIN_USER if admin else 'root'}@{h.addr}", "server": p.server(r),
+                           "start": f"{unit} start", "stop": f"{unit} stop", "status": f"{unit} status",
+                           **({"sudo": True} if admin else {}),
                            **({"halves": ["head", "worker"]} if p.pair else {})}
         out[p.name] = {"proxy": "proxy", "backend": f"be_{p.name}", "aliases": [p.alias], "replicas": replicas}
     return out
