@@ -90,7 +90,7 @@ def test_box_roles_round_trip_reloads_haproxy_and_keeps_master_key_hidden(box, b
         os.chmod(cfg, mode)
     notes = tmp / "notes"
     log = (notes / "changelog.md").read_text()
-    assert "restore box-known-good [proxy, gateway]" in log
+    assert "restore box-known-good [proxy, gateway, sudo-gpu0]" in log     # gpu0's sudoers drop-in too
     for r in runs:
         assert r.returncode == 0, r.stderr
         assert master not in r.stdout and master not in r.stderr
