@@ -117,6 +117,11 @@ def post_json(ep: Endpoint, body: Mapping[str, Any], timeout: Timeout) -> Respon
     return _request("POST", ep.completions_url(), json.dumps(body).encode(), ep.headers(), timeout, ep.url)
 
 
+def get_api(ep: Endpoint, path: str, timeout: Timeout) -> Response:
+    """GET one of the gateway's own routes (`/v1/models`, `/model/info`) with the endpoint's key."""
+    return _request("GET", ep.url.rstrip("/") + path, None, ep.headers(), timeout, ep.url)
+
+
 def get(url: str, timeout: Timeout) -> Response:
     """GET `url` (no key: a backend's health URL)."""
     return _request("GET", url, None, {}, timeout)

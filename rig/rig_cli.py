@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from rig.forward_cli import forward
+from rig.serving_cli import COMMANDS as SERVING_COMMANDS
 
 
 @click.group("rig")
@@ -117,12 +118,33 @@ def status(lane_index: int | None, as_json: bool, ansible: bool) -> int:
 
         emit_json(col.ansible(data, reach.load()))
         return 0
-    s = st.summary(data, inventoryfile.now_utc(), source)
+    s = _with_replicas(st.summary(data, inventoryfile.now_utc(), source))
     if as_json:
         emit_json(s)
     else:
         click.echo(st.render(s))
     return 0
+
+
+def _with_replicas(summary: dict) -> dict:
+    """The serving replicas' states (HAProxy's runtime API) when the rig file declares serving roles:
+    a drained or stopped replica shows as such, and an alias an operator stopped is not failing."""
+    from lanes.base.errors import NevError
+    from rig import rigfile
+    from rig.serving import state
+    from rig.snapshot.context import notes_dir
+
+    path = rigfile.default_path()
+    if not path.exists():
+        return summary
+    try:
+        rig_file = rigfile.load(path)
+        if not rig_file.serving:
+            return summary
+        return state.overlay(summary, state.gather(rig_file, notes_dir()))
+    except NevError as e:
+        summary["replicas"] = f"HAProxy not read: {e.message}"
+        return summary
 
 
 def _say(line: str) -> None:
@@ -289,3 +311,5 @@ def dashboard(port: int, refresh: int | None) -> int:
 
 
 rig.add_command(forward)
+for _cmd in SERVING_COMMANDS:
+    rig.add_command(_cmd)

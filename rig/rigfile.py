@@ -8,6 +8,8 @@ from pathlib import Path
 
 from lanes.base import jsonfile, settings
 from lanes.base.ssh import SshError, Target
+from rig.serving import declared, sudoers
+from rig.serving.declared import ServingRole
 
 DEFAULT_HOST_STORE = "/var/lib/nev/rig-snapshots"
 DEFAULT_HEALTH_TIMEOUT = 20.0
@@ -30,6 +32,11 @@ class Role:
     validates: dict[str, str] = field(default_factory=dict)
     volatile: list[str] = field(default_factory=list)
     health_timeout: float = DEFAULT_HEALTH_TIMEOUT
+    # a proxy role's HAProxy runtime API: a command that sends its stdin to the admin socket
+    # and prints the answer (e.g. `socat stdio /run/haproxy/admin.sock`)
+    admin: str | None = None
+    # a gateway role's per-key allowlists on its host: {id: {"name": KEY, "models": [ALIAS...]}}
+    keys_file: str | None = None
 
     def validate_for(self, path: str) -> str | None:
         return self.validates.get(path)
@@ -65,6 +72,7 @@ class RigFile:
     known_hosts: Path | None = None
     ssh_key: Path | None = None
     forwards: dict[str, Forward] = field(default_factory=dict)
+    serving: dict[str, ServingRole] = field(default_factory=dict)
 
 
 def _regexes(f: jsonfile.Fields, obj: dict, key: str, where: str) -> list[str]:
@@ -136,7 +144,9 @@ def _role(f: jsonfile.Fields, name: str, obj: object) -> Role:
                 reload=f.get(o, "reload", str, where, required=False),
                 health=f.get(o, "health", str, where, required=False),
                 masks=_masks(f, o, where), validates=validates,
-                volatile=_regexes(f, o, "volatile", where), health_timeout=float(timeout))
+                volatile=_regexes(f, o, "volatile", where), health_timeout=float(timeout),
+                admin=f.get(o, "admin", str, where, required=False),
+                keys_file=f.get(o, "keys_file", str, where, required=False))
 
 
 def _port(f: jsonfile.Fields, value: object, where: str) -> int:
@@ -196,10 +206,28 @@ def load(path: Path) -> RigFile:
         raise f.fail("host_store", f"must be an absolute folder other than / ({store!r})")
     kh = f.get(top, "known_hosts", str, "", required=False)
     key = f.get(top, "ssh_key", str, "", required=False)
+    serving = declared.load(f, top, set(roles))
+    roles.update(_sudo_roles(f, serving, roles))
     return RigFile(path=path, roles=roles, jump=jump, seeds=f.str_list(top, "seeds", ""),
                    host_store=store.rstrip("/"),
                    known_hosts=_rel(path, kh), ssh_key=_rel(path, key),
-                   forwards=_forwards(f, top, jump))
+                   forwards=_forwards(f, top, jump), serving=serving)
+
+
+def _sudo_roles(f: jsonfile.Fields, serving: dict[str, ServingRole], roles: dict[str, Role]) -> dict[str, Role]:
+    """Per serving role with `sudo` replicas, the snapshot role holding its sudoers drop-in
+    (`nev rig provision-sudo` installs it; snapshot, diff and restore see it like any file)."""
+    out = {}
+    for s in serving.values():
+        if not sudoers.sudo_replicas(s):
+            continue
+        name, path = sudoers.role_name(s.name), sudoers.path(s.name)
+        if name in roles:
+            raise f.fail(f"roles.{name}", f"is the role nev keeps serving.{s.name}'s sudoers drop-in in; "
+                         "give your role another name")
+        out[name] = Role(name=name, hosts=sudoers.root_hosts(s), files=[path], validates={path: sudoers.VALIDATE},
+                         health=sudoers.HEALTH)
+    return out
 
 
 def _rel(base: Path, p: str | None) -> Path | None:

@@ -4,6 +4,7 @@ namespaces) and the forge, against the real parts."""
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -222,8 +223,9 @@ def test_clone_with_a_wrong_token_gets_401(box, tmp_path):
 
 
 def test_forge_create_repo_then_push_and_clone_back(box, tmp_path):
-    url = box.forge_create_repo("scratch-push")
-    assert url == box.forge_url + "scratch-push.git"
+    name = f"scratch-push-{secrets.token_hex(4)}"    # new on every run: a kept box still has earlier runs' repos
+    url = box.forge_create_repo(name)
+    assert url == box.forge_url + f"{name}.git"
     work = tmp_path / "w"
     assert git("init", "-q", "-b", "main", str(work)).returncode == 0
     (work / "f.txt").write_text("pushed\n")

@@ -210,8 +210,13 @@ def test_haproxy_config_has_one_backend_per_pool_with_maxconn():
     cfg = plan.haproxy_cfg(lay, "/p", "/s")
     for i, p in enumerate(plan.POOLS):
         assert f"backend be_{p.name}" in cfg
-        assert f"server {p.name} 198.18.9.{40 + i}:8000 maxconn {p.max_inflight}" in cfg
+        for r in p.replica_names():
+            assert f"server {p.server(r)} 198.18.9.{40 + i}:{p.port(r)} maxconn {p.maxconn}" in cfg
+        assert p.maxconn * len(p.replica_names()) == p.max_inflight   # the alias's limit, shared
         assert f"bind 198.18.9.30:{8100 + i}" in cfg
+    # a one-replica pool keeps its server line's name; the two-replica pool balances by least connections
+    assert "server gpu0 198.18.9.40:8000 maxconn 8" in cfg
+    assert "balance leastconn\n    server r0 198.18.9.42:8000 maxconn 4\n    server r1 198.18.9.42:8001 maxconn 4" in cfg
 
 
 def test_litellm_config_has_an_alias_per_pool_no_retries_and_no_key_inside():

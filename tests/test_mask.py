@@ -44,3 +44,10 @@ def test_registered_secret_of_any_shape():
 def test_plain_text_is_untouched():
     s = "git fetch origin main: 3 objects, 12 KiB in 0.2 s (lane 0)"
     assert mask(s) == s
+
+
+def test_a_sudoers_nopasswd_tag_keeps_its_command_and_a_password_assignment_is_still_masked():
+    line = "nevadm ALL=(root) NOPASSWD: /srv/units/gpu0-r0 start, \\"
+    assert mask(line) == line
+    assert mask("DB_PASSWD: hunter2hunter2") == "DB_PASSWD: ***"
+    assert mask("ROOT_PASSWD=hunter2hunter2 NOPASSWD=x") == "ROOT_PASSWD=*** NOPASSWD=x"

@@ -3,9 +3,9 @@ Debian HAProxy (master-worker, reloaded with USR2) in front of the stand-in pool
 real LiteLLM gateway's config. Reached as root over SSH on the box's proxy and gateway hosts
 (the box's sshd there, host keys pinned in the box's known_hosts).
 
-The box's gateway role lists only config.yaml (its master key comes from the environment);
-this test adds the keys file and the master key file, the gateway's key database, so the
-snapshot holds the master key as the seed's does."""
+The box's gateway role lists config.yaml and the keys file (its master key comes from the
+environment); this test adds the master key file, the rest of the gateway's key database, so
+the snapshot holds the master key as the seed's does."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def boxrig(box, tmp_path_factory):
     rig = json.loads(Path(box.rig_file).read_text())
     gw = rig["roles"]["gateway"]
     gdir = Path(gw["files"][0]).parent
-    gw["files"] += [str(gdir / "keys.json"), str(box.master_key_file)]
+    gw["files"] += [f for f in (str(gdir / "keys.json"), str(box.master_key_file)) if f not in gw["files"]]
     gw["masks"] = [*gw.get("masks", []), r"re:(sk-nevbox-[A-Za-z0-9-]+)"]
     rig["host_store"] = str(tmp / "hoststore")
     rf = tmp / "rig.local.json"
@@ -90,7 +90,7 @@ def test_box_roles_round_trip_reloads_haproxy_and_keeps_master_key_hidden(box, b
         os.chmod(cfg, mode)
     notes = tmp / "notes"
     log = (notes / "changelog.md").read_text()
-    assert "restore box-known-good [proxy, gateway]" in log
+    assert "restore box-known-good [proxy, gateway, sudo-gpu0]" in log     # gpu0's sudoers drop-in too
     for r in runs:
         assert r.returncode == 0, r.stderr
         assert master not in r.stdout and master not in r.stderr

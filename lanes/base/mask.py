@@ -42,6 +42,13 @@ def known_secrets() -> frozenset[str]:
     return frozenset(_known)
 
 
+def _masked_assignment(m: re.Match[str]) -> str:
+    # sudoers' NOPASSWD: tag names no secret: what follows it is a command
+    if m.group("name").upper() == "NOPASSWD":
+        return m.group(0)
+    return f"{m.group('name')}{m.group('sep')}{m.group('q')}{MASK}"
+
+
 def mask(text: str, extra: Iterable[str] = ()) -> str:
     """Return `text` with every credential replaced by ***."""
     if not text:
@@ -50,7 +57,7 @@ def mask(text: str, extra: Iterable[str] = ()) -> str:
         text = text.replace(value, MASK)
     text = _URL_CRED.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
     text = _AUTH_HEADER.sub(lambda m: f"{m.group('head')}{m.group('scheme') or ''}{MASK}", text)
-    text = _ASSIGN.sub(lambda m: f"{m.group('name')}{m.group('sep')}{m.group('q')}{MASK}", text)
+    text = _ASSIGN.sub(_masked_assignment, text)
     text = _TOKEN_SHAPED.sub(MASK, text)
     text = _HEX_OR_B64.sub(MASK, text)
     return text

@@ -67,6 +67,8 @@ MODEL_URL = _s("NEV_MODEL_URL", None, "the LiteLLM gateway's base URL as the dev
                "(never read on a lane)")
 MODEL_API_KEY = _s("NEV_MODEL_API_KEY", None, "the gateway key (secret)", secret=True)
 MODEL_KEY_FILE = _s("NEV_MODEL_KEY_FILE", None, "file holding the gateway key (mode 600)")
+GATEWAY_ADMIN_KEY_FILE = _s("NEV_GATEWAY_ADMIN_KEY_FILE", None, "file holding the gateway's admin (master) key "
+                            "(mode 600): `nev rig drift` reads every model the gateway serves with it")
 MODELS = _s("NEV_MODELS", None, "models of a batch as ALIAS:N:INFLIGHT,...")
 MAX_BATCHES = _s("NEV_MAX_BATCHES", "4", "stop a generation run after this many batches")
 ESCALATE_AFTER = _s("NEV_ESCALATE_AFTER", "2", "batches with no pass before a run escalates to the capacity tier")

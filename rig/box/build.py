@@ -13,6 +13,7 @@ import hashlib
 import os
 import pwd
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -21,9 +22,17 @@ from typing import TYPE_CHECKING
 
 from lanes.agent.layout import MODEL_ENV
 from lanes.base import jsonfile, settings
+from lanes.base.errors import NevError
 from lanes.base.mask import register_secret
 from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, procs, state
-from rig.box.lanes_netns import USER, client_key, ensure_jump_user, ensure_user, host_key
+from rig.box.lanes_netns import (
+    USER,
+    client_key,
+    ensure_admin_user,
+    ensure_jump_user,
+    ensure_user,
+    host_key,
+)
 from rig.box.state import BoxInfo, BoxState, LaneInfo, ProcRec
 
 if TYPE_CHECKING:
@@ -89,6 +98,7 @@ class Build:
         self.start_forge()
         self.start_pools_and_proxy()
         self.write_rig_files()
+        self.write_admin_sudoers()
         self.wait_for_lanes()
         self.start_inventory_services()
         self.wait_for_services()
@@ -162,6 +172,11 @@ class Build:
             state.register(self.box.name, self.box.net, self.dir, st.users)
         if ensure_jump_user():
             self._made_user(plan.JUMP_USER)
+        if plan.ADMIN_USER not in st.users:
+            st.users.append(plan.ADMIN_USER)
+            state.register(self.box.name, self.box.net, self.dir, st.users)
+        if ensure_admin_user():
+            self._made_user(plan.ADMIN_USER)
 
     def _made_user(self, user: str) -> None:
         """Marked as made by this box: `down` removes it when no other box lists it."""
@@ -190,15 +205,29 @@ class Build:
 
     def start_gateway(self) -> None:
         gw, gdir = self.layout.gateway(), self.dir / "gateway"
-        genv, _keyfiles, _master = gateway.write_files(self.layout, gdir, self.dir / "keys")
+        genv, _keyfiles, master = gateway.write_files(self.layout, gdir, self.dir / "keys")
         for k in (genv["LITELLM_MASTER_KEY"], *(p.read_text().strip() for p in self.info.keys.values())):
             register_secret(k)
         self.gateway_at = time.monotonic()
         (gdir / "home").mkdir(exist_ok=True)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(gdir / "home"),
                "LANG": "C.UTF-8", **genv}
-        self.keep("gateway.litellm", "gateway", gateway.argv(gw.netns, gw.addr, gdir / "config.yaml"),
-                  (gdir / "config.yaml", gdir / "keys.json", gdir / f"{gateway.AUTH_MODULE}.py"), env=env, cwd=gdir)
+        unit, pids = gdir / "unit", self.dir / "run" / "gateway.pid"
+        unit.write_text(gateway.unit_script(env, gdir, master, gw.addr, pids, self.log("gateway.litellm")))
+        unit.chmod(0o755)
+        files = (gdir / "config.yaml", gdir / "keys.json", gdir / f"{gateway.AUTH_MODULE}.py", unit)
+        if self.fresh("gateway.litellm", *files):
+            return
+        # Through its unit, as a role reload restarts it: the unit stops whatever LiteLLM it
+        # started last (one a `nev rig` reload left running too), so there is never a second one.
+        self.st.procs.pop("gateway.litellm", None)
+        run = ["ip", "netns", "exec", gw.netns, str(unit)]
+        subprocess.run([*run, "stop"], capture_output=True, timeout=30)
+        cp = subprocess.run([*run, "start", "--no-wait"], capture_output=True, text=True, timeout=60)
+        if cp.returncode != 0:
+            raise NevError(f"could not start the gateway: {cp.stderr.strip() or 'exit ' + str(cp.returncode)}")
+        self.record(procs.adopt("gateway.litellm", "gateway", int(pids.read_text().split()[0]), [str(unit), "start"]),
+                    *files)
 
     def prepare_lanes(self) -> None:
         """Every lane's files and keys (through its backend) and its ~/.lane-model-env."""
@@ -210,23 +239,54 @@ class Build:
     def _pin_host_key(self, host_dir: Path, addr: str, comment: str) -> None:
         self.hostkeys.append((addr, host_key(host_dir / "ssh_host_ed25519_key", comment)))
 
-    def _sshd(self, h: plan.Host, cfg: Path, authorized_keys: Path) -> None:
-        rec = self.keep(f"{h.name}.sshd", h.name, ["ip", "netns", "exec", h.netns, "/usr/sbin/sshd",
-                                                    "-D", "-e", "-f", str(cfg)], (cfg, authorized_keys))
+    def _sshd(self, h: plan.Host, cfg: Path, authorized_keys: Path, *more: Path) -> None:
+        argv = ["ip", "netns", "exec", h.netns, "/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)]
+        if h.name == plan.ADMIN_POOL:
+            argv = plan.private_sudoers_argv(str(self.sudoers_dir), str(self.sudoers_file), argv)
+        rec = self.keep(f"{h.name}.sshd", h.name, argv, (cfg, authorized_keys, *more))
         if rec is not None:
             self.started_sshds.append((h, rec))
 
+    @property
+    def sudoers_dir(self) -> Path:
+        """The admin pool host's /etc/sudoers.d (and beside it its /etc/sudoers)."""
+        return self.dir / "hosts" / plan.ADMIN_POOL / "sudoers.d"
+
+    @property
+    def sudoers_file(self) -> Path:
+        return self.dir / "hosts" / plan.ADMIN_POOL / "sudoers"
+
+    def _admin_host(self) -> tuple[Path, ...]:
+        """The admin account's key file and the host's own sudo configuration (root's, 0440;
+        the drop-in folder 0755 as Debian ships it); the files its sshd is started with."""
+        keys = self.box.admin_keys_file
+        keys.parent.mkdir(parents=True, exist_ok=True)
+        for d in (keys.parent, keys.parent.parent):
+            os.chmod(d, 0o755)
+        forge.write_secret(keys, self.client_pub)
+        ent = pwd.getpwnam(plan.ADMIN_USER)
+        os.chown(keys, ent.pw_uid, ent.pw_gid)
+        self.sudoers_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.sudoers_dir, 0o755)
+        if not self.sudoers_file.exists() or self.sudoers_file.read_text() != plan.SUDOERS:
+            self.sudoers_file.write_text(plan.SUDOERS)     # in place: a bind mount holds the inode
+        os.chmod(self.sudoers_file, 0o440)
+        return keys, self.sudoers_file
+
     def start_service_sshds(self) -> None:
-        """Service hosts reachable as root (for `nev rig`): sshd in their network namespace."""
+        """Service hosts reachable as root (for `nev rig`): sshd in their network namespace; the
+        admin pool host's also lets in its admin account, with sudo as that host's own files say."""
         ak = self.dir / "ssh" / "authorized_keys"
         forge.write_secret(ak, self.client_pub)
         for hname in plan.SERVICE_SSH_HOSTS:
             h, hd = self.hosts[hname], self.dir / "hosts" / hname
             self._pin_host_key(hd, h.addr, f"{hname}-host")
+            more = self._admin_host() if hname == plan.ADMIN_POOL else ()
             cfg = hd / "sshd_config"
             cfg.write_text(plan.root_sshd_config(h.addr, str(hd / "ssh_host_ed25519_key"),
-                                                 str(hd / "sshd.pid"), str(ak)))
-            self._sshd(h, cfg, ak)
+                                                 str(hd / "sshd.pid"), str(ak),
+                                                 admin_keys=str(more[0]) if more else ""))
+            self._sshd(h, cfg, ak, *more)
 
     def start_jump_host(self) -> None:
         """The jump host: the one way in from the development box (key-only, forwards only)."""
@@ -280,26 +340,45 @@ class Build:
                   (fdir / "nginx.conf", fdir / "htpasswd"))
 
     def start_pools_and_proxy(self) -> None:
-        """Stand-in pools, then HAProxy in front of them."""
+        """Stand-in pools, each replica through its unit script, then HAProxy in front of them."""
         pdir = self.dir / "pools"
-        pdir.mkdir(exist_ok=True)
+        (pdir / "units").mkdir(parents=True, exist_ok=True)
         bank = pdir / "bank.json"
         if not bank.exists():
             shutil.copyfile(Path(__file__).with_name("bank.json"), bank)
-        pool_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(PROJECT),
-                    "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
         for p, h in zip(plan.POOLS, self.layout.pool_hosts(), strict=True):
-            self.keep(f"{p.name}.pool", p.name, [
-                "ip", "netns", "exec", h.netns, sys.executable, "-m", "rig.box.pool", "--addr", h.addr,
-                "--port", str(plan.POOL_PORT), "--name", p.name, "--bank", str(bank),
-                "--model", f"{p.alias}={p.tier}", "--max-inflight", str(p.max_inflight)],
-                (bank, POOL_CODE), env=pool_env, cwd=PROJECT)
+            for r in p.replica_names():
+                self._replica(p, r, h, bank)
         hcfg = self.dir / "proxy" / "haproxy.cfg"
         hcfg.parent.mkdir(exist_ok=True)
         hcfg.write_text(plan.haproxy_cfg(self.layout, str(self.dir / "run" / "haproxy.pid"),
                                          str(self.dir / "run" / "haproxy.sock")))
         self.keep("proxy.haproxy", "proxy", ["ip", "netns", "exec", self.layout.proxy().netns, "/usr/sbin/haproxy",
                                              "-W", "-db", "-f", str(hcfg)], (hcfg,))
+
+    def _replica(self, p: plan.Pool, replica: str, h: plan.Host, bank: Path) -> None:
+        """One replica started by its own unit script (as `nev rig start` starts it), its
+        processes recorded; one a `nev rig start` left running is stopped and started again."""
+        unit = self.dir / "pools" / "units" / f"{p.name}-{replica}"
+        unit.write_text(plan.unit_script(p, replica, h.addr, sys.executable, str(PROJECT), str(bank),
+                                         str(self.dir / "run" / f"{p.name}-{replica}.pids"),
+                                         str(self.log(f"{p.name}.{replica}")), str(self.dir / "run")))
+        unit.chmod(0o755)
+        keys = pool_keys(p, replica)
+        files = (bank, POOL_CODE, unit)
+        if all(self.fresh(k, *files) for k in keys):
+            return
+        for k in keys:
+            if k in self.st.procs:
+                procs.stop(self.st.procs.pop(k))
+        run = ["ip", "netns", "exec", h.netns, str(unit)]
+        subprocess.run([*run, "stop"], capture_output=True, timeout=30)
+        cp = subprocess.run([*run, "start"], capture_output=True, text=True, timeout=60)
+        if cp.returncode != 0:
+            raise NevError(f"could not start {p.name}/{replica}: {cp.stderr.strip() or 'exit ' + str(cp.returncode)}")
+        pids = (self.dir / "run" / f"{p.name}-{replica}.pids").read_text().split()
+        for k, pid in zip(keys, pids, strict=True):
+            self.record(procs.adopt(k, p.name, int(pid), [str(unit), "start"]), *files)
 
     def write_rig_files(self) -> None:
         """The folknet and rig files, and the lanes file: what points nev at the box."""
@@ -308,10 +387,29 @@ class Build:
         jsonfile.write_atomic(info.folknet_file, plan.folknet(self.layout))
         jsonfile.write_atomic(info.rig_file, plan.rig_file(
             self.layout, str(self.dir / "proxy" / "haproxy.cfg"), str(self.dir / "run" / "haproxy.pid"),
-            str(self.dir / "gateway" / "config.yaml"), str(info.known_hosts), str(info.ssh_key)))
+            str(self.dir / "gateway" / "config.yaml"), str(info.known_hosts), str(info.ssh_key),
+            admin=f"{sys.executable} -I {PROJECT / 'rig' / 'box' / 'haproxy.py'} {self.dir / 'run' / 'haproxy.sock'}",
+            units_dir=str(self.dir / "pools" / "units")))
         jsonfile.write_atomic(info.lanes_file, plan.lanes_file(
             [{"ssh": ln.ssh, "root": ln.root, "shared": ln.shared, "name": ln.name} for ln in info.lanes],
             info.forge_url + "engine.git", str(info.nas), info.jump))
+
+    def write_admin_sudoers(self) -> None:
+        """The admin pool's drop-in as `nev rig provision-sudo` writes it, when the host has none
+        (a box comes up provisioned; one changed since is left as it is)."""
+        from rig import rigfile
+        from rig.serving import sudoers
+
+        assert self.info.rig_file is not None
+        role = rigfile.load(self.info.rig_file).serving[plan.ADMIN_POOL]
+        f = self.sudoers_dir / Path(sudoers.path(role.name)).name
+        if not f.exists():
+            (text,) = sudoers.drop_ins(role).values()
+            tmp = self.sudoers_dir / f".{f.name}.new"           # a name with a dot: sudo skips it
+            tmp.write_text(text)
+            os.chmod(tmp, 0o440)
+            tmp.rename(f)
+            self.changed.append(f"sudoers drop-in {f.name} on {plan.ADMIN_POOL}")
 
     def wait_for_lanes(self) -> None:
         # The box checks its hosts from inside the rig network (the development box itself
@@ -342,8 +440,8 @@ class Build:
             for h, rec in self.started_sshds:
                 procs.wait_port(h.addr, plan.SSH_PORT, 10, rec, self.log(rec.key))
             procs.wait_http(f"http://{info.forge_addr}/health", 10, recs["forge.nginx"], self.log("forge.nginx"))
-            for pi in info.pools.values():
-                key = f"{pi.name}.pool"
+            for p in plan.POOLS:
+                pi, key = info.pools[p.name], pool_keys(p, p.replica_names()[0])[0]
                 procs.wait_http(f"http://{pi.addr}:{pi.port}/health", 10, recs[key], self.log(key))
             for pi in info.pools.values():
                 procs.wait_port(self.layout.proxy().addr, pi.proxy_port, 10, recs["proxy.haproxy"],
@@ -364,6 +462,14 @@ class Build:
         self.changed += self.box.forwards(st, "up")
         st.complete = True
         state.write_state(self.dir, st)
+
+
+def pool_keys(p: plan.Pool, replica: str) -> list[str]:
+    """box.json's keys for a replica's processes: `gpu0.pool` for a one-replica pool (and a
+    pair's head; its worker half `gpu1.worker`), `gpu2.r0` for each replica of a larger pool."""
+    if p.pair:
+        return [f"{p.name}.pool", f"{p.name}.worker"]
+    return [f"{p.name}.pool" if p.replicas == 1 else f"{p.name}.{replica}"]
 
 
 def ssh_client_config(box_name: str, info: BoxInfo) -> str:

@@ -21,7 +21,15 @@ from lanes.base import settings
 from lanes.base.errors import NevError
 from rig.box import forge, lanes_backend, netns, plan, procs, state
 from rig.box.build import MARKER, PROJECT, Build, code_digest
-from rig.box.lanes_netns import HOME, LANE_ROOT, LANE_SHARED, USER, remove_jump_user, remove_user
+from rig.box.lanes_netns import (
+    HOME,
+    LANE_ROOT,
+    LANE_SHARED,
+    USER,
+    remove_admin_user,
+    remove_jump_user,
+    remove_user,
+)
 from rig.box.state import BoxInfo, BoxState, LaneInfo, PoolInfo
 
 
@@ -67,6 +75,11 @@ class Box:
     def jump_keys_file(self) -> Path:
         return state.REGISTRY / "jump" / self.name / "authorized_keys"
 
+    @property
+    def admin_keys_file(self) -> Path:
+        """The admin account's key file, in a folder it can reach wherever the box folder lives."""
+        return state.REGISTRY / "admin" / self.name / "authorized_keys"
+
     def _lane_info(self, h: plan.Host, i: int) -> LaneInfo:
         d = self.dir / "lanes" / h.name
         return LaneInfo(index=i, name=h.name, netns=h.netns, addr=h.addr, ssh=f"{USER}@{h.addr}:{plan.SSH_PORT}",
@@ -89,7 +102,8 @@ class Box:
             aliases={p.alias: p.name for p in plan.POOLS}, proxy_addr=layout.proxy().addr,
             pools={p.name: PoolInfo(name=p.name, netns=h.netns, addr=h.addr, port=plan.POOL_PORT,
                                     control_url=f"http://{h.addr}:{plan.POOL_PORT}/control", alias=p.alias,
-                                    max_inflight=p.max_inflight, proxy_port=layout.proxy_port(p.name))
+                                    max_inflight=p.max_inflight, proxy_port=layout.proxy_port(p.name),
+                                    replicas={r: p.port(r) for r in p.replica_names()})
                    for p, h in zip(plan.POOLS, layout.pool_hosts(), strict=True)},
             proxy_stats_socket=self.dir / "run" / "haproxy.sock",
             folknet_file=self.dir / "folknet.json", rig_file=self.dir / "rig.local.json",
@@ -231,6 +245,7 @@ class Box:
             done += self._remove_users(st)
             state.unregister(self.name)
             shutil.rmtree(self.jump_keys_file.parent, ignore_errors=True)
+            shutil.rmtree(self.admin_keys_file.parent, ignore_errors=True)
             if (self.dir / MARKER).exists():
                 shutil.rmtree(self.dir, ignore_errors=True)
                 done.append(f"removed {self.dir}")
@@ -266,7 +281,8 @@ class Box:
         elsewhere = state.users_elsewhere(self.name, state.registry_entries())
         listed = st.users if st else [USER]
         done = []
-        for user, remove, ours in ((USER, remove_user, USER in listed), (plan.JUMP_USER, remove_jump_user, True)):
+        for user, remove, ours in ((USER, remove_user, USER in listed), (plan.JUMP_USER, remove_jump_user, True),
+                                   (plan.ADMIN_USER, remove_admin_user, True)):
             marker = state.user_marker(user)
             if ours and user not in elsewhere and marker.exists():
                 remove()

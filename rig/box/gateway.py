@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import shlex
 import sys
 from pathlib import Path
 
@@ -90,6 +91,58 @@ def write_files(layout: plan.Layout, d: Path, keys_dir: Path) -> tuple[dict[str,
     return env, key_files, master_file
 
 
-def argv(netns: str, addr: str, config: Path) -> list[str]:
-    return ["ip", "netns", "exec", netns, str(litellm_binary()), "--config", str(config),
-            "--host", addr, "--port", str(plan.GATEWAY_PORT), "--num_workers", "1"]
+UNIT_SH = """#!/bin/sh
+# the box's gateway (LiteLLM): start|stop|restart|status, as `systemctl` runs the gateway's unit
+# on the real rig (written by nev box). The master key goes from its file into the environment,
+# never onto a command line. `start --no-wait` returns once launched: `nev box up` starts every
+# service at once and waits for all of them later; everything else waits until it answers.
+PIDS={pids}
+LOG={log}
+HEALTH={health}
+alive() {{ [ -s "$PIDS" ] && kill -0 "$(cat "$PIDS")" 2>/dev/null; }}
+healthy() {{ curl -fsS --noproxy '*' -o /dev/null --max-time 5 "$HEALTH"; }}
+wait_healthy() {{
+  i=0
+  while ! healthy; do
+    alive || {{ echo "the gateway exited while starting: $(tail -n 1 "$LOG") (see $LOG)" >&2; exit 1; }}
+    i=$((i + 1)); [ "$i" -gt {ticks} ] && {{ echo "the gateway not healthy after {wait} s; see $LOG" >&2; exit 1; }}
+    sleep 0.5
+  done
+}}
+launch() {{
+  cd {dir} || exit 1
+  LITELLM_MASTER_KEY=$(cat {master}) || exit 1
+  export LITELLM_MASTER_KEY
+{exports}  setsid {litellm} --config {config} --host {addr} --port {port} --num_workers 1 </dev/null >>"$LOG" 2>&1 &
+  echo $! > "$PIDS"
+}}
+case "${{1:-}}" in
+start)
+  alive || launch
+  [ "${{2:-}}" = --no-wait ] || wait_healthy ;;
+stop)
+  alive || {{ rm -f "$PIDS"; exit 0; }}
+  pid=$(cat "$PIDS")
+  kill "$pid" 2>/dev/null
+  i=0
+  while kill -0 "$pid" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  kill -9 "$pid" 2>/dev/null
+  rm -f "$PIDS" ;;
+restart)
+  "$0" stop && launch && wait_healthy ;;
+status)
+  alive && healthy ;;
+*)
+  echo "usage: $0 start [--no-wait]|stop|restart|status" >&2; exit 2 ;;
+esac
+"""
+UNIT_WAIT = plan.GATEWAY_RESTART_TIMEOUT - 60   # seconds a start waits for LiteLLM to answer; the role's health check waits longer
+
+
+def unit_script(env: dict[str, str], d: Path, master_file: Path, addr: str, pids: Path, log: Path) -> str:
+    """The gateway's unit: LiteLLM on the gateway host, started, stopped and restarted only by it
+    (by `nev box up` and by a role reload alike), so a restart never leaves a second LiteLLM."""
+    exports = "".join(f"  export {k}={shlex.quote(v)}\n" for k, v in env.items() if k != "LITELLM_MASTER_KEY")
+    return UNIT_SH.format(pids=pids, log=log, health=f"http://{addr}:{plan.GATEWAY_PORT}/health/liveliness",
+                          ticks=UNIT_WAIT * 2, wait=UNIT_WAIT, dir=d, master=master_file, exports=exports,
+                          litellm=litellm_binary(), config=d / "config.yaml", addr=addr, port=plan.GATEWAY_PORT)

@@ -39,3 +39,23 @@ def server_row(sock: Path, backend: str, server: str) -> dict[str, str]:
         if r.get("pxname") == backend and r.get("svname") == server:
             return r
     raise KeyError(f"{backend}/{server} not in HAProxy's stats")
+
+
+def main(argv: list[str]) -> int:
+    """`python haproxy.py SOCKET`: send stdin (one runtime API command, or several joined by `;`)
+    to the admin socket and print the answer: the box's stand-in for `socat stdio SOCKET` on the
+    proxy host, reached over SSH like every rig host."""
+    import sys
+
+    cmd = sys.stdin.read().strip()
+    if len(argv) != 1 or not cmd:
+        print("usage: haproxy.py SOCKET < COMMAND", file=sys.stderr)
+        return 2
+    sys.stdout.write(command(Path(argv[0]), cmd))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -46,27 +46,46 @@ def ensure_user() -> bool:
     return created
 
 
+def _ensure_keyonly_user(user: str, shell: str, home: str = "/nonexistent") -> bool:
+    """A key-only user with no home of its own (no password; unlocked, as sshd refuses a locked
+    account even for keys). True when created."""
+    try:
+        pwd.getpwnam(user)
+        return False
+    except KeyError:
+        pass
+    cp = subprocess.run(["useradd", "-M", "-d", home, "-s", shell, "-U", user],
+                        capture_output=True, text=True)
+    if cp.returncode != 0 and "already exists" not in cp.stderr:
+        raise NevError(f"could not create user {user}: {cp.stderr.strip()}")
+    subprocess.run(["usermod", "-p", "*", user], check=True, capture_output=True)
+    return cp.returncode == 0
+
+
 def ensure_jump_user() -> bool:
     """The jump host's user: key-only, no shell (it may only open TCP forwards). True when created."""
     from rig.box.plan import JUMP_USER
 
-    try:
-        pwd.getpwnam(JUMP_USER)
-        return False
-    except KeyError:
-        pass
-    cp = subprocess.run(["useradd", "-M", "-d", "/nonexistent", "-s", "/usr/sbin/nologin", "-U", JUMP_USER],
-                        capture_output=True, text=True)
-    if cp.returncode != 0 and "already exists" not in cp.stderr:
-        raise NevError(f"could not create user {JUMP_USER}: {cp.stderr.strip()}")
-    subprocess.run(["usermod", "-p", "*", JUMP_USER], check=True, capture_output=True)
-    return cp.returncode == 0
+    return _ensure_keyonly_user(JUMP_USER, "/usr/sbin/nologin")
+
+
+def ensure_admin_user() -> bool:
+    """The admin pool host's account: key-only, a shell, in no group that sudo knows. True when created."""
+    from rig.box.plan import ADMIN_USER
+
+    return _ensure_keyonly_user(ADMIN_USER, "/bin/sh", home="/")     # a session starts in a folder that exists
 
 
 def remove_jump_user() -> None:
     from rig.box.plan import JUMP_USER
 
     subprocess.run(["userdel", JUMP_USER], capture_output=True)
+
+
+def remove_admin_user() -> None:
+    from rig.box.plan import ADMIN_USER
+
+    subprocess.run(["userdel", ADMIN_USER], capture_output=True)
 
 
 def _drop_crontab(user: str) -> None:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from lanes.agent import layout as lane_layout
 from lanes.base import sshd
@@ -39,9 +40,14 @@ JUMP_OUT_OCTET = 253
 SSH_PORT = 22
 FORGE_PORT = 80
 JUMP_USER = "nevjump"
+# The ARM nodes' admin account, on one pool host: no general sudo, only the drop-in `nev rig
+# provision-sudo` installs in that host's own /etc/sudoers.d (a box folder bound over it).
+ADMIN_USER = "nevadm"
+ADMIN_POOL = "gpu0"
 # The development box's local forwards (127.0.0.1), one pair of ports per box net.
 FORWARD_PORT0 = 30000
 GATEWAY_PORT = 4000
+GATEWAY_RESTART_TIMEOUT = 300   # LiteLLM's start takes ~10 s of CPU; minutes on a busy 2-core box
 POOL_PORT = 8000
 PROXY_PORT0 = 8100
 
@@ -93,12 +99,40 @@ class Pool:
     tier: str
     max_inflight: int
     keys: tuple[str, ...]
+    replicas: int = 1      # replicas behind the pool's backend, each its own process, port and server line
+    pair: bool = False     # a tensor-parallel pair: a head (behind HAProxy) and a worker half, one unit for both
+
+    def replica_names(self) -> list[str]:
+        """The replicas as the rig file names them (a pair is one replica, `pair`)."""
+        return ["pair"] if self.pair else [f"r{i}" for i in range(self.replicas)]
+
+    def server(self, replica: str) -> str:
+        """Its server line's name in the pool's backend (a one-replica pool's is the pool's name)."""
+        return replica if self.replicas > 1 else self.name
+
+    def port(self, replica: str) -> int:
+        return POOL_PORT + (0 if self.pair else self.replica_names().index(replica))
+
+    @property
+    def maxconn(self) -> int:
+        """Per server line: the alias's in-flight limit shared by its replicas."""
+        return self.max_inflight // self.replicas
+
+    def processes(self, replica: str) -> list[tuple[str, int]]:
+        """(name, port) of every process the replica's unit runs: a pair's head serves, its
+        worker half only stands in for the second node (not behind HAProxy)."""
+        if self.pair:
+            return [(self.name, POOL_PORT), (f"{self.name}-worker", POOL_PORT + 1)]
+        return [(self.name if self.replicas == 1 else f"{self.name}-{replica}", self.port(replica))]
 
 
-# One alias per pool; `batch` may use every alias, `writer` only the first.
+# One alias per pool; `batch` may use every alias, `writer` only the first. gpu1 is the seed's
+# tensor-parallel pair (one unit starts both halves); gpu2 is the seed's two-replica alias (either
+# replica can stop alone), where the serving commands drain one replica while the other serves.
 POOLS: tuple[Pool, ...] = (
     Pool("gpu0", "qwen3.8-27b-fast", "sampling", 8, ("batch", "writer")),
-    Pool("gpu1", "deepseek-v4.1-flash", "capacity", 2, ("batch",)),
+    Pool("gpu1", "deepseek-v4.1-flash", "capacity", 2, ("batch",), pair=True),
+    Pool("gpu2", "qwen3.8-flash-next", "sampling", 8, ("batch",), replicas=2),
 )
 KEY_NAMES = ("batch", "writer")
 
@@ -248,17 +282,48 @@ def jump_sshd_config(layout: Layout, host_key: str, pid_file: str, authorized_ke
                  "ForceCommand /usr/sbin/nologin"])
 
 
-def root_sshd_config(addr: str, host_key: str, pid_file: str, authorized_keys: str) -> str:
-    """sshd for root on a service host (proxy, gateway), so `nev rig` reaches it as on the rig."""
+def root_sshd_config(addr: str, host_key: str, pid_file: str, authorized_keys: str,
+                     admin_keys: str = "") -> str:
+    """sshd for root on a service host (proxy, gateway), so `nev rig` reaches it as on the rig;
+    with `admin_keys`, the admin account too (its key file one it can read, as sshd reads it as
+    that user)."""
+    admin = [f"Match User {ADMIN_USER}", f"    AuthorizedKeysFile {admin_keys}"] if admin_keys else []
     return sshd.config(
         "a box service host (written by nev box)", [f"{addr}:{SSH_PORT}"], host_key, pid_file,
-        authorized_keys, "root", "prohibit-password",
+        authorized_keys, f"root {ADMIN_USER}" if admin_keys else "root", "prohibit-password",
         # The key file is written by nev box (root, mode 600) in the box folder, which may sit inside
         # a checkout under a world-writable /tmp (CI clones anywhere): sshd's path check would refuse it.
-        options=["StrictModes no", "AllowTcpForwarding no", "Subsystem sftp internal-sftp"])
+        options=["StrictModes no", "AllowTcpForwarding no", "Subsystem sftp internal-sftp", *admin])
 
 
-SERVICE_SSH_HOSTS = ("gateway", "proxy")
+# The admin pool host's sudo configuration is its own: its sshd (and every session through it)
+# runs in a mount namespace where $1 (a box folder) is /etc/sudoers.d and $2 /etc/sudoers; this
+# machine's own files are never written. `ip netns exec` then copies those mounts.
+PRIVATE_SUDOERS_SH = """set -e
+mount --bind "$1" /etc/sudoers.d
+mount --bind "$2" /etc/sudoers
+shift 2
+exec "$@"
+"""
+
+# Debian's /etc/sudoers (sudo 1.9), without its comments: root, the sudo group, the drop-ins.
+SUDOERS = """# the box's admin host's /etc/sudoers (written by nev box): Debian's default
+Defaults\tenv_reset
+Defaults\tmail_badpass
+Defaults\tsecure_path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+Defaults\tuse_pty
+root\tALL=(ALL:ALL) ALL
+%sudo\tALL=(ALL:ALL) ALL
+@includedir /etc/sudoers.d
+"""
+
+
+def private_sudoers_argv(sudoers_dir: str, sudoers_file: str, argv: list[str]) -> list[str]:
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", PRIVATE_SUDOERS_SH, "sh",
+            sudoers_dir, sudoers_file, *argv]
+
+
+SERVICE_SSH_HOSTS = ("gateway", "proxy", *(p.name for p in POOLS))
 
 
 # The lane's private mounts, run under `unshare --mount --propagation private`: a tmpfs is
@@ -384,13 +449,83 @@ defaults
     for i, p in enumerate(POOLS):
         port = layout.proxy_port(p.name)
         pool_addr = layout.pool_hosts()[i].addr
+        servers = "".join(f"    server {p.server(r)} {pool_addr}:{p.port(r)} maxconn {p.maxconn}\n"
+                          for r in p.replica_names())
+        balance = "    balance leastconn\n" if p.replicas > 1 else ""
         out.append(f"""frontend fe_{p.name}
     bind {layout.proxy().addr}:{port}
     default_backend be_{p.name}
 backend be_{p.name}
-    server {p.name} {pool_addr}:{POOL_PORT} maxconn {p.max_inflight}
-""")
+{balance}{servers}""")
     return "".join(out)
+
+
+UNIT_SH = """#!/bin/sh
+# {what}: start|stop|status, as `systemctl` runs a unit on the real rig (written by nev box)
+PIDS={pids}
+LOG={log}
+HEALTH={health}
+alive() {{ [ -s "$PIDS" ] || return 1; for p in $(cat "$PIDS"); do kill -0 "$p" 2>/dev/null || return 1; done; }}
+any_alive() {{ [ -s "$PIDS" ] || return 1; for p in $(cat "$PIDS"); do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }}
+healthy() {{ curl -fsS --noproxy '*' -o /dev/null --max-time 2 "$HEALTH"; }}
+case "${{1:-}}" in
+start)
+  if alive && healthy; then exit 0; fi
+  "$0" stop
+  cd {project} || exit 1
+  : > "$PIDS.new"
+{launch}  mv -f "$PIDS.new" "$PIDS"
+  i=0
+  while ! healthy; do
+    alive || {{ echo "{what} exited while starting; see $LOG" >&2; exit 1; }}
+    i=$((i + 1)); [ "$i" -gt 300 ] && {{ echo "{what} not healthy after 30 s; see $LOG" >&2; exit 1; }}
+    sleep 0.1
+  done ;;
+stop)
+  [ -s "$PIDS" ] || exit 0
+  kill $(cat "$PIDS") 2>/dev/null
+  i=0
+  while any_alive && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+  any_alive && kill -9 $(cat "$PIDS") 2>/dev/null
+  rm -f "$PIDS" ;;
+status)
+  alive && healthy ;;
+*)
+  echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac
+"""
+
+
+def unit_script(pool: Pool, replica: str, addr: str, python: str, project: str, bank: str, pids: str,
+                log: str, journal_dir: str) -> str:
+    """The stand-in replica's unit: the same start/stop/status shape as a systemd unit, so
+    `nev rig start|stop|drain` run the same code on the box as on the rig."""
+    launch = []
+    for name, port in pool.processes(replica):
+        argv = [python, "-m", "rig.box.pool", "--addr", addr, "--port", str(port), "--name", name,
+                "--bank", bank, "--model", f"{pool.alias}={pool.tier}", "--max-inflight", str(pool.maxconn),
+                "--journal", f"{journal_dir}/{name}.journal"]
+        launch.append(f"  env PYTHONPATH={project} PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8 setsid "
+                      + " ".join(argv) + ' </dev/null >>"$LOG" 2>&1 &\n  echo $! >> "$PIDS.new"\n')
+    return UNIT_SH.format(what=f"stand-in {pool.name}/{replica}", pids=pids, log=log, project=project,
+                          health=f"http://{addr}:{pool.port(replica)}/health", launch="".join(launch))
+
+
+def serving(layout: Layout, units_dir: str) -> dict:
+    """The serving roles of the rig file: per pool, its backend, aliases and replicas, each with
+    its host, server line and unit commands (a pair's halves named, started only as one)."""
+    out = {}
+    for p, h in zip(POOLS, layout.pool_hosts(), strict=True):
+        replicas = {}
+        for r in p.replica_names():
+            unit = f"{units_dir}/{p.name}-{r}"
+            admin = p.name == ADMIN_POOL
+            replicas[r] = {"host": f"{ADMIN_USER if admin else 'root'}@{h.addr}", "server": p.server(r),
+                           "start": f"{unit} start", "stop": f"{unit} stop", "status": f"{unit} status",
+                           **({"sudo": True} if admin else {}),
+                           **({"halves": ["head", "worker"]} if p.pair else {})}
+        out[p.name] = {"proxy": "proxy", "backend": f"be_{p.name}", "aliases": [p.alias], "replicas": replicas}
+    return out
 
 
 def litellm_config(layout: Layout, custom_auth_module: str) -> dict:
@@ -432,7 +567,7 @@ def folknet(layout: Layout) -> dict:
 
 
 def rig_file(layout: Layout, haproxy_cfg_path: str, haproxy_pid: str, litellm_cfg_path: str,
-             known_hosts: str = "", ssh_key: str = "") -> dict:
+             known_hosts: str = "", ssh_key: str = "", admin: str = "", units_dir: str = "") -> dict:
     """Roles on the box's service hosts, reachable as root over SSH through the jump host (pinned
     keys), and the development box's forwards to the forge and the gateway."""
     gw = layout.gateway().addr
@@ -447,14 +582,22 @@ def rig_file(layout: Layout, haproxy_cfg_path: str, haproxy_pid: str, litellm_cf
                         "target": f"{gw}:{GATEWAY_PORT}", "check": "gateway"},
         },
         "seeds": [],
+        **({"serving": serving(layout, units_dir)} if units_dir else {}),
         "roles": {
             "proxy": {"hosts": [f"root@{layout.proxy().addr}"], "files": [haproxy_cfg_path],
                       "commands": ["haproxy -v"], "validate": "haproxy -c -q -f {path}",
                       "reload": f"kill -USR2 $(cat {haproxy_pid})",
-                      "health": f"haproxy -c -q -f {haproxy_cfg_path}"},
-            "gateway": {"hosts": [f"root@{gw}"], "files": [litellm_cfg_path], "masks": ["master_key"],
+                      "health": f"haproxy -c -q -f {haproxy_cfg_path}",
+                      **({"admin": admin} if admin else {})},
+            # the keys file (digests and allowlists, no secret) is in the snapshot with the config
+            "gateway": {"hosts": [f"root@{gw}"], "masks": ["master_key"],
+                        "files": [litellm_cfg_path, str(Path(litellm_cfg_path).with_name("keys.json"))],
+                        "keys_file": str(Path(litellm_cfg_path).with_name("keys.json")),
                         "validate": "python3 -c 'import sys,yaml; yaml.safe_load(open(sys.argv[1]))' {path}",
-                        "health": f"curl -fsS --noproxy '*' http://{gw}:{GATEWAY_PORT}/health/liveliness"},
+                        # LiteLLM has no reload: its unit restarts it and waits until it answers
+                        "reload": f"{Path(litellm_cfg_path).with_name('unit')} restart",
+                        "health": f"curl -fsS --noproxy '*' http://{gw}:{GATEWAY_PORT}/health/liveliness",
+                        "health_timeout": GATEWAY_RESTART_TIMEOUT},
         },
     }
 

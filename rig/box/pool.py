@@ -135,8 +135,10 @@ def stream_events(out: dict, body: dict, piece_chars: int = 16) -> list[dict]:
 class Pool:
     """Settings and counters, shared by the handler threads."""
 
-    def __init__(self, name: str, bank_path: Path, tiers: dict[str, str], max_inflight: int) -> None:
+    def __init__(self, name: str, bank_path: Path, tiers: dict[str, str], max_inflight: int,
+                 journal: Path | None = None) -> None:
         self.name = name
+        self.journal_path = journal
         self.tiers = tiers
         self.default_inflight = max_inflight
         self.lock = threading.Lock()
@@ -184,6 +186,14 @@ class Pool:
             self.fail = fail
             self.fail_times = req.get("fail_times", None if "fail" in req else self.fail_times)
             self.cond.notify_all()
+
+    def journal(self, event: str, call: str) -> None:
+        """One line per call arriving (`in`) and answered (`out`), with the wall-clock time: the
+        count at the stand-in that outlives the process (a stopped replica's counters are gone)."""
+        if self.journal_path is None:
+            return
+        with self.lock, open(self.journal_path, "a") as f:
+            f.write(f"{time.time():.6f} {event} {call}\n")
 
     def take_fail(self) -> str | None:
         with self.lock:
@@ -291,6 +301,12 @@ class Handler(BaseHTTPRequestHandler):
             self.refuse(404, f"no route {self.path}", "not_found")
 
     def chat(self, body: dict) -> None:
+        call = uuid.uuid4().hex[:12]
+        self.pool.journal("in", call)
+        self.answer(body)
+        self.pool.journal("out", call)
+
+    def answer(self, body: dict) -> None:
         if self.failed_on_demand():
             return
         try:
@@ -385,9 +401,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bank", required=True, type=Path)
     ap.add_argument("--model", action="append", default=[], help="ALIAS=TIER (repeatable)")
     ap.add_argument("--max-inflight", type=int, default=8)
+    ap.add_argument("--journal", type=Path, help="Append a line per call arriving and answered.")
     a = ap.parse_args(argv)
     tiers = dict(m.split("=", 1) for m in a.model)
-    pool = Pool(a.name, a.bank, tiers, a.max_inflight)
+    pool = Pool(a.name, a.bank, tiers, a.max_inflight, a.journal)
     ThreadingHTTPServer.daemon_threads = True
     ThreadingHTTPServer.request_queue_size = 256
     srv = ThreadingHTTPServer((a.addr, a.port), make_handler(pool))

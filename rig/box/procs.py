@@ -69,6 +69,14 @@ def spawn(key: str, host: str, argv: list[str], log: Path, env: Mapping[str, str
     return ProcRec(key=key, host=host, pid=pid, start=st, argv=list(argv))
 
 
+def adopt(key: str, host: str, pid: int, argv: list[str]) -> ProcRec:
+    """A daemon something else started (a unit script), recorded like one we spawned."""
+    st = start_time(pid)
+    if st is None:
+        raise NevError(f"{key} (PID {pid}) is not running")
+    return ProcRec(key=key, host=host, pid=pid, start=st, argv=list(argv))
+
+
 def stop(rec: ProcRec, grace: float = 5.0) -> bool:
     """SIGTERM the recorded process (only if it is still the one we started), SIGKILL after
     `grace` seconds. True when it was running."""

@@ -44,6 +44,7 @@ class PoolInfo:
     alias: str
     max_inflight: int
     proxy_port: int
+    replicas: dict[str, int] = field(default_factory=dict)   # replica (as the rig file names it) -> port
 
 
 @dataclass
@@ -120,13 +121,15 @@ class BoxInfo:
                 return local.rstrip("/") + url[len(rig.rstrip("/")):]
         return url
 
-    def pool_control(self, pool: str, **settings: Any) -> dict:
+    def pool_control(self, pool: str, replica: str | None = None, **settings: Any) -> dict:
         """Set (or read, with no settings) a stand-in pool's delay, tokens_per_s, max_inflight,
         fail ("429" | "503" | "hang" | None), fail_times, bank; `reset=True` restores defaults.
-        The control route is the box's own: it is reached from inside the rig network."""
+        `replica` names one of a many-replica pool's (default: its first). The control route is
+        the box's own: it is reached from inside the rig network."""
         from rig.box import netns, poolctl
 
-        url = self.pools[pool].control_url
+        pi = self.pools[pool]
+        url = pi.control_url if replica is None else f"http://{pi.addr}:{pi.replicas[replica]}/control"
         with netns.inside(self.rig_netns):
             if settings.pop("reset", False):
                 poolctl.reset(url)

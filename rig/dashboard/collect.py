@@ -6,7 +6,8 @@ breaks the page.
 |----------|--------|
 | lanes    | `lanes.gate.lane_status()`: answering, free disk, copies, gates running (`nev lane list`) |
 | dagu     | the Dagu lane's API (`dagu.service`): runs queued or running |
-| aliases  | the inventory snapshot (NEV_INVENTORY): status, held for, last answer, in-flight limit |
+| aliases  | the inventory snapshot (NEV_INVENTORY): status, held for, last answer, in-flight limit; an alias whose replicas an operator drained or stopped shows `stopped` |
+| replicas | HAProxy's runtime API (the rig file's serving roles) and the rig notes' change log: ready, drained, stopped, down |
 | jobs     | the job state folders (`jobs/status.py`: NEV_STATE_DIR/jobs/*/state.json, the view `jobs/state.py` keeps): stage states |
 | batches  | the ledger (`bench/ledger.py`: `ledger/<worktree>.jsonl` on the share): one line per batch |
 | floors   | the engine's committed floor and provenance files, per function |
@@ -82,8 +83,32 @@ def aliases() -> dict[str, Any]:
     limits = {n: a.get("max_inflight") for n, a in (snap.get("aliases") or {}).items()}
     for r in s["aliases"]:
         r["max_inflight"] = limits.get(r["alias"])
+    try:
+        from rig.serving.state import overlay
+
+        overlay(s, serving_states())
+    except (Unavailable, NevError):
+        pass          # no serving roles or HAProxy not reached: the probe's statuses as they are
     return {"rows": s["aliases"], "snapshot": str(path), "probe_age_s": s["snapshot_age_s"],
             "hosts_up": sum(1 for h in s["hosts"] if h["status"] == "up"), "hosts": len(s["hosts"])}
+
+
+# -- serving replicas ------------------------------------------------------
+
+def serving_states() -> list[Any]:
+    from rig import rigfile
+    from rig.serving import state
+    from rig.snapshot.context import notes_dir
+
+    path = rigfile.default_path()
+    rig_file = rigfile.load(path) if path.exists() else None
+    if rig_file is None or not rig_file.serving:
+        raise Unavailable(f"no serving roles in {path} (NEV_RIG_FILE)")
+    return state.gather(rig_file, notes_dir())
+
+
+def replicas() -> list[dict[str, Any]]:
+    return [r.to_json() for r in serving_states()]
 
 
 # -- jobs ------------------------------------------------------------------
@@ -201,7 +226,7 @@ def floors() -> list[dict[str, Any]]:
 # -- all of them -----------------------------------------------------------
 
 COLLECTORS: dict[str, Callable[[], Any]] = {
-    "lanes": lanes, "dagu": dagu_runs, "aliases": aliases, "jobs": jobs, "batches": batches, "floors": floors,
+    "lanes": lanes, "dagu": dagu_runs, "aliases": aliases, "replicas": replicas, "jobs": jobs, "batches": batches, "floors": floors,
 }
 
 

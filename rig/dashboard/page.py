@@ -23,7 +23,7 @@ table{border-collapse:collapse;font-size:.88em}td,th{padding:.2em .6em;text-alig
 th{background:#f3f3f3}.meta{color:#666;font-size:.85em}.unavailable{color:#8a5a00;background:#fff6e0;
 padding:.3em .6em;display:inline-block}.st{font-weight:600;padding:0 .4em;border-radius:3px}
 .ok,.ready,.passed,.up,.succeeded{background:#dff5df;color:#165c16}.failing,.failed,.down,.no,.drop{background:#fbe0e0;color:#8b1111}
-.running,.queued{background:#e0ecfb;color:#123f80}.retired,.unknown,.pending{background:#eee;color:#555}
+.running,.queued{background:#e0ecfb;color:#123f80}.drained,.stopped{background:#fff1d6;color:#7a4b00}.retired,.unknown,.pending{background:#eee;color:#555}
 .grid{display:flex;flex-wrap:wrap;gap:1.5em}.plot{border:1px solid #eee}
 """
 
@@ -126,6 +126,19 @@ def _alias_row(r: dict[str, Any]) -> str:
             f"<td>{_t(r.get('pool') or '-')}</td><td>{_t((r.get('last_error') or '')[:120])}</td></tr>")
 
 
+def replicas_html(section: Any) -> str:
+    if section is None:           # not collected (a page from before the serving section)
+        return ""
+    return _section("replicas", "Serving replicas", _shown(section, _replicas_table))
+
+
+def _replicas_table(section: list[dict[str, Any]]) -> str:
+    return _table(("replica", "server", "aliases", "state", "last action"), (
+        f'<tr class="replica" data-replica="{_t(r["replica"])}" data-state="{_t(r["state"])}">'
+        f"<td>{_t(r['replica'])}</td><td>{_t(r['server'])}</td><td>{_t(', '.join(r['aliases']))}</td>"
+        f"<td>{_st(r['state'])}</td><td>{_t(r['by'] or '-')}</td></tr>" for r in section))
+
+
 def jobs_html(section: Any) -> str:
     return _section("jobs", "Jobs", _shown(section, _jobs_table))
 
@@ -190,6 +203,7 @@ def render(data: dict[str, Any], refresh_s: int) -> str:
     body = "".join([
         lanes_html(data.get("lanes"), data.get("dagu")),
         aliases_html(data.get("aliases")),
+        replicas_html(data.get("replicas")),
         jobs_html(data.get("jobs")),
         batches_html(data.get("batches")),
         floors_html(data.get("floors")),

@@ -84,6 +84,7 @@ def render(s: dict[str, Any]) -> str:
         table.append((r["alias"], r["status"], held, last, lat, (r["last_error"] or "")[:90]))
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    lines += replica_lines(s.get("replicas"))
     probe_age = "never probed" if s["snapshot_age_s"] is None else f"probed {age(s['snapshot_age_s'])} ago"
     coll = "never collected" if s["collected_age_s"] is None else f"collected {age(s['collected_age_s'])} ago"
     lines.append(f"snapshot age: {probe_age}, hosts {coll} ({s['snapshot']})")
@@ -92,6 +93,18 @@ def render(s: dict[str, Any]) -> str:
         lines.append(f"hosts: {len(s['hosts']) - len(down)} up"
                      + (f", down: {', '.join(down)}" if down else ""))
     return "\n".join(lines)
+
+
+def replica_lines(reps: Any) -> list[str]:
+    """The serving replicas as HAProxy has them (ready, drained, stopped, down), or why unknown."""
+    if reps is None:
+        return []
+    if isinstance(reps, str):
+        return [f"replicas: unknown ({reps})"]
+    table = [("replica", "server", "state", "last action")]
+    table += [(r["replica"], r["server"], r["state"], r["by"]) for r in reps]
+    widths = [max(len(row[i]) for row in table) for i in range(4)]
+    return [""] + ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table] + [""]
 
 
 def _parse(text: str, source: str) -> dict[str, Any]:

@@ -163,7 +163,8 @@ class HostJob:
     def reload(self, role: Role) -> None:
         if not role.reload:
             return
-        res = self.conn.run(f"{{ {role.reload} ; }} 2>&1", timeout=120)
+        # a reload that restarts a slow service (LiteLLM) waits for it up to the role's health time
+        res = self.conn.run(f"{{ {role.reload} ; }} 2>&1", timeout=max(120.0, role.health_timeout + 30))
         if res.exit_status != 0:
             raise StepFailed("reload", self.host, f"`{mask(role.reload)}` exited {res.exit_status}: "
                              f"{one_line(res.out) or 'no output'}")
@@ -184,18 +185,21 @@ class HostJob:
 
 
 def restore_role(hosts: Hosts, role: Role, label: str, want: dict[str, HostState],
-                 dry_run: bool) -> list[str]:
-    """Restore one role on all its recorded hosts; returns outcome lines or raises RestoreFailed."""
+                 dry_run: bool, doing: str = "") -> list[str]:
+    """Restore one role on all its recorded hosts; returns outcome lines or raises RestoreFailed.
+    `want` may be any content (`nev rig drift --fix` puts a generated config in place through
+    here); `doing` names the action in messages (default `restore LABEL`)."""
     jobs = _host_jobs(hosts, want, _secrets.token_hex(4))
     if not jobs:
         return [f"{role.name}: already as in {label}; nothing replaced, no reload"]
-    _stage_and_validate(jobs, role, label, want)
+    doing = doing or f"restore {label}"
+    _stage_and_validate(jobs, role, doing, want)
     if dry_run:
         for j in jobs:
             j.drop_staged()
         return [f"{role.name} on {j.host}: would change " + "; ".join(c.describe() for c in j.changes)
                 + " (validate passed)" for j in jobs]
-    _put_in_place(jobs, role, label)
+    _put_in_place(jobs, role, doing)
     out = []
     for j in jobs:
         j.drop_backups()
@@ -216,7 +220,7 @@ def _host_jobs(hosts: Hosts, want: dict[str, HostState], token: str) -> list[Hos
     return jobs
 
 
-def _stage_and_validate(jobs: list[HostJob], role: Role, label: str, want: dict[str, HostState]) -> None:
+def _stage_and_validate(jobs: list[HostJob], role: Role, doing: str, want: dict[str, HostState]) -> None:
     """Every changed file written beside its place and validated there; on any failure the staged
     copies are removed and nothing was replaced."""
     content: dict[str, bytes] = {}
@@ -224,28 +228,28 @@ def _stage_and_validate(jobs: list[HostJob], role: Role, label: str, want: dict[
         content.update(w.blobs)
     try:
         for j in jobs:
-            info(f"restore {label}: {role.name} on {j.host}: write and validate")
+            info(f"{doing}: {role.name} on {j.host}: write and validate")
             j.stage(content)
             j.validate(role)
     except (StepFailed, NevError) as e:
         for j in jobs:
             j.drop_staged()
         where = f"{e.step} on {e.host}: {e.detail}" if isinstance(e, StepFailed) else f"write and validate: {mask(str(e))}"
-        raise RestoreFailed(f"restore {label}: role {role.name} failed at {where}; nothing was replaced") from None
+        raise RestoreFailed(f"{doing}: role {role.name} failed at {where}; nothing was replaced") from None
     except BaseException:
         for j in jobs:
             j.drop_staged()
         raise
 
 
-def _put_in_place(jobs: list[HostJob], role: Role, label: str) -> None:
+def _put_in_place(jobs: list[HostJob], role: Role, doing: str) -> None:
     """Host by host: the staged files moved into place, reload, health check; on any failure (or an
     interrupt) every host touched is rolled back and the rest lose their staged copies."""
     done: list[HostJob] = []
     step, host = "move into place", jobs[0].host
     try:
         for j in jobs:
-            info(f"restore {label}: {role.name} on {j.host}: move into place, reload, health check")
+            info(f"{doing}: {role.name} on {j.host}: move into place, reload, health check")
             done.append(j)
             host = j.host
             step = "move into place"
@@ -260,7 +264,7 @@ def _put_in_place(jobs: list[HostJob], role: Role, label: str) -> None:
         for j in jobs:
             if j not in done:
                 j.drop_staged()
-        raise RestoreFailed(f"restore {label}: role {role.name} failed at {step} on {host}: {detail}; "
+        raise RestoreFailed(f"{doing}: role {role.name} failed at {step} on {host}: {detail}; "
                             f"{after}") from None
     except BaseException:
         # Interrupted (Ctrl-C, SIGTERM): never leave a half-restored role behind.
