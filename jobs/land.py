@@ -212,11 +212,12 @@ def _rebase(t: Track, wt: Repo, main: str) -> str:
 
 
 def _gate(t: Track, wt: Repo, tr: tracks.Tracks, strict: bool) -> None:
-    checks = [("verify", tr.verify)] + [(f"landChecks[{i}]", c) for i, c in enumerate(tr.land_checks)]
-    for label, cmd in checks:
+    # verify runs on a lane whatever the mode; only a landCheck falls back here when not strict
+    checks = [("verify", tr.verify, True)] + [(f"landChecks[{i}]", c, strict) for i, c in enumerate(tr.land_checks)]
+    for label, cmd, lane_only in checks:
         t0 = time.monotonic()
         info(f"land: {t.name}: gate: {label}: {cmd} ...")
-        rc = run_gate(cmd, wt.path, strict, t.paths.gate(t.name), t.env)
+        rc = run_gate(cmd, wt.path, lane_only, t.paths.gate(t.name), t.env)
         if rc != 0:
             why = ": no build lane answered; nothing of the gate ran here" if rc == NO_LANE else ""
             raise NotLanded(f"{t.name}: not landed: {label} failed on the tip (exit {rc}{why})")

@@ -116,7 +116,8 @@ def test_submit_and_a_second_tick_return_while_poll_is_landing_a_result(tmp_path
     ctl.mkdir()
     gate = f"touch {ctl}/gate-started && sleep 10 && touch {ctl}/gate-ended"
     forge, dev = _forge_with_result(tmp_path, "passed", 0, spec_on_main=True, verify=gate)
-    env = {**_env(tmp_path, forge), "NEV_LANES_FILE": str(tmp_path / "no-lanes.json")}
+    # NEV_ON_LANE=1: the 10 s verify runs here, in place (verify is lane-only otherwise)
+    env = {**_env(tmp_path, forge), "NEV_LANES_FILE": str(tmp_path / "no-lanes.json"), "NEV_ON_LANE": "1"}
     out, err = (tmp_path / "poll.out").open("w"), (tmp_path / "poll.err").open("w")
     t0 = time.monotonic()
     tick = subprocess.Popen([sys.executable, "-m", "rig.cli", "job", "poll", "--repo", str(dev)], cwd=ROOT,

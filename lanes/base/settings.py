@@ -49,7 +49,7 @@ LANE_GIT_URL = _s("NEV_LANE_GIT_URL", None, "the forge repository as the lanes r
                   "git_url): lane mirrors and job steps fetch and publish there; no credential in it")
 LANE_FETCH_MAX_AGE = _s("NEV_LANE_FETCH_MAX_AGE", "600", "seconds before a lane mirror fetches from the forge again")
 LANE_MIN_FREE_GB = _s("NEV_LANE_MIN_FREE_GB", "20", "free GB a lane root needs before a gate; below it the lane is swept")
-LANE_STRICT = _s("NEV_LANE_STRICT", None, "when set to 1, every check runs lane-only (never on the dev box)")
+LANE_STRICT = _s("NEV_LANE_STRICT", None, "when set to 1, every check runs lane-only (never on the dev box); a landing's verify always does")
 LANE_KEEP_ENV = _s("NEV_LANE_KEEP_ENV", None, "when set to 1, the lane copy keeps .env after the run")
 LANE_SHARED = _s("NEV_LANE_SHARED", "/srv/lane-shared", "the NAS folder as seen on a lane")
 ON_LANE = _s("NEV_ON_LANE", None, "set on a lane (gates, job steps): commands run in place, the gateway URL comes "
