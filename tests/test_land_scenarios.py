@@ -440,7 +440,7 @@ def test_tick_lands_every_approved_track_and_skips_a_moved_tip(tmp_path: Path) -
     k.track("beta", {"lib/c.rs": "c\n"})
     r = k.nev("--approved")
     assert r.rc == 0, r.text
-    assert "skipped beta: tip moved since approval" in r.err
+    assert "land: track beta: skipped: tip moved since approval" in r.err
     assert "tick: 1 landed, 1 skipped, 0 refused" in r.err
     assert "alpha: landed" in r.out
     assert not (k.common() / "nev/approvals/alpha.json").exists()
