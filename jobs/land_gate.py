@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
 
 from jobs.approvals import LandPaths
@@ -52,7 +53,12 @@ def lanes_configured(environ: Mapping[str, str]) -> bool:
     return bool(lanesfile.configured(require=False).lanes)
 
 
-def where(lane_only: bool, environ: Mapping[str, str]) -> str:
+class Place(StrEnum):
+    HERE = "here"
+    LANE = "lane"
+
+
+def where(lane_only: bool, environ: Mapping[str, str]) -> Place:
     """Where one gate command runs (pure but for the lanes file's existence):
 
     | case | where |
@@ -63,10 +69,10 @@ def where(lane_only: bool, environ: Mapping[str, str]) -> str:
     | not lane-only, a lane configured | "lane", falling back to here when none answers (`nev lane on`) |
     """
     if settings.get(settings.ON_LANE, environ):
-        return "here"
+        return Place.HERE
     if not lane_only and not lanes_configured(environ):
-        return "here"
-    return "lane"
+        return Place.HERE
+    return Place.LANE
 
 
 def run_gate(cmd: str, worktree: Path, lane_only: bool, record: Path, environ: Mapping[str, str]) -> int:
@@ -74,7 +80,7 @@ def run_gate(cmd: str, worktree: Path, lane_only: bool, record: Path, environ: M
 
     `nev lane on` semantics, placed by `where`. Everything but a lane run goes through
     `run_here`, which records its process group in `record` so a rerun after a SIGKILL can stop it."""
-    if where(lane_only, environ) == "here":
+    if where(lane_only, environ) is Place.HERE:
         return run_here(cmd, worktree, record, environ)
     from lanes import gate  # the SSH stack, loaded only when a lane could be used
 
