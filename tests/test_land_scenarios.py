@@ -269,6 +269,21 @@ def test_approved_tick_applies_poll_env_so_no_lane_refuses(kit: Kit) -> None:
     check_invariant(kit, old, "alpha", tip, landed=False)
 
 
+def test_approved_tick_hands_poll_env_to_the_gate(tmp_path: Path) -> None:
+    k = Kit.create(tmp_path)
+    t = k.tracks()
+    t["landChecks"] = ['test "$NEV_LANE_STRICT" = 1']  # passes only with pollEnv in the gate's environment
+    k.commit_main({"tracks.json": json.dumps(t)})
+    old = k.rev("main")
+    k.track("alpha")
+    tip = k.rev("alpha")
+    assert k.nev("approve", "alpha").rc == 0
+    r = k.nev("--approved")
+    assert r.rc == 0, r.text
+    assert "land: track alpha: landed" in r.err and "landChecks[0] passed" in r.err
+    check_invariant(k, old, "alpha", tip, landed=True)
+
+
 def test_main_moving_during_the_gate_is_regated_and_lands(kit: Kit) -> None:
     old = kit.rev("main")
     kit.track("alpha")
