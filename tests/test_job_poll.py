@@ -195,9 +195,12 @@ def test_tick_env_has_poll_env_and_no_secret(tmp_path):
     tracks["specWatch"]["pollEnv"] = {"NEV_LANE_STRICT": "1"}
     (repo / "tracks.json").write_text(json.dumps(tracks))
     env = poll_mod.tick_env(repo, {"NEV_FORGE_TOKEN": "s3cr3t-value", "NEV_FORGE_TOKEN_FILE": "/k/f",
-                                   "NEV_LANE_GIT_URL": "http://f/x.git", "OTHER": "x", "PATH": "/usr/bin"})
+                                   "NEV_LANE_GIT_URL": "http://f/x.git", "OTHER": "x", "PATH": "/usr/bin",
+                                   "NEV_SSH_KEY": "/k/id", "NEV_MODEL_API_KEY": "sk-1", "NEV_NEW_TOKEN": "t"})
     assert env["NEV_LANE_STRICT"] == "1" and env["NEV_FORGE_TOKEN_FILE"] == "/k/f"
     assert "NEV_FORGE_TOKEN" not in env and "OTHER" not in env and env["PATH"] == "/usr/bin"
+    # the lanes' key is a path the tick needs to reach a lane; a secret or a secret-looking name stays out
+    assert env["NEV_SSH_KEY"] == "/k/id" and "NEV_MODEL_API_KEY" not in env and "NEV_NEW_TOKEN" not in env
 
 
 @pytest.mark.parts  # the Dagu binary
