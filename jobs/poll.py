@@ -11,13 +11,13 @@ box submitted that has no result yet, and `decide` (pure) picks one action per j
 | no result, run ended with the publish step's exit 7 | resent, not counted as a send |
 | no result, run still queued or running | wait |
 
-The tick (`jobs.tick`) runs this after the approved tracks, under its one lock. The job records (`jobs.records`) are locked only while they are read
-and while each outcome is written, never during a landing, so `nev job submit` does not
-wait for a gate.
+The tick (`jobs.tick`) runs this after the approved tracks, under its one lock. The job
+records (`jobs.records`) are locked only while they are read and while each outcome is
+written, never during a landing, so `nev job submit` does not wait for a gate.
 
 `--install` makes the tick tick: a crontab line (or, with `--dagu-home`, a Dagu workflow with
-`schedule: "* * * * *"`) running `nev job poll` (the whole tick: approved tracks, then jobs) in this repository with
-tracks.json -> specWatch.pollEnv in its environment; `--uninstall` removes it.
+`schedule: "* * * * *"`) running `nev job poll` (the whole tick: approved tracks, then jobs) in
+this repository with tracks.json -> specWatch.pollEnv in its environment; `--uninstall` removes it.
 """
 
 from __future__ import annotations
