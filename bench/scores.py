@@ -90,7 +90,7 @@ def lane_scorer(req: Scoring) -> list[Score]:
     buf = bytearray()
     try:
         wt = payload.Worktree.open(req.repo)
-        out = gate.gate_on_lane(lane, conn, wt, ["nev", "scores", "--json"], forge=gate.forge_for(wt, lf),
+        out = gate.gate_on_lane(lane, conn, wt, ["nev", "scores", "--json"], forge=gate.forge_for(wt.repo, lf),
                                 on_stdout=buf.extend)
     finally:
         conn.close()

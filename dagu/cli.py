@@ -242,7 +242,8 @@ def clean_jobs(name: str, lane_index: int | None) -> int:
 @dagu.command("prune-mirror")
 @_lane_opt
 def prune_mirror(lane_index: int | None) -> int:
-    """Fetch and prune job/* and result/* in the lane mirror (other refs untouched)."""
+    """Remove job/* and result/* branches the forge no longer has from the lane mirror and the job
+    mirror (other refs untouched); the forge is asked from the lane, as a gate's fetch reaches it."""
     from dagu import maintenance, service
 
     with service.opened(lane_index) as ld:

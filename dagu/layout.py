@@ -56,6 +56,7 @@ class Layout:
     tls_key = _Under("tls", "lane.key")
     tls_ca = _Under("tls", "ca.crt")
     jobs_work = _Under("jobs-work")
+    job_mirror = _Under("job-mirror.git")  # the job workflow's prepare fetches job/<name> into it
 
     @property
     def data(self) -> str:

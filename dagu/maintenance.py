@@ -1,10 +1,10 @@
 """Cleaning up after jobs on the lane: one job's folder, and deleted job refs in the lane mirror.
 
-The lane mirror (`<lane root>/.git-mirror`) fetches `+refs/*:refs/*` without
-pruning, so it keeps every `job/*` and `result/*` branch after the forge deletes
-it. `prune_mirror` fetches and prunes those two namespaces only; every other ref
-stays as it is. Git's messages can carry the forge URL (with its credential) and
-are masked before they are shown.
+The lane mirror (`<lane root>/.git-mirror`, fetched by gates from the forge URL with no
+remote) and the job mirror (`~/dagu/job-mirror.git`, fetched by the job workflow's prepare)
+keep every `job/*` and `result/*` branch after the forge deletes it. `prune_mirror` asks the
+forge from the lane (`lanes.sweep.prune_refs`, the lane agent) and removes, in both, the
+branches of those two namespaces it no longer has; every other ref stays as it is.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ import re
 import shlex
 
 from dagu.service import LaneDagu
+from lanes import sweep
 from lanes.agent import layout
-from lanes.base.errors import NevError, UsageError
-from lanes.base.mask import mask
+from lanes.base.errors import UsageError
+from lanes.base.gitrun import Repo
+from lanes.base.ui import info
 
 _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-NAMESPACES = ("job", "result")
 
 
 def check_job_name(name: str) -> str:
@@ -35,31 +36,20 @@ def clean_job(ld: LaneDagu, name: str) -> bool:
     return "removed" in r.out
 
 
-def mirror_path(ld: LaneDagu) -> str:
-    return layout.Root(ld.lane.root).mirror
+def mirrors(ld: LaneDagu) -> list[str]:
+    """The lane's two mirrors: the gate's (`<lane root>/.git-mirror`) and the job workflow's."""
+    return [layout.Root(ld.lane.root).mirror, ld.layout.job_mirror]
 
 
-def refspecs() -> list[str]:
-    return [f"+refs/heads/{ns}/*:refs/heads/{ns}/*" for ns in NAMESPACES]
-
-
-def _refs(ld: LaneDagu, mirror: str) -> set[str]:
-    pats = " ".join(shlex.quote(f"refs/heads/{ns}/") for ns in NAMESPACES)
-    r = ld.conn.run(f"git -C {shlex.quote(mirror)} for-each-ref --format='%(refname)' {pats}", check=True)
-    return {ln.strip() for ln in r.out.splitlines() if ln.strip()}
-
-
-def prune_mirror(ld: LaneDagu) -> list[str]:
-    """Fetch and prune job/* and result/*; the refs removed."""
-    mirror = mirror_path(ld)
-    q = shlex.quote(mirror)
-    if ld.conn.run(f"test -d {q}/objects").exit_status != 0:
-        raise NevError(f"{ld.lane.label} has no lane mirror at {mirror}; run a lane command first to create it")
-    before = _refs(ld, mirror)
-    specs = " ".join(shlex.quote(s) for s in refspecs())
-    r = ld.conn.run(f"git -C {q} fetch --prune --no-tags origin {specs}", timeout=600)
-    if r.exit_status != 0:
-        last = (r.err.strip().splitlines() or ["fetch failed"])[-1]
-        raise NevError(f"prune-mirror on {ld.lane.label}: git fetch failed: {mask(last)}")
-    after = _refs(ld, mirror)
-    return sorted(before - after)
+def prune_mirror(ld: LaneDagu, repo: Repo | None = None) -> list[str]:
+    """Remove the job/* and result/* branches the forge no longer has from both mirrors; the refs
+    removed, each as `<mirror>: <ref>`. A mirror not made yet is said on one line."""
+    pruned = []
+    for mirror, got in sweep.prune_refs(ld.conn, ld.lane, mirrors(ld), repo).items():
+        if got.get("missing"):
+            info(f"prune-mirror: {ld.lane.label} has no mirror at {mirror} yet; nothing to prune there")
+            continue
+        pruned += [f"{mirror}: {ref}" for ref in got["pruned"]]
+        for ref, why in got["kept"].items():
+            info(f"prune-mirror: kept {mirror}: {ref}: {why}")
+    return pruned

@@ -98,17 +98,19 @@ def inventory(manifest: str, snapshot: str, declared: str | None, as_json: bool)
 @click.option("--dagu-home", type=click.Path(file_okay=False),
               help="With --install/--uninstall: a scheduled workflow in this Dagu home instead of crontab.")
 def poll(repo: str | None, install_: bool, uninstall: bool, dagu_home: str | None) -> int:
-    """The tick: read result/* on the forge, land passed jobs, resend 3 and 7, record 9 and 10."""
+    """The tick: land approved tracks, then read result/* on the forge, land passed jobs, resend 3
+    and 7, record 9 and 10; once a day, prune the share's archives (NEV_ARCHIVE_KEEP_DAYS)."""
     from pathlib import Path
 
     from jobs import poll as poll_mod
+    from jobs import tick
 
     if install_ and uninstall:
         raise click.UsageError("give --install or --uninstall, not both")
     if install_ or uninstall:
         return poll_mod.install(Path(repo) if repo else None, Path(dagu_home) if dagu_home else None,
                                 on=install_)
-    return poll_mod.poll(Path(repo) if repo else None)
+    return tick.tick(Path(repo) if repo else None)
 
 
 @job.command("status")

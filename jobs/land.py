@@ -212,11 +212,12 @@ def _rebase(t: Track, wt: Repo, main: str) -> str:
 
 
 def _gate(t: Track, wt: Repo, tr: tracks.Tracks, strict: bool) -> None:
-    checks = [("verify", tr.verify)] + [(f"landChecks[{i}]", c) for i, c in enumerate(tr.land_checks)]
-    for label, cmd in checks:
+    # verify runs on a lane whatever the mode; only a landCheck falls back here when not strict
+    checks = [("verify", tr.verify, True)] + [(f"landChecks[{i}]", c, strict) for i, c in enumerate(tr.land_checks)]
+    for label, cmd, lane_only in checks:
         t0 = time.monotonic()
         info(f"land: {t.name}: gate: {label}: {cmd} ...")
-        rc = run_gate(cmd, wt.path, strict, t.paths.gate(t.name), t.env)
+        rc = run_gate(cmd, wt.path, lane_only, t.paths.gate(t.name), t.env)
         if rc != 0:
             why = ": no build lane answered; nothing of the gate ran here" if rc == NO_LANE else ""
             raise NotLanded(f"{t.name}: not landed: {label} failed on the tip (exit {rc}{why})")
@@ -238,13 +239,8 @@ def _refuse_checkout_blocks(t: Track, old: str, new: str) -> None:
 # ---------------------------------------------------------------- the tick
 
 
-def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> int:
-    """`nev land --approved`, the tick: with tracks.json's pollEnv over this environment, finish
-    pending landings, then land every approved track in turn, skipping (with a line) any whose
-    tip moved since approval. Exit: the worst of the landings."""
-    env = dict(os.environ if environ is None else environ)
-    repo = Repo(repo_path)
-    paths = LandPaths.of(repo)
+def with_poll_env(repo: Repo, env: dict[str, str]) -> dict[str, str]:
+    """`env` with main's tracks.json → specWatch.pollEnv over it, each change said on one line."""
     try:
         poll_env = tracks_at(repo, repo.rev(MAIN)).spec_watch.poll_env
     except NevError:
@@ -252,7 +248,16 @@ def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> 
     for k, v in poll_env.items():
         if env.get(k) != v:
             info(f"land: {k}={v} (tracks.json specWatch.pollEnv)")
-    env.update(poll_env)
+    return {**env, **poll_env}
+
+
+def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> int:
+    """`nev land --approved`, the tick: with tracks.json's pollEnv over this environment, finish
+    pending landings, then land every approved track in turn, skipping (with a line) any whose
+    tip moved since approval. Exit: the worst of the landings."""
+    repo = Repo(repo_path)
+    env = with_poll_env(repo, dict(os.environ if environ is None else environ))
+    paths = LandPaths.of(repo)
     worst = 0
     for n in store.pending_names(paths):
         try:
@@ -267,7 +272,7 @@ def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> 
     for a in store.list_approvals(paths):
         now = repo.try_rev(f"refs/heads/{a.name}")
         if now is not None and now != a.tip and not paths.pending(a.name).exists():
-            info(f"land: skipped {a.name}: tip moved since approval (approved {a.tip[:12]}, now {now[:12]})")
+            info(f"land: track {a.name}: skipped: tip moved since approval (approved {a.tip[:12]}, now {now[:12]})")
             tally["skipped"] += 1
             continue
         try:
@@ -279,6 +284,7 @@ def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> 
             rc = e.exit_code
         if rc == 0:
             store.drop_approval(paths, a.name)
+        info(f"land: track {a.name}: " + ("landed" if rc == 0 else f"not landed (exit {rc}); still approved"))
         tally["landed" if rc == 0 else "refused"] += 1
         worst = max(worst, rc)
     info("land: tick: " + ", ".join(f"{v} {k}" for k, v in tally.items()))

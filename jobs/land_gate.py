@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
 
 from jobs.approvals import LandPaths
@@ -52,20 +53,40 @@ def lanes_configured(environ: Mapping[str, str]) -> bool:
     return bool(lanesfile.configured(require=False).lanes)
 
 
-def run_gate(cmd: str, worktree: Path, strict: bool, record: Path, environ: Mapping[str, str]) -> int:
+class Place(StrEnum):
+    HERE = "here"
+    LANE = "lane"
+
+
+def where(lane_only: bool, environ: Mapping[str, str]) -> Place:
+    """Where one gate command runs (pure but for the lanes file's existence):
+
+    | case | where |
+    |---|---|
+    | already on a lane (NEV_ON_LANE) | "here", in place |
+    | lane-only (verify always; a landCheck under NEV_LANE_STRICT=1) | "lane": no lane answering is exit 3, nothing runs here |
+    | not lane-only, no build lane configured | "here" |
+    | not lane-only, a lane configured | "lane", falling back to here when none answers (`nev lane on`) |
+    """
+    if settings.get(settings.ON_LANE, environ):
+        return Place.HERE
+    if not lane_only and not lanes_configured(environ):
+        return Place.HERE
+    return Place.LANE
+
+
+def run_gate(cmd: str, worktree: Path, lane_only: bool, record: Path, environ: Mapping[str, str]) -> int:
     """Run one gate command on the tip checked out in `worktree`; its exit status.
 
-    `nev lane on` semantics: on a lane (NEV_ON_LANE) it runs in place; strict is lane-only
-    (no lane answering is exit 3 with nothing run here); not strict with no lane configured, it
-    runs here. Everything but a lane run goes through `run_here`, which records its process
-    group in `record` so a rerun after a SIGKILL can stop it."""
-    if settings.get(settings.ON_LANE, environ) or not (strict or lanes_configured(environ)):
+    `nev lane on` semantics, placed by `where`. Everything but a lane run goes through
+    `run_here`, which records its process group in `record` so a rerun after a SIGKILL can stop it."""
+    if where(lane_only, environ) is Place.HERE:
         return run_here(cmd, worktree, record, environ)
     from lanes import gate  # the SSH stack, loaded only when a lane could be used
 
     timer = _fault_timer("gate")
     try:
-        return gate.on(worktree, ["sh", "-c", cmd], lane_only=strict)
+        return gate.on(worktree, ["sh", "-c", cmd], lane_only=lane_only)
     except NevError as e:
         if e.exit_code in INTERRUPTED:
             raise

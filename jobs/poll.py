@@ -1,4 +1,4 @@
-"""`nev job poll`: the tick. Results on the forge -> `jobs.land.land`; exit 3 and 7 resent; 9 and 10 recorded.
+"""The tick's jobs: results on the forge -> `jobs.land.land`; exit 3 and 7 resent; 9 and 10 recorded; the tick's schedule.
 
 Each tick reads every `result/*` branch on the forge and the Dagu run of every job this
 box submitted that has no result yet, and `decide` (pure) picks one action per job:
@@ -11,21 +11,19 @@ box submitted that has no result yet, and `decide` (pure) picks one action per j
 | no result, run ended with the publish step's exit 7 | resent, not counted as a send |
 | no result, run still queued or running | wait |
 
-One tick runs at a time per state folder (`job-poll.lock`; a tick that finds another still
-running does nothing). The job records (`jobs.records`) are locked only while they are read
-and while each outcome is written, never during a landing, so `nev job submit` does not
-wait for a gate.
+The tick (`jobs.tick`) runs this after the approved tracks, under its one lock. The job
+records (`jobs.records`) are locked only while they are read and while each outcome is
+written, never during a landing, so `nev job submit` does not wait for a gate.
 
 `--install` makes the tick tick: a crontab line (or, with `--dagu-home`, a Dagu workflow with
-`schedule: "* * * * *"`) running `nev job poll` in this repository with tracks.json ->
-specWatch.pollEnv in its environment; `--uninstall` removes it.
+`schedule: "* * * * *"`) running `nev job poll` (the whole tick: approved tracks, then jobs) in
+this repository with tracks.json -> specWatch.pollEnv in its environment; `--uninstall` removes it.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
-import fcntl
 import os
 import shlex
 import sys
@@ -178,27 +176,6 @@ def land(repo: Repo, name: str, res: Result, rec: JobRecord | None, forge: forge
 
 
 @contextmanager
-def one_tick(environ: Mapping[str, str]) -> Iterator[int | None]:
-    """Held for a whole tick: yields None, or the PID of another tick that holds it (a landing
-    can outlast the minute between scheduled ticks)."""
-    p = records.path(environ).with_name("job-poll.lock")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raw = os.read(fd, 32).decode(errors="replace").strip()
-            yield int(raw) if raw.isdigit() else 0
-            return
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        yield None
-    finally:
-        os.close(fd)
-
-
-@contextmanager
 def _record(environ: Mapping[str, str], name: str, seen: JobRecord | None) -> Iterator[JobRecord | None]:
     """The job's record under the records lock, for this tick's outcome; None (nothing to write)
     when the job was submitted again since this tick read it: the new submission owns the record."""
@@ -211,18 +188,8 @@ def _record(environ: Mapping[str, str], name: str, seen: JobRecord | None) -> It
             yield rec
 
 
-def poll(repo_path: Path | None = None, environ: Mapping[str, str] | None = None) -> int:
-    env = dict(os.environ if environ is None else environ)
-    repo = Repo(Repo(repo_path or Path.cwd()).toplevel())
-    forge = forge_mod.from_settings(env, repo)
-    with one_tick(env) as other:
-        if other is not None:
-            info(f"poll: another tick (PID {other or '?'}) is still running; this one does nothing")
-            return 0
-        return _tick(repo, forge, env)
-
-
-def _tick(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
+def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
+    """The jobs' part of the tick (`jobs.tick`): one action per job, each said on one line; 1 when one failed."""
     tips = forge.ls(repo, "result")
     if tips:
         forge.fetch_results(repo)

@@ -114,7 +114,7 @@ def params(m: Manifest, manifest: str, lane_forge_url: str, lane_home: str, layo
         inv = posixpath.join(lane_home, inv[2:])
     return {
         "JOB": m.name, "MANIFEST": manifest, "FORGE": lane_forge_url,
-        "MIRROR": posixpath.join(layout.root, "job-mirror.git"), "WORK": layout.jobs_work,
+        "MIRROR": layout.job_mirror, "WORK": layout.jobs_work,
         "SHARE": share, "NEV": posixpath.join(lane_home, selfinstall.LINK), "INVENTORY": inv,
         "MODEL_URL": settings.get(settings.LANE_MODEL_URL, environ) or "",
         "NPM_CACHE": posixpath.join(share, "npm-cache"),

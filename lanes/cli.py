@@ -94,19 +94,33 @@ def install(lane_index: int | None) -> int:
 @click.option("--dry-run", is_flag=True, help="List what would go, with sizes; change nothing.")
 @click.option("--repo", type=click.Path(file_okay=False, exists=True), default=".",
               help="The primary checkout (its worktrees name the tracks that keep their copies).")
-def sweep(lane_index: int | None, track: str | None, dry_run: bool, repo: str) -> int:
+@click.option("--archives", is_flag=True,
+              help="Instead: prune the share's archive/gate-logs, job-logs and corpus older than "
+                   "NEV_ARCHIVE_KEEP_DAYS, keeping the newest per worktree or job.")
+def sweep(lane_index: int | None, track: str | None, dry_run: bool, repo: str, archives: bool) -> int:
     """Remove lane copies whose track has no worktree in the primary checkout.
 
     Keeps the primary's own copy, copies with a process in them, copies locked by a running
     gate and directories that are not worktrees of the lane's mirror. Untracked data under a
     copy's corpus/ goes to the NAS first (archive/corpus/<name>/<time>.tar). Exit 1 when a lane
     could not be swept or a removal failed.
+
+    With --archives: the share's archives older than NEV_ARCHIVE_KEEP_DAYS (30) go, through the
+    first lane that answers (or --lane N); the newest of each worktree or job always stays.
     """
     from pathlib import Path
 
+    from lanes import lanesfile
     from lanes import sweep as sw
+    from lanes.base import settings
     from lanes.base.gitrun import Repo
 
+    if archives:
+        if track:
+            raise click.UsageError("--archives and --track do not go together")
+        lanes = [ln for ln in lanesfile.configured().lanes if lane_index is None or ln.index == lane_index]
+        status, _ = sw.sweep_archives(settings.get_float(settings.ARCHIVE_KEEP_DAYS), dry_run, lanes)
+        return status
     status, _ = sw.sweep(lane_index, track, dry_run, Repo(Path(repo)))
     return status
 

@@ -33,6 +33,7 @@ from lanes.agent.wire import Kind, Op, Stop
 from lanes.base import settings, ui
 from lanes.base.errors import DiskShortError, NevError, NoLaneError
 from lanes.base.exitcodes import Exit
+from lanes.base.gitrun import Repo
 from lanes.base.mask import mask, register_secret
 from lanes.base.ssh import CONNECT_TIMEOUT, Connection, SshError
 from lanes.lanesfile import Lane, LanesFile
@@ -79,17 +80,17 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
     return clean, urllib.parse.unquote(user) or None, urllib.parse.unquote(token) or None
 
 
-def forge_for(wt: payload.Worktree, lf: LanesFile) -> Forge:
+def forge_for(repo: Repo, lf: LanesFile) -> Forge:
     """The forge URL the lane mirror fetches from, and the credential kept out of every argv
     (`lanes.forgeauth.lookup`; a user and token inside the URL come last)."""
     raw = settings.get(settings.LANE_GIT_URL) or lf.git_url
     if not raw:
-        cp = wt.repo.git("remote", "get-url", "origin", check=False)
+        cp = repo.git("remote", "get-url", "origin", check=False)
         raw = cp.stdout.strip() if cp.returncode == 0 else None
     if not raw:
         return Forge(None)
     url, user, token = split_credentials(raw)
-    cred = forgeauth.lookup(wt.repo)
+    cred = forgeauth.lookup(repo)
     register_secret(token)
     return Forge(url, cred.user or user, cred.token or token)
 
@@ -378,7 +379,7 @@ def run(worktree: Path, command: list[str], *, lane_index: int | None = None, la
         ui.info("no build lane answered; running on this machine")
         return run_local(wt.path, command, extra_env)
     lane, conn = picked
-    forge = forge_for(wt, lf)
+    forge = forge_for(wt.repo, lf)
     try:
         return gate_on_lane(lane, conn, wt, command, forge=forge, pull=pull, extra_env=extra_env,
                             sweep=sweep, files=files).status

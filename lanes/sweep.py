@@ -216,3 +216,98 @@ def after_landing(track: str, repo: Repo | None = None) -> int:
         print(f"sweep after landing {track}: failed: {e}", flush=True)
         return 1
     return status
+
+
+# ---------------------------------------------------------------- retention: archives and mirror refs
+
+
+@dataclass(frozen=True)
+class Archive:
+    """One entry of the share's archive folders (`lanes/agent/retention.py`)."""
+
+    kind: str    # gate-logs | job-logs | corpus
+    name: str    # the worktree or job it belongs to
+    entry: str   # a log file, a Dagu run's folder, a corpus tar
+    mtime: float
+    size: int = 0
+
+    @classmethod
+    def from_json(cls, d: dict) -> Archive:
+        return cls(d["kind"], d["name"], d["entry"], float(d["mtime"]), int(d["size"]))
+
+    @property
+    def label(self) -> str:
+        return f"archive/{self.kind}/{self.name}/{self.entry}"
+
+
+def decide_archives(entries: list[Archive], now: float, keep_days: float) -> list[tuple[Archive, bool, str]]:
+    """Which archives go (pure): (archive, remove, why).
+
+    | the archive | goes? |
+    |---|---|
+    | the newest of its kind and name (worktree, job) | kept, whatever its age |
+    | younger than `keep_days` | kept |
+    | older | removed |
+    """
+    newest: dict[tuple[str, str], Archive] = {}
+    for a in entries:
+        cur = newest.get((a.kind, a.name))
+        if cur is None or (a.mtime, a.entry) > (cur.mtime, cur.entry):
+            newest[(a.kind, a.name)] = a
+    out = []
+    for a in sorted(entries, key=lambda a: (a.kind, a.name, a.mtime, a.entry)):
+        age = (now - a.mtime) / 86400
+        if newest[(a.kind, a.name)] is a:
+            out.append((a, False, f"the newest of {a.kind}/{a.name}"))
+        elif age < keep_days:
+            out.append((a, False, f"{age:.1f} days old, within {keep_days:g}"))
+        else:
+            out.append((a, True, f"{age:.1f} days old, beyond {keep_days:g}"))
+    return out
+
+
+def sweep_archives(keep_days: float, dry_run: bool = False, lanes: list[Lane] | None = None,
+                   say: Callable[[str], None] = _stdout) -> tuple[int, list[str]]:
+    """Prune the share's archives through the first lane that answers (every lane mounts the same
+    share): one line per removed archive and a total. (exit status, paths removed)."""
+    chosen = lanes if lanes is not None else lanesfile.configured().lanes
+    for ln in chosen:
+        try:
+            with ln.connect() as conn:
+                facts = session.call(conn, ln, Op.ARCHIVES, SURVEY_TIMEOUT, shared=ln.shared_dir)
+                plan = decide_archives([Archive.from_json(e) for e in facts["entries"]], time.time(), keep_days)
+                gone = [a for a, remove, _ in plan if remove]
+                if dry_run or not gone:
+                    for a in gone:
+                        say(f"would remove {a.label} ({human(a.size)})")
+                    say(f"archives on {ln.shared_dir} (through {ln.label}): {len(gone)} of {len(plan)} "
+                        f"{'would go' if dry_run else 'go'}; the newest per worktree or job stays")
+                    return 0, []
+                ans = session.call(conn, ln, Op.DROP_ARCHIVES, REMOVE_TIMEOUT, shared=ln.shared_dir,
+                                   entries=[{"kind": a.kind, "name": a.name, "entry": a.entry} for a in gone])
+        except (SshError, NevError) as e:
+            say(f"{ln.label}: archives not pruned: {e}")
+            continue
+        for a in gone:
+            say(f"removed {a.label} ({human(a.size)})")
+        for path, why in ans["failed"].items():
+            say(f"failed {path}: {why}")
+        say(f"archives on {ln.shared_dir} (through {ln.label}): removed {len(ans['removed'])} of {len(plan)}, "
+            f"older than {keep_days:g} days; the newest per worktree or job stays")
+        return (1 if ans["failed"] else 0), list(ans["removed"])
+    raise NevError("no lane answered; the archives were not pruned")
+
+
+def prune_refs(conn: Connection, lane: Lane, mirrors: list[str], repo: Repo | None = None) -> dict[str, Any]:
+    """Remove from each mirror on the lane the job/* and result/* branches the forge no longer has,
+    asking the forge from the lane (its URL and credential as a gate's mirror fetch gets them).
+    Per mirror: {"pruned": [...], "kept": {...}} or {"missing": true}."""
+    from lanes import gate  # gate imports this module for its disk guard
+
+    lf = lanesfile.configured(require=False)
+    forge = gate.forge_for(repo or Repo(Path(".")), lf)
+    if not forge.url:
+        raise NevError("no forge URL for the lanes (NEV_LANE_GIT_URL or the lanes file's git_url); nothing pruned")
+    ans = session.call(conn, lane, Op.PRUNE_REFS, SURVEY_TIMEOUT, mirrors=mirrors, git_url=forge.url,
+                       cred=forge.cred())
+    return dict(ans["mirrors"])

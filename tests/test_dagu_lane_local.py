@@ -142,31 +142,40 @@ def test_clean_jobs_removes_only_that_job(lane):
     assert r.returncode == 2 and (work / "b").exists()
 
 
-def test_prune_mirror_prunes_only_job_and_result_refs(lane, tmp_path):
+def test_prune_mirror_prunes_only_job_and_result_refs_in_the_gates_mirror_and_the_job_mirror(lane, tmp_path):
+    """The mirrors as nev makes them: the lane mirror by a real gate (`nev lane run`, fetched from
+    the forge URL, no `origin` remote) and the job mirror by the job workflow's prepare step."""
+    from jobs import lane_main
     from lanes.base.gitrun import Repo
 
     forge = tmp_path / "forge.git"
     Repo(tmp_path).git("init", "--bare", "-q", str(forge))
     work = tmp_path / "work"
-    Repo(tmp_path).git("init", "-q", str(work))
+    Repo(tmp_path).git("init", "-q", "-b", "main", str(work))
     w = Repo(work)
     (work / "f").write_text("x")
     w.git("add", "f")
-    w.git("commit", "-q", "-m", "x")
-    for b in ("job/a", "job/b", "result/a", "feature/x"):
+    w.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x")
+    for b in ("main", "job/a", "job/b", "result/a", "feature/x"):
         w.git("push", "-q", str(forge), f"HEAD:refs/heads/{b}")
+    env = {**lane.env, "NEV_LANE_GIT_URL": str(forge)}
+    ok(nev(env, "lane", "run", str(work), "true"))
     mirror = lane.lane_root / ".git-mirror"
-    lane.lane_root.mkdir(exist_ok=True)
-    Repo(tmp_path).git("init", "--bare", "-q", str(mirror))
     m = Repo(mirror)
-    m.git("remote", "add", "origin", str(forge))
-    m.git("fetch", "-q", "origin", "+refs/*:refs/*")
+    assert m.git("remote").stdout.strip() == ""  # the gate fetches from the URL: no origin
+    job_mirror = lane.root / "job-mirror.git"   # the Dagu layout's job_mirror on this lane
+    for job in ("a", "b"):
+        assert lane_main.prepare(job, str(forge), str(job_mirror), str(tmp_path / "jobs-work"), str(tmp_path)) == 0
     for b in ("job/a", "result/a", "feature/x"):
         Repo(forge).git("update-ref", "-d", f"refs/heads/{b}")
-    r = ok(nev(lane.env, "dagu", "prune-mirror"))
-    assert sorted(r.stdout.split()) == sorted(["pruned", "refs/heads/job/a", "pruned", "refs/heads/result/a"])
+    r = ok(nev(env, "dagu", "prune-mirror"))
+    assert sorted(r.stdout.splitlines()) == sorted([f"pruned {mirror}: refs/heads/job/a",
+                                                    f"pruned {mirror}: refs/heads/result/a",
+                                                    f"pruned {job_mirror}: refs/heads/job/a"])
     refs = m.git("for-each-ref", "--format=%(refname)").stdout.split()
     assert "refs/heads/job/b" in refs and "refs/heads/feature/x" in refs and "refs/heads/job/a" not in refs
+    assert Repo(job_mirror).git("for-each-ref", "--format=%(refname)").stdout.split() == ["refs/heads/job/b"]
+    assert ok(nev(env, "dagu", "prune-mirror")).stdout == ""  # nothing left to prune
 
 
 def test_dagu_processes_are_ours_only(lane):

@@ -132,10 +132,10 @@ def test_the_token_is_looked_up_in_the_environment_then_the_file_then_the_env_fi
 def test_the_gate_reads_the_same_credential_and_the_url_userinfo_comes_last(tmp_path, clean_env):
     _primary, track = primary_and_track(tmp_path)
     wt = payload.Worktree.open(track)
-    f = gate.forge_for(wt, LanesFile(path=None, git_url="http://old:urltok-0000@198.18.0.5/git/engine.git"))
+    f = gate.forge_for(wt.repo, LanesFile(path=None, git_url="http://old:urltok-0000@198.18.0.5/git/engine.git"))
     assert (f.url, f.user, f.password) == ("http://198.18.0.5/git/engine.git", "forge-bot", TOKEN)
     outside = payload.Worktree(track, "track", "0" * 40, Repo(tmp_path / "nowhere"))  # no .env to read
-    f = gate.forge_for(outside, LanesFile(path=None, git_url="http://old:urltok-0000@198.18.0.5/git/engine.git"))
+    f = gate.forge_for(outside.repo, LanesFile(path=None, git_url="http://old:urltok-0000@198.18.0.5/git/engine.git"))
     assert (f.user, f.password) == ("old", "urltok-0000")
 
 

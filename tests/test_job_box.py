@@ -241,3 +241,57 @@ def test_retired_model_gives_exit_10_a_failed_result_and_is_not_resent(rig, box)
     # every step ran the lane's installed nev; no copy of nev's sources went to the lane
     assert rig.record("retired")["params"]["NEV"] == "/home/lane/.local/bin/nev"
     assert not (rig.lane.host_home / "dagu" / "src").exists()
+
+
+def test_one_installed_tick_lands_two_approved_tracks_and_a_finished_job_each_once(rig, box):
+    """Acceptance (#21): two approved hand-written tracks and one finished job; one run of the
+    tick as `nev job poll --install` scheduled it lands all three, each once, verify on the lane."""
+    import yaml
+
+    names = ("ticka", "tickb")
+    git(rig.dev, "checkout", "-q", "main")
+    for n in names:
+        (rig.dev / "specs" / f"{n}.md").write_text(f"---\ntouches:\n  - hand/{n}/**\n---\n# {n}\n")
+    git(rig.dev, "add", "-A")
+    git(rig.dev, "commit", "-qm", "specs of two hand-written tracks")
+    for n in names:
+        wt = rig.tmp / f"wt-{n}"
+        git(rig.dev, "worktree", "add", "-q", "-b", n, str(wt), "main")
+        (wt / "hand" / n).mkdir(parents=True)
+        (wt / "hand" / n / "f.txt").write_text(f"{n}\n")
+        git(wt, "add", "-A")
+        git(wt, "commit", "-qm", f"track {n}")
+        rig.ok("land", "approve", n)
+    run_id = rig.job("tickjob", [{"name": "gen", "kind": "command",
+                                  "command": "mkdir -p out/tickjob && echo made > out/tickjob/a.txt"}])
+    assert rig.step_exit(run_id, "publish") == "0"
+    assert rig.forge_has("result/tickjob")
+    home = rig.tmp / "tick-dagu-home"
+    rig.ok("job", "poll", "--install", "--dagu-home", str(home))
+    doc = yaml.safe_load((home / "dags" / "nev-job-poll.yaml").read_text())
+    step = doc["steps"][0]
+    env = {k: v for e in doc["env"] for k, v in e.items()}
+    before = git(rig.dev, "rev-parse", "main")
+    r = subprocess.run(["sh", "-c", step["command"]], cwd=step["dir"], env=env, capture_output=True, text=True,
+                       timeout=900)
+    print(r.stderr[-6000:])
+    assert r.returncode == 0, r.stderr[-4000:]
+    for n in names:
+        assert f"land: track {n}: landed" in r.stderr
+    assert "tickjob: landed: landed on main" in r.stderr
+    subjects = git(rig.dev, "log", "--format=%s", f"{before}..main").splitlines()
+    assert sum(s == "track ticka" for s in subjects) == 1 and sum(s == "track tickb" for s in subjects) == 1
+    assert sum(s == "job tickjob: passed (exit 0)" for s in subjects) == 1
+    for path, text in (("hand/ticka/f.txt", "ticka"), ("hand/tickb/f.txt", "tickb"), ("out/tickjob/a.txt", "made")):
+        assert git(rig.dev, "show", f"main:{path}") == text
+    assert rig.record("tickjob")["status"] == "landed"
+    assert not rig.forge_has("result/tickjob")
+    floors = [ln for ln in r.stderr.splitlines() if "land: after: floors" in ln]
+    print("floors step:", floors)
+    assert len(floors) == 3  # one line per landing
+    # the next tick has nothing left
+    main = git(rig.dev, "rev-parse", "main")
+    r2 = subprocess.run(["sh", "-c", step["command"]], cwd=step["dir"], env=env, capture_output=True, text=True,
+                        timeout=600)
+    assert r2.returncode == 0 and "land: tick: 0 landed, 0 skipped, 0 refused" in r2.stderr, r2.stderr[-3000:]
+    assert git(rig.dev, "rev-parse", "main") == main

@@ -116,7 +116,8 @@ def test_submit_and_a_second_tick_return_while_poll_is_landing_a_result(tmp_path
     ctl.mkdir()
     gate = f"touch {ctl}/gate-started && sleep 10 && touch {ctl}/gate-ended"
     forge, dev = _forge_with_result(tmp_path, "passed", 0, spec_on_main=True, verify=gate)
-    env = {**_env(tmp_path, forge), "NEV_LANES_FILE": str(tmp_path / "no-lanes.json")}
+    # NEV_ON_LANE=1: the 10 s verify runs here, in place (verify is lane-only otherwise)
+    env = {**_env(tmp_path, forge), "NEV_LANES_FILE": str(tmp_path / "no-lanes.json"), "NEV_ON_LANE": "1"}
     out, err = (tmp_path / "poll.out").open("w"), (tmp_path / "poll.err").open("w")
     t0 = time.monotonic()
     tick = subprocess.Popen([sys.executable, "-m", "rig.cli", "job", "poll", "--repo", str(dev)], cwd=ROOT,
@@ -194,9 +195,12 @@ def test_tick_env_has_poll_env_and_no_secret(tmp_path):
     tracks["specWatch"]["pollEnv"] = {"NEV_LANE_STRICT": "1"}
     (repo / "tracks.json").write_text(json.dumps(tracks))
     env = poll_mod.tick_env(repo, {"NEV_FORGE_TOKEN": "s3cr3t-value", "NEV_FORGE_TOKEN_FILE": "/k/f",
-                                   "NEV_LANE_GIT_URL": "http://f/x.git", "OTHER": "x", "PATH": "/usr/bin"})
+                                   "NEV_LANE_GIT_URL": "http://f/x.git", "OTHER": "x", "PATH": "/usr/bin",
+                                   "NEV_SSH_KEY": "/k/id", "NEV_MODEL_API_KEY": "sk-1", "NEV_NEW_TOKEN": "t"})
     assert env["NEV_LANE_STRICT"] == "1" and env["NEV_FORGE_TOKEN_FILE"] == "/k/f"
     assert "NEV_FORGE_TOKEN" not in env and "OTHER" not in env and env["PATH"] == "/usr/bin"
+    # the lanes' key is a path the tick needs to reach a lane; a secret or a secret-looking name stays out
+    assert env["NEV_SSH_KEY"] == "/k/id" and "NEV_MODEL_API_KEY" not in env and "NEV_NEW_TOKEN" not in env
 
 
 @pytest.mark.parts  # the Dagu binary

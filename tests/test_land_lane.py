@@ -18,11 +18,11 @@ from tests.helpers.landkit import Kit, check_invariant  # noqa: E402
 ON_LANE_GATE = 'test "$NEV_ON_LANE" = 1 && echo "gated-on-lane $(git rev-parse HEAD)"'
 
 
-def lane_kit(box, tmp_path: Path, lanes: list[dict] | None = None) -> tuple[Kit, str]:
+def lane_kit(box, tmp_path: Path, lanes: list[dict] | None = None, tracks: dict | None = None) -> tuple[Kit, str]:
     tag = secrets.token_hex(2)
     name = f"lt{tag}"
-    k = Kit.create(tmp_path, tracks={"verify": ON_LANE_GATE, "landChecks": [],
-                                     "specWatch": {"pollEnv": {"NEV_LANE_STRICT": "1"}}})
+    k = Kit.create(tmp_path, tracks=tracks or {"verify": ON_LANE_GATE, "landChecks": [],
+                                               "specWatch": {"pollEnv": {"NEV_LANE_STRICT": "1"}}})
     k.spec(name, ["src/**"])
     k.commit_main({f"specs/{name}.md": (k.primary / f"specs/{name}.md").read_text()}, "spec")
     url = box.forge_create_repo(f"land-{tag}.git")
@@ -38,7 +38,8 @@ def lane_kit(box, tmp_path: Path, lanes: list[dict] | None = None) -> tuple[Kit,
         data["lanes"] = lanes
     data["git_url"] = url
     lanes_file.write_text(json.dumps(data))
-    k.extra_env = {**box.env, **askpass, "NEV_LANES_FILE": str(lanes_file), "NEV_LANE_GIT_URL": url}
+    k.extra_env = {**box.env, **askpass, "NEV_LANES_FILE": str(lanes_file), "NEV_LANE_GIT_URL": url,
+                   "NEV_ON_LANE": ""}
     return k, name
 
 
@@ -90,17 +91,20 @@ def test_strict_with_no_lane_answering_refuses_exit_3_and_runs_nothing(box, tmp_
     check_invariant(k, old, name, tip, landed=False)
 
 
-def test_not_strict_with_no_lane_answering_runs_here_and_the_lane_only_gate_refuses(box, tmp_path: Path) -> None:
+def test_not_strict_with_no_lane_answering_verify_refuses_exit_3_and_runs_nothing_here(box, tmp_path: Path) -> None:
+    """Acceptance (#21): verify stays on a lane whether or not strict mode is set; with no lane
+    answering and NEV_LANE_STRICT unset it does not fall back to this box."""
     dead = [{"ssh": f"lane@{box.lanes[0].addr}:2", "root": "/srv/lane"}]
-    k, name = lane_kit(box, tmp_path, lanes=dead)
+    ran = tmp_path / "verify-ran-here"
+    k, name = lane_kit(box, tmp_path, lanes=dead, tracks={
+        "verify": f"touch {ran}; {ON_LANE_GATE}", "landChecks": [], "specWatch": {"pollEnv": {}}})
     old = k.rev("main")
     k.track(name)
     tip = k.rev(name)
-    r = k.land(name)
-    # It ran here (the local fallback of `nev lane on`), where NEV_ON_LANE is unset, so this
-    # lane-only gate fails: the fallback is real, and it never lands what a lane did not pass.
-    assert r.rc == 1 and "verify failed on the tip (exit 1)" in r.err
-    assert gated_on_lane(r.text) == []
+    r = k.land(name, NEV_LANE_STRICT="")
+    assert r.rc == 1
+    assert "verify failed on the tip (exit 3: no build lane answered; nothing of the gate ran here)" in r.err
+    assert not ran.exists() and gated_on_lane(r.text) == []
     check_invariant(k, old, name, tip, landed=False)
 
 

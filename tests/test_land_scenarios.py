@@ -218,25 +218,43 @@ def test_no_lane_answering_with_strict_refuses_with_exit_3_and_runs_nothing(kit:
     old = kit.rev("main")
     kit.track("alpha")
     tip = kit.rev("alpha")
-    r = kit.land("alpha", NEV_LANE_STRICT="1")
+    r = kit.land("alpha", NEV_LANE_STRICT="1", NEV_ON_LANE="")
     assert r.rc == 1
     assert "verify failed on the tip (exit 3: no build lane answered" in r.err
     assert kit.gates_started() == 0  # nothing of the gate ran on this box
     # A lane configured but not answering is the same refusal.
-    r = kit.land("alpha", NEV_LANE_STRICT="1", NEV_LANE_SSH="lane@127.0.0.1:1")
+    r = kit.land("alpha", NEV_LANE_STRICT="1", NEV_LANE_SSH="lane@127.0.0.1:1", NEV_ON_LANE="")
     assert r.rc == 1 and "exit 3: no build lane answered" in r.err
     assert kit.gates_started() == 0
     check_invariant(kit, old, "alpha", tip, landed=False)
 
 
-def test_no_lane_answering_without_strict_runs_the_gate_here_and_lands(kit: Kit) -> None:
+def test_no_lane_answering_without_strict_verify_refuses_with_exit_3_and_runs_nothing_here(kit: Kit) -> None:
+    """verify is lane-only whatever NEV_LANE_STRICT says (the seed's "the track gate runs only on
+    the build lane"): no lane configured, or one configured that does not answer, refuses."""
     old = kit.rev("main")
     kit.track("alpha")
     tip = kit.rev("alpha")
-    r = kit.land("alpha")
-    assert r.rc == 0, r.text
-    assert kit.gates_started() == 1
-    check_invariant(kit, old, "alpha", tip, landed=True)
+    for extra in ({}, {"NEV_LANE_SSH": "lane@127.0.0.1:1"}):
+        r = kit.land("alpha", NEV_ON_LANE="", **extra)
+        assert r.rc == 1, r.text
+        assert "verify failed on the tip (exit 3: no build lane answered; nothing of the gate ran here)" in r.err
+        assert kit.gates_started() == 0
+    check_invariant(kit, old, "alpha", tip, landed=False)
+
+
+def test_only_a_land_check_may_fall_back_here_and_only_when_not_strict(tmp_path: Path, monkeypatch) -> None:
+    from jobs.land_gate import where
+
+    none = {"NEV_LANES_FILE": str(tmp_path / "no-lanes.json")}
+    for k in [k for k in os.environ if k.startswith(("NEV_", "GENERA_"))]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("NEV_LANES_FILE", none["NEV_LANES_FILE"])
+    assert where(lane_only=True, environ=none) == "lane"          # verify: refused with exit 3 by the lane path
+    assert where(lane_only=False, environ=none) == "here"         # a landCheck, not strict, no lane configured
+    monkeypatch.setenv("NEV_LANE_SSH", "l@h:1")
+    assert where(lane_only=False, environ={**none, "NEV_LANE_SSH": "l@h:1"}) == "lane"  # falls back in `nev lane on`
+    assert where(lane_only=True, environ={**none, "NEV_ON_LANE": "1"}) == "here"   # already on a lane
 
 
 def test_approved_tick_applies_poll_env_so_no_lane_refuses(kit: Kit) -> None:
@@ -244,11 +262,26 @@ def test_approved_tick_applies_poll_env_so_no_lane_refuses(kit: Kit) -> None:
     kit.track("alpha")
     tip = kit.rev("alpha")
     assert kit.nev("approve", "alpha").rc == 0
-    r = kit.nev("--approved")
+    r = kit.nev("--approved", NEV_ON_LANE="")
     assert r.rc == 1 and "NEV_LANE_STRICT=1" in r.err and "exit 3: no build lane answered" in r.err
     assert kit.gates_started() == 0
     assert (kit.common() / "nev/approvals/alpha.json").exists()  # still approved for the next tick
     check_invariant(kit, old, "alpha", tip, landed=False)
+
+
+def test_approved_tick_hands_poll_env_to_the_gate(tmp_path: Path) -> None:
+    k = Kit.create(tmp_path)
+    t = k.tracks()
+    t["landChecks"] = ['test "$NEV_LANE_STRICT" = 1']  # passes only with pollEnv in the gate's environment
+    k.commit_main({"tracks.json": json.dumps(t)})
+    old = k.rev("main")
+    k.track("alpha")
+    tip = k.rev("alpha")
+    assert k.nev("approve", "alpha").rc == 0
+    r = k.nev("--approved")
+    assert r.rc == 0, r.text
+    assert "land: track alpha: landed" in r.err and "landChecks[0] passed" in r.err
+    check_invariant(k, old, "alpha", tip, landed=True)
 
 
 def test_main_moving_during_the_gate_is_regated_and_lands(kit: Kit) -> None:
@@ -422,7 +455,7 @@ def test_tick_lands_every_approved_track_and_skips_a_moved_tip(tmp_path: Path) -
     k.track("beta", {"lib/c.rs": "c\n"})
     r = k.nev("--approved")
     assert r.rc == 0, r.text
-    assert "skipped beta: tip moved since approval" in r.err
+    assert "land: track beta: skipped: tip moved since approval" in r.err
     assert "tick: 1 landed, 1 skipped, 0 refused" in r.err
     assert "alpha: landed" in r.out
     assert not (k.common() / "nev/approvals/alpha.json").exists()

@@ -6,7 +6,10 @@ copies other tests' gates leave under `/srv/lane`.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 import tarfile
 import uuid
 from pathlib import Path
@@ -255,3 +258,34 @@ def test_disk_guard_sweeps_then_exits_4_naming_lane_free_space_and_largest_copie
         assert not (host_root / gone.name).exists() and (host_root / keep.name).is_dir()
     finally:
         box.run_in("lane0", ["rm", "-rf", root])
+
+
+def test_sweep_archives_removes_what_is_older_than_the_retention_and_keeps_the_newest_per_name(box, box_env, tmp_path):
+    """Acceptance (#21): `nev lane sweep --archives` on a share the lane mounts: gate logs, job logs
+    and corpus tars older than NEV_ARCHIVE_KEEP_DAYS go, the newest per worktree or job stays."""
+    sid = uuid.uuid4().hex[:8]
+    shared = f"/srv/lane-shared/retention-{sid}"
+    scene = Scene(box, tmp_path, shared=shared)
+    try:
+        a = f"{shared}/archive"
+        scene.sh(f"""set -e
+mkdir -p {a}/gate-logs/wt-a {a}/job-logs/job-x/run-old/logs {a}/job-logs/job-x/run-new {a}/corpus/wt-a
+cd {a}/gate-logs/wt-a; echo o > old.log; echo m > mid.log; echo n > new.log
+touch -d '45 days ago' old.log; touch -d '40 days ago' mid.log; touch -d '35 days ago' new.log
+echo s > {a}/job-logs/job-x/run-old/logs/s.log; touch -d '31 days ago' {a}/job-logs/job-x/run-old
+touch -d '2 days ago' {a}/job-logs/job-x/run-new
+echo t > {a}/corpus/wt-a/1.tar; touch -d '90 days ago' {a}/corpus/wt-a/1.tar""")
+        data = json.loads(box.lanes_file.read_text())
+        data["lanes"] = [{**data["lanes"][0], "root": scene.root, "shared": shared}]
+        lanes = tmp_path / "lanes.json"
+        lanes.write_text(json.dumps(data))
+        env = {**os.environ, "NEV_ARCHIVE_KEEP_DAYS": "30", "NEV_LANES_FILE": str(lanes)}
+        r = subprocess.run([sys.executable, "-m", "rig.cli", "lane", "sweep", "--archives"],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        left = scene.sh(f"cd {a} && find . -mindepth 3 -maxdepth 3 | sort").split()
+        assert left == ["./corpus/wt-a/1.tar", "./gate-logs/wt-a/new.log", "./job-logs/job-x/run-new"]
+        assert "removed archive/gate-logs/wt-a/old.log" in r.stdout and "removed 3 of 6" in r.stdout
+    finally:
+        scene.sh(f"rm -rf {shared}")
+        scene.close()

@@ -119,7 +119,7 @@ def gate_once(wt: Path) -> tuple[float, gate.Outcome]:
     lane, conn = picked
     w = payload.Worktree.open(wt)
     try:
-        out = gate.gate_on_lane(lane, conn, w, ["true"], forge=gate.forge_for(w, lf),
+        out = gate.gate_on_lane(lane, conn, w, ["true"], forge=gate.forge_for(w.repo, lf),
                                 on_stdout=lambda b: None, on_stderr=lambda b: None)
     finally:
         conn.close()

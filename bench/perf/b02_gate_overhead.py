@@ -105,7 +105,7 @@ def main() -> int:
             assert picked is not None
             ln, conn = picked
             w = payload.Worktree.open(wt)
-            out = gate.gate_on_lane(ln, conn, w, ["true"], forge=gate.forge_for(w, lf),
+            out = gate.gate_on_lane(ln, conn, w, ["true"], forge=gate.forge_for(w.repo, lf),
                                     on_stdout=lambda b: None, on_stderr=lambda b: None)
             conn.close()
             inproc.append(time.perf_counter() - t0)

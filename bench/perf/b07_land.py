@@ -32,7 +32,8 @@ GATE = 'date +%s.%N >> {log}; date +%s.%N >> {log}'
 def env() -> dict[str, str]:
     e = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_", "GIT_"))}
     e.update({"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
-              "GIT_COMMITTER_EMAIL": "b@b", "PYTHONPATH": str(ROOT), "NEV_LAND_LOCK_WAIT": "600"})
+              "GIT_COMMITTER_EMAIL": "b@b", "PYTHONPATH": str(ROOT), "NEV_LAND_LOCK_WAIT": "600",
+              "NEV_ON_LANE": "1"})  # the gate in place: verify is lane-only otherwise
     return e
 
 

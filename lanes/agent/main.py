@@ -7,13 +7,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from lanes.agent import gate, root
+from lanes.agent import gate, retention, root
 from lanes.agent.errors import Refused
 from lanes.agent.wire import Kind, Op, Wire, op_of
 
 # The one-call operations: one request, one RESULT.
 ONE_CALL: dict[Op, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    Op.STATUS: root.status, Op.CLEANUP: root.cleanup, Op.SURVEY: root.survey, Op.REMOVE: root.remove}
+    Op.STATUS: root.status, Op.CLEANUP: root.cleanup, Op.SURVEY: root.survey, Op.REMOVE: root.remove,
+    Op.ARCHIVES: retention.archives, Op.DROP_ARCHIVES: retention.drop_archives, Op.PRUNE_REFS: retention.prune_refs}
 
 
 def main() -> None:

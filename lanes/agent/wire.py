@@ -16,6 +16,9 @@ payload or bundle request is followed by its members as raw bytes of the announc
 | `cleanup` | the gate's second call after a dropped connection | RESULT: the `.env` files removed, or busy |
 | `survey` | `nev lane sweep` | RESULT: facts about every entry under the root |
 | `remove` | `nev lane sweep` | RESULT: per copy, removed (and archived where) or kept and why |
+| `archives` | `nev lane sweep --archives` | RESULT: every entry of the share's archive folders, with its time |
+| `drop-archives` | `nev lane sweep --archives` | RESULT: the entries removed, or kept and why |
+| `prune-refs` | `nev dagu prune-mirror` | RESULT: per mirror, the job and result refs the forge no longer has, removed |
 
 Stdlib only; the development box reads and writes frames with the same definitions.
 """
@@ -65,6 +68,9 @@ class Op(str, Enum):  # noqa: UP042
     CLEANUP = "cleanup"
     SURVEY = "survey"
     REMOVE = "remove"
+    ARCHIVES = "archives"
+    DROP_ARCHIVES = "drop-archives"
+    PRUNE_REFS = "prune-refs"
 
 
 class Stop(str, Enum):  # noqa: UP042

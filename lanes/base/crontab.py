@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from lanes.base import settings
 from lanes.base.errors import NevError
 from lanes.base.mask import is_secret_name
 
@@ -28,8 +29,12 @@ def table(existing: str, tag: str, line: str | None) -> str:
 
 def carried_env(environ: Mapping[str, str]) -> dict[str, str]:
     """What a scheduled command takes from this shell: PATH, HOME and every non-secret NEV_* setting."""
+    declared = {s.name: s.secret for s in settings.all_settings()}
+
     def wanted(k: str) -> bool:
-        secret = is_secret_name(k) and not k.endswith("_FILE")  # a key's file path is no secret
+        # A declared setting is secret only when the registry says so (NEV_SSH_KEY is a key's path,
+        # which the tick needs to reach a lane); an undeclared name is judged by its look.
+        secret = declared[k] if k in declared else is_secret_name(k) and not k.endswith("_FILE")
         return (k.startswith("NEV_") and not secret) or k in ("PATH", "HOME")
 
     return {k: v for k, v in environ.items() if wanted(k)}

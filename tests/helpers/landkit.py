@@ -190,8 +190,10 @@ class Kit:
     # -- running nev ----------------------------------------------------
     def env(self, **over: str) -> dict[str, str]:
         env = git_env()
+        # NEV_ON_LANE=1: the gate runs in place, as on a lane (verify is lane-only otherwise, and these
+        # tests are about the landing, not where it gates); a test of the lane rules sets it to "".
         env.update({"PYTHONPATH": str(ROOT), "NEV_LANES_FILE": str(self.base / "no-lanes.json"),
-                    "NEV_STATE_DIR": str(self.base / "state"), "NEV_LAND_LOCK_WAIT": "60"})
+                    "NEV_STATE_DIR": str(self.base / "state"), "NEV_LAND_LOCK_WAIT": "60", "NEV_ON_LANE": "1"})
         env.update(self.extra_env)
         env.update(over)
         return env

@@ -1,0 +1,133 @@
+"""Retention on the lane: the share's archives (listed, then the chosen ones removed) and the job and
+result refs the lane's mirrors keep after the forge deleted them.
+
+    <share>/archive/gate-logs/<worktree>/<time>-<guest>-<commit>.log
+    <share>/archive/job-logs/<job>/<Dagu run id>/
+    <share>/archive/corpus/<name>/<time>.tar
+
+Which archives go is the development box's decision (`lanes.sweep.decide_archives`); here only
+plain facts are read and the named entries removed, each checked to be a real entry of
+`<share>/archive/<kind>/<name>/` (no link followed, no `..`). A mirror's ref goes only when the
+forge no longer has it, by `update-ref -d REF OLD` against the value read before the forge was
+asked, so a job submitted again meanwhile keeps its ref. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from typing import Any
+
+from lanes.agent.errors import Refused
+from lanes.agent.git import credential_env, git
+from lanes.agent.wire import need
+
+KINDS = ("gate-logs", "job-logs", "corpus")
+NAMESPACES = ("job", "result")
+
+
+def _plain(part: str) -> bool:
+    return bool(part) and "/" not in part and part not in (".", "..") and not part.startswith(".")
+
+
+def _real_dirs(path: str) -> list[str]:
+    try:
+        names = sorted(os.listdir(path))
+    except FileNotFoundError:
+        return []
+    return [n for n in names if _plain(n) and stat.S_ISDIR(os.lstat(os.path.join(path, n)).st_mode)]
+
+
+def archives(req: dict[str, Any]) -> dict[str, Any]:
+    """Every archive entry under the share: kind, name, entry, mtime, size (files only)."""
+    shared = need(req, "shared")
+    if not os.path.isdir(os.path.join(shared, "archive")):
+        raise Refused(f"no archive folder under {shared}; nothing to prune")
+    out = []
+    for kind in KINDS:
+        base = os.path.join(shared, "archive", kind)
+        for name in _real_dirs(base):
+            folder = os.path.join(base, name)
+            for entry in sorted(os.listdir(folder)):
+                if not _plain(entry):  # a write in progress (.part) or not ours
+                    continue
+                st = os.lstat(os.path.join(folder, entry))
+                if stat.S_ISLNK(st.st_mode):
+                    continue
+                out.append({"kind": kind, "name": name, "entry": entry, "mtime": st.st_mtime,
+                            "size": st.st_size if stat.S_ISREG(st.st_mode) else 0})
+    return {"entries": out}
+
+
+def drop_archives(req: dict[str, Any]) -> dict[str, Any]:
+    """Remove the named entries: {"removed": [path], "failed": {path: why}}."""
+    shared = need(req, "shared")
+    ans: dict[str, Any] = {"removed": [], "failed": {}}
+    for e in need(req, "entries"):
+        kind, name, entry = e.get("kind"), e.get("name"), e.get("entry")
+        path = os.path.join(shared, "archive", str(kind), str(name), str(entry))
+        try:
+            if kind not in KINDS or not _plain(str(name)) or not _plain(str(entry)):
+                raise Refused("not an archive entry; kept")
+            folder = os.path.join(shared, "archive", kind, name)
+            if os.path.islink(folder) or os.path.islink(path) or \
+                    os.path.dirname(os.path.realpath(path)) != os.path.realpath(folder):
+                raise Refused("a link, or it leaves its archive folder; kept")
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+            ans["removed"].append(path)
+        except (Refused, OSError) as err:
+            ans["failed"][path] = str(err)
+    return ans
+
+
+def stale_refs(mirror: dict[str, str], forge: set[str]) -> dict[str, str]:
+    """The mirror's job/result refs the forge no longer has (pure): ref -> the value it had."""
+    return {ref: sha for ref, sha in mirror.items() if ref not in forge}
+
+
+def _refs(out: bytes) -> dict[str, str]:
+    refs = {}
+    for line in out.decode().splitlines():
+        sha, _, ref = line.replace("\t", " ").partition(" ")
+        if ref:
+            refs[ref.strip()] = sha
+    return refs
+
+
+def prune_refs(req: dict[str, Any]) -> dict[str, Any]:
+    """Per mirror: {"pruned": [ref], "kept": {ref: why}} or {"missing": true}."""
+    url = need(req, "git_url")
+    cred = req.get("cred") or {}
+    pats = [f"refs/heads/{ns}/" for ns in NAMESPACES]
+    before: dict[str, dict[str, str]] = {}
+    ans: dict[str, Any] = {}
+    for m in need(req, "mirrors"):
+        path = os.path.expanduser(m)
+        if not os.path.isdir(os.path.join(path, "objects")):
+            ans[m] = {"missing": True}
+            continue
+        before[m] = _refs(git(["for-each-ref", "--format=%(objectname) %(refname)", *pats], cwd=path).stdout)
+    if not before:
+        return {"mirrors": ans}
+    # read after the mirrors, so a ref pushed since is seen here and kept
+    cp = git(["ls-remote", "--heads", url, *(f"refs/heads/{ns}/*" for ns in NAMESPACES)],
+             env=credential_env(cred.get("user"), cred.get("password")), check=False)
+    if cp.returncode != 0:
+        err = cp.stderr.decode(errors="replace").strip().splitlines()
+        raise Refused(f"listing the forge's job and result branches failed: {err[-1] if err else cp.returncode}")
+    forge = set(_refs(cp.stdout))
+    for m, refs in before.items():
+        path = os.path.expanduser(m)
+        done: dict[str, Any] = {"pruned": [], "kept": {}}
+        for ref, sha in sorted(stale_refs(refs, forge).items()):
+            r = git(["update-ref", "-d", ref, sha], cwd=path, check=False)
+            if r.returncode == 0:
+                done["pruned"].append(ref)
+            else:
+                done["kept"][ref] = "it moved while being pruned"
+        ans[m] = done
+    return {"mirrors": ans}
