@@ -112,8 +112,9 @@ def pick_lane(lf: LanesFile, index: int | None,
 class Outcome:
     status: int
     result: dict[str, Any]
-    bytes_sent: int                 # over the gate's channel: program, requests, payload
+    bytes_sent: int                 # over the gate's channel: the agent when asked, requests, payload
     payload_sizes: dict[str, int]
+    agent_sent: bool = False        # the lane lacked this agent (or its cached copy did not match)
 
 
 def _hello(session: Session, wt: payload.Worktree, forge: Forge) -> dict[str, Any]:
@@ -237,6 +238,9 @@ class _GateRun:
         session.send(b)
         self.sizes["bundle_resent"] = len(b)
 
+    def agent_sent(self) -> bool:
+        return any(s is not None and s.agent_sent for s in (self.first, self.session))
+
     def sent(self) -> int:
         """Bytes sent over the gate's sessions (both, when a sweep made a second)."""
         total = self.session.sent if self.session else 0
@@ -275,7 +279,7 @@ def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Se
         raise NevError(f"{lane.label} refused the gate: {result['refused']}")
     if result.get("stopped"):
         raise Interrupted(f"the command on {lane.label} was stopped", Stop(result["stopped"]).status)
-    return Outcome(int(result["status"]), result, run.sent(), run.sizes)
+    return Outcome(int(result["status"]), result, run.sent(), run.sizes, run.agent_sent())
 
 
 def _write(stream: Any) -> Callable[[bytes], None]:

@@ -70,7 +70,8 @@ def test_remove_keeps_a_copy_whose_lock_a_gate_took_after_the_survey(tmp_path):
         ans = agent_root.remove({"root": root.path, "names": ["held", "free"], "nas": None, "stamp": "t"})
     finally:
         os.close(fd)
-    assert ans == {"removed": {"free": ""}, "failed": {"held": "locked by a running gate; kept"}}
+    assert ans == {"removed": {"free": ""}, "failed": {"held": "locked by a running gate; kept"},
+                   "agents_removed": [], "agents_failed": {}}
     assert Path(root.copy("held")).is_dir() and not Path(root.copy("free")).exists()
 
 
