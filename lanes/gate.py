@@ -15,8 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import tarfile
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -157,11 +155,15 @@ class _Pull:
     """A pulled folder on its way in: PULL_START, PULL_DATA..., PULL_END."""
 
     def __init__(self, d: str) -> None:
+        import tempfile  # only a gate with --pull: the others start without it
+
         check_rel(d.rstrip("/"), "--pull")
         self.dir = d
         self.tmp = tempfile.TemporaryFile()
 
     def finish(self, root: Path) -> None:
+        import tarfile
+
         self.tmp.seek(0)
         dest = root / self.dir
         dest.mkdir(parents=True, exist_ok=True)

@@ -14,15 +14,11 @@
 
 from __future__ import annotations
 
-import ast
 import functools
-import gzip
 import hashlib
 import io
 import json
 import os
-import tarfile
-import tokenize
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,7 +99,11 @@ def lane_agent() -> Agent:
 
 def lean(source: str) -> str:
     """`source` without its docstrings and comments, every line where it was (a traceback on the
-    lane points at the same line here): the agent crosses a slow uplink with every call."""
+    lane points at the same line here): the agent crosses a slow uplink to every lane that lacks it.
+    Built only when the agent's sources change (`_blob`), so its parsers are imported here."""
+    import ast
+    import tokenize
+
     lines = source.splitlines(keepends=True)
     for node in ast.walk(ast.parse(source)):
         body = getattr(node, "body", None)
@@ -257,6 +257,9 @@ def untracked_names(repo: Repo) -> list[str]:
 def untracked_tar(root: Path, names: list[str]) -> bytes:
     if not names:
         return b""
+    import gzip  # most warm gates have no untracked files: a gate starts without these
+    import tarfile
+
     raw = io.BytesIO()
     with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tf:

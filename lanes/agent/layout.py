@@ -23,7 +23,7 @@ Dagu's maintenance) to name the same paths. Lane paths are POSIX paths on either
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MIRROR = ".git-mirror"
 LOCK = ".lock-"
@@ -70,9 +70,9 @@ def copy_names(entries: list[str]) -> set[str]:
     return names
 
 
-@dataclass(frozen=True)
-class Root:
-    """A lane root: `path` as given (the lane resolves it where it must)."""
+class Root(NamedTuple):
+    """A lane root: `path` as given (the lane resolves it where it must). A NamedTuple rather than
+    a dataclass: `dataclasses` is the costliest import of the agent's start on a lane."""
 
     path: str
 

@@ -17,7 +17,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tarfile
 import time
 from typing import Any
 
@@ -258,6 +257,8 @@ def remove_copy(root: layout.Root, name: str, nas: str | None, stamp: str) -> st
             dest = os.path.join(nas, "archive", "corpus", name)
             os.makedirs(dest, exist_ok=True)
             tmp = os.path.join(dest, f".{stamp}.tar.part")
+            import tarfile  # only when archiving: a call starts without it
+
             with tarfile.open(tmp, "w") as tf:
                 for n in files:
                     tf.add(os.path.join(copy, n), arcname=n, recursive=False)
