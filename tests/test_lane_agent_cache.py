@@ -5,7 +5,6 @@ otherwise. The real bootstrap runs here on a bare python3 with a home of its own
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import zlib
@@ -16,6 +15,7 @@ from lanes import sweep as sw
 from lanes.agent import layout
 from lanes.agent import root as agent_root
 from lanes.agent.wire import FRAME, Kind, Op, frame, request
+from tests.helpers import lane_helpers as h
 
 
 def talk(home: Path, agent: payload.Agent) -> tuple[bool, dict, str]:
@@ -46,17 +46,6 @@ def talk(home: Path, agent: payload.Agent) -> tuple[bool, dict, str]:
     return asked, result, err
 
 
-def variant(agent: payload.Agent, prefix: bytes) -> payload.Agent:
-    """Another agent: `prefix` run ahead of this one's content."""
-    content = prefix + zlib.decompress(agent.blob)
-    return payload.Agent(zlib.compress(content), hashlib.sha256(content).hexdigest())
-
-
-def marker(name: str) -> bytes:
-    """Agent code that leaves a line in `~/name` when it runs."""
-    return f"import os\nopen(os.path.expanduser('~/{name}'),'a').write('ran\\n')\n".encode()
-
-
 def cached(home: Path) -> Path:
     return home / layout.AGENT_CACHE
 
@@ -75,7 +64,7 @@ def test_a_tampered_cached_agent_is_refused_and_sent_again(tmp_path):
     agent = payload.lane_agent()
     assert talk(tmp_path, agent)[0]
     copy = cached(tmp_path) / agent.hash
-    copy.write_bytes(marker("tampered-ran") + copy.read_bytes())
+    copy.write_bytes(h.agent_marker("tampered-ran") + copy.read_bytes())
     asked, result, err = talk(tmp_path, agent)
     assert asked and result["root"] == str(tmp_path)
     assert "does not match its hash" in err
@@ -86,7 +75,7 @@ def test_a_tampered_cached_agent_is_refused_and_sent_again(tmp_path):
 
 def test_a_lane_holding_an_old_agent_runs_the_new_one_after_an_upgrade(tmp_path, monkeypatch):
     new = payload.lane_agent()
-    old = variant(new, marker("old-ran"))
+    old = h.agent_variant(new, h.agent_marker("old-ran"))
     assert talk(tmp_path, old)[0] and talk(tmp_path, old)[1]["root"] == str(tmp_path)
     assert (tmp_path / "old-ran").read_text() == "ran\nran\n"            # the old one, cached, ran
     asked, result, err = talk(tmp_path, new)
