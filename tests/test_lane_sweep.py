@@ -213,7 +213,7 @@ def test_dry_run_changes_nothing_and_its_sizes_match_du(scene):
 def test_sweep_removes_the_cached_agents_that_are_not_current(scene, box):
     current, old = payload.lane_agent().hash, "0" * 64
     cache = box.lanes[0].host_home / layout.AGENT_CACHE
-    scene.sh(f"mkdir -p ~/{layout.AGENT_CACHE} && cd ~/{layout.AGENT_CACHE} && echo old > {old} "
+    scene.sh(f"mkdir -p {scene.root} ~/{layout.AGENT_CACHE} && cd ~/{layout.AGENT_CACHE} && echo old > {old} "
              f"&& echo part > {current}.tmp99 && echo mine > notes.txt && {{ [ -e {current} ] || echo x > {current}; }}")
     s = scene.run(dry_run=True)
     assert s.agents == [old, f"{current}.tmp99"] and (cache / old).exists()
