@@ -15,8 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import tarfile
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -113,8 +111,9 @@ def pick_lane(lf: LanesFile, index: int | None,
 class Outcome:
     status: int
     result: dict[str, Any]
-    bytes_sent: int                 # over the gate's channel: program, requests, payload
+    bytes_sent: int                 # over the gate's channel: the agent when asked, requests, payload
     payload_sizes: dict[str, int]
+    agent_sent: bool = False        # the lane lacked this agent (or its cached copy did not match)
 
 
 def _hello(session: Session, wt: payload.Worktree, forge: Forge) -> dict[str, Any]:
@@ -157,11 +156,15 @@ class _Pull:
     """A pulled folder on its way in: PULL_START, PULL_DATA..., PULL_END."""
 
     def __init__(self, d: str) -> None:
+        import tempfile  # only a gate with --pull: the others start without it
+
         check_rel(d.rstrip("/"), "--pull")
         self.dir = d
         self.tmp = tempfile.TemporaryFile()
 
     def finish(self, root: Path) -> None:
+        import tarfile
+
         self.tmp.seek(0)
         dest = root / self.dir
         dest.mkdir(parents=True, exist_ok=True)
@@ -238,6 +241,9 @@ class _GateRun:
         session.send(b)
         self.sizes["bundle_resent"] = len(b)
 
+    def agent_sent(self) -> bool:
+        return any(s is not None and s.agent_sent for s in (self.first, self.session))
+
     def sent(self) -> int:
         """Bytes sent over the gate's sessions (both, when a sweep made a second)."""
         total = self.session.sent if self.session else 0
@@ -279,7 +285,7 @@ def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Se
         raise NevError(f"{lane.label} refused the gate: {result['refused']}")
     if result.get("stopped"):
         raise Interrupted(f"the command on {lane.label} was stopped", Stop(result["stopped"]).status)
-    return Outcome(int(result["status"]), result, run.sent(), run.sizes)
+    return Outcome(int(result["status"]), result, run.sent(), run.sizes, run.agent_sent())
 
 
 def _write(stream: Any) -> Callable[[bytes], None]:

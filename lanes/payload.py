@@ -7,26 +7,25 @@
 - The diff is `git diff --binary -M HEAD`: staged and unstaged, binary-safe, with modes,
   symlinks, deletions and renames.
 - The untracked files git does not ignore go as one gzip'd tar (odd names, modes, symlinks).
-- The lane agent (`lanes/agent/`, with `lanes/dotenv.py`; stdlib only) travels on the same
-  channel's stdin ahead of everything, started by a short bootstrap that holds no secret.
+- The lane agent (`lanes/agent/`, with `lanes/dotenv.py`; stdlib only) is named by its content
+  hash on the bootstrap's command line (which holds no secret); a lane that caches that hash runs
+  its copy, one that lacks it asks, and the agent travels on the same channel, once.
 """
 
 from __future__ import annotations
 
-import ast
 import functools
-import gzip
 import hashlib
 import io
 import json
 import os
-import tarfile
-import tokenize
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lanes.agent import layout
+from lanes.agent.wire import Kind
 from lanes.base.errors import NevError
 from lanes.base.gitrun import GitError, Repo
 
@@ -39,15 +38,50 @@ LANE_MODULES = ("lanes", "lanes.dotenv", "lanes.agent", "lanes.agent.errors", "l
                 "lanes.agent.root", "lanes.agent.retention", "lanes.agent.gate", "lanes.agent.main")
 PACKAGES = ("lanes", "lanes.agent")
 
-# Reads the modules from stdin, then runs the agent; it is the only argv on the lane.
-BOOTSTRAP = ("import sys,json,types,zlib;b=sys.stdin.buffer;n=int(b.readline())\n"
-             "for k,p,s in json.loads(zlib.decompress(b.read(n))):\n"
-             " m=types.ModuleType(k);m.__file__=k;sys.modules[k]=m\n"
-             " if p:m.__path__=[]\n"
-             " a,_,c=k.rpartition('.')\n"
-             " if a:setattr(sys.modules[a],c,m)\n"
-             " exec(compile(s,k,'exec'),m.__dict__)\n"
-             "sys.modules['lanes.agent.main'].main()")
+# The only argv on the lane, with the agent's hash after it: runs the lane's cached agent when
+# its content hashes to that name; else asks for the agent (NEED_AGENT), keeps the frames that came
+# ahead of it for the agent, caches it (atomically, only when it matches the hash) and runs it.
+# Double quotes only: the command line is single-quoted whole, and it crosses the slow uplink.
+BOOTSTRAP = ('import sys,os,zlib;from hashlib import sha256 as H\n'
+             f'h=sys.argv[1];f=os.path.expanduser("~/{layout.AGENT_CACHE}/")+h;q=b""\n'
+             'try:s=open(f,"rb").read()\n'
+             'except OSError:s=b""\n'
+             'if H(s).hexdigest()!=h:\n'
+             ' if s:print("the cached agent does not match its hash: sent again",file=sys.stderr)\n'
+             ' b=sys.stdin.buffer;o=sys.stdout.buffer\n'
+             f' o.write(b"{Kind.NEED_AGENT.value.decode()}"+bytes(4));o.flush()\n'
+             ' while 1:\n'
+             '  x=b.read(5)\n'
+             '  if len(x)<5:sys.exit(1)\n'
+             '  y=b.read(int.from_bytes(x[1:],"big"))\n'
+             f'  if x[:1]==b"{Kind.AGENT.value.decode()}":break\n'
+             '  q+=x+y\n'
+             ' s=zlib.decompress(y)\n'
+             ' if H(s).hexdigest()==h:\n'
+             '  try:os.makedirs(os.path.dirname(f),0o700,exist_ok=True);t=f+".tmp%d"%os.getpid();'
+             'open(t,"wb").write(s);os.replace(t,f)\n'
+             '  except OSError:pass\n'
+             'exec(s)')
+
+# The agent's content starts with this: it registers each module under its own name, runs it,
+# then the agent's entry with `q` (the frames the bootstrap read first). The modules follow.
+LOADER = ("import sys,types\n"
+          "for k,p,c in M:\n"
+          " m=types.ModuleType(k);m.__file__=k;sys.modules[k]=m\n"
+          " if p:m.__path__=[]\n"
+          " a,_,e=k.rpartition(\".\")\n"
+          " if a:setattr(sys.modules[a],e,m)\n"
+          " exec(compile(c,k,\"exec\"),m.__dict__)\n"
+          "sys.modules[\"lanes.agent.main\"].main(q)\n")
+
+
+@dataclass(frozen=True)
+class Agent:
+    """The lane agent as sent: `blob`, the JSON of its modules zlib'd for the trip, and `hash`, the
+    sha256 (hex) of that JSON, the name a lane caches it under and checks before running it."""
+
+    blob: bytes
+    hash: str
 
 
 def source_path(module: str) -> Path:
@@ -56,14 +90,21 @@ def source_path(module: str) -> Path:
     return path / "__init__.py" if module in PACKAGES else path.with_suffix(".py")
 
 
-def lane_program() -> bytes:
-    """The length-prefixed, compressed module blob the bootstrap reads first (~14 KB)."""
-    return _program()
+@functools.lru_cache(maxsize=1)
+def lane_agent() -> Agent:
+    """The agent as this development box sends it (~12.7 KB zlib'd); a lane that holds its hash
+    gets none of it."""
+    blob, content = _blob()
+    return Agent(blob, hashlib.sha256(content).hexdigest())
 
 
 def lean(source: str) -> str:
     """`source` without its docstrings and comments, every line where it was (a traceback on the
-    lane points at the same line here): the agent crosses a slow uplink with every call."""
+    lane points at the same line here): the agent crosses a slow uplink to every lane that lacks it.
+    Built only when the agent's sources change (`_blob`), so its parsers are imported here."""
+    import ast
+    import tokenize
+
     lines = source.splitlines(keepends=True)
     for node in ast.walk(ast.parse(source)):
         body = getattr(node, "body", None)
@@ -85,28 +126,29 @@ def lean(source: str) -> str:
     return "".join(lines)
 
 
-@functools.lru_cache(maxsize=1)
-def _program() -> bytes:
-    """Built once per version of the agent's sources and kept in the user's cache: making it
-    (parsing, stripping, compressing ~15 modules) takes about as long as a whole warm gate."""
+def _blob() -> tuple[bytes, bytes]:
+    """The agent zlib'd, and unpacked. Built once per version of the agent's sources and kept in
+    the user's cache: making it (parsing, stripping, compressing ~15 modules) takes about as long
+    as a whole warm gate."""
     sources = {name: "" if name == "lanes" else source_path(name).read_text() for name in LANE_MODULES}
-    digest = hashlib.sha256(json.dumps(sorted(sources.items())).encode()).hexdigest()[:20]
-    cached = _cache_dir() / f"agent-{digest}.blob"
+    digest = hashlib.sha256(json.dumps([LOADER, sorted(sources.items())]).encode()).hexdigest()[:20]
+    cached = _cache_dir() / f"agent-{digest}.zlib"
     try:
-        return cached.read_bytes()
-    except OSError:
+        blob = cached.read_bytes()
+        return blob, zlib.decompress(blob)
+    except (OSError, zlib.error):
         pass
-    mods = [[name, name in PACKAGES, lean(src) if src else ""] for name, src in sources.items()]
-    blob = zlib.compress(json.dumps(mods).encode(), 9)
-    program = str(len(blob)).encode() + b"\n" + blob
+    mods = [(name, name in PACKAGES, lean(src) if src else "") for name, src in sources.items()]
+    content = f"M={mods!r}\n{LOADER}".encode()
+    blob = zlib.compress(content, 9)
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_bytes(program)
+        tmp.write_bytes(blob)
         os.replace(tmp, cached)
     except OSError:
         pass     # a read-only cache: built again next time, nothing lost
-    return program
+    return blob, content
 
 
 def _cache_dir() -> Path:
@@ -114,10 +156,11 @@ def _cache_dir() -> Path:
     return Path(base) / "nev"
 
 
-def lane_command(python: str = "python3") -> str:
+def lane_command(agent_hash: str, python: str = "python3") -> str:
+    """The command line that starts the agent of `agent_hash` on a lane (no secret in it)."""
     import shlex
 
-    return f"{python} -c {shlex.quote(BOOTSTRAP)}"
+    return f"{python} -c {shlex.quote(BOOTSTRAP)} {agent_hash}"
 
 
 @dataclass
@@ -217,6 +260,9 @@ def untracked_tar(root: Path, names: list[str], extra: Mapping[str, bytes] | Non
     travel with the run, e.g. a batch's declared aliases), as one gzipped tar."""
     if not names and not extra:
         return b""
+    import gzip  # most warm gates have no untracked files: a gate starts without these
+    import tarfile
+
     raw = io.BytesIO()
     with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tf:

@@ -2,8 +2,9 @@
 
 `Session` is a conversation (a gate streams through one); `call` is a one-call operation
 (`status`, `cleanup`, `survey`, `remove`): one request, its RESULT. Frame kinds and operations
-are the agent's own (`lanes.agent.wire`); the agent travels ahead of the first request
-(`lanes.payload.lane_program`).
+are the agent's own (`lanes.agent.wire`). The channel starts the agent named by its hash
+(`lanes.payload.lane_agent`); the agent itself is sent only when the lane asks for it
+(NEED_AGENT), and the first request goes out without waiting to know.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import paramiko
 
 from lanes import payload
-from lanes.agent.wire import Kind, Op, ProtocolError, parse, request
+from lanes.agent.wire import Kind, Op, ProtocolError, frame, parse, request
 from lanes.base import ui
 from lanes.base.errors import NevError
 from lanes.base.ssh import CHUNK, Connection
@@ -30,10 +31,11 @@ class Session:
     def __init__(self, conn: Connection, lane: Lane) -> None:
         self.conn = conn
         self.lane = lane
-        self.ch: paramiko.Channel = conn.open_session(payload.lane_command())
+        self.agent = payload.lane_agent()
+        self.ch: paramiko.Channel = conn.open_session(payload.lane_command(self.agent.hash))
         self.buf = bytearray()
         self.sent = 0
-        self.send(payload.lane_program())
+        self.agent_sent = False    # the lane lacked this agent (or its copy did not match) and got it
 
     def send(self, data: bytes) -> None:
         view = memoryview(data)
@@ -50,7 +52,12 @@ class Session:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
-                yield from parse(self.buf)
+                for kind, data in parse(self.buf):
+                    if kind is Kind.NEED_AGENT:
+                        self.send(frame(Kind.AGENT, self.agent.blob))
+                        self.agent_sent = True
+                    else:
+                        yield kind, data
             except ProtocolError as e:
                 raise NevError(f"{self.lane.label}: {e}") from None
             if deadline is not None and time.monotonic() > deadline:

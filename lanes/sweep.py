@@ -4,11 +4,12 @@ The lane layout is the agent's (`lanes/agent/layout.py`): one bare mirror, one g
 track at `<root>/<name>`, its payload at `<root>/.payload-<name>` and its lock at
 `<root>/.lock-<name>` (flock held while a gate runs).
 
-Three parts: the agent's `survey` reports plain facts about every copy under the root;
-`decide` (pure, here) says which copies go and why the others stay; the agent's `remove`
-archives a copy's untracked corpus data to the NAS as one tar, then removes it through
-`git worktree remove` and `git worktree prune` (`lanes/agent/root.py`). Nothing outside
-`<root>` is touched, no symlink is followed out of it, the mirror and the shared folders stay.
+Three parts: the agent's `survey` reports plain facts about every copy under the root and the
+agents cached in the lane user's state; `decide` and `stale_agents` (pure, here) say which copies
+and agents go and why the others stay; the agent's `remove` archives a copy's untracked corpus
+data to the NAS as one tar, then removes it through `git worktree remove` and `git worktree
+prune`, and removes the stale agents (`lanes/agent/root.py`). Nothing outside `<root>` and the
+agent cache is touched, no symlink is followed out of it, the mirror and the shared folders stay.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanes import busy, lanesfile, session
+from lanes import busy, lanesfile, payload, session
+from lanes.agent import layout
 from lanes.agent.wire import Op
 from lanes.base import ui
 from lanes.base.errors import NevError
@@ -93,6 +95,20 @@ def decide(entries: list[Entry], tracks: set[str], primary: str | None, track: s
     return out
 
 
+def stale_agents(cached: list[str], current: str) -> list[str]:
+    """The cached agents a sweep removes (pure): every entry of the lane's agent cache but the agent
+    this development box sends (`current`, its hash), partly written ones included.
+
+    | cached entry | goes |
+    |---|---|
+    | `current` | no: the next gate runs it |
+    | another hash (an older or newer nev) | yes: a gate that needs it sends it again |
+    | `<hash>.tmp<pid>` (a write cut short, or under way: it then just is not kept) | yes |
+    | any other name (not nev's) | no |
+    """
+    return sorted(n for n in cached if n != current and layout.agent_entry_ok(n))
+
+
 def human(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -114,7 +130,9 @@ def primary_tracks(repo: Repo) -> tuple[set[str], str]:
 class LaneSweep:
     lane: Lane
     decisions: list[Decision] = field(default_factory=list)
+    agents: list[str] = field(default_factory=list)      # stale cached agents (stale_agents)
     removed: list[str] = field(default_factory=list)
+    agents_removed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     free_gb: float | None = None
     peak_rss_kb: dict = field(default_factory=dict)   # of the survey on the lane (and its largest du)
@@ -135,18 +153,21 @@ def sweep_lane(conn: Connection, lane: Lane, tracks: set[str], primary: str | No
     facts = survey(conn, lane, nas_dir)
     nas_ok = bool(facts["nas"])
     result = LaneSweep(lane, decide([Entry.from_json(e) for e in facts["entries"]], tracks, primary, track, nas_ok),
+                       agents=stale_agents(facts.get("agents", []), payload.lane_agent().hash),
                        free_gb=facts["free_gb"], peak_rss_kb=facts.get("peak_rss_kb", {}))
     gone = [d.name for d in result.decisions if d.remove]
-    if dry_run or not gone:
+    if dry_run or not (gone or result.agents):
         return result
     try:
-        ans = session.call(conn, lane, Op.REMOVE, REMOVE_TIMEOUT * len(gone), root=lane.root, names=gone,
-                           nas=nas_dir if nas_ok else None, stamp=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        ans = session.call(conn, lane, Op.REMOVE, REMOVE_TIMEOUT * max(len(gone), 1), root=lane.root, names=gone,
+                           agents=result.agents, nas=nas_dir if nas_ok else None,
+                           stamp=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     except NevError as e:   # what was removed before it failed shows in the next survey
-        result.failed = [f"{', '.join(gone)}: {e}"]
+        result.failed = [f"{', '.join(gone + result.agents)}: {e}"]
         return result
     result.removed = [n for n in gone if n in ans["removed"]]
-    result.failed = [f"{n}: {why}" for n, why in ans["failed"].items()]
+    result.agents_removed = list(ans.get("agents_removed", []))
+    result.failed = [f"{n}: {why}" for n, why in {**ans["failed"], **ans.get("agents_failed", {})}.items()]
     return result
 
 
@@ -160,6 +181,9 @@ def report(s: LaneSweep, dry_run: bool) -> list[str]:
             lines.append(f"{s.lane.label}: {verb} {d.name} ({human(d.size)}): {d.why}")
         else:
             lines.append(f"{s.lane.label}: kept {d.name}: {d.why}")
+    for a in s.agents:
+        verb = "would remove" if dry_run else ("removed" if a in s.agents_removed else "failed")
+        lines.append(f"{s.lane.label}: {verb} cached lane agent {a[:12]}: not the one this nev sends")
     lines += [f"{s.lane.label}: failed {f}" for f in s.failed]
     lines.append(f"{s.lane.label}: {'would free' if dry_run else 'freed'} {human(total)} in total")
     return lines

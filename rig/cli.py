@@ -5,25 +5,70 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Callable
+from types import ModuleType
 
 import click
 
-from bench.cli import batch, floors, ledger, oracle, scores
-from dagu.cli import dagu
-from jobs.cli import job, land
 from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
 from lanes.base.mask import mask
-from lanes.cli import lane
-from rig.box_cli import box
-from rig.rig_cli import rig
+
+
+def _lanes() -> ModuleType:
+    from lanes import cli
+    return cli
+
+
+def _jobs() -> ModuleType:
+    from jobs import cli
+    return cli
+
+
+def _dagu() -> ModuleType:
+    from dagu import cli
+    return cli
+
+
+def _rig() -> ModuleType:
+    from rig import rig_cli
+    return rig_cli
+
+
+def _box() -> ModuleType:
+    from rig import box_cli
+    return box_cli
+
+
+def _bench() -> ModuleType:
+    from bench import cli
+    return cli
+
+
+# Each group by the CLI module that holds it (under the group's own name), imported only when the
+# group is named: `nev lane run` starts without the other packages' command lines.
+GROUPS: dict[str, Callable[[], ModuleType]] = {
+    "lane": _lanes, "job": _jobs, "land": _jobs, "dagu": _dagu, "rig": _rig, "box": _box,
+    "batch": _bench, "oracle": _bench, "floors": _bench, "scores": _bench, "ledger": _bench}
+
+
+class _Nev(click.Group):
+    """The `nev` group: the package groups of GROUPS are added when first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *GROUPS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in GROUPS:
+            self.add_command(getattr(GROUPS[cmd_name](), cmd_name))
+        return super().get_command(ctx, cmd_name)
 
 
 class Terminated(BaseException):
     """SIGTERM, turned into an exception so cleanups run; exit 143."""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Nev, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(None, "--version", package_name="nev", prog_name="nev")
 @click.option("-v", "--verbose", count=True, help="Debug logging (commands run, masked).")
 def cli(verbose: int) -> None:
@@ -58,10 +103,6 @@ def settings_cmd(as_json: bool) -> int:
         for f in files:
             click.echo(f"{f['what']:<8} {f['file']}: {f['status']}" + (f" - {f['error']}" if "error" in f else ""))
     return 1 if any(f["status"] == "error" for f in files) else 0
-
-
-for _cmd in (lane, job, land, dagu, rig, box, batch, oracle, floors, scores, ledger):
-    cli.add_command(_cmd)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:

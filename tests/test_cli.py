@@ -37,10 +37,25 @@ def test_every_subcommand_has_help():
         assert r.exit_code == 0, (path, r.output)
         seen += 1
         if isinstance(cmd, click.Group):
-            for name, sub in cmd.commands.items():
-                walk(sub, [*path, name])
+            ctx = click.Context(cmd)
+            for name in cmd.list_commands(ctx):
+                walk(cmd.get_command(ctx, name), [*path, name])
     walk(cli, [])
     assert seen > 50
+
+
+def test_every_group_is_listed_and_found_though_imported_only_when_named():
+    import click
+
+    ctx = click.Context(cli)
+    assert sorted(GROUPS) == cli.list_commands(ctx)
+    for name in GROUPS:
+        assert cli.get_command(ctx, name).name == name
+    r = subprocess.run([sys.executable, "-c", "import sys\nfrom rig.cli import main\nmain(['lane', '--help'])\n"
+                        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('bench', 'jobs', 'dagu')))"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "Usage:" in r.stdout, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_usage_error_exit_2(capsys):

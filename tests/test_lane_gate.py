@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lanes import gate, payload
+from lanes import gate, lanesfile, payload
+from lanes.agent import layout
 from lanes.base.errors import DiskShortError
 from tests.helpers import lane_helpers as h
 from tests.helpers import lane_rig as rigs
@@ -429,3 +430,86 @@ def test_basis_the_forge_cannot_supply_gets_a_second_bundle(lane_rig):
     assert r.returncode == 0, r.stderr
     assert r.stdout == "a\nb\n"
     assert "sending a bundle over the lane's own commits" in r.stderr
+
+
+def lane_agent_file(rig, agent: payload.Agent) -> Path:
+    return rig.lane_home / layout.AGENT_CACHE / agent.hash
+
+
+def test_a_lane_holding_an_old_agent_runs_the_new_one_after_an_upgrade(lane_rig, monkeypatch):
+    import zlib
+
+    new = payload.lane_agent()
+    old = h.agent_variant(new, h.agent_marker(f"old-agent-ran{lane_rig.tag}"))
+    ran = lane_rig.lane_home / f"old-agent-ran{lane_rig.tag}"
+    wt = worktree(lane_rig, "upgrade")
+    for k in ("NEV_LANES_FILE", "NEV_KNOWN_HOSTS", "NEV_SSH_KEY"):
+        monkeypatch.setenv(k, lane_rig.env[k])
+    monkeypatch.setattr(payload, "lane_agent", lambda: old)      # the nev before the upgrade
+    assert gate.run(wt, ["true"]) == 0 and gate.run(wt, ["true"]) == 0
+    assert ran.read_text() == "ran\nran\n"                       # sent once, then run from the cache
+    assert lane_agent_file(lane_rig, old).is_file()
+    monkeypatch.undo()
+    r = h.nev(["lane", "run", str(wt), "sh", "-c", "echo upgraded"], lane_rig.env)
+    assert r.returncode == 0 and r.stdout == "upgraded\n", r.stderr
+    assert ran.read_text() == "ran\nran\n", "the old agent ran after the upgrade"
+    assert lane_agent_file(lane_rig, new).read_bytes() == zlib.decompress(new.blob)
+
+
+def test_a_tampered_cached_agent_on_a_lane_is_refused_and_sent_again(lane_rig):
+    import zlib
+
+    agent = payload.lane_agent()
+    wt = worktree(lane_rig, "tamper")
+    assert h.nev(["lane", "run", str(wt), "true"], lane_rig.env).returncode == 0
+    cached = lane_agent_file(lane_rig, agent)
+    st = cached.stat()
+    ran = lane_rig.lane_home / f"tampered-ran{lane_rig.tag}"
+    cached.write_bytes(h.agent_marker(ran.name) + cached.read_bytes())
+    os.chown(cached, st.st_uid, st.st_gid)
+    r = h.nev(["lane", "run", str(wt), "sh", "-c", "echo fine"], lane_rig.env)
+    assert r.returncode == 0 and r.stdout == "fine\n", r.stderr
+    assert "does not match its hash" in r.stderr
+    assert not ran.exists(), "the tampered agent ran"
+    assert cached.read_bytes() == zlib.decompress(agent.blob)     # rewritten whole
+
+
+def test_a_warm_gate_sends_no_agent_and_bytes_near_its_payload(lane_rig, monkeypatch):
+    wt = worktree(lane_rig, "warm")
+    for k in ("NEV_LANES_FILE", "NEV_KNOWN_HOSTS", "NEV_SSH_KEY"):
+        monkeypatch.setenv(k, lane_rig.env[k])
+    outcomes = []
+    for _ in range(2):
+        lf = lanesfile.configured()
+        picked = gate.pick_lane(lf, 0)
+        assert picked is not None
+        lane, conn = picked
+        w = payload.Worktree.open(wt)
+        try:
+            outcomes.append(gate.gate_on_lane(lane, conn, w, ["true"], forge=gate.forge_for(w, lf),
+                                              on_stdout=lambda b: None, on_stderr=lambda b: None))
+        finally:
+            conn.close()
+    assert [o.status for o in outcomes] == [0, 0]
+    warm = outcomes[1]
+    assert not warm.agent_sent
+    assert warm.bytes_sent < sum(warm.payload_sizes.values()) + 2048      # the requests beside it, no agent
+
+
+GATE_IMPORTS = Path(__file__).parent / "data" / "gate_imports.txt"
+
+
+def test_the_gate_imports_no_module_beyond_its_recorded_list(lane_rig):
+    """`nev lane run` imports only what a gate needs: every module a whole warm gate imports
+    (`python -X importtime`) is in tests/data/gate_imports.txt. A new one fails here until it is
+    recorded there, on purpose."""
+    wt = lane_rig.shared_worktree
+    assert h.nev(["lane", "run", str(wt), "true"], lane_rig.env).returncode == 0
+    r = h.nev(["lane", "run", str(wt), "true"], dict(lane_rig.env, PYTHONPROFILEIMPORTTIME="1"))
+    assert r.returncode == 0, r.stderr
+    imported = {ln.split("|")[2].strip() for ln in r.stderr.splitlines()
+                if ln.startswith("import time:") and "cumulative" not in ln}
+    recorded = {ln.strip() for ln in GATE_IMPORTS.read_text().splitlines() if ln.strip() and not ln.startswith("#")}
+    assert {"paramiko", "lanes.gate", "click"} <= imported and len(imported) > 100
+    grown = sorted(imported - recorded)
+    assert grown == [], f"the gate imports {len(grown)} module(s) more than tests/data/gate_imports.txt records: {grown}"

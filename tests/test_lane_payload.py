@@ -162,23 +162,31 @@ def test_the_agent_is_sent_lean_with_every_line_where_it_was():
 
 
 def test_the_agent_blob_is_built_once_per_version_and_kept_in_the_cache(tmp_path, monkeypatch):
+    import zlib
+
     from lanes import payload as pl
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    pl._program.cache_clear()
-    first = pl.lane_program()
-    kept = list((tmp_path / "cache" / "nev").glob("agent-*.blob"))
-    assert len(kept) == 1 and kept[0].read_bytes() == first
-    # the next process reads it instead of building it again: a marker in the cached file shows
-    kept[0].write_bytes(first + b"#cached")
-    pl._program.cache_clear()
-    assert pl.lane_program() == first + b"#cached"
+    pl.lane_agent.cache_clear()
+    first = pl.lane_agent()
+    kept = list((tmp_path / "cache" / "nev").glob("agent-*.zlib"))
+    assert len(kept) == 1 and kept[0].read_bytes() == first.blob
+    # the next process reads it instead of building it again: a marker in the cached file shows,
+    # and the hash is the content's as read
+    marked = zlib.compress(zlib.decompress(first.blob) + b"#cached")
+    kept[0].write_bytes(marked)
+    pl.lane_agent.cache_clear()
+    assert pl.lane_agent().blob == marked and pl.lane_agent().hash != first.hash
+    # a cached file that is no zlib stream is built again
+    kept[0].write_bytes(b"not zlib")
+    pl.lane_agent.cache_clear()
+    assert pl.lane_agent() == first
     # another version of a source is another key: built anew, the old file left alone
     src = pl.source_path("lanes.agent.main")
     real = type(src).read_text
     monkeypatch.setattr(type(src), "read_text",
                         lambda self, *a, **k: real(self, *a, **k) + ("\n# v2\n" if self == src else ""))
-    pl._program.cache_clear()
-    again = pl.lane_program()
-    assert again != first + b"#cached" and len(list((tmp_path / "cache" / "nev").glob("agent-*.blob"))) == 2
-    pl._program.cache_clear()
+    pl.lane_agent.cache_clear()
+    again = pl.lane_agent()
+    assert again.blob != first.blob and len(list((tmp_path / "cache" / "nev").glob("agent-*.zlib"))) == 2
+    pl.lane_agent.cache_clear()

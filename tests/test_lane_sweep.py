@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from lanes import payload
 from lanes import sweep as sw
 from lanes.agent import layout
 from lanes.agent import root as agent_root
@@ -73,7 +74,8 @@ def test_remove_keeps_a_copy_whose_lock_a_gate_took_after_the_survey(tmp_path):
         ans = agent_root.remove({"root": root.path, "names": ["held", "free"], "nas": None, "stamp": "t"})
     finally:
         os.close(fd)
-    assert ans == {"removed": {"free": ""}, "failed": {"held": "locked by a running gate; kept"}}
+    assert ans == {"removed": {"free": ""}, "failed": {"held": "locked by a running gate; kept"},
+                   "agents_removed": [], "agents_failed": {}}
     assert Path(root.copy("held")).is_dir() and not Path(root.copy("free")).exists()
 
 
@@ -209,6 +211,20 @@ def test_dry_run_changes_nothing_and_its_sizes_match_du(scene):
     lines = sw.report(s, True)
     assert any(ln.startswith(f"lane 0: would remove {names[0]} (") for ln in lines)
     assert lines[-1].startswith("lane 0: would free ")
+
+
+def test_sweep_removes_the_cached_agents_that_are_not_current(scene, box):
+    current, old = payload.lane_agent().hash, "0" * 64
+    cache = box.lanes[0].host_home / layout.AGENT_CACHE
+    scene.sh(f"mkdir -p {scene.root} ~/{layout.AGENT_CACHE} && cd ~/{layout.AGENT_CACHE} && echo old > {old} "
+             f"&& echo part > {current}.tmp99 && echo mine > notes.txt && {{ [ -e {current} ] || echo x > {current}; }}")
+    s = scene.run(dry_run=True)
+    assert s.agents == [old, f"{current}.tmp99"] and (cache / old).exists()
+    assert f"lane 0: would remove cached lane agent {old[:12]}: not the one this nev sends" in sw.report(s, True)
+    s = scene.run()
+    assert s.agents_removed == [old, f"{current}.tmp99"]
+    assert sorted(p.name for p in cache.iterdir()) == sorted([current, "notes.txt"])
+    (cache / "notes.txt").unlink()
 
 
 def test_sweep_without_a_nas_folder_keeps_a_copy_with_corpus_data(box, box_env, tmp_path):

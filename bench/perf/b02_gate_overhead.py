@@ -13,8 +13,10 @@ line to bench/perf/results.jsonl. Peak RSS is per process (wait4), never summed.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
+import re
 import secrets
 import statistics
 import subprocess
@@ -71,6 +73,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10)
     args = ap.parse_args()
+    # Bytecode as an installed nev has it: without it every run compiles each module it imports
+    # (PYTHONDONTWRITEBYTECODE in the caller's environment would measure that instead).
+    for pkg in ("bench", "crates_bridge", "dagu", "jobs", "lanes", "rig"):
+        compileall.compile_dir(str(ROOT / pkg), quiet=1, rx=re.compile(r"/(target|\.box)/"))
     info = Box.from_settings().up(lanes=2)
     lane = info.lanes[0]
     tag = "-" + secrets.token_hex(2)

@@ -1,4 +1,5 @@
-"""The lane agent: the one program that runs on a lane, sent whole with every call to it.
+"""The lane agent: the one program that runs on a lane, named by its content hash with every call,
+sent whole to a lane that lacks it.
 
 Stdlib only, run by the lane's own `python3` through a bootstrap that holds no secret
 (`lanes/payload.py` packs it; `lanes/session.py` starts it), so a lane never runs another

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tarfile
 import time
 from collections.abc import Callable
 
@@ -81,6 +80,8 @@ class Copy:
     def extract(self, tar_path: str) -> int:
         """The untracked files' tar into the copy, every member checked first; how many."""
         copy = self.path
+        import tarfile  # only with untracked files: a call starts without it
+
         with tarfile.open(tar_path, "r:*") as tf:
             members = check_tar(copy, tf)
             for m in members:

@@ -17,7 +17,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 from typing import Any
@@ -162,6 +161,8 @@ class Gate:
                 continue
             self.wire.send_json(Kind.PULL_START, {"dir": d})
             out = FrameWriter(self.wire, Kind.PULL_DATA)
+            import tarfile  # only with --pull: a call starts without it
+
             with tarfile.open(fileobj=out, mode="w|gz", format=tarfile.PAX_FORMAT) as tf:
                 tf.add(src, arcname=".")
             out.flush_all()

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 import re
-import tarfile
+from typing import TYPE_CHECKING
 
 from lanes.agent.errors import Refused
+
+if TYPE_CHECKING:
+    import tarfile
 
 
 def inside(root: str, path: str) -> bool:

@@ -13,6 +13,7 @@
 | `~/.lane-model-env` | NEV_LANE_MODEL_URL: the gateway as the lane reaches it (`nev lane provision`) |
 | `~/.lane-env`, `~/.lane-shared-env` | the NAS folder, npm cache and PATH for lane shells (`nev lane provision`) |
 | `~/.local/bin` | the lane's own nev (`nev lane install`), put on a gate command's PATH |
+| `~/.local/state/nev/agent/<hash>` | the lane agent as last sent (its modules as JSON), named by the sha256 of that content: the bootstrap runs it only when the hash matches, the sweep removes every other |
 | `/srv/toolchain/{rustup,cargo-bin}` | the node's Rust toolchain, bound read-only (`TOOLCHAIN_ENV` for sessions) |
 
 Stdlib only and pure: the agent uses it on the lane, the development box (the sweep, provisioning,
@@ -22,7 +23,7 @@ Dagu's maintenance) to name the same paths. Lane paths are POSIX paths on either
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MIRROR = ".git-mirror"
 LOCK = ".lock-"
@@ -39,6 +40,7 @@ MODEL_ENV = ".lane-model-env"
 LANE_ENV = ".lane-env"
 SHARED_ENV = ".lane-shared-env"
 LOCAL_BIN = ".local/bin"
+AGENT_CACHE = ".local/state/nev/agent"
 
 TOOLCHAIN = "/srv/toolchain"
 TOOLCHAIN_PATH = f"{TOOLCHAIN}/cargo-bin:/usr/local/bin:/usr/bin:/bin"
@@ -68,9 +70,9 @@ def copy_names(entries: list[str]) -> set[str]:
     return names
 
 
-@dataclass(frozen=True)
-class Root:
-    """A lane root: `path` as given (the lane resolves it where it must)."""
+class Root(NamedTuple):
+    """A lane root: `path` as given (the lane resolves it where it must). A NamedTuple rather than
+    a dataclass: `dataclasses` is the costliest import of the agent's start on a lane."""
 
     path: str
 
@@ -109,5 +111,14 @@ class Root:
 
 
 def home_file(home: str, name: str) -> str:
-    """One of the lane home's files above (MODEL_ENV, LANE_ENV, SHARED_ENV, LOCAL_BIN) under `home`."""
+    """One of the lane home's files above (MODEL_ENV, LANE_ENV, SHARED_ENV, LOCAL_BIN, AGENT_CACHE)
+    under `home`."""
     return posixpath.join(home, name)
+
+
+def agent_entry_ok(name: str) -> bool:
+    """A name an entry of AGENT_CACHE can have, so one the sweep may remove: a cached agent
+    (its content's sha256, hex) or one being written (`<hash>.tmp<pid>`); always one path part."""
+    digest, dot, rest = name.partition(".")
+    return (len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
+            and (not dot or (rest.startswith("tmp") and rest[3:].isdigit())))

@@ -19,14 +19,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 GROUND_TRUTH = re.compile(r"corpus/([A-Za-z0-9_.-]*ground-truth)\b")
 SUITE_PINS = "oracle/suites/pins.json"
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(NamedTuple):
     path: str      # relative to the worktree
     target: str    # relative to the share
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from lanes.agent import gate, retention, root
 from lanes.agent.errors import Refused
-from lanes.agent.wire import Kind, Op, Wire, op_of
+from lanes.agent.wire import Kind, Op, Prefixed, Wire, op_of
 
 # The one-call operations: one request, one RESULT.
 ONE_CALL: dict[Op, Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -17,8 +17,9 @@ ONE_CALL: dict[Op, Callable[[dict[str, Any]], dict[str, Any]]] = {
     Op.ARCHIVES: retention.archives, Op.DROP_ARCHIVES: retention.drop_archives, Op.PRUNE_REFS: retention.prune_refs}
 
 
-def main() -> None:
-    wire = Wire(sys.stdin.buffer, sys.stdout.buffer)  # type: ignore[arg-type]
+def main(pending: bytes = b"") -> None:
+    """`pending`: the frames the bootstrap read before the agent came (when it had to ask for it)."""
+    wire = Wire(Prefixed(pending, sys.stdin.buffer), sys.stdout.buffer)  # type: ignore[arg-type]
     code = 1
     try:
         first = wire.read_request()

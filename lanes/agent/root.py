@@ -1,9 +1,11 @@
 """One-call operations on the lane root: `status`, `cleanup`, and the sweep's `survey` and `remove`.
 
-`survey` reports plain facts about every copy under the root and `remove` archives a copy's
-untracked corpus data to the NAS as one tar, then removes the copy through `git worktree remove`
-and `git worktree prune`; which copies go is decided on the development box (`lanes.sweep.decide`).
-Nothing outside the root is touched, no symlink is followed out of it, the mirror stays.
+`survey` reports plain facts about every copy under the root (and the cached agents) and `remove`
+archives a copy's untracked corpus data to the NAS as one tar, then removes the copy through
+`git worktree remove` and `git worktree prune`, and removes the cached agents named; which copies
+and agents go is decided on the development box (`lanes.sweep.decide`, `lanes.sweep.stale_agents`).
+Nothing outside the root and the agent cache is touched, no symlink is followed out of it, the
+mirror stays.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tarfile
 import time
 from typing import Any
 
@@ -172,6 +173,36 @@ def _real_dir(p: str) -> bool:
     return os.path.isdir(p) and not os.path.islink(p)
 
 
+def agent_cache() -> str:
+    """The lane user's agent cache (layout.AGENT_CACHE), where the bootstrap keeps the agent."""
+    return layout.home_file(os.path.expanduser("~"), layout.AGENT_CACHE)
+
+
+def cached_agents() -> list[str]:
+    """The entries of the agent cache (none when there is no cache)."""
+    try:
+        return sorted(os.listdir(agent_cache()))
+    except OSError:
+        return []
+
+
+def remove_agents(names: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Remove the cached agents named (only names an agent cache entry can have): (removed, failed)."""
+    removed, failed = [], {}
+    for name in names:
+        if not layout.agent_entry_ok(name):
+            failed[name] = "not a cached agent's name; kept"
+            continue
+        try:
+            os.unlink(os.path.join(agent_cache(), name))
+            removed.append(name)
+        except FileNotFoundError:
+            removed.append(name)
+        except OSError as e:
+            failed[name] = str(e)
+    return removed, failed
+
+
 def survey(req: dict[str, Any]) -> dict[str, Any]:
     """Facts about every copy under the root (and payloads left without one), for `lanes.sweep.decide`."""
     root = layout.Root(os.path.realpath(need(req, "root")))
@@ -201,6 +232,7 @@ def survey(req: dict[str, Any]) -> dict[str, Any]:
     nas: str | None = req.get("nas")
     return {"root": root.path, "mirror": os.path.isdir(root.mirror), "entries": entries,
             "free_gb": free_gb(root.path), "nas": nas is not None and os.path.isdir(nas),
+            "agents": cached_agents(),
             "peak_rss_kb": {"survey": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                             "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}}
 
@@ -225,6 +257,8 @@ def remove_copy(root: layout.Root, name: str, nas: str | None, stamp: str) -> st
             dest = os.path.join(nas, "archive", "corpus", name)
             os.makedirs(dest, exist_ok=True)
             tmp = os.path.join(dest, f".{stamp}.tar.part")
+            import tarfile  # only when archiving: a call starts without it
+
             with tarfile.open(tmp, "w") as tf:
                 for n in files:
                     tf.add(os.path.join(copy, n), arcname=n, recursive=False)
@@ -243,9 +277,11 @@ def remove_copy(root: layout.Root, name: str, nas: str | None, stamp: str) -> st
 
 
 def remove(req: dict[str, Any]) -> dict[str, Any]:
-    """`remove_copy` of each name: {"removed": {name: archive}, "failed": {name: why}}."""
+    """`remove_copy` of each name: {"removed": {name: archive}, "failed": {name: why}}; and the
+    cached agents named in `agents`: {"agents_removed": [...], "agents_failed": {name: why}}."""
     root = layout.Root(os.path.realpath(need(req, "root")))
     ans: dict[str, Any] = {"removed": {}, "failed": {}}
+    ans["agents_removed"], ans["agents_failed"] = remove_agents(list(req.get("agents") or []))
     for name in need(req, "names"):
         try:
             ans["removed"][name] = remove_copy(root, name, req.get("nas"), need(req, "stamp"))

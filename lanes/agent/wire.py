@@ -1,9 +1,12 @@
 """The wire between the development box and the agent: frames of named kinds, requests by named operation.
 
-One SSH channel carries one conversation. Its stdin first holds the agent itself (the blob the
-bootstrap reads, `lanes/payload.py`), then frames both ways: a kind byte, a 4-byte big-endian
-length, the data. Every frame the development box sends is a REQUEST (JSON with an `op`); a
-payload or bundle request is followed by its members as raw bytes of the announced sizes.
+One SSH channel carries one conversation: frames both ways, each a kind byte, a 4-byte
+big-endian length, the data. The bootstrap (`lanes/payload.py`) runs the lane's cached copy of
+the agent named by its content hash; when the lane lacks that hash (or the copy does not match
+it), it sends NEED_AGENT first and the development box answers with one AGENT frame, the agent
+itself, whatever requests it sent before that are kept for the agent. Every other frame the
+development box sends is a REQUEST (JSON with an `op`); a payload or bundle request is followed
+by its members as raw bytes of the announced sizes.
 
 | op | asked by | the agent answers |
 |---|---|---|
@@ -44,6 +47,8 @@ class Kind(bytes, Enum):
     """A frame's kind byte."""
 
     REQUEST = b"J"      # dev -> lane: a JSON request with an `op` (Op)
+    AGENT = b"A"        # dev -> lane: the agent (zlib'd JSON of its modules), only when asked
+    NEED_AGENT = b"a"   # lane -> dev, from the bootstrap: no cached agent of that hash, send it
     HELLO = b"H"        # lane -> dev: the answer to `hello`
     MESSAGE = b"M"      # one line for the person (waiting for a lock, a stray moved aside, ...)
     STDOUT = b"O"       # the command's stdout, as it comes
@@ -132,10 +137,25 @@ def _kind(kind: bytes) -> Kind:
         raise ProtocolError(f"a frame of unknown kind {kind!r}") from None
 
 
+class Prefixed:
+    """A readable file that gives `head` first, then what `rest` gives: the frames the bootstrap
+    read while it waited for the agent, then stdin."""
+
+    def __init__(self, head: bytes, rest: io.BufferedReader) -> None:
+        self.head = head
+        self.rest = rest
+
+    def read(self, n: int) -> bytes:
+        if not self.head:
+            return self.rest.read(n)
+        out, self.head = self.head[:n], self.head[n:]
+        return out
+
+
 class Wire:
     """The agent's end: frames from stdin, frames to stdout (writes from several threads)."""
 
-    def __init__(self, rfile: io.BufferedReader, wfile: io.BufferedWriter) -> None:
+    def __init__(self, rfile: io.BufferedReader | Prefixed, wfile: io.BufferedWriter) -> None:
         self.r = rfile
         self.w = wfile
         self.lock = threading.Lock()

@@ -111,3 +111,19 @@ def cmdlines() -> list[tuple[int, str]]:
                 continue
             out.append((int(e), raw.replace(b"\0", b" ").decode(errors="replace")))
     return out
+
+
+def agent_variant(agent, prefix: bytes):
+    """Another lane agent (`lanes.payload.Agent`): `prefix` run ahead of this one's content."""
+    import hashlib
+    import zlib
+
+    from lanes import payload
+
+    content = prefix + zlib.decompress(agent.blob)
+    return payload.Agent(zlib.compress(content), hashlib.sha256(content).hexdigest())
+
+
+def agent_marker(name: str) -> bytes:
+    """Agent code that adds a line `ran` to `~/name` when it runs."""
+    return f"import os\nopen(os.path.expanduser('~/{name}'),'a').write('ran\\n')\n".encode()

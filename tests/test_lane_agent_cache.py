@@ -1,0 +1,117 @@
+"""The lane agent is sent once: a lane runs its cached copy of the agent named by the hash on the
+bootstrap's command line, only when the copy's content matches that hash, and asks for the agent
+otherwise. The real bootstrap runs here on a bare python3 with a home of its own, spoken to as
+`lanes.session.Session` speaks to it: the request at once, the agent only when asked."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import zlib
+from pathlib import Path
+
+from lanes import payload
+from lanes import sweep as sw
+from lanes.agent import layout
+from lanes.agent import root as agent_root
+from lanes.agent.wire import FRAME, Kind, Op, frame, request
+from tests.helpers import lane_helpers as h
+
+
+def talk(home: Path, agent: payload.Agent) -> tuple[bool, dict, str]:
+    """One `status` call: (whether the lane asked for the agent, the RESULT, the lane's stderr)."""
+    p = subprocess.Popen(["sh", "-c", payload.lane_command(agent.hash)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=home,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(home)})
+    assert p.stdin is not None and p.stdout is not None and p.stderr is not None
+    p.stdin.write(request(Op.STATUS, root=str(home)))
+    p.stdin.flush()
+    asked, result = False, {}
+    while True:
+        head = p.stdout.read(FRAME.size)
+        if len(head) < FRAME.size:
+            break
+        kind, n = FRAME.unpack(head)
+        data = p.stdout.read(n)
+        if kind == Kind.NEED_AGENT.value:
+            asked = True
+            p.stdin.write(frame(Kind.AGENT, agent.blob))
+            p.stdin.flush()
+        elif kind == Kind.RESULT.value:
+            result = json.loads(data)
+            break
+    p.stdin.close()
+    err = p.stderr.read().decode()
+    p.wait(30)
+    return asked, result, err
+
+
+def cached(home: Path) -> Path:
+    return home / layout.AGENT_CACHE
+
+
+def test_a_lane_without_the_agent_asks_for_it_once_then_runs_its_cached_copy(tmp_path):
+    agent = payload.lane_agent()
+    asked, result, err = talk(tmp_path, agent)
+    assert asked and result["root"] == str(tmp_path), err     # the request sent ahead reached the agent
+    assert (cached(tmp_path) / agent.hash).read_bytes() == zlib.decompress(agent.blob)
+    asked, result, err = talk(tmp_path, agent)
+    assert not asked and result["root"] == str(tmp_path), err
+    assert sorted(p.name for p in cached(tmp_path).iterdir()) == [agent.hash]
+
+
+def test_a_tampered_cached_agent_is_refused_and_sent_again(tmp_path):
+    agent = payload.lane_agent()
+    assert talk(tmp_path, agent)[0]
+    copy = cached(tmp_path) / agent.hash
+    copy.write_bytes(h.agent_marker("tampered-ran") + copy.read_bytes())
+    asked, result, err = talk(tmp_path, agent)
+    assert asked and result["root"] == str(tmp_path)
+    assert "does not match its hash" in err
+    assert not (tmp_path / "tampered-ran").exists(), "the tampered copy ran"
+    assert copy.read_bytes() == zlib.decompress(agent.blob)   # rewritten whole
+    assert not talk(tmp_path, agent)[0]
+
+
+def test_a_lane_holding_an_old_agent_runs_the_new_one_after_an_upgrade(tmp_path, monkeypatch):
+    new = payload.lane_agent()
+    old = h.agent_variant(new, h.agent_marker("old-ran"))
+    assert talk(tmp_path, old)[0] and talk(tmp_path, old)[1]["root"] == str(tmp_path)
+    assert (tmp_path / "old-ran").read_text() == "ran\nran\n"            # the old one, cached, ran
+    asked, result, err = talk(tmp_path, new)
+    assert asked and result["root"] == str(tmp_path), err
+    assert (tmp_path / "old-ran").read_text() == "ran\nran\n"            # ... and not after the upgrade
+    assert not talk(tmp_path, new)[0]
+    # the sweep removes the agent that is no longer current, and only that
+    (cached(tmp_path) / "notes.txt").write_text("not nev's\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert agent_root.cached_agents() == sorted([old.hash, new.hash, "notes.txt"])
+    stale = sw.stale_agents(agent_root.cached_agents(), new.hash)
+    assert stale == [old.hash]
+    assert agent_root.remove_agents(stale + ["../escape"]) == ([old.hash], {"../escape": "not a cached agent's name; kept"})
+    assert sorted(p.name for p in cached(tmp_path).iterdir()) == sorted([new.hash, "notes.txt"])
+
+
+def test_a_cache_that_cannot_be_written_still_runs_the_agent_sent(tmp_path):
+    agent = payload.lane_agent()
+    (tmp_path / ".local").write_text("a file where the state folder would go\n")
+    for _ in range(2):
+        asked, result, err = talk(tmp_path, agent)
+        assert asked and result["root"] == str(tmp_path), err
+
+
+def test_stale_agents_are_every_cached_agent_but_the_current_one():
+    cur, old = "c" * 64, "0" * 64
+    assert sw.stale_agents([cur, old, f"{cur}.tmp123", "notes.txt", f"{old}.tmp", "ab"], cur) == \
+        [old, f"{cur}.tmp123"]
+    assert sw.stale_agents([cur], cur) == []
+    assert [layout.agent_entry_ok(n) for n in (old, f"{old}.tmp7", f"{old}.tmpx", "../" + old, cur.upper())] == \
+        [True, True, False, False, False]
+
+
+def test_the_bootstrap_is_small_single_quotable_and_names_only_the_hash():
+    agent = payload.lane_agent()
+    line = payload.lane_command(agent.hash)
+    assert "'" not in payload.BOOTSTRAP          # quoted whole, nothing escaped on the slow uplink
+    assert line.endswith(" " + agent.hash) and len(line) < 1024
+    assert layout.AGENT_CACHE in payload.BOOTSTRAP
