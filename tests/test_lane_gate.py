@@ -279,8 +279,8 @@ def test_crafted_payload_escaping_worktree_is_refused(lane_rig, monkeypatch):
             b"--- /dev/null\n+++ b/../escaped.txt\n@@ -0,0 +1 @@\n+owned\n")
     real_build = payload.build
 
-    def crafted(w, tips, forge):
-        p = real_build(w, tips, forge)
+    def crafted(w, tips, forge, extra=None):
+        p = real_build(w, tips, forge, extra)
         p.diff = evil
         return p
 
@@ -486,7 +486,7 @@ def test_a_warm_gate_sends_no_agent_and_bytes_near_its_payload(lane_rig, monkeyp
         lane, conn = picked
         w = payload.Worktree.open(wt)
         try:
-            outcomes.append(gate.gate_on_lane(lane, conn, w, ["true"], forge=gate.forge_for(w, lf),
+            outcomes.append(gate.gate_on_lane(lane, conn, w, ["true"], forge=gate.forge_for(w.repo, lf),
                                               on_stdout=lambda b: None, on_stderr=lambda b: None))
         finally:
             conn.close()
