@@ -249,23 +249,27 @@ class Build:
 
     @property
     def sudoers_dir(self) -> Path:
-        """The admin pool host's /etc/sudoers.d (and beside it its /etc/sudoers)."""
+        """The admin pool host's /etc/sudoers.d; its /etc/sudoers is `sudoers_file`, beside it."""
         return self.dir / "hosts" / plan.ADMIN_POOL / "sudoers.d"
 
-    @property
-    def sudoers_file(self) -> Path:
-        return self.dir / "hosts" / plan.ADMIN_POOL / "sudoers"
+    sudoers_file = property(lambda self: self.sudoers_dir.with_name("sudoers"))
 
-    def _admin_host(self) -> tuple[Path, ...]:
-        """The admin account's key file and the host's own sudo configuration (root's, 0440;
-        the drop-in folder 0755 as Debian ships it); the files its sshd is started with."""
-        keys = self.box.admin_keys_file
+    def _own_keys(self, keys: Path, user: str) -> Path:
+        """`user`'s copy of the client key: sshd reads a user's keys as that user, so the copy is
+        its own (mode 600), in a folder it can reach wherever the box folder lives (pytest's and
+        CI's are mode 700)."""
         keys.parent.mkdir(parents=True, exist_ok=True)
         for d in (keys.parent, keys.parent.parent):
             os.chmod(d, 0o755)
         forge.write_secret(keys, self.client_pub)
-        ent = pwd.getpwnam(plan.ADMIN_USER)
+        ent = pwd.getpwnam(user)
         os.chown(keys, ent.pw_uid, ent.pw_gid)
+        return keys
+
+    def _admin_host(self) -> tuple[Path, ...]:
+        """The admin account's key file and the host's own sudo configuration (root's, 0440;
+        the drop-in folder 0755 as Debian ships it); the files its sshd is started with."""
+        keys = self._own_keys(self.box.keys_file("admin"), plan.ADMIN_USER)
         self.sudoers_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.sudoers_dir, 0o755)
         if not self.sudoers_file.exists() or self.sudoers_file.read_text() != plan.SUDOERS:
@@ -292,15 +296,7 @@ class Build:
         """The jump host: the one way in from the development box (key-only, forwards only)."""
         jd = self.dir / "hosts" / "jump"
         self._pin_host_key(jd, self.info.jump_addr, "jump-host")
-        # sshd reads a user's keys as that user: the jump user's copy is its own (mode 600), in a
-        # folder it can reach wherever the box folder lives (pytest's and CI's are mode 700).
-        jak = self.box.jump_keys_file
-        jak.parent.mkdir(parents=True, exist_ok=True)
-        for d in (jak.parent, jak.parent.parent):
-            os.chmod(d, 0o755)
-        forge.write_secret(jak, self.client_pub)
-        jent = pwd.getpwnam(plan.JUMP_USER)
-        os.chown(jak, jent.pw_uid, jent.pw_gid)
+        jak = self._own_keys(self.box.keys_file("jump"), plan.JUMP_USER)
         jcfg = jd / "sshd_config"
         jcfg.write_text(plan.jump_sshd_config(self.layout, str(jd / "ssh_host_ed25519_key"), str(jd / "sshd.pid"),
                                               str(jak)))

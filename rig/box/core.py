@@ -71,14 +71,10 @@ class Box:
     def logs(self) -> Path:
         return self.dir / "logs"
 
-    @property
-    def jump_keys_file(self) -> Path:
-        return state.REGISTRY / "jump" / self.name / "authorized_keys"
-
-    @property
-    def admin_keys_file(self) -> Path:
-        """The admin account's key file, in a folder it can reach wherever the box folder lives."""
-        return state.REGISTRY / "admin" / self.name / "authorized_keys"
+    def keys_file(self, account: str) -> Path:
+        """The jump or admin account's key file, in a folder it can reach wherever the box folder
+        lives (`account`: "jump" or "admin")."""
+        return state.REGISTRY / account / self.name / "authorized_keys"
 
     def _lane_info(self, h: plan.Host, i: int) -> LaneInfo:
         d = self.dir / "lanes" / h.name
@@ -244,8 +240,8 @@ class Box:
                 backend.remove(self.dir / "lanes" / ln.name)
             done += self._remove_users(st)
             state.unregister(self.name)
-            shutil.rmtree(self.jump_keys_file.parent, ignore_errors=True)
-            shutil.rmtree(self.admin_keys_file.parent, ignore_errors=True)
+            shutil.rmtree(self.keys_file("jump").parent, ignore_errors=True)
+            shutil.rmtree(self.keys_file("admin").parent, ignore_errors=True)
             if (self.dir / MARKER).exists():
                 shutil.rmtree(self.dir, ignore_errors=True)
                 done.append(f"removed {self.dir}")
