@@ -241,3 +241,16 @@ def test_status_and_the_dashboard_show_a_drained_or_stopped_replica_as_such_not_
     html = page.render({**{k: collect.unavailable("not collected here") for k in collect.COLLECTORS}, **data}, 30)
     assert 'data-replica="gpu2/r0" data-state="drained"' in html and 'data-replica="gpu0/r0" data-state="stopped"' in html
     assert f'data-alias="{FAST}" data-status="stopped"' in html
+
+
+def test_box_up_after_an_operator_restart_adopts_the_replica_and_changes_nothing(serving):
+    # `nev rig restart` starts the replica anew through its unit script: the box records its new
+    # processes at the next up instead of starting it again (and reporting it as started).
+    box, env = serving
+    assert nev(env, "rig", "restart", "gpu2/r1", "--grace", "5").returncode == 0
+    from rig.box import Box
+    r = Box(box.name, box.net, box.dir).bring_up(len(box.lanes))
+    assert r.changed == []
+    pids = (box.dir / "run" / "gpu2-r1.pids").read_text().split()
+    st = json.loads((box.dir / "box.json").read_text())
+    assert str(st["procs"]["gpu2.r1"]["pid"]) == pids[0]

@@ -362,7 +362,7 @@ class Build:
         unit.chmod(0o755)
         keys = pool_keys(p, replica)
         files = (bank, POOL_CODE, unit)
-        if all(self.fresh(k, *files) for k in keys):
+        if all(self.fresh(k, *files) for k in keys) or self._adopt_restarted(keys, unit, files):
             return
         for k in keys:
             if k in self.st.procs:
@@ -375,6 +375,24 @@ class Build:
         pids = (self.dir / "run" / f"{p.name}-{replica}.pids").read_text().split()
         for k, pid in zip(keys, pids, strict=True):
             self.record(procs.adopt(k, p.name, int(pid), [str(unit), "start"]), *files)
+
+    def _adopt_restarted(self, keys: list[str], unit: Path, files: tuple[Path, ...]) -> bool:
+        """A replica an operator restarted (`nev rig start`, through the same unit script) with
+        the config it was recorded with: its new processes recorded, nothing restarted or reported."""
+        recs = [self.st.procs.get(k) for k in keys]
+        if any(r is None or r.conf != conf_digest(*files) for r in recs):
+            return False
+        try:
+            pids = [int(x) for x in (self.dir / "run" / f"{unit.name}.pids").read_text().split()]
+            adopted = [procs.adopt(k, r.host, pid, r.argv) for k, r, pid in zip(keys, recs, pids, strict=True)
+                       if r is not None]
+        except (OSError, ValueError, NevError):
+            return False
+        for rec in adopted:
+            rec.conf = conf_digest(*files)
+            self.st.procs[rec.key] = rec
+        state.write_state(self.dir, self.st)
+        return True
 
     def write_rig_files(self) -> None:
         """The folknet and rig files, and the lanes file: what points nev at the box."""
