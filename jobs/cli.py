@@ -166,3 +166,90 @@ def land(args: tuple[str, ...], check: bool, approved: bool, spec_sha: str | Non
     if spec_sha or tip:
         raise click.UsageError("--spec-sha and --tip go with approve")
     return landing.land(where, args[0], args[1], args[2], check=check)
+
+
+# `nev lane writer`, added to the `lane` group by the entry point (rig/cli.py): the lane path is
+# lanes', the declared harness (tracks.json) is ours.
+@click.group("writer")
+def writer() -> None:
+    """Writers on a lane: start one in a worktree's lane copy, fetch its commits back, list them."""
+
+
+@writer.command("start")
+@click.argument("worktree", type=click.Path(file_okay=False, exists=True))
+@click.option("--lane", "lane_index", type=int, required=True, help="The lane (index in the lanes file).")
+@click.option("--model", required=True, help="The model the harness is given (--model).")
+@click.option("--brief", type=click.Path(dir_okay=False, exists=True), required=True,
+              help="The brief; it goes to ~/.cache/lane-writer-briefs/ on the lane, outside the copy.")
+def writer_start(worktree: str, lane_index: int, model: str, brief: str) -> int:
+    """Sync WORKTREE to the lane copy, check out its branch and start the declared harness there.
+
+    The harness is tracks.json's specWatch.lanes.tool (else TRACKS_TOOL; refused with neither),
+    started by specWatch.lanes.launch (default $PI_TRACKS_HOME/bin/writer-exec.sh) as
+    `LAUNCH --tool T --model M --brief-file F`, detached; the copy's .env lives as long as it.
+    Refused while a writer runs in that copy, or over a dead writer's commits never fetched.
+    """
+    import os
+    from pathlib import Path
+
+    from jobs.writer import lane_harness
+    from lanes import writer as lw
+    from lanes.base.gitrun import Repo
+
+    top = Repo(Path(worktree)).toplevel_or_self()
+    tool, launch = lane_harness(top, os.environ)
+    rec = lw.start(Path(worktree), lane_index=lane_index, model=model, brief=Path(brief),
+                   harness=lw.Harness(tool, launch))
+    click.echo(f"{rec['label']}: writer started in {Path(top).name} on {rec['ref'][len('refs/heads/'):]} "
+               f"(pid {rec['pid']}, {tool}, {model}); output: {rec['log']}")
+    return 0
+
+
+@writer.command("fetch")
+@click.argument("worktree", type=click.Path(file_okay=False, exists=True))
+@click.option("--lane", "lane_index", type=int, help="Only lane N (default: the lane that has the writer).")
+def writer_fetch(worktree: str, lane_index: int | None) -> int:
+    """Bring the writer's commits into WORKTREE's branch, fast-forward only.
+
+    Anything else (the branches diverged, another branch checked out) is refused with the
+    commits named; the lane's tip is kept at refs/nev/writer/NAME.
+    """
+    from pathlib import Path
+
+    from lanes import writer as lw
+
+    out = lw.fetch(Path(worktree), lane_index)
+    still = " (the writer is still running)" if out["running"] else ""
+    if out["action"] == lw.Fetch.FAST_FORWARD.value:
+        click.echo(f"{out['label']}: fast-forwarded to {out['tip'][:12]}, {len(out['commits'])} commit(s){still}:")
+        for c in reversed(out["commits"]):
+            click.echo(f"  {c}")
+    else:
+        click.echo(f"{out['label']}: nothing to fetch; {out['tip'][:12]} is here already{still}")
+    return 0
+
+
+@writer.command("status")
+@click.option("--lane", "lane_index", type=int, help="Only lane N.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def writer_status(lane_index: int | None, as_json: bool) -> int:
+    """Writers per lane: running, or exited with its code, and the commits not fetched yet."""
+    from lanes import writer as lw
+    from lanes.base.ui import emit_json
+
+    rows = lw.status(lane_index)
+    if as_json:
+        emit_json(rows)
+        return 0
+    for r in rows:
+        if not r["answers"]:
+            click.echo(f"{r['label']}: does not answer ({r.get('error', '?')})")
+            continue
+        if not r["writers"]:
+            click.echo(f"{r['label']}: no writers")
+        for w in r["writers"]:
+            click.echo(f"{r['label']}: {w['name']}  {lw.state_word(w)}  branch {w['branch']}  model {w['model']}  "
+                       f"unfetched: {len(w['unfetched'])}")
+            for c in w["unfetched"]:
+                click.echo(f"    {c}")
+    return 0

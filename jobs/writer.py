@@ -70,6 +70,16 @@ def refusal(workdir: Path, environ: Mapping[str, str]) -> str | None:
     return None
 
 
+def lane_harness(worktree: Path, environ: Mapping[str, str]) -> tuple[str, str]:
+    """(tool, writer command) for `nev lane writer start`, declared by the worktree's tracks.json
+    (else TRACKS_TOOL here); NevError when neither declares a harness."""
+    d = declared(worktree, environ)
+    if d.tool is None:
+        raise NevError(f"no writer harness is declared: set specWatch.lanes.tool in {worktree / 'tracks.json'} "
+                       "(or TRACKS_TOOL); a writer launch with neither is refused")
+    return d.tool, d.launch
+
+
 def read_key_file(path: Path) -> str:
     try:
         st = path.stat()

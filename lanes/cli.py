@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 
-@click.group("lane")
+class LaneGroup(click.Group):
+    """`nev lane`: its own commands, and those the entry point adds by name (`loaders`: the line
+    `nev lane --help` shows, and how to load it), each imported only when named."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.loaders: dict[str, tuple[str, Callable[[], click.Command]]] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.loaders})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.loaders:
+            self.add_command(self.loaders[cmd_name][1](), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names), default=0)
+        rows = [(n, self.commands[n].get_short_help_str(limit) if n in self.commands else self.loaders[n][0])
+                for n in names if n not in self.commands or not self.commands[n].hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group("lane", cls=LaneGroup)
 def lane() -> None:
     """Run a worktree's command on a build lane; list, sweep, provision and create lanes."""
 

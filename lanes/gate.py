@@ -201,11 +201,13 @@ class _GateRun:
         return self.session
 
     def send(self, session: Session, command: Sequence[str], extra_env: dict[str, str] | None, keep_env: bool,
-             pull: Sequence[str], files: Mapping[str, bytes] | None = None) -> None:
+             pull: Sequence[str], files: Mapping[str, bytes] | None = None,
+             writer: Mapping[str, str] | None = None) -> None:
         p = payload.build(self.wt, self.hello.get("tips", []), self.forge.url is not None, files)
         self.sizes = p.sizes()
         session.request(Op.PAYLOAD, commit=p.commit, sizes=self.sizes, command=list(command),
-                        env=dict(extra_env or {}), cred=self.forge.cred(), keep_env=keep_env, pull=list(pull))
+                        env=dict(extra_env or {}), cred=self.forge.cred(), keep_env=keep_env, pull=list(pull),
+                        writer=dict(writer) if writer else None)
         for member in p.members():
             session.send(member)
 
@@ -257,17 +259,20 @@ def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Se
                  sweep: Callable[[Lane, str], object] | None = None,
                  on_stdout: Callable[[bytes], None] | None = None,
                  on_stderr: Callable[[bytes], None] | None = None,
-                 files: Mapping[str, bytes] | None = None) -> Outcome:
+                 files: Mapping[str, bytes] | None = None,
+                 writer: Mapping[str, str] | None = None) -> Outcome:
     """Run `command` for `wt` on an answering lane; the exit status is the command's. `files`
     (lane-copy path -> content) travel with the untracked files: files of this machine the
-    command needs, which the lane cannot read here."""
+    command needs, which the lane cannot read here. With `writer` (branch, tool, model, launch,
+    brief: `lanes.writer.start`) the copy is synced the same way and a writer started there
+    instead of `command`; the result's `writer` is its record."""
     keep_env = settings.get_flag(settings.LANE_KEEP_ENV)
     restore = _interrupt_handlers()
     run = _GateRun(lane, conn, wt, forge)
     result: dict[str, Any] | None = None
     try:
         session = run.open(settings.get_float(settings.LANE_MIN_FREE_GB), sweep)
-        run.send(session, command, extra_env, keep_env, pull, files)
+        run.send(session, command, extra_env, keep_env, pull, files, writer)
         result = run.stream(session, on_stdout or _write(sys.stdout), on_stderr or _write(sys.stderr))
     except (KeyboardInterrupt, _Term) as e:
         how = Stop.INT if isinstance(e, KeyboardInterrupt) else Stop.TERM

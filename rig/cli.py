@@ -15,11 +15,20 @@ from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
 from lanes.base.mask import mask
 
+def _lanes() -> ModuleType:
+    """`lanes.cli`, with `nev lane writer` added: the lane path is lanes', the declared harness
+    (tracks.json) jobs'; jobs' command line is imported only when `writer` is named."""
+    cli = import_module("lanes.cli")
+    cli.lane.loaders["writer"] = ("Writers on a lane: start one in a worktree's lane copy, fetch...",
+                                  lambda: import_module("jobs.cli").writer)
+    return cli
+
+
 # Each group by the CLI module that holds it (under the group's own name), imported only when the
 # group is named: `nev lane run` starts without the other packages' command lines. The imports are
 # literal calls, so the import rules (tests/test_architecture.py) see them.
 CLI_MODULES: dict[str, Callable[[], ModuleType]] = {
-    "lanes": lambda: import_module("lanes.cli"), "jobs": lambda: import_module("jobs.cli"),
+    "lanes": _lanes, "jobs": lambda: import_module("jobs.cli"),
     "dagu": lambda: import_module("dagu.cli"), "rig": lambda: import_module("rig.rig_cli"),
     "box": lambda: import_module("rig.box_cli"), "bench": lambda: import_module("bench.cli")}
 GROUPS: dict[str, Callable[[], ModuleType]] = {

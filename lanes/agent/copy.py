@@ -133,10 +133,11 @@ class Copy:
         os.replace(tmp, os.path.join(self.path, layout.ENV))
 
 
-def remove_env(root: layout.Root, name: str) -> list[str]:
-    """The run's three `.env` files removed; those that were there."""
+def remove_env(root: layout.Root, name: str, keep_copy_env: bool = False) -> list[str]:
+    """The run's three `.env` files removed (all but the copy's own with `keep_copy_env`: a
+    writer's, removed when it ends); those that were there."""
     removed = []
-    for p in root.env_files(name):
+    for p in root.env_files(name)[1 if keep_copy_env else 0:]:
         try:
             os.unlink(p)
             removed.append(p)

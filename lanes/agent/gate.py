@@ -5,6 +5,10 @@ HELLO; take the payload; supply the commit to the mirror (`lanes.agent.mirror`);
 (`lanes.agent.copy`); run the command in its own session with NEV_ON_LANE=1, its output to the
 development box and the gate log (`lanes.agent.output`); pull the asked folders back; remove the
 three `.env` files on every exit unless the request keeps them; the RESULT last.
+
+A payload request with `writer` starts a writer instead (`lanes.agent.writer`): refused over a
+dead writer's unfetched commits, then the harness started detached, the copy's `.env` kept for
+its lifetime. A gate of a copy whose writer runs is refused.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-from lanes.agent import layout, links
+from lanes.agent import layout, links, writer
 from lanes.agent.copy import Copy, lane_model_url, remove_env
 from lanes.agent.errors import Refused, Stopped
 from lanes.agent.guard import check_rel, inside
@@ -173,6 +177,8 @@ class Gate:
         self.mirror.supply(commit, f"refs/nev/{self.name}", self.root.member(self.name, layout.BUNDLE),
                            sizes[layout.BUNDLE] > 0, self.ask_bundle)
         self.child.check()
+        if req.get("writer"):
+            writer.refuse_unfetched(self.root, self.name, commit)
         self.copy.prepare(self.mirror, commit)
         self.copy.apply_diff(self.root.member(self.name, layout.DIFF))
         if sizes[layout.UNTRACKED]:
@@ -193,8 +199,10 @@ def run(wire: Wire, first: dict[str, Any]) -> int:
 
     on_signals(on_stop)
     keep_env = False
+    started = False
     try:
         gate.lock()
+        writer.refuse_if_running(gate.root, gate.name)
         wire.send_json(Kind.HELLO, gate.hello())
         req = wire.read_request()
         if op_of(req) is not Op.PAYLOAD:
@@ -208,6 +216,12 @@ def run(wire: Wire, first: dict[str, Any]) -> int:
         gate.prepare(req, sizes)
         result["prepare_s"] = round(time.monotonic() - t0, 3)
         gate.child.check()
+        if req.get("writer"):
+            result["writer"] = writer.launch(gate.root, gate.name, req["writer"], need(req, "commit"),
+                                             gate.command_env(req.get("env") or {}))
+            started = True
+            result["status"] = 0
+            return 0
         secrets = env_secrets(gate.root.member(gate.name, layout.ENV))
         if gate.mirror.cred.get("password"):
             secrets.append(gate.mirror.cred["password"])
@@ -234,10 +248,14 @@ def run(wire: Wire, first: dict[str, Any]) -> int:
         result["refused"] = "the connection closed before the payload arrived"
         return 1
     finally:
-        if not keep_env:
+        if started:  # the copy's `.env` stays while the writer lives; its wrapper removes it
+            remove_env(gate.root, gate.name, keep_copy_env=True)
+            shutil.rmtree(gate.root.payload(gate.name), ignore_errors=True)
+        elif not keep_env:
             remove_env(gate.root, gate.name)
             shutil.rmtree(gate.root.payload(gate.name), ignore_errors=True)
         result["env_removed"] = not any(os.path.lexists(p) for p in gate.root.env_files(gate.name))
+        result["env_kept_for_writer"] = started and os.path.lexists(gate.root.env_files(gate.name)[0])
         result["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         result["command_maxrss_kb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss or None
         wire.send_json(Kind.RESULT, result)

@@ -10,6 +10,8 @@
 | `<root>/.lock-<name>` | flock held while a gate of `name` runs; holds `pid P since T` |
 | `<root>/.payload-<name>/` | a gate's payload (mode 700): `bundle`, `diff`, `untracked`, `.env` |
 | `<root>/.stray-<name>-<time>-<pid>` | a directory found at a copy's place that was no worktree, moved aside |
+| `<root>/.writer-<name>/` | the writer started in copy `name` (`nev lane writer`): `state.json`, `exit`, `log`, `fetched` |
+| `~/.cache/lane-writer-briefs/` | a writer's brief, outside every copy (so the writer never commits it) |
 | `~/.lane-model-env` | NEV_LANE_MODEL_URL: the gateway as the lane reaches it (`nev lane provision`) |
 | `~/.lane-env`, `~/.lane-shared-env` | the NAS folder, npm cache and PATH for lane shells (`nev lane provision`) |
 | `~/.local/bin` | the lane's own nev (`nev lane install`), put on a gate command's PATH |
@@ -29,6 +31,11 @@ MIRROR = ".git-mirror"
 LOCK = ".lock-"
 PAYLOAD = ".payload-"
 STRAY = ".stray-"
+WRITER = ".writer-"
+# A writer's record, in `<root>/.writer-<name>/`: what was started, its exit status (written by
+# the wrapper when the harness ends), its output, and the tip last fetched to the development box.
+WRITER_STATE, WRITER_EXIT, WRITER_LOG, WRITER_FETCHED = "state.json", "exit", "log", "fetched"
+WRITER_BRIEFS = ".cache/lane-writer-briefs"
 LAST_FETCH = "nev-last-fetch"
 ENV = ".env"
 ENV_REWRITE = ".env.nev-rewrite"
@@ -106,12 +113,21 @@ class Root(NamedTuple):
         return [posixpath.join(self.copy(name), ENV), posixpath.join(self.copy(name), ENV_REWRITE),
                 self.member(name, ENV)]
 
+    def writer(self, name: str, member: str | None = None) -> str:
+        """The writer record of copy `name`, or one of its files (WRITER_STATE, ...)."""
+        folder = posixpath.join(self.path, WRITER + name)
+        return posixpath.join(folder, member) if member else folder
+
+    def writer_names(self, entries: list[str]) -> list[str]:
+        """The copy names with a writer record among a listing of the root."""
+        return sorted(e[len(WRITER):] for e in entries if e.startswith(WRITER) and copy_name_ok(e[len(WRITER):]))
+
     def stray(self, name: str, stamp: str, pid: int) -> str:
         return posixpath.join(self.path, f"{STRAY}{name}-{stamp}-{pid}")
 
 
 def home_file(home: str, name: str) -> str:
-    """One of the lane home's files above (MODEL_ENV, LANE_ENV, SHARED_ENV, LOCAL_BIN, AGENT_CACHE)
+    """One of the lane home's files above (MODEL_ENV, LANE_ENV, SHARED_ENV, LOCAL_BIN, AGENT_CACHE, WRITER_BRIEFS)
     under `home`."""
     return posixpath.join(home, name)
 

@@ -7,14 +7,15 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from lanes.agent import gate, retention, root
+from lanes.agent import gate, retention, root, writer
 from lanes.agent.errors import Refused
 from lanes.agent.wire import Kind, Op, Prefixed, Wire, op_of
 
 # The one-call operations: one request, one RESULT.
 ONE_CALL: dict[Op, Callable[[dict[str, Any]], dict[str, Any]]] = {
     Op.STATUS: root.status, Op.CLEANUP: root.cleanup, Op.SURVEY: root.survey, Op.REMOVE: root.remove,
-    Op.ARCHIVES: retention.archives, Op.DROP_ARCHIVES: retention.drop_archives, Op.PRUNE_REFS: retention.prune_refs}
+    Op.ARCHIVES: retention.archives, Op.DROP_ARCHIVES: retention.drop_archives, Op.PRUNE_REFS: retention.prune_refs,
+    Op.WRITER_STATUS: writer.status, Op.WRITER_FETCHED: writer.fetched}
 
 
 def main(pending: bytes = b"") -> None:
@@ -26,6 +27,8 @@ def main(pending: bytes = b"") -> None:
         op = op_of(first)
         if op is Op.HELLO:
             code = gate.run(wire, first)
+        elif op is Op.WRITER_FETCH:
+            code = writer.fetch(wire, first)
         elif op in ONE_CALL:
             wire.send_json(Kind.RESULT, ONE_CALL[op](first))
             code = 0

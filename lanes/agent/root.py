@@ -20,7 +20,7 @@ import subprocess
 import time
 from typing import Any
 
-from lanes.agent import layout
+from lanes.agent import layout, writer
 from lanes.agent.copy import remove_env
 from lanes.agent.errors import Refused
 from lanes.agent.git import git
@@ -105,7 +105,8 @@ def cleanup(req: dict[str, Any]) -> dict[str, Any]:
                     return ans
                 time.sleep(0.05)
         if not req.get("keep_env"):
-            ans["removed"] = remove_env(root, name)
+            state = writer.read_state(root, name)   # a writer's `.env` is its own until it ends
+            ans["removed"] = remove_env(root, name, keep_copy_env=state is not None and writer.running(state))
             shutil.rmtree(root.payload(name), ignore_errors=True)
         return ans
     finally:

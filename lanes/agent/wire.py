@@ -22,6 +22,12 @@ by its members as raw bytes of the announced sizes.
 | `archives` | `nev lane sweep --archives` | RESULT: every entry of the share's archive folders, with its time |
 | `drop-archives` | `nev lane sweep --archives` | RESULT: the entries removed, or kept and why |
 | `prune-refs` | `nev dagu prune-mirror` | RESULT: per mirror, the job and result refs the forge no longer has, removed |
+| `writer-status` | `nev lane writer status` | RESULT: every writer under the root: running or its exit, its unfetched commits |
+| `writer-fetch` | `nev lane writer fetch` | WRITER_BUNDLE frames (the writer's commits the request lacks), RESULT last |
+| `writer-fetched` | `nev lane writer fetch`, after the fast-forward | RESULT: the tip recorded as fetched |
+
+A payload request with a `writer` field starts a writer instead of running a command
+(`nev lane writer start`): the RESULT comes as soon as the harness is started, detached.
 
 Stdlib only; the development box reads and writes frames with the same definitions.
 """
@@ -57,6 +63,7 @@ class Kind(bytes, Enum):
     PULL_START = b"Q"   # a pulled folder begins: {"dir": DIR}
     PULL_DATA = b"P"    # a piece of its gzip'd tar
     PULL_END = b"q"     # the pulled folder is complete
+    WRITER_BUNDLE = b"B"  # lane -> dev: a piece of a writer's bundle (`writer-fetch`)
     RESULT = b"R"       # the result (JSON), always last
 
 
@@ -76,6 +83,9 @@ class Op(str, Enum):  # noqa: UP042
     ARCHIVES = "archives"
     DROP_ARCHIVES = "drop-archives"
     PRUNE_REFS = "prune-refs"
+    WRITER_STATUS = "writer-status"
+    WRITER_FETCH = "writer-fetch"
+    WRITER_FETCHED = "writer-fetched"
 
 
 class Stop(str, Enum):  # noqa: UP042

@@ -113,6 +113,13 @@ class Repo:
         p = Path(self.out("rev-parse", "--git-common-dir"))
         return p if p.is_absolute() else (self.path / p).resolve()
 
+    def branch(self) -> str | None:
+        """The branch checked out (short name); None when HEAD is detached."""
+        cp = self.git("symbolic-ref", "-q", "--short", "HEAD", check=False)
+        if cp.returncode != 0:
+            return None
+        return cp.stdout.strip() or None
+
     def is_clean(self) -> bool:
         return self.out("status", "--porcelain") == ""
 
@@ -132,6 +139,10 @@ class Repo:
 
     def is_ancestor(self, a: str, b: str) -> bool:
         return self.ok("merge-base", "--is-ancestor", a, b)
+
+    def oneline(self, rev: str, *exclude: str) -> list[str]:
+        """`sha subject` of each commit of `rev` that none of `exclude` holds, newest first."""
+        return self.out("log", "--format=%h %s", rev, *(f"^{x}" for x in exclude), "--").splitlines()
 
     def merge_base(self, a: str, b: str) -> str:
         return self.out("merge-base", a, b)
@@ -170,6 +181,16 @@ class Repo:
     def delete_ref(self, ref: str, old: str | None = None) -> bool:
         """Delete `ref` (only if it is still `old`, when given); False when it was not deleted."""
         return self.git("update-ref", "-d", ref, *([old] if old else []), check=False).returncode == 0
+
+    def fetch_bundle(self, bundle: Path, src: str, ref: str) -> str:
+        """`src` of the bundle file into `ref` (forced: a ref of nev's own); the commit it names."""
+        self.git("bundle", "verify", "-q", str(bundle))
+        self.git("fetch", "-q", "--no-tags", str(bundle), f"+{src}:{ref}")
+        return self.rev(ref)
+
+    def fast_forward(self, commit: str) -> None:
+        """Move the checked-out branch (and its files) to `commit`, fast-forward only."""
+        self.git(*WRITE_CFG, "merge", "-q", "--ff-only", commit)
 
     def tag_annotated(self, tag: str, rev: str, message: str) -> None:
         self.git(*WRITE_CFG, "tag", "-a", "-m", message, tag, rev)

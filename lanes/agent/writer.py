@@ -1,0 +1,217 @@
+"""Writers on a lane: a harness started detached in a copy, its record, its status, its commits sent back.
+
+| the copy's last writer | `nev lane writer start` | a gate of the copy |
+|---|---|---|
+| running | refused | refused (it would check the copy out under the writer) |
+| ended; its branch holds commits the new start's commit lacks | refused, naming them | runs |
+| ended with nothing unfetched, or none | started | runs |
+
+The harness runs in its own session under a wrapper (`sh`) that, when the harness ends, removes
+the copy's `.env` and writes the exit status into the record: the `.env` lives as long as the
+writer. The writer commits on `nev-writer/<branch>` in the mirror, a name apart from the forge's
+branches, so the mirror's fetch (`+refs/heads/*`) never meets a branch checked out in a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+from lanes.agent import layout
+from lanes.agent.errors import Refused
+from lanes.agent.git import git
+from lanes.agent.procs import alive, start_ticks
+from lanes.agent.wire import Kind, Wire, need
+
+BRANCH_PREFIX = "refs/heads/nev-writer/"
+PI_TRACKS_HOME = ".local/share/pi-tracks"
+# The harness's parent: runs it, then removes the copy's `.env` and writes its exit status
+# (atomically) into the record. Paths come as arguments; the harness's argv follows `--`.
+WRAPPER = ('x=$1; e=$2; shift 3; "$@"; s=$?; rm -f -- "$e"; '
+           'printf "%s\\n" "$s" > "$x.tmp" && mv -f -- "$x.tmp" "$x"')
+
+
+def read_state(root: layout.Root, name: str) -> dict[str, Any] | None:
+    """The record of the copy's last writer; None when there is none."""
+    try:
+        with open(root.writer(name, layout.WRITER_STATE)) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def running(state: dict[str, Any]) -> bool:
+    """The writer's wrapper is still there: its pid alive and started when the record says
+    (a pid used again by another process is not the writer)."""
+    pid = state.get("pid")
+    return isinstance(pid, int) and pid > 0 and alive(pid) and start_ticks(pid) == state.get("ticks")
+
+
+def exit_status(root: layout.Root, name: str) -> int | None:
+    try:
+        with open(root.writer(name, layout.WRITER_EXIT)) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def commits(mirror: str, since: str | None, ref: str) -> list[str]:
+    """`sha subject` of each commit of `ref` that `since` lacks (newest first); none when `ref` is gone."""
+    if git(["rev-parse", "-q", "--verify", ref + "^{commit}"], cwd=mirror, check=False).returncode != 0:
+        return []
+    revs = [ref] + ([f"^{since}"] if since else [])
+    cp = git(["log", "--format=%h %s", *revs, "--"], cwd=mirror, check=False)
+    return cp.stdout.decode(errors="replace").splitlines() if cp.returncode == 0 else []
+
+
+def refuse_if_running(root: layout.Root, name: str) -> None:
+    state = read_state(root, name)
+    if state is not None and running(state):
+        raise Refused(f"a writer is running in the lane copy of {name} (pid {state['pid']} since "
+                      f"{state.get('started', '?')}, branch {state.get('branch')}); nothing changed")
+
+
+def refuse_unfetched(root: layout.Root, name: str, commit: str) -> None:
+    """Refused when the copy's last writer left commits that `commit` (the new start's) lacks."""
+    state = read_state(root, name)
+    if state is None:
+        return
+    left = commits(root.mirror, commit, str(state.get("ref")))
+    if left:
+        raise Refused(f"the last writer of {name} on this lane left {len(left)} commit(s) never fetched: "
+                      f"{'; '.join(left)}; run `nev lane writer fetch` first (nothing started)")
+
+
+def _program(argv0: str, cwd: str, path: str) -> str | None:
+    if "/" in argv0:
+        p = os.path.join(cwd, argv0)
+        return p if os.path.isfile(p) and os.access(p, os.X_OK) else None
+    return shutil.which(argv0, path=path)
+
+
+def _write_json(path: str, obj: object) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)
+
+
+def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env: dict[str, str]) -> dict[str, Any]:
+    """Check out the writer's branch in the copy (local changes kept) and start the harness
+    detached: `<launch> --tool T --model M --brief-file F`, the brief under WRITER_BRIEFS. Its record."""
+    copy = root.copy(name)
+    branch = need(spec, "branch")
+    ref = BRANCH_PREFIX + branch
+    git(["checkout", "-q", "-B", ref[len("refs/heads/"):]], cwd=copy)
+    home = os.path.expanduser("~")
+    env = dict(env)
+    env.setdefault("PI_TRACKS_HOME", os.path.join(home, PI_TRACKS_HOME))
+    env.update({"NEV_WRITER_TOOL": need(spec, "tool"), "NEV_WRITER_MODEL": need(spec, "model")})
+    briefs = layout.home_file(home, layout.WRITER_BRIEFS)
+    os.makedirs(briefs, mode=0o700, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    brief = os.path.join(briefs, f"{name}-{stamp}.md")
+    fd = os.open(brief, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(need(spec, "brief"))
+    launch_words = [w.replace("$PI_TRACKS_HOME", env["PI_TRACKS_HOME"]) for w in shlex.split(need(spec, "launch"))]
+    argv = [*launch_words, "--tool", spec["tool"], "--model", spec["model"], "--brief-file", brief]
+    if not launch_words or _program(argv[0], copy, env.get("PATH", "")) is None:
+        raise Refused(f"the writer command {argv[0] if launch_words else '(empty)'!r} is not found on the lane "
+                      "(tracks.json specWatch.lanes.launch); nothing started")
+    record = root.writer(name)
+    shutil.rmtree(record, ignore_errors=True)
+    os.makedirs(record, mode=0o700)
+    log = root.writer(name, layout.WRITER_LOG)
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        p = subprocess.Popen(["sh", "-c", WRAPPER, "sh", root.writer(name, layout.WRITER_EXIT),
+                              os.path.join(copy, layout.ENV), "--", *argv],
+                             cwd=copy, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                             start_new_session=True)
+    finally:
+        os.close(out)
+    state = {"pid": p.pid, "ticks": start_ticks(p.pid), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             "branch": branch, "ref": ref, "base": commit, "tool": spec["tool"], "model": spec["model"],
+             "brief": brief, "log": log}
+    _write_json(root.writer(name, layout.WRITER_STATE), state)
+    return state
+
+
+def describe(root: layout.Root, name: str, state: dict[str, Any]) -> dict[str, Any]:
+    """One writer as `nev lane writer status` shows it."""
+    try:
+        with open(root.writer(name, layout.WRITER_FETCHED)) as f:
+            since = f.read().strip() or state.get("base")
+    except OSError:
+        since = state.get("base")
+    ref = str(state.get("ref"))
+    is_running = running(state)
+    return {"name": name, "branch": state.get("branch"), "ref": ref, "tool": state.get("tool"),
+            "model": state.get("model"), "pid": state.get("pid"), "started": state.get("started"),
+            "running": is_running, "exit": None if is_running else exit_status(root, name),
+            "log": state.get("log"), "unfetched": commits(root.mirror, since, ref)}
+
+
+def status(req: dict[str, Any]) -> dict[str, Any]:
+    """`nev lane writer status`: every writer under the root."""
+    root = layout.Root(need(req, "root"))
+    if not os.path.isdir(root.path):
+        return {"writers": []}
+    out = []
+    for name in root.writer_names(os.listdir(root.path)):
+        state = read_state(root, name)
+        if state is not None:
+            out.append(describe(root, name, state))
+    return {"writers": out}
+
+
+def fetch(wire: Wire, req: dict[str, Any]) -> int:
+    """`nev lane writer fetch`: a bundle of the writer's branch without what the development box
+    has (`have`, those of them the mirror knows), as WRITER_BUNDLE frames; the RESULT last."""
+    root, name = layout.Root(need(req, "root")), need(req, "name")
+    if not layout.copy_name_ok(name):
+        raise Refused(f"{name!r} cannot be a lane copy's name")
+    state = read_state(root, name)
+    if state is None:
+        wire.send_json(Kind.RESULT, {"none": True})
+        return 0
+    info = describe(root, name, state)
+    ref = info["ref"]
+    tip = git(["rev-parse", "-q", "--verify", ref + "^{commit}"], cwd=root.mirror, check=False).stdout.decode().strip()
+    if not tip:
+        raise Refused(f"the writer's branch {ref} is not in the lane's mirror")
+    have = [h for h in need(req, "have")
+            if git(["cat-file", "-e", f"{h}^{{commit}}"], cwd=root.mirror, check=False).returncode == 0]
+    size = 0
+    if tip not in have:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "bundle")
+            cp = git(["bundle", "create", "-q", path, ref, *(f"^{h}" for h in have)], cwd=root.mirror, check=False)
+            if cp.returncode == 0:
+                with open(path, "rb") as f:
+                    data = f.read()
+                size = len(data)
+                wire.send(Kind.WRITER_BUNDLE, data)
+            elif b"empty bundle" not in cp.stderr:
+                raise Refused(f"git bundle create failed: {cp.stderr.decode(errors='replace').strip()}")
+    wire.send_json(Kind.RESULT, {**info, "tip": tip, "bundle": size})
+    return 0
+
+
+def fetched(req: dict[str, Any]) -> dict[str, Any]:
+    """After the development box fast-forwarded to `tip`: recorded, so status counts from there."""
+    root, name, tip = layout.Root(need(req, "root")), need(req, "name"), need(req, "tip")
+    if not layout.copy_name_ok(name) or read_state(root, name) is None:
+        raise Refused(f"no writer of {name!r} on this lane")
+    git(["cat-file", "-e", f"{tip}^{{commit}}"], cwd=root.mirror)
+    with open(root.writer(name, layout.WRITER_FETCHED), "w") as f:
+        f.write(tip + "\n")
+    return {"fetched": tip}

@@ -1,0 +1,202 @@
+"""`nev lane writer`: a writer started in a worktree's lane copy, its commits fetched back, writers listed.
+
+A writer is a model session through a harness the operator declares (`jobs.writer.lane_harness`
+resolves it from tracks.json or TRACKS_TOOL; no harness is named here). `start` syncs the
+worktree into the lane copy the gate's way (bundle, diff, untracked files, `.env`) and the lane
+agent starts the harness detached on the writer's branch (`lanes/agent/writer.py`); `fetch`
+brings its commits back as a bundle and moves the worktree's branch fast-forward only
+(`decide_fetch`); `status` lists every lane's writers.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from lanes import gate, lanesfile, payload
+from lanes.agent.wire import Kind, Op
+from lanes.base import ui
+from lanes.base.errors import NevError, NoLaneError
+from lanes.base.gitrun import Repo
+from lanes.base.mask import mask
+from lanes.base.ssh import SshError
+from lanes.lanesfile import Lane
+from lanes.session import Session, call
+
+CALL_TIMEOUT = 60.0
+FETCH_REF = "refs/nev/writer/"   # + worktree name: the lane's tip as last fetched here, kept when refused
+
+
+@dataclass(frozen=True)
+class Harness:
+    """The declared harness: its name (`--tool`) and the writer command that starts it."""
+
+    tool: str
+    launch: str
+
+
+class Fetch(str, Enum):  # noqa: UP042
+    UP_TO_DATE = "up-to-date"
+    FAST_FORWARD = "fast-forward"
+    DIVERGED = "diverged"
+
+
+def decide_fetch(head: str, tip: str, head_in_tip: bool, tip_in_head: bool) -> Fetch:
+    """What a fetch does with the writer's `tip` and the worktree's `head` (pure).
+
+    | the writer's tip | fetch |
+    |---|---|
+    | the worktree's HEAD, or already in its history | up to date: nothing moves |
+    | HEAD is in its history | fast-forward the branch to it |
+    | otherwise (each side has commits the other lacks) | refused, the commits named |
+    """
+    if tip == head or tip_in_head:
+        return Fetch.UP_TO_DATE
+    if head_in_tip:
+        return Fetch.FAST_FORWARD
+    return Fetch.DIVERGED
+
+
+def _branch(wt: payload.Worktree) -> str:
+    branch = wt.repo.branch()
+    if branch is None:
+        raise NevError(f"{wt.path} is on no branch (detached HEAD); check out the branch the writer commits to")
+    return branch
+
+
+def start(worktree: Path, *, lane_index: int, model: str, brief: Path, harness: Harness) -> dict[str, Any]:
+    """Sync `worktree` to lane `lane_index`'s copy and start the writer there; its record on the lane.
+    Refused (by the lane) while a writer runs in that copy or over a dead writer's unfetched commits."""
+    wt = payload.Worktree.open(worktree)
+    branch = _branch(wt)
+    try:
+        text = brief.read_text(encoding="utf-8")
+    except OSError as e:
+        raise NevError(f"{brief}: cannot read the brief ({e.strerror})") from None
+    lf = lanesfile.configured()
+    picked = gate.pick_lane(lf, lane_index)
+    if picked is None:
+        raise NoLaneError(f"lane {lane_index} does not answer; no writer started")
+    lane, conn = picked
+    spec = {"branch": branch, "tool": harness.tool, "model": model, "launch": harness.launch, "brief": text}
+    try:
+        out = gate.gate_on_lane(lane, conn, wt, [], forge=gate.forge_for(wt.repo, lf), writer=spec)
+    finally:
+        conn.close()
+    rec = out.result.get("writer")
+    if not rec:
+        raise NevError(f"{lane.label} started no writer (status {out.status})")
+    return {"lane": lane.index, "label": lane.label, **rec}
+
+
+@dataclass
+class _Found:
+    lane: Lane
+    result: dict[str, Any]
+    bundle: bytes
+
+
+def _ask(lane: Lane, name: str, have: list[str]) -> _Found | None:
+    """The lane's writer of `name`: its record and a bundle of the commits `have` lacks; None when it has none."""
+    with lane.connect() as conn:
+        s = Session(conn, lane)
+        data = bytearray()
+        res: dict[str, Any] | None = None
+        try:
+            s.request(Op.WRITER_FETCH, root=lane.root, name=name, have=have)
+            for kind, chunk in s.frames(CALL_TIMEOUT):
+                if kind is Kind.WRITER_BUNDLE:
+                    data += chunk
+                elif kind is Kind.MESSAGE:
+                    ui.info(f"{lane.label}: {chunk.decode(errors='replace')}")
+                elif kind is Kind.RESULT:
+                    res = json.loads(chunk)
+                    break
+        finally:
+            s.close()
+    if res is None:
+        raise NevError(f"{lane.label}: the lane agent gave no answer to 'writer-fetch' within {CALL_TIMEOUT:g} s")
+    if res.get("refused"):
+        raise NevError(f"{lane.label} refused the fetch: {res['refused']}")
+    return None if res.get("none") else _Found(lane, res, bytes(data))
+
+
+def _find(lanes: list[Lane], name: str, have: list[str]) -> _Found:
+    for lane in lanes:
+        try:
+            found = _ask(lane, name, have)
+        except SshError as e:
+            ui.info(f"{lane.label} does not answer: {mask(str(e))}")
+            continue
+        if found is not None:
+            return found
+    raise NevError(f"no lane that answered has a writer of {name}; nothing fetched")
+
+
+def _take(repo: Repo, found: _Found, name: str) -> str:
+    """The lane's tip here, at FETCH_REF + name; its commit."""
+    res, ref = found.result, FETCH_REF + name
+    if not found.bundle:
+        if repo.try_rev(res["tip"]) is None:
+            raise NevError(f"{found.lane.label}: sent no commits, yet its tip {res['tip'][:12]} is not here")
+        repo.set_ref(ref, res["tip"])
+        return str(res["tip"])
+    with tempfile.NamedTemporaryFile(suffix=".bundle") as f:
+        f.write(found.bundle)
+        f.flush()
+        return repo.fetch_bundle(Path(f.name), res["ref"], ref)
+
+
+def fetch(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
+    """The writer's commits into `worktree`'s branch, fast-forward only; anything else refused
+    with the commits named (the lane's tip kept at FETCH_REF + name)."""
+    wt = payload.Worktree.open(worktree)
+    branch = _branch(wt)
+    repo = wt.repo
+    found = _find(lanesfile.pick(lanesfile.configured(), lane_index), wt.name,
+                  [wt.commit, *payload.remote_tips(repo)])
+    res, label = found.result, found.lane.label
+    if res.get("branch") != branch:
+        raise NevError(f"the writer of {wt.name} on {label} commits to {res.get('branch')}, but {wt.path} is on "
+                       f"{branch}; check out {res.get('branch')} to fetch (nothing fetched)")
+    tip = _take(repo, found, wt.name)
+    head = wt.commit
+    action = decide_fetch(head, tip, repo.is_ancestor(head, tip), repo.is_ancestor(tip, head))
+    if action is Fetch.DIVERGED:
+        theirs, ours = repo.oneline(tip, head), repo.oneline(head, tip)
+        raise NevError(f"the writer's branch on {label} diverged from {branch} here; nothing fetched. "
+                       f"On the lane only: {'; '.join(theirs)}. Here only: {'; '.join(ours)}. "
+                       f"The lane's tip is kept at {FETCH_REF}{wt.name}")
+    commits = repo.oneline(tip, head) if action is Fetch.FAST_FORWARD else []
+    if action is Fetch.FAST_FORWARD:
+        repo.fast_forward(tip)
+    with found.lane.connect() as conn:
+        call(conn, found.lane, Op.WRITER_FETCHED, CALL_TIMEOUT, root=found.lane.root, name=wt.name, tip=tip)
+    return {"lane": found.lane.index, "label": label, "action": action.value, "tip": tip, "commits": commits,
+            "running": bool(res.get("running")), "exit": res.get("exit")}
+
+
+def status(lane_index: int | None = None) -> list[dict[str, Any]]:
+    """Every configured lane (or lane `lane_index`) and its writers; a lane that does not answer says why."""
+    rows = []
+    for lane in lanesfile.pick(lanesfile.configured(), lane_index):
+        row: dict[str, Any] = {"index": lane.index, "label": lane.label, "answers": False, "writers": []}
+        try:
+            with lane.connect() as conn:
+                ans = call(conn, lane, Op.WRITER_STATUS, CALL_TIMEOUT, root=lane.root)
+            row.update(answers=True, writers=ans.get("writers", []))
+        except NevError as e:
+            row["error"] = mask(str(e))
+        rows.append(row)
+    return rows
+
+
+def state_word(w: dict[str, Any]) -> str:
+    """A writer's state in one word or two: `running`, `exited N`, `gone` (ended without an exit status)."""
+    if w.get("running"):
+        return "running"
+    return f"exited {w['exit']}" if w.get("exit") is not None else "gone (no exit status: killed?)"

@@ -1,0 +1,174 @@
+"""Writers on a lane, without SSH: the fetch decision, and the lane agent's writer operations on a
+real lane root (a bare mirror and a copy that is its worktree) with a stand-in harness that commits.
+
+The whole path through SSH is in tests/test_lane_writer_box.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from lanes.agent import layout
+from lanes.agent import writer as aw
+from lanes.agent.errors import Refused
+from lanes.agent.wire import Kind
+from lanes.base.gitrun import Repo
+from lanes.writer import Fetch, decide_fetch
+from tests.helpers import lane_helpers as h
+
+# The stand-in harness: waits for `go` in the copy (so a test sees it running), then makes two
+# commits and prints what it was given; the harness itself is the user's, never named in code.
+STANDIN = """#!/bin/sh
+while [ ! -e go ]; do sleep 0.05; done
+rm -f go
+echo "args: $*"
+echo "env: ${NEV_ON_LANE:-} $NEV_WRITER_TOOL $NEV_WRITER_MODEL"
+[ -f .env ] && echo "env file present"
+echo one > w1.txt; git add w1.txt; git commit -qm "writer: first"
+echo two > w2.txt; git add w2.txt; git commit -qm "writer: second"
+"""
+IDENT = {"GIT_AUTHOR_NAME": "w", "GIT_AUTHOR_EMAIL": "w@w", "GIT_COMMITTER_NAME": "w", "GIT_COMMITTER_EMAIL": "w@w"}
+
+
+@pytest.mark.parametrize("head_in_tip,tip_in_head,same,want", [
+    (True, False, False, Fetch.FAST_FORWARD),
+    (False, True, False, Fetch.UP_TO_DATE),
+    (True, True, True, Fetch.UP_TO_DATE),
+    (False, False, False, Fetch.DIVERGED),
+])
+def test_fetch_moves_only_fast_forward(head_in_tip, tip_in_head, same, want):
+    head, tip = "a" * 40, ("a" if same else "b") * 40
+    assert decide_fetch(head, tip, head_in_tip, tip_in_head) is want
+
+
+class _Lane:
+    """A lane root on this machine: a bare mirror of a dev repo, and copy `wt` checked out as the gate does."""
+
+    def __init__(self, tmp: Path) -> None:
+        _, self.dev = h.make_forge(tmp / "dev")
+        (self.dev / "standin.sh").write_text(STANDIN)
+        os.chmod(self.dev / "standin.sh", 0o755)
+        h.git(self.dev, "add", "standin.sh")
+        h.git(self.dev, "commit", "-qm", "stand-in harness")
+        self.base = h.git(self.dev, "rev-parse", "HEAD")
+        self.root = layout.Root(str(tmp / "lane"))
+        os.makedirs(self.root.path)
+        h.git(tmp, "clone", "-q", "--bare", str(self.dev), self.root.mirror)
+        h.git(Path(self.root.mirror), "worktree", "add", "-q", "--detach", self.root.copy("wt"), self.base)
+        self.copy = Path(self.root.copy("wt"))
+        (self.copy / ".env").write_text("NEV_MODEL_KEY=sk-x\n")
+
+    def launch(self) -> dict:
+        spec = {"branch": "main", "tool": "stand-in", "model": "m1", "launch": "./standin.sh", "brief": "do it\n"}
+        env = dict(os.environ, NEV_ON_LANE="1", **IDENT)
+        return aw.launch(self.root, "wt", spec, self.base, env)
+
+    def finish(self, state: dict) -> None:
+        """Let the stand-in go on, and wait for its wrapper (our child here) to end."""
+        (self.copy / "go").write_text("")
+        os.waitpid(state["pid"], 0)
+
+
+@pytest.fixture
+def lane(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return _Lane(tmp_path)
+
+
+def test_writer_runs_detached_on_its_branch_and_its_env_lives_as_long_as_it(lane, tmp_path):
+    state = lane.launch()
+    assert aw.running(state)
+    with pytest.raises(Refused, match="a writer is running in the lane copy of wt"):
+        aw.refuse_if_running(lane.root, "wt")
+    assert (lane.copy / ".env").exists()
+    brief = Path(state["brief"])
+    assert brief.parent == tmp_path / "home" / layout.WRITER_BRIEFS and brief.read_text() == "do it\n"
+    assert not str(brief).startswith(str(lane.copy))
+    assert h.git(lane.copy, "symbolic-ref", "HEAD") == "refs/heads/nev-writer/main" == state["ref"]
+    lane.finish(state)
+    assert not aw.running(state)
+    assert aw.exit_status(lane.root, "wt") == 0
+    assert not (lane.copy / ".env").exists()
+    log = Path(state["log"]).read_text()
+    assert f"args: --tool stand-in --model m1 --brief-file {brief}" in log
+    assert "env: 1 stand-in m1" in log and "env file present" in log
+    aw.refuse_if_running(lane.root, "wt")          # ended: no longer in a gate's way
+
+
+def test_status_names_the_unfetched_commits_until_fetched(lane):
+    state = lane.launch()
+    lane.finish(state)
+    (w,) = aw.status({"root": lane.root.path})["writers"]
+    assert (w["name"], w["running"], w["exit"], w["branch"]) == ("wt", False, 0, "main")
+    assert [c.split(" ", 1)[1] for c in w["unfetched"]] == ["writer: second", "writer: first"]
+    tip = h.git(Path(lane.root.mirror), "rev-parse", state["ref"])
+    assert aw.fetched({"root": lane.root.path, "name": "wt", "tip": tip}) == {"fetched": tip}
+    assert aw.status({"root": lane.root.path})["writers"][0]["unfetched"] == []
+
+
+def test_start_over_a_dead_writers_unfetched_commits_is_refused_naming_them(lane):
+    state = lane.launch()
+    lane.finish(state)
+    with pytest.raises(Refused) as e:
+        aw.refuse_unfetched(lane.root, "wt", lane.base)
+    assert "2 commit(s) never fetched" in str(e.value)
+    assert "writer: first" in str(e.value) and "writer: second" in str(e.value)
+    tip = h.git(Path(lane.root.mirror), "rev-parse", state["ref"])
+    aw.refuse_unfetched(lane.root, "wt", tip)      # a start from a commit that holds them goes on
+
+
+class _Wire:
+    def __init__(self) -> None:
+        self.frames: list[tuple[Kind, bytes]] = []
+
+    def send(self, kind: Kind, data: bytes = b"") -> None:
+        self.frames.append((kind, data))
+
+    def send_json(self, kind: Kind, obj: object) -> None:
+        self.send(kind, json.dumps(obj).encode())
+
+
+def test_fetch_sends_a_bundle_of_only_the_writers_commits_that_applies_fast_forward(lane):
+    state = lane.launch()
+    lane.finish(state)
+    wire = _Wire()
+    assert aw.fetch(wire, {"root": lane.root.path, "name": "wt", "have": [lane.base, "f" * 40]}) == 0  # type: ignore[arg-type]
+    bundle = b"".join(d for k, d in wire.frames if k is Kind.WRITER_BUNDLE)
+    res = json.loads(wire.frames[-1][1])
+    assert wire.frames[-1][0] is Kind.RESULT and res["bundle"] == len(bundle) > 0
+    path = lane.dev.parent / "w.bundle"
+    path.write_bytes(bundle)
+    repo = Repo(lane.dev)
+    tip = repo.fetch_bundle(path, res["ref"], "refs/nev/writer/wt")
+    assert tip == res["tip"] and len(repo.oneline(tip, lane.base)) == 2
+    assert decide_fetch(lane.base, tip, repo.is_ancestor(lane.base, tip), repo.is_ancestor(tip, lane.base)) \
+        is Fetch.FAST_FORWARD
+    repo.fast_forward(tip)
+    assert repo.rev("HEAD") == tip and (lane.dev / "w2.txt").read_text() == "two\n"
+
+
+def test_fetch_of_a_copy_without_writer_says_none(lane):
+    wire = _Wire()
+    aw.fetch(wire, {"root": lane.root.path, "name": "wt", "have": []})  # type: ignore[arg-type]
+    assert json.loads(wire.frames[-1][1]) == {"none": True}
+
+
+def test_a_writer_command_not_on_the_lane_is_refused_and_nothing_starts(lane):
+    spec = {"branch": "main", "tool": "stand-in", "model": "m1", "launch": "./no-such-harness", "brief": "x"}
+    with pytest.raises(Refused, match="not found on the lane"):
+        aw.launch(lane.root, "wt", spec, lane.base, dict(os.environ))
+    assert aw.read_state(lane.root, "wt") is None
+
+
+def test_start_without_a_declared_harness_is_refused_before_any_lane(tmp_path):
+    _, wt = h.make_forge(tmp_path / "f")
+    brief = tmp_path / "brief.md"
+    brief.write_text("x")
+    r = h.nev(["lane", "writer", "start", str(wt), "--lane", "0", "--model", "m", "--brief", str(brief)],
+              {"TRACKS_TOOL": "", "NEV_LANE_SSH": "lane@127.0.0.1:1"})
+    assert r.returncode == 1
+    assert "no writer harness is declared" in r.stderr and "specWatch.lanes.tool" in r.stderr
