@@ -109,11 +109,15 @@ def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env:
     copy = root.copy(name)
     branch = need(spec, "branch")
     ref = BRANCH_PREFIX + branch
-    git(["checkout", "-q", "-B", ref[len("refs/heads/"):]], cwd=copy)
     home = os.path.expanduser("~")
     env = dict(env)
     env.setdefault("PI_TRACKS_HOME", os.path.join(home, PI_TRACKS_HOME))
     env.update({"NEV_WRITER_TOOL": need(spec, "tool"), "NEV_WRITER_MODEL": need(spec, "model")})
+    words = [w.replace("$PI_TRACKS_HOME", env["PI_TRACKS_HOME"]) for w in shlex.split(need(spec, "launch"))]
+    if not words or _program(words[0], copy, env.get("PATH", "")) is None:
+        raise Refused(f"the writer command {words[0] if words else '(empty)'!r} is not found on the lane "
+                      "(tracks.json specWatch.lanes.launch); nothing started")
+    git(["checkout", "-q", "-B", ref[len("refs/heads/"):]], cwd=copy)
     briefs = layout.home_file(home, layout.WRITER_BRIEFS)
     os.makedirs(briefs, mode=0o700, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -121,11 +125,7 @@ def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env:
     fd = os.open(brief, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(need(spec, "brief"))
-    launch_words = [w.replace("$PI_TRACKS_HOME", env["PI_TRACKS_HOME"]) for w in shlex.split(need(spec, "launch"))]
-    argv = [*launch_words, "--tool", spec["tool"], "--model", spec["model"], "--brief-file", brief]
-    if not launch_words or _program(argv[0], copy, env.get("PATH", "")) is None:
-        raise Refused(f"the writer command {argv[0] if launch_words else '(empty)'!r} is not found on the lane "
-                      "(tracks.json specWatch.lanes.launch); nothing started")
+    argv = [*words, "--tool", spec["tool"], "--model", spec["model"], "--brief-file", brief]
     record = root.writer(name)
     shutil.rmtree(record, ignore_errors=True)
     os.makedirs(record, mode=0o700)
