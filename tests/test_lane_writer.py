@@ -172,3 +172,25 @@ def test_start_without_a_declared_harness_is_refused_before_any_lane(tmp_path):
               {"TRACKS_TOOL": "", "NEV_LANE_SSH": "lane@127.0.0.1:1"})
     assert r.returncode == 1
     assert "no writer harness is declared" in r.stderr and "specWatch.lanes.tool" in r.stderr
+
+
+def test_the_second_call_after_a_dropped_start_keeps_a_running_writers_env(lane):
+    from lanes.agent import root as agent_root
+
+    Path(lane.root.lock("wt")).write_text("")
+    os.makedirs(lane.root.payload("wt"))
+    Path(lane.root.member("wt", layout.ENV)).write_text("NEV_MODEL_KEY=sk-x\n")
+    state = lane.launch()
+    ans = agent_root.cleanup({"root": lane.root.path, "name": "wt", "wait": 0})
+    assert (lane.copy / ".env").exists() and lane.root.member("wt", layout.ENV) in ans["removed"]
+    lane.finish(state)
+    (lane.copy / ".env").write_text("NEV_MODEL_KEY=sk-x\n")     # a gate's, once the writer ended
+    ans = agent_root.cleanup({"root": lane.root.path, "name": "wt", "wait": 0})
+    assert not (lane.copy / ".env").exists() and str(lane.copy / ".env") in ans["removed"]
+
+
+def test_writer_records_are_named_apart_from_copies():
+    root = layout.Root("/srv/lane")
+    assert root.writer("wt", layout.WRITER_EXIT) == "/srv/lane/.writer-wt/exit"
+    assert root.writer_names([".writer-a", "a", ".writer-.hidden", ".payload-b", ".writer-b"]) == ["a", "b"]
+    assert layout.copy_names([".writer-a"]) == set()     # never a copy for the sweep
