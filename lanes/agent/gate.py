@@ -255,7 +255,6 @@ def run(wire: Wire, first: dict[str, Any]) -> int:
             remove_env(gate.root, gate.name)
             shutil.rmtree(gate.root.payload(gate.name), ignore_errors=True)
         result["env_removed"] = not any(os.path.lexists(p) for p in gate.root.env_files(gate.name))
-        result["env_kept_for_writer"] = started and os.path.lexists(gate.root.env_files(gate.name)[0])
         result["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         result["command_maxrss_kb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss or None
         wire.send_json(Kind.RESULT, result)
