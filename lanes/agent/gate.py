@@ -200,9 +200,12 @@ def run(wire: Wire, first: dict[str, Any]) -> int:
     on_signals(on_stop)
     keep_env = False
     started = False
+    writers_env = False  # the copy's `.env` is a running writer's: this gate leaves it alone
     try:
         gate.lock()
+        writers_env = True
         writer.refuse_if_running(gate.root, gate.name)
+        writers_env = False
         wire.send_json(Kind.HELLO, gate.hello())
         req = wire.read_request()
         if op_of(req) is not Op.PAYLOAD:
@@ -248,11 +251,9 @@ def run(wire: Wire, first: dict[str, Any]) -> int:
         result["refused"] = "the connection closed before the payload arrived"
         return 1
     finally:
-        if started:  # the copy's `.env` stays while the writer lives; its wrapper removes it
-            remove_env(gate.root, gate.name, keep_copy_env=True)
-            shutil.rmtree(gate.root.payload(gate.name), ignore_errors=True)
-        elif not keep_env:
-            remove_env(gate.root, gate.name)
+        if started or writers_env or not keep_env:
+            # a writer's `.env` stays while it lives; its wrapper removes it
+            remove_env(gate.root, gate.name, keep_copy_env=started or writers_env)
             shutil.rmtree(gate.root.payload(gate.name), ignore_errors=True)
         result["env_removed"] = not any(os.path.lexists(p) for p in gate.root.env_files(gate.name))
         result["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
