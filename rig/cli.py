@@ -15,6 +15,7 @@ from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
 from lanes.base.mask import mask
 
+
 def _lanes() -> ModuleType:
     """`lanes.cli`, with `nev lane writer` added: the lane path is lanes', the declared harness
     (tracks.json) jobs'; jobs' command line is imported only when `writer` is named."""
