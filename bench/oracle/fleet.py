@@ -103,5 +103,32 @@ class Fleet:
             t.shutdown(wait=False, cancel_futures=True)
 
 
+class LazyFleet:
+    """The engines of several builds: started the first time one of them has to render, stopped
+    on exit when started here. Wrapping a running fleet (`running`) leaves it running."""
+
+    def __init__(self, names: Sequence[str], make: Callable[[str], Engine] = eng.make,
+                 running: Fleet | None = None) -> None:
+        self.names = list(names)
+        self._make = make
+        self.fleet = running
+        self._own = running is None
+        self.starts = 0
+
+    def __enter__(self) -> LazyFleet:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if self._own and self.fleet is not None:
+            self.fleet.__exit__(exc_type, *exc)
+            self.fleet = None
+
+    def get(self) -> Fleet:
+        if self.fleet is None:
+            self.fleet = Fleet(self.names, self._make).__enter__()
+            self.starts += 1
+        return self.fleet
+
+
 def fleet_info(f: Fleet) -> dict[str, Any]:
     return {"versions": f.versions(), "rates": f.rates()}
