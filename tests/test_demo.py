@@ -79,9 +79,9 @@ def test_demo_passes_every_step_and_lands_a_generated_function_at_its_floor(box)
     # copied both from the corpus store on the share
     for step in ("6-land", "7-results"):
         text = (logs / f"{step}.log").read_text()
-        copied = re.findall(r"/corpus/(\w+): copied from the corpus store \S+/corpora/([0-9a-f]{64}) ", text)
+        copied = re.findall(r"/corpus/(\w+): copied from the corpus store \S+/corpora/(\w+-[0-9a-f]{16}) ", text)
         assert sorted(n for n, _ in copied) == ["abspos_width", "block_width"], text[-3000:]
-        assert man["key"] in {k for _, k in copied}
+        assert f"abspos_width-{man['key'][:16]}" in {e for _, e in copied}
     # 7: the function scored on the lane passes its corpus at (or above) its floor
     m = re.search(r"abspos_width score:\s+(\d+)/(\d+)\s+floor: (\d+)/(\d+)", out)
     assert m, out
@@ -145,7 +145,7 @@ def test_the_demo_tells_a_rendered_corpus_from_a_copied_one_by_the_build_summary
            "engines": {"chromium": "156"}}
     made = BuildResult(tmp_path / "corpus" / "abspos_width", True, man, rates={"chromium": 1.0})
     copied = BuildResult(tmp_path / "corpus" / "block_width", True, man, rendered=False,
-                         shared=tmp_path / "corpora" / man["key"])
+                         shared=tmp_path / "corpora" / f"block_width-{man['key'][:16]}")
     found = BuildResult(tmp_path / "corpus" / "other", False, man)
     out = "\n".join(summary_lines(made) + summary_lines(copied) + summary_lines(found))
     assert rendered_corpora(out) == ["abspos_width"]

@@ -110,10 +110,11 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
             result = _render(job, store.Writer(root, folder.name), lazy, folder.name)
             result.folder = folder
         else:
-            with shared.locked(store_root, key):
-                found = shared.find(store_root, key)
+            name = shared.entry(gen.function, key)
+            with shared.locked(store_root, name, None if quiet else info):
+                found = shared.find(store_root, name, key)
                 if found is None:
-                    result = _render(job, store.Writer(store_root, key), lazy, folder.name)
+                    result = _render(job, store.Writer(store_root, name), lazy, folder.name)
                     found = result.folder
                 else:
                     result = BuildResult(found, True, store.read_manifest(found) or {}, rendered=False)

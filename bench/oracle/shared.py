@@ -1,8 +1,10 @@
 """The corpus store on the share: one folder per corpus key, rendered once for every lane copy.
 
-`<store>/<key>/` holds a corpus as `corpus/<name>/` does (manifest.json, cases.jsonl,
-votes.jsonl). A builder takes `<store>/<key>.lock` (flock) before looking: the first renders
-into `<store>/.tmp-<key>-<pid>` and publishes it with one rename; a second builder of the same
+`<store>/<entry>/`, the entry being `<function>-<first 16 hex digits of the key>` (readable, and
+short enough that log masking leaves it alone; the manifest holds the whole key, which is what is
+checked), holds a corpus as `corpus/<name>/` does (manifest.json, cases.jsonl, votes.jsonl). A
+builder takes `<store>/<entry>.lock` (flock) before looking: the first renders into
+`<store>/.tmp-<entry>-<pid>` and publishes it with one rename; a second builder of the same
 key waits on the lock, then finds it published and copies it into its own `corpus/<name>/`. A
 key never changes content, so nothing under `<store>` is ever replaced. On a lane the store is
 `<NEV_LANE_SHARED>/corpora`; elsewhere there is none unless NEV_CORPUS_STORE names one.
@@ -13,7 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,24 +35,36 @@ def store_root(environ: Mapping[str, str] | None = None) -> Path | None:
     return None
 
 
+def entry(function: str, key: str) -> str:
+    """The store's folder name for a corpus key."""
+    return f"{function}-{key[:16]}"
+
+
 @contextmanager
-def locked(root: Path, key: str) -> Iterator[None]:
-    """Hold `<root>/<key>.lock` exclusively: concurrent builders of one key take turns. A temporary
-    folder of this key left by a builder that died (on any lane) is removed once the lock is ours."""
+def locked(root: Path, name: str, say: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold `<root>/<name>.lock` exclusively: concurrent builders of one entry take turns (`say`
+    hears when this one waits). A temporary folder of this entry left by a builder that died (on
+    any lane) is removed once the lock is ours."""
     root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o664)
+    path = root / f"{name}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        for p in root.glob(f"{store.TMP_PREFIX}{key}-*"):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if say is not None:
+                say(f"another build of this corpus holds {path}; waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        for p in root.glob(f"{store.TMP_PREFIX}{name}-*"):
             shutil.rmtree(p, ignore_errors=True)
         yield
     finally:
         os.close(fd)   # releases the lock
 
 
-def find(root: Path, key: str) -> Path | None:
+def find(root: Path, name: str, key: str) -> Path | None:
     """The published corpus of `key`, whole and matching its manifest, else None."""
-    folder = root / key
+    folder = root / name
     return folder if store.up_to_date(folder, key) else None
 
 
