@@ -200,3 +200,14 @@ def test_build_command_checks_every_corpus_name_before_building_any(tmp_path):
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 2 and "grid_width" in r.stderr and "names no generator" in r.stderr
     assert not (tmp_path / "corpus").exists()
+
+
+def test_each_corpus_of_several_reports_its_own_rendering_rate():
+    from bench.oracle.fleet import Fleet
+
+    f = Fleet(["webkit"])
+    f.rendered["webkit"], f.busy["webkit"] = 100, 1.0    # the first corpus: 100 cases in 1 s
+    since = f.mark()
+    f.rendered["webkit"], f.busy["webkit"] = 400, 2.0    # the second: 300 more in 1 s more
+    assert f.rates(since) == {"webkit": 300.0} and f.rates() == {"webkit": 200.0}
+    f.stop()

@@ -149,6 +149,7 @@ def _render(job: _Job, writer: store.Writer, lazy: LazyFleet, label: str) -> Bui
             info(f"starting {', '.join(lazy.names)} ...")
         t_start = time.monotonic()
         fleet = lazy.get()
+        since = fleet.mark()   # this corpus's rates, not those of the builds before it
         running = fleet.versions()
         if not job.quiet and starting:
             info(f"engines up in {time.monotonic() - t_start:.1f} s: "
@@ -173,10 +174,10 @@ def _render(job: _Job, writer: store.Writer, lazy: LazyFleet, label: str) -> Bui
             quarantined += sum(1 for r in rows if r["quarantined"])
             agreement += [r["agreement"] for r in rows]
             if bar is not None:
-                bar.advance(len(chunk), " ".join(f"{n} {r:.0f}/s" for n, r in fleet.rates().items()))
+                bar.advance(len(chunk), " ".join(f"{n} {r:.0f}/s" for n, r in fleet.rates(since).items()))
         if bar is not None:
             bar.close()
-        rates = fleet.rates()
+        rates = fleet.rates(since)
         manifest = dict(job.manifest, cases=agreed, generated=len(agreement), agreement=tally(agreement),
                         quarantined=quarantined)
         manifest = writer.finish(manifest)

@@ -76,8 +76,18 @@ class Fleet:
         """Each document as its own top-level page, one navigation each (the unbatched way)."""
         return self.each(lambda n, e: [e.render_fresh(d) for d in docs])
 
-    def rates(self) -> dict[str, float]:
-        return {n: (self.rendered[n] / self.busy[n] if self.busy[n] > 0 else 0.0) for n in self.names}
+    def mark(self) -> tuple[dict[str, int], dict[str, float]]:
+        """Where the counts stand now, for `rates(since=...)` of one build among several."""
+        return dict(self.rendered), dict(self.busy)
+
+    def rates(self, since: tuple[dict[str, int], dict[str, float]] | None = None) -> dict[str, float]:
+        """Cases per busy second of each engine, over its whole life or since a `mark()`."""
+        done0, busy0 = since or ({}, {})
+        out = {}
+        for n in self.names:
+            busy = self.busy[n] - busy0.get(n, 0.0)
+            out[n] = (self.rendered[n] - done0.get(n, 0)) / busy if busy > 0 else 0.0
+        return out
 
     def pids(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
