@@ -51,33 +51,38 @@ def oracle() -> None:
 
 
 @oracle.command("build")
-@click.argument("corpus")
+@click.argument("corpora", nargs=-1, required=True)
 @click.option("--shard", help="i/n: take seeds i, i+n, ... (written to CORPUS.shard-i-of-n)")
 @click.option("--engines", default="chromium,firefox,webkit", show_default=True)
 @click.option("--cases", type=int, default=1000, show_default=True, help="Seeds 0..N-1 (before sharding).")
-@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-def oracle_build(corpus: str, shard: str | None, engines: str, cases: int, as_json: bool) -> int:
-    """Generate, render and vote a corpus; write it once, keyed by the engine versions.
+@click.option("--json", "as_json", is_flag=True, help="Print the manifests as JSON (one object per corpus).")
+def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, cases: int, as_json: bool) -> int:
+    """Generate, render and vote corpora; write each once, keyed by the engine versions.
 
-    Writes NEV_CORPUS_DIR/CORPUS/ (corpus/ of the repository by default); an up-to-date corpus is left as it is.
-    Exit 0 done, 1 an engine failed, 2 bad arguments, 143 terminated (nothing published).
+    Writes NEV_CORPUS_DIR/CORPUS/ (corpus/ of the repository by default) for each CORPUS, starting
+    the engines once for all of them; an up-to-date corpus is left as it is. With a corpus store
+    (on a lane: the share's corpora/; NEV_CORPUS_STORE) a corpus another copy built is copied, not
+    rendered. Exit 0 done, 1 an engine failed, 2 bad arguments, 143 terminated (nothing published).
     """
-    from bench.oracle.build import build, summary_lines
+    from bench.oracle.build import build_many, summary_lines
     from bench.oracle.cases import Shard
     from bench.oracle.engines import parse_engines
+    from bench.oracle.shared import store_root
     from lanes.base import settings
     from lanes.base.gitrun import Repo
     from lanes.base.ui import emit_json
 
     root = settings.path_under(settings.CORPUS_DIR, Repo(Path.cwd()).toplevel_or_self())
-    result = build(corpus, root=root, shard=Shard.parse(shard), engine_names=parse_engines(engines),
-                   count=cases)
+    results = build_many(corpora, root=root, shard=Shard.parse(shard), engine_names=parse_engines(engines),
+                         count=cases, store_root=store_root())
     if as_json:
-        emit_json({"folder": str(result.folder), "written": result.written, "manifest": result.manifest,
-                   "seconds": round(result.seconds, 2), "rates": result.rates})
+        rows = [{"folder": str(r.folder), "written": r.written, "rendered": r.rendered, "manifest": r.manifest,
+                 "seconds": round(r.seconds, 2), "rates": r.rates} for r in results]
+        emit_json(rows[0] if len(rows) == 1 else rows)
     else:
-        for line in summary_lines(result):
-            click.echo(line)
+        for r in results:
+            for line in summary_lines(r):
+                click.echo(line)
     return 0
 
 

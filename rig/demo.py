@@ -74,6 +74,11 @@ version that passes more cases of the corpus replaces it and its floor is raised
 """
 
 
+def rendered_corpora(output: str) -> list[str]:
+    """The corpora a `nev oracle build` output says were rendered (not found or copied)."""
+    return [Path(f).name for f in re.findall(r"^(\S+): \d+ agreed of \d+ generated", output, re.M)]
+
+
 class StepFailed(NevError):
     pass
 
@@ -161,8 +166,17 @@ class Demo:
 
     def corpus_builds(self) -> str:
         """The shell command that builds the demo function's corpus and the engine's other one
-        (scoring reads every corpus `generated_score_check --list-caches` names)."""
-        return " && ".join(f"nev oracle build {fn} --cases {self.opts.cases}" for fn in (FUNCTION, OTHER))
+        (scoring reads every corpus `generated_score_check --list-caches` names), with one start
+        of the browsers. Only step 4 renders them: every later copy finds them in the corpus store
+        on the share and copies them."""
+        return f"nev oracle build {FUNCTION} {OTHER} --cases {self.opts.cases}"
+
+    def copied_only(self, cp: subprocess.CompletedProcess[str], step: str) -> None:
+        """The demo renders each corpus once (step 4): a later build that rendered one fails the step."""
+        again = rendered_corpora(cp.stdout + cp.stderr)
+        if again:
+            raise StepFailed(f"{', '.join(again)} rendered again instead of copied from the corpus store "
+                             f"on the share (whole output: {self.log_path(step)})")
 
     def log_path(self, step: str) -> Path:
         return self.logs / f"{step}.log"
@@ -364,9 +378,10 @@ class Demo:
 
     def step6_land(self) -> str:
         # the floors step after the landing scores main's checkout on the lane: its lane copy needs
-        # the corpora too (only `*ground-truth` corpora are shared through the NAS)
+        # the corpora too (copied from the corpus store on the share, not rendered again)
         builds = self.corpus_builds()
-        self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.primary), "sh", "-c", builds, step="6-land")
+        self.copied_only(self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.primary), "sh", "-c", builds,
+                                  step="6-land"), "6-land")
         before = self.git(self.primary, "rev-parse", "main")
         self._poll_job()
         r = self.results
@@ -411,13 +426,14 @@ class Demo:
         r.main_on_forge = self._forge_main()
         # score and floor of the function as main has it, scored on the lane over the corpus. The
         # landed track has no worktree or lane copy any more: a worktree of main named like it,
-        # whose lane copy gets the corpora again (the same seeds give the same cases)
+        # whose lane copy gets the corpora again (copied from the corpus store on the share)
         wt = self.work / "landed" / FUNCTION
         wt.parent.mkdir(exist_ok=True)
         self.git(self.primary, "worktree", "add", "-q", "--detach", str(wt), "main")
         pulls = [a for fn in (FUNCTION, OTHER) for a in ("--pull", f"corpus/{fn}")]
         cp = self.nev("lane", "on", "--lane-only", "--lane", "0", *pulls, str(wt), "sh", "-c",
                       f"{self.corpus_builds()} && nev scores --json", step="7-results")
+        self.copied_only(cp, "7-results")
         rows = json.loads(cp.stdout[cp.stdout.find("["):] if "[" in cp.stdout else "[]")
         row = next((x for x in rows if x.get("function") == FUNCTION), None)
         if row is None or row.get("error"):

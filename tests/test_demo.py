@@ -75,6 +75,13 @@ def test_demo_passes_every_step_and_lands_a_generated_function_at_its_floor(box)
     man = json.loads((home / "corpus" / "abspos_width" / "manifest.json").read_text())
     assert man["generated"] == 120 and man["cases"] >= 100
     assert set(man["engines"]) == {"chromium", "firefox", "webkit"}
+    # each corpus rendered once: the later lane copies (the primary's, the landed worktree's)
+    # copied both from the corpus store on the share
+    for step in ("6-land", "7-results"):
+        text = (logs / f"{step}.log").read_text()
+        copied = re.findall(r"/corpus/(\w+): copied from the corpus store \S+/corpora/(\w+-[0-9a-f]{16}) ", text)
+        assert sorted(n for n, _ in copied) == ["abspos_width", "block_width"], text[-3000:]
+        assert f"abspos_width-{man['key'][:16]}" in {e for _, e in copied}
     # 7: the function scored on the lane passes its corpus at (or above) its floor
     m = re.search(r"abspos_width score:\s+(\d+)/(\d+)\s+floor: (\d+)/(\d+)", out)
     assert m, out
@@ -128,6 +135,21 @@ def test_the_demo_bank_has_only_wrong_answers_below_the_capacity_tier():
     right = fn["capacity"][0]["code"]
     assert "if free < 0.0 => (0.0, free)" in right and "(x * 64.0).floor() / 64.0" in right
     assert right not in [c["code"] for c in fn["sampling"]]
+
+
+def test_the_demo_tells_a_rendered_corpus_from_a_copied_one_by_the_build_summary(tmp_path):
+    from bench.oracle.build import BuildResult, summary_lines
+    from rig.demo import rendered_corpora
+
+    man = {"key": "ab" * 32, "cases": 3, "generated": 4, "quarantined": 0, "agreement": {"3/3": 4},
+           "engines": {"chromium": "156"}}
+    made = BuildResult(tmp_path / "corpus" / "abspos_width", True, man, rates={"chromium": 1.0})
+    copied = BuildResult(tmp_path / "corpus" / "block_width", True, man, rendered=False,
+                         shared=tmp_path / "corpora" / f"block_width-{man['key'][:16]}")
+    found = BuildResult(tmp_path / "corpus" / "other", False, man)
+    out = "\n".join(summary_lines(made) + summary_lines(copied) + summary_lines(found))
+    assert rendered_corpora(out) == ["abspos_width"]
+    assert rendered_corpora("\n".join(summary_lines(copied) + summary_lines(found))) == []
 
 
 def test_exit_is_zero_only_when_every_step_ran_and_passed_and_the_summary_says_what_did_not():

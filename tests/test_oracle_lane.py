@@ -33,6 +33,8 @@ def lane_corpus(box, tmp_path_factory):
         # of this machine's Python is visible there.
         r = h.nev(["lane", "on", "--lane-only", "--pull", "corpus/block_width", str(wt), "sh", "-c",
                    f"command -v nev && python3 -c 'import sys; print(sys.prefix)' && "
+                   # a corpus store of this test's own: the lane renders even on a kept box
+                   f'NEV_CORPUS_STORE="$NEV_LANE_SHARED/corpora-test{rig.tag}" '
                    f"nev oracle build block_width --cases {CASES}"],
                   rig.env, timeout=900)
         assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-2000:]

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.oracle import engines as eng
-from bench.oracle import store
+from bench.oracle import shared, store
 from bench.oracle.cases import WHOLE, Case, Generator, Shard, generator_for
 from bench.oracle.engines import Engine, EngineError, Measure
-from bench.oracle.fleet import Fleet
+from bench.oracle.fleet import Fleet, LazyFleet
 from bench.oracle.vote import DEFAULT_TOLERANCE, flatten, tally, vote
 from lanes.base.ui import Counter, info
 
@@ -33,6 +33,8 @@ class BuildResult:
     rates: dict[str, float] = field(default_factory=dict)
     superseded: Path | None = None
     bytes_per_case: float = 0.0
+    rendered: bool = True            # False: copied from the shared store, nothing rendered
+    shared: Path | None = None       # the store's folder of this key, when there is a store
 
 
 def probe_versions(names: Sequence[str]) -> dict[str, str]:
@@ -77,12 +79,15 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
           count: int = 1000, start: int = 0, tolerance: float = DEFAULT_TOLERANCE, batch: int = BATCH,
           extra_generators: dict[str, Callable[[], Generator]] | None = None,
           make_engine: Callable[[str], Engine] = eng.make, quiet: bool = False,
-          fleet: Fleet | None = None) -> BuildResult:
-    """Build (or find up to date) one corpus. `fleet`: engines already running (kept running)."""
+          fleet: Fleet | LazyFleet | None = None, store_root: Path | None = None,
+          probe: Callable[[Sequence[str]], dict[str, str]] = probe_versions) -> BuildResult:
+    """Build (or find up to date) one corpus in `root`. `fleet`: engines already running, or
+    started on first need (kept running). `store_root`: the shared store (bench.oracle.shared),
+    where the corpus is rendered once for every copy and copied from."""
     if count < 1:
         raise EngineError(f"--cases {count}: need at least 1 case", 2)
     gen = generator_for(corpus, extra_generators)
-    versions = probe_versions(engine_names)
+    versions = probe(engine_names)
     seeds_spec = {"start": start, "count": count, "shard": str(shard)}
     generator = {"name": gen.name, "version": gen.version}
     key = store.corpus_key(gen.function, generator, versions, tolerance, seeds_spec)
@@ -91,63 +96,108 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
     if store.up_to_date(folder, key):
         man = store.read_manifest(folder) or {}
         return BuildResult(folder, False, man)
+    if fleet is not None and sorted(fleet.names) != sorted(engine_names):
+        raise EngineError(f"the running engines {fleet.names} are not the ones asked for {list(engine_names)}")
+    if isinstance(fleet, LazyFleet):
+        engines: AbstractContextManager[LazyFleet] = nullcontext(fleet)
+    else:
+        engines = LazyFleet(engine_names, make_engine, fleet)
+    job = _Job(gen, list(shard.seeds(start, count)), versions, tolerance, batch, quiet,
+               {"format": store.FORMAT, "function": gen.function, "generator": generator,
+                "engines": versions, "tolerance_px": tolerance, "seeds": seeds_spec, "key": key})
+    with engines as lazy:
+        if store_root is None:
+            result = _render(job, store.Writer(root, folder.name), lazy, folder.name)
+            result.folder = folder
+        else:
+            name = shared.entry(gen.function, key)
+            with shared.locked(store_root, name, None if quiet else info):
+                found = shared.find(store_root, name, key)
+                if found is None:
+                    result = _render(job, store.Writer(store_root, name), lazy, folder.name)
+                    found = result.folder
+                else:
+                    result = BuildResult(found, True, store.read_manifest(found) or {}, rendered=False)
+                result.superseded = shared.copy_in(found, root, folder.name)
+                result.shared, result.folder = found, folder
+    if not quiet and result.superseded is not None:
+        info(f"older corpus with other engine versions moved to {result.superseded}")
+    return result
 
-    seeds = list(shard.seeds(start, count))
+
+@dataclass
+class _Job:
+    """What one render needs besides the engines."""
+    gen: Generator
+    seeds: list[int]
+    versions: dict[str, str]
+    tolerance: float
+    batch: int
+    quiet: bool
+    manifest: dict[str, Any]
+
+
+def _render(job: _Job, writer: store.Writer, lazy: LazyFleet, label: str) -> BuildResult:
+    """Render every case twice in every engine, vote, stream to `writer` and publish it."""
+    gen, seeds = job.gen, job.seeds
     t0 = time.monotonic()
-    writer = store.Writer(root, folder.name)
     try:
         agreement: list[str] = []
         agreed = quarantined = 0
-        if fleet is not None and sorted(fleet.names) != sorted(engine_names):
-            raise EngineError(f"the running engines {fleet.names} are not the ones asked for {list(engine_names)}")
-        if not quiet and fleet is None:
-            info(f"starting {', '.join(engine_names)} ...")
+        starting = lazy.fleet is None
+        if not job.quiet and starting:
+            info(f"starting {', '.join(lazy.names)} ...")
         t_start = time.monotonic()
-        with (Fleet(engine_names, make_engine) if fleet is None else nullcontext(fleet)) as fleet:
-            running = fleet.versions()
-            if not quiet:
-                info(f"engines up in {time.monotonic() - t_start:.1f} s: "
-                     + ", ".join(f"{n} {v}" for n, v in running.items()))
-            for n, v in running.items():
-                if not _same_version(v, versions[n]):
-                    raise EngineError(f"{n} reports version {v} but its binary says {versions[n]}; "
-                                      "an update is half-installed, finish it and build again")
-            bar = Counter(f"{folder.name}", len(seeds)) if not quiet else None
-            for i in range(0, len(seeds), batch):
-                chunk = [gen.case(s) for s in seeds[i:i + batch]]
-                docs = [c.html for c in chunk]
-                first = fleet.render(docs)
-                second = {n: list(reversed(ms)) for n, ms in fleet.render(docs[::-1]).items()}
-                rows = [judge(gen, case, {n: first[n][j] for n in first},
-                              {n: second[n][j] for n in second}, tolerance) for j, case in enumerate(chunk)]
-                good = [{"id": r["id"], "seed": r["seed"], "input": r["input"], "expected": r["expected"]}
-                        for r in rows if "expected" in r]
-                writer.append("cases.jsonl", good)
-                writer.append("votes.jsonl", rows)
-                agreed += len(good)
-                quarantined += sum(1 for r in rows if r["quarantined"])
-                agreement += [r["agreement"] for r in rows]
-                if bar is not None:
-                    bar.advance(len(chunk), " ".join(f"{n} {r:.0f}/s" for n, r in fleet.rates().items()))
+        fleet = lazy.get()
+        since = fleet.mark()   # this corpus's rates, not those of the builds before it
+        running = fleet.versions()
+        if not job.quiet and starting:
+            info(f"engines up in {time.monotonic() - t_start:.1f} s: "
+                 + ", ".join(f"{n} {v}" for n, v in running.items()))
+        for n, v in running.items():
+            if not _same_version(v, job.versions[n]):
+                raise EngineError(f"{n} reports version {v} but its binary says {job.versions[n]}; "
+                                  "an update is half-installed, finish it and build again")
+        bar = Counter(label, len(seeds)) if not job.quiet else None
+        for i in range(0, len(seeds), job.batch):
+            chunk = [gen.case(s) for s in seeds[i:i + job.batch]]
+            docs = [c.html for c in chunk]
+            first = fleet.render(docs)
+            second = {n: list(reversed(ms)) for n, ms in fleet.render(docs[::-1]).items()}
+            rows = [judge(gen, case, {n: first[n][j] for n in first},
+                          {n: second[n][j] for n in second}, job.tolerance) for j, case in enumerate(chunk)]
+            good = [{"id": r["id"], "seed": r["seed"], "input": r["input"], "expected": r["expected"]}
+                    for r in rows if "expected" in r]
+            writer.append("cases.jsonl", good)
+            writer.append("votes.jsonl", rows)
+            agreed += len(good)
+            quarantined += sum(1 for r in rows if r["quarantined"])
+            agreement += [r["agreement"] for r in rows]
             if bar is not None:
-                bar.close()
-            rates = fleet.rates()
-        manifest = {
-            "format": store.FORMAT, "function": gen.function, "generator": generator,
-            "engines": versions, "tolerance_px": tolerance, "seeds": seeds_spec,
-            "cases": agreed, "generated": len(agreement), "key": key,
-            "agreement": tally(agreement), "quarantined": quarantined,
-        }
+                bar.advance(len(chunk), " ".join(f"{n} {r:.0f}/s" for n, r in fleet.rates(since).items()))
+        if bar is not None:
+            bar.close()
+        rates = fleet.rates(since)
+        manifest = dict(job.manifest, cases=agreed, generated=len(agreement), agreement=tally(agreement),
+                        quarantined=quarantined)
         manifest = writer.finish(manifest)
         moved = writer.publish()
     except BaseException:
         writer.discard()
         raise
     secs = time.monotonic() - t0
-    size = sum(p.stat().st_size for p in folder.iterdir())
-    if not quiet and moved is not None:
-        info(f"older corpus with other engine versions moved to {moved}")
-    return BuildResult(folder, True, manifest, secs, rates, moved, size / max(1, len(agreement)))
+    size = sum(p.stat().st_size for p in writer.final.iterdir())
+    return BuildResult(writer.final, True, manifest, secs, rates, moved, size / max(1, len(agreement)))
+
+
+def build_many(corpora: Sequence[str], *, engine_names: Sequence[str] = eng.ENGINES,
+               make_engine: Callable[[str], Engine] = eng.make, **kw: Any) -> list[BuildResult]:
+    """Several corpora with one start of the engines, and none when every corpus is found. Every
+    name is checked before anything is built."""
+    for c in corpora:
+        generator_for(c, kw.get("extra_generators"))
+    with LazyFleet(engine_names, make_engine) as lazy:
+        return [build(c, engine_names=engine_names, fleet=lazy, **kw) for c in corpora]
 
 
 def summary_lines(r: BuildResult) -> list[str]:
@@ -155,6 +205,9 @@ def summary_lines(r: BuildResult) -> list[str]:
     if not r.written:
         return [f"{r.folder}: up to date (key {str(m.get('key'))[:12]}, {m.get('cases')} agreed cases); "
                 "nothing written"]
+    if not r.rendered:
+        return [f"{r.folder}: copied from the corpus store {r.shared} (key {str(m.get('key'))[:12]}, "
+                f"{m.get('cases')} agreed cases); nothing rendered"]
     engines = ", ".join(f"{n} {v}" for n, v in m["engines"].items())
     agree = ", ".join(f"{k}: {v}" for k, v in m["agreement"].items())
     rates = ", ".join(f"{n} {v:.0f} cases/s" for n, v in r.rates.items())
@@ -165,4 +218,4 @@ def summary_lines(r: BuildResult) -> list[str]:
         f"engines: {engines}",
         f"rendering (each case twice): {rates}",
         f"store: {r.bytes_per_case:.0f} bytes per case, key {m['key'][:12]}",
-    ]
+    ] + ([f"shared: {r.shared} (every lane copy asking for this key copies it)"] if r.shared else [])

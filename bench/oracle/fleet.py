@@ -76,8 +76,18 @@ class Fleet:
         """Each document as its own top-level page, one navigation each (the unbatched way)."""
         return self.each(lambda n, e: [e.render_fresh(d) for d in docs])
 
-    def rates(self) -> dict[str, float]:
-        return {n: (self.rendered[n] / self.busy[n] if self.busy[n] > 0 else 0.0) for n in self.names}
+    def mark(self) -> tuple[dict[str, int], dict[str, float]]:
+        """Where the counts stand now, for `rates(since=...)` of one build among several."""
+        return dict(self.rendered), dict(self.busy)
+
+    def rates(self, since: tuple[dict[str, int], dict[str, float]] | None = None) -> dict[str, float]:
+        """Cases per busy second of each engine, over its whole life or since a `mark()`."""
+        done0, busy0 = since or ({}, {})
+        out = {}
+        for n in self.names:
+            busy = self.busy[n] - busy0.get(n, 0.0)
+            out[n] = (self.rendered[n] - done0.get(n, 0)) / busy if busy > 0 else 0.0
+        return out
 
     def pids(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
@@ -101,6 +111,33 @@ class Fleet:
         self.engines.clear()
         for t in self._threads.values():
             t.shutdown(wait=False, cancel_futures=True)
+
+
+class LazyFleet:
+    """The engines of several builds: started the first time one of them has to render, stopped
+    on exit when started here. Wrapping a running fleet (`running`) leaves it running."""
+
+    def __init__(self, names: Sequence[str], make: Callable[[str], Engine] = eng.make,
+                 running: Fleet | None = None) -> None:
+        self.names = list(names)
+        self._make = make
+        self.fleet = running
+        self._own = running is None
+        self.starts = 0
+
+    def __enter__(self) -> LazyFleet:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if self._own and self.fleet is not None:
+            self.fleet.__exit__(exc_type, *exc)
+            self.fleet = None
+
+    def get(self) -> Fleet:
+        if self.fleet is None:
+            self.fleet = Fleet(self.names, self._make).__enter__()
+            self.starts += 1
+        return self.fleet
 
 
 def fleet_info(f: Fleet) -> dict[str, Any]:

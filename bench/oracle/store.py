@@ -142,6 +142,16 @@ class Writer:
             self._hashes[name].update(data)
         return self.finish(manifest)
 
+    def copy_of(self, src: Path) -> None:
+        """Fill the temporary folder with a published corpus's files as they are (nothing rendered)."""
+        for f in self._files.values():
+            f.close()
+        for name in (*self._files, "manifest.json"):
+            shutil.copyfile(src / name, self.tmp / name)
+        problem = verify(self.tmp)
+        if problem:
+            raise NevError(f"copying {src}: {problem}")
+
     def publish(self) -> Path | None:
         """Rename into place; an older corpus with another key moves to .superseded/ (returned)."""
         moved = None

@@ -134,6 +134,8 @@ BOX_REGISTRY = _s("NEV_BOX_REGISTRY", "/var/lib/nev-box", "the machine-wide list
 ENGINE_DIR = _s("NEV_ENGINE_DIR", "crates_bridge/engine", "the engine's Cargo workspace, relative to the repository root")
 CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where corpora live (corpus/<name>/): `nev oracle build` writes them, "
                 "batches and floors read them; relative to the repository root")
+CORPUS_STORE = _s("NEV_CORPUS_STORE", None, "the corpus store every lane copy shares (one folder per corpus key, "
+                  "built once under a lock); on a lane <NEV_LANE_SHARED>/corpora when unset, elsewhere none")
 
 
 def all_settings() -> list[Setting]:

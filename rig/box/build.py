@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench.oracle import shared as shared_corpora
 from lanes.agent.layout import MODEL_ENV
 from lanes.base import jsonfile, settings
 from lanes.base.errors import NevError
@@ -42,7 +43,7 @@ MARKER = ".nev-box"
 POOL_CODE = Path(__file__).with_name("pool.py")
 PROJECT = Path(__file__).resolve().parent.parent.parent   # where `rig` is importable from
 NAS_FOLDERS = ("ledger", "archive", "archive/gate-logs", "archive/job-logs", "archive/corpus",
-               "ground-truth", "suites", "releases")
+               "ground-truth", "suites", "releases", shared_corpora.FOLDER)
 
 
 def conf_digest(*files: Path) -> str:

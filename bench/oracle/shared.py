@@ -1,0 +1,80 @@
+"""The corpus store on the share: one folder per corpus key, rendered once for every lane copy.
+
+`<store>/<entry>/`, the entry being `<function>-<first 16 hex digits of the key>` (readable, and
+short enough that log masking leaves it alone; the manifest holds the whole key, which is what is
+checked), holds a corpus as `corpus/<name>/` does (manifest.json, cases.jsonl, votes.jsonl). A
+builder takes `<store>/<entry>.lock` (flock) before looking: the first renders into
+`<store>/.tmp-<entry>-<pid>` and publishes it with one rename; a second builder of the same
+key waits on the lock, then finds it published and copies it into its own `corpus/<name>/`. A
+key never changes content, so nothing under `<store>` is ever replaced. On a lane the store is
+`<NEV_LANE_SHARED>/corpora`; elsewhere there is none unless NEV_CORPUS_STORE names one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench.oracle import store
+from lanes.base import settings
+
+FOLDER = "corpora"   # under the share
+
+
+def store_root(environ: Mapping[str, str] | None = None) -> Path | None:
+    """NEV_CORPUS_STORE when set; on a lane the share's `corpora/`; else None (no shared store)."""
+    given = settings.given(settings.CORPUS_STORE, environ)
+    if given:
+        return Path(given).expanduser()
+    if settings.get(settings.ON_LANE, environ):
+        return settings.path(settings.LANE_SHARED, environ) / FOLDER
+    return None
+
+
+def entry(function: str, key: str) -> str:
+    """The store's folder name for a corpus key."""
+    return f"{function}-{key[:16]}"
+
+
+@contextmanager
+def locked(root: Path, name: str, say: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold `<root>/<name>.lock` exclusively: concurrent builders of one entry take turns (`say`
+    hears when this one waits). A temporary folder of this entry left by a builder that died (on
+    any lane) is removed once the lock is ours."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{name}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if say is not None:
+                say(f"another build of this corpus holds {path}; waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        for p in root.glob(f"{store.TMP_PREFIX}{name}-*"):
+            shutil.rmtree(p, ignore_errors=True)
+        yield
+    finally:
+        os.close(fd)   # releases the lock
+
+
+def find(root: Path, name: str, key: str) -> Path | None:
+    """The published corpus of `key`, whole and matching its manifest, else None."""
+    folder = root / name
+    return folder if store.up_to_date(folder, key) else None
+
+
+def copy_in(src: Path, root: Path, folder: str) -> Path | None:
+    """Copy a published corpus to `root/folder` through a temporary folder and one rename; an older
+    corpus there moves to .superseded/ (returned), as a build's own publish does."""
+    writer = store.Writer(root, folder)
+    try:
+        writer.copy_of(src)
+        return writer.publish()
+    except BaseException:
+        writer.discard()
+        raise
