@@ -217,7 +217,7 @@ class Build:
         unit.write_text(gateway.unit_script(env, gdir, master, gw.addr, pids, self.log("gateway.litellm")))
         unit.chmod(0o755)
         files = (gdir / "config.yaml", gdir / "keys.json", gdir / f"{gateway.AUTH_MODULE}.py", unit)
-        if self.fresh("gateway.litellm", *files):
+        if self.fresh("gateway.litellm", *files) or self._adopt_restarted(["gateway.litellm"], pids, files):
             return
         # Through its unit, as a role reload restarts it: the unit stops whatever LiteLLM it
         # started last (one a `nev rig` reload left running too), so there is never a second one.
@@ -363,7 +363,8 @@ class Build:
         unit.chmod(0o755)
         keys = pool_keys(p, replica)
         files = (bank, POOL_CODE, unit)
-        if all(self.fresh(k, *files) for k in keys) or self._adopt_restarted(keys, unit, files):
+        pidfile = self.dir / "run" / f"{unit.name}.pids"
+        if all(self.fresh(k, *files) for k in keys) or self._adopt_restarted(keys, pidfile, files):
             return
         for k in keys:
             if k in self.st.procs:
@@ -377,14 +378,15 @@ class Build:
         for k, pid in zip(keys, pids, strict=True):
             self.record(procs.adopt(k, p.name, int(pid), [str(unit), "start"]), *files)
 
-    def _adopt_restarted(self, keys: list[str], unit: Path, files: tuple[Path, ...]) -> bool:
-        """A replica an operator restarted (`nev rig start`, through the same unit script) with
-        the config it was recorded with: its new processes recorded, nothing restarted or reported."""
+    def _adopt_restarted(self, keys: list[str], pidfile: Path, files: tuple[Path, ...]) -> bool:
+        """A replica or the gateway an operator restarted through the same unit script (`nev rig
+        start`, a role's reload) with the config it was recorded with: the processes its unit's
+        `pidfile` names recorded, nothing restarted or reported."""
         recs = [self.st.procs.get(k) for k in keys]
         if any(r is None or r.conf != conf_digest(*files) for r in recs):
             return False
         try:
-            pids = [int(x) for x in (self.dir / "run" / f"{unit.name}.pids").read_text().split()]
+            pids = [int(x) for x in pidfile.read_text().split()][:len(keys)]
             adopted = [procs.adopt(k, r.host, pid, r.argv) for k, r, pid in zip(keys, recs, pids, strict=True)
                        if r is not None]
         except (OSError, ValueError, NevError):
