@@ -25,7 +25,7 @@ from lanes.agent.layout import MODEL_ENV
 from lanes.base import jsonfile, settings
 from lanes.base.errors import NevError
 from lanes.base.mask import register_secret
-from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, procs, state
+from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, procs, state, units
 from rig.box.lanes_netns import (
     USER,
     client_key,
@@ -357,7 +357,7 @@ class Build:
         """One replica started by its own unit script (as `nev rig start` starts it), its
         processes recorded; one a `nev rig start` left running is stopped and started again."""
         unit = self.dir / "pools" / "units" / f"{p.name}-{replica}"
-        unit.write_text(plan.unit_script(p, replica, h.addr, sys.executable, str(PROJECT), str(bank),
+        unit.write_text(units.unit_script(p, replica, h.addr, sys.executable, str(PROJECT), str(bank),
                                          str(self.dir / "run" / f"{p.name}-{replica}.pids"),
                                          str(self.log(f"{p.name}.{replica}")), str(self.dir / "run")))
         unit.chmod(0o755)
