@@ -167,7 +167,7 @@ def rust_step(rust_min: str | None) -> Step:
     """Rust cannot be installed in a guest with no route out (rustup downloads, and Debian's
     rustc is older than the engine's minimum): it is the node's toolchain, bound read-only at
     /srv/toolchain, or rustup in the lane home. The line names which, and the version."""
-    find = (f"PATH={layout.TOOLCHAIN_PATH}:$HOME/.cargo/bin RUSTUP_HOME=${{RUSTUP_HOME:-{layout.TOOLCHAIN}/rustup}}; "
+    find = (f"PATH={layout.TOOLCHAIN_PATH}:$HOME/.cargo/bin:$PATH RUSTUP_HOME=${{RUSTUP_HOME:-{layout.TOOLCHAIN}/rustup}}; "
             "c=$(command -v cargo) || exit 1; v=$(cargo --version 2>/dev/null | cut -d' ' -f2) || exit 1; ")
     if rust_min:
         ok = (f"[ \"$(printf '%s\\n%s\\n' {shlex.quote(rust_min)} \"${{v%%-*}}\" | sort -V | head -1)\" = "

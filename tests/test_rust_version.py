@@ -128,3 +128,20 @@ def test_main_reads_the_minimum_from_the_manifest_it_is_given(tmp_path, capsys):
     m.write_text('[workspace.package]\nrust-version = "99.0"\n')
     assert rustversion.main(["--manifest", str(m)]) == 1
     assert "older than Rust 99.0" in capsys.readouterr().err
+
+
+def test_provisioning_fails_the_rust_step_on_a_toolchain_older_than_the_minimum(monkeypatch):
+    # The step as provisioning runs it (the script `nev lane provision` sends), here as root with
+    # this machine's cargo (rustup's, or Debian's rustc-web on PATH) standing for the lane's: a
+    # minimum above it fails the step with its reason; the engine's own minimum passes it unchanged.
+    from lanes import provision
+    monkeypatch.setattr(provision, "USER", "root")
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
+    old = subprocess.run(["sh", "-c", provision.script([provision.rust_step("99.0")])],
+                         capture_output=True, text=True, env=env)
+    assert old.returncode == 1
+    assert "failed: rust >= 99.0 (the engine's minimum)" in old.stdout
+    assert "older than 99.0" in old.stderr
+    ok = subprocess.run(["sh", "-c", provision.script([provision.rust_step(provision.engine_rust_min())])],
+                        capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and f"unchanged: rust >= {provision.engine_rust_min()}" in ok.stdout, ok.stdout
