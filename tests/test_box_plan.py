@@ -228,6 +228,26 @@ def test_litellm_config_has_an_alias_per_pool_no_retries_and_no_key_inside():
     assert plan.key_allowlists() == {"batch": [p.alias for p in plan.POOLS], "writer": [plan.POOLS[0].alias]}
 
 
+def test_litellm_config_enforces_each_declared_alias_limit_from_the_box_folknet(tmp_path):
+    """The gateway's entry of each alias carries its declared limits (as `nev rig drift --fix`
+    writes them on the rig): max_parallel_requests always, rpm/tpm when declared; the router
+    enforces rpm/tpm (usage-based-routing-v2) and never cools the one deployment down."""
+    from bench import folknet
+
+    layout = plan.Layout("t", "198.18.9", 1)
+    path = tmp_path / "folknet.json"
+    path.write_text(plan.dumps(plan.folknet(layout)))
+    declared = folknet.load(path)
+    cfg = plan.litellm_config(layout, "auth")
+    for m in cfg["model_list"]:
+        a = declared.aliases[m["model_name"]]
+        lp = m["litellm_params"]
+        assert lp["max_parallel_requests"] == a.max_inflight
+        assert (lp.get("rpm"), lp.get("tpm")) == (a.rpm, a.tpm)
+    rs = cfg["router_settings"]
+    assert rs["routing_strategy"] == "usage-based-routing-v2" and rs["disable_cooldowns"] is True
+
+
 # ---- waiting for a service to answer ----------------------------------------------------------
 
 import socket  # noqa: E402

@@ -71,6 +71,33 @@ def test_folknet_bad_inflight(tmp_path):
     assert "aliases.a.max_inflight" in str(e.value) and "whole number" in str(e.value)
 
 
+@pytest.mark.parametrize("field,value,problem", [
+    ("rpm", "60", "must be a whole number, not a string"),
+    ("rpm", 0, "must be a whole number of at least 1"),
+    ("tpm", 1.5, "must be a whole number"),
+    ("tpm", -5, "must be a whole number of at least 1"),
+    ("max_inflight", 0, "must be at least 1"),
+])
+def test_folknet_bad_gateway_limit_is_one_line_naming_the_field(tmp_path, field, value, problem):
+    alias = {"pool": "p", "max_inflight": 4, "provider": "x", field: value}
+    p = write(tmp_path, "folknet.json", {"providers": ["x"], "aliases": {"a": alias}})
+    with pytest.raises(ConfigError) as e:
+        folknet.load(p)
+    msg = str(e.value)
+    assert f"aliases.a.{field}" in msg and problem in msg and "\n" not in msg
+
+
+def test_folknet_gateway_limits_always_carry_max_parallel_requests(tmp_path):
+    p = write(tmp_path, "folknet.json", {"providers": ["x"], "aliases": {
+        "a": {"pool": "p", "max_inflight": 4, "provider": "x", "rpm": 120, "tpm": 50000},
+        "b": {"pool": "p", "max_inflight": 2, "provider": "x"}}})
+    fk = folknet.load(p)
+    assert (fk.aliases["a"].rpm, fk.aliases["a"].tpm) == (120, 50000)
+    assert folknet.alias_limits(fk.aliases["a"]) == {"max_parallel_requests": 4, "rpm": 120, "tpm": 50000}
+    # without it LiteLLM would take rpm as the number of requests at once
+    assert folknet.alias_limits(fk.aliases["b"]) == {"max_parallel_requests": 2}
+
+
 def test_folknet_bad_retired_date(tmp_path):
     p = write(tmp_path, "folknet.json", {"providers": ["x"], "aliases": {"a": {"pool": "p", "max_inflight": 2, "provider": "x", "retired": "soon"}}})
     with pytest.raises(ConfigError) as e:

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.folknet import ROUTER_LIMIT_SETTINGS, gateway_limits
 from lanes.agent import layout as lane_layout
 from lanes.base import sshd
 from lanes.base.errors import ConfigError
@@ -101,6 +102,8 @@ class Pool:
     keys: tuple[str, ...]
     replicas: int = 1      # replicas behind the pool's backend, each its own process, port and server line
     pair: bool = False     # a tensor-parallel pair: a head (behind HAProxy) and a worker half, one unit for both
+    rpm: int | None = None   # requests per minute at the gateway (None: no limit)
+    tpm: int | None = None   # tokens per minute at the gateway (None: no limit)
 
     def replica_names(self) -> list[str]:
         """The replicas as the rig file names them (a pair is one replica, `pair`)."""
@@ -477,9 +480,14 @@ def serving(layout: Layout, units_dir: str) -> dict:
     return out
 
 
+ROUTER_SETTINGS = {"num_retries": 0, **ROUTER_LIMIT_SETTINGS}
+
+
 def litellm_config(layout: Layout, custom_auth_module: str) -> dict:
     """The real LiteLLM proxy: one alias per pool, through HAProxy; master key from the
-    environment; per-key allowlists by custom_auth (no database); no retries."""
+    environment; per-key allowlists by custom_auth (no database); no retries; each alias's
+    declared limits (`max_parallel_requests`, `rpm`, `tpm`) enforced by LiteLLM's router for
+    every caller (bench/folknet.py `gateway_limits`)."""
     models = []
     for p in POOLS:
         models.append({
@@ -490,13 +498,14 @@ def litellm_config(layout: Layout, custom_auth_module: str) -> dict:
                 "api_key": "stand-in-pool-needs-no-key",
                 "max_retries": 0,
                 "timeout": 900,
+                **gateway_limits(p.max_inflight, p.rpm, p.tpm),
             },
         })
     return {
         "model_list": models,
         "litellm_settings": {"num_retries": 0, "request_timeout": 900,
                              "enable_post_custom_auth_checks": True, "telemetry": False},
-        "router_settings": {"num_retries": 0},
+        "router_settings": dict(ROUTER_SETTINGS),
         "general_settings": {"master_key": "os.environ/LITELLM_MASTER_KEY",
                              "custom_auth": f"{custom_auth_module}.user_api_key_auth",
                              "custom_auth_run_common_checks": True},
@@ -511,6 +520,8 @@ def key_allowlists() -> dict[str, list[str]]:
 def folknet(layout: Layout) -> dict:
     return {"schema": 1, "providers": ["self-hosted"],
             "aliases": {p.alias: {"pool": p.name, "max_inflight": p.max_inflight,
+                                  **({"rpm": p.rpm} if p.rpm is not None else {}),
+                                  **({"tpm": p.tpm} if p.tpm is not None else {}),
                                   "provider": "self-hosted", "tier": p.tier, "keys": list(p.keys)}
                         for p in POOLS}}
 
