@@ -50,13 +50,13 @@ COMMANDS = [_make(v) for v in ("drain", "stop", "start", "restart")]
 
 @click.command("drift")
 @click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON.")
-@click.option("--fix", is_flag=True, help="Regenerate the gateway's model list from the declaration and put it "
+@click.option("--fix", is_flag=True, help="Regenerate the gateway's model list and limits from the declaration and put it "
               "in place (snapshot first; validate, atomic move, reload, health check, rolled back on failure).")
 def drift(as_json: bool, fix: bool) -> int:
     """Compare the gateway, HAProxy and bench/folknet.json; one line per difference.
 
-    Reads every model the gateway serves (with NEV_GATEWAY_ADMIN_KEY_FILE), HAProxy's server
-    lines through its runtime API and the gateway's keys file over SSH. Exits 1 when anything
+    Reads every model the gateway serves and its limits (with NEV_GATEWAY_ADMIN_KEY_FILE),
+    HAProxy's server lines through its runtime API and the gateway's keys file over SSH. Exits 1 when anything
     differs. With --fix, the gateway's model list is regenerated and applied first; what is
     left is printed after it.
     """
@@ -83,7 +83,7 @@ def drift(as_json: bool, fix: bool) -> int:
             take(Context.load(), label, (role,), say)
 
         fixed = fx.fix(rig_file, declared, notes_dir(), say, snapshot)
-    diffs = dr.compare(declared, rig_file.serving, dr.gather(rig_file, dr.served_models()))
+    diffs = dr.compare(declared, rig_file.serving, dr.gather(rig_file, dr.served_models(), dr.served_limits()))
     if as_json:
         emit_json([d.to_json() for d in diffs])
     else:

@@ -74,7 +74,16 @@ def test_drift_finds_an_in_flight_limit_that_differs_from_haproxys_maxconn(drift
     r = drift(lambda a: a[FLASH].update(max_inflight=6))
     assert r.returncode == 1, r.stderr
     assert r.stdout.splitlines() == [
-        f"{FLASH}: declared max_inflight 6, HAProxy's maxconn 8 (be_gpu2/r0 4 + be_gpu2/r1 4)"]
+        f"{FLASH}: declared max_inflight 6, HAProxy's maxconn 8 (be_gpu2/r0 4 + be_gpu2/r1 4)",
+        f"{FLASH}: declared max_inflight 6, the gateway's max_parallel_requests 8"]
+
+
+def test_drift_finds_a_requests_per_minute_limit_the_gateway_does_not_enforce(drift):
+    r = drift(lambda a: a[FAST].update(rpm=600, tpm=200000), "--json")
+    assert r.returncode == 1, r.stderr
+    assert json.loads(r.stdout) == [{"kind": "gateway-limit", "alias": FAST, "key": None, "message":
+                                     f"{FAST}: declared rpm 600, the gateway's rpm none; "
+                                     "declared tpm 200000, the gateway's tpm none"}]
 
 
 def test_drift_finds_a_key_allowed_an_alias_it_should_not_have(drift):

@@ -148,12 +148,63 @@ def test_drift_fix_regenerates_the_model_list_keeping_served_entries_and_copying
     gen = regenerate(config, folknet.load(f), rig.serving)
     assert gen.removed == ["glm-5.3-flash", "stray"] and gen.added == ["qwen3.8-flash-next-2"]
     assert gen.unfixable == ["kimi-3"]                      # nothing of its pool to copy
-    assert gen.config["model_list"] == [_entry("qwen3.8-flash-next", "http://proxy:8101/v1"),
-                                        _entry("qwen3.8-flash-next-2", "http://proxy:8101/v1")]
+    limited = [_entry("qwen3.8-flash-next", "http://proxy:8101/v1"), _entry("qwen3.8-flash-next-2", "http://proxy:8101/v1")]
+    for e in limited:
+        e["litellm_params"]["max_parallel_requests"] = 8           # the declared limit, enforced by the gateway
+    assert gen.config["model_list"] == limited
     assert gen.config["general_settings"] == config["general_settings"]
     assert [e["model_name"] for e in config["model_list"]] == ["qwen3.8-flash-next", "glm-5.3-flash", "stray"]
     again = regenerate(gen.config, folknet.load(f), rig.serving)
     assert not again.changed and again.unfixable == ["kimi-3"]
+
+
+def test_drift_fix_sets_each_aliases_declared_limits_and_the_router_settings_that_enforce_them(tmp_path):
+    from bench import folknet
+    from rig.serving.fix import regenerate
+
+    rig = load(tmp_path, RIG)
+    f = tmp_path / "folknet.json"
+    f.write_text(json.dumps({"providers": ["self-hosted"], "aliases": {
+        "qwen3.8-flash-next": {"pool": "flashnext", "max_inflight": 4, "rpm": 600, "provider": "self-hosted"},
+        "deepseek-v4.1-flash": {"pool": "dsv", "max_inflight": 2, "provider": "self-hosted"}}}))
+    fast = _entry("qwen3.8-flash-next", "http://proxy:8101/v1")
+    fast["litellm_params"].update(max_parallel_requests=8, tpm=1000)
+    dsv = _entry("deepseek-v4.1-flash", "http://proxy:8102/v1")
+    dsv["litellm_params"]["max_parallel_requests"] = 2
+    config = {"model_list": [fast, dsv], "router_settings": {"num_retries": 0}}
+    gen = regenerate(config, folknet.load(f), rig.serving)
+    assert gen.changed and not gen.removed and not gen.added
+    lp = gen.config["model_list"][0]["litellm_params"]
+    assert (lp["max_parallel_requests"], lp["rpm"], "tpm" in lp) == (4, 600, False)
+    assert gen.config["model_list"][1] == dsv                        # already as declared: untouched
+    assert gen.limited == ["qwen3.8-flash-next: max_parallel_requests 8 -> 4, rpm none -> 600, tpm 1000 -> none",
+                           "router_settings.routing_strategy: unset -> usage-based-routing-v2",
+                           "router_settings.disable_cooldowns: unset -> True"]
+    assert gen.config["router_settings"]["num_retries"] == 0
+    assert not regenerate(gen.config, folknet.load(f), rig.serving).changed
+
+
+def test_drift_names_a_gateway_limit_that_differs_from_the_declaration(tmp_path):
+    from bench import folknet
+    from rig.serving.drift import Live, compare, parse_limits
+
+    rig = load(tmp_path, RIG)
+    f = tmp_path / "folknet.json"
+    f.write_text(json.dumps({"providers": ["self-hosted"], "aliases": {
+        "qwen3.8-flash-next": {"pool": "p", "max_inflight": 8, "tpm": 90000, "provider": "self-hosted"},
+        "deepseek-v4.1-flash": {"pool": "p", "max_inflight": 2, "provider": "self-hosted"}}}))
+    info = {"data": [
+        {"model_name": "qwen3.8-flash-next", "litellm_params": {"model": "openai/x", "max_parallel_requests": 4}},
+        {"model_name": "qwen3.8-flash-next", "litellm_params": {"model": "openai/y", "max_parallel_requests": 4}},
+        {"model_name": "deepseek-v4.1-flash", "litellm_params": {"model": "openai/z", "max_parallel_requests": 2,
+                                                                  "rpm": 30}}]}
+    limits = parse_limits(info)
+    assert limits == {"qwen3.8-flash-next": {"max_parallel_requests": 8},
+                      "deepseek-v4.1-flash": {"max_parallel_requests": 2, "rpm": 30}}
+    live = Live(served=sorted(limits), servers=[], limits=limits)
+    assert [(d.kind, d.message) for d in compare(folknet.load(f), rig.serving, live)] == [
+        ("gateway-limit", "qwen3.8-flash-next: declared tpm 90000, the gateway's tpm none"),
+        ("gateway-limit", "deepseek-v4.1-flash: declared rpm none, the gateway's rpm 30")]
 
 
 def test_drift_fix_gives_each_key_the_active_aliases_that_grant_it(tmp_path):
@@ -173,6 +224,8 @@ def test_drift_fix_gives_each_key_the_active_aliases_that_grant_it(tmp_path):
     assert changes == ["key batch: no more old; now b"]
     assert keys["k1"]["models"] == ["old", "a"]                   # the input is left as it was
     assert regenerate_keys(new, folknet.load(f))[1] == []
+    job = {"j": {"name": "job:x", "job": "x", "models": ["old"], "sha256": "d3", "expires": 1}}
+    assert regenerate_keys({**keys, **job}, folknet.load(f))[0]["j"] == job["j"]   # a job's own key: left alone
 
 
 LOG = """## 2026-12-01T17:30:20Z drain flashnext/r0

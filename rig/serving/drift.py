@@ -5,20 +5,24 @@
     undeclared-served     the gateway serves an alias the declaration does not name
     missing               a declared, active alias is not in the gateway's model list
     limit                 an alias's max_inflight differs from its server lines' maxconn (summed)
+    gateway-limit         an alias's max_inflight, rpm or tpm differs from the gateway's own limit
+                          for it (LiteLLM's max_parallel_requests, rpm, tpm, from /v1/model/info)
     none-up               a served alias has no server line ready in HAProxy
     key-too-much          a key may use an alias the declaration does not grant it
     key-missing           a key may not use an alias the declaration grants it
 
 `compare` is pure; `gather` reads the three sides (the gateway with its admin key, HAProxy's
-runtime API and the gateway's keys file over SSH through the jump host).
+runtime API and the gateway's keys file over SSH through the jump host). A job's own key in the
+keys file (an entry with `job`, `jobs/jobkeys.py`) is not the declaration's and is not compared.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from bench.folknet import Folknet
+from bench.folknet import LIMIT_FIELDS, LIMIT_NAMES, Folknet, alias_limits
 from lanes.base.errors import NevError
 from rig.rigfile import RigFile
 from rig.serving.declared import ServingRole
@@ -45,6 +49,20 @@ class Live:
     served: list[str]
     servers: list[Server]
     keys: dict[str, list[str]] | None = None
+    limits: dict[str, dict[str, int]] | None = None   # alias -> the gateway's limits for it
+
+
+def _limits_side(declared: Folknet, limits: dict[str, dict[str, int]]) -> list[Diff]:
+    out = []
+    for a in declared.active():
+        if a.name not in limits:
+            continue
+        want, have = alias_limits(a), limits[a.name]
+        parts = [f"declared {LIMIT_NAMES[k]} {want.get(k, 'none')}, the gateway's {k} {have.get(k, 'none')}"
+                 for k in LIMIT_FIELDS if want.get(k) != have.get(k)]
+        if parts:
+            out.append(Diff("gateway-limit", a.name, f"{a.name}: " + "; ".join(parts)))
+    return out
 
 
 def _declared_side(declared: Folknet, served: set[str]) -> list[Diff]:
@@ -95,6 +113,8 @@ def _keys_side(declared: Folknet, keys: dict[str, list[str]]) -> list[Diff]:
 def compare(declared: Folknet, serving: dict[str, ServingRole], live: Live) -> list[Diff]:
     """Every difference between the declaration and what runs, one per line's worth."""
     out = _declared_side(declared, set(live.served)) + _proxy_side(declared, serving, live)
+    if live.limits is not None:
+        out += _limits_side(declared, live.limits)
     if live.keys is not None:
         out += _keys_side(declared, live.keys)
     return out
@@ -104,12 +124,12 @@ def parse_keys(raw: str, where: str) -> dict[str, list[str]]:
     """The gateway's keys file: `{ID: {"name": KEY, "models": [ALIAS, ...]}}` (digests, never keys)."""
     try:
         data = json.loads(raw)
-        return {str(v["name"]): [str(m) for m in v["models"]] for v in data.values()}
+        return {str(v["name"]): [str(m) for m in v["models"]] for v in data.values() if not v.get("job")}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise NevError(f"{where}: not a keys file of {{id: {{name, models}}}} ({e})") from None
 
 
-def gather(rig: RigFile, served: list[str]) -> Live:
+def gather(rig: RigFile, served: list[str], limits: dict[str, dict[str, int]] | None = None) -> Live:
     """HAProxy's server lines through its runtime API and the gateway's keys file, over SSH."""
     proxies = {ro.proxy for ro in rig.serving.values()}
     servers: list[Server] = []
@@ -124,17 +144,42 @@ def gather(rig: RigFile, served: list[str]) -> Live:
         if gw is not None and gw.keys_file:
             where = f"{gw.hosts[0]}:{gw.keys_file}"
             keys = parse_keys(hosts.get(gw.hosts[0]).read_file(gw.keys_file).decode(), where)
-    return Live(served=served, servers=servers, keys=keys)
+    return Live(served=served, servers=servers, keys=keys, limits=limits)
 
 
-def served_models(timeout: float = 30.0) -> list[str]:
-    """The gateway's whole model list, read with its admin key (a key with an allowlist sees less)."""
+def _admin_get(path: str, timeout: float) -> Any:
     from bench import gateway, gateway_http
     from bench.gateway_http import Endpoint
     from lanes.base import settings
 
     ep = Endpoint(gateway.url_from_settings(), gateway.read_key(settings.get_path(settings.GATEWAY_ADMIN_KEY_FILE)))
-    r = gateway_http.get_api(ep, "/v1/models", (min(5.0, timeout), timeout))
+    r = gateway_http.get_api(ep, path, (min(5.0, timeout), timeout))
     if r.status != 200:
-        raise NevError(f"the gateway's /v1/models answered HTTP {r.status}: {gateway_http.error_message(r.body)}")
-    return sorted({str(m["id"]) for m in r.json().get("data", [])})
+        raise NevError(f"the gateway's {path} answered HTTP {r.status}: {gateway_http.error_message(r.body)}")
+    return r.json()
+
+
+def served_models(timeout: float = 30.0) -> list[str]:
+    """The gateway's whole model list, read with its admin key (a key with an allowlist sees less)."""
+    return sorted({str(m["id"]) for m in _admin_get("/v1/models", timeout).get("data", [])})
+
+
+def parse_limits(data: Any) -> dict[str, dict[str, int]]:
+    """Per alias, the limits of /v1/model/info's `litellm_params` (pure; an alias served by
+    several entries has each one's limits summed, as LiteLLM enforces them per entry)."""
+    out: dict[str, dict[str, int]] = {}
+    for m in (data or {}).get("data", []) if isinstance(data, dict) else []:
+        params = m.get("litellm_params") if isinstance(m, dict) else None
+        if not isinstance(params, dict) or "model_name" not in m:
+            continue
+        got = out.setdefault(str(m["model_name"]), {})
+        for k in LIMIT_FIELDS:
+            v = params.get(k)
+            if isinstance(v, int) and not isinstance(v, bool):
+                got[k] = got.get(k, 0) + v
+    return out
+
+
+def served_limits(timeout: float = 30.0) -> dict[str, dict[str, int]]:
+    """Each served alias's limits as the running gateway holds them (admin key)."""
+    return parse_limits(_admin_get("/v1/model/info", timeout))

@@ -14,7 +14,12 @@ file beside the old one, the role's validate on it, an atomic rename, the role's
 box the gateway's unit restarts LiteLLM), the health check; on any failure the old file goes back,
 reload and health check again, and the message names the step. The gateway role's `keys_file`
 (per-key allowlists) is regenerated the same way when it is also one of the role's files (so the
-snapshot holds it): each key may use the active aliases that grant it. HAProxy's limits are not fixed here.
+snapshot holds it): each key may use the active aliases that grant it; a job's own key (an entry
+with `job`) is left as it is. HAProxy's limits are not fixed here.
+
+Each kept or added entry gets the alias's declared limits (`bench.folknet.gateway_limits`:
+`max_parallel_requests` always, `rpm`/`tpm` as declared, removed when not), and `router_settings`
+gets what LiteLLM needs to enforce them (`ROUTER_LIMIT_SETTINGS`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from bench.folknet import Folknet
+from bench.folknet import LIMIT_FIELDS, ROUTER_LIMIT_SETTINGS, Folknet, alias_limits
 from lanes.base.errors import NevError
 from rig.rigfile import RigFile, Role
 from rig.serving.declared import ServingRole
@@ -49,16 +54,19 @@ class Regenerated:
     removed: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
     unfixable: list[str] = field(default_factory=list)   # declared, not served, no entry to copy
+    limited: list[str] = field(default_factory=list)     # one line per entry or setting whose limits changed
 
     @property
     def changed(self) -> bool:
-        return bool(self.removed or self.added)
+        return bool(self.removed or self.added or self.limited)
 
 
 def regenerate_keys(keys: dict[str, Any], declared: Folknet) -> tuple[dict[str, Any], list[str]]:
     """The keys file with each key's `models` as the declaration grants them; one line per change."""
     out, changes = copy.deepcopy(keys), []
     for entry in out.values():
+        if entry.get("job"):
+            continue
         name = str(entry["name"])
         granted = [a.name for a in declared.active() if name in a.keys]
         had = [str(m) for m in entry.get("models", [])]
@@ -114,7 +122,32 @@ def regenerate(config: dict[str, Any], declared: Folknet, serving: dict[str, Ser
         kept.append(_renamed(sib, a))
         out.added.append(a)
     out.config["model_list"] = kept
+    _set_limits(out, declared)
     return out
+
+
+def _set_limits(out: Regenerated, declared: Folknet) -> None:
+    """Each entry's limits and the router's settings as declared; a line per change."""
+    for e in out.config["model_list"]:
+        a = declared.aliases.get(str(e["model_name"]))
+        params = e.setdefault("litellm_params", {})
+        if a is None or not isinstance(params, dict):
+            continue
+        want = alias_limits(a)
+        had = {k: params[k] for k in LIMIT_FIELDS if k in params}
+        if had != want:
+            for k in LIMIT_FIELDS:
+                params.pop(k, None)
+            params.update(want)
+            out.limited.append(f"{a.name}: " + ", ".join(
+                f"{k} {had.get(k, 'none')} -> {want.get(k, 'none')}" for k in LIMIT_FIELDS if had.get(k) != want.get(k)))
+    rs = out.config.get("router_settings")
+    rs = rs if isinstance(rs, dict) else {}
+    for k, v in ROUTER_LIMIT_SETTINGS.items():
+        if rs.get(k) != v:
+            out.limited.append(f"router_settings.{k}: {rs.get(k, 'unset')} -> {v}")
+            rs[k] = v
+    out.config["router_settings"] = rs
 
 
 def gateway_role(rig: RigFile) -> Role:
@@ -130,7 +163,7 @@ Render = Callable[[dict[str, Any], Folknet, dict[str, ServingRole]], Regenerated
 
 
 def _dump(config: dict[str, Any]) -> bytes:
-    return ("# the gateway's config; model_list generated from bench/folknet.json by nev rig drift --fix\n"
+    return ("# the gateway's config; model_list and limits generated from bench/folknet.json by nev rig drift --fix\n"
             + yaml.safe_dump(config, sort_keys=False)).encode()
 
 
@@ -203,10 +236,12 @@ def fix(rig: RigFile, declared: Folknet, notes: Path, say: Callable[[str], None]
             tell(f"{a}: declared but not served, and no entry of its pool to copy; add it to "
                  f"{role.files[0]} by hand")
         if not gen.changed and not key_changes:
-            tell("the gateway's model list and keys are already as declared; nothing replaced")
+            tell("the gateway's model list, limits and keys are already as declared; nothing replaced")
             return 1 if gen.unfixable else 0
         label = f"before-drift-fix-{changelog.now().replace(':', '').replace('-', '')}"
         tell(f"model list: remove {', '.join(gen.removed) or 'nothing'}; add {', '.join(gen.added) or 'nothing'}")
+        for ln in gen.limited:
+            tell(f"limits: {ln}")
         for ln in key_changes:
             tell(ln)
         snapshot(label)
