@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import gwlimit
 from bench.gateway_http import Endpoint, Unreachable, error_message, post_json
 from lanes import dotenv
 from lanes.base import settings
@@ -330,6 +331,7 @@ class Gateway:
         if max_tokens:
             body["max_tokens"] = max_tokens
         tries_5xx = 0
+        busy = 0
         first_429: float | None = None
         st.sem.acquire()
         try:
@@ -364,6 +366,10 @@ class Gateway:
                     rec.retries += 1
                     now = self.clock()
                     first_429 = first_429 if first_429 is not None else now
+                    if gwlimit.slots_busy(code, raw) and now - first_429 <= MAX_429_WAIT_S:
+                        busy += 1               # the gateway's in-flight limit: another caller holds the slots
+                        self.sleep(gwlimit.slot_wait(busy))
+                        continue
                     with st.lock:
                         st.pacer.on_429(now, _retry_after(headers))
                     if now - first_429 > MAX_429_WAIT_S:
