@@ -113,6 +113,21 @@ def poll(repo: str | None, install_: bool, uninstall: bool, dagu_home: str | Non
     return tick.tick(Path(repo) if repo else None)
 
 
+@job.command("revoke")
+@click.argument("name")
+def revoke(name: str) -> int:
+    """Revoke job NAME's own gateway key now (the tick does it when the job ends); for a job given
+    up or cleaned up by hand. Needs NEV_GATEWAY_KEYS_FILE."""
+    from jobs import jobkeys
+    from jobs.manifest import NAME_RE
+
+    if not NAME_RE.match(name):
+        raise click.UsageError(f"{name!r} is not a job name ([a-z0-9][a-z0-9._-]*, at most 60)")
+    jobkeys.revoke(name)
+    click.echo(f"job {name}: its gateway key is revoked")
+    return 0
+
+
 @job.command("status")
 @click.argument("name", required=False)
 @click.option("--state", type=click.Path(file_okay=False), help="Read this state folder.")

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jobs import archive as archive_mod
+from jobs import jobkeys, runner
 from jobs import result as result_mod
-from jobs import runner
 from lanes.agent.git import credential_env
 from lanes.base import settings
 from lanes.base.errors import NevError
@@ -139,8 +139,10 @@ def step_logs_dir(step_logs: str | None, run_log: str | None) -> Path | None:
 
 
 def do_archive(job: str, run_id: str, work: str, share: str, step_logs: str | None, run_log: str | None) -> int:
-    secrets = archive_mod.read_secret_files([settings.get(settings.FORGE_TOKEN_FILE),
-                                             settings.get(settings.MODEL_KEY_FILE)])
+    model_key = settings.get(settings.MODEL_KEY_FILE)
+    # the job's own gateway key sits beside the lane's (DAGU_HOME/job-keys/<job>.key)
+    job_key = jobkeys.lane_key_path(str(Path(model_key).parent), job) if model_key else None
+    secrets = archive_mod.read_secret_files([settings.get(settings.FORGE_TOKEN_FILE), model_key, job_key])
     logs = step_logs_dir(step_logs, run_log)
     dest = archive_mod.archive(job, run_id, job_dir(work, job), Path(share), logs, secrets)
     say(f"archived the run's logs to {dest} (marker {archive_mod.marker(Path(share), job, run_id).name})")

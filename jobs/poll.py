@@ -37,8 +37,8 @@ from typing import Any
 import yaml
 
 from jobs import forge as forge_mod
+from jobs import jobkeys, records
 from jobs import land as landing
-from jobs import records
 from jobs import result as result_mod
 from jobs import tracks as tracks_file
 from jobs.land_gate import INTERRUPTED
@@ -175,6 +175,19 @@ def land(repo: Repo, name: str, res: Result, rec: JobRecord | None, forge: forge
     return JobStatus.LANDED, f"landed on main ({repo.rev('refs/heads/main')[:12]}); job/{name} and result/{name} deleted"
 
 
+def revoke_key(name: str, env: Mapping[str, str], sha256: str | None) -> None:
+    """The job's own gateway key revoked (`jobs/jobkeys.py`): the one this tick's record names, so
+    a submission of the same job during the tick keeps its new key; a failure is said, and the
+    key still expires by itself."""
+    if not sha256 or not jobkeys.where(env):
+        return
+    try:
+        jobkeys.revoke(name, env, sha256)
+        info(f"{name}: its gateway key revoked")
+    except NevError as e:
+        info(f"{name}: its gateway key was not revoked ({e}); it expires by itself, or: nev job revoke {name}")
+
+
 @contextmanager
 def _record(environ: Mapping[str, str], name: str, seen: JobRecord | None) -> Iterator[JobRecord | None]:
     """The job's record under the records lock, for this tick's outcome; None (nothing to write)
@@ -226,6 +239,7 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
             info(f"{name}: resent ({act.why}), run {run_id}; not counted as a send")
         else:
             assert res is not None or act.kind is Act.FAILED
+            revoke_key(name, env, rec.key_sha256 if rec else None)   # the run is over: its own key goes
             with _record(env, name, rec) as r:
                 if r is not None:
                     r.polled_at = now

@@ -59,6 +59,7 @@ class JobRecord:
     exit: int | None = None             # the result's exit code
     outcome: str | None = None          # the result's outcome (passed, failed, stopped, not-run)
     why: str | None = None              # the last landing's reason
+    key_sha256: str | None = None       # the digest of the job's own gateway key (jobs/jobkeys.py), never the key
     extra: dict[str, Any] = field(default_factory=dict)    # fields this version does not know
 
     @classmethod
@@ -86,7 +87,7 @@ class JobRecord:
                    run_id=opt("run_id", str), lane=opt("lane", int), lane_label=opt("lane_label", str),
                    submitted_at=opt("submitted_at", str), polled_at=opt("polled_at", str),
                    params=dict(params), result=opt("result", str), exit=opt("exit", int),
-                   outcome=opt("outcome", str), why=opt("why", str),
+                   outcome=opt("outcome", str), why=opt("why", str), key_sha256=opt("key_sha256", str),
                    extra={k: v for k, v in o.items() if k not in known})
 
     def to_json(self) -> dict[str, Any]:

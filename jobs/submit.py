@@ -16,6 +16,10 @@
   workflow's FORGE parameter is the URL the lane reaches (NEV_LANE_GIT_URL), `jobs/forge.py`.
 - The forge token goes over SSH stdin into `~/dagu/home/forge-token` (mode 600); no secret
   is a run parameter.
+- The job gets its own gateway key (`jobs/jobkeys.py`), allowed only the aliases its manifest
+  names: its digest goes into the gateway's keys file (NEV_GATEWAY_KEYS_FILE), the key over SSH
+  stdin into `~/dagu/home/job-keys/<name>.key` (mode 600), which the run step hands to the
+  stages as NEV_MODEL_KEY_FILE. Without NEV_GATEWAY_KEYS_FILE the job uses the lane's own key.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from pathlib import Path
 from dagu.layout import Layout
 from dagu.service import LaneDagu
 from jobs import forge as forge_mod
+from jobs import jobkeys, records
 from jobs import manifest as manifest_mod
-from jobs import records
 from jobs.manifest import Manifest
 from lanes import dotenv, selfinstall
 from lanes.base import settings
@@ -137,6 +141,14 @@ def push_forge_token(ld: LaneDagu, forge: forge_mod.Forge) -> None:
     ld.conn.write_file(path, token, 0o600)
 
 
+def push_job_key(ld: LaneDagu, job: str, key: str) -> str:
+    """The job's own gateway key into `~/dagu/home/job-keys/<job>.key` (mode 600), over SSH stdin."""
+    path = jobkeys.lane_key_path(ld.layout.home, job)
+    ld.conn.run(f"mkdir -p -m 700 {shlex.quote(posixpath.dirname(path))}", check=True)
+    ld.conn.write_file(path, key.encode() + b"\n", 0o600)
+    return path
+
+
 def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | None = None,
            environ: Mapping[str, str] | None = None) -> int:
     env = dict(os.environ if environ is None else environ)
@@ -150,8 +162,12 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
     info(f"pushed job/{m.name} ({tip[:12]}) to the forge")
     from dagu import runs, service
 
+    key = jobkeys.mint(m, env) if jobkeys.where(env) else None
     with service.opened(lane_flag) as ld:
         push_forge_token(ld, forge)
+        if key is not None:
+            push_job_key(ld, m.name, key)
+            info(f"job {m.name}: its own gateway key, allowed {', '.join(jobkeys.aliases(m)) or 'no alias'}")
         if settings.get_flag(settings.JOB_INSTALL_NEV, env):
             _changed, line = selfinstall.install(ld.conn, selfinstall.default_cache())
             info(f"nev on {ld.lane.label}: {line}")
@@ -171,6 +187,7 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
         rec.lane, rec.lane_label, rec.status = lane_flag, lane_label, records.JobStatus.SUBMITTED
         rec.submitted_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         rec.params, rec.result = p, None
+        rec.key_sha256 = jobkeys.digest(key) if key is not None else None
         rec.sends += 1
     info(f"job {m.name}: run {run_id} {'enqueued' if queued else 'started'} on {lane_label}")
     print(run_id)

@@ -70,6 +70,9 @@ MODEL_API_KEY = _s("NEV_MODEL_API_KEY", None, "the gateway key (secret)", secret
 MODEL_KEY_FILE = _s("NEV_MODEL_KEY_FILE", None, "file holding the gateway key (mode 600)")
 GATEWAY_ADMIN_KEY_FILE = _s("NEV_GATEWAY_ADMIN_KEY_FILE", None, "file holding the gateway's admin (master) key "
                             "(mode 600): `nev rig drift` reads every model the gateway serves with it")
+GATEWAY_KEYS_FILE = _s("NEV_GATEWAY_KEYS_FILE", None, "the gateway's keys file (per-key allowlists, digests only) as "
+                       "[user@]host:/path, reached over SSH through NEV_LANE_JUMP: `nev job submit` adds each job's "
+                       "own key there and the tick removes it when the job ends")
 MODELS = _s("NEV_MODELS", None, "models of a batch as ALIAS:N:INFLIGHT,...")
 MAX_BATCHES = _s("NEV_MAX_BATCHES", "4", "stop a generation run after this many batches")
 ESCALATE_AFTER = _s("NEV_ESCALATE_AFTER", "2", "batches with no pass before a run escalates to the capacity tier")

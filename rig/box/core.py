@@ -129,6 +129,9 @@ class Box:
             env["NEV_FOLKNET_FILE"] = str(info.folknet_file)
         if info.rig_file:
             env["NEV_RIG_FILE"] = str(info.rig_file)
+        if info.gateway_url:
+            # where each job's own key goes: the gateway role's keys file, as the rig file names it
+            env["NEV_GATEWAY_KEYS_FILE"] = f"root@{info.gateway_addr}:{self.dir / 'gateway' / 'keys.json'}"
         return env
 
     @contextmanager

@@ -25,16 +25,34 @@ AUTH_MODULE = "nev_box_auth"
 # Loaded by LiteLLM from the config's folder. A key is accepted when its SHA-256 is listed in
 # the keys file; it may use only its aliases (403 key_model_access_denied otherwise, from the
 # proxy's own common checks). The master key is the proxy admin.
-AUTH_SOURCE = '''"""Database-free key check for the nev box gateway (written by nev box)."""
+AUTH_SOURCE = '''"""Database-free key check for the nev box gateway (written by nev box).
+
+The keys file is read again whenever it changes (a job's key is added at submit and removed when
+the job ends, jobs/jobkeys.py); an entry past its `expires` (seconds since the epoch) is refused."""
 import hashlib
 import hmac
 import json
 import os
+import time
 
 from fastapi import HTTPException
 from litellm.proxy._types import LitellmUserRoles, UserAPIKeyAuth
 
-_KEYS = json.load(open(os.environ["NEV_BOX_GATEWAY_KEYS"]))
+_PATH = os.environ["NEV_BOX_GATEWAY_KEYS"]
+_SEEN = {"stamp": None, "keys": {}}
+
+
+def _keys():
+    try:
+        st = os.stat(_PATH)
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp != _SEEN["stamp"]:
+            with open(_PATH) as f:
+                _SEEN["keys"] = json.load(f)
+            _SEEN["stamp"] = stamp
+    except (OSError, ValueError):
+        pass    # keep the last keys read whole (writers replace the file by a rename)
+    return _SEEN["keys"]
 
 
 async def user_api_key_auth(request, api_key):
@@ -43,8 +61,10 @@ async def user_api_key_auth(request, api_key):
     if master and hmac.compare_digest(key.encode(), master.encode()):
         return UserAPIKeyAuth(api_key=key, user_role=LitellmUserRoles.PROXY_ADMIN)
     digest = hashlib.sha256(key.encode()).hexdigest()
-    for entry in _KEYS.values():
+    for entry in _keys().values():
         if hmac.compare_digest(digest, entry["sha256"]):
+            if entry.get("expires") and time.time() > float(entry["expires"]):
+                raise HTTPException(status_code=401, detail="key expired")
             return UserAPIKeyAuth(api_key=key, key_alias=entry["name"], models=list(entry["models"]))
     raise HTTPException(status_code=401, detail="unknown key")
 '''
@@ -80,7 +100,13 @@ def write_files(layout: plan.Layout, d: Path, keys_dir: Path) -> tuple[dict[str,
         key = ensure_key(kf, f"sk-nevbox-{name}")
         key_files[name] = kf
         digests[name] = {"name": name, "models": models, "sha256": hashlib.sha256(key.encode()).hexdigest()}
-    (d / "keys.json").write_text(json.dumps(digests, indent=2) + "\n")
+    # a job's own key (jobs/jobkeys.py) outlives a `nev box up`: only the box's keys are rewritten
+    try:
+        had = json.loads((d / "keys.json").read_text())
+    except (OSError, ValueError):
+        had = {}
+    jobs = {k: v for k, v in had.items() if isinstance(v, dict) and v.get("job")} if isinstance(had, dict) else {}
+    (d / "keys.json").write_text(json.dumps({**digests, **jobs}, indent=2) + "\n")
     (d / f"{AUTH_MODULE}.py").write_text(AUTH_SOURCE)
     cfg = plan.litellm_config(layout, AUTH_MODULE)
     (d / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))

@@ -1,0 +1,93 @@
+"""One gateway key per job (jobs/jobkeys.py), its pure parts: the aliases a manifest names, the
+change to the keys file (run for real here with python3 on a file, as on the gateway's host), the
+setting that says where the file is, and the key never a Dagu parameter."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dagu.layout import Layout
+from jobs import jobkeys, submit
+from jobs.manifest import parse
+from lanes.base.errors import ConfigError
+
+
+def manifest(tmp_path, limit="1h"):
+    return parse({"name": "clamp-px", "base": "a" * 40, "spec": "specs/x.md", "key": "batch", "limit": limit,
+                  "stages": [{"name": "gen", "kind": "batch", "command": "true", "models": ["qwen3.8-27b-fast"]},
+                             {"name": "ask", "kind": "command", "command": "true",
+                              "models": [{"alias": "deepseek-v4.1-flash", "provider": "self-hosted"}]},
+                             {"name": "check", "kind": "verify", "command": "true"},
+                             {"name": "write", "kind": "writer", "model": "qwen3.8-27b-fast", "brief": "b.md"}]},
+                 str(tmp_path / "job.yaml"))
+
+
+def test_a_jobs_key_is_allowed_exactly_the_aliases_its_manifest_names(tmp_path):
+    assert jobkeys.aliases(manifest(tmp_path)) == ["deepseek-v4.1-flash", "qwen3.8-27b-fast"]
+
+
+def test_apply_adds_replaces_and_removes_a_jobs_entry_and_drops_expired_job_keys_only():
+    box = {"batch": {"name": "batch", "models": ["a"], "sha256": "d0"}}
+    old = {"name": "job:x", "job": "x", "models": ["a"], "sha256": "d1", "expires": 100}
+    gone = {"name": "job:y", "job": "y", "models": ["a"], "sha256": "d2", "expires": 50}
+    keys = {**box, "job:x": old, "job:y": gone}
+    new = {"name": "job:x", "job": "x", "models": ["b"], "sha256": "d3", "expires": 500}
+    after = jobkeys.apply(keys, {"add": {"job:x": new}}, now=60)
+    assert after == {**box, "job:x": new}                         # replaced; y expired; the box's key kept
+    assert jobkeys.apply(after, {"remove": ["job:x"]}, now=60) == box
+    assert jobkeys.apply(box, {"remove": ["job:nothing"]}, now=60) == box
+    # the tick revokes the key its record names: a newer submission's key of the same job stays
+    assert jobkeys.apply(after, {"remove": ["job:x"], "sha256": "d1"}, now=60) == after
+    assert jobkeys.apply(after, {"remove": ["job:x"], "sha256": "d3"}, now=60) == box
+    assert keys["job:y"] == gone                                  # the input is left as it was
+
+
+def test_the_program_run_on_the_gateways_host_rewrites_the_file_atomically_keeping_its_mode(tmp_path):
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps({"batch": {"name": "batch", "models": ["a"], "sha256": "d0"}}))
+    os.chmod(path, 0o640)
+    entry = {"name": "job:x", "job": "x", "models": ["a"], "sha256": "d1", "expires": 4102444800}
+    r = subprocess.run([sys.executable, "-c", jobkeys.remote_program(), str(path)], capture_output=True, text=True,
+                       input=json.dumps({"add": {"job:x": entry}}), check=True)
+    assert json.loads(r.stdout) == ["job:x"]
+    assert json.loads(path.read_text())["job:x"] == entry and (path.stat().st_mode & 0o777) == 0o640
+    subprocess.run([sys.executable, "-c", jobkeys.remote_program(), str(path)], input='{"remove": ["job:x"]}',
+                   text=True, check=True, capture_output=True)
+    assert list(json.loads(path.read_text())) == ["batch"]
+    assert not list(tmp_path.glob("*.nev-tmp"))
+
+
+@pytest.mark.parametrize("value", ["keys.json", "gw:relative/keys.json", ":/srv/keys.json"])
+def test_a_malformed_keys_file_setting_is_one_line_naming_it(value):
+    with pytest.raises(ConfigError) as e:
+        jobkeys.where({"NEV_GATEWAY_KEYS_FILE": value})
+    assert "NEV_GATEWAY_KEYS_FILE" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_keys_file_setting_names_host_and_path_and_without_it_there_is_no_job_key():
+    target, path = jobkeys.where({"NEV_GATEWAY_KEYS_FILE": "root@10.0.0.20:/srv/gateway/keys.json"})
+    assert (target.user, target.host, path) == ("root", "10.0.0.20", "/srv/gateway/keys.json")
+    assert jobkeys.where({}) is None
+
+
+def test_minting_writes_only_the_digest_with_the_jobs_aliases_and_an_expiry(tmp_path, monkeypatch):
+    ops = []
+    monkeypatch.setattr(jobkeys, "_change", lambda op, env: ops.append(op))
+    m = manifest(tmp_path, limit="2h")
+    key = jobkeys.mint(m, {}, now=1000.0)
+    [op] = ops
+    entry = op["add"]["job:clamp-px"]
+    assert entry == {"name": "job:clamp-px", "job": "clamp-px", "models": ["deepseek-v4.1-flash", "qwen3.8-27b-fast"],
+                     "sha256": hashlib.sha256(key.encode()).hexdigest(), "expires": 1000 + 7200 + 3600}
+    assert key not in json.dumps(op)
+    # and the key is nowhere in the workflow's parameters (Dagu keeps them on disk)
+    p = submit.params(m, "/home/lane/dagu/manifests/m.yaml", "http://forge/x.git", "/home/lane",
+                      Layout(root="/home/lane/dagu"), "/srv/share", "", {})
+    assert key not in json.dumps(p)
+    assert jobkeys.lane_key_path("/home/lane/dagu/home", "clamp-px") == "/home/lane/dagu/home/job-keys/clamp-px.key"
