@@ -1,0 +1,102 @@
+"""The gateway's per-alias limits on the rig-in-a-box: declared in folknet.json, put in the real
+LiteLLM gateway's config by `nev rig drift --fix`, enforced for every caller. Two batches on lane 0
+and lane 1 (each the lane's own nev drawing through its gateway client) against one alias whose
+declared in-flight limit is 4, while HAProxy would let 8 through: the stand-in pool, where the
+calls are counted, never sees more than 4 at once, and neither batch starves."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.perf import lanedraw
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = "qwen3.8-27b-fast"     # gpu0: HAProxy's maxconn 8, the box declares 8
+LIMIT = 4
+SECONDS = 15.0
+
+
+@pytest.fixture(scope="module")
+def lanes(box):
+    conns = lanedraw.prepare(box, [0, 1], box.keys["batch"])
+    yield conns
+    for c in conns:
+        c.close()
+
+
+@pytest.fixture
+def declared4(box_env, tmp_path, monkeypatch):
+    """`nev rig drift [--fix]` against a declaration that holds FAST to 4 in flight; the gateway's
+    files put back afterwards through the fix's own snapshot (the undo it names)."""
+    box = box_env
+    rig = json.loads(Path(box.rig_file).read_text())
+    rig["host_store"] = str(tmp_path / "hoststore")
+    rf = tmp_path / "rig.local.json"
+    rf.write_text(json.dumps(rig))
+    data = json.loads(Path(box.folknet_file).read_text())
+    data["aliases"][FAST]["max_inflight"] = LIMIT
+    f = tmp_path / "folknet.json"
+    f.write_text(json.dumps(data))
+    env = {**os.environ, **box.env, "NEV_FOLKNET_FILE": str(f), "NEV_RIG_FILE": str(rf),
+           "NEV_GATEWAY_ADMIN_KEY_FILE": str(box.master_key_file), "NEV_RIG_NOTES": str(tmp_path / "notes"),
+           "PYTHONPATH": str(ROOT)}
+    gdir = Path(rig["roles"]["gateway"]["files"][0]).parent
+    files = {p: p.read_bytes() for p in (gdir / "config.yaml", gdir / "keys.json")}
+
+    def drift(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rig.cli", "rig", "drift", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    yield drift
+    if any(p.read_bytes() != d for p, d in files.items()):
+        labels = sorted((tmp_path / "notes" / "snapshots" / "labels").glob("before-drift-fix-*.json"))
+        r = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "restore", labels[0].stem, "gateway"], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        assert all(p.read_bytes() == d for p, d in files.items())
+
+
+def draw_both(box, lanes, seconds: float) -> tuple[list[lanedraw.Drawn], dict]:
+    pool = box.aliases[FAST]
+    box.pool_control(pool, reset=True)
+    box.pool_control(pool, delay=0.5, max_inflight=16)        # the pool itself holds nothing back
+    try:
+        got = lanedraw.draw(box, lanes, FAST, LIMIT, seconds)
+        return got, box.pool_control(pool)
+    finally:
+        box.pool_control(pool, reset=True)
+
+
+def test_two_batches_on_two_lanes_share_the_gateways_in_flight_limit_and_the_pool_never_sees_more(
+        box, lanes, declared4):
+    drift = declared4
+    # without the gateway's limit, two batches of 4 reach the pool 8 at once (HAProxy lets 8 through)
+    _, pool = draw_both(box, lanes, 6.0)
+    assert pool["max_inflight_seen"] > LIMIT, pool
+
+    r = drift()
+    assert r.returncode == 1
+    assert f"{FAST}: declared max_inflight {LIMIT}, the gateway's max_parallel_requests 8" in r.stdout.splitlines()
+
+    r = drift("--fix")
+    out = r.stdout.splitlines()
+    assert f"drift --fix: limits: {FAST}: max_parallel_requests 8 -> {LIMIT}" in out, r.stdout + r.stderr
+    assert any("(validated, moved, reloaded, healthy)" in ln for ln in out), r.stdout
+    # what is left is HAProxy's maxconn, which the fix does not touch: the gateway now agrees
+    assert out[-1] == f"{FAST}: declared max_inflight {LIMIT}, HAProxy's maxconn 8 (be_gpu0/gpu0 8)"
+    assert not [ln for ln in out if "the gateway's" in ln and not ln.startswith("drift --fix:")]
+
+    drawn, pool = draw_both(box, lanes, SECONDS)
+    counts = [d.within(SECONDS) for d in drawn]
+    print(f"split of {sum(counts)} completions in {SECONDS:.0f} s: lane0 {counts[0]}, lane1 {counts[1]}; "
+          f"gateway 429s {[d.rate_limited for d in drawn]}; pool at most {pool['max_inflight_seen']} at once")
+    assert pool["max_inflight_seen"] == LIMIT, pool            # never more, and the limit was used
+    assert all(d.failed == 0 for d in drawn), [d.raw for d in drawn]
+    assert all(n >= sum(counts) / 3 for n in counts), counts    # neither starves
+    assert pool["served"] >= sum(counts)
