@@ -31,25 +31,25 @@ def lanes(box):
 
 
 @pytest.fixture
-def declared4(box_env, tmp_path, monkeypatch):
-    """`nev rig drift [--fix]` against a declaration that holds FAST to 4 in flight; the gateway's
+def declared(box_env, tmp_path):
+    """`nev rig drift [--fix]` against the box's declaration changed by `change`; the gateway's
     files put back afterwards through the fix's own snapshot (the undo it names)."""
     box = box_env
     rig = json.loads(Path(box.rig_file).read_text())
     rig["host_store"] = str(tmp_path / "hoststore")
     rf = tmp_path / "rig.local.json"
     rf.write_text(json.dumps(rig))
-    data = json.loads(Path(box.folknet_file).read_text())
-    data["aliases"][FAST]["max_inflight"] = LIMIT
     f = tmp_path / "folknet.json"
-    f.write_text(json.dumps(data))
     env = {**os.environ, **box.env, "NEV_FOLKNET_FILE": str(f), "NEV_RIG_FILE": str(rf),
            "NEV_GATEWAY_ADMIN_KEY_FILE": str(box.master_key_file), "NEV_RIG_NOTES": str(tmp_path / "notes"),
            "PYTHONPATH": str(ROOT)}
     gdir = Path(rig["roles"]["gateway"]["files"][0]).parent
     files = {p: p.read_bytes() for p in (gdir / "config.yaml", gdir / "keys.json")}
 
-    def drift(*args: str) -> subprocess.CompletedProcess:
+    def drift(change, *args: str) -> subprocess.CompletedProcess:
+        data = json.loads(Path(box.folknet_file).read_text())
+        change(data["aliases"][FAST])
+        f.write_text(json.dumps(data))
         return subprocess.run([sys.executable, "-m", "rig.cli", "rig", "drift", *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=600)
 
@@ -60,6 +60,10 @@ def declared4(box_env, tmp_path, monkeypatch):
                            env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
         assert all(p.read_bytes() == d for p, d in files.items())
+
+
+def hold_to_4(a: dict) -> None:
+    a["max_inflight"] = LIMIT
 
 
 def draw_both(box, lanes, seconds: float) -> tuple[list[lanedraw.Drawn], dict]:
@@ -74,17 +78,16 @@ def draw_both(box, lanes, seconds: float) -> tuple[list[lanedraw.Drawn], dict]:
 
 
 def test_two_batches_on_two_lanes_share_the_gateways_in_flight_limit_and_the_pool_never_sees_more(
-        box, lanes, declared4):
-    drift = declared4
+        box, lanes, declared):
     # without the gateway's limit, two batches of 4 reach the pool 8 at once (HAProxy lets 8 through)
     _, pool = draw_both(box, lanes, 6.0)
     assert pool["max_inflight_seen"] > LIMIT, pool
 
-    r = drift()
+    r = declared(hold_to_4)
     assert r.returncode == 1
     assert f"{FAST}: declared max_inflight {LIMIT}, the gateway's max_parallel_requests 8" in r.stdout.splitlines()
 
-    r = drift("--fix")
+    r = declared(hold_to_4, "--fix")
     out = r.stdout.splitlines()
     assert f"drift --fix: limits: {FAST}: max_parallel_requests 8 -> {LIMIT}" in out, r.stdout + r.stderr
     assert any("(validated, moved, reloaded, healthy)" in ln for ln in out), r.stdout
@@ -100,3 +103,24 @@ def test_two_batches_on_two_lanes_share_the_gateways_in_flight_limit_and_the_poo
     assert all(d.failed == 0 for d in drawn), [d.raw for d in drawn]
     assert all(n >= sum(counts) / 3 for n in counts), counts    # neither starves
     assert pool["served"] >= sum(counts)
+
+
+def test_a_declared_requests_per_minute_limit_is_enforced_by_the_gateway(box, declared):
+    """rpm 3: LiteLLM counts calls per calendar minute, so whatever minute boundary falls inside
+    the calls, a 429 comes within 2 x 3 + 1 calls one after the other."""
+    from bench import gateway_http
+    from bench.gateway_http import Endpoint
+
+    r = declared(lambda a: a.update(rpm=3), "--fix")
+    assert f"drift --fix: limits: {FAST}: rpm none -> 3" in r.stdout.splitlines(), r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == "no drift: the gateway, HAProxy and the declaration agree"
+    ep = Endpoint(box.gateway_local_url, Path(box.keys["batch"]).read_text().strip())
+    body = {"model": FAST, "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]}
+    codes = []
+    for _ in range(7):
+        res = gateway_http.post_json(ep, body, 60)
+        codes.append(res.status)
+        if res.status == 429:
+            assert b"rpm" in res.body, res.body[:300]
+            break
+    assert codes[-1] == 429 and set(codes[:-1]) == {200} and len(codes) >= 4, codes
