@@ -28,7 +28,8 @@ AUTH_MODULE = "nev_box_auth"
 AUTH_SOURCE = '''"""Database-free key check for the nev box gateway (written by nev box).
 
 The keys file is read again whenever it changes (a job's key is added at submit and removed when
-the job ends, jobs/jobkeys.py); an entry past its `expires` (seconds since the epoch) is refused."""
+the job ends, jobs/jobkeys.py); an entry past its `expires` (seconds since the epoch) is refused,
+and so is one allowed no alias."""
 import hashlib
 import hmac
 import json
@@ -65,6 +66,8 @@ async def user_api_key_auth(request, api_key):
         if hmac.compare_digest(digest, entry["sha256"]):
             if entry.get("expires") and time.time() > float(entry["expires"]):
                 raise HTTPException(status_code=401, detail="key expired")
+            if not entry.get("models"):     # LiteLLM reads an empty list as every model
+                raise HTTPException(status_code=403, detail="key allows no model")
             return UserAPIKeyAuth(api_key=key, key_alias=entry["name"], models=list(entry["models"]))
     raise HTTPException(status_code=401, detail="unknown key")
 '''
