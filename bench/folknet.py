@@ -57,7 +57,8 @@ def gateway_limits(max_inflight: int, rpm: int | None = None, tpm: int | None = 
     """The limits of an alias's entry in the gateway's model list (LiteLLM's `litellm_params`).
 
     `max_parallel_requests` is always set: LiteLLM otherwise takes `rpm` (or `tpm`/6000) as the
-    number of requests at once. Above it LiteLLM 1.108 answers 429 at once (it does not queue)."""
+    number of requests at once. Above it LiteLLM 1.108 answers 429 at once (it does not queue);
+    of `rpm` it lets rpm - 1 calls a calendar minute through (docs/serving.md)."""
     out = {"max_parallel_requests": max_inflight}
     if rpm is not None:
         out["rpm"] = rpm

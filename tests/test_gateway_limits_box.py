@@ -106,8 +106,9 @@ def test_two_batches_on_two_lanes_share_the_gateways_in_flight_limit_and_the_poo
 
 
 def test_a_declared_requests_per_minute_limit_is_enforced_by_the_gateway(box, declared):
-    """rpm 3: LiteLLM counts calls per calendar minute, so whatever minute boundary falls inside
-    the calls, a 429 comes within 2 x 3 + 1 calls one after the other."""
+    """rpm 3: LiteLLM 1.108.7 counts calls per calendar minute (in memory, fresh after the fix's
+    restart) and its routing lets rpm - 1 of them through (a call is refused once count + 1 >= rpm),
+    so 2 calls pass, and whatever minute boundary falls among them, a 429 comes by the 5th."""
     from bench import gateway_http
     from bench.gateway_http import Endpoint
 
@@ -123,4 +124,4 @@ def test_a_declared_requests_per_minute_limit_is_enforced_by_the_gateway(box, de
         if res.status == 429:
             assert b"rpm" in res.body, res.body[:300]
             break
-    assert codes[-1] == 429 and set(codes[:-1]) == {200} and len(codes) >= 4, codes
+    assert codes[-1] == 429 and set(codes[:-1]) == {200} and 2 <= len(codes) - 1 <= 4, codes
