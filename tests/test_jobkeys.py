@@ -91,3 +91,20 @@ def test_minting_writes_only_the_digest_with_the_jobs_aliases_and_an_expiry(tmp_
                       Layout(root="/home/lane/dagu"), "/srv/share", "", {})
     assert key not in json.dumps(p)
     assert jobkeys.lane_key_path("/home/lane/dagu/home", "clamp-px") == "/home/lane/dagu/home/job-keys/clamp-px.key"
+
+
+def _nev(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_"))}
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], env={**clean, "PYTHONPATH": str(root), **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_revoke_by_hand_needs_the_keys_file_setting_and_a_job_name_each_said_in_one_line():
+    r = _nev("job", "revoke", "clamp-px", env={})
+    assert r.returncode == 1 and "NEV_GATEWAY_KEYS_FILE is not set" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = _nev("job", "revoke", "Bad Name", env={"NEV_GATEWAY_KEYS_FILE": "root@10.0.0.20:/srv/keys.json"})
+    assert r.returncode == 2 and "not a job name" in r.stderr
