@@ -17,11 +17,11 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import gateway
+from bench import gateway, gwlimit
 from bench.gateway_http import Endpoint, Unreachable, error_message, stream
 from lanes.base import jsonfile, settings
 from lanes.base.errors import NevError, UsageError
@@ -44,6 +44,7 @@ class Sample:
     tokens_out: int | None = None
     tokens_counted: bool = False   # True: from the text (no usage chunk), an estimate
     error: str | None = None
+    gateway_waits: int = 0         # 429s of the gateway's own in-flight limit, waited out and asked again
 
 
 def parse_levels(text: str) -> list[int]:
@@ -103,6 +104,8 @@ def summarize(level: int, samples: Sequence[Sample], wall_s: float) -> dict[str,
         "latency_p50_s": r(percentile(lat, 50, MIN_FOR_P50)), "latency_p95_s": r(percentile(lat, 95, MIN_FOR_P95)),
         "ttft_p50_s": r(percentile(ttft, 50, MIN_FOR_P50)), "ttft_p95_s": r(percentile(ttft, 95, MIN_FOR_P95)),
         "errors": errors, "note": "; ".join(notes) or None,
+        # the alias's declared in-flight limit, enforced at the gateway, held these back (bench/gwlimit.py)
+        "gateway_waits": sum(s.gateway_waits for s in samples),
     }
 
 
@@ -126,13 +129,34 @@ def knee(rows: Sequence[dict[str, Any]], min_gain: float = MIN_GAIN) -> int | No
 # -- the I/O edge ----------------------------------------------------------
 
 def one_request(target: Endpoint, alias: str, max_tokens: int, timeout: float, prompt: str = PROMPT) -> Sample:
-    """One streamed completion: latency to the last byte, time to the first content chunk, tokens."""
+    """One streamed completion: latency to the last byte, time to the first content chunk, tokens.
+    Past the alias's in-flight limit the gateway answers 429 at once: the request waits and asks
+    again as a batch does (`bench/gwlimit.py`); its latency counts from the first ask."""
+    t0 = time.monotonic()
+    busy = 0
+    while True:
+        s = _one(target, alias, max_tokens, timeout, prompt, t0)
+        if s is not _BUSY:
+            return replace(s, gateway_waits=busy) if busy else s
+        busy += 1
+        time.sleep(gwlimit.slot_wait(busy))
+
+
+_BUSY = Sample(False, 0.0, error="gateway slots busy")
+
+
+def _one(target: Endpoint, alias: str, max_tokens: int, timeout: float, prompt: str, t0: float) -> Sample:
     body = {"model": alias, "stream": True, "stream_options": {"include_usage": True},
             "max_tokens": max_tokens, "temperature": 0, "seed": 1,
             "messages": [{"role": "user", "content": prompt}]}
-    t0 = time.monotonic()
     try:
         with stream(target, body, timeout) as answer:
+            if answer.status == 429:
+                raw = answer.body()
+                if gwlimit.slots_busy(429, raw):
+                    return _BUSY
+                why = " ".join(error_message(raw).split())[:200]
+                return Sample(False, time.monotonic() - t0, error=mask(f"HTTP 429: {why}"))
             if answer.status != 200:
                 why = " ".join(error_message(answer.body()).split())[:200]
                 return Sample(False, time.monotonic() - t0, error=mask(f"HTTP {answer.status}: {why}"))
@@ -239,6 +263,10 @@ def render(result: dict[str, Any]) -> str:
     notes = sorted({r["note"] for r in result["levels"] if r["note"]})
     if notes:
         out.append("- marks a percentile with too few answers (" + "; ".join(notes) + ")")
+    held = [str(r["inflight"]) for r in result["levels"] if r.get("gateway_waits")]
+    if held:
+        out.append(f"the gateway's in-flight limit for the alias held requests back at {', '.join(held)} in flight "
+                   "(they waited and asked again): past it, raise max_inflight to measure the pool")
     if any(r["tokens_counted_from_text"] for r in result["levels"]):
         out.append("output tokens counted from the text (chars/4): the gateway sent no usage")
     out.append(result["verdict"])

@@ -42,14 +42,15 @@ def test_throughput_finds_the_knee_at_haproxys_maxconn_within_one_level(box_env,
     assert rows[32]["output_tok_s"] < 1.25 * rows[16]["output_tok_s"], table   # flat past the limit
     # streamed through LiteLLM: the first token comes after the pool's delay, before the end
     assert 1.95 <= rows[4]["ttft_p50_s"] <= rows[4]["latency_p50_s"], table
-    assert rows[32]["latency_p50_s"] > 1.8 * rows[4]["latency_p50_s"], table   # queued in HAProxy
+    assert rows[32]["latency_p50_s"] > 1.8 * rows[4]["latency_p50_s"], table   # waited for a slot
     assert rows[16]["latency_p95_s"] is not None       # 32 answers: enough for a p95
     assert not any(x["tokens_counted_from_text"] for x in rows.values())   # LiteLLM passed the usage on
-    # never more than maxconn at the pool; past it, requests waited in HAProxy's queue
+    # never more than maxconn at the pool; past the alias's limit (8, enforced at the gateway),
+    # requests waited for the gateway's slots, and the table says so
     srv = server_row(box.proxy_stats_socket, "be_gpu0", "gpu0")
-    backend = server_row(box.proxy_stats_socket, "be_gpu0", "BACKEND")
     assert int(srv["smax"]) == 8
-    assert int(backend["qmax"]) + int(srv["qmax"]) >= 4
+    assert rows[4]["gateway_waits"] == 0 and rows[16]["gateway_waits"] > 0 and rows[32]["gateway_waits"] > 0
+    assert "the gateway's in-flight limit for the alias held requests back at" in table
     assert (tmp_path / "tp" / f"{pool.alias}.json").exists()
     assert "throughput: saved to" in r.stderr
 
