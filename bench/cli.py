@@ -54,9 +54,9 @@ def oracle() -> None:
 @click.argument("corpora", nargs=-1, required=True)
 @click.option("--shard", help="i/n: take seeds i, i+n, ... (written to CORPUS.shard-i-of-n)")
 @click.option("--engines", default="chromium,firefox,webkit", show_default=True)
-@click.option("--cases", type=int, default=1000, show_default=True, help="Seeds 0..N-1 (before sharding).")
+@click.option("--cases", type=int, help="Seeds 0..N-1 (before sharding; default NEV_CORPUS_CASES, 1000).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifests as JSON (one object per corpus).")
-def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, cases: int, as_json: bool) -> int:
+def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, cases: int | None, as_json: bool) -> int:
     """Generate, render and vote corpora; write each once, keyed by the engine versions.
 
     Writes NEV_CORPUS_DIR/CORPUS/ (corpus/ of the repository by default) for each CORPUS, starting
@@ -73,8 +73,9 @@ def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, case
     from lanes.base.ui import emit_json
 
     root = settings.path_under(settings.CORPUS_DIR, Repo(Path.cwd()).toplevel_or_self())
+    count = cases if cases is not None else settings.get_int(settings.CORPUS_CASES)
     results = build_many(corpora, root=root, shard=Shard.parse(shard), engine_names=parse_engines(engines),
-                         count=cases, store_root=store_root())
+                         count=count, store_root=store_root())
     if as_json:
         rows = [{"folder": str(r.folder), "written": r.written, "rendered": r.rendered, "manifest": r.manifest,
                  "seconds": round(r.seconds, 2), "rates": r.rates} for r in results]
@@ -136,6 +137,18 @@ _REPO = click.option("--repo", type=click.Path(file_okay=False, path_type=Path),
                      show_default=True, help="The repository holding the engine (NEV_ENGINE_DIR inside it).")
 
 
+def _elsewhere(repo: Path, argv: list[str]) -> int | None:
+    """Off a lane, run `nev ARGV` on one (as `nev batch run` does: lane-only, exit 3 with none) and
+    return its status; on a lane (NEV_ON_LANE) None: score here."""
+    from bench import onlane
+
+    if onlane.on_lane():
+        return None
+    from lanes.base.gitrun import Repo
+
+    return onlane.run_on_lane(Repo(repo).toplevel_or_self(), ["nev", *argv])
+
+
 def _scoring(repo: Path) -> Scoring:
     from bench.floors import scoring_for
     from lanes.base.gitrun import Repo
@@ -146,13 +159,20 @@ def _scoring(repo: Path) -> Scoring:
 @floors.command("check")
 @_REPO
 def floors_check(repo: Path) -> int:
-    """Score every generated function; fail on a drop, a shrunken corpus or zero passes.
+    """Score every generated function on fresh three-browser ground truth; fail on a drop, a
+    shrunken corpus or zero passes.
 
-    Exits 0 when every floor holds, 1 when one is broken (one line naming each),
-    3 when no lane answered to score (nothing scored). Scores here when NEV_ON_LANE is set.
+    Runs on a build lane (this worktree's copy there; here only when NEV_ON_LANE is set), which
+    builds each listed corpus with Chromium, Firefox and WebKit or finds it under the key of their
+    versions. Exits 0 when every floor holds, 1 when one is broken (one line naming each), 3 when
+    no lane answered (nothing scored), 11 when there is no three-browser ground truth (a corpus
+    built with fewer, or a browser missing on the lane: named).
     """
     from bench.floors import check, default_scorer
 
+    there = _elsewhere(repo, ["floors", "check"])
+    if there is not None:
+        return there
     return check(_scoring(repo), default_scorer(), echo=click.echo)
 
 
@@ -174,10 +194,17 @@ def floors_raise(print_raises: bool, repo: Path) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (what a lane scorer reads back).")
 @_REPO
 def scores(as_json: bool, repo: Path) -> int:
-    """Every generated function against its corpus: passed/run, floor, batch, status."""
+    """Every generated function against its corpus: passed/run, floor, batch, status.
+
+    Runs where `nev floors check` runs (a build lane; here only with NEV_ON_LANE), on the same
+    fresh ground truth; exits 0, 3 when no lane answered, 11 with no three-browser ground truth.
+    """
     from bench.floors import default_scorer
     from bench.scores import show
 
+    there = _elsewhere(repo, ["scores", "--json"] if as_json else ["scores"])
+    if there is not None:
+        return there
     return show(_scoring(repo), default_scorer(), as_json, echo=click.echo)
 
 

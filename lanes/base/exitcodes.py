@@ -50,6 +50,9 @@ class Exit(IntEnum):
     UNMET = 9, "job: the requirements check failed (not resent)"
     REFUSED = 10, ("job: an inventory refusal that never clears by itself (model retired or undeclared, "
                    "provider not allowed; not resent)")
+    NO_GROUND_TRUTH = 11, ("floors, scores: no three-browser ground truth, nothing scored: a corpus built with "
+                           "fewer than Chromium, Firefox and WebKit, or a browser missing where the corpora are "
+                           "built (each named)")
     INTERRUPTED = 130, "interrupted (SIGINT); a command running on a lane is stopped too"
     TERMINATED = 143, "terminated (SIGTERM); a command running on a lane is stopped too"
     CONNECTION_DROPPED = 255, ("`nev lane run`: the connection to the lane dropped mid-run (a second call "

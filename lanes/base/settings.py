@@ -136,6 +136,8 @@ CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where corpora live (corpus/<name>/)
                 "batches and floors read them; relative to the repository root")
 CORPUS_STORE = _s("NEV_CORPUS_STORE", None, "the corpus store every lane copy shares (one folder per corpus key, "
                   "built once under a lock); on a lane <NEV_LANE_SHARED>/corpora when unset, elsewhere none")
+CORPUS_CASES = _s("NEV_CORPUS_CASES", "1000", "seeds per corpus (0 ... N-1): the default of `nev oracle build --cases` "
+                  "and the size of every corpus the floors check and `nev scores` build")
 
 
 def all_settings() -> list[Setting]:
