@@ -49,10 +49,15 @@ SNAPSHOT_LABEL = "demo-start"
 ENGINE_IN_REPO = settings.value(settings.ENGINE_DIR, {})   # where nev looks for the engine: the default
 GENERATED = f"{ENGINE_IN_REPO}/crates/layout/src/generated"
 
-# The engine repository's gate (read from main by `nev land`): the floors, scored on a lane.
-VERIFY = "nev floors check"
+# The engine repository's gate (read from main by `nev land`): the floors, scored on a lane, on
+# corpora of the demo's size (the scoring step builds each with NEV_CORPUS_CASES seeds: the same
+# count as the demo's own builds finds them in the corpus store instead of rendering others).
+def verify(cases: int) -> str:
+    return f"NEV_CORPUS_CASES={cases} nev floors check"
+
+
 TRACKS = {
-    "verify": VERIFY,
+    "verify": verify(200),
     "landChecks": [],
     "protected": [],
     "specWatch": {"pollEnv": {"NEV_LANE_STRICT": "1"}, "landScript": "nev land --approved",
@@ -277,7 +282,10 @@ class Demo:
         seed = self.work / "seed"
         shutil.copytree(ENGINE, seed / ENGINE_IN_REPO, ignore=shutil.ignore_patterns("target", "corpus"))
         (seed / ".gitignore").write_text("target/\ncorpus/\n.env\n")
-        (seed / "tracks.json").write_text(json.dumps(TRACKS, indent=2) + "\n")
+        tracks = json.loads(json.dumps(TRACKS))
+        tracks["verify"] = verify(self.opts.cases)
+        tracks["specWatch"]["pollEnv"]["NEV_CORPUS_CASES"] = str(self.opts.cases)
+        (seed / "tracks.json").write_text(json.dumps(tracks, indent=2) + "\n")
         self.git(seed.parent, "init", "-q", "-b", "main", str(seed))
         self.git(seed, "add", "-A")
         self.git(seed, "commit", "-q", "-m", "engine: the example workspace (crates_bridge/engine)")
@@ -364,7 +372,7 @@ class Demo:
             "stages": [{"name": "gen", "kind": "batch",
                         "command": f"{builds} && {batch} && git checkout -- {floor}",
                         "models": ["qwen3.8-27b-fast", "deepseek-v4.1-flash"]},
-                       {"name": "verify", "kind": "verify", "command": VERIFY}]}
+                       {"name": "verify", "kind": "verify", "command": verify(self.opts.cases)}]}
         mf = self.track / "jobs" / f"{FUNCTION}.yaml"
         mf.parent.mkdir(exist_ok=True)
         mf.write_text(yaml.safe_dump(manifest, sort_keys=False))
@@ -432,7 +440,8 @@ class Demo:
         self.git(self.primary, "worktree", "add", "-q", "--detach", str(wt), "main")
         pulls = [a for fn in (FUNCTION, OTHER) for a in ("--pull", f"corpus/{fn}")]
         cp = self.nev("lane", "on", "--lane-only", "--lane", "0", *pulls, str(wt), "sh", "-c",
-                      f"{self.corpus_builds()} && nev scores --json", step="7-results")
+                      f"{self.corpus_builds()} && NEV_CORPUS_CASES={self.opts.cases} nev scores --json",
+                      step="7-results")
         self.copied_only(cp, "7-results")
         rows = json.loads(cp.stdout[cp.stdout.find("["):] if "[" in cp.stdout else "[]")
         row = next((x for x in rows if x.get("function") == FUNCTION), None)
@@ -442,7 +451,7 @@ class Demo:
         fl = row.get("floor") or {}
         r.floor = f"{fl.get('cases_passed', 0)}/{fl.get('cases_run', 0)}" if isinstance(fl, dict) else str(fl)
         chk = self.nev("lane", "on", "--lane-only", "--lane", "0", str(wt),
-                       "nev", "floors", "check", step="7-results", ok=(0, 1))
+                       "sh", "-c", verify(self.opts.cases), step="7-results", ok=(0, 1))
         line = next((ln for ln in chk.stdout.splitlines() if ln.startswith(FUNCTION + " ")), "")
         r.floors_check = " ".join(line.split()) or f"exit {chk.returncode}"
         if chk.returncode != 0 or row.get("status") not in ("ok", "better"):
