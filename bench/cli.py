@@ -182,8 +182,10 @@ def floors_check(repo: Path) -> int:
 def floors_raise(print_raises: bool, repo: Path) -> int:
     """Write each floor the fresh score is above and commit only those files.
 
-    Refuses on uncommitted changes or off main; writes nothing when scoring fails
-    or no lane answers (exit 3); never lowers a number.
+    Refuses on uncommitted changes or off main; writes nothing when scoring fails,
+    no lane answers (exit 3) or there is no three-browser ground truth (exit 11);
+    never lowers a number. Scores here on a lane (NEV_ON_LANE); elsewhere only the
+    landing, which passes a lane scorer, raises.
     """
     from bench.floors import default_scorer, raise_floors
 
