@@ -4,8 +4,8 @@ The decisions (`judge`, `raise_to`) are pure functions over plain values. The
 scoring step is pluggable (`Scorer`): `nev floors check|raise` and `nev scores`
 score locally when they run on a lane (`NEV_ON_LANE`, the gate), against corpora
 the three browsers built (`bench.oracle.truth`); the landing passes a scorer that
-runs `nev scores --json` on the build lane (see docs/floors.md). Raising commits through `lanes.base.gitrun`, the only place
-that runs git.
+runs `nev scores --json` on the build lane (see docs/floors.md). Raising commits
+through `lanes.base.gitrun`, the only place that runs git.
 """
 
 from __future__ import annotations
@@ -152,9 +152,8 @@ def default_scorer(environ: Mapping[str, str] | None = None) -> Scorer:
     every listed corpus built by the three browsers, or found under the key of their versions).
     Elsewhere the lane scorer, which is the caller's to pass."""
     if settings.get_flag(settings.ON_LANE, environ):
-        from bench.oracle.truth import (
-            fresh_corpora,  # the oracle's stack, loaded only where it builds
-        )
+        # the oracle's stack, loaded only where it builds
+        from bench.oracle.truth import fresh_corpora
 
         return local_scorer(corpora=fresh_corpora(environ=environ))
     return no_lane_scorer

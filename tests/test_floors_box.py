@@ -10,7 +10,9 @@ import shutil
 
 import pytest
 
+from bench import floors, scores
 from crates_bridge.workspace import EXAMPLE_ENGINE
+from lanes.base.errors import NevError
 from tests.helpers import lane_helpers as h
 from tests.helpers import lane_rig as rigs
 
@@ -72,8 +74,10 @@ def test_a_corpus_built_with_two_browsers_is_refused_as_ground_truth_on_a_lane(l
         assert f"corpus/{f}: {man['cases']} agreed of {CASES} generated" in s.stderr
 
 
-def test_a_lane_missing_a_browser_fails_the_floors_check_naming_it(box, lane_engine):
+def test_a_lane_missing_a_browser_fails_the_floors_check_naming_it(box, lane_engine, monkeypatch):
     rig, wt, env, lane = lane_engine
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
     hide = box.run_in(lane.name, ["sh", "-c", f"mv /usr/bin/firefox-esr {HIDDEN} && ! command -v firefox-esr"])
     assert hide.returncode == 0, hide.stderr
     try:
@@ -82,6 +86,11 @@ def test_a_lane_missing_a_browser_fails_the_floors_check_naming_it(box, lane_eng
         last = r.stderr.strip().splitlines()[-1]
         assert last.startswith("nev: firefox is not installed on ") and "install firefox-esr" in last, last
         assert "chromium" not in last.split(":")[1] and r.stdout == ""
+        # the landing's scorer (the after-landing raise) fails with the lane's line and its code
+        with pytest.raises(NevError) as e:
+            scores.lane_scorer(floors.scoring_for(wt, env), env)
+        assert e.value.exit_code == 11 and "exited 11: firefox is not installed on " in str(e.value)
+        assert str(e.value).endswith("nothing was written")
     finally:
         back = box.run_in(lane.name, ["sh", "-c", f"mv {HIDDEN} /usr/bin/firefox-esr && command -v firefox-esr"])
         assert back.returncode == 0, back.stderr

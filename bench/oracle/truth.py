@@ -91,10 +91,10 @@ def fresh_corpora(count: int | None = None, store_root: Path | None = None,
                        f"{settings.CORPUS_CASES.default}) or give a positive number")
 
     def provide(names: list[str], root: Path) -> None:
-        from bench.oracle.build import (  # the engines' stack, loaded when needed
-            build_many,
-            summary_lines,
-        )
+        if not names:
+            return
+        # the engines' stack, loaded only when a corpus is asked for
+        from bench.oracle.build import build_many, summary_lines
 
         gone = eng.missing(THREE)
         if gone:
