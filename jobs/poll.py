@@ -9,6 +9,7 @@ box submitted that has no result yet, and `decide` (pure) picks one action per j
 | result failed / stopped (exit 1, 8, 9, 10) | recorded as failed, never resent |
 | no result, run ended with the run step's exit 3 (inventory not ready) | resent, not counted as a send |
 | no result, run ended with the publish step's exit 7 | resent, not counted as a send |
+| no result, run cut off (a step left running, or the run step ended by a signal: the lane or its Dagu restarted) | resent once (counted under `cutoffs`); cut off a second time: recorded as failed |
 | no result, run still queued or running | wait |
 
 The tick (`jobs.tick`) runs this after the approved tracks, under its one lock. The job
@@ -62,12 +63,39 @@ class StepExit(IntEnum):
     PUBLISH_FAILED = 7       # the publish step: resent, not counted as a send
 
 
+CUTOFF_RESENDS = 1  # a run cut off is resent this many times; the next cut-off is a failure
+RUN_ENDED_BY_FAILURE = frozenset({"failed", "partially_succeeded"})
+
+
 @dataclass(frozen=True)
 class RunInfo:
     done: bool
     status: str
     run_exit: int | None = None      # the run step's exit; None: it did not end, or ended without one (killed)
     publish_exit: int | None = None  # the publish step's
+    cut_off: str | None = None       # why the run counts as cut off (`cut_off`), None when it does not
+
+
+def cut_off(status: str, steps: list[tuple[str, str, str]]) -> str | None:
+    """Why an ended run of the job workflow counts as cut off, or None (pure). `steps` are
+    (name, Dagu's statusLabel, exit code as `dagu.api.step_exit_code` reads it).
+
+    | the run ended (not aborted: a stop is no cut-off) and | cut off? |
+    |---|---|
+    | a step is still `running` (its process died with the lane's Dagu; Dagu's zombie check ended the run) | yes |
+    | the prepare, run or publish step failed with no exit status (a signal ended it) | yes |
+    | otherwise (every step ended with an exit status, or never started) | no |
+    """
+    if status not in RUN_ENDED_BY_FAILURE:
+        return None
+    for name, st, _code in steps:
+        if st == "running":
+            return f"step {name} was left running when the run ended {status}"
+    for name, st, code in steps:
+        if name in ("prepare", "run", "publish") and st == "failed" and code == "-":
+            return f"step {name} ended without an exit status (a signal)"
+    return None
+
 
 
 class Act(StrEnum):
@@ -82,6 +110,7 @@ class Act(StrEnum):
 class Action:
     kind: Act
     why: str
+    cut_off: bool = False   # a resend of a run cut off (counted under `cutoffs`)
 
 
 def _code(x: int | None) -> str:
@@ -106,6 +135,11 @@ def decide(rec: JobRecord | None, res: Result | None, run: RunInfo | None) -> Ac
         return Action(Act.RESEND, "inventory not ready (exit 3)")
     if run.publish_exit == StepExit.PUBLISH_FAILED:
         return Action(Act.RESEND, "publishing the result failed (exit 7)")
+    if run.cut_off:
+        if rec.cutoffs >= CUTOFF_RESENDS:
+            return Action(Act.FAILED, f"run {rec.run_id} was cut off again ({run.cut_off}) after "
+                                      f"{rec.cutoffs} resend(s) of a cut-off run; not resent again")
+        return Action(Act.RESEND, f"run {rec.run_id} was cut off: {run.cut_off}", cut_off=True)
     return Action(Act.FAILED, f"run {rec.run_id} ended {run.status} without a result "
                               f"(run step exit {_code(run.run_exit)}, publish exit {_code(run.publish_exit)})")
 
@@ -130,7 +164,9 @@ def read_runs(jobs: dict[str, JobRecord]) -> dict[str, RunInfo]:
                 for name, run_id in runs:
                     st = api.find_run(run_id)
                     steps = {s.name: s for s in st.steps}
-                    out[name] = RunInfo(st.done, st.status, code(steps.get("run")), code(steps.get("publish")))
+                    cut = cut_off(st.status, [(s.name, s.status, api_mod.step_exit_code(s)) for s in st.steps]) \
+                        if st.done else None
+                    out[name] = RunInfo(st.done, st.status, code(steps.get("run")), code(steps.get("publish")), cut)
         except NevError as e:
             info(f"poll: cannot read runs on lane {lane if lane is not None else 'default'}: {e}")
     return out
@@ -223,6 +259,8 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
             with _record(env, name, rec) as r:
                 if r is not None:
                     r.polled_at, r.run_id, r.status, r.resends = now, run_id, JobStatus.RESENT, rec.resends + 1
+                    if act.cut_off:
+                        r.cutoffs = rec.cutoffs + 1
             info(f"{name}: resent ({act.why}), run {run_id}; not counted as a send")
         else:
             assert res is not None or act.kind is Act.FAILED
@@ -233,7 +271,7 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
                         r.result, r.exit, r.outcome = res.commit, res.exit, res.outcome
                         r.run_id = res.run_id or (rec.run_id if rec else None)
                     if act.kind is Act.FAILED:
-                        r.status = JobStatus.FAILED
+                        r.status, r.why = JobStatus.FAILED, act.why
                         failed += 1
             if act.kind is Act.FAILED:
                 info(f"{name}: failed: {act.why}")

@@ -50,6 +50,37 @@ def test_decide(rec, res, run, kind):
     assert decide(rec, res, run).kind == kind
 
 
+CUT = "step run was left running when the run ended failed"
+
+
+def test_a_run_cut_off_is_resent_once_and_counted_then_a_second_cut_off_is_failed():
+    first = decide(_rec("submitted", run_id="r"), None, RunInfo(True, "failed", None, None, CUT))
+    assert first.kind == "resend" and first.cut_off and CUT in first.why
+    second = decide(_rec("resent", run_id="r2", resends=1, cutoffs=1), None, RunInfo(True, "failed", None, None, CUT))
+    assert second.kind == "failed" and not second.cut_off
+    assert "cut off again" in second.why and "not resent again" in second.why
+    # a resend for exit 3 does not use up the cut-off's one resend
+    third = decide(_rec("resent", run_id="r3", resends=1, cutoffs=0), None, RunInfo(True, "failed", None, None, CUT))
+    assert third.kind == "resend" and third.cut_off
+
+
+@pytest.mark.parametrize("status,steps,cut", [
+    # Dagu's zombie check ended the run while the run step's process was gone with the lane
+    ("failed", [("prepare", "succeeded", "0"), ("run", "running", "-"), ("publish", "not_started", "-")], True),
+    # the runner killed by a signal (the lane's Dagu killed under it)
+    ("failed", [("prepare", "succeeded", "0"), ("run", "failed", "-"), ("publish", "succeeded", "0")], True),
+    # a failed prepare (exit 1): later steps never started; not a cut-off
+    ("failed", [("prepare", "failed", "1"), ("run", "not_started", "-"), ("publish", "not_started", "-")], False),
+    # a run that published its result, then archive failed
+    ("partially_succeeded", [("run", "failed", "1"), ("publish", "succeeded", "0"), ("archive", "failed", "2")], False),
+    # stopped by a person (`nev dagu stop-run`): never a cut-off
+    ("aborted", [("prepare", "succeeded", "0"), ("run", "aborted", "-")], False),
+    ("succeeded", [("run", "succeeded", "0")], False),
+])
+def test_cut_off_is_a_step_left_running_or_killed_by_a_signal(status, steps, cut):
+    assert (poll_mod.cut_off(status, steps) is not None) is cut
+
+
 def _forge_with_result(tmp: Path, outcome: str, code: int, spec_on_main: bool = False,
                        verify: str | None = None) -> tuple[Path, Path]:
     forge = tmp / "forge.git"
