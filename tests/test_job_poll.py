@@ -299,3 +299,35 @@ def test_install_and_uninstall_the_crontab_line_keeps_other_lines(tmp_path):
             subprocess.run(["crontab", "-r"], capture_output=True)
         else:
             subprocess.run(["crontab", "-"], input=original, text=True)
+
+
+def test_the_tick_resends_a_cut_off_run_once_then_records_the_second_cut_off_as_failed(tmp_path, monkeypatch):
+    """The tick's wiring around `decide`: a real forge with no result and real job records; only
+    the lane's Dagu (the runs read, the resend) is faked at the edge."""
+    from jobs import forge as forge_mod
+    from jobs import records
+    from lanes.base.gitrun import Repo
+
+    forge = tmp_path / "forge.git"
+    git(tmp_path, "init", "-q", "--bare", str(forge))
+    dev = tmp_path / "dev"
+    make_checkout(dev)
+    env = _env(tmp_path, forge)
+    with records.locked(env) as recs:
+        recs.jobs["demo"] = JobRecord(job="demo", sends=1, run_id="run-1", spec="demo")
+    cut = RunInfo(True, "failed", None, None, "step run was left running when the run ended failed")
+    sent: list[str] = []
+    monkeypatch.setattr(poll_mod, "read_runs", lambda jobs: {n: cut for n in jobs})
+    monkeypatch.setattr(poll_mod, "resend", lambda rec: (sent.append(rec.run_id), f"run-{len(sent) + 1}")[1])
+    repo = Repo(dev)
+    f = forge_mod.from_settings(env, repo)
+    assert poll_mod.poll_jobs(repo, f, env) == 0
+    rec = records.read(env).jobs["demo"]
+    assert sent == ["run-1"] and (rec.status, rec.run_id, rec.resends, rec.cutoffs) == ("resent", "run-2", 1, 1)
+    assert poll_mod.poll_jobs(repo, f, env) == 1          # cut off again: failed, not resent
+    rec = records.read(env).jobs["demo"]
+    assert sent == ["run-1"] and (rec.status, rec.resends, rec.cutoffs) == ("failed", 1, 1)
+    assert rec.why and "cut off again" in rec.why
+    st = nev(["job", "status", "demo"], env)
+    assert "demo: failed" in st.stdout and "1 cut-off(s)" in st.stdout and "not resent again" in st.stdout
+    assert poll_mod.poll_jobs(repo, f, env) == 0 and sent == ["run-1"]   # recorded: nothing more
