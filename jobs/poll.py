@@ -5,7 +5,7 @@ box submitted that has no result yet, and `decide` (pure) picks one action per j
 
 | seen | action |
 |---|---|
-| result passed | land it (`jobs.land.land` in this process, as `nev land SPEC SPEC_SHA TIP`; the branch named like the spec is set to the result); after a landing, job/<name> and result/<name> are deleted on the forge |
+| result passed | land it (`jobs.land.land` in this process, as `nev land SPEC SPEC_SHA TIP`; the branch named like the spec is set to the result); after a landing, job/<name> and result/<name> are deleted on the forge while they are still what landed (`clean_up_forge`) |
 | result failed / stopped (exit 1, 8, 9, 10) | recorded as failed, never resent |
 | no result, run ended with the run step's exit 3 (inventory not ready) | resent, not counted as a send |
 | no result, run ended with the publish step's exit 7 | resent, not counted as a send |
@@ -206,9 +206,29 @@ def land(repo: Repo, name: str, res: Result, rec: JobRecord | None, forge: forge
             raise
         repo.delete_ref(branch, res.commit)
         return JobStatus.NOT_LANDED, f"nev land exit {e.exit_code}: {mask(e.message)}"
-    forge.delete(repo, f"job/{name}", f"result/{name}")
+    kept = clean_up_forge(repo, forge, name, res, rec, environ)
     repo.delete_ref(f"refs/nev/results/{name}")
-    return JobStatus.LANDED, f"landed on main ({repo.rev('refs/heads/main')[:12]}); job/{name} and result/{name} deleted"
+    main = repo.rev("refs/heads/main")[:12]
+    if kept:
+        return JobStatus.LANDED, (f"landed on main ({main}); {' and '.join(kept)} kept: it moved since "
+                                  "(submitted again while this result landed)")
+    return JobStatus.LANDED, f"landed on main ({main}); job/{name} and result/{name} deleted"
+
+
+def clean_up_forge(repo: Repo, forge: forge_mod.Forge, name: str, res: Result, rec: JobRecord | None,
+                   environ: Mapping[str, str]) -> list[str]:
+    """After a landing: job/<name> and result/<name> deleted on the forge only while they are what
+    landed (a compare-and-swap each), so a submission of the same name made while the result
+    landed keeps its branch. job/<name> is what landed when the landed result holds its tip and
+    the job was not submitted again since this tick read its record; result/<name> when it is
+    still the landed result. The branches kept."""
+    with records.locked(environ) as recs:
+        seen = rec.sends if rec else 0
+        again = name in recs.jobs and recs.jobs[name].sends != seen
+    job_tip = None if again else forge.ls(repo, "job").get(name)
+    if job_tip is not None and not repo.is_ancestor(job_tip, res.commit):
+        job_tip = None
+    return forge.delete_if_at(repo, {f"job/{name}": job_tip, f"result/{name}": res.commit})
 
 
 @contextmanager

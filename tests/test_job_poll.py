@@ -331,3 +331,56 @@ def test_the_tick_resends_a_cut_off_run_once_then_records_the_second_cut_off_as_
     st = nev(["job", "status", "demo"], env)
     assert "demo: failed" in st.stdout and "1 cut-off(s)" in st.stdout and "not resent again" in st.stdout
     assert poll_mod.poll_jobs(repo, f, env) == 0 and sent == ["run-1"]   # recorded: nothing more
+
+
+def test_resubmitting_a_job_while_the_tick_lands_it_keeps_the_new_job_branch(tmp_path, monkeypatch):
+    """A job submitted again under the same name while the tick lands its earlier result: the
+    tick's clean-up after the landing deletes job/<name> and result/<name> on the forge only while
+    they are still what it landed, so the new submission's branch stays. The landing is real (its
+    gate runs here and holds until the submission is done); the submission pushes to the same
+    local forge, with only its lane and Dagu faked at the edge."""
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    gate = (f"touch {ctl}/gate-started; i=0; while [ ! -e {ctl}/go ] && [ $i -lt 600 ]; do sleep 0.05; "
+            f"i=$((i+1)); done")
+    forge, dev = _forge_with_result(tmp_path, "passed", 0, spec_on_main=True, verify=gate)
+    landed_job_tip = git(forge, "rev-parse", "refs/heads/job/demo")
+    env = {**_env(tmp_path, forge), "NEV_LANES_FILE": str(tmp_path / "no-lanes.json"), "NEV_ON_LANE": "1"}
+    err = (tmp_path / "poll.err").open("w")
+    tick = subprocess.Popen([sys.executable, "-m", "rig.cli", "job", "poll", "--repo", str(dev)], cwd=ROOT,
+                            env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+    try:
+        t0 = time.monotonic()
+        while not (ctl / "gate-started").exists():
+            assert tick.poll() is None, (tmp_path / "poll.err").read_text()
+            assert time.monotonic() - t0 < 60, "the landing's gate never started"
+            time.sleep(0.05)
+        other = tmp_path / "other"
+        git(tmp_path, "clone", "-q", "-b", "main", str(forge), str(other))
+        (other / "again.txt").write_text("a second go\n")
+        git(other, "add", "-A")
+        git(other, "commit", "-qm", "demo, again")
+        manifest = write_manifest(tmp_path / "again.yaml", git(other, "rev-parse", "HEAD"),
+                                  [{"name": "a", "kind": "command", "command": "true"}], name="demo")
+        for k in [k for k in os.environ if k.startswith(("NEV_", "GENERA_"))]:
+            monkeypatch.delenv(k)
+        fake_lane_dagu(monkeypatch)
+        assert submit_mod.submit(manifest, repo_path=other, environ={
+            "NEV_LANE_GIT_URL": str(forge), "NEV_STATE_DIR": str(tmp_path / "state"), "NEV_JOB_INSTALL_NEV": "0",
+            "NEV_FOLKNET_FILE": str(tmp_path / "none.json"), "PATH": os.environ["PATH"]}) == 0
+        new_tip = git(other, "rev-parse", "HEAD")
+        assert git(forge, "rev-parse", "refs/heads/job/demo") == new_tip != landed_job_tip
+        (ctl / "go").touch()
+        assert tick.wait(timeout=120) == 0, (tmp_path / "poll.err").read_text()
+    finally:
+        if tick.poll() is None:
+            tick.kill()
+            tick.wait()
+        err.close()
+    log = (tmp_path / "poll.err").read_text()
+    assert "demo: landed" in log, log
+    assert git(dev, "show", "main:out/x.txt") == "x"                        # the earlier result landed
+    assert git(forge, "rev-parse", "refs/heads/job/demo") == new_tip, log   # the new submission's branch stays
+    assert "job/demo kept: it moved" in log
+    rec = json.loads((tmp_path / "state" / "job-results.json").read_text())["jobs"]["demo"]
+    assert rec["status"] == "submitted" and rec["tip"] == new_tip           # the new submission's record
