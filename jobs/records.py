@@ -96,6 +96,8 @@ class JobRecord:
         out: dict[str, Any] = {x.name: getattr(self, x.name) for x in fields(self)
                                if x.name != "extra" and getattr(self, x.name) is not None}
         out["status"] = self.status.value
+        if not self.cutoffs:    # newer than the file format's first fields: absent until a cut-off
+            del out["cutoffs"]
         return {**out, **self.extra}
 
 
