@@ -353,15 +353,21 @@ def test_a_job_cut_off_by_a_lane_restart_is_resent_once_and_lands_without_rerunn
         assert time.monotonic() - t0 < 180, f"stage two of {name} never started"
         time.sleep(1)
     assert "waiting: run" in rig.ok("job", "poll").stderr
+    t_down = time.monotonic()
     _restart_lane(box, rig.lane)
     rig.ok("dagu", "start")
     out = ""
     t0 = time.monotonic()
+    t_resent = None
     while rig.record(name)["status"] != "landed":
         assert time.monotonic() - t0 < 420, f"{name} did not land:\n{out[-5000:]}"
         out += rig.nev("job", "poll").stderr
+        if t_resent is None and "resent" in out:
+            t_resent = time.monotonic()
         time.sleep(3)
     print(out[-4000:])
+    print(f"lane down to up with Dagu: {t0 - t_down:.1f} s; Dagu up to the resend: "
+          f"{(t_resent or t0) - t0:.1f} s (its zombie check); resend to landed: {time.monotonic() - (t_resent or t0):.1f} s")
     rec = rig.record(name)
     assert f"{name}: resent (run {run_id} was cut off:" in out
     assert rec["sends"] == 1 and rec["resends"] == 1 and rec["cutoffs"] == 1 and rec["run_id"] != run_id
