@@ -165,13 +165,18 @@ class Runner:
 
     # -- stages ----------------------------------------------------------------------------
     def _recover(self) -> None:
-        """A stage the last attempt left running was killed: end what is left of it."""
+        """A stage the last attempt left running was killed: end what is left of it. After the
+        lane restarted (another boot) nothing of it is left, and its group id may now be another
+        process's (the new Dagu's, this runner's): nothing is signalled."""
+        boot = procgroup.boot_id()
         for name, s in list(self.js.state.stages.items()):
             if s.status is Status.RUNNING:
-                if s.pgid and procgroup.alive(s.pgid):
+                same_boot = s.boot is None or s.boot == boot
+                if s.pgid and same_boot and procgroup.alive(s.pgid):
                     procgroup.stop(s.pgid)
-                self.js.record("stage-interrupted", stage=name)
-                info(f"stage {name}: cut short by the last run; it reruns from its start")
+                self.js.record("stage-interrupted", stage=name, same_boot=same_boot)
+                info(f"stage {name}: cut short by the last run"
+                     f"{'' if same_boot else ' (the lane has restarted since)'}; it reruns from its start")
 
     def _passed(self, st: Stage) -> bool:
         s = self.js.state.stages.get(st.name)
@@ -229,7 +234,7 @@ class Runner:
             proc = subprocess.Popen(argv, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     preexec_fn=_die_with_parent)
-            self.js.record("stage-started", stage=st.name, log=str(log_path), pgid=proc.pid,
+            self.js.record("stage-started", stage=st.name, log=str(log_path), pgid=proc.pid, boot=procgroup.boot_id(),
                            inputs={"stage": st.digest(), "manifest": self.m.digest, "head": head,
                                    "inventory": self.js.state.inventory.snapshot if self.js.state.inventory else None})
             info(f"stage {st.name} ({st.kind}): started")

@@ -369,3 +369,88 @@ def test_one_installed_tick_lands_two_approved_tracks_and_a_finished_job_each_on
                         timeout=600)
     assert r2.returncode == 0 and "land: tick: 0 landed, 0 skipped, 0 refused" in r2.stderr, r2.stderr[-3000:]
     assert git(rig.dev, "rev-parse", "main") == main
+
+
+def _restart_lane(box, lane) -> None:
+    """The lane restarted: every process of it (its sshd, Dagu, the job's runner and stage) killed
+    at once, then the box starts it again. On an LXC lane that is the guest's init killed: the
+    kernel ends the guest's whole PID namespace with it (killing sshd alone leaves init running
+    while Dagu, its other child, runs). A netns lane's processes are killed one by one."""
+    import signal
+
+    from rig.box import Box, procs, state
+
+    st = state.read_state(box.dir)
+    assert st is not None
+    rec = st.procs[f"{lane.name}.sshd"]
+    assert procs.alive(rec)
+    if st.lanes_kind == "lxc":
+        init = int(Path(f"/proc/{rec.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])   # its parent
+        assert "init" in Path(f"/proc/{init}/cmdline").read_text()
+        os.kill(init, signal.SIGKILL)
+    else:
+        ns = os.readlink(f"/proc/{rec.pid}/ns/net")
+        for p in Path("/proc").iterdir():
+            try:
+                if p.name.isdigit() and os.readlink(p / "ns" / "net") == ns:
+                    os.kill(int(p.name), signal.SIGKILL)
+            except OSError:
+                pass
+    t0 = time.monotonic()
+    while procs.alive(rec):
+        assert time.monotonic() - t0 < 30, "the lane did not go down"
+        time.sleep(0.2)
+    r = Box(box.name, box.net, box.dir).bring_up(len(box.lanes))
+    assert f"started {lane.name}.sshd" in r.changed, r.changed
+
+
+def test_a_job_cut_off_by_a_lane_restart_is_resent_once_and_lands_without_rerunning_stage_one(rig, box):
+    """Acceptance (#21): the lane restarted (its sshd and Dagu killed, then started) in the middle
+    of a job's second stage; the tick resends the job once (counted), the resumed run does not run
+    stage one again (its counter on the lane says 1), reruns stage two, and the job lands."""
+    name = "cutoff"
+    home = rig.lane.host_home
+    one, two = home / f"{name}-one.count", home / f"{name}-two.count"
+    for p in (one, two):
+        p.unlink(missing_ok=True)
+    git(rig.dev, "checkout", "-q", "main")
+    run_id = rig.job(name, [
+        {"name": "one", "kind": "command",
+         "command": f'echo ran >> "$HOME/{one.name}" && mkdir -p out/{name} && echo one > out/{name}/one.txt'},
+        # the first run of stage two holds until the lane goes down under it; the rerun passes
+        {"name": "two", "kind": "command",
+         "command": f'echo ran >> "$HOME/{two.name}"; if [ "$(wc -l < "$HOME/{two.name}")" -lt 2 ]; then '
+                    f'sleep 600; fi; echo two > out/{name}/two.txt'},
+    ])
+    t0 = time.monotonic()
+    while not two.exists():
+        assert time.monotonic() - t0 < 180, f"stage two of {name} never started"
+        time.sleep(1)
+    assert "waiting: run" in rig.ok("job", "poll").stderr
+    t_down = time.monotonic()
+    _restart_lane(box, rig.lane)
+    rig.ok("dagu", "start")
+    out = ""
+    t0 = time.monotonic()
+    t_resent = None
+    while rig.record(name)["status"] != "landed":
+        assert time.monotonic() - t0 < 420, f"{name} did not land:\n{out[-5000:]}"
+        out += rig.nev("job", "poll").stderr
+        if t_resent is None and "resent" in out:
+            t_resent = time.monotonic()
+        time.sleep(3)
+    print(out[-4000:])
+    print(f"lane down to up with Dagu: {t0 - t_down:.1f} s; Dagu up to the resend: "
+          f"{(t_resent or t0) - t0:.1f} s (its zombie check); resend to landed: {time.monotonic() - (t_resent or t0):.1f} s")
+    rec = rig.record(name)
+    assert f"{name}: resent (run {run_id} was cut off:" in out
+    assert rec["sends"] == 1 and rec["resends"] == 1 and rec["cutoffs"] == 1 and rec["run_id"] != run_id
+    assert one.read_text() == "ran\n"              # stage one ran once, before the restart
+    assert two.read_text() == "ran\nran\n"         # stage two: cut off, then rerun from its start
+    assert git(rig.dev, "show", f"main:out/{name}/one.txt") == "one"
+    assert git(rig.dev, "show", f"main:out/{name}/two.txt") == "two"
+    subjects = git(rig.dev, "log", "--format=%s", "main").splitlines()
+    assert subjects.count(f"job {name}: stage one (command)") == 1
+    assert f"job {name}: passed (exit 0)" in subjects
+    st = rig.ok("job", "status", name).stdout
+    assert "1 resend(s)" in st and "1 cut-off(s)" in st

@@ -175,6 +175,49 @@ def test_kill_9_in_stage_two_then_resume_does_not_rerun_stage_one(tmp_path, gate
     assert json.loads(st.stdout)[0]["stages"] == {"one": "passed", "two": "passed", "three": "passed"}
 
 
+def test_resume_after_a_lane_restart_signals_no_group_of_the_earlier_boot(tmp_path, gateway):
+    """A stage cut short in an earlier boot of the lane (an LXC guest started again) left nothing
+    behind, and its recorded group id may name another process now (the new Dagu, the runner):
+    the resume signals nothing and reruns the stage."""
+    import subprocess
+
+    marker = tmp_path / "marker"
+    work, m = _three_stage(tmp_path, marker)
+    state = tmp_path / "state"
+    env = lane_env(tmp_path, gateway.port)
+    p = nev_popen(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
+    t0 = time.monotonic()
+    while not Path(f"{marker}.started").exists():
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() - t0 < 30
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    from lanes.base import procgroup
+
+    last = events(state)[-1]
+    assert last["event"] == "stage-started" and last["stage"] == "two" and last["boot"] == procgroup.boot_id()
+    procgroup.stop(last["pgid"])            # the restart took the stage's processes with it
+    # an unrelated group that now holds the recorded id, as after a restart, and another boot
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        lines = (state / "events.jsonl").read_text().splitlines()
+        lines[-1] = json.dumps({**last, "pgid": other.pid, "boot": "an-earlier-boot:1"}, sort_keys=True)
+        (state / "events.jsonl").write_text("\n".join(lines) + "\n")
+        marker.touch()
+        r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
+        assert r.returncode == 0, r.stderr
+        assert "stage two: cut short by the last run (the lane has restarted since)" in r.stderr
+        assert other.poll() is None and group_alive(other.pid)   # not signalled
+        evs = events(state)
+        assert [e["stage"] for e in evs if e["event"] == "stage-started"] == ["one", "two", "two", "three"]
+        assert any(e["event"] == "stage-interrupted" and e["same_boot"] is False for e in evs)
+        assert (state / "one.count").read_text() == "ran\n"
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_failed_stage_exits_1_with_a_failed_result_and_the_log(tmp_path, gateway):
     work = tmp_path / "work"
     base = make_checkout(work)

@@ -75,7 +75,7 @@ def test_remove_keeps_a_copy_whose_lock_a_gate_took_after_the_survey(tmp_path):
     finally:
         os.close(fd)
     assert ans == {"removed": {"free": ""}, "failed": {"held": "locked by a running gate; kept"},
-                   "agents_removed": [], "agents_failed": {}}
+                   "agents_removed": [], "agents_failed": {}, "writers_removed": [], "writers_failed": {}}
     assert Path(root.copy("held")).is_dir() and not Path(root.copy("free")).exists()
 
 
@@ -305,3 +305,15 @@ echo t > {a}/corpus/wt-a/1.tar; touch -d '90 days ago' {a}/corpus/wt-a/1.tar""")
     finally:
         scene.sh(f"rm -rf {shared}")
         scene.close()
+
+
+def test_decide_writers_removes_only_orphan_records_whose_commits_were_fetched():
+    W = sw.WriterRecord
+    recs = [W("running", True, False, True), W("unfetched", True, False, False, ("abc writer: first",)),
+            W("broken", False, False, False), W("hascopy", True, True, False), W("going", True, True, False),
+            W("orphan", True, False, False)]
+    got = {d.name: (d.remove, d.why) for d in sw.decide_writers(recs, {"going"}, None)}
+    assert {n for n, (rm, _) in got.items() if rm} == {".writer-going", ".writer-orphan"}
+    assert "never fetched" in got[".writer-unfetched"][1] and "abc writer: first" in got[".writer-unfetched"][1]
+    assert "running" in got[".writer-running"][1] and "copy stays" in got[".writer-hascopy"][1]
+    assert [d.name for d in sw.decide_writers(recs, set(), "orphan")] == [".writer-orphan"]
