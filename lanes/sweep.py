@@ -308,9 +308,9 @@ def after_landing(track: str, repo: Repo | None = None) -> int:
 class Archive:
     """One entry of the share's archive folders (`lanes/agent/retention.py`)."""
 
-    kind: str    # gate-logs | job-logs | corpus
-    name: str    # the worktree or job it belongs to
-    entry: str   # a log file, a Dagu run's folder, a corpus tar
+    kind: str    # gate-logs | job-logs | corpus | corpora (the oracle's corpus store)
+    name: str    # the worktree or job it belongs to (for the store: the corpus's function)
+    entry: str   # a log file, a Dagu run's folder, a corpus tar, a store entry
     mtime: float
     size: int = 0
 
@@ -320,6 +320,8 @@ class Archive:
 
     @property
     def label(self) -> str:
+        if self.kind == "corpora":
+            return f"corpora/{self.entry}"
         return f"archive/{self.kind}/{self.name}/{self.entry}"
 
 

@@ -48,7 +48,7 @@ LANE_SSH = _s("NEV_LANE_SSH", None, "one lane as [user@]host[:port]; overrides l
 LANE_GIT_URL = _s("NEV_LANE_GIT_URL", None, "the forge repository as the lanes reach it (rig address; else the lanes file's "
                   "git_url): lane mirrors and job steps fetch and publish there; no credential in it")
 LANE_FETCH_MAX_AGE = _s("NEV_LANE_FETCH_MAX_AGE", "600", "seconds before a lane mirror fetches from the forge again")
-ARCHIVE_KEEP_DAYS = _s("NEV_ARCHIVE_KEEP_DAYS", "30", "days the share keeps archive/gate-logs, job-logs and corpus entries (`nev lane sweep --archives`, the tick once a day); the newest per worktree or job always stays")
+ARCHIVE_KEEP_DAYS = _s("NEV_ARCHIVE_KEEP_DAYS", "30", "days the share keeps archive/gate-logs, job-logs and corpus entries, and unused corpus store entries (`nev lane sweep --archives`, the tick once a day); the newest per worktree, job or function always stays")
 LANE_MIN_FREE_GB = _s("NEV_LANE_MIN_FREE_GB", "20", "free GB a lane root needs before a gate; below it the lane is swept")
 LANE_STRICT = _s("NEV_LANE_STRICT", None, "when set to 1, every check runs lane-only (never on the dev box); a landing's verify always does")
 LANE_KEEP_ENV = _s("NEV_LANE_KEEP_ENV", None, "when set to 1, the lane copy keeps .env after the run")
