@@ -1,0 +1,152 @@
+"""Budgets and the planner on the rig-in-a-box: the real LiteLLM proxy and HAProxy, the stand-in
+pools answering from the banks, real rustc; batches run in place as a job's batch stage runs them
+(NEV_ON_LANE=1, the job's name as NEV_LEDGER_NAME, the manifest's budget as NEV_BUDGET_TOKENS)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench import folknet as fk
+from bench import ledger
+from bench.budget import spent_in
+from tests.test_batch_box import DATA, ROOT, SAMPLING, env_for, nev, repo  # noqa: F401  (repo: a fixture)
+
+
+@pytest.fixture
+def wrong_only(box, repo):  # noqa: F811
+    """Pools answering abspos_width only with wrong or broken versions: a batch never passes, so
+    it draws every round it is allowed."""
+    for p in box.pools:
+        box.pool_control(p, reset=True)
+        box.pool_control(p, bank=str(DATA / "bank_escalate.json"))
+    yield box
+    for p in box.pools:
+        box.pool_control(p, reset=True)
+
+
+def lines_of(box, name: str) -> list[dict]:
+    return ledger.read(ledger.ledger_dir(box.nas) / f"{name}.jsonl")
+
+
+def calls_in(lines: list[dict]) -> int:
+    return sum(m.get("calls") or 0 for ln in lines for m in ln["models"].values())
+
+
+def test_a_jobs_token_budget_stops_the_batch_before_passing_it_and_the_next_job_is_unaffected(
+        wrong_only, repo, tmp_path):  # noqa: F811
+    box = wrong_only
+    env = {**env_for(box, repo), "NEV_THROUGHPUT_DIR": str(tmp_path / "tp")}
+    run = ["batch", "run", "abspos_width", "--models", f"{SAMPLING}:8:4", "--escalate-after", "9", "--seed", "3"]
+    tag = uuid.uuid4().hex[:6]
+
+    # What one round costs, measured here (a job without a budget, one round)
+    r0 = nev({**env, "NEV_LEDGER_NAME": f"measure-{tag}"}, repo, *run, "--max-batches", "1")
+    assert r0.returncode == 1, r0.stdout + r0.stderr
+    per_round = spent_in(lines_of(box, f"measure-{tag}"))[0]
+    assert per_round > 0
+    budget = per_round * 3 // 2
+
+    # job A: a budget of 1.5 rounds, four rounds allowed
+    served0 = box.pool_control("gpu0")["served"]
+    ra = nev({**env, "NEV_LEDGER_NAME": f"job-a-{tag}", "NEV_BUDGET_TOKENS": str(budget)}, repo, *run,
+             "--max-batches", "4")
+    assert ra.returncode == 11, ra.stdout + ra.stderr
+    assert "the budget bound" in ra.stdout and "no version passed before the budget bound" in ra.stdout
+    la = lines_of(box, f"job-a-{tag}")
+    spent = spent_in(la)[0]
+    assert per_round <= spent <= budget, (spent, budget)
+    assert 2 <= len(la) < 4                          # it stopped before the rounds it was allowed
+    last = la[-1]
+    assert last["budget"]["bound"] == "tokens" and last["budget"]["tokens"] == budget
+    assert last["budget"]["spent_tokens"] == spent
+    share = last["models"][SAMPLING]
+    assert share["status"] == "budget" and share["constraints"]["bound"] == "budget"
+    # every call the pool served is in the ledger: nothing drawn unmetered
+    assert box.pool_control("gpu0")["served"] - served0 == calls_in(la)
+
+    # job A again (a resume): its ledger already holds the spend, so nothing is drawn
+    served1 = box.pool_control("gpu0")["served"]
+    ra2 = nev({**env, "NEV_LEDGER_NAME": f"job-a-{tag}", "NEV_BUDGET_TOKENS": str(budget)}, repo, *run,
+              "--max-batches", "4")
+    assert ra2.returncode == 11, ra2.stdout + ra2.stderr
+    assert box.pool_control("gpu0")["served"] == served1
+    assert spent_in(lines_of(box, f"job-a-{tag}"))[0] == spent
+
+    # the next job, with a budget of its own the same size: job A's spend is not its spend
+    rb = nev({**env, "NEV_LEDGER_NAME": f"job-b-{tag}", "NEV_BUDGET_TOKENS": str(budget)}, repo, *run,
+             "--max-batches", "1")
+    assert rb.returncode == 1, rb.stdout + rb.stderr      # no pass, but not the budget
+    lb = lines_of(box, f"job-b-{tag}")
+    assert len(lb) == 1 and lb[0]["candidates"] == 8 and lb[0]["budget"]["bound"] is None
+    assert lb[0]["models"][SAMPLING]["status"] == "ok"
+
+    # `nev ledger` shows the spend against the budget and that it bound; --json the constraints
+    t = nev(env, repo, "ledger", "--worktree", f"job-a-{tag}")
+    assert t.returncode == 0 and f"spent: {spent} tokens of {budget}" in t.stdout
+    assert "the budget bound (tokens)" in t.stdout and "bound by budget" in t.stdout
+    js = nev(env, repo, "ledger", "--worktree", f"job-a-{tag}", "--json")
+    rows = [json.loads(x) for x in js.stdout.splitlines()]
+    assert rows[0]["models"][SAMPLING]["constraints"]["planned"] == "gateway_limit"
+    assert set(rows[0]["models"][SAMPLING]["constraints"]["seconds"]) >= {"gateway_limit"}
+
+
+# ---- `nev batch plan`, end to end: a real sweep through the gateway, then three set-ups ----
+
+@pytest.fixture(scope="module")
+def swept(box, tmp_path_factory):
+    """A real `nev rig throughput` sweep of the sampling alias with its stand-in pool taking two
+    at once (1 s a call): throughput stops growing at 2 in flight."""
+    tmp = tmp_path_factory.mktemp("plan")
+    box.pool_control("gpu0", reset=True)
+    box.pool_control("gpu0", delay=1.0, max_inflight=2)
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("NEV_", "GENERA_"))}
+    env.update(box.env)
+    env.update({"NEV_THROUGHPUT_DIR": str(tmp / "tp"), "PYTHONPATH": str(ROOT), "NEV_LANE_SHARED": str(tmp / "share")})
+    try:
+        r = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "throughput", SAMPLING, "--inflight", "1,2,4",
+                            "--requests", "8", "--max-tokens", "32", "--json"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
+    finally:
+        box.pool_control("gpu0", reset=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["knee"] == 2, r.stdout
+    (tmp / "work").mkdir()
+    return env, tmp
+
+
+def plan_of(env: dict[str, str], cwd: Path, *extra: str) -> dict:
+    r = subprocess.run([sys.executable, "-m", "rig.cli", "batch", "plan", "abspos_width", "--models",
+                        f"{SAMPLING}:8:8", "--json", *extra], capture_output=True, text=True, cwd=cwd, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout)["plans"][0]
+
+
+def test_batch_plan_names_the_pool_knee_from_a_real_sweep(swept):
+    env, tmp = swept
+    p = plan_of(env, tmp / "work")
+    assert (p["bound"], p["inflight"], p["n"]) == ("pool_knee", 2, 8)
+    assert p["limits"]["max_inflight"] == 8 and p["limits"]["knee"] == 2
+
+
+def test_batch_plan_names_the_gateway_limit_when_the_declared_in_flight_is_below_the_knee(swept, box):
+    env, tmp = swept
+    data = json.loads(Path(box.folknet_file).read_text())
+    data["aliases"][SAMPLING]["max_inflight"] = 1
+    declared = tmp / "folknet-1.json"
+    declared.write_text(json.dumps(data))
+    assert fk.load(declared).aliases[SAMPLING].max_inflight == 1
+    p = plan_of({**env, "NEV_FOLKNET_FILE": str(declared)}, tmp / "work")
+    assert (p["bound"], p["inflight"], p["inflight_by"]) == ("gateway_limit", 1, "gateway_limit")
+
+
+def test_batch_plan_names_the_budget_when_it_pays_for_fewer_candidates(swept):
+    env, tmp = swept
+    p = plan_of(env, tmp / "work", "--budget-tokens", "7500")     # ~2400 a candidate (capacity.json)
+    assert (p["bound"], p["n"], p["inflight_by"]) == ("budget", 3, "pool_knee")
