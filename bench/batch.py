@@ -160,6 +160,9 @@ def draw_share(gw: Gateway, share: Share, messages: list[dict[str, str]], seed_b
     st.meter.limit = share.inflight            # at its limit: at the planned in-flight
     at0, frozen0 = st.meter.at_limit_s, st.pacer.frozen_s
     t0 = time.monotonic()
+    if gw.meter is not None and gw.meter.bound is not None:   # the plan found the budget spent: draw nothing
+        res.budget_stop_at = t0
+        sizes = []
 
     def one(i: int, n: int) -> None:
         if stop.is_set():
@@ -205,7 +208,7 @@ def _meter(cfg: RunConfig, gw: Gateway) -> Meter:
     return meter
 
 
-def plan_round(cfg: RunConfig, shares: Sequence[Share], meter: Meter, default_cost: int,
+def plan_round(cfg: RunConfig, shares: Sequence[Share], meter: Meter, prompt_chars: int | None,
                records: Sequence[Mapping[str, Any]], last: Mapping[str, Any] | None) -> list[plan_mod.AliasPlan]:
     """The round's plan (bench.plan) from the run's inputs, the budget left and the round before
     (a 429 that froze an alias there: cooldown). A budget that pays for no candidate at all stops
@@ -213,13 +216,12 @@ def plan_round(cfg: RunConfig, shares: Sequence[Share], meter: Meter, default_co
     b = cfg.budget
     left = Budget(None if b.tokens is None else max(0, b.tokens - meter.spent_tokens),
                   None if b.gpu_s is None else max(0.0, b.gpu_s - meter.spent_gpu_s))
-    cost = plan_mod.cost_of(records, default_cost)
+    cost = plan_mod.cost_of(records, prompt_chars, plan_mod.candidate_cost())
     cool = plan_mod.cooldowns(last)
-    plans = plan_mod.plan([plan_mod.Ask(s.alias, s.n, s.inflight) for s in shares], cfg.declared, cfg.measured,
-                          plan_mod.lane_of(records), left, cost, cool)
+    plans = plan_mod.plan([plan_mod.Ask(s.alias, s.n, s.inflight, s.supports_n) for s in shares], cfg.declared,
+                          cfg.measured, plan_mod.lane_of(records), left, cost, cool)
     if b.tokens is not None and all(pl.n == 0 for pl in plans):
-        meter.stop(Limit.TOKENS, f"{left.tokens} tokens left pay for no candidate "
-                                 f"(~{min(cost.get(s.alias) or cost['*'] for s in shares)} each)")
+        meter.stop(Limit.TOKENS, f"{left.tokens} tokens left pay for no candidate ({plans[0].why})")
     return plans
 
 
@@ -285,7 +287,7 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
         versions = best_versions(list(judged.values())) if escalated else []
         p = prompt.build(spec, signature, iface, failing, versions, cases_run=manifest.cases)
         (run_dir / f"prompt-r{rnd}.txt").write_text(p.text, encoding="utf-8")
-        plans = plan_round(cfg, shares, meter, len(p.text) // 3 + meter.answer_tokens,
+        plans = plan_round(cfg, shares, meter, len(p.text),
                            [*cfg.history, *(r.to_json() for r in rounds)], rounds[-1].to_json() if rounds else None)
         for pl in plans:
             echo("  " + pl.line())
@@ -475,7 +477,7 @@ def plan_command(function: str, repo: Path, models: str | None, budget_tokens: s
 
     cfg = config_from_settings(function, repo, models, None, None, None, None, None, budget_tokens, budget_gpu_s)
     meter = Meter(cfg.budget, spent_tokens=cfg.spent_before[0], spent_gpu_s=cfg.spent_before[1])
-    plans = plan_round(cfg, cfg.shares, meter, plan_mod.candidate_tokens(), cfg.history,
+    plans = plan_round(cfg, cfg.shares, meter, None, cfg.history,
                        cfg.history[-1] if cfg.history else None)
     if as_json:
         emit_json({"function": function, "budget": meter.to_json(), "plans": [p.to_json() for p in plans]})

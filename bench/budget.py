@@ -10,7 +10,7 @@ and what the calls in flight reserved, would pass the budget is not sent (`Budge
 
 | what | estimate |
 |---|---|
-| prompt tokens | the largest prompt of the alias seen so far, else the prompt's characters / 3 |
+| prompt tokens | the prompt's characters x the most tokens per character an answer of the alias reported, else the characters / 3 (a later round's prompt is longer: it carries the failing cases) |
 | completion tokens | n x the call's `max_tokens` when given, else n x the largest answer (per choice) seen so far x 1.25, else n x the declared candidate size (`capacity.json`) |
 
 Until an alias's first call has answered its cost is a guess, so its calls go one at a time until then.
@@ -96,7 +96,7 @@ class BudgetStop(Exception):
 
 @dataclass
 class _Seen:
-    max_prompt: int = 0
+    tokens_per_char: float = 0.0
     max_out_per_choice: int = 0
     answered: int = 0
     pending: int = 0
@@ -107,6 +107,7 @@ class Reservation:
     alias: str
     tokens: int
     gpu_s: float
+    prompt_chars: int
 
 
 @dataclass
@@ -144,7 +145,7 @@ class Meter:
     def estimate(self, alias: str, n: int, prompt_chars: int, max_tokens: int | None) -> tuple[int, float]:
         """The next call's tokens and GPU-seconds (see the module's table)."""
         s = self._seen.get(alias) or _Seen()
-        prompt = s.max_prompt or math.ceil(prompt_chars / CHARS_PER_TOKEN)
+        prompt = math.ceil(prompt_chars * s.tokens_per_char if s.tokens_per_char else prompt_chars / CHARS_PER_TOKEN)
         if max_tokens:
             per_choice = max_tokens
         elif s.answered:
@@ -182,7 +183,7 @@ class Meter:
             self._reserved_tokens += tokens
             self._reserved_gpu_s += gpu
             s.pending += 1
-            return Reservation(alias, tokens, gpu)
+            return Reservation(alias, tokens, gpu, prompt_chars)
 
     def stop(self, limit: Limit, why: str) -> None:
         """Stop drawing: the budget left pays for nothing more (the planner's finding)."""
@@ -207,7 +208,8 @@ class Meter:
                 self.spent_tokens += prompt_tokens + completion_tokens
                 self.spent_gpu_s = round(self.spent_gpu_s + gpu, 6)
                 s.answered += 1
-                s.max_prompt = max(s.max_prompt, prompt_tokens)
+                if r.prompt_chars > 0:
+                    s.tokens_per_char = max(s.tokens_per_char, prompt_tokens / r.prompt_chars)
                 s.max_out_per_choice = max(s.max_out_per_choice, math.ceil(completion_tokens / max(1, n)))
             self._cond.notify_all()
             return gpu

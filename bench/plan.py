@@ -11,7 +11,8 @@ Per alias the in-flight is the smallest of these (the first named wins a tie):
 | `asked` | INFLIGHT of `--models` | the share |
 
 and the batch size is N of the share unless the budget left pays for fewer candidates
-(`budget`: each alias gets its share of what is left, at its measured cost per candidate). A
+(`budget`: each alias gets its share of what is left, in proportion to its N, at its measured
+cost: the prompt once per call, scaled to this round's prompt, and the answer per candidate). A
 429 in the round before (the pacer froze the alias) makes `cooldown` the binding constraint: the
 alias draws at its lowered rate. What binds is, in that order: `cooldown`, `budget`, then the
 in-flight's constraint.
@@ -28,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import folknet as fk
-from bench.budget import DEFAULT_ANSWER_TOKENS, Budget
+from bench.budget import CHARS_PER_TOKEN, DEFAULT_ANSWER_TOKENS, Budget
+from bench.gateway import split_draws
 
 
 class Bound(StrEnum):
@@ -88,6 +90,19 @@ class Ask:
     alias: str
     n: int
     inflight: int
+    supports_n: bool = True
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What drawing costs in tokens: the prompt (once per call) and each answer (per candidate)."""
+
+    prompt_tokens: int
+    answer_tokens: int
+
+    def of(self, n: int, inflight: int, supports_n: bool) -> int:
+        """N candidates drawn as the batch draws them (`split_draws`: n per call where supported)."""
+        return len(split_draws(n, inflight, supports_n)) * self.prompt_tokens + n * self.answer_tokens
 
 
 @dataclass(frozen=True)
@@ -136,12 +151,12 @@ def _inflight_limits(ask: Ask, d: Declared, m: Measured, lane_share: float | Non
 
 def plan(asks: Sequence[Ask], declared: Mapping[str, Declared], measured: Mapping[str, Measured],
          lane: Lane | None = None, budget_left: Budget | None = None,
-         cost_per_candidate: Mapping[str, int] | None = None,
+         costs: Mapping[str, Cost] | None = None,
          cooldown_s: Mapping[str, float] | None = None) -> list[AliasPlan]:
     """One plan per share (see the module's table)."""
     lane = lane or Lane()
     budget_left = budget_left or Budget()
-    cost = cost_per_candidate or {}
+    cost = costs or {}
     cool = cooldown_s or {}
     lane_rate = (lane.cpus / lane.cpu_s_per_candidate
                  if lane.cpus and lane.cpu_s_per_candidate and lane.cpu_s_per_candidate > 0 else None)
@@ -158,14 +173,15 @@ def plan(asks: Sequence[Ask], declared: Mapping[str, Declared], measured: Mappin
         n, bound = ask.n, by
         named: dict[str, float | None] = {key: round(v, 2) for _b, key, v, _w in limits}
         if budget_left.tokens is not None:
-            per = cost.get(ask.alias) or cost.get("*")
-            if per:
+            c = cost.get(ask.alias) or cost.get("*")
+            if c:
                 mine = budget_left.tokens * ask.n // total_n
-                afford = mine // per
+                afford = next((k for k in range(ask.n, 0, -1) if c.of(k, inflight, ask.supports_n) <= mine), 0)
                 named["budget"] = float(afford)
                 if afford < ask.n:
-                    n, bound = int(afford), Bound.BUDGET
-                    why = f"{budget_left.tokens} tokens left pay for {afford} of {ask.n} at ~{per} a candidate"
+                    n, bound = afford, Bound.BUDGET
+                    why = (f"{mine} tokens left pay for {afford} of {ask.n} (~{c.prompt_tokens} a call's prompt, "
+                           f"~{c.answer_tokens} an answer)")
         if cool.get(ask.alias, 0) > 0:
             bound = Bound.COOLDOWN
             why = f"a 429 froze it for {cool[ask.alias]:.1f} s in the round before; it draws at a lowered rate"
@@ -216,15 +232,27 @@ def lane_of(records: Sequence[Mapping[str, Any]]) -> Lane:
     return Lane()
 
 
-def cost_of(records: Sequence[Mapping[str, Any]], default: int) -> dict[str, int]:
-    """Tokens per candidate by alias, from the calls of round records (the largest seen); `default`
-    for an alias never seen (keyed "*")."""
-    out: dict[str, int] = {"*": default}
+def cost_of(records: Sequence[Mapping[str, Any]], prompt_chars: int | None, default: Cost) -> dict[str, Cost]:
+    """By alias, from the calls of round records: the prompt's tokens per character (the most seen)
+    times `prompt_chars` (None: the newest record's prompt), and the largest answer per choice;
+    "*": for an alias never seen (characters / 3, else `default`)."""
+    chars = prompt_chars if prompt_chars is not None else next(
+        (r["prompt_chars"] for r in reversed(records) if isinstance(r.get("prompt_chars"), int)), None)
+    ratio: dict[str, float] = {}
+    answer: dict[str, int] = {}
     for r in records:
+        pc = r.get("prompt_chars")
         for c in r.get("calls") or []:
-            if c.get("status") == "ok" and c.get("choices"):
-                per = math.ceil((c.get("prompt_tokens", 0) + c.get("completion_tokens", 0)) / c["choices"])
-                out[c["alias"]] = max(out.get(c["alias"], 0), per)
+            if c.get("status") != "ok" or not c.get("choices"):
+                continue
+            a = c["alias"]
+            if isinstance(pc, int) and pc > 0:
+                ratio[a] = max(ratio.get(a, 0.0), c.get("prompt_tokens", 0) / pc)
+            answer[a] = max(answer.get(a, 0), math.ceil(c.get("completion_tokens", 0) / c["choices"]))
+    out = {"*": Cost(math.ceil(chars / CHARS_PER_TOKEN) if chars else default.prompt_tokens, default.answer_tokens)}
+    for a in answer:
+        prompt = math.ceil(ratio[a] * chars) if a in ratio and chars else out["*"].prompt_tokens
+        out[a] = Cost(prompt, answer[a])
     return out
 
 
@@ -254,16 +282,16 @@ def cooldowns(record: Mapping[str, Any] | None) -> dict[str, float]:
     return out
 
 
-def candidate_tokens(path: Path | None = None) -> int:
-    """A candidate's declared tokens (prompt + answer) in `capacity.json` (NEV_CAPACITY_FILE):
-    the cost per candidate before any call was seen."""
+def candidate_cost(path: Path | None = None) -> Cost:
+    """A candidate's declared prompt and answer tokens in `capacity.json` (NEV_CAPACITY_FILE): the
+    cost before any call was seen."""
     from lanes.base import settings
 
     try:
         c = json.loads((path or settings.path(settings.CAPACITY_FILE)).read_text(encoding="utf-8"))["candidate"]
-        return int(c["prompt_tokens"]) + int(c["answer_tokens"])
+        return Cost(int(c["prompt_tokens"]), int(c["answer_tokens"]))
     except (OSError, ValueError, KeyError, TypeError):
-        return 1800 + DEFAULT_ANSWER_TOKENS
+        return Cost(1800, DEFAULT_ANSWER_TOKENS)
 
 
 def render(plans: Sequence[AliasPlan]) -> list[str]:

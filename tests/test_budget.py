@@ -18,12 +18,14 @@ def test_an_unmeasured_alias_is_estimated_from_the_prompt_and_the_declared_answe
     assert m.estimate("a", 2, prompt_chars=300, max_tokens=50)[0] == 100 + 100
 
 
-def test_after_an_answer_the_estimate_is_the_largest_seen_with_a_margin():
+def test_after_an_answer_the_estimate_is_the_largest_seen_with_a_margin_and_scales_with_the_prompt():
     m = Meter(Budget(tokens=10_000))
     r = m.admit("a", 2, 300)
-    m.settle(r, 2, prompt_tokens=80, completion_tokens=200)      # 100 a choice
+    m.settle(r, 2, prompt_tokens=80, completion_tokens=200)      # 100 a choice, 0.27 tokens a character
     assert m.spent_tokens == 280
     assert m.estimate("a", 4, 300, None) == (80 + 4 * 125, 0.0)
+    # a later round's prompt carries the failing cases: twice the characters, twice the tokens
+    assert m.estimate("a", 1, 600, None)[0] == 160 + 125
 
 
 def test_a_call_that_would_pass_the_budget_is_not_admitted_and_the_bound_is_kept():

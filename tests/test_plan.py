@@ -11,6 +11,7 @@ from bench.plan import (
     AliasPlan,
     Ask,
     Bound,
+    Cost,
     Declared,
     Lane,
     Measured,
@@ -58,20 +59,29 @@ def test_the_pool_knee_binds_when_throughput_stops_growing_below_the_gateway_lim
 
 
 def test_the_budget_binds_when_what_is_left_pays_for_fewer_candidates_than_asked():
-    p = one(Ask(A, 16, 8), Declared(8), Measured.from_sweep(sweep(knee=None)),
-            budget_left=Budget(tokens=5000), cost_per_candidate={A: 1000})
+    # one candidate per call: 1000 tokens each (prompt 600 + answer 400)
+    p = one(Ask(A, 16, 8, supports_n=False), Declared(8), Measured.from_sweep(sweep(knee=None)),
+            budget_left=Budget(tokens=5000), costs={A: Cost(600, 400)})
     assert (p.bound, p.n, p.inflight_by) == (Bound.BUDGET, 5, Bound.GATEWAY)
     assert p.inflight == 5 and "5000 tokens left pay for 5 of 16" in p.why
 
 
+def test_the_budget_counts_the_prompt_once_per_call_when_calls_carry_several_candidates():
+    # n per call: 8 in flight, 16 candidates = 8 calls of 2: 8 x 600 + 16 x 400 = 11200
+    c = Cost(600, 400)
+    assert c.of(16, 8, True) == 11200 and c.of(16, 8, False) == 16000
+    assert one(Ask(A, 16, 8), Declared(8), budget_left=Budget(tokens=11200), costs={A: c}).n == 16
+    assert one(Ask(A, 16, 8), Declared(8), budget_left=Budget(tokens=11199), costs={A: c}).n == 15
+
+
 def test_a_budget_that_pays_for_no_candidate_plans_none():
-    p = one(Ask(A, 8, 4), Declared(8), budget_left=Budget(tokens=10), cost_per_candidate={"*": 2400})
+    p = one(Ask(A, 8, 4), Declared(8), budget_left=Budget(tokens=10), costs={"*": Cost(1800, 600)})
     assert (p.bound, p.n) == (Bound.BUDGET, 0)
 
 
 def test_the_budget_is_shared_by_the_aliases_in_proportion_to_what_they_ask():
-    ps = plan([Ask(A, 12, 4), Ask("b", 4, 2)], {A: Declared(8), "b": Declared(2)}, {},
-              budget_left=Budget(tokens=8000), cost_per_candidate={"*": 1000})
+    ps = plan([Ask(A, 12, 4, False), Ask("b", 4, 2, False)], {A: Declared(8), "b": Declared(2)}, {},
+              budget_left=Budget(tokens=8000), costs={"*": Cost(500, 500)})
     assert [(p.n, p.bound) for p in ps] == [(6, Bound.BUDGET), (2, Bound.BUDGET)]
 
 
@@ -107,9 +117,12 @@ def test_sweeps_records_and_cooldowns_are_read_from_what_the_rig_wrote(tmp_path)
     assert list(sweeps) == [A]
     m = Measured.from_sweep(sweeps[A])
     assert (m.knee, m.latency_s, m.tokens_per_call, m.peak_output_tok_s) == (4, 2.0, 200.0, 400.0)
-    recs = [{"new_unique": 4, "lane_cpu_s": 8.0, "phases": {"cpus": 2},
+    recs = [{"new_unique": 4, "lane_cpu_s": 8.0, "phases": {"cpus": 2}, "prompt_chars": 1200,
              "calls": [{"alias": A, "status": "ok", "choices": 2, "prompt_tokens": 300, "completion_tokens": 500}],
              "models": {A: {"constraints": {"seconds": {"gateway_limit": 1.0, "cooldown": 2.5}}}}}]
     assert lane_of(recs) == Lane(2, 2.0)
-    assert cost_of(recs, 999) == {"*": 999, A: 400}
+    # a quarter token a character; the newest prompt's size, or this round's (twice as long)
+    assert cost_of(recs, None, Cost(1800, 600)) == {"*": Cost(400, 600), A: Cost(300, 250)}
+    assert cost_of(recs, 2400, Cost(1800, 600))[A] == Cost(600, 250)
+    assert cost_of([], None, Cost(1800, 600)) == {"*": Cost(1800, 600)}
     assert cooldowns(recs[-1]) == {A: 2.5} and cooldowns(None) == {}
