@@ -221,7 +221,7 @@ def plan_round(cfg: RunConfig, shares: Sequence[Share], meter: Meter, prompt_cha
     plans = plan_mod.plan([plan_mod.Ask(s.alias, s.n, s.inflight, s.supports_n) for s in shares], cfg.declared,
                           cfg.measured, plan_mod.lane_of(records), left, cost, cool)
     if b.tokens is not None and all(pl.n == 0 for pl in plans):
-        meter.stop(Limit.TOKENS, f"{left.tokens} tokens left pay for no candidate ({plans[0].why})")
+        meter.stop(Limit.TOKENS, f"the plan: {plans[0].why}")
     return plans
 
 

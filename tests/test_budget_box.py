@@ -5,6 +5,7 @@ pools answering from the banks, real rustc; batches run in place as a job's batc
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -58,6 +59,8 @@ def test_a_jobs_token_budget_stops_the_batch_before_passing_it_and_the_next_job_
              "--max-batches", "4")
     assert ra.returncode == 11, ra.stdout + ra.stderr
     assert "the budget bound" in ra.stdout and "no version passed before the budget bound" in ra.stdout
+    assert f"plan: {SAMPLING} 8 at 4 (asked 8 at 4): bound by asked" in ra.stdout     # the line before a round
+    assert re.search(rf"plan: {SAMPLING} \d+ at \d+ \(asked 8 at 4\): bound by budget", ra.stdout), ra.stdout
     la = lines_of(box, f"job-a-{tag}")
     spent = spent_in(la)[0]
     assert per_round <= spent <= budget, (spent, budget)
@@ -97,6 +100,25 @@ def test_a_jobs_token_budget_stops_the_batch_before_passing_it_and_the_next_job_
     assert (first["planned"], first["inflight_by"], first["bound"]) == ("asked", "asked", "asked")
     assert first["seconds"]["asked"] >= 0
     assert rows[-1]["models"][SAMPLING]["constraints"]["bound"] == "budget"
+
+
+def test_a_429_freezes_the_alias_and_the_next_rounds_plan_and_the_ledger_name_the_cooldown(wrong_only, repo,
+                                                                                          tmp_path):  # noqa: F811
+    box = wrong_only
+    env = {**env_for(box, repo), "NEV_THROUGHPUT_DIR": str(tmp_path / "tp"),
+           "NEV_LEDGER_NAME": f"cool-{uuid.uuid4().hex[:6]}"}
+    box.pool_control("gpu0", fail="429", fail_times=2)        # answered with Retry-After: 1
+    r = nev(env, repo, "batch", "run", "abspos_width", "--models", f"{SAMPLING}:4:2", "--escalate-after", "9",
+            "--max-batches", "2", "--seed", "5")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(rf"plan: {SAMPLING} 4 at 2 \(asked 4 at 2\): bound by cooldown \(a 429 froze it for "
+                     r"\d+\.\d s", r.stdout), r.stdout
+    js = nev(env, repo, "ledger", "--json", "--worktree", env["NEV_LEDGER_NAME"])
+    rows = [json.loads(x) for x in js.stdout.splitlines()]
+    one, two = (row["models"][SAMPLING] for row in rows)
+    assert one["rate_limited"] == 2 and one["constraints"]["seconds"]["cooldown"] >= 1.0
+    assert one["constraints"]["bound"] == "cooldown"
+    assert two["constraints"]["planned"] == "cooldown" and two["rate_limited"] == 0
 
 
 # ---- `nev batch plan`, end to end: a real sweep through the gateway, then three set-ups ----
