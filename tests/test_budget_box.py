@@ -102,8 +102,8 @@ def test_a_jobs_token_budget_stops_the_batch_before_passing_it_and_the_next_job_
     assert rows[-1]["models"][SAMPLING]["constraints"]["bound"] == "budget"
 
 
-def test_a_429_freezes_the_alias_and_the_next_rounds_plan_and_the_ledger_name_the_cooldown(wrong_only, repo,
-                                                                                          tmp_path):  # noqa: F811
+def test_a_429_freezes_the_alias_and_the_next_rounds_plan_and_the_ledger_name_the_cooldown(
+        wrong_only, repo, tmp_path):  # noqa: F811
     box = wrong_only
     env = {**env_for(box, repo), "NEV_THROUGHPUT_DIR": str(tmp_path / "tp"),
            "NEV_LEDGER_NAME": f"cool-{uuid.uuid4().hex[:6]}"}
