@@ -177,3 +177,29 @@ def test_batch_plan_names_the_budget_when_it_pays_for_fewer_candidates(swept):
     # candidates are 2 calls of 3: 2 x 1800 + 6 x 600 = 7200, a 7th would pass 7500
     p = plan_of(env, tmp / "work", "--budget-tokens", "7500")
     assert (p["bound"], p["n"], p["inflight_by"]) == ("budget", 6, "pool_knee")
+
+
+def test_a_gpu_second_budget_is_metered_from_the_measured_throughput_and_binds(swept, wrong_only, repo):  # noqa: F811
+    box = wrong_only
+    tp_env, _tmp = swept
+    peak = json.loads((Path(tp_env["NEV_THROUGHPUT_DIR"]) / f"{SAMPLING}.json").read_text())["peak_output_tok_s"]
+    env = {**env_for(box, repo), "NEV_THROUGHPUT_DIR": tp_env["NEV_THROUGHPUT_DIR"],
+           "NEV_LEDGER_NAME": f"gpu-{uuid.uuid4().hex[:6]}"}
+    run = ["batch", "run", "abspos_width", "--models", f"{SAMPLING}:4:2", "--escalate-after", "9", "--seed", "7"]
+    # about one round's answers (4 x ~550 tokens) at the sweep's peak, then some
+    budget = round(4 * 550 / peak * 1.5, 1)
+    r = nev(env, repo, *run, "--max-batches", "4", "--budget-gpu-s", str(budget))
+    assert r.returncode == 11, r.stdout + r.stderr
+    lines = lines_of(box, env["NEV_LEDGER_NAME"])
+    last = lines[-1]["budget"]
+    assert last["bound"] == "gpu_s" and last["gpu_s"] == budget and 0 < last["spent_gpu_s"] <= budget
+    for ln in lines:      # each model's GPU-seconds: its answers' tokens over the pool's measured peak
+        m = ln["models"][SAMPLING]
+        assert abs(m["gpu_s"] - m["tokens_out"] / peak) < 0.01
+    assert abs(sum(ln["models"][SAMPLING]["gpu_s"] for ln in lines) - last["spent_gpu_s"]) < 0.01
+    # with no sweep of the alias a GPU-second budget is refused before anything is drawn
+    served = box.pool_control("gpu0")["served"]
+    bare = nev({**env, "NEV_THROUGHPUT_DIR": str(_tmp / "none")}, repo, *run, "--max-batches", "1",
+               "--budget-gpu-s", "5")
+    assert bare.returncode == 2 and f"nev rig throughput {SAMPLING}" in bare.stderr
+    assert box.pool_control("gpu0")["served"] == served
