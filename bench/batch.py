@@ -202,7 +202,8 @@ def _meter(cfg: RunConfig, gw: Gateway) -> Meter:
             gw.add_alias(sh.alias, sh.inflight, sh.declared_max or sh.inflight, sh.supports_n,
                          rate=rpm / 60 if rpm else None)
     rates = {a: m.peak_output_tok_s for a, m in cfg.measured.items() if m.peak_output_tok_s}
-    meter = Meter(cfg.budget, rates, spent_tokens=cfg.spent_before[0], spent_gpu_s=cfg.spent_before[1])
+    meter = Meter(cfg.budget, rates, answer_tokens=plan_mod.candidate_cost().answer_tokens,
+                  spent_tokens=cfg.spent_before[0], spent_gpu_s=cfg.spent_before[1])
     escalates = cfg.escalation is not None and cfg.escalate_after < cfg.max_batches
     meter.check_rates(sh.alias for sh in (every if escalates else cfg.shares))
     gw.meter = meter
