@@ -266,8 +266,11 @@ class Runner:
             return Exit.STOPPED
         if code != 0:
             self.js.record("stage-failed", stage=st.name, exit=code)
+            if code == Exit.BUDGET:
+                info(f"stage {st.name}: the job's budget bound (exit {code}); log {log_path}")
+                return Exit.BUDGET
             info(f"stage {st.name}: failed (exit {code}); log {log_path}")
-            return Exit.BUDGET if code == Exit.BUDGET else Exit.FAILED
+            return Exit.FAILED
         if not self.repo.is_clean():
             self.repo.git("add", "-A")
             self.repo.git("commit", "-q", "--no-verify", "-m", f"job {self.m.name}: stage {st.name} ({st.kind})")

@@ -121,6 +121,58 @@ def test_a_429_freezes_the_alias_and_the_next_rounds_plan_and_the_ledger_name_th
     assert two["constraints"]["planned"] == "cooldown" and two["rate_limited"] == 0
 
 
+def test_job_run_with_a_token_budget_ends_with_11_before_passing_it_and_the_next_job_passes_on_its_own(
+        box, repo, tmp_path):  # noqa: F811
+    """`nev job run` as on a lane: the manifest's budget reaches the batch stage, the stage stops
+    before the next call would pass it, the job ends with 11 and a failed result; the next job,
+    with a budget of the same size, passes (job A's spend is not its spend)."""
+    import yaml
+
+    from jobs import result as result_mod
+    from lanes.base.gitrun import Repo
+
+    for p in box.pools:
+        box.pool_control(p, reset=True)
+        box.pool_control(p, bank=str(DATA / "bank_find.json"))   # abspos_width never passes, block_width does
+    tag = uuid.uuid4().hex[:6]
+    base = Repo(repo).rev("HEAD")
+    share = tmp_path / "share"
+    (share / "archive").mkdir(parents=True)
+    env = {**env_for(box, repo), "NEV_LANE_SHARED": str(share), "NEV_THROUGHPUT_DIR": str(tmp_path / "tp"),
+           "NEV_JOB_MIN_FREE_GB": "0", "NEV_STATE_DIR": str(tmp_path / "state")}
+    budget = 12000     # one round of 8 abspos_width candidates (~9800 tokens), not two
+
+    def job(name: str, function: str) -> subprocess.CompletedProcess:
+        m = tmp_path / f"{name}.yaml"
+        batch_cmd = (f"{sys.executable} -m rig.cli batch run {function} --models {SAMPLING}:8:4 --escalate-after 9 "
+                     f"--max-batches 4 --seed 3")
+        m.write_text(yaml.safe_dump({"name": name, "base": base, "spec": f"specs/{name}.md", "limit": "1h",
+                                     "budget": {"tokens": budget},
+                                     "stages": [{"name": "gen", "kind": "batch", "command": batch_cmd}]}))
+        return nev(env, repo, "job", "run", str(m), "--workdir", str(repo), "--state", str(tmp_path / name),
+                   timeout=900)
+
+    served0 = box.pool_control("gpu0")["served"]
+    ra = job(f"job-a-{tag}", "abspos_width")
+    assert ra.returncode == 11, ra.stdout + ra.stderr + (tmp_path / f"job-a-{tag}/logs/gen.log").read_text()
+    assert "stage gen: the job's budget bound (exit 11)" in ra.stderr
+    res = result_mod.read(Repo(repo))
+    assert res is not None and (res.outcome, res.exit) == ("failed", 11)
+    assert any("budget bound" in r for r in res.reasons), res.reasons
+    la = ledger.read(ledger.ledger_dir(share) / f"job-a-{tag}.jsonl")
+    spent = spent_in(la)[0]
+    assert 0 < spent <= budget and la[-1]["budget"]["bound"] == "tokens" and la[-1]["budget"]["tokens"] == budget
+    assert box.pool_control("gpu0")["served"] - served0 == calls_in(la)
+    log = (tmp_path / f"job-a-{tag}" / "logs" / "gen.log").read_text()
+    assert "the budget bound" in log and "bound by budget" in log
+
+    rb = job(f"job-b-{tag}", "block_width")
+    assert rb.returncode == 0, rb.stdout + rb.stderr
+    lb = ledger.read(ledger.ledger_dir(share) / f"job-b-{tag}.jsonl")
+    assert lb[-1]["passed"] is True and all(ln["budget"]["bound"] is None for ln in lb)
+    assert spent_in(lb)[0] <= budget
+
+
 # ---- `nev batch plan`, end to end: a real sweep through the gateway, then three set-ups ----
 
 @pytest.fixture(scope="module")

@@ -211,6 +211,7 @@ def test_a_stage_gets_the_jobs_budget_and_its_budget_exit_ends_the_job_with_11(t
     env = lane_env(tmp_path, gateway.port)
     r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(tmp_path / "st")], env)
     assert r.returncode == 11, r.stderr
+    assert "stage gen: the job's budget bound (exit 11)" in r.stderr
     assert (tmp_path / "budget.txt").read_text().split() == ["tokens=1234", "gpu=5.0"]
     res = result_mod.read(Repo(work))
     assert res is not None and (res.outcome, res.exit) == ("failed", 11)
