@@ -16,6 +16,12 @@ def batch() -> None:
     """Best-of-N generation batches through the gateway."""
 
 
+_BUDGET_TOKENS = click.option("--budget-tokens", help="Stop drawing before a call would pass this many tokens "
+                              "(prompt + completion; default NEV_BUDGET_TOKENS)")
+_BUDGET_GPU_S = click.option("--budget-gpu-s", help="Stop drawing before a call would pass this many pool GPU-seconds "
+                             "(from `nev rig throughput`; default NEV_BUDGET_GPU_S)")
+
+
 @batch.command("run", context_settings={"ignore_unknown_options": False})
 @click.argument("function")
 @click.option("--models", help="ALIAS:N:INFLIGHT,... (default NEV_MODELS, else every sampling alias of folknet.json)")
@@ -26,23 +32,48 @@ def batch() -> None:
 @click.option("--seed", type=int, help="Base of every call's seed (default: from the batch id)")
 @click.option("--corpus", type=click.Path(file_okay=False, path_type=Path),
               help="The corpus folder (default NEV_CORPUS_DIR/FUNCTION)")
+@_BUDGET_TOKENS
+@_BUDGET_GPU_S
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
 def batch_run(function: str, models: str | None, max_batches: int | None, escalate_after: int | None,
-              escalate: str | None, seed: int | None, corpus: Path | None, repo: Path) -> int:
+              escalate: str | None, seed: int | None, corpus: Path | None, budget_tokens: str | None,
+              budget_gpu_s: str | None, repo: Path) -> int:
     """Sample, verify and keep a passing version of FUNCTION (on a lane).
 
     Exits 0 when a version passed and was kept, 1 when none passed (or the kept files
-    could not be written), 3 when no lane answered (nothing ran), 2 on bad arguments.
+    could not be written), 12 when none passed before the budget bound (the next call would
+    have passed it), 3 when no lane answered (nothing ran), 2 on bad arguments.
     """
     from bench.batch import command
 
     argv = ["batch", "run", function]
     for flag, value in (("--models", models), ("--max-batches", max_batches), ("--escalate-after", escalate_after),
-                        ("--escalate", escalate), ("--seed", seed), ("--corpus", corpus)):
+                        ("--escalate", escalate), ("--seed", seed), ("--corpus", corpus),
+                        ("--budget-tokens", budget_tokens), ("--budget-gpu-s", budget_gpu_s)):
         if value is not None:
             argv += [flag, str(value)]
     return command(function, repo, models, max_batches, escalate_after, escalate, seed, corpus, argv,
-                   echo=click.echo)
+                   echo=click.echo, budget_tokens=budget_tokens, budget_gpu_s=budget_gpu_s)
+
+
+@batch.command("plan")
+@click.argument("function")
+@click.option("--models", help="ALIAS:N:INFLIGHT,... (default NEV_MODELS, else every sampling alias of folknet.json)")
+@_BUDGET_TOKENS
+@_BUDGET_GPU_S
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
+def batch_plan(function: str, models: str | None, budget_tokens: str | None, budget_gpu_s: str | None,
+               as_json: bool, repo: Path) -> int:
+    """The in-flight and batch size per alias of FUNCTION's next batch, and the constraint that binds.
+
+    From folknet.json's limits (max_inflight, rpm, tpm), the latest `nev rig throughput` sweeps
+    (NEV_THROUGHPUT_DIR), the function's last round records in target/batch (the lane's CPU,
+    tokens per candidate, a 429's cooldown) and the budget left. Reads files only; runs anywhere.
+    """
+    from bench.batch import plan_command
+
+    return plan_command(function, repo, models, budget_tokens, budget_gpu_s, as_json, echo=click.echo)
 
 
 @click.group("oracle")

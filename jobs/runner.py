@@ -220,6 +220,11 @@ class Runner:
                # a batch files its ledger lines under the job, and reads the aliases the
                # inventory check read (the job's copy of the declared file)
                "NEV_LEDGER_NAME": self.m.name}
+        # the job's budget: each batch stage counts what the job's ledger lines already spent
+        if self.m.budget_tokens is not None:
+            env["NEV_BUDGET_TOKENS"] = str(self.m.budget_tokens)
+        if self.m.budget_gpu_s is not None:
+            env["NEV_BUDGET_GPU_S"] = str(self.m.budget_gpu_s)
         declared = self._declared_path()
         if declared.is_file():
             env["NEV_FOLKNET_FILE"] = str(declared)
@@ -266,6 +271,9 @@ class Runner:
             return Exit.STOPPED
         if code != 0:
             self.js.record("stage-failed", stage=st.name, exit=code)
+            if code == Exit.BUDGET:
+                info(f"stage {st.name}: the job's budget bound (exit {code}); log {log_path}")
+                return Exit.BUDGET
             info(f"stage {st.name}: failed (exit {code}); log {log_path}")
             return Exit.FAILED
         if not self.repo.is_clean():
@@ -329,6 +337,8 @@ class Runner:
             code = self._run_stage(stage)
             if code == Exit.STOPPED:
                 return self._finish(Status.STOPPED, code, [f"stage {stage.name} stopped"])
+            if code == Exit.BUDGET:
+                return self._finish(Status.FAILED, code, [f"stage {stage.name}: the job's budget bound (exit {code})"])
             if code != 0:
                 return self._finish(Status.FAILED, code, [f"stage {stage.name} failed (exit {code})"])
         return self._finish(Status.PASSED, Exit.OK, [])

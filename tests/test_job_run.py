@@ -66,6 +66,12 @@ def _parse(**over):
     ({"stages": [{"name": "a", "kind": "verify"}, {"name": "a", "kind": "verify"}]}, "field stages[1].name"),
     ({"stages": [{"name": "a", "kind": "batch", "command": "x", "models": [3]}]}, "field stages[0].models[0]"),
     ({"colour": "red"}, "field colour"),
+    ({"budget": 1000}, "field budget"),
+    ({"budget": {}}, "field budget"),
+    ({"budget": {"tokens": 0}}, "field budget.tokens"),
+    ({"budget": {"tokens": "lots"}}, "field budget.tokens"),
+    ({"budget": {"gpu_s": -1}}, "field budget.gpu_s"),
+    ({"budget": {"dollars": 5}}, "field budget.dollars"),
 ])
 def test_manifest_errors_name_the_field(over, field):
     with pytest.raises(ConfigError) as e:
@@ -84,6 +90,13 @@ def test_manifest_limit_durations_and_needs():
     assert manifest_mod.parse_duration("2h") == 7200 and manifest_mod.parse_duration(30) == 30
     assert _parse(stages=[{"name": "a", "kind": "command", "command": "nev lane on . make"}]).calls_gate()
     assert not _parse().calls_gate() and not _parse().calls_model()
+
+
+def test_manifest_budget_is_optional_and_read_as_tokens_and_gpu_seconds():
+    assert (_parse().budget_tokens, _parse().budget_gpu_s) == (None, None)
+    m = _parse(budget={"tokens": 200000, "gpu_s": 90})
+    assert (m.budget_tokens, m.budget_gpu_s) == (200000, 90.0)
+    assert _parse(budget={"tokens": 5}).digest != _parse(budget={"tokens": 6}).digest
 
 
 # --- durable state (pure parts) -------------------------------------------------------------------
@@ -229,6 +242,22 @@ def test_failed_stage_exits_1_with_a_failed_result_and_the_log(tmp_path, gateway
     assert "boom" in (tmp_path / "st" / "logs" / "bad.log").read_text()
     res = result_mod.read(Repo(work))
     assert res is not None and (res.outcome, res.exit) == ("failed", 1)
+
+
+def test_a_stage_gets_the_jobs_budget_and_its_budget_exit_ends_the_job_with_12(tmp_path, gateway):
+    work = tmp_path / "work"
+    base = make_checkout(work)
+    m = write_manifest(tmp_path / "job.yaml", base, [
+        {"name": "gen", "kind": "command",
+         "command": "echo \"tokens=$NEV_BUDGET_TOKENS gpu=$NEV_BUDGET_GPU_S\" > ../budget.txt; exit 12"}],
+        budget={"tokens": 1234, "gpu_s": 5})
+    env = lane_env(tmp_path, gateway.port)
+    r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(tmp_path / "st")], env)
+    assert r.returncode == 12, r.stderr
+    assert "stage gen: the job's budget bound (exit 12)" in r.stderr
+    assert (tmp_path / "budget.txt").read_text().split() == ["tokens=1234", "gpu=5.0"]
+    res = result_mod.read(Repo(work))
+    assert res is not None and (res.outcome, res.exit) == ("failed", 12)
 
 
 def test_wall_clock_limit_stops_a_stage_with_exit_8(tmp_path, gateway):

@@ -74,6 +74,8 @@ MODELS = _s("NEV_MODELS", None, "models of a batch as ALIAS:N:INFLIGHT,...")
 MAX_BATCHES = _s("NEV_MAX_BATCHES", "4", "stop a generation run after this many batches")
 ESCALATE_AFTER = _s("NEV_ESCALATE_AFTER", "2", "batches with no pass before a run escalates to the capacity tier")
 ESCALATE_MODEL = _s("NEV_ESCALATE_MODEL", None, "the capacity-tier share of a run as ALIAS:N:INFLIGHT (default: the first capacity alias)")
+BUDGET_TOKENS = _s("NEV_BUDGET_TOKENS", None, "a batch run's budget in tokens (prompt + completion); a job's stages get the manifest's `budget.tokens`, counted across the job's ledger lines")
+BUDGET_GPU_S = _s("NEV_BUDGET_GPU_S", None, "a batch run's budget in pool GPU-seconds, estimated from `nev rig throughput` (NEV_THROUGHPUT_DIR); a job's stages get the manifest's `budget.gpu_s`")
 FOLKNET_FILE = _s("NEV_FOLKNET_FILE", "bench/folknet.json", "declared model aliases")
 # Forge
 FORGE_URL = _s("NEV_FORGE_URL", None, "the forge repository as the development box reaches it (its local forward, "
