@@ -16,6 +16,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ OTHER = "block_width"                # the example engine's other generated func
 DEMO_BOX_NAME = "demo"
 DEMO_BOX_NET = "198.18.77"
 SNAPSHOT_LABEL = "demo-start"
+RESULT_LOOK_S = 1.0      # step 6: how often the forge is asked for the job's result branch
+FULL_POLL_S = 20.0       # step 6: a whole `nev job poll` at least this often while waiting
 
 ENGINE_IN_REPO = settings.value(settings.ENGINE_DIR, {})   # where nev looks for the engine: the default
 GENERATED = f"{ENGINE_IN_REPO}/crates/layout/src/generated"
@@ -147,6 +150,9 @@ class Demo:
     repo_url: str = ""
     dev_repo_url: str = ""
     job: str = ""
+    running: dict[int, threading.Thread] = field(default_factory=dict)   # steps running beside others
+    say_lock: threading.Lock = field(default_factory=threading.Lock)
+    installed: threading.Event = field(default_factory=threading.Event)   # step 4 installed nev on lane 0
 
     # ---- running nev ----
 
@@ -253,8 +259,9 @@ class Demo:
 
     def _settings(self) -> None:
         bi = self.binfo
-        self.env.update({**bi.env, "NEV_INVENTORY": str(self.work / "inventory.json"),
-                         "NEV_RIG_NOTES": str(self.home / "rig-notes")})
+        self.env = {**self.env, **bi.env, "NEV_INVENTORY": str(self.work / "inventory.json"),
+                    "NEV_RIG_NOTES": str(self.home / "rig-notes")}
+        self.env.setdefault("NEV_DAGU_BINARY", "/opt/nev/dagu-1.30.2/dagu")
 
     def reset_pools(self) -> None:
         """The stand-in pools back to their own bank (the box may be shared)."""
@@ -288,8 +295,9 @@ class Demo:
         lanes["git_url"] = self.repo_url
         lf = self.work / "lane.local.json"
         lf.write_text(json.dumps(lanes, indent=1))
-        self.env.update({"NEV_LANES_FILE": str(lf), "NEV_LANE_GIT_URL": self.repo_url,
-                         "NEV_FORGE_URL": self.dev_repo_url})
+        # a new dict, never one updated in place: the snapshot (step 2) runs beside this step
+        self.env = {**self.env, "NEV_LANES_FILE": str(lf), "NEV_LANE_GIT_URL": self.repo_url,
+                    "NEV_FORGE_URL": self.dev_repo_url}
         # primary checkout on the dev box; the spec on main; the track worktree beside it
         self.primary = self.work / f"engine-{self.tag}"
         self.git(self.work, "clone", "-q", self.dev_repo_url, str(self.primary))
@@ -310,7 +318,10 @@ class Demo:
         return out.split()[0] if out else ""
 
     def step4_corpus(self) -> str:
-        self.nev("lane", "install", "--lane", "0", step="4-corpus")
+        try:
+            self.nev("lane", "install", "--lane", "0", step="4-corpus")
+        finally:
+            self.installed.set()    # step 5's submit, beside this step, installs too: one at a time
         cp = self.nev("lane", "on", "--lane-only", "--lane", "0", "--pull", f"corpus/{FUNCTION}",
                       "--pull", f"corpus/{OTHER}", str(self.track), "sh", "-c", self.corpus_builds(),
                       step="4-corpus")
@@ -332,11 +343,13 @@ class Demo:
         return path
 
     def step5_job(self) -> str:
+        self.nev("dagu", "up", "--lane", "0", step="5-job")
+        # the snapshot records the rig as it was before the demo changes anything: the pools get
+        # the demo's bank only after it (it ran beside steps 3 and 4 until now)
+        self.wait_step(2)
         bank = self.bank()
         for pool in self.binfo.pools:
             self.binfo.pool_control(pool, bank=str(bank))
-        self.env.setdefault("NEV_DAGU_BINARY", "/opt/nev/dagu-1.30.2/dagu")
-        self.nev("dagu", "up", "--lane", "0", step="5-job")
         return self._submit_job(f"nev batch run {FUNCTION} --models qwen3.8-27b-fast:4:4 --max-batches 3 "
                                 "--escalate-after 1 --seed 15")
 
@@ -368,17 +381,20 @@ class Demo:
         mf = self.track / "jobs" / f"{FUNCTION}.yaml"
         mf.parent.mkdir(exist_ok=True)
         mf.write_text(yaml.safe_dump(manifest, sort_keys=False))
+        self.installed.wait(timeout=900)     # step 4's `nev lane install` (submit's would be a no-op)
         cp = self.nev("job", "submit", str(mf), "--lane", "0", step="5-job", cwd=self.track)
         run_id = (cp.stdout.strip().splitlines() or ["?"])[-1]
-        # the job carries the track now (job/<name> on the forge): the poll sets the branch named
-        # like the spec to the job's result, so the local track branch and worktree make way
-        self.git(self.primary, "worktree", "remove", "--force", str(self.track))
-        self.git(self.primary, "branch", "-D", FUNCTION)
         return f"job {self.job} submitted as Dagu run {run_id} (batch then verify on the lane)"
 
     def step6_land(self) -> str:
+        # the job carries the track now (job/<name> on the forge): the poll sets the branch named
+        # like the spec to the job's result, so the local track branch and worktree make way (here,
+        # not at submit: step 4 pulled the corpora into the worktree while the job was submitted)
+        self.git(self.primary, "worktree", "remove", "--force", str(self.track))
+        self.git(self.primary, "branch", "-D", FUNCTION)
         # the floors step after the landing scores main's checkout on the lane: its lane copy needs
-        # the corpora too (copied from the corpus store on the share, not rendered again)
+        # the corpora too (copied from the corpus store on the share, not rendered again; the job
+        # runs on the lane meanwhile)
         builds = self.corpus_builds()
         self.copied_only(self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.primary), "sh", "-c", builds,
                                   step="6-land"), "6-land")
@@ -403,17 +419,32 @@ class Demo:
                 + (f", floors raised in {after[:12]}" if r.floors_commit else ", no floor raised")
                 + f"; {swept}")
 
+    def _result_published(self) -> bool:
+        """Whether the job's result branch is on the forge (one ls-remote through the forward)."""
+        try:
+            return bool(self.git(self.work, "ls-remote", self.dev_repo_url, f"refs/heads/result/{self.job}"))
+        except NevError:
+            return False
+
     def _poll_job(self) -> None:
+        """`nev job poll` until the job's status is final. The poll (a few seconds: the forge, the
+        lane's Dagu over SSH, the land tick) runs when the job's result is on the forge (looked at
+        every second: one ls-remote), and every FULL_POLL_S anyway (a run that ends without a
+        result is resent or recorded by the poll alone)."""
         deadline = time.monotonic() + 900
         status: dict = {}
+        next_poll = time.monotonic() + FULL_POLL_S
         while time.monotonic() < deadline:
+            if not self._result_published() and time.monotonic() < next_poll:
+                time.sleep(RESULT_LOOK_S)
+                continue
             self.nev("job", "poll", "--repo", str(self.primary), step="6-land", ok=(0, 1, 3))
             cp = self.nev("job", "status", self.job, "--json", step="6-land", ok=(0, 1))
             rows = json.loads(cp.stdout[cp.stdout.find("["):] if "[" in cp.stdout else "[]")
             status = next((r for r in rows if r.get("job") == self.job), {})
             if status.get("status") in ("landed", "failed", "not-landed"):
                 break
-            time.sleep(10)
+            next_poll = time.monotonic() + FULL_POLL_S
         if status.get("status") != "landed":
             raise StepFailed(f"job {self.job} ended {status.get('status') or 'unfinished after 15 min'}: "
                              f"{status.get('why') or ''}".rstrip(": "))
@@ -424,12 +455,11 @@ class Demo:
     def step7_results(self) -> str:
         r = self.results
         r.main_on_forge = self._forge_main()
-        # score and floor of the function as main has it, scored on the lane over the corpus. The
-        # landed track has no worktree or lane copy any more: a worktree of main named like it,
-        # whose lane copy gets the corpora again (copied from the corpus store on the share)
-        wt = self.work / "landed" / FUNCTION
-        wt.parent.mkdir(exist_ok=True)
-        self.git(self.primary, "worktree", "add", "-q", "--detach", str(wt), "main")
+        # score and floor of the function as main has it, scored on the lane over the corpus: in
+        # the primary checkout (main, after the landing) whose lane copy the landing's floors step
+        # scored in, so its corpora (copied in step 6) and its build are there; the corpora
+        # come home with the scores
+        wt = self.primary
         pulls = [a for fn in (FUNCTION, OTHER) for a in ("--pull", f"corpus/{fn}")]
         cp = self.nev("lane", "on", "--lane-only", "--lane", "0", *pulls, str(wt), "sh", "-c",
                       f"{self.corpus_builds()} && nev scores --json", step="7-results")
@@ -504,46 +534,74 @@ class Demo:
     # ---- the driver ----
 
     def run(self) -> int:
-        plan: list[tuple[int, str, Callable[[], str]]] = [
-            (1, "box up, advertise, collect, probe, status", self.step1_box),
-            (2, f"snapshot {SNAPSHOT_LABEL}", self.step2_snapshot),
-            (3, "engine repo, primary checkout, track + spec", self.step3_repo),
-            (4, f"oracle corpus/{FUNCTION} on a lane", self.step4_corpus),
-            (5, "Dagu + job: best-of-N batch, verify gate", self.step5_job),
-            (6, "poll, land, raise floors, sweep", self.step6_land),
-            (7, "results", self.step7_results),
-            (8, "keep or box down", self.step8_end),
+        # (number, name, the step, the steps it starts after, whether later steps start beside it)
+        plan: list[tuple[int, str, Callable[[], str], tuple[int, ...], bool]] = [
+            (1, "box up, advertise, collect, probe, status", self.step1_box, (), False),
+            (2, f"snapshot {SNAPSHOT_LABEL}", self.step2_snapshot, (1,), True),
+            (3, "engine repo, primary checkout, track + spec", self.step3_repo, (1,), False),
+            (4, f"oracle corpus/{FUNCTION} on a lane", self.step4_corpus, (3,), True),
+            (5, "Dagu + job: best-of-N batch, verify gate", self.step5_job, (3,), False),
+            (6, "poll, land, raise floors, sweep", self.step6_land, (2, 4, 5), False),
+            (7, "results", self.step7_results, (6,), False),
+            (8, "keep or box down", self.step8_end, (1, 2, 3, 4, 5, 6, 7), False),
         ]
         self.opts.say(f"nev box demo on box {self.box.name} (net {self.box.net}.0/24), function {FUNCTION}")
-        broken = False
         self.prepare()
         try:
-            for number, name, fn in plan:
+            for number, name, fn, after, beside in plan:
                 res = StepResult(number, name)
                 self.steps.append(res)
-                t = time.monotonic()
-                if broken and number != 8:      # the end (keep or box down) always runs
-                    res.note = "an earlier step failed"
+                for n in after:
+                    self.join_step(n)
+                if number != 8 and any(s.status == FAILED for s in self.steps):
+                    res.note = "an earlier step failed"     # the end (keep or box down) always runs
+                    self.opts.say(res.line(time.monotonic() - self.t0))
+                elif beside:
+                    th = threading.Thread(target=self._run_step, args=(res, fn), daemon=True,
+                                          name=f"demo-step-{number}")
+                    self.running[number] = th
+                    th.start()
                 else:
-                    try:
-                        res.note = fn()
-                        res.status = PASSED
-                    except (NevError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
-                        res.status, res.note, broken = FAILED, mask(str(e)), True
-                    finally:
-                        if number == 6:      # the job's batch draws from the banks until it lands
-                            self.reset_pools()
-                res.seconds = time.monotonic() - t
-                self.opts.say(res.line(time.monotonic() - self.t0))
+                    self._run_step(res, fn)
         finally:
+            for n in list(self.running):
+                self.join_step(n)
             self.reset_pools()
         self.opts.stdout("")
-        self.opts.stdout(summary_table(self.steps))
+        self.opts.stdout(summary_table(self.steps, wall=time.monotonic() - self.t0))
         self.opts.stdout("")
         self.opts.stdout(results_text(self.results))
         self.opts.stdout(f"work: {self.work}" + ("" if self.work.exists() else " (removed with the box)"))
         self.opts.stdout(f"logs: {self.logs}")
         return exit_code(self.steps)
+
+    def _run_step(self, res: StepResult, fn: Callable[[], str]) -> None:
+        """One step to its end: its outcome and time in `res`, its progress line said."""
+        t = time.monotonic()
+        try:
+            res.note = fn()
+            res.status = PASSED
+        except (NevError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
+            res.status, res.note = FAILED, mask(str(e))
+        finally:
+            if res.number == 6:      # the job's batch draws from the banks until it lands
+                self.reset_pools()
+            res.seconds = time.monotonic() - t
+            with self.say_lock:
+                self.opts.say(res.line(time.monotonic() - self.t0))
+
+    def join_step(self, number: int) -> None:
+        """Wait for a step that runs beside the others (none: nothing to wait for)."""
+        th = self.running.pop(number, None)
+        if th is not None:
+            th.join()
+
+    def wait_step(self, number: int) -> None:
+        """Inside a step: wait for step `number` (running beside it); it must have passed."""
+        self.join_step(number)
+        done = next((s for s in self.steps if s.number == number), None)
+        if done is None or done.status != PASSED:
+            raise StepFailed(f"step {number} did not pass; this step needs it")
 
 
 def run(opts: Options) -> int:
