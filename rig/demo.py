@@ -86,6 +86,72 @@ class StepFailed(NevError):
     pass
 
 
+class Stamped(str):
+    """A command's stderr, each line led by `[+S.S s]`, the seconds since it started; and its time."""
+
+    seconds: float = 0.0
+
+
+def run_stamped(argv: list[str], cwd: Path, env: dict[str, str],
+                timeout: float) -> tuple[subprocess.CompletedProcess[str], Stamped]:
+    """`subprocess.run(argv, capture_output=True, text=True, timeout=timeout)`, and the stderr
+    with each line's time since the start (read as it comes)."""
+    t = time.monotonic()
+    p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: list[str] = []
+    err: list[tuple[float, str]] = []
+
+    def read_out() -> None:
+        assert p.stdout is not None
+        out.append(p.stdout.read())
+
+    def read_err() -> None:
+        assert p.stderr is not None
+        for line in p.stderr:
+            err.append((time.monotonic() - t, line))
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
+    for r in readers:
+        r.start()
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise
+    finally:
+        for r in readers:
+            r.join()
+    stamped = Stamped("".join(f"[+{at:5.1f} s] {line.rstrip(chr(10))}\n" for at, line in err))
+    stamped.seconds = time.monotonic() - t
+    return subprocess.CompletedProcess(argv, p.returncode, "".join(out), "".join(line for _, line in err)), stamped
+
+
+class Beside:
+    """A call run in a thread beside the caller's own work; `result()` waits for it and returns
+    its value or raises its error."""
+
+    def __init__(self, fn: Callable[[], subprocess.CompletedProcess[str]]) -> None:
+        self._fn = fn
+        self._value: subprocess.CompletedProcess[str] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as e:  # handed to the caller by result()
+            self._error = e
+
+    def result(self) -> subprocess.CompletedProcess[str]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+
 def _sub(text: str, old: str, new: str) -> str:
     if old not in text:
         raise StepFailed(f"the example {FUNCTION}.rs changed: the demo's bank cannot find {old!r}")
@@ -153,17 +219,18 @@ class Demo:
     running: dict[int, threading.Thread] = field(default_factory=dict)   # steps running beside others
     say_lock: threading.Lock = field(default_factory=threading.Lock)
     installed: threading.Event = field(default_factory=threading.Event)   # step 4 installed nev on lane 0
+    box_up: threading.Event = field(default_factory=threading.Event)      # step 1's `box up` has ended
 
     # ---- running nev ----
 
     def nev(self, *args: str, step: str, timeout: float = 900, ok: tuple[int, ...] = (0,),
             cwd: Path | None = None) -> subprocess.CompletedProcess:
-        """Run `nev ARGS` (this checkout) with the demo's settings; output kept in the step's log."""
+        """Run `nev ARGS` (this checkout) with the demo's settings; output kept in the step's log,
+        each progress line (stderr) with the seconds since the command started: the profile."""
         argv = [sys.executable, "-m", "rig.cli", *args]
-        t = time.monotonic()
-        cp = subprocess.run(argv, cwd=cwd or PROJECT, env=self.env, capture_output=True, text=True, timeout=timeout)
-        self.log(step, f"$ nev {' '.join(args)}\n{cp.stdout}{cp.stderr}"
-                       f"[exit {cp.returncode} after {time.monotonic() - t:.1f} s]\n")
+        cp, stamped = run_stamped(argv, cwd or PROJECT, self.env, timeout)
+        self.log(step, f"$ nev {' '.join(args)}\n{cp.stdout}{stamped}"
+                       f"[exit {cp.returncode} after {stamped.seconds:.1f} s]\n")
         if cp.returncode not in ok:
             last = (cp.stderr.strip().splitlines() or cp.stdout.strip().splitlines() or ["(no output)"])[-1]
             raise StepFailed(f"`nev {' '.join(args[:3])} ...` exited {cp.returncode}: {last} "
@@ -222,6 +289,7 @@ class Demo:
         self.info = self.box.info()
         self.work.mkdir(parents=True, exist_ok=True)
         self._settings()
+        self.box_up.set()      # steps 2 and 3 need only this: they start beside the rest of step 1
         hosts = self.binfo.hosts
         # Every host advertises its role (a service of the box) and lane0's collector gathers
         # them, as on the rig; the dev box reads the result over SSH through the jump host.
@@ -455,6 +523,9 @@ class Demo:
     def step7_results(self) -> str:
         r = self.results
         r.main_on_forge = self._forge_main()
+        # the rig's status and the job's ledger lines do not need the lane: asked meanwhile
+        status = Beside(lambda: self.nev("rig", "status", step="7-results"))
+        ledger = Beside(lambda: self.nev("ledger", "--worktree", self.job, step="7-results", ok=(0, 1)))
         # score and floor of the function as main has it, scored on the lane over the corpus: in
         # the primary checkout (main, after the landing) whose lane copy the landing's floors step
         # scored in, so its corpora (copied in step 6) and its build are there; the corpora
@@ -477,13 +548,12 @@ class Demo:
         r.floors_check = " ".join(line.split()) or f"exit {chk.returncode}"
         if chk.returncode != 0 or row.get("status") not in ("ok", "better"):
             raise StepFailed(f"{FUNCTION} does not hold its floor: {r.floors_check}")
-        st = self.nev("rig", "status", step="7-results")
-        r.rig_status = st.stdout.strip()
+        r.rig_status = status.result().stdout.strip()
         # the ledger line of the batch that made main's version (named in its provenance): a
         # batch run by a job is filed under the job's name
         prov = json.loads(self.git(self.primary, "show", f"main:{GENERATED}/{FUNCTION}.provenance.json"))
         bid = (prov.get("batch") or {}).get("id") or "-"
-        led = self.nev("ledger", "--worktree", self.job, step="7-results", ok=(0, 1))
+        led = ledger.result()
         rows = [" ".join(ln.split()) for ln in led.stdout.splitlines() if bid in ln]
         if rows:
             r.ledger_line = rows[-1]
@@ -534,13 +604,14 @@ class Demo:
     # ---- the driver ----
 
     def run(self) -> int:
-        # (number, name, the step, the steps it starts after, whether later steps start beside it)
-        plan: list[tuple[int, str, Callable[[], str], tuple[int, ...], bool]] = [
-            (1, "box up, advertise, collect, probe, status", self.step1_box, (), False),
-            (2, f"snapshot {SNAPSHOT_LABEL}", self.step2_snapshot, (1,), True),
-            (3, "engine repo, primary checkout, track + spec", self.step3_repo, (1,), False),
+        # (number, name, the step, the steps it starts after (or the moment the box is up), whether
+        # later steps start beside it)
+        plan: list[tuple[int, str, Callable[[], str], tuple[int | threading.Event, ...], bool]] = [
+            (1, "box up, advertise, collect, probe, status", self.step1_box, (), True),
+            (2, f"snapshot {SNAPSHOT_LABEL}", self.step2_snapshot, (self.box_up,), True),
+            (3, "engine repo, primary checkout, track + spec", self.step3_repo, (self.box_up,), False),
             (4, f"oracle corpus/{FUNCTION} on a lane", self.step4_corpus, (3,), True),
-            (5, "Dagu + job: best-of-N batch, verify gate", self.step5_job, (3,), False),
+            (5, "Dagu + job: best-of-N batch, verify gate", self.step5_job, (1, 3), False),
             (6, "poll, land, raise floors, sweep", self.step6_land, (2, 4, 5), False),
             (7, "results", self.step7_results, (6,), False),
             (8, "keep or box down", self.step8_end, (1, 2, 3, 4, 5, 6, 7), False),
@@ -552,7 +623,10 @@ class Demo:
                 res = StepResult(number, name)
                 self.steps.append(res)
                 for n in after:
-                    self.join_step(n)
+                    if isinstance(n, threading.Event):
+                        n.wait()
+                    else:
+                        self.join_step(n)
                 if number != 8 and any(s.status == FAILED for s in self.steps):
                     res.note = "an earlier step failed"     # the end (keep or box down) always runs
                     self.opts.say(res.line(time.monotonic() - self.t0))
@@ -586,6 +660,8 @@ class Demo:
         finally:
             if res.number == 6:      # the job's batch draws from the banks until it lands
                 self.reset_pools()
+            if res.number == 1:      # also when the box did not come up (its status is set now)
+                self.box_up.set()
             res.seconds = time.monotonic() - t
             with self.say_lock:
                 self.opts.say(res.line(time.monotonic() - self.t0))

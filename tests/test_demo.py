@@ -17,6 +17,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from lanes.base.gitrun import Repo
 from rig.demo_report import FAILED, PASSED, SKIPPED, StepResult, exit_code, summary_table
 
@@ -167,9 +169,9 @@ def test_exit_is_zero_only_when_every_step_ran_and_passed_and_the_summary_says_w
 
 
 def test_steps_beside_others_overlap_and_a_failure_among_them_stops_the_later_steps(tmp_path):
-    """The driver: steps 2 and 4 run beside the next ones (each proves it by waiting for a later
-    step to start), step 5 waits for step 2 inside itself; step 4 fails, so 6 and 7 do not run,
-    8 does, the exit is 1 and the summary's total is the wall time."""
+    """The driver: the rest of step 1 after its box up, step 2 and step 4 run beside the next
+    steps (each proves it by waiting for a later step to start), step 5 waits for step 2 inside
+    itself; step 4 fails, so 6 and 7 do not run, 8 does, and the exit is 1."""
     import threading
     import types
 
@@ -192,7 +194,8 @@ def test_steps_beside_others_overlap_and_a_failure_among_them_stops_the_later_st
             return f"step {n} done"
 
         def step1_box(self) -> str:
-            return self._step(1)
+            self.box_up.set()
+            return self._step(1, wait_for=3)
 
         def step2_snapshot(self) -> str:
             return self._step(2, wait_for=3)
@@ -234,3 +237,17 @@ def test_the_summary_total_is_the_wall_time_when_steps_ran_beside_others():
     assert "(the steps' own times add up to 12.0 s: some ran beside others)" in text
     assert re.search(r"^total\s+12\.0$", summary_table(steps), re.M)
     assert "beside" not in summary_table(steps, wall=12.0)
+
+
+def test_a_command_s_progress_lines_are_logged_with_their_time_and_its_output_is_kept_whole(tmp_path):
+    from rig.demo import run_stamped
+
+    cp, stamped = run_stamped(["sh", "-c", "echo out; echo e1 >&2; echo e2 >&2; printf e3 >&2; exit 3"],
+                              tmp_path, {"PATH": os.environ["PATH"]}, 60)
+    assert (cp.returncode, cp.stdout, cp.stderr) == (3, "out\n", "e1\ne2\ne3")
+    lines = stamped.splitlines()
+    assert [re.sub(r"^\[\+\s*\d+\.\d s\] ", "", x) for x in lines] == ["e1", "e2", "e3"], stamped
+    assert all(re.match(r"^\[\+\s*\d+\.\d s\] ", x) for x in lines) and stamped.endswith("\n")
+    assert stamped.seconds > 0
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_stamped(["sleep", "30"], tmp_path, {"PATH": os.environ["PATH"]}, 0.2)

@@ -129,6 +129,9 @@ def one_run(cases: int) -> dict[str, Any]:
     wall = time.monotonic() - t0
     out = cp.stdout
     res: dict[str, Any] = {"exit": cp.returncode, "wall_s": round(wall, 1), **summary(out)}
+    # when each step ended, from the start (its progress line): steps overlap, so this is the path
+    for m in re.finditer(r"^\[\s*(\d+\.\d) s\] step (\d) ", cp.stderr, re.M):
+        res["steps"].setdefault(m.group(2), {})["ended_at_s"] = float(m.group(1))
     logs_m = re.search(r"^logs: (.+)$", out, re.M)
     if logs_m:
         logs = Path(logs_m.group(1))
