@@ -48,6 +48,7 @@ DEMO_BOX_NET = "198.18.77"
 SNAPSHOT_LABEL = "demo-start"
 RESULT_LOOK_S = 1.0      # step 6: how often the forge is asked for the job's result branch
 FULL_POLL_S = 20.0       # step 6: a whole `nev job poll` at least this often while waiting
+CHECK_MARK = "== nev floors check"   # step 7: where the scores end and the floors check begins
 
 ENGINE_IN_REPO = settings.value(settings.ENGINE_DIR, {})   # where nev looks for the engine: the default
 GENERATED = f"{ENGINE_IN_REPO}/crates/layout/src/generated"
@@ -467,7 +468,7 @@ class Demo:
         self.copied_only(self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.primary), "sh", "-c", builds,
                                   step="6-land"), "6-land")
         before = self.git(self.primary, "rev-parse", "main")
-        self._poll_job()
+        polled = self._poll_job()
         r = self.results
         after = self.git(self.primary, "rev-parse", "main")
         # the landed commit: the one the landing tagged spec/<name>/<spec sha> (the floors commit,
@@ -479,10 +480,15 @@ class Demo:
                              f"see {self.log_path('6-land')}")
         r.landed_commit, r.main_after = landed, after
         r.floors_commit = after if after != landed else None
-        # the landed track has no worktree now: its lane copies go
-        sw = self.nev("lane", "sweep", "--lane", "0", "--track", FUNCTION, "--repo", str(self.primary),
-                      step="6-land")
-        swept = (sw.stdout.strip().splitlines() or sw.stderr.strip().splitlines() or ["swept"])[-1]
+        # the landed track has no worktree now: its lane copies go. The landing swept them on every
+        # lane (its lines in the poll's output); only when it said nothing of lane 0 is it run here
+        said = [ln for ln in polled.splitlines() if re.match(r"lane 0 \(\S+\): freed .* in total$", ln)]
+        if said:
+            swept = f"{said[-1]} (the landing's sweep)"
+        else:
+            sw = self.nev("lane", "sweep", "--lane", "0", "--track", FUNCTION, "--repo", str(self.primary),
+                          step="6-land")
+            swept = (sw.stdout.strip().splitlines() or sw.stderr.strip().splitlines() or ["swept"])[-1]
         return (f"main {before[:12]} -> {landed[:12]} (guarded fast-forward)"
                 + (f", floors raised in {after[:12]}" if r.floors_commit else ", no floor raised")
                 + f"; {swept}")
@@ -494,19 +500,21 @@ class Demo:
         except NevError:
             return False
 
-    def _poll_job(self) -> None:
+    def _poll_job(self) -> str:
         """`nev job poll` until the job's status is final. The poll (a few seconds: the forge, the
         lane's Dagu over SSH, the land tick) runs when the job's result is on the forge (looked at
         every second: one ls-remote), and every FULL_POLL_S anyway (a run that ends without a
         result is resent or recorded by the poll alone)."""
         deadline = time.monotonic() + 900
         status: dict = {}
+        polled = ""
         next_poll = time.monotonic() + FULL_POLL_S
         while time.monotonic() < deadline:
             if not self._result_published() and time.monotonic() < next_poll:
                 time.sleep(RESULT_LOOK_S)
                 continue
-            self.nev("job", "poll", "--repo", str(self.primary), step="6-land", ok=(0, 1, 3))
+            poll = self.nev("job", "poll", "--repo", str(self.primary), step="6-land", ok=(0, 1, 3))
+            polled = poll.stdout + poll.stderr
             cp = self.nev("job", "status", self.job, "--json", step="6-land", ok=(0, 1))
             rows = json.loads(cp.stdout[cp.stdout.find("["):] if "[" in cp.stdout else "[]")
             status = next((r for r in rows if r.get("job") == self.job), {})
@@ -519,6 +527,7 @@ class Demo:
         run_id = status.get("run_id") or ""
         logs = self.binfo.nas / "archive" / "job-logs" / self.job / run_id
         self.results.job_log = str(logs / "archive.txt") if (logs / "archive.txt").exists() else str(logs)
+        return polled
 
     def step7_results(self) -> str:
         r = self.results
@@ -529,24 +538,26 @@ class Demo:
         # score and floor of the function as main has it, scored on the lane over the corpus: in
         # the primary checkout (main, after the landing) whose lane copy the landing's floors step
         # scored in, so its corpora (copied in step 6) and its build are there; the corpora
-        # come home with the scores
-        wt = self.primary
+        # come home with the scores. `nev floors check` runs in the same session (its exit is the
+        # session's once the scores were printed, after the mark)
         pulls = [a for fn in (FUNCTION, OTHER) for a in ("--pull", f"corpus/{fn}")]
-        cp = self.nev("lane", "on", "--lane-only", "--lane", "0", *pulls, str(wt), "sh", "-c",
-                      f"{self.corpus_builds()} && nev scores --json", step="7-results")
+        cp = self.nev("lane", "on", "--lane-only", "--lane", "0", *pulls, str(self.primary), "sh", "-c",
+                      f"{self.corpus_builds()} && nev scores --json && {{ echo {CHECK_MARK}; nev floors check; }}",
+                      step="7-results", ok=(0, 1))
         self.copied_only(cp, "7-results")
-        rows = json.loads(cp.stdout[cp.stdout.find("["):] if "[" in cp.stdout else "[]")
+        scored, marked, checked = cp.stdout.partition(CHECK_MARK + "\n")
+        if not marked:
+            raise StepFailed(f"scoring on the lane exited {cp.returncode} (whole output: {self.log_path('7-results')})")
+        rows = json.loads(scored[scored.find("["):] if "[" in scored else "[]")
         row = next((x for x in rows if x.get("function") == FUNCTION), None)
         if row is None or row.get("error"):
             raise StepFailed(f"{FUNCTION} could not be scored: {row.get('error') if row else 'no row'}")
         r.score = f"{row['cases_passed']}/{row['cases_run']}"
         fl = row.get("floor") or {}
         r.floor = f"{fl.get('cases_passed', 0)}/{fl.get('cases_run', 0)}" if isinstance(fl, dict) else str(fl)
-        chk = self.nev("lane", "on", "--lane-only", "--lane", "0", str(wt),
-                       "nev", "floors", "check", step="7-results", ok=(0, 1))
-        line = next((ln for ln in chk.stdout.splitlines() if ln.startswith(FUNCTION + " ")), "")
-        r.floors_check = " ".join(line.split()) or f"exit {chk.returncode}"
-        if chk.returncode != 0 or row.get("status") not in ("ok", "better"):
+        line = next((ln for ln in checked.splitlines() if ln.startswith(FUNCTION + " ")), "")
+        r.floors_check = " ".join(line.split()) or f"exit {cp.returncode}"
+        if cp.returncode != 0 or row.get("status") not in ("ok", "better"):
             raise StepFailed(f"{FUNCTION} does not hold its floor: {r.floors_check}")
         r.rig_status = status.result().stdout.strip()
         # the ledger line of the batch that made main's version (named in its provenance): a
