@@ -15,30 +15,45 @@ browsers' start, the job's stages (its events on the NAS), the landing's gate. P
 last and appends a JSON line to bench/perf/results.jsonl.
 
 What the profile found (2026-12-01, LXC lanes, 2 cores shared with ~5 other sessions, load 5-9;
-cold runs, seconds; "before" is commit 154abea):
+seconds; each command's progress lines are now logged with their time, so the logs are the
+profile). "before" is 154abea (cold 224.1, warm 90.6 in this file; a first cold run by hand:
+140.4), "after" is the last commit (cold 85.2, warm 24.1). Step times overlap after: the
+total is the wall time.
 
-| step | before | where the time went | after |
+| step | before (cold) | where the time went | after (cold) |
 |---|---|---|---|
-| 1 box up ... status | 27.4 | `box up` 22.2 (LiteLLM's start 19.6 of it), probe 2.4, status 1.3, collect 1.2 | 27 |
-| 2 snapshot | 8.3 | six SSH sessions through the jump host (capture, then a copy on each of 3 hosts) | 8, beside 3-5 |
-| 3 repo | 0.9 | git on the dev box and the forge | 1 |
-| 4 corpora | 20.1 | the browsers' start 12.6, rendering 2 x 1 s, `lane on` 2 | 20, beside 5 |
-| 5 Dagu + job | 7.5 | `dagu up` 5.0, submit 2.4 | waits for 2 |
-| 6 poll + land | 63.6 | the job's run 40 (prepare 2, gen 21.7: corpora copy 2.5 and cargo for the probes, verify 14.5: one cargo build of the engine, scoring < 0.1), then 0-10 s of `sleep 10` and 3 polls of 3.3 s each (SSH to the lane's Dagu, the forge, the land tick) on a 2-core box the job competes with; the landing 18.8 (gate 8.2: a cold build in a new lane copy; floors raise: another cold build) | |
-| 7 results | 11.0 | a new worktree's lane copy: corpora copied again and a cold cargo build (8.4), floors check 1.1, status 1.0 | |
-| 8 end | 1.6 | the dashboard | |
-| total | 140.4 | | |
+| 1 box up ... status | 27-65 | `box up` 22-86 (LiteLLM's start: 20-86 s for 8-9 s of CPU, beside the pip installs of nev on both lanes), then collect 1.3, probe 0.5-2.4, status 1-2 | 54 (box up 50); the rest now beside 2-4 |
+| 2 snapshot | 8-10 | six SSH sessions through the jump host, one after another | 6-9, beside 3-5 |
+| 3 repo | 1 | git on the dev box and the forge | 0.5-1 |
+| 4 corpora | 20-33 | the browsers' start 12.6-21.5 (started in parallel already, CPU-bound), rendering 2 x 1-3, `lane on` and the pulls 3-4 | 18-25, beside 5 |
+| 5 Dagu + job | 7.5-10 | `dagu up` 3-7, submit 2-4 | ends before 4 (waits for 2) |
+| 6 poll + land | 63.6-81.7 | the job's run 37-40 (prepare 2; gen 21-24: corpora copy 2.5, the engine's cold release build and two probe rounds; verify 13-14.5: the engine rebuilt for the generated function, scoring < 0.1 s); `sleep 10` between polls (0-10 s lost after the result) and 3-4 polls of 3.3 s each (a Python start, the forge, the lane's Dagu over SSH through the jump host, the land tick) competing with the job for 2 cores; the landing 18.8-22 (gate 8-15: a cold build in the track's lane copy; the lane sweep and the floors raise 11: another cold build in the primary's copy); the demo's own sweep 0.8 again | 12.6 (job run 5.6: gen 3.6, verify 1.9; landing 6.8: gate 2.3) |
+| 7 results | 11-20 | a new worktree's lane copy: corpora copied again and a cold build 8.4; floors check 1.1; status 1.0 and ledger 0.4 after it | 2.4 |
+| 8 end | 1.6-3 | the dashboard | 1.4 |
+| total | 140-224 | | 85.2 (35.2 after box up) |
 
-Cargo: the engine (two crates, no crates.io) builds cold in 3.6 s of CPU (8-11 s wall at load
-5); a change of one generated function rebuilds both crates, so a warm target dir of another
-version does not help; the target dir is per lane copy (`<copy>/target`) and is reused by every
-later command in that copy. Scoring itself takes under 0.1 s. What was changed: steps 2 and 4
-run beside the next ones (the job's gen stage waits on the corpus store's lock while step 4
-renders, then copies), step 6 asks the forge for the job's result branch every second and polls
-when it is there (a whole poll every 20 s regardless), step 7 scores in the primary checkout's
-lane copy (its corpora and its build are there from the landing's floors step). Not changed:
-SSH connections are not shared (no ControlMaster anywhere in nev: each process opens its own,
-through the jump host), Dagu's queue and the CLI start-up (B2, B9: another track).
+Cargo: the engine (two crates, no crates.io) is built cold in every new lane copy (the
+target dir is `<copy>/target`, reused by every later command in that copy, never shared
+across copies: cargo judges path sources by mtimes, so a target dir shared by copies at other
+versions could pass stale code). A change of one generated function rebuilds both crates, so
+a warm target of another version does not help; the demo builds a new version cold four times
+on its path. At opt-level 2 a cold build took 3.8 s of CPU (8-15 s wall under this load); at
+opt-level 0, 0.7 s. Scoring stays well under a second (B4 at 16 candidates x 1000 cases, same
+load: 296-355 ns per case per candidate against 127 at opt-level 2; the seed's reference is
+1 ms) and the scores are the same (f64 is exact IEEE at every level).
+
+What was changed: the engine's release profile at opt-level 0; the rest of step 1 (after box
+up), step 2 and step 4 run beside the next steps (the job's gen stage waits on the corpus
+store's lock while step 4 renders, then copies); step 6 asks the forge for the job's result
+branch every second (one ls-remote) and polls when it is there (a whole poll every 20 s
+regardless), and quotes the landing's own sweep of lane 0 instead of sweeping again; step 7
+scores and checks the floors in one session in the primary checkout's lane copy (corpora and
+build there from the landing's floors raise), reading status and ledger meanwhile. Not
+changed: SSH connections are not shared (no ControlMaster anywhere in nev: each process opens
+its own, through the jump host; the waiting loop no longer opens any), `box up` (LiteLLM's
+start and the lanes' pip installs dominate it and vary 22-86 s with the load), the landing's
+gate (it rebuilds and re-scores what the job's verify stage scored, by design), Dagu's queue
+and the CLI start-up (B2, B9: another track).
 """
 
 from __future__ import annotations
