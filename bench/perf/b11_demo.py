@@ -17,9 +17,9 @@ last and appends a JSON line to bench/perf/results.jsonl.
 What the profile found (2026-12-01, LXC lanes, 2 cores shared with ~5 other sessions, load 5-9;
 seconds; each command's progress lines are now logged with their time, so the logs are the
 profile). "before" is 154abea (two runs in this file: cold 224.1 and 152.4, warm 90.6 and
-64.7; a first cold run by hand: 140.4), "after" is 2d9b318 (cold 85.2 and 90.1, of which 35.2
-and 45.9 after `box up`; warm 24.1 and 41.8). Step times overlap after: the total is the wall
-time. The table's "after" column is the 85.2 s run.
+64.7; a first cold run by hand: 140.4), "after" is 2d9b318 and 5a73afe (the same code; cold
+85.2 and 90.1, of which 35.2 and 45.9 after `box up`; warm 24.1 and 41.8). Step times overlap
+after: the total is the wall time. The table's "after" column is the 85.2 s run.
 
 | step | before (cold) | where the time went | after (cold) |
 |---|---|---|---|
