@@ -33,14 +33,16 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from bench import folknet as fk
 from bench import ledger, prompt
+from bench import plan as plan_mod
 from bench import rounds as rounds_mod
 from bench.answers import Candidate, code_hash, extract_code
+from bench.budget import Budget, BudgetStop, Limit, Meter, spent_in
 from bench.gateway import CallFailed, CallRecord, Gateway, split_draws
 from bench.keep import keep
 from bench.phases import Phases, own_cpu_s
@@ -71,6 +73,14 @@ class RunConfig:
     specs_dir: Path = prompt.SPECS_DIR
     seed: int | None = None
     batch_id: str | None = None
+    budget: Budget = field(default_factory=Budget)
+    #: what the plan is made from (bench.plan): the declared limits, the latest sweeps, earlier
+    #: round records of the function (the lane's CPU, tokens per candidate)
+    declared: dict[str, plan_mod.Declared] = field(default_factory=dict)
+    measured: dict[str, plan_mod.Measured] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    #: a job's earlier batches (its ledger lines): tokens and GPU-seconds already spent
+    spent_before: tuple[int, float] = (0, 0.0)
 
 
 @dataclass
@@ -81,6 +91,9 @@ class ShareResult:
     error: str | None = None
     draw_s: float = 0.0
     inflight: dict[str, Any] = field(default_factory=dict)
+    budget_stop_at: float | None = None   # when the budget stopped this share's draw (monotonic)
+    at_limit_s: float = 0.0               # seconds of this draw at the planned in-flight
+    frozen_s: float = 0.0                 # seconds of this draw frozen by 429s
 
 
 @dataclass
@@ -97,7 +110,8 @@ def _seed(base: str, *parts: object) -> int:
     return int(hashlib.sha256("|".join([base, *map(str, parts)]).encode()).hexdigest()[:8], 16)
 
 
-def model_round(r: ShareResult, new: Sequence[Candidate], judged: Mapping[str, Judged]) -> ModelRound:
+def model_round(r: ShareResult, new: Sequence[Candidate], judged: Mapping[str, Judged],
+                constraints: dict[str, Any] | None = None) -> ModelRound:
     """One model's share of a round, from its draw and the verdicts of its candidates."""
     mine = [c for c in new if c.alias == r.share.alias]
     scored = [judged[c.hash] for c in mine if judged[c.hash].cases_run]
@@ -112,8 +126,27 @@ def model_round(r: ShareResult, new: Sequence[Candidate], judged: Mapping[str, J
         draw_s=round(r.draw_s, 3), calls=len(r.calls),
         retries=sum(x.retries for x in r.calls), rate_limited=sum(x.rate_limited for x in r.calls),
         pacer_wait_s=round(sum(x.pacer_wait_s for x in r.calls), 3),
-        status=ShareStatus.FAILED if r.error else ShareStatus.OK, error=r.error,
-        inflight_meter=r.inflight, pass_at=pass_at(len(mine), npass))
+        status=(ShareStatus.FAILED if r.error else ShareStatus.BUDGET if r.budget_stop_at is not None
+                else ShareStatus.OK), error=r.error,
+        inflight_meter=r.inflight, pass_at=pass_at(len(mine), npass),
+        gpu_s=round(sum(x.gpu_s for x in r.calls), 3), constraints=constraints or {})
+
+
+def constraints_of(p: plan_mod.AliasPlan, r: ShareResult, draw_end: float) -> dict[str, Any]:
+    """What bound a share in its round, for how long: its planned in-flight's constraint for the
+    seconds it was at that in-flight, `cooldown` for the seconds 429s froze it, `budget` from the
+    budget's stop to the end of the round's draw (the whole draw when the budget sized it)."""
+    seconds = {p.inflight_by.value: round(r.at_limit_s, 3)}
+    if r.frozen_s > 0:
+        seconds[plan_mod.Bound.COOLDOWN.value] = round(r.frozen_s, 3)
+    if r.budget_stop_at is not None:
+        seconds[plan_mod.Bound.BUDGET.value] = round(max(0.0, draw_end - r.budget_stop_at), 3)
+    elif p.bound is plan_mod.Bound.BUDGET:
+        seconds[plan_mod.Bound.BUDGET.value] = round(r.draw_s, 3)
+    longest = max(seconds, key=lambda k: seconds[k])
+    bound = longest if seconds[longest] > 0 else p.bound.value
+    return {"planned": p.bound.value, "why": p.why, "inflight_by": p.inflight_by.value, "seconds": seconds,
+            "bound": bound}
 
 
 def draw_share(gw: Gateway, share: Share, messages: list[dict[str, str]], seed_base: str, rnd: int) -> ShareResult:
@@ -123,13 +156,24 @@ def draw_share(gw: Gateway, share: Share, messages: list[dict[str, str]], seed_b
     sizes = split_draws(share.n, share.inflight, share.supports_n)
     stop = threading.Event()
     lock = threading.Lock()
+    st = gw.aliases[share.alias]
+    st.meter.limit = share.inflight            # at its limit: at the planned in-flight
+    at0, frozen0 = st.meter.at_limit_s, st.pacer.frozen_s
     t0 = time.monotonic()
+    if gw.meter is not None and gw.meter.bound is not None:   # the plan found the budget spent: draw nothing
+        res.budget_stop_at = t0
+        sizes = []
 
     def one(i: int, n: int) -> None:
         if stop.is_set():
             return
         try:
             texts, rec = gw.call(share.alias, messages, n, _seed(seed_base, rnd, share.alias, i))
+        except BudgetStop:
+            stop.set()
+            with lock:
+                res.budget_stop_at = res.budget_stop_at or time.monotonic()
+            return
         except CallFailed as e:
             stop.set()
             with lock:
@@ -143,8 +187,44 @@ def draw_share(gw: Gateway, share: Share, messages: list[dict[str, str]], seed_b
     with ThreadPoolExecutor(max_workers=share.inflight) as ex:
         list(ex.map(lambda a: one(*a), list(enumerate(sizes))))
     res.draw_s = time.monotonic() - t0
-    res.inflight = gw.aliases[share.alias].meter.summary()
+    res.inflight = st.meter.summary()
+    res.at_limit_s = st.meter.at_limit_s - at0
+    res.frozen_s = st.pacer.frozen_s - frozen0
     return res
+
+
+def _meter(cfg: RunConfig, gw: Gateway) -> Meter:
+    """Register the run's aliases (paced at a declared requests/min) and meter the run's spend."""
+    every = cfg.shares + ([cfg.escalation] if cfg.escalation else [])
+    for sh in every:
+        if sh.alias not in gw.aliases:
+            rpm = cfg.declared[sh.alias].rpm if sh.alias in cfg.declared else None
+            gw.add_alias(sh.alias, sh.inflight, sh.declared_max or sh.inflight, sh.supports_n,
+                         rate=rpm / 60 if rpm else None)
+    rates = {a: m.peak_output_tok_s for a, m in cfg.measured.items() if m.peak_output_tok_s}
+    meter = Meter(cfg.budget, rates, answer_tokens=plan_mod.candidate_cost().answer_tokens,
+                  spent_tokens=cfg.spent_before[0], spent_gpu_s=cfg.spent_before[1])
+    escalates = cfg.escalation is not None and cfg.escalate_after < cfg.max_batches
+    meter.check_rates(sh.alias for sh in (every if escalates else cfg.shares))
+    gw.meter = meter
+    return meter
+
+
+def plan_round(cfg: RunConfig, shares: Sequence[Share], meter: Meter, prompt_chars: int | None,
+               records: Sequence[Mapping[str, Any]], last: Mapping[str, Any] | None) -> list[plan_mod.AliasPlan]:
+    """The round's plan (bench.plan) from the run's inputs, the budget left and the round before
+    (a 429 that froze an alias there: cooldown). A budget that pays for no candidate at all stops
+    the run here (the round draws nothing and says so)."""
+    b = cfg.budget
+    left = Budget(None if b.tokens is None else max(0, b.tokens - meter.spent_tokens),
+                  None if b.gpu_s is None else max(0.0, b.gpu_s - meter.spent_gpu_s))
+    cost = plan_mod.cost_of(records, prompt_chars, plan_mod.candidate_cost())
+    cool = plan_mod.cooldowns(last)
+    plans = plan_mod.plan([plan_mod.Ask(s.alias, s.n, s.inflight, s.supports_n) for s in shares], cfg.declared,
+                          cfg.measured, plan_mod.lane_of(records), left, cost, cool)
+    if b.tokens is not None and all(pl.n == 0 for pl in plans):
+        meter.stop(Limit.TOKENS, f"the plan: {plans[0].why}")
+    return plans
 
 
 def read_cases(corpus_dir: Path) -> dict[str, dict]:
@@ -170,11 +250,8 @@ def signature_of(ws: Workspace, function: str) -> str:
     return f"pub fn {function}(input: &{m.group(1)}) -> {m.group(2)}"
 
 
-def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> RunResult:
-    spec = prompt.load_spec(cfg.function, cfg.specs_dir)
-    ws = Workspace(cfg.engine_dir)
-    signature = signature_of(ws, cfg.function)
-    iface = prompt.interfaces((ws.crate_dir("layout") / "src" / "css.rs").read_text(encoding="utf-8"), signature)
+def corpus_manifest(cfg: RunConfig) -> Any:
+    """The corpus's manifest; ConfigError when it is missing or of another function."""
     try:
         manifest = read_manifest(cfg.corpus_dir)
     except BridgeError as e:
@@ -182,12 +259,19 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
     if manifest.function != cfg.function:
         raise ConfigError(f"{cfg.corpus_dir}: a corpus of `{manifest.function}`, not `{cfg.function}`; "
                           f"pass the corpus of {cfg.function}")
+    return manifest
+
+
+def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> RunResult:
+    spec = prompt.load_spec(cfg.function, cfg.specs_dir)
+    ws = Workspace(cfg.engine_dir)
+    signature = signature_of(ws, cfg.function)
+    iface = prompt.interfaces((ws.crate_dir("layout") / "src" / "css.rs").read_text(encoding="utf-8"), signature)
+    manifest = corpus_manifest(cfg)
     corpus = read_cases(cfg.corpus_dir)
     batch_id = cfg.batch_id or f"{cfg.function}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:4]}"
     seed_base = str(cfg.seed) if cfg.seed is not None else batch_id
-    for sh in cfg.shares + ([cfg.escalation] if cfg.escalation else []):
-        if sh.alias not in gw.aliases:
-            gw.add_alias(sh.alias, sh.inflight, sh.declared_max or sh.inflight, sh.supports_n)
+    meter = _meter(cfg, gw)
     run_dir = cfg.workdir / batch_id
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -205,6 +289,11 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
         versions = best_versions(list(judged.values())) if escalated else []
         p = prompt.build(spec, signature, iface, failing, versions, cases_run=manifest.cases)
         (run_dir / f"prompt-r{rnd}.txt").write_text(p.text, encoding="utf-8")
+        plans = plan_round(cfg, shares, meter, len(p.text),
+                           [*cfg.history, *(r.to_json() for r in rounds)], rounds[-1].to_json() if rounds else None)
+        for pl in plans:
+            echo("  " + pl.line())
+        shares = [replace(s, n=pl.n, inflight=pl.inflight) for s, pl in zip(shares, plans, strict=True)]
         ph = Phases()
         start, cpu0 = now(), own_cpu_s()
         echo(f"batch {batch_id} round {rnd}{' (escalated)' if escalated else ''}: "
@@ -212,6 +301,7 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
         with ph.phase("draw"), ThreadPoolExecutor(max_workers=len(shares)) as ex:
             results = list(ex.map(draw_share, [gw] * len(shares), shares, [p.messages] * len(shares),
                                   [seed_base] * len(shares), [rnd] * len(shares)))
+        draw_end = time.monotonic()
         new: list[Candidate] = []
         extracted: dict[str, int] = {}
         for r in results:
@@ -253,8 +343,11 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
             compiled=compiled_n, best=best, cases_run=manifest.cases,
             passed=bool(passing), prompt_prefix_chars=p.prefix_chars, prompt_chars=len(p.text),
             failing_cases_shown=len(failing), versions_shown=len(versions),
-            phases=ph.to_json(), models={r.share.alias: model_round(r, new, judged) for r in results},
-            pass_at=pass_at(len(new), len(passing)), calls=[x.to_json() for r in results for x in r.calls])
+            phases=ph.to_json(),
+            models={r.share.alias: model_round(r, new, judged, constraints_of(pl, r, draw_end))
+                    for r, pl in zip(results, plans, strict=True)},
+            pass_at=pass_at(len(new), len(passing)), calls=[x.to_json() for r in results for x in r.calls],
+            budget=meter.to_json() if cfg.budget else {})
         rounds.append(record)
         rounds_mod.write(run_dir, record)
         ledger.append(cfg.ledger_path, ledger.line_for(record.to_json()))
@@ -266,7 +359,14 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
                         cfg.corpus_dir, run_dir)
             return RunResult(batch_id, True, rounds, kept, f"{cfg.function}: kept a passing version from "
                              f"{passing[0].alias} (round {rnd}) in {kept}", 0)
+        if meter.bound is not None:
+            echo(f"  the budget bound: {meter.why}")
+            break
         failing = failing_cases(list(judged.values()), corpus)
+    if meter.bound is not None:
+        return RunResult(batch_id, False, rounds, None, mask(
+            f"{cfg.function}: no version passed before the budget bound after {len(rounds)} batch(es) "
+            f"({meter.why}); nothing kept"), Exit.BUDGET)
     why = "; ".join(f"{a}: {e}" for a, e in failed_aliases.items())
     msg = (f"{cfg.function}: no version passed in {len(rounds)} batch(es)"
            + (f" (failed models: {why})" if why else "") + "; nothing kept")
@@ -283,7 +383,8 @@ def repo_root(repo: Path) -> Path:
 
 def config_from_settings(function: str, repo: Path, models: str | None, max_batches: int | None,
                          escalate_after: int | None, escalate: str | None, seed: int | None,
-                         corpus: Path | None = None) -> RunConfig:
+                         corpus: Path | None = None, budget_tokens: str | None = None,
+                         budget_gpu_s: str | None = None) -> RunConfig:
     from lanes.base import settings
 
     if not re.fullmatch(r"[a-z][a-z0-9_]*", function):
@@ -302,10 +403,20 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
         raise UsageError("--max-batches must be at least 1 and --escalate-after at least 0")
     engine = settings.path_under(settings.ENGINE_DIR, root)
     corpus_root = settings.path_under(settings.CORPUS_DIR, root)
+    budget = Budget.parse(budget_tokens if budget_tokens is not None else settings.get(settings.BUDGET_TOKENS),
+                          budget_gpu_s if budget_gpu_s is not None else settings.get(settings.BUDGET_GPU_S),
+                          "--budget-tokens/--budget-gpu-s (NEV_BUDGET_TOKENS, NEV_BUDGET_GPU_S)")
+    ledger_path = ledger.ledger_dir() / f"{ledger_name(root)}.jsonl"
+    workdir = root / "target" / "batch"
+    # a job's budget is the job's: the batches its ledger already records count as spent
+    spent = spent_in(ledger.read(ledger_path)) if budget and settings.get(settings.LEDGER_NAME) else (0, 0.0)
+    sweeps = plan_mod.read_throughput(settings.path(settings.THROUGHPUT_DIR))
     return RunConfig(function=function, shares=shares, escalation=escalation, escalate_after=ea,
                      max_batches=mb, engine_dir=engine, corpus_dir=corpus or corpus_root / function,
-                     workdir=root / "target" / "batch", ledger_path=ledger.ledger_dir() / f"{ledger_name(root)}.jsonl",
-                     seed=seed)
+                     workdir=workdir, ledger_path=ledger_path, seed=seed, budget=budget,
+                     declared=plan_mod.declared_of(net),
+                     measured={a: plan_mod.Measured.from_sweep(sw) for a, sw in sweeps.items()},
+                     history=plan_mod.latest_records(workdir, function), spent_before=spent)
 
 
 def ledger_name(root: Path, environ: Mapping[str, str] | None = None) -> str:
@@ -337,7 +448,8 @@ def gateway_key(root: Path) -> str:
 
 def command(function: str, repo: Path, models: str | None, max_batches: int | None, escalate_after: int | None,
             escalate: str | None, seed: int | None, corpus: Path | None, argv: Sequence[str],
-            echo: Callable[[str], None] = print) -> int:
+            echo: Callable[[str], None] = print, budget_tokens: str | None = None,
+            budget_gpu_s: str | None = None) -> int:
     """`nev batch run`: on a lane, run here; else re-run on a lane (exit 3 with none)."""
     from bench import onlane
     from bench.gateway import url_from_settings
@@ -349,7 +461,8 @@ def command(function: str, repo: Path, models: str | None, max_batches: int | No
         engine = Path(settings.value(settings.ENGINE_DIR))
         pull = ["target/batch"] + ([str(engine / "crates/layout/src/generated")] if not engine.is_absolute() else [])
         return onlane.run_on_lane(root, ["nev", *argv], pull=pull)
-    cfg = config_from_settings(function, repo, models, max_batches, escalate_after, escalate, seed, corpus)
+    cfg = config_from_settings(function, repo, models, max_batches, escalate_after, escalate, seed, corpus,
+                               budget_tokens, budget_gpu_s)
     for s in cfg.shares + ([cfg.escalation] if cfg.escalation else []):
         if s.note:
             echo(f"{s.alias}: {s.note}")
@@ -357,3 +470,22 @@ def command(function: str, repo: Path, models: str | None, max_batches: int | No
     res = run(cfg, gw, echo=echo)
     echo(res.message)
     return res.exit_code
+
+
+def plan_command(function: str, repo: Path, models: str | None, budget_tokens: str | None, budget_gpu_s: str | None,
+                 as_json: bool, echo: Callable[[str], None] = print) -> int:
+    """`nev batch plan`: the first round's plan from what is declared and measured here (reads files only)."""
+    from lanes.base.ui import emit_json
+
+    cfg = config_from_settings(function, repo, models, None, None, None, None, None, budget_tokens, budget_gpu_s)
+    meter = Meter(cfg.budget, spent_tokens=cfg.spent_before[0], spent_gpu_s=cfg.spent_before[1])
+    plans = plan_round(cfg, cfg.shares, meter, None, cfg.history,
+                       cfg.history[-1] if cfg.history else None)
+    if as_json:
+        emit_json({"function": function, "budget": meter.to_json(), "plans": [p.to_json() for p in plans]})
+        return 0
+    for row in plan_mod.render(plans):
+        echo(row)
+    if meter.bound is not None:
+        echo(f"the budget bound: {meter.why}")
+    return 0

@@ -16,6 +16,12 @@ def batch() -> None:
     """Best-of-N generation batches through the gateway."""
 
 
+_BUDGET_TOKENS = click.option("--budget-tokens", help="Stop drawing before a call would pass this many tokens "
+                              "(prompt + completion; default NEV_BUDGET_TOKENS)")
+_BUDGET_GPU_S = click.option("--budget-gpu-s", help="Stop drawing before a call would pass this many pool GPU-seconds "
+                             "(from `nev rig throughput`; default NEV_BUDGET_GPU_S)")
+
+
 @batch.command("run", context_settings={"ignore_unknown_options": False})
 @click.argument("function")
 @click.option("--models", help="ALIAS:N:INFLIGHT,... (default NEV_MODELS, else every sampling alias of folknet.json)")
@@ -26,23 +32,48 @@ def batch() -> None:
 @click.option("--seed", type=int, help="Base of every call's seed (default: from the batch id)")
 @click.option("--corpus", type=click.Path(file_okay=False, path_type=Path),
               help="The corpus folder (default NEV_CORPUS_DIR/FUNCTION)")
+@_BUDGET_TOKENS
+@_BUDGET_GPU_S
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
 def batch_run(function: str, models: str | None, max_batches: int | None, escalate_after: int | None,
-              escalate: str | None, seed: int | None, corpus: Path | None, repo: Path) -> int:
+              escalate: str | None, seed: int | None, corpus: Path | None, budget_tokens: str | None,
+              budget_gpu_s: str | None, repo: Path) -> int:
     """Sample, verify and keep a passing version of FUNCTION (on a lane).
 
     Exits 0 when a version passed and was kept, 1 when none passed (or the kept files
-    could not be written), 3 when no lane answered (nothing ran), 2 on bad arguments.
+    could not be written), 12 when none passed before the budget bound (the next call would
+    have passed it), 3 when no lane answered (nothing ran), 2 on bad arguments.
     """
     from bench.batch import command
 
     argv = ["batch", "run", function]
     for flag, value in (("--models", models), ("--max-batches", max_batches), ("--escalate-after", escalate_after),
-                        ("--escalate", escalate), ("--seed", seed), ("--corpus", corpus)):
+                        ("--escalate", escalate), ("--seed", seed), ("--corpus", corpus),
+                        ("--budget-tokens", budget_tokens), ("--budget-gpu-s", budget_gpu_s)):
         if value is not None:
             argv += [flag, str(value)]
     return command(function, repo, models, max_batches, escalate_after, escalate, seed, corpus, argv,
-                   echo=click.echo)
+                   echo=click.echo, budget_tokens=budget_tokens, budget_gpu_s=budget_gpu_s)
+
+
+@batch.command("plan")
+@click.argument("function")
+@click.option("--models", help="ALIAS:N:INFLIGHT,... (default NEV_MODELS, else every sampling alias of folknet.json)")
+@_BUDGET_TOKENS
+@_BUDGET_GPU_S
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
+def batch_plan(function: str, models: str | None, budget_tokens: str | None, budget_gpu_s: str | None,
+               as_json: bool, repo: Path) -> int:
+    """The in-flight and batch size per alias of FUNCTION's next batch, and the constraint that binds.
+
+    From folknet.json's limits (max_inflight, rpm, tpm), the latest `nev rig throughput` sweeps
+    (NEV_THROUGHPUT_DIR), the function's last round records in target/batch (the lane's CPU,
+    tokens per candidate, a 429's cooldown) and the budget left. Reads files only; runs anywhere.
+    """
+    from bench.batch import plan_command
+
+    return plan_command(function, repo, models, budget_tokens, budget_gpu_s, as_json, echo=click.echo)
 
 
 @click.group("oracle")
@@ -54,9 +85,9 @@ def oracle() -> None:
 @click.argument("corpora", nargs=-1, required=True)
 @click.option("--shard", help="i/n: take seeds i, i+n, ... (written to CORPUS.shard-i-of-n)")
 @click.option("--engines", default="chromium,firefox,webkit", show_default=True)
-@click.option("--cases", type=int, default=1000, show_default=True, help="Seeds 0..N-1 (before sharding).")
+@click.option("--cases", type=int, help="Seeds 0..N-1 (before sharding; default NEV_CORPUS_CASES, 1000).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifests as JSON (one object per corpus).")
-def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, cases: int, as_json: bool) -> int:
+def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, cases: int | None, as_json: bool) -> int:
     """Generate, render and vote corpora; write each once, keyed by the engine versions.
 
     Writes NEV_CORPUS_DIR/CORPUS/ (corpus/ of the repository by default) for each CORPUS, starting
@@ -73,8 +104,9 @@ def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, case
     from lanes.base.ui import emit_json
 
     root = settings.path_under(settings.CORPUS_DIR, Repo(Path.cwd()).toplevel_or_self())
+    count = cases if cases is not None else settings.get_int(settings.CORPUS_CASES)
     results = build_many(corpora, root=root, shard=Shard.parse(shard), engine_names=parse_engines(engines),
-                         count=cases, store_root=store_root())
+                         count=count, store_root=store_root())
     if as_json:
         rows = [{"folder": str(r.folder), "written": r.written, "rendered": r.rendered, "manifest": r.manifest,
                  "seconds": round(r.seconds, 2), "rates": r.rates} for r in results]
@@ -136,6 +168,18 @@ _REPO = click.option("--repo", type=click.Path(file_okay=False, path_type=Path),
                      show_default=True, help="The repository holding the engine (NEV_ENGINE_DIR inside it).")
 
 
+def _elsewhere(repo: Path, argv: list[str]) -> int | None:
+    """Off a lane, run `nev ARGV` on one (as `nev batch run` does: lane-only, exit 3 with none) and
+    return its status; on a lane (NEV_ON_LANE) None: score here."""
+    from bench import onlane
+
+    if onlane.on_lane():
+        return None
+    from lanes.base.gitrun import Repo
+
+    return onlane.run_on_lane(Repo(repo).toplevel_or_self(), ["nev", *argv])
+
+
 def _scoring(repo: Path) -> Scoring:
     from bench.floors import scoring_for
     from lanes.base.gitrun import Repo
@@ -146,13 +190,20 @@ def _scoring(repo: Path) -> Scoring:
 @floors.command("check")
 @_REPO
 def floors_check(repo: Path) -> int:
-    """Score every generated function; fail on a drop, a shrunken corpus or zero passes.
+    """Score every generated function on fresh three-browser ground truth; fail on a drop, a
+    shrunken corpus or zero passes.
 
-    Exits 0 when every floor holds, 1 when one is broken (one line naming each),
-    3 when no lane answered to score (nothing scored). Scores here when NEV_ON_LANE is set.
+    Runs on a build lane (this worktree's copy there; here only when NEV_ON_LANE is set), which
+    builds each listed corpus with Chromium, Firefox and WebKit or finds it under the key of their
+    versions. Exits 0 when every floor holds, 1 when one is broken (one line naming each), 3 when
+    no lane answered (nothing scored), 11 when there is no three-browser ground truth (a corpus
+    built with fewer, or a browser missing on the lane: named).
     """
     from bench.floors import check, default_scorer
 
+    there = _elsewhere(repo, ["floors", "check"])
+    if there is not None:
+        return there
     return check(_scoring(repo), default_scorer(), echo=click.echo)
 
 
@@ -162,8 +213,10 @@ def floors_check(repo: Path) -> int:
 def floors_raise(print_raises: bool, repo: Path) -> int:
     """Write each floor the fresh score is above and commit only those files.
 
-    Refuses on uncommitted changes or off main; writes nothing when scoring fails
-    or no lane answers (exit 3); never lowers a number.
+    Refuses on uncommitted changes or off main; writes nothing when scoring fails,
+    no lane answers (exit 3) or there is no three-browser ground truth (exit 11);
+    never lowers a number. Scores here on a lane (NEV_ON_LANE); elsewhere only the
+    landing, which passes a lane scorer, raises.
     """
     from bench.floors import default_scorer, raise_floors
 
@@ -174,10 +227,17 @@ def floors_raise(print_raises: bool, repo: Path) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (what a lane scorer reads back).")
 @_REPO
 def scores(as_json: bool, repo: Path) -> int:
-    """Every generated function against its corpus: passed/run, floor, batch, status."""
+    """Every generated function against its corpus: passed/run, floor, batch, status.
+
+    Runs where `nev floors check` runs (a build lane; here only with NEV_ON_LANE), on the same
+    fresh ground truth; exits 0, 3 when no lane answered, 11 with no three-browser ground truth.
+    """
     from bench.floors import default_scorer
     from bench.scores import show
 
+    there = _elsewhere(repo, ["scores", "--json"] if as_json else ["scores"])
+    if there is not None:
+        return there
     return show(_scoring(repo), default_scorer(), as_json, echo=click.echo)
 
 

@@ -2,10 +2,10 @@
 
 The decisions (`judge`, `raise_to`) are pure functions over plain values. The
 scoring step is pluggable (`Scorer`): `nev floors check|raise` and `nev scores`
-score locally when they run on a lane (`NEV_ON_LANE`, the gate) and the
-landing passes a scorer that runs `nev scores --json` on the build lane
-(see docs/floors.md). Raising commits through `lanes.base.gitrun`, the only place
-that runs git.
+score locally when they run on a lane (`NEV_ON_LANE`, the gate), against corpora
+the three browsers built (`bench.oracle.truth`); the landing passes a scorer that
+runs `nev scores --json` on the build lane (see docs/floors.md). Raising commits
+through `lanes.base.gitrun`, the only place that runs git.
 """
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ def judge_all(functions: list[GeneratedFunction], scores: list[Score]) -> list[J
 # ---- the scoring step ----
 
 def require_corpora(names: list[str], root: Path) -> None:
-    """The default corpus provider: each corpus must already be there."""
+    """A corpus provider for corpora the caller made itself (tests: the engine's reference corpora):
+    each must already be there. Never the floors' own: they use `bench.oracle.truth.fresh_corpora`."""
     missing = [n for n in names if not (root / n / "manifest.json").is_file()]
     if missing:
         raise NevError(f"no corpus for {', '.join(missing)} under {root}; build each with "
@@ -147,9 +148,14 @@ def no_lane_scorer(req: Scoring) -> list[Score]:
 
 
 def default_scorer(environ: Mapping[str, str] | None = None) -> Scorer:
-    """Local scoring on a lane (NEV_ON_LANE); elsewhere the lane scorer, which is the landing's to pass."""
+    """On a lane (NEV_ON_LANE): score here, on fresh ground truth (`bench.oracle.truth.fresh_corpora`:
+    every listed corpus built by the three browsers, or found under the key of their versions).
+    Elsewhere the lane scorer, which is the caller's to pass."""
     if settings.get_flag(settings.ON_LANE, environ):
-        return local_scorer()
+        # the oracle's stack, loaded only where it builds
+        from bench.oracle.truth import fresh_corpora
+
+        return local_scorer(corpora=fresh_corpora(environ=environ))
     return no_lane_scorer
 
 

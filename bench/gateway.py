@@ -9,8 +9,10 @@
 - a token-bucket pacer per alias; a 429 freezes new calls of that alias for a cooldown and
   lowers its rate, and the call is tried again: a 429 never reaches the batch;
 - 5xx and connection errors are retried with backoff, then the call fails with its reason;
-- every call is metered (tokens in/out, latency, pacer wait, retries, statuses) into a
-  `CallRecord`, and in-flight time is metered per alias (`InflightMeter`).
+- every call is metered (tokens in/out, latency, pacer wait, retries, statuses, GPU-seconds) into a
+  `CallRecord`, and in-flight time is metered per alias (`InflightMeter`);
+- with a budget (`bench.budget.Meter`), a call whose estimated cost would pass it is not sent
+  (`BudgetStop`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import gwlimit
+from bench.budget import Meter, Reservation
 from bench.gateway_http import Endpoint, Unreachable, error_message, post_json
 from lanes import dotenv
 from lanes.base import settings
@@ -133,6 +136,8 @@ class Pacer:
     frozen_until: float = field(init=False, default=0.0)
     clean: int = field(init=False, default=0)
     lowered: int = field(init=False, default=0)
+    #: wall-clock seconds new calls were frozen by 429s (the cooldowns, overlaps counted once)
+    frozen_s: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
         self.seed_rate = self.rate
@@ -158,7 +163,9 @@ class Pacer:
         """Freeze new calls for the cooldown and lower the rate (once per freeze: the calls that
         were already in flight when the pool began refusing do not lower it again)."""
         already = now < self.frozen_until
-        self.frozen_until = max(self.frozen_until, now + (retry_after if retry_after else COOLDOWN_S))
+        until = max(self.frozen_until, now + (retry_after if retry_after else COOLDOWN_S))
+        self.frozen_s += until - max(self.frozen_until, now)
+        self.frozen_until = until
         self.clean = 0
         if already:
             return
@@ -241,10 +248,12 @@ class CallRecord:
     retries: int = 0
     rate_limited: int = 0
     error: str | None = None
+    gpu_s: float = 0.0            # estimated from the pool's measured throughput (bench.budget)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["latency_s"] = round(self.latency_s, 4)
+        d["gpu_s"] = round(self.gpu_s, 4)
         d["pacer_wait_s"] = round(self.pacer_wait_s, 4)
         return d
 
@@ -289,6 +298,8 @@ class Gateway:
         self.clock = clock
         self.sleep = sleep
         self.aliases: dict[str, AliasState] = {}
+        #: the run's spend and budget; None: calls are metered without GPU-seconds or a budget
+        self.meter: Meter | None = None
 
     def add_alias(self, name: str, inflight: int, declared_max: int, supports_n: bool = True,
                   rate: float | None = None) -> AliasState:
@@ -334,7 +345,10 @@ class Gateway:
         busy = 0
         first_429: float | None = None
         st.sem.acquire()
+        held: Reservation | None = None
         try:
+            if self.meter is not None:   # BudgetStop: the call is not sent
+                held = self.meter.admit(alias, n, sum(len(m.get("content") or "") for m in messages), max_tokens)
             while True:
                 rec.pacer_wait_s += self._admit(st)
                 t0 = self.clock()
@@ -358,6 +372,9 @@ class Gateway:
                     details = usage.get("prompt_tokens_details") or {}
                     rec.cached_tokens = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
                     rec.choices = len(texts)
+                    if held is not None and self.meter is not None:
+                        rec.gpu_s = self.meter.settle(held, n, rec.prompt_tokens, rec.completion_tokens)
+                        held = None
                     with st.lock:
                         st.pacer.on_ok()
                     return texts, rec
@@ -391,6 +408,8 @@ class Gateway:
                 rec.status, rec.error = "failed", f"{alias}: {_reason(code, raw)}"
                 raise CallFailed(rec)
         finally:
+            if held is not None and self.meter is not None:
+                self.meter.settle(held, n, None, None)
             st.sem.release()
 
 

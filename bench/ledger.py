@@ -1,8 +1,10 @@
 """The ledger: one JSON line per model batch in `ledger/<worktree>.jsonl` on the share.
 
-Each line: the batch id, function, round, start and end time, lane CPU-seconds, and per model
-the candidates, compiled count, best score, tokens and draw seconds. No host names or addresses:
-a line that carries one is refused before it is written (the share is open to the subnet).
+Each line: the batch id, function, round, start and end time, lane CPU-seconds, the run's budget
+and spend (`budget`: tokens and GPU-seconds, and `bound` when the budget stopped the draw), and per
+model the candidates, compiled count, best score, tokens, GPU-seconds, draw seconds and which
+constraint bound it for how long (`constraints`). No host names or addresses: a line that carries
+one is refused before it is written (the share is open to the subnet).
 """
 
 from __future__ import annotations
@@ -64,12 +66,15 @@ def line_for(record: dict[str, Any]) -> dict[str, Any]:
     models = {}
     for alias, m in record["models"].items():
         models[alias] = {k: m.get(k) for k in ("tier", "candidates", "compiled", "best", "tokens_in", "tokens_out",
-                                               "draw_s", "status", "error", "rate_limited", "calls")}
+                                               "gpu_s", "draw_s", "status", "error", "rate_limited", "calls",
+                                               "constraints")}
     line = {"batch": record["batch"], "function": record["function"], "round": record["round"],
             "escalated": record["escalated"], "start": record["start"], "end": record["end"],
             "lane_cpu_s": record["lane_cpu_s"], "candidates": record["candidates"],
             "unique": record["unique"], "compiled": record["compiled"], "best": record["best"],
             "cases_run": record["cases_run"], "passed": record["passed"], "models": models}
+    if record.get("budget"):
+        line["budget"] = record["budget"]
     return scrub(line)
 
 
@@ -106,11 +111,35 @@ def table(lines: list[dict[str, Any]]) -> list[str]:
             status = m.get("status") or "-"
             if m.get("error"):
                 status += f" ({m['error']})"
+            bound = (m.get("constraints") or {}).get("bound")
+            if bound:
+                status += f", bound by {bound}"
             rows.append(f"{str(ln.get('start', ''))[:19]:20} {str(ln.get('batch', ''))[:34]:34} "
                         f"{str(ln.get('function', ''))[:13]:13} {ln.get('round', 0):>2} {alias[:22]:22} "
                         f"{m.get('candidates') or 0:>4} {m.get('compiled') or 0:>4} {best:>9} {tok:>13} "
                         f"{m.get('draw_s') or 0:>7.1f} {ln.get('lane_cpu_s') or 0:>6.1f}  {status}")
     return rows
+
+
+def spend(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The file's spend (tokens in + out, GPU-seconds) and the budget its last batch ran under,
+    with whether a budget bound (pure)."""
+    from bench.budget import spent_in
+
+    tokens, gpu = spent_in(lines)
+    last = next((ln["budget"] for ln in reversed(lines) if isinstance(ln.get("budget"), dict)), None)
+    bound = next((ln["budget"].get("bound") for ln in reversed(lines)
+                  if isinstance(ln.get("budget"), dict) and ln["budget"].get("bound")), None)
+    return {"tokens": tokens, "gpu_s": gpu, "budget_tokens": (last or {}).get("tokens"),
+            "budget_gpu_s": (last or {}).get("gpu_s"), "bound": bound}
+
+
+def spend_line(s: dict[str, Any]) -> str:
+    def of(limit: Any) -> str:
+        return f" of {limit:g}" if isinstance(limit, int | float) else ""
+
+    out = f"spent: {s['tokens']} tokens{of(s['budget_tokens'])}, {s['gpu_s']:g} GPU-s{of(s['budget_gpu_s'])}"
+    return out + (f"; the budget bound ({s['bound']})" if s["bound"] else "")
 
 
 def show(path: Path, echo: Callable[[str], None] = print) -> int:
@@ -120,4 +149,5 @@ def show(path: Path, echo: Callable[[str], None] = print) -> int:
         return 0
     for r in table(lines):
         echo(r)
+    echo(spend_line(spend(lines)))
     return 0

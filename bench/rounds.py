@@ -25,6 +25,7 @@ _NUMBER = (int, float)
 class ShareStatus(StrEnum):
     OK = "ok"            # every call of the share answered
     FAILED = "failed"    # a call failed after its retries: no new call of that model started
+    BUDGET = "budget"    # the next call would have passed the budget: no new call of that model started
 
 
 def now() -> str:
@@ -65,6 +66,10 @@ class ModelRound:
     error: str | None
     inflight_meter: dict[str, Any] = field(default_factory=dict)
     pass_at: dict[str, float] = field(default_factory=dict)   # pass@k by k, written as "pass@k" keys
+    gpu_s: float = 0.0   # estimated from the pool's measured throughput (bench.budget)
+    #: the round's plan for the model and what bound it, for how long: {"planned", "why",
+    #: "inflight_by", "seconds": {constraint: s}, "bound"} (bench.plan, bench.batch.constraints)
+    constraints: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"tier": self.tier, "n": self.n, "inflight": self.inflight, "note": self.note,
@@ -73,7 +78,8 @@ class ModelRound:
                 "tokens_out": self.tokens_out, "cached_tokens": self.cached_tokens, "draw_s": self.draw_s,
                 "calls": self.calls, "retries": self.retries, "rate_limited": self.rate_limited,
                 "pacer_wait_s": self.pacer_wait_s, "status": self.status.value, "error": self.error,
-                "inflight_meter": self.inflight_meter, **self.pass_at}
+                "inflight_meter": self.inflight_meter, "gpu_s": self.gpu_s, "constraints": self.constraints,
+                **self.pass_at}
 
     @classmethod
     def from_json(cls, f: Fields, obj: Any, where: str) -> ModelRound:
@@ -82,7 +88,7 @@ class ModelRound:
         try:
             status = ShareStatus(raw)
         except ValueError:
-            raise f.fail(f"{where}.status", f"is {raw!r}, not ok or failed") from None
+            raise f.fail(f"{where}.status", f"is {raw!r}, not {', '.join(s.value for s in ShareStatus)}") from None
 
         def i(key: str) -> int:
             return int(f.get(o, key, int, where))
@@ -96,7 +102,9 @@ class ModelRound:
                    rate_limited=i("rate_limited"), pacer_wait_s=float(f.get(o, "pacer_wait_s", _NUMBER, where)),
                    status=status, error=f.get(o, "error", str, where, required=False),
                    inflight_meter=dict(f.get(o, "inflight_meter", dict, where, required=False, default={})),
-                   pass_at=_pass_at(f, o, where))
+                   pass_at=_pass_at(f, o, where),
+                   gpu_s=float(f.get(o, "gpu_s", _NUMBER, where, required=False, default=0.0)),
+                   constraints=dict(f.get(o, "constraints", dict, where, required=False, default={})))
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,8 @@ class RoundRecord:
     models: dict[str, ModelRound]
     pass_at: dict[str, float]
     calls: list[dict[str, Any]] = field(default_factory=list)   # bench.gateway.CallRecord.to_json()
+    #: the run's budget and spend after this round (bench.budget.Meter.to_json); {}: none recorded
+    budget: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"batch": self.batch, "function": self.function, "round": self.round,
@@ -136,7 +146,8 @@ class RoundRecord:
                 "cases_run": self.cases_run, "passed": self.passed, "prompt_prefix_chars": self.prompt_prefix_chars,
                 "prompt_chars": self.prompt_chars, "failing_cases_shown": self.failing_cases_shown,
                 "versions_shown": self.versions_shown, "phases": self.phases,
-                "models": {a: m.to_json() for a, m in self.models.items()}, **self.pass_at, "calls": self.calls}
+                "models": {a: m.to_json() for a, m in self.models.items()}, **self.pass_at, "budget": self.budget,
+                "calls": self.calls}
 
     @classmethod
     def from_json(cls, f: Fields, obj: Any) -> RoundRecord:
@@ -160,7 +171,8 @@ class RoundRecord:
                    prompt_chars=i("prompt_chars"), failing_cases_shown=i("failing_cases_shown"),
                    versions_shown=i("versions_shown"), phases=dict(f.get(o, "phases", dict, "")),
                    models={a: ModelRound.from_json(f, m, f"models.{a}") for a, m in models.items()},
-                   pass_at=_pass_at(f, o, ""), calls=list(calls))
+                   pass_at=_pass_at(f, o, ""), calls=list(calls),
+                   budget=dict(f.get(o, "budget", dict, "", required=False, default={})))
 
     @property
     def pass_at_1(self) -> float:

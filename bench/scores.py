@@ -8,7 +8,8 @@ back with `from_json`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bench.floors import Judgement, Scorer, Scoring, evaluate
@@ -76,11 +77,18 @@ def show(req: Scoring, scorer: Scorer, as_json: bool, echo: Callable[[str], None
     return 0
 
 
-def lane_scorer(req: Scoring) -> list[Score]:
+def lane_scorer(req: Scoring, environ: Mapping[str, str] | None = None) -> list[Score]:
     """A `Scorer` that runs `nev scores --json` on the first build lane that answers, in a lane
-    copy of `req.repo`; NoLaneError (exit 3) when none answers, and nothing is written."""
+    copy of `req.repo` (which builds or finds its corpora there: fresh three-browser ground truth),
+    with the NEV_* settings of `environ` that travel to a lane (`bench.onlane.forwarded_env`);
+    NoLaneError (exit 3) when none answers. A failure there is one NevError carrying the lane's
+    last line (and its exit 11 when it had no three-browser ground truth); nothing is written."""
+    import sys
+
+    from bench import onlane
     from lanes import gate, lanesfile, payload  # the SSH stack, loaded only when a lane scores
     from lanes.base.errors import NoLaneError
+    from lanes.base.exitcodes import Exit
 
     lf = lanesfile.configured(require=True)
     picked = gate.pick_lane(lf, None)
@@ -88,12 +96,23 @@ def lane_scorer(req: Scoring) -> list[Score]:
         raise NoLaneError("no build lane answered to score the floors; nothing was written")
     lane, conn = picked
     buf = bytearray()
+    err = bytearray()
+
+    def on_stderr(b: bytes) -> None:
+        err.extend(b)
+        sys.stderr.buffer.write(b)
+        sys.stderr.flush()
+
     try:
         wt = payload.Worktree.open(req.repo)
+        env = onlane.forwarded_env(os.environ if environ is None else environ)
         out = gate.gate_on_lane(lane, conn, wt, ["nev", "scores", "--json"], forge=gate.forge_for(wt.repo, lf),
-                                on_stdout=buf.extend)
+                                on_stdout=buf.extend, on_stderr=on_stderr, extra_env=env)
     finally:
         conn.close()
     if out.status != 0:
-        raise NevError(f"`nev scores --json` on {lane.label} exited {out.status}; nothing was written")
+        last = next((ln.strip() for ln in reversed(err.decode(errors="replace").splitlines()) if ln.strip()), "")
+        why = f": {last.removeprefix('nev: ')}" if last else ""
+        code = Exit.NO_GROUND_TRUTH if out.status == Exit.NO_GROUND_TRUTH else Exit.FAILED
+        raise NevError(f"`nev scores --json` on {lane.label} exited {out.status}{why}; nothing was written", code)
     return from_json(buf.decode(errors="replace"))

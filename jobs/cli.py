@@ -187,7 +187,7 @@ def land(args: tuple[str, ...], check: bool, approved: bool, spec_sha: str | Non
 # lanes', the declared harness (tracks.json) is ours.
 @click.group("writer")
 def writer() -> None:
-    """Writers on a lane: start one in a worktree's lane copy, fetch its commits back, list them."""
+    """Writers on a lane: start one in a worktree's lane copy, fetch its commits back, stop it, list them."""
 
 
 @writer.command("start")
@@ -241,6 +241,34 @@ def writer_fetch(worktree: str, lane_index: int | None) -> int:
             click.echo(f"  {c}")
     else:
         click.echo(f"{out['label']}: nothing to fetch; {out['tip'][:12]} is here already{still}")
+    return 0
+
+
+@writer.command("stop")
+@click.argument("worktree", type=click.Path(file_okay=False, exists=True))
+@click.option("--lane", "lane_index", type=int, help="Only lane N (default: the lane that has the writer).")
+def writer_stop(worktree: str, lane_index: int | None) -> int:
+    """Stop the writer of WORKTREE's lane copy: its process group ends (SIGTERM, then SIGKILL),
+    the copy's .env is removed, its commits stay for `nev lane writer fetch`. Prints the last
+    lines of its log (masked).
+    """
+    from pathlib import Path
+
+    from lanes import writer as lw
+
+    out = lw.stop(Path(worktree), lane_index)
+    how = f"stopped (it was running as pid {out['pid']})" if out["was_running"] else \
+        f"was not running ({lw.state_word(out)})"
+    click.echo(f"{out['label']}: the writer of {out['name']} {how}; .env removed: "
+               f"{len(out['env_removed'])} file(s)")
+    if out["unfetched"]:
+        click.echo(f"  {len(out['unfetched'])} commit(s) kept for `nev lane writer fetch`:")
+        for c in out["unfetched"]:
+            click.echo(f"    {c}")
+    if out["log_tail"]:
+        click.echo("  its log's last lines:")
+        for line in out["log_tail"].splitlines():
+            click.echo(f"    {line}")
     return 0
 
 

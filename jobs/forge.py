@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from lanes import forgeauth, lanesfile
 from lanes.base import settings
 from lanes.base.errors import ConfigError
-from lanes.base.gitrun import Repo
+from lanes.base.gitrun import GitError, Repo
 from lanes.forgeauth import Credential
 
 
@@ -64,13 +64,33 @@ class Forge:
     def push(self, repo: Repo, *refspecs: str) -> None:
         repo.git("push", "-q", "--porcelain", self.url, *refspecs, env=self.env, timeout=600)
 
-    def delete(self, repo: Repo, *branches: str) -> None:
-        have = set()
+    def _tips(self, repo: Repo, branches: list[str]) -> dict[str, str]:
+        have: dict[str, str] = {}
         for prefix in {b.split("/", 1)[0] for b in branches}:
-            have |= {f"{prefix}/{n}" for n in self.ls(repo, prefix)}
-        gone = [f":refs/heads/{b}" for b in branches if b in have]
-        if gone:
-            self.push(repo, *gone)
+            have |= {f"{prefix}/{n}": sha for n, sha in self.ls(repo, prefix).items()}
+        return {b: have[b] for b in branches if b in have}
+
+    def delete(self, repo: Repo, *branches: str) -> None:
+        have = self._tips(repo, list(branches))
+        if have:
+            self.push(repo, *(f":refs/heads/{b}" for b in have))
+
+    def delete_if_at(self, repo: Repo, expected: Mapping[str, str | None]) -> list[str]:
+        """Delete each branch that is still at its expected tip, by a compare-and-swap on the forge
+        (`--force-with-lease`): one that moved since (a job submitted again under the same name
+        while its earlier result landed) or whose tip is not known is kept. The branches kept."""
+        have = self._tips(repo, list(expected))
+        go = {b: sha for b, sha in have.items() if expected[b] and expected[b] == sha}
+        kept = [b for b in have if b not in go]
+        if go:
+            leases = [f"--force-with-lease=refs/heads/{b}:{sha}" for b, sha in go.items()]
+            try:
+                repo.git("push", "-q", "--porcelain", *leases, self.url, *(f":refs/heads/{b}" for b in go),
+                         env=self.env, timeout=600)
+            except GitError:    # one moved between the listing and the push: it is still there
+                now = self._tips(repo, list(go))
+                kept += [b for b in go if b in now]
+        return kept
 
 
 def _no_credential(url: str, where: str) -> str:

@@ -188,7 +188,8 @@ def _raise_floors(checkout: Path | None, environ: Mapping[str, str]) -> str | No
     req = floors.scoring_for(checkout, environ)
     if not req.generated_dir.is_dir() or not floors.functions_of(req):
         return f"skipped: no generated functions under {req.generated_dir}"
-    rc = floors.raise_floors(req, scores.lane_scorer, echo=lambda m: info(f"land: after: floors: {m}"))
+    rc = floors.raise_floors(req, lambda r: scores.lane_scorer(r, environ),
+                             echo=lambda m: info(f"land: after: floors: {m}"))
     return None if rc == 0 else f"failed: floors raise exited {rc}; nothing undone"
 
 

@@ -78,15 +78,18 @@ def where(lane_only: bool, environ: Mapping[str, str]) -> Place:
 def run_gate(cmd: str, worktree: Path, lane_only: bool, record: Path, environ: Mapping[str, str]) -> int:
     """Run one gate command on the tip checked out in `worktree`; its exit status.
 
-    `nev lane on` semantics, placed by `where`. Everything but a lane run goes through
+    `nev lane on` semantics, placed by `where`; on a lane the command sees the NEV_* settings of
+    `environ` that travel (`bench.onlane.forwarded_env`: never a secret). Everything but a lane run goes through
     `run_here`, which records its process group in `record` so a rerun after a SIGKILL can stop it."""
     if where(lane_only, environ) is Place.HERE:
         return run_here(cmd, worktree, record, environ)
+    from bench.onlane import forwarded_env
     from lanes import gate  # the SSH stack, loaded only when a lane could be used
 
     timer = _fault_timer("gate")
     try:
-        return gate.on(worktree, ["sh", "-c", cmd], lane_only=lane_only)
+        # the landing's settings (tracks.json's pollEnv among them) travel as a batch's do: no secret
+        return gate.on(worktree, ["sh", "-c", cmd], lane_only=lane_only, extra_env=forwarded_env(environ))
     except NevError as e:
         if e.exit_code in INTERRUPTED:
             raise

@@ -6,6 +6,9 @@ base: 3f1c2a9...          # the commit the job starts from (7-40 hex digits)
 spec: specs/clamp-px.md   # the spec it serves
 key: batch                # the gateway key name its models are used with (optional)
 limit: 2h                 # wall-clock limit across resumes: seconds, or 90s / 30m / 2h
+budget:                   # optional: what its batch stages may spend together, across resumes
+  tokens: 200000          #   prompt + completion tokens (the gateway's usage)
+  gpu_s: 3600             #   pool GPU-seconds, estimated from `nev rig throughput`
 stages:
   - name: gen
     kind: batch           # command | verify | batch | writer
@@ -88,6 +91,8 @@ class Manifest:
     key: str | None = None
     models: tuple[Model, ...] = ()
     digest: str = ""
+    budget_tokens: int | None = None
+    budget_gpu_s: float | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def has_writer(self) -> bool:
@@ -143,7 +148,25 @@ def _models(f: Fields, obj: dict, field: str) -> tuple[Model, ...]:
     return tuple(out)
 
 
-TOP_FIELDS = {"name", "base", "spec", "key", "limit", "models", "providers", "stages"}
+TOP_FIELDS = {"name", "base", "spec", "key", "limit", "budget", "models", "providers", "stages"}
+BUDGET_FIELDS = {"tokens", "gpu_s"}
+
+
+def _budget(f: Fields, top: dict) -> tuple[int | None, float | None]:
+    """`budget: {tokens, gpu_s}`, each optional and positive."""
+    if top.get("budget") is None:
+        return None, None
+    b = f.get(top, "budget", dict, "")
+    _only_known(f, b, BUDGET_FIELDS, "budget", "a budget field")
+    if not b:
+        raise f.fail("budget", "is empty; give tokens and/or gpu_s, or leave budget out")
+    tokens = f.get(b, "tokens", int, "budget", required=False)
+    if tokens is not None and tokens < 1:
+        raise f.fail("budget.tokens", f"{tokens} must be a positive number of tokens")
+    gpu = f.get(b, "gpu_s", (int, float), "budget", required=False)
+    if gpu is not None and not gpu > 0:
+        raise f.fail("budget.gpu_s", f"{gpu} must be a positive number of GPU-seconds")
+    return tokens, None if gpu is None else float(gpu)
 STAGE_FIELDS = {"name", "kind", "command", "models", "providers", "brief", "model"}
 
 
@@ -166,6 +189,7 @@ def parse(data: Any, where: Path | str) -> Manifest:
     limit = parse_duration(limit_raw)
     if limit is None or limit <= 0:
         raise f.fail("limit", f"{limit_raw!r} must be a positive duration (seconds, or 90s / 30m / 2h)")
+    budget_tokens, budget_gpu_s = _budget(f, top)
     models = _models(f, top, "")
     if top.get("providers") is not None:
         f.str_list(top, "providers", "")
@@ -175,7 +199,8 @@ def parse(data: Any, where: Path | str) -> Manifest:
     seen: set[str] = set()
     stages = tuple(_stage(f, st, f"stages[{i}]", seen) for i, st in enumerate(stages_raw))
     digest = hashlib.sha256(json.dumps(top, sort_keys=True, default=str).encode()).hexdigest()
-    return Manifest(Path(where), name, base, spec, limit, stages, key, models, digest, top)
+    return Manifest(Path(where), name, base, spec, limit, stages, key, models, digest, budget_tokens, budget_gpu_s,
+                    top)
 
 
 def _only_known(f: Fields, obj: dict, known: set[str], here: str, what: str) -> None:

@@ -5,10 +5,11 @@ box submitted that has no result yet, and `decide` (pure) picks one action per j
 
 | seen | action |
 |---|---|
-| result passed | land it (`jobs.land.land` in this process, as `nev land SPEC SPEC_SHA TIP`; the branch named like the spec is set to the result); after a landing, job/<name> and result/<name> are deleted on the forge |
+| result passed | land it (`jobs.land.land` in this process, as `nev land SPEC SPEC_SHA TIP`; the branch named like the spec is set to the result); after a landing, job/<name> and result/<name> are deleted on the forge while they are still what landed (`clean_up_forge`) |
 | result failed / stopped (exit 1, 8, 9, 10) | recorded as failed, never resent |
 | no result, run ended with the run step's exit 3 (inventory not ready) | resent, not counted as a send |
 | no result, run ended with the publish step's exit 7 | resent, not counted as a send |
+| no result, run cut off (a step left running, or the run step ended by a signal: the lane or its Dagu restarted) | resent once (counted under `cutoffs`); cut off a second time: recorded as failed |
 | no result, run still queued or running | wait |
 
 The tick (`jobs.tick`) runs this after the approved tracks, under its one lock. The job
@@ -62,12 +63,39 @@ class StepExit(IntEnum):
     PUBLISH_FAILED = 7       # the publish step: resent, not counted as a send
 
 
+CUTOFF_RESENDS = 1  # a run cut off is resent this many times; the next cut-off is a failure
+RUN_ENDED_BY_FAILURE = frozenset({"failed", "partially_succeeded"})
+
+
 @dataclass(frozen=True)
 class RunInfo:
     done: bool
     status: str
     run_exit: int | None = None      # the run step's exit; None: it did not end, or ended without one (killed)
     publish_exit: int | None = None  # the publish step's
+    cut_off: str | None = None       # why the run counts as cut off (`cut_off`), None when it does not
+
+
+def cut_off(status: str, steps: list[tuple[str, str, str]]) -> str | None:
+    """Why an ended run of the job workflow counts as cut off, or None (pure). `steps` are
+    (name, Dagu's statusLabel, exit code as `dagu.api.step_exit_code` reads it).
+
+    | the run ended (not aborted: a stop is no cut-off) and | cut off? |
+    |---|---|
+    | a step is still `running` (its process died with the lane's Dagu; Dagu's zombie check ended the run) | yes |
+    | the prepare, run or publish step failed with no exit status (a signal ended it) | yes |
+    | otherwise (every step ended with an exit status, or never started) | no |
+    """
+    if status not in RUN_ENDED_BY_FAILURE:
+        return None
+    for name, st, _code in steps:
+        if st == "running":
+            return f"step {name} was left running when the run ended {status}"
+    for name, st, code in steps:
+        if name in ("prepare", "run", "publish") and st == "failed" and code == "-":
+            return f"step {name} ended without an exit status (a signal)"
+    return None
+
 
 
 class Act(StrEnum):
@@ -82,6 +110,7 @@ class Act(StrEnum):
 class Action:
     kind: Act
     why: str
+    cut_off: bool = False   # a resend of a run cut off (counted under `cutoffs`)
 
 
 def _code(x: int | None) -> str:
@@ -106,6 +135,11 @@ def decide(rec: JobRecord | None, res: Result | None, run: RunInfo | None) -> Ac
         return Action(Act.RESEND, "inventory not ready (exit 3)")
     if run.publish_exit == StepExit.PUBLISH_FAILED:
         return Action(Act.RESEND, "publishing the result failed (exit 7)")
+    if run.cut_off:
+        if rec.cutoffs >= CUTOFF_RESENDS:
+            return Action(Act.FAILED, f"run {rec.run_id} was cut off again ({run.cut_off}) after "
+                                      f"{rec.cutoffs} resend(s) of a cut-off run; not resent again")
+        return Action(Act.RESEND, f"run {rec.run_id} was cut off: {run.cut_off}", cut_off=True)
     return Action(Act.FAILED, f"run {rec.run_id} ended {run.status} without a result "
                               f"(run step exit {_code(run.run_exit)}, publish exit {_code(run.publish_exit)})")
 
@@ -130,7 +164,9 @@ def read_runs(jobs: dict[str, JobRecord]) -> dict[str, RunInfo]:
                 for name, run_id in runs:
                     st = api.find_run(run_id)
                     steps = {s.name: s for s in st.steps}
-                    out[name] = RunInfo(st.done, st.status, code(steps.get("run")), code(steps.get("publish")))
+                    cut = cut_off(st.status, [(s.name, s.status, api_mod.step_exit_code(s)) for s in st.steps]) \
+                        if st.done else None
+                    out[name] = RunInfo(st.done, st.status, code(steps.get("run")), code(steps.get("publish")), cut)
         except NevError as e:
             info(f"poll: cannot read runs on lane {lane if lane is not None else 'default'}: {e}")
     return out
@@ -170,9 +206,29 @@ def land(repo: Repo, name: str, res: Result, rec: JobRecord | None, forge: forge
             raise
         repo.delete_ref(branch, res.commit)
         return JobStatus.NOT_LANDED, f"nev land exit {e.exit_code}: {mask(e.message)}"
-    forge.delete(repo, f"job/{name}", f"result/{name}")
+    kept = clean_up_forge(repo, forge, name, res, rec, environ)
     repo.delete_ref(f"refs/nev/results/{name}")
-    return JobStatus.LANDED, f"landed on main ({repo.rev('refs/heads/main')[:12]}); job/{name} and result/{name} deleted"
+    main = repo.rev("refs/heads/main")[:12]
+    if kept:
+        return JobStatus.LANDED, (f"landed on main ({main}); {' and '.join(kept)} kept: it moved since "
+                                  "(submitted again while this result landed)")
+    return JobStatus.LANDED, f"landed on main ({main}); job/{name} and result/{name} deleted"
+
+
+def clean_up_forge(repo: Repo, forge: forge_mod.Forge, name: str, res: Result, rec: JobRecord | None,
+                   environ: Mapping[str, str]) -> list[str]:
+    """After a landing: job/<name> and result/<name> deleted on the forge only while they are what
+    landed (a compare-and-swap each), so a submission of the same name made while the result
+    landed keeps its branch. job/<name> is what landed when the landed result holds its tip and
+    the job was not submitted again since this tick read its record; result/<name> when it is
+    still the landed result. The branches kept."""
+    with records.locked(environ) as recs:
+        seen = rec.sends if rec else 0
+        again = name in recs.jobs and recs.jobs[name].sends != seen
+    job_tip = None if again else forge.ls(repo, "job").get(name)
+    if job_tip is not None and not repo.is_ancestor(job_tip, res.commit):
+        job_tip = None
+    return forge.delete_if_at(repo, {f"job/{name}": job_tip, f"result/{name}": res.commit})
 
 
 def revoke_key(name: str, env: Mapping[str, str], sha256: str | None) -> None:
@@ -236,6 +292,8 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
             with _record(env, name, rec) as r:
                 if r is not None:
                     r.polled_at, r.run_id, r.status, r.resends = now, run_id, JobStatus.RESENT, rec.resends + 1
+                    if act.cut_off:
+                        r.cutoffs = rec.cutoffs + 1
             info(f"{name}: resent ({act.why}), run {run_id}; not counted as a send")
         else:
             assert res is not None or act.kind is Act.FAILED
@@ -247,7 +305,7 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
                         r.result, r.exit, r.outcome = res.commit, res.exit, res.outcome
                         r.run_id = res.run_id or (rec.run_id if rec else None)
                     if act.kind is Act.FAILED:
-                        r.status = JobStatus.FAILED
+                        r.status, r.why = JobStatus.FAILED, act.why
                         failed += 1
             if act.kind is Act.FAILED:
                 info(f"{name}: failed: {act.why}")

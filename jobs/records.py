@@ -45,7 +45,8 @@ class JobRecord:
     job: str
     status: JobStatus = JobStatus.SUBMITTED
     sends: int = 0                      # submissions (`nev job submit`)
-    resends: int = 0                    # the poller's resends (exit 3 or 7), not counted as sends
+    resends: int = 0                    # the poller's resends (exit 3 or 7, a cut-off), not counted as sends
+    cutoffs: int = 0                    # runs cut off (the lane or its Dagu restarted mid-run): resent once
     spec: str | None = None
     manifest: str | None = None
     tip: str | None = None              # the job branch's commit as pushed
@@ -83,6 +84,7 @@ class JobRecord:
         return cls(job=f.get(o, "job", str, where), status=status,
                    sends=f.get(o, "sends", int, where, required=False, default=0),
                    resends=f.get(o, "resends", int, where, required=False, default=0),
+                   cutoffs=f.get(o, "cutoffs", int, where, required=False, default=0),
                    spec=opt("spec", str), manifest=opt("manifest", str), tip=opt("tip", str),
                    run_id=opt("run_id", str), lane=opt("lane", int), lane_label=opt("lane_label", str),
                    submitted_at=opt("submitted_at", str), polled_at=opt("polled_at", str),
@@ -95,6 +97,8 @@ class JobRecord:
         out: dict[str, Any] = {x.name: getattr(self, x.name) for x in fields(self)
                                if x.name != "extra" and getattr(self, x.name) is not None}
         out["status"] = self.status.value
+        if not self.cutoffs:    # newer than the file format's first fields: absent until a cut-off
+            del out["cutoffs"]
         return {**out, **self.extra}
 
 

@@ -165,13 +165,18 @@ class Runner:
 
     # -- stages ----------------------------------------------------------------------------
     def _recover(self) -> None:
-        """A stage the last attempt left running was killed: end what is left of it."""
+        """A stage the last attempt left running was killed: end what is left of it. After the
+        lane restarted (another boot) nothing of it is left, and its group id may now be another
+        process's (the new Dagu's, this runner's): nothing is signalled."""
+        boot = procgroup.boot_id()
         for name, s in list(self.js.state.stages.items()):
             if s.status is Status.RUNNING:
-                if s.pgid and procgroup.alive(s.pgid):
+                same_boot = s.boot is None or s.boot == boot
+                if s.pgid and same_boot and procgroup.alive(s.pgid):
                     procgroup.stop(s.pgid)
-                self.js.record("stage-interrupted", stage=name)
-                info(f"stage {name}: cut short by the last run; it reruns from its start")
+                self.js.record("stage-interrupted", stage=name, same_boot=same_boot)
+                info(f"stage {name}: cut short by the last run"
+                     f"{'' if same_boot else ' (the lane has restarted since)'}; it reruns from its start")
 
     def _passed(self, st: Stage) -> bool:
         s = self.js.state.stages.get(st.name)
@@ -215,6 +220,11 @@ class Runner:
                # a batch files its ledger lines under the job, and reads the aliases the
                # inventory check read (the job's copy of the declared file)
                "NEV_LEDGER_NAME": self.m.name}
+        # the job's budget: each batch stage counts what the job's ledger lines already spent
+        if self.m.budget_tokens is not None:
+            env["NEV_BUDGET_TOKENS"] = str(self.m.budget_tokens)
+        if self.m.budget_gpu_s is not None:
+            env["NEV_BUDGET_GPU_S"] = str(self.m.budget_gpu_s)
         declared = self._declared_path()
         if declared.is_file():
             env["NEV_FOLKNET_FILE"] = str(declared)
@@ -229,7 +239,7 @@ class Runner:
             proc = subprocess.Popen(argv, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     preexec_fn=_die_with_parent)
-            self.js.record("stage-started", stage=st.name, log=str(log_path), pgid=proc.pid,
+            self.js.record("stage-started", stage=st.name, log=str(log_path), pgid=proc.pid, boot=procgroup.boot_id(),
                            inputs={"stage": st.digest(), "manifest": self.m.digest, "head": head,
                                    "inventory": self.js.state.inventory.snapshot if self.js.state.inventory else None})
             info(f"stage {st.name} ({st.kind}): started")
@@ -261,6 +271,9 @@ class Runner:
             return Exit.STOPPED
         if code != 0:
             self.js.record("stage-failed", stage=st.name, exit=code)
+            if code == Exit.BUDGET:
+                info(f"stage {st.name}: the job's budget bound (exit {code}); log {log_path}")
+                return Exit.BUDGET
             info(f"stage {st.name}: failed (exit {code}); log {log_path}")
             return Exit.FAILED
         if not self.repo.is_clean():
@@ -324,6 +337,8 @@ class Runner:
             code = self._run_stage(stage)
             if code == Exit.STOPPED:
                 return self._finish(Status.STOPPED, code, [f"stage {stage.name} stopped"])
+            if code == Exit.BUDGET:
+                return self._finish(Status.FAILED, code, [f"stage {stage.name}: the job's budget bound (exit {code})"])
             if code != 0:
                 return self._finish(Status.FAILED, code, [f"stage {stage.name} failed (exit {code})"])
         return self._finish(Status.PASSED, Exit.OK, [])

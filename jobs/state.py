@@ -106,6 +106,7 @@ class StageView:
     exit: int | None = None
     pgid: int | None = None
     outputs: list[str] = field(default_factory=list)
+    boot: str | None = None        # the boot the stage started in (`lanes.base.procgroup.boot_id`)
 
 
 @dataclass
@@ -191,7 +192,7 @@ class JobView:
             stages[name] = StageView(status(d, w), opt(d, "runs", int, w, 0), opt(d, "started", str, w),
                                      opt(d, "ended", str, w), opt(d, "head_at_start", str, w), opt(d, "digest", str, w),
                                      opt(d, "commit", str, w), opt(d, "log", str, w), opt(d, "exit", int, w),
-                                     opt(d, "pgid", int, w), f.str_list(d, "outputs", w))
+                                     opt(d, "pgid", int, w), f.str_list(d, "outputs", w), opt(d, "boot", str, w))
         attempts = []
         for i, raw in enumerate(opt(o, "attempts", list, "", [])):
             d, w = f.obj(raw, f"attempts[{i}]"), f"attempts[{i}]"
@@ -216,7 +217,7 @@ def replay(events: list[dict[str, Any]]) -> JobView:
     | any later event | the last attempt's last_seen |
     | preflight-passed / -failed | preflight (ok, reasons) |
     | inventory-OUTCOME | inventory (outcome, exit, reasons, the snapshot's hash) |
-    | stage-started | the stage running, one more run, its head, digest, log and process group |
+    | stage-started | the stage running, one more run, its head, digest, log, process group and boot |
     | stage-passed / -failed / -stopped / -interrupted | the stage's status and end (passed: commit, outputs) |
     | result-committed | result (outcome, exit, commit) |
     | job-ended | the job's status: its outcome |
@@ -246,7 +247,7 @@ def replay(events: list[dict[str, Any]]) -> JobView:
                 inputs = ev.get("inputs", {})
                 s.status, s.started, s.ended, s.exit, s.runs = Status.RUNNING, t, None, None, s.runs + 1
                 s.head_at_start, s.digest = inputs.get("head"), inputs.get("stage")
-                s.log, s.pgid = ev.get("log"), ev.get("pgid")
+                s.log, s.pgid, s.boot = ev.get("log"), ev.get("pgid"), ev.get("boot")
             elif kind == "stage-passed":
                 s.status, s.ended, s.exit = Status.PASSED, t, 0
                 s.commit, s.outputs = ev.get("commit"), ev.get("outputs", [])

@@ -47,7 +47,8 @@ def short_commits(obj: Any) -> Any:
 def lines(s: dict[str, Any]) -> list[str]:
     if "resends" in s:  # a submission record of this box (the state lives on the lane)
         out = [f"{s['job']}: {s['status']}" + (f" (exit {s['exit']})" if s.get("exit") is not None else "")
-               + f", run {s.get('run_id') or '-'}, {s['attempts']} send(s), {s['resends']} resend(s)"]
+               + f", run {s.get('run_id') or '-'}, {s['attempts']} send(s), {s['resends']} resend(s)"
+               + (f", {s['cutoffs']} cut-off(s)" if s.get("cutoffs") else "")]
         if s.get("why"):
             out.append(f"  {s['why']}")
         return out
@@ -83,7 +84,8 @@ def show(name: str | None, state_dir: Path | None, as_json: bool, environ: Mappi
                 found.append({"job": job, "status": rec.status.value, "attempts": rec.sends,
                               "used_s": 0.0, "stages": {}, "preflight": None,
                               "inventory": None, "result": rec.result, "exit": rec.exit,
-                              "why": rec.why, "run_id": rec.run_id, "resends": rec.resends})
+                              "why": rec.why, "run_id": rec.run_id, "resends": rec.resends,
+                              "cutoffs": rec.cutoffs})
     if name and not found:
         raise NevError(f"no job {name}: no state folder under {jobs_folder(environ)} and no submission record")
     found = [short_commits(s) for s in found]

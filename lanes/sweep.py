@@ -2,7 +2,9 @@
 
 The lane layout is the agent's (`lanes/agent/layout.py`): one bare mirror, one git worktree per
 track at `<root>/<name>`, its payload at `<root>/.payload-<name>` and its lock at
-`<root>/.lock-<name>` (flock held while a gate runs).
+`<root>/.lock-<name>` (flock held while a gate runs); a writer started in a copy keeps its record
+at `<root>/.writer-<name>/` (`decide_writers`: an orphan record goes once its writer ended and its
+commits were fetched, never before).
 
 Three parts: the agent's `survey` reports plain facts about every copy under the root and the
 agents cached in the lane user's state; `decide` and `stale_agents` (pure, here) say which copies
@@ -95,6 +97,52 @@ def decide(entries: list[Entry], tracks: set[str], primary: str | None, track: s
     return out
 
 
+@dataclass(frozen=True)
+class WriterRecord:
+    """What the survey found for one writer record (`<root>/.writer-<name>/`)."""
+
+    name: str
+    record: bool          # its state.json is readable
+    copy: bool            # its copy `<root>/<name>` is there
+    running: bool
+    unfetched: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: dict) -> WriterRecord:
+        return cls(name=d["name"], record=d["record"], copy=d["copy"], running=d["running"],
+                   unfetched=tuple(d["unfetched"]))
+
+
+def decide_writers(records: list[WriterRecord], gone: set[str], track: str | None) -> list[Decision]:
+    """Which writer records go (pure): `gone` are the copies this sweep removes.
+
+    | the record | goes? |
+    |---|---|
+    | its writer runs | no |
+    | commits of its writer never fetched | no, never: `nev lane writer fetch` first |
+    | not readable (no state.json) | no: nothing says its commits were fetched |
+    | its copy stays | no: `nev lane writer status` and `fetch` read it |
+    | its writer ended, everything fetched, its copy gone or going | yes |
+    """
+    out = []
+    for w in records:
+        if track is not None and w.name != track:
+            continue
+        label = layout.WRITER + w.name
+        if w.running:
+            out.append(Decision(label, False, "its writer is running"))
+        elif w.unfetched:
+            out.append(Decision(label, False, f"{len(w.unfetched)} commit(s) of its writer never fetched "
+                                              f"({'; '.join(w.unfetched[:3])}); run `nev lane writer fetch` first"))
+        elif not w.record:
+            out.append(Decision(label, False, "no readable record (state.json): nothing says its commits were fetched"))
+        elif w.copy and w.name not in gone:
+            out.append(Decision(label, False, "its lane copy stays"))
+        else:
+            out.append(Decision(label, True, "an orphan: its writer ended and its commits were fetched"))
+    return out
+
+
 def stale_agents(cached: list[str], current: str) -> list[str]:
     """The cached agents a sweep removes (pure): every entry of the lane's agent cache but the agent
     this development box sends (`current`, its hash), partly written ones included.
@@ -131,6 +179,7 @@ class LaneSweep:
     lane: Lane
     decisions: list[Decision] = field(default_factory=list)
     agents: list[str] = field(default_factory=list)      # stale cached agents (stale_agents)
+    writers: list[Decision] = field(default_factory=list)   # writer records (decide_writers)
     removed: list[str] = field(default_factory=list)
     agents_removed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
@@ -156,18 +205,22 @@ def sweep_lane(conn: Connection, lane: Lane, tracks: set[str], primary: str | No
                        agents=stale_agents(facts.get("agents", []), payload.lane_agent().hash),
                        free_gb=facts["free_gb"], peak_rss_kb=facts.get("peak_rss_kb", {}))
     gone = [d.name for d in result.decisions if d.remove]
-    if dry_run or not (gone or result.agents):
+    result.writers = decide_writers([WriterRecord.from_json(w) for w in facts.get("writers", [])], set(gone), track)
+    writers = [d.name[len(layout.WRITER):] for d in result.writers if d.remove]
+    if dry_run or not (gone or result.agents or writers):
         return result
     try:
         ans = session.call(conn, lane, Op.REMOVE, REMOVE_TIMEOUT * max(len(gone), 1), root=lane.root, names=gone,
-                           agents=result.agents, nas=nas_dir if nas_ok else None,
+                           agents=result.agents, writers=writers, nas=nas_dir if nas_ok else None,
                            stamp=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     except NevError as e:   # what was removed before it failed shows in the next survey
-        result.failed = [f"{', '.join(gone + result.agents)}: {e}"]
+        result.failed = [f"{', '.join(gone + result.agents + writers)}: {e}"]
         return result
     result.removed = [n for n in gone if n in ans["removed"]]
+    result.removed += [layout.WRITER + n for n in ans.get("writers_removed", [])]
     result.agents_removed = list(ans.get("agents_removed", []))
     result.failed = [f"{n}: {why}" for n, why in {**ans["failed"], **ans.get("agents_failed", {})}.items()]
+    result.failed += [f"{layout.WRITER}{n}: {why}" for n, why in ans.get("writers_failed", {}).items()]
     return result
 
 
@@ -181,6 +234,12 @@ def report(s: LaneSweep, dry_run: bool) -> list[str]:
             lines.append(f"{s.lane.label}: {verb} {d.name} ({human(d.size)}): {d.why}")
         else:
             lines.append(f"{s.lane.label}: kept {d.name}: {d.why}")
+    for d in s.writers:
+        if d.remove:
+            verb = "would remove" if dry_run else ("removed" if d.name in s.removed else "failed")
+            lines.append(f"{s.lane.label}: {verb} writer record {d.name}: {d.why}")
+        else:
+            lines.append(f"{s.lane.label}: kept writer record {d.name}: {d.why}")
     for a in s.agents:
         verb = "would remove" if dry_run else ("removed" if a in s.agents_removed else "failed")
         lines.append(f"{s.lane.label}: {verb} cached lane agent {a[:12]}: not the one this nev sends")
@@ -249,9 +308,9 @@ def after_landing(track: str, repo: Repo | None = None) -> int:
 class Archive:
     """One entry of the share's archive folders (`lanes/agent/retention.py`)."""
 
-    kind: str    # gate-logs | job-logs | corpus
-    name: str    # the worktree or job it belongs to
-    entry: str   # a log file, a Dagu run's folder, a corpus tar
+    kind: str    # gate-logs | job-logs | corpus | corpora (the oracle's corpus store)
+    name: str    # the worktree or job it belongs to (for the store: the corpus's function)
+    entry: str   # a log file, a Dagu run's folder, a corpus tar, a store entry
     mtime: float
     size: int = 0
 
@@ -261,6 +320,8 @@ class Archive:
 
     @property
     def label(self) -> str:
+        if self.kind == "corpora":
+            return f"corpora/{self.entry}"
         return f"archive/{self.kind}/{self.name}/{self.entry}"
 
 

@@ -5,7 +5,8 @@ resolves it from tracks.json or TRACKS_TOOL; no harness is named here). `start` 
 worktree into the lane copy the gate's way (bundle, diff, untracked files, `.env`) and the lane
 agent starts the harness detached on the writer's branch (`lanes/agent/writer.py`); `fetch`
 brings its commits back as a bundle and moves the worktree's branch fast-forward only
-(`decide_fetch`); `status` lists every lane's writers.
+(`decide_fetch`); `stop` ends a writer's process tree on its lane (its commits kept for `fetch`,
+its `.env` removed); `status` lists every lane's writers.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from lanes import gate, lanesfile, payload
+from lanes import dotenv, gate, lanesfile, payload
+from lanes.agent.layout import ENV
 from lanes.agent.wire import Kind, Op
 from lanes.base import ui
 from lanes.base.errors import NevError, NoLaneError
 from lanes.base.gitrun import Repo
-from lanes.base.mask import mask
+from lanes.base.mask import is_secret_name, mask
 from lanes.base.ssh import SshError
 from lanes.lanesfile import Lane
 from lanes.session import Session, call
@@ -180,6 +182,27 @@ def fetch(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
             "running": bool(res.get("running")), "exit": res.get("exit")}
 
 
+def stop(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
+    """Stop the writer of `worktree`'s lane copy (its process tree), its `.env` removed on the lane
+    and its commits kept for `fetch`; its status row, the log's last lines masked here too (the
+    worktree's `.env` secret-named values, and whatever `lanes.base.mask` knows)."""
+    wt = payload.Worktree.open(worktree)
+    env_file = wt.path / ENV
+    secrets = [v for k, v in dotenv.read(env_file).items() if v and is_secret_name(k)] if env_file.is_file() else []
+    for lane in lanesfile.pick(lanesfile.configured(), lane_index):
+        try:
+            with lane.connect() as conn:
+                ans = call(conn, lane, Op.WRITER_STOP, CALL_TIMEOUT, root=lane.root, name=wt.name)
+        except SshError as e:
+            ui.info(f"{lane.label} does not answer: {mask(str(e))}")
+            continue
+        if ans.get("none"):
+            continue
+        return {**ans, "lane": lane.index, "label": lane.label,
+                "log_tail": mask(str(ans.get("log_tail") or ""), extra=secrets)}
+    raise NevError(f"no lane that answered has a writer of {wt.name}; nothing stopped")
+
+
 def status(lane_index: int | None = None) -> list[dict[str, Any]]:
     """Every configured lane (or lane `lane_index`) and its writers; a lane that does not answer says why."""
     rows = []
@@ -196,7 +219,9 @@ def status(lane_index: int | None = None) -> list[dict[str, Any]]:
 
 
 def state_word(w: dict[str, Any]) -> str:
-    """A writer's state in one word or two: `running`, `exited N`, `gone` (ended without an exit status)."""
+    """A writer's state in a few words: `running`, `exited N`, `stopped at T (exit N)`, `gone` (ended without an exit status)."""
     if w.get("running"):
         return "running"
+    if w.get("stopped"):
+        return f"stopped at {w['stopped']}" + (f" (exit {w['exit']})" if w.get("exit") is not None else "")
     return f"exited {w['exit']}" if w.get("exit") is not None else "gone (no exit status: killed?)"

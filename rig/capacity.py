@@ -17,7 +17,6 @@ busy power above a declared budget is a warning naming the role and the figures,
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,18 +82,10 @@ def load(path: Path) -> Declared:
 
 
 def read_sweeps(directory: Path) -> dict[str, dict[str, Any]]:
-    """The saved sweeps by alias; a file that is not a sweep is skipped."""
-    out: dict[str, dict[str, Any]] = {}
-    if not directory.is_dir():
-        return out
-    for p in sorted(directory.glob("*.json")):
-        try:
-            d = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(d, dict) and isinstance(d.get("alias"), str) and isinstance(d.get("levels"), list):
-            out[d["alias"]] = d
-    return out
+    """The saved sweeps by alias; a file that is not a sweep is skipped (`bench.plan.read_throughput`)."""
+    from bench.plan import read_throughput
+
+    return read_throughput(directory)
 
 
 def _host_class(host: dict[str, Any]) -> str | None:

@@ -16,6 +16,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,14 +46,22 @@ OTHER = "block_width"                # the example engine's other generated func
 DEMO_BOX_NAME = "demo"
 DEMO_BOX_NET = "198.18.77"
 SNAPSHOT_LABEL = "demo-start"
+RESULT_LOOK_S = 1.0      # step 6: how often the forge is asked for the job's result branch
+FULL_POLL_S = 20.0       # step 6: a whole `nev job poll` at least this often while waiting
+CHECK_MARK = "== nev floors check"   # step 7: where the scores end and the floors check begins
 
 ENGINE_IN_REPO = settings.value(settings.ENGINE_DIR, {})   # where nev looks for the engine: the default
 GENERATED = f"{ENGINE_IN_REPO}/crates/layout/src/generated"
 
-# The engine repository's gate (read from main by `nev land`): the floors, scored on a lane.
-VERIFY = "nev floors check"
+# The engine repository's gate (read from main by `nev land`): the floors, scored on a lane, on
+# corpora of the demo's size (the scoring step builds each with NEV_CORPUS_CASES seeds: the same
+# count as the demo's own builds finds them in the corpus store instead of rendering others).
+def verify(cases: int) -> str:
+    return f"NEV_CORPUS_CASES={cases} nev floors check"
+
+
 TRACKS = {
-    "verify": VERIFY,
+    "verify": verify(200),
     "landChecks": [],
     "protected": [],
     "specWatch": {"pollEnv": {"NEV_LANE_STRICT": "1"}, "landScript": "nev land --approved",
@@ -81,6 +90,72 @@ def rendered_corpora(output: str) -> list[str]:
 
 class StepFailed(NevError):
     pass
+
+
+class Stamped(str):
+    """A command's stderr, each line led by `[+S.S s]`, the seconds since it started; and its time."""
+
+    seconds: float = 0.0
+
+
+def run_stamped(argv: list[str], cwd: Path, env: dict[str, str],
+                timeout: float) -> tuple[subprocess.CompletedProcess[str], Stamped]:
+    """`subprocess.run(argv, capture_output=True, text=True, timeout=timeout)`, and the stderr
+    with each line's time since the start (read as it comes)."""
+    t = time.monotonic()
+    p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: list[str] = []
+    err: list[tuple[float, str]] = []
+
+    def read_out() -> None:
+        assert p.stdout is not None
+        out.append(p.stdout.read())
+
+    def read_err() -> None:
+        assert p.stderr is not None
+        for line in p.stderr:
+            err.append((time.monotonic() - t, line))
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
+    for r in readers:
+        r.start()
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise
+    finally:
+        for r in readers:
+            r.join()
+    stamped = Stamped("".join(f"[+{at:5.1f} s] {line.rstrip(chr(10))}\n" for at, line in err))
+    stamped.seconds = time.monotonic() - t
+    return subprocess.CompletedProcess(argv, p.returncode, "".join(out), "".join(line for _, line in err)), stamped
+
+
+class Beside:
+    """A call run in a thread beside the caller's own work; `result()` waits for it and returns
+    its value or raises its error."""
+
+    def __init__(self, fn: Callable[[], subprocess.CompletedProcess[str]]) -> None:
+        self._fn = fn
+        self._value: subprocess.CompletedProcess[str] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as e:  # handed to the caller by result()
+            self._error = e
+
+    def result(self) -> subprocess.CompletedProcess[str]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
 
 
 def _sub(text: str, old: str, new: str) -> str:
@@ -147,17 +222,21 @@ class Demo:
     repo_url: str = ""
     dev_repo_url: str = ""
     job: str = ""
+    running: dict[int, threading.Thread] = field(default_factory=dict)   # steps running beside others
+    say_lock: threading.Lock = field(default_factory=threading.Lock)
+    installed: threading.Event = field(default_factory=threading.Event)   # step 4 installed nev on lane 0
+    box_up: threading.Event = field(default_factory=threading.Event)      # step 1's `box up` has ended
 
     # ---- running nev ----
 
     def nev(self, *args: str, step: str, timeout: float = 900, ok: tuple[int, ...] = (0,),
             cwd: Path | None = None) -> subprocess.CompletedProcess:
-        """Run `nev ARGS` (this checkout) with the demo's settings; output kept in the step's log."""
+        """Run `nev ARGS` (this checkout) with the demo's settings; output kept in the step's log,
+        each progress line (stderr) with the seconds since the command started: the profile."""
         argv = [sys.executable, "-m", "rig.cli", *args]
-        t = time.monotonic()
-        cp = subprocess.run(argv, cwd=cwd or PROJECT, env=self.env, capture_output=True, text=True, timeout=timeout)
-        self.log(step, f"$ nev {' '.join(args)}\n{cp.stdout}{cp.stderr}"
-                       f"[exit {cp.returncode} after {time.monotonic() - t:.1f} s]\n")
+        cp, stamped = run_stamped(argv, cwd or PROJECT, self.env, timeout)
+        self.log(step, f"$ nev {' '.join(args)}\n{cp.stdout}{stamped}"
+                       f"[exit {cp.returncode} after {stamped.seconds:.1f} s]\n")
         if cp.returncode not in ok:
             last = (cp.stderr.strip().splitlines() or cp.stdout.strip().splitlines() or ["(no output)"])[-1]
             raise StepFailed(f"`nev {' '.join(args[:3])} ...` exited {cp.returncode}: {last} "
@@ -216,6 +295,7 @@ class Demo:
         self.info = self.box.info()
         self.work.mkdir(parents=True, exist_ok=True)
         self._settings()
+        self.box_up.set()      # steps 2 and 3 need only this: they start beside the rest of step 1
         hosts = self.binfo.hosts
         # Every host advertises its role (a service of the box) and lane0's collector gathers
         # them, as on the rig; the dev box reads the result over SSH through the jump host.
@@ -253,8 +333,9 @@ class Demo:
 
     def _settings(self) -> None:
         bi = self.binfo
-        self.env.update({**bi.env, "NEV_INVENTORY": str(self.work / "inventory.json"),
-                         "NEV_RIG_NOTES": str(self.home / "rig-notes")})
+        self.env = {**self.env, **bi.env, "NEV_INVENTORY": str(self.work / "inventory.json"),
+                    "NEV_RIG_NOTES": str(self.home / "rig-notes")}
+        self.env.setdefault("NEV_DAGU_BINARY", "/opt/nev/dagu-1.30.2/dagu")
 
     def reset_pools(self) -> None:
         """The stand-in pools back to their own bank (the box may be shared)."""
@@ -277,7 +358,10 @@ class Demo:
         seed = self.work / "seed"
         shutil.copytree(ENGINE, seed / ENGINE_IN_REPO, ignore=shutil.ignore_patterns("target", "corpus"))
         (seed / ".gitignore").write_text("target/\ncorpus/\n.env\n")
-        (seed / "tracks.json").write_text(json.dumps(TRACKS, indent=2) + "\n")
+        tracks = json.loads(json.dumps(TRACKS))
+        tracks["verify"] = verify(self.opts.cases)
+        tracks["specWatch"]["pollEnv"]["NEV_CORPUS_CASES"] = str(self.opts.cases)
+        (seed / "tracks.json").write_text(json.dumps(tracks, indent=2) + "\n")
         self.git(seed.parent, "init", "-q", "-b", "main", str(seed))
         self.git(seed, "add", "-A")
         self.git(seed, "commit", "-q", "-m", "engine: the example workspace (crates_bridge/engine)")
@@ -288,8 +372,9 @@ class Demo:
         lanes["git_url"] = self.repo_url
         lf = self.work / "lane.local.json"
         lf.write_text(json.dumps(lanes, indent=1))
-        self.env.update({"NEV_LANES_FILE": str(lf), "NEV_LANE_GIT_URL": self.repo_url,
-                         "NEV_FORGE_URL": self.dev_repo_url})
+        # a new dict, never one updated in place: the snapshot (step 2) runs beside this step
+        self.env = {**self.env, "NEV_LANES_FILE": str(lf), "NEV_LANE_GIT_URL": self.repo_url,
+                    "NEV_FORGE_URL": self.dev_repo_url}
         # primary checkout on the dev box; the spec on main; the track worktree beside it
         self.primary = self.work / f"engine-{self.tag}"
         self.git(self.work, "clone", "-q", self.dev_repo_url, str(self.primary))
@@ -310,7 +395,10 @@ class Demo:
         return out.split()[0] if out else ""
 
     def step4_corpus(self) -> str:
-        self.nev("lane", "install", "--lane", "0", step="4-corpus")
+        try:
+            self.nev("lane", "install", "--lane", "0", step="4-corpus")
+        finally:
+            self.installed.set()    # step 5's submit, beside this step, installs too: one at a time
         cp = self.nev("lane", "on", "--lane-only", "--lane", "0", "--pull", f"corpus/{FUNCTION}",
                       "--pull", f"corpus/{OTHER}", str(self.track), "sh", "-c", self.corpus_builds(),
                       step="4-corpus")
@@ -332,11 +420,13 @@ class Demo:
         return path
 
     def step5_job(self) -> str:
+        self.nev("dagu", "up", "--lane", "0", step="5-job")
+        # the snapshot records the rig as it was before the demo changes anything: the pools get
+        # the demo's bank only after it (it ran beside steps 3 and 4 until now)
+        self.wait_step(2)
         bank = self.bank()
         for pool in self.binfo.pools:
             self.binfo.pool_control(pool, bank=str(bank))
-        self.env.setdefault("NEV_DAGU_BINARY", "/opt/nev/dagu-1.30.2/dagu")
-        self.nev("dagu", "up", "--lane", "0", step="5-job")
         return self._submit_job(f"nev batch run {FUNCTION} --models qwen3.8-27b-fast:4:4 --max-batches 3 "
                                 "--escalate-after 1 --seed 15")
 
@@ -364,26 +454,29 @@ class Demo:
             "stages": [{"name": "gen", "kind": "batch",
                         "command": f"{builds} && {batch} && git checkout -- {floor}",
                         "models": ["qwen3.8-27b-fast", "deepseek-v4.1-flash"]},
-                       {"name": "verify", "kind": "verify", "command": VERIFY}]}
+                       {"name": "verify", "kind": "verify", "command": verify(self.opts.cases)}]}
         mf = self.track / "jobs" / f"{FUNCTION}.yaml"
         mf.parent.mkdir(exist_ok=True)
         mf.write_text(yaml.safe_dump(manifest, sort_keys=False))
+        self.installed.wait(timeout=900)     # step 4's `nev lane install` (submit's would be a no-op)
         cp = self.nev("job", "submit", str(mf), "--lane", "0", step="5-job", cwd=self.track)
         run_id = (cp.stdout.strip().splitlines() or ["?"])[-1]
-        # the job carries the track now (job/<name> on the forge): the poll sets the branch named
-        # like the spec to the job's result, so the local track branch and worktree make way
-        self.git(self.primary, "worktree", "remove", "--force", str(self.track))
-        self.git(self.primary, "branch", "-D", FUNCTION)
         return f"job {self.job} submitted as Dagu run {run_id} (batch then verify on the lane)"
 
     def step6_land(self) -> str:
+        # the job carries the track now (job/<name> on the forge): the poll sets the branch named
+        # like the spec to the job's result, so the local track branch and worktree make way (here,
+        # not at submit: step 4 pulled the corpora into the worktree while the job was submitted)
+        self.git(self.primary, "worktree", "remove", "--force", str(self.track))
+        self.git(self.primary, "branch", "-D", FUNCTION)
         # the floors step after the landing scores main's checkout on the lane: its lane copy needs
-        # the corpora too (copied from the corpus store on the share, not rendered again)
+        # the corpora too (copied from the corpus store on the share, not rendered again; the job
+        # runs on the lane meanwhile)
         builds = self.corpus_builds()
         self.copied_only(self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.primary), "sh", "-c", builds,
                                   step="6-land"), "6-land")
         before = self.git(self.primary, "rev-parse", "main")
-        self._poll_job()
+        polled = self._poll_job()
         r = self.results
         after = self.git(self.primary, "rev-parse", "main")
         # the landed commit: the one the landing tagged spec/<name>/<spec sha> (the floors commit,
@@ -395,65 +488,91 @@ class Demo:
                              f"see {self.log_path('6-land')}")
         r.landed_commit, r.main_after = landed, after
         r.floors_commit = after if after != landed else None
-        # the landed track has no worktree now: its lane copies go
-        sw = self.nev("lane", "sweep", "--lane", "0", "--track", FUNCTION, "--repo", str(self.primary),
-                      step="6-land")
-        swept = (sw.stdout.strip().splitlines() or sw.stderr.strip().splitlines() or ["swept"])[-1]
+        # the landed track has no worktree now: its lane copies go. The landing swept them on every
+        # lane (its lines in the poll's output); only when it said nothing of lane 0 is it run here
+        said = [ln for ln in polled.splitlines() if re.match(r"lane 0 \(\S+\): freed .* in total$", ln)]
+        if said:
+            swept = f"{said[-1]} (the landing's sweep)"
+        else:
+            sw = self.nev("lane", "sweep", "--lane", "0", "--track", FUNCTION, "--repo", str(self.primary),
+                          step="6-land")
+            swept = (sw.stdout.strip().splitlines() or sw.stderr.strip().splitlines() or ["swept"])[-1]
         return (f"main {before[:12]} -> {landed[:12]} (guarded fast-forward)"
                 + (f", floors raised in {after[:12]}" if r.floors_commit else ", no floor raised")
                 + f"; {swept}")
 
-    def _poll_job(self) -> None:
+    def _result_published(self) -> bool:
+        """Whether the job's result branch is on the forge (one ls-remote through the forward)."""
+        try:
+            return bool(self.git(self.work, "ls-remote", self.dev_repo_url, f"refs/heads/result/{self.job}"))
+        except NevError:
+            return False
+
+    def _poll_job(self) -> str:
+        """`nev job poll` until the job's status is final. The poll (a few seconds: the forge, the
+        lane's Dagu over SSH, the land tick) runs when the job's result is on the forge (looked at
+        every second: one ls-remote), and every FULL_POLL_S anyway (a run that ends without a
+        result is resent or recorded by the poll alone)."""
         deadline = time.monotonic() + 900
         status: dict = {}
+        polled = ""
+        next_poll = time.monotonic() + FULL_POLL_S
         while time.monotonic() < deadline:
-            self.nev("job", "poll", "--repo", str(self.primary), step="6-land", ok=(0, 1, 3))
+            if not self._result_published() and time.monotonic() < next_poll:
+                time.sleep(RESULT_LOOK_S)
+                continue
+            poll = self.nev("job", "poll", "--repo", str(self.primary), step="6-land", ok=(0, 1, 3))
+            polled = poll.stdout + poll.stderr
             cp = self.nev("job", "status", self.job, "--json", step="6-land", ok=(0, 1))
             rows = json.loads(cp.stdout[cp.stdout.find("["):] if "[" in cp.stdout else "[]")
             status = next((r for r in rows if r.get("job") == self.job), {})
             if status.get("status") in ("landed", "failed", "not-landed"):
                 break
-            time.sleep(10)
+            next_poll = time.monotonic() + FULL_POLL_S
         if status.get("status") != "landed":
             raise StepFailed(f"job {self.job} ended {status.get('status') or 'unfinished after 15 min'}: "
                              f"{status.get('why') or ''}".rstrip(": "))
         run_id = status.get("run_id") or ""
         logs = self.binfo.nas / "archive" / "job-logs" / self.job / run_id
         self.results.job_log = str(logs / "archive.txt") if (logs / "archive.txt").exists() else str(logs)
+        return polled
 
     def step7_results(self) -> str:
         r = self.results
         r.main_on_forge = self._forge_main()
-        # score and floor of the function as main has it, scored on the lane over the corpus. The
-        # landed track has no worktree or lane copy any more: a worktree of main named like it,
-        # whose lane copy gets the corpora again (copied from the corpus store on the share)
-        wt = self.work / "landed" / FUNCTION
-        wt.parent.mkdir(exist_ok=True)
-        self.git(self.primary, "worktree", "add", "-q", "--detach", str(wt), "main")
+        # the rig's status and the job's ledger lines do not need the lane: asked meanwhile
+        status = Beside(lambda: self.nev("rig", "status", step="7-results"))
+        ledger = Beside(lambda: self.nev("ledger", "--worktree", self.job, step="7-results", ok=(0, 1)))
+        # score and floor of the function as main has it, scored on the lane over the corpus: in
+        # the primary checkout (main, after the landing) whose lane copy the landing's floors step
+        # scored in, so its corpora (copied in step 6) and its build are there; the corpora
+        # come home with the scores. `nev floors check` runs in the same session (its exit is the
+        # session's once the scores were printed, after the mark)
         pulls = [a for fn in (FUNCTION, OTHER) for a in ("--pull", f"corpus/{fn}")]
-        cp = self.nev("lane", "on", "--lane-only", "--lane", "0", *pulls, str(wt), "sh", "-c",
-                      f"{self.corpus_builds()} && nev scores --json", step="7-results")
+        cp = self.nev("lane", "on", "--lane-only", "--lane", "0", *pulls, str(self.primary), "sh", "-c",
+                      f"export NEV_CORPUS_CASES={self.opts.cases}; {self.corpus_builds()} && nev scores --json && "
+                      f"{{ echo {CHECK_MARK}; nev floors check; }}", step="7-results", ok=(0, 1))
         self.copied_only(cp, "7-results")
-        rows = json.loads(cp.stdout[cp.stdout.find("["):] if "[" in cp.stdout else "[]")
+        scored, marked, checked = cp.stdout.partition(CHECK_MARK + "\n")
+        if not marked:
+            raise StepFailed(f"scoring on the lane exited {cp.returncode} (whole output: {self.log_path('7-results')})")
+        rows = json.loads(scored[scored.find("["):] if "[" in scored else "[]")
         row = next((x for x in rows if x.get("function") == FUNCTION), None)
         if row is None or row.get("error"):
             raise StepFailed(f"{FUNCTION} could not be scored: {row.get('error') if row else 'no row'}")
         r.score = f"{row['cases_passed']}/{row['cases_run']}"
         fl = row.get("floor") or {}
         r.floor = f"{fl.get('cases_passed', 0)}/{fl.get('cases_run', 0)}" if isinstance(fl, dict) else str(fl)
-        chk = self.nev("lane", "on", "--lane-only", "--lane", "0", str(wt),
-                       "nev", "floors", "check", step="7-results", ok=(0, 1))
-        line = next((ln for ln in chk.stdout.splitlines() if ln.startswith(FUNCTION + " ")), "")
-        r.floors_check = " ".join(line.split()) or f"exit {chk.returncode}"
-        if chk.returncode != 0 or row.get("status") not in ("ok", "better"):
+        line = next((ln for ln in checked.splitlines() if ln.startswith(FUNCTION + " ")), "")
+        r.floors_check = " ".join(line.split()) or f"exit {cp.returncode}"
+        if cp.returncode != 0 or row.get("status") not in ("ok", "better"):
             raise StepFailed(f"{FUNCTION} does not hold its floor: {r.floors_check}")
-        st = self.nev("rig", "status", step="7-results")
-        r.rig_status = st.stdout.strip()
+        r.rig_status = status.result().stdout.strip()
         # the ledger line of the batch that made main's version (named in its provenance): a
         # batch run by a job is filed under the job's name
         prov = json.loads(self.git(self.primary, "show", f"main:{GENERATED}/{FUNCTION}.provenance.json"))
         bid = (prov.get("batch") or {}).get("id") or "-"
-        led = self.nev("ledger", "--worktree", self.job, step="7-results", ok=(0, 1))
+        led = ledger.result()
         rows = [" ".join(ln.split()) for ln in led.stdout.splitlines() if bid in ln]
         if rows:
             r.ledger_line = rows[-1]
@@ -504,46 +623,80 @@ class Demo:
     # ---- the driver ----
 
     def run(self) -> int:
-        plan: list[tuple[int, str, Callable[[], str]]] = [
-            (1, "box up, advertise, collect, probe, status", self.step1_box),
-            (2, f"snapshot {SNAPSHOT_LABEL}", self.step2_snapshot),
-            (3, "engine repo, primary checkout, track + spec", self.step3_repo),
-            (4, f"oracle corpus/{FUNCTION} on a lane", self.step4_corpus),
-            (5, "Dagu + job: best-of-N batch, verify gate", self.step5_job),
-            (6, "poll, land, raise floors, sweep", self.step6_land),
-            (7, "results", self.step7_results),
-            (8, "keep or box down", self.step8_end),
+        # (number, name, the step, the steps it starts after (or the moment the box is up), whether
+        # later steps start beside it)
+        plan: list[tuple[int, str, Callable[[], str], tuple[int | threading.Event, ...], bool]] = [
+            (1, "box up, advertise, collect, probe, status", self.step1_box, (), True),
+            (2, f"snapshot {SNAPSHOT_LABEL}", self.step2_snapshot, (self.box_up,), True),
+            (3, "engine repo, primary checkout, track + spec", self.step3_repo, (self.box_up,), False),
+            (4, f"oracle corpus/{FUNCTION} on a lane", self.step4_corpus, (3,), True),
+            (5, "Dagu + job: best-of-N batch, verify gate", self.step5_job, (1, 3), False),
+            (6, "poll, land, raise floors, sweep", self.step6_land, (2, 4, 5), False),
+            (7, "results", self.step7_results, (6,), False),
+            (8, "keep or box down", self.step8_end, (1, 2, 3, 4, 5, 6, 7), False),
         ]
         self.opts.say(f"nev box demo on box {self.box.name} (net {self.box.net}.0/24), function {FUNCTION}")
-        broken = False
         self.prepare()
         try:
-            for number, name, fn in plan:
+            for number, name, fn, after, beside in plan:
                 res = StepResult(number, name)
                 self.steps.append(res)
-                t = time.monotonic()
-                if broken and number != 8:      # the end (keep or box down) always runs
-                    res.note = "an earlier step failed"
+                for n in after:
+                    if isinstance(n, threading.Event):
+                        n.wait()
+                    else:
+                        self.join_step(n)
+                if number != 8 and any(s.status == FAILED for s in self.steps):
+                    res.note = "an earlier step failed"     # the end (keep or box down) always runs
+                    self.opts.say(res.line(time.monotonic() - self.t0))
+                elif beside:
+                    th = threading.Thread(target=self._run_step, args=(res, fn), daemon=True,
+                                          name=f"demo-step-{number}")
+                    self.running[number] = th
+                    th.start()
                 else:
-                    try:
-                        res.note = fn()
-                        res.status = PASSED
-                    except (NevError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
-                        res.status, res.note, broken = FAILED, mask(str(e)), True
-                    finally:
-                        if number == 6:      # the job's batch draws from the banks until it lands
-                            self.reset_pools()
-                res.seconds = time.monotonic() - t
-                self.opts.say(res.line(time.monotonic() - self.t0))
+                    self._run_step(res, fn)
         finally:
+            for n in list(self.running):
+                self.join_step(n)
             self.reset_pools()
         self.opts.stdout("")
-        self.opts.stdout(summary_table(self.steps))
+        self.opts.stdout(summary_table(self.steps, wall=time.monotonic() - self.t0))
         self.opts.stdout("")
         self.opts.stdout(results_text(self.results))
         self.opts.stdout(f"work: {self.work}" + ("" if self.work.exists() else " (removed with the box)"))
         self.opts.stdout(f"logs: {self.logs}")
         return exit_code(self.steps)
+
+    def _run_step(self, res: StepResult, fn: Callable[[], str]) -> None:
+        """One step to its end: its outcome and time in `res`, its progress line said."""
+        t = time.monotonic()
+        try:
+            res.note = fn()
+            res.status = PASSED
+        except (NevError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
+            res.status, res.note = FAILED, mask(str(e))
+        finally:
+            if res.number == 6:      # the job's batch draws from the banks until it lands
+                self.reset_pools()
+            if res.number == 1:      # also when the box did not come up (its status is set now)
+                self.box_up.set()
+            res.seconds = time.monotonic() - t
+            with self.say_lock:
+                self.opts.say(res.line(time.monotonic() - self.t0))
+
+    def join_step(self, number: int) -> None:
+        """Wait for a step that runs beside the others (none: nothing to wait for)."""
+        th = self.running.pop(number, None)
+        if th is not None:
+            th.join()
+
+    def wait_step(self, number: int) -> None:
+        """Inside a step: wait for step `number` (running beside it); it must have passed."""
+        self.join_step(number)
+        done = next((s for s in self.steps if s.number == number), None)
+        if done is None or done.status != PASSED:
+            raise StepFailed(f"step {number} did not pass; this step needs it")
 
 
 def run(opts: Options) -> int:

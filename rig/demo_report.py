@@ -39,15 +39,20 @@ class Results:
     dashboard_url: str | None = None
 
 
-def summary_table(steps: list[StepResult]) -> str:
-    """Step, status, seconds: one row each, then the total and what did not pass."""
+def summary_table(steps: list[StepResult], wall: float | None = None) -> str:
+    """Step, status, seconds: one row each, then the total and what did not pass. `wall`: the
+    demo's wall time, the total when some steps ran beside others (their own times then add up
+    to more, said on the next row)."""
     w = max((len(s.name) for s in steps), default=4)
     rows = [f"{'step':<{w + 3}}  {'status':<32}  seconds"]
     for s in steps:
         status = s.status + (": see below" if s.status == FAILED else "")
         rows.append(f"{s.number}. {s.name:<{w}}  {status:<32}  {s.seconds:7.1f}")
-    total = sum(s.seconds for s in steps)
+    own = sum(s.seconds for s in steps)
+    total = own if wall is None else wall
     rows.append(f"{'total':<{w + 3}}  {'':<32}  {total:7.1f}")
+    if own > total + 0.05:
+        rows.append(f"(the steps' own times add up to {own:.1f} s: some ran beside others)")
     ran = [s for s in steps if s.status == PASSED]
     rows.append(f"{len(ran)} of {len(steps)} steps ran and passed" + _not_all(steps))
     for s in steps:

@@ -140,3 +140,24 @@ def test_jobs_and_ledger_collectors_read_their_files(tmp_path, monkeypatch):
     assert out["jobs"] == [{"job": "j1", "status": "running", "stages": {"gen": "passed", "score": "pending"},
                             "attempts": 1, "last_event": None}]
     assert len(out["batches"]["lines"]) == 2 and out["batches"]["unreadable_lines"] == 1
+
+
+def test_the_batches_section_shows_each_jobs_spend_against_its_budget(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("NEV_LANE_SHARED", str(tmp_path / "share"))
+    monkeypatch.setenv("NEV_LANES_FILE", str(tmp_path / "none.json"))
+    led = tmp_path / "share/ledger"
+    led.mkdir(parents=True)
+    bound = {**LEDGER[1], "models": {"qwen3.8-27b-fast": {"tokens_in": 700, "tokens_out": 300, "gpu_s": 2.5}},
+             "budget": {"tokens": 1200, "gpu_s": None, "spent_tokens": 1000, "bound": "tokens"}}
+    (led / "job-a.jsonl").write_text(json.dumps(bound) + "\n")
+    (led / "wt-b.jsonl").write_text(json.dumps({**LEDGER[0], "models": {"m": {"tokens_in": 5, "tokens_out": 6}}}) + "\n")
+    section = collect.batches()
+    assert section["spend"]["job-a"] == {"tokens": 1000, "gpu_s": 2.5, "budget_tokens": 1200, "budget_gpu_s": None,
+                                         "bound": "tokens"}
+    assert section["spend"]["wt-b"]["tokens"] == 11 and section["spend"]["wt-b"]["bound"] is None
+    html = page.batches_html(section)
+    row = re.search(r'<tr class="spend" data-job="job-a" data-bound="tokens">(.*?)</tr>', html)
+    assert row and "<td>1000</td><td>1200</td><td>2.5</td>" in row.group(1) and "bound (tokens)" in row.group(1)
+    assert re.search(r'<tr class="spend" data-job="wt-b" data-bound="">', html)

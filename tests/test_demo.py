@@ -17,6 +17,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from lanes.base.gitrun import Repo
 from rig.demo_report import FAILED, PASSED, SKIPPED, StepResult, exit_code, summary_table
 
@@ -70,18 +72,18 @@ def test_demo_passes_every_step_and_lands_a_generated_function_at_its_floor(box)
     # the job carries the track: its local worktree made way at submit
     assert not track.exists()
     # 4: the corpus was built by the three browsers on the lane and pulled home (again, for
-    # scoring, into a worktree of main named like the landed track)
-    home = work / "landed" / "abspos_width"
-    man = json.loads((home / "corpus" / "abspos_width" / "manifest.json").read_text())
+    # scoring, into the primary checkout, at main after the landing)
+    man = json.loads((primary / "corpus" / "abspos_width" / "manifest.json").read_text())
     assert man["generated"] == 120 and man["cases"] >= 100
     assert set(man["engines"]) == {"chromium", "firefox", "webkit"}
-    # each corpus rendered once: the later lane copies (the primary's, the landed worktree's)
-    # copied both from the corpus store on the share
-    for step in ("6-land", "7-results"):
-        text = (logs / f"{step}.log").read_text()
-        copied = re.findall(r"/corpus/(\w+): copied from the corpus store \S+/corpora/(\w+-[0-9a-f]{16}) ", text)
-        assert sorted(n for n, _ in copied) == ["abspos_width", "block_width"], text[-3000:]
-        assert f"abspos_width-{man['key'][:16]}" in {e for _, e in copied}
+    # each corpus rendered once: the primary's lane copy copied both from the corpus store on the
+    # share (step 6), and scoring there (step 7) found them in place
+    text = (logs / "6-land.log").read_text()
+    copied = re.findall(r"/corpus/(\w+): copied from the corpus store \S+/corpora/(\w+-[0-9a-f]{16}) ", text)
+    assert sorted(n for n, _ in copied) == ["abspos_width", "block_width"], text[-3000:]
+    assert f"abspos_width-{man['key'][:16]}" in {e for _, e in copied}
+    text = (logs / "7-results.log").read_text()
+    assert sorted(re.findall(r"/corpus/(\w+): up to date \(key", text)) == ["abspos_width", "block_width"], text
     # 7: the function scored on the lane passes its corpus at (or above) its floor
     m = re.search(r"abspos_width score:\s+(\d+)/(\d+)\s+floor: (\d+)/(\d+)", out)
     assert m, out
@@ -164,3 +166,88 @@ def test_exit_is_zero_only_when_every_step_ran_and_passed_and_the_summary_says_w
     assert exit_code([]) == 1
     line = StepResult(5, "job", PASSED, 3.7, note="job submitted").line(12.5)
     assert line == "[  12.5 s] step 5 job: passed in 3.7 s: job submitted"
+
+
+def test_steps_beside_others_overlap_and_a_failure_among_them_stops_the_later_steps(tmp_path):
+    """The driver: the rest of step 1 after its box up, step 2 and step 4 run beside the next
+    steps (each proves it by waiting for a later step to start), step 5 waits for step 2 inside
+    itself; step 4 fails, so 6 and 7 do not run, 8 does, and the exit is 1."""
+    import threading
+    import types
+
+    from rig.demo import Demo, Options, StepFailed
+
+    started = {n: threading.Event() for n in range(1, 9)}
+    said: list[str] = []
+    out: list[str] = []
+
+    class Fake(Demo):
+        def prepare(self) -> None:
+            self.work = tmp_path
+
+        def _step(self, n: int, wait_for: int | None = None, fail: bool = False) -> str:
+            started[n].set()
+            if wait_for is not None:
+                assert started[wait_for].wait(timeout=30), f"step {wait_for} did not start beside step {n}"
+            if fail:
+                raise StepFailed(f"step {n} broke")
+            return f"step {n} done"
+
+        def step1_box(self) -> str:
+            self.box_up.set()
+            return self._step(1, wait_for=3)
+
+        def step2_snapshot(self) -> str:
+            return self._step(2, wait_for=3)
+
+        def step3_repo(self) -> str:
+            return self._step(3)
+
+        def step4_corpus(self) -> str:
+            return self._step(4, wait_for=5, fail=True)
+
+        def step5_job(self) -> str:
+            self.wait_step(2)
+            return self._step(5)
+
+        def step6_land(self) -> str:
+            return self._step(6)
+
+        def step7_results(self) -> str:
+            return self._step(7)
+
+        def step8_end(self) -> str:
+            return self._step(8)
+
+    box = types.SimpleNamespace(name="fake", net="198.18.250", dir=tmp_path)
+    d = Fake(Options(say=said.append, stdout=out.append), box)  # type: ignore[arg-type]
+    assert d.run() == 1
+    status = {s.number: s.status for s in d.steps}
+    assert status == {1: PASSED, 2: PASSED, 3: PASSED, 4: FAILED, 5: PASSED, 6: SKIPPED, 7: SKIPPED, 8: PASSED}
+    assert not started[6].is_set() and not started[7].is_set() and started[8].is_set()
+    assert len([x for x in said if re.match(r"^\[\s*\d+\.\d s\] step \d ", x)]) == 8
+    text = "\n".join(out)
+    assert "step 4 failed: step 4 broke" in text and "failed: step 4; did not run: step 6, 7" in text
+
+
+def test_the_summary_total_is_the_wall_time_when_steps_ran_beside_others():
+    steps = [StepResult(1, "a", PASSED, 5.0), StepResult(2, "b", PASSED, 4.0), StepResult(3, "c", PASSED, 3.0)]
+    text = summary_table(steps, wall=9.0)
+    assert re.search(r"^total\s+9\.0$", text, re.M)
+    assert "(the steps' own times add up to 12.0 s: some ran beside others)" in text
+    assert re.search(r"^total\s+12\.0$", summary_table(steps), re.M)
+    assert "beside" not in summary_table(steps, wall=12.0)
+
+
+def test_a_command_s_progress_lines_are_logged_with_their_time_and_its_output_is_kept_whole(tmp_path):
+    from rig.demo import run_stamped
+
+    cp, stamped = run_stamped(["sh", "-c", "echo out; echo e1 >&2; echo e2 >&2; printf e3 >&2; exit 3"],
+                              tmp_path, {"PATH": os.environ["PATH"]}, 60)
+    assert (cp.returncode, cp.stdout, cp.stderr) == (3, "out\n", "e1\ne2\ne3")
+    lines = stamped.splitlines()
+    assert [re.sub(r"^\[\+\s*\d+\.\d s\] ", "", x) for x in lines] == ["e1", "e2", "e3"], stamped
+    assert all(re.match(r"^\[\+\s*\d+\.\d s\] ", x) for x in lines) and stamped.endswith("\n")
+    assert stamped.seconds > 0
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_stamped(["sleep", "30"], tmp_path, {"PATH": os.environ["PATH"]}, 0.2)

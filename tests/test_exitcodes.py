@@ -5,7 +5,7 @@ from lanes.base.exitcodes import Exit
 from rig.docgen import render_exit_codes
 
 # docs: COMMANDS.md "Exit codes shared by all commands", and `nev lane run`'s dropped connection.
-SHARED = {0, 1, 2, 3, 4, 7, 8, 9, 10, 130, 143, 255}
+SHARED = {0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 130, 143, 255}
 
 
 def test_every_shared_code_is_in_the_enum_with_a_meaning():
@@ -22,6 +22,12 @@ def test_three_is_one_meaning_named_per_command_group():
     assert Exit(3) is Exit.UNAVAILABLE and "nothing ran" in Exit.UNAVAILABLE.meaning
     groups = dict(Exit.UNAVAILABLE.where)
     assert any("lane" in cmd for cmd in groups) and any("job" in cmd for cmd in groups)
+
+
+def test_twelve_is_the_budget_bound_for_a_batch_and_a_job_and_eleven_no_ground_truth():
+    assert Exit(11) is Exit.NO_GROUND_TRUTH and "ground truth" in Exit.NO_GROUND_TRUTH.meaning
+    assert Exit(12) is Exit.BUDGET and "budget" in Exit.BUDGET.meaning
+    assert {"`nev batch run`", "`nev job run`"} <= set(dict(Exit.BUDGET.where))
 
 
 def test_errors_carry_their_codes():

@@ -18,6 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bench import floors, scores
+from bench.oracle import engines as oengines
+from bench.oracle import store as ostore
+from bench.oracle import truth
 from crates_bridge import corpus, runner
 from crates_bridge.registry import Floor, GeneratedFunction, Provenance
 from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
@@ -236,6 +239,50 @@ def test_scores_table_and_json_round_trip(fixture, scorer, K):
     assert back == {"abspos_width": (K, N), "block_width": (N, N)}
 
 
+# ---- fresh ground truth (bench/oracle/truth.py) ----
+
+def test_only_a_corpus_of_the_three_browsers_is_ground_truth():
+    three = {"chromium": "1", "firefox": "2", "webkit": "3"}
+    assert truth.not_ground_truth({"engines": three}) is None
+    assert truth.not_ground_truth({"engines": {"chromium": "1", "firefox": "2"}}) == \
+        "it was built with chromium, firefox only (no webkit)"
+    assert truth.not_ground_truth({"engines": {"reference": "x"}}) == \
+        "it was built with reference only (no chromium, firefox, webkit)"
+    assert truth.not_ground_truth({"function": "f"}) == "its manifest names no engines"
+    assert truth.not_ground_truth(None) == "it has no readable manifest.json"
+
+
+def _two_browser_corpus(root: Path, name: str) -> None:
+    w = ostore.Writer(root, name)
+    w.write({"format": 1, "function": name, "engines": {"chromium": "156", "firefox": "153"}, "key": "k2"}, b"", b"")
+    w.publish()
+
+
+def test_a_corpus_built_with_two_browsers_is_refused_exit_11_and_left_in_place(tmp_path):
+    root = tmp_path / "corpus"
+    _two_browser_corpus(root, "abspos_width")
+    provide = truth.fresh_corpora(count=5, store_root=tmp_path / "store")
+    with pytest.raises(truth.NoGroundTruth) as e:
+        provide(["block_width", "abspos_width"], root)
+    assert e.value.exit_code == 11
+    assert str(e.value).startswith(f"{root}/abspos_width is not ground truth for the floors: it was built with "
+                                   "chromium, firefox only (no webkit)")
+    assert "remove it and score again" in str(e.value) and "nothing was scored" in str(e.value)
+    assert sorted(p.name for p in root.iterdir()) == ["abspos_width"]  # nothing built, nothing moved
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_missing_browser_is_refused_exit_11_naming_it_and_its_package(tmp_path, monkeypatch):
+    monkeypatch.setattr(oengines, "FIREFOX_BIN", str(tmp_path / "no-firefox-esr"))
+    provide = truth.fresh_corpora(count=5, store_root=tmp_path / "store")
+    with pytest.raises(truth.NoGroundTruth) as e:
+        provide(["block_width"], tmp_path / "corpus")
+    msg = str(e.value)
+    assert e.value.exit_code == 11 and msg.startswith("firefox is not installed on ")
+    assert "install firefox-esr (on a lane: nev lane provision)" in msg and "nothing was scored" in msg
+    assert not (tmp_path / "corpus").exists() and not (tmp_path / "store").exists()
+
+
 # ---- the decisions, directly ----
 
 def fn(floor: Floor | None, prov_passed: int = 0) -> GeneratedFunction:
@@ -272,22 +319,53 @@ def nev(*args, cwd, env):
                           capture_output=True, text=True, timeout=900)
 
 
-def test_cli_scores_raise_and_check_on_a_lane(fixture, K, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NEV_ON_LANE": "1",
-           "CARGO_TARGET_DIR": str(tmp_path / "target")}
+@pytest.mark.parts
+def test_cli_scores_raise_and_check_on_a_lane_build_fresh_three_browser_corpora(fixture, tmp_path):
+    """On a lane (NEV_ON_LANE) the scoring step refuses corpora not made by the three browsers (the
+    fixture's reference corpora), then builds each listed corpus with Chromium, Firefox and WebKit
+    (this machine's), scores on them, raises and checks; a second run finds them up to date."""
+    n = 60
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NEV_ON_LANE": "1", "CARGO_TARGET_DIR": str(tmp_path / "target"),
+           "NEV_CORPUS_CASES": str(n), "NEV_CORPUS_STORE": str(tmp_path / "store")}
+    r = nev("scores", "--json", cwd=fixture.path, env=env)
+    assert r.returncode == 11, r.stderr
+    assert "corpus/block_width is not ground truth for the floors: it was built with reference only " \
+           "(no chromium, firefox, webkit)" in r.stderr and r.stdout == ""
+    assert (fixture.path / "corpus/block_width/manifest.json").exists()  # left for a person to remove
+    shutil.rmtree(fixture.path / "corpus")
     r = nev("scores", "--json", cwd=fixture.path, env=env)
     assert r.returncode == 0, r.stderr
     rows = {x["function"]: x for x in json.loads(r.stdout)}
-    assert (rows["abspos_width"]["cases_passed"], rows["abspos_width"]["status"]) == (K, "better")
+    for f in ("block_width", "abspos_width"):
+        man = json.loads((fixture.path / "corpus" / f / "manifest.json").read_text())
+        assert sorted(man["engines"]) == ["chromium", "firefox", "webkit"] and man["generated"] == n
+        assert rows[f]["cases_run"] == man["cases"] and rows[f]["status"] == "better"
+        assert f"corpus/{f}: {man['cases']} agreed of {n} generated" in r.stderr
+    K, R = rows["abspos_width"]["cases_passed"], rows["abspos_width"]["cases_run"]
     r = nev("floors", "raise", "--print-raises", cwd=fixture.path, env=env)
     assert r.returncode == 0, r.stderr
-    assert f"abspos_width: 0/0 -> {K}/{N}" in r.stdout and "floors: raised 2 in" in r.stdout
+    assert f"abspos_width: 0/0 -> {K}/{R}" in r.stdout and "floors: raised 2 in" in r.stdout
+    assert "up to date" in r.stderr and "agreed of" not in r.stderr  # nothing rendered again
     r = nev("floors", "check", cwd=fixture.path, env=env)
     assert r.returncode == 0, r.stderr
-    set_floor(fixture, "block_width", N, N + 1)
+    bw = rows["block_width"]
+    set_floor(fixture, "block_width", bw["cases_passed"], bw["cases_run"] + 1)
     r = nev("floors", "check", cwd=fixture.path, env=env)
     assert r.returncode == 1
-    assert r.stderr.startswith("nev: floors broken: block_width shrunk") and len(r.stderr.splitlines()) == 1
+    assert r.stderr.splitlines()[-1].startswith("nev: floors broken: block_width shrunk")
+
+
+def test_cli_scores_and_check_off_a_lane_go_to_a_lane_and_with_none_answering_exit_3(fixture, tmp_path):
+    lanes = tmp_path / "lanes.json"
+    lanes.write_text(json.dumps({"lanes": [{"ssh": "lane@127.0.0.1:1", "root": "/srv/lane"}]}))
+    env = {k: v for k, v in os.environ.items() if k not in ("NEV_ON_LANE", "GENERA_ON_LANE")}
+    env.update(PYTHONPATH=str(ROOT), NEV_LANES_FILE=str(lanes))
+    for args in (("floors", "check"), ("scores",), ("scores", "--json")):
+        r = nev(*args, cwd=fixture.path, env=env)
+        assert r.returncode == 3, r.stderr
+        assert "no build lane answered" in r.stderr and "nothing ran, here or there" in r.stderr
+        assert r.stdout == "" and not (fixture.path / "target").exists()
+    assert fixture.is_clean()
 
 
 def test_cli_without_a_lane_scores_nothing_exit_3(fixture):

@@ -52,11 +52,12 @@ class Rig:
         for p in (dest, dest.parent, dest.parent.parent, dest.parent.parent.parent):
             os.chown(p, self.uid, self.uid)
 
-    def job(self, name: str, stages: list[dict], env: dict[str, str] | None = None) -> str:
+    def job(self, name: str, stages: list[dict], env: dict[str, str] | None = None, touches: tuple[str, ...] = ()) -> str:
         """Write specs/<name>.md on main and the job's manifest, submit it; the run id."""
         import yaml
 
-        (self.dev / "specs" / f"{name}.md").write_text(f"---\ntouches:\n  - out/{name}/**\n---\n# {name}\n")
+        paths = "".join(f"  - {t}\n" for t in (f"out/{name}/**", *touches))
+        (self.dev / "specs" / f"{name}.md").write_text(f"---\ntouches:\n{paths}---\n# {name}\n")
         git(self.dev, "add", "-A")
         git(self.dev, "commit", "-qm", f"spec {name}")
         base = git(self.dev, "rev-parse", "HEAD")
@@ -243,38 +244,88 @@ def test_retired_model_gives_exit_10_a_failed_result_and_is_not_resent(rig, box)
     assert not (rig.lane.host_home / "dagu" / "src").exists()
 
 
+GEN = "crates_bridge/engine/crates/layout/src/generated"
+# Each removable line makes a generated function wrong on part of its corpus; the two tracks and the
+# job each remove one (far apart, so no landing conflicts with another), so each landing raises a floor.
+GUARDS = {
+    "A": (f"{GEN}/block_width.rs", "pub fn block_width(input: &BlockWidthInput) -> BlockWidthOutput {\n",
+          "    if input.cb_width > 600.0 { return solve(input, Len::Px(1.0)); } // nev-test guard A\n"),
+    "B": (f"{GEN}/block_width.rs", "    let cb = input.cb_width;\n",
+          "    if cb < 150.0 { return BlockWidthOutput { width: -1.0, margin_left: 0.0, margin_right: 0.0 }; }"
+          " // nev-test guard B\n"),
+    "C": (f"{GEN}/abspos_width.rs", "pub fn abspos_width(input: &AbsposWidthInput) -> AbsposWidthOutput {\n",
+          "    if input.cb_width > 600.0 { return solve(input, Len::Px(1.0)); } // nev-test guard C\n"),
+}
+
+
+def _engine_with_guards(dev: Path) -> None:
+    """The example engine on main, floors 0/0, each guard line after its anchor (its first occurrence)."""
+    from crates_bridge.workspace import EXAMPLE_ENGINE
+
+    shutil.copytree(EXAMPLE_ENGINE, dev / "crates_bridge" / "engine", ignore=shutil.ignore_patterns("target"))
+    for path, anchor, line in GUARDS.values():
+        f = dev / path
+        text = f.read_text()
+        assert anchor in text, (path, anchor)
+        f.write_text(text.replace(anchor, anchor + line, 1))
+    with open(dev / ".gitignore", "a") as g:
+        g.write("target/\n/corpus/\n")
+
+
+def _unguard(wt: Path, guard: str) -> None:
+    path, _anchor, line = GUARDS[guard]
+    f = wt / path
+    f.write_text(f.read_text().replace(line, "", 1))
+
+
+def _floor(rig, rev: str, fn: str) -> dict:
+    return json.loads(git(rig.dev, "show", f"{rev}:{GEN}/{fn}.floor.json"))
+
+
 def test_one_installed_tick_lands_two_approved_tracks_and_a_finished_job_each_once(rig, box):
     """Acceptance (#21): two approved hand-written tracks and one finished job; one run of the
-    tick as `nev job poll --install` scheduled it lands all three, each once, verify on the lane."""
+    tick as `nev job poll --install` scheduled it lands all three, each once, verify on the lane,
+    and after each landing raises the floors on fresh three-browser ground truth built on a lane
+    that had no corpus before (each landing fixes part of a generated function: each raises)."""
     import yaml
 
     names = ("ticka", "tickb")
+    fixes = {"ticka": ("A", f"{GEN}/block_width.rs"), "tickb": ("C", f"{GEN}/abspos_width.rs")}
     git(rig.dev, "checkout", "-q", "main")
+    _engine_with_guards(rig.dev)
     for n in names:
-        (rig.dev / "specs" / f"{n}.md").write_text(f"---\ntouches:\n  - hand/{n}/**\n---\n# {n}\n")
+        (rig.dev / "specs" / f"{n}.md").write_text(f"---\ntouches:\n  - hand/{n}/**\n  - {fixes[n][1]}\n---\n# {n}\n")
     git(rig.dev, "add", "-A")
-    git(rig.dev, "commit", "-qm", "specs of two hand-written tracks")
+    git(rig.dev, "commit", "-qm", "the example engine, and specs of two hand-written tracks")
+    subprocess.run(["git", "-C", str(rig.dev), "push", "-q", "origin", "main"], check=True, env=rig.git_env)
     for n in names:
         wt = rig.tmp / f"wt-{n}"
         git(rig.dev, "worktree", "add", "-q", "-b", n, str(wt), "main")
         (wt / "hand" / n).mkdir(parents=True)
         (wt / "hand" / n / "f.txt").write_text(f"{n}\n")
+        _unguard(wt, fixes[n][0])
         git(wt, "add", "-A")
         git(wt, "commit", "-qm", f"track {n}")
         rig.ok("land", "approve", n)
-    run_id = rig.job("tickjob", [{"name": "gen", "kind": "command",
-                                  "command": "mkdir -p out/tickjob && echo made > out/tickjob/a.txt"}])
+    run_id = rig.job("tickjob", [{"name": "gen", "kind": "command", "command":
+                                  f"mkdir -p out/tickjob && echo made > out/tickjob/a.txt && "
+                                  f"sed -i '/nev-test guard B/d' {GEN}/block_width.rs"}],
+                     touches=(f"{GEN}/block_width.rs",))
     assert rig.step_exit(run_id, "publish") == "0"
     assert rig.forge_has("result/tickjob")
+    # The lane has never built a corpus for main's copy: none in the copy, none in the share's store.
+    shutil.rmtree(rig.lane.host_root / rig.dev.name / "corpus", ignore_errors=True)
+    shutil.rmtree(box.nas / "corpora", ignore_errors=True)
     home = rig.tmp / "tick-dagu-home"
-    rig.ok("job", "poll", "--install", "--dagu-home", str(home))
+    rig.ok("job", "poll", "--install", "--dagu-home", str(home), env={**rig.env, "NEV_CORPUS_CASES": "100"})
     doc = yaml.safe_load((home / "dags" / "nev-job-poll.yaml").read_text())
     step = doc["steps"][0]
     env = {k: v for e in doc["env"] for k, v in e.items()}
+    assert env["NEV_CORPUS_CASES"] == "100"
     before = git(rig.dev, "rev-parse", "main")
     r = subprocess.run(["sh", "-c", step["command"]], cwd=step["dir"], env=env, capture_output=True, text=True,
-                       timeout=900)
-    print(r.stderr[-6000:])
+                       timeout=2400)
+    print(r.stderr[-8000:])
     assert r.returncode == 0, r.stderr[-4000:]
     for n in names:
         assert f"land: track {n}: landed" in r.stderr
@@ -284,14 +335,122 @@ def test_one_installed_tick_lands_two_approved_tracks_and_a_finished_job_each_on
     assert sum(s == "job tickjob: passed (exit 0)" for s in subjects) == 1
     for path, text in (("hand/ticka/f.txt", "ticka"), ("hand/tickb/f.txt", "tickb"), ("out/tickjob/a.txt", "made")):
         assert git(rig.dev, "show", f"main:{path}") == text
+    assert "nev-test guard" not in git(rig.dev, "show", f"main:{GEN}/block_width.rs") + \
+        git(rig.dev, "show", f"main:{GEN}/abspos_width.rs")
     assert rig.record("tickjob")["status"] == "landed"
     assert not rig.forge_has("result/tickjob")
+    # after each landing, one floors line, each a raise (the first of both functions, from 0/0)
     floors = [ln for ln in r.stderr.splitlines() if "land: after: floors" in ln]
-    print("floors step:", floors)
-    assert len(floors) == 3  # one line per landing
+    assert len(floors) == 3 and all(": floors: raised " in ln for ln in floors), floors
+    assert "floors: raised 2 in" in floors[0] and all("floors: raised 1 in" in ln for ln in floors[1:]), floors
+    raises = [s for s in subjects if s.startswith("floors: raise ")]
+    assert len(raises) == 3, subjects
+    # each corpus rendered once by the three browsers, on the first raise; found after that
+    rendered = [ln for ln in r.stderr.splitlines() if " agreed of 100 generated" in ln]
+    assert sorted(re.search(r"corpus/(\w+): \d+ agreed", ln).group(1) for ln in rendered) == \
+        ["abspos_width", "block_width"], rendered
+    for fn in ("block_width", "abspos_width"):
+        man = json.loads((rig.lane.host_root / rig.dev.name / "corpus" / fn / "manifest.json").read_text())
+        assert sorted(man["engines"]) == ["chromium", "firefox", "webkit"] and man["generated"] == 100
+        last = _floor(rig, "main", fn)
+        assert 0 < last["cases_passed"] <= last["cases_run"] == man["cases"]
+    # every raise went up: each floor file's history on main strictly increases; 2 + 1 + 1 raises
+    changes = 0
+    for fn in ("block_width", "abspos_width"):
+        revs = git(rig.dev, "log", "--format=%H", "--reverse", f"{before}..main", "--",
+                   f"{GEN}/{fn}.floor.json").splitlines()
+        passed = [_floor(rig, rev, fn)["cases_passed"] for rev in revs]
+        assert passed == sorted(set(passed)), (fn, passed)
+        changes += len(passed)
+    assert changes == 4
     # the next tick has nothing left
     main = git(rig.dev, "rev-parse", "main")
     r2 = subprocess.run(["sh", "-c", step["command"]], cwd=step["dir"], env=env, capture_output=True, text=True,
                         timeout=600)
     assert r2.returncode == 0 and "land: tick: 0 landed, 0 skipped, 0 refused" in r2.stderr, r2.stderr[-3000:]
     assert git(rig.dev, "rev-parse", "main") == main
+
+
+def _restart_lane(box, lane) -> None:
+    """The lane restarted: every process of it (its sshd, Dagu, the job's runner and stage) killed
+    at once, then the box starts it again. On an LXC lane that is the guest's init killed: the
+    kernel ends the guest's whole PID namespace with it (killing sshd alone leaves init running
+    while Dagu, its other child, runs). A netns lane's processes are killed one by one."""
+    import signal
+
+    from rig.box import Box, procs, state
+
+    st = state.read_state(box.dir)
+    assert st is not None
+    rec = st.procs[f"{lane.name}.sshd"]
+    assert procs.alive(rec)
+    if st.lanes_kind == "lxc":
+        init = int(Path(f"/proc/{rec.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])   # its parent
+        assert "init" in Path(f"/proc/{init}/cmdline").read_text()
+        os.kill(init, signal.SIGKILL)
+    else:
+        ns = os.readlink(f"/proc/{rec.pid}/ns/net")
+        for p in Path("/proc").iterdir():
+            try:
+                if p.name.isdigit() and os.readlink(p / "ns" / "net") == ns:
+                    os.kill(int(p.name), signal.SIGKILL)
+            except OSError:
+                pass
+    t0 = time.monotonic()
+    while procs.alive(rec):
+        assert time.monotonic() - t0 < 30, "the lane did not go down"
+        time.sleep(0.2)
+    r = Box(box.name, box.net, box.dir).bring_up(len(box.lanes))
+    assert f"started {lane.name}.sshd" in r.changed, r.changed
+
+
+def test_a_job_cut_off_by_a_lane_restart_is_resent_once_and_lands_without_rerunning_stage_one(rig, box):
+    """Acceptance (#21): the lane restarted (its sshd and Dagu killed, then started) in the middle
+    of a job's second stage; the tick resends the job once (counted), the resumed run does not run
+    stage one again (its counter on the lane says 1), reruns stage two, and the job lands."""
+    name = "cutoff"
+    home = rig.lane.host_home
+    one, two = home / f"{name}-one.count", home / f"{name}-two.count"
+    for p in (one, two):
+        p.unlink(missing_ok=True)
+    git(rig.dev, "checkout", "-q", "main")
+    run_id = rig.job(name, [
+        {"name": "one", "kind": "command",
+         "command": f'echo ran >> "$HOME/{one.name}" && mkdir -p out/{name} && echo one > out/{name}/one.txt'},
+        # the first run of stage two holds until the lane goes down under it; the rerun passes
+        {"name": "two", "kind": "command",
+         "command": f'echo ran >> "$HOME/{two.name}"; if [ "$(wc -l < "$HOME/{two.name}")" -lt 2 ]; then '
+                    f'sleep 600; fi; echo two > out/{name}/two.txt'},
+    ])
+    t0 = time.monotonic()
+    while not two.exists():
+        assert time.monotonic() - t0 < 180, f"stage two of {name} never started"
+        time.sleep(1)
+    assert "waiting: run" in rig.ok("job", "poll").stderr
+    t_down = time.monotonic()
+    _restart_lane(box, rig.lane)
+    rig.ok("dagu", "start")
+    out = ""
+    t0 = time.monotonic()
+    t_resent = None
+    while rig.record(name)["status"] != "landed":
+        assert time.monotonic() - t0 < 420, f"{name} did not land:\n{out[-5000:]}"
+        out += rig.nev("job", "poll").stderr
+        if t_resent is None and "resent" in out:
+            t_resent = time.monotonic()
+        time.sleep(3)
+    print(out[-4000:])
+    print(f"lane down to up with Dagu: {t0 - t_down:.1f} s; Dagu up to the resend: "
+          f"{(t_resent or t0) - t0:.1f} s (its zombie check); resend to landed: {time.monotonic() - (t_resent or t0):.1f} s")
+    rec = rig.record(name)
+    assert f"{name}: resent (run {run_id} was cut off:" in out
+    assert rec["sends"] == 1 and rec["resends"] == 1 and rec["cutoffs"] == 1 and rec["run_id"] != run_id
+    assert one.read_text() == "ran\n"              # stage one ran once, before the restart
+    assert two.read_text() == "ran\nran\n"         # stage two: cut off, then rerun from its start
+    assert git(rig.dev, "show", f"main:out/{name}/one.txt") == "one"
+    assert git(rig.dev, "show", f"main:out/{name}/two.txt") == "two"
+    subjects = git(rig.dev, "log", "--format=%s", "main").splitlines()
+    assert subjects.count(f"job {name}: stage one (command)") == 1
+    assert f"job {name}: passed (exit 0)" in subjects
+    st = rig.ok("job", "status", name).stdout
+    assert "1 resend(s)" in st and "1 cut-off(s)" in st

@@ -50,6 +50,37 @@ def test_decide(rec, res, run, kind):
     assert decide(rec, res, run).kind == kind
 
 
+CUT = "step run was left running when the run ended failed"
+
+
+def test_a_run_cut_off_is_resent_once_and_counted_then_a_second_cut_off_is_failed():
+    first = decide(_rec("submitted", run_id="r"), None, RunInfo(True, "failed", None, None, CUT))
+    assert first.kind == "resend" and first.cut_off and CUT in first.why
+    second = decide(_rec("resent", run_id="r2", resends=1, cutoffs=1), None, RunInfo(True, "failed", None, None, CUT))
+    assert second.kind == "failed" and not second.cut_off
+    assert "cut off again" in second.why and "not resent again" in second.why
+    # a resend for exit 3 does not use up the cut-off's one resend
+    third = decide(_rec("resent", run_id="r3", resends=1, cutoffs=0), None, RunInfo(True, "failed", None, None, CUT))
+    assert third.kind == "resend" and third.cut_off
+
+
+@pytest.mark.parametrize("status,steps,cut", [
+    # Dagu's zombie check ended the run while the run step's process was gone with the lane
+    ("failed", [("prepare", "succeeded", "0"), ("run", "running", "-"), ("publish", "not_started", "-")], True),
+    # the runner killed by a signal (the lane's Dagu killed under it)
+    ("failed", [("prepare", "succeeded", "0"), ("run", "failed", "-"), ("publish", "succeeded", "0")], True),
+    # a failed prepare (exit 1): later steps never started; not a cut-off
+    ("failed", [("prepare", "failed", "1"), ("run", "not_started", "-"), ("publish", "not_started", "-")], False),
+    # a run that published its result, then archive failed
+    ("partially_succeeded", [("run", "failed", "1"), ("publish", "succeeded", "0"), ("archive", "failed", "2")], False),
+    # stopped by a person (`nev dagu stop-run`): never a cut-off
+    ("aborted", [("prepare", "succeeded", "0"), ("run", "aborted", "-")], False),
+    ("succeeded", [("run", "succeeded", "0")], False),
+])
+def test_cut_off_is_a_step_left_running_or_killed_by_a_signal(status, steps, cut):
+    assert (poll_mod.cut_off(status, steps) is not None) is cut
+
+
 def _forge_with_result(tmp: Path, outcome: str, code: int, spec_on_main: bool = False,
                        verify: str | None = None) -> tuple[Path, Path]:
     forge = tmp / "forge.git"
@@ -268,3 +299,88 @@ def test_install_and_uninstall_the_crontab_line_keeps_other_lines(tmp_path):
             subprocess.run(["crontab", "-r"], capture_output=True)
         else:
             subprocess.run(["crontab", "-"], input=original, text=True)
+
+
+def test_the_tick_resends_a_cut_off_run_once_then_records_the_second_cut_off_as_failed(tmp_path, monkeypatch):
+    """The tick's wiring around `decide`: a real forge with no result and real job records; only
+    the lane's Dagu (the runs read, the resend) is faked at the edge."""
+    from jobs import forge as forge_mod
+    from jobs import records
+    from lanes.base.gitrun import Repo
+
+    forge = tmp_path / "forge.git"
+    git(tmp_path, "init", "-q", "--bare", str(forge))
+    dev = tmp_path / "dev"
+    make_checkout(dev)
+    env = _env(tmp_path, forge)
+    with records.locked(env) as recs:
+        recs.jobs["demo"] = JobRecord(job="demo", sends=1, run_id="run-1", spec="demo")
+    cut = RunInfo(True, "failed", None, None, "step run was left running when the run ended failed")
+    sent: list[str] = []
+    monkeypatch.setattr(poll_mod, "read_runs", lambda jobs: {n: cut for n in jobs})
+    monkeypatch.setattr(poll_mod, "resend", lambda rec: (sent.append(rec.run_id), f"run-{len(sent) + 1}")[1])
+    repo = Repo(dev)
+    f = forge_mod.from_settings(env, repo)
+    assert poll_mod.poll_jobs(repo, f, env) == 0
+    rec = records.read(env).jobs["demo"]
+    assert sent == ["run-1"] and (rec.status, rec.run_id, rec.resends, rec.cutoffs) == ("resent", "run-2", 1, 1)
+    assert poll_mod.poll_jobs(repo, f, env) == 1          # cut off again: failed, not resent
+    rec = records.read(env).jobs["demo"]
+    assert sent == ["run-1"] and (rec.status, rec.resends, rec.cutoffs) == ("failed", 1, 1)
+    assert rec.why and "cut off again" in rec.why
+    st = nev(["job", "status", "demo"], env)
+    assert "demo: failed" in st.stdout and "1 cut-off(s)" in st.stdout and "not resent again" in st.stdout
+    assert poll_mod.poll_jobs(repo, f, env) == 0 and sent == ["run-1"]   # recorded: nothing more
+
+
+def test_resubmitting_a_job_while_the_tick_lands_it_keeps_the_new_job_branch(tmp_path, monkeypatch):
+    """A job submitted again under the same name while the tick lands its earlier result: the
+    tick's clean-up after the landing deletes job/<name> and result/<name> on the forge only while
+    they are still what it landed, so the new submission's branch stays. The landing is real (its
+    gate runs here and holds until the submission is done); the submission pushes to the same
+    local forge, with only its lane and Dagu faked at the edge."""
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    gate = (f"touch {ctl}/gate-started; i=0; while [ ! -e {ctl}/go ] && [ $i -lt 600 ]; do sleep 0.05; "
+            f"i=$((i+1)); done")
+    forge, dev = _forge_with_result(tmp_path, "passed", 0, spec_on_main=True, verify=gate)
+    landed_job_tip = git(forge, "rev-parse", "refs/heads/job/demo")
+    env = {**_env(tmp_path, forge), "NEV_LANES_FILE": str(tmp_path / "no-lanes.json"), "NEV_ON_LANE": "1"}
+    err = (tmp_path / "poll.err").open("w")
+    tick = subprocess.Popen([sys.executable, "-m", "rig.cli", "job", "poll", "--repo", str(dev)], cwd=ROOT,
+                            env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+    try:
+        t0 = time.monotonic()
+        while not (ctl / "gate-started").exists():
+            assert tick.poll() is None, (tmp_path / "poll.err").read_text()
+            assert time.monotonic() - t0 < 60, "the landing's gate never started"
+            time.sleep(0.05)
+        other = tmp_path / "other"
+        git(tmp_path, "clone", "-q", "-b", "main", str(forge), str(other))
+        (other / "again.txt").write_text("a second go\n")
+        git(other, "add", "-A")
+        git(other, "commit", "-qm", "demo, again")
+        manifest = write_manifest(tmp_path / "again.yaml", git(other, "rev-parse", "HEAD"),
+                                  [{"name": "a", "kind": "command", "command": "true"}], name="demo")
+        for k in [k for k in os.environ if k.startswith(("NEV_", "GENERA_"))]:
+            monkeypatch.delenv(k)
+        fake_lane_dagu(monkeypatch)
+        assert submit_mod.submit(manifest, repo_path=other, environ={
+            "NEV_LANE_GIT_URL": str(forge), "NEV_STATE_DIR": str(tmp_path / "state"), "NEV_JOB_INSTALL_NEV": "0",
+            "NEV_FOLKNET_FILE": str(tmp_path / "none.json"), "PATH": os.environ["PATH"]}) == 0
+        new_tip = git(other, "rev-parse", "HEAD")
+        assert git(forge, "rev-parse", "refs/heads/job/demo") == new_tip != landed_job_tip
+        (ctl / "go").touch()
+        assert tick.wait(timeout=120) == 0, (tmp_path / "poll.err").read_text()
+    finally:
+        if tick.poll() is None:
+            tick.kill()
+            tick.wait()
+        err.close()
+    log = (tmp_path / "poll.err").read_text()
+    assert "demo: landed" in log, log
+    assert git(dev, "show", "main:out/x.txt") == "x"                        # the earlier result landed
+    assert git(forge, "rev-parse", "refs/heads/job/demo") == new_tip, log   # the new submission's branch stays
+    assert "job/demo kept: it moved" in log
+    rec = json.loads((tmp_path / "state" / "job-results.json").read_text())["jobs"]["demo"]
+    assert rec["status"] == "submitted" and rec["tip"] == new_tip           # the new submission's record

@@ -66,6 +66,12 @@ def _parse(**over):
     ({"stages": [{"name": "a", "kind": "verify"}, {"name": "a", "kind": "verify"}]}, "field stages[1].name"),
     ({"stages": [{"name": "a", "kind": "batch", "command": "x", "models": [3]}]}, "field stages[0].models[0]"),
     ({"colour": "red"}, "field colour"),
+    ({"budget": 1000}, "field budget"),
+    ({"budget": {}}, "field budget"),
+    ({"budget": {"tokens": 0}}, "field budget.tokens"),
+    ({"budget": {"tokens": "lots"}}, "field budget.tokens"),
+    ({"budget": {"gpu_s": -1}}, "field budget.gpu_s"),
+    ({"budget": {"dollars": 5}}, "field budget.dollars"),
 ])
 def test_manifest_errors_name_the_field(over, field):
     with pytest.raises(ConfigError) as e:
@@ -84,6 +90,13 @@ def test_manifest_limit_durations_and_needs():
     assert manifest_mod.parse_duration("2h") == 7200 and manifest_mod.parse_duration(30) == 30
     assert _parse(stages=[{"name": "a", "kind": "command", "command": "nev lane on . make"}]).calls_gate()
     assert not _parse().calls_gate() and not _parse().calls_model()
+
+
+def test_manifest_budget_is_optional_and_read_as_tokens_and_gpu_seconds():
+    assert (_parse().budget_tokens, _parse().budget_gpu_s) == (None, None)
+    m = _parse(budget={"tokens": 200000, "gpu_s": 90})
+    assert (m.budget_tokens, m.budget_gpu_s) == (200000, 90.0)
+    assert _parse(budget={"tokens": 5}).digest != _parse(budget={"tokens": 6}).digest
 
 
 # --- durable state (pure parts) -------------------------------------------------------------------
@@ -175,6 +188,49 @@ def test_kill_9_in_stage_two_then_resume_does_not_rerun_stage_one(tmp_path, gate
     assert json.loads(st.stdout)[0]["stages"] == {"one": "passed", "two": "passed", "three": "passed"}
 
 
+def test_resume_after_a_lane_restart_signals_no_group_of_the_earlier_boot(tmp_path, gateway):
+    """A stage cut short in an earlier boot of the lane (an LXC guest started again) left nothing
+    behind, and its recorded group id may name another process now (the new Dagu, the runner):
+    the resume signals nothing and reruns the stage."""
+    import subprocess
+
+    marker = tmp_path / "marker"
+    work, m = _three_stage(tmp_path, marker)
+    state = tmp_path / "state"
+    env = lane_env(tmp_path, gateway.port)
+    p = nev_popen(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
+    t0 = time.monotonic()
+    while not Path(f"{marker}.started").exists():
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() - t0 < 30
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    from lanes.base import procgroup
+
+    last = events(state)[-1]
+    assert last["event"] == "stage-started" and last["stage"] == "two" and last["boot"] == procgroup.boot_id()
+    procgroup.stop(last["pgid"])            # the restart took the stage's processes with it
+    # an unrelated group that now holds the recorded id, as after a restart, and another boot
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        lines = (state / "events.jsonl").read_text().splitlines()
+        lines[-1] = json.dumps({**last, "pgid": other.pid, "boot": "an-earlier-boot:1"}, sort_keys=True)
+        (state / "events.jsonl").write_text("\n".join(lines) + "\n")
+        marker.touch()
+        r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
+        assert r.returncode == 0, r.stderr
+        assert "stage two: cut short by the last run (the lane has restarted since)" in r.stderr
+        assert other.poll() is None and group_alive(other.pid)   # not signalled
+        evs = events(state)
+        assert [e["stage"] for e in evs if e["event"] == "stage-started"] == ["one", "two", "two", "three"]
+        assert any(e["event"] == "stage-interrupted" and e["same_boot"] is False for e in evs)
+        assert (state / "one.count").read_text() == "ran\n"
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_failed_stage_exits_1_with_a_failed_result_and_the_log(tmp_path, gateway):
     work = tmp_path / "work"
     base = make_checkout(work)
@@ -186,6 +242,22 @@ def test_failed_stage_exits_1_with_a_failed_result_and_the_log(tmp_path, gateway
     assert "boom" in (tmp_path / "st" / "logs" / "bad.log").read_text()
     res = result_mod.read(Repo(work))
     assert res is not None and (res.outcome, res.exit) == ("failed", 1)
+
+
+def test_a_stage_gets_the_jobs_budget_and_its_budget_exit_ends_the_job_with_12(tmp_path, gateway):
+    work = tmp_path / "work"
+    base = make_checkout(work)
+    m = write_manifest(tmp_path / "job.yaml", base, [
+        {"name": "gen", "kind": "command",
+         "command": "echo \"tokens=$NEV_BUDGET_TOKENS gpu=$NEV_BUDGET_GPU_S\" > ../budget.txt; exit 12"}],
+        budget={"tokens": 1234, "gpu_s": 5})
+    env = lane_env(tmp_path, gateway.port)
+    r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(tmp_path / "st")], env)
+    assert r.returncode == 12, r.stderr
+    assert "stage gen: the job's budget bound (exit 12)" in r.stderr
+    assert (tmp_path / "budget.txt").read_text().split() == ["tokens=1234", "gpu=5.0"]
+    res = result_mod.read(Repo(work))
+    assert res is not None and (res.outcome, res.exit) == ("failed", 12)
 
 
 def test_wall_clock_limit_stops_a_stage_with_exit_8(tmp_path, gateway):

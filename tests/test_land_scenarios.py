@@ -257,6 +257,28 @@ def test_only_a_land_check_may_fall_back_here_and_only_when_not_strict(tmp_path:
     assert where(lane_only=True, environ={**none, "NEV_ON_LANE": "1"}) == "here"   # already on a lane
 
 
+def test_a_gate_on_a_lane_carries_the_landings_settings_and_no_secret(tmp_path: Path, monkeypatch) -> None:
+    """pollEnv's NEV_CORPUS_CASES reaches a verify run on a lane (as it reaches the after-landing
+    raise); a credential in the landing's environment does not."""
+    from jobs import land_gate
+    from lanes import gate
+
+    seen: dict = {}
+
+    def fake_on(worktree, command, *, lane_only=False, extra_env=None, **_kw):
+        seen.update(command=command, lane_only=lane_only, env=dict(extra_env or {}))
+        return 0
+
+    monkeypatch.setattr(gate, "on", fake_on)
+    environ = {"NEV_LANE_SSH": "l@h:1", "NEV_CORPUS_CASES": "40", "NEV_FORGE_TOKEN": "tok-s3cr3t-value",
+               "NEV_GATEWAY_KEY": "sk-abcdefgh12345678", "PATH": "/usr/bin"}
+    rc = land_gate.run_gate("nev floors check", tmp_path, True, tmp_path / "gate.json", environ)
+    assert rc == 0 and seen["command"] == ["sh", "-c", "nev floors check"] and seen["lane_only"] is True
+    assert seen["env"].get("NEV_CORPUS_CASES") == "40"
+    assert "tok-s3cr3t-value" not in repr(seen["env"]) and "sk-abcdefgh12345678" not in repr(seen["env"])
+    assert "PATH" not in seen["env"] and "NEV_LANE_SSH" not in seen["env"]
+
+
 def test_approved_tick_applies_poll_env_so_no_lane_refuses(kit: Kit) -> None:
     old = kit.rev("main")
     kit.track("alpha")

@@ -75,7 +75,7 @@ def test_remove_keeps_a_copy_whose_lock_a_gate_took_after_the_survey(tmp_path):
     finally:
         os.close(fd)
     assert ans == {"removed": {"free": ""}, "failed": {"held": "locked by a running gate; kept"},
-                   "agents_removed": [], "agents_failed": {}}
+                   "agents_removed": [], "agents_failed": {}, "writers_removed": [], "writers_failed": {}}
     assert Path(root.copy("held")).is_dir() and not Path(root.copy("free")).exists()
 
 
@@ -278,7 +278,8 @@ def test_disk_guard_sweeps_then_exits_4_naming_lane_free_space_and_largest_copie
 
 def test_sweep_archives_removes_what_is_older_than_the_retention_and_keeps_the_newest_per_name(box, box_env, tmp_path):
     """Acceptance (#21): `nev lane sweep --archives` on a share the lane mounts: gate logs, job logs
-    and corpus tars older than NEV_ARCHIVE_KEEP_DAYS go, the newest per worktree or job stays."""
+    and corpus tars older than NEV_ARCHIVE_KEEP_DAYS go, the newest per worktree or job stays; the
+    oracle's corpus store too, the newest per function staying."""
     sid = uuid.uuid4().hex[:8]
     shared = f"/srv/lane-shared/retention-{sid}"
     scene = Scene(box, tmp_path, shared=shared)
@@ -290,7 +291,9 @@ cd {a}/gate-logs/wt-a; echo o > old.log; echo m > mid.log; echo n > new.log
 touch -d '45 days ago' old.log; touch -d '40 days ago' mid.log; touch -d '35 days ago' new.log
 echo s > {a}/job-logs/job-x/run-old/logs/s.log; touch -d '31 days ago' {a}/job-logs/job-x/run-old
 touch -d '2 days ago' {a}/job-logs/job-x/run-new
-echo t > {a}/corpus/wt-a/1.tar; touch -d '90 days ago' {a}/corpus/wt-a/1.tar""")
+echo t > {a}/corpus/wt-a/1.tar; touch -d '90 days ago' {a}/corpus/wt-a/1.tar
+mkdir -p {shared}/corpora/block_width-aaaa {shared}/corpora/block_width-bbbb
+touch -d '50 days ago' {shared}/corpora/block_width-aaaa; touch -d '40 days ago' {shared}/corpora/block_width-bbbb""")
         data = json.loads(box.lanes_file.read_text())
         data["lanes"] = [{**data["lanes"][0], "root": scene.root, "shared": shared}]
         lanes = tmp_path / "lanes.json"
@@ -301,7 +304,22 @@ echo t > {a}/corpus/wt-a/1.tar; touch -d '90 days ago' {a}/corpus/wt-a/1.tar""")
         assert r.returncode == 0, r.stdout + r.stderr
         left = scene.sh(f"cd {a} && find . -mindepth 3 -maxdepth 3 | sort").split()
         assert left == ["./corpus/wt-a/1.tar", "./gate-logs/wt-a/new.log", "./job-logs/job-x/run-new"]
-        assert "removed archive/gate-logs/wt-a/old.log" in r.stdout and "removed 3 of 6" in r.stdout
+        assert "removed archive/gate-logs/wt-a/old.log" in r.stdout and "removed 4 of 8" in r.stdout
+        assert "removed corpora/block_width-aaaa" in r.stdout
+        # the newest of its function stays (the entry's lock file stays too: a builder may hold it open)
+        assert scene.sh(f"find {shared}/corpora -mindepth 1 -type d -printf '%f\\n'").split() == ["block_width-bbbb"]
     finally:
         scene.sh(f"rm -rf {shared}")
         scene.close()
+
+
+def test_decide_writers_removes_only_orphan_records_whose_commits_were_fetched():
+    W = sw.WriterRecord
+    recs = [W("running", True, False, True), W("unfetched", True, False, False, ("abc writer: first",)),
+            W("broken", False, False, False), W("hascopy", True, True, False), W("going", True, True, False),
+            W("orphan", True, False, False)]
+    got = {d.name: (d.remove, d.why) for d in sw.decide_writers(recs, {"going"}, None)}
+    assert {n for n, (rm, _) in got.items() if rm} == {".writer-going", ".writer-orphan"}
+    assert "never fetched" in got[".writer-unfetched"][1] and "abc writer: first" in got[".writer-unfetched"][1]
+    assert "running" in got[".writer-running"][1] and "copy stays" in got[".writer-hascopy"][1]
+    assert [d.name for d in sw.decide_writers(recs, set(), "orphan")] == [".writer-orphan"]

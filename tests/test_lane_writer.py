@@ -194,3 +194,84 @@ def test_writer_records_are_named_apart_from_copies():
     assert root.writer("wt", layout.WRITER_EXIT) == "/srv/lane/.writer-wt/exit"
     assert root.writer_names([".writer-a", "a", ".writer-.hidden", ".payload-b", ".writer-b"]) == ["a", "b"]
     assert layout.copy_names([".writer-a"]) == set()     # never a copy for the sweep
+
+
+# A stand-in that prints a secret of the copy's `.env`, a credential URL, commits once, then
+# holds until it is stopped (or `go` appears).
+LEAKY = """#!/bin/sh
+. ./.env
+echo "the key is $NEV_MODEL_KEY and the forge https://nev:$NEV_MODEL_KEY@forge.example/x.git"
+echo "token only: $NEV_FORGE_TOKEN"
+echo one > w1.txt; git add w1.txt; git commit -qm "writer: first"
+while [ ! -e go ]; do sleep 0.05; done
+"""
+KEY, TOKEN = "writer-secret-0a1b2c", "plain"   # a token too short to be masked by its shape
+
+
+def _leaky(lane) -> dict:
+    (lane.copy / "leaky.sh").write_text(LEAKY)
+    os.chmod(lane.copy / "leaky.sh", 0o755)
+    (lane.copy / ".env").write_text(f"NEV_MODEL_KEY={KEY}\nNEV_FORGE_TOKEN=pl41n-t0ken\n")
+    spec = {"branch": "main", "tool": "stand-in", "model": "m1", "launch": "./leaky.sh", "brief": "leak\n"}
+    return aw.launch(lane.root, "wt", spec, lane.base, dict(os.environ, **IDENT))
+
+
+def _wait_for(pred, what: str, timeout: float = 30) -> None:
+    import time
+
+    t0 = time.monotonic()
+    while not pred():
+        assert time.monotonic() - t0 < timeout, what
+        time.sleep(0.05)
+
+
+def test_the_writer_log_masks_the_env_secrets_and_credential_urls(lane):
+    state = _leaky(lane)
+    log = Path(state["log"])
+    _wait_for(lambda: "writer: first" in h.git(Path(lane.root.mirror), "log", "--format=%s", state["ref"]),
+              "the stand-in did not commit")
+    (lane.copy / "go").write_text("")
+    os.waitpid(state["pid"], 0)
+    text = log.read_text()
+    assert "the key is ***" in text and "https://***@forge.example" in text
+    assert KEY not in text and "pl41n-t0ken" not in text
+    assert aw.exit_status(lane.root, "wt") == 0 and not (lane.copy / ".env").exists()
+
+
+def test_stop_ends_the_writer_removes_its_env_and_keeps_its_commits(lane):
+    state = _leaky(lane)
+    _wait_for(lambda: "writer: first" in h.git(Path(lane.root.mirror), "log", "--format=%s", state["ref"]),
+              "the stand-in did not commit")
+    assert aw.running(state) and (lane.copy / ".env").exists()
+    ans = aw.stop({"root": lane.root.path, "name": "wt"})
+    try:
+        os.waitpid(state["pid"], 0)                   # our child here (subprocess may have reaped it)
+    except ChildProcessError:
+        pass
+    assert ans["was_running"] and not ans["running"]
+    assert not (lane.copy / ".env").exists() and str(lane.copy / ".env") in ans["env_removed"]
+    assert ans["exit"] == 143 and ans["stopped"]       # the harness ended by SIGTERM (128 + 15)
+    assert [c.split(" ", 1)[1] for c in ans["unfetched"]] == ["writer: first"]   # kept for fetch
+    assert "the key is ***" in ans["log_tail"] and KEY not in ans["log_tail"]
+    from lanes.agent.procs import descendants
+    assert not [p for p in descendants(os.getpid()) if "leaky" in Path(f"/proc/{p}/cmdline").read_text()]
+    # stopping again: nothing runs, the commits are still there
+    again = aw.stop({"root": lane.root.path, "name": "wt"})
+    assert not again["was_running"] and len(again["unfetched"]) == 1
+    assert aw.stop({"root": lane.root.path, "name": "nosuch"}) == {"none": True}
+
+
+def test_a_writer_record_is_removed_only_once_its_commits_were_fetched(lane):
+    state = _leaky(lane)
+    (lane.copy / "go").write_text("")
+    os.waitpid(state["pid"], 0)
+    facts = aw.sweep_facts(lane.root, "wt")
+    assert facts["record"] and not facts["running"] and len(facts["unfetched"]) == 1
+    with pytest.raises(Refused, match="1 commit\\(s\\) never fetched; kept"):
+        aw.remove_record(lane.root, "wt")
+    assert os.path.isdir(lane.root.writer("wt"))
+    tip = h.git(Path(lane.root.mirror), "rev-parse", state["ref"])
+    aw.fetched({"root": lane.root.path, "name": "wt", "tip": tip})
+    aw.remove_record(lane.root, "wt")
+    assert not os.path.exists(lane.root.writer("wt"))
+    assert h.git(Path(lane.root.mirror), "rev-parse", state["ref"]) == tip    # the branch stays

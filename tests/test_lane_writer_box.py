@@ -132,3 +132,84 @@ def test_start_over_a_dead_writers_unfetched_commits_is_refused(lane_rig):
     r = start(lane_rig, wt, "go on\n")                     # fetched: a new writer may start
     assert r.returncode == 0, r.stderr
     let_it_finish(lane_rig, wt)
+
+
+# Prints the `.env`'s secret (not token-shaped: only the `.env` says it is one), commits once, then
+# holds until `go` appears or it is stopped.
+LEAKY = """#!/bin/sh
+. ./.env
+echo "the key is $NEV_MODEL_KEY"
+c() { git -c user.name=w -c user.email=w@w commit -qm "$1"; }
+echo one > w1.txt; git add w1.txt; c "writer: first"
+while [ ! -e go ]; do sleep 0.05; done
+"""
+SECRET = "writer-box-secret-77"
+
+
+def leaky_worktree(rig, name: str) -> Path:
+    wt = writer_worktree(rig, name)
+    (wt / "standin.sh").write_text(LEAKY)
+    h.git(wt, "commit", "-qam", "a stand-in that prints its key")
+    (wt / ".env").write_text(f"NEV_MODEL_KEY={SECRET}\n")
+    return wt
+
+
+def test_stop_ends_the_writer_keeps_its_commits_and_its_log_masks_the_env_secret(lane_rig):
+    wt = leaky_worktree(lane_rig, "wstop")
+    base = h.git(wt, "rev-parse", "HEAD")
+    assert start(lane_rig, wt).returncode == 0
+    deadline = time.monotonic() + 60
+    while not writers(lane_rig)[wt.name]["unfetched"]:
+        assert time.monotonic() < deadline, "the stand-in did not commit"
+        time.sleep(0.3)
+    copy = lane_rig.lane_root / wt.name
+    assert writers(lane_rig)[wt.name]["running"] and (copy / ".env").exists()
+    r = h.nev(["lane", "writer", "stop", str(wt)], lane_rig.env)
+    assert r.returncode == 0, r.stderr
+    assert f"the writer of {wt.name} stopped (it was running as pid" in r.stdout
+    assert "1 commit(s) kept for `nev lane writer fetch`" in r.stdout and "writer: first" in r.stdout
+    assert "the key is ***" in r.stdout                       # the log's last lines, masked
+    assert SECRET not in r.stdout + r.stderr
+    log = (lane_rig.lane_root / (layout.WRITER + wt.name) / layout.WRITER_LOG).read_text()
+    assert "the key is ***" in log and SECRET not in log       # masked as it was written, on the lane
+    assert not (copy / ".env").exists()
+    w = writers(lane_rig)[wt.name]
+    assert not w["running"] and w["stopped"] and w["exit"] is not None and len(w["unfetched"]) == 1
+    assert not [c for _, c in lane_rig.lane_cmdlines() if "standin.sh" in c]   # nothing of it runs
+    st = h.nev(["lane", "writer", "status"], lane_rig.env)
+    assert f"{wt.name}  stopped at" in st.stdout
+    r = h.nev(["lane", "writer", "fetch", str(wt)], lane_rig.env)   # its commit came back
+    assert r.returncode == 0 and "1 commit(s)" in r.stdout, r.stderr
+    assert h.git(wt, "log", "--format=%s", f"{base}..HEAD").splitlines() == ["writer: first"]
+    r = h.nev(["lane", "writer", "stop", str(wt.parent / "nosuch")], lane_rig.env)
+    assert r.returncode == 2 or "does not exist" in r.stderr
+
+
+def test_sweep_removes_an_orphan_writer_record_once_fetched_and_never_one_with_unfetched_commits(lane_rig):
+    primary = lane_rig.tmp / "primary-without-these"
+    h.git(lane_rig.tmp, "init", "-q", str(primary))
+    done, pending = writer_worktree(lane_rig, "wswept"), writer_worktree(lane_rig, "wpending")
+    for wt in (done, pending):
+        h.git(wt, "branch", "-q", "-m", f"work-{wt.name}")   # two writers at once: a branch each
+        assert start(lane_rig, wt).returncode == 0
+        let_it_finish(lane_rig, wt)
+    assert h.nev(["lane", "writer", "fetch", str(done)], lane_rig.env).returncode == 0
+    root = lane_rig.lane_root
+    out = {}
+    for wt in (done, pending):
+        r = h.nev(["lane", "sweep", "--track", wt.name, "--repo", str(primary)], lane_rig.env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        out[wt] = r.stdout
+        assert f"removed {wt.name}" in r.stdout            # the copy: its track has no worktree there
+        assert not (root / wt.name).exists()
+    assert f"removed writer record {layout.WRITER}{done.name}: an orphan" in out[done]
+    assert not (root / (layout.WRITER + done.name)).exists()
+    assert f"kept writer record {layout.WRITER}{pending.name}: 2 commit(s) of its writer never fetched" \
+        in out[pending]
+    assert (root / (layout.WRITER + pending.name) / layout.WRITER_STATE).exists()
+    # its commits are still on the lane: fetch brings them back, after which the next sweep takes it
+    r = h.nev(["lane", "writer", "fetch", str(pending)], lane_rig.env)
+    assert r.returncode == 0 and "2 commit(s)" in r.stdout, r.stderr
+    r = h.nev(["lane", "sweep", "--track", pending.name, "--repo", str(primary)], lane_rig.env)
+    assert f"removed writer record {layout.WRITER}{pending.name}" in r.stdout, r.stdout
+    assert not (root / (layout.WRITER + pending.name)).exists()

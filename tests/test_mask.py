@@ -51,3 +51,10 @@ def test_a_sudoers_nopasswd_tag_keeps_its_command_and_a_password_assignment_is_s
     assert mask(line) == line
     assert mask("DB_PASSWD: hunter2hunter2") == "DB_PASSWD: ***"
     assert mask("ROOT_PASSWD=hunter2hunter2 NOPASSWD=x") == "ROOT_PASSWD=*** NOPASSWD=x"
+
+
+def test_ssh_options_named_like_keys_keep_their_values_and_real_secrets_beside_them_do_not():
+    argv = "ssh -o StrictHostKeyChecking=yes -o PasswordAuthentication=no -o HostKeyAlias=lane0 -o PubkeyAuthentication=yes"
+    assert mask(argv) == argv
+    assert mask("-o StrictHostKeyChecking=yes API_KEY=s3cr3tvalue") == "-o StrictHostKeyChecking=yes API_KEY=***"
+    assert mask("SSH_HOST_KEY_PASSPHRASE=hunter2hunter2") == "SSH_HOST_KEY_PASSPHRASE=***"

@@ -191,6 +191,46 @@ def test_the_agent_lists_and_removes_archives_only_inside_the_share(tmp_path: Pa
     assert (outside / "keep.log").read_text() == "not the share's\n"
 
 
+def test_the_corpus_store_keeps_the_newest_per_function_and_an_entry_a_build_holds(tmp_path: Path) -> None:
+    """The oracle's store on the share: entries unused for longer than the retention go, the newest
+    per function stays, an entry whose lock a builder holds is kept, a build's temporary folder and
+    the lock files are not entries; a build that finds an entry makes it new again (touch)."""
+    import fcntl
+
+    from bench.oracle import shared
+
+    share = tmp_path / "share"
+    store = share / shared.FOLDER
+    for name, days in (("block_width-aaaa", 60), ("block_width-bbbb", 45), ("block_width-cccc", 40),
+                       ("abspos_width-dddd", 90), (".tmp-block_width-eeee-12", 90)):
+        (store / name).mkdir(parents=True)
+        (store / name / "cases.jsonl").write_text("{}\n")
+        _aged(store / name, days)
+    (store / "block_width-aaaa.lock").write_text("")
+    shared.touch(store / "block_width-bbbb")          # a build found it just now
+    facts = retention.archives({"shared": str(share)})
+    seen = {(e["kind"], e["name"], e["entry"]) for e in facts["entries"]}
+    assert seen == {("corpora", "block_width", "block_width-aaaa"), ("corpora", "block_width", "block_width-bbbb"),
+                    ("corpora", "block_width", "block_width-cccc"), ("corpora", "abspos_width", "abspos_width-dddd")}
+    plan = sw.decide_archives([sw.Archive.from_json(e) for e in facts["entries"]], time.time(), 30)
+    gone = {a.entry for a, rm, _ in plan if rm}
+    assert gone == {"block_width-aaaa", "block_width-cccc"}     # bbbb used now; dddd the newest of its function
+    assert {a.label for a, rm, _ in plan if rm} == {"corpora/block_width-aaaa", "corpora/block_width-cccc"}
+    fd = os.open(store / "block_width-cccc.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)                   # a build of cccc in progress
+    try:
+        ans = retention.drop_archives({"shared": str(share), "entries": [
+            {"kind": "corpora", "name": "block_width", "entry": e} for e in sorted(gone)] + [
+            {"kind": "corpora", "name": "x", "entry": "../archive"}]})
+    finally:
+        os.close(fd)
+    assert [Path(p).name for p in ans["removed"]] == ["block_width-aaaa"]
+    assert "a build holds it" in ans["failed"][str(store / "block_width-cccc")]
+    assert len(ans["failed"]) == 2
+    assert sorted(p.name for p in store.iterdir() if p.is_dir()) == [
+        ".tmp-block_width-eeee-12", "abspos_width-dddd", "block_width-bbbb", "block_width-cccc"]
+
+
 # ---------------------------------------------------------------- mirror refs
 
 

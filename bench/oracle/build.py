@@ -117,6 +117,7 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
                     result = _render(job, store.Writer(store_root, name), lazy, folder.name)
                     found = result.folder
                 else:
+                    shared.touch(found)
                     result = BuildResult(found, True, store.read_manifest(found) or {}, rendered=False)
                 result.superseded = shared.copy_in(found, root, folder.name)
                 result.shared, result.folder = found, folder

@@ -6,7 +6,9 @@ checked), holds a corpus as `corpus/<name>/` does (manifest.json, cases.jsonl, v
 builder takes `<store>/<entry>.lock` (flock) before looking: the first renders into
 `<store>/.tmp-<entry>-<pid>` and publishes it with one rename; a second builder of the same
 key waits on the lock, then finds it published and copies it into its own `corpus/<name>/`. A
-key never changes content, so nothing under `<store>` is ever replaced. On a lane the store is
+key never changes content, so nothing under `<store>` is ever replaced. A build that finds an entry
+touches it (its time is when it was last used): `nev lane sweep --archives` removes entries unused
+for NEV_ARCHIVE_KEEP_DAYS, the newest per function staying, under the same lock. On a lane the store is
 `<NEV_LANE_SHARED>/corpora`; elsewhere there is none unless NEV_CORPUS_STORE names one.
 """
 
@@ -66,6 +68,14 @@ def find(root: Path, name: str, key: str) -> Path | None:
     """The published corpus of `key`, whole and matching its manifest, else None."""
     folder = root / name
     return folder if store.up_to_date(folder, key) else None
+
+
+def touch(folder: Path) -> None:
+    """Mark a store entry used now (its retention counts from here); a read-only share is no error."""
+    try:
+        os.utime(folder)
+    except OSError:
+        pass
 
 
 def copy_in(src: Path, root: Path, folder: str) -> Path | None:

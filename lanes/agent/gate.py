@@ -221,7 +221,8 @@ def run(wire: Wire, first: dict[str, Any]) -> int:
         gate.child.check()
         if req.get("writer"):
             result["writer"] = writer.launch(gate.root, gate.name, req["writer"], need(req, "commit"),
-                                             gate.command_env(req.get("env") or {}))
+                                             gate.command_env(req.get("env") or {}),
+                                             [gate.mirror.cred.get("password") or ""])
             started = True
             result["status"] = 0
             return 0

@@ -15,7 +15,7 @@ from lanes.agent.wire import Kind, Op, Prefixed, Wire, op_of
 ONE_CALL: dict[Op, Callable[[dict[str, Any]], dict[str, Any]]] = {
     Op.STATUS: root.status, Op.CLEANUP: root.cleanup, Op.SURVEY: root.survey, Op.REMOVE: root.remove,
     Op.ARCHIVES: retention.archives, Op.DROP_ARCHIVES: retention.drop_archives, Op.PRUNE_REFS: retention.prune_refs,
-    Op.WRITER_STATUS: writer.status, Op.WRITER_FETCHED: writer.fetched}
+    Op.WRITER_STATUS: writer.status, Op.WRITER_FETCHED: writer.fetched, Op.WRITER_STOP: writer.stop}
 
 
 def main(pending: bytes = b"") -> None:

@@ -11,27 +11,51 @@ import os
 import re
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from lanes import dotenv
 from lanes.agent.wire import CHUNK, Kind, Wire
 
-_URL_CRED = re.compile(rb"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s:@]+(?::[^/\s@]*)?@")
 _SECRET_NAME = re.compile(r"(?i)KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL")
+
+# The masking of output, as source: the agent runs it (`Masker`), and so does a writer's wrapper,
+# the python3 program the agent leaves running beside a detached harness (`lanes.agent.writer`).
+MASK_SOURCE = r"""
+import re
+URL_CRED = re.compile(rb"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s:@]+(?::[^/\s@]*)?@")
+
+
+def secret_bytes(secrets):
+    return sorted({s.encode() for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+
+
+def mask_bytes(data, secrets):
+    for s in secrets:
+        data = data.replace(s, b"***")
+    return URL_CRED.sub(rb"\1***@", data)
+"""
+_mask_ns: dict[str, Any] = {}
+exec(compile(MASK_SOURCE, "lanes.agent.output.MASK_SOURCE", "exec"), _mask_ns)  # noqa: S102 - our own source, one definition
+secret_bytes: Callable[[list[str]], list[bytes]] = _mask_ns["secret_bytes"]
+mask_bytes: Callable[[bytes, list[bytes]], bytes] = _mask_ns["mask_bytes"]
 
 
 class Masker:
     def __init__(self, secrets: list[str]) -> None:
-        self.secrets = sorted({s.encode() for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+        self.secrets = secret_bytes(secrets)
 
     def __call__(self, data: bytes) -> bytes:
-        for s in self.secrets:
-            data = data.replace(s, b"***")
-        return _URL_CRED.sub(rb"\1***@", data)
+        return mask_bytes(data, self.secrets)
 
 
 def env_secrets(path: str) -> list[str]:
     """Values of secret-named variables in a .env file, to mask them in the gate log."""
-    return [v for k, v in dotenv.read(path).items() if v and _SECRET_NAME.search(k)]
+    return secret_values(dotenv.read(path))
+
+
+def secret_values(env: dict[str, str]) -> list[str]:
+    """The values of the secret-named variables of `env`."""
+    return [v for k, v in env.items() if v and _SECRET_NAME.search(k)]
 
 
 def open_log(path: str | None, say: Callable[[str], None]) -> io.BufferedWriter | None:

@@ -4,8 +4,10 @@ result refs the lane's mirrors keep after the forge deleted them.
     <share>/archive/gate-logs/<worktree>/<time>-<guest>-<commit>.log
     <share>/archive/job-logs/<job>/<Dagu run id>/
     <share>/archive/corpus/<name>/<time>.tar
+    <share>/corpora/<function>-<key>/        the oracle's corpus store (kind "corpora", name the function)
 
-Which archives go is the development box's decision (`lanes.sweep.decide_archives`); here only
+A store entry is touched each time a build finds it, so its time is when it was last used; one whose
+`<entry>.lock` a builder holds is kept. Which archives go is the development box's decision (`lanes.sweep.decide_archives`); here only
 plain facts are read and the named entries removed, each checked to be a real entry of
 `<share>/archive/<kind>/<name>/` (no link followed, no `..`). A mirror's ref goes only when the
 forge no longer has it, by `update-ref -d REF OLD` against the value read before the forge was
@@ -14,6 +16,7 @@ asked, so a job submitted again meanwhile keeps its ref. Stdlib only.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import stat
@@ -24,6 +27,7 @@ from lanes.agent.git import credential_env, git
 from lanes.agent.wire import need
 
 KINDS = ("gate-logs", "job-logs", "corpus")
+STORE = "corpora"   # the corpus store's folder under the share (bench.oracle.shared.FOLDER)
 NAMESPACES = ("job", "result")
 
 
@@ -42,9 +46,9 @@ def _real_dirs(path: str) -> list[str]:
 def archives(req: dict[str, Any]) -> dict[str, Any]:
     """Every archive entry under the share: kind, name, entry, mtime, size (files only)."""
     shared = need(req, "shared")
-    if not os.path.isdir(os.path.join(shared, "archive")):
+    if not os.path.isdir(os.path.join(shared, "archive")) and not os.path.isdir(os.path.join(shared, STORE)):
         raise Refused(f"no archive folder under {shared}; nothing to prune")
-    out = []
+    out = _store_entries(shared)
     for kind in KINDS:
         base = os.path.join(shared, "archive", kind)
         for name in _real_dirs(base):
@@ -60,12 +64,53 @@ def archives(req: dict[str, Any]) -> dict[str, Any]:
     return {"entries": out}
 
 
+def _store_entries(shared: str) -> list[dict[str, Any]]:
+    """The corpus store's published entries (not a build's temporary folder, not a lock)."""
+    base = os.path.join(shared, STORE)
+    out = []
+    for entry in _real_dirs(base):
+        function, sep, _key = entry.rpartition("-")
+        if not sep or not function:
+            continue
+        folder = os.path.join(base, entry)
+        size = 0
+        for f in os.listdir(folder):
+            st = os.lstat(os.path.join(folder, f))
+            size += st.st_size if stat.S_ISREG(st.st_mode) else 0
+        out.append({"kind": STORE, "name": function, "entry": entry, "mtime": os.lstat(folder).st_mtime,
+                    "size": size})
+    return out
+
+
+def _drop_store_entry(shared: str, entry: str, ans: dict[str, Any]) -> None:
+    """Remove one store entry under its builders' lock; one a builder holds is kept."""
+    path = os.path.join(shared, STORE, entry)
+    try:
+        if not _plain(entry) or os.path.islink(path) or not os.path.isdir(path):
+            raise Refused("not a corpus store entry; kept")
+        fd = os.open(os.path.join(shared, STORE, f"{entry}.lock"), os.O_RDWR | os.O_CREAT, 0o664)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise Refused("a build holds it; kept") from None
+            shutil.rmtree(path)
+        finally:
+            os.close(fd)
+        ans["removed"].append(path)
+    except (Refused, OSError) as err:
+        ans["failed"][path] = str(err)
+
+
 def drop_archives(req: dict[str, Any]) -> dict[str, Any]:
     """Remove the named entries: {"removed": [path], "failed": {path: why}}."""
     shared = need(req, "shared")
     ans: dict[str, Any] = {"removed": [], "failed": {}}
     for e in need(req, "entries"):
         kind, name, entry = e.get("kind"), e.get("name"), e.get("entry")
+        if kind == STORE:
+            _drop_store_entry(shared, str(entry), ans)
+            continue
         path = os.path.join(shared, "archive", str(kind), str(name), str(entry))
         try:
             if kind not in KINDS or not _plain(str(name)) or not _plain(str(entry)):

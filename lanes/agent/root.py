@@ -231,7 +231,8 @@ def survey(req: dict[str, Any]) -> dict[str, Any]:
         d["corpus"] = _corpus_untracked(copy) if d["worktree"] else []
         entries.append(d)
     nas: str | None = req.get("nas")
-    return {"root": root.path, "mirror": os.path.isdir(root.mirror), "entries": entries,
+    writers = [writer.sweep_facts(root, n) for n in root.writer_names(os.listdir(root.path))]
+    return {"root": root.path, "mirror": os.path.isdir(root.mirror), "entries": entries, "writers": writers,
             "free_gb": free_gb(root.path), "nas": nas is not None and os.path.isdir(nas),
             "agents": cached_agents(),
             "peak_rss_kb": {"survey": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
@@ -278,8 +279,10 @@ def remove_copy(root: layout.Root, name: str, nas: str | None, stamp: str) -> st
 
 
 def remove(req: dict[str, Any]) -> dict[str, Any]:
-    """`remove_copy` of each name: {"removed": {name: archive}, "failed": {name: why}}; and the
-    cached agents named in `agents`: {"agents_removed": [...], "agents_failed": {name: why}}."""
+    """`remove_copy` of each name: {"removed": {name: archive}, "failed": {name: why}}; the
+    cached agents named in `agents`: {"agents_removed": [...], "agents_failed": {name: why}}; the
+    writer records named in `writers` (`writer.remove_record`, after the copies):
+    {"writers_removed": [...], "writers_failed": {name: why}}."""
     root = layout.Root(os.path.realpath(need(req, "root")))
     ans: dict[str, Any] = {"removed": {}, "failed": {}}
     ans["agents_removed"], ans["agents_failed"] = remove_agents(list(req.get("agents") or []))
@@ -288,4 +291,11 @@ def remove(req: dict[str, Any]) -> dict[str, Any]:
             ans["removed"][name] = remove_copy(root, name, req.get("nas"), need(req, "stamp"))
         except (Refused, OSError) as e:
             ans["failed"][name] = str(e)
+    ans["writers_removed"], ans["writers_failed"] = [], {}
+    for name in req.get("writers") or []:
+        try:
+            writer.remove_record(root, name)
+            ans["writers_removed"].append(name)
+        except (Refused, OSError) as e:
+            ans["writers_failed"][name] = str(e)
     return ans

@@ -17,14 +17,15 @@ by its members as raw bytes of the announced sizes.
 | `abort` | the gate, when the disk guard says no | RESULT with `aborted` |
 | `status` | `nev lane list` | RESULT: free disk, copies, gates running |
 | `cleanup` | the gate's second call after a dropped connection | RESULT: the `.env` files removed, or busy |
-| `survey` | `nev lane sweep` | RESULT: facts about every entry under the root |
-| `remove` | `nev lane sweep` | RESULT: per copy, removed (and archived where) or kept and why |
+| `survey` | `nev lane sweep` | RESULT: facts about every entry under the root (writer records too) |
+| `remove` | `nev lane sweep` | RESULT: per copy and writer record, removed (and archived where) or kept and why |
 | `archives` | `nev lane sweep --archives` | RESULT: every entry of the share's archive folders, with its time |
 | `drop-archives` | `nev lane sweep --archives` | RESULT: the entries removed, or kept and why |
 | `prune-refs` | `nev dagu prune-mirror` | RESULT: per mirror, the job and result refs the forge no longer has, removed |
 | `writer-status` | `nev lane writer status` | RESULT: every writer under the root: running or its exit, its unfetched commits |
 | `writer-fetch` | `nev lane writer fetch` | WRITER_BUNDLE frames (the writer's commits the request lacks), RESULT last |
 | `writer-fetched` | `nev lane writer fetch`, after the fast-forward | RESULT: the tip recorded as fetched |
+| `writer-stop` | `nev lane writer stop` | RESULT: the writer stopped, its `.env` removed, its commits kept; the log's last lines |
 
 A payload request with a `writer` field starts a writer instead of running a command
 (`nev lane writer start`): the RESULT comes as soon as the harness is started, detached.
@@ -86,6 +87,7 @@ class Op(str, Enum):  # noqa: UP042
     WRITER_STATUS = "writer-status"
     WRITER_FETCH = "writer-fetch"
     WRITER_FETCHED = "writer-fetched"
+    WRITER_STOP = "writer-stop"
 
 
 class Stop(str, Enum):  # noqa: UP042

@@ -18,23 +18,58 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from typing import Any
 
 from lanes.agent import layout
+from lanes.agent.copy import remove_env
 from lanes.agent.errors import Refused
 from lanes.agent.git import git
-from lanes.agent.procs import alive, start_ticks
+from lanes.agent.output import MASK_SOURCE, env_secrets, secret_values
+from lanes.agent.procs import alive, start_ticks, stop_tree
 from lanes.agent.wire import Kind, Wire, need
 
 BRANCH_PREFIX = "refs/heads/nev-writer/"
 PI_TRACKS_HOME = ".local/share/pi-tracks"
-# The harness's parent: runs it, then removes the copy's `.env` and writes its exit status
-# (atomically) into the record. Paths come as arguments; the harness's argv follows `--`.
-WRAPPER = ('x=$1; e=$2; shift 3; "$@"; s=$?; rm -f -- "$e"; '
-           'printf "%s\\n" "$s" > "$x.tmp" && mv -f -- "$x.tmp" "$x"')
+STOP_WAIT = 5.0     # seconds a stop waits for the wrapper to end the harness and clean up
+STOPPED_EXIT = 143  # the exit recorded for a writer whose wrapper a stop had to kill (128 + SIGTERM)
+LOG_TAIL = 20
+# The harness's parent, a python3 program of its own (the agent exits once the harness started):
+# reads the secrets to mask (a JSON list) from its stdin, so they are in no argv and no
+# environment; runs the harness with its output piped, writes each line to the log masked
+# (`output.MASK_SOURCE`, the gate log's masking); when the harness ends (a stop's SIGTERM reaches
+# both: the wrapper outlives it) removes the copy's `.env` and writes the exit status
+# (atomically) into the record. Argv: the exit file, the `.env`, the log, `--`, the harness's argv.
+WRAPPER = MASK_SOURCE + r"""
+import json, os, signal, subprocess, sys
+x, e, log = sys.argv[1:4]
+argv = sys.argv[5:]
+secrets = secret_bytes(json.loads(sys.stdin.read() or "[]"))
+sys.stdin.close()
+signal.signal(signal.SIGTERM, lambda n, f: None)
+with open(log, "ab", buffering=0) as out:
+    try:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except OSError as err:
+        out.write(mask_bytes(("cannot start the harness: %s\n" % err).encode(), secrets))
+        code = 127
+    else:
+        for line in p.stdout:
+            out.write(mask_bytes(line, secrets))
+        code = p.wait()
+        code = code if code >= 0 else 128 - code
+try:
+    os.unlink(e)
+except OSError:
+    pass
+with open(x + ".tmp", "w") as f:
+    f.write("%d\n" % code)
+os.replace(x + ".tmp", x)
+"""
 
 
 def read_state(root: layout.Root, name: str) -> dict[str, Any] | None:
@@ -103,9 +138,11 @@ def _write_json(path: str, obj: object) -> None:
     os.replace(tmp, path)
 
 
-def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env: dict[str, str]) -> dict[str, Any]:
+def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env: dict[str, str],
+           secrets: list[str] | None = None) -> dict[str, Any]:
     """Check out the writer's branch in the copy (local changes kept) and start the harness
-    detached: `<launch> --tool T --model M --brief-file F`, the brief under WRITER_BRIEFS. Its record."""
+    detached: `<launch> --tool T --model M --brief-file F`, the brief under WRITER_BRIEFS. Its
+    record. Its log masks `secrets`, the copy's `.env` secret-named values and `env`'s."""
     copy = root.copy(name)
     branch = need(spec, "branch")
     ref = BRANCH_PREFIX + branch
@@ -131,13 +168,18 @@ def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env:
     os.makedirs(record, mode=0o700)
     log = root.writer(name, layout.WRITER_LOG)
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    env_file = os.path.join(copy, layout.ENV)
+    masked = [*(secrets or []), *env_secrets(env_file), *secret_values(env)]
     try:
-        p = subprocess.Popen(["sh", "-c", WRAPPER, "sh", root.writer(name, layout.WRITER_EXIT),
-                              os.path.join(copy, layout.ENV), "--", *argv],
-                             cwd=copy, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+        p = subprocess.Popen([sys.executable, "-c", WRAPPER, root.writer(name, layout.WRITER_EXIT),
+                              env_file, log, "--", *argv],
+                             cwd=copy, env=env, stdin=subprocess.PIPE, stdout=out, stderr=out,
                              start_new_session=True)
     finally:
         os.close(out)
+    assert p.stdin is not None
+    p.stdin.write(json.dumps(masked).encode())
+    p.stdin.close()
     state = {"pid": p.pid, "ticks": start_ticks(p.pid), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
              "branch": branch, "ref": ref, "base": commit, "tool": spec["tool"], "model": spec["model"],
              "brief": brief, "log": log}
@@ -157,7 +199,7 @@ def describe(root: layout.Root, name: str, state: dict[str, Any]) -> dict[str, A
     return {"name": name, "branch": state.get("branch"), "ref": ref, "tool": state.get("tool"),
             "model": state.get("model"), "pid": state.get("pid"), "started": state.get("started"),
             "running": is_running, "exit": None if is_running else exit_status(root, name),
-            "log": state.get("log"), "unfetched": commits(root.mirror, since, ref)}
+            "log": state.get("log"), "stopped": state.get("stopped"), "unfetched": commits(root.mirror, since, ref)}
 
 
 def status(req: dict[str, Any]) -> dict[str, Any]:
@@ -215,3 +257,81 @@ def fetched(req: dict[str, Any]) -> dict[str, Any]:
     with open(root.writer(name, layout.WRITER_FETCHED), "w") as f:
         f.write(tip + "\n")
     return {"fetched": tip}
+
+
+def _tail(path: str, lines: int = LOG_TAIL) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            data = f.read()
+    except OSError:
+        return ""
+    return b"\n".join(data.splitlines()[-lines:]).decode(errors="replace")
+
+
+def stop(req: dict[str, Any]) -> dict[str, Any]:
+    """`nev lane writer stop`: the writer's process tree ended (SIGTERM, which its wrapper outlives
+    to clean up; SIGKILL after STOP_WAIT), the copy's `.env` files removed, its commits kept for
+    `nev lane writer fetch`. Its status row, with the log's last lines."""
+    root, name = layout.Root(need(req, "root")), need(req, "name")
+    if not layout.copy_name_ok(name):
+        raise Refused(f"{name!r} cannot be a lane copy's name")
+    state = read_state(root, name)
+    if state is None:
+        return {"none": True}
+    was = running(state)
+    had_env = [p for p in root.env_files(name) if os.path.lexists(p)]
+    if was:
+        pid = int(state["pid"])
+        stop_tree(pid, signal.SIGTERM, root.copy(name), state.get("ticks"))
+        deadline = time.monotonic() + STOP_WAIT
+        while running(state) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if running(state):
+            stop_tree(pid, signal.SIGKILL, root.copy(name), state.get("ticks"))
+    remove_env(root, name)     # those the wrapper did not remove (it was killed, or had ended)
+    removed = [p for p in had_env if not os.path.lexists(p)]
+    if was and exit_status(root, name) is None:   # the wrapper was killed before it wrote one
+        _write_json_text(root.writer(name, layout.WRITER_EXIT), f"{STOPPED_EXIT}\n")
+    if was:
+        state["stopped"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        _write_json(root.writer(name, layout.WRITER_STATE), state)
+    return {**describe(root, name, state), "was_running": was, "env_removed": removed,
+            "log_tail": _tail(str(state.get("log") or root.writer(name, layout.WRITER_LOG)))}
+
+
+def _write_json_text(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def sweep_facts(root: layout.Root, name: str) -> dict[str, Any]:
+    """What `nev lane sweep` decides a writer record on (`lanes.sweep.decide_writers`)."""
+    state = read_state(root, name)
+    facts: dict[str, Any] = {"name": name, "record": state is not None, "copy": os.path.isdir(root.copy(name)),
+                             "running": False, "unfetched": []}
+    if state is not None:
+        d = describe(root, name, state)
+        facts.update(running=d["running"], unfetched=d["unfetched"])
+    return facts
+
+
+def remove_record(root: layout.Root, name: str) -> None:
+    """Remove the writer record of `name`, checked again first: never while its writer runs or
+    with commits not fetched (Refused: kept)."""
+    if not layout.copy_name_ok(name):
+        raise Refused(f"{name!r} cannot be a lane copy's name; kept")
+    folder = root.writer(name)
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        raise Refused(f"{folder} is a link or no folder; kept")
+    facts = sweep_facts(root, name)
+    if not facts["record"]:
+        raise Refused("no readable record (state.json); kept")
+    if facts["running"]:
+        raise Refused("its writer is running; kept")
+    if facts["unfetched"]:
+        raise Refused(f"{len(facts['unfetched'])} commit(s) never fetched; kept")
+    shutil.rmtree(folder)

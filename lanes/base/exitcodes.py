@@ -50,6 +50,14 @@ class Exit(IntEnum):
     UNMET = 9, "job: the requirements check failed (not resent)"
     REFUSED = 10, ("job: an inventory refusal that never clears by itself (model retired or undeclared, "
                    "provider not allowed; not resent)")
+    NO_GROUND_TRUTH = 11, ("floors, scores: no three-browser ground truth, nothing scored: a corpus built with "
+                           "fewer than Chromium, Firefox and WebKit, or a browser missing where the corpora are "
+                           "built (each named)")
+    BUDGET = 12, ("the budget bound: the next model call would have passed the run's or job's budget (tokens or "
+                  "GPU-seconds), so it was not sent; the ledger line says which (`budget.bound`)"), (
+        ("`nev batch run`", "no version passed before the budget bound (what was drawn was verified and recorded)"),
+        ("`nev job run`", "a batch stage's budget bound (the job's budget, across its stages and resumes)"),
+    )
     INTERRUPTED = 130, "interrupted (SIGINT); a command running on a lane is stopped too"
     TERMINATED = 143, "terminated (SIGTERM); a command running on a lane is stopped too"
     CONNECTION_DROPPED = 255, ("`nev lane run`: the connection to the lane dropped mid-run (a second call "

@@ -42,9 +42,28 @@ def known_secrets() -> frozenset[str]:
     return frozenset(_known)
 
 
+# Names that contain KEY/PASSWORD/... but hold no secret: sudoers' NOPASSWD: tag (a command
+# follows it) and OpenSSH options whose values are yes/no, algorithm names or aliases.
+NOT_SECRET_NAMES = frozenset(
+    n.upper()
+    for n in (
+        "NOPASSWD",
+        "StrictHostKeyChecking",
+        "HostKeyAlgorithms",
+        "HostKeyAlias",
+        "UpdateHostKeys",
+        "VerifyHostKeyDNS",
+        "PubkeyAuthentication",
+        "PubkeyAcceptedKeyTypes",
+        "PubkeyAcceptedAlgorithms",
+        "PasswordAuthentication",
+        "KbdInteractiveAuthentication",
+    )
+)
+
+
 def _masked_assignment(m: re.Match[str]) -> str:
-    # sudoers' NOPASSWD: tag names no secret: what follows it is a command
-    if m.group("name").upper() == "NOPASSWD":
+    if m.group("name").upper() in NOT_SECRET_NAMES:
         return m.group(0)
     return f"{m.group('name')}{m.group('sep')}{m.group('q')}{MASK}"
 

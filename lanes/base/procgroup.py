@@ -13,6 +13,24 @@ import subprocess
 import time
 
 
+def boot_id() -> str:
+    """This machine's boot as the processes here see it: the kernel's boot id and the start time of
+    PID 1, so an LXC guest started again (same kernel, a new init) is a new boot too. A process
+    group recorded in another boot is gone, and its id may now name an unrelated group."""
+    parts = []
+    for path in ("/proc/sys/kernel/random/boot_id", "/proc/1/stat"):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read().strip()
+        except OSError:
+            text = ""
+        if path.endswith("stat"):
+            fields = text.rsplit(")", 1)[-1].split()
+            text = fields[19] if len(fields) > 19 else ""   # starttime: field 22 of stat
+        parts.append(text)
+    return ":".join(parts)
+
+
 def alive(pgid: int) -> bool:
     """A live process is in group `pgid`; zombies do not count (they wait for a reaper, not for us)."""
     try:

@@ -48,7 +48,7 @@ LANE_SSH = _s("NEV_LANE_SSH", None, "one lane as [user@]host[:port]; overrides l
 LANE_GIT_URL = _s("NEV_LANE_GIT_URL", None, "the forge repository as the lanes reach it (rig address; else the lanes file's "
                   "git_url): lane mirrors and job steps fetch and publish there; no credential in it")
 LANE_FETCH_MAX_AGE = _s("NEV_LANE_FETCH_MAX_AGE", "600", "seconds before a lane mirror fetches from the forge again")
-ARCHIVE_KEEP_DAYS = _s("NEV_ARCHIVE_KEEP_DAYS", "30", "days the share keeps archive/gate-logs, job-logs and corpus entries (`nev lane sweep --archives`, the tick once a day); the newest per worktree or job always stays")
+ARCHIVE_KEEP_DAYS = _s("NEV_ARCHIVE_KEEP_DAYS", "30", "days the share keeps archive/gate-logs, job-logs and corpus entries, and unused corpus store entries (`nev lane sweep --archives`, the tick once a day); the newest per worktree, job or function always stays")
 LANE_MIN_FREE_GB = _s("NEV_LANE_MIN_FREE_GB", "20", "free GB a lane root needs before a gate; below it the lane is swept")
 LANE_STRICT = _s("NEV_LANE_STRICT", None, "when set to 1, every check runs lane-only (never on the dev box); a landing's verify always does")
 LANE_KEEP_ENV = _s("NEV_LANE_KEEP_ENV", None, "when set to 1, the lane copy keeps .env after the run")
@@ -77,6 +77,8 @@ MODELS = _s("NEV_MODELS", None, "models of a batch as ALIAS:N:INFLIGHT,...")
 MAX_BATCHES = _s("NEV_MAX_BATCHES", "4", "stop a generation run after this many batches")
 ESCALATE_AFTER = _s("NEV_ESCALATE_AFTER", "2", "batches with no pass before a run escalates to the capacity tier")
 ESCALATE_MODEL = _s("NEV_ESCALATE_MODEL", None, "the capacity-tier share of a run as ALIAS:N:INFLIGHT (default: the first capacity alias)")
+BUDGET_TOKENS = _s("NEV_BUDGET_TOKENS", None, "a batch run's budget in tokens (prompt + completion); a job's stages get the manifest's `budget.tokens`, counted across the job's ledger lines")
+BUDGET_GPU_S = _s("NEV_BUDGET_GPU_S", None, "a batch run's budget in pool GPU-seconds, estimated from `nev rig throughput` (NEV_THROUGHPUT_DIR); a job's stages get the manifest's `budget.gpu_s`")
 FOLKNET_FILE = _s("NEV_FOLKNET_FILE", "bench/folknet.json", "declared model aliases")
 # Forge
 FORGE_URL = _s("NEV_FORGE_URL", None, "the forge repository as the development box reaches it (its local forward, "
@@ -139,6 +141,8 @@ CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where corpora live (corpus/<name>/)
                 "batches and floors read them; relative to the repository root")
 CORPUS_STORE = _s("NEV_CORPUS_STORE", None, "the corpus store every lane copy shares (one folder per corpus key, "
                   "built once under a lock); on a lane <NEV_LANE_SHARED>/corpora when unset, elsewhere none")
+CORPUS_CASES = _s("NEV_CORPUS_CASES", "1000", "seeds per corpus (0 ... N-1): the default of `nev oracle build --cases` "
+                  "and the size of every corpus the floors check and `nev scores` build")
 
 
 def all_settings() -> list[Setting]:

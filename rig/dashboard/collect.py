@@ -9,7 +9,7 @@ breaks the page.
 | aliases  | the inventory snapshot (NEV_INVENTORY): status, held for, last answer, in-flight limit; an alias whose replicas an operator drained or stopped shows `stopped` |
 | replicas | HAProxy's runtime API (the rig file's serving roles) and the rig notes' change log: ready, drained, stopped, down |
 | jobs     | the job state folders (`jobs/status.py`: NEV_STATE_DIR/jobs/*/state.json, the view `jobs/state.py` keeps): stage states |
-| batches  | the ledger (`bench/ledger.py`: `ledger/<worktree>.jsonl` on the share): one line per batch |
+| batches  | the ledger (`bench/ledger.py`: `ledger/<worktree>.jsonl` on the share): one line per batch, and per worktree or job its spend against its budget |
 | floors   | the engine's committed floor and provenance files, per function |
 """
 
@@ -187,9 +187,13 @@ def batches() -> dict[str, Any]:
     """Every worktree's ledger lines in time order. A line that is not JSON is skipped and counted
     (`nev ledger` refuses such a file; the page shows the rest)."""
     d = ledger_dir()
+    from bench.ledger import spend
+
     lines: list[dict[str, Any]] = []
+    spends: dict[str, dict[str, Any]] = {}
     bad = 0
     for f in sorted(d.glob("*.jsonl")):
+        mine: list[dict[str, Any]] = []
         for raw in f.read_text(encoding="utf-8").splitlines():
             if not raw.strip():
                 continue
@@ -201,8 +205,12 @@ def batches() -> dict[str, Any]:
             if isinstance(obj, dict):
                 obj["_worktree"] = f.stem
                 lines.append(obj)
+                mine.append(obj)
+        if mine:
+            spends[f.stem] = spend(mine)
     lines.sort(key=lambda ln: parse_time(ln.get("end")) or parse_time(ln.get("start")) or 0.0)
-    return {"folder": str(d), "lines": lines, "points": batch_points(lines), "unreadable_lines": bad}
+    return {"folder": str(d), "lines": lines, "points": batch_points(lines), "unreadable_lines": bad,
+            "spend": spends}
 
 
 # -- floors ----------------------------------------------------------------

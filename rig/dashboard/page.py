@@ -172,7 +172,21 @@ def _batches_plots_and_table(section: dict[str, Any]) -> str:
     recent = list(reversed(pts))[:12]
     if recent:
         out.append(_table(("batch", "function", "model", "compiled", "best"), map(_batch_row, recent)))
+    spends = section.get("spend") or {}
+    if spends:
+        out.append(_table(("job or worktree", "tokens", "of budget", "GPU-s", "of budget", "budget"),
+                          (_spend_row(name, s) for name, s in sorted(spends.items()))))
     return "".join(out)
+
+
+def _spend_row(name: str, s: dict[str, Any]) -> str:
+    def lim(x: Any) -> str:
+        return "-" if x is None else _t(x)
+
+    return (f'<tr class="spend" data-job="{_t(name)}" data-bound="{_t(s.get("bound") or "")}"><td>{_t(name)}</td>'
+            f"<td>{_t(s.get('tokens'))}</td><td>{lim(s.get('budget_tokens'))}</td><td>{_t(s.get('gpu_s'))}</td>"
+            f"<td>{lim(s.get('budget_gpu_s'))}</td><td>{_t('bound (' + s['bound'] + ')' if s.get('bound') else '-')}"
+            "</td></tr>")
 
 
 def _batch_row(p: dict[str, Any]) -> str:
