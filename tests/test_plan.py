@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench import folknet as fk
 from bench.budget import Budget
 from bench.plan import (
@@ -22,6 +24,7 @@ from bench.plan import (
     plan,
     read_throughput,
 )
+from lanes.base.errors import ConfigError
 
 A = "qwen3.8-27b-fast"
 
@@ -101,13 +104,18 @@ def test_the_ask_binds_when_it_is_below_every_limit_and_ties_go_to_the_gateway()
     assert one(Ask(A, 8, 8), Declared(8)).bound is Bound.GATEWAY
 
 
-def test_rpm_and_tpm_are_read_tolerantly_from_the_declared_file(tmp_path):
+def test_rpm_and_tpm_are_read_from_the_declared_file(tmp_path):
     p = tmp_path / "folknet.json"
-    p.write_text(json.dumps({"schema": 1, "providers": ["s"], "aliases": {
-        A: {"pool": "gpu0", "max_inflight": 4, "provider": "s", "keys": [], "rpm": 120, "tpm": 9000},
-        "b": {"pool": "gpu1", "max_inflight": 2, "provider": "s", "keys": [], "rpm": "lots"}}}))
+    aliases = {A: {"pool": "gpu0", "max_inflight": 4, "provider": "s", "keys": [], "rpm": 120, "tpm": 9000},
+               "b": {"pool": "gpu1", "max_inflight": 2, "provider": "s", "keys": []}}
+    p.write_text(json.dumps({"schema": 1, "providers": ["s"], "aliases": aliases}))
     d = declared_of(fk.load(p))
     assert d[A] == Declared(4, 120, 9000) and d["b"] == Declared(2, None, None)
+    # a malformed limit is refused where the file is read (bench/folknet.py), one line naming it
+    aliases["b"]["rpm"] = "lots"
+    p.write_text(json.dumps({"schema": 1, "providers": ["s"], "aliases": aliases}))
+    with pytest.raises(ConfigError, match=r"aliases\.b\.rpm must be a whole number"):
+        fk.load(p)
 
 
 def test_sweeps_records_and_cooldowns_are_read_from_what_the_rig_wrote(tmp_path):
