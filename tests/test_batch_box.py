@@ -106,7 +106,7 @@ def gw(box) -> Gateway:
     return Gateway(box.gateway_local_url, read_key(box.keys["batch"]))   # the dev box's forward
 
 
-def test_a_batch_finds_the_right_answer_and_keeps_it_with_provenance_and_a_floor_the_check_accepts(pools, repo):
+def test_a_batch_finds_the_right_answer_and_keeps_it_with_provenance_and_a_floor(pools, repo):
     box = pools
     env = env_for(box, repo)
     r = nev(env, repo, "batch", "run", "block_width", "--models", f"{SAMPLING}:8:4", "--max-batches", "3",
@@ -121,9 +121,11 @@ def test_a_batch_finds_the_right_answer_and_keeps_it_with_provenance_and_a_floor
                                                                   "cases_run": N_CASES}
     assert prov["batch"]["models"][0]["alias"] == SAMPLING and "pass@1" in prov["batch"]
     assert json.loads((gen / "block_width.floor.json").read_text()) == {"cases_passed": N_CASES, "cases_run": N_CASES}
+    # the batch verified against this repo's reference corpus (fast, for the batch's sake): never
+    # ground truth for floors, which score on three browsers' corpora only (tests/test_floors_box.py)
     chk = nev(env, repo, "floors", "check")
-    assert chk.returncode == 0, chk.stdout + chk.stderr
-    assert re.search(r"block_width\s+120/120\s+floor 120/120\s+ok", chk.stdout), chk.stdout
+    assert chk.returncode == 11, chk.stdout + chk.stderr
+    assert "corpus/block_width is not ground truth for the floors" in chk.stderr and "reference only" in chk.stderr
 
     recs = records(repo, bid)
     lines = [x for x in ledger.read(ledger.ledger_dir(box.nas) / f"{repo.name}.jsonl") if x["batch"] == bid]
