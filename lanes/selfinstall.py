@@ -9,8 +9,10 @@ A marker holding the key makes a second install of the same sources a no-op.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
+import os
 import shlex
 import shutil
 import subprocess
@@ -49,6 +51,20 @@ def wheelhouse(cache: Path, root: Path = PROJECT) -> tuple[Path, str]:
     house = cache / key
     if (house / ".complete").exists():
         return house, key
+    cache.mkdir(parents=True, exist_ok=True)
+    # One builder at a time (two `nev lane install` or `box up` at once): both would empty and
+    # fill <root>/build. The second waits, then finds the first one's wheelhouse complete.
+    fd = os.open(cache / ".build.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not (house / ".complete").exists():
+            _build(house, key, root)
+    finally:
+        os.close(fd)
+    return house, key
+
+
+def _build(house: Path, key: str, root: Path) -> None:
     house.mkdir(parents=True, exist_ok=True)
     # setuptools stages the wheel in <root>/build and does not empty it first: a module deleted
     # from the sources would still ride along. It is build output (gitignored), so start clean.
@@ -65,7 +81,6 @@ def wheelhouse(cache: Path, root: Path = PROJECT) -> tuple[Path, str]:
                 raise NevError(f"building nev's wheelhouse in {house} failed: {last}; "
                                "check that the package index is reachable from the dev box")
     (house / ".complete").write_text(key + "\n")
-    return house, key
 
 
 def wheel_tar(house: Path) -> bytes:
@@ -81,12 +96,14 @@ def remote_script(key: str) -> str:
     k = shlex.quote(key)
     return f"""set -eu
 cd "$HOME"
+mkdir -p .local/share/nev .local/bin
+exec 9>.local/share/nev/install.lock
+flock 9   # one install at a time on this lane (another dev box, or two commands at once)
 if [ -f {MARKER} ] && [ "$(cat {MARKER})" = {k} ] && [ -x {VENV}/bin/nev ]; then
   cat > /dev/null; echo "unchanged: nev {key} already installed"; exit 0
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 tar -x -C "$tmp"
-mkdir -p .local/share/nev .local/bin
 rm -rf {VENV}
 if python3 -m venv {VENV} >/dev/null 2>&1; then
   pip="{VENV}/bin/python -m pip"

@@ -1,0 +1,72 @@
+"""nev's own install on a lane: the wheelhouse is built by one builder at a time, and the lane's
+install script takes a lock so two installs on one lane do not remove each other's venv."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from lanes import selfinstall
+
+
+def test_two_builders_of_one_wheelhouse_take_turns_and_the_second_finds_it_built(tmp_path, monkeypatch):
+    root = tmp_path / "src"
+    for pkg in selfinstall.PACKAGES:
+        (root / pkg).mkdir(parents=True)
+        (root / pkg / "__init__.py").write_text("")
+    (root / "pyproject.toml").write_text("[project]\nname = 'nev'\n")
+    (root / "build").mkdir()
+    running, most, calls = [0], [0], []
+    lock = threading.Lock()
+
+    def fake_run(cmd, **_kw):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            calls.append(cmd[3])
+        time.sleep(0.2)
+        if cmd[3] == "wheel":
+            assert not (root / "build").exists()      # emptied by this builder, not under another
+            (Path(cmd[cmd.index("--wheel-dir") + 1]) / "nev-0-py3-none-any.whl").write_bytes(b"w")
+        with lock:
+            running[0] -= 1
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(selfinstall.subprocess, "run", fake_run)
+    cache = tmp_path / "cache"
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(selfinstall.wheelhouse(cache, root))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(got) == 2 and got[0] == got[1]
+    house, key = got[0]
+    assert (house / ".complete").read_text() == key + "\n"
+    assert most[0] == 1 and calls == ["wheel", "download"]   # built once, never two at a time
+
+
+def test_the_lanes_install_script_waits_for_another_install_on_the_same_lane(tmp_path):
+    home = tmp_path / "home"
+    venv_bin = home / selfinstall.VENV / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "nev").write_text("#!/bin/sh\n")
+    (venv_bin / "nev").chmod(0o755)
+    (home / selfinstall.MARKER).write_text("k123\n")
+    lockfile = home / ".local/share/nev/install.lock"
+    fd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)                      # another install is under way
+    try:
+        proc = subprocess.Popen(["sh", "-c", selfinstall.remote_script("k123")], env={**os.environ, "HOME": str(home)},
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        assert proc.poll() is None, proc.communicate()   # still waiting for the lock
+    finally:
+        os.close(fd)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert out.strip() == "unchanged: nev k123 already installed"
