@@ -215,12 +215,18 @@ def floors_raise(print_raises: bool, repo: Path) -> int:
 
     Refuses on uncommitted changes or off main; writes nothing when scoring fails,
     no lane answers (exit 3) or there is no three-browser ground truth (exit 11);
-    never lowers a number. Scores here on a lane (NEV_ON_LANE); elsewhere only the
-    landing, which passes a lane scorer, raises.
+    never lowers a number. Scores on a build lane (this worktree's copy there, as the landing's
+    raise does), or here when NEV_ON_LANE is set; the floor files are written and committed here.
     """
-    from bench.floors import default_scorer, raise_floors
+    from bench import onlane
+    from bench.floors import Scorer, default_scorer, raise_floors
 
-    return raise_floors(_scoring(repo), default_scorer(), print_raises=print_raises, echo=click.echo)
+    scorer: Scorer = default_scorer()
+    if not onlane.on_lane():
+        from bench.scores import lane_scorer
+
+        scorer = lane_scorer
+    return raise_floors(_scoring(repo), scorer, print_raises=print_raises, echo=click.echo)
 
 
 @click.command("scores")

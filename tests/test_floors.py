@@ -368,12 +368,16 @@ def test_cli_scores_and_check_off_a_lane_go_to_a_lane_and_with_none_answering_ex
     assert fixture.is_clean()
 
 
-def test_cli_without_a_lane_scores_nothing_exit_3(fixture):
+def test_cli_raise_off_a_lane_scores_on_a_lane_and_with_none_answering_writes_nothing_exit_3(fixture, tmp_path):
+    lanes = tmp_path / "lanes.json"
+    lanes.write_text(json.dumps({"lanes": [{"ssh": "lane@127.0.0.1:1", "root": "/srv/lane"}]}))
     env = {k: v for k, v in os.environ.items() if k not in ("NEV_ON_LANE", "GENERA_ON_LANE")}
-    env["PYTHONPATH"] = str(ROOT)
+    env.update(PYTHONPATH=str(ROOT), NEV_LANES_FILE=str(lanes))
+    head = fixture.git("rev-parse", "HEAD").stdout
     r = nev("floors", "raise", cwd=fixture.path, env=env)
-    assert r.returncode == 3 and "no lane scorer answered" in r.stderr
-    assert fixture.is_clean()
+    assert r.returncode == 3, r.stderr
+    assert "no build lane answered to score the floors; nothing was written" in r.stderr
+    assert fixture.is_clean() and fixture.git("rev-parse", "HEAD").stdout == head
 
 
 def test_raise_refuses_when_main_moves_while_scoring(fixture, scorer):
