@@ -157,10 +157,11 @@ def _cache_dir() -> Path:
 
 
 def lane_command(agent_hash: str, python: str = "python3") -> str:
-    """The command line that starts the agent of `agent_hash` on a lane (no secret in it)."""
+    """The command line that starts the agent of `agent_hash` on a lane (no secret in it). The
+    agent is stdlib only: `-I -S` spare it the site and user packages (tens of ms per gate)."""
     import shlex
 
-    return f"{python} -c {shlex.quote(BOOTSTRAP)} {agent_hash}"
+    return f"{python} -I -S -c {shlex.quote(BOOTSTRAP)} {agent_hash}"
 
 
 @dataclass
