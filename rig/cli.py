@@ -1,15 +1,19 @@
 """The `nev` entry point (`nev = rig.cli:run`, `python -m rig.cli`): as little as possible before
 the command tree (`rig/commands.py`, click) loads.
 
-For `nev lane run|on` the first lane's SSH channel is started first (`lanes.ahead`): the client
-connects through the jump host while the rest of nev is imported and the worktree is read, and
-the gate then takes that channel. `cli`, `main` and the tables of `rig.commands` are its own.
+`nev lane run|on` in its plain form (`lanes.ahead`) goes straight to the gate, without click:
+the first lane's SSH client is started first, so it connects through the jump host while the
+rest of the gate is imported and the worktree read. Every other command line, help included,
+is the command tree's. `cli`, `main` and the tables of `rig.commands` are its own.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lanes.ahead import GateArgs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,10 +21,32 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["lane"] and args[1:2] in (["run"], ["on"]):
         from lanes import ahead
 
-        ahead.start(args[2:])
+        plain = ahead.parse(args[1], args[2:])
+        if plain is not None:
+            ahead.start(plain)
+            return _gate(args[1], plain)
     from rig import commands
 
     return commands.main(args)
+
+
+def _gate(sub: str, g: GateArgs) -> int:
+    """`nev lane run|on` as `lanes/cli.py` runs them, with the same logging and error lines."""
+    import logging
+    from pathlib import Path
+
+    from rig.entry import guarded
+
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s", stream=sys.stderr)
+
+    def call() -> int:
+        from lanes import gate
+
+        if sub == "run":
+            return gate.run(Path(g.worktree), list(g.command), lane_index=g.lane_index, lane_only=True, pull=g.pull)
+        return gate.on(Path(g.worktree), list(g.command), lane_only=g.lane_only, pull=g.pull, lane_index=g.lane_index)
+
+    return guarded(call)
 
 
 def run() -> None:
@@ -28,7 +54,10 @@ def run() -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """`rig.cli.cli` and the rest of the command tree, loaded when asked for."""
+    """`rig.cli.cli` and the rest of the command tree, loaded when asked for (not for the import
+    system's own questions, such as whether this module is a package)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
     from rig import commands
 
     try:

@@ -4,7 +4,6 @@ an exit code. The entry point is `rig/cli.py`, which loads this after a gate's c
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from collections.abc import Callable
 from importlib import import_module
@@ -12,9 +11,8 @@ from types import ModuleType
 
 import click
 
-from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
-from lanes.base.mask import mask
+from rig.entry import guarded
 
 
 def _lanes() -> ModuleType:
@@ -49,10 +47,6 @@ class _Nev(click.Group):
         if cmd_name not in self.commands and cmd_name in GROUPS:
             self.add_command(getattr(GROUPS[cmd_name](), cmd_name))
         return super().get_command(ctx, cmd_name)
-
-
-class Terminated(BaseException):
-    """SIGTERM, turned into an exception so cleanups run; exit 143."""
 
 
 @click.group(cls=_Nev, context_settings={"help_option_names": ["-h", "--help"]})
@@ -92,32 +86,19 @@ def settings_cmd(as_json: bool) -> int:
     return 1 if any(f["status"] == "error" for f in files) else 0
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise Terminated()
-
-
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        rv = cli.main(args=argv, prog_name="nev", standalone_mode=False)
-        return rv if isinstance(rv, int) else 0
-    except NevError as e:
-        print(f"nev: {mask(e.message)}", file=sys.stderr)
-        return e.exit_code
-    except click.exceptions.Abort:
-        print("nev: interrupted", file=sys.stderr)
-        return Exit.INTERRUPTED
-    except click.UsageError as e:
-        e.show()
-        return Exit.USAGE
-    except click.ClickException as e:
-        e.show()
-        return Exit.FAILED
-    except KeyboardInterrupt:
-        print("nev: interrupted", file=sys.stderr)
-        return Exit.INTERRUPTED
-    except Terminated:
-        print("nev: terminated", file=sys.stderr)
-        return Exit.TERMINATED
-    except BrokenPipeError:
-        return Exit.FAILED
+    def call() -> int:
+        try:
+            rv = cli.main(args=argv, prog_name="nev", standalone_mode=False)
+            return rv if isinstance(rv, int) else 0
+        except click.exceptions.Abort:
+            print("nev: interrupted", file=sys.stderr)
+            return Exit.INTERRUPTED
+        except click.UsageError as e:
+            e.show()
+            return Exit.USAGE
+        except click.ClickException as e:
+            e.show()
+            return Exit.FAILED
+
+    return guarded(call)
