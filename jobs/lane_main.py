@@ -29,8 +29,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jobs import archive as archive_mod
-from jobs import result as result_mod
-from jobs import runner
 from lanes.agent.git import credential_env
 from lanes.base import settings
 from lanes.base.errors import NevError
@@ -106,6 +104,8 @@ def prepare(job: str, forge: str, mirror: str, work: str, npm_cache: str) -> int
 def publish(job: str, forge: str, work: str) -> int:
     src = job_dir(work, job) / "src"
     repo = Repo(src, env=forge_env())
+    from jobs import result as result_mod  # the publish and cleanup steps only
+
     try:
         res = result_mod.read(repo)
     except GitError as e:
@@ -153,6 +153,8 @@ def cleanup(job: str, run_id: str, work: str, share: str) -> int:
         say(f"cleanup: {w} is gone already")
         return 0
     try:
+        from jobs import result as result_mod
+
         res = result_mod.read(Repo(w / "src"))
     except GitError:
         res = None
@@ -210,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             manifest = Path(ns.manifest) if os.path.isabs(ns.manifest) else w / "src" / ns.manifest
             # the stages run the lane's installed nev: nothing on PYTHONPATH may shadow it
             stage_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            from jobs import runner  # the run step only: the others start without its imports
+
             return runner.run(manifest, w / "src", w / "state",
                               Path(ns.inventory).expanduser() if ns.inventory else None, declared, stage_env)
         if ns.step == "publish":

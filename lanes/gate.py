@@ -121,10 +121,16 @@ class Outcome:
     agent_sent: bool = False        # the lane lacked this agent (or its cached copy did not match)
 
 
-def _hello(session: Session, wt: payload.Worktree, forge: Forge) -> dict[str, Any]:
-    session.request(Op.HELLO, name=wt.name, root=session.lane.root, shared=session.lane.shared_dir,
-                    git_url=forge.url, fetch_max_age=settings.get_float(settings.LANE_FETCH_MAX_AGE),
-                    min_free_gb=settings.get_float(settings.LANE_MIN_FREE_GB))
+def _hello_fields(session: Session, wt: payload.Worktree, forge: Forge) -> dict[str, Any]:
+    return dict(name=wt.name, root=session.lane.root, shared=session.lane.shared_dir, git_url=forge.url,
+                fetch_max_age=settings.get_float(settings.LANE_FETCH_MAX_AGE),
+                min_free_gb=settings.get_float(settings.LANE_MIN_FREE_GB))
+
+
+def _hello(session: Session, wt: payload.Worktree, forge: Forge, sent: bool = False) -> dict[str, Any]:
+    """The lane's HELLO (the request sent first unless `sent`)."""
+    if not sent:
+        session.request(Op.HELLO, **_hello_fields(session, wt, forge))
     for kind, data in session.frames():
         if kind is Kind.MESSAGE:
             ui.info(f"{session.lane.label}: {data.decode(errors='replace')}")
@@ -191,11 +197,17 @@ class _GateRun:
         self.first: Session | None = None
         self.hello: dict[str, Any] = {}
         self.sizes: dict[str, int] = {}
+        self.local: payload.Local | None = None
 
-    def open(self, min_free: float, sweep: Callable[[Lane, str], object] | None) -> Session:
-        """A session on the lane with `min_free` GB free: when short, the lane is swept and asked once more."""
+    def open(self, min_free: float, sweep: Callable[[Lane, str], object] | None,
+             files: Mapping[str, bytes] | None = None) -> Session:
+        """A session on the lane with `min_free` GB free: when short, the lane is swept and asked
+        once more. The payload's members that do not depend on the lane are made while its hello
+        is on the way."""
         self.session = self.first = Session(self.conn, self.lane)
-        self.hello = _hello(self.session, self.wt, self.forge)
+        self.session.request(Op.HELLO, **_hello_fields(self.session, self.wt, self.forge))
+        self.local = payload.local_members(self.wt, files)
+        self.hello = _hello(self.session, self.wt, self.forge, sent=True)
         if self.hello["free_gb"] < min_free:
             self.session.request(Op.ABORT)
             self.session.close()
@@ -211,7 +223,7 @@ class _GateRun:
     def send(self, session: Session, command: Sequence[str], extra_env: dict[str, str] | None, keep_env: bool,
              pull: Sequence[str], files: Mapping[str, bytes] | None = None,
              writer: Mapping[str, str] | None = None) -> None:
-        p = payload.build(self.wt, self.hello.get("tips", []), self.forge.url is not None, files)
+        p = payload.build(self.wt, self.hello.get("tips", []), self.forge.url is not None, files, self.local)
         self.sizes = p.sizes()
         session.request(Op.PAYLOAD, commit=p.commit, sizes=self.sizes, command=list(command),
                         env=dict(extra_env or {}), cred=self.forge.cred(), keep_env=keep_env, pull=list(pull),
@@ -279,7 +291,7 @@ def gate_on_lane(lane: Lane, conn: Connection | OpenSsh, wt: payload.Worktree, c
     run = _GateRun(lane, conn, wt, forge)
     result: dict[str, Any] | None = None
     try:
-        session = run.open(settings.get_float(settings.LANE_MIN_FREE_GB), sweep)
+        session = run.open(settings.get_float(settings.LANE_MIN_FREE_GB), sweep, files)
         run.send(session, command, extra_env, keep_env, pull, files, writer)
         result = run.stream(session, on_stdout or _write(sys.stdout), on_stderr or _write(sys.stderr))
     except (KeyboardInterrupt, _Term) as e:

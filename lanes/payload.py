@@ -279,14 +279,31 @@ def untracked_tar(root: Path, names: list[str], extra: Mapping[str, bytes] | Non
     return raw.getvalue()
 
 
-def build(wt: Worktree, lane_tips: list[str], forge_reachable: bool,
-          extra: Mapping[str, bytes] | None = None) -> Payload:
-    basis = basis_for(wt.repo, lane_tips, forge_reachable)
+@dataclass(frozen=True)
+class Local:
+    """The members that do not depend on the lane (diff, untracked files, `.env`): a gate makes
+    them while the lane's hello is on its way."""
+
+    diff: bytes
+    untracked: bytes
+    env: bytes
+    untracked_count: int
+
+
+def local_members(wt: Worktree, extra: Mapping[str, bytes] | None = None) -> Local:
     names = untracked_names(wt.repo)
     env_file = wt.path / ".env"
     env = env_file.read_bytes() if env_file.is_file() else b""
-    return Payload(commit=wt.commit, bundle=bundle(wt.repo, wt.commit, basis), diff=diff(wt.repo),
-                   untracked=untracked_tar(wt.path, names, extra), env=env,
-                   untracked_count=len(names) + len(extra or {}),
-                   basis=basis)
+    return Local(diff=diff(wt.repo), untracked=untracked_tar(wt.path, names, extra), env=env,
+                 untracked_count=len(names) + len(extra or {}))
+
+
+def build(wt: Worktree, lane_tips: list[str], forge_reachable: bool,
+          extra: Mapping[str, bytes] | None = None, local: Local | None = None) -> Payload:
+    """The payload for a lane whose mirror holds `lane_tips`; `local` (`local_members`, made
+    earlier with the same `extra`) saves making those members now."""
+    basis = basis_for(wt.repo, lane_tips, forge_reachable)
+    loc = local if local is not None else local_members(wt, extra)
+    return Payload(commit=wt.commit, bundle=bundle(wt.repo, wt.commit, basis), diff=loc.diff,
+                   untracked=loc.untracked, env=loc.env, untracked_count=loc.untracked_count, basis=basis)
 

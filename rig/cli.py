@@ -3,8 +3,9 @@ the command tree (`rig/commands.py`, click) loads.
 
 `nev lane run|on` in its plain form (`lanes.ahead`) goes straight to the gate, without click:
 the first lane's SSH client is started first, so it connects through the jump host while the
-rest of the gate is imported and the worktree read. Every other command line, help included,
-is the command tree's. `cli`, `main` and the tables of `rig.commands` are its own.
+rest of the gate is imported and the worktree read. `nev job step` (each step of the job
+workflow on a lane) goes straight to its own argparse (`jobs/lane_main.py`). Every other command
+line, help included, is the command tree's. `cli`, `main` and the tables of `rig.commands` are its own.
 """
 
 from __future__ import annotations
@@ -25,9 +26,20 @@ def main(argv: list[str] | None = None) -> int:
         if plain is not None:
             ahead.start(plain)
             return _gate(args[1], plain)
+    if args[:2] == ["job", "step"]:
+        return _job_step(args[2:])
     from rig import commands
 
     return commands.main(args)
+
+
+def _job_step(args: list[str]) -> int:
+    """`nev job step ...` (hidden; every step of the job workflow on a lane runs it): its own
+    argparse, so the command tree is not loaded for it."""
+    from jobs import lane_main
+    from rig.entry import guarded
+
+    return guarded(lambda: lane_main.main(args))
 
 
 def _gate(sub: str, g: GateArgs) -> int:
