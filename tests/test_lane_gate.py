@@ -279,8 +279,8 @@ def test_crafted_payload_escaping_worktree_is_refused(lane_rig, monkeypatch):
             b"--- /dev/null\n+++ b/../escaped.txt\n@@ -0,0 +1 @@\n+owned\n")
     real_build = payload.build
 
-    def crafted(w, tips, forge, extra=None):
-        p = real_build(w, tips, forge, extra)
+    def crafted(w, tips, forge, extra=None, local=None):
+        p = real_build(w, tips, forge, extra, local)
         p.diff = evil
         return p
 
