@@ -204,7 +204,10 @@ class _GateRun:
         """A session on the lane with `min_free` GB free: when short, the lane is swept and asked
         once more. The payload's members that do not depend on the lane are made while its hello
         is on the way."""
-        self.session = self.first = Session(self.conn, self.lane)
+        try:
+            self.session = self.first = Session(self.conn, self.lane)
+        except SshError as e:        # no channel at all (no known_hosts file): nothing was sent
+            raise Unreachable(str(e)) from None
         self.session.request(Op.HELLO, **_hello_fields(self.session, self.wt, self.forge))
         self.local = payload.local_members(self.wt, files)
         self.hello = _hello(self.session, self.wt, self.forge, sent=True)
