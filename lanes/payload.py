@@ -65,13 +65,29 @@ BOOTSTRAP = ('import sys,os,zlib;from hashlib import sha256 as H\n'
 
 # The agent's content starts with this: it registers each module under its own name, runs it,
 # then the agent's entry with `q` (the frames the bootstrap read first). The modules follow.
-LOADER = ("import sys,types\n"
-          "for k,p,c in M:\n"
+# Compiling them is a good part of the agent's start, so their code objects are kept beside the
+# cached agent (`<hash>.code`: the hash, the lane python's cache tag, a sha256 of the marshalled
+# code and the code) and used by the next start of the same agent on the same python; one that
+# does not match (another agent or python, a torn or damaged file) is compiled anew and
+# rewritten. Like Python's own __pycache__, the compiled form is trusted as its owner wrote it.
+LOADER = ("import sys,types,marshal\n"
+          "g=f+\".code\";t=sys.implementation.cache_tag;C=None\n"
+          "try:\n"
+          " x=marshal.loads(open(g,\"rb\").read())\n"
+          " if x[0]==h and x[1]==t and H(x[3]).hexdigest()==x[2]:C=marshal.loads(x[3])\n"
+          "except Exception:pass\n"
+          "N=[]\n"
+          "for i,(k,p,c) in enumerate(M):\n"
           " m=types.ModuleType(k);m.__file__=k;sys.modules[k]=m\n"
           " if p:m.__path__=[]\n"
           " a,_,e=k.rpartition(\".\")\n"
           " if a:setattr(sys.modules[a],e,m)\n"
-          " exec(compile(c,k,\"exec\"),m.__dict__)\n"
+          " o=C[i] if C else compile(c,k,\"exec\");N.append(o)\n"
+          " exec(o,m.__dict__)\n"
+          "if not C:\n"
+          " try:b=marshal.dumps(N);w=g+\".tmp%d\"%os.getpid();open(w,\"wb\").write(marshal.dumps((h,t,H(b).hexdigest(),b)));"
+          "os.replace(w,g)\n"
+          " except Exception:pass\n"
           "sys.modules[\"lanes.agent.main\"].main(q)\n")
 
 
