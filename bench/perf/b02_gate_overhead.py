@@ -14,8 +14,9 @@ OpenSSH client (`lanes.base.ssh.OpenSsh`; no paramiko loaded) and starts it befo
 nev is imported (`lanes.ahead`), so the imports, the worktree's git reads and the forge lookup
 happen while the client connects; the plain `nev lane run|on` is parsed without click; the
 payload's diff and untracked files are made while the lane's hello is on its way; the lane's
-agent starts with `python3 -I -S` (no site). Same load, same box: overhead 1.36 s before, 0.255 s
-after (in-process 0.40 -> 0.14 s); the gate imports 155 modules instead of 320.
+agent starts with `python3 -I -S` (no site) and runs the code its last start compiled. Overhead
+at a load of ~7: 1.36 s before, 0.255 s after; back to back at ~3.5: 0.37 s before, 0.23-0.32 s
+after (in-process 0.14 s both: the gain is the CLI's start); the gate imports 155 modules, not 320.
 What is left on the critical path: the handshake itself (the baseline), the agent's start on the
 lane (~0.1 s: its modules compiled and their stdlib imports), hello, the payload (~25 ms of git
 here), the lane's prepare (~50 ms of git there) and the result. Prints medians and the ratio last; appends a JSON
