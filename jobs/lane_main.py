@@ -29,8 +29,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jobs import archive as archive_mod
-from jobs import jobkeys, runner
-from jobs import result as result_mod
 from lanes.agent.git import credential_env
 from lanes.base import settings
 from lanes.base.errors import NevError
@@ -106,6 +104,8 @@ def prepare(job: str, forge: str, mirror: str, work: str, npm_cache: str) -> int
 def publish(job: str, forge: str, work: str) -> int:
     src = job_dir(work, job) / "src"
     repo = Repo(src, env=forge_env())
+    from jobs import result as result_mod  # the publish and cleanup steps only
+
     try:
         res = result_mod.read(repo)
     except GitError as e:
@@ -139,6 +139,8 @@ def step_logs_dir(step_logs: str | None, run_log: str | None) -> Path | None:
 
 
 def do_archive(job: str, run_id: str, work: str, share: str, step_logs: str | None, run_log: str | None) -> int:
+    from jobs import jobkeys  # the archive step only
+
     model_key = settings.get(settings.MODEL_KEY_FILE)
     # the job's own gateway key sits beside the lane's (DAGU_HOME/job-keys/<job>.key)
     job_key = jobkeys.lane_key_path(str(Path(model_key).parent), job) if model_key else None
@@ -155,6 +157,8 @@ def cleanup(job: str, run_id: str, work: str, share: str) -> int:
         say(f"cleanup: {w} is gone already")
         return 0
     try:
+        from jobs import result as result_mod
+
         res = result_mod.read(Repo(w / "src"))
     except GitError:
         res = None
@@ -212,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             manifest = Path(ns.manifest) if os.path.isabs(ns.manifest) else w / "src" / ns.manifest
             # the stages run the lane's installed nev: nothing on PYTHONPATH may shadow it
             stage_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            from jobs import runner  # the run step only: the others start without its imports
+
             return runner.run(manifest, w / "src", w / "state",
                               Path(ns.inventory).expanduser() if ns.inventory else None, declared, stage_env)
         if ns.step == "publish":

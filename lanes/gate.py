@@ -2,7 +2,9 @@
 
 `run()` is `nev lane run` (lane-only unless told otherwise) and `on()` is `nev lane on`. One SSH
 channel carries the whole conversation with the lane agent (`lanes/agent/`): hello (the
-mirror's tips, free disk), the payload, the streamed output, pulled folders and the result. An
+mirror's tips, free disk), the payload, the streamed output, pulled folders and the result.
+`run()` opens it with the OpenSSH client (`lanes.base.ssh.OpenSsh`): it starts without paramiko,
+and a lane that does not answer is the client exiting before the agent said a word. An
 interrupt (SIGINT/SIGTERM) asks the lane to stop the command's whole process tree and exits
 130/143; a dropped connection is followed by a second SSH call that stops the run and removes
 the three `.env` files.
@@ -23,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import paramiko
-
 from lanes import forgeauth, lanesfile, payload, session
 from lanes.agent.guard import check_rel
 from lanes.agent.wire import Kind, Op, Stop
@@ -33,7 +33,7 @@ from lanes.base.errors import DiskShortError, NevError, NoLaneError
 from lanes.base.exitcodes import Exit
 from lanes.base.gitrun import Repo
 from lanes.base.mask import mask, register_secret
-from lanes.base.ssh import CONNECT_TIMEOUT, Connection, SshError
+from lanes.base.ssh import CONNECT_TIMEOUT, Connection, OpenSsh, SshError, link_errors
 from lanes.lanesfile import Lane, LanesFile
 from lanes.session import Session
 
@@ -51,6 +51,11 @@ DROPPED_EXIT = Exit.CONNECTION_DROPPED
 
 class Interrupted(NevError):
     """SIGINT/SIGTERM on the dev box during a gate; the lane's command was stopped too."""
+
+
+class Unreachable(SshError):
+    """The lane never answered the gate's channel (OpenSSH gave up before the agent spoke): nothing
+    was sent there, another lane may be tried."""
 
 
 class _Term(BaseException):
@@ -116,10 +121,16 @@ class Outcome:
     agent_sent: bool = False        # the lane lacked this agent (or its cached copy did not match)
 
 
-def _hello(session: Session, wt: payload.Worktree, forge: Forge) -> dict[str, Any]:
-    session.request(Op.HELLO, name=wt.name, root=session.lane.root, shared=session.lane.shared_dir,
-                    git_url=forge.url, fetch_max_age=settings.get_float(settings.LANE_FETCH_MAX_AGE),
-                    min_free_gb=settings.get_float(settings.LANE_MIN_FREE_GB))
+def _hello_fields(session: Session, wt: payload.Worktree, forge: Forge) -> dict[str, Any]:
+    return dict(name=wt.name, root=session.lane.root, shared=session.lane.shared_dir, git_url=forge.url,
+                fetch_max_age=settings.get_float(settings.LANE_FETCH_MAX_AGE),
+                min_free_gb=settings.get_float(settings.LANE_MIN_FREE_GB))
+
+
+def _hello(session: Session, wt: payload.Worktree, forge: Forge, sent: bool = False) -> dict[str, Any]:
+    """The lane's HELLO (the request sent first unless `sent`)."""
+    if not sent:
+        session.request(Op.HELLO, **_hello_fields(session, wt, forge))
     for kind, data in session.frames():
         if kind is Kind.MESSAGE:
             ui.info(f"{session.lane.label}: {data.decode(errors='replace')}")
@@ -128,6 +139,9 @@ def _hello(session: Session, wt: payload.Worktree, forge: Forge) -> dict[str, An
         elif kind is Kind.RESULT:
             res = json.loads(data)
             raise NevError(f"{session.lane.label}: {res.get('refused', 'the lane agent stopped')}")
+    why = session.unreachable()
+    if why is not None:
+        raise Unreachable(str(why))
     raise SshError(f"{session.lane.label}: the lane agent ended before answering (is python3 installed there?)")
 
 
@@ -177,17 +191,26 @@ class _GateRun:
     """One gate's conversation with the lane agent, and what its interrupt and drop paths need:
     the session (a second one after a sweep), the lane's hello and what the payload weighed."""
 
-    def __init__(self, lane: Lane, conn: Connection, wt: payload.Worktree, forge: Forge) -> None:
+    def __init__(self, lane: Lane, conn: Connection | OpenSsh, wt: payload.Worktree, forge: Forge) -> None:
         self.lane, self.conn, self.wt, self.forge = lane, conn, wt, forge
         self.session: Session | None = None
         self.first: Session | None = None
         self.hello: dict[str, Any] = {}
         self.sizes: dict[str, int] = {}
+        self.local: payload.Local | None = None
 
-    def open(self, min_free: float, sweep: Callable[[Lane, str], object] | None) -> Session:
-        """A session on the lane with `min_free` GB free: when short, the lane is swept and asked once more."""
-        self.session = self.first = Session(self.conn, self.lane)
-        self.hello = _hello(self.session, self.wt, self.forge)
+    def open(self, min_free: float, sweep: Callable[[Lane, str], object] | None,
+             files: Mapping[str, bytes] | None = None) -> Session:
+        """A session on the lane with `min_free` GB free: when short, the lane is swept and asked
+        once more. The payload's members that do not depend on the lane are made while its hello
+        is on the way."""
+        try:
+            self.session = self.first = Session(self.conn, self.lane)
+        except SshError as e:        # no channel at all (no known_hosts file): nothing was sent
+            raise Unreachable(str(e)) from None
+        self.session.request(Op.HELLO, **_hello_fields(self.session, self.wt, self.forge))
+        self.local = payload.local_members(self.wt, files)
+        self.hello = _hello(self.session, self.wt, self.forge, sent=True)
         if self.hello["free_gb"] < min_free:
             self.session.request(Op.ABORT)
             self.session.close()
@@ -203,7 +226,7 @@ class _GateRun:
     def send(self, session: Session, command: Sequence[str], extra_env: dict[str, str] | None, keep_env: bool,
              pull: Sequence[str], files: Mapping[str, bytes] | None = None,
              writer: Mapping[str, str] | None = None) -> None:
-        p = payload.build(self.wt, self.hello.get("tips", []), self.forge.url is not None, files)
+        p = payload.build(self.wt, self.hello.get("tips", []), self.forge.url is not None, files, self.local)
         self.sizes = p.sizes()
         session.request(Op.PAYLOAD, commit=p.commit, sizes=self.sizes, command=list(command),
                         env=dict(extra_env or {}), cred=self.forge.cred(), keep_env=keep_env, pull=list(pull),
@@ -254,7 +277,7 @@ class _GateRun:
         return total
 
 
-def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Sequence[str], *,
+def gate_on_lane(lane: Lane, conn: Connection | OpenSsh, wt: payload.Worktree, command: Sequence[str], *,
                  forge: Forge, pull: Sequence[str] = (), extra_env: dict[str, str] | None = None,
                  sweep: Callable[[Lane, str], object] | None = None,
                  on_stdout: Callable[[bytes], None] | None = None,
@@ -271,7 +294,7 @@ def gate_on_lane(lane: Lane, conn: Connection, wt: payload.Worktree, command: Se
     run = _GateRun(lane, conn, wt, forge)
     result: dict[str, Any] | None = None
     try:
-        session = run.open(settings.get_float(settings.LANE_MIN_FREE_GB), sweep)
+        session = run.open(settings.get_float(settings.LANE_MIN_FREE_GB), sweep, files)
         run.send(session, command, extra_env, keep_env, pull, files, writer)
         result = run.stream(session, on_stdout or _write(sys.stdout), on_stderr or _write(sys.stderr))
     except (KeyboardInterrupt, _Term) as e:
@@ -304,23 +327,25 @@ def _stop(session: Session | None, how: Stop) -> bool:
     """Ask the lane to stop the command's process tree; True when it confirmed."""
     if session is None or session.ch.closed:
         return False
+    failed: tuple[type[BaseException], ...] = (*link_errors(), NevError)
     try:
         session.request(Op.STOP, signal=how.value)
         for kind, _ in session.frames(timeout=STOP_WAIT):
             if kind is Kind.RESULT:
                 return True
-    except (OSError, paramiko.SSHException, EOFError, NevError):
+    except failed:
         return False
     return False
 
 
 def _second_call(lane: Lane, wt: payload.Worktree, pid: int | None, keep_env: bool) -> str:
     """A fresh SSH connection that stops the run (if still there) and removes the .env files."""
+    failed: tuple[type[BaseException], ...] = (NevError, *link_errors())
     try:
-        with lane.connect() as conn:
+        with lane.openssh() as conn:
             res = session.call(conn, lane, Op.CLEANUP, 15, root=lane.root, name=wt.name, pid=pid,
                                keep_env=keep_env)
-    except (NevError, OSError, paramiko.SSHException) as e:
+    except failed as e:
         return f"the second SSH call to remove the .env files failed too ({mask(str(e))}); run it again with `nev lane run`"
     if res.get("busy"):
         return "another gate of this worktree holds the lane copy; it removes its own .env"
@@ -382,20 +407,22 @@ def run(worktree: Path, command: list[str], *, lane_index: int | None = None, la
         check_rel(name, "a file sent with the run")
     wt = payload.Worktree.open(Path(worktree))
     lf = lanesfile.configured(require=lane_only)
-    picked = pick_lane(lf, lane_index) if lf.lanes else None
-    if picked is None:
-        if lane_only:
-            where = "NEV_LANE_SSH" if settings.get(settings.LANE_SSH) else lf.path
-            raise NoLaneError(f"no build lane answered (lanes from {where}); nothing ran, here or there")
-        ui.info("no build lane answered; running on this machine")
-        return run_local(wt.path, command, extra_env)
-    lane, conn = picked
-    forge = forge_for(wt.repo, lf)
-    try:
-        return gate_on_lane(lane, conn, wt, command, forge=forge, pull=pull, extra_env=extra_env,
-                            sweep=sweep, files=files).status
-    finally:
-        conn.close()
+    forge: Forge | None = None
+    for lane in lanesfile.pick(lf, lane_index) if lf.lanes else []:
+        forge = forge or forge_for(wt.repo, lf)
+        conn = lane.openssh()
+        try:
+            return gate_on_lane(lane, conn, wt, command, forge=forge, pull=pull, extra_env=extra_env,
+                                sweep=sweep, files=files).status
+        except Unreachable as e:
+            ui.info(f"{lane.label} ({lane.ssh}) does not answer: {e}")
+        finally:
+            conn.close()
+    if lane_only:
+        where = "NEV_LANE_SSH" if settings.get(settings.LANE_SSH) else lf.path
+        raise NoLaneError(f"no build lane answered (lanes from {where}); nothing ran, here or there")
+    ui.info("no build lane answered; running on this machine")
+    return run_local(wt.path, command, extra_env)
 
 
 def on(worktree: Path, command: list[str], *, lane_only: bool = False, pull: Sequence[str] = (),

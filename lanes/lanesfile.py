@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lanes.base import jsonfile, settings
 from lanes.base.errors import ConfigError, NevError, NoLaneError
-from lanes.base.ssh import CONNECT_TIMEOUT, Connection, SshError, Target
+from lanes.base.ssh import CONNECT_TIMEOUT, Connection, OpenSsh, SshError, Target
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,11 @@ class Lane:
 
     def connect(self, timeout: float = CONNECT_TIMEOUT) -> Connection:
         return self.connection(timeout).connect()
+
+    def openssh(self, timeout: float = CONNECT_TIMEOUT) -> OpenSsh:
+        """The same route, pins and key for the OpenSSH client: each session one `ssh` process
+        (a gate's channel; no paramiko loaded)."""
+        return OpenSsh(self.target, timeout=timeout, jump=self.jump_target)
 
     def answers(self, timeout: float = CONNECT_TIMEOUT) -> bool:
         """True when the lane accepts a BatchMode-style login within `timeout` and runs `true`."""

@@ -65,13 +65,29 @@ BOOTSTRAP = ('import sys,os,zlib;from hashlib import sha256 as H\n'
 
 # The agent's content starts with this: it registers each module under its own name, runs it,
 # then the agent's entry with `q` (the frames the bootstrap read first). The modules follow.
-LOADER = ("import sys,types\n"
-          "for k,p,c in M:\n"
+# Compiling them is a good part of the agent's start, so their code objects are kept beside the
+# cached agent (`<hash>.code`: the hash, the lane python's cache tag, a sha256 of the marshalled
+# code and the code) and used by the next start of the same agent on the same python; one that
+# does not match (another agent or python, a torn or damaged file) is compiled anew and
+# rewritten. Like Python's own __pycache__, the compiled form is trusted as its owner wrote it.
+LOADER = ("import sys,types,marshal\n"
+          "g=f+\".code\";t=sys.implementation.cache_tag;C=None\n"
+          "try:\n"
+          " x=marshal.loads(open(g,\"rb\").read())\n"
+          " if x[0]==h and x[1]==t and H(x[3]).hexdigest()==x[2]:C=marshal.loads(x[3])\n"
+          "except Exception:pass\n"
+          "N=[]\n"
+          "for i,(k,p,c) in enumerate(M):\n"
           " m=types.ModuleType(k);m.__file__=k;sys.modules[k]=m\n"
           " if p:m.__path__=[]\n"
           " a,_,e=k.rpartition(\".\")\n"
           " if a:setattr(sys.modules[a],e,m)\n"
-          " exec(compile(c,k,\"exec\"),m.__dict__)\n"
+          " o=C[i] if C else compile(c,k,\"exec\");N.append(o)\n"
+          " exec(o,m.__dict__)\n"
+          "if not C:\n"
+          " try:b=marshal.dumps(N);w=g+\".tmp%d\"%os.getpid();open(w,\"wb\").write(marshal.dumps((h,t,H(b).hexdigest(),b)));"
+          "os.replace(w,g)\n"
+          " except Exception:pass\n"
           "sys.modules[\"lanes.agent.main\"].main(q)\n")
 
 
@@ -157,10 +173,11 @@ def _cache_dir() -> Path:
 
 
 def lane_command(agent_hash: str, python: str = "python3") -> str:
-    """The command line that starts the agent of `agent_hash` on a lane (no secret in it)."""
+    """The command line that starts the agent of `agent_hash` on a lane (no secret in it). The
+    agent is stdlib only: `-I -S` spare it the site and user packages (tens of ms per gate)."""
     import shlex
 
-    return f"{python} -c {shlex.quote(BOOTSTRAP)} {agent_hash}"
+    return f"{python} -I -S -c {shlex.quote(BOOTSTRAP)} {agent_hash}"
 
 
 @dataclass
@@ -278,14 +295,31 @@ def untracked_tar(root: Path, names: list[str], extra: Mapping[str, bytes] | Non
     return raw.getvalue()
 
 
-def build(wt: Worktree, lane_tips: list[str], forge_reachable: bool,
-          extra: Mapping[str, bytes] | None = None) -> Payload:
-    basis = basis_for(wt.repo, lane_tips, forge_reachable)
+@dataclass(frozen=True)
+class Local:
+    """The members that do not depend on the lane (diff, untracked files, `.env`): a gate makes
+    them while the lane's hello is on its way."""
+
+    diff: bytes
+    untracked: bytes
+    env: bytes
+    untracked_count: int
+
+
+def local_members(wt: Worktree, extra: Mapping[str, bytes] | None = None) -> Local:
     names = untracked_names(wt.repo)
     env_file = wt.path / ".env"
     env = env_file.read_bytes() if env_file.is_file() else b""
-    return Payload(commit=wt.commit, bundle=bundle(wt.repo, wt.commit, basis), diff=diff(wt.repo),
-                   untracked=untracked_tar(wt.path, names, extra), env=env,
-                   untracked_count=len(names) + len(extra or {}),
-                   basis=basis)
+    return Local(diff=diff(wt.repo), untracked=untracked_tar(wt.path, names, extra), env=env,
+                 untracked_count=len(names) + len(extra or {}))
+
+
+def build(wt: Worktree, lane_tips: list[str], forge_reachable: bool,
+          extra: Mapping[str, bytes] | None = None, local: Local | None = None) -> Payload:
+    """The payload for a lane whose mirror holds `lane_tips`; `local` (`local_members`, made
+    earlier with the same `extra`) saves making those members now."""
+    basis = basis_for(wt.repo, lane_tips, forge_reachable)
+    loc = local if local is not None else local_members(wt, extra)
+    return Payload(commit=wt.commit, bundle=bundle(wt.repo, wt.commit, basis), diff=loc.diff,
+                   untracked=loc.untracked, env=loc.env, untracked_count=loc.untracked_count, basis=basis)
 

@@ -10,29 +10,29 @@ are the agent's own (`lanes.agent.wire`). The channel starts the agent named by 
 from __future__ import annotations
 
 import json
-import select
 import time
 from collections.abc import Iterator
-from typing import Any
-
-import paramiko
+from typing import TYPE_CHECKING, Any
 
 from lanes import payload
 from lanes.agent.wire import Kind, Op, ProtocolError, frame, parse, request
 from lanes.base import ui
 from lanes.base.errors import NevError
-from lanes.base.ssh import CHUNK, Connection
+from lanes.base.ssh import CHUNK, Connection, OpenSsh, ProcessChannel, SshError, wait_readable
 from lanes.lanesfile import Lane
+
+if TYPE_CHECKING:
+    import paramiko
 
 
 class Session:
     """One conversation with the lane agent over one SSH channel."""
 
-    def __init__(self, conn: Connection, lane: Lane) -> None:
+    def __init__(self, conn: Connection | OpenSsh, lane: Lane) -> None:
         self.conn = conn
         self.lane = lane
         self.agent = payload.lane_agent()
-        self.ch: paramiko.Channel = conn.open_session(payload.lane_command(self.agent.hash))
+        self.ch: paramiko.Channel | ProcessChannel = conn.open_session(payload.lane_command(self.agent.hash))
         self.buf = bytearray()
         self.sent = 0
         self.agent_sent = False    # the lane lacked this agent (or its copy did not match) and got it
@@ -62,8 +62,8 @@ class Session:
                 raise NevError(f"{self.lane.label}: {e}") from None
             if deadline is not None and time.monotonic() > deadline:
                 return
-            select.select([self.ch], [], [], 0.2)
-            while self.ch.recv_stderr_ready():
+            wait_readable(self.ch, 0.2)
+            while self._stderr_ready():
                 for line in self.ch.recv_stderr(65536).decode(errors="replace").splitlines():
                     ui.info(f"{self.lane.label}: {line}")
             if self.ch.recv_ready():
@@ -72,8 +72,15 @@ class Session:
                     return
                 self.buf += data
             elif self.ch.closed or (self.ch.exit_status_ready() and not self.ch.recv_ready()):
-                if not self.ch.recv_ready() and not self.ch.recv_stderr_ready():
+                if not self.ch.recv_ready() and not self._stderr_ready():
                     return
+
+    def _stderr_ready(self) -> bool:
+        """The agent's stderr has a line to show. Over OpenSSH nothing is shown while the client
+        may still be complaining about the connection (`unreachable` says that in one line)."""
+        if isinstance(self.ch, ProcessChannel) and self.ch.quiet:
+            return False
+        return self.ch.recv_stderr_ready()
 
     def result(self, timeout: float | None = None) -> dict[str, Any] | None:
         """The RESULT's JSON (MESSAGE lines shown on the way); None when none came."""
@@ -85,18 +92,26 @@ class Session:
                 return ans if isinstance(ans, dict) else {}
         return None
 
+    def unreachable(self) -> SshError | None:
+        """Over OpenSSH: why the lane was never reached (the client exited 255 before the agent
+        said a word), else None."""
+        return self.ch.unreachable() if isinstance(self.ch, ProcessChannel) else None
+
     def close(self) -> None:
         self.ch.close()
 
 
-def call(conn: Connection, lane: Lane, op: Op, timeout: float, **fields: Any) -> dict[str, Any]:
+def call(conn: Connection | OpenSsh, lane: Lane, op: Op, timeout: float, **fields: Any) -> dict[str, Any]:
     """A one-call operation of the agent: its RESULT. NevError when it refused or did not answer."""
     s = Session(conn, lane)
     try:
         s.request(op, **fields)
         ans = s.result(timeout)
+        why = s.unreachable() if ans is None else None
     finally:
         s.close()
+    if why is not None:
+        raise why
     if ans is None:
         raise NevError(f"the lane agent gave no answer to {op.value!r} within {timeout:g} s")
     if ans.get("refused"):

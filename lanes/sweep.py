@@ -149,12 +149,12 @@ def stale_agents(cached: list[str], current: str) -> list[str]:
 
     | cached entry | goes |
     |---|---|
-    | `current` | no: the next gate runs it |
-    | another hash (an older or newer nev) | yes: a gate that needs it sends it again |
-    | `<hash>.tmp<pid>` (a write cut short, or under way: it then just is not kept) | yes |
+    | `current`, `current.code` (its compiled modules) | no: the next gate runs it |
+    | another hash, or its `.code` (an older or newer nev) | yes: a gate that needs it sends it again |
+    | `<hash>.tmp<pid>`, `<hash>.code.tmp<pid>` (a write cut short, or under way: it then just is not kept) | yes |
     | any other name (not nev's) | no |
     """
-    return sorted(n for n in cached if n != current and layout.agent_entry_ok(n))
+    return sorted(n for n in cached if n not in (current, current + ".code") and layout.agent_entry_ok(n))
 
 
 def human(n: int) -> str:

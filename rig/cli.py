@@ -1,129 +1,81 @@
-"""The `nev` entry point: one group per package; every known error becomes one line and an exit code."""
+"""The `nev` entry point (`nev = rig.cli:run`, `python -m rig.cli`): as little as possible before
+the command tree (`rig/commands.py`, click) loads.
+
+`nev lane run|on` in its plain form (`lanes.ahead`) goes straight to the gate, without click:
+the first lane's SSH client is started first, so it connects through the jump host while the
+rest of the gate is imported and the worktree read. `nev job step` (each step of the job
+workflow on a lane) goes straight to its own argparse (`jobs/lane_main.py`). Every other command
+line, help included, is the command tree's. `cli`, `main` and the tables of `rig.commands` are its own.
+"""
 
 from __future__ import annotations
 
-import logging
-import signal
 import sys
-from collections.abc import Callable
-from importlib import import_module
-from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-import click
-
-from lanes.base.errors import NevError
-from lanes.base.exitcodes import Exit
-from lanes.base.mask import mask
-
-
-def _lanes() -> ModuleType:
-    """`lanes.cli`, with `nev lane writer` added: the lane path is lanes', the declared harness
-    (tracks.json) jobs'; jobs' command line is imported only when `writer` is named."""
-    cli = import_module("lanes.cli")
-    cli.lane.loaders["writer"] = ("Writers on a lane: start one in a worktree's lane copy, fetch...",
-                                  lambda: import_module("jobs.cli").writer)
-    return cli
-
-
-# Each group by the CLI module that holds it (under the group's own name), imported only when the
-# group is named: `nev lane run` starts without the other packages' command lines. The imports are
-# literal calls, so the import rules (tests/test_architecture.py) see them.
-CLI_MODULES: dict[str, Callable[[], ModuleType]] = {
-    "lanes": _lanes, "jobs": lambda: import_module("jobs.cli"),
-    "dagu": lambda: import_module("dagu.cli"), "rig": lambda: import_module("rig.rig_cli"),
-    "box": lambda: import_module("rig.box_cli"), "bench": lambda: import_module("bench.cli")}
-GROUPS: dict[str, Callable[[], ModuleType]] = {
-    group: CLI_MODULES[module] for group, module in (
-        ("lane", "lanes"), ("job", "jobs"), ("land", "jobs"), ("dagu", "dagu"), ("rig", "rig"), ("box", "box"),
-        ("batch", "bench"), ("oracle", "bench"), ("floors", "bench"), ("scores", "bench"), ("ledger", "bench"))}
-
-
-class _Nev(click.Group):
-    """The `nev` group: the package groups of GROUPS are added when first asked for."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*self.commands, *GROUPS})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in self.commands and cmd_name in GROUPS:
-            self.add_command(getattr(GROUPS[cmd_name](), cmd_name))
-        return super().get_command(ctx, cmd_name)
-
-
-class Terminated(BaseException):
-    """SIGTERM, turned into an exception so cleanups run; exit 143."""
-
-
-@click.group(cls=_Nev, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(None, "--version", package_name="nev", prog_name="nev")
-@click.option("-v", "--verbose", count=True, help="Debug logging (commands run, masked).")
-def cli(verbose: int) -> None:
-    """nev: run the build-and-generation rig from a development box.
-
-    Exit codes: 0 done, 1 refused or failed, 2 usage, 3 nothing ran: not available now (no lane
-    answered; a job's inventory not ready), 4 lane disk short, 7 publish failed, 8 stopped,
-    9 requirements unmet, 10 inventory refusal that never clears, 130/143 interrupted.
-    See docs/exit-codes.md.
-    """
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="%(name)s: %(message)s", stream=sys.stderr)
-
-
-@cli.command("settings")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def settings_cmd(as_json: bool) -> int:
-    """Every NEV_* setting with its value and source; every settings file, checked.
-
-    Exits 1 when a settings file that exists is malformed.
-    """
-    from lanes.base.ui import emit_json
-    from rig.settings_cmd import check_files, describe
-
-    rows, files = describe(), check_files()
-    if as_json:
-        emit_json({"settings": rows, "files": files})
-    else:
-        for r in rows:
-            click.echo(f"{r['name']:<26} {r['value'] if r['value'] is not None else '-':<40} {r['source']}")
-        click.echo("")
-        for f in files:
-            click.echo(f"{f['what']:<8} {f['file']}: {f['status']}" + (f" - {f['error']}" if "error" in f else ""))
-    return 1 if any(f["status"] == "error" for f in files) else 0
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise Terminated()
+if TYPE_CHECKING:
+    from lanes.ahead import GateArgs
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        rv = cli.main(args=argv, prog_name="nev", standalone_mode=False)
-        return rv if isinstance(rv, int) else 0
-    except NevError as e:
-        print(f"nev: {mask(e.message)}", file=sys.stderr)
-        return e.exit_code
-    except click.exceptions.Abort:
-        print("nev: interrupted", file=sys.stderr)
-        return Exit.INTERRUPTED
-    except click.UsageError as e:
-        e.show()
-        return Exit.USAGE
-    except click.ClickException as e:
-        e.show()
-        return Exit.FAILED
-    except KeyboardInterrupt:
-        print("nev: interrupted", file=sys.stderr)
-        return Exit.INTERRUPTED
-    except Terminated:
-        print("nev: terminated", file=sys.stderr)
-        return Exit.TERMINATED
-    except BrokenPipeError:
-        return Exit.FAILED
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["lane"] and args[1:2] in (["run"], ["on"]):
+        from lanes import ahead
+
+        plain = ahead.parse(args[1], args[2:])
+        if plain is not None:
+            ahead.start(plain)
+            return _gate(args[1], plain)
+    if args[:2] == ["job", "step"]:
+        return _job_step(args[2:])
+    from rig import commands
+
+    return commands.main(args)
+
+
+def _job_step(args: list[str]) -> int:
+    """`nev job step ...` (hidden; every step of the job workflow on a lane runs it): its own
+    argparse, so the command tree is not loaded for it."""
+    from jobs import lane_main
+    from rig.entry import guarded
+
+    return guarded(lambda: lane_main.main(args))
+
+
+def _gate(sub: str, g: GateArgs) -> int:
+    """`nev lane run|on` as `lanes/cli.py` runs them, with the same logging and error lines."""
+    import logging
+    from pathlib import Path
+
+    from rig.entry import guarded
+
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s", stream=sys.stderr)
+
+    def call() -> int:
+        from lanes import gate
+
+        if sub == "run":
+            return gate.run(Path(g.worktree), list(g.command), lane_index=g.lane_index, lane_only=True, pull=g.pull)
+        return gate.on(Path(g.worktree), list(g.command), lane_only=g.lane_only, pull=g.pull, lane_index=g.lane_index)
+
+    return guarded(call)
 
 
 def run() -> None:
     sys.exit(main())
+
+
+def __getattr__(name: str) -> Any:
+    """`rig.cli.cli` and the rest of the command tree, loaded when asked for (not for the import
+    system's own questions, such as whether this module is a package)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from rig import commands
+
+    try:
+        return getattr(commands, name)
+    except AttributeError:
+        raise AttributeError(f"module 'rig.cli' has no attribute {name!r}") from None
 
 
 if __name__ == "__main__":

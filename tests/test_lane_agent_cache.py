@@ -57,7 +57,7 @@ def test_a_lane_without_the_agent_asks_for_it_once_then_runs_its_cached_copy(tmp
     assert (cached(tmp_path) / agent.hash).read_bytes() == zlib.decompress(agent.blob)
     asked, result, err = talk(tmp_path, agent)
     assert not asked and result["root"] == str(tmp_path), err
-    assert sorted(p.name for p in cached(tmp_path).iterdir()) == [agent.hash]
+    assert sorted(p.name for p in cached(tmp_path).iterdir()) == [agent.hash, agent.hash + ".code"]
 
 
 def test_a_tampered_cached_agent_is_refused_and_sent_again(tmp_path):
@@ -85,11 +85,11 @@ def test_a_lane_holding_an_old_agent_runs_the_new_one_after_an_upgrade(tmp_path,
     # the sweep removes the agent that is no longer current, and only that
     (cached(tmp_path) / "notes.txt").write_text("not nev's\n")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert agent_root.cached_agents() == sorted([old.hash, new.hash, "notes.txt"])
+    assert agent_root.cached_agents() == sorted([old.hash, old.hash + ".code", new.hash, new.hash + ".code", "notes.txt"])
     stale = sw.stale_agents(agent_root.cached_agents(), new.hash)
-    assert stale == [old.hash]
-    assert agent_root.remove_agents(stale + ["../escape"]) == ([old.hash], {"../escape": "not a cached agent's name; kept"})
-    assert sorted(p.name for p in cached(tmp_path).iterdir()) == sorted([new.hash, "notes.txt"])
+    assert stale == [old.hash, old.hash + ".code"]
+    assert agent_root.remove_agents(stale + ["../escape"]) == (stale, {"../escape": "not a cached agent's name; kept"})
+    assert sorted(p.name for p in cached(tmp_path).iterdir()) == sorted([new.hash, new.hash + ".code", "notes.txt"])
 
 
 def test_a_cache_that_cannot_be_written_still_runs_the_agent_sent(tmp_path):
@@ -102,11 +102,12 @@ def test_a_cache_that_cannot_be_written_still_runs_the_agent_sent(tmp_path):
 
 def test_stale_agents_are_every_cached_agent_but_the_current_one():
     cur, old = "c" * 64, "0" * 64
-    assert sw.stale_agents([cur, old, f"{cur}.tmp123", "notes.txt", f"{old}.tmp", "ab"], cur) == \
-        [old, f"{cur}.tmp123"]
-    assert sw.stale_agents([cur], cur) == []
-    assert [layout.agent_entry_ok(n) for n in (old, f"{old}.tmp7", f"{old}.tmpx", "../" + old, cur.upper())] == \
-        [True, True, False, False, False]
+    assert sw.stale_agents([cur, old, f"{cur}.tmp123", "notes.txt", f"{old}.tmp", "ab", f"{cur}.code",
+                            f"{old}.code", f"{cur}.code.tmp9"], cur) == [old, f"{old}.code", f"{cur}.code.tmp9", f"{cur}.tmp123"]
+    assert sw.stale_agents([cur, f"{cur}.code"], cur) == []
+    assert [layout.agent_entry_ok(n) for n in (old, f"{old}.tmp7", f"{old}.tmpx", "../" + old, cur.upper(),
+                                               f"{old}.code", f"{old}.codex", f"{old}.code.tmp3")] == \
+        [True, True, False, False, False, True, False, True]
 
 
 def test_the_bootstrap_is_small_single_quotable_and_names_only_the_hash():
@@ -115,3 +116,33 @@ def test_the_bootstrap_is_small_single_quotable_and_names_only_the_hash():
     assert "'" not in payload.BOOTSTRAP          # quoted whole, nothing escaped on the slow uplink
     assert line.endswith(" " + agent.hash) and len(line) < 1024
     assert layout.AGENT_CACHE in payload.BOOTSTRAP
+
+
+def test_the_agents_compiled_modules_are_kept_and_a_damaged_copy_is_compiled_anew(tmp_path):
+    """The second start of an agent runs its modules' code kept beside it (`<hash>.code`); a
+    damaged or foreign copy of that code is not run: the modules are compiled again and the copy
+    rewritten."""
+    import marshal
+
+    agent = payload.lane_agent()
+    assert talk(tmp_path, agent)[0]
+    code = cached(tmp_path) / (agent.hash + ".code")
+    h, tag, digest, blob = marshal.loads(code.read_bytes())
+    assert h == agent.hash and len(marshal.loads(blob)) == len(payload.LANE_MODULES)
+    stamp = code.stat().st_mtime_ns
+    asked, result, err = talk(tmp_path, agent)
+    assert not asked and result["root"] == str(tmp_path), err
+    assert code.stat().st_mtime_ns == stamp                          # used, not rewritten
+    marker = compile(h_marker_source(tmp_path), "x", "exec")
+    forged = marshal.dumps([marker] * len(payload.LANE_MODULES))
+    code.write_bytes(marshal.dumps((h, tag, digest, forged)))        # code that does not match its sha256
+    asked, result, err = talk(tmp_path, agent)
+    assert not asked and result["root"] == str(tmp_path), err
+    assert not (tmp_path / "forged-ran").exists()
+    assert marshal.loads(code.read_bytes())[3] == blob                # compiled anew, rewritten
+    code.write_bytes(b"torn")
+    assert talk(tmp_path, agent)[1]["root"] == str(tmp_path)
+
+
+def h_marker_source(home: Path) -> str:
+    return f"open({str(home / 'forged-ran')!r}, 'w').write('ran')\n"

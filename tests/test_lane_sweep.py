@@ -217,13 +217,15 @@ def test_sweep_removes_the_cached_agents_that_are_not_current(scene, box):
     current, old = payload.lane_agent().hash, "0" * 64
     cache = box.lanes[0].host_home / layout.AGENT_CACHE
     scene.sh(f"mkdir -p {scene.root} ~/{layout.AGENT_CACHE} && cd ~/{layout.AGENT_CACHE} && echo old > {old} "
-             f"&& echo part > {current}.tmp99 && echo mine > notes.txt && {{ [ -e {current} ] || echo x > {current}; }}")
+             f"&& echo oc > {old}.code && echo part > {current}.tmp99 && echo mine > notes.txt "
+             f"&& {{ [ -e {current} ] || echo x > {current}; }}")
     s = scene.run(dry_run=True)
-    assert s.agents == [old, f"{current}.tmp99"] and (cache / old).exists()
+    assert s.agents == [old, f"{old}.code", f"{current}.tmp99"] and (cache / old).exists()
     assert f"lane 0: would remove cached lane agent {old[:12]}: not the one this nev sends" in sw.report(s, True)
     s = scene.run()
-    assert s.agents_removed == [old, f"{current}.tmp99"]
-    assert sorted(p.name for p in cache.iterdir()) == sorted([current, "notes.txt"])
+    assert s.agents_removed == [old, f"{old}.code", f"{current}.tmp99"]
+    # the current agent's compiled modules stay with it (the survey's agent wrote them)
+    assert sorted(p.name for p in cache.iterdir()) == sorted([current, f"{current}.code", "notes.txt"])
     (cache / "notes.txt").unlink()
 
 

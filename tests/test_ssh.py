@@ -105,3 +105,81 @@ def test_output_is_complete_and_background_child_does_not_hold_the_run(sshd):
         t0 = _time.monotonic()
         r = c.run("sleep 8 & echo started")  # the child keeps stdout open; no EOF comes
         assert r.out == "started\n" and _time.monotonic() - t0 < 7
+
+
+# ---- the OpenSSH client's channel (a gate's) -----------------------------------------------------
+
+
+def _drain(ch) -> tuple[bytes, bytes]:
+    from lanes.base.ssh import wait_readable
+
+    out, err = b"", b""
+    while not ch.closed:
+        wait_readable(ch, 0.2)
+        while ch.recv_ready():
+            out += ch.recv(65536)
+        while not ch.quiet and ch.recv_stderr_ready():
+            err += ch.recv_stderr(65536)
+    return out, err
+
+
+def test_openssh_channel_streams_both_ways_with_the_pinned_key(sshd):
+    from lanes.base.ssh import OpenSsh
+
+    with OpenSsh(target(sshd), sshd.known_hosts, sshd.client_key) as o:
+        ch = o.open_session("cat; echo oops >&2; exit 7")
+        data = bytes(range(256)) * 4000
+        ch.sendall(data)
+        ch.shutdown_write()
+        out, err = _drain(ch)
+        assert (out, err, ch.recv_exit_status()) == (data, b"oops\n", 7)
+        assert ch.unreachable() is None
+
+
+@pytest.mark.parametrize("pin", ["unknown", "changed"])
+def test_openssh_refuses_a_host_key_not_pinned_or_not_matching(sshd, tmp_path, pin):
+    from lanes.base.ssh import OpenSsh
+
+    kh = tmp_path / "known_hosts"
+    if pin == "unknown":
+        kh.write_text("")
+    else:
+        other = tmp_path / "other"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+        kt, kb = other.with_suffix(".pub").read_text().split()[:2]
+        kh.write_text(f"[127.0.0.1]:{sshd.port} {kt} {kb}\n")
+    with OpenSsh(target(sshd), kh, sshd.client_key) as o:
+        ch = o.open_session("echo ran")
+        out, _ = _drain(ch)
+        why = ch.unreachable()
+    assert out == b"" and isinstance(why, HostKeyError)
+    assert ("is not pinned" if pin == "unknown" else "does not match") in str(why)
+
+
+def test_openssh_to_a_dead_port_is_unreachable_not_a_key_problem(sshd):
+    from lanes.base.ssh import OpenSsh, SshError
+
+    with OpenSsh(Target("127.0.0.1", sshd.user, local_sshd.free_port()), sshd.known_hosts, sshd.client_key) as o:
+        ch = o.open_session("true")
+        ch.sendall(b"dropped: nobody reads it")       # no BrokenPipeError: the reader says why
+        _drain(ch)
+        why = ch.unreachable()
+    assert isinstance(why, SshError) and not isinstance(why, HostKeyError)
+    assert "127.0.0.1" in str(why)
+
+
+def test_a_channel_started_ahead_is_taken_by_the_same_command_only(sshd):
+    from lanes.base import ssh
+
+    o = ssh.OpenSsh(target(sshd), sshd.known_hosts, sshd.client_key)
+    o.start_ahead("echo ahead")
+    ahead = next(iter(ssh._AHEAD.values()))
+    other = o.open_session("echo other")                 # another command: a client of its own
+    assert other is not ahead and _drain(other)[0] == b"other\n"
+    taken = ssh.OpenSsh(target(sshd), sshd.known_hosts, sshd.client_key).open_session("echo ahead")
+    assert taken is ahead and ssh._AHEAD == {}
+    assert _drain(taken)[0] == b"ahead\n"
+    o.start_ahead("sleep 30")                            # nobody takes it: stopped at exit
+    left = next(iter(ssh._AHEAD.values()))
+    ssh._stop_ahead()
+    assert left.closed and left.p.returncode is not None and ssh._AHEAD == {}

@@ -3,8 +3,23 @@
 Runs on the rig-in-a-box (NEV_BOX_NAME / NEV_BOX_NET pick the box; it is brought up if needed
 and left up). Both are timed alternately on lane 0 through the jump host, as on the real rig
 (unshaped links): the `nev` CLI as a user runs it (interpreter start included), the gate
-in-process (both hops connected + one channel), and `ssh -J jump lane true` (the ssh CLI with the
-box's client config, whose ProxyJump is the jump host). Prints medians and the ratio last; appends a JSON
+in-process (its channel: one OpenSSH client through the jump host, as `nev lane run` opens it),
+and `ssh -J jump lane true` (the ssh CLI with the box's client config, whose ProxyJump is the
+jump host).
+
+Where the time went (2026-12-01, 2 cores, load ~6): the CLI's overhead was ~0.45-1.3 s, of which
+paramiko's import (with cryptography, nacl and importlib.metadata's scan for its version) and its
+two pure-Python handshakes were most; click ~30-50 ms. The gate now opens its channel with the
+OpenSSH client (`lanes.base.ssh.OpenSsh`; no paramiko loaded) and starts it before the rest of
+nev is imported (`lanes.ahead`), so the imports, the worktree's git reads and the forge lookup
+happen while the client connects; the plain `nev lane run|on` is parsed without click; the
+payload's diff and untracked files are made while the lane's hello is on its way; the lane's
+agent starts with `python3 -I -S` (no site) and runs the code its last start compiled. Overhead
+at a load of ~7: 1.36 s before, 0.255 s after; back to back at ~3.5: 0.37 s before, 0.23-0.32 s
+after (in-process 0.14 s both: the gain is the CLI's start); the gate imports 155 modules, not 320.
+What is left on the critical path: the handshake itself (the baseline), the agent's start on the
+lane (~0.1 s: its modules compiled and their stdlib imports), hello, the payload (~25 ms of git
+here), the lane's prepare (~50 ms of git there) and the result. Prints medians and the ratio last; appends a JSON
 line to bench/perf/results.jsonl. Peak RSS is per process (wait4), never summed.
 
     .venv/bin/python bench/perf/b02_gate_overhead.py [--runs 10]
@@ -107,9 +122,8 @@ def main() -> int:
             rss["nev_cli"] = max(rss["nev_cli"], r or 0)
             t0 = time.perf_counter()
             lf = lanesfile.configured()
-            picked = gate.pick_lane(lf, 0)
-            assert picked is not None
-            ln, conn = picked
+            ln = lf.lanes[0]
+            conn = ln.openssh()           # the gate's own route: the OpenSSH client, its channel one process
             w = payload.Worktree.open(wt)
             out = gate.gate_on_lane(ln, conn, w, ["true"], forge=gate.forge_for(w.repo, lf),
                                     on_stdout=lambda b: None, on_stderr=lambda b: None)

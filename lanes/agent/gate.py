@@ -18,7 +18,6 @@ import os
 import queue
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -77,7 +76,7 @@ class Gate:
         ans: dict[str, Any] = {
             "pid": os.getpid(), "mirror": have_mirror, "tips": self.mirror.tips() if have_mirror else [],
             "fetch_age": self.mirror.fetch_age() if have_mirror else None, "free_gb": round(free, 2),
-            "guest": socket.gethostname(), "python": sys.version.split()[0]}
+            "guest": os.uname().nodename, "python": sys.version.split()[0]}
         if free < self.min_free_gb:
             ans["copies"] = copy_sizes(self.root.path)
         return ans
@@ -232,7 +231,7 @@ def run(wire: Wire, first: dict[str, Any]) -> int:
         log_path = None
         if os.path.isdir(gate.shared):
             log_path = os.path.join(gate.shared, links.gate_log_path(
-                gate.name, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), socket.gethostname(), need(req, "commit")))
+                gate.name, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), os.uname().nodename, need(req, "commit")))
             result["log"] = log_path
         status = gate.run_command(list(need(req, "command")), gate.command_env(req.get("env") or {}),
                                   log_path, Masker(secrets))

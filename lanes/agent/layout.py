@@ -134,7 +134,10 @@ def home_file(home: str, name: str) -> str:
 
 def agent_entry_ok(name: str) -> bool:
     """A name an entry of AGENT_CACHE can have, so one the sweep may remove: a cached agent
-    (its content's sha256, hex) or one being written (`<hash>.tmp<pid>`); always one path part."""
+    (its content's sha256, hex), its compiled modules (`<hash>.code`), or one of them being
+    written (`<hash>.tmp<pid>`, `<hash>.code.tmp<pid>`); always one path part."""
     digest, dot, rest = name.partition(".")
+    if rest.startswith("code"):
+        rest = rest[4:].removeprefix(".") if rest == "code" or rest.startswith("code.tmp") else "x"
     return (len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
-            and (not dot or (rest.startswith("tmp") and rest[3:].isdigit())))
+            and (not dot or not rest or (rest.startswith("tmp") and rest[3:].isdigit())))

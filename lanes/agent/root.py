@@ -15,7 +15,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from typing import Any
@@ -65,7 +64,7 @@ def locked(path: str, shared: bool = False) -> bool:
 def status(req: dict[str, Any]) -> dict[str, Any]:
     """`nev lane list`: free disk, copies present (worktrees of the mirror), gates running (locks held)."""
     root = layout.Root(need(req, "root"))
-    ans: dict[str, Any] = {"guest": socket.gethostname(), "root": root.path, "copies": [], "running": []}
+    ans: dict[str, Any] = {"guest": os.uname().nodename, "root": root.path, "copies": [], "running": []}
     if not os.path.isdir(root.path):
         ans["free_gb"] = None
         return ans

@@ -1,0 +1,104 @@
+"""The `nev` command tree (click): one group per package; every known error becomes one line and
+an exit code. The entry point is `rig/cli.py`, which loads this after a gate's channel is started."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from importlib import import_module
+from types import ModuleType
+
+import click
+
+from lanes.base.exitcodes import Exit
+from rig.entry import guarded
+
+
+def _lanes() -> ModuleType:
+    """`lanes.cli`, with `nev lane writer` added: the lane path is lanes', the declared harness
+    (tracks.json) jobs'; jobs' command line is imported only when `writer` is named."""
+    cli = import_module("lanes.cli")
+    cli.lane.loaders["writer"] = ("Writers on a lane: start one in a worktree's lane copy, fetch...",
+                                  lambda: import_module("jobs.cli").writer)
+    return cli
+
+
+# Each group by the CLI module that holds it (under the group's own name), imported only when the
+# group is named: `nev lane run` starts without the other packages' command lines. The imports are
+# literal calls, so the import rules (tests/test_architecture.py) see them.
+CLI_MODULES: dict[str, Callable[[], ModuleType]] = {
+    "lanes": _lanes, "jobs": lambda: import_module("jobs.cli"),
+    "dagu": lambda: import_module("dagu.cli"), "rig": lambda: import_module("rig.rig_cli"),
+    "box": lambda: import_module("rig.box_cli"), "bench": lambda: import_module("bench.cli")}
+GROUPS: dict[str, Callable[[], ModuleType]] = {
+    group: CLI_MODULES[module] for group, module in (
+        ("lane", "lanes"), ("job", "jobs"), ("land", "jobs"), ("dagu", "dagu"), ("rig", "rig"), ("box", "box"),
+        ("batch", "bench"), ("oracle", "bench"), ("floors", "bench"), ("scores", "bench"), ("ledger", "bench"))}
+
+
+class _Nev(click.Group):
+    """The `nev` group: the package groups of GROUPS are added when first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *GROUPS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in GROUPS:
+            self.add_command(getattr(GROUPS[cmd_name](), cmd_name))
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Nev, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(None, "--version", package_name="nev", prog_name="nev")
+@click.option("-v", "--verbose", count=True, help="Debug logging (commands run, masked).")
+def cli(verbose: int) -> None:
+    """nev: run the build-and-generation rig from a development box.
+
+    Exit codes: 0 done, 1 refused or failed, 2 usage, 3 nothing ran: not available now (no lane
+    answered; a job's inventory not ready), 4 lane disk short, 7 publish failed, 8 stopped,
+    9 requirements unmet, 10 inventory refusal that never clears, 130/143 interrupted.
+    See docs/exit-codes.md.
+    """
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(name)s: %(message)s", stream=sys.stderr)
+
+
+@cli.command("settings")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def settings_cmd(as_json: bool) -> int:
+    """Every NEV_* setting with its value and source; every settings file, checked.
+
+    Exits 1 when a settings file that exists is malformed.
+    """
+    from lanes.base.ui import emit_json
+    from rig.settings_cmd import check_files, describe
+
+    rows, files = describe(), check_files()
+    if as_json:
+        emit_json({"settings": rows, "files": files})
+    else:
+        for r in rows:
+            click.echo(f"{r['name']:<26} {r['value'] if r['value'] is not None else '-':<40} {r['source']}")
+        click.echo("")
+        for f in files:
+            click.echo(f"{f['what']:<8} {f['file']}: {f['status']}" + (f" - {f['error']}" if "error" in f else ""))
+    return 1 if any(f["status"] == "error" for f in files) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    def call() -> int:
+        try:
+            rv = cli.main(args=argv, prog_name="nev", standalone_mode=False)
+            return rv if isinstance(rv, int) else 0
+        except click.exceptions.Abort:
+            print("nev: interrupted", file=sys.stderr)
+            return Exit.INTERRUPTED
+        except click.UsageError as e:
+            e.show()
+            return Exit.USAGE
+        except click.ClickException as e:
+            e.show()
+            return Exit.FAILED
+
+    return guarded(call)

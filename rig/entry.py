@@ -1,0 +1,39 @@
+"""What every way into nev shares (the command tree, `rig/commands.py`, and the plain gate of
+`rig/cli.py`): SIGTERM raised as `Terminated` so cleanups run, and a known error turned into one
+line and its documented exit code (docs/exit-codes.md)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+
+from lanes.base.errors import NevError
+from lanes.base.exitcodes import Exit
+from lanes.base.mask import mask
+
+
+class Terminated(BaseException):
+    """SIGTERM, turned into an exception so cleanups run; exit 143."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def guarded(call: Callable[[], int]) -> int:
+    """`call()`'s exit code; a NevError, an interrupt, SIGTERM or a closed stdout as one line and its code."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return call()
+    except NevError as e:
+        print(f"nev: {mask(e.message)}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("nev: interrupted", file=sys.stderr)
+        return Exit.INTERRUPTED
+    except Terminated:
+        print("nev: terminated", file=sys.stderr)
+        return Exit.TERMINATED
+    except BrokenPipeError:
+        return Exit.FAILED
