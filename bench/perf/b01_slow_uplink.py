@@ -20,7 +20,9 @@ commits, an uncommitted diff and untracked files. Measured, in the same run:
 Bytes sent are counted by the shaped class (dev box -> lane, headers included) and, for nev,
 by the gate's own channel. Prints the figures and the ratios last; appends to results.jsonl.
 
-    .venv/bin/python bench/perf/b01_slow_uplink.py [--mb 100] [--rsync-seconds 60] [--warm-runs 5]
+    NEV_BOX_LANES=netns .venv/bin/python bench/perf/b01_slow_uplink.py [--mb 100] [--rsync-seconds 60] [--warm-runs 5]
+
+(netns lanes: the baseline's rsync runs on the lane, and the LXC lanes' image carries none.)
 """
 
 from __future__ import annotations
@@ -187,6 +189,11 @@ def main() -> int:
                        nev_warm_payload=warm.payload_sizes, nev_warm_agent_sent=sum(warm_agent))
             # The baseline: rsync -a of the same worktree, then the same command.
             ssh_cmd = f"ssh -F {info.ssh_config}"
+            has = subprocess.run(["ssh", "-F", str(info.ssh_config), f"lane@{lane.addr}", "command -v rsync"],
+                                 capture_output=True, text=True)
+            if has.returncode != 0:
+                raise SystemExit("B1: the rsync baseline needs rsync on the lane and this lane has none (the LXC "
+                                 "lanes' image does not carry it): run B1 on netns lanes (NEV_BOX_LANES=netns)")
             dest = f"lane@{lane.addr}:{lane.root}/rsync-copy/"
             b0 = class_bytes(veth)
             t0 = time.perf_counter()
