@@ -98,7 +98,7 @@ def test_two_batches_on_two_lanes_share_the_gateways_in_flight_limit_and_the_poo
     drawn, pool = draw_both(box, lanes, SECONDS)
     counts = [d.within(SECONDS) for d in drawn]
     print(f"split of {sum(counts)} completions in {SECONDS:.0f} s: lane0 {counts[0]}, lane1 {counts[1]}; "
-          f"gateway 429s {[d.rate_limited for d in drawn]}; pool at most {pool['max_inflight_seen']} at once")
+          f"slot waits {[d.gateway_waits for d in drawn]}, rate limited {[d.rate_limited for d in drawn]}; pool at most {pool['max_inflight_seen']} at once")
     assert pool["max_inflight_seen"] == LIMIT, pool            # never more, and the limit was used
     assert all(d.failed == 0 for d in drawn), [d.raw for d in drawn]
     assert all(n >= sum(counts) / 3 for n in counts), counts    # neither starves
