@@ -280,6 +280,7 @@ class AliasState:
     slot_wait_s: float = 0.0
     slot_waiting: int = 0
     slot_wait_since: float = 0.0
+    last_busy: float | None = None    # when a call of the alias last met a slot-busy answer
 
     def slot_wait(self, clock: Callable[[], float], sleep: Callable[[float], None], seconds: float) -> None:
         """Sleep `seconds` waiting for a gateway slot, counted in `slot_wait_s`."""
@@ -363,13 +364,17 @@ class Gateway:
         if max_tokens:
             body["max_tokens"] = max_tokens
         tries_5xx = 0
-        busy = 0
         first_429: float | None = None
         st.sem.acquire()
         held: Reservation | None = None
         try:
             if self.meter is not None:   # BudgetStop: the call is not sent
                 held = self.meter.admit(alias, n, sum(len(m.get("content") or "") for m in messages), max_tokens)
+            last = st.last_busy
+            polite = gwlimit.yield_wait(None if last is None else self.clock() - last)
+            if polite > 0:                      # slots are contended: the freed one is a waiter's
+                st.slot_wait(self.clock, self.sleep, polite)
+                rec.gateway_wait_s += polite
             while True:
                 rec.pacer_wait_s += self._admit(st)
                 t0 = self.clock()
@@ -403,10 +408,11 @@ class Gateway:
                     now = self.clock()
                     first_429 = first_429 if first_429 is not None else now
                     if gwlimit.slots_busy(code, raw) and now - first_429 <= MAX_429_WAIT_S:
-                        busy += 1               # the gateway's in-flight limit: another caller holds the slots
-                        rec.gateway_waits += 1
+                        rec.gateway_waits += 1  # the gateway's in-flight limit: another caller holds the slots
                         w0 = self.clock()
-                        st.slot_wait(self.clock, self.sleep, gwlimit.slot_wait(busy, waited=w0 - first_429))
+                        with st.lock:
+                            st.last_busy = w0
+                        st.slot_wait(self.clock, self.sleep, gwlimit.slot_wait(w0 - first_429))
                         rec.gateway_wait_s += self.clock() - w0
                         continue
                     rec.rate_limited += 1

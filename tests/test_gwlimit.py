@@ -23,19 +23,18 @@ def test_only_the_gateways_own_limit_is_told_apart():
     assert not gwlimit.slots_busy(500, BUSY)
 
 
-def test_the_wait_grows_to_a_low_bound_and_shrinks_the_longer_a_call_has_waited():
+def test_the_longer_a_call_has_waited_the_sooner_it_asks_and_a_new_call_yields_while_slots_are_contended():
     rng = random.Random(1)
-    for busy in range(1, 12):
-        top = min(gwlimit.MAX_WAIT_S, gwlimit.FIRST_WAIT_S * 2 ** (busy - 1))
-        waits = [gwlimit.slot_wait(busy, rng) for _ in range(50)]
-        assert all(top / 4 <= w <= top for w in waits)
-    assert max(gwlimit.slot_wait(30, rng) for _ in range(50)) <= gwlimit.MAX_WAIT_S
-    # a call that has waited long asks again sooner than one that just met the limit, never below the floor
-    fresh = max(gwlimit.slot_wait(30, rng, waited=0.1) for _ in range(200))
-    old = max(gwlimit.slot_wait(30, rng, waited=10 * gwlimit.AGE_S) for _ in range(200))
-    oldest = [gwlimit.slot_wait(30, rng, waited=1000.0) for _ in range(200)]
-    assert old < fresh and old <= gwlimit.MAX_WAIT_S / 10
-    assert all(gwlimit.MIN_WAIT_S / 4 <= w <= gwlimit.MIN_WAIT_S for w in oldest)
+    fresh = [gwlimit.slot_wait(0.0, rng) for _ in range(200)]
+    aged = [gwlimit.slot_wait(4 * gwlimit.AGE_S, rng) for _ in range(200)]
+    oldest = [gwlimit.slot_wait(1000.0, rng) for _ in range(200)]
+    assert all(gwlimit.MAX_WAIT_S / 2 <= w <= gwlimit.MAX_WAIT_S for w in fresh)
+    assert max(aged) < min(fresh)
+    assert all(gwlimit.MIN_WAIT_S / 2 <= w <= gwlimit.MIN_WAIT_S for w in oldest)
+    # no contention seen (never, or long ago): a new call goes at once; else it yields a little
+    assert gwlimit.yield_wait(None, rng) == 0.0 and gwlimit.yield_wait(gwlimit.CONTENTION_S + 1, rng) == 0.0
+    ys = [gwlimit.yield_wait(0.1, rng) for _ in range(200)]
+    assert all(0 <= y <= gwlimit.YIELD_S for y in ys) and max(ys) > 0
 
 
 def serve(answers: list[tuple[int, bytes]]):
