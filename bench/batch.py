@@ -94,6 +94,7 @@ class ShareResult:
     budget_stop_at: float | None = None   # when the budget stopped this share's draw (monotonic)
     at_limit_s: float = 0.0               # seconds of this draw at the planned in-flight
     frozen_s: float = 0.0                 # seconds of this draw frozen by 429s
+    slot_wait_s: float = 0.0              # seconds of this draw a call waited for a gateway slot
 
 
 @dataclass
@@ -125,6 +126,7 @@ def model_round(r: ShareResult, new: Sequence[Candidate], judged: Mapping[str, J
         cached_tokens=sum(x.cached_tokens for x in r.calls),
         draw_s=round(r.draw_s, 3), calls=len(r.calls),
         retries=sum(x.retries for x in r.calls), rate_limited=sum(x.rate_limited for x in r.calls),
+        gateway_waits=sum(x.gateway_waits for x in r.calls),
         pacer_wait_s=round(sum(x.pacer_wait_s for x in r.calls), 3),
         status=(ShareStatus.FAILED if r.error else ShareStatus.BUDGET if r.budget_stop_at is not None
                 else ShareStatus.OK), error=r.error,
@@ -134,9 +136,14 @@ def model_round(r: ShareResult, new: Sequence[Candidate], judged: Mapping[str, J
 
 def constraints_of(p: plan_mod.AliasPlan, r: ShareResult, draw_end: float) -> dict[str, Any]:
     """What bound a share in its round, for how long: its planned in-flight's constraint for the
-    seconds it was at that in-flight, `cooldown` for the seconds 429s froze it, `budget` from the
-    budget's stop to the end of the round's draw (the whole draw when the budget sized it)."""
+    seconds it was at that in-flight, `gateway_limit` (also) for the seconds a call waited for a
+    gateway slot (its "slots in use" 429s), `cooldown` for the seconds a rate limit's 429s froze it,
+    `budget` from the budget's stop to the end of the round's draw (the whole draw when the budget
+    sized it)."""
     seconds = {p.inflight_by.value: round(r.at_limit_s, 3)}
+    if r.slot_wait_s > 0:
+        gw = plan_mod.Bound.GATEWAY.value
+        seconds[gw] = round(seconds.get(gw, 0.0) + r.slot_wait_s, 3)
     if r.frozen_s > 0:
         seconds[plan_mod.Bound.COOLDOWN.value] = round(r.frozen_s, 3)
     if r.budget_stop_at is not None:
@@ -158,7 +165,7 @@ def draw_share(gw: Gateway, share: Share, messages: list[dict[str, str]], seed_b
     lock = threading.Lock()
     st = gw.aliases[share.alias]
     st.meter.limit = share.inflight            # at its limit: at the planned in-flight
-    at0, frozen0 = st.meter.at_limit_s, st.pacer.frozen_s
+    at0, frozen0, slot0 = st.meter.at_limit_s, st.pacer.frozen_s, st.slot_wait_s
     t0 = time.monotonic()
     if gw.meter is not None and gw.meter.bound is not None:   # the plan found the budget spent: draw nothing
         res.budget_stop_at = t0
@@ -190,6 +197,7 @@ def draw_share(gw: Gateway, share: Share, messages: list[dict[str, str]], seed_b
     res.inflight = st.meter.summary()
     res.at_limit_s = st.meter.at_limit_s - at0
     res.frozen_s = st.pacer.frozen_s - frozen0
+    res.slot_wait_s = st.slot_wait_s - slot0
     return res
 
 

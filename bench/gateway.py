@@ -246,7 +246,9 @@ class CallRecord:
     latency_s: float = 0.0
     pacer_wait_s: float = 0.0
     retries: int = 0
-    rate_limited: int = 0
+    rate_limited: int = 0         # 429s of a real rate limit (the pool, HAProxy, the gateway's rpm/tpm)
+    gateway_waits: int = 0        # the gateway's "slots in use" 429s: waited out, not a rate limit (bench.gwlimit)
+    gateway_wait_s: float = 0.0   # seconds this call waited for a gateway slot
     error: str | None = None
     gpu_s: float = 0.0            # estimated from the pool's measured throughput (bench.budget)
 
@@ -255,6 +257,7 @@ class CallRecord:
         d["latency_s"] = round(self.latency_s, 4)
         d["gpu_s"] = round(self.gpu_s, 4)
         d["pacer_wait_s"] = round(self.pacer_wait_s, 4)
+        d["gateway_wait_s"] = round(self.gateway_wait_s, 4)
         return d
 
 
@@ -273,6 +276,25 @@ class AliasState:
     sem: threading.BoundedSemaphore
     meter: InflightMeter
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: wall-clock seconds at least one call of the alias waited for a gateway slot (overlaps once)
+    slot_wait_s: float = 0.0
+    slot_waiting: int = 0
+    slot_wait_since: float = 0.0
+    last_busy: float | None = None    # when a call of the alias last met a slot-busy answer
+
+    def slot_wait(self, clock: Callable[[], float], sleep: Callable[[float], None], seconds: float) -> None:
+        """Sleep `seconds` waiting for a gateway slot, counted in `slot_wait_s`."""
+        with self.lock:
+            if self.slot_waiting == 0:
+                self.slot_wait_since = clock()
+            self.slot_waiting += 1
+        try:
+            sleep(seconds)
+        finally:
+            with self.lock:
+                self.slot_waiting -= 1
+                if self.slot_waiting == 0:
+                    self.slot_wait_s += max(0.0, clock() - self.slot_wait_since)
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -342,13 +364,17 @@ class Gateway:
         if max_tokens:
             body["max_tokens"] = max_tokens
         tries_5xx = 0
-        busy = 0
         first_429: float | None = None
         st.sem.acquire()
         held: Reservation | None = None
         try:
             if self.meter is not None:   # BudgetStop: the call is not sent
                 held = self.meter.admit(alias, n, sum(len(m.get("content") or "") for m in messages), max_tokens)
+            last = st.last_busy
+            polite = gwlimit.yield_wait(None if last is None else self.clock() - last)
+            if polite > 0:                      # slots are contended: the freed one is a waiter's
+                st.slot_wait(self.clock, self.sleep, polite)
+                rec.gateway_wait_s += polite
             while True:
                 rec.pacer_wait_s += self._admit(st)
                 t0 = self.clock()
@@ -379,14 +405,18 @@ class Gateway:
                         st.pacer.on_ok()
                     return texts, rec
                 if code == 429:
-                    rec.rate_limited += 1
-                    rec.retries += 1
                     now = self.clock()
                     first_429 = first_429 if first_429 is not None else now
                     if gwlimit.slots_busy(code, raw) and now - first_429 <= MAX_429_WAIT_S:
-                        busy += 1               # the gateway's in-flight limit: another caller holds the slots
-                        self.sleep(gwlimit.slot_wait(busy))
+                        rec.gateway_waits += 1  # the gateway's in-flight limit: another caller holds the slots
+                        w0 = self.clock()
+                        with st.lock:
+                            st.last_busy = w0
+                        st.slot_wait(self.clock, self.sleep, gwlimit.slot_wait(w0 - first_429))
+                        rec.gateway_wait_s += self.clock() - w0
                         continue
+                    rec.rate_limited += 1
+                    rec.retries += 1
                     with st.lock:
                         st.pacer.on_429(now, _retry_after(headers))
                     if now - first_429 > MAX_429_WAIT_S:

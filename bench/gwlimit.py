@@ -4,8 +4,11 @@ The gateway enforces each alias's declared limits for every caller (bench/folkne
 `gateway_limits`). LiteLLM 1.108 does not queue a call above an alias's in-flight limit: it
 answers 429 at once ("Deployment has all max_parallel_requests slots in use"). That 429 says
 "a slot is taken by another caller", not "the pool is overloaded": the gateway client
-(`bench.gateway`) then waits a short, random, growing time and asks again, without freezing or
-lowering its pacer; every caller backing off the same way is what shares the slots fairly.
+(`bench.gateway`) then waits a short, random time and asks again, without freezing or lowering
+its pacer, and counts it apart from a rate limit (`CallRecord.gateway_waits`, not `rate_limited`).
+Every caller backing off the same way is what shares the slots: the wait is short and shorter the
+longer a call has waited, and while slots are contended a new call yields briefly before its
+first try, so a caller kept waiting is not starved by one whose call just finished.
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ from __future__ import annotations
 import random
 
 SLOTS_BUSY = "max_parallel_requests slots in use"
-FIRST_WAIT_S = 0.05     # the first back-off's upper bound; doubled after each busy answer
-MAX_WAIT_S = 0.8        # the back-off's upper bound at most
+MAX_WAIT_S = 0.2        # the back-off's upper bound for a call that has just met the limit
+AGE_S = 0.2             # ... halved once the call has waited this long, a third at twice, ...
+MIN_WAIT_S = 0.02       # ... but never below this
+CONTENTION_S = 1.0      # a slot-busy answer this recent: another caller is waiting for slots
+YIELD_S = 0.1           # then a new call first waits up to this long (the freed slot is a waiter's)
 
 
 def slots_busy(code: int, body: bytes) -> bool:
@@ -22,8 +28,19 @@ def slots_busy(code: int, body: bytes) -> bool:
     return code == 429 and SLOTS_BUSY.encode() in body
 
 
-def slot_wait(busy: int, rng: random.Random | None = None) -> float:
-    """Seconds to wait after the `busy`-th busy answer in a row (1, 2, ...): full jitter up to
-    FIRST_WAIT_S * 2**(busy-1), at most MAX_WAIT_S."""
-    top = min(MAX_WAIT_S, FIRST_WAIT_S * 2 ** max(0, busy - 1))
-    return (rng or random).uniform(top / 4, top)
+def slot_wait(waited: float, rng: random.Random | None = None) -> float:
+    """Seconds to wait after a busy answer, the call having waited `waited` seconds for a slot so
+    far: jitter between half an upper bound and the bound, MAX_WAIT_S / (1 + waited / AGE_S), at
+    least MIN_WAIT_S. The longer a call has waited, the more often it asks: the slot a finished
+    call frees most likely goes to the oldest waiter, not to a call that just met the limit."""
+    top = max(MIN_WAIT_S, MAX_WAIT_S / (1.0 + max(0.0, waited) / AGE_S))
+    return (rng or random).uniform(top / 2, top)
+
+
+def yield_wait(since_busy: float | None, rng: random.Random | None = None) -> float:
+    """Seconds a new call waits before its first try: while slots were found busy in the last
+    CONTENTION_S (`since_busy` seconds ago; None: never), a random time up to YIELD_S, so a caller
+    whose call just finished does not take the freed slot from one that has been waiting; 0 else."""
+    if since_busy is None or since_busy > CONTENTION_S:
+        return 0.0
+    return (rng or random).uniform(0.0, YIELD_S)

@@ -66,8 +66,8 @@ def line_for(record: dict[str, Any]) -> dict[str, Any]:
     models = {}
     for alias, m in record["models"].items():
         models[alias] = {k: m.get(k) for k in ("tier", "candidates", "compiled", "best", "tokens_in", "tokens_out",
-                                               "gpu_s", "draw_s", "status", "error", "rate_limited", "calls",
-                                               "constraints")}
+                                               "gpu_s", "draw_s", "status", "error", "rate_limited",
+                                               "gateway_waits", "calls", "constraints")}
     line = {"batch": record["batch"], "function": record["function"], "round": record["round"],
             "escalated": record["escalated"], "start": record["start"], "end": record["end"],
             "lane_cpu_s": record["lane_cpu_s"], "candidates": record["candidates"],

@@ -67,6 +67,8 @@ class ModelRound:
     inflight_meter: dict[str, Any] = field(default_factory=dict)
     pass_at: dict[str, float] = field(default_factory=dict)   # pass@k by k, written as "pass@k" keys
     gpu_s: float = 0.0   # estimated from the pool's measured throughput (bench.budget)
+    #: the gateway's "slots in use" 429s its calls waited out (not rate limits: `rate_limited` is those)
+    gateway_waits: int = 0
     #: the round's plan for the model and what bound it, for how long: {"planned", "why",
     #: "inflight_by", "seconds": {constraint: s}, "bound"} (bench.plan, bench.batch.constraints)
     constraints: dict[str, Any] = field(default_factory=dict)
@@ -77,7 +79,7 @@ class ModelRound:
                 "passed": self.passed, "best": self.best, "tokens_in": self.tokens_in,
                 "tokens_out": self.tokens_out, "cached_tokens": self.cached_tokens, "draw_s": self.draw_s,
                 "calls": self.calls, "retries": self.retries, "rate_limited": self.rate_limited,
-                "pacer_wait_s": self.pacer_wait_s, "status": self.status.value, "error": self.error,
+                "gateway_waits": self.gateway_waits, "pacer_wait_s": self.pacer_wait_s, "status": self.status.value, "error": self.error,
                 "inflight_meter": self.inflight_meter, "gpu_s": self.gpu_s, "constraints": self.constraints,
                 **self.pass_at}
 
@@ -104,6 +106,7 @@ class ModelRound:
                    inflight_meter=dict(f.get(o, "inflight_meter", dict, where, required=False, default={})),
                    pass_at=_pass_at(f, o, where),
                    gpu_s=float(f.get(o, "gpu_s", _NUMBER, where, required=False, default=0.0)),
+                   gateway_waits=int(f.get(o, "gateway_waits", int, where, required=False, default=0)),
                    constraints=dict(f.get(o, "constraints", dict, where, required=False, default={})))
 
 

@@ -116,15 +116,19 @@ def poll(repo: str | None, install_: bool, uninstall: bool, dagu_home: str | Non
 @job.command("revoke")
 @click.argument("name")
 def revoke(name: str) -> int:
-    """Revoke job NAME's own gateway key now (the tick does it when the job ends); for a job given
-    up or cleaned up by hand. Needs NEV_GATEWAY_KEYS_FILE."""
-    from jobs import jobkeys
+    """Revoke job NAME's own gateway key now and delete its key file on the job's lane (the tick
+    does both when the job ends); for a job given up or cleaned up by hand. Needs
+    NEV_GATEWAY_KEYS_FILE."""
+    from jobs import jobkeys, records
     from jobs.manifest import NAME_RE
 
     if not NAME_RE.match(name):
         raise click.UsageError(f"{name!r} is not a job name ([a-z0-9][a-z0-9._-]*, at most 60)")
     jobkeys.revoke(name)
     click.echo(f"job {name}: its gateway key is revoked")
+    rec = records.read().jobs.get(name)
+    jobkeys.drop_key_file(name, rec.lane if rec else None)
+    click.echo(f"job {name}: its key file on the lane is deleted")
     return 0
 
 

@@ -1,5 +1,6 @@
 """One gateway key per job: minted at submit, allowed only the aliases its manifest names,
-revoked when the job ends (the tick, `jobs/poll.py`) or by hand (`nev job revoke`).
+revoked when the job ends (the tick, `jobs/poll.py`) or by hand (`nev job revoke`), and its file
+on the lane deleted then too (`drop_key_file`).
 
 No database: the key is one more entry in the keys file the gateway already reads for its per-key
 allowlists (on the box `rig/box/gateway.py`'s key check, which re-reads the file when it changes):
@@ -24,6 +25,7 @@ import hashlib
 import inspect
 import json
 import posixpath
+import re
 import secrets
 import shlex
 import time
@@ -142,6 +144,27 @@ def mint(m: Manifest, environ: Mapping[str, str] | None = None, now: float | Non
              "sha256": digest(key), "expires": int(t + m.limit_s + EXPIRY_MARGIN_S)}
     _change({"add": {entry_id(m.name): entry}}, environ)
     return key
+
+
+def drop_command(path: str, sha256: str | None = None) -> str:
+    """sh that deletes a job's key file on its lane (nothing when it is not there); with `sha256`,
+    only when the file holds that key (a submission of the same job since then keeps its own)."""
+    q = shlex.quote(path)
+    if sha256 is None:
+        return f"rm -f {q}"
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise ValueError(f"not a SHA-256 digest: {sha256!r}")
+    return (f'if [ -f {q} ] && [ "$(tr -d \'\\n\' < {q} | sha256sum | cut -d" " -f1)" = {sha256} ]; '
+            f'then rm -f {q}; fi')
+
+
+def drop_key_file(job: str, lane: int | None, sha256: str | None = None) -> None:
+    """The job's key file deleted on `lane` (None: the default lane; `drop_command`); NevError when
+    the lane cannot be reached."""
+    from dagu import service
+
+    with service.opened(lane) as ld:
+        ld.conn.run(drop_command(lane_key_path(ld.layout.home, job), sha256), check=True)
 
 
 def revoke(job: str, environ: Mapping[str, str] | None = None, sha256: str | None = None) -> None:

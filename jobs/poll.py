@@ -231,10 +231,10 @@ def clean_up_forge(repo: Repo, forge: forge_mod.Forge, name: str, res: Result, r
     return forge.delete_if_at(repo, {f"job/{name}": job_tip, f"result/{name}": res.commit})
 
 
-def revoke_key(name: str, env: Mapping[str, str], sha256: str | None) -> None:
-    """The job's own gateway key revoked (`jobs/jobkeys.py`): the one this tick's record names, so
-    a submission of the same job during the tick keeps its new key; a failure is said, and the
-    key still expires by itself."""
+def revoke_key(name: str, env: Mapping[str, str], sha256: str | None, lane: int | None = None) -> None:
+    """The job's own gateway key revoked (`jobs/jobkeys.py`) and its file on the lane deleted: the
+    one this tick's record names, so a submission of the same job during the tick keeps its new
+    key and file; a failure is said, and the key still expires by itself."""
     if not sha256 or not jobkeys.where(env):
         return
     try:
@@ -242,6 +242,10 @@ def revoke_key(name: str, env: Mapping[str, str], sha256: str | None) -> None:
         info(f"{name}: its gateway key revoked")
     except NevError as e:
         info(f"{name}: its gateway key was not revoked ({e}); it expires by itself, or: nev job revoke {name}")
+    try:
+        jobkeys.drop_key_file(name, lane, sha256)
+    except NevError as e:
+        info(f"{name}: its key file on the lane was not deleted ({e}); nev job revoke {name} deletes it")
 
 
 @contextmanager
@@ -297,7 +301,7 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
             info(f"{name}: resent ({act.why}), run {run_id}; not counted as a send")
         else:
             assert res is not None or act.kind is Act.FAILED
-            revoke_key(name, env, rec.key_sha256 if rec else None)   # the run is over: its own key goes
+            revoke_key(name, env, rec.key_sha256 if rec else None, rec.lane if rec else None)   # the run is over
             with _record(env, name, rec) as r:
                 if r is not None:
                     r.polled_at = now

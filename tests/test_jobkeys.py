@@ -108,3 +108,44 @@ def test_revoke_by_hand_needs_the_keys_file_setting_and_a_job_name_each_said_in_
     assert len(r.stderr.strip().splitlines()) == 1
     r = _nev("job", "revoke", "Bad Name", env={"NEV_GATEWAY_KEYS_FILE": "root@10.0.0.20:/srv/keys.json"})
     assert r.returncode == 2 and "not a job name" in r.stderr
+
+
+def test_the_key_file_is_deleted_only_when_it_holds_the_revoked_key_or_by_hand_always(tmp_path):
+    """The sh the tick and `nev job revoke` run on the lane, run here with sh on real files."""
+    f = tmp_path / "job-keys" / "clamp-px.key"
+    f.parent.mkdir()
+
+    def run(sha256: str | None) -> None:
+        subprocess.run(["sh", "-c", jobkeys.drop_command(str(f), sha256)], check=True)
+
+    f.write_text("sk-nev-job-new\n")
+    run(jobkeys.digest("sk-nev-job-old"))          # a newer submission's key: kept
+    assert f.read_text() == "sk-nev-job-new\n"
+    run(jobkeys.digest("sk-nev-job-new"))          # the key the tick revoked: gone
+    assert not f.exists()
+    run(jobkeys.digest("sk-nev-job-new"))          # already gone: nothing to do, no failure
+    f.write_text("sk-nev-job-any\n")
+    run(None)                                      # by hand: whatever key it holds
+    assert not f.exists()
+    with pytest.raises(ValueError):
+        jobkeys.drop_command(str(f), "x; rm -rf /")
+
+
+def test_the_tick_deletes_the_key_file_on_the_jobs_lane_after_revoking_and_says_a_failure(monkeypatch, capsys):
+    from jobs import poll
+    from lanes.base.errors import NevError
+
+    done = []
+    monkeypatch.setattr(jobkeys, "revoke", lambda job, env, sha: done.append(("revoke", job, sha)))
+    monkeypatch.setattr(jobkeys, "drop_key_file", lambda job, lane, sha: done.append(("drop", job, lane, sha)))
+    env = {"NEV_GATEWAY_KEYS_FILE": "root@10.0.0.20:/srv/keys.json"}
+    poll.revoke_key("clamp-px", env, "a" * 64, 1)
+    assert done == [("revoke", "clamp-px", "a" * 64), ("drop", "clamp-px", 1, "a" * 64)]
+
+    def unreachable(*a):
+        raise NevError("lane 1 does not answer")
+
+    monkeypatch.setattr(jobkeys, "drop_key_file", unreachable)
+    poll.revoke_key("clamp-px", env, "a" * 64, 1)
+    out = capsys.readouterr()
+    assert "clamp-px: its key file on the lane was not deleted (lane 1 does not answer)" in out.out + out.err

@@ -1,7 +1,7 @@
 """One gateway key per job on the rig-in-a-box: `nev job submit` mints it in the real gateway's
 keys file (over SSH through the jump host), the job's stages on the lane use it from a file, the
 real LiteLLM gateway refuses it for an alias the manifest does not name, and refuses it altogether
-once the tick has seen the job end. The key is in nothing Dagu stores (parameters, status, logs)."""
+once the tick has seen the job end, when its key file on the lane is deleted too. The key is in nothing Dagu stores (parameters, status, logs)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ def test_a_jobs_own_key_is_refused_an_unnamed_alias_and_everything_after_the_job
     rig.poll_until(job, "landed")
     assert f"job:{job}" not in gateway_keys(box)
     assert call(box, key, FAST) == 401                  # revoked: refused altogether
+    assert not keyfile.exists()                         # and its file on the lane deleted
     # nothing Dagu keeps (its run parameters, status files, step logs) holds the key
     dagu = [p for p in (rig.lane.host_home / "dagu").rglob("*") if p.is_file() and "job-keys" not in p.parts]
     texts = {p: p.read_text(errors="replace") for p in dagu}

@@ -70,7 +70,7 @@ def main() -> None:
         "one_pool_max_in_flight": pool_one["max_inflight_seen"],
         "two_completions": two_n, "two_completions_per_s": round(sum(two_n) / w, 2),
         "two_split": [round(n / max(1, sum(two_n)), 3) for n in two_n],
-        "two_gateway_429": [d.rate_limited for d in two], "two_failed": [d.failed for d in two],
+        "two_gateway_429": [d.gateway_waits for d in two], "two_failed": [d.failed for d in two],
         "two_pool_max_in_flight": pool_two["max_inflight_seen"],
         "peak_rss_mb": {"this_client": own_peak_rss_mb()},
         "ratio_two_vs_one": round(sum(two_n) / max(1, one_n), 3),

@@ -32,7 +32,8 @@ print("ready", flush=True)
 sys.stdin.readline()                      # the start line: every lane starts together
 t0 = time.monotonic()
 end = t0 + seconds
-got = {"calls": 0, "choices": 0, "failed": 0, "rate_limited": 0, "pacer_wait_s": 0.0, "done_at": []}
+got = {"calls": 0, "choices": 0, "failed": 0, "rate_limited": 0, "gateway_waits": 0, "pacer_wait_s": 0.0,
+       "done_at": []}
 lock = threading.Lock()
 def worker(i):
     seed = i * 100000
@@ -47,6 +48,7 @@ def worker(i):
             got["choices"] += len(texts)
             got["failed"] += rec.status != "ok"
             got["rate_limited"] += rec.rate_limited
+            got["gateway_waits"] += rec.gateway_waits
             got["pacer_wait_s"] += rec.pacer_wait_s
             if texts:
                 got["done_at"].append(round(time.monotonic() - t0, 3))
@@ -66,6 +68,7 @@ class Drawn:
     calls: int
     failed: int
     rate_limited: int
+    gateway_waits: int
     span_s: float
     done_at: list[float]
     raw: dict[str, Any]
@@ -114,7 +117,8 @@ def draw(box, conns: list[Connection], alias: str, inflight: int, seconds: float
             if line.startswith("result "):
                 d = json.loads(line[len("result "):])
                 out[k] = Drawn(lane=k, choices=d["choices"], calls=d["calls"], failed=d["failed"],
-                               rate_limited=d["rate_limited"], span_s=d["span_s"], done_at=d["done_at"], raw=d)
+                               rate_limited=d["rate_limited"], gateway_waits=d.get("gateway_waits", 0),
+                               span_s=d["span_s"], done_at=d["done_at"], raw=d)
 
     ts = [threading.Thread(target=collect, args=(k,)) for k in range(len(chans))]
     for t in ts:
