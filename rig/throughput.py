@@ -291,15 +291,29 @@ def save(result: dict[str, Any], directory: Path | None = None) -> Path:
 
 
 def own_use() -> dict[str, float | None]:
-    """This process's CPU seconds and peak RSS (getrusage; each its own counter, never summed
-    with anything else; null where the platform gives none)."""
+    """This process's CPU seconds (getrusage) and peak RSS (VmHWM, else getrusage; each its own
+    counter, never summed with anything else; null where the platform gives none)."""
     try:
         import resource
     except ImportError:
         return {"cpu_s": None, "peak_rss_mib": None}
     ru = resource.getrusage(resource.RUSAGE_SELF)
+    kib = _own_peak_kib() or ru.ru_maxrss
     return {"cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
-            "peak_rss_mib": round(ru.ru_maxrss / 1024, 1) if ru.ru_maxrss else None}
+            "peak_rss_mib": round(kib / 1024, 1) if kib else None}
+
+
+def _own_peak_kib() -> int | None:
+    """This program's own peak RSS (VmHWM). getrusage's ru_maxrss is carried across exec on Linux,
+    so a client started by a large process (a test runner) would report its parent's size."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def run(alias: str, levels: Sequence[int], requests: int | None, max_tokens: int, timeout: float,

@@ -143,3 +143,16 @@ def test_the_gateway_url_is_picked_as_the_generation_loop_picks_it(monkeypatch, 
     monkeypatch.delenv("NEV_LANE_MODEL_URL")
     with pytest.raises(NevError, match="no gateway URL"):
         gateway.endpoint_from_settings()
+
+
+def test_the_clients_peak_memory_is_its_own_not_the_size_of_the_process_that_started_it():
+    """Linux carries getrusage's ru_maxrss across exec: a client exec'd by a 300 MiB process would
+    report 300 MiB. The figure is the program's own (VmHWM)."""
+    code = ("import os, sys\n"
+            "big = bytearray(300 * 1024 * 1024)\n"
+            "for i in range(0, len(big), 4096): big[i] = 1\n"
+            "os.execv(sys.executable, [sys.executable, '-c', 'import sys; sys.path.insert(0, sys.argv[1]); "
+            "from rig.throughput import own_use; print(own_use()[\"peak_rss_mib\"])', sys.argv[1]])\n")
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert 1 < float(out.stdout) < 150, out.stdout
