@@ -10,8 +10,8 @@ Each batch is the lane's own nev (its gateway client: pacer, 429 handling, in-fl
 installed on the lane (`nev lane install`), drawing n=1 calls for a fixed time; completions are
 counted inside that window. The pool answers after a fixed delay (the stand-in's "GPU time"):
 2 s by default, a short generation. With much shorter calls (0.5 s) the gateway's own CPU is
-what binds on 2 shared cores, and the 429s of the batch waiting for a slot cost it too (ratio
-0.82 measured 2026-12-01, against 0.96 at 2 s).
+what bound on 2 shared cores with the first back-off (ratio 0.82 measured 2026-12-01, against
+0.96 at 2 s); with the fairer back-off the same runs gave 1.05 and 1.00 (docs/batch.md, B12).
 
 Run (as root, the box up or brought up here):
     NEV_BOX_NAME=bbox NEV_BOX_NET=198.18.70 .venv/bin/python bench/perf/b12_sharing.py [--seconds 30] [--delay 2]
