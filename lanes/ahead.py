@@ -1,7 +1,7 @@
 """A gate started ahead: `nev lane run|on` in its plain form is parsed here, without click, and
 the SSH client to its first lane is started before the rest of nev is imported, so the
 connection through the jump host is made while the worktree is read. The gate's first session
-to that lane takes that client (`lanes.base.ssh.OpenSsh.open_session`); one nobody took is
+to that lane takes that client (`lanes.base.openssh.OpenSsh.open_session`); one nobody took is
 stopped when nev exits.
 
 The plain form: `run [--lane N] [--pull DIR]... WORKTREE COMMAND...` and `on` with `--lane-only`

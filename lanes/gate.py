@@ -3,7 +3,7 @@
 `run()` is `nev lane run` (lane-only unless told otherwise) and `on()` is `nev lane on`. One SSH
 channel carries the whole conversation with the lane agent (`lanes/agent/`): hello (the
 mirror's tips, free disk), the payload, the streamed output, pulled folders and the result.
-`run()` opens it with the OpenSSH client (`lanes.base.ssh.OpenSsh`): it starts without paramiko,
+`run()` opens it with the OpenSSH client (`lanes.base.openssh.OpenSsh`): it starts without paramiko,
 and a lane that does not answer is the client exiting before the agent said a word. An
 interrupt (SIGINT/SIGTERM) asks the lane to stop the command's whole process tree and exits
 130/143; a dropped connection is followed by a second SSH call that stops the run and removes
@@ -33,7 +33,8 @@ from lanes.base.errors import DiskShortError, NevError, NoLaneError
 from lanes.base.exitcodes import Exit
 from lanes.base.gitrun import Repo
 from lanes.base.mask import mask, register_secret
-from lanes.base.ssh import CONNECT_TIMEOUT, Connection, OpenSsh, SshError, link_errors
+from lanes.base.openssh import OpenSsh
+from lanes.base.ssh import CONNECT_TIMEOUT, Connection, SshError, link_errors
 from lanes.lanesfile import Lane, LanesFile
 from lanes.session import Session
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from lanes.base import jsonfile, settings
 from lanes.base.errors import ConfigError, NevError, NoLaneError
-from lanes.base.ssh import CONNECT_TIMEOUT, Connection, OpenSsh, SshError, Target
+from lanes.base.openssh import OpenSsh
+from lanes.base.ssh import CONNECT_TIMEOUT, Connection, SshError, Target
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from lanes import payload
 from lanes.agent.wire import Kind, Op, ProtocolError, frame, parse, request
 from lanes.base import ui
 from lanes.base.errors import NevError
-from lanes.base.ssh import CHUNK, Connection, OpenSsh, ProcessChannel, SshError, wait_readable
+from lanes.base.openssh import OpenSsh, ProcessChannel, wait_readable
+from lanes.base.ssh import CHUNK, Connection, SshError
 from lanes.lanesfile import Lane
 
 if TYPE_CHECKING:

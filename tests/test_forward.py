@@ -420,7 +420,8 @@ def test_crontab_line_escapes_percent_and_quotes():
 
 
 def test_client_argv_pins_the_host_key_binds_loopback_and_holds_no_secret():
-    from lanes.base.ssh import Target, client_forward_argv
+    from lanes.base.openssh import client_forward_argv
+    from lanes.base.ssh import Target
 
     argv = client_forward_argv(Target("jump-host", "root", 2222), 18080, "10.0.0.5:80",
                                Path("/k/known hosts"), Path("/k/id"))
@@ -435,7 +436,8 @@ def test_client_argv_pins_the_host_key_binds_loopback_and_holds_no_secret():
 
 
 def test_client_failures_are_classified_from_what_ssh_said():
-    from lanes.base.ssh import Target, client_failure
+    from lanes.base.openssh import client_failure
+    from lanes.base.ssh import Target
 
     j, kh = Target("jump-host", "root"), Path("/kh")
     unknown = client_failure("No ED25519 host key is known for jump-host\nHost key verification failed.", j, kh)

@@ -39,7 +39,7 @@ def test_a_worktree_that_is_a_file_is_left_to_the_command_line(tmp_path):
 
 
 def test_nothing_starts_on_a_lane_or_without_lanes(monkeypatch, tmp_path):
-    from lanes.base import ssh
+    from lanes.base import openssh as ssh
 
     g = GateArgs(None, False, (), "wt", ("true",))
     monkeypatch.setenv("NEV_ON_LANE", "1")

@@ -111,7 +111,7 @@ def test_output_is_complete_and_background_child_does_not_hold_the_run(sshd):
 
 
 def _drain(ch) -> tuple[bytes, bytes]:
-    from lanes.base.ssh import wait_readable
+    from lanes.base.openssh import wait_readable
 
     out, err = b"", b""
     while not ch.closed:
@@ -124,7 +124,7 @@ def _drain(ch) -> tuple[bytes, bytes]:
 
 
 def test_openssh_channel_streams_both_ways_with_the_pinned_key(sshd):
-    from lanes.base.ssh import OpenSsh
+    from lanes.base.openssh import OpenSsh
 
     with OpenSsh(target(sshd), sshd.known_hosts, sshd.client_key) as o:
         ch = o.open_session("cat; echo oops >&2; exit 7")
@@ -138,7 +138,7 @@ def test_openssh_channel_streams_both_ways_with_the_pinned_key(sshd):
 
 @pytest.mark.parametrize("pin", ["unknown", "changed"])
 def test_openssh_refuses_a_host_key_not_pinned_or_not_matching(sshd, tmp_path, pin):
-    from lanes.base.ssh import OpenSsh
+    from lanes.base.openssh import OpenSsh
 
     kh = tmp_path / "known_hosts"
     if pin == "unknown":
@@ -157,7 +157,8 @@ def test_openssh_refuses_a_host_key_not_pinned_or_not_matching(sshd, tmp_path, p
 
 
 def test_openssh_to_a_dead_port_is_unreachable_not_a_key_problem(sshd):
-    from lanes.base.ssh import OpenSsh, SshError
+    from lanes.base.openssh import OpenSsh
+    from lanes.base.ssh import SshError
 
     with OpenSsh(Target("127.0.0.1", sshd.user, local_sshd.free_port()), sshd.known_hosts, sshd.client_key) as o:
         ch = o.open_session("true")
@@ -169,7 +170,7 @@ def test_openssh_to_a_dead_port_is_unreachable_not_a_key_problem(sshd):
 
 
 def test_a_channel_started_ahead_is_taken_by_the_same_command_only(sshd):
-    from lanes.base import ssh
+    from lanes.base import openssh as ssh
 
     o = ssh.OpenSsh(target(sshd), sshd.known_hosts, sshd.client_key)
     o.start_ahead("echo ahead")

@@ -10,7 +10,7 @@ jump host).
 Where the time went (2026-12-01, 2 cores, load ~6): the CLI's overhead was ~0.45-1.3 s, of which
 paramiko's import (with cryptography, nacl and importlib.metadata's scan for its version) and its
 two pure-Python handshakes were most; click ~30-50 ms. The gate now opens its channel with the
-OpenSSH client (`lanes.base.ssh.OpenSsh`; no paramiko loaded) and starts it before the rest of
+OpenSSH client (`lanes.base.openssh.OpenSsh`; no paramiko loaded) and starts it before the rest of
 nev is imported (`lanes.ahead`), so the imports, the worktree's git reads and the forge lookup
 happen while the client connects; the plain `nev lane run|on` is parsed without click; the
 payload's diff and untracked files are made while the lane's hello is on its way; the lane's

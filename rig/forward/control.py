@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lanes.base import crontab, settings, ssh
+from lanes.base import crontab, openssh, settings
 from lanes.base.errors import ConfigError, NevError, UsageError
 from rig import rigfile
 from rig.box import procs
@@ -208,7 +208,7 @@ def _down_for_good(fw: Forward, detail: str, started_here: bool, timed_out: bool
     if rec is None or not rec.supervisor.alive():
         last = st.tail(st.Paths.of(fw.name).log, 1)
         return "its supervisor exited" + (f": {last[0]}" if last else "")
-    if rec.ssh is None and rec.last_exit is not None and rec.last_exit.kind in ssh.LASTING:
+    if rec.ssh is None and rec.last_exit is not None and rec.last_exit.kind in openssh.LASTING:
         if started_here:
             stop(fw.name)
         return rec.last_exit.why

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from lanes.base import ssh
+from lanes.base import openssh, ssh
 from lanes.base.errors import NevError
 from lanes.base.mask import mask_argv
 from rig.forward import state as st
@@ -86,7 +86,7 @@ class Supervisor:
                               jump=str(self.jump), check=self.fw.check, supervisor=me, started=st.now(),
                               log=str(self.paths.log))
         st.write(self.paths, self.state)
-        argv = ssh.client_forward_argv(self.jump, self.fw.local_port, self.fw.target, self.known_hosts,
+        argv = openssh.client_forward_argv(self.jump, self.fw.local_port, self.fw.target, self.known_hosts,
                                        self.key)
         self.log.write(f"supervisor {me.pid}: holding {self.fw.local} -> {self.fw.target} via {self.jump}")
         delay = 0.0
@@ -135,7 +135,7 @@ class Supervisor:
     def _one_client(self, argv: list[str]) -> float:
         """Run one client until it exits; record it. Seconds it ran."""
         t0 = time.monotonic()
-        child = ssh.start_client_forward(argv)
+        child = openssh.start_client_forward(argv)
         self.child = child
         if self.stopping:  # SIGTERM came between the start and the line above
             child.terminate()
@@ -154,7 +154,7 @@ class Supervisor:
         code = child.wait()
         self.child = None
         ran = time.monotonic() - t0
-        fail = ssh.client_failure("\n".join(said), self.jump, self.known_hosts)
+        fail = openssh.client_failure("\n".join(said), self.jump, self.known_hosts)
         why = fail.line if said else f"ssh exited {code} without a message"
         if code < 0:
             why = f"killed by signal {-code}" + (f"; {fail.line}" if said else "")
