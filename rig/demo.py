@@ -29,6 +29,7 @@ from lanes.base.mask import mask
 from lanes.base.ui import info
 from rig.box import Box
 from rig.box.state import BoxInfo
+from rig.demo_bank import ENGINE, FUNCTION, demo_bank
 from rig.demo_report import (
     FAILED,
     PASSED,
@@ -38,10 +39,9 @@ from rig.demo_report import (
     results_text,
     summary_table,
 )
+from rig.demo_run import Beside, StepFailed, run_stamped
 
 PROJECT = Path(__file__).resolve().parent.parent
-ENGINE = PROJECT / "crates_bridge" / "engine"
-FUNCTION = "abspos_width"            # the generated function the demo's track rewrites
 OTHER = "block_width"                # the example engine's other generated function
 DEMO_BOX_NAME = "demo"
 DEMO_BOX_NET = "198.18.77"
@@ -86,113 +86,6 @@ version that passes more cases of the corpus replaces it and its floor is raised
 def rendered_corpora(output: str) -> list[str]:
     """The corpora a `nev oracle build` output says were rendered (not found or copied)."""
     return [Path(f).name for f in re.findall(r"^(\S+): \d+ agreed of \d+ generated", output, re.M)]
-
-
-class StepFailed(NevError):
-    pass
-
-
-class Stamped(str):
-    """A command's stderr, each line led by `[+S.S s]`, the seconds since it started; and its time."""
-
-    seconds: float = 0.0
-
-
-def run_stamped(argv: list[str], cwd: Path, env: dict[str, str],
-                timeout: float) -> tuple[subprocess.CompletedProcess[str], Stamped]:
-    """`subprocess.run(argv, capture_output=True, text=True, timeout=timeout)`, and the stderr
-    with each line's time since the start (read as it comes)."""
-    t = time.monotonic()
-    p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out: list[str] = []
-    err: list[tuple[float, str]] = []
-
-    def read_out() -> None:
-        assert p.stdout is not None
-        out.append(p.stdout.read())
-
-    def read_err() -> None:
-        assert p.stderr is not None
-        for line in p.stderr:
-            err.append((time.monotonic() - t, line))
-
-    readers = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
-    for r in readers:
-        r.start()
-    try:
-        p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-        raise
-    finally:
-        for r in readers:
-            r.join()
-    stamped = Stamped("".join(f"[+{at:5.1f} s] {line.rstrip(chr(10))}\n" for at, line in err))
-    stamped.seconds = time.monotonic() - t
-    return subprocess.CompletedProcess(argv, p.returncode, "".join(out), "".join(line for _, line in err)), stamped
-
-
-class Beside:
-    """A call run in a thread beside the caller's own work; `result()` waits for it and returns
-    its value or raises its error."""
-
-    def __init__(self, fn: Callable[[], subprocess.CompletedProcess[str]]) -> None:
-        self._fn = fn
-        self._value: subprocess.CompletedProcess[str] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._value = self._fn()
-        except BaseException as e:  # handed to the caller by result()
-            self._error = e
-
-    def result(self) -> subprocess.CompletedProcess[str]:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._value is not None
-        return self._value
-
-
-def _sub(text: str, old: str, new: str) -> str:
-    if old not in text:
-        raise StepFailed(f"the example {FUNCTION}.rs changed: the demo's bank cannot find {old!r}")
-    return text.replace(old, new, 1)
-
-
-def demo_bank() -> dict:
-    """Candidates a model might answer for `abspos_width`, as whole files.
-
-    - wrong: the example engine's own version (it misses the rule for negative free space with
-      both margins auto), and one that also forgets shrink-to-fit;
-    - right: the negative-margins rule, and every length resolved to the browsers' layout unit
-      (1/64 px, floored), as Blink, Gecko and WebKit do: without it a case such as
-      `left: auto; width: 101.4%; right: 56%` is 1/30 px off the browsers' answer.
-    """
-    example = (ENGINE / "crates/layout/src/generated" / f"{FUNCTION}.rs").read_text()
-    auto = "(None, None) => (free / 2.0, free / 2.0),"
-    negative = _sub(example, auto, "(None, None) if free < 0.0 => (0.0, free),\n            " + auto)
-    head = "fn solve(input: &AbsposWidthInput, width: Len) -> AbsposWidthOutput {\n"
-    right = _sub(negative, head, "/// A length in the browsers' layout unit (1/64 px, floored).\n"
-                 "fn lu(v: Option<f64>) -> Option<f64> {\n    v.map(|x| (x * 64.0).floor() / 64.0)\n}\n\n" + head)
-    for old, new in (("input.padding_left.or_zero(cb)", "lu(input.padding_left.resolve(cb)).unwrap_or(0.0)"),
-                     ("input.padding_right.or_zero(cb)", "lu(input.padding_right.resolve(cb)).unwrap_or(0.0)"),
-                     ("input.left.resolve(cb)", "lu(input.left.resolve(cb))"),
-                     ("input.right.resolve(cb)", "lu(input.right.resolve(cb))"),
-                     ("width.resolve(cb)", "lu(width.resolve(cb))"),
-                     ("input.margin_left.resolve(cb)", "lu(input.margin_left.resolve(cb))"),
-                     ("input.margin_right.resolve(cb)", "lu(input.margin_right.resolve(cb))")):
-        right = _sub(right, old, new)
-    no_shrink = _sub(negative, "(None, None, None) => (static_left, shrink_to_fit),",
-                     "(None, None, None) => (static_left, 0.0),")
-    return {"_comment": "nev box demo: abspos_width wrong at the sampling tier, right at the capacity tier",
-            "functions": {FUNCTION: {
-                "sampling": [{"kind": "wrong", "code": example}, {"kind": "wrong", "code": no_shrink}],
-                "capacity": [{"kind": "right", "code": right}]}}}
 
 
 @dataclass

@@ -131,7 +131,7 @@ def test_demo_passes_every_step_and_lands_a_generated_function_at_its_floor(box)
 # ---- the pure parts ----
 
 def test_the_demo_bank_has_only_wrong_answers_below_the_capacity_tier():
-    from rig.demo import demo_bank
+    from rig.demo_bank import demo_bank
 
     fn = demo_bank()["functions"]["abspos_width"]
     assert [c["kind"] for c in fn["sampling"]] == ["wrong", "wrong"]
@@ -242,7 +242,7 @@ def test_the_summary_total_is_the_wall_time_when_steps_ran_beside_others():
 
 
 def test_a_command_s_progress_lines_are_logged_with_their_time_and_its_output_is_kept_whole(tmp_path):
-    from rig.demo import run_stamped
+    from rig.demo_run import run_stamped
 
     cp, stamped = run_stamped(["sh", "-c", "echo out; echo e1 >&2; echo e2 >&2; printf e3 >&2; exit 3"],
                               tmp_path, {"PATH": os.environ["PATH"]}, 60)
