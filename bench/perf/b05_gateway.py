@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench import folknet as fk  # noqa: E402
 from bench import prompt  # noqa: E402
 from bench.gateway import Gateway, read_key  # noqa: E402
-from bench.perf.common import ROOT, own_peak_rss_mb, publish, vm_hwm_mb  # noqa: E402
+from bench.perf.common import ROOT, box_with_lanes, own_peak_rss_mb, publish, vm_hwm_mb  # noqa: E402
 from crates_bridge.workspace import EXAMPLE_ENGINE  # noqa: E402
 from rig.box.netns import inside  # noqa: E402
 
@@ -83,10 +83,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=64, help="calls of the sampling alias (capacity: a quarter)")
     ap.add_argument("--delay", type=float, default=0.2, help="each pool answers after this many seconds")
     a = ap.parse_args()
-    from rig.box import Box
-
-    b = Box.from_settings()
-    info = b.up(lanes=1) if b.state() is None else b.info()
+    b, info = box_with_lanes(1)
     st = b.state()
     net = fk.load(info.folknet_file) if info.folknet_file else None
     assert net is not None

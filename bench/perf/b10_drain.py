@@ -28,6 +28,7 @@ from pathlib import Path
 from bench import gateway_http
 from bench.gateway import read_key
 from bench.gateway_http import Endpoint, Unreachable
+from bench.perf.common import box_with_lanes
 from lanes.base.gitrun import Repo
 from rig import rigfile
 from rig.serving.actions import run_verb
@@ -78,10 +79,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=48)
     ap.add_argument("--delay", type=float, default=1.0, help="each replica answers after this many seconds")
     a = ap.parse_args()
-    from rig.box import Box
-
-    b = Box.from_settings()
-    info = b.up(lanes=1) if b.state() is None else b.info()
+    b, info = box_with_lanes(1)
     assert info.rig_file is not None
     ep = Endpoint(info.gateway_local_url, read_key(info.keys["batch"]))
     rig = rigfile.load(info.rig_file)

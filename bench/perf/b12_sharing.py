@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import folknet as fk  # noqa: E402
 from bench.perf import lanedraw  # noqa: E402
-from bench.perf.common import own_peak_rss_mb, publish  # noqa: E402
+from bench.perf.common import box_with_lanes, own_peak_rss_mb, publish  # noqa: E402
 
 ALIAS = "qwen3.8-27b-fast"
 
@@ -38,10 +38,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0, help="how long each batch draws")
     ap.add_argument("--delay", type=float, default=2.0, help="the pool answers after this many seconds")
     a = ap.parse_args()
-    from rig.box import Box
-
-    b = Box.from_settings()
-    info = b.up(lanes=2) if b.state() is None or len(b.info().lanes) < 2 else b.info()
+    b, info = box_with_lanes(2)
     assert info.folknet_file is not None
     limit = fk.load(info.folknet_file).aliases[ALIAS].max_inflight
     pool = info.aliases[ALIAS]

@@ -16,12 +16,27 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lanes.base.gitrun import GitError, Repo
 
+if TYPE_CHECKING:
+    from rig.box import Box
+    from rig.box.state import BoxInfo
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "perf" / "results.jsonl"
+
+
+def box_with_lanes(lanes: int) -> tuple[Box, BoxInfo]:
+    """The box of NEV_BOX_NAME/NEV_BOX_NET, brought up with `lanes` lanes when it is down or has
+    fewer; a box already up with as many or more is used as it is (never shrunk)."""
+    from rig.box import Box
+
+    b = Box.from_settings()
+    if b.state() is None or len(b.info().lanes) < lanes:
+        return b, b.up(lanes=lanes)
+    return b, b.info()
 
 
 def commit() -> str | None:
