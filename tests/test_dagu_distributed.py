@@ -94,9 +94,7 @@ def test_two_concurrent_runs_run_one_on_each_lane(dist, tmp_path):
                                           "steps:\n  - name: work\n    command: sleep 12\n")
     ids = [ok(nev(dist.env, "dagu", "run", wf, "--detach")).stdout.strip() for _ in range(2)]
     api = dist.api
-    wait_for(lambda: all(api.run("spread", i)["statusLabel"] == "succeeded" for i in ids), 90, 0.5,
-             "both runs to succeed")
-    runs = [api.run("spread", i) for i in ids]
+    runs = wait_for(lambda: api.finished("spread", ids), 90, 0.5, "both runs to succeed")
     assert sorted(r["workerId"] for r in runs) == ["lane0", "lane1"]
     (s0, e0), (s1, e1) = ((_ts(r["startedAt"]), _ts(r["finishedAt"])) for r in runs)
     assert s0 < e1 and s1 < e0, "the two runs did not overlap in time"

@@ -67,6 +67,14 @@ class Api:
     def runs(self, name: str) -> list[dict[str, Any]]:
         return self.get("/dag-runs", name=name).get("dagRuns") or []
 
+    def finished(self, name: str, run_ids: list[str]) -> list[dict[str, Any]] | None:
+        """The runs' details once every one succeeded and carries both timestamps, else None.
+
+        Dagu can report `succeeded` a moment before the run's `finishedAt` is written."""
+        runs = [self.run(name, i) for i in run_ids]
+        done = all(r["statusLabel"] == "succeeded" and r.get("startedAt") and r.get("finishedAt") for r in runs)
+        return runs if done else None
+
     def running_in_queue(self) -> int:
         q = self.get("/queues")
         return sum(len(x.get("running") or []) for x in q["queues"])
