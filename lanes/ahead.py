@@ -63,15 +63,39 @@ def parse(sub: str, args: list[str]) -> GateArgs | None:
 
 
 def start(g: GateArgs) -> bool:
-    """Start the channel the gate `g` will open first; True when one started."""
+    """Start the channel the gate `g` will open first (taking the one `lanes.quick` started from
+    its record when it is the same) and record its argv for the next gate; True when one started."""
+    from lanes import quick
+
     if settings.get(settings.ON_LANE):
         return False
     try:
         lf = lanesfile.configured(require=False)
         lanes = lanesfile.pick(lf, g.lane_index) if lf.lanes else []
         if not lanes:
+            quick.stop_all()
             return False
-        lanes[0].openssh().start_ahead(payload.lane_command(payload.lane_agent().hash))
+        ssh = lanes[0].openssh()
+        command = payload.lane_command(payload.lane_agent().hash)
+        argv = ssh.argv(command)
+        ssh.start_ahead(command, quick.take(argv))    # the same client, when quick started it
     except (NevError, OSError):
+        quick.stop_all()
         return False
+    quick.record("" if g.lane_index is None else str(g.lane_index), argv, _argv_sources(lf))
     return True
+
+
+def _argv_sources(lf: lanesfile.LanesFile) -> list[str]:
+    """The files a gate's argv is made from: the lanes file, the lane agent's modules (its hash)
+    and the modules that build the argv."""
+    import sys
+
+    files = [str(lf.path)] if lf.path else []
+    files += [str(payload.source_path(m)) for m in payload.LANE_MODULES]
+    for name in ("lanes.quick", "lanes.ahead", "lanes.payload", "lanes.lanesfile", "lanes.base.openssh",
+                 "lanes.base.ssh", "lanes.base.settings"):
+        f = getattr(sys.modules.get(name), "__file__", None)
+        if f:
+            files.append(f)
+    return files

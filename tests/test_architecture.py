@@ -27,6 +27,7 @@ LANE_ENTRY_POINTS = {
     "lanes.dotenv",         # .env parsing, shipped with the agent
     "lanes.cli",            # `nev lane`
     "lanes.ahead",          # a gate's channel started before the rest of nev loads (rig/cli.py)
+    "lanes.quick",          # that channel from an earlier gate's record, before nev loads (rig/cli.py)
     "lanes.writer",         # `nev lane writer` (its command line is jobs': the declared harness)
     "lanes.agent.layout",   # the lane root's paths
     "lanes.agent.git",      # the forge credential helper's environment, on a lane

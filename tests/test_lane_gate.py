@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -516,3 +517,47 @@ def test_the_gate_imports_no_module_beyond_its_recorded_list(lane_rig):
     assert not {m for m in imported if m.split(".")[0] in ("paramiko", "cryptography", "nacl", "click")}
     grown = sorted(imported - recorded)
     assert grown == [], f"the gate imports {len(grown)} module(s) more than tests/data/gate_imports.txt records: {grown}"
+
+
+QUICK_PROBE = """import sys
+from lanes import quick
+taken = []
+take = quick.take
+def probe(argv):
+    p = take(argv)
+    taken.append(p is not None)
+    return p
+quick.take = probe
+from rig.cli import main
+rc = main(sys.argv[1:])
+print("probe", rc, taken, len(quick.STARTED))
+"""
+
+
+def _probe(rig, wt: Path, cache: Path) -> tuple[int, list[bool], int, str]:
+    r = subprocess.run([sys.executable, "-c", QUICK_PROBE, "lane", "run", str(wt), "true"], cwd=h.WT,
+                       env={**os.environ, **rig.env, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(h.WT)},
+                       capture_output=True, text=True, timeout=120)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("probe ")]
+    assert line, r.stderr
+    _, rc, taken, left = line[0].split(" ", 3)
+    return int(rc), json.loads(taken.replace("True", "true").replace("False", "false")), int(left), r.stderr
+
+
+def test_a_gate_starts_its_client_from_the_last_gates_record_and_never_a_stale_one(lane_rig, tmp_path):
+    """The second gate's SSH client is the one `lanes.quick` started from the first gate's record;
+    a record whose argv is not the gate's (here: another agent hash) is started, not taken, and
+    stopped; the gate runs on its own client all the same."""
+    wt, cache = lane_rig.shared_worktree, tmp_path / "cache"
+    assert _probe(lane_rig, wt, cache)[:3] == (0, [False], 0)          # no record yet
+    record = cache / "nev" / "gate-argv.json"
+    assert record.is_file()
+    assert _probe(lane_rig, wt, cache)[:3] == (0, [True], 0)           # taken from the record
+    data = json.loads(record.read_text())
+    for entry in data.values():
+        entry["argv"][-1] = entry["argv"][-1].rsplit(" ", 1)[0] + " " + "0" * 64
+    record.write_text(json.dumps(data))
+    rc, taken, left, err = _probe(lane_rig, wt, cache)
+    assert (rc, taken, left) == (0, [False], 0), err
+    assert "0" * 64 not in record.read_text()                          # recorded anew
+    assert _probe(lane_rig, wt, cache)[:3] == (0, [True], 0)

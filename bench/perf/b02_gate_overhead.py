@@ -12,7 +12,10 @@ paramiko's import (with cryptography, nacl and importlib.metadata's scan for its
 two pure-Python handshakes were most; click ~30-50 ms. The gate now opens its channel with the
 OpenSSH client (`lanes.base.openssh.OpenSsh`; no paramiko loaded) and starts it before the rest of
 nev is imported (`lanes.ahead`), so the imports, the worktree's git reads and the forge lookup
-happen while the client connects; the plain `nev lane run|on` is parsed without click; the
+happen while the client connects (since 2026-12-01 that client is started from the argv the last
+gate recorded, `lanes.quick`, before nev itself loads: ssh starts ~50 ms after the interpreter, not
+~100 ms; the no-record runs here are that change's baseline; and a plain gate ends without the
+interpreter's module teardown, ~15 ms); the plain `nev lane run|on` is parsed without click; the
 payload's diff and untracked files are made while the lane's hello is on its way; the lane's
 agent starts with `python3 -I -S` (no site) and runs the code its last start compiled. Overhead
 at a load of ~7: 1.36 s before, 0.255 s after; back to back at ~3.5: 0.37 s before, 0.23-0.32 s
@@ -107,9 +110,14 @@ def main() -> int:
         os.environ.update({k: v for k, v in env.items() if k.startswith("NEV_")})
         nev = [sys.executable, "-m", "rig.cli", "lane", "run", str(wt), "true"]
         ssh = ["ssh", "-F", str(info.ssh_config), "-J", f"{info.name}-jump", f"lane@{lane.addr}", "true"]
+        # The same CLI with its record (`lanes.quick`: the client started before nev loads) and,
+        # as the baseline of that change, without one (its cache's record removed before each run).
+        env_norec = {**env, "XDG_CACHE_HOME": str(tmp / "cache-norec")}
+        env = {**env, "XDG_CACHE_HOME": str(tmp / "cache")}
+        record = tmp / "cache-norec" / "nev" / "gate-argv.json"
         first, _, rc = timed(nev, env)  # the cold run: mirror fetch, worktree add
         assert rc == 0, "the first gate failed; run it by hand to see why"
-        cli, ssh_t, inproc = [], [], []
+        cli, norec, ssh_t, inproc = [], [], [], []
         rss = {"nev_cli": 0, "ssh": 0, "lane_apply": 0}
         for _ in range(args.runs):
             t, r, rc = timed(ssh, env)
@@ -120,6 +128,10 @@ def main() -> int:
             assert rc == 0
             cli.append(t)
             rss["nev_cli"] = max(rss["nev_cli"], r or 0)
+            record.unlink(missing_ok=True)
+            t, _, rc = timed(nev, env_norec)
+            assert rc == 0
+            norec.append(t)
             t0 = time.perf_counter()
             lf = lanesfile.configured()
             ln = lf.lanes[0]
@@ -130,12 +142,15 @@ def main() -> int:
             conn.close()
             inproc.append(time.perf_counter() - t0)
             rss["lane_apply"] = max(rss["lane_apply"], int(out.result.get("maxrss_kb") or 0))
-        med = {k: statistics.median(v) for k, v in (("ssh", ssh_t), ("nev_cli", cli), ("gate_inproc", inproc))}
+        med = {k: statistics.median(v) for k, v in (("ssh", ssh_t), ("nev_cli", cli), ("gate_inproc", inproc),
+                                                    ("norec", norec))}
         fig = {
             "runs": args.runs, "route": "via jump host", "first_gate_s": round(first, 3),
             "ssh_true_s": round(med["ssh"], 3), "nev_lane_run_true_s": round(med["nev_cli"], 3),
             "gate_inprocess_s": round(med["gate_inproc"], 3),
+            "nev_lane_run_true_no_record_s": round(med["norec"], 3),
             "overhead_cli_s": round(med["nev_cli"] - med["ssh"], 3),
+            "overhead_cli_no_record_s": round(med["norec"] - med["ssh"], 3),
             "overhead_inprocess_s": round(med["gate_inproc"] - med["ssh"], 3),
             "bytes_sent_warm": out.bytes_sent,
             "peak_rss_kb": {k: (v or None) for k, v in rss.items()},

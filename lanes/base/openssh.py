@@ -107,14 +107,15 @@ class OpenSsh:
         self._open = [c for c in self._open if not c.closed] + [ch]
         return ch
 
-    def start_ahead(self, command: str) -> None:
+    def start_ahead(self, command: str, started: Any = None) -> None:
         """Start the client of `command` now, for the first `open_session` of the same command on
-        the same route (in this process) to take; stopped at exit when none does."""
+        the same route (in this process) to take; stopped at exit when none does. `started` is
+        that client already started (a Popen of `argv(command)`: `lanes.quick`)."""
         argv = self.argv(command)
         if not _AHEAD:
             atexit.register(_stop_ahead)
-        log.debug("ssh %s (ahead): %s", self.route, mask(command))
-        _AHEAD[tuple(argv)] = ProcessChannel(argv, self)
+        log.debug("ssh %s (ahead%s): %s", self.route, ", from the record" if started else "", mask(command))
+        _AHEAD[tuple(argv)] = ProcessChannel(argv, self, started)
 
     def failure(self, stderr: str) -> SshError:
         """Why the client could not reach the host, from its stderr: HostKeyError for a key not
@@ -160,10 +161,11 @@ class ProcessChannel:
 
     CLOSE_WAIT = 2.0
 
-    def __init__(self, argv: list[str], via: OpenSsh) -> None:
+    def __init__(self, argv: list[str], via: OpenSsh, started: Any = None) -> None:
+        """A new `ssh` process for `argv`, or `started` (a Popen of it with the same pipes)."""
         self.via = via
-        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  bufsize=0, process_group=0)
+        self.p = started if isinstance(started, subprocess.Popen) else subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, process_group=0)
         assert self.p.stdin is not None and self.p.stdout is not None and self.p.stderr is not None
         self._in: int | None = self.p.stdin.fileno()
         self._fd = {"out": self.p.stdout.fileno(), "err": self.p.stderr.fileno()}
