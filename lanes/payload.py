@@ -162,9 +162,31 @@ def _blob() -> tuple[bytes, bytes]:
         tmp = cached.with_suffix(f".tmp{os.getpid()}")
         tmp.write_bytes(blob)
         os.replace(tmp, cached)
+        _prune_agent_cache(cached.parent, keep=AGENT_CACHE_KEEP)
     except OSError:
         pass     # a read-only cache: built again next time, nothing lost
     return blob, content
+
+
+AGENT_CACHE_KEEP = 4   # built agents kept in the user's cache: the newest (other checkouts may use them)
+
+
+def _prune_agent_cache(folder: Path, keep: int) -> None:
+    """Only the `keep` newest built agents (and no older form's `.blob`) left in `folder`: one is
+    built per version of the agent's sources, so they pile up as nev changes."""
+    found = []
+    for p in folder.glob("agent-*"):
+        if p.suffix in (".zlib", ".blob"):
+            try:
+                found.append((p.stat().st_mtime, p))
+            except OSError:
+                pass
+    found.sort(reverse=True)
+    for _, p in found[keep:]:
+        try:
+            p.unlink()
+        except OSError:
+            pass
 
 
 def _cache_dir() -> Path:

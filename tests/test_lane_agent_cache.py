@@ -146,3 +146,24 @@ def test_the_agents_compiled_modules_are_kept_and_a_damaged_copy_is_compiled_ane
 
 def h_marker_source(home: Path) -> str:
     return f"open({str(home / 'forged-ran')!r}, 'w').write('ran')\n"
+
+
+def test_the_users_cache_keeps_only_the_newest_built_agents(tmp_path, monkeypatch):
+    """One agent is built per version of its sources: the oldest leave the cache as new ones come."""
+    import os
+
+    cache = tmp_path / "nev"
+    cache.mkdir()
+    for i in range(6):
+        f = cache / f"agent-{i:020d}.zlib"
+        f.write_bytes(b"x")
+        os.utime(f, (1_000_000 + i, 1_000_000 + i))
+    (cache / "agent-old.blob").write_bytes(b"x")
+    os.utime(cache / "agent-old.blob", (10, 10))
+    (cache / "gate-argv.json").write_text("{}")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    payload._blob()                           # builds this version's agent there (the newest)
+    left = sorted(p.name for p in cache.iterdir())
+    assert len([n for n in left if n.startswith("agent-")]) == payload.AGENT_CACHE_KEEP
+    assert "gate-argv.json" in left and "agent-old.blob" not in left
+    assert {f"agent-{i:020d}.zlib" for i in (3, 4, 5)} <= set(left)
