@@ -26,7 +26,7 @@ ADDRESS_MARK = "<address>"
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,15}://[^\s'\"<>()\[\]{}]+")
 _IP_CANDIDATE = re.compile(r"(?<![\w.:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?:%\w+)?(?![\w.:])"
                            r"|(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])")
-_USER_AT_HOST = re.compile(r"\b[A-Za-z0-9._-]+@[A-Za-z0-9.-]+\.?[A-Za-z0-9-]*(?::\d+)?\b")
+_USER_AT_HOST = re.compile(r"\b[A-Za-z0-9._-]{1,64}@[A-Za-z0-9.-]+\.?[A-Za-z0-9-]*(?::\d+)?\b")
 
 
 def _ip(m: re.Match[str]) -> str:

@@ -1,5 +1,8 @@
 """The masking helper hides credentials in every shape they take."""
 
+import pytest
+
+from jobs.archive import ADDRESS_MARK, scrub
 from lanes.base.mask import mask, register_secret
 
 TOKEN = "f3a9c2e1b7d84c6a9e0f1a2b3c4d5e6f7a8b9c0d"
@@ -58,3 +61,18 @@ def test_ssh_options_named_like_keys_keep_their_values_and_real_secrets_beside_t
     assert mask(argv) == argv
     assert mask("-o StrictHostKeyChecking=yes API_KEY=s3cr3tvalue") == "-o StrictHostKeyChecking=yes API_KEY=***"
     assert mask("SSH_HOST_KEY_PASSPHRASE=hunter2hunter2") == "SSH_HOST_KEY_PASSPHRASE=***"
+
+
+@pytest.mark.parametrize("unit,size", [("x", 1_000_000), ("a.", 200_000), ("a-", 200_000)])
+def test_a_long_line_without_spaces_is_masked_in_one_pass_and_its_credential_found(unit, size):
+    """A long line without spaces (minified output, a blob printed whole) is masked in about the
+    time it takes to read: every pattern is bounded before its anchor (`://`, `@`, the secret's
+    name). Unbounded, `mask` took 15 s for 100 KB of "x" (2 s for 10 KB of "a.") and grew with the
+    square of the length: these lines would outlast the suite's timeout."""
+    tail = " https://user:pw-in-url@forge.example/x NEV_FORGE_TOKEN=abcdef12"
+    out = mask(unit * (size // len(unit)) + tail)
+    assert out.endswith(" https://***@forge.example/x NEV_FORGE_TOKEN=***") and len(out) == size + len(tail) - 16
+
+
+def test_a_long_dotted_line_is_scrubbed_in_one_pass_and_its_address_found():
+    assert scrub("1." * 500_000 + " someone@host.example").endswith(" " + ADDRESS_MARK)

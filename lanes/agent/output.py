@@ -22,7 +22,7 @@ _SECRET_NAME = re.compile(r"(?i)KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL")
 # the python3 program the agent leaves running beside a detached harness (`lanes.agent.writer`).
 MASK_SOURCE = r"""
 import re
-URL_CRED = re.compile(rb"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s:@]+(?::[^/\s@]*)?@")
+URL_CRED = re.compile(rb"([a-zA-Z][a-zA-Z0-9+.-]{0,31}://)[^/\s:@]+(?::[^/\s@]*)?@")
 
 
 def secret_bytes(secrets):

@@ -15,10 +15,10 @@ MASK = "***"
 
 SECRET_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)")
 
-_URL_CRED = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<cred>[^/\s:@]+(?::[^/\s@]*)?)@")
+_URL_CRED = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]{0,31}://)(?P<cred>[^/\s:@]+(?::[^/\s@]*)?)@")
 _AUTH_HEADER = re.compile(r"(?i)(?P<head>\b(?:proxy-)?authorization\s*[:=]\s*)(?P<scheme>(?:basic|bearer|token)\s+)?(?P<val>[^\s'\",;]+)")
 _ASSIGN = re.compile(
-    r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Za-z0-9_]*)"
+    r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]{0,63}(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Za-z0-9_]{0,63})"
     r"(?P<sep>\s*[=:]\s*|\"\s*:\s*\"|'\s*:\s*')(?P<q>[\"']?)(?P<val>[^\s\"',;}]+)",
     re.IGNORECASE,
 )
