@@ -28,9 +28,10 @@ from typing import Any
 from bench import folknet
 from bench import readiness as inv
 from bench.gateway import url_from_settings
+from jobs import jobkeys, preflight, result, writer
 from jobs import manifest as manifest_mod
-from jobs import preflight, result, writer
 from jobs.manifest import Manifest, Stage
+from jobs.stagelog import MaskedLog, stage_secrets
 from jobs.state import JobState, Status, file_hash
 from lanes.base import procgroup, settings
 from lanes.base.errors import ConfigError, NevError
@@ -199,6 +200,13 @@ class Runner:
             command = tracks_file.load(self.workdir / "tracks.json").verify
         return ["bash", "-c", command], {}
 
+    def _stage_secrets(self, env: Mapping[str, str]) -> list[str]:
+        """What a stage's log masks: its secret-named variables and the key and token files it
+        can read (the forge token, the lane's gateway key, this job's own key)."""
+        model_key = settings.get(settings.MODEL_KEY_FILE, env)
+        job_key = jobkeys.lane_key_path(str(Path(model_key).expanduser().parent), self.m.name) if model_key else None
+        return stage_secrets(env, [settings.get(settings.FORGE_TOKEN_FILE, env), model_key, job_key])
+
     def _run_stage(self, st: Stage) -> int:
         prev = self.js.state.stages.get(st.name)
         if prev and prev.status in (Status.INTERRUPTED, Status.STOPPED, Status.FAILED, Status.RUNNING):
@@ -236,9 +244,12 @@ class Runner:
             log.write(f"== stage {st.name} ({st.kind}) run {prev.runs + 1 if prev else 1}\n"
                       .encode())
             log.flush()
-            proc = subprocess.Popen(argv, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(argv, cwd=self.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     preexec_fn=_die_with_parent)
+            assert proc.stdout is not None
+            out = MaskedLog(log, self._stage_secrets(env))     # the log on the lane holds no secret
+            out.start(proc.stdout)
             self.js.record("stage-started", stage=st.name, log=str(log_path), pgid=proc.pid, boot=procgroup.boot_id(),
                            inputs={"stage": st.digest(), "manifest": self.m.digest, "head": head,
                                    "inventory": self.js.state.inventory.snapshot if self.js.state.inventory else None})
@@ -264,6 +275,7 @@ class Runner:
                     procgroup.stop(proc.pid, leader=proc)
                     code = proc.wait()
                     break
+            out.finish()
         self.js.heartbeat()
         if why_stopped:
             self.js.record("stage-stopped", stage=st.name, exit=code, reason=why_stopped)

@@ -244,6 +244,37 @@ def test_failed_stage_exits_1_with_a_failed_result_and_the_log(tmp_path, gateway
     assert res is not None and (res.outcome, res.exit) == ("failed", 1)
 
 
+STAGE_KEY = "sk-stagekey-" + "61c0e9ab47d2"
+STAGE_TOKEN = "forgetok-stage-" + "a91b2c3d"
+JOB_KEY = "sk-jobkey-" + "0f4e7d21b9"
+
+
+def test_a_stage_log_on_the_lane_holds_none_of_the_secrets_the_stage_was_given(tmp_path, gateway):
+    """What a stage prints goes to its log masked as it is written, not only in the archived copy:
+    its secret-named variables and the key and token files it can read, whole lines or not."""
+    work = tmp_path / "work"
+    base = make_checkout(work)
+    keys = tmp_path / "keys"
+    (keys / "job-keys").mkdir(parents=True)
+    (keys / "model.key").write_text("lane-shared-" + "key77aa\n")
+    (keys / "job-keys" / "leaky.key").write_text(JOB_KEY + "\n")
+    (tmp_path / "forge.token").write_text(STAGE_TOKEN + "\n")
+    for f in (keys / "model.key", keys / "job-keys" / "leaky.key", tmp_path / "forge.token"):
+        f.chmod(0o600)
+    m = write_manifest(tmp_path / "job.yaml", base, [
+        {"name": "leaky", "kind": "command",
+         "command": f"echo \"key=$NEV_MODEL_API_KEY\"; cat {keys}/model.key {keys}/job-keys/leaky.key; "
+                    f"cat {tmp_path}/forge.token; echo plain line; printf 'tail %s' \"$NEV_MODEL_API_KEY\""}],
+        name="leaky")
+    env = lane_env(tmp_path, gateway.port, NEV_MODEL_API_KEY=STAGE_KEY, NEV_MODEL_KEY_FILE=str(keys / "model.key"),
+                   NEV_FORGE_TOKEN_FILE=str(tmp_path / "forge.token"))
+    r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(tmp_path / "st")], env)
+    log = next((tmp_path / "st" / "logs").glob("leaky.log")).read_text()
+    assert "plain line" in log and "key=***" in log and "tail ***" in log, (r.stderr, log)
+    for secret in (STAGE_KEY, STAGE_TOKEN, "lane-shared-key77aa", JOB_KEY):  # JOB_KEY: this job's own key file
+        assert secret not in log, secret
+
+
 def test_a_stage_gets_the_jobs_budget_and_its_budget_exit_ends_the_job_with_12(tmp_path, gateway):
     work = tmp_path / "work"
     base = make_checkout(work)
