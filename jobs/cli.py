@@ -121,13 +121,19 @@ def revoke(name: str) -> int:
     NEV_GATEWAY_KEYS_FILE."""
     from jobs import jobkeys, records
     from jobs.manifest import NAME_RE
+    from lanes.base.errors import NevError
 
     if not NAME_RE.match(name):
         raise click.UsageError(f"{name!r} is not a job name ([a-z0-9][a-z0-9._-]*, at most 60)")
     jobkeys.revoke(name)
     click.echo(f"job {name}: its gateway key is revoked")
     rec = records.read().jobs.get(name)
-    jobkeys.drop_key_file(name, rec.lane if rec else None)
+    try:
+        jobkeys.drop_key_file(name, rec.lane if rec else None)
+    except NevError as e:
+        raise NevError(f"job {name}: its gateway key is revoked, but its key file on the lane is not deleted yet "
+                       f"({e.message}); the key no longer works; run `nev job revoke {name}` again once the lane "
+                       "answers", e.exit_code) from None
     click.echo(f"job {name}: its key file on the lane is deleted")
     return 0
 

@@ -149,3 +149,27 @@ def test_the_tick_deletes_the_key_file_on_the_jobs_lane_after_revoking_and_says_
     poll.revoke_key("clamp-px", env, "a" * 64, 1)
     out = capsys.readouterr()
     assert "clamp-px: its key file on the lane was not deleted (lane 1 does not answer)" in out.out + out.err
+
+
+def test_revoke_by_hand_with_the_lane_down_says_the_key_is_revoked_and_what_is_left(monkeypatch, capsys, tmp_path):
+    from jobs import records
+    from lanes.base.errors import NevError
+    from lanes.base.exitcodes import Exit
+    from rig import cli
+
+    done = []
+    monkeypatch.setenv("NEV_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(jobkeys, "revoke", lambda job, env=None, sha=None: done.append(("revoke", job)))
+
+    def down(job, lane, sha=None):
+        raise NevError("lane 1 (lane1) did not answer through the jump host", Exit.UNAVAILABLE)
+
+    monkeypatch.setattr(jobkeys, "drop_key_file", down)
+    monkeypatch.setattr(records, "read", lambda environ=None: records.Records())
+    code = cli.main(["job", "revoke", "clamp-px"])
+    out, err = capsys.readouterr()
+    assert done == [("revoke", "clamp-px")] and code == Exit.UNAVAILABLE
+    assert "its gateway key is revoked" in out
+    line = [ln for ln in err.splitlines() if ln.startswith("nev:")]
+    assert len(line) == 1 and "key file on the lane is not deleted" in line[0] and "did not answer" in line[0]
+    assert "nev job revoke clamp-px" in line[0]
