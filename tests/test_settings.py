@@ -81,8 +81,9 @@ def test_given_ignores_the_default():
 
 CODE = ("bench", "jobs", "lanes", "rig", "dagu", "crates_bridge")
 # The lane agent is stdlib-only and shipped alone (no registry on a lane's bare python3);
-# the box gateway's auth module is source written for LiteLLM's process, not ours.
-DIRECT_READ_EXEMPT = {"lanes/agent/copy.py", "rig/box/gateway.py"}
+# the box gateway's auth module is source written for LiteLLM's process, not ours; lanes/quick.py
+# runs before any module of nev is imported (its one read: NEV_ON_LANE, as settings reads it).
+DIRECT_READ_EXEMPT = {"lanes/agent/copy.py", "rig/box/gateway.py", "lanes/quick.py"}
 
 
 def _sources():
