@@ -33,8 +33,10 @@ import json, os, sys, pathlib
 session = pathlib.Path(os.environ["WRITER_SESSION_DIR"])
 (session / "events.jsonl").write_text(json.dumps({"event": "session-started"}) + "\\n")
 pathlib.Path("written.txt").write_text("by the writer\\n")
-print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(),
-                  "key": os.environ.get("NEV_MODEL_API_KEY"), "tool": os.environ.get("NEV_WRITER_TOOL")}))
+seen = json.dumps({"argv": sys.argv, "cwd": os.getcwd(),
+                   "key": os.environ.get("NEV_MODEL_API_KEY"), "tool": os.environ.get("NEV_WRITER_TOOL")})
+(session / "seen.json").write_text(seen)   # what the session got, beside the log
+print(seen)                                # and in its output, which the stage's log masks
 """
 
 KEY = "sk-writer-0123456789abcdef0123456789abcdef"
@@ -84,7 +86,8 @@ def test_writer_launch_uses_the_declared_tool_brief_outside_worktree_and_key_fro
     r = _run(tmp_path, m, work, env)
     assert r.returncode == 0, r.stderr
     log = (tmp_path / "st" / "logs" / "write.log").read_text()
-    seen = json.loads(log.splitlines()[-1])
+    seen = json.loads((tmp_path / "st" / "writer" / "write" / "seen.json").read_text())
+    assert KEY not in log and json.loads(log.splitlines()[-1])["key"] == "***"
     argv = seen["argv"]
     assert argv[1:] == ["--tool", "declared-tool", "--model", "qwen3.8-27b-fast", "--brief-file",
                         str(tmp_path / "st" / "writer" / "write" / "brief.md")]
