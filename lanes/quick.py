@@ -154,8 +154,12 @@ def stop_all() -> None:
 
 def record(lane: str, argv: list[str], files: list[str]) -> None:
     """Keep `argv` for the next gate with the same settings, folder and `lane`, valid while
-    `files` are unchanged. Written by one rename; a cache that cannot be written is no loss."""
+    `files` are unchanged (called once nev is loaded). Written by one rename; a cache that
+    cannot be written is no loss."""
     import json
+    from pathlib import Path
+
+    from lanes.base.jsonfile import write_bytes_atomic  # nev is loaded by now (`lanes.ahead`)
 
     data = _load()
     key = record_key(lane)
@@ -166,15 +170,7 @@ def record(lane: str, argv: list[str], files: list[str]) -> None:
     data[key] = entry
     while len(data) > KEEP:
         data.pop(next(iter(data)))
-    path = cache_file()
-    tmp = f"{path}.tmp{os.getpid()}"
     try:
-        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        write_bytes_atomic(Path(cache_file()), json.dumps(data).encode(), 0o600)
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass
