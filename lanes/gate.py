@@ -210,7 +210,7 @@ class _GateRun:
         except SshError as e:        # no channel at all (no known_hosts file): nothing was sent
             raise Unreachable(str(e)) from None
         self.session.request(Op.HELLO, **_hello_fields(self.session, self.wt, self.forge))
-        self.local = payload.local_members(self.wt, files)
+        self.local = payload.local_members(self.wt, files, self.forge.url is not None)
         self.hello = _hello(self.session, self.wt, self.forge, sent=True)
         if self.hello["free_gb"] < min_free:
             self.session.request(Op.ABORT)

@@ -260,11 +260,35 @@ def remote_tips(repo: Repo) -> list[str]:
     return sorted(set(out.split()))
 
 
-def basis_for(repo: Repo, lane_tips: list[str], forge_reachable: bool) -> list[str]:
-    basis = set(lane_tips)
-    if forge_reachable:
-        basis.update(remote_tips(repo))
-    return known_commits(repo, sorted(basis))
+@dataclass(frozen=True)
+class Known:
+    """What was looked up here before the lane's hello came (`known_ahead`): the remote-tracking
+    tips (when the forge is reachable), every sha asked about, and those that are commits."""
+
+    remote: tuple[str, ...]
+    looked: frozenset[str]
+    commits: frozenset[str]
+
+
+def known_ahead(wt: Worktree, forge_reachable: bool) -> Known:
+    """The remote-tracking tips and HEAD looked up ahead: a lane whose mirror holds only those (the
+    common case: the forge's branches and this copy's last commit) costs no git after its hello."""
+    remote = remote_tips(wt.repo) if forge_reachable else []
+    looked = sorted({*remote, wt.commit})
+    return Known(tuple(remote), frozenset(looked), frozenset(known_commits(wt.repo, looked)))
+
+
+def basis_for(repo: Repo, lane_tips: list[str], forge_reachable: bool, known: Known | None = None) -> list[str]:
+    """The commits both sides hold: the lane's tips, and the remote-tracking tips when the forge is
+    reachable, that are commits here. `known` (`known_ahead`, same `forge_reachable`) saves
+    looking up again what it looked up."""
+    if known is None:
+        basis = set(lane_tips)
+        if forge_reachable:
+            basis.update(remote_tips(repo))
+        return known_commits(repo, sorted(basis))
+    commits = known.commits | set(known_commits(repo, sorted(set(lane_tips) - known.looked)))
+    return sorted(c for c in {*lane_tips, *known.remote} if c in commits)
 
 
 def bundle(repo: Repo, commit: str, basis: list[str]) -> bytes:
@@ -326,22 +350,27 @@ class Local:
     untracked: bytes
     env: bytes
     untracked_count: int
+    known: Known | None = None      # the bundle's basis as far as it could be looked up ahead
 
 
-def local_members(wt: Worktree, extra: Mapping[str, bytes] | None = None) -> Local:
+def local_members(wt: Worktree, extra: Mapping[str, bytes] | None = None,
+                  forge_reachable: bool | None = None) -> Local:
+    """The members that do not depend on the lane; with `forge_reachable` given, the commits the
+    bundle's basis will be drawn from looked up too (`known_ahead`)."""
     names = untracked_names(wt.repo)
     env_file = wt.path / ".env"
     env = env_file.read_bytes() if env_file.is_file() else b""
     return Local(diff=diff(wt.repo), untracked=untracked_tar(wt.path, names, extra), env=env,
-                 untracked_count=len(names) + len(extra or {}))
+                 untracked_count=len(names) + len(extra or {}),
+                 known=None if forge_reachable is None else known_ahead(wt, forge_reachable))
 
 
 def build(wt: Worktree, lane_tips: list[str], forge_reachable: bool,
           extra: Mapping[str, bytes] | None = None, local: Local | None = None) -> Payload:
     """The payload for a lane whose mirror holds `lane_tips`; `local` (`local_members`, made
     earlier with the same `extra`) saves making those members now."""
-    basis = basis_for(wt.repo, lane_tips, forge_reachable)
     loc = local if local is not None else local_members(wt, extra)
+    basis = basis_for(wt.repo, lane_tips, forge_reachable, loc.known)
     return Payload(commit=wt.commit, bundle=bundle(wt.repo, wt.commit, basis), diff=loc.diff,
                    untracked=loc.untracked, env=loc.env, untracked_count=loc.untracked_count, basis=basis)
 

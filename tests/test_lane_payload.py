@@ -131,6 +131,27 @@ def test_basis_includes_remote_tracking_tips_only_when_the_forge_is_reachable(re
     assert payload.basis_for(wt.repo, [unknown], False) == []
 
 
+def test_the_basis_looked_up_ahead_is_the_same_and_costs_no_git_when_the_lane_holds_only_known_tips(repo, monkeypatch):
+    from lanes.base.gitrun import Repo
+
+    wt = payload.Worktree.open(repo)
+    origin = h.git(repo, "rev-parse", "origin/main")
+    blob = h.git(repo, "rev-parse", "HEAD:" + h.git(repo, "ls-files").splitlines()[0])
+    unknown = "0123456789abcdef0123456789abcdef01234567"
+    for reachable in (True, False):
+        known = payload.known_ahead(wt, reachable)
+        for tips in ([], [unknown], [origin], [wt.commit, origin], [blob, unknown, wt.commit]):
+            assert payload.basis_for(wt.repo, tips, reachable, known) == payload.basis_for(wt.repo, tips, reachable)
+    calls: list[tuple] = []
+    real = Repo.git
+    monkeypatch.setattr(Repo, "git", lambda self, *a, **k: calls.append(a) or real(self, *a, **k))
+    known = payload.known_ahead(wt, True)
+    calls.clear()
+    assert payload.basis_for(wt.repo, [origin, wt.commit], True, known) == sorted({origin, wt.commit})
+    assert calls == []                                   # nothing left to ask git after the hello
+    assert payload.basis_for(wt.repo, [unknown, origin], True, known) == [origin] and len(calls) == 1
+
+
 def test_payload_carries_diff_untracked_files_and_env(repo):
     h.make_changes(repo)
     (repo / ".env").write_text("NEV_MODEL_URL=http://x\n")
