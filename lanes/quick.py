@@ -65,7 +65,11 @@ def record_key(lane: str) -> str:
     env = sorted((k, v) for k, v in os.environ.items()
                  if (k.startswith(("NEV_", "GENERA_", "XDG_")) and not _secret_name(k))
                  or k in ("HOME", "USER", "LOGNAME"))
-    material = json.dumps([env, os.getcwd(), lane, sys.implementation.cache_tag])
+    try:
+        cwd = os.getcwd()
+    except OSError:            # the working folder was removed: a key of its own, never a crash
+        cwd = ""
+    material = json.dumps([env, cwd, lane, sys.implementation.cache_tag])
     return hashlib.sha256(material.encode()).hexdigest()
 
 

@@ -112,3 +112,12 @@ def test_nothing_starts_on_a_lane_or_without_a_record(cache, monkeypatch):
     monkeypatch.delenv("NEV_ON_LANE")
     quick.start(["--frob", "wt", "true"])
     assert quick.STARTED == {}
+
+
+def test_a_removed_working_folder_is_no_crash(cache, tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    quick.record("", ["ssh", "x"], [])
+    assert quick.lookup("") == ["ssh", "x"]
