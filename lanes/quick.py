@@ -87,7 +87,7 @@ def _load() -> dict:
     try:
         with open(cache_file(), encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
