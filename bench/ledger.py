@@ -18,7 +18,7 @@ from typing import Any
 from lanes.base import jsonfile, settings
 from lanes.base.errors import ConfigError
 
-_ADDR = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|://|\b[a-z0-9-]+\.(?:local|lan|internal|com|net|org)\b", re.I)
+_ADDR = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|://|\b[a-z0-9-]{1,63}\.(?:local|lan|internal|com|net|org)\b", re.I)
 
 
 def share_root() -> Path:

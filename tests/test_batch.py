@@ -324,3 +324,11 @@ def test_files_sent_with_a_run_are_in_the_untracked_tar_with_their_lane_copy_nam
         member = tf.getmember(".nev-sent/folknet.json")
         assert tf.extractfile(member).read() == b"{}"          # type: ignore[union-attr]
         assert member.mode == 0o600
+
+
+@pytest.mark.parametrize("text,found", [("gpu0.local", True), ("see my-pool.lan now", True), ("198.18.0.20", True),
+                                        ("http://x", True), ("plain text", False), ("a-" * 500_000, False)])
+def test_the_ledger_address_check_finds_addresses_and_reads_a_long_line_once(text, found):
+    """A megabyte of `a-a-…` took minutes (every word start scanned the rest); a host label is at
+    most 63 characters."""
+    assert (ledger.find_address({"models": {"m": {"error": text}}}) is not None) is found
