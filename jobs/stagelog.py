@@ -45,6 +45,7 @@ class MaskedLog:
         self.secrets = [s for s in secrets if s and len(s) >= 4]
         self.pending = b""
         self.thread: threading.Thread | None = None
+        self.stream: IO[bytes] | None = None
 
     def _write(self, data: bytes) -> None:
         self.log.write(mask(data.decode("utf-8", "surrogateescape"), self.secrets).encode("utf-8", "surrogateescape"))
@@ -73,16 +74,19 @@ class MaskedLog:
                 break
 
     def start(self, stream: IO[bytes]) -> None:
+        self.stream = stream
         self.thread = threading.Thread(target=self._pump, args=(stream.fileno(),), daemon=True)
         self.thread.start()
 
     def finish(self, timeout: float = 5.0) -> None:
         """After the stage ended: its output drained (a process it left holding the pipe is given
-        `timeout` seconds) and the last partial line written."""
+        `timeout` seconds), the last partial line written and the pipe closed."""
         if self.thread is not None:
             self.thread.join(timeout)
             if self.thread.is_alive():
-                return         # still pumping what a left-over process writes; it owns `pending`
+                return         # still pumping what a left-over process writes: it owns the pipe
+        if self.stream is not None:
+            self.stream.close()
         if self.pending:
             self._write(self.pending)
             self.pending = b""

@@ -32,3 +32,19 @@ def test_the_secrets_are_the_secret_named_values_and_the_files_contents(tmp_path
            "EMPTY_TOKEN": ""}
     got = stage_secrets(env, [str(tmp_path / "k"), str(tmp_path / "missing"), None])
     assert sorted(got) == ["abcd1234", "file-held-value"]
+
+
+def test_a_stage_process_is_pumped_to_the_end_and_its_pipe_closed(tmp_path):
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", f"print('a {SECRET} b'); print('x' * 200000, end='')"],
+                         stdout=subprocess.PIPE)
+    assert p.stdout is not None
+    with open(tmp_path / "log", "wb") as f:
+        log = MaskedLog(f, [SECRET])
+        log.start(p.stdout)
+        p.wait()
+        log.finish()
+    text = (tmp_path / "log").read_text()
+    assert text.startswith("a *** b\n") and len(text) == len("a *** b\n") + 200000 and p.stdout.closed
