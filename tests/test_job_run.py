@@ -138,7 +138,9 @@ def _three_stage(tmp_path: Path, gate_marker: Path) -> tuple[Path, Path]:
     return work, m
 
 
-def test_kill_9_in_stage_two_then_resume_does_not_rerun_stage_one(tmp_path, gateway):
+def _killed_in_stage_two(tmp_path, gateway):
+    """The three-stage job started and its runner killed (SIGKILL) while stage two runs:
+    (marker, work, manifest, state folder, env, stage two's state at the kill)."""
     marker = tmp_path / "marker"
     work, m = _three_stage(tmp_path, marker)
     state = tmp_path / "state"
@@ -153,9 +155,14 @@ def test_kill_9_in_stage_two_then_resume_does_not_rerun_stage_one(tmp_path, gate
             if st["stages"]["two"]["status"] == "running":
                 break
         time.sleep(0.05)
-    pgid = st["stages"]["two"]["pgid"]
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
+    return marker, work, m, state, env, st
+
+
+def test_kill_9_in_stage_two_then_resume_does_not_rerun_stage_one(tmp_path, gateway):
+    marker, work, m, state, env, st = _killed_in_stage_two(tmp_path, gateway)
+    pgid = st["stages"]["two"]["pgid"]
     assert st["stages"]["one"]["status"] == "passed" and st["stages"]["two"]["status"] == "running"
     marker.touch()
     r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
@@ -194,18 +201,7 @@ def test_resume_after_a_lane_restart_signals_no_group_of_the_earlier_boot(tmp_pa
     the resume signals nothing and reruns the stage."""
     import subprocess
 
-    marker = tmp_path / "marker"
-    work, m = _three_stage(tmp_path, marker)
-    state = tmp_path / "state"
-    env = lane_env(tmp_path, gateway.port)
-    p = nev_popen(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env)
-    t0 = time.monotonic()
-    while not Path(f"{marker}.started").exists():
-        assert p.poll() is None, p.communicate()
-        assert time.monotonic() - t0 < 30
-        time.sleep(0.05)
-    os.kill(p.pid, signal.SIGKILL)
-    p.wait()
+    marker, work, m, state, env, _ = _killed_in_stage_two(tmp_path, gateway)
     from lanes.base import procgroup
 
     last = events(state)[-1]
