@@ -28,7 +28,7 @@ rm -f go
 echo "args: $*"
 echo "env: ${NEV_ON_LANE:-} $NEV_WRITER_TOOL $NEV_WRITER_MODEL"
 [ -f .env ] && echo "env file present"
-echo one > w1.txt; git add w1.txt; git commit -qm "writer: first"
+echo "one in $(basename "$PWD")" > w1.txt; git add w1.txt; git commit -qm "writer: first"
 echo two > w2.txt; git add w2.txt; git commit -qm "writer: second"
 """
 IDENT = {"GIT_AUTHOR_NAME": "w", "GIT_AUTHOR_EMAIL": "w@w", "GIT_COMMITTER_NAME": "w", "GIT_COMMITTER_EMAIL": "w@w"}
@@ -62,14 +62,19 @@ class _Lane:
         self.copy = Path(self.root.copy("wt"))
         (self.copy / ".env").write_text("NEV_MODEL_KEY=sk-x\n")
 
-    def launch(self) -> dict:
+    def launch(self, name: str = "wt") -> dict:
         spec = {"branch": "main", "tool": "stand-in", "model": "m1", "launch": "./standin.sh", "brief": "do it\n"}
         env = dict(os.environ, NEV_ON_LANE="1", **IDENT)
-        return aw.launch(self.root, "wt", spec, self.base, env)
+        return aw.launch(self.root, name, spec, self.base, env)
 
-    def finish(self, state: dict) -> None:
+    def add_copy(self, name: str) -> Path:
+        """Another copy of the same repository under the root (another clone's worktree)."""
+        h.git(Path(self.root.mirror), "worktree", "add", "-q", "--detach", self.root.copy(name), self.base)
+        return Path(self.root.copy(name))
+
+    def finish(self, state: dict, name: str = "wt") -> None:
         """Let the stand-in go on, and wait for its wrapper (our child here) to end."""
-        (self.copy / "go").write_text("")
+        (Path(self.root.copy(name)) / "go").write_text("")
         os.waitpid(state["pid"], 0)
 
 
@@ -88,7 +93,8 @@ def test_writer_runs_detached_on_its_branch_and_its_env_lives_as_long_as_it(lane
     brief = Path(state["brief"])
     assert brief.parent == tmp_path / "home" / layout.WRITER_BRIEFS and brief.read_text() == "do it\n"
     assert not str(brief).startswith(str(lane.copy))
-    assert h.git(lane.copy, "symbolic-ref", "HEAD") == "refs/heads/nev-writer/main" == state["ref"]
+    assert h.git(lane.copy, "symbolic-ref", "HEAD") == aw.writer_ref("wt", "main") == state["ref"]
+    assert state["ref"].startswith("refs/heads/nev-writer/main@")
     lane.finish(state)
     assert not aw.running(state)
     assert aw.exit_status(lane.root, "wt") == 0
@@ -108,6 +114,22 @@ def test_status_names_the_unfetched_commits_until_fetched(lane):
     tip = h.git(Path(lane.root.mirror), "rev-parse", state["ref"])
     assert aw.fetched({"root": lane.root.path, "name": "wt", "tip": tip}) == {"fetched": tip}
     assert aw.status({"root": lane.root.path})["writers"][0]["unfetched"] == []
+
+
+def test_two_copies_on_one_branch_name_write_on_branches_of_their_own(lane):
+    """Two clones both on `main`, their writers started at once on one lane: neither moves the
+    other's branch, and each copy's commits are its own to fetch."""
+    lane.add_copy("other clone")                    # a copy name no ref could hold as it is
+    first, second = lane.launch(), lane.launch("other clone")
+    assert first["ref"] != second["ref"] and first["branch"] == second["branch"] == "main"
+    lane.finish(first)
+    lane.finish(second, "other clone")
+    mirror = Path(lane.root.mirror)
+    tips = {h.git(mirror, "rev-parse", s["ref"]) for s in (first, second)}
+    assert len(tips) == 2
+    for s in (first, second):
+        assert [c.split(" ", 1)[1] for c in aw.commits(lane.root.mirror, lane.base, s["ref"])] == \
+            ["writer: second", "writer: first"]
 
 
 def test_start_over_a_dead_writers_unfetched_commits_is_refused_naming_them(lane):
@@ -202,7 +224,7 @@ LEAKY = """#!/bin/sh
 . ./.env
 echo "the key is $NEV_MODEL_KEY and the forge https://nev:$NEV_MODEL_KEY@forge.example/x.git"
 echo "token only: $NEV_FORGE_TOKEN"
-echo one > w1.txt; git add w1.txt; git commit -qm "writer: first"
+echo "one in $(basename "$PWD")" > w1.txt; git add w1.txt; git commit -qm "writer: first"
 while [ ! -e go ]; do sleep 0.05; done
 """
 KEY, TOKEN = "writer-secret-0a1b2c", "plain"   # a token too short to be masked by its shape

@@ -8,8 +8,10 @@
 
 The harness runs in its own session under a wrapper (`sh`) that, when the harness ends, removes
 the copy's `.env` and writes the exit status into the record: the `.env` lives as long as the
-writer. The writer commits on `nev-writer/<branch>` in the mirror, a name apart from the forge's
-branches, so the mirror's fetch (`+refs/heads/*`) never meets a branch checked out in a copy.
+writer. The writer commits on `nev-writer/<branch>@<copy>` in the mirror (`writer_ref`: `<copy>` the
+first 8 hex digits of the copy name's sha256), a name apart from the forge's branches, so the
+mirror's fetch (`+refs/heads/*`) never meets a branch checked out in a copy, and apart from
+another copy's writer on the same branch name (two clones on `main` on one lane).
 """
 
 from __future__ import annotations
@@ -34,6 +36,15 @@ from lanes.agent.procs import alive, start_ticks, stop_tree
 from lanes.agent.wire import Kind, Wire, need
 
 BRANCH_PREFIX = "refs/heads/nev-writer/"
+
+
+def writer_ref(name: str, branch: str) -> str:
+    """The mirror's branch the writer of copy `name` commits on for the worktree's `branch`: one
+    per copy (a copy name may hold characters a ref may not, so its digest stands for it)."""
+    import hashlib
+
+    return f"{BRANCH_PREFIX}{branch}@{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
 PI_TRACKS_HOME = ".local/share/pi-tracks"
 STOP_WAIT = 5.0     # seconds a stop waits for the wrapper to end the harness and clean up
 STOPPED_EXIT = 143  # the exit recorded for a writer whose wrapper a stop had to kill (128 + SIGTERM)
@@ -145,7 +156,7 @@ def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env:
     record. Its log masks `secrets`, the copy's `.env` secret-named values and `env`'s."""
     copy = root.copy(name)
     branch = need(spec, "branch")
-    ref = BRANCH_PREFIX + branch
+    ref = writer_ref(name, branch)
     home = os.path.expanduser("~")
     env = dict(env)
     env.setdefault("PI_TRACKS_HOME", os.path.join(home, PI_TRACKS_HOME))
