@@ -17,6 +17,16 @@ Two ways to compile a batch, both without a compiler wrapper:
 
 `bench/perf/b04_candidates.py` measures both against building each candidate
 crate one after another; `DEFAULT_MODE` is the faster.
+
+Candidate code is untrusted (docs/sandbox.md). Every rustc call on candidate
+sources runs in the sandbox (`lanes.base.sandbox`), seeing only the probe's
+folder (written) and the toolchain and the engine's prebuilt libraries
+(read-only): an `include_str!` of any other path fails to compile, naming it.
+Every candidate module is compiled under `#[forbid(unsafe_code)]`, so none runs
+code before the runner's own lock. Each compiled candidate then runs in a
+sandboxed process of its own: no network, no home, no store, no new process, a
+memory and CPU cap; whatever ends that process early (an exit, an abort, a
+stack overflow, the memory cap, a forbidden system call) is its verdict alone.
 """
 
 from __future__ import annotations
@@ -24,19 +34,22 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from crates_bridge import rustlex
 from crates_bridge.errors import BridgeError
 from crates_bridge.runner import CaseResult, parse_lines
-from crates_bridge.workspace import LAYOUT_CRATE, Workspace, no_wrapper_env
+from crates_bridge.workspace import LAYOUT_CRATE, Build, Workspace, no_wrapper_env
+from lanes.base import sandbox
 
 MODES = ("single", "crates")
 #: The faster of the two on the B4 measurement (see docs/floors.md, "The candidate probe").
@@ -209,23 +222,23 @@ def lex_suspect(text: str) -> str | None:
     return "unclosed delimiter" if stack else None
 
 
-def _alone(path: Path, out_dir: Path) -> list[str]:
+def _alone(path: Path, out_dir: Path, jail: sandbox.Jail) -> list[str]:
     """rustc on one candidate file alone: lexing fails before any name is resolved."""
-    argv = ["rustc", "--edition", "2021", "--crate-type", "lib", "--emit=metadata", "--error-format=json",
+    argv = [_rustc(jail), "--edition", "2021", "--crate-type", "lib", "--emit=metadata", "--error-format=json",
             "--out-dir", str(out_dir), "--crate-name", "alone_" + path.stem, str(path)]
-    cp = subprocess.run(argv, capture_output=True, text=True, env=no_wrapper_env(), timeout=600)
-    return cp.stderr.splitlines()
+    return sandbox.run(argv, jail, timeout=600).stderr.splitlines()
 
 
 _LEXER_ERROR = re.compile(r"delimiter|unterminated|unknown start of token")
 
 
-def confirm_lexer_errors(files: dict[int, Path], function: str, out_dir: Path) -> dict[int, str]:
+def confirm_lexer_errors(files: dict[int, Path], function: str, out_dir: Path,
+                         jail: sandbox.Jail) -> dict[int, str]:
     """For each suspect, rustc's own first error when it is a lexer error (else the suspect stays in)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     found: dict[int, str] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
-        results = dict(zip(files, pool.map(lambda p: _alone(p, out_dir), files.values()), strict=True))
+        results = dict(zip(files, pool.map(lambda p: _alone(p, out_dir, jail), files.values()), strict=True))
     for i, lines in results.items():
         for line in lines:
             if not line.startswith("{"):
@@ -248,7 +261,7 @@ def probe_main(function: str, indices: Sequence[int]) -> tuple[str, dict[int, in
         "mod generated {",
         f"    pub use {LAYOUT_CRATE}::prelude;",
     ]
-    lines += [f"    pub mod {cand_id(i)};" for i in indices]
+    lines += [f"    #[forbid(unsafe_code)] pub mod {cand_id(i)};" for i in indices]
     lines += ["}", "", "fn main() {",
               f"    generation::functions::{function}::candidates_main(&["]
     where: dict[int, int] = {}
@@ -270,28 +283,62 @@ def write_sources(src_dir: Path, sources: Sequence[str]) -> None:
 
 # ---- the single crate ----
 
+@lru_cache(maxsize=4)
+def sysroot() -> Path:
+    """The Rust toolchain's root (`rustc --print sysroot`): the sandbox runs its rustc directly,
+    not rustup's proxy (which reads the user's home)."""
+    try:
+        cp = subprocess.run(["rustc", "--print", "sysroot"], capture_output=True, text=True, env=no_wrapper_env(),
+                            timeout=60)
+    except FileNotFoundError:
+        raise BridgeError("rustc is not installed; install Rust (rustup) and retry") from None
+    if cp.returncode != 0 or not cp.stdout.strip():
+        raise BridgeError(f"rustc --print sysroot failed: {(cp.stderr.strip().splitlines() or ['(no message)'])[-1]}")
+    return Path(cp.stdout.strip())
+
+
+def compile_jail(build: Build, workdir: Path, sandboxed: bool = True) -> sandbox.Jail:
+    """Where rustc compiles candidates: the probe's folder written; the toolchain and the engine's
+    prebuilt libraries read; nothing else (no home, no network, no store)."""
+    if not sandboxed:
+        return sandbox.Jail(bare=True, env=no_wrapper_env(), cwd=workdir)
+    root = sysroot()
+    reads = {root, build.deps_dir, *(p.parent for p in build.rlibs.values())}
+    return sandbox.Jail(read=tuple(sorted(reads)), write=(workdir,), processes=True,  # rustc runs the linker
+                        limits=sandbox.Limits(memory_bytes=None, cpu_s=1800, scratch_bytes=1024 * sandbox.MiB),
+                        env={"PATH": f"{root}/bin:/usr/bin:/bin"}, cwd=workdir)
+
+
+def _rustc(jail: sandbox.Jail) -> str:
+    return "rustc" if jail.bare else str(sysroot() / "bin" / "rustc")
+
+
+def _link_args(build: Build) -> list[str]:
+    return ["-L", f"dependency={build.deps_dir}",
+            "--extern", f"layout={build.rlibs['layout']}",
+            "--extern", f"generation={build.rlibs['generation']}"]
+
+
 def _rustc_single(ws: Workspace, crate: Path, function: str, indices: Sequence[int],
-                  opt_level: int) -> tuple[subprocess.CompletedProcess, dict[int, int], Path]:
+                  opt_level: int, jail: sandbox.Jail) -> tuple[sandbox.Outcome, dict[int, int], Path]:
     build = ws.build()
     text, where = probe_main(function, indices)
     (crate / "src" / "main.rs").write_text(text, encoding="utf-8")
     out = crate / "probe"
-    argv = ["rustc", "--edition", "2021", "--crate-type", "bin", "--crate-name", "probe",
+    argv = [_rustc(jail), "--edition", "2021", "--crate-type", "bin", "--crate-name", "probe",
             "-C", f"opt-level={opt_level}", "-C", "debuginfo=0", "-C", "codegen-units=16",
-            "--error-format=json",
-            "-L", f"dependency={build.deps_dir}",
-            "--extern", f"layout={build.rlibs['layout']}",
-            "--extern", f"generation={build.rlibs['generation']}",
+            "--error-format=json", *_link_args(build),
             "-o", str(out), str(crate / "src" / "main.rs")]
     try:
-        cp = subprocess.run(argv, capture_output=True, text=True, env=no_wrapper_env(), timeout=1800)
+        cp = sandbox.run(argv, jail, timeout=1800)
     except FileNotFoundError:
         raise BridgeError("rustc is not installed; install Rust (rustup) and retry") from None
     return cp, where, out
 
 
 def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir: Path,
-                   opt_level: int = DEFAULT_OPT_LEVEL) -> Batch:
+                   opt_level: int = DEFAULT_OPT_LEVEL, sandboxed: bool = True) -> Batch:
+    jail = compile_jail(ws.build(), workdir, sandboxed)
     crate = workdir / "single"
     write_sources(crate / "src", sources)
     verdicts = [Verdict(i) for i in range(len(sources))]
@@ -304,7 +351,7 @@ def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir
                 for i in alive if lex_suspect(sources[i]) is not None}
     if suspects:
         rounds += 1
-        lexed = confirm_lexer_errors(suspects, function, workdir / "alone")
+        lexed = confirm_lexer_errors(suspects, function, workdir / "alone", jail)
         for i, err in lexed.items():
             verdicts[i].error = err
         dropped.append(sorted(lexed))
@@ -314,14 +361,14 @@ def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir
         if rounds > MAX_ROUNDS:
             raise BridgeError(f"the probe of `{function}` still failed after {MAX_ROUNDS} rounds; "
                               "report the batch (its folder is kept) as a bridge bug")
-        cp, where, out = _rustc_single(ws, crate, function, alive, opt_level)
+        cp, where, out = _rustc_single(ws, crate, function, alive, opt_level, jail)
         if cp.returncode == 0:
             binary = out
             break
         firsts, orphans = split_errors(cp.stderr.splitlines(), where, function)
         if not firsts:
             # Nothing to blame on one candidate (a link error, a clash): build each on its own.
-            fallback = compile_crates(ws, function, sources, workdir, only=alive)
+            fallback = compile_crates(ws, function, sources, workdir, only=alive, sandboxed=sandboxed)
             for i in alive:
                 verdicts[i] = fallback.verdicts[i]
             b = Batch(function, "single+crates", verdicts, time.monotonic() - t0, rounds=rounds,
@@ -340,7 +387,7 @@ def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir
     # name): the one blamed is built on its own before its verdict stands.
     clashed = [i for i, v in enumerate(verdicts) if v.error is not None and _CLASH.search(v.error)]
     if clashed:
-        alone = compile_crates(ws, function, sources, workdir, only=clashed)
+        alone = compile_crates(ws, function, sources, workdir, only=clashed, sandboxed=sandboxed)
         for i in clashed:
             verdicts[i] = alone.verdicts[i]
             if i in alone.binaries:
@@ -369,7 +416,7 @@ def _crate_manifest(ws: Workspace, i: int) -> str:
 
 def _crate_main(function: str, i: int) -> str:
     return ("#![allow(dead_code, unused)]\nmod generated {\n    pub use layout::prelude;\n"
-            f"    pub mod {function};\n}}\n\nfn main() {{\n"
+            f"    #[forbid(unsafe_code)] pub mod {function};\n}}\n\nfn main() {{\n"
             f'    generation::functions::{function}::candidates_main(&[("{cand_id(i)}", generated::{function}::{function})]);\n}}\n')
 
 
@@ -393,35 +440,50 @@ def write_crates(ws: Workspace, function: str, sources: Sequence[str], root: Pat
     return indices
 
 
-def compile_crates(ws: Workspace, function: str, sources: Sequence[str], workdir: Path,
-                   only: Sequence[int] | None = None) -> Batch:
-    root = workdir / "crates"
-    indices = write_crates(ws, function, sources, root, only)
-    verdicts = [Verdict(i) for i in range(len(sources))]
-    t0 = time.monotonic()
-    cp = ws.cargo("build", "--release", "--keep-going", "--message-format=json",
-                  "--target-dir", str(ws.target_dir), cwd=root)
-    batch = Batch(function, "crates", verdicts, rounds=1)
-    for line in cp.stdout.splitlines():
+def _first_error(stderr: str, function: str) -> str | None:
+    for line in stderr.splitlines():
         if not line.startswith("{"):
             continue
-        msg = json.loads(line)
-        name = msg.get("target", {}).get("name", "")
-        if not name.startswith("cand_c"):
+        try:
+            diag = json.loads(line)
+        except json.JSONDecodeError:
             continue
-        i = int(name[len("cand_c"):])
-        if msg.get("reason") == "compiler-message":
-            diag = msg.get("message", {})
-            if is_error(diag) and verdicts[i].error is None:
-                text = diag.get("rendered") or diag.get("message", "")
-                text = re.sub(rf"(?:[\w./-]*/)?src/generated/{function}\.rs", f"{function}.rs", text)
-                verdicts[i].error = text.strip()
-        elif msg.get("reason") == "compiler-artifact" and msg.get("executable"):
+        if isinstance(diag, dict) and is_error(diag):
+            text = diag.get("rendered") or diag.get("message", "")
+            return re.sub(rf"(?:[\w./-]*/)?src/generated/{function}\.rs", f"{function}.rs", text).strip()
+    return None
+
+
+def compile_crates(ws: Workspace, function: str, sources: Sequence[str], workdir: Path,
+                   only: Sequence[int] | None = None, opt_level: int = DEFAULT_OPT_LEVEL,
+                   sandboxed: bool = True) -> Batch:
+    """One crate per candidate, each compiled by its own rustc call against the engine's prebuilt
+    libraries (in the sandbox: never cargo, which would write the engine's target folder)."""
+    root = workdir / "crates"
+    indices = write_crates(ws, function, sources, root, only)
+    build = ws.build()
+    jail = compile_jail(build, workdir, sandboxed)
+    verdicts = [Verdict(i) for i in range(len(sources))]
+    t0 = time.monotonic()
+    batch = Batch(function, "crates", verdicts, rounds=1)
+
+    def one(i: int) -> tuple[sandbox.Outcome, Path]:
+        d = root / cand_id(i)
+        out = d / "probe"
+        argv = [_rustc(jail), "--edition", "2021", "--crate-type", "bin", "--crate-name", f"cand_{cand_id(i)}",
+                "-C", f"opt-level={opt_level}", "-C", "debuginfo=0", "-C", "codegen-units=16",
+                "--error-format=json", *_link_args(build), "-o", str(out), str(d / "src" / "main.rs")]
+        return sandbox.run(argv, jail, timeout=1800), out
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(indices), os.cpu_count() or 1))) as pool:
+        results = dict(zip(indices, pool.map(one, indices), strict=True))
+    for i, (cp, out) in results.items():
+        if cp.returncode == 0 and out.is_file():
             verdicts[i].compiled = True
-            batch.binaries[i] = Path(msg["executable"])
-    for i in indices:
-        if not verdicts[i].compiled and verdicts[i].error is None:
-            verdicts[i].error = "did not build: " + (cp.stderr.strip().splitlines() or ["(no message)"])[-1]
+            batch.binaries[i] = out
+            continue
+        first = _first_error(cp.stderr, function)
+        verdicts[i].error = first or ("did not build: " + (cp.stderr.strip().splitlines() or ["(no message)"])[-1])
     batch.compile_s = time.monotonic() - t0
     return batch
 
@@ -442,46 +504,92 @@ def _apply(verdict: Verdict, line: Any) -> None:
 EXIT_TIMED_OUT = 3
 
 
-def score(batch: Batch, corpus_dir: Path, cases: bool = True, timeout_ms: int = 10_000) -> Batch:
-    """Run every compiled candidate over `corpus_dir`: one process per binary, started again
-    (with the candidates not yet reported) after a candidate times out."""
+def run_limits(timeout_ms: int) -> sandbox.Limits:
+    """The caps of one candidate's run: memory from NEV_SANDBOX_MEMORY_MB, CPU twice the time limit
+    (and the corpus's load) so that threads a candidate starts cannot outlast it."""
+    return sandbox.Limits.from_settings(cpu_s=max(10, 2 * timeout_ms // 1000 + 10))
+
+
+def _reports(stdout: str, nonce: str | None) -> dict[str, Any]:
+    """The runner's lines, by candidate: in the sandbox only those carrying this run's nonce (a
+    candidate can print lines that look like reports; it cannot know the nonce)."""
+    kept = []
+    for line in stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            d = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if not isinstance(d, dict) or (nonce is not None and d.get("nonce") != nonce):
+            continue
+        kept.append(line)
+    try:
+        return {s.candidate: s for s in parse_lines(kept) if s.candidate}
+    except (BridgeError, KeyError, TypeError, ValueError):
+        return {}
+
+
+def score_one(binary: Path, index: int, corpus_dir: Path, cases: bool, timeout_ms: int,
+              limits: sandbox.Limits, lock: Path | None) -> tuple[Any, str | None]:
+    """One candidate in a sandboxed process of its own: its report, or why there is none."""
+    argv = [str(binary), "--corpus", str(corpus_dir), "--timeout-ms", str(timeout_ms), "--only", cand_id(index)]
+    if not cases:
+        argv.append("--no-cases")
+    nonce = None
+    stdin = None
+    if lock is not None:
+        argv += ["--lockdown", str(lock)]
+        nonce = secrets.token_hex(16)
+        stdin = (nonce + "\n").encode()
+    jail = sandbox.Jail(read=(binary, corpus_dir) + ((lock,) if lock else ()), processes=False, limits=limits,
+                        bare=lock is None)
+    out = sandbox.run(argv, jail, timeout=timeout_ms / 1000 + 60, stdin=stdin)
+    line = _reports(out.stdout, nonce).get(cand_id(index))
+    if line is not None:
+        return line, None
+    return None, sandbox.explain(out, limits, reported=False)
+
+
+def score(batch: Batch, corpus_dir: Path, cases: bool = True, timeout_ms: int = 10_000,
+          sandboxed: bool = True) -> Batch:
+    """Run every compiled candidate over `corpus_dir`, each in a process of its own (in the
+    sandbox unless `sandboxed` is False), as many at once as there are CPUs."""
     t0 = time.monotonic()
-    by_binary: dict[Path, list[int]] = {}
-    for i, b in batch.binaries.items():
-        by_binary.setdefault(b, []).append(i)
-    for binary, indices in by_binary.items():
-        todo = sorted(indices)
-        while todo:
-            argv = [str(binary), "--corpus", str(corpus_dir), "--timeout-ms", str(timeout_ms),
-                    "--only", ",".join(cand_id(i) for i in todo)]
-            if not cases:
-                argv.append("--no-cases")
-            budget = timeout_ms / 1000 * len(todo) + 120
-            try:
-                cp = subprocess.run(argv, capture_output=True, text=True, timeout=budget)
-            except subprocess.TimeoutExpired:
-                for i in todo:
-                    batch.verdicts[i].run_error = f"the probe ran over {budget:.0f} s"
-                break
-            lines = {s.candidate: s for s in parse_lines(cp.stdout.splitlines())}
-            reported = [i for i in todo if cand_id(i) in lines]
-            for i in reported:
-                _apply(batch.verdicts[i], lines[cand_id(i)])
-            todo = [i for i in todo if i not in reported]
-            if cp.returncode == EXIT_TIMED_OUT and reported:
-                continue
-            why = cp.stderr.strip().splitlines()
-            for i in todo:
-                batch.verdicts[i].run_error = why[-1] if why else f"the probe exited {cp.returncode}"
-            break
+    limits = run_limits(timeout_ms)
+    todo = sorted(batch.binaries)
+    locks: dict[Path, Path] = {}     # per folder of binaries: the runner's filter beside them
+    if sandboxed and todo:
+        sandbox.check()
+        bpf = sandbox.filter_bpf("runner")
+        for folder in {batch.binaries[i].parent for i in todo}:
+            locks[folder] = folder / "runner.bpf"
+            locks[folder].write_bytes(bpf)
+
+    def one(i: int) -> tuple[Any, str | None]:
+        binary = batch.binaries[i]
+        return score_one(binary, i, corpus_dir, cases, timeout_ms, limits, locks.get(binary.parent))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
+        results = dict(zip(todo, pool.map(one, todo), strict=True)) if todo else {}
+    for i, (line, why) in results.items():
+        if line is not None:
+            _apply(batch.verdicts[i], line)
+        else:
+            batch.verdicts[i].run_error = why or "no report"
     batch.score_s = time.monotonic() - t0
     return batch
 
 
 def probe(ws: Workspace, function: str, sources: Sequence[str], corpus_dir: Path, workdir: Path,
           mode: str = DEFAULT_MODE, opt_level: int = DEFAULT_OPT_LEVEL, cases: bool = True,
-          timeout_ms: int = 10_000) -> Batch:
-    """Compile a batch of candidate sources of `function` and score each over `corpus_dir`."""
+          timeout_ms: int = 10_000, sandboxed: bool = True) -> Batch:
+    """Compile a batch of candidate sources of `function` and score each over `corpus_dir`, in the
+    sandbox unless `sandboxed` is False (`--no-sandbox`: a trusted local run, warned about)."""
+    if sandboxed:
+        sandbox.check()
+    else:
+        sandbox.warn_bare("the candidate probe")
     if mode not in MODES:
         raise BridgeError(f"unknown probe mode `{mode}`; use one of {', '.join(MODES)}")
     if not sources:
@@ -491,7 +599,7 @@ def probe(ws: Workspace, function: str, sources: Sequence[str], corpus_dir: Path
     _check_function(ws, function)
     workdir.mkdir(parents=True, exist_ok=True)
     if mode == "single":
-        batch = compile_single(ws, function, sources, workdir, opt_level)
+        batch = compile_single(ws, function, sources, workdir, opt_level, sandboxed=sandboxed)
     else:
-        batch = compile_crates(ws, function, sources, workdir)
-    return score(batch, corpus_dir, cases=cases, timeout_ms=timeout_ms)
+        batch = compile_crates(ws, function, sources, workdir, opt_level=opt_level, sandboxed=sandboxed)
+    return score(batch, corpus_dir, cases=cases, timeout_ms=timeout_ms, sandboxed=sandboxed)

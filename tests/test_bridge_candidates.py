@@ -109,13 +109,21 @@ def test_lexer_precheck_finds_what_stops_rustc(src, why):
 
 
 def test_candidates_clashing_only_in_the_shared_crate_are_judged_alone(ws, block_corpus, tmp_path):
-    exported = GOOD + '\n#[no_mangle]\npub extern "C" fn nev_probe_dup() {}\n'
     macro = GOOD + "\n#[macro_export]\nmacro_rules! helper { () => {} }\n"
     twice = GOOD + "\nfn solve() {}\n"  # a clash inside one candidate is its own error
-    result = candidates.probe(ws, "block_width", [exported, exported, macro, macro, twice], block_corpus, tmp_path)
-    assert [v.status for v in result.verdicts] == ["passed"] * 4 + ["compile-error"]
-    assert "defined multiple times" in result.verdicts[4].error
+    result = candidates.probe(ws, "block_width", [macro, macro, twice], block_corpus, tmp_path)
+    assert [v.status for v in result.verdicts] == ["passed"] * 2 + ["compile-error"]
+    assert "defined multiple times" in result.verdicts[2].error
     assert result.mode == "single+crates"
+
+
+def test_a_candidate_exporting_a_symbol_is_refused_as_unsafe_code(ws, block_corpus, tmp_path):
+    # `#[no_mangle]` (like `#[link_section]` or a global allocator) could run code before the
+    # runner's lock or reach into its neighbours: every candidate module forbids unsafe code.
+    exported = GOOD + '\n#[no_mangle]\npub extern "C" fn nev_probe_dup() {}\n'
+    result = candidates.probe(ws, "block_width", [exported, GOOD], block_corpus, tmp_path)
+    assert [v.status for v in result.verdicts] == ["compile-error", "passed"]
+    assert "unsafe" in result.verdicts[0].error
 
 
 def test_candidates_that_never_return_are_timed_out_and_the_rest_still_scored(ws, block_corpus, tmp_path):

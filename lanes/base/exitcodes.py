@@ -58,6 +58,8 @@ class Exit(IntEnum):
         ("`nev batch run`", "no version passed before the budget bound (what was drawn was verified and recorded)"),
         ("`nev job run`", "a batch stage's budget bound (the job's budget, across its stages and resumes)"),
     )
+    NO_SANDBOX = 13, ("the sandbox for model-written code cannot be built on this host (bubblewrap, user "
+                      "namespaces or libseccomp missing, named); nothing ran (docs/sandbox.md)")
     INTERRUPTED = 130, "interrupted (SIGINT); a command running on a lane is stopped too"
     TERMINATED = 143, "terminated (SIGTERM); a command running on a lane is stopped too"
     CONNECTION_DROPPED = 255, ("`nev lane run`: the connection to the lane dropped mid-run (a second call "

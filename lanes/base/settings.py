@@ -143,6 +143,10 @@ CORPUS_STORE = _s("NEV_CORPUS_STORE", None, "the corpus store every lane copy sh
                   "built once under a lock); on a lane <NEV_LANE_SHARED>/corpora when unset, elsewhere none")
 CORPUS_CASES = _s("NEV_CORPUS_CASES", "1000", "seeds per corpus (0 ... N-1): the default of `nev oracle build --cases` "
                   "and the size of every corpus the floors check and `nev scores` build")
+# The sandbox for model-written code (lanes/base/sandbox.py, docs/sandbox.md)
+SANDBOX_MEMORY_MB = _s("NEV_SANDBOX_MEMORY_MB", "2048", "address-space cap of one sandboxed candidate run, MiB (a "
+                       "candidate past it is `killed: memory cap`)")
+SANDBOX_SCRATCH_MB = _s("NEV_SANDBOX_SCRATCH_MB", "256", "size of a sandboxed process's private /tmp, MiB")
 
 
 def all_settings() -> list[Setting]:

@@ -4,9 +4,15 @@
 //! as timed out and the process exits with status 3 at once (its thread cannot
 //! be stopped, and would slow every later candidate): the caller starts the
 //! binary again with `--only` the candidates not yet reported.
+//!
+//! In the sandbox (`--lockdown FILE`) the process locks itself after reading the corpus and
+//! before calling any candidate (`lockdown.rs`): a forbidden system call ends it with a line
+//! naming the call. The bridge runs one candidate per process there, so whatever one candidate
+//! does to its process (exit, abort, overflow its stack, exhaust memory) is its verdict alone.
 
 use crate::corpus;
 use crate::json;
+use crate::lockdown;
 use crate::score::{prepare, run_prepared, to_json_line, CaseInput, Geometry, Scored};
 use std::io::Write;
 use std::path::PathBuf;
@@ -21,15 +27,16 @@ struct Args {
     timeout: Duration,
     cases: bool,
     only: Option<Vec<String>>,
+    lockdown: Option<PathBuf>,
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("candidates: {msg}; usage: <binary> --corpus DIR [--timeout-ms N] [--no-cases] [--only c000,c001]");
+    eprintln!("candidates: {msg}; usage: <binary> --corpus DIR [--timeout-ms N] [--no-cases] [--only c000,c001] [--lockdown FILE]");
     std::process::exit(2)
 }
 
 fn args() -> Args {
-    let mut a = Args { corpus: PathBuf::new(), timeout: Duration::from_millis(10_000), cases: true, only: None };
+    let mut a = Args { corpus: PathBuf::new(), timeout: Duration::from_millis(10_000), cases: true, only: None, lockdown: None };
     let mut it = std::env::args().skip(1);
     let mut seen = false;
     while let Some(x) = it.next() {
@@ -47,6 +54,9 @@ fn args() -> Args {
                 let v = it.next().unwrap_or_else(|| usage("--only needs candidate names"));
                 a.only = Some(v.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect());
             }
+            "--lockdown" => {
+                a.lockdown = Some(PathBuf::from(it.next().unwrap_or_else(|| usage("--lockdown needs a file"))));
+            }
             other => usage(&format!("unknown argument `{other}`")),
         }
     }
@@ -62,6 +72,9 @@ where
     O: Geometry + 'static,
 {
     let a = args();
+    if a.lockdown.is_some() {
+        lockdown::report_forbidden_calls();
+    }
     // Panics are results here, not noise on stderr.
     std::panic::set_hook(Box::new(|_| {}));
     let c = corpus::load(&a.corpus).unwrap_or_else(|e| {
@@ -78,6 +91,19 @@ where
         std::process::exit(1)
     }));
     let stdout = std::io::stdout();
+    // In the sandbox every report carries the nonce read from stdin before the lock: a candidate
+    // (safe code, after the lock) can print lines of its own but cannot know it.
+    let mut nonce = String::new();
+    if a.lockdown.is_some() {
+        let _ = std::io::stdin().read_line(&mut nonce);
+        nonce = nonce.trim().to_string();
+    }
+    if let Some(path) = &a.lockdown {
+        if let Err(e) = lockdown::lock(path) {
+            eprintln!("candidates: {e}");
+            std::process::exit(1);
+        }
+    }
     for (name, f) in cands {
         if a.only.as_ref().is_some_and(|o| !o.iter().any(|x| x == name)) {
             continue;
@@ -89,12 +115,22 @@ where
             let _ = tx.send(run_prepared(&cases, f, tol));
         });
         let (line, timed_out) = match rx.recv_timeout(a.timeout) {
-            Ok(scored) => (to_json_line(&[("function", function), ("candidate", name)], &scored, a.cases), false),
+            Ok(scored) => {
+                let mut head = vec![("function", function), ("candidate", *name)];
+                if !nonce.is_empty() {
+                    head.push(("nonce", nonce.as_str()));
+                }
+                (to_json_line(&head, &scored, a.cases), false)
+            }
             Err(_) => {
                 let mut s = String::from("{\"function\": ");
                 json::write_str(&mut s, function);
                 s.push_str(", \"candidate\": ");
                 json::write_str(&mut s, name);
+                if !nonce.is_empty() {
+                    s.push_str(", \"nonce\": ");
+                    json::write_str(&mut s, &nonce);
+                }
                 s.push_str(&format!(", \"error\": \"timed out after {} ms\"}}", a.timeout.as_millis()));
                 (s, true)
             }

@@ -7,4 +7,5 @@ pub mod candidates;
 pub mod corpus;
 pub mod functions;
 pub mod json;
+pub mod lockdown;
 pub mod score;

@@ -1,0 +1,392 @@
+"""The one sandbox for model-written code: every candidate compile and run, and every verify of a
+model-written track, starts here and nowhere else (docs/sandbox.md).
+
+One call builds the whole jail, deny by default:
+
+- **bubblewrap** (Debian's `bubblewrap`) for the namespaces: a new user, PID, IPC, UTS, cgroup and
+  an empty network namespace (its own loopback, nothing listening, no rig address); a fresh `/proc`
+  that shows only the jail's processes; a minimal `/dev`; the system's programs and libraries
+  (`/usr`) read-only; a private `/tmp` of bounded size; no home: only the folders a `Jail` names,
+  read-only or writable, at the same paths as outside; the environment cleared;
+- **seccomp** filters built by libseccomp (`pyseccomp`), handed to bubblewrap as BPF: always the
+  calls no build or test needs (ptrace, mount, kernel keyrings, bpf, ...); for a jail that may not
+  start processes, fork/vfork/clone of a process too. A forbidden call is *trapped*: the process ends
+  with SIGSYS (a runner that reports it names the call, `explain`);
+- **rlimits** set before bubblewrap starts: address space (the memory cap), CPU seconds, file size,
+  open files, no core files.
+
+`check()` says what a host lacks to build it; `run()` refuses rather than run bare. A `Jail` with
+`bare=True` (`--no-sandbox`, a trusted local run) runs the command without any of it and says so on
+stderr; the tick, jobs, batches and landings never ask for it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from lanes.base import settings
+from lanes.base.errors import NevError
+from lanes.base.exitcodes import Exit
+
+BWRAP = "bwrap"
+GiB = 1 << 30
+MiB = 1 << 20
+#: A marker in the environment of everything started inside the sandbox (a nested nev knows it is
+#: contained already and does not build a second jail around its own children).
+INSIDE = "NEV_IN_SANDBOX"
+
+# /etc entries a compiler, a shell, make or git reads; nothing else of /etc is visible.
+_ETC = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf",
+        "localtime", "ssl", "gitconfig", "os-release", "debian_version", "mime.types", "fonts")
+
+# Calls no compile, build or test needs, whatever the jail: trapped in every jail.
+_NEVER = ("ptrace", "process_vm_readv", "process_vm_writev", "kexec_load", "kexec_file_load", "bpf",
+          "perf_event_open", "keyctl", "add_key", "request_key", "userfaultfd", "mount", "umount2",
+          "pivot_root", "setns", "unshare", "init_module", "finit_module", "delete_module", "swapon",
+          "swapoff", "reboot", "acct", "quotactl", "open_by_handle_at", "name_to_handle_at", "lookup_dcookie",
+          "syslog", "settimeofday", "clock_settime", "adjtimex", "clock_adjtime", "mount_setattr",
+          "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "personality", "vhangup")
+# A jail without processes: these start one. clone3 cannot be told from a thread's start (its flags
+# are behind a pointer), so it fails with ENOSYS and libc falls back to clone, whose flags are read.
+_PROCESS = ("fork", "vfork", "execveat")
+CLONE_THREAD = 0x00010000
+# The runner's own lock after it read the corpus (crates_bridge/engine .../lockdown.rs): what a
+# candidate's function has no business doing, each trapped so the verdict names it.
+_RUNNER = ("open", "openat", "openat2", "creat", "execve", "execveat", "socket", "socketpair", "connect",
+           "bind", "listen", "accept", "accept4", "sendto", "sendmsg", "recvfrom", "recvmsg", "kill", "tkill",
+           "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "mkdirat", "rmdir", "link",
+           "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "chown", "fchown", "fchownat",
+           "lchown", "truncate", "ftruncate", "chdir", "fchdir", "chroot", "mknod", "mknodat", "utimensat",
+           "inotify_init1", "fanotify_init", "memfd_create", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
+           "io_uring_setup", "io_uring_enter", "io_uring_register", "shmget", "shmat", "msgget", "semget",
+           "mq_open", "setrlimit", "prlimit64", "setpriority", "sched_setaffinity", "sched_setscheduler")
+
+
+class SandboxError(NevError):
+    """The sandbox cannot be built on this host: nothing ran."""
+
+    exit_code = Exit.NO_SANDBOX
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one jailed process may use. None: no limit of that kind."""
+
+    memory_bytes: int | None = 2 * GiB
+    cpu_s: int | None = 60
+    file_bytes: int | None = 1 * GiB
+    open_files: int = 1024
+    scratch_bytes: int = 256 * MiB
+
+    @staticmethod
+    def from_settings(environ: Mapping[str, str] | None = None, cpu_s: int | None = 60) -> Limits:
+        mem = settings.get_int(settings.SANDBOX_MEMORY_MB, environ)
+        scratch = settings.get_int(settings.SANDBOX_SCRATCH_MB, environ)
+        if mem <= 0 or scratch <= 0:
+            raise NevError(f"{settings.SANDBOX_MEMORY_MB.name} and {settings.SANDBOX_SCRATCH_MB.name} must be "
+                           f"positive whole numbers of MiB (got {mem} and {scratch})")
+        return Limits(memory_bytes=mem * MiB, cpu_s=cpu_s, scratch_bytes=scratch * MiB)
+
+    def memory_label(self) -> str:
+        if self.memory_bytes is None:
+            return "none"
+        if self.memory_bytes % GiB == 0:
+            return f"{self.memory_bytes // GiB} GiB"
+        return f"{self.memory_bytes // MiB} MiB"
+
+
+@dataclass(frozen=True)
+class Jail:
+    """What one sandboxed command sees and may do. Paths are the same inside as outside."""
+
+    read: tuple[Path, ...] = ()
+    write: tuple[Path, ...] = ()
+    #: may start processes (a compiler runs its linker; a verify runs cargo, make, its tests)
+    processes: bool = False
+    limits: Limits = field(default_factory=Limits)
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    #: a trusted local run without the sandbox (`--no-sandbox`): a warning, then the command bare
+    bare: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int
+    stdout: str
+    stderr: str
+    #: the wall-clock limit ended it
+    timed_out: bool = False
+
+
+# ---- what the host has ----
+
+def missing() -> list[str]:
+    """What this host lacks to build the sandbox, one phrase each (empty: it can)."""
+    problems: list[str] = []
+    if shutil.which(BWRAP) is None:
+        problems.append("bubblewrap is not installed (apt-get install bubblewrap)")
+    try:
+        import pyseccomp  # noqa: F401
+        pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    except (ImportError, OSError, RuntimeError) as e:
+        problems.append(f"libseccomp cannot be used from Python ({e}; apt-get install libseccomp2, "
+                        "pip install pyseccomp)")
+    if problems:
+        return problems
+    probe = _probe()
+    if probe:
+        problems.append(probe)
+    return problems
+
+
+@lru_cache(maxsize=1)
+def _probe() -> str | None:
+    """Start `true` in a real jail once: user namespaces can be off (sysctl), or a container can
+    forbid them."""
+    try:
+        out = run(["true"], Jail(limits=Limits(cpu_s=10)), timeout=30, _checked=False)
+    except OSError as e:
+        return f"bubblewrap did not start ({e})"
+    if out.returncode != 0:
+        why = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"
+        return (f"bubblewrap cannot build a jail here ({why}); unprivileged user namespaces must be "
+                "allowed (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)")
+    return None
+
+
+def check() -> None:
+    """Raise SandboxError naming what is missing; nothing else to do when the host has it all."""
+    gone = missing()
+    if gone:
+        raise SandboxError(f"the sandbox for model-written code cannot be built on this host: {'; '.join(gone)}; "
+                           "nothing ran (`nev lane provision` checks a lane)")
+
+
+# ---- the filters ----
+
+@lru_cache(maxsize=8)
+def filter_bpf(kind: str) -> bytes:
+    """The BPF program of one filter: `base` (every jail), `noproc` (base, and no new process) or
+    `runner` (the candidate runner's lock after it read the corpus)."""
+    import pyseccomp as sc
+
+    f = sc.SyscallFilter(sc.ALLOW)
+    names = list(_NEVER)
+    if kind in ("noproc", "runner"):
+        names += _PROCESS
+        f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+        f.add_rule(sc.TRAP, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
+    if kind == "runner":
+        names += _RUNNER
+    for name in dict.fromkeys(names):
+        try:
+            f.add_rule(sc.TRAP, name)
+        except (OSError, RuntimeError, ValueError):
+            continue   # a call this architecture does not have
+    with tempfile.TemporaryFile() as t:
+        f.export_bpf(t)
+        t.seek(0)
+        return t.read()
+
+
+def syscall_name(nr: int) -> str:
+    try:
+        import pyseccomp as sc
+
+        return sc.resolve_syscall(sc.Arch.NATIVE, nr).decode()
+    except (ImportError, OSError, ValueError, RuntimeError):
+        return f"#{nr}"
+
+
+# ---- the jail ----
+
+def _system_view() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        p = Path("/") / top
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), str(p)]
+        elif p.is_dir():
+            args += ["--ro-bind", str(p), str(p)]
+    for name in _ETC:
+        p = Path("/etc") / name
+        if p.exists():
+            args += ["--ro-bind", str(p), str(p)]
+    return args
+
+
+def _binds(jail: Jail) -> list[str]:
+    args: list[str] = []
+    for p in jail.read:
+        if Path(p).exists():
+            args += ["--ro-bind", str(p), str(p)]
+    for p in jail.write:
+        args += ["--bind", str(p), str(p)]
+    return args
+
+
+def bwrap_argv(jail: Jail, argv: Sequence[str], seccomp_fd: int) -> list[str]:
+    """bubblewrap's command line for `argv` in `jail` (the filter read from `seccomp_fd`)."""
+    out = [BWRAP, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+           "--hostname", "sandbox", *_system_view(), "--proc", "/proc", "--dev", "/dev",
+           "--size", str(jail.limits.scratch_bytes), "--tmpfs", "/tmp", *_binds(jail), "--clearenv"]
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+           **dict(jail.env), INSIDE: "1"}
+    for k, v in env.items():
+        out += ["--setenv", k, v]
+    if jail.cwd is not None:
+        out += ["--chdir", str(jail.cwd)]
+    out += ["--add-seccomp-fd", str(seccomp_fd), "--", *argv]
+    return out
+
+
+def _limits_in_child(limits: Limits) -> None:
+    """Runs in the child before bubblewrap starts: its limits pass to everything in the jail."""
+    os.setsid()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.memory_bytes is not None:
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+    if limits.cpu_s is not None:
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
+    if limits.file_bytes is not None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+
+
+def warn_bare(what: str) -> None:
+    print(f"nev: warning: {what} runs WITHOUT the sandbox (--no-sandbox): it can read your keys, reach "
+          "the network and write anything you can", file=sys.stderr)
+
+
+def run(argv: Sequence[str], jail: Jail, *, timeout: float, stdin: bytes | None = None,
+        _checked: bool = True) -> Outcome:
+    """Run `argv` in `jail`, waiting at most `timeout` seconds (then the whole jail is killed)."""
+    if jail.bare:
+        return _run_bare(argv, jail, timeout, stdin)
+    if _checked:
+        check()
+    bpf = filter_bpf("noproc" if not jail.processes else "base")
+    r, w = os.pipe()    # a filter is a few hundred bytes: far below a pipe's buffer
+    try:
+        os.write(w, bpf)
+    finally:
+        os.close(w)
+    full = bwrap_argv(jail, argv, r)
+    lim = jail.limits
+    try:
+        proc = subprocess.Popen(full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(r,),
+                                preexec_fn=lambda: _limits_in_child(lim))
+    finally:
+        os.close(r)
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+        return Outcome(_status(proc.returncode), out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        out, err = proc.communicate()
+        return Outcome(_status(proc.returncode), out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+                       timed_out=True)
+
+
+def popen(argv: Sequence[str], jail: Jail, **kw: object) -> subprocess.Popen:
+    """`argv` started in `jail` (a long command whose output is streamed: a verify stage). The
+    caller waits; killing the process group ends the whole jail."""
+    if jail.bare:
+        warn_bare("this command")
+        return subprocess.Popen(list(argv), cwd=jail.cwd, env=dict(jail.env) or None, start_new_session=True,
+                                **kw)  # type: ignore[call-overload]
+    check()
+    r, w = os.pipe()
+    os.write(w, filter_bpf("noproc" if not jail.processes else "base"))
+    os.close(w)
+    lim = jail.limits
+    try:
+        return subprocess.Popen(bwrap_argv(jail, argv, r), pass_fds=(r,),  # type: ignore[call-overload]
+                                preexec_fn=lambda: _limits_in_child(lim), **kw)
+    finally:
+        os.close(r)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _status(code: int) -> int:
+    """A negative code (killed by a signal) as the shell writes it, 128 + the signal, the way bubblewrap
+    reports its child's."""
+    return 128 - code if code < 0 else code
+
+
+def _run_bare(argv: Sequence[str], jail: Jail, timeout: float, stdin: bytes | None) -> Outcome:
+    env = {**os.environ, **dict(jail.env)}
+    try:
+        cp = subprocess.run(list(argv), input=stdin, capture_output=True, timeout=timeout, cwd=jail.cwd, env=env,
+                            start_new_session=True)
+    except subprocess.TimeoutExpired as e:
+        return Outcome(137, (e.stdout or b"").decode("utf-8", "replace"), (e.stderr or b"").decode("utf-8", "replace"),
+                       timed_out=True)
+    return Outcome(_status(cp.returncode), cp.stdout.decode("utf-8", "replace"), cp.stderr.decode("utf-8", "replace"))
+
+
+# ---- verdicts ----
+
+_FORBIDDEN = re.compile(r"forbidden system call (\d+)")
+_OOM = re.compile(r"memory allocation of \d+ bytes failed|cannot allocate memory|out of memory", re.I)
+
+
+def explain(out: Outcome, limits: Limits, reported: bool) -> str | None:
+    """Why a jailed process ended without its answer, in a few words; None when it gave it.
+
+    | what happened                              | verdict                               |
+    |--------------------------------------------|---------------------------------------|
+    | the runner named a trapped call            | forbidden system call: socket         |
+    | SIGSYS with no name (before the runner's lock) | forbidden system call             |
+    | Rust's stack overflow message              | stack overflow                        |
+    | an allocation failed                       | killed: memory cap 2 GiB              |
+    | SIGXCPU / SIGKILL after the CPU limit      | killed: CPU time cap 60 s             |
+    | the wall-clock limit                       | killed: timed out                     |
+    | SIGABRT otherwise                          | aborted                               |
+    | another signal                             | killed by signal N                    |
+    | exit status without the answer             | exited N before reporting             |
+    """
+    if out.timed_out:
+        return "killed: timed out"
+    m = _FORBIDDEN.search(out.stderr)
+    if m:
+        return f"forbidden system call: {syscall_name(int(m.group(1)))}"
+    if "has overflowed its stack" in out.stderr or "stack overflow" in out.stderr:
+        return "stack overflow"
+    if _OOM.search(out.stderr):
+        return f"killed: memory cap {limits.memory_label()}"
+    sig = out.returncode - 128 if out.returncode > 128 else None
+    if sig == signal.SIGSYS:
+        return "forbidden system call"
+    if sig in (signal.SIGXCPU, signal.SIGKILL) and limits.cpu_s is not None:
+        return f"killed: CPU time cap {limits.cpu_s} s"
+    if sig == signal.SIGABRT:
+        return "aborted"
+    if sig is not None:
+        try:
+            return f"killed by {signal.Signals(sig).name}"
+        except ValueError:
+            return f"killed by signal {sig}"
+    if reported:
+        return None
+    return f"exited {out.returncode} before reporting"
