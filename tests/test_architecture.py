@@ -11,8 +11,11 @@ ALLOWED = {
     "bench": {"bench", "crates_bridge", "lanes"},
     "dagu": {"dagu", "lanes"},
     "lanes": {"lanes"},
-    "crates_bridge": {"crates_bridge"},
+    "crates_bridge": {"crates_bridge", "lanes"},   # lanes.base.sandbox only (the test below)
 }
+# The one sandbox for model-written code lives in the foundation; the bridge compiles and runs
+# candidates through it and takes nothing else of `lanes`.
+BRIDGE_FROM_LANES = {"lanes.base.sandbox"}
 # From `lanes`, other packages import the foundation (`lanes.base`, any module) and these named
 # lane entry points only; the rest of `lanes` is the lane path's inside.
 LANE_ENTRY_POINTS = {
@@ -96,6 +99,15 @@ def test_each_package_imports_only_what_the_architecture_allows():
                 bad.append(f"{f.relative_to(ROOT)} imports {sorted(extra)}")
     assert checked > 100
     assert not bad, "\n".join(bad)
+
+
+def test_the_bridge_takes_only_the_sandbox_from_lanes():
+    took = set()
+    for f in (ROOT / "crates_bridge").rglob("*.py"):
+        if "target" not in f.parts:
+            took |= {m for m in imported_modules(f.read_text(encoding="utf-8")) if m.split(".")[0] == "lanes"}
+    assert took == BRIDGE_FROM_LANES
+    assert {m for m in imported_modules("from lanes.base import settings\n")} - BRIDGE_FROM_LANES   # caught
 
 
 def test_other_packages_use_lanes_foundation_and_named_entry_points_only():

@@ -5,7 +5,7 @@ from lanes.base.exitcodes import Exit
 from rig.docgen import render_exit_codes
 
 # docs: COMMANDS.md "Exit codes shared by all commands", and `nev lane run`'s dropped connection.
-SHARED = {0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 130, 143, 255}
+SHARED = {0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 130, 143, 255}
 
 
 def test_every_shared_code_is_in_the_enum_with_a_meaning():
@@ -26,6 +26,7 @@ def test_three_is_one_meaning_named_per_command_group():
 
 def test_twelve_is_the_budget_bound_for_a_batch_and_a_job_and_eleven_no_ground_truth():
     assert Exit(11) is Exit.NO_GROUND_TRUTH and "ground truth" in Exit.NO_GROUND_TRUTH.meaning
+    assert Exit(13) is Exit.NO_SANDBOX and "sandbox" in Exit.NO_SANDBOX.meaning
     assert Exit(12) is Exit.BUDGET and "budget" in Exit.BUDGET.meaning
     assert {"`nev batch run`", "`nev job run`"} <= set(dict(Exit.BUDGET.where))
 
