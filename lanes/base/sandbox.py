@@ -64,7 +64,9 @@ _PROCESS = ("fork", "vfork", "execveat")
 CLONE_THREAD = 0x00010000
 # The runner's own lock after it read the corpus (crates_bridge/engine .../lockdown.rs): what a
 # candidate's function has no business doing, each trapped so the verdict names it.
-_RUNNER = ("open", "openat", "openat2", "creat", "execve", "execveat", "socket", "socketpair", "connect",
+_RUNNER = ("open", "openat", "openat2", "creat", "stat", "lstat", "newfstatat", "statx", "access", "faccessat",
+           "faccessat2", "readlink", "readlinkat", "getdents64", "statfs", "getxattr", "lgetxattr", "listxattr",
+           "setxattr", "lsetxattr", "removexattr", "lremovexattr", "execve", "execveat", "socket", "socketpair", "connect",
            "bind", "listen", "accept", "accept4", "sendto", "sendmsg", "recvfrom", "recvmsg", "kill", "tkill",
            "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "mkdirat", "rmdir", "link",
            "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "chown", "fchown", "fchownat",
