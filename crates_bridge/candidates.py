@@ -36,19 +36,24 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from crates_bridge import rustlex
 from crates_bridge.errors import BridgeError
 from crates_bridge.runner import CaseResult, parse_lines
-from crates_bridge.workspace import LAYOUT_CRATE, Build, Workspace, no_wrapper_env
+from crates_bridge.workspace import (
+    LAYOUT_CRATE,
+    Build,
+    Workspace,
+    no_wrapper_env,
+    tool,
+    toolchain_jail,
+)
 from lanes.base import sandbox
 
 MODES = ("single", "crates")
@@ -283,34 +288,16 @@ def write_sources(src_dir: Path, sources: Sequence[str]) -> None:
 
 # ---- the single crate ----
 
-@lru_cache(maxsize=4)
-def sysroot() -> Path:
-    """The Rust toolchain's root (`rustc --print sysroot`): the sandbox runs its rustc directly,
-    not rustup's proxy (which reads the user's home)."""
-    try:
-        cp = subprocess.run(["rustc", "--print", "sysroot"], capture_output=True, text=True, env=no_wrapper_env(),
-                            timeout=60)
-    except FileNotFoundError:
-        raise BridgeError("rustc is not installed; install Rust (rustup) and retry") from None
-    if cp.returncode != 0 or not cp.stdout.strip():
-        raise BridgeError(f"rustc --print sysroot failed: {(cp.stderr.strip().splitlines() or ['(no message)'])[-1]}")
-    return Path(cp.stdout.strip())
-
-
 def compile_jail(build: Build, workdir: Path, sandboxed: bool = True) -> sandbox.Jail:
     """Where rustc compiles candidates: the probe's folder written; the toolchain and the engine's
     prebuilt libraries read; nothing else (no home, no network, no store)."""
     if not sandboxed:
         return sandbox.Jail(bare=True, env=no_wrapper_env(), cwd=workdir)
-    root = sysroot()
-    reads = {root, build.deps_dir, *(p.parent for p in build.rlibs.values())}
-    return sandbox.Jail(read=tuple(sorted(reads)), write=(workdir,), processes=True,  # rustc runs the linker
-                        limits=sandbox.Limits(memory_bytes=None, cpu_s=1800, scratch_bytes=1024 * sandbox.MiB),
-                        env={"PATH": f"{root}/bin:/usr/bin:/bin"}, cwd=workdir)
+    return toolchain_jail([build.deps_dir, *(p.parent for p in build.rlibs.values())], [workdir], cwd=workdir)
 
 
 def _rustc(jail: sandbox.Jail) -> str:
-    return "rustc" if jail.bare else str(sysroot() / "bin" / "rustc")
+    return "rustc" if jail.bare else tool("rustc")
 
 
 def _link_args(build: Build) -> list[str]:
@@ -530,31 +517,21 @@ def _reports(stdout: str, nonce: str | None) -> dict[str, Any]:
         return {}
 
 
-def score_one(binary: Path, index: int, corpus_dir: Path, cases: bool, timeout_ms: int,
-              limits: sandbox.Limits, lock: Path | None) -> tuple[Any, str | None]:
-    """One candidate in a sandboxed process of its own: its report, or why there is none."""
+def _argv(binary: Path, index: int, corpus_dir: Path, cases: bool, timeout_ms: int,
+          lock: Path | None) -> list[str]:
     argv = [str(binary), "--corpus", str(corpus_dir), "--timeout-ms", str(timeout_ms), "--only", cand_id(index)]
     if not cases:
         argv.append("--no-cases")
-    nonce = None
-    stdin = None
     if lock is not None:
         argv += ["--lockdown", str(lock)]
-        nonce = secrets.token_hex(16)
-        stdin = (nonce + "\n").encode()
-    jail = sandbox.Jail(read=(binary, corpus_dir) + ((lock,) if lock else ()), processes=False, limits=limits,
-                        bare=lock is None)
-    out = sandbox.run(argv, jail, timeout=timeout_ms / 1000 + 60, stdin=stdin)
-    line = _reports(out.stdout, nonce).get(cand_id(index))
-    if line is not None:
-        return line, None
-    return None, sandbox.explain(out, limits, reported=False)
+    return argv
 
 
 def score(batch: Batch, corpus_dir: Path, cases: bool = True, timeout_ms: int = 10_000,
           sandboxed: bool = True) -> Batch:
-    """Run every compiled candidate over `corpus_dir`, each in a process of its own (in the
-    sandbox unless `sandboxed` is False), as many at once as there are CPUs."""
+    """Run every compiled candidate over `corpus_dir`, each in a process of its own, as many at once
+    as there are CPUs: in one sandbox (`sandbox.run_many`) whose runner processes each lock
+    themselves before calling their candidate, unless `sandboxed` is False."""
     t0 = time.monotonic()
     limits = run_limits(timeout_ms)
     todo = sorted(batch.binaries)
@@ -565,18 +542,20 @@ def score(batch: Batch, corpus_dir: Path, cases: bool = True, timeout_ms: int = 
         for folder in {batch.binaries[i].parent for i in todo}:
             locks[folder] = folder / "runner.bpf"
             locks[folder].write_bytes(bpf)
-
-    def one(i: int) -> tuple[Any, str | None]:
-        binary = batch.binaries[i]
-        return score_one(binary, i, corpus_dir, cases, timeout_ms, limits, locks.get(binary.parent))
-
-    with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
-        results = dict(zip(todo, pool.map(one, todo), strict=True)) if todo else {}
-    for i, (line, why) in results.items():
+    nonces = {i: secrets.token_hex(16) if sandboxed else None for i in todo}
+    jobs = [sandbox.Job(_argv(batch.binaries[i], i, corpus_dir, cases, timeout_ms,
+                              locks.get(batch.binaries[i].parent)),
+                        f"{nonces[i]}\n" if nonces[i] else "") for i in todo]
+    reads = (*sorted({batch.binaries[i] for i in todo}), corpus_dir, *locks.values())
+    jail = sandbox.Jail(read=reads, processes=False, limits=limits, bare=not sandboxed, etc=("ld.so.cache",))
+    outs = sandbox.run_many(jobs, jail, parallel=max(1, min(len(todo), os.cpu_count() or 1)),
+                            timeout_each=timeout_ms / 1000 + 60)
+    for i, out in zip(todo, outs, strict=True):
+        line = _reports(out.stdout, nonces[i]).get(cand_id(i))
         if line is not None:
             _apply(batch.verdicts[i], line)
         else:
-            batch.verdicts[i].run_error = why or "no report"
+            batch.verdicts[i].run_error = sandbox.explain(out, limits, reported=False) or "no report"
     batch.score_s = time.monotonic() - t0
     return batch
 

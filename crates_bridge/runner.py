@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from crates_bridge.errors import BridgeError
-from crates_bridge.workspace import Workspace, no_wrapper_env
+from crates_bridge.workspace import Workspace
+from lanes.base import sandbox
 
 SCORE_CHECK = "generated_score_check"
 
@@ -65,11 +66,15 @@ def parse_lines(lines: Iterable[str]) -> list[Score]:
     return [parse_line(x) for x in lines if x.strip().startswith("{")]
 
 
-def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, env=no_wrapper_env(), timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise BridgeError(f"{Path(argv[0]).name} ran over {timeout:.0f} s; stopped") from None
+def _run(argv: list[str], timeout: float, reads: Sequence[Path] = ()) -> subprocess.CompletedProcess:
+    """The engine's own binary (it holds model-written functions) in the sandbox: it reads itself
+    and `reads`, writes nothing outside its private /tmp, starts no process, reaches no network."""
+    jail = sandbox.Jail(read=(Path(argv[0]), *reads), processes=False,
+                        limits=sandbox.Limits.from_settings(cpu_s=int(timeout) + 10))
+    out = sandbox.run(argv, jail, timeout=timeout)
+    if out.timed_out:
+        raise BridgeError(f"{Path(argv[0]).name} ran over {timeout:.0f} s; stopped")
+    return subprocess.CompletedProcess(argv, out.returncode, out.stdout, out.stderr)
 
 
 def score_generated(ws: Workspace, corpus_root: Path, only: str | None = None, cases: bool = False,
@@ -86,7 +91,7 @@ def score_generated(ws: Workspace, corpus_root: Path, only: str | None = None, c
         argv += ["--only", only]
     if cases:
         argv.append("--cases")
-    cp = _run(argv, timeout)
+    cp = _run(argv, timeout, (gen, corpus_root))
     if cp.returncode not in (0, 1):
         msg = cp.stderr.strip().splitlines()
         raise BridgeError(msg[-1].removeprefix(f"{SCORE_CHECK}: ") if msg else f"{SCORE_CHECK} exited {cp.returncode}")

@@ -4,18 +4,26 @@ Every cargo/rustc call of the bridge runs without a compiler wrapper: a wrapper
 such as sccache uploads the whole dependency directory on every compile, which
 costs far more than the small compiles of a candidate probe (the seed's
 "Distributed compilation").
+
+The engine holds model-written functions (and a model-written track may add a
+build script), so its build runs in the sandbox (`lanes.base.sandbox`): cargo
+sees the engine read-only, writes only its target folder, has no network, no
+home and an empty CARGO_HOME (the engine uses the standard library only).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from crates_bridge.errors import BridgeError
+from lanes.base import sandbox
 
 #: The example engine shipped with this package (tests and the demo use it).
 EXAMPLE_ENGINE = Path(__file__).resolve().parent / "engine"
@@ -23,6 +31,46 @@ EXAMPLE_ENGINE = Path(__file__).resolve().parent / "engine"
 GENERATED_SUBDIR = Path("crates/layout/src/generated")
 LAYOUT_CRATE = "layout"
 GENERATION_CRATE = "generation"
+
+
+@lru_cache(maxsize=4)
+def sysroot() -> Path:
+    """The Rust toolchain's root (`rustc --print sysroot`): the sandbox runs its rustc and cargo
+    directly, not rustup's proxies (which read the user's home)."""
+    try:
+        cp = subprocess.run(["rustc", "--print", "sysroot"], capture_output=True, text=True, env=no_wrapper_env(),
+                            timeout=60)
+    except FileNotFoundError:
+        raise BridgeError("rustc is not installed; install Rust (rustup) and retry") from None
+    if cp.returncode != 0 or not cp.stdout.strip():
+        raise BridgeError(f"rustc --print sysroot failed: {(cp.stderr.strip().splitlines() or ['(no message)'])[-1]}")
+    return Path(cp.stdout.strip())
+
+
+def tool(name: str) -> str:
+    """The real `rustc` or `cargo` of the toolchain (not a proxy), for use inside the sandbox."""
+    mine = sysroot() / "bin" / name
+    if mine.is_file():
+        return str(mine)
+    found = shutil.which(name)
+    if found is None:
+        raise BridgeError(f"{name} is not installed; install Rust (rustup) and retry")
+    return os.path.realpath(found)
+
+
+def toolchain_jail(read: Sequence[Path], write: Sequence[Path], cwd: Path | None = None) -> sandbox.Jail:
+    """A jail for the compiler: the toolchain and `read` read-only, `write` written, processes allowed
+    (rustc runs the linker, cargo runs rustc), no memory cap (the CPU cap bounds it)."""
+    root = sysroot()
+    reads = {root, *(Path(p) for p in read)}
+    real_cargo = Path(tool("cargo")).parent
+    if not str(real_cargo).startswith("/usr/"):
+        reads.add(real_cargo)
+    return sandbox.Jail(read=tuple(sorted(reads)), write=tuple(write), processes=True,
+                        limits=sandbox.Limits(memory_bytes=None, cpu_s=3600, scratch_bytes=1024 * sandbox.MiB),
+                        env={"PATH": f"{root}/bin:/usr/bin:/bin", "CARGO_HOME": "/tmp/cargo-home",
+                             "CARGO_TERM_COLOR": "never", "RUSTC_WRAPPER": "", "RUSTC_WORKSPACE_WRAPPER": ""},
+                        cwd=cwd)
 
 
 def no_wrapper_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -91,13 +139,19 @@ class Workspace:
             raise BridgeError(f"cargo {args[0]} in {cwd or self.root} took over {timeout:.0f} s; stopped") from None
 
     def build(self, force: bool = False) -> Build:
-        """Build the workspace's libraries and binaries (release); cached per instance."""
+        """Build the workspace's libraries and binaries (release), in the sandbox; cached per instance."""
         if self._build is not None and not force:
             return self._build
         self.check()
-        cp = self.cargo("build", "--release", "--workspace", "--lib", "--bins",
-                        "--message-format=json-render-diagnostics",
-                        "--target-dir", str(self.target_dir))
+        target = Path(str(self.target_dir))
+        target.mkdir(parents=True, exist_ok=True)
+        jail = toolchain_jail([self.root], [target], cwd=self.root)
+        out = sandbox.run([tool("cargo"), "build", "--release", "--offline", "--workspace", "--lib", "--bins",
+                           "--message-format=json-render-diagnostics", "--target-dir", str(target)],
+                          jail, timeout=1800)
+        if out.timed_out:
+            raise BridgeError(f"cargo build in {self.root} took over 1800 s; stopped")
+        cp = subprocess.CompletedProcess([], out.returncode, out.stdout, out.stderr)
         if cp.returncode != 0:
             first = first_error_line(cp.stderr)
             raise BridgeError(f"the engine workspace {self.root} does not build: {first}")

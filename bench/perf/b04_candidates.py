@@ -7,6 +7,11 @@ module, one rustc round per compiler phase; and one crate per candidate with
 candidate crate one after another, then each binary over the corpus.
 Reference: the seed, under 1 ms per page; a 32-64 crate probe in 1.4-1.6 s on 96 threads.
 
+B4s, the sandbox (docs/sandbox.md): the same single-crate batch compiled and scored with the
+sandbox (every run, the default) and without it (`sandboxed=False`), in the same run, alternating
+`--repeat` times; goal: wall time within 1.25x and the time per case unchanged. `--sandbox-only`
+measures just that pair.
+
 Run: .venv/bin/python bench/perf/b04_candidates.py [--cases 1000] [--candidates 64]
 Each phase runs in its own child process so that its peak RSS (the largest
 process it started, from getrusage) is its own. Appends a JSON line to
@@ -68,11 +73,12 @@ def warm(target: Path, work: Path, sources: list[str], corpus_dir: Path) -> dict
     return {}
 
 
-def probe(mode: str, target: Path, work: Path, sources: list[str], corpus_dir: Path) -> dict:
+def probe(mode: str, target: Path, work: Path, sources: list[str], corpus_dir: Path,
+          sandboxed: bool = True) -> dict:
     ws = Workspace(EXAMPLE_ENGINE, target_dir=target)
     ws.build()
     t0 = time.monotonic()
-    b = candidates.probe(ws, FUNCTION, sources, corpus_dir, work, mode=mode, cases=False)
+    b = candidates.probe(ws, FUNCTION, sources, corpus_dir, work, mode=mode, cases=False, sandboxed=sandboxed)
     wall = time.monotonic() - t0
     ns = [v.ns_per_case for v in b.verdicts if v.ns_per_case is not None]
     return {"wall_s": round(wall, 3), "compile_s": round(b.compile_s, 3), "score_s": round(b.score_s, 3),
@@ -108,10 +114,32 @@ def one_after_another(target: Path, work: Path, sources: list[str], corpus_dir: 
             "compiled": len(bins), "passed": passed}
 
 
+def sandbox_pair(target: Path, t: Path, sources: list[str], cdir: Path, repeat: int) -> dict:
+    """B4s: the single-crate batch with and without the sandbox, alternating, same run."""
+    runs: dict[str, list[dict]] = {"sandboxed": [], "bare": []}
+    for k in range(repeat):
+        for name in ("sandboxed", "bare") if k % 2 == 0 else ("bare", "sandboxed"):
+            runs[name].append(in_child(probe, "single", target, t / f"b4s-{name}-{k}", sources, cdir,
+                                       name == "sandboxed"))
+
+    def med(name: str, key: str) -> float:
+        return round(statistics.median(r[key] for r in runs[name]), 3)
+
+    out = {name: {key: med(name, key) for key in ("wall_s", "compile_s", "score_s", "ns_per_case_median")}
+           for name in runs}
+    out["statuses_same"] = all(r["statuses"] == runs["bare"][0]["statuses"] for rs in runs.values() for r in rs)
+    out["ratio_wall_sandboxed_over_bare"] = round(out["sandboxed"]["wall_s"] / out["bare"]["wall_s"], 2)
+    out["ratio_ns_per_case_sandboxed_over_bare"] = round(
+        out["sandboxed"]["ns_per_case_median"] / out["bare"]["ns_per_case_median"], 2)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--candidates", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3, help="sandboxed/bare pairs for B4s (medians)")
+    ap.add_argument("--sandbox-only", action="store_true", help="measure B4s only (no crates mode, no baseline)")
     a = ap.parse_args()
     ws = Workspace(EXAMPLE_ENGINE)
     ws.build()
@@ -120,6 +148,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="b04-") as tmp:
         t = Path(tmp)
         cdir = corpus.write_reference_corpus(ws, FUNCTION, t / "corpus" / FUNCTION, a.cases)
+        b4s = sandbox_pair(ws.target_dir, t, sources, cdir, a.repeat)
+        if a.sandbox_only:
+            publish("B4s", {"candidates": len(sources), "cases": a.cases, "cpus": mp.cpu_count(), **b4s})
+            return 0
         for name in ("crates", "base"):
             in_child(warm, t / f"target-{name}", t / f"warm-{name}", sources, cdir)
         single = in_child(probe, "single", ws.target_dir, t / "single", sources, cdir)
@@ -134,6 +166,7 @@ def main() -> int:
         "faster_mode": fastest[0],
         "ratio_baseline_over_single": round(base["wall_s"] / single["wall_s"], 2),
         "ratio_crates_over_single": round(crates["wall_s"] / single["wall_s"], 2),
+        "B4s": b4s,
     }
     publish("B4", row)
     return 0
