@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crates_bridge import rustlex
+from crates_bridge import corpus, rustlex
 from crates_bridge.errors import BridgeError
 from crates_bridge.runner import CaseResult, parse_lines
 from crates_bridge.workspace import (
@@ -575,6 +575,7 @@ def probe(ws: Workspace, function: str, sources: Sequence[str], corpus_dir: Path
         raise BridgeError("no candidates to probe")
     if not (corpus_dir / "manifest.json").is_file():
         raise BridgeError(f"{corpus_dir}: no corpus here; build it with `nev oracle build {corpus_dir.name}`")
+    corpus.check_content(corpus_dir)
     _check_function(ws, function)
     workdir.mkdir(parents=True, exist_ok=True)
     if mode == "single":

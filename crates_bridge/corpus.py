@@ -94,6 +94,34 @@ INPUTS: dict[str, Callable[[int], dict[str, Any]]] = {
 }
 
 
+def content_mismatch(folder: Path, manifest: Manifest | None = None) -> str | None:
+    """Why the corpus's cases are not the bytes it was published with (None: they are): its
+    manifest carries the sha256 of `cases.jsonl` (`content_sha256`), written by the oracle's builder
+    or `write_corpus`; a corpus changed afterwards is never scored against."""
+    man = manifest or read_manifest(folder)
+    want = man.raw.get("content_sha256")
+    if not isinstance(want, str) or not want:
+        return "its manifest carries no content hash (content_sha256)"
+    h = hashlib.sha256()
+    try:
+        with open(folder / "cases.jsonl", "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError as e:
+        return f"cases.jsonl cannot be read ({e.strerror})"
+    if h.hexdigest() != want:
+        return "its cases.jsonl no longer matches the content hash its manifest carries (changed after it was published)"
+    return None
+
+
+def check_content(folder: Path, manifest: Manifest | None = None) -> None:
+    """BridgeError naming the corpus when its bytes are not those it was published with."""
+    why = content_mismatch(folder, manifest)
+    if why is not None:
+        raise BridgeError(f"{folder} is not ground truth: {why}; rebuild it (`nev oracle build {folder.name}`); "
+                          "nothing was scored against it")
+
+
 def write_corpus(folder: Path, function: str, cases: list[dict], engines: dict[str, str],
                  start: int = 0, tolerance_px: float = DEFAULT_TOLERANCE_PX) -> Path:
     """Write `cases` (each with id, seed, input, expected) as a corpus folder."""

@@ -96,6 +96,7 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
     if store.up_to_date(folder, key):
         man = store.read_manifest(folder) or {}
         return BuildResult(folder, False, man)
+    tampered(folder, key)
     if fleet is not None and sorted(fleet.names) != sorted(engine_names):
         raise EngineError(f"the running engines {fleet.names} are not the ones asked for {list(engine_names)}")
     if isinstance(fleet, LazyFleet):
@@ -114,6 +115,7 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
             with shared.locked(store_root, name, None if quiet else info):
                 found = shared.find(store_root, name, key)
                 if found is None:
+                    tampered(store_root / name, key)
                     result = _render(job, store.Writer(store_root, name), lazy, folder.name)
                     found = result.folder
                 else:
@@ -124,6 +126,20 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
     if not quiet and result.superseded is not None:
         info(f"older corpus with other engine versions moved to {result.superseded}")
     return result
+
+
+def tampered(folder: Path, key: str) -> bool:
+    """Say so when a corpus of this very key is there but its bytes no longer match its manifest's
+    content hashes (changed after it was published): it is not ground truth and is built anew."""
+    man = store.read_manifest(folder)
+    if man is None or man.get("key") != key:
+        return False
+    why = store.verify(folder)
+    if why is None:
+        return False
+    info(f"{folder} is not ground truth: its bytes no longer match the content hashes its manifest carries "
+         f"({why.removeprefix(str(folder) + ': ')}); building it anew")
+    return True
 
 
 @dataclass

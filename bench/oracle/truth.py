@@ -77,6 +77,13 @@ def check_folders(names: list[str], root: Path, *, require: bool) -> None:
         why = not_ground_truth(man)
         if why is not None:
             raise NoGroundTruth(refused_line(folder, why))
+        if require:
+            changed = store.verify(folder)
+            if changed is not None:
+                raise NoGroundTruth(f"{folder} is not ground truth for the floors: its bytes no longer match the "
+                                    f"content hashes its manifest carries ({changed.removeprefix(str(folder) + ': ')}); "
+                                    "it is never scored against; remove it and score again (the scoring step "
+                                    "builds it anew); nothing was scored")
 
 
 def fresh_corpora(count: int | None = None, store_root: Path | None = None,

@@ -125,8 +125,8 @@ def sandbox_pair(target: Path, t: Path, sources: list[str], cdir: Path, repeat: 
     def med(name: str, key: str) -> float:
         return round(statistics.median(r[key] for r in runs[name]), 3)
 
-    out = {name: {key: med(name, key) for key in ("wall_s", "compile_s", "score_s", "ns_per_case_median")}
-           for name in runs}
+    out: dict[str, Any] = {name: {key: med(name, key) for key in ("wall_s", "compile_s", "score_s",
+                                                                  "ns_per_case_median")} for name in runs}
     out["statuses_same"] = all(r["statuses"] == runs["bare"][0]["statuses"] for rs in runs.values() for r in rs)
     out["ratio_wall_sandboxed_over_bare"] = round(out["sandboxed"]["wall_s"] / out["bare"]["wall_s"], 2)
     out["ratio_ns_per_case_sandboxed_over_bare"] = round(
@@ -148,7 +148,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="b04-") as tmp:
         t = Path(tmp)
         cdir = corpus.write_reference_corpus(ws, FUNCTION, t / "corpus" / FUNCTION, a.cases)
-        b4s = sandbox_pair(ws.target_dir, t, sources, cdir, a.repeat)
+        b4s = sandbox_pair(Path(str(ws.target_dir)), t, sources, cdir, a.repeat)
         if a.sandbox_only:
             publish("B4s", {"candidates": len(sources), "cases": a.cases, "cpus": mp.cpu_count(), **b4s})
             return 0
