@@ -28,7 +28,7 @@ from typing import Any
 from bench import folknet
 from bench import readiness as inv
 from bench.gateway import url_from_settings
-from jobs import jobkeys, preflight, result, writer
+from jobs import jobkeys, preflight, result, verify_jail, writer
 from jobs import manifest as manifest_mod
 from jobs.manifest import Manifest, Stage
 from jobs.stagelog import MaskedLog, stage_secrets
@@ -207,6 +207,19 @@ class Runner:
         job_key = jobkeys.lane_key_path(str(Path(model_key).expanduser().parent), self.m.name) if model_key else None
         return stage_secrets(env, [settings.get(settings.FORGE_TOKEN_FILE, env), model_key, job_key])
 
+    def _start(self, st: Stage, argv: list[str], env: dict[str, str], log: Any) -> subprocess.Popen:
+        """A stage's process, its output to one pipe. A verify runs the track's own code: in the
+        sandbox (jobs/verify_jail.py), its ground truth built first (said in the stage's log)."""
+        if st.kind == "verify":
+            def say(line: str) -> None:
+                log.write((mask(line) + "\n").encode())
+                log.flush()
+
+            return verify_jail.popen(argv, self.workdir, env, say, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(argv, cwd=self.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+
     def _run_stage(self, st: Stage) -> int:
         prev = self.js.state.stages.get(st.name)
         if prev and prev.status in (Status.INTERRUPTED, Status.STOPPED, Status.FAILED, Status.RUNNING):
@@ -244,9 +257,7 @@ class Runner:
             log.write(f"== stage {st.name} ({st.kind}) run {prev.runs + 1 if prev else 1}\n"
                       .encode())
             log.flush()
-            proc = subprocess.Popen(argv, cwd=self.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    preexec_fn=_die_with_parent)
+            proc = self._start(st, argv, env, log)
             assert proc.stdout is not None
             out = MaskedLog(log, self._stage_secrets(env))     # the log on the lane holds no secret
             out.start(proc.stdout)

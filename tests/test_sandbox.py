@@ -184,3 +184,46 @@ def test_no_sandbox_runs_bare_with_a_warning(ws, block_corpus, tmp_path, capfd):
     result = candidates.probe(ws, "block_width", [GOOD], block_corpus, tmp_path, sandboxed=False)
     assert result.verdicts[0].status == "passed"
     assert "WITHOUT the sandbox" in capfd.readouterr().err
+
+
+def test_a_jobs_verify_of_a_hostile_track_is_contained_and_its_log_holds_no_key(tmp_path):
+    from tests.helpers.job_helpers import Listener as Gateway
+    from tests.helpers.job_helpers import lane_env, make_checkout, nev, write_manifest
+
+    key = "sk-job-" + "k3y" * 10
+    keyfile = tmp_path / "home" / ".config" / "nev" / "gateway.key"
+    keyfile.parent.mkdir(parents=True)
+    keyfile.write_text(key + "\n")
+    keyfile.chmod(0o600)
+    work = tmp_path / "work"
+    base = make_checkout(work)
+    (work / ".env").write_text(f"NEV_MODEL_API_KEY={key}\n")
+    gw = Gateway()
+    forge = Listener()
+    env = lane_env(tmp_path, gw.port, NEV_MODEL_KEY_FILE=str(keyfile))
+    store = Path(env["NEV_LANE_SHARED"]) / "corpora"
+    store.mkdir(parents=True)
+    (store / "entry").write_text("ground truth")
+    before = tree_digest(store)
+    hostile_verify = (f"cat $NEV_MODEL_KEY_FILE; cat {keyfile}; cat .env; ls {keyfile.parent}; env; "
+                      f"echo evil > {store}/entry; mkdir {store}/evil; "
+                      f"(exec 3<>/dev/tcp/127.0.0.1/{forge.port}) && echo reached; "
+                      "test -e README.md && echo verified")
+    m = write_manifest(tmp_path / "job.yaml", base, [{"name": "check", "kind": "verify", "command": hostile_verify}])
+    state = tmp_path / "state"
+    try:
+        r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env, timeout=120)
+    finally:
+        forge.close()
+        gw.close()
+    log = (state / "logs" / "check.log").read_text()
+    assert r.returncode == 0, r.stderr + log
+    assert "verified" in log and "reached" not in log
+    assert key not in log and key not in r.stderr and key not in r.stdout
+    assert "k3y" not in log
+    # contained, not only masked: the key file is not there, nor its setting, nor .env's contents
+    assert "NEV_MODEL_KEY_FILE" not in log and "NEV_MODEL_API_KEY" not in log and "HOME=/tmp" in log
+    assert "cat: .env:" in log and "nev: No such file or directory" in log
+    assert tree_digest(store) == before and not (store / "evil").exists()
+    assert forge.accepted == 0
+    assert keyfile.read_text() == key + "\n"

@@ -22,6 +22,7 @@ stderr; the tick, jobs, batches and landings never ask for it.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import os
@@ -63,6 +64,7 @@ _NEVER = ("ptrace", "process_vm_readv", "process_vm_writev", "kexec_load", "kexe
 # are behind a pointer), so it fails with ENOSYS and libc falls back to clone, whose flags are read.
 _PROCESS = ("fork", "vfork", "execveat")
 CLONE_THREAD = 0x00010000
+_PR_SET_PDEATHSIG = 1
 # The runner's own lock after it read the corpus (crates_bridge/engine .../lockdown.rs): what a
 # candidate's function has no business doing, each trapped so the verdict names it.
 _RUNNER = ("open", "openat", "openat2", "creat", "stat", "lstat", "newfstatat", "statx", "access", "faccessat",
@@ -125,6 +127,8 @@ class Jail:
     bare: bool = False
     #: the entries of /etc it sees (a compiler, shell, make or git reads a few; a runner none)
     etc: tuple[str, ...] = _ETC
+    #: files inside a visible folder that read as empty inside (a lane copy's `.env`)
+    hide: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -260,6 +264,9 @@ def _binds(jail: Jail) -> list[str]:
             args += ["--ro-bind", str(p), str(p)]
     for p in jail.write:
         args += ["--bind", str(p), str(p)]
+    for p in jail.hide:
+        if Path(p).exists():
+            args += ["--ro-bind", "/dev/null", str(p)]
     return args
 
 
@@ -279,8 +286,13 @@ def bwrap_argv(jail: Jail, argv: Sequence[str], seccomp_fd: int) -> list[str]:
 
 
 def _limits_in_child(limits: Limits) -> None:
-    """Runs in the child before bubblewrap starts: its limits pass to everything in the jail."""
+    """Runs in the child before bubblewrap starts: its limits pass to everything in the jail; it
+    dies with the process that started it (bubblewrap's --die-with-parent then ends the jail)."""
     os.setsid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if limits.memory_bytes is not None:
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
