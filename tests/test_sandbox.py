@@ -223,7 +223,7 @@ def test_a_jobs_verify_of_a_hostile_track_is_contained_and_its_log_holds_no_key(
     assert "k3y" not in log
     # contained, not only masked: the key file is not there, nor its setting, nor .env's contents
     assert "NEV_MODEL_KEY_FILE" not in log and "NEV_MODEL_API_KEY" not in log and "HOME=/tmp" in log
-    assert "cat: .env:" in log and "nev: No such file or directory" in log
+    assert "cat: .env:" in log and "/home/.config/nev': No such file or directory" in log
     assert tree_digest(store) == before and not (store / "evil").exists()
     assert forge.accepted == 0
     assert keyfile.read_text() == key + "\n"
