@@ -7,8 +7,9 @@ costs far more than the small compiles of a candidate probe (the seed's
 
 The engine holds model-written functions (and a model-written track may add a
 build script), so its build runs in the sandbox (`lanes.base.sandbox`): cargo
-sees the engine read-only, writes only its target folder, has no network, no
-home and an empty CARGO_HOME (the engine uses the standard library only).
+writes only the workspace and its target folder, reads the toolchain, has no
+network, no home and an empty CARGO_HOME (the engine uses the standard library
+only).
 """
 
 from __future__ import annotations
@@ -145,7 +146,9 @@ class Workspace:
         self.check()
         target = Path(str(self.target_dir))
         target.mkdir(parents=True, exist_ok=True)
-        jail = toolchain_jail([self.root], [target], cwd=self.root)
+        # the workspace written (cargo writes Cargo.lock when it has none; it is the copy's own), the
+        # toolchain read, nothing else
+        jail = toolchain_jail([], [self.root, target], cwd=self.root)
         out = sandbox.run([tool("cargo"), "build", "--release", "--offline", "--workspace", "--lib", "--bins",
                            "--message-format=json-render-diagnostics", "--target-dir", str(target)],
                           jail, timeout=1800)

@@ -306,3 +306,65 @@ def writer_status(lane_index: int | None, as_json: bool) -> int:
             for c in w["unfetched"]:
                 click.echo(f"    {c}")
     return 0
+
+
+@click.group("sandbox")
+def sandbox_group() -> None:
+    """The sandbox for model-written code (docs/sandbox.md): check a host, run a verify in it."""
+
+
+@sandbox_group.command("check")
+@click.option("--hostile", is_flag=True, help="Also compile and score a batch of hostile candidates against "
+              "this host's real targets (home, ~/.ssh, caches, the share's store, loopback, a rig address).")
+def sandbox_check(hostile: bool) -> int:
+    """Say whether this host can build the sandbox and whether it holds (one line per check).
+
+    Exits 0 when everything holds, 13 when the sandbox cannot be built here (what is missing is
+    named), 1 when a check failed.
+    """
+    from bench import sandbox_check as sc
+    from lanes.base.exitcodes import Exit
+    from lanes.base.ui import info
+
+    report = sc.Report()
+    sc.basic(report)
+    if hostile and not report.failed:
+        sc.hostile(report, info)
+    for line in report.lines:
+        click.echo(line)
+    if report.failed:
+        from lanes.base import sandbox
+
+        return Exit.NO_SANDBOX if sandbox.missing() else Exit.FAILED
+    return 0
+
+
+@sandbox_group.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--workdir", type=click.Path(file_okay=False, exists=True, path_type=None), default=".",
+              show_default=True, help="The copy the command verifies (the one folder it may write).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def sandbox_exec(workdir: str, command: tuple[str, ...]) -> int:
+    """Run COMMAND as a verify of model-written code: in the sandbox, in WORKDIR, its ground truth
+    built first (what the landing's gate and `nev lane run --sandbox` run on a lane).
+
+    Exits with the command's status; 13 when the sandbox cannot be built here (nothing ran).
+    """
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from jobs import verify_jail
+    from lanes.base import sandbox
+    from lanes.base.ui import info
+
+    sandbox.check()
+    proc = verify_jail.popen(list(command), Path(workdir), dict(os.environ), info,
+                             stdin=subprocess.DEVNULL, stdout=sys.stdout.fileno(), stderr=sys.stderr.fileno())
+    try:
+        return proc.wait()
+    except BaseException:
+        from lanes.base import procgroup
+
+        procgroup.stop(proc.pid, grace=3.0, leader=proc)
+        raise

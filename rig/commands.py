@@ -34,7 +34,8 @@ CLI_MODULES: dict[str, Callable[[], ModuleType]] = {
 GROUPS: dict[str, Callable[[], ModuleType]] = {
     group: CLI_MODULES[module] for group, module in (
         ("lane", "lanes"), ("job", "jobs"), ("land", "jobs"), ("dagu", "dagu"), ("rig", "rig"), ("box", "box"),
-        ("batch", "bench"), ("oracle", "bench"), ("floors", "bench"), ("scores", "bench"), ("ledger", "bench"))}
+        ("batch", "bench"), ("oracle", "bench"), ("floors", "bench"), ("scores", "bench"), ("ledger", "bench"),
+        ("sandbox", "jobs"))}
 
 
 class _Nev(click.Group):
@@ -45,7 +46,8 @@ class _Nev(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in GROUPS:
-            self.add_command(getattr(GROUPS[cmd_name](), cmd_name))
+            module = GROUPS[cmd_name]()
+            self.add_command(getattr(module, cmd_name, None) or getattr(module, f"{cmd_name}_group"), cmd_name)
         return super().get_command(ctx, cmd_name)
 
 
