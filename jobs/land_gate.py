@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 
+from jobs import verify_jail
 from jobs.approvals import LandPaths
 from jobs.landlock import pid_alive
 from lanes.base import jsonfile, procgroup, settings
@@ -75,6 +76,10 @@ def where(lane_only: bool, environ: Mapping[str, str]) -> Place:
     return Place.LANE
 
 
+#: how a gate command runs on a lane: as a verify of model-written code, in the lane's sandbox
+SANDBOXED = ("nev", "sandbox", "exec", "--")
+
+
 def run_gate(cmd: str, worktree: Path, lane_only: bool, record: Path, environ: Mapping[str, str]) -> int:
     """Run one gate command on the tip checked out in `worktree`; its exit status.
 
@@ -89,7 +94,9 @@ def run_gate(cmd: str, worktree: Path, lane_only: bool, record: Path, environ: M
     timer = _fault_timer("gate")
     try:
         # the landing's settings (tracks.json's pollEnv among them) travel as a batch's do: no secret
-        return gate.on(worktree, ["sh", "-c", cmd], lane_only=lane_only, extra_env=forwarded_env(environ))
+        # the track's code: in the lane's sandbox (`nev sandbox exec`: jobs/verify_jail.py)
+        return gate.on(worktree, [*SANDBOXED, "sh", "-c", cmd], lane_only=lane_only,
+                       extra_env=forwarded_env(environ))
     except NevError as e:
         if e.exit_code in INTERRUPTED:
             raise
@@ -103,8 +110,9 @@ def run_gate(cmd: str, worktree: Path, lane_only: bool, record: Path, environ: M
 def run_here(cmd: str, worktree: Path, record: Path, environ: Mapping[str, str]) -> int:
     """The command in its own process group here, killed as a whole tree on SIGINT/SIGTERM."""
     env = {k: v for k, v in environ.items() if k != settings.LAND_FAULT.name}
-    proc = subprocess.Popen(["sh", "-c", cmd], cwd=worktree, env=env, stdin=subprocess.DEVNULL,
-                            stdout=sys.stderr.fileno(), start_new_session=True)
+    # the track's code: in the sandbox here too (jobs/verify_jail.py), its ground truth first
+    proc = verify_jail.popen(["sh", "-c", cmd], worktree, env, stdin=subprocess.DEVNULL,
+                             stdout=sys.stderr.fileno())
     try:
         jsonfile.write_atomic(record, {"pgid": proc.pid, "start": _proc_start(proc.pid),
                                        "lander": os.getpid(), "cmd": cmd})

@@ -22,6 +22,7 @@ check` finds it up to date. Only the builder writes the store; a sandbox never d
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -29,19 +30,36 @@ from pathlib import Path
 
 from lanes.base import sandbox, settings
 from lanes.base.errors import NevError
+from lanes.base.mask import is_secret_name
 from lanes.base.ui import info
 
 #: the job's names a verify may read (JOB_STATE and JOB_LOGS are the runner's, not the verify's)
 _JOB_NAMES = ("JOB_NAME", "JOB_STAGE", "JOB_WORKDIR")
 
 
-def verify_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """What a verify's environment holds: the settings that travel to a lane, the job's names."""
-    from bench.onlane import forwarded_env
+#: settings that name a credential, a key or where keys live: never in a verify's environment
+_KEYS = {"NEV_MODEL_API_KEY", "NEV_MODEL_KEY_FILE", "NEV_FORGE_TOKEN", "NEV_FORGE_TOKEN_FILE", "NEV_FORGE_USER",
+         "NEV_SSH_KEY", "NEV_KNOWN_HOSTS", "NEV_GATEWAY_ADMIN_KEY_FILE", "NEV_GATEWAY_KEYS_FILE", "NEV_DAGU_PKI_DIR"}
+_USERINFO = re.compile(r"://[^/@\s]+@")
 
-    out = forwarded_env(environ)
-    for k in (settings.ON_LANE.name, settings.ON_LANE.legacy, *_JOB_NAMES, "LANG", "TERM"):
-        if environ.get(k):
+
+def verify_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a verify's environment holds: every NEV_* setting but the credentials, the key and
+    token files and any URL carrying a user or password; the job's names; LANG and TERM; and the
+    variables an operator names in NEV_SANDBOX_ENV (never a secret-named one)."""
+    secret = {s.name for s in settings.all_settings() if s.secret}
+    out: dict[str, str] = {}
+    for k, v in environ.items():
+        if not k.startswith(("NEV_", "GENERA_")):
+            continue
+        c = "NEV_" + k.removeprefix("GENERA_") if k.startswith("GENERA_") else k
+        if c in _KEYS or c in secret or is_secret_name(c) or c.endswith(("_KEY_FILE", "_TOKEN_FILE")) \
+                or _USERINFO.search(v):
+            continue
+        out[k] = v
+    extra = [n.strip() for n in (settings.get(settings.SANDBOX_ENV, environ) or "").split(",") if n.strip()]
+    for k in (*_JOB_NAMES, "LANG", "TERM", *extra):
+        if environ.get(k) and not is_secret_name(k):
             out[k] = environ[k]
     return out
 
@@ -70,9 +88,50 @@ def jail(workdir: Path, environ: Mapping[str, str]) -> sandbox.Jail:
     env["PATH"] = ":".join([*path, "/usr/local/bin", "/usr/bin", "/bin"])
     env["CARGO_HOME"] = "/tmp/cargo-home"
     work = workdir.resolve()
-    return sandbox.Jail(read=tuple(dict.fromkeys(reads)), write=(work,), processes=True,
+    writes = [work, *_folders(settings.SANDBOX_WRITE, environ)]
+    reads += _folders(settings.SANDBOX_READ, environ)
+    admin = worktree_admin(work)
+    if admin is not None:   # a lane copy is a worktree of the lane's mirror: git needs its metadata
+        own, common = admin
+        reads.append(common)
+        writes.append(own)
+    return sandbox.Jail(read=tuple(dict.fromkeys(reads)), write=tuple(writes), processes=True,
                         limits=sandbox.Limits(memory_bytes=None, cpu_s=None, scratch_bytes=1024 * sandbox.MiB),
                         env=env, cwd=work, hide=(work / ".env",))
+
+
+def _folders(setting: settings.Setting, environ: Mapping[str, str]) -> list[Path]:
+    raw = settings.get(setting, environ) or ""
+    out = []
+    for part in raw.split(":"):
+        if not part.strip():
+            continue
+        p = Path(part).expanduser()
+        if not p.is_absolute() or not p.is_dir():
+            raise NevError(f"{setting.name}: {part!r} is not an absolute path of a folder; name existing folders, "
+                           "separated by ':'")
+        out.append(p.resolve())
+    return out
+
+
+def worktree_admin(work: Path) -> tuple[Path, Path] | None:
+    """For a linked worktree (`.git` is a file naming its admin folder): that folder (index, HEAD:
+    written by git) and the repository it belongs to (objects, refs: read)."""
+    dotgit = work / ".git"
+    if not dotgit.is_file():
+        return None
+    try:
+        line = dotgit.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    own = (work / line.removeprefix("gitdir:").strip()).resolve()
+    try:
+        common = (own / (own / "commondir").read_text(encoding="utf-8").strip()).resolve()
+    except OSError:
+        common = own.parent.parent
+    return (own, common) if own.is_dir() and common.is_dir() else None
 
 
 def ground_truth_first(workdir: Path, environ: Mapping[str, str], say: Callable[[str], None] = info) -> None:

@@ -134,6 +134,7 @@ def plan(p: Params) -> list[Step]:
         _as_lane("command -v git && command -v python3 && command -v node") + " >/dev/null",
         "echo 'git, python3 or node is missing: add it to the packages' >&2; false"))
     steps.append(rust_step(p.rust_min))
+    steps.append(sandbox_step())
     steps.append(Step(
         f"NAS at {p.shared}",
         _as_lane(f"test -d {q(p.shared)} && test -w {q(p.shared)}"),
@@ -161,6 +162,19 @@ def plan(p: Params) -> list[Step]:
             f"[ \"$(cat {stamp} 2>/dev/null)\" = {digest} ]",
             _as_lane(f"cd && {env} sh -c {q(w.setup)} && mkdir -p ~/.cache && echo {digest} > {stamp}")))
     return steps
+
+
+def sandbox_step() -> Step:
+    """The sandbox every candidate and verify runs in (docs/sandbox.md) needs bubblewrap, user
+    namespaces the lane user may create, and libseccomp: a lane without them refuses to score
+    (exit 13), so provisioning says so first. bubblewrap and libseccomp2 come with the image's
+    packages (WebKitGTK's own sandbox is bubblewrap; apt needs libseccomp2)."""
+    check = _as_lane("command -v bwrap >/dev/null && bwrap --unshare-all --unshare-user --die-with-parent "
+                     "--ro-bind / / true && (ldconfig -p 2>/dev/null || /sbin/ldconfig -p) | grep -q libseccomp.so.2")
+    return Step("sandbox (bubblewrap, user namespaces, libseccomp)", check,
+                "echo 'the sandbox cannot be built here: install bubblewrap and libseccomp2, and allow "
+                "unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; in LXC: "
+                "the guest must be unprivileged or nesting allowed)' >&2; false")
 
 
 def rust_step(rust_min: str | None) -> Step:

@@ -110,7 +110,9 @@ def _forge_with_result(tmp: Path, outcome: str, code: int, spec_on_main: bool = 
 
 def _env(tmp: Path, forge: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_"))}
-    env.update({"NEV_LANE_GIT_URL": str(forge), "NEV_STATE_DIR": str(tmp / "state"), "PYTHONPATH": str(ROOT)})
+    env.update({"NEV_LANE_GIT_URL": str(forge), "NEV_STATE_DIR": str(tmp / "state"), "PYTHONPATH": str(ROOT),
+                # the landing's gate runs in the sandbox: the test's control folder is the harness's
+                "NEV_SANDBOX_WRITE": str(tmp)})
     return env
 
 

@@ -273,7 +273,7 @@ def test_a_gate_on_a_lane_carries_the_landings_settings_and_no_secret(tmp_path: 
     environ = {"NEV_LANE_SSH": "l@h:1", "NEV_CORPUS_CASES": "40", "NEV_FORGE_TOKEN": "tok-s3cr3t-value",
                "NEV_GATEWAY_KEY": "sk-abcdefgh12345678", "PATH": "/usr/bin"}
     rc = land_gate.run_gate("nev floors check", tmp_path, True, tmp_path / "gate.json", environ)
-    assert rc == 0 and seen["command"] == ["sh", "-c", "nev floors check"] and seen["lane_only"] is True
+    assert rc == 0 and seen["command"] == ["nev", "sandbox", "exec", "--", "sh", "-c", "nev floors check"] and seen["lane_only"] is True
     assert seen["env"].get("NEV_CORPUS_CASES") == "40"
     assert "tok-s3cr3t-value" not in repr(seen["env"]) and "sk-abcdefgh12345678" not in repr(seen["env"])
     assert "PATH" not in seen["env"] and "NEV_LANE_SSH" not in seen["env"]
@@ -379,10 +379,10 @@ def test_sigterm_during_the_gate_kills_the_gate_tree_and_keeps_the_branch(kit: K
     kit.gate(sleep=30)
     p = kit.start("alpha", kit.spec_sha("alpha"), tip)
     wait_for(lambda: (kit.ctl / "gate.pid").exists(), what="gate start")
-    gate_pid = int((kit.ctl / "gate.pid").read_text())
+    gate_pid = kit.gate_host_pid()
     time.sleep(0.2)
     wait_for(lambda: (kit.ctl / "child.pid").exists(), what="the gate's child")
-    child_pid = int((kit.ctl / "child.pid").read_text())
+    child_pid = kit.gate_child_host_pid()
     p.send_signal(signal.SIGTERM)
     r = finish(p)
     assert r.rc == 143
@@ -399,7 +399,7 @@ def test_sigint_during_the_gate_exits_130(kit: Kit) -> None:
     kit.gate(sleep=30)
     p = kit.start("alpha", kit.spec_sha("alpha"), tip)
     wait_for(lambda: (kit.ctl / "gate.pid").exists(), what="gate start")
-    gate_pid = int((kit.ctl / "gate.pid").read_text())
+    gate_pid = kit.gate_host_pid()
     time.sleep(0.2)
     p.send_signal(signal.SIGINT)
     r = finish(p)
@@ -425,17 +425,17 @@ def test_sigkill_at_each_phase_then_a_rerun_finishes_the_landing(kit: Kit, phase
     pending = (kit.common() / "nev/land-pending/alpha.json").exists()
     assert pending == (phase in ("before-ref-update", "after-ref-update", "cleanup"))
     if phase == "gate":
-        gate_pid = int((kit.ctl / "gate.pid").read_text())
-        wait_for(lambda: (kit.ctl / "child.pid").exists(), what="the gate's child")
-        child_pid = int((kit.ctl / "child.pid").read_text())
-        assert not pid_dead(gate_pid) and not pid_dead(child_pid)  # a SIGKILLed lander leaves its gate running ...
+        # the gate runs in the sandbox, which dies with the lander that started it: nothing of the
+        # gate's tree outlives a SIGKILLed lander (before the sandbox it ran on, and the rerun
+        # stopped it)
+        wait_for(lambda: (kit.ctl / "gate.pid").exists(), what="the gate's start")
+        wait_for(lambda: not kit.gate_processes(), 10, "the gate's tree to die with its lander")
         kit.gate(sleep=0)
     rr = kit.land("alpha", tip=tip, spec_sha=sha)
     assert rr.rc == 0, rr.text
     assert "took over a stale land lock from dead PID" in rr.err
     if phase == "gate":
-        assert "stopped a gate left running" in rr.err  # ... which the rerun stops, whole tree
-        assert pid_dead(gate_pid) and pid_dead(child_pid)
+        assert not kit.gate_processes()
     if moved:
         assert "finishing what it owed" in rr.err
         assert kit.gates_started() == 1  # the rerun did not gate again

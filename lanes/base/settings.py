@@ -146,6 +146,12 @@ CORPUS_CASES = _s("NEV_CORPUS_CASES", "1000", "seeds per corpus (0 ... N-1): the
 # The sandbox for model-written code (lanes/base/sandbox.py, docs/sandbox.md)
 SANDBOX_MEMORY_MB = _s("NEV_SANDBOX_MEMORY_MB", "2048", "address-space cap of one sandboxed candidate run, MiB (a "
                        "candidate past it is `killed: memory cap`)")
+SANDBOX_READ = _s("NEV_SANDBOX_READ", None, "folders a verify in the sandbox may also read (colon-separated; "
+                  "nothing besides its copy, nev, the toolchain and /usr by default)")
+SANDBOX_WRITE = _s("NEV_SANDBOX_WRITE", None, "folders a verify in the sandbox may also write (colon-separated; "
+                   "nothing besides its copy by default): an operator's choice, never a track's")
+SANDBOX_ENV = _s("NEV_SANDBOX_ENV", None, "environment variables a verify in the sandbox also gets (comma-separated "
+                 "names; a secret-named one never): it gets the non-secret NEV_* settings and nothing else by default")
 SANDBOX_SCRATCH_MB = _s("NEV_SANDBOX_SCRATCH_MB", "256", "size of a sandboxed process's private /tmp, MiB")
 
 

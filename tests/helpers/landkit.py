@@ -82,6 +82,60 @@ class Kit:
     def ctl(self) -> Path:
         return self.base / "ctl"
 
+    # -- the gate's processes, as this machine numbers them ---------------
+    # The gate runs in the sandbox's own PID namespace, so the pids it writes (gate.pid,
+    # child.pid) are the namespace's; these find the same processes in this machine's /proc.
+    def _procs(self) -> list[tuple[int, int, list[str]]]:
+        out = []
+        for e in Path("/proc").iterdir():
+            if not e.name.isdigit():
+                continue
+            try:
+                argv = (e / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+                ppid = int((e / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            out.append((int(e.name), ppid, argv))
+        return out
+
+    def gate_processes(self) -> list[int]:
+        """This machine's pids of anything running the gate script or working in the kit's folders."""
+        base = str(self.base.resolve())
+        found = []
+        for pid, _, argv in self._procs():
+            if pid == os.getpid():
+                continue
+            try:
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                cwd = ""
+            if argv[-2:] == [f"{self.ctl}/gate.sh", str(self.ctl)] or (argv[:1] == ["sleep"] and cwd.startswith(base)):
+                found.append(pid)
+        return found
+
+    def _one(self, pick) -> int:
+        # a child just forked still runs the gate's argv until it execs: look again a moment later
+        deadline = time.monotonic() + 10
+        while True:
+            procs = self._procs()
+            found = pick(procs)
+            if len(found) == 1 or time.monotonic() > deadline:
+                assert len(found) == 1, found
+                return found[0]
+            time.sleep(0.05)
+
+    def gate_host_pid(self) -> int:
+        gate = [f"{self.ctl}/gate.sh", str(self.ctl)]
+
+        def pick(procs):
+            mine = {pid for pid, _, argv in procs if argv[-2:] == gate}
+            return [pid for pid, ppid, argv in procs if pid in mine and ppid not in mine]
+        return self._one(pick)
+
+    def gate_child_host_pid(self) -> int:
+        gate = self.gate_host_pid()
+        return self._one(lambda procs: [pid for pid, ppid, argv in procs if ppid == gate and argv[:1] == ["sleep"]])
+
     # -- building -------------------------------------------------------
     @classmethod
     def create(cls, base: Path, tracks: dict | None = None) -> Kit:
@@ -193,7 +247,12 @@ class Kit:
         # NEV_ON_LANE=1: the gate runs in place, as on a lane (verify is lane-only otherwise, and these
         # tests are about the landing, not where it gates); a test of the lane rules sets it to "".
         env.update({"PYTHONPATH": str(ROOT), "NEV_LANES_FILE": str(self.base / "no-lanes.json"),
-                    "NEV_STATE_DIR": str(self.base / "state"), "NEV_LAND_LOCK_WAIT": "60", "NEV_ON_LANE": "1"})
+                    "NEV_STATE_DIR": str(self.base / "state"), "NEV_LAND_LOCK_WAIT": "60", "NEV_ON_LANE": "1",
+                    # the gate runs in the sandbox: its control folder (and the primary it moves
+                    # main in, for the race tests) are the harness's, written by the gate script
+                    "NEV_SANDBOX_WRITE": str(self.base),
+                    "NEV_SANDBOX_ENV": "GIT_AUTHOR_NAME,GIT_AUTHOR_EMAIL,GIT_COMMITTER_NAME,GIT_COMMITTER_EMAIL,"
+                                       "GIT_CONFIG_NOSYSTEM"})
         env.update(self.extra_env)
         env.update(over)
         return env
@@ -267,12 +326,9 @@ def check_invariant(k: Kit, old_main: str, track: str, track_tip: str, landed: b
         assert git(k.primary, "rev-list", "--merges", f"{old_main}..main") == ""
     else:
         assert branch == track_tip, f"branch {track} is {branch!r}, expected its tip {track_tip}"
-    # No gate is left running: neither the gate's shell nor its child.
-    for f in ("gate.pid", "child.pid"):
-        pidf = k.ctl / f
-        if pidf.exists():
-            pid = int(pidf.read_text().strip() or 0)
-            wait_for(lambda pid=pid: pid_dead(pid), 10, f"{f} {pid} to end")
+    # No gate is left running: neither the gate's shell nor its child (found by what they run
+    # and where: the pids they write are the sandbox's PID namespace's).
+    wait_for(lambda: not k.gate_processes(), 10, "every gate process to end")
 
 
 def sigterm(p: subprocess.Popen) -> None:
