@@ -73,17 +73,11 @@ def nev_reads() -> list[Path]:
 
 
 def jail(workdir: Path, environ: Mapping[str, str]) -> sandbox.Jail:
-    from crates_bridge.errors import BridgeError
-    from crates_bridge.workspace import sysroot, tool
+    from bench.verify_needs import toolchain
 
-    reads = list(nev_reads())
-    path = [str(Path(sys.executable).parent)]
-    try:
-        root = sysroot()
-        reads += [root, Path(tool("cargo")).parent]
-        path.append(f"{root}/bin")
-    except (NevError, BridgeError):
-        pass   # no Rust here: a verify that needs it says so itself
+    rust_reads, rust_path = toolchain()
+    reads = [*nev_reads(), *rust_reads]
+    path = [str(Path(sys.executable).parent), *rust_path]
     env = verify_env(environ)
     env["PATH"] = ":".join([*path, "/usr/local/bin", "/usr/bin", "/bin"])
     env["CARGO_HOME"] = "/tmp/cargo-home"
@@ -134,31 +128,10 @@ def worktree_admin(work: Path) -> tuple[Path, Path] | None:
     return (own, common) if own.is_dir() and common.is_dir() else None
 
 
-def ground_truth_first(workdir: Path, environ: Mapping[str, str], say: Callable[[str], None] = info) -> None:
-    """Build, outside the jail, every corpus the copy's engine lists (the three browsers, or the
-    store), so a verify inside finds its ground truth. Nothing to do without an engine; a failure
-    is said, not raised: a verify that needs the corpora then fails on its own, naming them."""
-    from bench.floors import scoring_for
-    from crates_bridge.errors import BridgeError
-    from crates_bridge.runner import list_caches
-    from crates_bridge.workspace import Workspace
-
-    req = scoring_for(workdir, environ)
-    if not (req.engine / "Cargo.toml").is_file():
-        return
-    try:
-        names = list_caches(Workspace(req.engine))
-        if not names:
-            return
-        from bench.oracle.truth import fresh_corpora
-
-        fresh_corpora(environ=environ, say=say)(names, req.corpus_root)
-    except (NevError, BridgeError) as e:
-        say(f"sandbox: the ground truth could not be built before the verify: {e}")
-
-
 def popen(argv: Sequence[str], workdir: Path, environ: Mapping[str, str],
           say: Callable[[str], None] = info, **kw: object) -> subprocess.Popen:
     """The verify started in its jail, its ground truth built first."""
+    from bench.verify_needs import ground_truth_first
+
     ground_truth_first(workdir, environ, say)
     return sandbox.popen(argv, jail(workdir, environ), **kw)
