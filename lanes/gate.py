@@ -42,12 +42,12 @@ from lanes.lanesfile import Lane, LanesFile
 from lanes.session import Session
 
 
-def _sweep(lane: Lane, track: str) -> None:
-    """The disk guard's sweep, when the lane root is short of NEV_LANE_MIN_FREE_GB before a run;
-    the guard then asks the lane again."""
+def _sweep(lane: Lane, track: str, repo: Repo) -> None:
+    """The disk guard's sweep, when the lane root is short of NEV_LANE_MIN_FREE_GB before a run:
+    by the tracks of `repo`, the repository being gated; the guard then asks the lane again."""
     from lanes import sweep
 
-    sweep.gate_hook(lane, track)
+    sweep.gate_hook(lane, track, repo)
 
 STOP_WAIT = 3.0
 DROPPED_EXIT = Exit.CONNECTION_DROPPED
@@ -305,7 +305,10 @@ class _GateRun:
             self.session.request(Op.ABORT)
             self.session.close()
             ui.info(f"{self.lane.label}: {self.hello['free_gb']:.1f} GB free, under {min_free:g} GB; sweeping the lane")
-            (sweep or _sweep)(self.lane, self.wt.name)
+            if sweep is not None:
+                sweep(self.lane, self.wt.name)
+            else:
+                _sweep(self.lane, self.wt.name, self.wt.repo)
             self.session = Session(self.conn, self.lane)
             self.hello = _hello(self.session, self.wt, self.forge)
             if self.hello["free_gb"] < min_free:

@@ -27,7 +27,7 @@ from lanes.agent import layout
 from lanes.agent.wire import Op
 from lanes.base import ui
 from lanes.base.errors import NevError
-from lanes.base.gitrun import Repo
+from lanes.base.gitrun import GitError, Repo
 from lanes.base.ssh import Connection, SshError
 from lanes.lanesfile import Lane
 
@@ -261,7 +261,12 @@ def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool
     chosen = lanes if lanes is not None else [ln for ln in lf.lanes if lane_index is None or ln.index == lane_index]
     if not chosen:
         raise NevError(f"--lane {lane_index}: no such lane; the lanes file lists {len(lf.lanes)}")
-    tracks, primary = primary_tracks(repo or Repo(Path(".")))
+    repo = repo or Repo(Path("."))
+    try:
+        tracks, primary = primary_tracks(repo)
+    except GitError as e:
+        raise NevError(f"{repo.path} is no git checkout ({e}); give the primary checkout whose worktrees "
+                       "name the tracks to keep (--repo)") from None
     status = 0
     results = []
     for ln in chosen:
@@ -280,13 +285,14 @@ def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool
     return status, results
 
 
-def gate_hook(lane: Lane, track: str) -> None:
+def gate_hook(lane: Lane, track: str, repo: Repo) -> None:
     """The gate's disk guard (`lanes.gate` calls it): sweep the lane that is short of space,
-    every copy that may go (the primary checkout is the repository of the current folder); the
-    guard then asks the lane for its free space again. A sweep that fails says so in one line
-    and the guard decides as if nothing was freed."""
+    every copy that may go by the tracks of `repo`, the repository being gated (its own primary
+    checkout and worktrees; never the current folder's, which may be another repository's: its
+    copies would all look orphaned); the guard then asks the lane for its free space again. A
+    sweep that fails says so in one line and the guard decides as if nothing was freed."""
     try:
-        sweep(lanes=[lane], say=ui.info)     # stderr: a gate's stdout is its command's
+        sweep(lanes=[lane], say=ui.info, repo=repo)     # stderr: a gate's stdout is its command's
     except NevError as e:
         ui.info(f"{lane.label}: the disk guard's sweep failed: {e}")
 
