@@ -39,7 +39,7 @@ def lane() -> None:
     """Run a worktree's command on a build lane; list, sweep, provision and create lanes."""
 
 
-@lane.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@lane.command("run", context_settings={"allow_interspersed_args": False})
 @click.option("--lane", "lane_index", type=int, help="Use lane N of the lanes file (default: first that answers).")
 @click.option("--pull", multiple=True, metavar="DIR", help="Copy DIR of the lane copy back after the run (repeatable).")
 @click.argument("worktree", type=click.Path(file_okay=False))
@@ -59,7 +59,7 @@ def run(lane_index: int | None, pull: tuple[str, ...], worktree: str, command: t
     return gate.run(Path(worktree), list(command), lane_index=lane_index, lane_only=True, pull=pull)
 
 
-@lane.command("on", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@lane.command("on", context_settings={"allow_interspersed_args": False})
 @click.option("--lane", "lane_index", type=int, help="Use lane N of the lanes file (default: first that answers).")
 @click.option("--lane-only", is_flag=True, help="Exit 3 instead of running locally when no lane answers.")
 @click.option("--pull", multiple=True, metavar="DIR", help="Copy DIR back after the run (ignored on a lane).")
