@@ -233,7 +233,7 @@ class Worktree:
         commit = repo.try_rev("HEAD")
         if commit is None:
             raise NevError(f"worktree {top} has no commit yet; commit something first")
-        return cls(top, top.name, commit, repo)
+        return cls(top, layout.copy_name(top.name), commit, repo)
 
 
 @dataclass

@@ -70,7 +70,7 @@ def decide(entries: list[Entry], tracks: set[str], primary: str | None, track: s
     """Which copies go and why the others stay (pure)."""
     out = []
     for e in entries:
-        if track is not None and e.name != track:
+        if track is not None and e.name not in (track, layout.copy_name(track)):
             continue
 
         def keep(why: str, e: Entry = e) -> None:
@@ -166,12 +166,12 @@ def human(n: int) -> str:
 
 
 def primary_tracks(repo: Repo) -> tuple[set[str], str]:
-    """Names of the primary checkout's worktrees (a copy is named after its worktree folder) and
-    the primary's own name."""
+    """Copy names of the primary checkout's worktrees (a copy is named after its worktree folder:
+    `lanes.agent.layout.copy_name`) and the primary's own."""
     out = repo.git("worktree", "list", "--porcelain").stdout
     paths = [ln[9:] for ln in out.splitlines() if ln.startswith("worktree ")]
-    names = {p.rstrip("/").rsplit("/", 1)[-1] for p in paths}
-    return names, paths[0].rstrip("/").rsplit("/", 1)[-1]
+    names = {layout.copy_name(p.rstrip("/").rsplit("/", 1)[-1]) for p in paths}
+    return names, layout.copy_name(paths[0].rstrip("/").rsplit("/", 1)[-1])
 
 
 @dataclass

@@ -100,3 +100,19 @@ def test_paramikos_own_log_lines_show_only_with_verbose(flag, shown):
     r = subprocess.run([sys.executable, "-c", PARAMIKO_LINE, flag or "-"], capture_output=True, text=True,
                        cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=60)
     assert ("Secsh channel 0 open FAILED" in r.stderr) is shown, r.stderr
+
+
+@pytest.mark.parametrize("folder", ["a:b;c$(id)", "new\nline", ".hidden", "spaced name ü"])
+def test_an_odd_worktree_folder_name_gives_a_plain_copy_name_on_the_lane(tmp_path, folder):
+    from lanes.agent import layout
+
+    lane = LocalLane(tmp_path)
+    wt = make_repo(tmp_path / "repos" / folder)
+    r = lane.nev(["lane", "run", str(wt), "sh", "-c", "pwd"])
+    assert r.returncode == 0, r.stderr
+    name = layout.copy_name(folder)
+    assert r.stdout.strip() == str(lane.root / name) and name != folder
+    for entry in sorted(p.name for p in lane.root.iterdir()):
+        assert set(entry) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-"), entry
+    assert layout.copy_name("engine") == "engine"                      # a plain name is its own copy's
+    assert layout.copy_name("a:b") != layout.copy_name("a;b")          # two odd names never meet
