@@ -49,9 +49,12 @@ def run(lane_index: int | None, pull: tuple[str, ...], worktree: str, command: t
 
     COMMAND never runs on this machine; `nev lane on` runs it here when no lane answers.
 
-    Exit status is the command's; 3 when no lane answered (nothing ran), 4 when the
-    lane's disk is short even after a sweep, 130/143 when interrupted (the command on
-    the lane is stopped too). Already on a lane (NEV_ON_LANE set) COMMAND runs in place in
+    Exit status is the command's; 1 when refused (a file that may not leave the worktree, a
+    --pull folder that is a local symlink or holds .git), 2 for bad usage (a --pull path that
+    is no folder inside the worktree, a --lane no lane has), 3 when no lane answered (nothing
+    ran), 4 when the lane's disk is short even after a sweep, 5 when a pulled folder was refused
+    (nothing of it written; the command's status on the line), 130/143 when interrupted (the
+    command on the lane is stopped too). Already on a lane (NEV_ON_LANE set) COMMAND runs in place in
     WORKTREE, as with `nev lane on`: no lane settings read, --pull ignored.
     """
     from lanes import gate
