@@ -39,7 +39,7 @@ def lane() -> None:
     """Run a worktree's command on a build lane; list, sweep, provision and create lanes."""
 
 
-@lane.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@lane.command("run", context_settings={"allow_interspersed_args": False})
 @click.option("--lane", "lane_index", type=int, help="Use lane N of the lanes file (default: first that answers).")
 @click.option("--pull", multiple=True, metavar="DIR", help="Copy DIR of the lane copy back after the run (repeatable).")
 @click.argument("worktree", type=click.Path(file_okay=False))
@@ -49,9 +49,12 @@ def run(lane_index: int | None, pull: tuple[str, ...], worktree: str, command: t
 
     COMMAND never runs on this machine; `nev lane on` runs it here when no lane answers.
 
-    Exit status is the command's; 3 when no lane answered (nothing ran), 4 when the
-    lane's disk is short even after a sweep, 130/143 when interrupted (the command on
-    the lane is stopped too). Already on a lane (NEV_ON_LANE set) COMMAND runs in place in
+    Exit status is the command's; 1 when refused (a file that may not leave the worktree, a
+    --pull folder that is a local symlink or holds .git), 2 for bad usage (a --pull path that
+    is no folder inside the worktree, a --lane no lane has), 3 when no lane answered (nothing
+    ran), 4 when the lane's disk is short even after a sweep, 5 when a pulled folder was refused
+    (nothing of it written; the command's status on the line), 130/143 when interrupted (the
+    command on the lane is stopped too). Already on a lane (NEV_ON_LANE set) COMMAND runs in place in
     WORKTREE, as with `nev lane on`: no lane settings read, --pull ignored.
     """
     from lanes import gate
@@ -59,7 +62,7 @@ def run(lane_index: int | None, pull: tuple[str, ...], worktree: str, command: t
     return gate.run(Path(worktree), list(command), lane_index=lane_index, lane_only=True, pull=pull)
 
 
-@lane.command("on", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@lane.command("on", context_settings={"allow_interspersed_args": False})
 @click.option("--lane", "lane_index", type=int, help="Use lane N of the lanes file (default: first that answers).")
 @click.option("--lane-only", is_flag=True, help="Exit 3 instead of running locally when no lane answers.")
 @click.option("--pull", multiple=True, metavar="DIR", help="Copy DIR back after the run (ignored on a lane).")

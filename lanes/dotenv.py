@@ -49,13 +49,30 @@ def parse(text: str) -> dict[str, str]:
     return out
 
 
+MAX_BYTES = 1 << 20   # a `.env` is NAME=value lines: one larger than this is no `.env`
+
+
 def read(path: str | os.PathLike[str]) -> dict[str, str]:
-    """`parse` of the file at `path`; {} when it is missing or unreadable."""
+    """`parse` of the file at `path`; {} when it is missing, unreadable, not a regular file (a
+    FIFO would block, a device never end) or larger than MAX_BYTES."""
+    import stat
+
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return parse(f.read())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return {}
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
+            return {}
+        data = os.read(fd, MAX_BYTES + 1)
+    except OSError:
+        return {}
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        return {}
+    return parse(data.decode("utf-8", errors="replace"))
 
 
 def first(values: dict[str, str], *names: str) -> str | None:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -26,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from lanes import forgeauth, lanesfile, payload, session
-from lanes.agent.guard import check_rel
+from lanes.agent.errors import Refused
+from lanes.agent.guard import check_rel, link_target_ok, pull_path
 from lanes.agent.wire import Kind, Op, Stop
 from lanes.base import settings, ui
-from lanes.base.errors import DiskShortError, NevError, NoLaneError
+from lanes.base.errors import DiskShortError, NevError, NoLaneError, UsageError
 from lanes.base.exitcodes import Exit
 from lanes.base.gitrun import Repo
 from lanes.base.mask import mask, register_secret
@@ -39,12 +42,12 @@ from lanes.lanesfile import Lane, LanesFile
 from lanes.session import Session
 
 
-def _sweep(lane: Lane, track: str) -> None:
-    """The disk guard's sweep, when the lane root is short of NEV_LANE_MIN_FREE_GB before a run;
-    the guard then asks the lane again."""
+def _sweep(lane: Lane, track: str, repo: Repo) -> None:
+    """The disk guard's sweep, when the lane root is short of NEV_LANE_MIN_FREE_GB before a run:
+    by the tracks of `repo`, the repository being gated; the guard then asks the lane again."""
     from lanes import sweep
 
-    sweep.gate_hook(lane, track)
+    sweep.gate_hook(lane, track, repo)
 
 STOP_WAIT = 3.0
 DROPPED_EXIT = Exit.CONNECTION_DROPPED
@@ -168,24 +171,108 @@ def _interrupt_handlers() -> Callable[[], None]:
 
 
 class _Pull:
-    """A pulled folder on its way in: PULL_START, PULL_DATA..., PULL_END."""
+    """A pulled folder on its way in: PULL_START, PULL_DATA..., PULL_END; only a folder asked for."""
 
-    def __init__(self, d: str) -> None:
+    def __init__(self, d: str, asked: Sequence[str]) -> None:
         import tempfile  # only a gate with --pull: the others start without it
 
-        check_rel(d.rstrip("/"), "--pull")
+        if d not in asked:
+            raise NevError(f"the lane sent back folder {d!r}, which was not asked for (--pull {', '.join(asked)})")
         self.dir = d
         self.tmp = tempfile.TemporaryFile()
 
-    def finish(self, root: Path) -> None:
+    def finish(self, root: Path) -> str | None:
+        """The folder written into WORKTREE/DIR; the one line why when it is refused (`pull_problem`,
+        `pulled_problem`: then nothing of it is written)."""
         import tarfile
+        import zlib
 
-        self.tmp.seek(0)
         dest = root / self.dir
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=self.tmp, mode="r:gz") as tf:
-            tf.extractall(dest, filter="data")
-        self.tmp.close()
+        try:
+            self.tmp.seek(0)
+            with tarfile.open(fileobj=self.tmp, mode="r:gz") as tf:
+                members = tf.getmembers()
+                why = pull_problem(root, self.dir) or pulled_problem(dest, members)
+                if why:
+                    return f"--pull {self.dir} refused: {why}; nothing of it was written"
+                dest.mkdir(parents=True, exist_ok=True)
+                tf.extractall(dest, members=members, filter="data")
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+            return f"--pull {self.dir} failed: {e}; what was written before stays"
+        finally:
+            self.tmp.close()
+        return None
+
+
+def pull_dirs(pull: Sequence[str]) -> list[str]:
+    """The `--pull` folders, normalised (`lanes.agent.guard.pull_path`); UsageError (2) for one
+    that is not a folder inside the worktree (the worktree itself, `.git`, `..`, absolute, empty)."""
+    out = []
+    for d in pull:
+        try:
+            out.append(pull_path(d))
+        except Refused as e:
+            raise UsageError(f"{e}; nothing ran") from None
+    return out
+
+
+def pull_problem(root: Path, rel: str) -> str | None:
+    """Why WORKTREE/`rel` may not receive a pulled folder here, else None: a pull never writes
+    through a local symlink (any folder on the way included), never into a file, never into a
+    folder holding `.git` (a repository of its own)."""
+    p = root
+    for part in rel.split("/"):
+        p = p / part
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            return None
+        here = p.relative_to(root)
+        if stat.S_ISLNK(st.st_mode):
+            return f"{here} is a symlink here (-> {os.readlink(p)}); a pull never writes through a link"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{here} is a file here, not a folder"
+        if os.path.lexists(p / ".git"):
+            return f"{here} holds a .git (a repository of its own); a pull never writes into one"
+    return None
+
+
+def pulled_problem(dest: Path, members: list[Any]) -> str | None:
+    """Why a pulled folder's tar members (tarfile.TarInfo) may not be written into `dest`, else
+    None: a name out of the folder or holding `.git`, what is neither file, folder nor link, a
+    symlink whose target leaves the folder (links inside it only), a hard link to anything but a
+    file before it, a member that lies through a link (the tar's or a local one)."""
+    links: set[str] = set()
+    files: set[str] = set()
+    for m in members:
+        name = posixpath.normpath(m.name)
+        parts = [] if name == "." else name.split("/")
+        if name.startswith("/") or ".." in parts:
+            return f"{m.name!r} lies outside the pulled folder"
+        if ".git" in parts:
+            return f"{m.name!r} is a .git; it is never pulled"
+        if not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
+            return f"{name!r} is a FIFO or a device; only files, folders and links inside the folder are pulled"
+        if not parts:
+            if not m.isdir():
+                return "it is no folder on the lane"
+            continue
+        for i in range(1, len(parts) + (0 if m.issym() else 1)):
+            pre = "/".join(parts[:i])
+            if pre in links and i < len(parts):
+                return f"{name!r} lies through the pulled link {pre!r}"
+            if os.path.islink(dest / pre):
+                return f"{dest.name}/{pre} is a symlink here (-> {os.readlink(dest / pre)}); a pull never writes through a link"
+        if m.issym():
+            if not link_target_ok(name, m.linkname):
+                return f"symlink {name!r} points out of the pulled folder ({m.linkname!r}); only links inside it are pulled"
+            links.add(name)
+        elif m.islnk():
+            if posixpath.normpath(m.linkname) not in files:
+                return f"hard link {name!r} to {m.linkname!r}, not a file of the pulled folder"
+        elif m.isfile():
+            files.add(name)
+    return None
 
 
 class _GateRun:
@@ -199,6 +286,8 @@ class _GateRun:
         self.hello: dict[str, Any] = {}
         self.sizes: dict[str, int] = {}
         self.local: payload.Local | None = None
+        self.pull: list[str] = []
+        self.pull_refused: list[str] = []     # one line per pulled folder refused (nothing of it written)
 
     def open(self, min_free: float, sweep: Callable[[Lane, str], object] | None,
              files: Mapping[str, bytes] | None = None) -> Session:
@@ -216,7 +305,10 @@ class _GateRun:
             self.session.request(Op.ABORT)
             self.session.close()
             ui.info(f"{self.lane.label}: {self.hello['free_gb']:.1f} GB free, under {min_free:g} GB; sweeping the lane")
-            (sweep or _sweep)(self.lane, self.wt.name)
+            if sweep is not None:
+                sweep(self.lane, self.wt.name)
+            else:
+                _sweep(self.lane, self.wt.name, self.wt.repo)
             self.session = Session(self.conn, self.lane)
             self.hello = _hello(self.session, self.wt, self.forge)
             if self.hello["free_gb"] < min_free:
@@ -229,6 +321,7 @@ class _GateRun:
              writer: Mapping[str, str] | None = None) -> None:
         p = payload.build(self.wt, self.hello.get("tips", []), self.forge.url is not None, files, self.local)
         self.sizes = p.sizes()
+        self.pull = list(pull)
         session.request(Op.PAYLOAD, commit=p.commit, sizes=self.sizes, command=list(command),
                         env=dict(extra_env or {}), cred=self.forge.cred(), keep_env=keep_env, pull=list(pull),
                         writer=dict(writer) if writer else None)
@@ -249,12 +342,15 @@ class _GateRun:
             elif kind is Kind.NEED_BUNDLE:
                 self.resend_bundle(session, json.loads(data)["tips"])
             elif kind is Kind.PULL_START:
-                pulling = _Pull(json.loads(data)["dir"])
+                pulling = _Pull(str(json.loads(data)["dir"]), self.pull)
             elif kind is Kind.PULL_DATA and pulling is not None:
                 pulling.tmp.write(data)
             elif kind is Kind.PULL_END and pulling is not None:
-                pulling.finish(self.wt.path)
-                ui.info(f"{self.lane.label}: pulled {pulling.dir}")
+                why = pulling.finish(self.wt.path)
+                if why is None:
+                    ui.info(f"{self.lane.label}: pulled {pulling.dir}")
+                else:
+                    self.pull_refused.append(why)
                 pulling = None
             elif kind is Kind.RESULT:
                 return dict(json.loads(data))
@@ -314,6 +410,9 @@ def gate_on_lane(lane: Lane, conn: Connection | OpenSsh, wt: payload.Worktree, c
         raise NevError(f"{lane.label} refused the gate: {result['refused']}")
     if result.get("stopped"):
         raise Interrupted(f"the command on {lane.label} was stopped", Stop(result["stopped"]).status)
+    if run.pull_refused:
+        raise NevError(f"{lane.label}: {'; '.join(run.pull_refused)}; the command exited {result.get('status')}",
+                       Exit.PULL_REFUSED)
     return Outcome(int(result["status"]), result, run.sent(), run.sizes, run.agent_sent())
 
 
@@ -402,11 +501,17 @@ def run(worktree: Path, command: list[str], *, lane_index: int | None = None, la
         raise NevError("no command given; say what to run on the lane")
     if already_on_lane():
         return in_place(Path(worktree), command, pull, extra_env)
-    for d in pull:
-        check_rel(d.rstrip("/"), "--pull")
+    pull = pull_dirs(pull)
     for name in files or {}:
-        check_rel(name, "a file sent with the run")
+        try:
+            check_rel(name, "a file sent with the run")
+        except Refused as e:
+            raise NevError(str(e)) from None
     wt = payload.Worktree.open(Path(worktree))
+    for d in pull:
+        why = pull_problem(wt.path, d)
+        if why:
+            raise NevError(f"--pull {d} refused: {why}; nothing ran")
     lf = lanesfile.configured(require=lane_only)
     forge: Forge | None = None
     for lane in lanesfile.pick(lf, lane_index) if lf.lanes else []:

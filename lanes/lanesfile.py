@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lanes.base import jsonfile, settings
-from lanes.base.errors import ConfigError, NevError, NoLaneError
+from lanes.base.errors import ConfigError, NevError, NoLaneError, UsageError
 from lanes.base.openssh import OpenSsh
 from lanes.base.ssh import CONNECT_TIMEOUT, Connection, SshError, Target
 
@@ -104,8 +104,13 @@ def load(path: Path) -> LanesFile:
         except SshError as e:
             raise f.fail(f"{where}.ssh", f"is not an SSH address ({e})") from None
         own_jump = _jump_field(f, obj, where)
-        lanes.append(Lane(index=i, ssh=ssh, root=f.get(obj, "root", str, where, False, "/srv/lane"),
-                          shared=f.get(obj, "shared", str, where, False),
+        root = f.get(obj, "root", str, where, False, "/srv/lane")
+        shared = f.get(obj, "shared", str, where, False)
+        for key, value in (("root", root), ("shared", shared)):
+            if value is not None and not (value.startswith("/") and "\0" not in value and "\n" not in value):
+                raise f.fail(f"{where}.{key}", f"is {value!r}, not an absolute path on the lane (such as /srv/lane)")
+        lanes.append(Lane(index=i, ssh=ssh, root=root,
+                          shared=shared,
                           name=f.get(obj, "name", str, where, False, ""),
                           jump=(own_jump if own_jump is not None else default_jump) or None))
     return LanesFile(path=path, lanes=lanes, git_url=f.get(top, "git_url", str, "", False),
@@ -180,6 +185,6 @@ def pick(lf: LanesFile, index: int | None) -> list[Lane]:
     if index is None:
         return lf.lanes
     if not 0 <= index < len(lf.lanes):
-        raise ConfigError(f"--lane {index}: only {len(lf.lanes)} lane(s) configured "
+        raise UsageError(f"--lane {index}: only {len(lf.lanes)} lane(s) configured "
                           f"({lf.path or 'NEV_LANE_SSH'}); pick 0..{len(lf.lanes) - 1}")
     return [lf.lanes[index]]

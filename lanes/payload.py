@@ -7,6 +7,12 @@
 - The diff is `git diff --binary -M HEAD`: staged and unstaged, binary-safe, with modes,
   symlinks, deletions and renames.
 - The untracked files git does not ignore go as one gzip'd tar (odd names, modes, symlinks).
+- One rule for what leaves the worktree (`read_in_tree`, `untracked_tar`, `env_bytes`): regular
+  files only, read through a descriptor opened without following a link and checked to be the
+  file that was looked at, never more than its size when opened (`.env`: at most ENV_MAX_BYTES);
+  never through a symlink that leaves the worktree (a symlink travels as a link, and only one
+  whose target stays inside); a FIFO, a device or a socket is refused with one line. So the gate
+  ships no byte from outside the worktree, whatever links the tree holds.
 - The lane agent (`lanes/agent/`, with `lanes/dotenv.py`; stdlib only) is named by its content
   hash on the bootstrap's command line (which holds no secret); a lane that caches that hash runs
   its copy, one that lacks it asks, and the agent travels on the same channel, once.
@@ -19,15 +25,21 @@ import hashlib
 import io
 import json
 import os
+import stat
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lanes.agent import layout
+from lanes.agent.guard import link_target_ok
 from lanes.agent.wire import Kind
 from lanes.base.errors import NevError
 from lanes.base.gitrun import GitError, Repo
+
+if TYPE_CHECKING:
+    import tarfile
 
 # The agent as sent, each module under its own name, in import order: each imports only the
 # stdlib and modules before it (tests/test_architecture.py). `lanes` is an empty namespace on the
@@ -221,7 +233,7 @@ class Worktree:
         commit = repo.try_rev("HEAD")
         if commit is None:
             raise NevError(f"worktree {top} has no commit yet; commit something first")
-        return cls(top, top.name, commit, repo)
+        return cls(top, layout.copy_name(top.name), commit, repo)
 
 
 @dataclass
@@ -318,9 +330,92 @@ def untracked_names(repo: Repo) -> list[str]:
     return [n for n in names if n != ".env"]
 
 
+ENV_MAX_BYTES = 1 << 20     # the worktree's `.env` (NAME=value lines) travels only up to this size
+
+
+class Refusal(NevError):
+    """A file of the worktree that may not leave it (one line: which, why, what to do)."""
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a regular file"
+
+
+def _inside(top: str, path: str) -> bool:
+    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)
+
+
+def read_in_tree(root: Path, rel: str, what: str, limit: int | None = None) -> tuple[os.stat_result, bytes]:
+    """(its status, its bytes) of the regular file `rel` under `root`, by the one rule for what
+    leaves the worktree: the path may not lead out of it through a symlink (a link inside it is
+    followed), only a regular file is read (a FIFO would block the gate, a device never end), and
+    through a descriptor opened without following a link and checked to be the file looked at; no
+    more than its size then, and no more than `limit`. Refusal (one line) otherwise."""
+    top = os.path.realpath(root)
+    path = os.path.join(top, rel)
+    real = os.path.realpath(path)
+    subject = f"{what} {rel!r} in {top}".lstrip()
+    if not _inside(top, real):
+        via = f" (-> {os.readlink(path)})" if os.path.islink(path) else ""
+        raise Refusal(f"{subject} leads out of the worktree through a symlink{via}; only files inside the "
+                      "worktree are sent (copy the file in place); nothing ran")
+    st = os.lstat(real)
+    if not stat.S_ISREG(st.st_mode):
+        raise Refusal(f"{subject} is {_kind(st.st_mode)}; only regular files are sent; nothing ran")
+    too_big = Refusal(f"{subject} is larger than {limit} bytes; nothing ran")
+    if limit is not None and st.st_size > limit:
+        raise too_big
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise Refusal(f"{subject} cannot be read ({e.strerror}); nothing ran") from None
+    try:
+        fst = os.fstat(fd)
+        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(fst.st_mode):
+            raise Refusal(f"{subject} changed while it was read; nothing ran")
+        if limit is not None and fst.st_size > limit:
+            raise too_big
+        chunks, left = [], fst.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    return fst, b"".join(chunks)
+
+
+def env_bytes(root: Path) -> bytes:
+    """The worktree's `.env` as it travels: empty when there is none (or it is a folder, such as a
+    virtualenv named `.env`, or a link inside the worktree to none); Refusal when it leads out of
+    the worktree, is no regular file or is larger than ENV_MAX_BYTES."""
+    path = root / layout.ENV
+    top = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if _inside(top, real):
+        try:
+            st = os.lstat(real)
+        except OSError:
+            return b""                    # none, or a link inside the worktree to nothing
+        if stat.S_ISDIR(st.st_mode):
+            return b""
+    return read_in_tree(root, layout.ENV, "", ENV_MAX_BYTES)[1]
+
+
 def untracked_tar(root: Path, names: list[str], extra: Mapping[str, bytes] | None = None) -> bytes:
     """The untracked files, and `extra` (lane-copy path -> content: files of this machine that
-    travel with the run, e.g. a batch's declared aliases), as one gzipped tar."""
+    travel with the run, e.g. a batch's declared aliases), as one gzipped tar. Each by the one rule
+    (`read_in_tree`); a symlink travels as a link, refused here when its target leaves the worktree."""
     if not names and not extra:
         return b""
     import gzip  # most warm gates have no untracked files: a gate starts without these
@@ -330,15 +425,41 @@ def untracked_tar(root: Path, names: list[str], extra: Mapping[str, bytes] | Non
     with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tf:
             for n in names:
-                p = root / n
-                if not os.path.lexists(p):
-                    continue
-                tf.add(str(p), arcname=n, recursive=False)
+                _add_untracked(tf, root, n)
             for n, data in (extra or {}).items():
                 info = tarfile.TarInfo(n)
                 info.size, info.mode = len(data), 0o600
                 tf.addfile(info, io.BytesIO(data))
     return raw.getvalue()
+
+
+def _add_untracked(tf: tarfile.TarFile, root: Path, n: str) -> None:
+    import tarfile
+
+    p = os.path.join(root, n)
+    try:
+        st = os.lstat(p)
+    except OSError:
+        return                             # gone since git listed it
+    top = os.path.realpath(root)
+    if not _inside(top, os.path.realpath(os.path.dirname(p))):
+        raise Refusal(f"untracked file {n!r} in {top} lies through a symlink out of the worktree; nothing ran")
+    info = tarfile.TarInfo(n)
+    info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
+    if stat.S_ISLNK(st.st_mode):
+        target = os.readlink(p)
+        if not link_target_ok(n, target):
+            raise Refusal(f"untracked symlink {n!r} in {top} points out of the worktree ({target!r}); "
+                          "nothing ran")
+        info.type, info.linkname = tarfile.SYMTYPE, target
+        tf.addfile(info)
+    elif stat.S_ISDIR(st.st_mode):       # an untracked repository inside the worktree, listed as `dir/`
+        info.type = tarfile.DIRTYPE
+        tf.addfile(info)
+    else:
+        fst, data = read_in_tree(root, n, "untracked file")
+        info.mode, info.size = stat.S_IMODE(fst.st_mode), len(data)
+        tf.addfile(info, io.BytesIO(data))
 
 
 @dataclass(frozen=True)
@@ -358,8 +479,7 @@ def local_members(wt: Worktree, extra: Mapping[str, bytes] | None = None,
     """The members that do not depend on the lane; with `forge_reachable` given, the commits the
     bundle's basis will be drawn from looked up too (`known_ahead`)."""
     names = untracked_names(wt.repo)
-    env_file = wt.path / ".env"
-    env = env_file.read_bytes() if env_file.is_file() else b""
+    env = env_bytes(wt.path)
     return Local(diff=diff(wt.repo), untracked=untracked_tar(wt.path, names, extra), env=env,
                  untracked_count=len(names) + len(extra or {}),
                  known=None if forge_reachable is None else known_ahead(wt, forge_reachable))

@@ -11,8 +11,17 @@ the gate computes its argv as before and takes this client only when the two are
 (`lanes.base.openssh.OpenSsh.start_ahead`); one it does not take is stopped at once, its lane
 agent sees its input end before a word of a request. A stale record costs one wasted login.
 
+A record can start a program, so the file is trusted only as far as a file of the user's own:
+it is read only when it is a regular file owned by the user, mode 600, in a folder no one else
+can write, and no larger than MAX_BYTES; and an entry is started only when its argv is the
+client nev would start itself (`argv_ok`: `ssh` as nev runs it, only the options
+`lanes.base.openssh.client_options` gives, a jump host's ProxyCommand spelled exactly as nev
+spells it, and the lane agent's start as its command). Anything else is no record, and the next
+gate writes the file anew (mode 600, in a folder made the user's alone).
+
 Only the stdlib's smallest modules load here (os, sys, json; subprocess and hashlib when a
-record is there), and nothing here raises: a missing, torn or foreign cache file is no record.
+record is there), and nothing here raises: a missing, torn, foreign or untrusted cache file is
+no record.
 """
 
 from __future__ import annotations
@@ -24,6 +33,22 @@ import sys
 STARTED: dict[tuple[str, ...], object] = {}
 CACHE_NAME = "gate-argv.json"
 KEEP = 16    # records kept: one per (settings, folder, lane) a user gates from
+MAX_BYTES = 256 * 1024   # KEEP records of a few KB each; a larger file is no record
+
+# The ssh client nev starts (`lanes.base.openssh.OpenSsh.argv`) and the only options it gives
+# (`client_options`): an option's fixed value, or None when its value is a path, a number or a
+# list (checked by `_option_ok`). ProxyCommand (a jump host) is checked to be nev's own hop.
+SSH = "ssh"
+OPTIONS: dict[str, str | None] = {
+    "BatchMode": "yes", "StrictHostKeyChecking": "yes", "UserKnownHostsFile": None,
+    "GlobalKnownHostsFile": "/dev/null", "UpdateHostKeys": "no", "ConnectTimeout": None,
+    "ServerAliveInterval": None, "ServerAliveCountMax": None, "ForwardAgent": "no",
+    "ControlMaster": "no", "ControlPath": "none", "LogLevel": "ERROR", "KexAlgorithms": None,
+    "IdentitiesOnly": "yes"}
+NUMBERS = ("ConnectTimeout", "ServerAliveInterval", "ServerAliveCountMax")
+# The lane agent's start (`lanes.payload.lane_command`) without its hash, as a sha256: a record's
+# command must be it (tests/test_lane_quick.py keeps the two the same).
+LANE_COMMAND_SHA256 = "c00cba9009f01ed1acf22dccef2bd34c7a035154918ac457a670cfcc1635b273"
 
 
 def cache_file() -> str:
@@ -81,28 +106,143 @@ def signature(path: str) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
-def _load() -> dict:
-    import json
-
+def _trusted_folder(folder: str) -> bool:
+    """`folder` is the user's own and no one else can write it."""
     try:
-        with open(cache_file(), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError, RecursionError):
+        st = os.stat(folder)
+    except OSError:
+        return False
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _load() -> dict:
+    """The records, when the file is one the user alone could have written (see the module's
+    docstring); {} otherwise."""
+    import json
+    import stat
+
+    path = cache_file()
+    if not _trusted_folder(os.path.dirname(path)):
+        return {}
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != 0o600
+                or st.st_size > MAX_BYTES):
+            return {}
+        raw = os.read(fd, MAX_BYTES + 1)
+    except OSError:
+        return {}
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_BYTES:
+        return {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def lookup(lane: str) -> list[str] | None:
-    """The recorded argv for `lane` and this environment, when every file it came from is unchanged."""
-    entry = _load().get(record_key(lane))
+def _option_ok(opt: str) -> bool:
+    key, _, value = opt.partition(" ")
+    if key not in OPTIONS or not value:
+        return False
+    fixed = OPTIONS[key]
+    if fixed is not None:
+        return value == fixed
+    if key in NUMBERS:
+        return value.isdigit()
+    return "\n" not in value and "\0" not in value
+
+
+def _options(argv: list[str], i: int, jump_ok: bool) -> int | None:
+    """The index after the client options at `i` (`-F none`, then `-o "Key value"` and `-i KEY`),
+    or None when one is not nev's."""
+    if argv[i:i + 2] != ["-F", "none"]:
+        return None
+    i += 2
+    while i + 1 < len(argv) and argv[i] in ("-o", "-i"):
+        value = argv[i + 1]
+        if argv[i] == "-i":
+            if value.startswith("-") or "\n" in value:
+                return None
+        elif value.startswith("ProxyCommand "):
+            if not (jump_ok and _proxy_ok(value[len("ProxyCommand "):])):
+                return None
+        elif not _option_ok(value):
+            return None
+        i += 2
+    return i
+
+
+def _dest_ok(port: str, dest: str) -> bool:
+    user, at, host = dest.partition("@")
+    return (port.isdigit() and bool(at and user and host) and not dest.startswith("-")
+            and not any(c.isspace() or c in "'\"`$;|&<>()\\" for c in dest))
+
+
+def _proxy_ok(value: str) -> bool:
+    """The jump hop exactly as nev spells it (`ssh OPTIONS -W [%h]:%p -p PORT USER@JUMP`, each
+    word shell-quoted and its % doubled): the shell that runs a ProxyCommand then sees only
+    quoted words."""
+    import shlex
+
+    try:
+        hop = [w.replace("%%", "%") for w in shlex.split(value)]
+    except ValueError:
+        return False
+    spelled = " ".join(w if w == "[%h]:%p" else shlex.quote(w).replace("%", "%%") for w in hop)
+    if spelled != value or hop[:1] != [SSH]:
+        return False
+    i = _options(hop, 1, jump_ok=False)
+    return (i is not None and len(hop) == i + 5 and hop[i:i + 2] == ["-W", "[%h]:%p"] and hop[i + 2] == "-p"
+            and _dest_ok(hop[i + 3], hop[i + 4]))
+
+
+def _command_ok(command: str) -> bool:
+    import hashlib
+
+    start, _, digest = command.rpartition(" ")
+    return (len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
+            and hashlib.sha256(start.encode()).hexdigest() == LANE_COMMAND_SHA256)
+
+
+def argv_ok(argv: object) -> bool:
+    """`argv` is the gate's client as nev starts it (`lanes.base.openssh.OpenSsh.argv` of the lane
+    agent's start): `ssh -T`, nev's options only, `-p PORT USER@HOST -- COMMAND`."""
+    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv) and argv[:2] == [SSH, "-T"]):
+        return False
+    i = _options(argv, 2, jump_ok=True)
+    return (i is not None and len(argv) == i + 5 and argv[i] == "-p" and _dest_ok(argv[i + 1], argv[i + 2])
+            and argv[i + 3] == "--" and _command_ok(argv[i + 4]))
+
+
+def _entry(data: dict, key: str) -> list[str] | None:
+    """The argv of record `key` when the record is well formed and its argv nev's client."""
+    entry = data.get(key)
     if not isinstance(entry, dict):
         return None
     argv, files = entry.get("argv"), entry.get("files")
-    if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv) and isinstance(files, list)):
+    if not argv_ok(argv) or not isinstance(files, list):
         return None
     for item in files:
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
             return None
+    return argv  # type: ignore[return-value]
+
+
+def lookup(lane: str) -> list[str] | None:
+    """The recorded argv for `lane` and this environment, when every file it came from is unchanged."""
+    data = _load()
+    key = record_key(lane)
+    argv = _entry(data, key)
+    if argv is None:
+        return None
+    for item in data[key]["files"]:
         if signature(item[0]) != item[1]:
             return None
     return argv
@@ -165,16 +305,26 @@ def record(lane: str, argv: list[str], files: list[str]) -> None:
 
     from lanes.base.jsonfile import write_bytes_atomic  # nev is loaded by now (`lanes.ahead`)
 
-    data = _load()
+    if not argv_ok(argv):
+        return
+    loaded = _load()
+    data = {k: loaded[k] for k in loaded if _entry(loaded, k) is not None}   # only records it would start
     key = record_key(lane)
     entry = {"argv": argv, "files": [[f, signature(f)] for f in files]}
-    if data.get(key) == entry:
+    if data.get(key) == entry and data == loaded:
         return
     data.pop(key, None)
     data[key] = entry
     while len(data) > KEEP:
         data.pop(next(iter(data)))
+    path = Path(cache_file())
     try:
-        write_bytes_atomic(Path(cache_file()), json.dumps(data).encode(), 0o600)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = path.parent.stat()
+        if st.st_uid != os.geteuid():
+            return            # a folder of someone else's: no record kept there
+        if st.st_mode & 0o022:
+            os.chmod(path.parent, 0o700)
+        write_bytes_atomic(path, json.dumps(data).encode(), 0o600)
     except OSError:
         pass

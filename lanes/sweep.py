@@ -27,7 +27,7 @@ from lanes.agent import layout
 from lanes.agent.wire import Op
 from lanes.base import ui
 from lanes.base.errors import NevError
-from lanes.base.gitrun import Repo
+from lanes.base.gitrun import GitError, Repo
 from lanes.base.ssh import Connection, SshError
 from lanes.lanesfile import Lane
 
@@ -70,7 +70,7 @@ def decide(entries: list[Entry], tracks: set[str], primary: str | None, track: s
     """Which copies go and why the others stay (pure)."""
     out = []
     for e in entries:
-        if track is not None and e.name != track:
+        if track is not None and e.name not in (track, layout.copy_name(track)):
             continue
 
         def keep(why: str, e: Entry = e) -> None:
@@ -166,12 +166,12 @@ def human(n: int) -> str:
 
 
 def primary_tracks(repo: Repo) -> tuple[set[str], str]:
-    """Names of the primary checkout's worktrees (a copy is named after its worktree folder) and
-    the primary's own name."""
+    """Copy names of the primary checkout's worktrees (a copy is named after its worktree folder:
+    `lanes.agent.layout.copy_name`) and the primary's own."""
     out = repo.git("worktree", "list", "--porcelain").stdout
     paths = [ln[9:] for ln in out.splitlines() if ln.startswith("worktree ")]
-    names = {p.rstrip("/").rsplit("/", 1)[-1] for p in paths}
-    return names, paths[0].rstrip("/").rsplit("/", 1)[-1]
+    names = {layout.copy_name(p.rstrip("/").rsplit("/", 1)[-1]) for p in paths}
+    return names, layout.copy_name(paths[0].rstrip("/").rsplit("/", 1)[-1])
 
 
 @dataclass
@@ -261,7 +261,12 @@ def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool
     chosen = lanes if lanes is not None else [ln for ln in lf.lanes if lane_index is None or ln.index == lane_index]
     if not chosen:
         raise NevError(f"--lane {lane_index}: no such lane; the lanes file lists {len(lf.lanes)}")
-    tracks, primary = primary_tracks(repo or Repo(Path(".")))
+    repo = repo or Repo(Path("."))
+    try:
+        tracks, primary = primary_tracks(repo)
+    except GitError as e:
+        raise NevError(f"{repo.path} is no git checkout ({e}); give the primary checkout whose worktrees "
+                       "name the tracks to keep (--repo)") from None
     status = 0
     results = []
     for ln in chosen:
@@ -280,13 +285,14 @@ def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool
     return status, results
 
 
-def gate_hook(lane: Lane, track: str) -> None:
+def gate_hook(lane: Lane, track: str, repo: Repo) -> None:
     """The gate's disk guard (`lanes.gate` calls it): sweep the lane that is short of space,
-    every copy that may go (the primary checkout is the repository of the current folder); the
-    guard then asks the lane for its free space again. A sweep that fails says so in one line
-    and the guard decides as if nothing was freed."""
+    every copy that may go by the tracks of `repo`, the repository being gated (its own primary
+    checkout and worktrees; never the current folder's, which may be another repository's: its
+    copies would all look orphaned); the guard then asks the lane for its free space again. A
+    sweep that fails says so in one line and the guard decides as if nothing was freed."""
     try:
-        sweep(lanes=[lane], say=ui.info)     # stderr: a gate's stdout is its command's
+        sweep(lanes=[lane], say=ui.info, repo=repo)     # stderr: a gate's stdout is its command's
     except NevError as e:
         ui.info(f"{lane.label}: the disk guard's sweep failed: {e}")
 

@@ -58,7 +58,7 @@ def cli(verbose: int) -> None:
     """nev: run the build-and-generation rig from a development box.
 
     Exit codes: 0 done, 1 refused or failed, 2 usage, 3 nothing ran: not available now (no lane
-    answered; a job's inventory not ready), 4 lane disk short, 7 publish failed, 8 stopped,
+    answered; a job's inventory not ready), 4 lane disk short, 5 a pulled folder refused, 7 publish failed, 8 stopped,
     9 requirements unmet, 10 inventory refusal that never clears, 130/143 interrupted.
     See docs/exit-codes.md.
     """

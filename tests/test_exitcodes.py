@@ -5,7 +5,7 @@ from lanes.base.exitcodes import Exit
 from rig.docgen import render_exit_codes
 
 # docs: COMMANDS.md "Exit codes shared by all commands", and `nev lane run`'s dropped connection.
-SHARED = {0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 130, 143, 255}
+SHARED = {0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 130, 143, 255}
 
 
 def test_every_shared_code_is_in_the_enum_with_a_meaning():

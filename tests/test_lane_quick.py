@@ -5,13 +5,30 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-from lanes import quick
+from lanes import payload, quick
+from lanes.base.openssh import OpenSsh, client_options
+from lanes.base.ssh import Target
 
 SECRET = "forgetok-quick-" + "5d1e9a77c3"
+
+
+def nev_argv(tmp, digest: str = "a" * 64, host: str = "lane@10.0.0.1:22", jump: str | None = None) -> list[str]:
+    """The gate's client argv as nev builds it (`OpenSsh.argv` of the lane agent's start)."""
+    kh = tmp / "known hosts %x"                # a space and a % in a path, as a user may have
+    kh.write_text("")
+    o = OpenSsh(Target.parse(host), known_hosts=kh, key_file=tmp / "key", jump=Target.parse(jump) if jump else None)
+    return o.argv(payload.lane_command(digest))
+
+
+def write_cache(cache, data, mode: int = 0o600) -> str:
+    path = cache / "cache" / "nev" / quick.CACHE_NAME
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    os.chmod(path, mode)
+    return str(path)
 
 
 @pytest.fixture
@@ -41,13 +58,14 @@ def test_options_it_cannot_read_mean_no_record(args):
 
 def test_a_record_holds_while_its_files_and_settings_are_as_they_were(cache, monkeypatch):
     files = [str(cache / "lanes.json"), str(cache / "agent.py")]
-    quick.record("", ["ssh", "lane", "--", "agent", "h1"], files)
-    assert quick.lookup("") == ["ssh", "lane", "--", "agent", "h1"]
+    a1, a2 = nev_argv(cache, "1" * 64), nev_argv(cache, "2" * 64)
+    quick.record("", a1, files)
+    assert quick.lookup("") == a1
     assert quick.lookup("1") is None                                # another lane: no record
     (cache / "agent.py").write_text("x = 22\n")                     # the agent changed: its hash would
     assert quick.lookup("") is None
-    quick.record("", ["ssh", "lane", "--", "agent", "h2"], files)
-    assert quick.lookup("") == ["ssh", "lane", "--", "agent", "h2"]
+    quick.record("", a2, files)
+    assert quick.lookup("") == a2
     monkeypatch.setenv("NEV_LANE_JUMP", "jump@elsewhere")             # a setting changed
     assert quick.lookup("") is None
     monkeypatch.delenv("NEV_LANE_JUMP")
@@ -58,34 +76,44 @@ def test_a_record_holds_while_its_files_and_settings_are_as_they_were(cache, mon
 def test_the_record_keeps_no_setting_and_no_secret(cache, monkeypatch):
     monkeypatch.setenv("NEV_FORGE_TOKEN", SECRET)
     monkeypatch.setenv("NEV_LANE_JUMP", "jumpuser@jumphost-7f3a")
-    quick.record("", ["ssh", "lane", "--", "agent"], [str(cache / "lanes.json")])
+    argv = nev_argv(cache)
+    quick.record("", argv, [str(cache / "lanes.json")])
     text = (cache / "cache" / "nev" / quick.CACHE_NAME).read_text()
     assert SECRET not in text and "jumphost-7f3a" not in text
     monkeypatch.setenv("NEV_FORGE_TOKEN", SECRET + "x")               # a secret never shapes the argv
-    assert quick.lookup("") == ["ssh", "lane", "--", "agent"]
+    assert quick.lookup("") == argv
 
 
 @pytest.mark.parametrize("content", ["{torn", "[1, 2]", json.dumps({"k": {"argv": "ssh", "files": []}})])
 def test_a_torn_or_foreign_cache_is_no_record_and_is_written_anew(cache, content):
-    path = cache / "cache" / "nev" / quick.CACHE_NAME
-    path.parent.mkdir(parents=True)
-    path.write_text(content)
+    write_cache(cache, content)
     assert quick.lookup("") is None
-    quick.record("", ["ssh", "x"], [])
-    assert quick.lookup("") == ["ssh", "x"]
+    argv = nev_argv(cache)
+    quick.record("", argv, [])
+    assert quick.lookup("") == argv
 
 
 def test_records_are_bounded(cache, monkeypatch):
     for i in range(quick.KEEP + 5):
         monkeypatch.setenv("NEV_LANE_JUMP", f"j{i}")
-        quick.record("", ["ssh", str(i)], [])
+        quick.record("", nev_argv(cache, f"{i:064x}"), [])
     data = json.loads((cache / "cache" / "nev" / quick.CACHE_NAME).read_text())
     assert len(data) == quick.KEEP
-    assert quick.lookup("") == ["ssh", str(quick.KEEP + 4)]            # the newest kept
+    assert quick.lookup("") == nev_argv(cache, f"{quick.KEEP + 4:064x}")   # the newest kept
 
 
-def test_the_recorded_client_starts_and_only_the_same_argv_takes_it(cache):
-    argv = [sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.read())"]
+@pytest.fixture
+def echo_ssh(cache, monkeypatch):
+    """`ssh` on PATH: a stand-in that echoes its input (the client nev starts is `ssh` by PATH)."""
+    bindir = cache / "bin"
+    bindir.mkdir()
+    (bindir / "ssh").write_text("#!/bin/sh\nexec cat\n")
+    (bindir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_the_recorded_client_starts_and_only_the_same_argv_takes_it(cache, echo_ssh):
+    argv = nev_argv(cache)
     quick.record("", argv, [str(cache / "lanes.json")])
     quick.start(["wt", "true"])
     assert list(quick.STARTED) == [tuple(argv)]
@@ -96,13 +124,13 @@ def test_the_recorded_client_starts_and_only_the_same_argv_takes_it(cache):
 
     quick.start(["wt", "true"])
     stale = next(iter(quick.STARTED.values()))
-    assert quick.take(argv[:2] + ["pass"]) is None                     # another argv: none taken,
+    assert quick.take(argv[:-1] + ["pass"]) is None                    # another argv: none taken,
     assert isinstance(stale, subprocess.Popen) and stale.returncode is not None   # the started one ended
     assert quick.STARTED == {}
 
 
-def test_nothing_starts_on_a_lane_or_without_a_record(cache, monkeypatch):
-    argv = [sys.executable, "-c", "pass"]
+def test_nothing_starts_on_a_lane_or_without_a_record(cache, monkeypatch, echo_ssh):
+    argv = nev_argv(cache)
     quick.start(["wt", "true"])
     assert quick.STARTED == {}
     quick.record("", argv, [])
@@ -117,7 +145,116 @@ def test_nothing_starts_on_a_lane_or_without_a_record(cache, monkeypatch):
 def test_a_removed_working_folder_is_no_crash(cache, tmp_path, monkeypatch):
     gone = tmp_path / "gone"
     gone.mkdir()
+    argv = nev_argv(cache)
     monkeypatch.chdir(gone)
     gone.rmdir()
-    quick.record("", ["ssh", "x"], [])
-    assert quick.lookup("") == ["ssh", "x"]
+    quick.record("", argv, [])
+    assert quick.lookup("") == argv
+
+
+# -- issue 31, item 4: a cached record that can start a program is trusted only as the user's own --
+
+
+def test_the_argv_nev_builds_is_what_a_record_may_hold_and_the_two_stay_in_step(tmp_path):
+    import hashlib
+
+    start = payload.lane_command("0" * 64).rpartition(" ")[0]
+    assert hashlib.sha256(start.encode()).hexdigest() == quick.LANE_COMMAND_SHA256, \
+        "the lane agent's start changed: set lanes/quick.py LANE_COMMAND_SHA256 to this sha256"
+    opts = client_options(tmp_path / "kh", tmp_path / "key", 5)
+    assert {o.partition(" ")[0] for o in opts[3::2] if o != "-i"} | {"IdentitiesOnly"} >= set(quick.OPTIONS)
+    assert {o.partition(" ")[0] for o in opts if " " in o} == set(quick.OPTIONS)
+    for jump in (None, "me@jump.example:2222"):
+        assert quick.argv_ok(nev_argv(tmp_path, jump=jump))
+
+
+def _evil(tmp, marker) -> list[list[str]]:
+    good = nev_argv(tmp, jump="me@jump:22")
+    i = next(i for i, a in enumerate(good) if a.startswith("ProxyCommand "))
+    hop = good[i][len("ProxyCommand "):]
+    touch = f"touch {marker}"
+    return [
+        ["sh", "-c", touch],
+        [str(tmp / "ssh")] + good[1:],                                             # another ssh binary
+        good[:i] + [f"ProxyCommand {touch}"] + good[i + 1:],                      # a ProxyCommand of its own
+        good[:i] + ["ProxyCommand " + hop.replace(" -W ", f" \"$({touch})\" -W ")] + good[i + 1:],   # shell words
+        good[:i] + ["LocalCommand " + touch] + good[i + 1:],                      # an option nev never gives
+        good[:i] + ["PermitLocalCommand yes"] + good[i + 1:],
+        good[:-1] + [touch],                                                       # another command
+        good[:2] + ["-o", "ProxyCommand " + touch] + good[2:],
+    ]
+
+
+@pytest.mark.parametrize("which", range(8))
+def test_a_record_that_is_not_nevs_client_is_never_started(cache, which, echo_ssh):
+    marker = cache / "ran"
+    argv = _evil(cache, marker)[which]
+    assert not quick.argv_ok(argv)
+    write_cache(cache, {quick.record_key(""): {"argv": argv, "files": []}})
+    quick.start(["wt", "true"])
+    assert quick.STARTED == {}
+    assert not marker.exists()
+    quick.record("", nev_argv(cache), [])                             # the next gate writes it anew
+    assert [e["argv"] for e in json.loads((cache / "cache" / "nev" / quick.CACHE_NAME).read_text()).values()] \
+        == [nev_argv(cache)]
+
+
+@pytest.mark.parametrize("how", ["mode-666", "mode-644", "folder-777", "symlink", "too-large", "other-owner"])
+def test_a_record_file_others_could_write_is_ignored_and_written_anew(cache, how, echo_ssh):
+    argv = nev_argv(cache)
+    path = write_cache(cache, {quick.record_key(""): {"argv": argv, "files": []}})
+    assert quick.lookup("") == argv                                    # as the user's own: taken
+    if how.startswith("mode-"):
+        os.chmod(path, int(how[5:], 8))
+    elif how == "folder-777":
+        os.chmod(os.path.dirname(path), 0o777)
+    elif how == "symlink":
+        os.rename(path, path + ".real")
+        os.symlink(path + ".real", path)
+    elif how == "too-large":
+        data = json.loads(open(path).read())
+        data["junk"] = "x" * (quick.MAX_BYTES + 1)
+        write_cache(cache, data)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("giving a file to another user needs root")
+        os.chown(path, 4321, 4321)
+    assert quick.lookup("") is None
+    quick.start(["wt", "true"])
+    assert quick.STARTED == {}
+    quick.record("", argv, [])
+    st = os.lstat(path)
+    assert oct(st.st_mode & 0o777) == oct(0o600) and st.st_uid == os.geteuid() and not os.path.islink(path)
+    assert not os.stat(os.path.dirname(path)).st_mode & 0o022
+    assert st.st_size < quick.MAX_BYTES and quick.lookup("") == argv
+
+
+
+
+def test_a_gate_never_starts_a_tampered_record_and_writes_it_anew(tmp_path):
+    """End to end (`tests/helpers/local_lane.py`): the issue's case, an entry `sh -c ...` under the
+    gate's own key at mode 666, is not run by the next `nev lane run`, which runs and records anew."""
+    from tests.helpers.local_lane import LocalLane, make_repo
+
+    lane = LocalLane(tmp_path)
+    wt = make_repo(tmp_path / "wt")
+    r = lane.nev(["lane", "run", str(wt), "true"])
+    assert r.returncode == 0, r.stderr
+    record = lane.cache / "nev" / quick.CACHE_NAME
+    data = json.loads(record.read_text())
+    assert len(data) == 1 and oct(record.stat().st_mode & 0o777) == oct(0o600)
+    marker = tmp_path / "ran-from-the-cache"
+    for entry in data.values():
+        entry["argv"] = ["sh", "-c", f"touch {marker}"]
+    record.write_text(json.dumps(data))
+    for mode in (0o600, 0o666):
+        os.chmod(record, mode)
+        r = lane.nev(["lane", "run", str(wt), "true"])
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        assert not marker.exists()
+        assert [e["argv"][0] for e in json.loads(record.read_text()).values()] == ["ssh"]
+        assert oct(record.stat().st_mode & 0o777) == oct(0o600)
+        data = json.loads(record.read_text())
+        for entry in data.values():
+            entry["argv"] = ["sh", "-c", f"touch {marker}"]
+        record.write_text(json.dumps(data))

@@ -36,7 +36,21 @@ def test_json_secret_field():
 
 def test_token_shaped_strings():
     assert "ghp_" not in mask("token ghp_" + "a" * 36)
-    assert TOKEN not in mask(f"the value is {TOKEN} here")
+    for token in ("F3a9C2e1B7d84c6a9e0f1a2b3c4d5e6f7a8b9c0d", "3a9c2e1b7d84c6a9e0f1a2b3c4d5e6f7",
+                  "f3a9c2e1b7d84c6a9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f"):
+        assert token not in mask(f"the value is {token} here")
+
+
+def test_commit_ids_and_digests_are_not_secrets_but_a_registered_or_labelled_one_still_is():
+    """Issue 31: commit SHAs and the lane agent's hash were masked as *** in errors and -v."""
+    sha1, sha256 = "f3a9c2e1b7d84c6a9e0f1a2b3c4d5e6f7a8b9c0d", "ab" * 32
+    line = f"git update-ref refs/nev/wt {sha1} (agent {sha256})"
+    assert mask(line) == line
+    assert mask(f"NEV_FORGE_TOKEN={sha1}") == "NEV_FORGE_TOKEN=***"
+    assert sha1 not in mask(f"http://nev:{sha1}@forge/x.git")
+    forge_token = "9" * 8 + "e" * 32                # 40 hex digits, as a forge's tokens are
+    register_secret(forge_token)
+    assert forge_token not in mask(f"the value is {forge_token} here")
 
 
 def test_registered_secret_of_any_shape():

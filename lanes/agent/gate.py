@@ -27,7 +27,7 @@ from typing import Any
 from lanes.agent import layout, links, writer
 from lanes.agent.copy import Copy, lane_model_url, remove_env
 from lanes.agent.errors import Refused, Stopped
-from lanes.agent.guard import check_rel, inside
+from lanes.agent.guard import inside, pull_path
 from lanes.agent.mirror import Mirror
 from lanes.agent.output import Masker, Tee, env_secrets, open_log
 from lanes.agent.procs import Child, on_signals
@@ -156,10 +156,14 @@ class Gate:
 
     def pull(self, dirs: list[str]) -> None:
         """Each folder back as PULL_START, its gzip'd tar in PULL_DATA frames, PULL_END."""
-        for d in dirs:
-            check_rel(d.rstrip("/"), "--pull")
+        for asked in dirs:
+            try:
+                d = pull_path(asked)
+            except Refused as e:
+                self.wire.say(f"{e}; nothing pulled for it")
+                continue
             src = os.path.join(self.copy.path, d)
-            if not os.path.isdir(src) or not inside(self.copy.path, src):
+            if os.path.islink(src) or not os.path.isdir(src) or not inside(self.copy.path, src):
                 self.wire.say(f"--pull {d}: no such folder in the lane copy; nothing pulled for it")
                 continue
             self.wire.send_json(Kind.PULL_START, {"dir": d})

@@ -31,6 +31,22 @@ def check_rel(rel: str, what: str) -> None:
         raise Refused(f"{what}: path {rel!r} escapes the worktree; nothing was applied")
 
 
+def pull_path(d: str) -> str:
+    """A `--pull` folder as a relative path inside the worktree, normalised (`out/`, `./out` ->
+    `out`). Refused: empty, absolute, any `..`, any `.git`, and the worktree itself (`.`): a pull
+    replaces what it brings back, and the worktree's root holds its `.git`."""
+    if not d or "\0" in d or d.startswith("/") or d.startswith("\\"):
+        raise Refused(f"--pull {d!r}: give a folder inside the worktree (relative, not empty)")
+    parts = [p for p in d.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise Refused(f"--pull {d!r}: a path with `..` may leave the worktree; give a folder inside it")
+    if not parts:
+        raise Refused(f"--pull {d!r}: the worktree itself is never pulled (it holds its .git); give a folder inside it")
+    if ".git" in parts:
+        raise Refused(f"--pull {d!r}: .git is never pulled; give a folder of the worktree's files")
+    return "/".join(parts)
+
+
 def check_under(copy: str, rel: str, what: str) -> None:
     """Writing `rel` must not go through a symlink that leaves the copy."""
     check_rel(rel, what)

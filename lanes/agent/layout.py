@@ -54,6 +54,22 @@ TOOLCHAIN_PATH = f"{TOOLCHAIN}/cargo-bin:/usr/local/bin:/usr/bin:/bin"
 TOOLCHAIN_ENV = {"PATH": TOOLCHAIN_PATH, "RUSTUP_HOME": f"{TOOLCHAIN}/rustup"}
 
 
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-")
+
+
+def copy_name(folder: str) -> str:
+    """The lane copy's name for a worktree folder named `folder`: the name itself when it is plain
+    (letters, digits, `._+-`, not hidden, at most 100 characters), else a plain form of it and 8
+    hex digits of its sha256 (`a:b;c$(id)` -> `a_b_c__id_-1f2e3d4c`), so no copy, lock or payload
+    on a lane is named with a newline, a shell character or a colon, and two odd names never meet."""
+    if folder and len(folder) <= 100 and not folder.startswith(".") and set(folder) <= _SAFE:
+        return folder
+    import hashlib
+
+    plain = "".join(c if c in _SAFE else "_" for c in folder).lstrip(".")[:64] or "wt"
+    return f"{plain}-{hashlib.sha256(folder.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+
+
 def copy_name_ok(name: str) -> bool:
     """A worktree name that can be a copy under the root: one path part, not hidden (so it can
     never be the mirror, a lock, a payload or a stray)."""

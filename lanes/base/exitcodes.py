@@ -45,6 +45,9 @@ class Exit(IntEnum):
     )
     DISK_SHORT = 4, ("a lane's disk is short even after a sweep (names the lane index, free GB, the largest "
                      "copies)")
+    PULL_REFUSED = 5, ("`nev lane run --pull`: the command ran (its status on the line) but a folder it pulled was "
+                       "refused (a link out of it, a FIFO or device, a local symlink or `.git` on its way); "
+                       "nothing of that folder was written")
     PUBLISH_FAILED = 7, "job: publishing the result to the forge failed (`nev job poll` resends the job)"
     STOPPED = 8, "job: stopped (SIGTERM/SIGINT, or the wall-clock limit)"
     UNMET = 9, "job: the requirements check failed (not resent)"

@@ -4,6 +4,12 @@ Replaces credentials inside URLs, values of KEY/TOKEN/SECRET/PASSWORD-named
 assignments and headers, `Authorization` headers and token-shaped strings.
 Known secret values (registered with `register_secret`) are replaced too,
 whatever shape they have.
+
+Values that are not secret keep their shape: a run of exactly 40 or 64 lowercase hex digits is
+a git object id or a sha256 digest (a commit, the lane agent's hash) and is left as it is,
+unless it is a registered secret or stands where a secret does (a URL's credential, a
+KEY/TOKEN-named assignment, an Authorization header). Any other long run of letters and digits
+is masked.
 """
 
 from __future__ import annotations
@@ -78,8 +84,16 @@ def mask(text: str, extra: Iterable[str] = ()) -> str:
     text = _AUTH_HEADER.sub(lambda m: f"{m.group('head')}{m.group('scheme') or ''}{MASK}", text)
     text = _ASSIGN.sub(_masked_assignment, text)
     text = _TOKEN_SHAPED.sub(MASK, text)
-    text = _HEX_OR_B64.sub(MASK, text)
+    text = _HEX_OR_B64.sub(_masked_run, text)
     return text
+
+
+_DIGEST = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def _masked_run(m: re.Match[str]) -> str:
+    """A long run of letters and digits masked, unless it is a git object id or a sha256 digest."""
+    return m.group(0) if _DIGEST.fullmatch(m.group(0)) else MASK
 
 
 def mask_argv(argv: Iterable[str]) -> str:

@@ -204,9 +204,12 @@ def get_float(setting: Setting | str, environ: Mapping[str, str] | None = None) 
     if raw is None:
         raise ConfigError(f"{s.name} is not set and has no default; set it to a number")
     try:
-        return float(raw)
+        number = float(raw)
     except ValueError:
-        raise ConfigError(f"{s.name}={raw!r} is not a number; set it to one (default {s.default})") from None
+        number = float("nan")
+    if number != number:      # NaN compares false with everything: a guard set to it would never trip
+        raise ConfigError(f"{s.name}={raw!r} is not a number; set it to one (default {s.default})")
+    return number
 
 
 def get_flag(setting: Setting | str, environ: Mapping[str, str] | None = None) -> bool:

@@ -34,6 +34,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("nev.ssh")
 
 CONNECT_TIMEOUT = 5.0
+
+
+def quiet_paramiko() -> None:
+    """paramiko's own log lines (`Secsh channel 0 open FAILED: ...` when a jump host refuses the
+    channel to a lane that is down) shown only with `-v` (debug logging): without it nev says what
+    failed in its own one line (SshError), and `nev lane list` prints its table and nothing else."""
+    debug = logging.getLogger().isEnabledFor(logging.DEBUG)
+    logging.getLogger("paramiko").setLevel(logging.NOTSET if debug else logging.CRITICAL + 1)
 CHUNK = 256 * 1024
 EOF_GRACE = 2.0
 
@@ -62,19 +70,19 @@ class Target:
         user = default_user
         if "@" in s:
             user, s = s.rsplit("@", 1)
-        port = 22
+        port, p = 22, None
         if s.startswith("["):
             host, _, rest = s[1:].partition("]")
             if rest.startswith(":"):
-                port = int(rest[1:])
+                p = rest[1:]
         elif s.count(":") == 1:
             host, p = s.split(":")
-            try:
-                port = int(p)
-            except ValueError:
-                raise SshError(f"SSH address {spec!r} has a bad port; give [user@]host[:port]") from None
         else:
             host = s
+        if p is not None:
+            port = int(p) if p.isascii() and p.isdigit() else 0
+            if not 1 <= port <= 65535:
+                raise SshError(f"SSH address {spec!r} has a bad port (1-65535); give [user@]host[:port]")
         return cls(host=host, user=user, port=port)
 
     def __str__(self) -> str:
@@ -133,6 +141,7 @@ class Connection:
     def connect(self) -> Connection:
         if self._client is not None:
             return self
+        quiet_paramiko()
         client = self._pinned_client()
         kw: dict = dict(hostname=self.target.host, port=self.target.port, username=self.target.user,
                         timeout=self.timeout, banner_timeout=self.timeout, auth_timeout=self.timeout,
