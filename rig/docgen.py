@@ -13,7 +13,8 @@ HEADER = """# Settings and files
 
 Every setting is an environment variable `NEV_*`; when it is unset, the legacy
 `GENERA_*` name is read (one helper, `lanes.base.settings.get`, does this everywhere).
-`nev settings` prints each one's value and where it came from, secrets masked.
+`nev settings` prints each one's value and where it came from, secrets masked (a secret setting
+whole, any other value through `lanes.base.mask`: a credential inside a URL becomes `***`).
 This page is generated from `lanes/base/settings.py` (`python -m rig.docgen > docs/settings.md`).
 
 | variable | legacy | default | what |
