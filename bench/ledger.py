@@ -89,7 +89,7 @@ def append(path: Path, line: dict[str, Any]) -> None:
 
 # What a ledger line's fields may hold (line_for writes them): counts are whole numbers >= 0,
 # seconds numbers >= 0, the rest text; null (or absent) for any of them.
-_COUNTS = ("round", "candidates", "unique", "compiled", "best", "cases_run", "passed")
+_COUNTS = ("round", "candidates", "unique", "compiled", "best", "cases_run")
 _MODEL_COUNTS = ("candidates", "compiled", "best", "tokens_in", "tokens_out", "rate_limited", "gateway_waits", "calls")
 _MODEL_SECONDS = ("gpu_s", "draw_s")
 _TEXT = ("batch", "function", "start", "end")
@@ -111,6 +111,8 @@ def parse_line(f: jsonfile.Fields, obj: Any) -> dict[str, Any]:
     _count(f, o, "lane_cpu_s", "", False)
     for k in _TEXT:
         f.get(o, k, str, "", required=False)
+    for k in ("passed", "escalated"):
+        f.get(o, k, bool, "", required=False)
     for alias, m in (f.get(o, "models", dict, "", required=False) or {}).items():
         where = f"models.{alias}"
         m = f.obj(m, where)

@@ -13,7 +13,7 @@ from bench.budget import spent_in
 from lanes.base.errors import ConfigError
 
 GOOD = {"batch": "b1", "function": "f", "round": 1, "start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:01:00Z",
-        "lane_cpu_s": 1.5, "candidates": 4, "unique": 3, "compiled": 2, "best": 5, "cases_run": 10, "passed": 1,
+        "lane_cpu_s": 1.5, "candidates": 4, "unique": 3, "compiled": 2, "best": 5, "cases_run": 10, "passed": True,
         "escalated": False,
         "models": {"a": {"tier": "fast", "candidates": 4, "compiled": 2, "best": 5, "tokens_in": 100,
                          "tokens_out": 50, "gpu_s": 1.5, "draw_s": 2.0, "status": "ok", "error": None,
