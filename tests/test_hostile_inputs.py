@@ -71,3 +71,63 @@ def test_an_event_field_of_the_wrong_type_is_refused_naming_it(tmp_path, field, 
         assert "Traceback" not in r.stderr
     else:
         one_line(r, str(ev), field)
+
+
+# --- tracks.json (item 10): unknown keys are refused naming the key and the close one ----------------
+
+@pytest.mark.parametrize("data,key,near", [
+    ({"verify": "true", "landCheck": ["false"]}, "landCheck", "landChecks"),
+    ({"verify": "true", "specWatch": {"landscript": "x"}}, "specWatch.landscript", "landScript"),
+    ({"verify": "true", "specWatch": {"lanes": {"tol": "x"}}}, "specWatch.lanes.tol", "tool"),
+    ({"verify": "true", "install": {"command": "x", "target": "t", "targt": "u"}}, "install.targt", "target"),
+])
+def test_an_unknown_key_in_tracks_json_is_refused_naming_it_and_the_close_one(tmp_path, data, key, near):
+    from jobs import tracks
+    from lanes.base.errors import ConfigError
+
+    p = tmp_path / "tracks.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ConfigError) as e:
+        tracks.load(p)
+    assert str(p) in str(e.value) and f"field {key} " in str(e.value) and near in str(e.value)
+
+
+def test_nev_settings_names_an_unknown_tracks_key(tmp_path):
+    (tmp_path / "tracks.json").write_text(json.dumps({"verify": "true", "landCheck": ["false"]}))
+    r = nev("settings", "--json", cwd=tmp_path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    row = [f for f in json.loads(r.stdout)["files"] if f["what"] == "tracks"][0]
+    assert "landCheck" in row["error"] and "landChecks" in row["error"]
+
+
+def test_main_tracks_json_that_is_not_utf8_is_one_line(tmp_path):
+    from jobs.land_after import tracks_at
+    from lanes.base.errors import ConfigError
+    from lanes.base.gitrun import Repo
+
+    repo = Repo(tmp_path)
+    repo.git("init", "-q", "-b", "main")
+    (tmp_path / "tracks.json").write_bytes(b'{"verify": "\xff"}')
+    repo.git("add", "tracks.json")
+    repo.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "t")
+    with pytest.raises(ConfigError, match=r"^main:tracks.json: the tracks file is not UTF-8"):
+        tracks_at(repo, "main")
+
+
+@pytest.mark.parametrize("loader,data,key,near", [
+    ("folknet", {"providers": ["x"], "aliases": {"a": {"pool": "p", "max_inflight": 1, "provider": "x",
+                                                         "max_inflght": 9}}}, "aliases.a.max_inflght", "max_inflight"),
+    ("folknet", {"providers": ["x"], "aliases": {}, "provders": []}, "provders", "providers"),
+    ("rigfile", {"roles": {}, "jmup": "j@h"}, "jmup", "jump"),
+    ("rigfile", {"roles": {"r": {"hosts": ["root@h"], "reloads": "x"}}}, "roles.r.reloads", "reload"),
+])
+def test_an_unknown_key_in_a_declaration_is_refused_naming_it(tmp_path, loader, data, key, near):
+    from bench import folknet
+    from lanes.base.errors import ConfigError
+    from rig import rigfile
+
+    p = tmp_path / "f.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ConfigError) as e:
+        {"folknet": folknet.load, "rigfile": rigfile.load}[loader](p)
+    assert str(p) in str(e.value) and f"field {key} " in str(e.value) and near in str(e.value)

@@ -130,6 +130,11 @@ class Repo:
         cp = self.git("show", f"{rev}:{path}", check=False)
         return cp.stdout if cp.returncode == 0 else None
 
+    def show_bytes(self, rev: str, path: str) -> bytes | None:
+        """The bytes of `path` at `rev` (a file that may not be UTF-8); None when it is not there."""
+        cp = self.git("show", f"{rev}:{path}", check=False, text=False)
+        return cp.stdout if cp.returncode == 0 else None
+
     def blob(self, rev: str, path: str) -> str | None:
         """The blob id of `path` at `rev`; None when it is not there."""
         cp = self.git("rev-parse", "--verify", "--quiet", f"{rev}:{path}", check=False)

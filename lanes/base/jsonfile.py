@@ -3,13 +3,14 @@ that name the file, the field and the problem; atomic writes of them."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
 import re
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +216,17 @@ class Fields:
 
     def fail(self, field: str, problem: str) -> ConfigError:
         return ConfigError(f"{self.path}: field {field} {problem}; fix the file")
+
+    def known(self, obj: dict, keys: Iterable[str], field: str) -> dict:
+        """`obj` when it holds no key but `keys`; else the first unknown key named, with the close
+        known one (a typo such as `landCheck` is refused, not ignored)."""
+        allowed = list(keys)
+        for k in obj:
+            if k not in allowed:
+                near = difflib.get_close_matches(str(k), allowed, 1, 0.6)
+                hint = f"did you mean {near[0]}?" if near else f"known: {', '.join(allowed)}"
+                raise self.fail(f"{field}.{k}" if field else str(k), f"is not a known key ({hint})")
+        return obj
 
     def obj(self, value: Any, field: str) -> dict:
         if not isinstance(value, dict):
