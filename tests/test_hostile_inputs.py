@@ -131,3 +131,80 @@ def test_an_unknown_key_in_a_declaration_is_refused_naming_it(tmp_path, loader, 
     with pytest.raises(ConfigError) as e:
         {"folknet": folknet.load, "rigfile": rigfile.load}[loader](p)
     assert str(p) in str(e.value) and f"field {key} " in str(e.value) and near in str(e.value)
+
+
+# --- snapshots (items 9, 10): one label, one winner; a damaged label is named ----------------------
+
+def _rig_env(tmp_path: Path) -> dict[str, str]:
+    rig = tmp_path / "rig.local.json"
+    rig.write_text(json.dumps({"roles": {}}))
+    return {"NEV_RIG_FILE": str(rig), "NEV_RIG_NOTES": str(tmp_path / "notes"),
+            "NEV_LANES_FILE": str(tmp_path / "no-lanes.json")}
+
+
+def test_two_snapshots_of_one_label_at_once_one_wins_the_other_is_refused(tmp_path, monkeypatch):
+    import threading
+
+    from lanes.base.errors import NevError
+    from rig.snapshot import changelog, record
+    from rig.snapshot.context import Context
+
+    for k, v in _rig_env(tmp_path).items():
+        monkeypatch.setenv(k, v)
+    real_now = changelog.now
+    monkeypatch.setattr(changelog, "now", lambda: (__import__("time").sleep(0.5), real_now())[1])
+    outcomes: list[str] = []
+
+    def one() -> None:
+        try:
+            record.take(Context.load(), "same", (), lambda s: None)
+            outcomes.append("ok")
+        except NevError as e:
+            outcomes.append(e.message)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes)[-1] == "ok" and outcomes.count("ok") == 1, outcomes
+    refusal = [o for o in outcomes if o != "ok"][0]
+    assert "a snapshot labelled same exists" in refusal and "never overwritten" in refusal
+    notes = tmp_path / "notes"
+    assert [p.name for p in (notes / "snapshots" / "labels").iterdir()] == ["same.json"]
+    log = [p for p in notes.rglob("*") if p.is_file() and "change" in p.name]
+    assert log and log[0].read_text().count("same") == 1
+
+
+def test_a_label_is_created_exclusively(tmp_path):
+    from rig.snapshot.store import LocalStore, Manifest, StoreError
+
+    st = LocalStore.open(tmp_path / "notes", [])
+    st.write_manifest(Manifest("x", "t", "w"), new=True)
+    with pytest.raises(StoreError, match="labelled x was just written by another"):
+        st.write_manifest(Manifest("x", "t2", "w2"), new=True)
+    assert st.read_manifest("x").time == "t"
+    assert sorted(p.name for p in st.labels.iterdir()) == ["x.json"]
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe", b"[" * 5000 + b"]" * 5000, b'{"format": 1}',
+                                     b'{"format": 1, "label": "bad", "time": "t", "who": "w", "roles": []}',
+                                     json.dumps({"format": 1, "label": "bad", "time": "t", "who": "w", "roles": {
+                                         "r": {"h": {"files": [{"path": "/x", "uid": 0, "gid": 0, "user": "r",
+                                                                "group": "r", "mode": "644", "size": 1,
+                                                                "sha256": "../../etc/passwd"}],
+                                                     "commands": []}}}}).encode()])
+def test_nev_rig_snapshots_names_a_damaged_label_and_exits_1(tmp_path, content):
+    from rig.snapshot.store import LocalStore, Manifest
+
+    env = _rig_env(tmp_path)
+    st = LocalStore.open(Path(env["NEV_RIG_NOTES"]), [])
+    st.write_manifest(Manifest("good", "2026-01-01T00:00:00Z", "w"), new=True)
+    bad = st.labels / "bad.json"
+    bad.write_bytes(content)
+    r = nev("rig", "snapshots", env=env)
+    assert r.returncode == 1 and "good" in r.stdout
+    one_line(r, str(bad), "damaged" if content.startswith(b'{"format') else "")
+    assert bad.read_bytes() == content
+    r = nev("rig", "diff", "bad", env=env)
+    one_line(r, str(bad))
