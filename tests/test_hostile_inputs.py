@@ -208,3 +208,66 @@ def test_nev_rig_snapshots_names_a_damaged_label_and_exits_1(tmp_path, content):
     assert bad.read_bytes() == content
     r = nev("rig", "diff", "bad", env=env)
     one_line(r, str(bad))
+
+
+# --- forwards (item 8): `down` finds its supervisor whatever the state file says --------------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("damage", ["bytes", "nesting", "wrong type", "gone", "gone with its lock"])
+def test_forward_down_stops_the_supervisor_whose_state_file_is_broken_or_gone(tmp_path, damage):
+    import socket
+
+    from rig.box import procs
+    from rig.forward import state as st
+
+    silent = socket.socket()      # a jump host that accepts and never speaks: the client waits
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    rig = tmp_path / "rig.local.json"
+    rig.write_text(json.dumps({"jump": f"root@127.0.0.1:{silent.getsockname()[1]}", "forwards": {
+        "fw": {"local_port": _free_port(), "target": "127.0.0.1:9", "check": "tcp"}}}))
+    env = {"NEV_RIG_FILE": str(rig), "NEV_STATE_DIR": str(tmp_path / "state"),
+           "NEV_KNOWN_HOSTS": str(tmp_path / "known_hosts"), "NEV_LANES_FILE": str(tmp_path / "none.json")}
+    (tmp_path / "known_hosts").write_text("")
+    sup = subprocess.Popen([sys.executable, "-m", "rig.cli", "rig", "forward", "supervise", "fw"],
+                           env={**os.environ, "PYTHONPATH": str(ROOT), **env}, cwd="/", start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            paths = st.Paths.of("fw")
+        finally:
+            for k, v in old.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        import time
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (paths.state.exists() and paths.lock.exists()
+                                                   and '"ssh": {' in paths.state.read_text()):
+            time.sleep(0.05)
+        assert paths.state.exists(), "the supervisor did not start"
+        client = json.loads(paths.state.read_text())["ssh"]["pid"]
+        rec = procs.ProcRec(key="s", host="local", pid=sup.pid, start=procs.start_time(sup.pid) or 0, argv=[])
+        {"bytes": lambda: paths.state.write_bytes(b"\xff\xfe{"),
+         "nesting": lambda: paths.state.write_text("[" * 10000 + "]" * 10000),
+         "wrong type": lambda: paths.state.write_text(json.dumps({"supervisor": [1], "name": 5})),
+         "gone": lambda: paths.state.unlink(),
+         "gone with its lock": lambda: (paths.state.unlink(), paths.lock.unlink())}[damage]()
+        r = nev("rig", "forward", "down", "fw", env=env)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r
+        assert f"fw: stopped (supervisor {sup.pid}" in r.stdout, r.stdout
+        assert sup.wait(timeout=10) is not None and not procs.alive(rec)
+        assert procs.start_time(client) is None, "its ssh client is left running"
+        assert not paths.state.exists() and not paths.lock.exists()
+    finally:
+        silent.close()
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
