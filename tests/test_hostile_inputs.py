@@ -271,3 +271,67 @@ def test_forward_down_stops_the_supervisor_whose_state_file_is_broken_or_gone(tm
         if sup.poll() is None:
             sup.kill()
             sup.wait()
+
+
+# --- job names, records and submissions (item 10) --------------------------------------------------
+
+MANIFEST = {"name": "demo", "base": "a" * 40, "spec": "specs/x.md",
+            "stages": [{"name": "a", "kind": "command", "command": "true"}]}
+
+
+@pytest.mark.parametrize("name,why", [("a..b", "'..'"), ("x.lock", ".lock"), ("x.", "ends with '.'")])
+def test_a_job_name_that_is_no_git_ref_is_refused_at_validation(name, why):
+    from jobs import manifest
+    from lanes.base.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        manifest.parse({**MANIFEST, "name": name}, "job.yaml")
+    assert "job.yaml: field name" in str(e.value) and why in str(e.value) and "job/NAME" in str(e.value)
+
+
+def _records(tmp_path: Path, jobs: dict) -> Path:
+    p = tmp_path / "state" / "job-results.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps({"schema": 1, "jobs": jobs}))
+    return p
+
+
+@pytest.mark.parametrize("key,rec,field", [
+    ("../../etc", {"job": "../../etc"}, "jobs.../../etc"),
+    ("a..b", {"job": "a..b"}, "jobs.a..b"),
+    ("j", {"job": "j", "sends": -5}, "jobs.j.sends"),
+    ("j", {"job": "j", "resends": -1}, "jobs.j.resends"),
+    ("j", {"job": "j", "submitted_at": "yesterday"}, "jobs.j.submitted_at"),
+    ("j", {"job": "j", "polled_at": "soon"}, "jobs.j.polled_at"),
+    ("j", {"job": "j", "params": None}, "jobs.j.params"),
+    ("j", {"job": "j", "lane": -2}, "jobs.j.lane"),
+])
+def test_a_bad_job_record_is_refused_at_load_naming_the_field(tmp_path, key, rec, field):
+    p = _records(tmp_path, {key: rec})
+    before = p.read_bytes()
+    r = nev("job", "status", env={"NEV_STATE_DIR": str(tmp_path / "state")})
+    one_line(r, str(p), f"field {field}")
+    assert p.read_bytes() == before
+
+
+def test_good_job_records_still_read(tmp_path):
+    _records(tmp_path, {"j": {"job": "j", "sends": 1, "submitted_at": "2026-01-01T00:00:00+00:00",
+                              "polled_at": "2026-01-01T00:00:00Z", "params": {"A": "b"}}})
+    r = nev("job", "status", env={"NEV_STATE_DIR": str(tmp_path / "state")})
+    assert r.returncode == 0 and "j: submitted" in r.stdout, r
+
+
+def test_a_second_submission_of_one_name_while_one_runs_is_refused_before_anything_is_pushed(tmp_path):
+    import yaml
+
+    from jobs import records, submit
+    from lanes.base.errors import NevError
+
+    m = tmp_path / "job.yaml"
+    m.write_text(yaml.safe_dump(MANIFEST))
+    env = {**os.environ, "NEV_STATE_DIR": str(tmp_path / "state")}
+    with records.submitting("demo", env):
+        with pytest.raises(NevError, match=r"job demo: another `nev job submit` of it is running"):
+            submit.submit(m, repo_path=tmp_path / "no-repo-here", environ=env)
+    with records.submitting("demo", env):     # released: the next submission takes it
+        pass
