@@ -335,3 +335,33 @@ def test_a_second_submission_of_one_name_while_one_runs_is_refused_before_anythi
             submit.submit(m, repo_path=tmp_path / "no-repo-here", environ=env)
     with records.submitting("demo", env):     # released: the next submission takes it
         pass
+
+
+# --- item 11: the setting drift needs is named, and `nev box env` sets it ------------------------------
+
+def test_drift_without_the_admin_key_names_the_setting_it_needs(tmp_path):
+    key = tmp_path / "batch.key"
+    key.write_text("sk-batch-key-000111")
+    key.chmod(0o600)
+    rig = tmp_path / "rig.local.json"
+    rig.write_text(json.dumps({"roles": {}}))
+    env = {"NEV_MODEL_KEY_FILE": str(key), "NEV_MODEL_URL": "http://127.0.0.1:9", "NEV_RIG_FILE": str(rig),
+           "NEV_GATEWAY_ADMIN_KEY_FILE": "", "GENERA_GATEWAY_ADMIN_KEY_FILE": ""}
+    r = nev("rig", "drift", env=env)
+    one_line(r, "NEV_GATEWAY_ADMIN_KEY_FILE", "drift")
+    assert "set NEV_MODEL_KEY_FILE" not in r.stderr
+
+
+def test_box_env_points_at_every_key_and_declaration_file_the_box_holds(tmp_path):
+    from rig.box import plan
+    from rig.box.core import Box
+
+    b = Box("tb", "198.18.9", tmp_path / "tb", "netns")
+    info = b._info(plan.Layout("tb", "198.18.9", 2))
+    env = b.env_for(info)
+    assert env["NEV_GATEWAY_ADMIN_KEY_FILE"] == str(info.master_key_file)
+    held = {"batch key": info.keys.get("batch"), "admin key": info.master_key_file, "folknet": info.folknet_file,
+            "rig file": info.rig_file, "lanes file": info.lanes_file, "known_hosts": info.known_hosts,
+            "ssh key": info.ssh_key, "forge token": info.forge_token_file}
+    missing = {what for what, p in held.items() if p is not None and str(p) not in env.values()}
+    assert not missing, f"nev box env points at none of: {missing}"

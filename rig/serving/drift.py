@@ -152,7 +152,9 @@ def _admin_get(path: str, timeout: float) -> Any:
     from bench.gateway_http import Endpoint
     from lanes.base import settings
 
-    ep = Endpoint(gateway.url_from_settings(), gateway.read_key(settings.get_path(settings.GATEWAY_ADMIN_KEY_FILE)))
+    ep = Endpoint(gateway.url_from_settings(), gateway.read_key(settings.get_path(settings.GATEWAY_ADMIN_KEY_FILE),
+                                                                 settings.GATEWAY_ADMIN_KEY_FILE.name,
+                                                                 "`nev rig drift` (the gateway's admin key)"))
     r = gateway_http.get_api(ep, path, (min(5.0, timeout), timeout))
     if r.status != 200:
         raise NevError(f"the gateway's {path} answered HTTP {r.status}: {gateway_http.error_message(r.body)}")
