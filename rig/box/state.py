@@ -10,13 +10,12 @@ by the last box that lists it.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lanes.base import jsonfile, settings
-from lanes.base.errors import NevError
+from lanes.base.errors import ConfigError, NevError
 
 REGISTRY = settings.path(settings.BOX_REGISTRY)
 
@@ -233,8 +232,8 @@ def registry_entries() -> dict[str, dict]:
         return out
     for p in sorted(d.glob("*.json")):
         try:
-            out[p.stem] = json.loads(p.read_text())
-        except (OSError, ValueError):
+            out[p.stem] = jsonfile.load(p, "box registry entry")
+        except ConfigError:
             continue
     return out
 

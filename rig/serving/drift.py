@@ -18,11 +18,11 @@ keys file (an entry with `job`, `jobs/jobkeys.py`) is not the declaration's and 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench.folknet import LIMIT_FIELDS, LIMIT_NAMES, Folknet, alias_limits
+from lanes.base import jsonfile
 from lanes.base.errors import NevError
 from rig.rigfile import RigFile
 from rig.serving.declared import ServingRole
@@ -123,7 +123,7 @@ def compare(declared: Folknet, serving: dict[str, ServingRole], live: Live) -> l
 def parse_keys(raw: str, where: str) -> dict[str, list[str]]:
     """The gateway's keys file: `{ID: {"name": KEY, "models": [ALIAS, ...]}}` (digests, never keys)."""
     try:
-        data = json.loads(raw)
+        data = jsonfile.parse(raw, where, "keys file")
         return {str(v["name"]): [str(m) for m in v["models"]] for v in data.values() if not v.get("job")}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise NevError(f"{where}: not a keys file of {{id: {{name, models}}}} ({e})") from None

@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from bench.folknet import LIMIT_FIELDS, ROUTER_LIMIT_SETTINGS, Folknet, alias_limits
+from lanes.base import jsonfile
 from lanes.base.errors import NevError
 from rig.rigfile import RigFile, Role
 from rig.serving.declared import ServingRole
@@ -204,7 +205,8 @@ def _wanted(hosts: Hosts, role: Role, declared: Folknet, serving: dict[str, Serv
         if kpath:
             kraw = _read(live, kpath, host)
             parse_keys(kraw.decode(), f"{host}:{kpath}")        # refuses a keys file of another shape
-            keys, key_changes = regenerate_keys(json.loads(kraw), declared)
+            keys, key_changes = regenerate_keys(jsonfile.parse(kraw.decode(), f"{host}:{kpath}", "keys file"),
+                                                declared)
             kdata = (json.dumps(keys, indent=2) + "\n").encode() if key_changes else kraw
             st.files.append(_with(live, kpath, kdata))
             st.blobs[sha256(kdata)] = kdata
