@@ -145,7 +145,7 @@ def table(lines: list[dict[str, Any]]) -> list[str]:
     rows = [f"{'start':20} {'batch':34} {'function':13} {'rd':>2} {'model':22} {'cand':>4} {'comp':>4} "
             f"{'best':>9} {'tok in/out':>13} {'draw s':>7} {'cpu s':>6}  status"]
     for ln in lines:
-        for alias, m in sorted(ln.get("models", {}).items()):
+        for alias, m in sorted((ln.get("models") or {}).items()):
             best = f"{m.get('best') if m.get('best') is not None else '-'}/{ln.get('cases_run') or '-'}"
             tok = f"{m.get('tokens_in') or 0}/{m.get('tokens_out') or 0}"
             status = m.get("status") or "-"

@@ -276,6 +276,8 @@ def read(path: Path) -> object:
         raise ConfigError(f"{path}: manifest is not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
     except RecursionError:
         raise ConfigError(f"{path}: the manifest is nested deeper than {jsonfile.MAX_DEPTH} levels; fix the file") from None
+    except ValueError as e:    # a value YAML's constructors refuse (an integer of thousands of digits)
+        raise ConfigError(f"{path}: the manifest holds a value out of range ({str(e)[:60]}); fix the file") from None
     problem = jsonfile.shape_problem(data)
     if problem:
         raise ConfigError(f"{path}: the manifest {problem}; fix the file")

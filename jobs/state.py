@@ -98,6 +98,11 @@ def check_event(ev: dict[str, Any], label: str) -> None:
         f.get(ev, key, kinds, "", required=key == "stage" and kind.startswith("stage-"))
     for key in ("stages", "outputs"):
         f.str_list(ev, key, "")
+    if "time" in ev:
+        try:
+            parse_iso(ev["time"])
+        except (ValueError, OverflowError):
+            raise f.fail("time", f"is {str(ev['time'])[:40]!r}, not a time (ISO 8601, as nev writes it)") from None
     for i, r in enumerate(ev.get("reasons") or []):
         f.get(f.obj(r, f"reasons[{i}]"), "message", str, f"reasons[{i}]", required=False)
     if kind == "job-ended" and ev.get("outcome") not in {s.value for s in Status}:
@@ -106,8 +111,10 @@ def check_event(ev: dict[str, Any], label: str) -> None:
 
 def valid_prefix(text: str, label: str = EVENTS) -> tuple[list[dict[str, Any]], int]:
     """The events of the valid prefix and its length in bytes (of `text` encoded as UTF-8). A
-    line that chains but names an unknown event or holds a field of the wrong type is refused
-    (ConfigError naming `label`, the line and the field): it is an edit, never a kill's doing."""
+    whole line (newline-ended) that is not JSON the one reader reads, or that chains but names an
+    unknown event or holds a field of the wrong type, is refused (ConfigError naming `label`, the
+    line and the field): it is an edit, never a kill's doing (a kill leaves a line without its
+    newline, which ends the prefix)."""
     events: list[dict[str, Any]] = []
     prev = ""
     size = 0
@@ -115,10 +122,7 @@ def valid_prefix(text: str, label: str = EVENTS) -> tuple[list[dict[str, Any]], 
         if not raw.endswith("\n"):
             break  # cut short by a kill
         line = raw[:-1]
-        try:
-            ev = jsonfile.parse(line, f"{label}: line {n}", "event log")
-        except ConfigError:
-            break
+        ev = jsonfile.parse(line, f"{label}: line {n}", "event log")   # a whole line is never a kill's
         if not isinstance(ev, dict) or ev.get("seq") != len(events) + 1 or ev.get("prev", "") != prev:
             break
         check_event(ev, f"{label}: line {n}")

@@ -208,6 +208,13 @@ def write_atomic(path: Path, data: Any, mode: int = 0o644) -> None:
     write_bytes_atomic(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8"), mode)
 
 
+def printable(text: str) -> str:
+    """`text` on one line: a control character (a key holding a newline) written as its escape."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class Fields:
     """Field access for one file: every failure names the file and the dotted field path."""
 
@@ -215,7 +222,7 @@ class Fields:
         self.path = str(path)
 
     def fail(self, field: str, problem: str) -> ConfigError:
-        return ConfigError(f"{self.path}: field {field} {problem}; fix the file")
+        return ConfigError(f"{self.path}: field {printable(field)} {printable(problem)}; fix the file")
 
     def known(self, obj: dict, keys: Iterable[str], field: str) -> dict:
         """`obj` when it holds no key but `keys`; else the first unknown key named, with the close

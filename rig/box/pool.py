@@ -38,7 +38,8 @@ FAIL_MODES = (None, "429", "503", "hang")
 
 
 class BankError(ValueError):
-    pass
+    def __init__(self, message: str) -> None:
+        super().__init__(jsonfile.printable(message))    # one line, whatever keys the bank holds
 
 
 def load_bank(path: Path) -> dict[str, dict[str, list[dict[str, str]]]]:

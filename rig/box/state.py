@@ -212,10 +212,14 @@ def read_state(box_dir: Path) -> BoxState | None:
     p = state_path(box_dir)
     if not p.exists():
         return None
+    data = jsonfile.load(p, "box state")
     try:
-        return BoxState.from_json(jsonfile.load(p, "box state"))
-    except (TypeError, KeyError, ValueError) as e:
-        raise NevError(f"{p}: box state is damaged ({e}); run `nev box down` to clean up, then `nev box up`") from None
+        if not isinstance(data, dict):
+            raise TypeError(f"an object, not {type(data).__name__}")
+        return BoxState.from_json(data)
+    except (TypeError, KeyError, ValueError, AttributeError) as e:
+        why = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
+        raise NevError(f"{p}: box state is damaged ({why}); run `nev box down` to clean up, then `nev box up`") from None
 
 
 def write_state(box_dir: Path, st: BoxState) -> None:

@@ -120,10 +120,11 @@ def compare(declared: Folknet, serving: dict[str, ServingRole], live: Live) -> l
     return out
 
 
-def parse_keys(raw: str, where: str) -> dict[str, list[str]]:
+def parse_keys(raw: bytes | str, where: str) -> dict[str, list[str]]:
     """The gateway's keys file: `{ID: {"name": KEY, "models": [ALIAS, ...]}}` (digests, never keys)."""
+    text = jsonfile.decode(raw, where, "keys file") if isinstance(raw, bytes) else raw
     try:
-        data = jsonfile.parse(raw, where, "keys file")
+        data = jsonfile.parse(text, where, "keys file")
         return {str(v["name"]): [str(m) for m in v["models"]] for v in data.values() if not v.get("job")}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise NevError(f"{where}: not a keys file of {{id: {{name, models}}}} ({e})") from None
@@ -143,7 +144,7 @@ def gather(rig: RigFile, served: list[str], limits: dict[str, dict[str, int]] | 
         gw = next((r for r in rig.roles.values() if r.keys_file), None)
         if gw is not None and gw.keys_file:
             where = f"{gw.hosts[0]}:{gw.keys_file}"
-            keys = parse_keys(hosts.get(gw.hosts[0]).read_file(gw.keys_file).decode(), where)
+            keys = parse_keys(hosts.get(gw.hosts[0]).read_file(gw.keys_file), where)
     return Live(served=served, servers=servers, keys=keys, limits=limits)
 
 
