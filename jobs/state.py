@@ -6,8 +6,9 @@ before it. The events are the truth; `state.json` is rebuilt from them by `repla
 (a pure function) and written atomically after every event, so a reader never sees
 half a file. On open, the valid prefix of the events is kept (a line cut short by a
 kill, or one whose chain breaks, ends it; what follows is cut off before the next
-append) and the job resumes from the last valid transition. A line that chains but names an
-event nev never records, or a field of the wrong type, is refused with one line naming it.
+append) and the job resumes from the last valid transition. A whole line that is not JSON, or
+that chains but names an event nev never records or holds a field of the wrong type, is refused
+with one line naming it (a kill leaves no whole line behind).
 
 While a stage runs, `clock.json` is rewritten every few seconds, so the wall-clock
 time of an attempt that was killed still counts against the job's limit.
