@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import re
 import threading
 import time
@@ -54,6 +53,7 @@ from crates_bridge.corpus import read_manifest
 from crates_bridge.errors import BridgeError
 from crates_bridge.registry import PROVENANCE_SUFFIX
 from crates_bridge.workspace import Workspace
+from lanes.base import jsonfile
 from lanes.base.errors import ConfigError, NevError, UsageError
 from lanes.base.exitcodes import Exit
 from lanes.base.mask import mask
@@ -237,17 +237,19 @@ def plan_round(cfg: RunConfig, shares: Sequence[Share], meter: Meter, prompt_cha
 
 def read_cases(corpus_dir: Path) -> dict[str, dict]:
     out = {}
-    for line in (corpus_dir / "cases.jsonl").read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            c = json.loads(line)
-            out[c["id"]] = c
+    p = corpus_dir / "cases.jsonl"
+    for n, c in jsonfile.load_lines(p, "corpus cases file", f"rebuild the corpus ({corpus_dir.name})"):
+        if not isinstance(c, dict) or not isinstance(c.get("id"), str):
+            raise ConfigError(f"{p}: line {n}: field id is missing or not a string; rebuild the corpus")
+        out[c["id"]] = c
     return out
 
 
 def signature_of(ws: Workspace, function: str) -> str:
     prov = ws.generated_dir / f"{function}{PROVENANCE_SUFFIX}"
     if prov.is_file():
-        sig = json.loads(prov.read_text()).get("signature")
+        rec = jsonfile.load(prov, "provenance record")
+        sig = rec.get("signature") if isinstance(rec, dict) else None
         if isinstance(sig, str):
             return sig
     funcs = (ws.crate_dir("generation") / "src" / "functions.rs").read_text()

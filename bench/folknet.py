@@ -86,16 +86,20 @@ def _per_minute(f: jsonfile.Fields, obj: dict, key: str, where: str) -> int | No
     return v
 
 
+# Every key an alias declares (docs/settings.md, docs/serving.md): another is a typo, refused.
+ALIAS_KEYS = ("pool", "max_inflight", "provider", "tier", "retired", "keys", "supports_n", "health", "rpm", "tpm")
+
+
 def load(path: Path) -> Folknet:
     data = jsonfile.load(path, "folknet file")
     f = jsonfile.Fields(path)
-    top = f.obj(data, "(top level)")
+    top = f.known(f.obj(data, "(top level)"), ("schema", "providers", "aliases"), "")
     providers = f.str_list(top, "providers", "", required=True)
     raw = f.get(top, "aliases", dict, "")
     aliases: dict[str, Alias] = {}
     for name, obj in raw.items():
         where = f"aliases.{name}"
-        f.obj(obj, where)
+        f.known(f.obj(obj, where), ALIAS_KEYS, where)
         inflight = f.get(obj, "max_inflight", int, where)
         if inflight < 1:
             raise f.fail(f"{where}.max_inflight", "must be at least 1")

@@ -50,20 +50,24 @@ BACKOFF_S = 0.5
 MAX_429_WAIT_S = 600.0
 
 
-def read_key(path: Path | None) -> str:
-    """The gateway key from its file (mode 600), registered as a secret."""
+def read_key(path: Path | None, setting: str = "NEV_MODEL_KEY_FILE", needed_by: str = "") -> str:
+    """The gateway key from its file (mode 600), registered as a secret. `setting` names the
+    file's setting in every message (the batch key's, or the admin key's for drift), `needed_by`
+    what needs it."""
     if path is None:
-        raise ConfigError("no gateway key: set NEV_MODEL_KEY_FILE to a file holding the key (mode 600)")
+        raise ConfigError(f"no gateway key{' for ' + needed_by if needed_by else ''}: set {setting} to a file "
+                          "holding the key (mode 600)")
     try:
         st = path.stat()
         key = path.read_text(encoding="utf-8").strip()
-    except OSError as e:
-        raise ConfigError(f"NEV_MODEL_KEY_FILE {path}: cannot read it ({e.strerror}); point it at the key file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not text"
+        raise ConfigError(f"{setting} {path}: cannot read it ({why}); point it at the key file") from None
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError(f"NEV_MODEL_KEY_FILE {path}: readable by others (mode {stat.S_IMODE(st.st_mode):o}); "
+        raise ConfigError(f"{setting} {path}: readable by others (mode {stat.S_IMODE(st.st_mode):o}); "
                           f"chmod 600 it")
     if not key:
-        raise ConfigError(f"NEV_MODEL_KEY_FILE {path}: empty; write the gateway key into it")
+        raise ConfigError(f"{setting} {path}: empty; write the gateway key into it")
     register_secret(key)
     return key
 

@@ -13,6 +13,7 @@ from bench.rounds import RoundRecord, now
 from bench.verdicts import Judged, pass_at
 from crates_bridge.registry import FLOOR_SUFFIX, PROVENANCE_SUFFIX, Floor, load_floor, write_floor
 from crates_bridge.workspace import Workspace
+from lanes.base import jsonfile
 from lanes.base.errors import NevError
 
 
@@ -62,7 +63,7 @@ def keep(ws: Workspace, spec: prompt.Spec, signature: str, batch_id: str, win: J
                          "cases_run": win.cases_run},
     }
     if prov_path.is_file():
-        old = json.loads(prov_path.read_text(encoding="utf-8"))
+        old = jsonfile.load(prov_path, "provenance record")
         if not is_placeholder(old):
             (run_dir / f"{spec.function}.rs").write_text(text, encoding="utf-8")
             (run_dir / f"{spec.function}{PROVENANCE_SUFFIX}").write_text(json.dumps(record, indent=2) + "\n")

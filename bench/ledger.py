@@ -87,17 +87,57 @@ def append(path: Path, line: dict[str, Any]) -> None:
         f.write(json.dumps(line, sort_keys=True) + "\n")
 
 
+# What a ledger line's fields may hold (line_for writes them): counts are whole numbers >= 0,
+# seconds numbers >= 0, the rest text; null (or absent) for any of them.
+_COUNTS = ("round", "candidates", "unique", "compiled", "best", "cases_run")
+_MODEL_COUNTS = ("candidates", "compiled", "best", "tokens_in", "tokens_out", "rate_limited", "gateway_waits", "calls")
+_MODEL_SECONDS = ("gpu_s", "draw_s")
+_TEXT = ("batch", "function", "start", "end")
+
+
+def _count(f: jsonfile.Fields, o: dict[str, Any], key: str, where: str, whole: bool) -> None:
+    v = f.get(o, key, int if whole else (int, float), where, required=False)
+    if v is not None and v < 0:
+        raise f.fail(f"{where}.{key}" if where else key, f"must be >= 0, not {v}")
+
+
+def parse_line(f: jsonfile.Fields, obj: Any) -> dict[str, Any]:
+    """One ledger line, checked where it is read (pure): an object whose counts are whole numbers
+    >= 0 and whose seconds are numbers >= 0, so nothing negative or not a number is ever summed into
+    a spend or a budget. ConfigError naming the field otherwise."""
+    o = f.obj(obj, "(line)")
+    for k in _COUNTS:
+        _count(f, o, k, "", True)
+    _count(f, o, "lane_cpu_s", "", False)
+    for k in _TEXT:
+        f.get(o, k, str, "", required=False)
+    for k in ("passed", "escalated"):
+        f.get(o, k, bool, "", required=False)
+    for alias, m in (f.get(o, "models", dict, "", required=False) or {}).items():
+        where = f"models.{alias}"
+        m = f.obj(m, where)
+        for k in _MODEL_COUNTS:
+            _count(f, m, k, where, True)
+        for k in _MODEL_SECONDS:
+            _count(f, m, k, where, False)
+        for k in ("status", "error", "tier"):
+            f.get(m, k, str, where, required=False)
+        f.get(m, "constraints", dict, where, required=False)
+    budget = f.get(o, "budget", dict, "", required=False)
+    if budget is not None:
+        _count(f, budget, "tokens", "budget", True)
+        _count(f, budget, "spent_tokens", "budget", True)
+        _count(f, budget, "gpu_s", "budget", False)
+        _count(f, budget, "spent_gpu_s", "budget", False)
+        f.get(budget, "bound", str, "budget", required=False)
+    return o
+
+
 def read(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if raw.strip():
-            try:
-                out.append(json.loads(raw))
-            except json.JSONDecodeError:
-                raise ConfigError(f"{path}: line {n} is not JSON; the ledger is append-only, fix that line") from None
-    return out
+    """Every line of a ledger file, each checked (`parse_line`); a bad line is one ConfigError naming
+    the file, the line and the field (the ledger is append-only: fix that line by hand)."""
+    return [parse_line(jsonfile.Fields(f"{path}: line {n}"), obj)
+            for n, obj in jsonfile.load_lines(path, "ledger", missing=[])]
 
 
 def table(lines: list[dict[str, Any]]) -> list[str]:
@@ -105,7 +145,7 @@ def table(lines: list[dict[str, Any]]) -> list[str]:
     rows = [f"{'start':20} {'batch':34} {'function':13} {'rd':>2} {'model':22} {'cand':>4} {'comp':>4} "
             f"{'best':>9} {'tok in/out':>13} {'draw s':>7} {'cpu s':>6}  status"]
     for ln in lines:
-        for alias, m in sorted(ln.get("models", {}).items()):
+        for alias, m in sorted((ln.get("models") or {}).items()):
             best = f"{m.get('best') if m.get('best') is not None else '-'}/{ln.get('cases_run') or '-'}"
             tok = f"{m.get('tokens_in') or 0}/{m.get('tokens_out') or 0}"
             status = m.get("status") or "-"

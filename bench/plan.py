@@ -20,7 +20,6 @@ in-flight's constraint.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,8 @@ from typing import Any
 from bench import folknet as fk
 from bench.budget import CHARS_PER_TOKEN, DEFAULT_ANSWER_TOKENS, Budget
 from bench.gateway import split_draws
+from lanes.base import jsonfile
+from lanes.base.errors import ConfigError
 
 
 class Bound(StrEnum):
@@ -205,8 +206,8 @@ def read_throughput(directory: Path) -> dict[str, dict[str, Any]]:
         return out
     for p in sorted(directory.glob("*.json")):
         try:
-            d = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            d = jsonfile.load(p, "throughput sweep")
+        except ConfigError:
             continue
         if isinstance(d, dict) and isinstance(d.get("alias"), str) and isinstance(d.get("levels"), list):
             out[d["alias"]] = d
@@ -255,8 +256,8 @@ def latest_records(workdir: Path, function: str, limit: int = 20) -> list[dict[s
     out = []
     for p in files:
         try:
-            d = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            d = jsonfile.load(p, "batch round record")
+        except ConfigError:
             continue
         if isinstance(d, dict):
             out.append(d)
@@ -279,9 +280,9 @@ def candidate_cost(path: Path | None = None) -> Cost:
     from lanes.base import settings
 
     try:
-        c = json.loads((path or settings.path(settings.CAPACITY_FILE)).read_text(encoding="utf-8"))["candidate"]
+        c = jsonfile.load(path or settings.path(settings.CAPACITY_FILE), "capacity file")["candidate"]
         return Cost(int(c["prompt_tokens"]), int(c["answer_tokens"]))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ConfigError, ValueError, KeyError, TypeError):
         return Cost(1800, DEFAULT_ANSWER_TOKENS)
 
 

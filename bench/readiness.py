@@ -15,7 +15,7 @@ describes the format.
 from __future__ import annotations
 
 import datetime as dt
-import json
+import os
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -23,6 +23,7 @@ from typing import Any
 
 from bench.folknet import Folknet
 from lanes.base import jsonfile
+from lanes.base.errors import ConfigError
 from lanes.base.exitcodes import Exit
 
 READY = "ready"
@@ -147,16 +148,12 @@ def needs_from_manifest(data: Any, where: Path | str) -> Needs:
 
 def read_snapshot(path: Path) -> Snapshot:
     """Read the snapshot; a missing or unreadable file is a transient reason, not an error."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return Snapshot(str(path), None, "missing")
-    except OSError as e:
-        return Snapshot(str(path), None, f"unreadable ({e.strerror})")
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        return Snapshot(str(path), None, f"not valid JSON (line {e.lineno})")
+        data = jsonfile.load(path, "inventory snapshot")
+    except ConfigError as e:
+        return Snapshot(str(path), None, f"unreadable ({e.message.removeprefix(str(path) + ': ')})")
     if not isinstance(data, dict):
         return Snapshot(str(path), None, "not a JSON object")
     return Snapshot(str(path), data)

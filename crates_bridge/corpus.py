@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crates_bridge import jsonread
 from crates_bridge.errors import BridgeError
 from crates_bridge.workspace import Workspace, no_wrapper_env
 
@@ -36,16 +37,17 @@ class Manifest:
 
 def read_manifest(folder: Path) -> Manifest:
     path = folder / "manifest.json"
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BridgeError(f"{path}: no corpus here; build it with `nev oracle build {folder.name}`") from None
-    except json.JSONDecodeError as e:
-        raise BridgeError(f"{path}: not valid JSON ({e.msg}); rebuild the corpus") from None
+    d = jsonread.load(path, "corpus manifest", f"no corpus here; build it with `nev oracle build {folder.name}`")
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise BridgeError(f"{path}: format is not {FORMAT}; rebuild the corpus with this version")
-    return Manifest(str(d.get("function")), d.get("cases"), float(d.get("tolerance_px", DEFAULT_TOLERANCE_PX)),
-                    dict(d.get("engines") or {}), d)
+    tol, cases, engines = d.get("tolerance_px", DEFAULT_TOLERANCE_PX), d.get("cases"), d.get("engines") or {}
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or tol < 0:
+        raise BridgeError(f"{path}: field tolerance_px must be a number >= 0, not {tol!r:.40}; rebuild the corpus")
+    if cases is not None and (isinstance(cases, bool) or not isinstance(cases, int) or cases < 0):
+        raise BridgeError(f"{path}: field cases must be a whole number >= 0, not {cases!r:.40}; rebuild the corpus")
+    if not isinstance(engines, dict) or not all(isinstance(v, str) for v in engines.values()):
+        raise BridgeError(f"{path}: field engines must be an object of version strings; rebuild the corpus")
+    return Manifest(str(d.get("function")), cases, float(tol), dict(engines), d)
 
 
 def _len(rng: random.Random, *, auto: bool = True, pct: bool = True, neg: bool = False) -> str:

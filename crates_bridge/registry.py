@@ -8,11 +8,13 @@ A function `<name>` lives in `crates/layout/src/generated/` as `<name>.rs`, its
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crates_bridge import jsonread
 from crates_bridge.errors import BridgeError
 
 PROVENANCE_SUFFIX = ".provenance.json"
@@ -51,13 +53,8 @@ class GeneratedFunction:
     floor: Floor | None
 
 
-def _load_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BridgeError(f"{path}: not found") from None
-    except json.JSONDecodeError as e:
-        raise BridgeError(f"{path}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}; fix the file") from None
+def _load_json(path: Path, what: str) -> Any:
+    return jsonread.load(path, what, "commit it with the function")
 
 
 def _count(path: Path, obj: dict, key: str, field: str, required: bool) -> int | None:
@@ -101,9 +98,9 @@ def parse_floor(path: Path, data: Any) -> Floor:
 
 
 def load_floor(path: Path) -> Floor | None:
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
-    return parse_floor(path, _load_json(path))
+    return parse_floor(path, _load_json(path, "floor file"))
 
 
 def discover(generated_dir: Path) -> list[GeneratedFunction]:
@@ -120,7 +117,7 @@ def discover(generated_dir: Path) -> list[GeneratedFunction]:
             raise BridgeError(f"{prov}: no {source.name} beside it; commit the function with its record")
         floor_path = generated_dir / f"{name}{FLOOR_SUFFIX}"
         out.append(GeneratedFunction(name, source, prov, floor_path,
-                                     parse_provenance(prov, _load_json(prov), name),
+                                     parse_provenance(prov, _load_json(prov, "provenance record"), name),
                                      load_floor(floor_path)))
     return out
 

@@ -14,7 +14,7 @@ from jobs import approvals as store
 from jobs import protected, tracks
 from jobs.approvals import MAIN, LandPaths, Pending
 from jobs.land_gate import fault, lanes_configured
-from lanes.base import settings
+from lanes.base import jsonfile, settings
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo
 from lanes.base.ui import info
@@ -33,10 +33,10 @@ def main_checkout(repo: Repo, paths: LandPaths) -> Path | None:
 
 
 def tracks_at(repo: Repo, rev: str) -> tracks.Tracks:
-    text = repo.show(rev, "tracks.json")
-    if text is None:
+    data = repo.show_bytes(rev, "tracks.json")
+    if data is None:
         raise NevError("tracks.json is not on main; it declares the gate (verify, landChecks); not landed")
-    return tracks.parse_text(text, "main:tracks.json")
+    return tracks.parse_text(jsonfile.decode(data, "main:tracks.json", "tracks file"), "main:tracks.json")
 
 
 def finish_pending(repo: Repo, paths: LandPaths, name: str, environ: Mapping[str, str]) -> bool:

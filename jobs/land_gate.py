@@ -138,11 +138,15 @@ def stop_leftover_gate(paths: LandPaths, name: str) -> None:
     rec = paths.gate(name)
     if not rec.exists():
         return
+    if rec.is_dir() and not rec.is_symlink():
+        jsonfile.load(rec, "gate record")    # one line naming it: nev never made that folder, so it stays
     try:
         data = jsonfile.load(rec, "gate record")
         pgid, start = int(data["pgid"]), data.get("start")
-    except (NevError, KeyError, TypeError, ValueError):
-        rec.unlink(missing_ok=True)
+        if not 1 < pgid < 1 << 22:           # no process group id (pid_max is at most 2**22)
+            raise ValueError(pgid)
+    except (NevError, KeyError, TypeError, ValueError, AttributeError):
+        rec.unlink(missing_ok=True)          # a record of our own that cannot be used: gone with its gate
         return
     if pid_alive(pgid) and (start is None or _proc_start(pgid) == start):
         procgroup.stop(pgid, grace=3.0)

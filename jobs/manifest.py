@@ -39,6 +39,7 @@ import yaml
 
 from lanes.base import jsonfile
 from lanes.base.errors import ConfigError
+from lanes.base.gitrun import ref_problem
 from lanes.base.jsonfile import Fields
 
 KINDS = ("command", "verify", "batch", "writer")
@@ -170,6 +171,14 @@ def _budget(f: Fields, top: dict) -> tuple[int | None, float | None]:
 STAGE_FIELDS = {"name", "kind", "command", "models", "providers", "brief", "model"}
 
 
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot name a job (it names job/NAME, result/NAME and a state folder), or None
+    (pure): NAME_RE, then git's ref rules (`a..b`, `x.lock`, `x.` pass NAME_RE)."""
+    if not NAME_RE.match(name):
+        return "must be 1-60 of a-z 0-9 . _ - starting with a letter or digit"
+    return ref_problem(name)
+
+
 def parse(data: Any, where: Path | str) -> Manifest:
     """Validate a manifest's data; every problem names the field."""
     f = Fields(where)
@@ -178,6 +187,9 @@ def parse(data: Any, where: Path | str) -> Manifest:
     name = f.get(top, "name", str, "")
     if not NAME_RE.match(name):
         raise f.fail("name", f"{name!r} must be 1-60 of a-z 0-9 . _ - starting with a letter or digit")
+    why = name_problem(name)
+    if why:
+        raise f.fail("name", f"{name!r} {why}; it names the branches job/NAME and result/NAME")
     base = f.get(top, "base", str, "")
     if not COMMIT_RE.match(base):
         raise f.fail("base", f"{base!r} must be a commit id (7-40 lower-case hex digits)")
@@ -262,4 +274,11 @@ def read(path: Path) -> object:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: manifest is not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: the manifest is nested deeper than {jsonfile.MAX_DEPTH} levels; fix the file") from None
+    except ValueError as e:    # a value YAML's constructors refuse (an integer of thousands of digits)
+        raise ConfigError(f"{path}: the manifest holds a value out of range ({str(e)[:60]}); fix the file") from None
+    problem = jsonfile.shape_problem(data)
+    if problem:
+        raise ConfigError(f"{path}: the manifest {problem}; fix the file")
     return data

@@ -9,6 +9,7 @@ as empty and written back over). Fields this version does not know are kept as t
 
 from __future__ import annotations
 
+import datetime as dt
 import fcntl
 import os
 from collections.abc import Iterator, Mapping
@@ -18,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from jobs.manifest import name_problem
 from lanes.base import jsonfile, settings
 from lanes.base.jsonfile import Fields
 
@@ -72,6 +74,9 @@ class JobRecord:
         except ValueError:
             raise f.fail(f"{where}.status", f"is {raw_status!r}, not one of "
                          f"{', '.join(s.value for s in JobStatus)}") from None
+        for key in ("params", "sends", "resends", "cutoffs", "status"):
+            if key in o and o[key] is None:     # nev leaves a field out, never writes null
+                raise f.fail(f"{where}.{key}", "is null; leave it out or give a value")
         params = f.get(o, "params", dict, where, required=False, default={})
         for k, v in params.items():
             if not isinstance(v, str):
@@ -80,14 +85,31 @@ class JobRecord:
         def opt(key: str, kind: type) -> Any:
             return f.get(o, key, kind, where, required=False)
 
+        def count(key: str) -> int:
+            v = f.get(o, key, int, where, required=False, default=0)
+            if v < 0:
+                raise f.fail(f"{where}.{key}", f"must be a whole number >= 0, not {v}")
+            return int(v)
+
+        def when(key: str) -> str | None:
+            v = opt(key, str)
+            if v is not None:
+                try:
+                    dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+                except ValueError:
+                    raise f.fail(f"{where}.{key}", f"is {v[:40]!r}, not a time (ISO 8601, as nev writes it)") from None
+            return v
+
+        lane = opt("lane", int)
+        if lane is not None and lane < 0:
+            raise f.fail(f"{where}.lane", f"must be a lane index >= 0, not {lane}")
+
         known = {x.name for x in fields(cls)} - {"extra"}
         return cls(job=f.get(o, "job", str, where), status=status,
-                   sends=f.get(o, "sends", int, where, required=False, default=0),
-                   resends=f.get(o, "resends", int, where, required=False, default=0),
-                   cutoffs=f.get(o, "cutoffs", int, where, required=False, default=0),
+                   sends=count("sends"), resends=count("resends"), cutoffs=count("cutoffs"),
                    spec=opt("spec", str), manifest=opt("manifest", str), tip=opt("tip", str),
-                   run_id=opt("run_id", str), lane=opt("lane", int), lane_label=opt("lane_label", str),
-                   submitted_at=opt("submitted_at", str), polled_at=opt("polled_at", str),
+                   run_id=opt("run_id", str), lane=lane, lane_label=opt("lane_label", str),
+                   submitted_at=when("submitted_at"), polled_at=when("polled_at"),
                    params=dict(params), result=opt("result", str), exit=opt("exit", int),
                    outcome=opt("outcome", str), why=opt("why", str), key_sha256=opt("key_sha256", str),
                    extra={k: v for k, v in o.items() if k not in known})
@@ -120,11 +142,20 @@ class Records:
         jobs = f.get(top, "jobs", dict, "", required=False, default={})
         recs = {}
         for name, raw in jobs.items():
+            why = name_problem(name)
+            if why:       # the key names job/NAME, result/NAME and a state folder: no path, no bad ref
+                raise f.fail(f"jobs.{name}", f"is not a job name: it {why}")
             rec = JobRecord.from_json(f, raw, f"jobs.{name}")
             if rec.job != name:
                 raise f.fail(f"jobs.{name}.job", f"is {rec.job!r}, not the entry's name {name!r}")
             recs[name] = rec
-        return cls(jobs=recs, last_poll=f.get(top, "last_poll", str, "", required=False), schema=schema,
+        last_poll = f.get(top, "last_poll", str, "", required=False)
+        if last_poll is not None:
+            try:
+                dt.datetime.fromisoformat(last_poll.replace("Z", "+00:00"))
+            except ValueError:
+                raise f.fail("last_poll", f"is {last_poll[:40]!r}, not a time (ISO 8601)") from None
+        return cls(jobs=recs, last_poll=last_poll, schema=schema,
                    extra={k: v for k, v in top.items() if k not in ("schema", "jobs", "last_poll")})
 
     def to_json(self) -> dict[str, Any]:
@@ -140,6 +171,26 @@ class Records:
 
 def path(environ: Mapping[str, str] | None = None) -> Path:
     return settings.path(settings.STATE_DIR, environ) / "job-results.json"
+
+
+@contextmanager
+def submitting(name: str, environ: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Held by `nev job submit NAME` from its start to its record: a second submission of the same
+    name while one runs is refused at once (both would start a Dagu run; the record keeps one)."""
+    from lanes.base.errors import NevError
+
+    d = settings.path(settings.STATE_DIR, environ) / "submitting"
+    d.mkdir(parents=True, exist_ok=True)
+    fd = os.open(d / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise NevError(f"job {name}: another `nev job submit` of it is running ({d / name}.lock); "
+                           "wait for it, then see `nev job status`") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def load(p: Path) -> Records:

@@ -6,7 +6,9 @@ before it. The events are the truth; `state.json` is rebuilt from them by `repla
 (a pure function) and written atomically after every event, so a reader never sees
 half a file. On open, the valid prefix of the events is kept (a line cut short by a
 kill, or one whose chain breaks, ends it; what follows is cut off before the next
-append) and the job resumes from the last valid transition.
+append) and the job resumes from the last valid transition. A whole line that is not JSON, or
+that chains but names an event nev never records or holds a field of the wrong type, is refused
+with one line naming it (a kill leaves no whole line behind).
 
 While a stage runs, `clock.json` is rewritten every few seconds, so the wall-clock
 time of an attempt that was killed still counts against the job's limit.
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lanes.base import jsonfile
-from lanes.base.errors import NevError
+from lanes.base.errors import ConfigError, NevError
 from lanes.base.jsonfile import Fields
 
 EVENTS = "events.jsonl"
@@ -72,21 +74,59 @@ def file_hash(path: Path) -> str | None:
         return None
 
 
-def valid_prefix(text: str) -> tuple[list[dict[str, Any]], int]:
-    """The events of the valid prefix and its length in bytes (of `text` encoded as UTF-8)."""
+# Every event `JobState.record` writes (jobs/runner.py); a line naming another is refused.
+KNOWN_EVENTS = frozenset({
+    "run-started", "preflight-passed", "preflight-failed", "inventory-skipped", "inventory-passed",
+    "inventory-transient", "inventory-permanent", "stage-started", "stage-passed", "stage-failed",
+    "stage-stopped", "stage-interrupted", "result-committed", "job-ended"})
+# The fields `replay` reads, by the type each must have when present.
+_EVENT_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "time": str, "stage": str, "job": str, "run_id": str, "inputs": dict, "stages": list, "reasons": list,
+    "outputs": list, "log": str, "pgid": int, "boot": str, "commit": str, "outcome": str, "exit": int}
+
+
+def check_event(ev: dict[str, Any], label: str) -> None:
+    """An event line as `replay` needs it (pure): a known event, `stage` on a stage's events, and
+    each field `replay` reads of its type. ConfigError naming `label` (file and line) and the field."""
+    f = Fields(label)
+    kind = f.get(ev, "event", str, "")
+    if kind not in KNOWN_EVENTS:
+        import difflib
+
+        near = difflib.get_close_matches(kind, sorted(KNOWN_EVENTS), 1)
+        raise f.fail("event", f"is {kind!r}, not an event nev records" + (f" (did you mean {near[0]!r}?)" if near else ""))
+    for key, kinds in _EVENT_FIELDS.items():
+        f.get(ev, key, kinds, "", required=key == "stage" and kind.startswith("stage-"))
+    for key in ("stages", "outputs"):
+        f.str_list(ev, key, "")
+    if "time" in ev:
+        try:
+            parse_iso(ev["time"])
+        except (ValueError, OverflowError):
+            raise f.fail("time", f"is {str(ev['time'])[:40]!r}, not a time (ISO 8601, as nev writes it)") from None
+    for i, r in enumerate(ev.get("reasons") or []):
+        f.get(f.obj(r, f"reasons[{i}]"), "message", str, f"reasons[{i}]", required=False)
+    if kind == "job-ended" and ev.get("outcome") not in {s.value for s in Status}:
+        raise f.fail("outcome", f"is {ev.get('outcome')!r}, not one of {', '.join(s.value for s in Status)}")
+
+
+def valid_prefix(text: str, label: str = EVENTS) -> tuple[list[dict[str, Any]], int]:
+    """The events of the valid prefix and its length in bytes (of `text` encoded as UTF-8). A
+    whole line (newline-ended) that is not JSON the one reader reads, or that chains but names an
+    unknown event or holds a field of the wrong type, is refused (ConfigError naming `label`, the
+    line and the field): it is an edit, never a kill's doing (a kill leaves a line without its
+    newline, which ends the prefix)."""
     events: list[dict[str, Any]] = []
     prev = ""
     size = 0
-    for raw in text.splitlines(keepends=True):
+    for n, raw in enumerate(text.splitlines(keepends=True), 1):
         if not raw.endswith("\n"):
             break  # cut short by a kill
         line = raw[:-1]
-        try:
-            ev = json.loads(line)
-        except json.JSONDecodeError:
-            break
+        ev = jsonfile.parse(line, f"{label}: line {n}", "event log")   # a whole line is never a kill's
         if not isinstance(ev, dict) or ev.get("seq") != len(events) + 1 or ev.get("prev", "") != prev:
             break
+        check_event(ev, f"{label}: line {n}")
         events.append(ev)
         prev = line_hash(line)
         size += len(raw.encode())
@@ -229,28 +269,28 @@ def replay(events: list[dict[str, Any]]) -> JobView:
         st.last_event = LastEvent(ev.get("seq"), kind, t, ev.get("stage"))
         if kind == "run-started":
             st.job = ev.get("job")
-            st.manifest = ev.get("inputs", {}).get("manifest")
+            st.manifest = (ev.get("inputs") or {}).get("manifest")
             st.status = Status.RUNNING
             st.attempts.append(Attempt(len(st.attempts) + 1, t, t, ev.get("run_id")))
-            for name in ev.get("stages", []):
+            for name in (ev.get("stages") or []):
                 st.stages.setdefault(name, StageView())
         elif st.attempts:
             st.attempts[-1].last_seen = t
         if kind in ("preflight-passed", "preflight-failed"):
-            st.preflight = PreflightView(kind == "preflight-passed", ev.get("reasons", []), t)
+            st.preflight = PreflightView(kind == "preflight-passed", (ev.get("reasons") or []), t)
         elif kind and kind.startswith("inventory-"):
-            st.inventory = InventoryView(kind[len("inventory-"):], ev.get("exit"), ev.get("reasons", []), t,
-                                         ev.get("inputs", {}).get("snapshot"))
+            st.inventory = InventoryView(kind[len("inventory-"):], ev.get("exit"), (ev.get("reasons") or []), t,
+                                         (ev.get("inputs") or {}).get("snapshot"))
         elif kind and kind.startswith("stage-"):
             s = st.stages.setdefault(ev["stage"], StageView())
             if kind == "stage-started":
-                inputs = ev.get("inputs", {})
+                inputs = (ev.get("inputs") or {})
                 s.status, s.started, s.ended, s.exit, s.runs = Status.RUNNING, t, None, None, s.runs + 1
                 s.head_at_start, s.digest = inputs.get("head"), inputs.get("stage")
                 s.log, s.pgid, s.boot = ev.get("log"), ev.get("pgid"), ev.get("boot")
             elif kind == "stage-passed":
                 s.status, s.ended, s.exit = Status.PASSED, t, 0
-                s.commit, s.outputs = ev.get("commit"), ev.get("outputs", [])
+                s.commit, s.outputs = ev.get("commit"), (ev.get("outputs") or [])
             elif kind == "stage-failed":
                 s.status, s.ended, s.exit = Status.FAILED, t, ev.get("exit")
             elif kind == "stage-stopped":
@@ -303,8 +343,8 @@ class JobState:
                 raise
             js._lock_fd = fd
         path = folder / EVENTS
-        text = path.read_text(encoding="utf-8") if path.exists() else ""
-        js.events, size = valid_prefix(text)
+        text = jsonfile.read_text(path, "event log", "") if os.path.lexists(path) else ""
+        js.events, size = valid_prefix(text, str(path))
         if lock and len(text.encode()) != size:
             with path.open("r+b") as f:  # drop a torn or broken tail before appending
                 f.truncate(size)
@@ -342,10 +382,13 @@ class JobState:
 
     def clock(self) -> dict[str, Any] | None:
         try:
-            data = json.loads((self.folder / CLOCK).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            data = jsonfile.load(self.folder / CLOCK, "clock file")
+        except ConfigError:
             return None
-        return data if isinstance(data, dict) else None
+        if not isinstance(data, dict) or isinstance(data.get("last_seen_ts"), bool) \
+                or not isinstance(data.get("last_seen_ts", 0.0), int | float):
+            return None
+        return data
 
     def heartbeat(self) -> None:
         if self.state.attempts:

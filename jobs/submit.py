@@ -153,42 +153,43 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
            environ: Mapping[str, str] | None = None) -> int:
     env = dict(os.environ if environ is None else environ)
     m = manifest_mod.load(manifest_path)
-    repo = Repo(Repo(repo_path or Path.cwd()).toplevel())
-    tip = job_tip(repo, m)
-    forge = forge_mod.from_settings(env, repo)
-    lane_forge = forge.for_lanes()  # refused before anything is pushed
-    forge.delete(repo, f"result/{m.name}")
-    forge.push(repo, f"+{tip}:refs/heads/job/{m.name}")
-    info(f"pushed job/{m.name} ({tip[:12]}) to the forge")
-    from dagu import runs, service
+    with records.submitting(m.name, env):    # one submission of a name at a time
+        repo = Repo(Repo(repo_path or Path.cwd()).toplevel())
+        tip = job_tip(repo, m)
+        forge = forge_mod.from_settings(env, repo)
+        lane_forge = forge.for_lanes()  # refused before anything is pushed
+        forge.delete(repo, f"result/{m.name}")
+        forge.push(repo, f"+{tip}:refs/heads/job/{m.name}")
+        info(f"pushed job/{m.name} ({tip[:12]}) to the forge")
+        from dagu import runs, service
 
-    key = jobkeys.mint(m, env) if jobkeys.where(env) else None
-    with service.opened(lane_flag) as ld:
-        push_forge_token(ld, forge)
-        if key is not None:
-            push_job_key(ld, m.name, key)
-            info(f"job {m.name}: its own gateway key, allowed {', '.join(jobkeys.aliases(m)) or 'no alias'}")
-        if settings.get_flag(settings.JOB_INSTALL_NEV, env):
-            _changed, line = selfinstall.install(ld.conn, selfinstall.default_cache())
-            info(f"nev on {ld.lane.label}: {line}")
-        declared = settings.get_path(settings.FOLKNET_FILE, env)
-        decl = push_declared(ld, declared if declared and declared.is_file() else None)
-        wf = runs.load_workflow(str(workflow_file()))
-        ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
-        lane_env = parse_lane_env(ld.conn.run(LANE_ENV_PROBE).out)
-        p = params(m, push_manifest(ld, m), lane_forge, lane_env["HOME"], ld.layout, ld.lane.shared_dir, decl,
-                   env, lane_env)
-        with ld.api() as api:
-            run_id, queued = runs.submit(api, wf, p)
-        lane_label = ld.lane.label
-    with records.locked(env) as recs:
-        rec = recs.job(m.name)
-        rec.spec, rec.manifest, rec.tip, rec.run_id = m.spec_name, str(manifest_path), tip, run_id
-        rec.lane, rec.lane_label, rec.status = lane_flag, lane_label, records.JobStatus.SUBMITTED
-        rec.submitted_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        rec.params, rec.result = p, None
-        rec.key_sha256 = jobkeys.digest(key) if key is not None else None
-        rec.sends += 1
+        key = jobkeys.mint(m, env) if jobkeys.where(env) else None
+        with service.opened(lane_flag) as ld:
+            push_forge_token(ld, forge)
+            if key is not None:
+                push_job_key(ld, m.name, key)
+                info(f"job {m.name}: its own gateway key, allowed {', '.join(jobkeys.aliases(m)) or 'no alias'}")
+            if settings.get_flag(settings.JOB_INSTALL_NEV, env):
+                _changed, line = selfinstall.install(ld.conn, selfinstall.default_cache())
+                info(f"nev on {ld.lane.label}: {line}")
+            declared = settings.get_path(settings.FOLKNET_FILE, env)
+            decl = push_declared(ld, declared if declared and declared.is_file() else None)
+            wf = runs.load_workflow(str(workflow_file()))
+            ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
+            lane_env = parse_lane_env(ld.conn.run(LANE_ENV_PROBE).out)
+            p = params(m, push_manifest(ld, m), lane_forge, lane_env["HOME"], ld.layout, ld.lane.shared_dir, decl,
+                       env, lane_env)
+            with ld.api() as api:
+                run_id, queued = runs.submit(api, wf, p)
+            lane_label = ld.lane.label
+        with records.locked(env) as recs:
+            rec = recs.job(m.name)
+            rec.spec, rec.manifest, rec.tip, rec.run_id = m.spec_name, str(manifest_path), tip, run_id
+            rec.lane, rec.lane_label, rec.status = lane_flag, lane_label, records.JobStatus.SUBMITTED
+            rec.submitted_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            rec.params, rec.result = p, None
+            rec.key_sha256 = jobkeys.digest(key) if key is not None else None
+            rec.sends += 1
     info(f"job {m.name}: run {run_id} {'enqueued' if queued else 'started'} on {lane_label}")
     print(run_id)
     return 0

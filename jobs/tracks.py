@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lanes.base import jsonfile
-from lanes.base.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -51,16 +49,12 @@ def load(path: Path) -> Tracks:
 
 def parse_text(text: str, label: str) -> Tracks:
     """tracks.json read from git (e.g. `main:tracks.json`); errors name `label`."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{label}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}; fix the file") from None
-    return parse(data, Path(label))
+    return parse(jsonfile.parse(text, label, "tracks file"), Path(label))
 
 
 def parse(data: Any, path: Path) -> Tracks:
     f = jsonfile.Fields(path)
-    top = f.obj(data, "(top level)")
+    top = f.known(f.obj(data, "(top level)"), ("verify", "landChecks", "protected", "install", "specWatch"), "")
     verify = f.get(top, "verify", str, "")
     if not verify.strip():
         raise f.fail("verify", "is empty; name the gate command")
@@ -75,6 +69,7 @@ def parse(data: Any, path: Path) -> Tracks:
     install = None
     inst_raw = f.get(top, "install", dict, "", required=False)
     if inst_raw is not None:
+        f.known(inst_raw, ("command", "target"), "install")
         command = f.get(inst_raw, "command", str, "install")
         target = f.get(inst_raw, "target", str, "install")
         if not command.strip():
@@ -83,7 +78,8 @@ def parse(data: Any, path: Path) -> Tracks:
         if not target.strip() or target.startswith("/") or ".." in tparts or tparts == ["."]:
             raise f.fail("install.target", "must be a folder inside the checkout (relative, no '..')")
         install = Install(command=command, target=target.strip("/"))
-    sw_raw = f.get(top, "specWatch", dict, "", required=False, default={})
+    sw_raw = f.known(f.get(top, "specWatch", dict, "", required=False, default={}),
+                     ("pollEnv", "landScript", "lanes"), "specWatch")
     poll_env_raw = f.get(sw_raw, "pollEnv", dict, "specWatch", required=False, default={})
     poll_env: dict[str, str] = {}
     for k, v in poll_env_raw.items():
@@ -92,7 +88,8 @@ def parse(data: Any, path: Path) -> Tracks:
         if not isinstance(v, str):
             raise f.fail(f"specWatch.pollEnv.{k}", "must be a string")
         poll_env[k] = v
-    lanes_raw = f.get(sw_raw, "lanes", dict, "specWatch", required=False, default={})
+    lanes_raw = f.known(f.get(sw_raw, "lanes", dict, "specWatch", required=False, default={}),
+                        ("tool", "launch", "fetch"), "specWatch.lanes")
     lanes = WriterLanes(
         tool=f.get(lanes_raw, "tool", str, "specWatch.lanes", required=False),
         launch=f.get(lanes_raw, "launch", str, "specWatch.lanes", required=False),

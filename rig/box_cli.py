@@ -71,8 +71,8 @@ def status(as_json: bool) -> int:
 @box.command("env")
 def env() -> int:
     """Print the export lines that point nev at the box: eval "$(nev box env)"."""
-    i = _box().info()
-    for k, v in i.env.items():
+    b = _box()
+    for k, v in b.env_for(b.info()).items():   # from what the box holds now, not a list kept at its up
         click.echo(f"export {k}={shlex.quote(v)}")
     return 0
 

@@ -123,11 +123,13 @@ class Demo:
     # ---- running nev ----
 
     def nev(self, *args: str, step: str, timeout: float = 900, ok: tuple[int, ...] = (0,),
-            cwd: Path | None = None) -> subprocess.CompletedProcess:
+            cwd: Path | None = None, relay: bool = False) -> subprocess.CompletedProcess:
         """Run `nev ARGS` (this checkout) with the demo's settings; output kept in the step's log,
-        each progress line (stderr) with the seconds since the command started: the profile."""
+        each progress line (stderr) with the seconds since the command started: the profile.
+        `relay`: each progress line is said as it comes too (`box up`: minutes when cold)."""
         argv = [sys.executable, "-m", "rig.cli", *args]
-        cp, stamped = run_stamped(argv, cwd or PROJECT, self.env, timeout)
+        cp, stamped = run_stamped(argv, cwd or PROJECT, self.env, timeout,
+                                  on_line=self.relay(step) if relay else None)
         self.log(step, f"$ nev {' '.join(args)}\n{cp.stdout}{stamped}"
                        f"[exit {cp.returncode} after {stamped.seconds:.1f} s]\n")
         if cp.returncode not in ok:
@@ -135,6 +137,14 @@ class Demo:
             raise StepFailed(f"`nev {' '.join(args[:3])} ...` exited {cp.returncode}: {last} "
                              f"(whole output: {self.log_path(step)})")
         return cp
+
+    def relay(self, step: str) -> Callable[[str], None]:
+        """Say a running command's progress line under the demo's clock, led by its step."""
+        def say(line: str) -> None:
+            if line.strip():
+                with self.say_lock:
+                    self.opts.say(f"[{time.monotonic() - self.t0:6.1f} s]   {step}: {mask(line.strip())}")
+        return say
 
     def corpus_builds(self) -> str:
         """The shell command that builds the demo function's corpus and the engine's other one
@@ -184,7 +194,7 @@ class Demo:
     # ---- the steps ----
 
     def step1_box(self) -> str:
-        self.nev("box", "up", step="1-box")
+        self.nev("box", "up", step="1-box", relay=True)    # a cold box up: its progress, not minutes of silence
         self.info = self.box.info()
         self.work.mkdir(parents=True, exist_ok=True)
         self._settings()

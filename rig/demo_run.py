@@ -22,10 +22,11 @@ class Stamped(str):
     seconds: float = 0.0
 
 
-def run_stamped(argv: list[str], cwd: Path, env: dict[str, str],
-                timeout: float) -> tuple[subprocess.CompletedProcess[str], Stamped]:
+def run_stamped(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
+                on_line: Callable[[str], None] | None = None) -> tuple[subprocess.CompletedProcess[str], Stamped]:
     """`subprocess.run(argv, capture_output=True, text=True, timeout=timeout)`, and the stderr
-    with each line's time since the start (read as it comes)."""
+    with each line's time since the start (read as it comes); `on_line` gets each stderr line as
+    it comes (a long command's progress shown while it runs)."""
     t = time.monotonic()
     p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out: list[str] = []
@@ -39,6 +40,8 @@ def run_stamped(argv: list[str], cwd: Path, env: dict[str, str],
         assert p.stderr is not None
         for line in p.stderr:
             err.append((time.monotonic() - t, line))
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
 
     readers = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
     for r in readers:

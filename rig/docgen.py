@@ -13,7 +13,8 @@ HEADER = """# Settings and files
 
 Every setting is an environment variable `NEV_*`; when it is unset, the legacy
 `GENERA_*` name is read (one helper, `lanes.base.settings.get`, does this everywhere).
-`nev settings` prints each one's value and where it came from, secrets masked.
+`nev settings` prints each one's value and where it came from, secrets masked (a secret setting
+whole, any other value through `lanes.base.mask`: a credential inside a URL becomes `***`).
 This page is generated from `lanes/base/settings.py` (`python -m rig.docgen > docs/settings.md`).
 
 | variable | legacy | default | what |
@@ -32,7 +33,14 @@ FILES = """
 
 Committed files name hosts by role and class, never by hostname, address or
 account. A malformed file gets one line naming the file, the field and the
-problem, and exit 1.
+problem, and exit 1. Every JSON and JSON Lines file nev reads, state and declarations alike,
+goes through one reader (`lanes.base.jsonfile.load`; the bridge's copy,
+`crates_bridge/jsonread.py`): a folder, FIFO or device in a file's place, a file past 64 MB, bytes
+that are not UTF-8, nesting past 64 levels, integers past 2^63, floats past a double, NaN and
+lone surrogates are each that one line too, and the file is never changed by the reading. In
+`tracks.json`, `bench/folknet.json` (top level and each alias) and the rig file (top level, each
+role and file), a key nev does not know is refused, naming it and the close known key
+(`landCheck`: did you mean `landChecks`?).
 
 Secrets (forge token, gateway keys, Dagu password) never appear in argv, a
 committed file, a log line, a Dagu run parameter or an error message: every

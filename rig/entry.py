@@ -27,7 +27,7 @@ def guarded(call: Callable[[], int]) -> int:
     try:
         return call()
     except NevError as e:
-        print(f"nev: {mask(e.message)}", file=sys.stderr)
+        print(f"nev: {mask(' '.join(e.message.splitlines()))}", file=sys.stderr)   # one line, whatever it holds
         return e.exit_code
     except KeyboardInterrupt:
         print("nev: interrupted", file=sys.stderr)

@@ -190,21 +190,23 @@ def restore(label: str, roles: tuple[str, ...], dry_run: bool) -> int:
 @rig.command("snapshots")
 @click.option("--json", "as_json", is_flag=True)
 def snapshots(as_json: bool) -> int:
-    """Labels, times and roles of the snapshots."""
+    """Labels, times and roles of the snapshots; a damaged label is named (stderr) and exits 1."""
     from lanes.base.ui import emit_json
     from rig.snapshot.context import Context
     from rig.snapshot.record import listing
 
-    rows = listing(Context.load())
+    rows, damaged = listing(Context.load())
     if as_json:
         emit_json(rows)
-    elif not rows:
+    elif not rows and not damaged:
         click.echo("no snapshots yet; take one with `nev rig snapshot LABEL`")
     for r in rows if not as_json else []:
         roles = r["roles"]
         assert isinstance(roles, list)
         click.echo(f"{r['label']:<32} {r['time']}  {','.join(roles):<24} {r['who']}")
-    return 0
+    for line in damaged:      # a damaged label is named, never hidden
+        click.echo(f"nev: {line}", err=True)
+    return 1 if damaged else 0
 
 
 @rig.command("diff")

@@ -75,6 +75,12 @@ class RigFile:
     serving: dict[str, ServingRole] = field(default_factory=dict)
 
 
+# Every key the rig file declares (rig/rig.example.json, docs/settings.md): another is a typo, refused.
+TOP_KEYS = ("roles", "jump", "host_store", "known_hosts", "ssh_key", "seeds", "forwards", "serving")
+ROLE_KEYS = ("hosts", "files", "commands", "validate", "reload", "health", "masks", "volatile", "health_timeout",
+             "admin", "keys_file")
+
+
 def _regexes(f: jsonfile.Fields, obj: dict, key: str, where: str) -> list[str]:
     items = f.str_list(obj, key, where)
     for i, rx in enumerate(items):
@@ -105,7 +111,7 @@ def _target(f: jsonfile.Fields, spec: str, field_name: str) -> None:
 
 def _role(f: jsonfile.Fields, name: str, obj: object) -> Role:
     where = f"roles.{name}"
-    o = f.obj(obj, where)
+    o = f.known(f.obj(obj, where), ROLE_KEYS, where)
     hosts = f.str_list(o, "hosts", where, required=True)
     if not hosts:
         raise f.fail(f"{where}.hosts", "is empty; name at least one host")
@@ -118,7 +124,7 @@ def _role(f: jsonfile.Fields, name: str, obj: object) -> Role:
         if isinstance(item, str):
             path = item
         else:
-            fo = f.obj(item, fw)
+            fo = f.known(f.obj(item, fw), ("path", "validate"), fw)
             path = f.get(fo, "path", str, fw)
             v = f.get(fo, "validate", str, fw, required=False)
             if v:
@@ -194,7 +200,7 @@ def _forwards(f: jsonfile.Fields, top: dict, jump: str | None) -> dict[str, Forw
 def load(path: Path) -> RigFile:
     data = jsonfile.load(path, "rig file")
     f = jsonfile.Fields(path)
-    top = f.obj(data, "(top level)")
+    top = f.known(f.obj(data, "(top level)"), TOP_KEYS, "")
     roles: dict[str, Role] = {}
     for name, obj in f.get(top, "roles", dict, "", required=False, default={}).items():
         roles[name] = _role(f, name, obj)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lanes.base import settings
 from lanes.base.errors import NevError
-from lanes.base.mask import MASK
+from lanes.base.mask import MASK, mask
 
 
 def describe() -> list[dict[str, str | None]]:
@@ -22,6 +22,8 @@ def describe() -> list[dict[str, str | None]]:
         value = settings.get(s)
         if s.secret and value:
             value = MASK
+        elif value:
+            value = mask(value)    # a credential inside a URL (NEV_FORGE_URL=http://user:token@...)
         rows.append({"name": s.name, "value": value, "source": source, "help": s.help})
     return rows
 
@@ -48,5 +50,5 @@ def check_files() -> list[dict[str, str]]:
             loader(path)  # type: ignore[operator]
             out.append({"file": str(path), "what": name, "status": "ok"})
         except NevError as e:
-            out.append({"file": str(path), "what": name, "status": "error", "error": e.message})
+            out.append({"file": str(path), "what": name, "status": "error", "error": mask(e.message)})
     return out

@@ -25,3 +25,39 @@ def test_publish_appends_one_line_with_the_bench_its_commit_and_date(tmp_path, m
     assert written == row and written["bench"] == "B7" and written["rounds"] == 2
     assert written["commit"] == common.commit() and written["commit"] and written["date"].startswith("20")
     assert capsys.readouterr().out.splitlines()[-1] == "ratio_x: 3.0"
+
+
+def test_every_benchmark_starts_with_its_defaults_in_its_check_mode():
+    """Each bench/perf/bNN_*.py parses its arguments and checks every setting its run would use
+    (the box's name and net among them) with --check, with its own defaults: a default the box
+    refuses (B11's 7-character `beleven`) fails here, not at the first real run. Nothing runs."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    scripts = sorted((root / "bench" / "perf").glob("b[0-9][0-9]_*.py"))
+    assert len(scripts) >= 12
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_BOX", "GENERA_BOX", "B3_"))}
+    env["PYTHONPATH"] = str(root)
+    for script in scripts:
+        r = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, env=env,
+                           cwd=root, timeout=120)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (script.name, r.stdout, r.stderr)
+        assert r.stdout.strip().splitlines()[-1].startswith("settings ok"), (script.name, r.stdout)
+
+
+def test_a_refused_setting_is_one_line_and_exit_1():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "NEV_BOX_NAME": "beleven"}
+    r = subprocess.run([sys.executable, str(root / "bench/perf/b11_demo.py"), "--check"], capture_output=True,
+                       text=True, env=env, cwd=root, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == ("b11_demo.py: NEV_BOX_NAME='beleven' is not a box name; use 1 to 6 lower-case "
+                                "letters or digits starting with a letter (it prefixes interface names)")

@@ -79,3 +79,18 @@ def test_settings_masks_secrets():
     r = nev("settings", env=env)
     assert "sk-supersecret-0001" not in r.stdout and "forgetok-42" not in r.stdout
     assert "GENERA_FORGE_TOKEN (legacy)" in r.stdout
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_settings_masks_credentials_inside_urls(as_json):
+    import os
+    env = {**os.environ, "NEV_FORGE_URL": "http://nev:forgetok-77x@127.0.0.1:3000/o/r.git",
+           "NEV_LANE_GIT_URL": "https://bob:lanepass-9@forge.rig/o/r.git",
+           "NEV_MODEL_URL": "http://admin:modelpw-5@127.0.0.1:4000"}
+    r = nev("settings", *(["--json"] if as_json else []), env=env)
+    for secret in ("forgetok-77x", "lanepass-9", "modelpw-5", "nev:", "bob:", "admin:"):
+        assert secret not in r.stdout, secret
+    assert "127.0.0.1:3000/o/r.git" in r.stdout and "forge.rig/o/r.git" in r.stdout
+    if as_json:
+        rows = {row["name"]: row["value"] for row in json.loads(r.stdout)["settings"]}
+        assert rows["NEV_FORGE_URL"] == "http://***@127.0.0.1:3000/o/r.git"

@@ -253,3 +253,41 @@ def test_a_command_s_progress_lines_are_logged_with_their_time_and_its_output_is
     assert stamped.seconds > 0
     with pytest.raises(subprocess.TimeoutExpired):
         run_stamped(["sleep", "30"], tmp_path, {"PATH": os.environ["PATH"]}, 0.2)
+
+
+def test_box_ups_progress_is_said_while_it_runs_not_after(tmp_path):
+    """A cold `box up` takes minutes before step 1's line: its progress lines are said as they
+    come, each with the demo's clock and the step, while the command still runs."""
+    import time
+    import types
+
+    from rig.demo import Demo, Options
+    from rig.demo_run import run_stamped
+
+    said: list[tuple[float, str]] = []
+    d = Demo(Options(say=lambda s: said.append((time.monotonic(), s))),
+             types.SimpleNamespace(name="fake", net="198.18.250", dir=tmp_path))  # type: ignore[arg-type]
+    script = "import sys, time; print('box fake: network (4/18, 0 s)', file=sys.stderr, flush=True); time.sleep(1.5)"
+    run_stamped([sys.executable, "-c", script], tmp_path, dict(os.environ), 60, on_line=d.relay("1-box"))
+    ended = time.monotonic()
+    assert len(said) == 1 and re.match(r"^\[\s*\d+\.\d s\]   1-box: box fake: network \(4/18, 0 s\)$", said[0][1])
+    assert ended - said[0][0] > 1.0, "the line was said only when the command ended"
+
+
+def test_box_up_says_a_line_as_each_phase_starts():
+    import types
+
+    from rig.box.build import Build
+
+    b = Build.__new__(Build)
+    b.box = types.SimpleNamespace(name="tb")
+    b.changed = []
+    ran: list[str] = []
+    phases = b.phases()
+    assert len(phases) >= 15 and all(callable(fn) for _, fn in phases)
+    b.phases = lambda: [(what, (lambda w=what: ran.append(w))) for what, _ in phases]  # type: ignore[method-assign]
+    said: list[str] = []
+    b.run(say=lambda s: said.append(s) or ran.append("said"))
+    assert len(said) == len(phases) and ran[0] == "said" and ran[1] == phases[0][0]
+    assert said[4].startswith("box tb: the gateway (LiteLLM) starting (5/")
+    assert any("image" in s for s in said)

@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lanes.base.errors import NevError
+from lanes.base import jsonfile
+from lanes.base.errors import ConfigError, NevError
 
 FORMAT = 1
 TMP_PREFIX = ".tmp-"
@@ -54,8 +55,8 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
     if not p.is_file():
         return None
     try:
-        data = json.loads(p.read_text())
-    except (OSError, ValueError):
+        data = jsonfile.load(p, "corpus manifest")
+    except ConfigError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -175,8 +176,18 @@ def load_cases(folder: Path) -> list[dict[str, Any]]:
     p = folder / "cases.jsonl"
     if not p.is_file():
         raise NevError(f"{p} does not exist; build it with `nev oracle build {folder.name}`")
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    return _objects(p, "corpus cases file")
 
 
 def load_votes(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (folder / "votes.jsonl").read_text().splitlines() if line.strip()]
+    return _objects(folder / "votes.jsonl", "corpus votes file")
+
+
+def _objects(p: Path, what: str) -> list[dict[str, Any]]:
+    """Every line of a corpus's JSON Lines file, each an object; ConfigError naming the line otherwise."""
+    out = []
+    for n, obj in jsonfile.load_lines(p, what, "rebuild the corpus"):
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{p}: line {n} is not an object; rebuild the corpus")
+        out.append(obj)
+    return out

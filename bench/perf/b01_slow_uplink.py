@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.perf.common import git, publish  # noqa: E402
+from bench.perf.common import CHECK, CHECK_HELP, check_settings, git, publish, run_checked  # noqa: E402
 from lanes import gate, lanesfile, payload  # noqa: E402
 from rig.box import Box  # noqa: E402
 
@@ -140,7 +140,10 @@ def main() -> int:
     ap.add_argument("--mb", type=int, default=100, help="size of the committed data (MB)")
     ap.add_argument("--rsync-seconds", type=float, default=60.0, help="cut rsync after this long")
     ap.add_argument("--warm-runs", type=int, default=5, help="warm gates to take the median of")
+    ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
     args = ap.parse_args()
+    if args.check:
+        return check_settings(box=True, mb=args.mb, rsync_seconds=args.rsync_seconds, warm_runs=args.warm_runs)
     info = Box.from_settings().up(lanes=2)
     lane = info.lanes[1]
     veth, netns = f"{info.name}-out", f"{info.name}-jump"     # the dev box's uplink to the jump host
@@ -236,4 +239,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_checked(main))

@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.perf.common import ROOT, git, publish  # noqa: E402
+from bench.perf.common import CHECK, CHECK_HELP, ROOT, check_settings, git, publish, run_checked  # noqa: E402
 from lanes import gate, lanesfile, payload  # noqa: E402
 from rig.box import Box  # noqa: E402
 
@@ -90,7 +90,10 @@ def make_worktree(info, tmp: Path, tag: str) -> tuple[Path, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
     args = ap.parse_args()
+    if args.check:
+        return check_settings(box=True, runs=args.runs)
     # Bytecode as an installed nev has it: without it every run compiles each module it imports
     # (PYTHONDONTWRITEBYTECODE in the caller's environment would measure that instead).
     for pkg in ("bench", "crates_bridge", "dagu", "jobs", "lanes", "rig"):
@@ -161,4 +164,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_checked(main))

@@ -5,6 +5,7 @@ in parallel. Not a test: it measures. Run: .venv/bin/python bench/perf/b03_oracl
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -19,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.oracle import engines as eng  # noqa: E402
 from bench.oracle.cases import generator_for  # noqa: E402
 from bench.oracle.fleet import Fleet  # noqa: E402
-from bench.perf.common import ROOT, publish  # noqa: E402
+from bench.perf.common import CHECK, CHECK_HELP, ROOT, check_settings, publish, run_checked  # noqa: E402
 
 BATCHED_CASES = int(os.environ.get("B3_CASES", "1000"))
 LAUNCH_CASES = int(os.environ.get("B3_LAUNCH_CASES", "3"))
@@ -105,6 +106,11 @@ def whole_build(shards: int) -> dict[str, object]:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
+    if ap.parse_args().check:
+        check_settings(box=False, cases=BATCHED_CASES, launch_cases=LAUNCH_CASES, build_cases=BUILD_CASES)
+        return
     figures: dict[str, object] = {"engines": {n: eng.probe_version(n) for n in eng.ENGINES}}
     per_engine: dict[str, dict[str, object]] = {}
     for n in eng.ENGINES:
@@ -129,4 +135,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_checked(main))

@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.perf.common import publish  # noqa: E402
+from bench.perf.common import CHECK, CHECK_HELP, check_settings, publish, run_checked  # noqa: E402
 from crates_bridge import candidates, corpus  # noqa: E402
 from crates_bridge.runner import parse_lines  # noqa: E402
 from crates_bridge.samples import batch_of  # noqa: E402
@@ -140,7 +140,10 @@ def main() -> int:
     ap.add_argument("--candidates", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3, help="sandboxed/bare pairs for B4s (medians)")
     ap.add_argument("--sandbox-only", action="store_true", help="measure B4s only (no crates mode, no baseline)")
+    ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
     a = ap.parse_args()
+    if a.check:
+        return check_settings(box=False, cases=a.cases, candidates=a.candidates)
     ws = Workspace(EXAMPLE_ENGINE)
     ws.build()
     # 64 candidates that all return (the never-returning sample is left out of timing runs).
@@ -173,4 +176,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_checked(main))

@@ -28,7 +28,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench import folknet as fk  # noqa: E402
 from bench import prompt  # noqa: E402
 from bench.gateway import Gateway, read_key  # noqa: E402
-from bench.perf.common import ROOT, box_with_lanes, own_peak_rss_mb, publish, vm_hwm_mb  # noqa: E402
+from bench.perf.common import (  # noqa: E402
+    CHECK,
+    CHECK_HELP,
+    ROOT,
+    box_with_lanes,
+    check_settings,
+    own_peak_rss_mb,
+    publish,
+    run_checked,
+    vm_hwm_mb,
+)
 from crates_bridge.workspace import EXAMPLE_ENGINE  # noqa: E402
 from rig.box.netns import inside  # noqa: E402
 
@@ -82,7 +92,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=64, help="calls of the sampling alias (capacity: a quarter)")
     ap.add_argument("--delay", type=float, default=0.2, help="each pool answers after this many seconds")
+    ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
     a = ap.parse_args()
+    if a.check:
+        check_settings(box=True, calls=a.calls, delay=a.delay)
+        return
     b, info = box_with_lanes(1)
     st = b.state()
     net = fk.load(info.folknet_file) if info.folknet_file else None
@@ -137,4 +151,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_checked(main))

@@ -30,7 +30,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.folknet import Alias  # noqa: E402
 from bench.gateway_http import Endpoint  # noqa: E402
-from bench.perf.common import own_peak_rss_mb, publish, vm_hwm_mb  # noqa: E402
+from bench.perf.common import (  # noqa: E402
+    CHECK,
+    CHECK_HELP,
+    check_settings,
+    own_peak_rss_mb,
+    publish,
+    run_checked,
+    vm_hwm_mb,
+)
 from lanes.base import settings  # noqa: E402
 from rig.box import Box  # noqa: E402
 from rig.box.advertisers import Advertisers  # noqa: E402
@@ -67,7 +75,10 @@ def box_pid(box_dir: Path, key: str) -> int | None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
     args = ap.parse_args()
+    if args.check:
+        return check_settings(default_name="bsix", default_net="198.18.62", reps=args.reps)
     tmp = Path(tempfile.mkdtemp(prefix="b06-"))
     rss: dict[str, float | None] = {}
     box = Box.from_settings(dict(os.environ), default_name="bsix", default_net="198.18.62")
@@ -134,4 +145,4 @@ def main() -> int:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    sys.exit(main())
+    sys.exit(run_checked(main))

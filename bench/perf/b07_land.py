@@ -24,7 +24,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.perf.common import ROOT, git, publish, run_measured  # noqa: E402
+from bench.perf.common import (  # noqa: E402
+    CHECK,
+    CHECK_HELP,
+    ROOT,
+    check_settings,
+    git,
+    publish,
+    run_checked,
+    run_measured,
+)
 
 GATE = 'date +%s.%N >> {log}; date +%s.%N >> {log}'
 
@@ -71,7 +80,10 @@ def gate_seconds(log: Path) -> list[float]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
     a = ap.parse_args()
+    if a.check:
+        return check_settings(box=False, rounds=a.rounds)
     nev = [sys.executable, "-m", "rig.cli", "land"]
     with tempfile.TemporaryDirectory(prefix="b07-") as tmp:
         base = Path(tmp)
@@ -128,4 +140,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_checked(main))

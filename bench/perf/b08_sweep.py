@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.perf.common import publish  # noqa: E402
+from bench.perf.common import CHECK, CHECK_HELP, check_settings, publish, run_checked  # noqa: E402
 from lanes import sweep as sw  # noqa: E402
 from lanes.base.gitrun import Repo  # noqa: E402
 from lanes.base.ssh import Connection, Target  # noqa: E402
@@ -52,7 +52,10 @@ def main() -> int:
     ap.add_argument("--copies", type=int, default=20)
     ap.add_argument("--files", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
     a = ap.parse_args()
+    if a.check:
+        return check_settings(box=True, copies=a.copies, files=a.files, rounds=a.rounds)
     info = Box.from_settings().up(lanes=2)
     os.environ.update(info.env)
     bid = uuid.uuid4().hex[:6]
@@ -105,4 +108,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_checked(main))

@@ -51,7 +51,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import yaml  # noqa: E402
 
-from bench.perf.common import ROOT, git, publish, run_measured  # noqa: E402
+from bench.perf.common import (  # noqa: E402
+    CHECK,
+    CHECK_HELP,
+    ROOT,
+    check_settings,
+    git,
+    publish,
+    run_checked,
+    run_measured,
+)
 from jobs.state import parse_iso  # noqa: E402
 
 DAGU = "/opt/nev/dagu-1.30.2/dagu"
@@ -215,7 +224,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--sleep", type=float, default=1.0)
+    ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
     a = ap.parse_args()
+    if a.check:
+        return check_settings(default_name="bnine", default_net="198.18.63", reps=a.reps, sleep=a.sleep)
     resumes = []
     for _ in range(a.reps):
         with tempfile.TemporaryDirectory(prefix="b09-") as d:
@@ -290,4 +302,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_checked(main))

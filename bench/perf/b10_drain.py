@@ -19,6 +19,7 @@ import argparse
 import json
 import resource
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -28,7 +29,7 @@ from pathlib import Path
 from bench import gateway_http
 from bench.gateway import read_key
 from bench.gateway_http import Endpoint, Unreachable
-from bench.perf.common import box_with_lanes
+from bench.perf.common import CHECK, CHECK_HELP, box_with_lanes, check_settings, run_checked  # noqa: E402
 from lanes.base.gitrun import Repo
 from rig import rigfile
 from rig.serving.actions import run_verb
@@ -78,7 +79,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=48)
     ap.add_argument("--delay", type=float, default=1.0, help="each replica answers after this many seconds")
+    ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
     a = ap.parse_args()
+    if a.check:
+        check_settings(box=True, calls=a.calls, delay=a.delay)
+        return
     b, info = box_with_lanes(1)
     assert info.rig_file is not None
     ep = Endpoint(info.gateway_local_url, read_key(info.keys["batch"]))
@@ -132,4 +137,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_checked(main))

@@ -5,7 +5,7 @@ against a warm run measured in the same run.
 
 Set-up (root needed): the rig-in-a-box's image built (scripts/setup); the wheelhouse of these
 sources is built before anything is timed. The box is NEV_BOX_NAME on
-NEV_BOX_NET (default "beleven" on 198.18.111). The first run is the cold one, the goal's: the box
+NEV_BOX_NET (default "bleven" on 198.18.111; a box name has 1 to 6 characters). The first run is the cold one, the goal's: the box
 is brought down first, so `nev box demo --keep` brings it up from scratch and renders the two
 corpora (the corpus store on the share goes with the box). The baseline: `--warm` more runs on
 the box that run kept (adopted by `box up`, corpora found in the store). The box goes down at the
@@ -74,7 +74,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.perf.common import ROOT, publish  # noqa: E402
+from bench.perf.common import CHECK, CHECK_HELP, ROOT, check_settings, publish, run_checked  # noqa: E402
 from lanes import selfinstall  # noqa: E402
 
 GOAL_S = 90.0
@@ -83,7 +83,7 @@ STEP_ROW = re.compile(r"^(\d)\. (.+?)\s{2,}(passed|failed|skipped)\S*\s.*?(\d+\.
 
 def env() -> dict[str, str]:
     e = {**os.environ, "PYTHONPATH": str(ROOT)}
-    e.setdefault("NEV_BOX_NAME", "beleven")
+    e.setdefault("NEV_BOX_NAME", "bleven")
     e.setdefault("NEV_BOX_NET", "198.18.111")
     e.pop("NEV_ON_LANE", None)
     return e
@@ -176,7 +176,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", type=int, default=200)
     ap.add_argument("--warm", type=int, default=1, help="warm runs after the cold one (the baseline)")
+    ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
     a = ap.parse_args()
+    if a.check:
+        return check_settings(environ=env(), cases=a.cases, warm=a.warm)
     # set-up, not timed: the wheelhouse of these sources (`box up` sends it to the lanes; built
     # once per source key, ~60 s on this machine)
     selfinstall.wheelhouse(selfinstall.default_cache())
@@ -207,4 +210,4 @@ def main() -> int:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    sys.exit(main())
+    sys.exit(run_checked(main))

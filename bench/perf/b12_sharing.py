@@ -28,7 +28,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import folknet as fk  # noqa: E402
 from bench.perf import lanedraw  # noqa: E402
-from bench.perf.common import box_with_lanes, own_peak_rss_mb, publish  # noqa: E402
+from bench.perf.common import (  # noqa: E402
+    CHECK,
+    CHECK_HELP,
+    box_with_lanes,
+    check_settings,
+    own_peak_rss_mb,
+    publish,
+    run_checked,
+)
 
 ALIAS = "qwen3.8-27b-fast"
 
@@ -37,7 +45,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=30.0, help="how long each batch draws")
     ap.add_argument("--delay", type=float, default=2.0, help="the pool answers after this many seconds")
+    ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
     a = ap.parse_args()
+    if a.check:
+        check_settings(box=True, seconds=a.seconds, delay=a.delay)
+        return
     b, info = box_with_lanes(2)
     assert info.folknet_file is not None
     limit = fk.load(info.folknet_file).aliases[ALIAS].max_inflight
@@ -76,4 +88,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_checked(main))

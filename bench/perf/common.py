@@ -13,8 +13,9 @@ import json
 import os
 import resource
 import subprocess
+import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,44 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "perf" / "results.jsonl"
+
+
+CHECK = "--check"
+CHECK_HELP = ("check the arguments and every setting the run would use (the box's name and net), "
+              "then exit 0 without running anything")
+
+
+def check_settings(box: bool = True, environ: Mapping[str, str] | None = None,
+                   default_name: str | None = None, default_net: str | None = None, **numbers: float) -> int:
+    """A benchmark's --check: the box it would use (NEV_BOX_NAME / NEV_BOX_NET, or its own
+    defaults) checked as `nev box up` checks them, and each numeric argument positive; one line
+    on stdout, 0. A refused setting raises NevError (the caller prints it, exit 1). Nothing runs."""
+    from lanes.base.errors import ConfigError
+
+    for name, v in numbers.items():
+        if v is None or v < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} {v!r}: must be a number >= 0")
+    said = ""
+    if box:
+        from rig.box import Box, plan
+
+        b = Box.from_settings(dict(os.environ if environ is None else environ), default_name=default_name,
+                              default_net=default_net)
+        plan.check_net(b.net)
+        said = f"; box {b.name} on {b.net}.0/24, lanes {b.lane_backend}"
+    print(f"settings ok{said}")
+    return 0
+
+
+def run_checked(main: Callable[[], int | None]) -> int:
+    """Run a benchmark's main; a refused setting (NevError) is one line and exit 1, never a traceback."""
+    from lanes.base.errors import NevError
+
+    try:
+        return main() or 0
+    except NevError as e:
+        print(f"{Path(sys.argv[0]).name}: {e.message}", file=sys.stderr)
+        return 1
 
 
 def box_with_lanes(lanes: int) -> tuple[Box, BoxInfo]:

@@ -28,11 +28,16 @@ class Exit(IntEnum):
     OK = 0, "done", (
         ("`nev job check inventory`", "the inventory is ready"),
     )
-    FAILED = 1, "refused or failed, the reason on one line (stderr); also a malformed settings file", (
+    FAILED = 1, ("refused or failed, the reason on one line (stderr); also a malformed settings, state or "
+                 "declaration file (not UTF-8, nested too deep, a folder in its place, a number out of range, "
+                 "an unknown key, a bad field: the file and the field named, the file left as it is)"), (
         ("`nev land`", "not landed (the reason on one line)"),
         ("`nev job run`", "a stage failed"),
         ("`nev batch run`", "no version passed, or the kept files exist from an earlier batch (never rewritten)"),
         ("`nev floors check`", "a floor is broken"),
+        ("`nev rig snapshots`", "a label is damaged (each named on stderr; the others listed)"),
+        ("`nev rig snapshot`", "the label exists, or another `nev rig snapshot` of it just wrote it"),
+        ("`nev job submit`", "another `nev job submit` of the same name is running"),
     )
     USAGE = 2, "usage error: bad arguments or options", (
         ("`nev land`", "a rebase conflict outside `handoff.md` (the files named): the branch must change first"),

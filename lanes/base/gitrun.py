@@ -53,6 +53,32 @@ def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def ref_problem(name: str) -> str | None:
+    """Why `name` cannot be (part of) a git ref name, by `git check-ref-format`'s rules, or None
+    (pure): no component starting with '.' or ending with '.lock', no '..', no '@{', not '@', no
+    control character, space, ~ ^ : ? * [ or backslash, no leading, trailing or double '/', no
+    trailing '.'."""
+    if not name or name == "@":
+        return "is empty or '@'"
+    if ".." in name:
+        return "holds '..'"
+    if "@{" in name:
+        return "holds '@{'"
+    bad = next((c for c in name if ord(c) < 0x20 or ord(c) == 0x7F or c in " ~^:?*[\\"), None)
+    if bad is not None:
+        return f"holds {bad!r}"
+    if name.startswith("/") or name.endswith("/") or "//" in name:
+        return "has a leading, trailing or double '/'"
+    if name.endswith("."):
+        return "ends with '.'"
+    for part in name.split("/"):
+        if part.startswith("."):
+            return f"has a part starting with '.' ({part!r})"
+        if part.endswith(".lock"):
+            return f"has a part ending with '.lock' ({part!r})"
+    return None
+
+
 @dataclass
 class Repo:
     """A git working directory (or bare repository)."""
@@ -128,6 +154,11 @@ class Repo:
     def show(self, rev: str, path: str) -> str | None:
         """The text of `path` at `rev`; None when it is not there."""
         cp = self.git("show", f"{rev}:{path}", check=False)
+        return cp.stdout if cp.returncode == 0 else None
+
+    def show_bytes(self, rev: str, path: str) -> bytes | None:
+        """The bytes of `path` at `rev` (a file that may not be UTF-8); None when it is not there."""
+        cp = self.git("show", f"{rev}:{path}", check=False, text=False)
         return cp.stdout if cp.returncode == 0 else None
 
     def blob(self, rev: str, path: str) -> str | None:

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,7 @@ from lanes.agent.layout import MODEL_ENV
 from lanes.base import jsonfile, settings
 from lanes.base.errors import NevError
 from lanes.base.mask import register_secret
+from lanes.base.ui import info
 from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, procs, state, units
 from rig.box.lanes_netns import (
     USER,
@@ -84,26 +85,38 @@ class Build:
         self.started_lanes: list[tuple[LaneInfo, ProcRec]] = []
         self.gateway_at = 0.0
 
-    def run(self) -> list[str]:
-        """Every step in order; what changed."""
-        self.make_folders()
-        self.register_users()
-        self.drop_unwanted_lanes()
-        self.make_network()
-        self.start_gateway()       # first: LiteLLM takes ~10 s of CPU to start, the rest happens meanwhile
-        self.prepare_lanes()
-        self.start_service_sshds()
-        self.start_jump_host()
-        self.write_ssh_client_files()
-        self.start_lanes()
-        self.start_forge()
-        self.start_pools_and_proxy()
-        self.write_rig_files()
-        self.write_admin_sudoers()
-        self.wait_for_lanes()
-        self.start_inventory_services()
-        self.wait_for_services()
-        self.start_forwards()
+    def phases(self) -> list[tuple[str, Callable[[], None]]]:
+        """Every step of the build in order, each with the words its progress line says."""
+        return [
+            ("folders", self.make_folders),
+            ("users", self.register_users),
+            ("lanes no longer wanted", self.drop_unwanted_lanes),
+            ("network", self.make_network),
+            # first: LiteLLM takes ~10 s of CPU to start, the rest happens meanwhile
+            ("the gateway (LiteLLM) starting", self.start_gateway),
+            ("the lanes' image and nev's wheelhouse", self.prepare_lanes),
+            ("the service hosts' sshd", self.start_service_sshds),
+            ("the jump host", self.start_jump_host),
+            ("SSH client files", self.write_ssh_client_files),
+            ("the lanes", self.start_lanes),
+            ("the forge", self.start_forge),
+            ("the pools and HAProxy", self.start_pools_and_proxy),
+            ("the rig files", self.write_rig_files),
+            ("the admin account's sudoers", self.write_admin_sudoers),
+            ("waiting for the lanes", self.wait_for_lanes),
+            ("the inventory services", self.start_inventory_services),
+            ("waiting for the services (the gateway's start)", self.wait_for_services),
+            ("the forwards", self.start_forwards),
+        ]
+
+    def run(self, say: Callable[[str], None] = info) -> list[str]:
+        """Every step in order, each said on one progress line as it starts (a cold build takes
+        minutes: the image, the wheelhouse, LiteLLM's start); what changed."""
+        steps = self.phases()
+        t0 = time.monotonic()
+        for i, (what, step) in enumerate(steps, 1):
+            say(f"box {self.box.name}: {what} ({i}/{len(steps)}, {time.monotonic() - t0:.0f} s)")
+            step()
         return self.changed
 
     # ---- starting a service ----

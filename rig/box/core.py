@@ -107,12 +107,14 @@ class Box:
             jump_rig_addr=layout.jump().addr, dev_addr=layout.addr(plan.DEV_OCTET),
             forge_local_url=layout.forge_url(local=True), gateway_local_url=layout.gateway_url(local=True),
         )
-        info.env = self._env(info)
+        info.env = self.env_for(info)
         return info
 
-    def _env(self, info: BoxInfo) -> dict[str, str]:
-        # What a user of the real rig sets: the jump host, the forge and the gateway through the
-        # development box's forwards, and the rig addresses the lanes use.
+    def env_for(self, info: BoxInfo) -> dict[str, str]:
+        """The settings that point nev at the box (`nev box env`): what a user of the real rig
+        sets, the jump host, the forge and the gateway through the development box's forwards,
+        the rig addresses the lanes use, and every key and declaration file the box holds for
+        its commands (the gateway's admin key for `nev rig drift` too)."""
         env = {
             "NEV_BOX_NAME": self.name, "NEV_BOX_NET": self.net, "NEV_BOX_DIR": str(self.dir.parent),
             "NEV_LANES_FILE": str(info.lanes_file), "NEV_KNOWN_HOSTS": str(info.known_hosts),
@@ -125,6 +127,8 @@ class Box:
             env.update({"NEV_MODEL_URL": info.gateway_local_url, "NEV_LANE_MODEL_URL": info.gateway_url})
         if info.keys.get("batch"):
             env["NEV_MODEL_KEY_FILE"] = str(info.keys["batch"])
+        if info.gateway_url and info.master_key_file:
+            env["NEV_GATEWAY_ADMIN_KEY_FILE"] = str(info.master_key_file)
         if info.folknet_file:
             env["NEV_FOLKNET_FILE"] = str(info.folknet_file)
         if info.rig_file:

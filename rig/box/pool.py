@@ -30,17 +30,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from lanes.base import jsonfile
+from lanes.base.errors import ConfigError
+
 STAND_IN = "stand-in model pool (no GPU)"
 FAIL_MODES = (None, "429", "503", "hang")
 
 
 class BankError(ValueError):
-    pass
+    def __init__(self, message: str) -> None:
+        super().__init__(jsonfile.printable(message))    # one line, whatever keys the bank holds
 
 
 def load_bank(path: Path) -> dict[str, dict[str, list[dict[str, str]]]]:
     """Read and check a bank file; every candidate has a kind and code."""
-    data = json.loads(path.read_text())
+    try:
+        data = jsonfile.load(path, "bank file")
+    except ConfigError as e:
+        raise BankError(e.message) from None
     fns = data.get("functions") if isinstance(data, dict) else None
     if not isinstance(fns, dict) or not fns:
         raise BankError(f"{path}: needs a non-empty object `functions`")

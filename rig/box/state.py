@@ -10,13 +10,12 @@ by the last box that lists it.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lanes.base import jsonfile, settings
-from lanes.base.errors import NevError
+from lanes.base.errors import ConfigError, NevError
 
 REGISTRY = settings.path(settings.BOX_REGISTRY)
 
@@ -213,10 +212,14 @@ def read_state(box_dir: Path) -> BoxState | None:
     p = state_path(box_dir)
     if not p.exists():
         return None
+    data = jsonfile.load(p, "box state")
     try:
-        return BoxState.from_json(jsonfile.load(p, "box state"))
-    except (TypeError, KeyError, ValueError) as e:
-        raise NevError(f"{p}: box state is damaged ({e}); run `nev box down` to clean up, then `nev box up`") from None
+        if not isinstance(data, dict):
+            raise TypeError(f"an object, not {type(data).__name__}")
+        return BoxState.from_json(data)
+    except (TypeError, KeyError, ValueError, AttributeError) as e:
+        why = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
+        raise NevError(f"{p}: box state is damaged ({why}); run `nev box down` to clean up, then `nev box up`") from None
 
 
 def write_state(box_dir: Path, st: BoxState) -> None:
@@ -233,8 +236,8 @@ def registry_entries() -> dict[str, dict]:
         return out
     for p in sorted(d.glob("*.json")):
         try:
-            out[p.stem] = json.loads(p.read_text())
-        except (OSError, ValueError):
+            out[p.stem] = jsonfile.load(p, "box registry entry")
+        except ConfigError:
             continue
     return out
 

@@ -16,7 +16,6 @@ breaks the page.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lanes.base import jsonfile, settings
-from lanes.base.errors import NevError
+from lanes.base.errors import ConfigError, NevError
 from lanes.base.mask import known_secrets, mask
 
 
@@ -184,28 +183,33 @@ def batch_points(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def batches() -> dict[str, Any]:
-    """Every worktree's ledger lines in time order. A line that is not JSON is skipped and counted
-    (`nev ledger` refuses such a file; the page shows the rest)."""
+    """Every worktree's ledger lines in time order. A line `nev ledger` refuses (not JSON, a bad
+    field: `bench.ledger.parse_line`) or an unreadable file is skipped and counted (the page shows
+    the rest)."""
     d = ledger_dir()
-    from bench.ledger import spend
+    from bench.ledger import parse_line, spend
 
     lines: list[dict[str, Any]] = []
     spends: dict[str, dict[str, Any]] = {}
     bad = 0
     for f in sorted(d.glob("*.jsonl")):
         mine: list[dict[str, Any]] = []
-        for raw in f.read_text(encoding="utf-8").splitlines():
+        try:
+            text = jsonfile.read_text(f, "ledger", "")
+        except ConfigError:
+            bad += 1
+            continue
+        for n, raw in enumerate(text.split("\n"), 1):
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw)
-            except ValueError:
+                obj = parse_line(jsonfile.Fields(f"{f}: line {n}"), jsonfile.parse(raw, f"{f}: line {n}", "ledger"))
+            except ConfigError:
                 bad += 1
                 continue
-            if isinstance(obj, dict):
-                obj["_worktree"] = f.stem
-                lines.append(obj)
-                mine.append(obj)
+            obj["_worktree"] = f.stem
+            lines.append(obj)
+            mine.append(obj)
         if mine:
             spends[f.stem] = spend(mine)
     lines.sort(key=lambda ln: parse_time(ln.get("end")) or parse_time(ln.get("start")) or 0.0)

@@ -108,25 +108,90 @@ def _ssh_lines(name: str) -> str:
     return (f"; ssh said: {' | '.join(said)}" if said else "") + f" (log {p.log})"
 
 
+SUPERVISE = ("forward", "supervise")
+
+
+def _environ(pid: int) -> dict[str, str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    return dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
+
+
+def is_supervisor_argv(argv: list[str], name: str) -> bool:
+    """Whether a command line is `nev rig forward supervise NAME` (`python -m rig.cli ...` too) (pure)."""
+    return any(argv[i:i + 3] == [*SUPERVISE, name] for i in range(len(argv)))
+
+
+def supervisors(name: str) -> list[st.Proc]:
+    """Every running supervisor of forward `name` of this rig file, found in /proc by its command
+    line and its environment's state folder, whatever its state and lock files say (damaged,
+    gone): `down` stops what runs, not what a file records."""
+    mine, out = st.folder(), []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            argv = d.joinpath("cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if not is_supervisor_argv(argv, name):
+            continue
+        env = _environ(int(d.name))
+        if env is None or st.folder(env) != mine:
+            continue
+        proc = st.Proc.of(int(d.name))
+        if proc is not None:
+            out.append(proc)
+    return out
+
+
+def _children(pid: int) -> list[st.Proc]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                raw = d.joinpath("stat").read_text()
+            except OSError:
+                continue
+            if raw[raw.rindex(")") + 2:].split()[1] == str(pid):
+                proc = st.Proc.of(int(d.name))
+                if proc is not None:
+                    out.append(proc)
+    return out
+
+
 def stop(name: str) -> str | None:
-    """Stop a forward's supervisor and client (by recorded PID and start time), drop its state.
-    What was stopped, or None when nothing ran."""
+    """Stop a forward's supervisors and clients, drop its state. The supervisors are the one its
+    state file records (PID and start time) and any other `supervisors` finds (the state file
+    damaged or gone). What was stopped, or None when nothing ran."""
     p = st.Paths.of(name)
     try:
         rec = st.read(p)
     except ConfigError:
         rec = None
-    stopped = []
+    sups = set(supervisors(name))
+    clients: set[st.Proc] = set()
     if rec is not None:
-        clients = [c for c in (rec.ssh,) if c is not None and c.alive()]
-        if procs.stop(rec.supervisor.rec()):
-            stopped.append(f"supervisor {rec.supervisor.pid}")
+        if rec.supervisor.alive():
+            sups.add(rec.supervisor)
+        clients |= {c for c in (rec.ssh,) if c is not None and c.alive()}
+    for s in sups:
+        clients |= set(_children(s.pid))
+    stopped = []
+    for s in sorted(sups, key=lambda x: x.pid):
+        if procs.stop(s.rec()):
+            stopped.append(f"supervisor {s.pid}")
+    try:
         after = st.read(p)
-        if after is not None and after.ssh is not None and after.ssh.alive():
-            clients.append(after.ssh)
-        for c in set(clients):
-            procs.stop(c.rec(), grace=2.0)  # gone already when the supervisor stopped it
-            stopped.append(f"ssh {c.pid}")
+    except ConfigError:
+        after = None
+    if after is not None and after.ssh is not None and after.ssh.alive():
+        clients.add(after.ssh)
+    for c in sorted(clients, key=lambda x: x.pid):
+        procs.stop(c.rec(), grace=2.0)  # gone already when its supervisor stopped it
+        stopped.append(f"ssh {c.pid}")
     for f in (p.state, p.lock):
         f.unlink(missing_ok=True)
     return ", ".join(stopped) if stopped else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,12 @@ def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def folder() -> Path:
+def folder(environ: Mapping[str, str] | None = None) -> Path:
     """NEV_STATE_DIR/forwards/<rig file>-<digest of its absolute path>: the forwards of one rig
-    file (several rigs, or rigs-in-a-box, on one development box never share a name)."""
-    base = settings.path(settings.STATE_DIR)
-    rig = settings.path(settings.RIG_FILE)
+    file (several rigs, or rigs-in-a-box, on one development box never share a name). `environ`:
+    another process's environment (a supervisor's), else this one's."""
+    base = settings.path(settings.STATE_DIR, environ)
+    rig = settings.path(settings.RIG_FILE, environ)
     where = str(rig.absolute())
     return base.absolute() / "forwards" / f"{rig.stem}-{hashlib.sha256(where.encode()).hexdigest()[:8]}"
 
@@ -127,7 +129,7 @@ def read(p: Paths) -> State | None:
                      since=f.get(o, "since", str, "", required=False),
                      restarts=f.get(o, "restarts", int, ""),
                      last_exit=Exit(**last) if last else None)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ConfigError(f"{p.state}: damaged forward state ({e}); stop it with `nev rig forward down "
                           f"{p.name}`") from None
 

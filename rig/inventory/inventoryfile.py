@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 from bench.folknet import Folknet
 from lanes.base import jsonfile, settings
+from lanes.base.errors import ConfigError
 from lanes.base.ui import info
 
 SCHEMA = 1
@@ -52,11 +52,11 @@ def empty() -> dict[str, Any]:
 def read(path: Path) -> dict[str, Any]:
     """The snapshot, or an empty one when there is none yet. A corrupt one is started over."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        data = jsonfile.load(path, "inventory snapshot", missing=None)
+    except ConfigError as e:
+        info(f"inventory snapshot {path} is unreadable ({e.message}); starting a new one")
         return empty()
-    except (OSError, json.JSONDecodeError) as e:
-        info(f"inventory snapshot {path} is unreadable ({e}); starting a new one")
+    if data is None:
         return empty()
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         info(f"inventory snapshot {path} has another format; starting a new one")

@@ -7,14 +7,13 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 from typing import Any
 
 from bench.readiness import parse_time
 from lanes import lanesfile
-from lanes.base import settings
-from lanes.base.errors import NevError
+from lanes.base import jsonfile, settings
+from lanes.base.errors import ConfigError, NevError
 
 
 def age(seconds: float | None) -> str:
@@ -109,9 +108,9 @@ def replica_lines(reps: Any) -> list[str]:
 
 def _parse(text: str, source: str) -> dict[str, Any]:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise NevError(f"inventory snapshot {source} is not valid JSON (line {e.lineno}); "
+        data = jsonfile.parse(text, source, "inventory snapshot")
+    except ConfigError as e:
+        raise NevError(f"inventory snapshot {e.message.removesuffix('; fix the file')}; "
                        "run `nev rig probe` to rewrite it") from None
     if not isinstance(data, dict):
         raise NevError(f"inventory snapshot {source} is not a JSON object; run `nev rig probe` to rewrite it")
@@ -119,11 +118,8 @@ def _parse(text: str, source: str) -> dict[str, Any]:
 
 
 def load_local(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise NevError(f"no inventory snapshot at {path}: run `nev rig collect` and `nev rig probe` "
-                       "(NEV_INVENTORY names the file)") from None
+    text = jsonfile.read_text(path, "inventory snapshot", "run `nev rig collect` and `nev rig probe` "
+                              "(NEV_INVENTORY names the file)")
     return _parse(text, str(path))
 
 

@@ -18,11 +18,11 @@ keys file (an entry with `job`, `jobs/jobkeys.py`) is not the declaration's and 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench.folknet import LIMIT_FIELDS, LIMIT_NAMES, Folknet, alias_limits
+from lanes.base import jsonfile
 from lanes.base.errors import NevError
 from rig.rigfile import RigFile
 from rig.serving.declared import ServingRole
@@ -120,10 +120,11 @@ def compare(declared: Folknet, serving: dict[str, ServingRole], live: Live) -> l
     return out
 
 
-def parse_keys(raw: str, where: str) -> dict[str, list[str]]:
+def parse_keys(raw: bytes | str, where: str) -> dict[str, list[str]]:
     """The gateway's keys file: `{ID: {"name": KEY, "models": [ALIAS, ...]}}` (digests, never keys)."""
+    text = jsonfile.decode(raw, where, "keys file") if isinstance(raw, bytes) else raw
     try:
-        data = json.loads(raw)
+        data = jsonfile.parse(text, where, "keys file")
         return {str(v["name"]): [str(m) for m in v["models"]] for v in data.values() if not v.get("job")}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise NevError(f"{where}: not a keys file of {{id: {{name, models}}}} ({e})") from None
@@ -143,7 +144,7 @@ def gather(rig: RigFile, served: list[str], limits: dict[str, dict[str, int]] | 
         gw = next((r for r in rig.roles.values() if r.keys_file), None)
         if gw is not None and gw.keys_file:
             where = f"{gw.hosts[0]}:{gw.keys_file}"
-            keys = parse_keys(hosts.get(gw.hosts[0]).read_file(gw.keys_file).decode(), where)
+            keys = parse_keys(hosts.get(gw.hosts[0]).read_file(gw.keys_file), where)
     return Live(served=served, servers=servers, keys=keys, limits=limits)
 
 
@@ -152,7 +153,9 @@ def _admin_get(path: str, timeout: float) -> Any:
     from bench.gateway_http import Endpoint
     from lanes.base import settings
 
-    ep = Endpoint(gateway.url_from_settings(), gateway.read_key(settings.get_path(settings.GATEWAY_ADMIN_KEY_FILE)))
+    ep = Endpoint(gateway.url_from_settings(), gateway.read_key(settings.get_path(settings.GATEWAY_ADMIN_KEY_FILE),
+                                                                 settings.GATEWAY_ADMIN_KEY_FILE.name,
+                                                                 "`nev rig drift` (the gateway's admin key)"))
     r = gateway_http.get_api(ep, path, (min(5.0, timeout), timeout))
     if r.status != 200:
         raise NevError(f"the gateway's {path} answered HTTP {r.status}: {gateway_http.error_message(r.body)}")

@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from bench.folknet import LIMIT_FIELDS, ROUTER_LIMIT_SETTINGS, Folknet, alias_limits
+from lanes.base import jsonfile
 from lanes.base.errors import NevError
 from rig.rigfile import RigFile, Role
 from rig.serving.declared import ServingRole
@@ -196,6 +197,8 @@ def _wanted(hosts: Hosts, role: Role, declared: Folknet, serving: dict[str, Serv
         raw = _read(live, path, host)
         try:
             current = yaml.safe_load(raw)
+        except RecursionError:
+            raise FixFailed(f"{host}:{path} is nested too deeply to read") from None
         except yaml.YAMLError as e:
             raise FixFailed(f"{host}:{path} is not YAML ({e})") from None
         last = render(current if isinstance(current, dict) else {}, declared, serving)
@@ -203,8 +206,9 @@ def _wanted(hosts: Hosts, role: Role, declared: Folknet, serving: dict[str, Serv
         st = HostState(host=host, files=[_with(live, path, data)], blobs={sha256(data): data})
         if kpath:
             kraw = _read(live, kpath, host)
-            parse_keys(kraw.decode(), f"{host}:{kpath}")        # refuses a keys file of another shape
-            keys, key_changes = regenerate_keys(json.loads(kraw), declared)
+            parse_keys(kraw, f"{host}:{kpath}")        # refuses a keys file of another shape (or not text)
+            keys, key_changes = regenerate_keys(jsonfile.parse(kraw.decode(), f"{host}:{kpath}", "keys file"),
+                                                declared)
             kdata = (json.dumps(keys, indent=2) + "\n").encode() if key_changes else kraw
             st.files.append(_with(live, kpath, kdata))
             st.blobs[sha256(kdata)] = kdata

@@ -16,10 +16,18 @@ from rig.snapshot.store import HostStore, Manifest, check_label
 
 def take(ctx: Context, label: str, role_names: tuple[str, ...], say: Callable[[str], None]) -> Manifest:
     check_label(label)
+    with ctx.store.taking():     # a second `nev rig snapshot SAME` waits here, then is refused
+        return _take(ctx, label, role_names, say)
+
+
+def _take(ctx: Context, label: str, role_names: tuple[str, ...], say: Callable[[str], None]) -> Manifest:
     if ctx.store.has_label(label):
-        old = ctx.store.read_manifest(label)
-        raise NevError(f"a snapshot labelled {label} exists (taken {old.time} by {old.who}); labels are "
-                       "never overwritten: choose a new one")
+        try:
+            old = ctx.store.read_manifest(label)
+            when = f" (taken {old.time} by {old.who})"
+        except NevError:
+            when = " (damaged)"
+        raise NevError(f"a snapshot labelled {label} exists{when}; labels are never overwritten: choose a new one")
     roles = ctx.roles(role_names)
     states: dict[str, dict[str, HostState]] = {}
     with Hosts(ctx.rig) as hosts:
@@ -50,7 +58,7 @@ def take(ctx: Context, label: str, role_names: tuple[str, ...], say: Callable[[s
     previous = earlier[-1] if earlier else None
     key = m.content_key()
     same = next((e.label for e in reversed(earlier) if e.content_key() == key), None)
-    ctx.store.write_manifest(m)
+    ctx.store.write_manifest(m, new=True)
     changelog.append(ctx.store.notes, changelog.snapshot_entry(m, previous, same))
     note = f"; same content as {same}, storage shared" if same else ""
     say(f"snapshot {label}: {len(states)} role(s), {m.file_count()} file(s), {new} new object(s), "
@@ -58,6 +66,9 @@ def take(ctx: Context, label: str, role_names: tuple[str, ...], say: Callable[[s
     return m
 
 
-def listing(ctx: Context) -> list[dict[str, object]]:
-    return [{"label": m.label, "time": m.time, "who": m.who, "roles": list(m.roles), "files": m.file_count()}
-            for m in ctx.store.manifests()]
+def listing(ctx: Context) -> tuple[list[dict[str, object]], list[str]]:
+    """One row per readable label, and one line per damaged label (`nev rig snapshots` names each
+    and exits 1)."""
+    good, damaged = ctx.store.scan()
+    return ([{"label": m.label, "time": m.time, "who": m.who, "roles": list(m.roles), "files": m.file_count()}
+             for m in good], damaged)

@@ -8,22 +8,27 @@ holds the gateway's master key, so a store inside a git worktree or on the NAS i
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lanes.base import jsonfile
 from lanes.base.errors import NevError, UsageError
 from lanes.base.jsonfile import write_bytes_atomic
 from lanes.base.mask import mask
 from lanes.base.ssh import Connection
+from lanes.base.ui import info
 from rig.snapshot.capture import CmdRec, FileRec, HostState, sha256
 
 FORMAT = 1
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 NETWORK_FS = {"nfs", "nfs4", "cifs", "smb", "smb2", "smb3", "smbfs", "sshfs", "fuse.sshfs", "9p",
               "glusterfs", "fuse.glusterfs", "ceph", "fuse.ceph", "afs", "davfs", "fuse.davfs2"}
@@ -118,6 +123,21 @@ class Manifest:
                         for h, s in hosts.items()}
         return cls(label=d["label"], time=d["time"], who=d["who"], roles=roles)
 
+    def problem(self, label: str) -> str | None:
+        """What makes a read manifest unusable although it parsed (pure): a label other than its
+        file's, text fields that are not text, an object id that is not a sha256 (it names a file
+        in the store)."""
+        if self.label != label:
+            return f"its label is {self.label!r}, not {label!r} as its file name says"
+        if not isinstance(self.time, str) or not isinstance(self.who, str):
+            return "time and who must be text"
+        for hosts in self.roles.values():
+            for s in hosts.values():
+                for sha in [f.sha256 for f in s.files if not f.missing] + [c.sha256 for c in s.commands]:
+                    if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+                        return f"object id {str(sha)[:70]!r} is not a sha256"
+        return None
+
     def content_key(self) -> str:
         """Equal for two snapshots holding the same files, owners, modes and outputs."""
         d = self.to_json()["roles"]
@@ -173,32 +193,76 @@ class LocalStore:
             raise StoreError(f"object {sha[:12]} is missing from {self.objects}") from None
 
     def has_label(self, label: str) -> bool:
-        return (self.labels / f"{label}.json").exists()
+        return os.path.lexists(self.labels / f"{label}.json")
 
-    def write_manifest(self, m: Manifest) -> None:
-        _write_private(self.labels / f"{m.label}.json", (json.dumps(m.to_json(), indent=2) + "\n").encode())
+    @contextmanager
+    def taking(self) -> Iterator[None]:
+        """Held while a snapshot is taken: two `nev rig snapshot` of one store run one after the
+        other, so the second sees the first's label (labels are never overwritten)."""
+        fd = os.open(self.root / "take.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                info(f"waiting for another `nev rig snapshot` of {self.root}")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def write_manifest(self, m: Manifest, new: bool = False) -> None:
+        """Write `m`'s label; with `new`, only when no label of that name exists (created by a hard
+        link of the written file: one of two writers wins, the other gets StoreError)."""
+        path = self.labels / f"{m.label}.json"
+        data = (json.dumps(m.to_json(), indent=2) + "\n").encode()
+        if not new:
+            _write_private(path, data)
+            return
+        tmp = self.labels / f".{m.label}.json.{os.getpid()}.new"
+        _write_private(tmp, data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise StoreError(f"a snapshot labelled {m.label} was just written by another `nev rig snapshot`; "
+                             "labels are never overwritten: choose a new one") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _load(self, p: Path) -> Manifest:
+        """The label file `p`, checked: StoreError naming it when it cannot be used."""
+        d = jsonfile.load(p, "snapshot label")
+        try:
+            m = Manifest.from_json(d)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise StoreError(f"{p}: the snapshot label is damaged ({type(e).__name__}{': ' + str(e)[:80] if str(e) else ''}); "
+                             "it cannot be used") from None
+        problem = m.problem(p.name[:-len(".json")])
+        if problem:
+            raise StoreError(f"{p}: the snapshot label is damaged ({problem}); it cannot be used")
+        return m
 
     def read_manifest(self, label: str) -> Manifest:
         check_label(label)
         p = self.labels / f"{label}.json"
-        try:
-            d = json.loads(p.read_text())
-            return Manifest.from_json(d)
-        except FileNotFoundError:
+        if not os.path.lexists(p):
             known = ", ".join(m.label for m in self.manifests()[-5:]) or "none yet"
             raise StoreError(f"no snapshot labelled {label} in {self.labels} (latest: {known}); "
-                             "`nev rig snapshots` lists them") from None
-        except (ValueError, KeyError, TypeError) as e:
-            raise StoreError(f"{p} is damaged ({type(e).__name__}); it cannot be used") from None
+                             "`nev rig snapshots` lists them")
+        return self._load(p)
+
+    def scan(self) -> tuple[list[Manifest], list[str]]:
+        """Every label's manifest in time order, and a one-line problem for each that cannot be read."""
+        out, damaged = [], []
+        for p in sorted(self.labels.glob("*.json")):
+            try:
+                out.append(self._load(p))
+            except NevError as e:
+                damaged.append(e.message)
+        return sorted(out, key=lambda m: (m.time, m.label)), damaged
 
     def manifests(self) -> list[Manifest]:
-        out = []
-        for p in self.labels.glob("*.json"):
-            try:
-                out.append(Manifest.from_json(json.loads(p.read_text())))
-            except (ValueError, KeyError, TypeError):
-                continue
-        return sorted(out, key=lambda m: (m.time, m.label))
+        """The labels that can be read (a damaged one is left out: `scan` names it)."""
+        return self.scan()[0]
 
     def verify(self, m: Manifest) -> list[str]:
         """Every problem with the stored content of `m` (missing object or hash mismatch)."""

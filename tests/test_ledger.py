@@ -1,0 +1,88 @@
+"""The ledger is validated where it is read: a bad line is refused naming the file, the line and
+the field, never summed into a spend or a budget (issue 31, item 7)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench import ledger
+from bench.budget import spent_in
+from lanes.base.errors import ConfigError
+
+GOOD = {"batch": "b1", "function": "f", "round": 1, "start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:01:00Z",
+        "lane_cpu_s": 1.5, "candidates": 4, "unique": 3, "compiled": 2, "best": 5, "cases_run": 10, "passed": True,
+        "escalated": False,
+        "models": {"a": {"tier": "fast", "candidates": 4, "compiled": 2, "best": 5, "tokens_in": 100,
+                         "tokens_out": 50, "gpu_s": 1.5, "draw_s": 2.0, "status": "ok", "error": None,
+                         "rate_limited": 0, "gateway_waits": 0, "calls": 4, "constraints": {"bound": None}}},
+        "budget": {"tokens": 2000, "gpu_s": None, "spent_tokens": 150, "spent_gpu_s": 1.5, "bound": None}}
+
+
+def bad(**changes):
+    line = json.loads(json.dumps(GOOD))
+    for dotted, v in changes.items():
+        *head, last = dotted.split("__")
+        o = line
+        for k in head:
+            o = o[k]
+        o[last] = v
+    return json.dumps(line)
+
+
+HOSTILE = [
+    ("[1]", "must be an object"),
+    ('"str"', "must be an object"),
+    ("null", "must be an object"),
+    (bad(models__a__tokens_in="lots"), "models.a.tokens_in"),
+    (bad(models__a__tokens_in=-998500), "models.a.tokens_in"),
+    (bad(models__a__tokens_out=1.5), "models.a.tokens_out"),
+    (bad(models__a__gpu_s=-3.0), "models.a.gpu_s"),
+    ('{"models": {"a": {"tokens_in": 1e999}}}', "out of range"),
+    ('{"models": {"a": {"gpu_s": NaN}}}', "NaN"),
+    (bad(models=[1]), "models"),
+    (bad(models__a=[1]), "models.a"),
+    (bad(budget__tokens=-5), "budget.tokens"),
+    (bad(budget="lots"), "budget"),
+    (bad(cases_run="ten"), "cases_run"),
+    (bad(start=5), "start"),
+]
+
+
+def write(tmp_path, *lines):
+    p = tmp_path / "wt.jsonl"
+    p.write_text("".join(ln + "\n" for ln in lines))
+    return p
+
+
+def test_a_good_ledger_reads_and_sums(tmp_path):
+    p = write(tmp_path, json.dumps(GOOD), json.dumps(GOOD))
+    assert spent_in(ledger.read(p)) == (300, 3.0)
+
+
+@pytest.mark.parametrize("line,field", HOSTILE)
+def test_a_bad_ledger_line_is_refused_naming_the_file_line_and_field(tmp_path, line, field):
+    p = write(tmp_path, json.dumps(GOOD), line)
+    with pytest.raises(ConfigError) as e:
+        ledger.read(p)
+    msg = str(e.value)
+    assert str(p) in msg and "line 2" in msg and field in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("line,field", HOSTILE[:8])
+def test_nev_ledger_refuses_a_bad_line_in_one_line_and_sums_nothing(tmp_path, line, field):
+    shared = tmp_path / "share"
+    (shared / "ledger").mkdir(parents=True)
+    f = shared / "ledger" / "wt.jsonl"
+    f.write_text(json.dumps(GOOD) + "\n" + line + "\n")
+    before = f.read_bytes()
+    env = {**os.environ, "NEV_LANE_SHARED": str(shared), "NEV_ON_LANE": "1"}
+    r = subprocess.run([sys.executable, "-m", "rig.cli", "ledger", "--worktree", "wt"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 1, r
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert str(f) in r.stderr and field in r.stderr
+    assert "spent" not in r.stdout
+    assert f.read_bytes() == before
