@@ -242,6 +242,11 @@ def lxc_config(lane: LxcLane) -> str:
         lines.append(f"lxc.net.0.veth.pair = {lane.veth}")
     lines += [
         "lxc.mount.auto = proc:mixed sys:ro cgroup:mixed",
+        # The sandbox (docs/sandbox.md) mounts a /proc of its own inside a user namespace; the kernel
+        # allows that only where a proc and a sysfs mount are fully visible, which proc:mixed is
+        # not. Uncovered mounts out of the way do it, as LXC's own nesting.conf (pct: nesting=1).
+        "lxc.mount.entry = proc dev/.lxc/proc proc create=dir,optional 0 0",
+        "lxc.mount.entry = sys dev/.lxc/sys sysfs create=dir,optional 0 0",
         "lxc.autodev = 1",
         f"lxc.start.auto = {1 if lane.autostart else 0}",
         # cgroup2 (Debian 12, Proxmox) and, for a node on the legacy hierarchy, cgroup v1: LXC

@@ -64,6 +64,8 @@ _NEVER = ("ptrace", "process_vm_readv", "process_vm_writev", "kexec_load", "kexe
 # are behind a pointer), so it fails with ENOSYS and libc falls back to clone, whose flags are read.
 _PROCESS = ("fork", "vfork", "execveat")
 CLONE_THREAD = 0x00010000
+#: CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+_CLONE_NEW = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 _PR_SET_PDEATHSIG = 1
 # The runner's own lock after it read the corpus (crates_bridge/engine .../lockdown.rs): what a
 # candidate's function has no business doing, each trapped so the verdict names it.
@@ -214,9 +216,14 @@ def filter_bpf(kind: str) -> bytes:
 
     f = sc.SyscallFilter(sc.ALLOW)
     names = list(_NEVER)
+    # No namespace of its own inside the jail (bubblewrap's --disable-userns writes /proc/sys, which
+    # an LXC guest mounts read-only): clone3's flags are behind a pointer, so it is ENOSYS (libc
+    # falls back to clone) and clone with any CLONE_NEW* flag is trapped, as unshare and setns are.
+    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    for flag in _CLONE_NEW:
+        f.add_rule(sc.TRAP, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     if kind in ("noproc", "runner"):
         names += _PROCESS
-        f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
         f.add_rule(sc.TRAP, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
     if kind == "runner":
         names += _RUNNER
@@ -272,7 +279,7 @@ def _binds(jail: Jail) -> list[str]:
 
 def bwrap_argv(jail: Jail, argv: Sequence[str], seccomp_fd: int) -> list[str]:
     """bubblewrap's command line for `argv` in `jail` (the filter read from `seccomp_fd`)."""
-    out = [BWRAP, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+    out = [BWRAP, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
            "--hostname", "sandbox", *_system_view(jail.etc), "--proc", "/proc", "--dev", "/dev",
            "--size", str(jail.limits.scratch_bytes), "--tmpfs", "/tmp", *_binds(jail), "--clearenv"]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",

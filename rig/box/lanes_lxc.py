@@ -13,6 +13,7 @@ guest binds that. The recorded process of a lane is the guest's init; `run_in` n
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import time
@@ -114,7 +115,10 @@ class LxcLanes(BoxLanes):
         pinned = host_key(hk, f"{lane.name}-host")
         # The image's key rides in the config as a comment: its digest restarts the guest when
         # either changes (a new declared list is a new image, and the lane moves onto it).
-        sshd = create.guest_sshd_config(lane.addr, toolchain=tc is not None) + f"# image {self.recipe.key}\n"
+        # So does the guest's LXC config (its mounts, the sandbox's uncovered proc among them).
+        lxc = hashlib.sha256(create.lxc_config(spec).encode()).hexdigest()[:16]
+        sshd = (create.guest_sshd_config(lane.addr, toolchain=tc is not None)
+                + f"# image {self.recipe.key}\n# lxc config {lxc}\n")
         (d / "sshd_config").write_text(sshd)
         files = create.GuestFiles(host_key=hk.read_text(), host_key_pub=hk.with_suffix(".pub").read_text(),
                                   authorized_keys=client_pub + "\n", sshd_config=sshd, lane_home_in_delta=False)
