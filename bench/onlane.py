@@ -22,6 +22,8 @@ _TRAVELS = {"NEV_LANE_MODEL_URL"}
 #: addresses as this box reaches them (its port forwards): wrong on a lane, so they stay here
 _DEV_BOX_ONLY = {"NEV_MODEL_URL", "NEV_FORGE_URL"}
 #: credentials (and files of credentials): the gate's .env carries them, never the environment
+#: this machine's own sandbox choices and the paths nev sets for a verify in its jail: never a lane's
+_HERE_ONLY = {"NEV_SANDBOX_READ", "NEV_SANDBOX_WRITE", "NEV_SANDBOX_ENV", "NEV_TRUTH_SOCKET", "NEV_TRUTH_STAGING"}
 _CREDENTIALS = {"NEV_MODEL_API_KEY", "NEV_MODEL_KEY_FILE", "NEV_FORGE_TOKEN", "NEV_FORGE_TOKEN_FILE",
                 "NEV_FORGE_USER"}
 
@@ -41,7 +43,7 @@ def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
         if c in _TRAVELS:
             out[k] = v
             continue
-        if c in _LANE_ONLY or c in _DEV_BOX_ONLY or c in _CREDENTIALS or c in secret or c.startswith("NEV_LANE_") \
+        if c in _LANE_ONLY or c in _DEV_BOX_ONLY or c in _HERE_ONLY or c in _CREDENTIALS or c in secret or c.startswith("NEV_LANE_") \
                 or c.startswith("NEV_BOX_") or is_secret_name(c) or c.endswith("_KEY_FILE") or c.endswith("_TOKEN_FILE"):
             continue
         out[k] = v

@@ -14,10 +14,10 @@ in `lanes.base.sandbox` with:
 - the copy's `.env` reads as empty: a verify gets nothing from `.env` (the gateway key and URL,
   the forge token live there; a verify neither calls models nor pushes).
 
-The ground truth it scores against is built first, outside the jail, by nev's own oracle
-builder (`ground_truth_first`): every corpus the copy's engine lists is rendered by the three
-browsers (or copied from the store) into the copy's `corpus/`, where the verify's `nev floors
-check` finds it up to date. Only the builder writes the store; a sandbox never does.
+The ground truth it scores against is built outside the jail by nev's own oracle builder, on
+the verify's request (`bench/oracle/truth_service.py`: a socket and a read-only staging folder
+in the jail): the three browsers render it, or the store has it; the verify copies it into its
+`corpus/`. Only the builder writes the store; a sandbox never does.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -72,13 +73,14 @@ def nev_reads() -> list[Path]:
     return sorted(p for p in paths if not str(p).startswith("/usr/"))
 
 
-def jail(workdir: Path, environ: Mapping[str, str]) -> sandbox.Jail:
+def jail(workdir: Path, environ: Mapping[str, str], extra_read: Sequence[Path] = (),
+         extra_env: Mapping[str, str] | None = None) -> sandbox.Jail:
     from bench.verify_needs import toolchain
 
     rust_reads, rust_path = toolchain()
-    reads = [*nev_reads(), *rust_reads]
+    reads = [*nev_reads(), *rust_reads, *extra_read]
     path = [str(Path(sys.executable).parent), *rust_path]
-    env = verify_env(environ)
+    env = {**verify_env(environ), **(extra_env or {})}
     env["PATH"] = ":".join([*path, "/usr/local/bin", "/usr/bin", "/bin"])
     env["CARGO_HOME"] = "/tmp/cargo-home"
     work = workdir.resolve()
@@ -130,8 +132,20 @@ def worktree_admin(work: Path) -> tuple[Path, Path] | None:
 
 def popen(argv: Sequence[str], workdir: Path, environ: Mapping[str, str],
           say: Callable[[str], None] = info, **kw: object) -> subprocess.Popen:
-    """The verify started in its jail, its ground truth built first."""
-    from bench.verify_needs import ground_truth_first
+    """The verify started in its jail, with nev's ground-truth builder serving it from outside
+    (`bench.oracle.truth_service`) until it ends."""
+    from bench.oracle.truth_service import Service
 
-    ground_truth_first(workdir, environ, say)
-    return sandbox.popen(argv, jail(workdir, environ), **kw)
+    svc = Service(environ, say)
+    try:
+        proc = sandbox.popen(argv, jail(workdir, environ, (svc.dir,), svc.env), **kw)
+    except BaseException:
+        svc.close()
+        raise
+
+    def close_when_done() -> None:
+        proc.wait()
+        svc.close()
+
+    threading.Thread(target=close_when_done, daemon=True).start()
+    return proc

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import pwd
 import subprocess
 import sys
 import time
@@ -40,9 +39,12 @@ def test_status_lane_reads_the_lanes_snapshot_over_ssh(box, tmp_path):
         assert r.returncode == 1
         assert r.stderr.startswith("nev: no inventory snapshot at lane 1") and "nev rig probe" in r.stderr
         path.write_text(json.dumps(snap))
-        pw = pwd.getpwnam("lane")
+        path.chmod(0o644)
+        # the lane user as this machine numbers it: the home's owner (an LXC guest's lane is a
+        # mapped uid, not this machine's `lane`; a folder of another owner breaks its installs)
+        home = lane.host_home.stat()
         for p in (lane.host_home / ".local", lane.host_home / ".local" / "share", path.parent, path):
-            os.chown(p, pw.pw_uid, pw.pw_gid)
+            os.chown(p, home.st_uid, home.st_gid)
         r = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "status", "--lane", "1", "--json"],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     finally:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.oracle import engines as eng
-from bench.oracle import shared, store
+from bench.oracle import shared, store, truth_service
 from lanes.base import settings
 from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
@@ -99,6 +99,13 @@ def fresh_corpora(count: int | None = None, store_root: Path | None = None,
 
     def provide(names: list[str], root: Path) -> None:
         if not names:
+            return
+        from lanes.base import sandbox
+
+        if sandbox.inside() and truth_service.available(environ):
+            # a verify in the sandbox: nev's builder outside renders it (the jail never does)
+            truth_service.request(names, n_cases, root, environ)
+            check_folders(names, root, require=True)
             return
         # the engines' stack, loaded only when a corpus is asked for
         from bench.oracle.build import build_many, summary_lines

@@ -3,7 +3,6 @@ that name the file, the field and the problem; atomic writes of them."""
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
@@ -230,6 +229,8 @@ class Fields:
         allowed = list(keys)
         for k in obj:
             if k not in allowed:
+                import difflib  # only for a refusal: the gate's start imports no more than it needs
+
                 near = difflib.get_close_matches(str(k), allowed, 1, 0.6)
                 hint = f"did you mean {near[0]}?" if near else f"known: {', '.join(allowed)}"
                 raise self.fail(f"{field}.{k}" if field else str(k), f"is not a known key ({hint})")

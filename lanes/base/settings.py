@@ -152,6 +152,10 @@ SANDBOX_WRITE = _s("NEV_SANDBOX_WRITE", None, "folders a verify in the sandbox m
                    "nothing besides its copy by default): an operator's choice, never a track's")
 SANDBOX_ENV = _s("NEV_SANDBOX_ENV", None, "environment variables a verify in the sandbox also gets (comma-separated "
                  "names; a secret-named one never): it gets the non-secret NEV_* settings and nothing else by default")
+TRUTH_SOCKET = _s("NEV_TRUTH_SOCKET", None, "set by nev for a verify in the sandbox: the socket of the oracle "
+                  "builder outside the jail, which renders the corpora the verify asks for (never set it by hand)")
+TRUTH_STAGING = _s("NEV_TRUTH_STAGING", None, "set by nev for a verify in the sandbox: the read-only folder the "
+                   "builder outside leaves the corpora in")
 SANDBOX_SCRATCH_MB = _s("NEV_SANDBOX_SCRATCH_MB", "256", "size of a sandboxed process's private /tmp, MiB")
 
 

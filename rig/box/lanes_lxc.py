@@ -37,6 +37,9 @@ def _is_mount(path: Path) -> bool:
 
 def _bind(src: str, dst: Path, ro: bool) -> None:
     dst.mkdir(parents=True, exist_ok=True)
+    # the guest's root (a mapped uid) walks through the staging folder: open to it whatever the
+    # umask was when it was made
+    os.chmod(dst.parent, 0o755)
     if _is_mount(dst):
         return
     steps = [["mount", "--bind", src, str(dst)]] + ([["mount", "-o", "remount,bind,ro", str(dst)]] if ro else [])

@@ -168,13 +168,11 @@ class LocalStore:
             raise StoreError(f"refusing to keep rig notes at {why} (NEV_RIG_NOTES names the folder)")
         st = cls(notes)
         if create:
-            old = os.umask(0o077)
-            try:
-                for d in (notes, st.root, st.objects, st.labels):
-                    d.mkdir(parents=True, exist_ok=True)
-                    os.chmod(d, 0o700)
-            finally:
-                os.umask(old)
+            # never the process's umask: it is every thread's (a box coming up beside a snapshot
+            # made its lanes' folders 700, which an LXC guest's root cannot enter)
+            for d in (notes, st.root, st.objects, st.labels):
+                d.mkdir(mode=0o700, parents=True, exist_ok=True)
+                os.chmod(d, 0o700)
         return st
 
     def has_blob(self, sha: str) -> bool:

@@ -1,0 +1,152 @@
+"""Ground truth for a verify in the sandbox (docs/sandbox.md): the jail never builds a corpus and
+never sees the store; nev's own oracle builder does, outside the jail, on the verify's request.
+
+Outside (`Service`, started with the verify's jail): a Unix socket and a staging folder in a
+private folder bound read-only into the jail. Inside (`request`, called by `fresh_corpora` when
+`sandbox.inside()`): one JSON line `{"names": [...], "count": N}` on the socket; the builder checks
+every name is a corpus it knows and the count is sane, renders each corpus with the three browsers
+or finds it in the store (the store written as always), and copies it into the staging folder;
+its answer is one JSON line, `{"ok": true}` or `{"error": "...", "exit": 11}`. The verify then
+copies each corpus from the staging folder into its own `corpus/` (through the store's atomic
+writer) and checks it as ground truth like any other. The builder never writes into the jail's
+folders: a link planted in the copy can send its writes nowhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from lanes.base import settings
+from lanes.base.errors import NevError
+from lanes.base.exitcodes import Exit
+from lanes.base.ui import info
+
+MAX_REQUEST = 64 * 1024
+MAX_COUNT = 100_000
+
+
+class Service:
+    """The builder's side, for one verify: serves until `close`."""
+
+    def __init__(self, environ: Mapping[str, str], say: Callable[[str], None] = info) -> None:
+        self.environ = dict(environ)
+        self.say = say
+        self.dir = Path(tempfile.mkdtemp(prefix="nev-truth-"))
+        self.staging = self.dir / "corpora"
+        self.staging.mkdir()
+        self.path = self.dir / "truth.sock"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(self.path))
+        os.chmod(self.path, 0o600)
+        self.sock.listen(4)
+        self.sock.settimeout(0.5)
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {settings.TRUTH_SOCKET.name: str(self.path), settings.TRUTH_STAGING.name: str(self.staging)}
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(None)
+                reply = self._answer(_read_line(conn))
+                try:
+                    conn.sendall((json.dumps(reply) + "\n").encode())
+                except OSError:
+                    pass
+
+    def _answer(self, line: bytes) -> dict:
+        from bench.oracle.cases import generator_for
+        from bench.oracle.truth import NoGroundTruth, fresh_corpora
+
+        try:
+            req = json.loads(line)
+        except (ValueError, RecursionError):
+            return {"error": "the request is not one JSON line", "exit": int(Exit.FAILED)}
+        names = req.get("names") if isinstance(req, dict) else None
+        count = req.get("count") if isinstance(req, dict) else None
+        if (not isinstance(names, list) or not names or len(names) > 64
+                or not all(isinstance(n, str) and n and "/" not in n and not n.startswith(".") for n in names)):
+            return {"error": "names must be a list of corpus names", "exit": int(Exit.FAILED)}
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_COUNT:
+            return {"error": f"count must be a whole number from 1 to {MAX_COUNT}", "exit": int(Exit.FAILED)}
+        try:
+            for n in names:
+                generator_for(n)
+            self.say(f"sandbox: building the ground truth the verify asks for: {', '.join(names)} ({count} seeds)")
+            fresh_corpora(count, environ=self.environ, say=self.say)(list(names), self.staging)
+        except NoGroundTruth as e:
+            return {"error": str(e), "exit": int(Exit.NO_GROUND_TRUTH)}
+        except NevError as e:
+            return {"error": str(e), "exit": int(e.exit_code)}
+        except Exception as e:  # noqa: BLE001 - the answer names it; the verify fails on it
+            return {"error": f"the oracle builder failed: {e}", "exit": int(Exit.FAILED)}
+        return {"ok": True}
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(timeout=5)
+        self.sock.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    buf = b""
+    while b"\n" not in buf and len(buf) < MAX_REQUEST:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+    return buf.split(b"\n", 1)[0]
+
+
+def available(environ: Mapping[str, str] | None = None) -> bool:
+    return bool(settings.given(settings.TRUTH_SOCKET, environ))
+
+
+def request(names: Sequence[str], count: int, root: Path, environ: Mapping[str, str] | None = None) -> None:
+    """Inside the jail: ask the builder for `names`, then copy each into `root`."""
+    from bench.oracle import shared, store
+    from bench.oracle.truth import NoGroundTruth
+
+    path = settings.value(settings.TRUTH_SOCKET, environ)
+    staging = Path(settings.value(settings.TRUTH_STAGING, environ))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(path)
+            s.sendall((json.dumps({"names": list(names), "count": count}) + "\n").encode())
+            answer = _read_line(s)
+        except OSError as e:
+            raise NevError(f"the sandbox's ground-truth builder did not answer ({e.strerror}); nothing was scored") \
+                from None
+    try:
+        reply = json.loads(answer)
+    except ValueError:
+        reply = {"error": "the ground-truth builder's answer is not JSON"}
+    if not isinstance(reply, dict) or not reply.get("ok"):
+        msg = str(reply.get("error") if isinstance(reply, dict) else reply)
+        code = reply.get("exit") if isinstance(reply, dict) else None
+        if code == Exit.NO_GROUND_TRUTH:
+            raise NoGroundTruth(msg)
+        raise NevError(msg)
+    root.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        src = staging / n
+        if store.verify(src) is not None:
+            raise NoGroundTruth(f"{src}: the builder's corpus does not match its manifest; nothing was scored")
+        if not store.up_to_date(root / n, str((store.read_manifest(src) or {}).get("key"))):
+            shared.copy_in(src, root, n)
