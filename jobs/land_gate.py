@@ -15,8 +15,7 @@ from pathlib import Path
 
 from jobs import verify_jail
 from jobs.approvals import LandPaths
-from jobs.landlock import pid_alive
-from lanes.base import jsonfile, procgroup, settings
+from lanes.base import jsonfile, procgroup, procs, settings
 from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
 from lanes.base.ui import info
@@ -148,7 +147,7 @@ def stop_leftover_gate(paths: LandPaths, name: str) -> None:
     except (NevError, KeyError, TypeError, ValueError, AttributeError):
         rec.unlink(missing_ok=True)          # a record of our own that cannot be used: gone with its gate
         return
-    if pid_alive(pgid) and (start is None or _proc_start(pgid) == start):
+    if procs.pid_alive(pgid) and (start is None or _proc_start(pgid) == start):
         procgroup.stop(pgid, grace=3.0)
         info(f"land: stopped a gate left running by an interrupted landing of {name} (process group {pgid})")
     rec.unlink(missing_ok=True)
@@ -158,8 +157,6 @@ def stop_leftover_gate(paths: LandPaths, name: str) -> None:
 
 
 def _proc_start(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat[stat.rindex(")") + 2:].split()[19]
-    except (OSError, ValueError, IndexError):
-        return None
+    """The start time a gate record keeps (a string, as records written before hold it)."""
+    s = procs.stat(pid)
+    return None if s is None else str(s.start)

@@ -226,7 +226,8 @@ def test_a_pool_answering_429_slows_the_batch_which_finishes_and_reports_the_429
 
 
 def test_a_dead_pool_fails_that_models_share_with_a_reason_and_the_batch_goes_on(pools, repo):
-    from rig.box import Box, procs
+    from lanes.base import procs
+    from rig.box import Box
 
     box = pools
     b = Box(box.name, box.net, box.dir)

@@ -14,8 +14,9 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from lanes.base import procs
 from lanes.base.ssh import Connection, HostKeyError, SshError, Target
-from rig.box import Box, procs, state
+from rig.box import Box, state
 
 ROOT = Path(__file__).resolve().parent.parent
 

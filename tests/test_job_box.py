@@ -378,7 +378,8 @@ def _restart_lane(box, lane) -> None:
     while Dagu, its other child, runs). A netns lane's processes are killed one by one."""
     import signal
 
-    from rig.box import Box, procs, state
+    from lanes.base import procs
+    from rig.box import Box, state
 
     st = state.read_state(box.dir)
     assert st is not None

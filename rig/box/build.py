@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING
 
 from bench.oracle import shared as shared_corpora
 from lanes.agent.layout import MODEL_ENV
-from lanes.base import jsonfile, settings
+from lanes.base import jsonfile, procs, settings
 from lanes.base.errors import NevError
 from lanes.base.mask import register_secret
+from lanes.base.procs import ProcRec
 from lanes.base.ui import info
-from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, procs, state, units
+from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, state, units, waits
 from rig.box.lanes_netns import (
     USER,
     client_key,
@@ -35,7 +36,7 @@ from rig.box.lanes_netns import (
     ensure_user,
     host_key,
 )
-from rig.box.state import BoxInfo, BoxState, LaneInfo, ProcRec
+from rig.box.state import BoxInfo, BoxState, LaneInfo
 
 if TYPE_CHECKING:
     from rig.box.core import Box
@@ -468,16 +469,16 @@ class Build:
         info, recs = self.info, self.st.procs
         with netns.inside(self.layout.rig_netns):
             for h, rec in self.started_sshds:
-                procs.wait_port(h.addr, plan.SSH_PORT, 10, rec, self.log(rec.key))
-            procs.wait_http(f"http://{info.forge_addr}/health", 10, recs["forge.nginx"], self.log("forge.nginx"))
+                waits.wait_port(h.addr, plan.SSH_PORT, 10, rec, self.log(rec.key))
+            waits.wait_http(f"http://{info.forge_addr}/health", 10, recs["forge.nginx"], self.log("forge.nginx"))
             for p in plan.POOLS:
                 pi, key = info.pools[p.name], pool_keys(p, p.replica_names()[0])[0]
-                procs.wait_http(f"http://{pi.addr}:{pi.port}/health", 10, recs[key], self.log(key))
+                waits.wait_http(f"http://{pi.addr}:{pi.port}/health", 10, recs[key], self.log(key))
             for pi in info.pools.values():
-                procs.wait_port(self.layout.proxy().addr, pi.proxy_port, 10, recs["proxy.haproxy"],
+                waits.wait_port(self.layout.proxy().addr, pi.proxy_port, 10, recs["proxy.haproxy"],
                                 self.log("proxy.haproxy"))
             gw_rec = recs["gateway.litellm"]
-            procs.wait_http(f"{info.gateway_url}/health/liveliness", 300, gw_rec, self.log("gateway.litellm"))
+            waits.wait_http(f"{info.gateway_url}/health/liveliness", 300, gw_rec, self.log("gateway.litellm"))
         if "started gateway.litellm" in self.changed:
             cpu = procs.cpu_seconds(gw_rec.pid)
             self.changed.append(f"gateway answered {time.monotonic() - self.gateway_at:.1f} s after its start"

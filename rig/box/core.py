@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes.base import settings
+from lanes.base import procs, settings
 from lanes.base.errors import NevError
-from rig.box import forge, lanes_backend, netns, plan, procs, state
+from rig.box import forge, lanes_backend, netns, plan, state
 from rig.box.build import MARKER, PROJECT, Build, code_digest
 from rig.box.lanes_netns import (
     HOME,

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Protocol
 
 from lanes.base.errors import ConfigError
-from rig.box import netns, plan, procs
-from rig.box.state import LaneInfo, ProcRec
+from lanes.base.procs import ProcRec
+from rig.box import netns, plan, waits
+from rig.box.state import LaneInfo
 
 
 class LaneBackend(Protocol):
@@ -59,7 +60,7 @@ class BoxLanes:
 
     def wait_ssh(self, lane: LaneInfo, rec: ProcRec, timeout: float, log: Path) -> None:
         with netns.inside(f"{self.box_dir.name}-rig"):   # the rig network: no route from the dev box
-            procs.wait_port(lane.addr, plan.SSH_PORT, timeout, rec, log)
+            waits.wait_port(lane.addr, plan.SSH_PORT, timeout, rec, log)
 
 
 def _netns(box_dir: Path, log_dir: Path) -> LaneBackend:

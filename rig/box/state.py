@@ -16,6 +16,7 @@ from typing import Any
 
 from lanes.base import jsonfile, settings
 from lanes.base.errors import ConfigError, NevError
+from lanes.base.procs import ProcRec
 
 REGISTRY = settings.path(settings.BOX_REGISTRY)
 
@@ -44,19 +45,6 @@ class PoolInfo:
     max_inflight: int
     proxy_port: int
     replicas: dict[str, int] = field(default_factory=dict)   # replica (as the rig file names it) -> port
-
-
-@dataclass
-class ProcRec:
-    key: str          # e.g. "lane0.sshd", "forge.nginx"
-    host: str
-    pid: int
-    start: int        # /proc/PID/stat field 22 (start time in clock ticks)
-    argv: list[str]
-    conf: str = ""    # digest of its config files when started: a changed config restarts it
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @dataclass
