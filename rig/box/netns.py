@@ -16,14 +16,12 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lanes.base import procs
 from lanes.base.errors import NevError
-from rig.box import plan
-
-if TYPE_CHECKING:
-    from rig.box.state import BoxInfo
+from rig.box import plan, state
+from rig.box.state import BoxInfo
 
 
 def _run(argv: list[str], input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -218,8 +216,6 @@ def run_in(info: BoxInfo, host: str, argv: list[str], **kw: Any) -> subprocess.C
     if h is None:
         raise NevError(f"no host {host!r} in box {info.name}; hosts: {', '.join(info.hosts)}")
     if h["role"] == "lane":
-        from rig.box import state
-
         st = state.read_state(info.dir)
         rec = st.procs.get(f"{host}.sshd") if st else None
         if rec is None or not procs.alive(rec):

@@ -1,4 +1,4 @@
-"""The recorded state of a box: `BoxInfo` (what other code uses) and the process records.
+"""The recorded state of a box, plain data: `BoxInfo` (what other code uses) and the process records.
 
 `box.json` holds both: the info fields at the top level, plus `procs` (every process the box
 started: PID and kernel start time, so a reused PID is never mistaken for ours), `lane_count`
@@ -89,16 +89,10 @@ class BoxInfo:
     forge_local_url: str = ""      # the forge through the development box's forward (…/git/)
     gateway_local_url: str = ""    # the gateway through the development box's forward
 
-    # ---- helpers other areas use ----
+    # ---- derived values ----
 
     def lane(self, index: int) -> LaneInfo:
         return self.lanes[index]
-
-    def forge_create_repo(self, name: str) -> str:
-        """Create a new, empty bare repository on the forge; returns its URL (no credential)."""
-        from rig.box import forge
-
-        return forge.create_repo(self, name)
 
     def dev_url(self, url: str) -> str:
         """A rig-side forge or gateway URL as the development box reaches it (its forward)."""
@@ -107,26 +101,6 @@ class BoxInfo:
             if rig and local and url.startswith(rig.rstrip("/")):
                 return local.rstrip("/") + url[len(rig.rstrip("/")):]
         return url
-
-    def pool_control(self, pool: str, replica: str | None = None, **settings: Any) -> dict:
-        """Set (or read, with no settings) a stand-in pool's delay, tokens_per_s, max_inflight,
-        fail ("429" | "503" | "hang" | None), fail_times, bank; `reset=True` restores defaults.
-        `replica` names one of a many-replica pool's (default: its first). The control route is
-        the box's own: it is reached from inside the rig network."""
-        from rig.box import netns, poolctl
-
-        pi = self.pools[pool]
-        url = pi.control_url if replica is None else f"http://{pi.addr}:{pi.replicas[replica]}/control"
-        with netns.inside(self.rig_netns):
-            if settings.pop("reset", False):
-                poolctl.reset(url)
-            return poolctl.control(url, **settings)
-
-    def run_in(self, host: str, argv: list[str], **kw: Any) -> Any:
-        """Run a command inside a host's network namespace (and, for a lane, its mounts)."""
-        from rig.box import netns
-
-        return netns.run_in(self, host, argv, **kw)
 
     def to_json(self) -> dict:
         def conv(v: Any) -> Any:
