@@ -275,12 +275,10 @@ def test_box_ups_progress_is_said_while_it_runs_not_after(tmp_path):
 
 
 def test_box_up_says_a_line_as_each_phase_starts():
-    import types
-
     from rig.box.build import Build
 
     b = Build.__new__(Build)
-    b.box = types.SimpleNamespace(name="tb")
+    b.name = "tb"
     b.changed = []
     ran: list[str] = []
     phases = b.phases()

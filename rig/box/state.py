@@ -170,6 +170,10 @@ def state_path(box_dir: Path) -> Path:
     return box_dir / "box.json"
 
 
+def logs_dir(box_dir: Path) -> Path:
+    return box_dir / "logs"
+
+
 def read_state(box_dir: Path) -> BoxState | None:
     p = state_path(box_dir)
     if not p.exists():
@@ -212,6 +216,12 @@ def registry_live(entry: dict) -> bool:
 def register(name: str, net: str, box_dir: Path, users: list[str]) -> None:
     jsonfile.write_atomic(REGISTRY / "boxes" / f"{name}.json",
                           {"name": name, "net": net, "dir": str(box_dir), "users": users})
+
+
+def keys_file(name: str, account: str) -> Path:
+    """Box `name`'s jump or admin account's key file (`account`: "jump" or "admin"), in a folder
+    it can reach wherever the box folder lives."""
+    return REGISTRY / account / name / "authorized_keys"
 
 
 def user_marker(user: str) -> Path:
