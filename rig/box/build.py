@@ -31,7 +31,7 @@ from rig.box import (
     forwards,
     gateway,
     inventory_up,
-    lanes_backend,
+    lanes_kinds,
     netns,
     plan,
     state,
@@ -85,7 +85,7 @@ class Build:
         self.st = BoxState(info=info, procs=dict(old.procs) if old else {}, lane_count=layout.lanes,
                            users=list(old.users) if old else [], code=code_digest(), lanes_kind=lanes_kind)
         self.changed: list[str] = []
-        self.backend = lanes_backend.make(lanes_kind, info.dir, self.logs)
+        self.backend = lanes_kinds.make(lanes_kind, info.dir, self.logs)
         self.hosts = {h.name: h for h in layout.hosts()}
         self.client_pub = ""
         self.hostkeys: list[tuple[str, str]] = []                 # (address, key) to pin

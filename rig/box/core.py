@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lanes.base import procs, settings
 from lanes.base.errors import NevError
-from rig.box import forge, forwards, lanes_backend, netns, plan, state
+from rig.box import forge, forwards, lanes_kinds, netns, plan, state
 from rig.box.build import MARKER, Build, code_digest
 from rig.box.lanes_netns import (
     HOME,
@@ -49,11 +49,11 @@ class Box:
         self.name = plan.check_name(name)
         self.net = plan.check_net(net)
         self.dir = box_dir.absolute()
-        # How lanes are made (rig/box/lanes_backend.py): NEV_BOX_LANES, LXC guests unless set.
+        # How lanes are made (rig/box/lanes_kinds.py): NEV_BOX_LANES, LXC guests unless set.
         self.lane_backend = lanes or settings.value(settings.BOX_LANES)
-        if self.lane_backend not in lanes_backend.BACKENDS:
+        if self.lane_backend not in lanes_kinds.BACKENDS:
             raise NevError(f"NEV_BOX_LANES={self.lane_backend!r} is unknown; use one of "
-                           f"{', '.join(lanes_backend.BACKENDS)}")
+                           f"{', '.join(lanes_kinds.BACKENDS)}")
 
     @classmethod
     def from_settings(cls, environ: Mapping[str, str] | None = None, default_name: str | None = None,
@@ -215,7 +215,7 @@ class Box:
             st = self.state()
             done = self._end_processes(st)
             done += [f"removed {x}" for x in netns.remove(self.name, net=self.net)]
-            backend = lanes_backend.make(st.lanes_kind if st else self.lane_backend, self.dir, self.logs)
+            backend = lanes_kinds.make(st.lanes_kind if st else self.lane_backend, self.dir, self.logs)
             for ln in (st.info.lanes if st and st.info else []):
                 backend.remove(self.dir / "lanes" / ln.name)
             done += self._remove_users(st)
