@@ -28,11 +28,9 @@ from lanes.base.gitrun import Repo
 from lanes.base.mask import mask
 from lanes.base.ui import info
 from rig.box import Box
-from rig.box.forge import create_repo
-from rig.box.poolctl import pool_control
-from rig.box.state import BoxInfo
-from rig.demo_bank import ENGINE, FUNCTION, demo_bank
-from rig.demo_report import (
+from rig.box.demo.bank import ENGINE, FUNCTION, demo_bank
+from rig.box.demo.commands import Beside, StepFailed, run_stamped
+from rig.box.demo.report import (
     FAILED,
     PASSED,
     Results,
@@ -41,9 +39,11 @@ from rig.demo_report import (
     results_text,
     summary_table,
 )
-from rig.demo_run import Beside, StepFailed, run_stamped
+from rig.box.forge import create_repo
+from rig.box.plan import PROJECT
+from rig.box.poolctl import pool_control
+from rig.box.state import BoxInfo
 
-PROJECT = Path(__file__).resolve().parent.parent
 OTHER = "block_width"                # the example engine's other generated function
 DEMO_BOX_NAME = "demo"
 DEMO_BOX_NET = "198.18.77"
