@@ -436,13 +436,13 @@ class Build:
         """The admin pool's drop-in as `nev rig provision-sudo` writes it, when the host has none
         (a box comes up provisioned; one changed since is left as it is)."""
         from rig import rigfile
-        from rig.serving import sudoers
+        from rig.serving import sudoers_drop_ins, sudoers_path
 
         assert self.info.rig_file is not None
         role = rigfile.load(self.info.rig_file).serving[plan.ADMIN_POOL]
-        f = self.sudoers_dir / Path(sudoers.path(role.name)).name
+        f = self.sudoers_dir / Path(sudoers_path(role.name)).name
         if not f.exists():
-            (text,) = sudoers.drop_ins(role).values()
+            (text,) = sudoers_drop_ins(role).values()
             tmp = self.sudoers_dir / f".{f.name}.new"           # a name with a dot: sudo skips it
             tmp.write_text(text)
             os.chmod(tmp, 0o440)
