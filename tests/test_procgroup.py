@@ -63,4 +63,5 @@ def test_the_one_stat_reader_takes_a_command_name_that_looks_like_fields(tmp_pat
     assert zombie is not None and zombie.state == "Z"
     assert procs.start_time(p.pid) is None and not procs.pid_alive(p.pid)
     p.wait()
-    assert procs.stat(p.pid) is None and procs.start_time(p.pid) is None and not procs.pid_alive(p.pid)
+    assert procs.stat(p.pid) is None and procs.start_time(p.pid) is None
+    assert not procs.pid_alive(p.pid)

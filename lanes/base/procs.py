@@ -45,8 +45,9 @@ def stat(pid: int) -> Stat | None:
             raw = f.read()
         # the command name (field 2) is in parentheses and may itself hold ")" or spaces
         fields = raw[raw.rindex(b")") + 2:].split()
-        return Stat(state=fields[0].decode(errors="replace"), ppid=int(fields[1]), pgrp=int(fields[2]),
-                    utime=int(fields[11]), stime=int(fields[12]), start=int(fields[19]))
+        return Stat(state=fields[0].decode(errors="replace"), ppid=int(fields[1]),
+                    pgrp=int(fields[2]), utime=int(fields[11]), stime=int(fields[12]),
+                    start=int(fields[19]))
     except (OSError, ValueError, IndexError):
         return None
 

@@ -79,11 +79,14 @@ class Build:
     was started with; box.json is rewritten after each start.
     """
 
-    def __init__(self, layout: plan.Layout, info: BoxInfo, old: BoxState | None, lanes_kind: str) -> None:
-        self.name, self.net, self.dir, self.logs = info.name, info.net, info.dir, state.logs_dir(info.dir)
+    def __init__(self, layout: plan.Layout, info: BoxInfo, old: BoxState | None,
+                 lanes_kind: str) -> None:
+        self.name, self.net, self.dir = info.name, info.net, info.dir
+        self.logs = state.logs_dir(info.dir)
         self.layout, self.info = layout, info
         self.st = BoxState(info=info, procs=dict(old.procs) if old else {}, lane_count=layout.lanes,
-                           users=list(old.users) if old else [], code=code_digest(), lanes_kind=lanes_kind)
+                           users=list(old.users) if old else [], code=code_digest(),
+                           lanes_kind=lanes_kind)
         self.changed: list[str] = []
         self.backend = lanes_kinds.make(lanes_kind, info.dir, self.logs)
         self.hosts = {h.name: h for h in layout.hosts()}

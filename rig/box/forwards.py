@@ -22,16 +22,17 @@ def run(st: BoxState, action: str) -> list[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_"))}
     env.update(PYTHONPATH=str(PROJECT), NEV_RIG_FILE=str(st.info.rig_file),
                NEV_STATE_DIR=st.forward_state or str(settings.get_path(settings.STATE_DIR)))
-    cp = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "forward", action], cwd=PROJECT, env=env,
-                        capture_output=True, text=True, timeout=120)
+    cp = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "forward", action], cwd=PROJECT,
+                        env=env, capture_output=True, text=True, timeout=120)
     lines = [ln.strip() for ln in (cp.stdout + cp.stderr).splitlines() if ln.strip()]
     if cp.returncode != 0 and action == "up":
-        why = " | ".join(ln for ln in lines if "DOWN" in ln) or (lines[-1] if lines else f"exit {cp.returncode}")
+        last = lines[-1] if lines else f"exit {cp.returncode}"
+        why = " | ".join(ln for ln in lines if "DOWN" in ln) or last
         raise NevError(f"the box's forwards did not come up: {why}")
     return [f"forward {ln}" for ln in lines if "already running" not in ln]
 
 
 def answer(info: BoxInfo) -> bool:
     """Both forwards answer a real request (the forge 401, the gateway's health route)."""
-    return all(probe(what, int(url.rsplit(":", 1)[1].split("/")[0])).up
-               for what, url in (("forge", info.forge_local_url), ("gateway", info.gateway_local_url)))
+    local = (("forge", info.forge_local_url), ("gateway", info.gateway_local_url))
+    return all(probe(what, int(url.rsplit(":", 1)[1].split("/")[0])).up for what, url in local)

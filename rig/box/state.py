@@ -1,4 +1,5 @@
-"""The recorded state of a box, plain data: `BoxInfo` (what other code uses) and the process records.
+"""The recorded state of a box, as plain data: `BoxInfo` (what other code uses) and the
+process records.
 
 `box.json` holds both: the info fields at the top level, plus `procs` (every process the box
 started: PID and kernel start time, so a reused PID is never mistaken for ours), `lane_count`
