@@ -159,7 +159,8 @@ def services(layout: plan.Layout, box_dir: Path, lanes_kind: str = "netns",
     """Every inventory service of the box, in start order (advertisers first, then the collector)."""
     base = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
-    root_env = {**base, "PYTHONPATH": str(plan.PROJECT), "HOME": str(inventory_dir(box_dir) / "home")}
+    root_env = {**base, "PYTHONPATH": str(plan.PROJECT),
+                "HOME": str(inventory_dir(box_dir) / "home")}
     lane_env = {**base, "HOME": str(HOME)}
     logs = box_dir / "logs"
     userns = lanes_kind != "netns"
