@@ -18,6 +18,7 @@ from jobs.approvals import LandPaths
 from lanes.base import jsonfile, procgroup, procs, settings
 from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
+from lanes.base.procs import pid_alive
 from lanes.base.ui import info
 
 FAULT_PHASES = ("before-rebase", "gate", "before-ref-update", "after-ref-update", "cleanup")
@@ -147,7 +148,7 @@ def stop_leftover_gate(paths: LandPaths, name: str) -> None:
     except (NevError, KeyError, TypeError, ValueError, AttributeError):
         rec.unlink(missing_ok=True)          # a record of our own that cannot be used: gone with its gate
         return
-    if procs.pid_alive(pgid) and (start is None or _proc_start(pgid) == start):
+    if pid_alive(pgid) and (start is None or _proc_start(pgid) == start):
         procgroup.stop(pgid, grace=3.0)
         info(f"land: stopped a gate left running by an interrupted landing of {name} (process group {pgid})")
     rec.unlink(missing_ok=True)
