@@ -15,10 +15,10 @@ from pathlib import Path
 
 from jobs import verify_jail
 from jobs.approvals import LandPaths
-from jobs.landlock import pid_alive
-from lanes.base import jsonfile, procgroup, settings
+from lanes.base import jsonfile, procgroup, procs, settings
 from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
+from lanes.base.procs import pid_alive
 from lanes.base.ui import info
 
 FAULT_PHASES = ("before-rebase", "gate", "before-ref-update", "after-ref-update", "cleanup")
@@ -158,8 +158,6 @@ def stop_leftover_gate(paths: LandPaths, name: str) -> None:
 
 
 def _proc_start(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat[stat.rindex(")") + 2:].split()[19]
-    except (OSError, ValueError, IndexError):
-        return None
+    """The start time a gate record keeps (a string, as records written before hold it)."""
+    s = procs.stat(pid)
+    return None if s is None else str(s.start)

@@ -13,24 +13,8 @@ import time
 from pathlib import Path
 
 from lanes.base.errors import NevError
+from lanes.base.procs import pid_alive
 from lanes.base.ui import info
-
-
-def pid_alive(pid: int) -> bool:
-    """True when `pid` is a live (non-zombie) process."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat[stat.rindex(")") + 2] != "Z"
-    except (OSError, ValueError, IndexError):
-        return True
 
 
 def _read_pid(fd: int) -> int | None:

@@ -21,13 +21,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lanes import forgeauth, lanesfile, payload, session
+from lanes import lanesfile, payload, session
 from lanes.agent.errors import Refused
 from lanes.agent.guard import check_rel, link_target_ok, pull_path
 from lanes.agent.wire import Kind, Op, Stop
@@ -35,9 +34,10 @@ from lanes.base import settings, ui
 from lanes.base.errors import DiskShortError, NevError, NoLaneError, UsageError
 from lanes.base.exitcodes import Exit
 from lanes.base.gitrun import Repo
-from lanes.base.mask import mask, register_secret
+from lanes.base.mask import mask
 from lanes.base.openssh import OpenSsh
 from lanes.base.ssh import CONNECT_TIMEOUT, Connection, SshError, link_errors
+from lanes.forgeurl import Forge, forge_for
 from lanes.lanesfile import Lane, LanesFile
 from lanes.session import Session
 
@@ -64,42 +64,6 @@ class Unreachable(SshError):
 
 class _Term(BaseException):
     pass
-
-
-@dataclass(frozen=True)
-class Forge:
-    url: str | None
-    user: str | None = None
-    password: str | None = None
-
-    def cred(self) -> dict[str, str] | None:
-        return {"user": self.user or "nev", "password": self.password} if self.password else None
-
-
-def split_credentials(url: str) -> tuple[str, str | None, str | None]:
-    """(url without user:token, user, token)."""
-    parts = urllib.parse.urlsplit(url)
-    if not parts.scheme or "@" not in parts.netloc:
-        return url, None, None
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user, _, token = userinfo.partition(":")
-    clean = urllib.parse.urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
-    return clean, urllib.parse.unquote(user) or None, urllib.parse.unquote(token) or None
-
-
-def forge_for(repo: Repo, lf: LanesFile) -> Forge:
-    """The forge URL the lane mirror fetches from, and the credential kept out of every argv
-    (`lanes.forgeauth.lookup`; a user and token inside the URL come last)."""
-    raw = settings.get(settings.LANE_GIT_URL) or lf.git_url
-    if not raw:
-        cp = repo.git("remote", "get-url", "origin", check=False)
-        raw = cp.stdout.strip() if cp.returncode == 0 else None
-    if not raw:
-        return Forge(None)
-    url, user, token = split_credentials(raw)
-    cred = forgeauth.lookup(repo)
-    register_secret(token)
-    return Forge(url, cred.user or user, cred.token or token)
 
 
 def pick_lane(lf: LanesFile, index: int | None,

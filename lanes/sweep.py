@@ -29,6 +29,7 @@ from lanes.base import ui
 from lanes.base.errors import NevError
 from lanes.base.gitrun import GitError, Repo
 from lanes.base.ssh import Connection, SshError
+from lanes.forgeurl import forge_for
 from lanes.lanesfile import Lane
 
 SURVEY_TIMEOUT = 600
@@ -393,10 +394,8 @@ def prune_refs(conn: Connection, lane: Lane, mirrors: list[str], repo: Repo | No
     """Remove from each mirror on the lane the job/* and result/* branches the forge no longer has,
     asking the forge from the lane (its URL and credential as a gate's mirror fetch gets them).
     Per mirror: {"pruned": [...], "kept": {...}} or {"missing": true}."""
-    from lanes import gate  # gate imports this module for its disk guard
-
     lf = lanesfile.configured(require=False)
-    forge = gate.forge_for(repo or Repo(Path(".")), lf)
+    forge = forge_for(repo or Repo(Path(".")), lf)
     if not forge.url:
         raise NevError("no forge URL for the lanes (NEV_LANE_GIT_URL or the lanes file's git_url); nothing pruned")
     ans = session.call(conn, lane, Op.PRUNE_REFS, SURVEY_TIMEOUT, mirrors=mirrors, git_url=forge.url,

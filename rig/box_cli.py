@@ -100,6 +100,6 @@ def demo(keep: bool, cases: int) -> int:
     Box NEV_BOX_NAME (default demo) on NEV_BOX_NET (default 198.18.77). After a failed step the
     later ones do not run, except the last; exit 0 only when every step ran and passed.
     """
-    from rig.demo import Options, run
+    from rig.box.demo.steps import Options, run
 
     return run(Options(keep=keep, cases=cases))

@@ -25,6 +25,7 @@ from crates_bridge.candidates import probe
 from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo, init
+from rig.box.poolctl import pool_control
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -56,12 +57,12 @@ def pools(box, repo):
     git.git("checkout", "-q", "--", GEN)
     git.git("clean", "-qfd", "--", GEN)
     for p in box.pools:
-        box.pool_control(p, reset=True)
-    box.pool_control("gpu0", bank=str(DATA / "bank_find.json"))
-    box.pool_control("gpu1", bank=str(DATA / "bank_find.json"))
+        pool_control(box, p, reset=True)
+    pool_control(box, "gpu0", bank=str(DATA / "bank_find.json"))
+    pool_control(box, "gpu1", bank=str(DATA / "bank_find.json"))
     yield box
     for p in box.pools:
-        box.pool_control(p, reset=True)
+        pool_control(box, p, reset=True)
 
 
 def env_for(box, repo: Path) -> dict[str, str]:
@@ -143,7 +144,7 @@ def test_a_batch_finds_the_right_answer_and_keeps_it_with_provenance_and_a_floor
         files = list((repo / "target" / "batch" / bid / f"probe-r{rec.round}").rglob("c[0-9][0-9][0-9].rs"))
         assert len({f.name for f in files}) == rec.new_unique <= rec.unique
     assert sum(r.duplicates for r in recs) >= 1
-    assert box.pool_control("gpu0")["max_inflight_seen"] <= 4
+    assert pool_control(box, "gpu0")["max_inflight_seen"] <= 4
     # the key never lands in a file, a record or the output
     secret = read_key(box.keys["batch"])
     for f in (repo / "target" / "batch" / bid).rglob("*"):
@@ -176,7 +177,7 @@ def test_escalation_after_k_rounds_sends_the_geometry_differences_to_the_capacit
     bank = tmp_path / "bank.json"
     bank.write_text(json.dumps(data))
     for p in box.pools:
-        box.pool_control(p, bank=str(bank))
+        pool_control(box, p, bank=str(bank))
     cfg = config(box, repo, "abspos_width", [share(box, SAMPLING, 6, 3)], share(box, CAPACITY, 2, 2),
                  escalate_after=2, max_batches=3)
     res = batch.run(cfg, gw(box), echo=lambda s: None)
@@ -185,7 +186,7 @@ def test_escalation_after_k_rounds_sends_the_geometry_differences_to_the_capacit
     assert list(res.rounds[2].models) == [CAPACITY] and res.rounds[2].models[CAPACITY].passed >= 1
     assert res.rounds[2].versions_shown >= 1
     # what the capacity pool was asked: only the escalated round's calls, carrying the exact diffs
-    assert box.pool_control("gpu1")["served"] == res.rounds[2].models[CAPACITY].calls
+    assert pool_control(box, "gpu1")["served"] == res.rounds[2].models[CAPACITY].calls
     esc_prompt = (repo / "target/batch" / res.batch_id / "prompt-r3.txt").read_text()
     assert marker in esc_prompt and "expected" in marker and "got" in marker
     assert marker not in (repo / "target/batch" / res.batch_id / "prompt-r1.txt").read_text()
@@ -195,30 +196,30 @@ def test_escalation_after_k_rounds_sends_the_geometry_differences_to_the_capacit
 
 def test_never_more_calls_in_flight_than_inflight_per_alias(pools, repo):
     box = pools
-    box.pool_control("gpu0", delay=0.3)
-    box.pool_control("gpu1", delay=0.3)
+    pool_control(box, "gpu0", delay=0.3)
+    pool_control(box, "gpu1", delay=0.3)
     cfg = config(box, repo, "block_width", [share(box, SAMPLING, 12, 3, supports_n=False),
                                              share(box, CAPACITY, 4, 2, supports_n=False)], max_batches=1)
     g = gw(box)
     res = batch.run(cfg, g, echo=lambda s: None)
     m = res.rounds[0].models
     assert m[SAMPLING].calls == 12 and m[CAPACITY].calls == 4
-    assert box.pool_control("gpu0")["max_inflight_seen"] == 3
-    assert box.pool_control("gpu1")["max_inflight_seen"] == 2
+    assert pool_control(box, "gpu0")["max_inflight_seen"] == 3
+    assert pool_control(box, "gpu1")["max_inflight_seen"] == 2
     assert m[SAMPLING].inflight_meter["max_seen"] == 3
     assert m[SAMPLING].inflight_meter["at_limit_share"] > 0.5
 
 
 def test_a_pool_answering_429_slows_the_batch_which_finishes_and_reports_the_429s(pools, repo):
     box = pools
-    box.pool_control("gpu0", fail="429", fail_times=6)
+    pool_control(box, "gpu0", fail="429", fail_times=6)
     cfg = config(box, repo, "block_width", [share(box, SAMPLING, 8, 4)], max_batches=3, seed=11)
     t0 = time.monotonic()
     res = batch.run(cfg, gw(box), echo=lambda s: None)
     took = time.monotonic() - t0
     limited = sum(r.models[SAMPLING].rate_limited for r in res.rounds)
     assert res.passed and res.exit_code == 0
-    assert limited == 6 == box.pool_control("gpu0")["failed"]["429"]
+    assert limited == 6 == pool_control(box, "gpu0")["failed"]["429"]
     assert all(r.models[SAMPLING].status is ShareStatus.OK for r in res.rounds)
     calls = [c for r in res.rounds for c in r.calls]
     assert all(c["status"] == "ok" for c in calls) and any(429 in c["http"] for c in calls)
@@ -226,7 +227,8 @@ def test_a_pool_answering_429_slows_the_batch_which_finishes_and_reports_the_429
 
 
 def test_a_dead_pool_fails_that_models_share_with_a_reason_and_the_batch_goes_on(pools, repo):
-    from rig.box import Box, procs
+    from lanes.base import procs
+    from rig.box import Box
 
     box = pools
     b = Box(box.name, box.net, box.dir)
@@ -266,14 +268,14 @@ def test_a_kept_function_is_never_rewritten_by_a_later_batch(pools, repo):
 
 def test_5xx_answers_are_retried_with_backoff_and_metered(pools):
     box = pools
-    box.pool_control("gpu0", fail="503", fail_times=2)
+    pool_control(box, "gpu0", fail="503", fail_times=2)
     g = gw(box)
     g.add_alias(SAMPLING, 2, 8)
     texts, rec = g.call(SAMPLING, [{"role": "user", "content": "write block_width"}], 2, 1)
     assert len(texts) == 2 and rec.status == "ok" and rec.choices == 2
     assert rec.retries == 2 and rec.http[-1] == 200 and len(rec.http) == 3 and all(c >= 500 for c in rec.http[:2])
     assert rec.completion_tokens > 0 and rec.latency_s > 0
-    assert box.pool_control("gpu0")["failed"] == {"503": 2}
+    assert pool_control(box, "gpu0")["failed"] == {"503": 2}
 
 
 def dev_box_worktree(box, repo: Path, wt: Path) -> tuple[Path, dict[str, str]]:

@@ -14,8 +14,11 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from lanes.base import procs
 from lanes.base.ssh import Connection, HostKeyError, SshError, Target
-from rig.box import Box, procs, state
+from rig.box import Box, state
+from rig.box.forge import create_repo
+from rig.box.netns import run_in
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -189,9 +192,9 @@ def test_lanes_get_the_hosts_rust_toolchain_read_only(box):
 
 def test_run_in_a_lane_sees_the_lane_mounts(box):
     (box.lanes[0].host_root / "via-run-in").write_text("x")
-    r = box.run_in("lane0", ["ls", "/srv/lane"])
+    r = run_in(box, "lane0", ["ls", "/srv/lane"])
     assert r.returncode == 0 and "via-run-in" in r.stdout.split()
-    r = box.run_in("forge", ["ip", "-4", "-o", "addr", "show", "dev", "eth0"])
+    r = run_in(box, "forge", ["ip", "-4", "-o", "addr", "show", "dev", "eth0"])
     assert f" {box.forge_addr}/24 " in r.stdout
 
 
@@ -224,7 +227,7 @@ def test_clone_with_a_wrong_token_gets_401(box, tmp_path):
 
 def test_forge_create_repo_then_push_and_clone_back(box, tmp_path):
     name = f"scratch-push-{secrets.token_hex(4)}"    # new on every run: a kept box still has earlier runs' repos
-    url = box.forge_create_repo(name)
+    url = create_repo(box, name)
     assert url == box.forge_url + f"{name}.git"
     work = tmp_path / "w"
     assert git("init", "-q", "-b", "main", str(work)).returncode == 0

@@ -12,6 +12,7 @@ import pytest
 
 from rig.box.haproxy import clear_counters, server_row
 from rig.box.netns import inside
+from rig.box.poolctl import pool_control
 
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -50,10 +51,10 @@ def chat(box, alias: str, keyname: str = "batch", **extra) -> tuple[int, dict, d
 @pytest.fixture(autouse=True)
 def fresh_pools(box):
     for p in box.pools:
-        box.pool_control(p, reset=True)
+        pool_control(box, p, reset=True)
     yield
     for p in box.pools:
-        box.pool_control(p, reset=True)
+        pool_control(box, p, reset=True)
 
 
 SAMPLING = "qwen3.8-27b-fast"      # gpu0, keys batch + writer
@@ -65,7 +66,7 @@ def test_completion_through_the_proxy_returns_the_requested_n_choices(box):
     assert code == 200, body
     assert len(body["choices"]) == 5
     assert all("fn clamp_px" in c["message"]["content"] for c in body["choices"])
-    assert box.pool_control("gpu0")["served"] == 1
+    assert pool_control(box, "gpu0")["served"] == 1
 
 
 def test_an_alias_outside_the_keys_list_gets_403(box):
@@ -73,7 +74,7 @@ def test_an_alias_outside_the_keys_list_gets_403(box):
     assert code == 403 and body["error"]["type"] == "key_model_access_denied"
     code, _, _ = chat(box, SAMPLING, keyname="writer")
     assert code == 200
-    assert box.pool_control("gpu1")["requests"] == 0
+    assert pool_control(box, "gpu1")["requests"] == 0
 
 
 def test_an_unknown_key_gets_401_and_the_master_key_works(box):
@@ -101,7 +102,7 @@ def test_requests_past_maxconn_wait_in_haproxys_queue_and_are_served_in_turn(box
     # The pool itself would take 8 at once: only HAProxy's maxconn holds them back. Straight to
     # HAProxy from the rig network: the gateway in front would answer 429 past the alias's limit
     # itself (tests/test_gateway_limits_box.py), so HAProxy's queue is what is left behind it.
-    box.pool_control("gpu1", delay=0.5, max_inflight=8)
+    pool_control(box, "gpu1", delay=0.5, max_inflight=8)
     clear_counters(box.proxy_stats_socket)
     assert int(server_row(box.proxy_stats_socket, "be_gpu1", "BACKEND")["qmax"]) == 0
     results: list[int] = []
@@ -123,7 +124,7 @@ def test_requests_past_maxconn_wait_in_haproxys_queue_and_are_served_in_turn(box
             t.join(120)
     elapsed = time.monotonic() - t0
     assert results == [200] * 6
-    st = box.pool_control("gpu1")
+    st = pool_control(box, "gpu1")
     assert st["served"] == 6 and st["max_inflight_seen"] == 2
     assert elapsed >= 3 * 0.5 - 0.05        # three rounds of two
     srv = server_row(box.proxy_stats_socket, "be_gpu1", "gpu1")
@@ -133,15 +134,15 @@ def test_requests_past_maxconn_wait_in_haproxys_queue_and_are_served_in_turn(box
 
 
 def test_pool_answers_429_then_recovers_when_told(box):
-    box.pool_control("gpu0", fail="429", fail_times=1)
+    pool_control(box, "gpu0", fail="429", fail_times=1)
     code, body, _ = chat(box, SAMPLING)
     assert code == 429, body
     assert chat(box, SAMPLING)[0] == 200
-    assert box.pool_control("gpu0")["failed"] == {"429": 1}
+    assert pool_control(box, "gpu0")["failed"] == {"429": 1}
 
 
 def test_pool_answers_503_on_demand(box):
-    box.pool_control("gpu1", fail="503")
+    pool_control(box, "gpu1", fail="503")
     code, _, _ = chat(box, CAPACITY)
     assert code == 503
     with inside(box.rig_netns):      # a pool is reached directly only from inside the rig network
@@ -151,18 +152,18 @@ def test_pool_answers_503_on_demand(box):
 
 def test_a_hanging_pool_holds_the_request_until_released(box):
     p = box.pools["gpu0"]
-    box.pool_control("gpu0", fail="hang")
+    pool_control(box, "gpu0", fail="hang")
     url = f"http://{p.addr}:{p.port}/v1/chat/completions"
     body = {"model": SAMPLING, "messages": [{"role": "user", "content": "clamp_px"}]}
     with inside(box.rig_netns), pytest.raises((TimeoutError, urllib.error.URLError)):
         post(url, body, timeout=1.0)
-    box.pool_control("gpu0", fail=None)
+    pool_control(box, "gpu0", fail=None)
     with inside(box.rig_netns):
         assert post(url, body, timeout=10)[0] == 200
 
 
 def test_tokens_per_second_slows_answers(box):
-    box.pool_control("gpu0", tokens_per_s=100)
+    pool_control(box, "gpu0", tokens_per_s=100)
     t0 = time.monotonic()
     code, body, _ = chat(box, SAMPLING, n=3)
     assert code == 200
@@ -173,7 +174,7 @@ def test_the_bank_is_data_a_new_file_changes_the_answers(box, tmp_path):
     bank = tmp_path / "bank.json"
     bank.write_text(json.dumps({"functions": {"only_fn": {"sampling": [
         {"kind": "broken", "code": "fn only_fn( {"}]}}}))
-    box.pool_control("gpu0", bank=str(bank))
+    pool_control(box, "gpu0", bank=str(bank))
     code, body, _ = chat(box, SAMPLING, n=2)
     assert code == 200 and all("fn only_fn( {" in c["message"]["content"] for c in body["choices"])
 
@@ -184,12 +185,12 @@ def test_the_pool_is_named_a_stand_in_and_lists_its_model(box):
         code, body, headers = get(f"http://{p.addr}:{p.port}/v1/models")
     assert code == 200 and [m["id"] for m in body["data"]] == [CAPACITY]
     assert "stand-in" in headers["X-Stand-In"]
-    assert "stand-in" in box.pool_control("gpu1")["stand_in"]
+    assert "stand-in" in pool_control(box, "gpu1")["stand_in"]
 
 
 def test_control_refuses_an_unknown_fault(box):
     with pytest.raises(urllib.error.HTTPError) as e:
-        box.pool_control("gpu0", fail="explode")
+        pool_control(box, "gpu0", fail="explode")
     assert e.value.code == 400
 
 
@@ -223,12 +224,12 @@ def test_rig_file_roles_reach_the_service_hosts_as_root_over_pinned_ssh(box):
 
     r = ssh_root(proxy.hosts[0], "id -un; " + proxy.validate.format(path=proxy.files[0]))
     assert r.returncode == 0 and r.stdout.split()[0] == "root", r.stderr
-    pid_before = box.pool_control("gpu0")  # the pools are untouched by a proxy reload
+    pid_before = pool_control(box, "gpu0")  # the pools are untouched by a proxy reload
     r = ssh_root(proxy.hosts[0], proxy.reload)
     assert r.returncode == 0, r.stderr
     time.sleep(0.5)
     assert chat(box, SAMPLING)[0] == 200
-    assert box.pool_control("gpu0")["served"] == pid_before["served"] + 1
+    assert pool_control(box, "gpu0")["served"] == pid_before["served"] + 1
     gw = rf.roles["gateway"]
     r = ssh_root(gw.hosts[0], gw.health)
     assert r.returncode == 0 and "alive" in r.stdout.lower(), r.stdout + r.stderr

@@ -255,17 +255,17 @@ import threading  # noqa: E402
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 
 from lanes.base.errors import NevError  # noqa: E402
-from rig.box import procs  # noqa: E402
-from rig.box.state import ProcRec  # noqa: E402
+from lanes.base.procs import ProcRec  # noqa: E402
+from rig.box import waits  # noqa: E402
 
 
 def test_wait_port_returns_once_the_port_listens_and_names_a_port_that_never_does():
     srv = socket.create_server(("127.0.0.1", 0))
     port = srv.getsockname()[1]
-    procs.wait_port("127.0.0.1", port, 2)
+    waits.wait_port("127.0.0.1", port, 2)
     srv.close()
     with pytest.raises(NevError, match=rf"^127\.0\.0\.1 did not listen on 127\.0\.0\.1:{port} within 0 s"):
-        procs.wait_port("127.0.0.1", port, 0.2)
+        waits.wait_port("127.0.0.1", port, 0.2)
 
 
 def test_wait_http_takes_a_client_error_as_an_answer_but_not_a_server_error():
@@ -284,9 +284,9 @@ def test_wait_http_takes_a_client_error_as_an_answer_but_not_a_server_error():
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{srv.server_address[1]}"
     try:
-        procs.wait_http(f"{base}/missing", 2)
+        waits.wait_http(f"{base}/missing", 2)
         with pytest.raises(NevError, match=r"/broken did not answer .*/broken within 0 s"):
-            procs.wait_http(f"{base}/broken", 0.3)
+            waits.wait_http(f"{base}/broken", 0.3)
     finally:
         srv.shutdown()
         srv.server_close()
@@ -298,4 +298,4 @@ def test_waits_stop_at_once_when_the_recorded_process_is_gone(tmp_path):
     closed = port.getsockname()[1]
     port.close()
     with pytest.raises(NevError, match=r"gpu9\.pool exited while starting; see .*gpu9-pool\.log"):
-        procs.wait_port("127.0.0.1", closed, 30, gone, tmp_path / "gpu9-pool.log")
+        waits.wait_port("127.0.0.1", closed, 30, gone, tmp_path / "gpu9-pool.log")

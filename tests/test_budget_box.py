@@ -16,6 +16,7 @@ import pytest
 from bench import folknet as fk
 from bench import ledger
 from bench.budget import spent_in
+from rig.box.poolctl import pool_control
 from tests.test_batch_box import DATA, ROOT, SAMPLING, env_for, nev, repo  # noqa: F401  (repo: a fixture)
 
 
@@ -24,11 +25,11 @@ def wrong_only(box, repo):  # noqa: F811
     """Pools answering abspos_width only with wrong or broken versions: a batch never passes, so
     it draws every round it is allowed."""
     for p in box.pools:
-        box.pool_control(p, reset=True)
-        box.pool_control(p, bank=str(DATA / "bank_escalate.json"))
+        pool_control(box, p, reset=True)
+        pool_control(box, p, bank=str(DATA / "bank_escalate.json"))
     yield box
     for p in box.pools:
-        box.pool_control(p, reset=True)
+        pool_control(box, p, reset=True)
 
 
 def lines_of(box, name: str) -> list[dict]:
@@ -54,7 +55,7 @@ def test_a_jobs_token_budget_stops_the_batch_before_passing_it_and_the_next_job_
     budget = per_round * 3 // 2
 
     # job A: a budget of 1.5 rounds, four rounds allowed
-    served0 = box.pool_control("gpu0")["served"]
+    served0 = pool_control(box, "gpu0")["served"]
     ra = nev({**env, "NEV_LEDGER_NAME": f"job-a-{tag}", "NEV_BUDGET_TOKENS": str(budget)}, repo, *run,
              "--max-batches", "4")
     assert ra.returncode == 12, ra.stdout + ra.stderr
@@ -71,14 +72,14 @@ def test_a_jobs_token_budget_stops_the_batch_before_passing_it_and_the_next_job_
     share = last["models"][SAMPLING]
     assert share["status"] == "budget" and share["constraints"]["bound"] == "budget"
     # every call the pool served is in the ledger: nothing drawn unmetered
-    assert box.pool_control("gpu0")["served"] - served0 == calls_in(la)
+    assert pool_control(box, "gpu0")["served"] - served0 == calls_in(la)
 
     # job A again (a resume): its ledger already holds the spend, so nothing is drawn
-    served1 = box.pool_control("gpu0")["served"]
+    served1 = pool_control(box, "gpu0")["served"]
     ra2 = nev({**env, "NEV_LEDGER_NAME": f"job-a-{tag}", "NEV_BUDGET_TOKENS": str(budget)}, repo, *run,
               "--max-batches", "4")
     assert ra2.returncode == 12, ra2.stdout + ra2.stderr
-    assert box.pool_control("gpu0")["served"] == served1
+    assert pool_control(box, "gpu0")["served"] == served1
     assert spent_in(lines_of(box, f"job-a-{tag}"))[0] == spent
 
     # the next job, with a budget of its own the same size: job A's spend is not its spend
@@ -107,7 +108,7 @@ def test_a_429_freezes_the_alias_and_the_next_rounds_plan_and_the_ledger_name_th
     box = wrong_only
     env = {**env_for(box, repo), "NEV_THROUGHPUT_DIR": str(tmp_path / "tp"),
            "NEV_LEDGER_NAME": f"cool-{uuid.uuid4().hex[:6]}"}
-    box.pool_control("gpu0", fail="429", fail_times=2)        # answered with Retry-After: 1
+    pool_control(box, "gpu0", fail="429", fail_times=2)        # answered with Retry-After: 1
     r = nev(env, repo, "batch", "run", "abspos_width", "--models", f"{SAMPLING}:4:2", "--escalate-after", "9",
             "--max-batches", "2", "--seed", "5")
     assert r.returncode == 1, r.stdout + r.stderr
@@ -132,8 +133,8 @@ def test_job_run_with_a_token_budget_ends_with_12_before_passing_it_and_the_next
     from lanes.base.gitrun import Repo
 
     for p in box.pools:
-        box.pool_control(p, reset=True)
-        box.pool_control(p, bank=str(DATA / "bank_find.json"))   # abspos_width never passes, block_width does
+        pool_control(box, p, reset=True)
+        pool_control(box, p, bank=str(DATA / "bank_find.json"))   # abspos_width never passes, block_width does
     tag = uuid.uuid4().hex[:6]
     base = Repo(repo).rev("HEAD")
     share = tmp_path / "share"
@@ -152,7 +153,7 @@ def test_job_run_with_a_token_budget_ends_with_12_before_passing_it_and_the_next
         return nev(env, repo, "job", "run", str(m), "--workdir", str(repo), "--state", str(tmp_path / name),
                    timeout=900)
 
-    served0 = box.pool_control("gpu0")["served"]
+    served0 = pool_control(box, "gpu0")["served"]
     ra = job(f"job-a-{tag}", "abspos_width")
     assert ra.returncode == 12, ra.stdout + ra.stderr + (tmp_path / f"job-a-{tag}/logs/gen.log").read_text()
     assert "stage gen: the job's budget bound (exit 12)" in ra.stderr
@@ -162,7 +163,7 @@ def test_job_run_with_a_token_budget_ends_with_12_before_passing_it_and_the_next
     la = ledger.read(ledger.ledger_dir(share) / f"job-a-{tag}.jsonl")
     spent = spent_in(la)[0]
     assert 0 < spent <= budget and la[-1]["budget"]["bound"] == "tokens" and la[-1]["budget"]["tokens"] == budget
-    assert box.pool_control("gpu0")["served"] - served0 == calls_in(la)
+    assert pool_control(box, "gpu0")["served"] - served0 == calls_in(la)
     log = (tmp_path / f"job-a-{tag}" / "logs" / "gen.log").read_text()
     assert "the budget bound" in log and "bound by budget" in log
 
@@ -180,8 +181,8 @@ def swept(box, tmp_path_factory):
     """A real `nev rig throughput` sweep of the sampling alias with its stand-in pool taking two
     at once (1 s a call): throughput stops growing at 2 in flight."""
     tmp = tmp_path_factory.mktemp("plan")
-    box.pool_control("gpu0", reset=True)
-    box.pool_control("gpu0", delay=1.0, max_inflight=2)
+    pool_control(box, "gpu0", reset=True)
+    pool_control(box, "gpu0", delay=1.0, max_inflight=2)
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("NEV_", "GENERA_"))}
     env.update(box.env)
     env.update({"NEV_THROUGHPUT_DIR": str(tmp / "tp"), "PYTHONPATH": str(ROOT), "NEV_LANE_SHARED": str(tmp / "share")})
@@ -190,7 +191,7 @@ def swept(box, tmp_path_factory):
                             "--requests", "8", "--max-tokens", "32", "--json"],
                            capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
     finally:
-        box.pool_control("gpu0", reset=True)
+        pool_control(box, "gpu0", reset=True)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["knee"] == 2, r.stdout
     (tmp / "work").mkdir()
@@ -250,8 +251,8 @@ def test_a_gpu_second_budget_is_metered_from_the_measured_throughput_and_binds(s
         assert abs(m["gpu_s"] - m["tokens_out"] / peak) < 0.01
     assert abs(sum(ln["models"][SAMPLING]["gpu_s"] for ln in lines) - last["spent_gpu_s"]) < 0.01
     # with no sweep of the alias a GPU-second budget is refused before anything is drawn
-    served = box.pool_control("gpu0")["served"]
+    served = pool_control(box, "gpu0")["served"]
     bare = nev({**env, "NEV_THROUGHPUT_DIR": str(_tmp / "none")}, repo, *run, "--max-batches", "1",
                "--budget-gpu-s", "5")
     assert bare.returncode == 2 and f"nev rig throughput {SAMPLING}" in bare.stderr
-    assert box.pool_control("gpu0")["served"] == served
+    assert pool_control(box, "gpu0")["served"] == served

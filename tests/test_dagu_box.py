@@ -20,6 +20,7 @@ from dagu.install import show_hash
 from dagu.layout import DAGU_SHA256
 from dagu.runs import max_overlap
 from lanes.base.ssh import Connection, Forward, Target
+from rig.box.netns import run_in
 from tests.helpers.dagu_helpers import (
     DAGU,
     WORKTREE,
@@ -81,7 +82,7 @@ def test_up_on_a_clean_lane_verifies_the_binary_and_listens_on_loopback_only(lan
         assert (lane.root / f).stat().st_uid == binary.stat().st_uid != 0  # the lane user's
     assert (lane.root / "home/model-key").read_text() == lane.key
     # healthy on the lane's own loopback ...
-    r = box.run_in(box.lanes[0].name, ["curl", "-s", f"http://127.0.0.1:{PORT}/api/v2/health"])
+    r = run_in(box, box.lanes[0].name, ["curl", "-s", f"http://127.0.0.1:{PORT}/api/v2/health"])
     assert '"status":"healthy"' in r.stdout
     # ... and not reachable from the rig network on the lane's address
     from rig.box.netns import inside
@@ -225,7 +226,7 @@ def test_autostart_line_brings_dagu_back_after_a_restart(lane, box):
     wait_for(lambda: conn.run(f"kill -0 {pid}").exit_status != 0, 5, what="Dagu to die")
     assert conn.run(lines[0].removeprefix("@reboot ").split(" #")[0]).exit_status == 0
     t0 = time.monotonic()
-    wait_for(lambda: '"healthy"' in box.run_in(box.lanes[0].name, ["curl", "-s", f"http://127.0.0.1:{PORT}/api/v2/health"]).stdout,
+    wait_for(lambda: '"healthy"' in run_in(box, box.lanes[0].name, ["curl", "-s", f"http://127.0.0.1:{PORT}/api/v2/health"]).stdout,
              15, 0.2, "Dagu to come back")
     run_id = ok(nev(lane.env, "dagu", "run", "queued", "--param", "SECONDS=1", "--detach")).stdout.strip()
     wait_for(lambda: lane.api.run("queued", run_id)["statusLabel"] in ("running", "succeeded"), 10, 0.2,

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from rig.box.poolctl import pool_control
 from tests.helpers.standin_pool import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,12 +74,12 @@ def test_the_dashboard_shows_every_lane_and_alias_of_the_box_with_the_right_stat
         ledger.append(tmp_path / "share/ledger/wt-abspos.jsonl", ledger.line_for(record))
     job_state(tmp_path / "state/jobs/gen-abspos", "gen-abspos", {"gen": "passed", "probe": "running", "land": "pending"})
     # one alias answers, the other's pool answers 503: one probe round gives ready and failing
-    box.pool_control("gpu1", fail="503")
+    pool_control(box, "gpu1", fail="503")
     try:
         pr = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "probe"], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     finally:
-        box.pool_control("gpu1", reset=True)
+        pool_control(box, "gpu1", reset=True)
     assert pr.returncode == 0, pr.stderr
     expected_alias = {**{p.alias: "ready" for p in box.pools.values()}, box.pools["gpu1"].alias: "failing"}
     # Dagu on lane 0 with one run in progress

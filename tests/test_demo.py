@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from lanes.base.gitrun import Repo
-from rig.demo_report import FAILED, PASSED, SKIPPED, StepResult, exit_code, summary_table
+from rig.box.demo.report import FAILED, PASSED, SKIPPED, StepResult, exit_code, summary_table
 
 ROOT = Path(__file__).resolve().parent.parent
 GEN = "crates_bridge/engine/crates/layout/src/generated"
@@ -131,7 +131,7 @@ def test_demo_passes_every_step_and_lands_a_generated_function_at_its_floor(box)
 # ---- the pure parts ----
 
 def test_the_demo_bank_has_only_wrong_answers_below_the_capacity_tier():
-    from rig.demo_bank import demo_bank
+    from rig.box.demo.bank import demo_bank
 
     fn = demo_bank()["functions"]["abspos_width"]
     assert [c["kind"] for c in fn["sampling"]] == ["wrong", "wrong"]
@@ -143,7 +143,7 @@ def test_the_demo_bank_has_only_wrong_answers_below_the_capacity_tier():
 
 def test_the_demo_tells_a_rendered_corpus_from_a_copied_one_by_the_build_summary(tmp_path):
     from bench.oracle.build import BuildResult, summary_lines
-    from rig.demo import rendered_corpora
+    from rig.box.demo.steps import rendered_corpora
 
     man = {"key": "ab" * 32, "cases": 3, "generated": 4, "quarantined": 0, "agreement": {"3/3": 4},
            "engines": {"chromium": "156"}}
@@ -177,7 +177,7 @@ def test_steps_beside_others_overlap_and_a_failure_among_them_stops_the_later_st
     import threading
     import types
 
-    from rig.demo import Demo, Options, StepFailed
+    from rig.box.demo.steps import Demo, Options, StepFailed
 
     started = {n: threading.Event() for n in range(1, 9)}
     said: list[str] = []
@@ -242,7 +242,7 @@ def test_the_summary_total_is_the_wall_time_when_steps_ran_beside_others():
 
 
 def test_a_command_s_progress_lines_are_logged_with_their_time_and_its_output_is_kept_whole(tmp_path):
-    from rig.demo_run import run_stamped
+    from rig.box.demo.commands import run_stamped
 
     cp, stamped = run_stamped(["sh", "-c", "echo out; echo e1 >&2; echo e2 >&2; printf e3 >&2; exit 3"],
                               tmp_path, {"PATH": os.environ["PATH"]}, 60)
@@ -261,8 +261,8 @@ def test_box_ups_progress_is_said_while_it_runs_not_after(tmp_path):
     import time
     import types
 
-    from rig.demo import Demo, Options
-    from rig.demo_run import run_stamped
+    from rig.box.demo.commands import run_stamped
+    from rig.box.demo.steps import Demo, Options
 
     said: list[tuple[float, str]] = []
     d = Demo(Options(say=lambda s: said.append((time.monotonic(), s))),
@@ -275,12 +275,10 @@ def test_box_ups_progress_is_said_while_it_runs_not_after(tmp_path):
 
 
 def test_box_up_says_a_line_as_each_phase_starts():
-    import types
-
     from rig.box.build import Build
 
     b = Build.__new__(Build)
-    b.box = types.SimpleNamespace(name="tb")
+    b.name = "tb"
     b.changed = []
     ran: list[str] = []
     phases = b.phases()

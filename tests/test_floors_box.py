@@ -13,6 +13,7 @@ import pytest
 from bench import floors, scores
 from crates_bridge.workspace import EXAMPLE_ENGINE
 from lanes.base.errors import NevError
+from rig.box.netns import run_in
 from tests.helpers import lane_helpers as h
 from tests.helpers import lane_rig as rigs
 
@@ -78,7 +79,7 @@ def test_a_lane_missing_a_browser_fails_the_floors_check_naming_it(box, lane_eng
     rig, wt, env, lane = lane_engine
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    hide = box.run_in(lane.name, ["sh", "-c", f"mv /usr/bin/firefox-esr {HIDDEN} && ! command -v firefox-esr"])
+    hide = run_in(box, lane.name, ["sh", "-c", f"mv /usr/bin/firefox-esr {HIDDEN} && ! command -v firefox-esr"])
     assert hide.returncode == 0, hide.stderr
     try:
         r = h.nev(["floors", "check", "--repo", str(wt)], env, timeout=1800)
@@ -92,7 +93,7 @@ def test_a_lane_missing_a_browser_fails_the_floors_check_naming_it(box, lane_eng
         assert e.value.exit_code == 11 and "exited 11: firefox is not installed on " in str(e.value)
         assert str(e.value).endswith("nothing was written")
     finally:
-        back = box.run_in(lane.name, ["sh", "-c", f"mv {HIDDEN} /usr/bin/firefox-esr && command -v firefox-esr"])
+        back = run_in(box, lane.name, ["sh", "-c", f"mv {HIDDEN} /usr/bin/firefox-esr && command -v firefox-esr"])
         assert back.returncode == 0, back.stderr
     # Firefox back: the same check passes (every function above its 0/0 floor)
     ok = h.nev(["floors", "check", "--repo", str(wt)], env, timeout=1800)

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from lanes.base import crontab
+from lanes.base import crontab, procs
 from lanes.base.errors import ConfigError
 from rig import rigfile
-from rig.box import procs
 from rig.forward import check, control
 from rig.forward import state as st
 from rig.forward.supervise import FIRST, MAX, STABLE, next_delay

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.perf import lanedraw
+from rig.box.poolctl import pool_control
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = "qwen3.8-27b-fast"     # gpu0: HAProxy's maxconn 8, the box declares 8
@@ -68,13 +69,13 @@ def hold_to_4(a: dict) -> None:
 
 def draw_both(box, lanes, seconds: float) -> tuple[list[lanedraw.Drawn], dict]:
     pool = box.aliases[FAST]
-    box.pool_control(pool, reset=True)
-    box.pool_control(pool, delay=0.5, max_inflight=16)        # the pool itself holds nothing back
+    pool_control(box, pool, reset=True)
+    pool_control(box, pool, delay=0.5, max_inflight=16)        # the pool itself holds nothing back
     try:
         got = lanedraw.draw(box, lanes, FAST, LIMIT, seconds)
-        return got, box.pool_control(pool)
+        return got, pool_control(box, pool)
     finally:
-        box.pool_control(pool, reset=True)
+        pool_control(box, pool, reset=True)
 
 
 def test_two_batches_on_two_lanes_share_the_gateways_in_flight_limit_and_the_pool_never_sees_more(

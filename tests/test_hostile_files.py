@@ -53,7 +53,7 @@ RAW_JSON = {
     "lanes/writer.py::": "the lane agent's frames",
     "lanes/session.py::": "the lane agent's frames",
     "lanes/quick.py::": "the gate's recorded client, read before nev loads (tested in test_lane_quick.py)",
-    "rig/demo.py::": "the demo's own commands' output and the files it just wrote",
+    "rig/box/demo/steps.py::": "the demo's own commands' output and the files it just wrote",
     "rig/throughput.py::": "the gateway's streamed answer",
     "rig/box/pool.py::": "an HTTP request body of the stand-in pool",
     "rig/box/poolctl.py::": "an HTTP answer of the stand-in pool",

@@ -224,7 +224,7 @@ def _free_port() -> int:
 def test_forward_down_stops_the_supervisor_whose_state_file_is_broken_or_gone(tmp_path, damage):
     import socket
 
-    from rig.box import procs
+    from lanes.base import procs
     from rig.forward import state as st
 
     silent = socket.socket()      # a jump host that accepts and never speaks: the client waits

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from rig.box.poolctl import pool_control
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -100,7 +102,7 @@ def test_pool_told_to_answer_503_fails_after_n_rounds_and_is_back_after_m(box, t
     env = probe_env(box, tmp_path)
     try:
         assert statuses(env)[DEEP] == "ready"
-        box.pool_control("gpu1", fail="503")
+        pool_control(box, "gpu1", fail="503")
         assert [statuses(env)[DEEP] for _ in range(2)] == ["ready", "failing"]
         r = nev(env, "rig", "status", "--json")
         row = {x["alias"]: x for x in json.loads(r.stdout)["aliases"]}[DEEP]
@@ -111,7 +113,7 @@ def test_pool_told_to_answer_503_fails_after_n_rounds_and_is_back_after_m(box, t
         r = nev(env, "job", "check", "inventory", str(manifest), env["NEV_INVENTORY"], "--json")
         assert r.returncode == 3, r.stderr
         assert [x["alias"] for x in json.loads(r.stdout)["reasons"]] == [DEEP]
-        box.pool_control("gpu1", reset=True)
+        pool_control(box, "gpu1", reset=True)
         seq = [statuses(env) for _ in range(3)]
         assert [s[DEEP] for s in seq] == ["failing", "failing", "ready"]
         assert {s[FAST] for s in seq} == {"ready"}
@@ -130,13 +132,13 @@ def test_pool_told_to_answer_503_fails_after_n_rounds_and_is_back_after_m(box, t
         retired = nev(env, "job", "check", "inventory", str(manifest), env["NEV_INVENTORY"])
         assert retired.returncode == 10 and "retired on 2026-09-22" in retired.stderr
     finally:
-        box.pool_control("gpu1", reset=True)
+        pool_control(box, "gpu1", reset=True)
 
 
 def test_hanging_pool_is_failing_after_the_timeout_and_does_not_delay_the_other(box, tmp_path):
     env = probe_env(box, tmp_path, NEV_PROBE_TIMEOUT="4")
     try:
-        box.pool_control("gpu1", fail="hang")
+        pool_control(box, "gpu1", fail="hang")
         t0 = time.monotonic()
         r = nev(env, "rig", "probe")
         took = time.monotonic() - t0
@@ -149,7 +151,7 @@ def test_hanging_pool_is_failing_after_the_timeout_and_does_not_delay_the_other(
         # one process start (~1 s) plus the 4 s timeout: the two probes ran side by side
         assert took < 4 + 3, took
     finally:
-        box.pool_control("gpu1", reset=True)
+        pool_control(box, "gpu1", reset=True)
 
 
 def test_models_listing_answers_while_completions_fail(box, tmp_path):
@@ -158,14 +160,14 @@ def test_models_listing_answers_while_completions_fail(box, tmp_path):
     env = probe_env(box, tmp_path)
     key = Path(box.env["NEV_MODEL_KEY_FILE"]).read_text().strip()
     try:
-        box.pool_control("gpu0", fail="503")
+        pool_control(box, "gpu0", fail="503")
         models = requests.get(f"{box.gateway_local_url}/v1/models", headers={"Authorization": f"Bearer {key}"},
                               timeout=10)
         assert models.status_code == 200 and FAST in models.text
         assert statuses(env)[FAST] == "failing"
         assert key not in Path(env["NEV_INVENTORY"]).read_text()
     finally:
-        box.pool_control("gpu0", reset=True)
+        pool_control(box, "gpu0", reset=True)
 
 
 def test_declared_backend_health_must_answer_too(box, tmp_path):

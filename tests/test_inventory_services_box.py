@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def services(box) -> Iterator[dict]:
+    from lanes.base import procs
     from rig.box import inventory_services as isv
-    from rig.box import inventory_up, plan, procs, state
+    from rig.box import inventory_up, plan, state
 
     st = state.read_state(box.dir)
     assert st is not None

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from rig.box.forge import create_repo
+from rig.box.poolctl import pool_control
 from tests.helpers.job_helpers import ROOT, git
 
 DAGU = "/opt/nev/dagu-1.30.2/dagu"
@@ -110,7 +112,7 @@ class Rig:
 def rig(box, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("jobs-box")
     r = Rig(box, tmp)
-    url = box.forge_create_repo(f"jobs-e2e-{int(time.time())}")
+    url = create_repo(box, f"jobs-e2e-{int(time.time())}")
     r.env["NEV_LANE_GIT_URL"] = url                  # the lanes fetch and publish at the rig address
     r.env["NEV_FORGE_URL"] = box.dev_url(url)        # the dev box pushes through its forward
     archive = box.nas / "archive"
@@ -204,14 +206,14 @@ def test_three_stage_job_runs_on_the_lane_publishes_and_poll_lands_it(rig, box):
 def test_pool_answering_503_gives_exit_3_is_resent_and_passes_after_recovery(rig, box):
     alias = "deepseek-v4.1-flash"
     pool = next(p for p, info in box.pools.items() if info.alias == alias)
-    box.pool_control(pool, fail="503")
+    pool_control(box, pool, fail="503")
     try:
         rig.probe(rounds=2)  # failing after NEV_PROBE_FAILS=2 rounds
         run_id = rig.job("flaky", _stages("flaky", alias))
         assert rig.step_exit(run_id, "run") == "3"
         assert not rig.forge_has("result/flaky")  # the not-run result stays on the lane
     finally:
-        box.pool_control(pool, reset=True)
+        pool_control(box, pool, reset=True)
     rig.probe(rounds=2)  # ready again after NEV_PROBE_OKS=2 rounds
     rec = rig.poll_until("flaky", "landed", timeout=300)
     assert rec["resends"] >= 1 and rec["sends"] == 1
@@ -378,7 +380,8 @@ def _restart_lane(box, lane) -> None:
     while Dagu, its other child, runs). A netns lane's processes are killed one by one."""
     import signal
 
-    from rig.box import Box, procs, state
+    from lanes.base import procs
+    from rig.box import Box, state
 
     st = state.read_state(box.dir)
     assert st is not None

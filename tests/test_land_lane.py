@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rig.box.forge import create_repo
+
 pytest.register_assert_rewrite("tests.helpers.landkit")
 
 from tests.helpers.landkit import Kit, check_invariant  # noqa: E402
@@ -25,7 +27,7 @@ def lane_kit(box, tmp_path: Path, lanes: list[dict] | None = None, tracks: dict 
                                                "specWatch": {"pollEnv": {"NEV_LANE_STRICT": "1"}}})
     k.spec(name, ["src/**"])
     k.commit_main({f"specs/{name}.md": (k.primary / f"specs/{name}.md").read_text()}, "spec")
-    url = box.forge_create_repo(f"land-{tag}.git")
+    url = create_repo(box, f"land-{tag}.git")
     askpass = {"GIT_ASKPASS": str(box.forge_askpass)}
     git_env = {**k.env(), **askpass}
     import subprocess

@@ -14,8 +14,9 @@ import pytest
 
 from jobs import protected as P
 from jobs import spec, tracks
-from jobs.landlock import LandLock, pid_alive
+from jobs.landlock import LandLock
 from lanes.base.errors import ConfigError, NevError
+from lanes.base.procs import pid_alive
 
 
 @pytest.mark.parametrize("path", [

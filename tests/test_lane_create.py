@@ -193,7 +193,7 @@ def test_lxc_lane_created_by_nev_answers_ssh_passes_a_gate_and_is_gone_after_des
     ls = subprocess.run(["lxc-ls", "-P", lxcpath], capture_output=True, text=True)
     assert name not in ls.stdout
     from rig.box.netns import inside
-    from rig.box.procs import port_open
+    from rig.box.waits import port_open
     with inside(box.rig_netns):
         assert not port_open(addr, 22)
     assert bridge_ports(box) == ports_before

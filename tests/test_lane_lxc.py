@@ -104,7 +104,7 @@ def apt_proxy(box, tmp_path_factory):
                          stderr=subprocess.DEVNULL)
     relay = None
     try:
-        from rig.box.procs import wait_port
+        from rig.box.waits import wait_port
         wait_port("127.0.0.1", port, 10)
         relay = Relay(box.rig_netns, (box.bridge_addr, port), ("127.0.0.1", port))
         yield f"http://{box.bridge_addr}:{port}"

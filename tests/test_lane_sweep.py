@@ -23,6 +23,7 @@ from lanes.agent import root as agent_root
 from lanes.base.gitrun import Repo
 from lanes.base.ssh import Connection
 from lanes.lanesfile import Lane
+from rig.box.netns import run_in
 
 E = sw.Entry
 
@@ -275,7 +276,7 @@ def test_disk_guard_sweeps_then_exits_4_naming_lane_free_space_and_largest_copie
         assert keep.name in r.stderr.split("largest copies")[1]
         assert not (host_root / gone.name).exists() and (host_root / keep.name).is_dir()
     finally:
-        box.run_in("lane0", ["rm", "-rf", root])
+        run_in(box, "lane0", ["rm", "-rf", root])
 
 
 def test_sweep_archives_removes_what_is_older_than_the_retention_and_keeps_the_newest_per_name(box, box_env, tmp_path):

@@ -1,5 +1,6 @@
 """The one process-group stop: SIGTERM, wait, SIGKILL what is left; zombies do not count as alive."""
 
+import os
 import subprocess
 import sys
 import time
@@ -42,3 +43,25 @@ def test_a_group_that_is_gone_is_left_alone():
     p.wait()
     assert not procgroup.alive(p.pid)
     procgroup.stop(p.pid, grace=0.1)
+
+
+def test_the_one_stat_reader_takes_a_command_name_that_looks_like_fields(tmp_path):
+    from lanes.base import procs
+
+    fake = tmp_path / "x) Z 1 (y"            # the name in parentheses, with a bracket and a state
+    fake.symlink_to("/bin/sleep")
+    p = subprocess.Popen([str(fake), "30"], start_new_session=True)
+    try:
+        s = procs.stat(p.pid)
+        assert s is not None and s.state != "Z" and s.ppid == os.getpid() and s.pgrp == p.pid
+        assert procs.start_time(p.pid) == s.start and procs.pid_alive(p.pid)
+        assert procs.alive(procs.ProcRec(key="k", host="local", pid=p.pid, start=s.start, argv=[]))
+    finally:
+        p.kill()
+        time.sleep(0.2)
+    zombie = procs.stat(p.pid)                # killed, not yet reaped: still read, but not alive
+    assert zombie is not None and zombie.state == "Z"
+    assert procs.start_time(p.pid) is None and not procs.pid_alive(p.pid)
+    p.wait()
+    assert procs.stat(p.pid) is None and procs.start_time(p.pid) is None
+    assert not procs.pid_alive(p.pid)

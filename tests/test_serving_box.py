@@ -22,6 +22,8 @@ from bench import gateway_http
 from bench.gateway_http import Endpoint, Unreachable
 from rig import rigfile
 from rig.box.haproxy import server_row
+from rig.box.netns import run_in
+from rig.box.poolctl import pool_control
 from rig.serving.actions import run_verb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +47,7 @@ def serving(box_env, tmp_path, monkeypatch):
         r = nev(env, "rig", "start", spec)
         assert r.returncode == 0, r.stderr
     for r in ("r0", "r1"):
-        box.pool_control("gpu2", r, reset=True)
+        pool_control(box, "gpu2", r, reset=True)
 
 
 def journal(box, name: str, since: float) -> list[tuple[float, str, str]]:
@@ -106,11 +108,11 @@ def wait_until(cond, timeout: float = 60) -> None:
 def test_drain_during_a_batch_loses_no_call_and_sends_the_drained_replica_nothing_new(serving):
     box, env = serving
     for r in ("r0", "r1"):
-        box.pool_control("gpu2", r, delay=1.0)
+        pool_control(box, "gpu2", r, delay=1.0)
     since = time.time()
     batch = Batch(box, total=48, inflight=8).start()
     # both replicas busy before the drain begins
-    wait_until(lambda: box.pool_control("gpu2", "r0")["inflight"] >= 1 and box.pool_control("gpu2", "r1")["inflight"] >= 1)
+    wait_until(lambda: pool_control(box, "gpu2", "r0")["inflight"] >= 1 and pool_control(box, "gpu2", "r1")["inflight"] >= 1)
     began: list[float] = []
     said: list[str] = []
 
@@ -138,11 +140,11 @@ def test_drain_during_a_batch_loses_no_call_and_sends_the_drained_replica_nothin
 
 def test_drain_stops_at_the_grace_and_says_how_many_calls_it_cut(serving):
     box, env = serving
-    box.pool_control("gpu2", "r0", delay=120.0)          # r0 never finishes within the grace
+    pool_control(box, "gpu2", "r0", delay=120.0)          # r0 never finishes within the grace
     batch = Batch(box, total=6, inflight=6).start()
-    wait_until(lambda: box.pool_control("gpu2", "r0")["inflight"] >= 1)
+    wait_until(lambda: pool_control(box, "gpu2", "r0")["inflight"] >= 1)
     time.sleep(0.5)
-    held = box.pool_control("gpu2", "r0")["inflight"]
+    held = pool_control(box, "gpu2", "r0")["inflight"]
     r = nev(env, "rig", "drain", "gpu2/r0", "--grace", "2")
     batch.join()
     assert r.returncode == 0, r.stderr
@@ -159,7 +161,7 @@ def test_stopping_the_last_ready_replica_is_refused_without_force(serving):
     assert r.returncode == 1
     assert "qwen3.8-27b-fast would have no ready replica left" in r.stderr and "--force" in r.stderr
     assert "failed at check" in r.stderr
-    assert box.run_in("gpu0", [str(Path(box.dir) / "pools" / "units" / "gpu0-r0"), "status"]).returncode == 0
+    assert run_in(box, "gpu0", [str(Path(box.dir) / "pools" / "units" / "gpu0-r0"), "status"]).returncode == 0
     # with one gpu2 replica drained, the other is the alias's last: refused too, then allowed with --force
     assert nev(env, "rig", "drain", "gpu2/r1").returncode == 0
     r = nev(env, "rig", "drain", "gpu2/r0")

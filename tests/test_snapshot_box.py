@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rig.box.haproxy import command as haproxy_command
+from rig.box.netns import run_in
 from rig.snapshot.capture import FileRec
 from rig.snapshot.store import LocalStore
 
@@ -54,7 +55,7 @@ def worker_pid(box) -> str:
 def through_proxy(box) -> list[int]:
     codes = []
     for pool in box.pools.values():
-        r = box.run_in("proxy", ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--noproxy", "*",
+        r = run_in(box, "proxy", ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--noproxy", "*",
                                  f"http://{box.proxy_addr}:{pool.proxy_port}/health"])
         codes.append(int(r.stdout or 0))
     return codes

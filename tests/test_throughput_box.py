@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rig import throughput as tp
 from rig.box.haproxy import clear_counters, server_row
+from rig.box.poolctl import pool_control
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,7 +22,7 @@ def test_throughput_finds_the_knee_at_haproxys_maxconn_within_one_level(box_env,
     # A known service rate: 2 s per request (many times the gateway's own latency, which grows
     # to 0.5 s on this loaded machine); the stand-in itself would take 64 at once, so only
     # HAProxy's maxconn holds requests back.
-    box.pool_control("gpu0", delay=2.0, max_inflight=64)
+    pool_control(box, "gpu0", delay=2.0, max_inflight=64)
     clear_counters(box.proxy_stats_socket)
     monkeypatch.setenv("NEV_THROUGHPUT_DIR", str(tmp_path / "tp"))
     try:
@@ -31,7 +32,7 @@ def test_throughput_finds_the_knee_at_haproxys_maxconn_within_one_level(box_env,
                            capture_output=True, text=True, cwd=ROOT, timeout=300,
                            env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     finally:
-        box.pool_control("gpu0", reset=True)
+        pool_control(box, "gpu0", reset=True)
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
     rows = {x["inflight"]: x for x in result["levels"]}

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.perf.common import CHECK, CHECK_HELP, check_settings, git, publish, run_checked  # noqa: E402
 from lanes import gate, lanesfile, payload  # noqa: E402
 from rig.box import Box  # noqa: E402
+from rig.box.forge import create_repo  # noqa: E402
 
 UP_KBIT = 156     # dev box -> lane: ~18.6 KB/s of payload (tbf/htb count headers: ~4.6% above)
 UP_PAYLOAD_BPS = 18_600   # the same uplink in payload bytes per second: the limit's rate
@@ -79,7 +80,7 @@ def class_bytes(veth: str) -> int:
 
 
 def make_worktree(info, tmp: Path, tag: str, mb: int) -> tuple[Path, str]:
-    url = info.forge_create_repo(f"b01{tag}.git")
+    url = create_repo(info, f"b01{tag}.git")
     askpass = {"GIT_ASKPASS": str(info.forge_askpass)}
     seed = tmp / "seed"
     (seed / "data").mkdir(parents=True)

@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.perf.common import CHECK, CHECK_HELP, ROOT, check_settings, git, publish, run_checked  # noqa: E402
 from lanes import gate, lanesfile, payload  # noqa: E402
 from rig.box import Box  # noqa: E402
+from rig.box.forge import create_repo  # noqa: E402
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, int | None, int]:
@@ -67,7 +68,7 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float
 
 def make_worktree(info, tmp: Path, tag: str) -> tuple[Path, str]:
     """A repository on the box forge (a few files), cloned, with a commit, a diff, an untracked file."""
-    url = info.forge_create_repo(f"b02{tag}.git")
+    url = create_repo(info, f"b02{tag}.git")
     askpass = {"GIT_ASKPASS": str(info.forge_askpass)}
     seed = tmp / "seed"
     seed.mkdir()

@@ -21,6 +21,7 @@ from bench.oracle import engines as eng  # noqa: E402
 from bench.oracle.cases import generator_for  # noqa: E402
 from bench.oracle.fleet import Fleet  # noqa: E402
 from bench.perf.common import CHECK, CHECK_HELP, ROOT, check_settings, publish, run_checked  # noqa: E402
+from lanes.base import procs  # noqa: E402
 
 BATCHED_CASES = int(os.environ.get("B3_CASES", "1000"))
 LAUNCH_CASES = int(os.environ.get("B3_LAUNCH_CASES", "3"))
@@ -35,10 +36,10 @@ def peak_rss_kib(pids: list[int]) -> int | None:
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
+        s = procs.stat(int(entry.name))
+        if s is None or s.pgrp not in groups:
+            continue
         try:
-            stat = open(f"/proc/{entry.name}/stat").read().rsplit(")", 1)[1].split()
-            if int(stat[2]) not in groups:
-                continue
             for line in open(f"/proc/{entry.name}/status"):
                 if line.startswith("VmHWM:"):
                     v = int(line.split()[1])

@@ -41,6 +41,7 @@ from bench.perf.common import (  # noqa: E402
 )
 from crates_bridge.workspace import EXAMPLE_ENGINE  # noqa: E402
 from rig.box.netns import inside  # noqa: E402
+from rig.box.poolctl import pool_control  # noqa: E402
 
 BANK = ROOT / "tests" / "data" / "bank_find.json"
 
@@ -106,8 +107,8 @@ def main() -> None:
     for alias in info.aliases:
         calls[alias] = a.calls if net.aliases[alias].tier == "sampling" else max(4, a.calls // 4)
     for p in info.pools:
-        info.pool_control(p, reset=True)
-        info.pool_control(p, bank=str(BANK), delay=a.delay)
+        pool_control(info, p, reset=True)
+        pool_control(info, p, bank=str(BANK), delay=a.delay)
     msgs = messages()
 
     def gateways(direct: bool, one_at_a_time: bool = False) -> dict[str, Gateway]:
@@ -135,7 +136,7 @@ def main() -> None:
              for al in calls}
     pids = {k: r.pid for k, r in (st.procs.items() if st else [])}
     for p in info.pools:
-        info.pool_control(p, reset=True)
+        pool_control(info, p, reset=True)
     result = {
         "cpus": int(subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip() or 0),
         "pool_delay_s": a.delay, "through_proxy": proxy, "straight_to_pool": direct,

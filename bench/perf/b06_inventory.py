@@ -43,6 +43,7 @@ from lanes.base import settings  # noqa: E402
 from rig.box import Box  # noqa: E402
 from rig.box.advertisers import Advertisers  # noqa: E402
 from rig.box.netns import inside  # noqa: E402
+from rig.box.poolctl import pool_control  # noqa: E402
 from rig.inventory import collect, probe  # noqa: E402
 
 DELAY = 0.5   # seconds the slow pool (gpu1) waits before answering
@@ -107,7 +108,7 @@ def main() -> int:
         gateway = Endpoint(info.gateway_local_url, key)   # the dev box's forward, as `nev rig probe`
         aliases = [Alias(name=a, pool=pool, max_inflight=1, provider="self-hosted")
                    for a, pool in sorted(info.aliases.items())]
-        info.pool_control("gpu1", delay=DELAY)
+        pool_control(info, "gpu1", delay=DELAY)
         try:
             probe.probe_round(gateway, aliases, 20.0)  # warm the gateway's connections
 
@@ -123,7 +124,7 @@ def main() -> int:
             alone = {a.name: statistics.median(timed([a]) for _ in range(args.reps)) for a in aliases}
             round_all = statistics.median(timed(aliases) for _ in range(args.reps))
         finally:
-            info.pool_control("gpu1", reset=True)
+            pool_control(info, "gpu1", reset=True)
         rss["litellm"] = vm_hwm_mb(box_pid(Path(info.dir), "gateway.litellm"))
     finally:
         adv.close()

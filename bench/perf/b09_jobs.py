@@ -236,6 +236,7 @@ def main() -> int:
 
     from lanes.base import settings
     from rig.box import Box
+    from rig.box.forge import create_repo
 
     benv = dict(os.environ)
     benv.setdefault("NEV_BOX_DIR", str(ROOT / ".box"))
@@ -248,7 +249,7 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_"))}
         env.update(info.env)
         env.update({"PYTHONPATH": str(ROOT), "NEV_DAGU_BINARY": DAGU, "NEV_STATE_DIR": str(tmp / "state")})
-        env["NEV_LANE_GIT_URL"] = info.forge_create_repo(f"b09-{int(time.time())}")
+        env["NEV_LANE_GIT_URL"] = create_repo(info, f"b09-{int(time.time())}")
         env["NEV_FORGE_URL"] = info.dev_url(env["NEV_LANE_GIT_URL"])   # the same repository, through the dev box's forward
         archive = info.nas / "archive"
         archive.mkdir(exist_ok=True)

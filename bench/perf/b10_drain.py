@@ -32,6 +32,7 @@ from bench.gateway_http import Endpoint, Unreachable
 from bench.perf.common import CHECK, CHECK_HELP, box_with_lanes, check_settings, run_checked  # noqa: E402
 from lanes.base.gitrun import Repo
 from rig import rigfile
+from rig.box.poolctl import pool_control  # noqa: E402
 from rig.serving.actions import run_verb
 
 HERE = Path(__file__).resolve().parent
@@ -92,8 +93,8 @@ def main() -> None:
 
     def settle() -> None:
         for r in ("r0", "r1"):
-            info.pool_control("gpu2", r, reset=True)
-            info.pool_control("gpu2", r, delay=a.delay)
+            pool_control(info, "gpu2", r, reset=True)
+            pool_control(info, "gpu2", r, delay=a.delay)
 
     def drain() -> dict:
         t = time.monotonic()
@@ -108,7 +109,7 @@ def main() -> None:
     run_verb("start", "gpu2/r0", rig, notes, lambda _s: None, grace=60, force=False, dry_run=False, probe_timeout=60)
     settle()
     for r in ("r0", "r1"):
-        info.pool_control("gpu2", r, reset=True)
+        pool_control(info, "gpu2", r, reset=True)
 
     def lat(calls: list) -> list[float]:
         return [e - s for s, e, _c in calls]

@@ -37,6 +37,7 @@ from bench.perf.common import (  # noqa: E402
     publish,
     run_checked,
 )
+from rig.box.poolctl import pool_control  # noqa: E402
 
 ALIAS = "qwen3.8-27b-fast"
 
@@ -57,17 +58,17 @@ def main() -> None:
     conns = lanedraw.prepare(info, [0, 1], info.keys["batch"])
 
     def run(cs: list) -> tuple[list[lanedraw.Drawn], dict]:
-        info.pool_control(pool, reset=True)
-        info.pool_control(pool, delay=a.delay, max_inflight=4 * limit)   # the pool itself never the limit
+        pool_control(info, pool, reset=True)
+        pool_control(info, pool, delay=a.delay, max_inflight=4 * limit)   # the pool itself never the limit
         got = lanedraw.draw(info, cs, ALIAS, limit, a.seconds)
-        return got, info.pool_control(pool)
+        return got, pool_control(info, pool)
 
     try:
         run(conns[:1])                                          # warm the path (LiteLLM's first calls)
         one, pool_one = run(conns[:1])
         two, pool_two = run(conns)
     finally:
-        info.pool_control(pool, reset=True)
+        pool_control(info, pool, reset=True)
         for c in conns:
             c.close()
     w = a.seconds

@@ -12,23 +12,20 @@ import signal
 import subprocess
 import time
 
+from lanes.base import procs
+
 
 def boot_id() -> str:
     """This machine's boot as the processes here see it: the kernel's boot id and the start time of
     PID 1, so an LXC guest started again (same kernel, a new init) is a new boot too. A process
     group recorded in another boot is gone, and its id may now name an unrelated group."""
-    parts = []
-    for path in ("/proc/sys/kernel/random/boot_id", "/proc/1/stat"):
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read().strip()
-        except OSError:
-            text = ""
-        if path.endswith("stat"):
-            fields = text.rsplit(")", 1)[-1].split()
-            text = fields[19] if len(fields) > 19 else ""   # starttime: field 22 of stat
-        parts.append(text)
-    return ":".join(parts)
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8", errors="replace") as f:
+            kernel = f.read().strip()
+    except OSError:
+        kernel = ""
+    init = procs.stat(1)
+    return f"{kernel}:{init.start if init is not None else ''}"
 
 
 def alive(pgid: int) -> bool:
@@ -40,16 +37,10 @@ def alive(pgid: int) -> bool:
     except PermissionError:
         return True
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", encoding="utf-8", errors="replace") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
+        if entry.name.isdigit():
+            s = procs.stat(int(entry.name))
+            if s is not None and s.pgrp == pgid and s.state != "Z":
+                return True
     return False
 
 

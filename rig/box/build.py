@@ -18,15 +18,26 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bench.oracle import shared as shared_corpora
 from lanes.agent.layout import MODEL_ENV
-from lanes.base import jsonfile, settings
+from lanes.base import jsonfile, procs, settings
 from lanes.base.errors import NevError
 from lanes.base.mask import register_secret
+from lanes.base.procs import ProcRec
 from lanes.base.ui import info
-from rig.box import forge, gateway, inventory_up, lanes_backend, netns, plan, procs, state, units
+from rig.box import (
+    forge,
+    forwards,
+    gateway,
+    inventory_up,
+    lanes_kinds,
+    netns,
+    plan,
+    state,
+    units,
+    waits,
+)
 from rig.box.lanes_netns import (
     USER,
     client_key,
@@ -35,14 +46,10 @@ from rig.box.lanes_netns import (
     ensure_user,
     host_key,
 )
-from rig.box.state import BoxInfo, BoxState, LaneInfo, ProcRec
-
-if TYPE_CHECKING:
-    from rig.box.core import Box
+from rig.box.state import BoxInfo, BoxState, LaneInfo
 
 MARKER = ".nev-box"
 POOL_CODE = Path(__file__).with_name("pool.py")
-PROJECT = Path(__file__).resolve().parent.parent.parent   # where `rig` is importable from
 NAS_FOLDERS = ("ledger", "archive", "archive/gate-logs", "archive/job-logs", "archive/corpus",
                "ground-truth", "suites", "releases", shared_corpora.FOLDER)
 
@@ -72,12 +79,16 @@ class Build:
     was started with; box.json is rewritten after each start.
     """
 
-    def __init__(self, box: Box, layout: plan.Layout, info: BoxInfo, old: BoxState | None) -> None:
-        self.box, self.dir, self.layout, self.info = box, box.dir, layout, info
+    def __init__(self, layout: plan.Layout, info: BoxInfo, old: BoxState | None,
+                 lanes_kind: str) -> None:
+        self.name, self.net, self.dir = info.name, info.net, info.dir
+        self.logs = state.logs_dir(info.dir)
+        self.layout, self.info = layout, info
         self.st = BoxState(info=info, procs=dict(old.procs) if old else {}, lane_count=layout.lanes,
-                           users=list(old.users) if old else [], code=code_digest(), lanes_kind=box.lane_backend)
+                           users=list(old.users) if old else [], code=code_digest(),
+                           lanes_kind=lanes_kind)
         self.changed: list[str] = []
-        self.backend = lanes_backend.make(box.lane_backend, box.dir, box.logs)
+        self.backend = lanes_kinds.make(lanes_kind, info.dir, self.logs)
         self.hosts = {h.name: h for h in layout.hosts()}
         self.client_pub = ""
         self.hostkeys: list[tuple[str, str]] = []                 # (address, key) to pin
@@ -115,7 +126,7 @@ class Build:
         steps = self.phases()
         t0 = time.monotonic()
         for i, (what, step) in enumerate(steps, 1):
-            say(f"box {self.box.name}: {what} ({i}/{len(steps)}, {time.monotonic() - t0:.0f} s)")
+            say(f"box {self.name}: {what} ({i}/{len(steps)}, {time.monotonic() - t0:.0f} s)")
             step()
         return self.changed
 
@@ -123,7 +134,7 @@ class Build:
 
     def log(self, key: str) -> Path:
         """The log of a service: `forge.nginx` logs to logs/forge-nginx.log."""
-        return self.box.logs / f"{key.replace('.', '-')}.log"
+        return self.logs / f"{key.replace('.', '-')}.log"
 
     def fresh(self, key: str, *files: Path) -> bool:
         """Alive with the config it was started with; a stale one is stopped here."""
@@ -177,18 +188,18 @@ class Build:
         st = self.st
         if USER not in st.users:
             st.users.append(USER)
-        state.register(self.box.name, self.box.net, self.dir, st.users)
+        state.register(self.name, self.net, self.dir, st.users)
         state.write_state(self.dir, st)
         if ensure_user():
             self._made_user(USER)
         if plan.JUMP_USER not in st.users:
             st.users.append(plan.JUMP_USER)
-            state.register(self.box.name, self.box.net, self.dir, st.users)
+            state.register(self.name, self.net, self.dir, st.users)
         if ensure_jump_user():
             self._made_user(plan.JUMP_USER)
         if plan.ADMIN_USER not in st.users:
             st.users.append(plan.ADMIN_USER)
-            state.register(self.box.name, self.box.net, self.dir, st.users)
+            state.register(self.name, self.net, self.dir, st.users)
         if ensure_admin_user():
             self._made_user(plan.ADMIN_USER)
 
@@ -196,7 +207,7 @@ class Build:
         """Marked as made by this box: `down` removes it when no other box lists it."""
         marker = state.user_marker(user)
         marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(self.box.name + "\n")
+        marker.write_text(self.name + "\n")
         self.changed.append(f"user {user}")
 
     def drop_unwanted_lanes(self) -> None:
@@ -208,8 +219,8 @@ class Build:
                 self.backend.remove(self.dir / "lanes" / lane_name)
                 self.changed.append(f"removed {lane_name}")
         keep = {*self.info.hosts, "jump", "rig"}     # the jump host and the rig network's own namespace
-        stale_ns = [ns for ns in netns.box_netns(self.box.name)
-                    if ns.removeprefix(plan.netns_prefix(self.box.name)) not in keep]
+        stale_ns = [ns for ns in netns.box_netns(self.name)
+                    if ns.removeprefix(plan.netns_prefix(self.name)) not in keep]
         if stale_ns:
             netns.remove_some(stale_ns)
 
@@ -283,7 +294,7 @@ class Build:
     def _admin_host(self) -> tuple[Path, ...]:
         """The admin account's key file and the host's own sudo configuration (root's, 0440;
         the drop-in folder 0755 as Debian ships it); the files its sshd is started with."""
-        keys = self._own_keys(self.box.keys_file("admin"), plan.ADMIN_USER)
+        keys = self._own_keys(state.keys_file(self.name, "admin"), plan.ADMIN_USER)
         self.sudoers_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.sudoers_dir, 0o755)
         if not self.sudoers_file.exists() or self.sudoers_file.read_text() != plan.SUDOERS:
@@ -310,7 +321,7 @@ class Build:
         """The jump host: the one way in from the development box (key-only, forwards only)."""
         jd = self.dir / "hosts" / "jump"
         self._pin_host_key(jd, self.info.jump_addr, "jump-host")
-        jak = self._own_keys(self.box.keys_file("jump"), plan.JUMP_USER)
+        jak = self._own_keys(state.keys_file(self.name, "jump"), plan.JUMP_USER)
         jcfg = jd / "sshd_config"
         jcfg.write_text(plan.jump_sshd_config(self.layout, str(jd / "ssh_host_ed25519_key"), str(jd / "sshd.pid"),
                                               str(jak)))
@@ -319,7 +330,7 @@ class Build:
     def write_ssh_client_files(self) -> None:
         """known_hosts with every host key pinned, and the OpenSSH client config."""
         self.info.known_hosts.write_text(plan.known_hosts_lines(self.hostkeys))
-        self.info.ssh_config.write_text(ssh_client_config(self.box.name, self.info))
+        self.info.ssh_config.write_text(ssh_client_config(self.name, self.info))
 
     def start_lanes(self) -> None:
         """Each lane not alive with its sshd config, started by its backend."""
@@ -328,7 +339,7 @@ class Build:
             self.fresh(f"{lane.name}.sshd", cfg)
             rec = self.backend.start(lane, self.hosts[lane.name], self.st.procs.get(f"{lane.name}.sshd"))
             if rec and not self.backend.uses_netns:
-                self.changed.append(f"made veth {self.hosts[lane.name].veth} (with guest {self.box.name}-{lane.name})")
+                self.changed.append(f"made veth {self.hosts[lane.name].veth} (with guest {self.name}-{lane.name})")
             self.record(rec, cfg)
             if rec:
                 self.started_lanes.append((lane, rec))
@@ -370,7 +381,7 @@ class Build:
         """One replica started by its own unit script (as `nev rig start` starts it), its
         processes recorded; one a `nev rig start` left running is stopped and started again."""
         unit = self.dir / "pools" / "units" / f"{p.name}-{replica}"
-        unit.write_text(units.unit_script(p, replica, h.addr, sys.executable, str(PROJECT), str(bank),
+        unit.write_text(units.unit_script(p, replica, h.addr, sys.executable, str(plan.PROJECT), str(bank),
                                          str(self.dir / "run" / f"{p.name}-{replica}.pids"),
                                          str(self.log(f"{p.name}.{replica}")), str(self.dir / "run")))
         unit.chmod(0o755)
@@ -418,7 +429,7 @@ class Build:
         jsonfile.write_atomic(info.rig_file, plan.rig_file(
             self.layout, str(self.dir / "proxy" / "haproxy.cfg"), str(self.dir / "run" / "haproxy.pid"),
             str(self.dir / "gateway" / "config.yaml"), str(info.known_hosts), str(info.ssh_key),
-            admin=f"{sys.executable} -I {PROJECT / 'rig' / 'box' / 'haproxy.py'} {self.dir / 'run' / 'haproxy.sock'}",
+            admin=f"{sys.executable} -I {plan.PROJECT / 'rig' / 'box' / 'haproxy.py'} {self.dir / 'run' / 'haproxy.sock'}",
             units_dir=str(self.dir / "pools" / "units")))
         jsonfile.write_atomic(info.lanes_file, plan.lanes_file(
             [{"ssh": ln.ssh, "root": ln.root, "shared": ln.shared, "name": ln.name} for ln in info.lanes],
@@ -428,13 +439,13 @@ class Build:
         """The admin pool's drop-in as `nev rig provision-sudo` writes it, when the host has none
         (a box comes up provisioned; one changed since is left as it is)."""
         from rig import rigfile
-        from rig.serving import sudoers
+        from rig.serving import sudoers_drop_ins, sudoers_path
 
         assert self.info.rig_file is not None
         role = rigfile.load(self.info.rig_file).serving[plan.ADMIN_POOL]
-        f = self.sudoers_dir / Path(sudoers.path(role.name)).name
+        f = self.sudoers_dir / Path(sudoers_path(role.name)).name
         if not f.exists():
-            (text,) = sudoers.drop_ins(role).values()
+            (text,) = sudoers_drop_ins(role).values()
             tmp = self.sudoers_dir / f".{f.name}.new"           # a name with a dot: sudo skips it
             tmp.write_text(text)
             os.chmod(tmp, 0o440)
@@ -468,16 +479,16 @@ class Build:
         info, recs = self.info, self.st.procs
         with netns.inside(self.layout.rig_netns):
             for h, rec in self.started_sshds:
-                procs.wait_port(h.addr, plan.SSH_PORT, 10, rec, self.log(rec.key))
-            procs.wait_http(f"http://{info.forge_addr}/health", 10, recs["forge.nginx"], self.log("forge.nginx"))
+                waits.wait_port(h.addr, plan.SSH_PORT, 10, rec, self.log(rec.key))
+            waits.wait_http(f"http://{info.forge_addr}/health", 10, recs["forge.nginx"], self.log("forge.nginx"))
             for p in plan.POOLS:
                 pi, key = info.pools[p.name], pool_keys(p, p.replica_names()[0])[0]
-                procs.wait_http(f"http://{pi.addr}:{pi.port}/health", 10, recs[key], self.log(key))
+                waits.wait_http(f"http://{pi.addr}:{pi.port}/health", 10, recs[key], self.log(key))
             for pi in info.pools.values():
-                procs.wait_port(self.layout.proxy().addr, pi.proxy_port, 10, recs["proxy.haproxy"],
+                waits.wait_port(self.layout.proxy().addr, pi.proxy_port, 10, recs["proxy.haproxy"],
                                 self.log("proxy.haproxy"))
             gw_rec = recs["gateway.litellm"]
-            procs.wait_http(f"{info.gateway_url}/health/liveliness", 300, gw_rec, self.log("gateway.litellm"))
+            waits.wait_http(f"{info.gateway_url}/health/liveliness", 300, gw_rec, self.log("gateway.litellm"))
         if "started gateway.litellm" in self.changed:
             cpu = procs.cpu_seconds(gw_rec.pid)
             self.changed.append(f"gateway answered {time.monotonic() - self.gateway_at:.1f} s after its start"
@@ -489,7 +500,7 @@ class Build:
         st = self.st
         st.forward_state = st.forward_state or str(settings.get_path(settings.STATE_DIR))
         state.write_state(self.dir, st)
-        self.changed += self.box.forwards(st, "up")
+        self.changed += forwards.run(st, "up")
         st.complete = True
         state.write_state(self.dir, st)
 

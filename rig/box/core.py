@@ -10,17 +10,16 @@ import fcntl
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes.base import settings
+from lanes.base import procs, settings
 from lanes.base.errors import NevError
-from rig.box import forge, lanes_backend, netns, plan, procs, state
-from rig.box.build import MARKER, PROJECT, Build, code_digest
+from rig.box import forge, forwards, lanes_kinds, netns, plan, state
+from rig.box.build import MARKER, Build, code_digest
 from rig.box.lanes_netns import (
     HOME,
     LANE_ROOT,
@@ -50,11 +49,11 @@ class Box:
         self.name = plan.check_name(name)
         self.net = plan.check_net(net)
         self.dir = box_dir.absolute()
-        # How lanes are made (rig/box/lanes_backend.py): NEV_BOX_LANES, LXC guests unless set.
+        # How lanes are made (rig/box/lanes_kinds.py): NEV_BOX_LANES, LXC guests unless set.
         self.lane_backend = lanes or settings.value(settings.BOX_LANES)
-        if self.lane_backend not in lanes_backend.BACKENDS:
+        if self.lane_backend not in lanes_kinds.BACKENDS:
             raise NevError(f"NEV_BOX_LANES={self.lane_backend!r} is unknown; use one of "
-                           f"{', '.join(lanes_backend.BACKENDS)}")
+                           f"{', '.join(lanes_kinds.BACKENDS)}")
 
     @classmethod
     def from_settings(cls, environ: Mapping[str, str] | None = None, default_name: str | None = None,
@@ -69,12 +68,7 @@ class Box:
 
     @property
     def logs(self) -> Path:
-        return self.dir / "logs"
-
-    def keys_file(self, account: str) -> Path:
-        """The jump or admin account's key file, in a folder it can reach wherever the box folder
-        lives (`account`: "jump" or "admin")."""
-        return state.REGISTRY / account / self.name / "authorized_keys"
+        return state.logs_dir(self.dir)
 
     def _lane_info(self, h: plan.Host, i: int) -> LaneInfo:
         d = self.dir / "lanes" / h.name
@@ -199,34 +193,13 @@ class Box:
                 raise NevError(f"box {self.name} has {old.lanes_kind} lanes, not {self.lane_backend}; "
                                "run `nev box down` first to change NEV_BOX_LANES")
             if (old and old.info and old.complete and old.lane_count == n and old.code == code_digest()
-                    and all(self.health(old).values()) and self.forwards_answer(old.info)):
+                    and all(self.health(old).values()) and forwards.answer(old.info)):
                 return UpResult(old.info, [], time.monotonic() - t0)
             layout = plan.Layout(self.name, self.net, n)
-            changed = Build(self, layout, self._info(layout), old).run()
+            changed = Build(layout, self._info(layout), old, self.lane_backend).run()
             st = self.state()
             assert st is not None and st.info is not None
             return UpResult(st.info, changed, time.monotonic() - t0)
-
-    def forwards(self, st: BoxState, action: str) -> list[str]:
-        """`nev rig forward up|down` for the box's rig file; the lines it printed, or a NevError."""
-        assert st.info is not None and st.info.rig_file is not None
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_"))}
-        env.update(PYTHONPATH=str(PROJECT), NEV_RIG_FILE=str(st.info.rig_file),
-                   NEV_STATE_DIR=st.forward_state or str(settings.get_path(settings.STATE_DIR)))
-        cp = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "forward", action], cwd=PROJECT, env=env,
-                            capture_output=True, text=True, timeout=120)
-        lines = [ln.strip() for ln in (cp.stdout + cp.stderr).splitlines() if ln.strip()]
-        if cp.returncode != 0 and action == "up":
-            why = " | ".join(ln for ln in lines if "DOWN" in ln) or (lines[-1] if lines else f"exit {cp.returncode}")
-            raise NevError(f"the box's forwards did not come up: {why}")
-        return [f"forward {ln}" for ln in lines if "already running" not in ln]
-
-    def forwards_answer(self, info: BoxInfo) -> bool:
-        """Both forwards answer a real request (the forge 401, the gateway's health route)."""
-        from rig.forward import check
-
-        return all(check.probe(what, int(url.rsplit(":", 1)[1].split("/")[0])).up
-                   for what, url in (("forge", info.forge_local_url), ("gateway", info.gateway_local_url)))
 
     # ---- down ----
 
@@ -242,13 +215,13 @@ class Box:
             st = self.state()
             done = self._end_processes(st)
             done += [f"removed {x}" for x in netns.remove(self.name, net=self.net)]
-            backend = lanes_backend.make(st.lanes_kind if st else self.lane_backend, self.dir, self.logs)
+            backend = lanes_kinds.make(st.lanes_kind if st else self.lane_backend, self.dir, self.logs)
             for ln in (st.info.lanes if st and st.info else []):
                 backend.remove(self.dir / "lanes" / ln.name)
             done += self._remove_users(st)
             state.unregister(self.name)
-            shutil.rmtree(self.keys_file("jump").parent, ignore_errors=True)
-            shutil.rmtree(self.keys_file("admin").parent, ignore_errors=True)
+            shutil.rmtree(state.keys_file(self.name, "jump").parent, ignore_errors=True)
+            shutil.rmtree(state.keys_file(self.name, "admin").parent, ignore_errors=True)
             if (self.dir / MARKER).exists():
                 shutil.rmtree(self.dir, ignore_errors=True)
                 done.append(f"removed {self.dir}")
@@ -259,7 +232,7 @@ class Box:
         done: list[str] = []
         if st and st.info and st.info.rig_file and st.info.rig_file.exists():
             try:
-                done += self.forwards(st, "down")
+                done += forwards.run(st, "down")
             except (OSError, subprocess.SubprocessError) as e:
                 done.append(f"forwards not stopped: {e}")
         for rec in reversed(list(st.procs.values()) if st else []):

@@ -13,14 +13,11 @@ import secrets
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from lanes.base import gitrun
 from lanes.base.errors import UsageError
 from rig.box import plan
-
-if TYPE_CHECKING:
-    from rig.box.state import BoxInfo
+from rig.box.state import BoxInfo
 
 REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
 USER = "nev"
@@ -96,5 +93,6 @@ def seed_engine(repos: Path) -> None:
 
 
 def create_repo(info: BoxInfo, name: str) -> str:
+    """Create a new, empty bare repository on the box's forge; returns its URL (no credential)."""
     path = create_bare(info.forge_repos, name)
     return info.forge_url + path.name

@@ -38,7 +38,6 @@ from lanes.base import jsonfile, settings
 from rig.box import plan
 from rig.box.lanes_netns import HOME, LANE_ROOT, LANE_SHARED, USER
 
-PROJECT = Path(__file__).resolve().parent.parent.parent   # where `rig` is importable from
 PORT = settings.get_int(settings.INVENTORY_PORT, {})      # its default; tests start their own on 8790+
 COLLECTOR = "lane0"
 COLLECT_EVERY = 30
@@ -46,7 +45,7 @@ COLLECT_TIMEOUT = 3
 LANE_NEV = f"{HOME}/.local/bin/nev"                        # `nev lane install` links it there
 HARDWARE_CLASS = "rig-in-a-box"
 SKIP_ROLES = frozenset({"jump"})
-_INVENTORY_CODE = PROJECT / "rig" / "inventory"
+_INVENTORY_CODE = plan.PROJECT / "rig" / "inventory"
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ class Service:
     user: str                      # who the process runs as (lane services: `setpriv` to `lane`)
     inner: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
-    cwd: Path = PROJECT
+    cwd: Path = plan.PROJECT
     log: Path = Path("/dev/null")
     conf_files: tuple[Path, ...] = ()   # a change to any of these should restart it
     userns: bool = False           # the lane is an LXC guest: enter its user namespace too
@@ -160,7 +159,8 @@ def services(layout: plan.Layout, box_dir: Path, lanes_kind: str = "netns",
     """Every inventory service of the box, in start order (advertisers first, then the collector)."""
     base = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
-    root_env = {**base, "PYTHONPATH": str(PROJECT), "HOME": str(inventory_dir(box_dir) / "home")}
+    root_env = {**base, "PYTHONPATH": str(plan.PROJECT),
+                "HOME": str(inventory_dir(box_dir) / "home")}
     lane_env = {**base, "HOME": str(HOME)}
     logs = box_dir / "logs"
     userns = lanes_kind != "netns"
@@ -176,11 +176,11 @@ def services(layout: plan.Layout, box_dir: Path, lanes_kind: str = "netns",
             inv, seen = lane_file(box_dir, h.name, "host-inventory.json")
             args[-1] = seen
             out.append(Service(f"{h.name}.advertise", h.name, h.netns, True, USER,
-                               as_lane([LANE_NEV, *args]), lane_env, PROJECT,
+                               as_lane([LANE_NEV, *args]), lane_env, plan.PROJECT,
                                logs / f"{h.name}-advertise.log", (inv, lane_nev_marker(box_dir, h.name)), userns))
         else:
             out.append(Service(f"{h.name}.advertise", h.name, h.netns, False, "root",
-                               (python, "-m", "rig.cli", *args), root_env, PROJECT,
+                               (python, "-m", "rig.cli", *args), root_env, plan.PROJECT,
                                logs / f"{h.name}-advertise.log", (inv, *adv_code)))
     lane = next((h for h in hosts if h.name == COLLECTOR), None)
     if lane is not None:
@@ -191,7 +191,7 @@ def services(layout: plan.Layout, box_dir: Path, lanes_kind: str = "netns",
         # NEV_INVENTORY is left to its default: relative to the lane's home, as on the real rig.
         cenv = {**lane_env, "NEV_FOLKNET_FILE": folknet_seen, "NEV_RIG_FILE": rig_seen}
         out.append(Service(f"{lane.name}.collect", lane.name, lane.netns, True, USER,
-                           as_lane([LANE_NEV, *args]), cenv, PROJECT,
+                           as_lane([LANE_NEV, *args]), cenv, plan.PROJECT,
                            logs / f"{lane.name}-collect.log",
                            (folknet_file, rig_file, lane_nev_marker(box_dir, lane.name)), userns))
     return out

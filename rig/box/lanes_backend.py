@@ -1,22 +1,22 @@
-"""The seam between the box and its lanes: what a lane backend does, and which backends exist.
+"""The seam between the box and its lanes: what a lane backend does, and what both backends share.
 
 The box calls, per lane: `prepare` (files, keys; returns the host key to pin), `start` (when
 the recorded process is not alive), `wait` (until SSH answers), and on removal `remove`. There
 are "netns" (a network namespace running sshd in a private mount namespace) and "lxc" (a real
-unprivileged LXC guest, `rig/box/lanes_lxc.py`, the default); NEV_BOX_LANES picks one. Both are `BoxLanes`:
+unprivileged LXC guest, `rig/box/lanes_lxc.py`, the default); NEV_BOX_LANES picks one
+(`rig/box/lanes_kinds.py`). Both are `BoxLanes`:
 a lane's folder, its home with the client key, and the wait for its SSH are the same for both.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from lanes.base.errors import ConfigError
-from rig.box import netns, plan, procs
-from rig.box.state import LaneInfo, ProcRec
+from lanes.base.procs import ProcRec
+from rig.box import netns, plan, waits
+from rig.box.state import LaneInfo
 
 
 class LaneBackend(Protocol):
@@ -59,26 +59,4 @@ class BoxLanes:
 
     def wait_ssh(self, lane: LaneInfo, rec: ProcRec, timeout: float, log: Path) -> None:
         with netns.inside(f"{self.box_dir.name}-rig"):   # the rig network: no route from the dev box
-            procs.wait_port(lane.addr, plan.SSH_PORT, timeout, rec, log)
-
-
-def _netns(box_dir: Path, log_dir: Path) -> LaneBackend:
-    from rig.box.lanes_netns import NetnsLanes
-
-    return NetnsLanes(box_dir, log_dir)
-
-
-def _lxc(box_dir: Path, log_dir: Path) -> LaneBackend:
-    from rig.box.lanes_lxc import LxcLanes
-
-    return LxcLanes(box_dir, log_dir)
-
-
-BACKENDS: dict[str, Callable[[Path, Path], LaneBackend]] = {"netns": _netns, "lxc": _lxc}
-
-
-def make(kind: str, box_dir: Path, log_dir: Path) -> LaneBackend:
-    try:
-        return BACKENDS[kind](box_dir, log_dir)
-    except KeyError:
-        raise ConfigError(f"lane backend {kind!r} is unknown; use one of {', '.join(BACKENDS)}") from None
+            waits.wait_port(lane.addr, plan.SSH_PORT, timeout, rec, log)

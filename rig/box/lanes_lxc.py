@@ -21,12 +21,14 @@ from pathlib import Path
 
 from lanes import create
 from lanes.agent import layout
+from lanes.base import procs
 from lanes.base.errors import NevError
+from lanes.base.procs import ProcRec
 from lanes.hostexec import LOCAL, Node
-from rig.box import plan, procs
+from rig.box import plan
 from rig.box.lanes_backend import BoxLanes
 from rig.box.lanes_netns import HOME, LANE_ROOT, LANE_SHARED, host_key, host_toolchain
-from rig.box.state import LaneInfo, ProcRec
+from rig.box.state import LaneInfo
 
 
 def _is_mount(path: Path) -> bool:

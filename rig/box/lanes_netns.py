@@ -11,10 +11,12 @@ import pwd
 import subprocess
 from pathlib import Path
 
+from lanes.base import procs
 from lanes.base.errors import NevError
-from rig.box import plan, procs
+from lanes.base.procs import ProcRec
+from rig.box import plan
 from rig.box.lanes_backend import BoxLanes
-from rig.box.state import LaneInfo, ProcRec
+from rig.box.state import LaneInfo
 
 USER = "lane"
 HOME = Path("/home/lane")

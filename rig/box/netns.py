@@ -16,13 +16,12 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from lanes.base import procs
 from lanes.base.errors import NevError
-from rig.box import plan
-
-if TYPE_CHECKING:
-    from rig.box.state import BoxInfo
+from rig.box import plan, state
+from rig.box.state import BoxInfo
 
 
 def _run(argv: list[str], input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -217,13 +216,9 @@ def run_in(info: BoxInfo, host: str, argv: list[str], **kw: Any) -> subprocess.C
     if h is None:
         raise NevError(f"no host {host!r} in box {info.name}; hosts: {', '.join(info.hosts)}")
     if h["role"] == "lane":
-        from rig.box import state
-
         st = state.read_state(info.dir)
         rec = st.procs.get(f"{host}.sshd") if st else None
-        from rig.box.procs import alive
-
-        if rec is None or not alive(rec):
+        if rec is None or not procs.alive(rec):
             raise NevError(f"{host}'s sshd is not running; run `nev box up` to repair the box")
         # An LXC guest has its own user namespace: enter it too, so `runuser -u lane` is the
         # guest's lane (uid 1000 inside, 101000 outside) and root is the guest's root.
@@ -244,9 +239,7 @@ def remove_some(namespaces: list[str]) -> None:
             cmds.append(f"link del {ns}")
         procs_left = ns_pids(ns)
         if procs_left:
-            from rig.box.procs import kill_pids
-
-            kill_pids(procs_left)
+            procs.kill_pids(procs_left)
         cmds.append(f"netns del {ns}")
     if cmds:
         _run(["ip", "-force", "-batch", "-"], input="\n".join(cmds) + "\n", check=False)

@@ -20,6 +20,8 @@ from lanes.agent import layout as lane_layout
 from lanes.base import sshd
 from lanes.base.errors import ConfigError
 
+# this checkout: where `rig` is importable from
+PROJECT = Path(__file__).resolve().parent.parent.parent
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
 MAX_LANES = 9
 

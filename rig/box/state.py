@@ -1,4 +1,5 @@
-"""The recorded state of a box: `BoxInfo` (what other code uses) and the process records.
+"""The recorded state of a box, as plain data: `BoxInfo` (what other code uses) and the
+process records.
 
 `box.json` holds both: the info fields at the top level, plus `procs` (every process the box
 started: PID and kernel start time, so a reused PID is never mistaken for ours), `lane_count`
@@ -16,6 +17,7 @@ from typing import Any
 
 from lanes.base import jsonfile, settings
 from lanes.base.errors import ConfigError, NevError
+from lanes.base.procs import ProcRec
 
 REGISTRY = settings.path(settings.BOX_REGISTRY)
 
@@ -44,19 +46,6 @@ class PoolInfo:
     max_inflight: int
     proxy_port: int
     replicas: dict[str, int] = field(default_factory=dict)   # replica (as the rig file names it) -> port
-
-
-@dataclass
-class ProcRec:
-    key: str          # e.g. "lane0.sshd", "forge.nginx"
-    host: str
-    pid: int
-    start: int        # /proc/PID/stat field 22 (start time in clock ticks)
-    argv: list[str]
-    conf: str = ""    # digest of its config files when started: a changed config restarts it
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -101,16 +90,10 @@ class BoxInfo:
     forge_local_url: str = ""      # the forge through the development box's forward (…/git/)
     gateway_local_url: str = ""    # the gateway through the development box's forward
 
-    # ---- helpers other areas use ----
+    # ---- derived values ----
 
     def lane(self, index: int) -> LaneInfo:
         return self.lanes[index]
-
-    def forge_create_repo(self, name: str) -> str:
-        """Create a new, empty bare repository on the forge; returns its URL (no credential)."""
-        from rig.box import forge
-
-        return forge.create_repo(self, name)
 
     def dev_url(self, url: str) -> str:
         """A rig-side forge or gateway URL as the development box reaches it (its forward)."""
@@ -119,26 +102,6 @@ class BoxInfo:
             if rig and local and url.startswith(rig.rstrip("/")):
                 return local.rstrip("/") + url[len(rig.rstrip("/")):]
         return url
-
-    def pool_control(self, pool: str, replica: str | None = None, **settings: Any) -> dict:
-        """Set (or read, with no settings) a stand-in pool's delay, tokens_per_s, max_inflight,
-        fail ("429" | "503" | "hang" | None), fail_times, bank; `reset=True` restores defaults.
-        `replica` names one of a many-replica pool's (default: its first). The control route is
-        the box's own: it is reached from inside the rig network."""
-        from rig.box import netns, poolctl
-
-        pi = self.pools[pool]
-        url = pi.control_url if replica is None else f"http://{pi.addr}:{pi.replicas[replica]}/control"
-        with netns.inside(self.rig_netns):
-            if settings.pop("reset", False):
-                poolctl.reset(url)
-            return poolctl.control(url, **settings)
-
-    def run_in(self, host: str, argv: list[str], **kw: Any) -> Any:
-        """Run a command inside a host's network namespace (and, for a lane, its mounts)."""
-        from rig.box import netns
-
-        return netns.run_in(self, host, argv, **kw)
 
     def to_json(self) -> dict:
         def conv(v: Any) -> Any:
@@ -208,6 +171,10 @@ def state_path(box_dir: Path) -> Path:
     return box_dir / "box.json"
 
 
+def logs_dir(box_dir: Path) -> Path:
+    return box_dir / "logs"
+
+
 def read_state(box_dir: Path) -> BoxState | None:
     p = state_path(box_dir)
     if not p.exists():
@@ -250,6 +217,12 @@ def registry_live(entry: dict) -> bool:
 def register(name: str, net: str, box_dir: Path, users: list[str]) -> None:
     jsonfile.write_atomic(REGISTRY / "boxes" / f"{name}.json",
                           {"name": name, "net": net, "dir": str(box_dir), "users": users})
+
+
+def keys_file(name: str, account: str) -> Path:
+    """Box `name`'s jump or admin account's key file (`account`: "jump" or "admin"), in a folder
+    it can reach wherever the box folder lives."""
+    return REGISTRY / account / name / "authorized_keys"
 
 
 def user_marker(user: str) -> Path:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lanes.base import procs
 from lanes.base.errors import NevError
-from rig.box import netns, plan, procs
+from rig.box import netns, plan, waits
 
 if TYPE_CHECKING:
     from rig.box.core import Box
@@ -57,13 +58,13 @@ def _host_rows(st: BoxState, info: BoxInfo, have: set[str], rig: str, host: str,
         detail = f"pid {rec.pid}" if up else "not running"
         port = SERVICE_PORTS.get(svc)
         if up and port is not None:
-            if procs.port_open(h["addr"], port):
+            if waits.port_open(h["addr"], port):
                 detail += f", :{port} answers"
             else:
                 up, detail = False, detail + f", :{port} does not answer"
         if up and svc == "haproxy":
             ports = [info.pools[p].proxy_port for p in info.pools]
-            bad = [p for p in ports if not procs.port_open(h["addr"], p)]
+            bad = [p for p in ports if not waits.port_open(h["addr"], p)]
             detail += f", :{','.join(map(str, ports))}" + (f" ({bad} silent)" if bad else " answer")
             up = not bad
         out.append({"host": host, "addr": h["addr"], "what": svc, "up": up, "detail": detail})

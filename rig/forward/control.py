@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lanes.base import crontab, openssh, settings
+from lanes.base import crontab, openssh, procs, settings
 from lanes.base.errors import ConfigError, NevError, UsageError
 from rig import rigfile
-from rig.box import procs
 from rig.forward import check
 from rig.forward import state as st
 from rig.forward.supervise import client_files, jump_target
@@ -151,11 +150,8 @@ def _children(pid: int) -> list[st.Proc]:
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
-            try:
-                raw = d.joinpath("stat").read_text()
-            except OSError:
-                continue
-            if raw[raw.rindex(")") + 2:].split()[1] == str(pid):
+            s = procs.stat(int(d.name))
+            if s is not None and s.ppid == pid:
                 proc = st.Proc.of(int(d.name))
                 if proc is not None:
                     out.append(proc)

@@ -17,11 +17,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lanes.base import jsonfile, settings
+from lanes.base import jsonfile, procs, settings
 from lanes.base.errors import ConfigError
 from lanes.base.mask import mask
-from rig.box import procs
-from rig.box.state import ProcRec
+from lanes.base.procs import ProcRec
 
 LOG_CAP = 256 * 1024
 

@@ -47,6 +47,8 @@ def on_box(info, tmp: Path) -> LaneRig:
     import secrets
 
     from rig.box import state
+    from rig.box.forge import create_repo
+    from rig.box.netns import run_in
 
     lane = info.lanes[0]
     tag = "-" + secrets.token_hex(2)
@@ -74,7 +76,7 @@ def on_box(info, tmp: Path) -> LaneRig:
                    and f"/{repo}/" in line and '" 200 ' in line)
 
     askpass = {"GIT_ASKPASS": str(info.forge_askpass)}
-    url = info.forge_create_repo(f"gate{tag}.git")     # the rig address: what the lanes fetch
+    url = create_repo(info, f"gate{tag}.git")          # the rig address: what the lanes fetch
     local = info.dev_url(url)                           # the dev box's forward to the same repo
     _, seed = h.make_forge(tmp / "seed")
     h.git(seed, "push", "-q", local, "main", env=askpass)
@@ -87,7 +89,7 @@ def on_box(info, tmp: Path) -> LaneRig:
 
     def lane_git(name: str, script: str) -> str:
         """A shell script run as the lane user in its copy `name` (paths as the lane sees them)."""
-        cp = info.run_in(lane.name, ["runuser", "-u", "lane", "--", "sh", "-c",
+        cp = run_in(info, lane.name, ["runuser", "-u", "lane", "--", "sh", "-c",
                                      f"cd {lane.root}/{name} && {script}"])
         assert cp.returncode == 0, cp.stderr
         return cp.stdout.strip()

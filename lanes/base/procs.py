@@ -1,53 +1,94 @@
-"""Starting, checking and stopping the box's daemons, by recorded PID only.
+"""Processes on this machine by recorded PID: the one reader of `/proc/<pid>/stat`, and a daemon's
+record (PID and kernel start time), its start, its check and its stop.
 
 A daemon is started detached (its own session, re-parented away from the caller so a test
 process never collects zombies) and recorded with its PID and kernel start time; it counts as
-alive only while that PID exists, is not a zombie and still has that start time.
+alive only while that PID exists, is not a zombie and still has that start time, so a reused
+PID is never mistaken for ours. The lane agent (`lanes/agent/procs.py`) keeps its own reader: it
+is standard-library only and shipped alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from lanes.base.errors import NevError
-from rig.box.state import ProcRec
-
-# Never through an HTTP proxy from the environment: box traffic stays on the bridge.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 # sh starts the daemon in the background (setsid: its own session; it then belongs to init, not
 # to us), prints its PID and exits. Everything is exec'd, so that PID is the daemon's own.
 _LAUNCH = 'log=$1; shift; setsid "$@" </dev/null >>"$log" 2>&1 & echo $!'
 
 
+@dataclass(frozen=True)
+class Stat:
+    """The fields of `/proc/<pid>/stat` that nev reads (proc(5) numbers them from 1)."""
+
+    state: str      # 3: R, S, D, Z (zombie), X (dead), ...
+    ppid: int       # 4
+    pgrp: int       # 5: the process group
+    utime: int      # 14: user CPU, clock ticks
+    stime: int      # 15: system CPU, clock ticks
+    start: int      # 22: start time, clock ticks since boot
+
+
+def stat(pid: int) -> Stat | None:
+    """`/proc/<pid>/stat` read: None when the process is gone or the file cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+        # the command name (field 2) is in parentheses and may itself hold ")" or spaces
+        fields = raw[raw.rindex(b")") + 2:].split()
+        return Stat(state=fields[0].decode(errors="replace"), ppid=int(fields[1]),
+                    pgrp=int(fields[2]), utime=int(fields[11]), stime=int(fields[12]),
+                    start=int(fields[19]))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def start_time(pid: int) -> int | None:
     """Kernel start time of a PID (clock ticks since boot), None when gone or a zombie."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = raw[raw.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
+    s = stat(pid)
+    return None if s is None or s.state in ("Z", "X") else s.start
 
 
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU time a process has used so far."""
+    s = stat(pid)
+    return None if s is None else (s.utime + s.stime) / os.sysconf("SC_CLK_TCK")
+
+
+def pid_alive(pid: int) -> bool:
+    """True when `pid` is a live (non-zombie) process; one of another user's counts."""
+    if pid <= 0:
+        return False
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    s = stat(pid)
+    return s is None or s.state != "Z"
+
+
+@dataclass
+class ProcRec:
+    key: str          # e.g. "lane0.sshd", "forge.nginx"
+    host: str
+    pid: int
+    start: int        # /proc/PID/stat field 22 (start time in clock ticks)
+    argv: list[str]
+    conf: str = ""    # digest of its config files when started: a changed config restarts it
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 def alive(rec: ProcRec | None) -> bool:
@@ -102,49 +143,10 @@ def stop(rec: ProcRec, grace: float = 5.0) -> bool:
 
 
 def kill_pids(pids: list[int]) -> None:
-    """SIGKILL processes left inside a namespace the box owns (sessions of its lanes)."""
+    """SIGKILL these processes (those already gone are skipped): what is left inside a
+    namespace its owner removes."""
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-
-def _wait(answers: Callable[[], bool], who: str, doing: str, timeout: float, rec: ProcRec | None,
-          log: Path | None, every: float) -> None:
-    """Poll `answers` until it is true; fail when the recorded process exits or time runs out."""
-    deadline = time.monotonic() + timeout
-    while not answers():
-        if rec is not None and not alive(rec):
-            raise NevError(f"{rec.key} exited while starting; see {log or 'its log'}")
-        if time.monotonic() > deadline:
-            raise NevError(f"{rec.key if rec else who} did not {doing} within {timeout:.0f} s; "
-                           f"see {log or 'its log'}")
-        time.sleep(every)
-
-
-def wait_port(addr: str, port: int, timeout: float, rec: ProcRec | None = None, log: Path | None = None) -> None:
-    _wait(lambda: port_open(addr, port), addr, f"listen on {addr}:{port}", timeout, rec, log, 0.03)
-
-
-def wait_http(url: str, timeout: float, rec: ProcRec | None = None, log: Path | None = None) -> None:
-    _wait(lambda: http_answers(url), url, f"answer {url}", timeout, rec, log, 0.1)
-
-
-def http_answers(url: str) -> bool:
-    """Any answer but a server error (5xx)."""
-    try:
-        with _OPENER.open(url, timeout=2) as r:
-            return bool(r.status < 500)
-    except urllib.error.HTTPError as e:
-        return e.code < 500
-    except OSError:
-        return False
-
-
-def port_open(addr: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((addr, port), timeout=timeout):
-            return True
-    except OSError:
-        return False

@@ -3,11 +3,9 @@ the example engine's own version of it."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from rig.box.demo.commands import StepFailed
+from rig.box.plan import PROJECT
 
-from rig.demo_run import StepFailed
-
-PROJECT = Path(__file__).resolve().parent.parent
 ENGINE = PROJECT / "crates_bridge" / "engine"
 FUNCTION = "abspos_width"            # the generated function the demo's track rewrites
 

@@ -28,9 +28,9 @@ from lanes.base.gitrun import Repo
 from lanes.base.mask import mask
 from lanes.base.ui import info
 from rig.box import Box
-from rig.box.state import BoxInfo
-from rig.demo_bank import ENGINE, FUNCTION, demo_bank
-from rig.demo_report import (
+from rig.box.demo.bank import ENGINE, FUNCTION, demo_bank
+from rig.box.demo.commands import Beside, StepFailed, run_stamped
+from rig.box.demo.report import (
     FAILED,
     PASSED,
     Results,
@@ -39,9 +39,11 @@ from rig.demo_report import (
     results_text,
     summary_table,
 )
-from rig.demo_run import Beside, StepFailed, run_stamped
+from rig.box.forge import create_repo
+from rig.box.plan import PROJECT
+from rig.box.poolctl import pool_control
+from rig.box.state import BoxInfo
 
-PROJECT = Path(__file__).resolve().parent.parent
 OTHER = "block_width"                # the example engine's other generated function
 DEMO_BOX_NAME = "demo"
 DEMO_BOX_NET = "198.18.77"
@@ -244,7 +246,7 @@ class Demo:
         """The stand-in pools back to their own bank (the box may be shared)."""
         for pool in self.binfo.pools if self.info else ():
             try:
-                self.binfo.pool_control(pool, reset=True)
+                pool_control(self.binfo, pool, reset=True)
             except (OSError, NevError):
                 pass
 
@@ -256,7 +258,7 @@ class Demo:
     def step3_repo(self) -> str:
         bi = self.binfo
         name = f"demo-engine-{self.tag}.git"
-        self.repo_url = bi.forge_create_repo(name)          # the rig address: what the lanes fetch
+        self.repo_url = create_repo(bi, name)               # the rig address: what the lanes fetch
         self.dev_repo_url = bi.dev_url(self.repo_url)         # the dev box reaches it through its forward
         seed = self.work / "seed"
         shutil.copytree(ENGINE, seed / ENGINE_IN_REPO, ignore=shutil.ignore_patterns("target", "corpus"))
@@ -329,7 +331,7 @@ class Demo:
         self.wait_step(2)
         bank = self.bank()
         for pool in self.binfo.pools:
-            self.binfo.pool_control(pool, bank=str(bank))
+            pool_control(self.binfo, pool, bank=str(bank))
         return self._submit_job(f"nev batch run {FUNCTION} --models qwen3.8-27b-fast:4:4 --max-batches 3 "
                                 "--escalate-after 1 --seed 15")
 
