@@ -93,9 +93,11 @@ def basic(report: Report) -> None:
     home = Path.home()
     lst = _Listener()
     try:
-        script = (f"ls -a {home} >/dev/null 2>&1 && echo home-seen; "
-                  f"(exec 3<>/dev/tcp/127.0.0.1/{lst.port}) 2>/dev/null && echo connected; "
-                  "ls /proc | grep -c '^[0-9]'")
+        script = (
+            f"ls -a {home} >/dev/null 2>&1 && echo home-seen; "
+            f"(exec 3<>/dev/tcp/127.0.0.1/{lst.port}) 2>/dev/null && echo connected; "
+            "ls /proc | grep -c '^[0-9]'"
+        )
         out = sandbox.run(["bash", "-c", script], sandbox.Jail(processes=True), timeout=30)
     finally:
         lst.close()
@@ -104,10 +106,12 @@ def basic(report: Report) -> None:
         return
     (report.bad if "home-seen" in out.stdout else report.ok)(f"a jailed shell does not see {home}")
     (report.bad if "connected" in out.stdout or lst.accepted else report.ok)(
-        "a jailed shell reaches no listener on this host's loopback")
+        "a jailed shell reaches no listener on this host's loopback"
+    )
     procs = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "?"
     (report.ok if procs.isdigit() and int(procs) <= 4 else report.bad)(
-        f"a jailed shell sees only its own processes ({procs})")
+        f"a jailed shell sees only its own processes ({procs})"
+    )
 
 
 def _rig_address(environ: dict[str, str]) -> str:
@@ -144,30 +148,44 @@ def hostile(report: Report, say: Callable[[str], None]) -> None:
             shutil.copytree(EXAMPLE_ENGINE, t / "engine", ignore=shutil.ignore_patterns("target"))
             ws = Workspace(t / "engine")
             ws.build()
-            cdir = corpus.write_reference_corpus(ws, "block_width", t / "corpus" / "block_width", 60)
+            cdir = corpus.write_reference_corpus(
+                ws, "block_width", t / "corpus" / "block_width", 60
+            )
             targets = hostile_mod.Targets(
-                secret=str(secret), copy_to=str(home / ".nev-sandbox-stolen"), corpus=str(cdir),
-                ssh_dir=str(home / ".ssh"), cache=str(home / ".cache"), store=str(store), marker=str(marker),
-                loopback_port=lst.port, rig_address=_rig_address(environ))
+                secret=str(secret),
+                copy_to=str(home / ".nev-sandbox-stolen"),
+                corpus=str(cdir),
+                ssh_dir=str(home / ".ssh"),
+                cache=str(home / ".cache"),
+                store=str(store),
+                marker=str(marker),
+                loopback_port=lst.port,
+                rig_address=_rig_address(environ),
+            )
             bad = hostile_mod.batch(targets)
             watched = [home / ".ssh", home / ".cache" / "nev", secret_dir, store, cdir]
             before = {p: digest(p) for p in watched}
             sources = [GOOD] + [s for _, s, _ in bad] + [RIGHT[1]]
             say(f"sandbox: {len(sources)} candidates ({len(bad)} hostile) ...")
-            result = candidates.probe(ws, "block_width", sources, cdir, t / "probe", timeout_ms=3000)
+            result = candidates.probe(
+                ws, "block_width", sources, cdir, t / "probe", timeout_ms=3000
+            )
             for (name, _, words), v in zip(bad, result.verdicts[1:-1], strict=True):
                 said = v.run_error or v.error or ""
                 line = f"hostile {name:<16} {v.status:<13} {said.splitlines()[0] if said else ''}"
                 (report.ok if v.status != "passed" and words in said else report.bad)(line)
             for v in (result.verdicts[0], result.verdicts[-1]):
                 (report.ok if v.status == "passed" else report.bad)(
-                    f"good    {v.label:<16} {v.status:<13} {v.cases_passed}/{v.cases_run}")
+                    f"good    {v.label:<16} {v.status:<13} {v.cases_passed}/{v.cases_run}"
+                )
             after = {p: digest(p) for p in watched}
             for p in watched:
                 (report.ok if before[p] == after[p] else report.bad)(f"unchanged: {p}")
             for p in (Path(targets.copy_to), marker):
                 (report.bad if p.exists() else report.ok)(f"not created: {p}")
-            (report.bad if lst.accepted else report.ok)("no connection reached the loopback listener")
+            (report.bad if lst.accepted else report.ok)(
+                "no connection reached the loopback listener"
+            )
         finally:
             lst.close()
             secret.unlink(missing_ok=True)

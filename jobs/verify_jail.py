@@ -39,8 +39,18 @@ _JOB_NAMES = ("JOB_NAME", "JOB_STAGE", "JOB_WORKDIR")
 
 
 #: settings that name a credential, a key or where keys live: never in a verify's environment
-_KEYS = {"NEV_MODEL_API_KEY", "NEV_MODEL_KEY_FILE", "NEV_FORGE_TOKEN", "NEV_FORGE_TOKEN_FILE", "NEV_FORGE_USER",
-         "NEV_SSH_KEY", "NEV_KNOWN_HOSTS", "NEV_GATEWAY_ADMIN_KEY_FILE", "NEV_GATEWAY_KEYS_FILE", "NEV_DAGU_PKI_DIR"}
+_KEYS = {
+    "NEV_MODEL_API_KEY",
+    "NEV_MODEL_KEY_FILE",
+    "NEV_FORGE_TOKEN",
+    "NEV_FORGE_TOKEN_FILE",
+    "NEV_FORGE_USER",
+    "NEV_SSH_KEY",
+    "NEV_KNOWN_HOSTS",
+    "NEV_GATEWAY_ADMIN_KEY_FILE",
+    "NEV_GATEWAY_KEYS_FILE",
+    "NEV_DAGU_PKI_DIR",
+}
 _USERINFO = re.compile(r"://[^/@\s]+@")
 
 
@@ -54,11 +64,20 @@ def verify_env(environ: Mapping[str, str]) -> dict[str, str]:
         if not k.startswith(("NEV_", "GENERA_")):
             continue
         c = "NEV_" + k.removeprefix("GENERA_") if k.startswith("GENERA_") else k
-        if c in _KEYS or c in secret or is_secret_name(c) or c.endswith(("_KEY_FILE", "_TOKEN_FILE")) \
-                or _USERINFO.search(v):
+        if (
+            c in _KEYS
+            or c in secret
+            or is_secret_name(c)
+            or c.endswith(("_KEY_FILE", "_TOKEN_FILE"))
+            or _USERINFO.search(v)
+        ):
             continue
         out[k] = v
-    extra = [n.strip() for n in (settings.get(settings.SANDBOX_ENV, environ) or "").split(",") if n.strip()]
+    extra = [
+        n.strip()
+        for n in (settings.get(settings.SANDBOX_ENV, environ) or "").split(",")
+        if n.strip()
+    ]
     for k in (*_JOB_NAMES, "LANG", "TERM", *extra):
         if environ.get(k) and not is_secret_name(k):
             out[k] = environ[k]
@@ -67,14 +86,22 @@ def verify_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 def nev_reads() -> list[Path]:
     """Where nev itself lives (its virtualenv, the interpreter under it, an editable checkout)."""
-    here = Path(__file__).resolve().parents[1]          # the folder holding jobs/, lanes/, ...
-    paths = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), here,
-             Path(sys.executable).resolve().parent}
+    here = Path(__file__).resolve().parents[1]  # the folder holding jobs/, lanes/, ...
+    paths = {
+        Path(sys.prefix).resolve(),
+        Path(sys.base_prefix).resolve(),
+        here,
+        Path(sys.executable).resolve().parent,
+    }
     return sorted(p for p in paths if not str(p).startswith("/usr/"))
 
 
-def jail(workdir: Path, environ: Mapping[str, str], extra_read: Sequence[Path] = (),
-         extra_env: Mapping[str, str] | None = None) -> sandbox.Jail:
+def jail(
+    workdir: Path,
+    environ: Mapping[str, str],
+    extra_read: Sequence[Path] = (),
+    extra_env: Mapping[str, str] | None = None,
+) -> sandbox.Jail:
     from bench.verify_needs import toolchain
 
     rust_reads, rust_path = toolchain()
@@ -87,13 +114,19 @@ def jail(workdir: Path, environ: Mapping[str, str], extra_read: Sequence[Path] =
     writes = [work, *_folders(settings.SANDBOX_WRITE, environ)]
     reads += _folders(settings.SANDBOX_READ, environ)
     admin = worktree_admin(work)
-    if admin is not None:   # a lane copy is a worktree of the lane's mirror: git needs its metadata
+    if admin is not None:  # a lane copy is a worktree of the lane's mirror: git needs its metadata
         own, common = admin
         reads.append(common)
         writes.append(own)
-    return sandbox.Jail(read=tuple(dict.fromkeys(reads)), write=tuple(writes), processes=True,
-                        limits=sandbox.Limits(memory_bytes=None, cpu_s=None, scratch_bytes=1024 * sandbox.MiB),
-                        env=env, cwd=work, hide=(work / ".env",))
+    return sandbox.Jail(
+        read=tuple(dict.fromkeys(reads)),
+        write=tuple(writes),
+        processes=True,
+        limits=sandbox.Limits(memory_bytes=None, cpu_s=None, scratch_bytes=1024 * sandbox.MiB),
+        env=env,
+        cwd=work,
+        hide=(work / ".env",),
+    )
 
 
 def _folders(setting: settings.Setting, environ: Mapping[str, str]) -> list[Path]:
@@ -104,8 +137,10 @@ def _folders(setting: settings.Setting, environ: Mapping[str, str]) -> list[Path
             continue
         p = Path(part).expanduser()
         if not p.is_absolute() or not p.is_dir():
-            raise NevError(f"{setting.name}: {part!r} is not an absolute path of a folder; name existing folders, "
-                           "separated by ':'")
+            raise NevError(
+                f"{setting.name}: {part!r} is not an absolute path of a folder; name existing folders, "
+                "separated by ':'"
+            )
         out.append(p.resolve())
     return out
 
@@ -130,13 +165,22 @@ def worktree_admin(work: Path) -> tuple[Path, Path] | None:
     return (own, common) if own.is_dir() and common.is_dir() else None
 
 
-def popen(argv: Sequence[str], workdir: Path, environ: Mapping[str, str],
-          say: Callable[[str], None] = info, **kw: object) -> subprocess.Popen:
+def popen(
+    argv: Sequence[str],
+    workdir: Path,
+    environ: Mapping[str, str],
+    say: Callable[[str], None] = info,
+    **kw: object,
+) -> subprocess.Popen:
     """The verify started in its jail, with nev's ground-truth builder serving it from outside
     (`bench.oracle.truth_service`) until it ends."""
+    from bench.oracle.truth import fresh_corpora
     from bench.oracle.truth_service import Service
 
-    svc = Service(environ, say)
+    def build(names: list[str], count: int, folder: Path) -> None:
+        fresh_corpora(count, environ=environ, say=say)(names, folder)
+
+    svc = Service(build, say)
     try:
         proc = sandbox.popen(argv, jail(workdir, environ, (svc.dir,), svc.env), **kw)
     except BaseException:

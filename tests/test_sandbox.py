@@ -68,7 +68,9 @@ def ws():
 
 @pytest.fixture(scope="module")
 def block_corpus(ws, tmp_path_factory):
-    return corpus.write_reference_corpus(ws, "block_width", tmp_path_factory.mktemp("sc") / "block_width", 120)
+    return corpus.write_reference_corpus(
+        ws, "block_width", tmp_path_factory.mktemp("sc") / "block_width", 120
+    )
 
 
 def test_a_jail_sees_no_home_no_network_no_other_process_and_writes_only_its_folders(tmp_path):
@@ -82,10 +84,16 @@ def test_a_jail_sees_no_home_no_network_no_other_process_and_writes_only_its_fol
     rw.mkdir()
     lst = Listener()
     try:
-        script = (f"cat {home}/.ssh/id; echo home=$?; cat {ro}/f; echo; echo x > {ro}/g; echo ro=$?; "
-                  f"echo ok > {rw}/h; echo rw=$?; ls /proc | grep -c '^[0-9]'; "
-                  f"(exec 3<>/dev/tcp/127.0.0.1/{lst.port}) 2>/dev/null; echo tcp=$?; echo $HOME")
-        out = sandbox.run(["bash", "-c", script], sandbox.Jail(read=(ro,), write=(rw,), processes=True), timeout=30)
+        script = (
+            f"cat {home}/.ssh/id; echo home=$?; cat {ro}/f; echo; echo x > {ro}/g; echo ro=$?; "
+            f"echo ok > {rw}/h; echo rw=$?; ls /proc | grep -c '^[0-9]'; "
+            f"(exec 3<>/dev/tcp/127.0.0.1/{lst.port}) 2>/dev/null; echo tcp=$?; echo $HOME"
+        )
+        out = sandbox.run(
+            ["bash", "-c", script],
+            sandbox.Jail(read=(ro,), write=(rw,), processes=True),
+            timeout=30,
+        )
     finally:
         lst.close()
     assert out.returncode == 0, out.stderr
@@ -94,40 +102,59 @@ def test_a_jail_sees_no_home_no_network_no_other_process_and_writes_only_its_fol
     assert "data" in lines and "ro=1" in lines and not (ro / "g").exists()
     assert "rw=0" in lines and (rw / "h").read_text() == "ok\n"
     procs = int(lines[lines.index("rw=0") + 1])
-    assert procs <= 4, out.stdout            # bwrap's init, bash, ls, grep: nothing of the host
+    assert procs <= 4, out.stdout  # bwrap's init, bash, ls, grep: nothing of the host
     assert "tcp=1" in lines and lst.accepted == 0
     assert lines[-1] == "/tmp"
 
 
 def test_a_jail_without_processes_cannot_start_one():
-    out = sandbox.run(["bash", "-c", "echo before; /bin/true; echo after"], sandbox.Jail(), timeout=30)
+    out = sandbox.run(
+        ["bash", "-c", "echo before; /bin/true; echo after"], sandbox.Jail(), timeout=30
+    )
     assert "before" in out.stdout and "after" not in out.stdout
     assert sandbox.explain(out, sandbox.Limits(), reported=False) == "forbidden system call"
 
 
 def test_a_host_without_bubblewrap_refuses_with_exit_13_and_runs_nothing(monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", str(tmp_path))    # no bwrap on this PATH
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on this PATH
     with pytest.raises(sandbox.SandboxError) as e:
         sandbox.run(["true"], sandbox.Jail(), timeout=10)
     assert e.value.exit_code == Exit.NO_SANDBOX == 13
     assert "bubblewrap is not installed" in str(e.value) and "nothing ran" in str(e.value)
 
 
-@pytest.mark.parametrize("out,words", [
-    (sandbox.Outcome(5, "", "candidates: forbidden system call 41\n"), "forbidden system call: socket"),
-    (sandbox.Outcome(134, "", "thread 'x' has overflowed its stack\nfatal runtime error: stack overflow\n"),
-     "stack overflow"),
-    (sandbox.Outcome(134, "", "memory allocation of 6442450944 bytes failed\n"), "killed: memory cap 2 GiB"),
-    (sandbox.Outcome(128 + 24, "", ""), "killed: CPU time cap 60 s"),
-    (sandbox.Outcome(134, "", ""), "aborted"),
-    (sandbox.Outcome(0, "", ""), "exited 0 before reporting"),
-    (sandbox.Outcome(1, "", "", timed_out=True), "killed: timed out"),
-])
+@pytest.mark.parametrize(
+    "out,words",
+    [
+        (
+            sandbox.Outcome(5, "", "candidates: forbidden system call 41\n"),
+            "forbidden system call: socket",
+        ),
+        (
+            sandbox.Outcome(
+                134,
+                "",
+                "thread 'x' has overflowed its stack\nfatal runtime error: stack overflow\n",
+            ),
+            "stack overflow",
+        ),
+        (
+            sandbox.Outcome(134, "", "memory allocation of 6442450944 bytes failed\n"),
+            "killed: memory cap 2 GiB",
+        ),
+        (sandbox.Outcome(128 + 24, "", ""), "killed: CPU time cap 60 s"),
+        (sandbox.Outcome(134, "", ""), "aborted"),
+        (sandbox.Outcome(0, "", ""), "exited 0 before reporting"),
+        (sandbox.Outcome(1, "", "", timed_out=True), "killed: timed out"),
+    ],
+)
 def test_explain_names_why_a_process_ended_without_its_answer(out, words):
     assert sandbox.explain(out, sandbox.Limits(), reported=False) == words
 
 
-def test_hostile_candidates_each_get_their_own_verdict_and_the_good_ones_score_as_alone(ws, block_corpus, tmp_path):
+def test_hostile_candidates_each_get_their_own_verdict_and_the_good_ones_score_as_alone(
+    ws, block_corpus, tmp_path
+):
     home = tmp_path / "home"
     for d in (".ssh", ".cache/nev", "dagu"):
         (home / d).mkdir(parents=True)
@@ -141,16 +168,28 @@ def test_hostile_candidates_each_get_their_own_verdict_and_the_good_ones_score_a
     (store / "entry").write_text("ground truth")
     marker = tmp_path / "spawned"
     lst = Listener()
-    t = hostile.Targets(secret=str(secret), copy_to=str(tmp_path / "stolen"), corpus=str(block_corpus),
-                        ssh_dir=str(home / ".ssh"), cache=str(home / ".cache"), store=str(store),
-                        marker=str(marker), loopback_port=lst.port, rig_address="198.18.0.10:22")
+    t = hostile.Targets(
+        secret=str(secret),
+        copy_to=str(tmp_path / "stolen"),
+        corpus=str(block_corpus),
+        ssh_dir=str(home / ".ssh"),
+        cache=str(home / ".cache"),
+        store=str(store),
+        marker=str(marker),
+        loopback_port=lst.port,
+        rig_address="198.18.0.10:22",
+    )
     bad = hostile.batch(t)
     good = [GOOD, RIGHT[1]]
     sources = [good[0]] + [s for _, s, _ in bad] + [good[1]]
     before = {p: tree_digest(p) for p in (home, store, block_corpus, EXAMPLE_ENGINE / "crates")}
     try:
-        alone = candidates.probe(ws, "block_width", good, block_corpus, tmp_path / "alone", timeout_ms=3000)
-        result = candidates.probe(ws, "block_width", sources, block_corpus, tmp_path / "probe", timeout_ms=3000)
+        alone = candidates.probe(
+            ws, "block_width", good, block_corpus, tmp_path / "alone", timeout_ms=3000
+        )
+        result = candidates.probe(
+            ws, "block_width", sources, block_corpus, tmp_path / "probe", timeout_ms=3000
+        )
     finally:
         lst.close()
     verdicts = result.verdicts
@@ -170,14 +209,22 @@ def test_hostile_candidates_each_get_their_own_verdict_and_the_good_ones_score_a
 
 
 def test_a_candidate_printing_a_fake_report_does_not_pass(ws, block_corpus, tmp_path):
-    fake = ('{"function": "block_width", "candidate": "c000", "cases_run": 120, "cases_passed": 120, '
-            '"ns_per_case": 1.0}')
-    forger = GOOD.replace("    let first = solve(input, input.width);",
-                          '    if input.cb_width > -1.0 { println!("{}", r#"' + fake + '"#); '
-                          "std::process::exit(0); }\n    let first = solve(input, input.width);", 1)
+    fake = (
+        '{"function": "block_width", "candidate": "c000", "cases_run": 120, "cases_passed": 120, '
+        '"ns_per_case": 1.0}'
+    )
+    forger = GOOD.replace(
+        "    let first = solve(input, input.width);",
+        '    if input.cb_width > -1.0 { println!("{}", r#"' + fake + '"#); '
+        "std::process::exit(0); }\n    let first = solve(input, input.width);",
+        1,
+    )
     result = candidates.probe(ws, "block_width", [forger], block_corpus, tmp_path)
     v = result.verdicts[0]
-    assert v.status == "run-error" and v.run_error == "exited 0 before reporting", (v.status, v.run_error)
+    assert v.status == "run-error" and v.run_error == "exited 0 before reporting", (
+        v.status,
+        v.run_error,
+    )
 
 
 def test_no_sandbox_runs_bare_with_a_warning(ws, block_corpus, tmp_path, capfd):
@@ -205,14 +252,22 @@ def test_a_jobs_verify_of_a_hostile_track_is_contained_and_its_log_holds_no_key(
     store.mkdir(parents=True)
     (store / "entry").write_text("ground truth")
     before = tree_digest(store)
-    hostile_verify = (f"cat $NEV_MODEL_KEY_FILE; cat {keyfile}; cat .env; ls {keyfile.parent}; env; "
-                      f"echo evil > {store}/entry; mkdir {store}/evil; "
-                      f"(exec 3<>/dev/tcp/127.0.0.1/{forge.port}) && echo reached; "
-                      "test -e README.md && echo verified")
-    m = write_manifest(tmp_path / "job.yaml", base, [{"name": "check", "kind": "verify", "command": hostile_verify}])
+    hostile_verify = (
+        f"cat $NEV_MODEL_KEY_FILE; cat {keyfile}; cat .env; ls {keyfile.parent}; env; "
+        f"echo evil > {store}/entry; mkdir {store}/evil; "
+        f"(exec 3<>/dev/tcp/127.0.0.1/{forge.port}) && echo reached; "
+        "test -e README.md && echo verified"
+    )
+    m = write_manifest(
+        tmp_path / "job.yaml",
+        base,
+        [{"name": "check", "kind": "verify", "command": hostile_verify}],
+    )
     state = tmp_path / "state"
     try:
-        r = nev(["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env, timeout=120)
+        r = nev(
+            ["job", "run", str(m), "--workdir", str(work), "--state", str(state)], env, timeout=120
+        )
     finally:
         forge.close()
         gw.close()

@@ -24,14 +24,25 @@ def lane0(box, tmp_path_factory):
 
 def test_a_hostile_batch_on_an_lxc_lane_gets_a_verdict_each_and_changes_nothing(lane0):
     rig, wt = lane0
-    r = h.nev(["lane", "run", "--lane", "0", str(wt), "nev", "sandbox", "check", "--hostile"], rig.env, timeout=900)
+    r = h.nev(
+        ["lane", "run", "--lane", "0", str(wt), "nev", "sandbox", "check", "--hostile"],
+        rig.env,
+        timeout=900,
+    )
     out = r.stdout
     assert r.returncode == 0, out[-4000:] + r.stderr[-3000:]
     assert "FAIL" not in out
     lines = [x for x in out.splitlines() if x.startswith("ok    hostile ")]
     assert len(lines) == 16, out
-    for words in ("forbidden system call: openat", "forbidden system call: socket", "stack overflow",
-                  "killed: memory cap 2 GiB", "exited 0 before reporting", "aborted", "timed out"):
+    for words in (
+        "forbidden system call: openat",
+        "forbidden system call: socket",
+        "stack overflow",
+        "killed: memory cap 2 GiB",
+        "exited 0 before reporting",
+        "aborted",
+        "timed out",
+    ):
         assert any(words in x for x in lines), (words, out)
     assert sum(1 for x in out.splitlines() if x.startswith("ok    good ")) == 2
     assert "ok    unchanged: /srv/lane-shared/corpora" in out or "ok    unchanged: " in out
@@ -41,15 +52,20 @@ def test_a_hostile_batch_on_an_lxc_lane_gets_a_verdict_each_and_changes_nothing(
 def test_a_verify_on_a_lane_sees_no_key_no_share_and_no_forge(lane0):
     rig, wt = lane0
     forge = rig.env.get("NEV_LANE_GIT_URL", "")
-    script = ("ls -a ~ ; echo home=$HOME; cat ~/.lane-model-env 2>&1; ls $NEV_LANE_SHARED 2>&1; "
-              "ls /srv/lane-shared 2>&1; git -C . rev-parse HEAD && echo git-ok; "
-              "python3 -c \"import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=5)\" "
-              f"'{forge or 'http://198.18.0.1/'}' 2>&1 | tail -1; echo end")
-    r = h.nev(["lane", "run", "--lane", "0", str(wt), "nev", "sandbox", "exec", "--", "sh", "-c", script],
-              rig.env, timeout=600)
+    script = (
+        "ls -a ~ ; echo home=$HOME; cat ~/.lane-model-env 2>&1; ls $NEV_LANE_SHARED 2>&1; "
+        "ls /srv/lane-shared 2>&1; git -C . rev-parse HEAD && echo git-ok; "
+        'python3 -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=5)" '
+        f"'{forge or 'http://198.18.0.1/'}' 2>&1 | tail -1; echo end"
+    )
+    r = h.nev(
+        ["lane", "run", "--lane", "0", str(wt), "nev", "sandbox", "exec", "--", "sh", "-c", script],
+        rig.env,
+        timeout=600,
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     assert "home=/tmp" in out and "git-ok" in out and "end" in out
-    assert "NEV_LANE_MODEL_URL=" not in out               # the lane's model env file is not there
-    assert "corpora" not in r.stdout and "gate-logs" not in r.stdout   # nor the share
+    assert "NEV_LANE_MODEL_URL=" not in out  # the lane's model env file is not there
+    assert "corpora" not in r.stdout and "gate-logs" not in r.stdout  # nor the share
     assert "Network is unreachable" in out or "URLError" in out or "Errno" in out

@@ -35,8 +35,11 @@ MAX_COUNT = 100_000
 class Service:
     """The builder's side, for one verify: serves until `close`."""
 
-    def __init__(self, environ: Mapping[str, str], say: Callable[[str], None] = info) -> None:
-        self.environ = dict(environ)
+    def __init__(
+        self, build: Callable[[list[str], int, Path], None], say: Callable[[str], None] = info
+    ) -> None:
+        """`build(names, count, folder)`: the oracle builder (`truth.fresh_corpora`) into `folder`."""
+        self.build = build
         self.say = say
         self.dir = Path(tempfile.mkdtemp(prefix="nev-truth-"))
         self.staging = self.dir / "corpora"
@@ -53,7 +56,10 @@ class Service:
 
     @property
     def env(self) -> dict[str, str]:
-        return {settings.TRUTH_SOCKET.name: str(self.path), settings.TRUTH_STAGING.name: str(self.staging)}
+        return {
+            settings.TRUTH_SOCKET.name: str(self.path),
+            settings.TRUTH_STAGING.name: str(self.staging),
+        }
 
     def _serve(self) -> None:
         while not self._stop:
@@ -71,7 +77,6 @@ class Service:
 
     def _answer(self, line: bytes) -> dict:
         from bench.oracle.cases import generator_for
-        from bench.oracle.truth import NoGroundTruth, fresh_corpora
 
         try:
             req = json.loads(line)
@@ -79,18 +84,28 @@ class Service:
             return {"error": "the request is not one JSON line", "exit": int(Exit.FAILED)}
         names = req.get("names") if isinstance(req, dict) else None
         count = req.get("count") if isinstance(req, dict) else None
-        if (not isinstance(names, list) or not names or len(names) > 64
-                or not all(isinstance(n, str) and n and "/" not in n and not n.startswith(".") for n in names)):
+        if (
+            not isinstance(names, list)
+            or not names
+            or len(names) > 64
+            or not all(
+                isinstance(n, str) and n and "/" not in n and not n.startswith(".") for n in names
+            )
+        ):
             return {"error": "names must be a list of corpus names", "exit": int(Exit.FAILED)}
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_COUNT:
-            return {"error": f"count must be a whole number from 1 to {MAX_COUNT}", "exit": int(Exit.FAILED)}
+            return {
+                "error": f"count must be a whole number from 1 to {MAX_COUNT}",
+                "exit": int(Exit.FAILED),
+            }
         try:
             for n in names:
                 generator_for(n)
-            self.say(f"sandbox: building the ground truth the verify asks for: {', '.join(names)} ({count} seeds)")
-            fresh_corpora(count, environ=self.environ, say=self.say)(list(names), self.staging)
-        except NoGroundTruth as e:
-            return {"error": str(e), "exit": int(Exit.NO_GROUND_TRUTH)}
+            self.say(
+                f"sandbox: building the ground truth the verify asks for: {', '.join(names)} "
+                f"({count} seeds)"
+            )
+            self.build(list(names), count, self.staging)
         except NevError as e:
             return {"error": str(e), "exit": int(e.exit_code)}
         except Exception as e:  # noqa: BLE001 - the answer names it; the verify fails on it
@@ -118,10 +133,11 @@ def available(environ: Mapping[str, str] | None = None) -> bool:
     return bool(settings.given(settings.TRUTH_SOCKET, environ))
 
 
-def request(names: Sequence[str], count: int, root: Path, environ: Mapping[str, str] | None = None) -> None:
+def request(
+    names: Sequence[str], count: int, root: Path, environ: Mapping[str, str] | None = None
+) -> None:
     """Inside the jail: ask the builder for `names`, then copy each into `root`."""
     from bench.oracle import shared, store
-    from bench.oracle.truth import NoGroundTruth
 
     path = settings.value(settings.TRUTH_SOCKET, environ)
     staging = Path(settings.value(settings.TRUTH_STAGING, environ))
@@ -131,8 +147,10 @@ def request(names: Sequence[str], count: int, root: Path, environ: Mapping[str, 
             s.sendall((json.dumps({"names": list(names), "count": count}) + "\n").encode())
             answer = _read_line(s)
         except OSError as e:
-            raise NevError(f"the sandbox's ground-truth builder did not answer ({e.strerror}); nothing was scored") \
-                from None
+            raise NevError(
+                f"the sandbox's ground-truth builder did not answer ({e.strerror}); "
+                "nothing was scored"
+            ) from None
     try:
         reply = json.loads(answer)
     except ValueError:
@@ -140,13 +158,14 @@ def request(names: Sequence[str], count: int, root: Path, environ: Mapping[str, 
     if not isinstance(reply, dict) or not reply.get("ok"):
         msg = str(reply.get("error") if isinstance(reply, dict) else reply)
         code = reply.get("exit") if isinstance(reply, dict) else None
-        if code == Exit.NO_GROUND_TRUTH:
-            raise NoGroundTruth(msg)
-        raise NevError(msg)
+        raise NevError(msg, Exit.NO_GROUND_TRUTH if code == Exit.NO_GROUND_TRUTH else None)
     root.mkdir(parents=True, exist_ok=True)
     for n in names:
         src = staging / n
         if store.verify(src) is not None:
-            raise NoGroundTruth(f"{src}: the builder's corpus does not match its manifest; nothing was scored")
+            raise NevError(
+                f"{src}: the builder's corpus does not match its manifest; nothing was scored",
+                Exit.NO_GROUND_TRUTH,
+            )
         if not store.up_to_date(root / n, str((store.read_manifest(src) or {}).get("key"))):
             shared.copy_in(src, root, n)

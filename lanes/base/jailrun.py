@@ -36,17 +36,36 @@ def _drain(stream: Any, keep: bytearray) -> None:
             keep.extend(chunk[:room])
 
 
-def run_one(argv: Sequence[str], stdin: bytes, timeout: float, cwd: str | None = None,
-            env: dict[str, str] | None = None) -> dict[str, Any]:
+def run_one(
+    argv: Sequence[str],
+    stdin: bytes,
+    timeout: float,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """One job: its status (128 + the signal when one ended it), its output, whether time ran out."""
     try:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                cwd=cwd, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
     except OSError as e:
-        return {"returncode": 127, "stdout": "", "stderr": f"cannot start {argv[0]}: {e.strerror}", "timed_out": False}
+        return {
+            "returncode": 127,
+            "stdout": "",
+            "stderr": f"cannot start {argv[0]}: {e.strerror}",
+            "timed_out": False,
+        }
     out, err = bytearray(), bytearray()
-    readers = [threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
-               threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True)]
+    readers = [
+        threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
+    ]
     for t in readers:
         t.start()
     try:
@@ -54,7 +73,7 @@ def run_one(argv: Sequence[str], stdin: bytes, timeout: float, cwd: str | None =
         proc.stdin.write(stdin)
         proc.stdin.close()
     except OSError:
-        pass   # it ended (or closed its stdin) before reading
+        pass  # it ended (or closed its stdin) before reading
     timed_out = False
     try:
         code = proc.wait(timeout=timeout)
@@ -67,18 +86,25 @@ def run_one(argv: Sequence[str], stdin: bytes, timeout: float, cwd: str | None =
         code = proc.wait()
     for t in readers:
         t.join(timeout=5)
-    return {"returncode": 128 - code if code < 0 else code, "stdout": out.decode("utf-8", "replace"),
-            "stderr": err.decode("utf-8", "replace"), "timed_out": timed_out}
+    return {
+        "returncode": 128 - code if code < 0 else code,
+        "stdout": out.decode("utf-8", "replace"),
+        "stderr": err.decode("utf-8", "replace"),
+        "timed_out": timed_out,
+    }
 
 
-def run_all(jobs: Sequence[dict[str, Any]], parallel: int, timeout: float,
-            on_done: Any = None) -> list[dict[str, Any]]:
+def run_all(
+    jobs: Sequence[dict[str, Any]], parallel: int, timeout: float, on_done: Any = None
+) -> list[dict[str, Any]]:
     """Every job, `parallel` at a time; `on_done(index, result)` as each finishes."""
     results: list[dict[str, Any]] = [{}] * len(jobs)
 
     def one(k: int) -> None:
         job = jobs[k]
-        r = run_one(job["argv"], job.get("stdin", "").encode(), timeout, job.get("cwd"), job.get("env"))
+        r = run_one(
+            job["argv"], job.get("stdin", "").encode(), timeout, job.get("cwd"), job.get("env")
+        )
         results[k] = r
         if on_done is not None:
             on_done(k, r)
@@ -95,7 +121,9 @@ def main() -> int:
 
     def done(k: int, r: dict[str, Any]) -> None:
         with lock:
-            sys.stdout.write(json.dumps({"index": k, **r, "at": round(time.monotonic() - t0, 3)}) + "\n")
+            sys.stdout.write(
+                json.dumps({"index": k, **r, "at": round(time.monotonic() - t0, 3)}) + "\n"
+            )
             sys.stdout.flush()
 
     run_all(req["jobs"], int(req.get("parallel", 1)), float(req["timeout"]), done)

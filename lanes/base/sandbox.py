@@ -50,16 +50,67 @@ MiB = 1 << 20
 INSIDE = "NEV_IN_SANDBOX"
 
 # /etc entries a compiler, a shell, make or git reads; nothing else of /etc is visible.
-_ETC = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf",
-        "localtime", "ssl", "gitconfig", "os-release", "debian_version", "mime.types", "fonts")
+_ETC = (
+    "alternatives",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "localtime",
+    "ssl",
+    "gitconfig",
+    "os-release",
+    "debian_version",
+    "mime.types",
+    "fonts",
+)
 
 # Calls no compile, build or test needs, whatever the jail: trapped in every jail.
-_NEVER = ("ptrace", "process_vm_readv", "process_vm_writev", "kexec_load", "kexec_file_load", "bpf",
-          "perf_event_open", "keyctl", "add_key", "request_key", "userfaultfd", "mount", "umount2",
-          "pivot_root", "setns", "unshare", "init_module", "finit_module", "delete_module", "swapon",
-          "swapoff", "reboot", "acct", "quotactl", "open_by_handle_at", "name_to_handle_at", "lookup_dcookie",
-          "syslog", "settimeofday", "clock_settime", "adjtimex", "clock_adjtime", "mount_setattr",
-          "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "personality", "vhangup")
+_NEVER = (
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kexec_load",
+    "kexec_file_load",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "userfaultfd",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "setns",
+    "unshare",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "acct",
+    "quotactl",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "lookup_dcookie",
+    "syslog",
+    "settimeofday",
+    "clock_settime",
+    "adjtimex",
+    "clock_adjtime",
+    "mount_setattr",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "personality",
+    "vhangup",
+)
 # A jail without processes: these start one. clone3 cannot be told from a thread's start (its flags
 # are behind a pointer), so it fails with ENOSYS and libc falls back to clone, whose flags are read.
 _PROCESS = ("fork", "vfork", "execveat")
@@ -69,16 +120,91 @@ _CLONE_NEW = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x2000
 _PR_SET_PDEATHSIG = 1
 # The runner's own lock after it read the corpus (crates_bridge/engine .../lockdown.rs): what a
 # candidate's function has no business doing, each trapped so the verdict names it.
-_RUNNER = ("open", "openat", "openat2", "creat", "stat", "lstat", "newfstatat", "statx", "access", "faccessat",
-           "faccessat2", "readlink", "readlinkat", "getdents64", "statfs", "getxattr", "lgetxattr", "listxattr",
-           "setxattr", "lsetxattr", "removexattr", "lremovexattr", "execve", "execveat", "socket", "socketpair", "connect",
-           "bind", "listen", "accept", "accept4", "sendto", "sendmsg", "recvfrom", "recvmsg", "kill", "tkill",
-           "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "mkdirat", "rmdir", "link",
-           "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "chown", "fchown", "fchownat",
-           "lchown", "truncate", "ftruncate", "chdir", "fchdir", "chroot", "mknod", "mknodat", "utimensat",
-           "inotify_init1", "fanotify_init", "memfd_create", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
-           "io_uring_setup", "io_uring_enter", "io_uring_register", "shmget", "shmat", "msgget", "semget",
-           "mq_open", "setrlimit", "prlimit64", "setpriority", "sched_setaffinity", "sched_setscheduler")
+_RUNNER = (
+    "open",
+    "openat",
+    "openat2",
+    "creat",
+    "stat",
+    "lstat",
+    "newfstatat",
+    "statx",
+    "access",
+    "faccessat",
+    "faccessat2",
+    "readlink",
+    "readlinkat",
+    "getdents64",
+    "statfs",
+    "getxattr",
+    "lgetxattr",
+    "listxattr",
+    "setxattr",
+    "lsetxattr",
+    "removexattr",
+    "lremovexattr",
+    "execve",
+    "execveat",
+    "socket",
+    "socketpair",
+    "connect",
+    "bind",
+    "listen",
+    "accept",
+    "accept4",
+    "sendto",
+    "sendmsg",
+    "recvfrom",
+    "recvmsg",
+    "kill",
+    "tkill",
+    "unlink",
+    "unlinkat",
+    "rename",
+    "renameat",
+    "renameat2",
+    "mkdir",
+    "mkdirat",
+    "rmdir",
+    "link",
+    "linkat",
+    "symlink",
+    "symlinkat",
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "chown",
+    "fchown",
+    "fchownat",
+    "lchown",
+    "truncate",
+    "ftruncate",
+    "chdir",
+    "fchdir",
+    "chroot",
+    "mknod",
+    "mknodat",
+    "utimensat",
+    "inotify_init1",
+    "fanotify_init",
+    "memfd_create",
+    "pidfd_open",
+    "pidfd_send_signal",
+    "pidfd_getfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "shmget",
+    "shmat",
+    "msgget",
+    "semget",
+    "mq_open",
+    "setrlimit",
+    "prlimit64",
+    "setpriority",
+    "sched_setaffinity",
+    "sched_setscheduler",
+)
 
 
 class SandboxError(NevError):
@@ -102,8 +228,10 @@ class Limits:
         mem = settings.get_int(settings.SANDBOX_MEMORY_MB, environ)
         scratch = settings.get_int(settings.SANDBOX_SCRATCH_MB, environ)
         if mem <= 0 or scratch <= 0:
-            raise NevError(f"{settings.SANDBOX_MEMORY_MB.name} and {settings.SANDBOX_SCRATCH_MB.name} must be "
-                           f"positive whole numbers of MiB (got {mem} and {scratch})")
+            raise NevError(
+                f"{settings.SANDBOX_MEMORY_MB.name} and {settings.SANDBOX_SCRATCH_MB.name} must be "
+                f"positive whole numbers of MiB (got {mem} and {scratch})"
+            )
         return Limits(memory_bytes=mem * MiB, cpu_s=cpu_s, scratch_bytes=scratch * MiB)
 
     def memory_label(self) -> str:
@@ -144,19 +272,25 @@ class Outcome:
 
 # ---- what the host has ----
 
+
 def missing() -> list[str]:
     """What this host lacks to build the sandbox, one phrase each (empty: it can)."""
     problems: list[str] = []
     if shutil.which(BWRAP) is None:
         problems.append("bubblewrap is not installed (apt-get install bubblewrap)")
     if not os.access(PYTHON, os.X_OK):
-        problems.append(f"{PYTHON} is not installed (apt-get install python3): the jail's supervisor runs on it")
+        problems.append(
+            f"{PYTHON} is not installed (apt-get install python3): the jail's supervisor runs on it"
+        )
     try:
         import pyseccomp  # noqa: F401
+
         pyseccomp.SyscallFilter(pyseccomp.ALLOW)
     except (ImportError, OSError, RuntimeError) as e:
-        problems.append(f"libseccomp cannot be used from Python ({e}; apt-get install libseccomp2, "
-                        "pip install pyseccomp)")
+        problems.append(
+            f"libseccomp cannot be used from Python ({e}; apt-get install libseccomp2, "
+            "pip install pyseccomp)"
+        )
     if problems:
         return problems
     probe = _probe()
@@ -174,9 +308,13 @@ def _probe() -> str | None:
     except OSError as e:
         return f"bubblewrap did not start ({e})"
     if out.returncode != 0:
-        why = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"
-        return (f"bubblewrap cannot build a jail here ({why}); unprivileged user namespaces must be "
-                "allowed (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)")
+        why = (
+            out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"
+        )
+        return (
+            f"bubblewrap cannot build a jail here ({why}); unprivileged user namespaces must be "
+            "allowed (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)"
+        )
     return None
 
 
@@ -187,8 +325,10 @@ def check() -> None:
         return
     gone = missing()
     if gone:
-        raise SandboxError(f"the sandbox for model-written code cannot be built on this host: {'; '.join(gone)}; "
-                           "nothing ran (`nev lane provision` checks a lane)")
+        raise SandboxError(
+            f"the sandbox for model-written code cannot be built on this host: {'; '.join(gone)}; "
+            "nothing ran (`nev lane provision` checks a lane)"
+        )
 
 
 def inside() -> bool:
@@ -207,6 +347,7 @@ def inside() -> bool:
 
 
 # ---- the filters ----
+
 
 @lru_cache(maxsize=8)
 def filter_bpf(kind: str) -> bytes:
@@ -231,7 +372,7 @@ def filter_bpf(kind: str) -> bytes:
         try:
             f.add_rule(sc.TRAP, name)
         except (OSError, RuntimeError, ValueError):
-            continue   # a call this architecture does not have
+            continue  # a call this architecture does not have
     with tempfile.TemporaryFile() as t:
         f.export_bpf(t)
         t.seek(0)
@@ -248,6 +389,7 @@ def syscall_name(nr: int) -> str:
 
 
 # ---- the jail ----
+
 
 def _system_view(etc: Sequence[str]) -> list[str]:
     args = ["--ro-bind", "/usr", "/usr"]
@@ -279,11 +421,36 @@ def _binds(jail: Jail) -> list[str]:
 
 def bwrap_argv(jail: Jail, argv: Sequence[str], seccomp_fd: int) -> list[str]:
     """bubblewrap's command line for `argv` in `jail` (the filter read from `seccomp_fd`)."""
-    out = [BWRAP, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-           "--hostname", "sandbox", *_system_view(jail.etc), "--proc", "/proc", "--dev", "/dev",
-           "--size", str(jail.limits.scratch_bytes), "--tmpfs", "/tmp", *_binds(jail), "--clearenv"]
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-           **dict(jail.env), INSIDE: "1"}
+    out = [
+        BWRAP,
+        "--unshare-all",
+        "--unshare-user",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "sandbox",
+        *_system_view(jail.etc),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(jail.limits.scratch_bytes),
+        "--tmpfs",
+        "/tmp",
+        *_binds(jail),
+        "--clearenv",
+    ]
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        **dict(jail.env),
+        INSIDE: "1",
+    }
     for k, v in env.items():
         out += ["--setenv", k, v]
     if jail.cwd is not None:
@@ -311,19 +478,28 @@ def _limits_in_child(limits: Limits) -> None:
 
 
 def warn_bare(what: str) -> None:
-    print(f"nev: warning: {what} runs WITHOUT the sandbox (--no-sandbox): it can read your keys, reach "
-          "the network and write anything you can", file=sys.stderr)
+    print(
+        f"nev: warning: {what} runs WITHOUT the sandbox (--no-sandbox): it can read your keys, reach "
+        "the network and write anything you can",
+        file=sys.stderr,
+    )
 
 
-def run(argv: Sequence[str], jail: Jail, *, timeout: float, stdin: bytes | None = None,
-        _checked: bool = True) -> Outcome:
+def run(
+    argv: Sequence[str],
+    jail: Jail,
+    *,
+    timeout: float,
+    stdin: bytes | None = None,
+    _checked: bool = True,
+) -> Outcome:
     """Run `argv` in `jail`, waiting at most `timeout` seconds (then the whole jail is killed)."""
     if jail.bare or inside():
         return _run_bare(argv, jail, timeout, stdin)
     if _checked:
         check()
     bpf = filter_bpf("noproc" if not jail.processes else "base")
-    r, w = os.pipe()    # a filter is a few hundred bytes: far below a pipe's buffer
+    r, w = os.pipe()  # a filter is a few hundred bytes: far below a pipe's buffer
     try:
         os.write(w, bpf)
     finally:
@@ -331,19 +507,30 @@ def run(argv: Sequence[str], jail: Jail, *, timeout: float, stdin: bytes | None 
     full = bwrap_argv(jail, argv, r)
     lim = jail.limits
     try:
-        proc = subprocess.Popen(full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(r,),
-                                preexec_fn=lambda: _limits_in_child(lim))
+        proc = subprocess.Popen(
+            full,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(r,),
+            preexec_fn=lambda: _limits_in_child(lim),
+        )
     finally:
         os.close(r)
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
-        return Outcome(_status(proc.returncode), out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+        return Outcome(
+            _status(proc.returncode), out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+        )
     except subprocess.TimeoutExpired:
         _kill(proc)
         out, err = proc.communicate()
-        return Outcome(_status(proc.returncode), out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
-                       timed_out=True)
+        return Outcome(
+            _status(proc.returncode),
+            out.decode("utf-8", "replace"),
+            err.decode("utf-8", "replace"),
+            timed_out=True,
+        )
 
 
 def popen(argv: Sequence[str], jail: Jail, **kw: object) -> subprocess.Popen:
@@ -352,16 +539,21 @@ def popen(argv: Sequence[str], jail: Jail, **kw: object) -> subprocess.Popen:
     if jail.bare or inside():
         if jail.bare:
             warn_bare("this command")
-        return subprocess.Popen(list(argv), cwd=jail.cwd, env=dict(jail.env) or None, start_new_session=True,
-                                **kw)  # type: ignore[call-overload]
+        return subprocess.Popen(
+            list(argv), cwd=jail.cwd, env=dict(jail.env) or None, start_new_session=True, **kw
+        )  # type: ignore[call-overload]
     check()
     r, w = os.pipe()
     os.write(w, filter_bpf("noproc" if not jail.processes else "base"))
     os.close(w)
     lim = jail.limits
     try:
-        return subprocess.Popen(bwrap_argv(jail, argv, r), pass_fds=(r,),  # type: ignore[call-overload]
-                                preexec_fn=lambda: _limits_in_child(lim), **kw)
+        return subprocess.Popen(
+            bwrap_argv(jail, argv, r),
+            pass_fds=(r,),  # type: ignore[call-overload]
+            preexec_fn=lambda: _limits_in_child(lim),
+            **kw,
+        )
     finally:
         os.close(r)
 
@@ -382,15 +574,31 @@ def _status(code: int) -> int:
 def _run_bare(argv: Sequence[str], jail: Jail, timeout: float, stdin: bytes | None) -> Outcome:
     env = {**os.environ, **dict(jail.env)}
     try:
-        cp = subprocess.run(list(argv), input=stdin, capture_output=True, timeout=timeout, cwd=jail.cwd, env=env,
-                            start_new_session=True)
+        cp = subprocess.run(
+            list(argv),
+            input=stdin,
+            capture_output=True,
+            timeout=timeout,
+            cwd=jail.cwd,
+            env=env,
+            start_new_session=True,
+        )
     except subprocess.TimeoutExpired as e:
-        return Outcome(137, (e.stdout or b"").decode("utf-8", "replace"), (e.stderr or b"").decode("utf-8", "replace"),
-                       timed_out=True)
-    return Outcome(_status(cp.returncode), cp.stdout.decode("utf-8", "replace"), cp.stderr.decode("utf-8", "replace"))
+        return Outcome(
+            137,
+            (e.stdout or b"").decode("utf-8", "replace"),
+            (e.stderr or b"").decode("utf-8", "replace"),
+            timed_out=True,
+        )
+    return Outcome(
+        _status(cp.returncode),
+        cp.stdout.decode("utf-8", "replace"),
+        cp.stderr.decode("utf-8", "replace"),
+    )
 
 
 # ---- a batch in one jail ----
+
 
 @dataclass(frozen=True)
 class Job:
@@ -403,7 +611,9 @@ class Job:
 PYTHON = "/usr/bin/python3"
 
 
-def run_many(jobs: Sequence[Job], jail: Jail, *, parallel: int, timeout_each: float) -> list[Outcome]:
+def run_many(
+    jobs: Sequence[Job], jail: Jail, *, parallel: int, timeout_each: float
+) -> list[Outcome]:
     """Every job as a process of its own, `parallel` at a time, under one supervisor inside one jail
     (`lanes/base/jailrun.py`): a jail costs ~15 ms to build, a process in it ~1 ms. Each process
     keeps the jail's limits for itself; the jail may start processes (the supervisor does), so what
@@ -418,29 +628,48 @@ def run_many(jobs: Sequence[Job], jail: Jail, *, parallel: int, timeout_each: fl
         return [Outcome(r["returncode"], r["stdout"], r["stderr"], r["timed_out"]) for r in got]
     check()
     supervisor = Path(jailrun.__file__).resolve()
-    outer = Jail(read=(*jail.read, supervisor), write=jail.write, processes=True, limits=jail.limits,
-                 env=jail.env, cwd=jail.cwd, etc=jail.etc)
+    outer = Jail(
+        read=(*jail.read, supervisor),
+        write=jail.write,
+        processes=True,
+        limits=jail.limits,
+        env=jail.env,
+        cwd=jail.cwd,
+        etc=jail.etc,
+    )
     rounds = -(-len(jobs) // max(1, parallel))
     req = json.dumps({"jobs": spec, "parallel": parallel, "timeout": timeout_each}).encode()
-    out = run([PYTHON, "-I", "-S", str(supervisor)], outer, timeout=rounds * (timeout_each + 5) + 60, stdin=req)
+    out = run(
+        [PYTHON, "-I", "-S", str(supervisor)],
+        outer,
+        timeout=rounds * (timeout_each + 5) + 60,
+        stdin=req,
+    )
     results: dict[int, Outcome] = {}
     for line in out.stdout.splitlines():
         try:
             r = json.loads(line)
-            results[int(r["index"])] = Outcome(int(r["returncode"]), str(r["stdout"]), str(r["stderr"]),
-                                               bool(r["timed_out"]))
+            results[int(r["index"])] = Outcome(
+                int(r["returncode"]), str(r["stdout"]), str(r["stderr"]), bool(r["timed_out"])
+            )
         except (ValueError, KeyError, TypeError):
             continue
     why = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
-    lost = Outcome(out.returncode, "", f"the sandbox's supervisor ended before this job: {why}",
-                   timed_out=out.timed_out)
+    lost = Outcome(
+        out.returncode,
+        "",
+        f"the sandbox's supervisor ended before this job: {why}",
+        timed_out=out.timed_out,
+    )
     return [results.get(k, lost) for k in range(len(jobs))]
 
 
 # ---- verdicts ----
 
 _FORBIDDEN = re.compile(r"forbidden system call (\d+)")
-_OOM = re.compile(r"memory allocation of \d+ bytes failed|cannot allocate memory|out of memory", re.I)
+_OOM = re.compile(
+    r"memory allocation of \d+ bytes failed|cannot allocate memory|out of memory", re.I
+)
 
 
 def explain(out: Outcome, limits: Limits, reported: bool) -> str | None:
