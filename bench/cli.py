@@ -247,8 +247,23 @@ def scores(as_json: bool, repo: Path) -> int:
     return show(_scoring(repo), default_scorer(), as_json, echo=click.echo)
 
 
+def _ledger_name(root: Path) -> str:
+    """The ledger a gate of `root` files its batches under: its lane copy's name (the lane agent
+    sets NEV_LEDGER to `ledger/<copy>.jsonl`); on a lane, the copy's folder is that name."""
+    from lanes import payload
+    from lanes.base import settings
+    from lanes.base.gitrun import GitError, Repo
+
+    if settings.get(settings.ON_LANE):
+        return root.name
+    try:
+        return payload.copy_name_of(Repo(root))
+    except GitError:
+        return root.name
+
+
 @click.command("ledger")
-@click.option("--worktree", help="Whose batches (default: this repository's folder name)")
+@click.option("--worktree", help="Whose batches (default: this worktree's lane copy's name)")
 @click.option("--json", "as_json", is_flag=True, help="Print the lines as they are stored.")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
 def ledger(worktree: str | None, as_json: bool, repo: Path) -> int:
@@ -258,7 +273,7 @@ def ledger(worktree: str | None, as_json: bool, repo: Path) -> int:
     from bench import ledger as ledger_mod
     from bench.batch import repo_root
 
-    name = worktree or repo_root(repo).name
+    name = worktree or _ledger_name(repo_root(repo))
     path = ledger_mod.ledger_dir() / f"{name}.jsonl"
     if as_json:
         for line in ledger_mod.read(path):

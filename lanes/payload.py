@@ -214,6 +214,18 @@ def lane_command(agent_hash: str, python: str = "python3") -> str:
     return f"{python} -I -S -c {shlex.quote(BOOTSTRAP)} {agent_hash}"
 
 
+def copy_name_of(repo: Repo, folder: str | None = None, common_dir: str | None = None) -> str:
+    """The lane copy's name of the worktree `folder` (default: `repo`'s own folder) of `repo`'s
+    repository: `lanes.agent.layout.copy_name` keyed by `layout.repo_key` of this host and the
+    repository's git common dir (why those: its docstring). The one place the development box
+    names a copy: the gate, the writer, the sweep, `nev ledger` and the box tests call it."""
+    import socket
+
+    common = os.path.realpath(common_dir if common_dir is not None else repo.common_dir())
+    name = folder if folder is not None else repo.path.name
+    return layout.copy_name(name, layout.repo_key(socket.gethostname(), common))
+
+
 @dataclass
 class Worktree:
     path: Path
@@ -233,7 +245,7 @@ class Worktree:
         commit = repo.try_rev("HEAD")
         if commit is None:
             raise NevError(f"worktree {top} has no commit yet; commit something first")
-        return cls(top, layout.copy_name(top.name), commit, repo)
+        return cls(top, copy_name_of(repo), commit, repo)
 
 
 @dataclass

@@ -66,21 +66,69 @@ class Decision:
     size: int = 0
 
 
+def of_track(name: str, track: str | None, key: str) -> bool:
+    """Whether the copy `name` is one of `track`'s (pure): any when no track is given; else the
+    copy named `track` exactly, `track`'s unkeyed one, or the repository's copy of folder
+    `track`."""
+    return track is None or name in (track, layout.plain_name(track), layout.copy_name(track, key))
+
+
+def mine(name: str, key: str, track: str | None) -> str | None:
+    """Whether the sweep of the repository keyed `key` may remove the copy (or writer record)
+    `name` at all: None when it may, else why it stays (pure). Only its own copies and the ones
+    the sweep is told by name go; whose a copy is, is its key (`lanes.agent.layout.copy_key`).
+
+    | the name | `track` | may go? |
+    |---|---|---|
+    | `<folder>-<key>`, this repository's key | any | yes (what else `decide` says) |
+    | exactly `track`, or its unkeyed name (`plain_name`) | given | yes: named (or landed) |
+    | `<folder>-<other key>` | | no: another repository's copy |
+    | no key (a copy from before copies were keyed) | | no: not provably this repository's |
+    """
+    if layout.copy_key(name) == key:
+        return None
+    if track is not None and name in (track, layout.plain_name(track)):
+        return None
+    if layout.copy_key(name) is not None:
+        return (f"another repository's copy (its key {layout.copy_key(name)} is not this "
+                f"repository's, {key})")
+    return ("unkeyed, from before copies were keyed: not provably this repository's "
+            f"(`nev lane sweep --track {name}` removes it)")
+
+
 def decide(entries: list[Entry], tracks: set[str], primary: str | None, track: str | None,
-           nas: bool) -> list[Decision]:
-    """Which copies go and why the others stay (pure)."""
+           nas: bool, key: str) -> list[Decision]:
+    """Which copies go and why the others stay (pure). `tracks` and `primary` are the copy names
+    of the repository's worktrees and primary checkout (`primary_tracks`), `key` its key;
+    `track` (a worktree folder's or a copy's name) limits the sweep to that track's copies.
+
+    | the copy (first row that holds) | goes? |
+    |---|---|
+    | not `track`'s (when given) | not looked at |
+    | the primary checkout's own | kept |
+    | a worktree of the repository has it | kept |
+    | not this repository's (`mine`: another key, or unkeyed and not named) | kept |
+    | a symlink | kept: never followed out of the lane root |
+    | a folder that is no worktree of the lane's mirror | kept |
+    | locked by a running gate, or a process runs in it | kept |
+    | untracked corpus files and no NAS folder to archive them into | kept |
+    | otherwise (this repository's, no worktree has it) | removed (corpus files to the NAS first) |
+    """
     out = []
     for e in entries:
-        if track is not None and e.name not in (track, layout.copy_name(track)):
+        if not of_track(e.name, track, key):
             continue
 
         def keep(why: str, e: Entry = e) -> None:
             out.append(Decision(e.name, False, why, e.size))
 
+        theirs = mine(e.name, key, track)
         if e.name == primary:
             keep("the primary checkout's own copy")
         elif e.name in tracks:
             keep("its track has a worktree in the primary checkout")
+        elif theirs is not None:
+            keep(theirs)
         elif e.symlink:
             keep("a symlink, never followed out of the lane root")
         elif e.copy and not e.worktree:
@@ -114,11 +162,14 @@ class WriterRecord:
                    unfetched=tuple(d["unfetched"]))
 
 
-def decide_writers(records: list[WriterRecord], gone: set[str], track: str | None) -> list[Decision]:
-    """Which writer records go (pure): `gone` are the copies this sweep removes.
+def decide_writers(records: list[WriterRecord], gone: set[str], track: str | None,
+                   key: str) -> list[Decision]:
+    """Which writer records go (pure): `gone` are the copies this sweep removes, `key` the
+    repository's (a record is named by its copy: another repository's stays, as its copy does).
 
     | the record | goes? |
     |---|---|
+    | not this repository's (`mine`) | no |
     | its writer runs | no |
     | commits of its writer never fetched | no, never: `nev lane writer fetch` first |
     | not readable (no state.json) | no: nothing says its commits were fetched |
@@ -127,10 +178,13 @@ def decide_writers(records: list[WriterRecord], gone: set[str], track: str | Non
     """
     out = []
     for w in records:
-        if track is not None and w.name != track:
+        if not of_track(w.name, track, key):
             continue
         label = layout.WRITER + w.name
-        if w.running:
+        theirs = mine(w.name, key, track)
+        if theirs is not None:
+            out.append(Decision(label, False, theirs))
+        elif w.running:
             out.append(Decision(label, False, "its writer is running"))
         elif w.unfetched:
             out.append(Decision(label, False, f"{len(w.unfetched)} commit(s) of its writer never fetched "
@@ -166,13 +220,14 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
-def primary_tracks(repo: Repo) -> tuple[set[str], str]:
-    """Copy names of the primary checkout's worktrees (a copy is named after its worktree folder:
-    `lanes.agent.layout.copy_name`) and the primary's own."""
+def primary_tracks(repo: Repo) -> tuple[set[str], str, str]:
+    """Copy names of the primary checkout's worktrees (`lanes.payload.copy_name_of`: a worktree's
+    folder name and the repository's key), the primary's own, and that key."""
     out = repo.git("worktree", "list", "--porcelain").stdout
     paths = [ln[9:] for ln in out.splitlines() if ln.startswith("worktree ")]
-    names = {layout.copy_name(p.rstrip("/").rsplit("/", 1)[-1]) for p in paths}
-    return names, layout.copy_name(paths[0].rstrip("/").rsplit("/", 1)[-1])
+    common = str(repo.common_dir())
+    names = [payload.copy_name_of(repo, p.rstrip("/").rsplit("/", 1)[-1], common) for p in paths]
+    return set(names), names[0], layout.copy_key(names[0]) or ""
 
 
 @dataclass
@@ -198,15 +253,17 @@ def survey(conn: Connection, lane: Lane, nas: str | None) -> dict[str, Any]:
 
 
 def sweep_lane(conn: Connection, lane: Lane, tracks: set[str], primary: str | None, track: str | None,
-               dry_run: bool, nas: str | None) -> LaneSweep:
+               dry_run: bool, nas: str | None, key: str) -> LaneSweep:
     nas_dir = nas or lane.shared_dir
     facts = survey(conn, lane, nas_dir)
     nas_ok = bool(facts["nas"])
-    result = LaneSweep(lane, decide([Entry.from_json(e) for e in facts["entries"]], tracks, primary, track, nas_ok),
+    entries = [Entry.from_json(e) for e in facts["entries"]]
+    result = LaneSweep(lane, decide(entries, tracks, primary, track, nas_ok, key),
                        agents=stale_agents(facts.get("agents", []), payload.lane_agent().hash),
                        free_gb=facts["free_gb"], peak_rss_kb=facts.get("peak_rss_kb", {}))
     gone = [d.name for d in result.decisions if d.remove]
-    result.writers = decide_writers([WriterRecord.from_json(w) for w in facts.get("writers", [])], set(gone), track)
+    records = [WriterRecord.from_json(w) for w in facts.get("writers", [])]
+    result.writers = decide_writers(records, set(gone), track, key)
     writers = [d.name[len(layout.WRITER):] for d in result.writers if d.remove]
     if dry_run or not (gone or result.agents or writers):
         return result
@@ -264,7 +321,7 @@ def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool
         raise NevError(f"--lane {lane_index}: no such lane; the lanes file lists {len(lf.lanes)}")
     repo = repo or Repo(Path("."))
     try:
-        tracks, primary = primary_tracks(repo)
+        tracks, primary, key = primary_tracks(repo)
     except GitError as e:
         raise NevError(f"{repo.path} is no git checkout ({e}); give the primary checkout whose worktrees "
                        "name the tracks to keep (--repo)") from None
@@ -273,7 +330,7 @@ def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool
     for ln in chosen:
         try:
             with ln.connect() as conn:
-                s = sweep_lane(conn, ln, tracks, primary, track, dry_run, None)
+                s = sweep_lane(conn, ln, tracks, primary, track, dry_run, None, key)
         except (SshError, NevError) as e:
             say(f"{ln.label}: not swept: {e}")
             status = 1

@@ -26,6 +26,7 @@ from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo, init
 from rig.box.poolctl import pool_control
+from tests.helpers.lane_helpers import copy_name
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -306,13 +307,14 @@ def test_off_a_lane_the_batch_reruns_itself_on_a_lane_and_pulls_back_what_it_kep
     r = nev(env, wt, "batch", "run", "block_width", "--models", f"{SAMPLING}:8:4", "--max-batches", "2", "--seed", "7")
     assert r.returncode == 0, r.stdout + r.stderr
     bid = batch_id_of(r.stdout)
-    assert "kept a passing version" in r.stdout and "/srv/lane/wt-onlane/" in r.stdout
+    copy = copy_name(wt)                        # the lane copy's name, keyed by its repository
+    assert "kept a passing version" in r.stdout and f"/srv/lane/{copy}/" in r.stdout
     assert "pulled target/batch" in r.stderr + r.stdout
     prov = json.loads((wt / GEN / "block_width.provenance.json").read_text())
     assert prov["batch"]["id"] == bid and prov["verification"]["cases_passed"] == N_CASES
     assert (wt / "target/batch" / bid / "record-r1.json").is_file()
-    assert [x for x in ledger.read(box.nas / "ledger" / "wt-onlane.jsonl") if x["batch"] == bid]
-    assert not (box.lanes[0].host_root / "wt-onlane" / ".env").exists()
+    assert [x for x in ledger.read(box.nas / "ledger" / f"{copy}.jsonl") if x["batch"] == bid]
+    assert not (box.lanes[0].host_root / copy / ".env").exists()
     assert read_key(box.keys["batch"]) not in r.stdout + r.stderr
 
 

@@ -19,6 +19,7 @@ import pytest
 from rig.box.forge import create_repo
 from rig.box.poolctl import pool_control
 from tests.helpers.job_helpers import ROOT, git
+from tests.helpers.lane_helpers import copy_name
 
 DAGU = "/opt/nev/dagu-1.30.2/dagu"
 _CLEAR = ("NEV_", "GENERA_", "TRACKS_")
@@ -316,7 +317,7 @@ def test_one_installed_tick_lands_two_approved_tracks_and_a_finished_job_each_on
     assert rig.step_exit(run_id, "publish") == "0"
     assert rig.forge_has("result/tickjob")
     # The lane has never built a corpus for main's copy: none in the copy, none in the share's store.
-    shutil.rmtree(rig.lane.host_root / rig.dev.name / "corpus", ignore_errors=True)
+    shutil.rmtree(rig.lane.host_root / copy_name(rig.dev) / "corpus", ignore_errors=True)
     shutil.rmtree(box.nas / "corpora", ignore_errors=True)
     home = rig.tmp / "tick-dagu-home"
     rig.ok("job", "poll", "--install", "--dagu-home", str(home), env={**rig.env, "NEV_CORPUS_CASES": "100"})
@@ -352,7 +353,8 @@ def test_one_installed_tick_lands_two_approved_tracks_and_a_finished_job_each_on
     assert sorted(re.search(r"corpus/(\w+): \d+ agreed", ln).group(1) for ln in rendered) == \
         ["abspos_width", "block_width"], rendered
     for fn in ("block_width", "abspos_width"):
-        man = json.loads((rig.lane.host_root / rig.dev.name / "corpus" / fn / "manifest.json").read_text())
+        copy = rig.lane.host_root / copy_name(rig.dev)
+        man = json.loads((copy / "corpus" / fn / "manifest.json").read_text())
         assert sorted(man["engines"]) == ["chromium", "firefox", "webkit"] and man["generated"] == 100
         last = _floor(rig, "main", fn)
         assert 0 < last["cases_passed"] <= last["cases_run"] == man["cases"]

@@ -110,9 +110,12 @@ def test_an_odd_worktree_folder_name_gives_a_plain_copy_name_on_the_lane(tmp_pat
     wt = make_repo(tmp_path / "repos" / folder)
     r = lane.nev(["lane", "run", str(wt), "sh", "-c", "pwd"])
     assert r.returncode == 0, r.stderr
-    name = layout.copy_name(folder)
+    from lanes import payload
+
+    name = payload.Worktree.open(wt).name
+    assert name.startswith(layout.plain_name(folder) + "-") and layout.copy_key(name)
     assert r.stdout.strip() == str(lane.root / name) and name != folder
     for entry in sorted(p.name for p in lane.root.iterdir()):
         assert set(entry) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-"), entry
-    assert layout.copy_name("engine") == "engine"                      # a plain name is its own copy's
-    assert layout.copy_name("a:b") != layout.copy_name("a;b")          # two odd names never meet
+    assert layout.plain_name("engine") == "engine"                     # a plain name is its own
+    assert layout.plain_name("a:b") != layout.plain_name("a;b")        # two odd names never meet

@@ -60,12 +60,14 @@ def lane_tree(rig, copy: str) -> str:
 
 
 def lane_copy(rig, name: str) -> Path:
-    return rig.lane_root / (name + rig.tag)
+    """The lane copy of `worktree(rig, name)` (its name keyed by its repository), made or not."""
+    return rig.lane_root / h.clone_copy_name(rig.tmp / (name + rig.tag))
 
 
 def env_files(rig, name: str) -> list[Path]:
     return [p for p in (lane_copy(rig, name) / ".env", lane_copy(rig, name) / ".env.nev-rewrite",
-                        rig.lane_root / f".payload-{name}{rig.tag}" / ".env") if os.path.lexists(p)]
+                        rig.lane_root / f".payload-{lane_copy(rig, name).name}" / ".env")
+            if os.path.lexists(p)]
 
 
 def test_lane_copy_equals_dev_tree_byte_for_byte(lane_rig):
@@ -256,7 +258,8 @@ def test_no_secret_in_any_argv_during_run_nor_in_gate_log(lane_rig):
     assert len(seen) > 50
     leaks = [c for c in seen if SECRET_TOKEN in c or SECRET_KEY in c]
     assert leaks == []
-    logs = list((lane_rig.nas / "archive" / "gate-logs" / ("secrets" + lane_rig.tag)).glob("*.log"))
+    logs_dir = lane_rig.nas / "archive" / "gate-logs" / lane_copy(lane_rig, "secrets").name
+    logs = list(logs_dir.glob("*.log"))
     assert len(logs) == 1
     text = logs[0].read_text()
     assert "done" in text and "***" in text
@@ -307,7 +310,7 @@ def test_stray_directory_at_lane_path_is_moved_aside(lane_rig):
     r = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
     assert r.returncode == 0, r.stderr
     assert "moved it aside" in r.stderr
-    aside = list(lane_rig.lane_root.glob(f".stray-stray{lane_rig.tag}-*"))
+    aside = list(lane_rig.lane_root.glob(f".stray-{stray.name}-*"))
     assert len(aside) == 1 and (aside[0] / "precious.txt").read_text() == "left by hand\n"
     assert (stray / ".git").is_file()
 
@@ -324,7 +327,7 @@ def test_second_gate_of_same_worktree_waits_for_the_first(lane_rig):
     read_until(second.stderr, b"waiting for it to finish")
     assert second.poll() is None and not order.exists()
     listed = json.loads(h.nev(["lane", "list", "--json"], lane_rig.env).stdout)
-    assert listed[0]["running"] == [wt.name]
+    assert listed[0]["running"] == [h.copy_name(wt)]
     go.write_text("")
     assert first.wait(30) == 0
     assert second.wait(30) == 0
@@ -366,7 +369,7 @@ def test_disk_guard_sweeps_then_refuses_with_exit_4(lane_rig, monkeypatch):
     swept: list[tuple[int, str]] = []
     with pytest.raises(DiskShortError) as e:
         gate.run(wt, ["true"], sweep=lambda lane, track: swept.append((lane.index, track)))
-    assert swept == [(0, wt.name)]
+    assert swept == [(0, h.copy_name(wt))]
     assert e.value.exit_code == 4
     msg = str(e.value)
     assert "lane 0" in msg and "GB free" in msg and "largest copies" in msg and "nothing ran" in msg
@@ -385,7 +388,7 @@ def test_lane_list_shows_answering_and_silent_lanes(lane_rig, tmp_path):
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     assert rows[0]["answers"] is True and rows[0]["free_gb"] > 0
-    assert wt.name in rows[0]["copies"]
+    assert h.copy_name(wt) in rows[0]["copies"]
     assert rows[-1]["answers"] is False and rows[-1]["free_gb"] is None
     r = h.nev(["lane", "list"], dict(lane_rig.env, NEV_LANES_FILE=str(f)))
     assert "does not answer" in r.stdout and "answers" in r.stdout
@@ -408,11 +411,11 @@ def test_first_answering_lane_is_used_and_lane_option_picks_one(lane_rig, box, t
     r = h.nev(["lane", "run", str(wt), "true"], env)
     assert r.returncode == 0, r.stderr
     assert "lane 0" in r.stderr and "does not answer" in r.stderr
-    assert (box.lanes[0].host_root / wt.name).is_dir()
-    assert not (box.lanes[1].host_root / wt.name).exists()
+    assert (box.lanes[0].host_root / h.copy_name(wt)).is_dir()
+    assert not (box.lanes[1].host_root / h.copy_name(wt)).exists()
     r = h.nev(["lane", "run", "--lane", "2", str(wt), "true"], env)
     assert r.returncode == 0, r.stderr
-    assert (box.lanes[1].host_root / wt.name).is_dir()
+    assert (box.lanes[1].host_root / h.copy_name(wt)).is_dir()
     r = h.nev(["lane", "run", "--lane", "5", str(wt), "true"], env)
     assert r.returncode == 2 and "--lane 5" in r.stderr   # a lane the file does not have: usage (#31)
 

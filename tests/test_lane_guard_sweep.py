@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from lanes import gate
+from lanes import gate, payload
 from lanes import sweep as sw
 from lanes.base.errors import DiskShortError
 from lanes.lanesfile import Lane
@@ -28,7 +28,7 @@ def guarded(tmp_path, monkeypatch):
         monkeypatch.setenv(k, v)
     asked: list[tuple[set[str], str | None]] = []
 
-    def sweep_lane(conn, ln, tracks, primary, track, dry_run, nas):
+    def sweep_lane(conn, ln, tracks, primary, track, dry_run, nas, key):
         asked.append((set(tracks), primary))
         return sw.LaneSweep(ln)
 
@@ -43,6 +43,12 @@ def _engine(tmp_path):
     return engine
 
 
+def _names(tmp_path):
+    """The copy names of engine's primary checkout and worktree (keyed by engine's repository)."""
+    eng, fix = (payload.Worktree.open(tmp_path / n).name for n in ("engine", "engine-fix"))
+    return {eng, fix}, eng
+
+
 def test_the_guard_sweeps_by_the_gated_repository_not_the_current_folders(guarded, tmp_path, monkeypatch):
     _lane, asked = guarded
     _engine(tmp_path)
@@ -51,7 +57,7 @@ def test_the_guard_sweeps_by_the_gated_repository_not_the_current_folders(guarde
     monkeypatch.chdir(other)
     with pytest.raises(DiskShortError):
         gate.run(tmp_path / "engine-fix", ["true"])
-    assert asked == [({"engine", "engine-fix"}, "engine")]
+    assert asked == [_names(tmp_path)]
 
 
 def test_the_guard_sweeps_from_a_folder_that_is_no_repository(guarded, tmp_path, monkeypatch, capsys):
@@ -62,7 +68,7 @@ def test_the_guard_sweeps_from_a_folder_that_is_no_repository(guarded, tmp_path,
     monkeypatch.chdir(plain)
     with pytest.raises(DiskShortError):
         gate.run(tmp_path / "engine", ["true"])
-    assert asked == [({"engine", "engine-fix"}, "engine")]
+    assert asked == [_names(tmp_path)]
     assert "not a git repository" not in capsys.readouterr().err
 
 

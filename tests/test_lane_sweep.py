@@ -28,27 +28,90 @@ from rig.box.netns import run_in
 E = sw.Entry
 
 
+K, OTHER = "1a2b3c4d", "5e6f7a8b"     # this repository's key, another's
+
+
+def k(folder: str, key: str = K) -> str:
+    return layout.copy_name(folder, key)
+
+
 def test_decide_removes_only_copies_whose_track_is_gone():
-    entries = [E("gone"), E("kept-track"), E("engine"), E("stray", worktree=False), E("busy", pids=((7, "sleep"),)),
-               E("gated", locked=True), E("linked", symlink=True), E("data", corpus=("corpus/a",)),
-               E("orphan-payload", copy=False, dir=False, worktree=False, payload=True)]
-    got = {d.name: (d.remove, d.why) for d in sw.decide(entries, {"kept-track", "engine"}, "engine", None, True)}
-    assert got["gone"][0] and got["data"][0] and "NAS first" in got["data"][1]
-    assert got["orphan-payload"][0]
-    assert got["engine"] == (False, "the primary checkout's own copy")
-    assert got["kept-track"][1] == "its track has a worktree in the primary checkout"
-    assert got["stray"] == (False, "not a worktree of the lane's mirror")
-    assert got["busy"] == (False, "a process runs in it (sleep 7)")
-    assert got["gated"] == (False, "locked by a running gate")
-    assert not got["linked"][0]
+    entries = [E(k("gone")), E(k("kept-track")), E(k("engine")), E(k("stray"), worktree=False),
+               E(k("busy"), pids=((7, "sleep"),)), E(k("gated"), locked=True),
+               E(k("linked"), symlink=True), E(k("data"), corpus=("corpus/a",)),
+               E(k("orphan-payload"), copy=False, dir=False, worktree=False, payload=True)]
+    tracks = {k("kept-track"), k("engine")}
+    decided = sw.decide(entries, tracks, k("engine"), None, True, K)
+    got = {d.name: (d.remove, d.why) for d in decided}
+    assert got[k("gone")][0] and got[k("data")][0] and "NAS first" in got[k("data")][1]
+    assert got[k("orphan-payload")][0]
+    assert got[k("engine")] == (False, "the primary checkout's own copy")
+    assert got[k("kept-track")][1] == "its track has a worktree in the primary checkout"
+    assert got[k("stray")] == (False, "not a worktree of the lane's mirror")
+    assert got[k("busy")] == (False, "a process runs in it (sleep 7)")
+    assert got[k("gated")] == (False, "locked by a running gate")
+    assert not got[k("linked")][0]
+
+
+def test_decide_keeps_another_repositorys_copy_and_removes_its_own_stale_one():
+    """Issue 31, item 10: two repositories' worktrees named `wt` have two copies on one lane; the
+    sweep of one never removes the other's, nor an unkeyed copy it cannot prove its own."""
+    entries = [E(k("wt")), E(k("wt", OTHER)), E(k("gone", OTHER)), E("wt"), E("gone"),
+               E(k("gone", OTHER), copy=False, dir=False, worktree=False, payload=True)]
+    got = {(d.name, d.remove): d.why for d in sw.decide(entries, set(), None, None, True, K)}
+    assert (k("wt"), True) in got                                          # its own stale copy goes
+    assert "another repository's copy" in got[(k("wt", OTHER), False)]
+    assert "another repository's copy" in got[(k("gone", OTHER), False)]
+    assert "not provably this repository's" in got[("wt", False)]          # unkeyed: kept
+    assert "--track gone" in got[("gone", False)]
+    # named by the operator (or the landing's track): its keyed copy and its unkeyed one go
+    named = sw.decide(entries, set(), None, "wt", True, K)
+    assert sorted((d.name, d.remove) for d in named) == [("wt", True), (k("wt"), True)]
+    theirs = sw.decide(entries, set(), None, k("wt", OTHER), True, K)     # a copy named exactly
+    assert [(d.name, d.remove) for d in theirs] == [(k("wt", OTHER), True)]
+
+
+def test_two_repositories_worktrees_of_one_folder_name_get_two_copy_names(tmp_path):
+    one = tmp_path / "one" / "wt"
+    two = tmp_path / "two" / "wt"
+    for r in (one, two):
+        r.parent.mkdir()
+        Repo(r.parent).git("init", "-q", str(r))
+        Repo(r).git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
+                    "-m", "x")
+    a, b = payload.Worktree.open(one).name, payload.Worktree.open(two).name
+    assert a != b and a.startswith("wt-") and b.startswith("wt-")
+    assert layout.copy_key(a) != layout.copy_key(b)
+    # two worktrees of one repository: one key, two names; each name the same on every run
+    Repo(one).git("worktree", "add", "-q", "--detach", str(tmp_path / "one" / "fix"))
+    fix = payload.Worktree.open(tmp_path / "one" / "fix").name
+    assert fix.startswith("fix-") and layout.copy_key(fix) == layout.copy_key(a) and fix != a
+    assert payload.Worktree.open(one).name == a                        # the same on every run
+    assert payload.Worktree.open(tmp_path / "one" / "fix").name == fix
+    assert payload.Worktree.open(one / ".").name == a                  # however the folder is spelt
+    # the sweep names the same copies from the primary checkout, or from any of its worktrees
+    assert sw.primary_tracks(Repo(one)) == ({a, fix}, a, layout.copy_key(a))
+    assert sw.primary_tracks(Repo(tmp_path / "one" / "fix")) == ({a, fix}, a, layout.copy_key(a))
+
+
+def test_copy_names_and_keys_pure():
+    one = layout.repo_key("devbox", "/home/me/engine/.git")
+    assert one == layout.repo_key("devbox", "/home/me/engine/.git")
+    keys = {layout.repo_key(h, d) for h in ("devbox", "laptop") for d in ("/a/.git", "/b/.git")}
+    assert len(keys) == 4 and all(len(x) == 8 for x in keys)
+    assert layout.copy_name("engine", K) == f"engine-{K}"
+    odd = layout.copy_name("a:b", K)
+    assert odd == f"{layout.plain_name('a:b')}-{K}" != layout.copy_name("a;b", K)
+    assert layout.copy_key(f"engine-{K}") == K and layout.copy_key("engine") is None
+    assert layout.copy_key("-" + K) is None and layout.copy_key(f"x-{K.upper()}") is None
 
 
 def test_decide_keeps_corpus_data_without_a_nas_and_filters_by_track():
-    entries = [E("data", corpus=("corpus/a",)), E("other")]
-    got = sw.decide(entries, set(), None, None, False)
-    assert [(d.name, d.remove) for d in got] == [("data", False), ("other", True)]
+    entries = [E(k("data"), corpus=("corpus/a",)), E(k("other"))]
+    got = sw.decide(entries, set(), None, None, False, K)
+    assert [(d.name, d.remove) for d in got] == [(k("data"), False), (k("other"), True)]
     assert "no NAS folder" in got[0].why
-    assert [d.name for d in sw.decide(entries, set(), None, "other", True)] == ["other"]
+    assert [d.name for d in sw.decide(entries, set(), None, "other", True, K)] == [k("other")]
 
 
 def test_the_copies_under_a_root_are_its_copies_and_payloads_left_without_one():
@@ -95,6 +158,10 @@ class Scene:
         Repo(tmp_path).git("init", "-q", str(self.primary))
         Repo(self.primary).git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x")
 
+    def name(self, folder: str) -> str:
+        """The copy name of the primary checkout's worktree `folder` (keyed by its repository)."""
+        return payload.copy_name_of(Repo(self.primary), folder)
+
     def track(self, name: str) -> None:
         """A worktree of the primary checkout: its copy stays."""
         Repo(self.primary).git("worktree", "add", "-q", "--detach", str(self.primary.parent / name))
@@ -132,7 +199,7 @@ def scene(box, box_env, tmp_path):
 
 
 def test_sweep_removes_copy_without_worktree_and_archives_its_untracked_corpus_to_the_nas(scene, box):
-    name = f"gone-{scene.id}"
+    name = scene.name(f"gone-{scene.id}")
     scene.copies(name)
     scene.sh(f"cd {scene.root}/{name} && mkdir -p corpus/sub && echo a > corpus/a.txt && head -c 3000 /dev/zero > corpus/sub/b.bin")
     s = scene.run()
@@ -148,22 +215,37 @@ def test_sweep_removes_copy_without_worktree_and_archives_its_untracked_corpus_t
 
 
 def test_sweep_keeps_the_primary_checkouts_own_copy(scene):
-    scene.copies("engine", f"gone-{scene.id}")
+    own = scene.name("engine")
+    scene.copies(own, scene.name(f"gone-{scene.id}"))
     s = scene.run()
-    assert scene.why(s, "engine") == (False, "the primary checkout's own copy")
-    assert (scene.host_root / "engine" / ".git").exists()
+    assert scene.why(s, own) == (False, "the primary checkout's own copy")
+    assert (scene.host_root / own / ".git").exists()
+
+
+def test_sweep_keeps_another_repositorys_copy_and_an_unkeyed_one(scene):
+    """Issue 31, item 10: another repository's worktree of the same folder name has its own copy,
+    and this repository's sweep keeps it, as it keeps a copy from before copies were keyed."""
+    other = layout.copy_name(f"gone-{scene.id}", "0" * 8)
+    legacy = f"gone-{scene.id}x"
+    mine = scene.name(f"gone-{scene.id}")
+    scene.copies(other, legacy, mine)
+    s = scene.run()
+    assert s.removed == [mine]
+    assert scene.why(s, other)[0] is False and "another repository's copy" in scene.why(s, other)[1]
+    assert scene.why(s, legacy)[0] is False and "not provably" in scene.why(s, legacy)[1]
+    assert (scene.host_root / other).is_dir() and (scene.host_root / legacy).is_dir()
 
 
 def test_sweep_keeps_a_copy_whose_track_has_a_worktree(scene):
-    name = f"live-{scene.id}"
-    scene.track(name)
+    scene.track(f"live-{scene.id}")
+    name = scene.name(f"live-{scene.id}")
     scene.copies(name)
     s = scene.run()
     assert scene.why(s, name)[0] is False and (scene.host_root / name).is_dir()
 
 
 def test_sweep_keeps_copy_with_running_process(scene):
-    name = f"busy-{scene.id}"
+    name = scene.name(f"busy-{scene.id}")
     scene.copies(name)
     pid = scene.sh(f"cd {scene.root}/{name} && (sleep 60 >/dev/null 2>&1 </dev/null & echo $!)").strip()
     try:
@@ -177,14 +259,15 @@ def test_sweep_keeps_copy_with_running_process(scene):
 
 def test_sweep_keeps_a_directory_that_is_not_a_worktree_of_the_mirror(scene):
     scene.copies()
-    scene.sh(f"mkdir -p {scene.root}/stray && echo keep > {scene.root}/stray/file")
+    stray = scene.name("stray")
+    scene.sh(f"mkdir -p {scene.root}/{stray} && echo keep > {scene.root}/{stray}/file")
     s = scene.run()
-    assert scene.why(s, "stray") == (False, "not a worktree of the lane's mirror")
-    assert (scene.host_root / "stray" / "file").read_text() == "keep\n"
+    assert scene.why(s, stray) == (False, "not a worktree of the lane's mirror")
+    assert (scene.host_root / stray / "file").read_text() == "keep\n"
 
 
 def test_sweep_leaves_the_nas_target_of_a_corpus_link_untouched(scene, box):
-    name = f"linky-{scene.id}"
+    name = scene.name(f"linky-{scene.id}")
     scene.copies(name)
     gt = f"/srv/lane-shared/ground-truth/{name}"
     scene.sh(f"mkdir -p {gt} && echo truth > {gt}/case.json && cd {scene.root}/{name} && mkdir corpus && "
@@ -199,7 +282,7 @@ def test_sweep_leaves_the_nas_target_of_a_corpus_link_untouched(scene, box):
 
 
 def test_dry_run_changes_nothing_and_its_sizes_match_du(scene):
-    names = [f"d{i}-{scene.id}" for i in range(3)]
+    names = [scene.name(f"d{i}-{scene.id}") for i in range(3)]
     scene.copies(*names)
     scene.sh(f"head -c 200000 /dev/urandom > {scene.root}/{names[0]}/blob")
     before = scene.sh(f"cd {scene.root} && find . | sort")
@@ -233,7 +316,7 @@ def test_sweep_removes_the_cached_agents_that_are_not_current(scene, box):
 def test_sweep_without_a_nas_folder_keeps_a_copy_with_corpus_data(box, box_env, tmp_path):
     scene = Scene(box, tmp_path, shared="/srv/no-such-nas")
     try:
-        name = f"nonas-{scene.id}"
+        name = scene.name(f"nonas-{scene.id}")
         scene.copies(name)
         scene.sh(f"cd {scene.root}/{name} && mkdir corpus && echo a > corpus/a.txt")
         s = scene.run()
@@ -246,7 +329,8 @@ def test_sweep_without_a_nas_folder_keeps_a_copy_with_corpus_data(box, box_env, 
 
 def test_disk_guard_sweeps_then_exits_4_naming_lane_free_space_and_largest_copies(box, tmp_path):
     """The real sweep as the gate's hook: a lane root of its own, a copy whose worktree is gone is
-    swept, then the guard (threshold far above the disk) refuses with exit 4."""
+    swept, another repository's copy stays (issue 31, item 10), then the guard (threshold far above
+    the disk) refuses with exit 4."""
     import json
 
     from tests.helpers import lane_helpers as h
@@ -260,21 +344,27 @@ def test_disk_guard_sweeps_then_exits_4_naming_lane_free_space_and_largest_copie
     lf.write_text(json.dumps(lanes))
     env = dict(rig.env, NEV_LANES_FILE=str(lf))
     keep = h.clone_worktree(rig.clone_url, tmp_path / f"keep{rig.tag}", rig.push_env)
-    gone = h.clone_worktree(rig.clone_url, tmp_path / f"gone{rig.tag}", rig.push_env)
+    gone = tmp_path / f"gone{rig.tag}"           # a worktree of keep's repository, removed below
+    h.git(keep, "worktree", "add", "-q", "--detach", str(gone))
+    (tmp_path / "theirs").mkdir()                # another repository, its worktree named as `gone`
+    other = h.clone_worktree(rig.clone_url, tmp_path / "theirs" / f"gone{rig.tag}", rig.push_env)
     try:
-        for wt in (keep, gone):
+        for wt in (keep, gone, other):
             r = h.nev(["lane", "run", str(wt), "true"], env, cwd=wt)
             assert r.returncode == 0, r.stderr
         host_root = box.lanes[0].host_root / f"guard{rig.tag}"
-        assert (host_root / gone.name).is_dir() and (host_root / keep.name).is_dir()
-        # the primary checkout is `keep` (the folder nev runs in): `gone` has no worktree there
+        kept, gone_c, theirs = h.copy_name(keep), h.copy_name(gone), h.copy_name(other)
+        assert gone_c != theirs and all((host_root / n).is_dir() for n in (kept, gone_c, theirs))
+        h.git(keep, "worktree", "remove", "--force", str(gone))
         r = h.nev(["lane", "run", str(keep), "true"], dict(env, NEV_LANE_MIN_FREE_GB="1000000"), cwd=keep)
         assert r.returncode == 4, r.stdout + r.stderr
-        assert f"lane 0 (lane0): removed {gone.name} (" in r.stderr
-        assert f"lane 0 (lane0): kept {keep.name}: the primary checkout's own copy" in r.stderr
+        assert f"lane 0 (lane0): removed {gone_c} (" in r.stderr
+        assert f"lane 0 (lane0): kept {kept}: the primary checkout's own copy" in r.stderr
+        assert f"lane 0 (lane0): kept {theirs}: another repository's copy" in r.stderr
         assert "lane 0 has" in r.stderr and "GB free" in r.stderr and "largest copies" in r.stderr
-        assert keep.name in r.stderr.split("largest copies")[1]
-        assert not (host_root / gone.name).exists() and (host_root / keep.name).is_dir()
+        assert kept in r.stderr.split("largest copies")[1]
+        assert not (host_root / gone_c).exists()
+        assert (host_root / kept).is_dir() and (host_root / theirs).is_dir()
     finally:
         run_in(box, "lane0", ["rm", "-rf", root])
 
@@ -318,11 +408,18 @@ touch -d '50 days ago' {shared}/corpora/block_width-aaaa; touch -d '40 days ago'
 
 def test_decide_writers_removes_only_orphan_records_whose_commits_were_fetched():
     W = sw.WriterRecord
-    recs = [W("running", True, False, True), W("unfetched", True, False, False, ("abc writer: first",)),
-            W("broken", False, False, False), W("hascopy", True, True, False), W("going", True, True, False),
-            W("orphan", True, False, False)]
-    got = {d.name: (d.remove, d.why) for d in sw.decide_writers(recs, {"going"}, None)}
-    assert {n for n, (rm, _) in got.items() if rm} == {".writer-going", ".writer-orphan"}
-    assert "never fetched" in got[".writer-unfetched"][1] and "abc writer: first" in got[".writer-unfetched"][1]
-    assert "running" in got[".writer-running"][1] and "copy stays" in got[".writer-hascopy"][1]
-    assert [d.name for d in sw.decide_writers(recs, set(), "orphan")] == [".writer-orphan"]
+    recs = [W(k("running"), True, False, True),
+            W(k("unfetched"), True, False, False, ("abc writer: first",)),
+            W(k("broken"), False, False, False), W(k("hascopy"), True, True, False),
+            W(k("going"), True, True, False), W(k("orphan"), True, False, False),
+            W(k("orphan", OTHER), True, False, False), W("orphan", True, False, False)]
+    got = {d.name: (d.remove, d.why) for d in sw.decide_writers(recs, {k("going")}, None, K)}
+    w = layout.WRITER
+    assert {n for n, (rm, _) in got.items() if rm} == {w + k("going"), w + k("orphan")}
+    unfetched = got[w + k("unfetched")][1]
+    assert "never fetched" in unfetched and "abc writer: first" in unfetched
+    assert "running" in got[w + k("running")][1] and "copy stays" in got[w + k("hascopy")][1]
+    assert "another repository's" in got[w + k("orphan", OTHER)][1]       # never another's record
+    assert "not provably" in got[w + "orphan"][1]
+    named = sw.decide_writers(recs, set(), "orphan", K)
+    assert sorted(d.name for d in named) == [w + "orphan", w + k("orphan")]

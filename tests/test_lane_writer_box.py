@@ -62,13 +62,13 @@ def writers(rig) -> dict[str, dict]:
 
 def let_it_finish(rig, wt: Path) -> dict:
     """Let the stand-in go on and wait until the lane says it ended; its status row."""
-    (rig.lane_root / wt.name / "go").write_text("")
-    exit_file = rig.lane_root / (layout.WRITER + wt.name) / layout.WRITER_EXIT
+    (rig.lane_root / h.copy_name(wt) / "go").write_text("")
+    exit_file = rig.lane_root / (layout.WRITER + h.copy_name(wt)) / layout.WRITER_EXIT
     deadline = time.monotonic() + 60
     while not exit_file.exists():
         assert time.monotonic() < deadline, "the stand-in writer did not end"
         time.sleep(0.1)
-    return writers(rig)[wt.name]
+    return writers(rig)[h.copy_name(wt)]
 
 
 def test_writer_makes_two_commits_and_fetch_brings_them_back_fast_forward(lane_rig):
@@ -77,9 +77,9 @@ def test_writer_makes_two_commits_and_fetch_brings_them_back_fast_forward(lane_r
     r = start(lane_rig, wt)
     assert r.returncode == 0, r.stderr
     assert "writer started in" in r.stdout and "nev-writer/work" in r.stdout
-    running = writers(lane_rig)[wt.name]
+    running = writers(lane_rig)[h.copy_name(wt)]
     assert running["running"] and running["branch"] == "work" and running["model"] == "m1"
-    copy = lane_rig.lane_root / wt.name
+    copy = lane_rig.lane_root / h.copy_name(wt)
     assert (copy / ".env").exists()                        # kept while the writer lives
     gate = h.nev(["lane", "run", str(wt), "true"], lane_rig.env)
     assert gate.returncode == 1 and "a writer is running in the lane copy" in gate.stderr
@@ -87,7 +87,7 @@ def test_writer_makes_two_commits_and_fetch_brings_them_back_fast_forward(lane_r
     assert (done["running"], done["exit"]) == (False, 0)
     assert [c.split(" ", 1)[1] for c in done["unfetched"]] == ["writer: second", "writer: first"]
     assert not (copy / ".env").exists()                    # gone with the writer
-    log = (lane_rig.lane_root / (layout.WRITER + wt.name) / layout.WRITER_LOG).read_text()
+    log = (lane_rig.lane_root / (layout.WRITER + h.copy_name(wt)) / layout.WRITER_LOG).read_text()
     assert "brief: write two commits" in log and "env file present" in log
     assert not list(copy.rglob("*brief*"))                 # the brief stayed outside the copy
 
@@ -97,7 +97,7 @@ def test_writer_makes_two_commits_and_fetch_brings_them_back_fast_forward(lane_r
     assert h.git(wt, "log", "--format=%s", f"{base}..HEAD").splitlines() == ["writer: second", "writer: first"]
     assert h.git(wt, "rev-parse", "--abbrev-ref", "HEAD") == "work"
     assert (wt / "w2.txt").read_text() == "two\n"
-    assert writers(lane_rig)[wt.name]["unfetched"] == []
+    assert writers(lane_rig)[h.copy_name(wt)]["unfetched"] == []
     again = h.nev(["lane", "writer", "fetch", str(wt)], lane_rig.env)
     assert again.returncode == 0 and "nothing to fetch" in again.stdout
 
@@ -116,7 +116,7 @@ def test_fetch_of_a_diverged_branch_is_refused_naming_the_commits(lane_rig):
     for subject in ("writer: first", "writer: second", "local: meanwhile"):
         assert subject in r.stderr
     assert h.git(wt, "rev-parse", "HEAD") == head and not (wt / "w1.txt").exists()
-    assert len(writers(lane_rig)[wt.name]["unfetched"]) == 2
+    assert len(writers(lane_rig)[h.copy_name(wt)]["unfetched"]) == 2
 
 
 def test_start_over_a_dead_writers_unfetched_commits_is_refused(lane_rig):
@@ -126,7 +126,7 @@ def test_start_over_a_dead_writers_unfetched_commits_is_refused(lane_rig):
     r = start(lane_rig, wt, "another brief\n")
     assert r.returncode == 1
     assert "never fetched" in r.stderr and "writer: first" in r.stderr and "writer: second" in r.stderr
-    w = writers(lane_rig)[wt.name]
+    w = writers(lane_rig)[h.copy_name(wt)]
     assert (w["running"], w["exit"], len(w["unfetched"])) == (False, 0, 2)   # the old record stands
     assert h.nev(["lane", "writer", "fetch", str(wt)], lane_rig.env).returncode == 0
     r = start(lane_rig, wt, "go on\n")                     # fetched: a new writer may start
@@ -159,25 +159,25 @@ def test_stop_ends_the_writer_keeps_its_commits_and_its_log_masks_the_env_secret
     base = h.git(wt, "rev-parse", "HEAD")
     assert start(lane_rig, wt).returncode == 0
     deadline = time.monotonic() + 60
-    while not writers(lane_rig)[wt.name]["unfetched"]:
+    while not writers(lane_rig)[h.copy_name(wt)]["unfetched"]:
         assert time.monotonic() < deadline, "the stand-in did not commit"
         time.sleep(0.3)
-    copy = lane_rig.lane_root / wt.name
-    assert writers(lane_rig)[wt.name]["running"] and (copy / ".env").exists()
+    copy = lane_rig.lane_root / h.copy_name(wt)
+    assert writers(lane_rig)[h.copy_name(wt)]["running"] and (copy / ".env").exists()
     r = h.nev(["lane", "writer", "stop", str(wt)], lane_rig.env)
     assert r.returncode == 0, r.stderr
-    assert f"the writer of {wt.name} stopped (it was running as pid" in r.stdout
+    assert f"the writer of {h.copy_name(wt)} stopped (it was running as pid" in r.stdout
     assert "1 commit(s) kept for `nev lane writer fetch`" in r.stdout and "writer: first" in r.stdout
     assert "the key is ***" in r.stdout                       # the log's last lines, masked
     assert SECRET not in r.stdout + r.stderr
-    log = (lane_rig.lane_root / (layout.WRITER + wt.name) / layout.WRITER_LOG).read_text()
+    log = (lane_rig.lane_root / (layout.WRITER + h.copy_name(wt)) / layout.WRITER_LOG).read_text()
     assert "the key is ***" in log and SECRET not in log       # masked as it was written, on the lane
     assert not (copy / ".env").exists()
-    w = writers(lane_rig)[wt.name]
+    w = writers(lane_rig)[h.copy_name(wt)]
     assert not w["running"] and w["stopped"] and w["exit"] is not None and len(w["unfetched"]) == 1
     assert not [c for _, c in lane_rig.lane_cmdlines() if "standin.sh" in c]   # nothing of it runs
     st = h.nev(["lane", "writer", "status"], lane_rig.env)
-    assert f"{wt.name}  stopped at" in st.stdout
+    assert f"{h.copy_name(wt)}  stopped at" in st.stdout
     r = h.nev(["lane", "writer", "fetch", str(wt)], lane_rig.env)   # its commit came back
     assert r.returncode == 0 and "1 commit(s)" in r.stdout, r.stderr
     assert h.git(wt, "log", "--format=%s", f"{base}..HEAD").splitlines() == ["writer: first"]
@@ -197,19 +197,22 @@ def test_sweep_removes_an_orphan_writer_record_once_fetched_and_never_one_with_u
     root = lane_rig.lane_root
     out = {}
     for wt in (done, pending):
-        r = h.nev(["lane", "sweep", "--track", wt.name, "--repo", str(primary)], lane_rig.env)
+        copy = h.copy_name(wt)        # named as it is: the copy is not `primary`'s repository's
+        r = h.nev(["lane", "sweep", "--track", copy, "--repo", str(primary)], lane_rig.env)
         assert r.returncode == 0, r.stdout + r.stderr
         out[wt] = r.stdout
-        assert f"removed {wt.name}" in r.stdout            # the copy: its track has no worktree there
-        assert not (root / wt.name).exists()
-    assert f"removed writer record {layout.WRITER}{done.name}: an orphan" in out[done]
-    assert not (root / (layout.WRITER + done.name)).exists()
-    assert f"kept writer record {layout.WRITER}{pending.name}: 2 commit(s) of its writer never fetched" \
+        assert f"removed {copy}" in r.stdout            # the copy: its track has no worktree there
+        assert not (root / copy).exists()
+    assert f"removed writer record {layout.WRITER}{h.copy_name(done)}: an orphan" in out[done]
+    assert not (root / (layout.WRITER + h.copy_name(done))).exists()
+    assert f"kept writer record {layout.WRITER}{h.copy_name(pending)}: 2 commit(s) of its writer " \
+        "never fetched" \
         in out[pending]
-    assert (root / (layout.WRITER + pending.name) / layout.WRITER_STATE).exists()
+    assert (root / (layout.WRITER + h.copy_name(pending)) / layout.WRITER_STATE).exists()
     # its commits are still on the lane: fetch brings them back, after which the next sweep takes it
     r = h.nev(["lane", "writer", "fetch", str(pending)], lane_rig.env)
     assert r.returncode == 0 and "2 commit(s)" in r.stdout, r.stderr
-    r = h.nev(["lane", "sweep", "--track", pending.name, "--repo", str(primary)], lane_rig.env)
-    assert f"removed writer record {layout.WRITER}{pending.name}" in r.stdout, r.stdout
-    assert not (root / (layout.WRITER + pending.name)).exists()
+    track = h.copy_name(pending)
+    r = h.nev(["lane", "sweep", "--track", track, "--repo", str(primary)], lane_rig.env)
+    assert f"removed writer record {layout.WRITER}{h.copy_name(pending)}" in r.stdout, r.stdout
+    assert not (root / (layout.WRITER + h.copy_name(pending))).exists()

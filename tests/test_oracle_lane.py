@@ -53,7 +53,7 @@ def test_corpus_builds_on_a_box_lane_with_its_installed_nev_and_comes_back_with_
     assert man is not None and man["generated"] == 200 and man["cases"] >= 180
     assert sorted(man["engines"]) == ["chromium", "firefox", "webkit"]
     assert store.verify(home) is None
-    on_lane = rig.lane_root / wt.name / "corpus" / "block_width"
+    on_lane = rig.lane_root / h.copy_name(wt) / "corpus" / "block_width"
     assert (on_lane / "cases.jsonl").read_bytes() == (home / "cases.jsonl").read_bytes()
     assert os.stat(on_lane / "cases.jsonl").st_uid != 0  # written by the lane user, on the lane
 

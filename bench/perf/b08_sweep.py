@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.perf.common import CHECK, CHECK_HELP, check_settings, publish, run_checked  # noqa: E402
+from lanes import payload  # noqa: E402
 from lanes import sweep as sw  # noqa: E402
 from lanes.base.gitrun import Repo  # noqa: E402
 from lanes.base.ssh import Connection, Target  # noqa: E402
@@ -61,11 +62,12 @@ def main() -> int:
     bid = uuid.uuid4().hex[:6]
     root = f"/srv/lane/b08-{bid}"
     lanes = [Lane(i, ln.ssh, root=root, shared=ln.shared, jump=info.jump) for i, ln in enumerate(info.lanes[:2])]
-    names = [f"copy{i:02d}-{bid}" for i in range(a.copies)]
     conns = [Connection(ln.target, info.known_hosts, info.ssh_key, jump=Target.parse(info.jump)).connect() for ln in lanes]
     with tempfile.TemporaryDirectory(prefix="b08-") as tmp:
         primary = Path(tmp) / "engine"
         Repo(Path(tmp)).git("init", "-q", str(primary))
+        # named as the primary's worktrees' copies would be (keyed by its repository): its to sweep
+        names = [payload.copy_name_of(Repo(primary), f"copy{i:02d}-{bid}") for i in range(a.copies)]
         try:
             for c in conns:
                 setup(c, root, names, a.files)

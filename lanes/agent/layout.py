@@ -5,7 +5,7 @@
 | `<root>/.git-mirror` | the bare mirror; every copy is one of its worktrees |
 | `<root>/.git-mirror.lock` | flock that serialises ref updates in the mirror across gates |
 | `<root>/.git-mirror/nev-last-fetch` | its mtime is the last fetch from the forge |
-| `<root>/<name>` | the copy of worktree `name` (a git worktree of the mirror) |
+| `<root>/<name>` | a worktree's copy (a worktree of the mirror), `<folder>-<key>` (`copy_name`) |
 | `<root>/<name>/.env`, `<root>/<name>/.env.nev-rewrite` | the run's `.env`, and its rewrite on the way in |
 | `<root>/.lock-<name>` | flock held while a gate of `name` runs; holds `pid P since T` |
 | `<root>/.payload-<name>/` | a gate's payload (mode 700): `bundle`, `diff`, `untracked`, `.env` |
@@ -55,19 +55,66 @@ TOOLCHAIN_ENV = {"PATH": TOOLCHAIN_PATH, "RUSTUP_HOME": f"{TOOLCHAIN}/rustup"}
 
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-")
+_HEX = frozenset("0123456789abcdef")
 
 
-def copy_name(folder: str) -> str:
-    """The lane copy's name for a worktree folder named `folder`: the name itself when it is plain
-    (letters, digits, `._+-`, not hidden, at most 100 characters), else a plain form of it and 8
-    hex digits of its sha256 (`a:b;c$(id)` -> `a_b_c__id_-1f2e3d4c`), so no copy, lock or payload
-    on a lane is named with a newline, a shell character or a colon, and two odd names never meet."""
+def plain_name(folder: str) -> str:
+    """A worktree folder's name made plain: the name itself when it is plain (letters, digits,
+    `._+-`, not hidden, at most 100 characters), else a plain form of it and 8 hex digits of its
+    sha256 (`a:b;c$(id)` -> `a_b_c__id_-1f2e3d4c`), so no copy, lock or payload on a lane is named
+    with a newline, a shell character or a colon, and two odd names never meet. Alone, it was a
+    copy's whole name before copies were keyed (a legacy copy); now `copy_name` adds the key."""
     if folder and len(folder) <= 100 and not folder.startswith(".") and set(folder) <= _SAFE:
         return folder
     import hashlib
 
     plain = "".join(c if c in _SAFE else "_" for c in folder).lstrip(".")[:64] or "wt"
     return f"{plain}-{hashlib.sha256(folder.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+
+
+def repo_key(host: str, common_dir: str) -> str:
+    """The 8 hex digits that key a repository's lane copies: of the sha256 of the development
+    box's host name and the absolute, resolved path of the repository's git common dir (the
+    primary checkout's `.git`, which all its worktrees share).
+
+    Why these: every worktree of one repository has the same common dir, so its key is the same
+    for all of them and across runs; two repositories on one box have two common dirs, and two
+    boxes two host names, so they never share a key, even when both are clones of one forge
+    repository in folders of one name. A key of the forge URL and the first commit would give two
+    users' clones of one repository one key, and one user's sweep would then remove the other's
+    copies (whose worktrees it cannot see); a key read from the forge would need the network.
+    The price: moving or cloning the primary checkout anew changes the key, and the old copies
+    are then another repository's to the sweep (kept; `nev lane sweep --track NAME` removes one).
+
+    | host | common dir | key |
+    |---|---|---|
+    | `devbox` | `/home/me/engine/.git` | the same for every worktree of `engine` |
+    | `devbox` | `/home/me/other/.git` | another |
+    | `laptop` | `/home/me/engine/.git` | another (a second user's clone) |
+    """
+    import hashlib
+
+    ident = f"{host}\0{common_dir}".encode("utf-8", "surrogateescape")
+    return hashlib.sha256(ident).hexdigest()[:8]
+
+
+def copy_name(folder: str, key: str) -> str:
+    """The lane copy's name for a worktree folder named `folder` of the repository keyed `key`
+    (`repo_key`): `<plain_name(folder)>-<key>` (`engine` -> `engine-1a2b3c4d`). Two repositories'
+    worktrees of one folder name get two copies; two worktrees of one repository differ by their
+    folder names, and a worktree's copy is the same on every run. The development box computes it
+    in one place, `lanes.payload.copy_name_of` (every caller, the box tests included)."""
+    return f"{plain_name(folder)}-{key}"
+
+
+def copy_key(name: str) -> str | None:
+    """The repository key a copy name ends with (`-` and 8 lower-case hex digits), else None: an
+    unkeyed copy from before copies were keyed. A legacy odd name (`plain_name`'s hash) looks
+    keyed too; it is then another repository's to the sweep, which keeps it (the safe side)."""
+    head, sep, tail = name.rpartition("-")
+    if sep and head and len(tail) == 8 and set(tail) <= _HEX:
+        return tail
+    return None
 
 
 def copy_name_ok(name: str) -> bool:

@@ -43,6 +43,25 @@ def clone_worktree(forge_url: str, dest: Path, env: dict[str, str] | None = None
     return dest
 
 
+def copy_name(wt: Path) -> str:
+    """The name of `wt`'s lane copy, as the gate computes it (`lanes.payload.copy_name_of`: the
+    folder's name keyed by its repository): `lane.host_root / copy_name(wt)` is its copy."""
+    from lanes import payload
+
+    return payload.Worktree.open(wt).name
+
+
+def clone_copy_name(dest: Path) -> str:
+    """The copy name a plain clone at `dest` gets (its common dir is `dest/.git`), computable
+    before it is cloned: the same as `copy_name(dest)` once it is."""
+    import socket
+
+    from lanes.agent import layout
+
+    key = layout.repo_key(socket.gethostname(), os.path.realpath(dest / ".git"))
+    return layout.copy_name(dest.name, key)
+
+
 def make_changes(wt: Path) -> None:
     """Unpushed commit, staged and unstaged edits, binary, mode, rename, delete, symlink, untracked."""
     (wt / "src").mkdir(exist_ok=True)
