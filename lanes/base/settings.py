@@ -122,7 +122,7 @@ JOB_BROWSERS = _s("NEV_JOB_BROWSERS", "chromium|chromium-browser,firefox-esr|fir
 JOB_MIN_LEFT = _s("NEV_JOB_MIN_LEFT", "600", "seconds of the wall-clock limit a job must have left to start a stage")
 JOB_STATE = _s("NEV_JOB_STATE", None, "a job's state folder (default NEV_STATE_DIR/jobs/<name>)")
 JOB_INSTALL_NEV = _s("NEV_JOB_INSTALL_NEV", "1", "`nev job submit` installs this nev on the lane first (`nev lane install`; 0 skips)")
-LEDGER_NAME = _s("NEV_LEDGER_NAME", None, "the ledger file batches are filed under (default: the worktree's folder name; a job's stages get the job's name)")
+LEDGER_NAME = _s("NEV_LEDGER_NAME", None, "the ledger file batches are filed under (default: the worktree's folder name, on a lane its copy's `<folder>-<key>`; a job's stages get the job's name)")
 JOB_RUN_ID = _s("NEV_JOB_RUN_ID", None, "the Dagu run id a job's run is part of (set by the job workflow)")
 # Rig-in-a-box
 BOX_DIR = _s("NEV_BOX_DIR", ".box", "where boxes keep state and configs (one folder per box name)")
