@@ -24,13 +24,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from jobs import forge as forge_mod
 from jobs import land as landing
 from jobs import poll as poll_mod
 from jobs import records
 from jobs.approvals import MAIN
 from jobs.land_after import tracks_at
 from jobs.land_gate import INTERRUPTED, lanes_configured
+from lanes import forge as forge_mod
 from lanes.base import settings
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo
