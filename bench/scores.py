@@ -89,6 +89,7 @@ def lane_scorer(req: Scoring, environ: Mapping[str, str] | None = None) -> list[
     from lanes import gate, lanesfile, payload  # the SSH stack, loaded only when a lane scores
     from lanes.base.errors import NoLaneError
     from lanes.base.exitcodes import Exit
+    from lanes.forge import forge_for
 
     lf = lanesfile.configured(require=True)
     picked = gate.pick_lane(lf, None)
@@ -106,7 +107,7 @@ def lane_scorer(req: Scoring, environ: Mapping[str, str] | None = None) -> list[
     try:
         wt = payload.Worktree.open(req.repo)
         env = onlane.forwarded_env(os.environ if environ is None else environ)
-        out = gate.gate_on_lane(lane, conn, wt, ["nev", "scores", "--json"], forge=gate.forge_for(wt.repo, lf),
+        out = gate.gate_on_lane(lane, conn, wt, ["nev", "scores", "--json"], forge=forge_for(wt.repo, lf),
                                 on_stdout=buf.extend, on_stderr=on_stderr, extra_env=env)
     finally:
         conn.close()

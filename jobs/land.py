@@ -22,7 +22,7 @@ from pathlib import Path
 from jobs import approvals as store
 from jobs import protected, spec, tracks
 from jobs.approvals import MAIN, LandPaths, Pending, sha_arg
-from jobs.land_after import after_landing, changes, finish_pending, main_checkout, tracks_at
+from jobs.land_after import after_landing, finish_pending
 from jobs.land_gate import INTERRUPTED, fault, run_gate, stop_leftover_gate
 from jobs.landlock import LandLock
 from lanes.base import settings
@@ -103,20 +103,20 @@ def _land_locked(t: Track, check: bool) -> int:
     try:
         while True:
             old = t.repo.rev(MAIN)
-            tr = tracks_at(t.repo, old)
+            tr = tracks.at(t.repo, old)
             sp, tip = _pins(t, old)
             problems = protected.touches_problems(sp.touches, tr.protected)
             extra = tr.protected + _gate_files(t.repo, old, tr)
             if problems:
                 raise NotLanded(f"{t.name}: not landed: spec {spec.spec_path(t.name)}: " + "; ".join(problems))
             fork = t.repo.merge_base(old, tip)
-            _refuse_changes(t.name, changes(t.repo, fork, tip), sp, extra, "of the track")
+            _refuse_changes(t.name, protected.changes(t.repo, fork, tip), sp, extra, "of the track")
             info(f"land: {t.name}: pins match (tip {tip[:12]}, spec {sp.sha[:12]}); rebasing onto main {old[:12]}")
             fault("before-rebase")
             t.repo.discard_worktree(t.paths.worktree(t.name))
             wt = t.repo.add_detached_worktree(t.paths.worktree(t.name), tip)
             gated = _rebase(t, wt, old)
-            diff = changes(t.repo, old, gated)
+            diff = protected.changes(t.repo, old, gated)
             if not diff:
                 raise NotLanded(f"{t.name}: not landed: nothing to land, main {old[:12]} already has the track's changes")
             _refuse_changes(t.name, diff, sp, extra, "against main after the rebase")
@@ -226,10 +226,10 @@ def _gate(t: Track, wt: Repo, tr: tracks.Tracks, strict: bool) -> None:
 
 def _refuse_checkout_blocks(t: Track, old: str, new: str) -> None:
     """Local changes in main's checkout to files the landing changes would block it: refuse first."""
-    checkout = main_checkout(t.repo, t.paths)
+    checkout = t.repo.checkout_of(MAIN, t.paths.base)
     if checkout is None:
         return
-    changed = {p for c in changes(t.repo, old, new) for p in c.paths()}
+    changed = {p for c in protected.changes(t.repo, old, new) for p in c.paths()}
     blocks = sorted(changed & Repo(checkout).local_changes())
     if blocks:
         raise NotLanded(f"{t.name}: not landed: main's checkout {checkout} has local changes to "
@@ -242,7 +242,7 @@ def _refuse_checkout_blocks(t: Track, old: str, new: str) -> None:
 def with_poll_env(repo: Repo, env: dict[str, str]) -> dict[str, str]:
     """`env` with main's tracks.json → specWatch.pollEnv over it, each change said on one line."""
     try:
-        poll_env = tracks_at(repo, repo.rev(MAIN)).spec_watch.poll_env
+        poll_env = tracks.at(repo, repo.rev(MAIN)).spec_watch.poll_env
     except NevError:
         poll_env = {}
     for k, v in poll_env.items():

@@ -13,30 +13,12 @@ from bench import floors, scores
 from jobs import approvals as store
 from jobs import protected, tracks
 from jobs.approvals import MAIN, LandPaths, Pending
-from jobs.land_gate import fault, lanes_configured
-from lanes.base import jsonfile, settings
+from jobs.land_gate import fault
+from lanes.base import settings
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo
 from lanes.base.ui import info
-
-
-def changes(repo: Repo, a: str, b: str) -> list[protected.Change]:
-    return protected.parse_name_status(repo.name_status(a, b))
-
-
-def main_checkout(repo: Repo, paths: LandPaths) -> Path | None:
-    """The worktree that has main checked out (never a landing's private one)."""
-    for w in repo.worktrees():
-        if w.branch == MAIN and paths.base not in w.path.parents:
-            return w.path
-    return None
-
-
-def tracks_at(repo: Repo, rev: str) -> tracks.Tracks:
-    data = repo.show_bytes(rev, "tracks.json")
-    if data is None:
-        raise NevError("tracks.json is not on main; it declares the gate (verify, landChecks); not landed")
-    return tracks.parse_text(jsonfile.decode(data, "main:tracks.json", "tracks file"), "main:tracks.json")
+from lanes.lanesfile import lanes_configured
 
 
 def finish_pending(repo: Repo, paths: LandPaths, name: str, environ: Mapping[str, str]) -> bool:
@@ -68,10 +50,10 @@ def _step(label: str, fn: Callable[[], str | None]) -> None:
 
 def after_landing(repo: Repo, paths: LandPaths, m: Pending, environ: Mapping[str, str]) -> None:
     """Each step is one line; a failure undoes nothing and the next step still runs."""
-    checkout = main_checkout(repo, paths)
+    checkout = repo.checkout_of(MAIN, paths.base)   # never a landing's private worktree
     tr: tracks.Tracks | None = None
     try:
-        tr = tracks_at(repo, m.new)
+        tr = tracks.at(repo, m.new)
     except NevError:
         pass
     _step("main checkout", lambda: _sync_checkout(repo, checkout, m.old, m.new))
@@ -92,7 +74,7 @@ def _sync_checkout(repo: Repo, checkout: Path | None, old: str, new: str) -> str
     if checkout is None:
         return None
     w = Repo(checkout)
-    changed = sorted({p for c in changes(repo, old, new) for p in c.paths()})
+    changed = sorted({p for c in protected.changes(repo, old, new) for p in c.paths()})
     if w.index_matches(new, changed):
         return None
     w.move_checkout(old, new)
@@ -153,7 +135,7 @@ def _sweep(repo: Repo, name: str, environ: Mapping[str, str]) -> str | None:
 def _install(repo: Repo, tr: tracks.Tracks | None, checkout: Path | None, old: str, new: str,
              environ: Mapping[str, str]) -> str | None:
     """Run tracks.json → install, staged, swapped in only on success."""
-    reasons = protected.install_reasons(changes(repo, old, new))
+    reasons = protected.install_reasons(protected.changes(repo, old, new))
     if not reasons:
         return None
     why = ", ".join(reasons)

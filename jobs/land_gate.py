@@ -20,6 +20,7 @@ from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
 from lanes.base.procs import pid_alive
 from lanes.base.ui import info
+from lanes.lanesfile import lanes_configured
 
 FAULT_PHASES = ("before-rebase", "gate", "before-ref-update", "after-ref-update", "cleanup")
 # SIGINT, SIGTERM: an interrupted gate stops the landing (and a tick)
@@ -41,17 +42,6 @@ def _fault_timer(phase: str, delay: float = 0.3) -> threading.Timer | None:
     t.daemon = True
     t.start()
     return t
-
-
-def lanes_configured(environ: Mapping[str, str]) -> bool:
-    """A build lane is configured (NEV_LANE_SSH, or lanes in the lanes file)."""
-    # Cheap first: with no NEV_LANE_SSH and no lanes file, the SSH stack is never loaded.
-    lanes_file = settings.get_path(settings.LANES_FILE, environ)
-    if not settings.get(settings.LANE_SSH, environ) and (lanes_file is None or not lanes_file.exists()):
-        return False
-    from lanes import lanesfile
-
-    return bool(lanesfile.configured(require=False).lanes)
 
 
 class Place(StrEnum):

@@ -37,7 +37,6 @@ from typing import Any
 
 import yaml
 
-from jobs import forge as forge_mod
 from jobs import jobkeys, records
 from jobs import land as landing
 from jobs import result as result_mod
@@ -45,6 +44,7 @@ from jobs import tracks as tracks_file
 from jobs.land_gate import INTERRUPTED
 from jobs.records import JobRecord, JobStatus
 from jobs.result import Result
+from lanes import forge as forge_mod
 from lanes.base import crontab
 from lanes.base.errors import NevError
 from lanes.base.gitrun import GitError, Repo

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from lanes.base.gitrun import Repo
+
 # The built-in protected set: these change the gate itself (seed: "Protected files").
 TOP_DIRS = ("bench", ".github", "specs")
 TOP_FILES = ("tracks.json",)
@@ -42,6 +44,11 @@ class Change:
             return self.path
         verb = "renamed" if self.status.startswith("R") else "copied"
         return f"{self.old_path} ({verb} to {self.path})"
+
+
+def changes(repo: Repo, a: str, b: str) -> list[Change]:
+    """What changed from `a` to `b` in `repo`."""
+    return parse_name_status(repo.name_status(a, b))
 
 
 def parse_name_status(raw: str) -> list[Change]:

@@ -32,7 +32,7 @@ from jobs import jobkeys, preflight, result, verify_jail, writer
 from jobs import manifest as manifest_mod
 from jobs.manifest import Manifest, Stage
 from jobs.stagelog import MaskedLog, stage_secrets
-from jobs.state import JobState, Status, file_hash
+from jobs.state import Event, JobState, Status, file_hash
 from lanes.base import procgroup, settings
 from lanes.base.errors import ConfigError, NevError
 from lanes.base.exitcodes import Exit
@@ -110,10 +110,10 @@ class Runner:
         try:
             commit = result.commit(self.repo, self.m.name, outcome, code, self.run_id, reasons,
                                    self.m.spec_name)
-            self.js.record("result-committed", outcome=outcome, exit=code, commit=commit)
+            self.js.record(Event.RESULT_COMMITTED, outcome=outcome, exit=code, commit=commit)
         except GitError as e:
             info(f"job {self.m.name}: could not commit the {outcome} result: {e}")
-        self.js.record("job-ended", outcome=outcome, exit=code)
+        self.js.record(Event.JOB_ENDED, outcome=outcome, exit=code)
         info(f"job {self.m.name}: {outcome} (exit {code})")
         return code
 
@@ -126,7 +126,7 @@ class Runner:
             if why:
                 unmet.append(preflight.Unmet("writer-undeclared", why))
         reasons = [u.to_json() for u in unmet]
-        self.js.record("preflight-failed" if unmet else "preflight-passed", reasons=reasons,
+        self.js.record(Event.PREFLIGHT_FAILED if unmet else Event.PREFLIGHT_PASSED, reasons=reasons,
                        inputs={"manifest": self.m.digest})
         for u in unmet:
             info(f"requirements: unmet: {u.message}")
@@ -134,7 +134,7 @@ class Runner:
 
     def _inventory(self) -> tuple[int, list[inv.Reason]]:
         if not self.m.needs_inventory():
-            self.js.record("inventory-skipped", exit=0, reasons=[])
+            self.js.record(Event.INVENTORY_SKIPPED, exit=0, reasons=[])
             return 0, []
         live = self.inventory or settings.get_path(settings.INVENTORY, self.environ)
         copy = self.js.folder / "inventory.json"
@@ -152,7 +152,8 @@ class Runner:
                             folknet.load(declared), dt.datetime.now(dt.UTC),
                             float(settings.get_int(settings.INVENTORY_MAX_AGE, self.environ)))
         code = inv.exit_code(reasons)
-        event = {0: "inventory-passed", 3: "inventory-transient", 10: "inventory-permanent"}[code]
+        event = {0: Event.INVENTORY_PASSED, 3: Event.INVENTORY_TRANSIENT,
+                 10: Event.INVENTORY_PERMANENT}[code]
         self.js.record(event, exit=code, reasons=[r.to_json() for r in reasons],
                        inputs={"snapshot": file_hash(copy), "declared": file_hash(declared)})
         for r in reasons:
@@ -175,7 +176,7 @@ class Runner:
                 same_boot = s.boot is None or s.boot == boot
                 if s.pgid and same_boot and procgroup.alive(s.pgid):
                     procgroup.stop(s.pgid)
-                self.js.record("stage-interrupted", stage=name, same_boot=same_boot)
+                self.js.record(Event.STAGE_INTERRUPTED, stage=name, same_boot=same_boot)
                 info(f"stage {name}: cut short by the last run"
                      f"{'' if same_boot else ' (the lane has restarted since)'}; it reruns from its start")
 
@@ -230,10 +231,10 @@ class Runner:
         try:
             argv, extra = self._argv(st)
         except NevError as e:
-            self.js.record("stage-started", stage=st.name, log=str(log_path),
+            self.js.record(Event.STAGE_STARTED, stage=st.name, log=str(log_path),
                            inputs={"stage": st.digest(), "manifest": self.m.digest, "head": head})
             log_path.write_text(mask(str(e)) + "\n", encoding="utf-8")
-            self.js.record("stage-failed", stage=st.name, exit=1, reason=mask(str(e)))
+            self.js.record(Event.STAGE_FAILED, stage=st.name, exit=1, reason=mask(str(e)))
             info(f"stage {st.name}: refused: {e}")
             return 1
         env = {**self.environ, **extra, "JOB_NAME": self.m.name, "JOB_STAGE": st.name,
@@ -261,7 +262,7 @@ class Runner:
             assert proc.stdout is not None
             out = MaskedLog(log, self._stage_secrets(env))     # the log on the lane holds no secret
             out.start(proc.stdout)
-            self.js.record("stage-started", stage=st.name, log=str(log_path), pgid=proc.pid, boot=procgroup.boot_id(),
+            self.js.record(Event.STAGE_STARTED, stage=st.name, log=str(log_path), pgid=proc.pid, boot=procgroup.boot_id(),
                            inputs={"stage": st.digest(), "manifest": self.m.digest, "head": head,
                                    "inventory": self.js.state.inventory.snapshot if self.js.state.inventory else None})
             info(f"stage {st.name} ({st.kind}): started")
@@ -289,11 +290,11 @@ class Runner:
             out.finish()
         self.js.heartbeat()
         if why_stopped:
-            self.js.record("stage-stopped", stage=st.name, exit=code, reason=why_stopped)
+            self.js.record(Event.STAGE_STOPPED, stage=st.name, exit=code, reason=why_stopped)
             info(f"stage {st.name}: stopped by {why_stopped}")
             return Exit.STOPPED
         if code != 0:
-            self.js.record("stage-failed", stage=st.name, exit=code)
+            self.js.record(Event.STAGE_FAILED, stage=st.name, exit=code)
             if code == Exit.BUDGET:
                 info(f"stage {st.name}: the job's budget bound (exit {code}); log {log_path}")
                 return Exit.BUDGET
@@ -304,7 +305,7 @@ class Runner:
             self.repo.git("commit", "-q", "--no-verify", "-m", f"job {self.m.name}: stage {st.name} ({st.kind})")
         new_head = self.repo.rev("HEAD")
         changed = self.repo.out("diff", "--name-only", head, new_head).splitlines() if new_head != head else []
-        self.js.record("stage-passed", stage=st.name, commit=new_head,
+        self.js.record(Event.STAGE_PASSED, stage=st.name, commit=new_head,
                        outputs=[str(log_path), *changed])
         info(f"stage {st.name}: passed ({time.monotonic() - t0:.1f} s)")
         return 0
@@ -328,7 +329,7 @@ class Runner:
             head: str | None = self.repo.try_rev("HEAD")
         except GitError:
             head = None
-        self.js.record("run-started", job=self.m.name, run_id=self.run_id, stages=[s.name for s in self.m.stages],
+        self.js.record(Event.RUN_STARTED, job=self.m.name, run_id=self.run_id, stages=[s.name for s in self.m.stages],
                        inputs={"manifest": self.m.digest, "base": self.m.base, "head": head})
         self._recover()
         unmet = self._preflight()
@@ -411,7 +412,7 @@ def check_preflight(manifest_path: Path, workdir: Path | None, state_dir: Path |
         for u in unmet:
             info(f"requirements: unmet: {u.message}")
         if js is not None:
-            js.record("preflight-failed" if unmet else "preflight-passed", reasons=[u.to_json() for u in unmet],
+            js.record(Event.PREFLIGHT_FAILED if unmet else Event.PREFLIGHT_PASSED, reasons=[u.to_json() for u in unmet],
                       inputs={"manifest": m.digest}, by="check")
         if not unmet:
             info(f"requirements: every requirement of {m.name} is met")

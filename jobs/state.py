@@ -74,11 +74,43 @@ def file_hash(path: Path) -> str | None:
         return None
 
 
-# Every event `JobState.record` writes (jobs/runner.py); a line naming another is refused.
-KNOWN_EVENTS = frozenset({
-    "run-started", "preflight-passed", "preflight-failed", "inventory-skipped", "inventory-passed",
-    "inventory-transient", "inventory-permanent", "stage-started", "stage-passed", "stage-failed",
-    "stage-stopped", "stage-interrupted", "result-committed", "job-ended"})
+class Event(StrEnum):
+    """Every event `JobState.record` writes (jobs/runner.py), its value as `events.jsonl` holds it;
+    a line naming another is refused."""
+
+    RUN_STARTED = "run-started"
+    PREFLIGHT_PASSED = "preflight-passed"
+    PREFLIGHT_FAILED = "preflight-failed"
+    INVENTORY_SKIPPED = "inventory-skipped"
+    INVENTORY_PASSED = "inventory-passed"
+    INVENTORY_TRANSIENT = "inventory-transient"
+    INVENTORY_PERMANENT = "inventory-permanent"
+    STAGE_STARTED = "stage-started"
+    STAGE_PASSED = "stage-passed"
+    STAGE_FAILED = "stage-failed"
+    STAGE_STOPPED = "stage-stopped"
+    STAGE_INTERRUPTED = "stage-interrupted"
+    RESULT_COMMITTED = "result-committed"
+    JOB_ENDED = "job-ended"
+
+    @classmethod
+    def of(cls, value: object) -> Event | None:
+        """The event a line names; None for one nev never records."""
+        return cls(value) if isinstance(value, str) and value in _EVENT_VALUES else None
+
+    @property
+    def stage(self) -> bool:
+        """An event of one stage (it names its `stage`)."""
+        return self.value.startswith("stage-")
+
+    @property
+    def inventory(self) -> str | None:
+        """The inventory check's outcome this event records (None: not the inventory's)."""
+        head, _, outcome = self.value.partition("-")
+        return outcome if head == "inventory" else None
+
+
+_EVENT_VALUES = frozenset(e.value for e in Event)
 # The fields `replay` reads, by the type each must have when present.
 _EVENT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "time": str, "stage": str, "job": str, "run_id": str, "inputs": dict, "stages": list, "reasons": list,
@@ -89,14 +121,15 @@ def check_event(ev: dict[str, Any], label: str) -> None:
     """An event line as `replay` needs it (pure): a known event, `stage` on a stage's events, and
     each field `replay` reads of its type. ConfigError naming `label` (file and line) and the field."""
     f = Fields(label)
-    kind = f.get(ev, "event", str, "")
-    if kind not in KNOWN_EVENTS:
+    named = f.get(ev, "event", str, "")
+    kind = Event.of(named)
+    if kind is None:
         import difflib
 
-        near = difflib.get_close_matches(kind, sorted(KNOWN_EVENTS), 1)
-        raise f.fail("event", f"is {kind!r}, not an event nev records" + (f" (did you mean {near[0]!r}?)" if near else ""))
+        near = difflib.get_close_matches(named, sorted(_EVENT_VALUES), 1)
+        raise f.fail("event", f"is {named!r}, not an event nev records" + (f" (did you mean {near[0]!r}?)" if near else ""))
     for key, kinds in _EVENT_FIELDS.items():
-        f.get(ev, key, kinds, "", required=key == "stage" and kind.startswith("stage-"))
+        f.get(ev, key, kinds, "", required=key == "stage" and kind.stage)
     for key in ("stages", "outputs"):
         f.str_list(ev, key, "")
     if "time" in ev:
@@ -106,7 +139,7 @@ def check_event(ev: dict[str, Any], label: str) -> None:
             raise f.fail("time", f"is {str(ev['time'])[:40]!r}, not a time (ISO 8601, as nev writes it)") from None
     for i, r in enumerate(ev.get("reasons") or []):
         f.get(f.obj(r, f"reasons[{i}]"), "message", str, f"reasons[{i}]", required=False)
-    if kind == "job-ended" and ev.get("outcome") not in {s.value for s in Status}:
+    if kind is Event.JOB_ENDED and ev.get("outcome") not in {s.value for s in Status}:
         raise f.fail("outcome", f"is {ev.get('outcome')!r}, not one of {', '.join(s.value for s in Status)}")
 
 
@@ -264,10 +297,10 @@ def replay(events: list[dict[str, Any]]) -> JobView:
     """
     st = JobView(events=len(events))
     for ev in events:
-        kind = ev.get("event")
+        kind = Event.of(ev.get("event"))
         t = str(ev.get("time", ""))
-        st.last_event = LastEvent(ev.get("seq"), kind, t, ev.get("stage"))
-        if kind == "run-started":
+        st.last_event = LastEvent(ev.get("seq"), ev.get("event"), t, ev.get("stage"))
+        if kind is Event.RUN_STARTED:
             st.job = ev.get("job")
             st.manifest = (ev.get("inputs") or {}).get("manifest")
             st.status = Status.RUNNING
@@ -276,30 +309,33 @@ def replay(events: list[dict[str, Any]]) -> JobView:
                 st.stages.setdefault(name, StageView())
         elif st.attempts:
             st.attempts[-1].last_seen = t
-        if kind in ("preflight-passed", "preflight-failed"):
-            st.preflight = PreflightView(kind == "preflight-passed", (ev.get("reasons") or []), t)
-        elif kind and kind.startswith("inventory-"):
-            st.inventory = InventoryView(kind[len("inventory-"):], ev.get("exit"), (ev.get("reasons") or []), t,
+        if kind is None:
+            continue
+        if kind in (Event.PREFLIGHT_PASSED, Event.PREFLIGHT_FAILED):
+            st.preflight = PreflightView(kind is Event.PREFLIGHT_PASSED, (ev.get("reasons") or []),
+                                         t)
+        elif kind.inventory is not None:
+            st.inventory = InventoryView(kind.inventory, ev.get("exit"), (ev.get("reasons") or []), t,
                                          (ev.get("inputs") or {}).get("snapshot"))
-        elif kind and kind.startswith("stage-"):
+        elif kind.stage:
             s = st.stages.setdefault(ev["stage"], StageView())
-            if kind == "stage-started":
+            if kind is Event.STAGE_STARTED:
                 inputs = (ev.get("inputs") or {})
                 s.status, s.started, s.ended, s.exit, s.runs = Status.RUNNING, t, None, None, s.runs + 1
                 s.head_at_start, s.digest = inputs.get("head"), inputs.get("stage")
                 s.log, s.pgid, s.boot = ev.get("log"), ev.get("pgid"), ev.get("boot")
-            elif kind == "stage-passed":
+            elif kind is Event.STAGE_PASSED:
                 s.status, s.ended, s.exit = Status.PASSED, t, 0
                 s.commit, s.outputs = ev.get("commit"), (ev.get("outputs") or [])
-            elif kind == "stage-failed":
+            elif kind is Event.STAGE_FAILED:
                 s.status, s.ended, s.exit = Status.FAILED, t, ev.get("exit")
-            elif kind == "stage-stopped":
+            elif kind is Event.STAGE_STOPPED:
                 s.status, s.ended, s.exit = Status.STOPPED, t, ev.get("exit")
-            elif kind == "stage-interrupted":
+            elif kind is Event.STAGE_INTERRUPTED:
                 s.status, s.ended = Status.INTERRUPTED, t
-        elif kind == "result-committed":
+        elif kind is Event.RESULT_COMMITTED:
             st.result = ResultView(ev.get("outcome"), ev.get("exit"), ev.get("commit"), t)
-        elif kind == "job-ended":
+        elif kind is Event.JOB_ENDED:
             st.status = Status(str(ev.get("outcome")))
     return st
 
@@ -361,10 +397,11 @@ class JobState:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def record(self, event: str, **fields: Any) -> dict[str, Any]:
+    def record(self, event: Event, **fields: Any) -> dict[str, Any]:
         """Append one transition (flushed to disk) and rewrite state.json."""
         prev = line_hash(json.dumps(self.events[-1], sort_keys=True)) if self.events else ""
-        ev = {"seq": len(self.events) + 1, "time": now_iso(), "event": event, **fields, "prev": prev}
+        ev = {"seq": len(self.events) + 1, "time": now_iso(), "event": Event(event).value, **fields,
+              "prev": prev}
         line = json.dumps(ev, sort_keys=True)
         with (self.folder / EVENTS).open("a", encoding="utf-8") as f:
             f.write(line + "\n")
@@ -398,5 +435,5 @@ class JobState:
     def used_s(self) -> float:
         return used_seconds(self.state, self.clock())
 
-    def count(self, event: str, stage: str | None = None) -> int:
+    def count(self, event: Event, stage: str | None = None) -> int:
         return sum(1 for e in self.events if e.get("event") == event and (stage is None or e.get("stage") == stage))

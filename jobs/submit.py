@@ -13,7 +13,7 @@
   gets: sshd's SetEnv, the lane's profile) are read now and handed to the run step as
   parameters (LANE_PATH, with `~/.local/bin` first, and LANE_RUSTUP_HOME / LANE_CARGO_HOME).
 - job/<name> is pushed at the forge URL this box reaches (NEV_FORGE_URL, its forward), and the
-  workflow's FORGE parameter is the URL the lane reaches (NEV_LANE_GIT_URL), `jobs/forge.py`.
+  workflow's FORGE parameter is the URL the lane reaches (NEV_LANE_GIT_URL), `lanes/forge.py`.
 - The forge token goes over SSH stdin into `~/dagu/home/forge-token` (mode 600); no secret
   is a run parameter.
 - The job gets its own gateway key (`jobs/jobkeys.py`), allowed only the aliases its manifest
@@ -34,11 +34,11 @@ from pathlib import Path
 
 from dagu.layout import Layout
 from dagu.service import LaneDagu
-from jobs import forge as forge_mod
 from jobs import jobkeys, records
 from jobs import manifest as manifest_mod
 from jobs.manifest import Manifest
 from lanes import dotenv, selfinstall
+from lanes import forge as forge_mod
 from lanes.base import settings
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo

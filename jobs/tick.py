@@ -24,17 +24,17 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from jobs import forge as forge_mod
 from jobs import land as landing
 from jobs import poll as poll_mod
-from jobs import records
+from jobs import records, tracks
 from jobs.approvals import MAIN
-from jobs.land_after import tracks_at
-from jobs.land_gate import INTERRUPTED, lanes_configured
+from jobs.land_gate import INTERRUPTED
+from lanes import forge as forge_mod
 from lanes.base import settings
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo
 from lanes.base.ui import info
+from lanes.lanesfile import lanes_configured
 
 LAND_APPROVED = ["nev", "land", "--approved"]
 DAY_S = 24 * 3600
@@ -77,7 +77,7 @@ def tick(repo_path: Path | None = None, environ: Mapping[str, str] | None = None
 
 def _tracks(repo: Repo, env: dict[str, str]) -> int:
     try:
-        script = tracks_at(repo, repo.rev(MAIN)).spec_watch.land_script
+        script = tracks.at(repo, repo.rev(MAIN)).spec_watch.land_script
     except NevError as e:
         info(f"tick: tracks: skipped: {e.message}")
         return 0

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from lanes.base import jsonfile
+from lanes.base.errors import NevError
+from lanes.base.gitrun import Repo
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,15 @@ class Tracks:
     protected: list[str] = field(default_factory=list)
     spec_watch: SpecWatch = field(default_factory=SpecWatch)
     install: Install | None = None
+
+
+def at(repo: Repo, rev: str) -> Tracks:
+    """tracks.json as commit `rev` of `repo` holds it (NevError: it holds none)."""
+    data = repo.show_bytes(rev, "tracks.json")
+    if data is None:
+        raise NevError("tracks.json is not on main; it declares the gate (verify, landChecks); "
+                       "not landed")
+    return parse_text(jsonfile.decode(data, "main:tracks.json", "tracks file"), "main:tracks.json")
 
 
 def load(path: Path) -> Tracks:

@@ -37,7 +37,7 @@ from lanes.base.gitrun import Repo
 from lanes.base.mask import mask
 from lanes.base.openssh import OpenSsh
 from lanes.base.ssh import CONNECT_TIMEOUT, Connection, SshError, link_errors
-from lanes.forgeurl import Forge, forge_for
+from lanes.forge import Forge, forge_for
 from lanes.lanesfile import Lane, LanesFile
 from lanes.session import Session
 
@@ -90,7 +90,8 @@ class Outcome:
 
 
 def _hello_fields(session: Session, wt: payload.Worktree, forge: Forge) -> dict[str, Any]:
-    return dict(name=wt.name, root=session.lane.root, shared=session.lane.shared_dir, git_url=forge.url,
+    return dict(name=wt.name, root=session.lane.root, shared=session.lane.shared_dir,
+                git_url=forge.lane_url,
                 fetch_max_age=settings.get_float(settings.LANE_FETCH_MAX_AGE),
                 min_free_gb=settings.get_float(settings.LANE_MIN_FREE_GB))
 
@@ -263,7 +264,7 @@ class _GateRun:
         except SshError as e:        # no channel at all (no known_hosts file): nothing was sent
             raise Unreachable(str(e)) from None
         self.session.request(Op.HELLO, **_hello_fields(self.session, self.wt, self.forge))
-        self.local = payload.local_members(self.wt, files, self.forge.url is not None)
+        self.local = payload.local_members(self.wt, files, self.forge.lane_url is not None)
         self.hello = _hello(self.session, self.wt, self.forge, sent=True)
         if self.hello["free_gb"] < min_free:
             self.session.request(Op.ABORT)
@@ -283,12 +284,13 @@ class _GateRun:
     def send(self, session: Session, command: Sequence[str], extra_env: dict[str, str] | None, keep_env: bool,
              pull: Sequence[str], files: Mapping[str, bytes] | None = None,
              writer: Mapping[str, str] | None = None) -> None:
-        p = payload.build(self.wt, self.hello.get("tips", []), self.forge.url is not None, files, self.local)
+        p = payload.build(self.wt, self.hello.get("tips", []), self.forge.lane_url is not None, files,
+                          self.local)
         self.sizes = p.sizes()
         self.pull = list(pull)
         session.request(Op.PAYLOAD, commit=p.commit, sizes=self.sizes, command=list(command),
-                        env=dict(extra_env or {}), cred=self.forge.cred(), keep_env=keep_env, pull=list(pull),
-                        writer=dict(writer) if writer else None)
+                        env=dict(extra_env or {}), cred=self.forge.lane_cred(), keep_env=keep_env,
+                        pull=list(pull), writer=dict(writer) if writer else None)
         for member in p.members():
             session.send(member)
 

@@ -4,6 +4,7 @@ way to open a connection to a lane (`Lane.connect`), through the jump host when 
 from __future__ import annotations
 
 import getpass
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,6 +131,16 @@ def default_jump() -> Target | None:
 
 def lanes_file_path() -> Path:
     return settings.path(settings.LANES_FILE)
+
+
+def lanes_configured(environ: Mapping[str, str]) -> bool:
+    """A build lane is configured (NEV_LANE_SSH, or lanes in the lanes file)."""
+    # Cheap first: with no NEV_LANE_SSH and no lanes file, no lanes file is read.
+    lanes_file = settings.get_path(settings.LANES_FILE, environ)
+    if not settings.get(settings.LANE_SSH, environ) and (lanes_file is None
+                                                         or not lanes_file.exists()):
+        return False
+    return bool(configured(require=False).lanes)
 
 
 def configured(require: bool = True) -> LanesFile:

@@ -29,7 +29,7 @@ from lanes.base import ui
 from lanes.base.errors import NevError
 from lanes.base.gitrun import GitError, Repo
 from lanes.base.ssh import Connection, SshError
-from lanes.forgeurl import forge_for
+from lanes.forge import forge_for
 from lanes.lanesfile import Lane
 
 SURVEY_TIMEOUT = 600
@@ -453,8 +453,8 @@ def prune_refs(conn: Connection, lane: Lane, mirrors: list[str], repo: Repo | No
     Per mirror: {"pruned": [...], "kept": {...}} or {"missing": true}."""
     lf = lanesfile.configured(require=False)
     forge = forge_for(repo or Repo(Path(".")), lf)
-    if not forge.url:
+    if not forge.lane_url:
         raise NevError("no forge URL for the lanes (NEV_LANE_GIT_URL or the lanes file's git_url); nothing pruned")
-    ans = session.call(conn, lane, Op.PRUNE_REFS, SURVEY_TIMEOUT, mirrors=mirrors, git_url=forge.url,
-                       cred=forge.cred())
+    ans = session.call(conn, lane, Op.PRUNE_REFS, SURVEY_TIMEOUT, mirrors=mirrors,
+                       git_url=forge.lane_url, cred=forge.lane_cred())
     return dict(ans["mirrors"])

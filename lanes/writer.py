@@ -26,6 +26,7 @@ from lanes.base.errors import NevError, NoLaneError
 from lanes.base.gitrun import Repo
 from lanes.base.mask import is_secret_name, mask
 from lanes.base.ssh import SshError
+from lanes.forge import forge_for
 from lanes.lanesfile import Lane
 from lanes.session import Session, call
 
@@ -86,7 +87,7 @@ def start(worktree: Path, *, lane_index: int, model: str, brief: Path, harness: 
     lane, conn = picked
     spec = {"branch": branch, "tool": harness.tool, "model": model, "launch": harness.launch, "brief": text}
     try:
-        out = gate.gate_on_lane(lane, conn, wt, [], forge=gate.forge_for(wt.repo, lf), writer=spec)
+        out = gate.gate_on_lane(lane, conn, wt, [], forge=forge_for(wt.repo, lf), writer=spec)
     finally:
         conn.close()
     rec = out.result.get("writer")

@@ -28,6 +28,7 @@ LANE_ENTRY_POINTS = {
     "lanes.selfinstall",    # nev installed on a lane
     "lanes.create",         # creating an LXC lane
     "lanes.hostexec",       # a script on a node (LXC host)
+    "lanes.forge",          # the forge: its URLs, credential and git commands (one Forge)
     "lanes.forgeauth",      # the forge credential
     "lanes.dotenv",         # .env parsing, shipped with the agent
     "lanes.cli",            # `nev lane`

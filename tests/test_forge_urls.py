@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs import forge as forge_mod
 from jobs import lane_main, submit
-from lanes import forgeauth, gate, payload
+from lanes import forge as forge_mod
+from lanes import forgeauth, payload
 from lanes.agent.git import CREDENTIAL_HELPER
 from lanes.base import gitrun
 from lanes.base.errors import ConfigError
@@ -23,6 +23,8 @@ from lanes.lanesfile import LanesFile
 from tests.helpers.job_helpers import fake_lane_dagu, git, make_checkout, write_manifest
 
 TOKEN = "forgetok-" + "5be0c1d2a3f4"
+FORWARD = "http://127.0.0.1:3300/o/e.git"   # the forge as this box reaches it
+RIG = "http://198.18.0.5/git/engine.git"      # as the lanes reach it
 
 
 @pytest.fixture
@@ -96,18 +98,52 @@ def test_submit_without_the_lanes_url_is_refused_before_anything_is_pushed(tmp_p
     assert git(forward, "for-each-ref") == ""
 
 
-def test_a_flat_rig_uses_the_lanes_url_for_both_sides_and_a_url_with_a_credential_is_refused(tmp_path, clean_env):
+def test_a_flat_rig_uses_the_lanes_url_for_both_sides(tmp_path, clean_env):
     lanes_file = tmp_path / "lanes.json"
     lanes_file.write_text(json.dumps({"lanes": [], "git_url": "http://198.18.0.5/git/engine.git"}))
     f = forge_mod.from_settings({"NEV_LANES_FILE": str(lanes_file)})
     assert f.url == f.for_lanes() == "http://198.18.0.5/git/engine.git"
-    f = forge_mod.from_settings({"NEV_LANES_FILE": str(lanes_file), "NEV_FORGE_URL": "http://127.0.0.1:3300/o/e.git"})
+    f = forge_mod.from_settings({"NEV_LANES_FILE": str(lanes_file),
+                                 "NEV_FORGE_URL": "http://127.0.0.1:3300/o/e.git"})
     assert (f.url, f.for_lanes()) == ("http://127.0.0.1:3300/o/e.git", "http://198.18.0.5/git/engine.git")
-    with pytest.raises(ConfigError, match="NEV_FORGE_URL carries a credential") as e:
-        forge_mod.from_settings({"NEV_FORGE_URL": f"http://u:{TOKEN}@127.0.0.1:3300/o/e.git"})
-    assert TOKEN not in str(e.value)
     with pytest.raises(ConfigError, match="no forge URL"):
         forge_mod.from_settings({"NEV_LANES_FILE": str(tmp_path / "none.json")})
+
+
+def test_a_url_without_a_credential_is_used_as_it_is_and_the_token_is_looked_up(
+        tmp_path, clean_env):
+    tf = tmp_path / "token"
+    tf.write_text(TOKEN)
+    f = forge_mod.from_settings({"NEV_FORGE_URL": "http://127.0.0.1:3300/o/e.git",
+                                 "NEV_LANE_GIT_URL": "http://198.18.0.5/git/engine.git",
+                                 "NEV_FORGE_TOKEN_FILE": str(tf)})
+    assert (f.url, f.lane_url) == (FORWARD, RIG)
+    assert (f.cred.user, f.cred.token) == (None, TOKEN)
+    assert f.lane_cred() == {"user": "nev", "password": TOKEN}
+    bare = forge_mod.from_settings({"NEV_LANE_GIT_URL": "http://198.18.0.5/git/engine.git"})
+    assert (bare.cred.token, bare.lane_cred()) == (None, None)
+
+
+def test_a_credential_in_a_url_is_split_out_of_it_and_the_looked_up_one_comes_first(
+        tmp_path, clean_env):
+    """The one rule, the same for this box's URL, the lanes' URL and a gate's."""
+    f = forge_mod.from_settings({"NEV_FORGE_URL": f"http://u:{TOKEN}@127.0.0.1:3300/o/e.git",
+                                 "NEV_LANE_GIT_URL": "http://198.18.0.5/git/engine.git"})
+    assert (f.url, f.for_lanes()) == (FORWARD, RIG)
+    assert (f.cred.user, f.cred.token) == ("u", TOKEN)
+    assert TOKEN not in repr(f) and mask(f"x {TOKEN}") == "x ***"
+    f = forge_mod.from_settings({"NEV_LANE_GIT_URL": f"http://u:{TOKEN}@198.18.0.5/git/engine.git",
+                                 "NEV_FORGE_TOKEN": "env-token-9012"})
+    assert f.url == f.lane_url == "http://198.18.0.5/git/engine.git"
+    assert (f.cred.user, f.cred.token) == ("u", "env-token-9012")
+
+
+def test_the_tree_holds_one_forge_class():
+    root = Path(__file__).resolve().parent.parent
+    pkgs = ("bench", "jobs", "lanes", "rig", "dagu", "crates_bridge")
+    found = [str(p.relative_to(root)) for pkg in pkgs
+             for p in (root / pkg).rglob("*.py") if "class Forge" in p.read_text(encoding="utf-8")]
+    assert found == ["lanes/forge.py"]
 
 
 def test_the_token_is_looked_up_in_the_environment_then_the_file_then_the_env_files(tmp_path, clean_env):
@@ -132,11 +168,12 @@ def test_the_token_is_looked_up_in_the_environment_then_the_file_then_the_env_fi
 def test_the_gate_reads_the_same_credential_and_the_url_userinfo_comes_last(tmp_path, clean_env):
     _primary, track = primary_and_track(tmp_path)
     wt = payload.Worktree.open(track)
-    f = gate.forge_for(wt.repo, LanesFile(path=None, git_url="http://old:urltok-0000@198.18.0.5/git/engine.git"))
-    assert (f.url, f.user, f.password) == ("http://198.18.0.5/git/engine.git", "forge-bot", TOKEN)
+    with_userinfo = LanesFile(path=None, git_url="http://old:urltok-0000@198.18.0.5/git/engine.git")
+    f = forge_mod.forge_for(wt.repo, with_userinfo)
+    assert (f.lane_url, f.cred.user, f.cred.token) == (RIG, "forge-bot", TOKEN)
     outside = payload.Worktree(track, "track", "0" * 40, Repo(tmp_path / "nowhere"))  # no .env to read
-    f = gate.forge_for(outside.repo, LanesFile(path=None, git_url="http://old:urltok-0000@198.18.0.5/git/engine.git"))
-    assert (f.user, f.password) == ("old", "urltok-0000")
+    f = forge_mod.forge_for(outside.repo, with_userinfo)
+    assert (f.cred.user, f.cred.token) == ("old", "urltok-0000")
 
 
 def test_the_one_credential_helper_hands_git_the_token_from_its_environment(tmp_path, clean_env):

@@ -101,7 +101,7 @@ def test_nev_settings_names_an_unknown_tracks_key(tmp_path):
 
 
 def test_main_tracks_json_that_is_not_utf8_is_one_line(tmp_path):
-    from jobs.land_after import tracks_at
+    from jobs import tracks
     from lanes.base.errors import ConfigError
     from lanes.base.gitrun import Repo
 
@@ -111,7 +111,7 @@ def test_main_tracks_json_that_is_not_utf8_is_one_line(tmp_path):
     repo.git("add", "tracks.json")
     repo.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "t")
     with pytest.raises(ConfigError, match=r"^main:tracks.json: the tracks file is not UTF-8"):
-        tracks_at(repo, "main")
+        tracks.at(repo, "main")
 
 
 @pytest.mark.parametrize("loader,data,key,near", [

@@ -15,7 +15,7 @@ import pytest
 
 from jobs import manifest as manifest_mod
 from jobs import result as result_mod
-from jobs.state import JobState, Status, replay, valid_prefix
+from jobs.state import Event, JobState, Status, replay, valid_prefix
 from lanes.base.errors import ConfigError
 from lanes.base.gitrun import Repo
 from lanes.base.procgroup import alive as group_alive
@@ -100,6 +100,29 @@ def test_manifest_budget_is_optional_and_read_as_tokens_and_gpu_seconds():
 
 
 # --- durable state (pure parts) -------------------------------------------------------------------
+
+def test_job_events_are_an_enum_whose_values_are_the_ones_on_disk(tmp_path):
+    assert [e.value for e in Event] == [
+        "run-started", "preflight-passed", "preflight-failed", "inventory-skipped", "inventory-passed",
+        "inventory-transient", "inventory-permanent", "stage-started", "stage-passed", "stage-failed",
+        "stage-stopped", "stage-interrupted", "result-committed", "job-ended"]
+    js = JobState.open(tmp_path / "s")
+    js.record(Event.RUN_STARTED, job="j", stages=["a"], inputs={})
+    js.record(Event.INVENTORY_TRANSIENT, exit=3, reasons=[])
+    js.record(Event.STAGE_STARTED, stage="a", inputs={"head": "x"})
+    with pytest.raises(ValueError):
+        js.record("stage-pased", stage="a")          # type: ignore[arg-type]  # nothing written
+    js.close()
+    lines = (tmp_path / "s" / "events.jsonl").read_text().splitlines()
+    assert [json.loads(line)["event"] for line in lines] == ["run-started", "inventory-transient",
+                                                               "stage-started"]
+    view = replay(valid_prefix("\n".join(lines) + "\n")[0])
+    assert view.inventory is not None and view.inventory.outcome == "transient"
+    assert view.stages["a"].status is Status.RUNNING
+    bad = json.dumps({**json.loads(lines[0]), "event": "stage-pased"})
+    with pytest.raises(ConfigError, match="did you mean 'stage-passed'"):
+        valid_prefix(bad + "\n")
+
 
 def test_events_valid_prefix_stops_at_a_torn_or_broken_line(tmp_path):
     js = JobState.open(tmp_path / "s")

@@ -15,6 +15,7 @@ import pytest
 from lanes import gate, lanesfile, payload
 from lanes.agent import layout
 from lanes.base.errors import DiskShortError
+from lanes.forge import forge_for
 from tests.helpers import lane_helpers as h
 from tests.helpers import lane_rig as rigs
 
@@ -490,7 +491,7 @@ def test_a_warm_gate_sends_no_agent_and_bytes_near_its_payload(lane_rig, monkeyp
         lane, conn = picked
         w = payload.Worktree.open(wt)
         try:
-            outcomes.append(gate.gate_on_lane(lane, conn, w, ["true"], forge=gate.forge_for(w.repo, lf),
+            outcomes.append(gate.gate_on_lane(lane, conn, w, ["true"], forge=forge_for(w.repo, lf),
                                               on_stdout=lambda b: None, on_stderr=lambda b: None))
         finally:
             conn.close()

@@ -12,7 +12,7 @@ from lanes.agent import guard, links
 from lanes.agent.copy import swap_model_url
 from lanes.agent.errors import Refused
 from lanes.agent.output import Masker
-from lanes.forgeurl import split_credentials
+from lanes.forge import split_credentials
 from lanes.gate import disk_short_message
 from lanes.lanesfile import Lane
 from tests.helpers import lane_helpers as h

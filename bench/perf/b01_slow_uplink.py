@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.perf.common import CHECK, CHECK_HELP, check_settings, git, publish, run_checked  # noqa: E402
 from lanes import gate, lanesfile, payload  # noqa: E402
+from lanes.forge import forge_for  # noqa: E402
 from rig.box import Box  # noqa: E402
 from rig.box.forge import create_repo  # noqa: E402
 
@@ -128,7 +129,7 @@ def gate_once(wt: Path) -> tuple[float, gate.Outcome]:
     lane, conn = picked
     w = payload.Worktree.open(wt)
     try:
-        out = gate.gate_on_lane(lane, conn, w, ["true"], forge=gate.forge_for(w.repo, lf),
+        out = gate.gate_on_lane(lane, conn, w, ["true"], forge=forge_for(w.repo, lf),
                                 on_stdout=lambda b: None, on_stderr=lambda b: None)
     finally:
         conn.close()

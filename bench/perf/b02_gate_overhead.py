@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.perf.common import CHECK, CHECK_HELP, ROOT, check_settings, git, publish, run_checked  # noqa: E402
 from lanes import gate, lanesfile, payload  # noqa: E402
+from lanes.forge import forge_for  # noqa: E402
 from rig.box import Box  # noqa: E402
 from rig.box.forge import create_repo  # noqa: E402
 
@@ -141,7 +142,7 @@ def main() -> int:
             ln = lf.lanes[0]
             conn = ln.openssh()           # the gate's own route: the OpenSSH client, its channel one process
             w = payload.Worktree.open(wt)
-            out = gate.gate_on_lane(ln, conn, w, ["true"], forge=gate.forge_for(w.repo, lf),
+            out = gate.gate_on_lane(ln, conn, w, ["true"], forge=forge_for(w.repo, lf),
                                     on_stdout=lambda b: None, on_stderr=lambda b: None)
             conn.close()
             inproc.append(time.perf_counter() - t0)

@@ -242,6 +242,13 @@ class Repo:
             cur[k] = v
         return out
 
+    def checkout_of(self, branch: str, not_under: Path) -> Path | None:
+        """The worktree that has `branch` (a full ref) checked out, none under `not_under`."""
+        for w in self.worktrees():
+            if w.branch == branch and not_under not in w.path.parents:
+                return w.path
+        return None
+
     def add_detached_worktree(self, path: Path, rev: str) -> Repo:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.git("worktree", "add", "--detach", "-q", str(path), rev)
