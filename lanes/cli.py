@@ -42,9 +42,12 @@ def lane() -> None:
 @lane.command("run", context_settings={"allow_interspersed_args": False})
 @click.option("--lane", "lane_index", type=int, help="Use lane N of the lanes file (default: first that answers).")
 @click.option("--pull", multiple=True, metavar="DIR", help="Copy DIR of the lane copy back after the run (repeatable).")
+@click.option("--sandbox", is_flag=True, help="Run COMMAND in the lane's sandbox for model-written code "
+              "(no network, no home, no .env; its nev must be installed: docs/sandbox.md).")
 @click.argument("worktree", type=click.Path(file_okay=False))
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(lane_index: int | None, pull: tuple[str, ...], worktree: str, command: tuple[str, ...]) -> int:
+def run(lane_index: int | None, pull: tuple[str, ...], sandbox: bool, worktree: str,
+        command: tuple[str, ...]) -> int:
     """Ship WORKTREE (unpushed commits, diff, untracked files) to a lane and run COMMAND there.
 
     COMMAND never runs on this machine; `nev lane on` runs it here when no lane answers.
@@ -59,23 +62,33 @@ def run(lane_index: int | None, pull: tuple[str, ...], worktree: str, command: t
     """
     from lanes import gate
 
-    return gate.run(Path(worktree), list(command), lane_index=lane_index, lane_only=True, pull=pull)
+    return gate.run(Path(worktree), sandboxed(command, sandbox), lane_index=lane_index, lane_only=True, pull=pull)
 
 
 @lane.command("on", context_settings={"allow_interspersed_args": False})
 @click.option("--lane", "lane_index", type=int, help="Use lane N of the lanes file (default: first that answers).")
 @click.option("--lane-only", is_flag=True, help="Exit 3 instead of running locally when no lane answers.")
 @click.option("--pull", multiple=True, metavar="DIR", help="Copy DIR back after the run (ignored on a lane).")
+@click.option("--sandbox", is_flag=True, help="Run COMMAND in the lane's sandbox for model-written code "
+              "(no network, no home, no .env; its nev must be installed: docs/sandbox.md).")
 @click.argument("worktree", type=click.Path(file_okay=False))
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def on(lane_index: int | None, lane_only: bool, pull: tuple[str, ...], worktree: str, command: tuple[str, ...]) -> int:
+def on(lane_index: int | None, lane_only: bool, pull: tuple[str, ...], sandbox: bool, worktree: str,
+       command: tuple[str, ...]) -> int:
     """Run COMMAND on a lane, or in place when already on one (NEV_ON_LANE set).
 
     Without --lane-only (and without NEV_LANE_STRICT=1) it runs here when no lane answers.
     """
     from lanes import gate
 
-    return gate.on(Path(worktree), list(command), lane_only=lane_only, pull=pull, lane_index=lane_index)
+    return gate.on(Path(worktree), sandboxed(command, sandbox), lane_only=lane_only, pull=pull,
+                   lane_index=lane_index)
+
+
+def sandboxed(command: tuple[str, ...], sandbox: bool) -> list[str]:
+    """COMMAND as given, or (asked with --sandbox) as a verify in the sandbox of wherever it runs:
+    a person's own gate runs as the person unless they ask (docs/sandbox.md)."""
+    return ["nev", "sandbox", "exec", "--", *command] if sandbox else list(command)
 
 
 @lane.command("list")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -297,3 +298,29 @@ def test_a_writer_record_is_removed_only_once_its_commits_were_fetched(lane):
     aw.remove_record(lane.root, "wt")
     assert not os.path.exists(lane.root.writer("wt"))
     assert h.git(Path(lane.root.mirror), "rev-parse", state["ref"]) == tip    # the branch stays
+
+
+def test_a_writer_sees_no_lane_home_no_share_and_no_other_copy(lane, tmp_path):
+    """The harness runs in bubblewrap (docs/sandbox.md): the lane's Dagu credentials, the share's
+    corpus store and another copy are not there; its own copy and commits work as before."""
+    home = tmp_path / "home"
+    (home / "dagu").mkdir(parents=True, exist_ok=True)
+    (home / "dagu" / "password").write_text("hunter2-dagu\n")
+    share = tmp_path / "share"
+    (share / "corpora").mkdir(parents=True)
+    (share / "corpora" / "entry").write_text("ground truth\n")
+    other = lane.add_copy("other")
+    (other / "theirs.txt").write_text("another copy's file\n")
+    script = (f"cat {home}/dagu/password; ls {share}/corpora; cat {other}/theirs.txt; "
+              f"echo mine > {share}/corpora/evil; echo own > own.txt && echo own-copy-ok; echo done")
+    spec = {"branch": "main", "tool": "stand-in", "model": "m1", "launch": f"sh -c {shlex.quote(script)}",
+            "brief": "look around\n"}
+    env = dict(os.environ, NEV_ON_LANE="1", NEV_LANE_SHARED=str(share), **IDENT)
+    state = aw.launch(lane.root, "wt", spec, lane.base, env)
+    os.waitpid(state["pid"], 0)
+    log = Path(state["log"]).read_text()
+    assert "done" in log and "own-copy-ok" in log, log
+    assert "hunter2" not in log and "another copy's file" not in log and "entry" not in log, log
+    assert (share / "corpora" / "entry").read_text() == "ground truth\n"
+    assert not (share / "corpora" / "evil").exists()
+    assert (lane.copy / "own.txt").read_text() == "own\n"

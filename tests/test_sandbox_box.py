@@ -69,3 +69,14 @@ def test_a_verify_on_a_lane_sees_no_key_no_share_and_no_forge(lane0):
     assert "NEV_LANE_MODEL_URL=" not in out  # the lane's model env file is not there
     assert "corpora" not in r.stdout and "gate-logs" not in r.stdout  # nor the share
     assert "Network is unreachable" in out or "URLError" in out or "Errno" in out
+
+
+def test_a_persons_gate_asks_for_the_sandbox_with_a_flag(lane0):
+    rig, wt = lane0
+    script = "echo home=$HOME; test -e ~/.lane-model-env && echo model-env-seen; echo done"
+    plain = h.nev(["lane", "run", "--lane", "0", str(wt), "sh", "-c", script], rig.env, timeout=600)
+    jailed = h.nev(["lane", "run", "--sandbox", "--lane", "0", str(wt), "sh", "-c", script], rig.env,
+                   timeout=600)
+    assert plain.returncode == 0 and jailed.returncode == 0, plain.stderr[-2000:] + jailed.stderr[-2000:]
+    assert "home=/home/lane" in plain.stdout and "done" in plain.stdout     # as the person: as today
+    assert "home=/tmp" in jailed.stdout and "model-env-seen" not in jailed.stdout and "done" in jailed.stdout

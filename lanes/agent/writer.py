@@ -149,6 +149,32 @@ def _write_json(path: str, obj: object) -> None:
     os.replace(tmp, path)
 
 
+def jail(root: layout.Root, name: str, home: str, shared: str | None, reads: list[str]) -> list[str]:
+    """bubblewrap around the harness (docs/sandbox.md): the system read-only; the lane home, the
+    lane root (every other copy) and the NAS hidden under empty folders, so the lane's Dagu
+    credentials, `~/.ssh`, the gateway key files, other copies and the corpus store are not
+    there; its own copy and the mirror (its commits' objects and refs) written; `reads` (the
+    harness's home, its brief) read-only. A writer calls models, so it keeps the network. The
+    agent is standard-library only: no seccomp filter here (bubblewrap drops every capability
+    and sets no_new_privs). A lane without bubblewrap refuses to start a writer."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise Refused("bubblewrap is not installed on this lane and a writer runs only in its sandbox "
+                      "(docs/sandbox.md; nev lane provision names what is missing); nothing started")
+    args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+            "--tmpfs", "/tmp"]
+    for hidden in (home, shared, root.path):
+        if hidden and os.path.isdir(hidden):
+            args += ["--tmpfs", os.path.realpath(hidden)]
+    for own in (root.mirror, root.copy(name)):
+        args += ["--bind", os.path.realpath(own), os.path.realpath(own)]
+    for r in reads:
+        if os.path.exists(r):
+            args += ["--ro-bind", os.path.realpath(r), os.path.realpath(r)]
+    return [*args, "--chdir", os.path.realpath(root.copy(name)), "--"]
+
+
 def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env: dict[str, str],
            secrets: list[str] | None = None) -> dict[str, Any]:
     """Check out the writer's branch in the copy (local changes kept) and start the harness
@@ -173,7 +199,8 @@ def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env:
     fd = os.open(brief, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(need(spec, "brief"))
-    argv = [*words, "--tool", spec["tool"], "--model", spec["model"], "--brief-file", brief]
+    argv = [*jail(root, name, home, env.get("NEV_LANE_SHARED"), [env["PI_TRACKS_HOME"], brief]),
+            *words, "--tool", spec["tool"], "--model", spec["model"], "--brief-file", brief]
     record = root.writer(name)
     shutil.rmtree(record, ignore_errors=True)
     os.makedirs(record, mode=0o700)
