@@ -315,8 +315,8 @@ def test_a_writer_sees_no_lane_home_no_share_and_no_other_copy(lane, tmp_path):
               f"echo mine > {share}/corpora/evil; echo own > own.txt && echo own-copy-ok; echo done")
     spec = {"branch": "main", "tool": "stand-in", "model": "m1", "launch": f"sh -c {shlex.quote(script)}",
             "brief": "look around\n"}
-    env = dict(os.environ, NEV_ON_LANE="1", NEV_LANE_SHARED=str(share), **IDENT)
-    state = aw.launch(lane.root, "wt", spec, lane.base, env)
+    env = dict(os.environ, NEV_ON_LANE="1", **IDENT)
+    state = aw.launch(lane.root, "wt", spec, lane.base, env, shared=str(share))
     os.waitpid(state["pid"], 0)
     log = Path(state["log"]).read_text()
     assert "done" in log and "own-copy-ok" in log, log

@@ -225,7 +225,7 @@ def run(wire: Wire, first: dict[str, Any]) -> int:
         if req.get("writer"):
             result["writer"] = writer.launch(gate.root, gate.name, req["writer"], need(req, "commit"),
                                              gate.command_env(req.get("env") or {}),
-                                             [gate.mirror.cred.get("password") or ""])
+                                             [gate.mirror.cred.get("password") or ""], gate.shared)
             started = True
             result["status"] = 0
             return 0

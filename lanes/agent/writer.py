@@ -176,7 +176,7 @@ def jail(root: layout.Root, name: str, home: str, shared: str | None, reads: lis
 
 
 def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env: dict[str, str],
-           secrets: list[str] | None = None) -> dict[str, Any]:
+           secrets: list[str] | None = None, shared: str | None = None) -> dict[str, Any]:
     """Check out the writer's branch in the copy (local changes kept) and start the harness
     detached: `<launch> --tool T --model M --brief-file F`, the brief under WRITER_BRIEFS. Its
     record. Its log masks `secrets`, the copy's `.env` secret-named values and `env`'s."""
@@ -199,7 +199,7 @@ def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env:
     fd = os.open(brief, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(need(spec, "brief"))
-    argv = [*jail(root, name, home, env.get("NEV_LANE_SHARED"), [env["PI_TRACKS_HOME"], brief]),
+    argv = [*jail(root, name, home, shared, [env["PI_TRACKS_HOME"], brief]),
             *words, "--tool", spec["tool"], "--model", spec["model"], "--brief-file", brief]
     record = root.writer(name)
     shutil.rmtree(record, ignore_errors=True)
