@@ -100,6 +100,9 @@ def test_the_dashboard_shows_every_lane_and_alias_of_the_box_with_the_right_stat
     subprocess.run(["git", "-C", str(wt), "add", "."], check=True)
     subprocess.run(["git", "-C", str(wt), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"],
                    check=True)
+    from tests.helpers.lane_helpers import copy_name
+
+    copy = copy_name(wt)     # the lane copy's name: the folder's, keyed by its repository
     gate = subprocess.Popen([sys.executable, "-m", "rig.cli", "lane", "run", "--lane", "0", str(wt), "sleep", "15"],
                             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -123,9 +126,9 @@ def test_the_dashboard_shows_every_lane_and_alias_of_the_box_with_the_right_stat
                 assert sorted(lanes) == [[str(i), "yes"] for i in range(len(box.lanes))]
                 page.wait_for_function(
                     "() => [...document.querySelectorAll(\"tr.lane[data-lane='0'] td\")]"
-                    ".some(td => td.textContent === 'dash-demo')", timeout=30000)
+                    f".some(td => td.textContent === '{copy}')", timeout=30000)
                 gates = page.eval_on_selector_all("tr.lane", "rs => rs.map(r => [r.dataset.lane, r.cells[4].textContent])")
-                assert dict(gates) == {"0": "dash-demo", "1": "none"}   # the gate running on lane 0
+                assert dict(gates) == {"0": copy, "1": "none"}   # the gate running on lane 0
                 lane_cells = page.eval_on_selector_all("tr.lane", "rs => rs.map(r => [r.cells[2].textContent,"
                                                        " r.cells[3].textContent, r.cells[4].textContent])")
                 for free, copies, gates in lane_cells:     # from the gate's lane status, per lane

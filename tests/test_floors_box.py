@@ -44,7 +44,7 @@ def lane_engine(box, tmp_path_factory):
 
 
 def _engines_on_lane(rig, wt, name: str) -> dict:
-    out = rig.lane_git(wt.name, f"cat corpus/{name}/manifest.json")
+    out = rig.lane_git(h.copy_name(wt), f"cat corpus/{name}/manifest.json")
     return json.loads(out)
 
 
@@ -63,7 +63,7 @@ def test_a_corpus_built_with_two_browsers_is_refused_as_ground_truth_on_a_lane(l
     assert r.stdout == ""   # nothing scored
     assert sorted(_engines_on_lane(rig, wt, "block_width")["engines"]) == ["chromium", "firefox"]  # left as it was
     # removed by a person: the scoring step builds every listed corpus with the three browsers
-    rig.lane_git(wt.name, "rm -rf corpus/block_width")
+    rig.lane_git(h.copy_name(wt), "rm -rf corpus/block_width")
     s = h.nev(["scores", "--json", "--repo", str(wt)], env, timeout=1800)
     assert s.returncode == 0, s.stderr[-3000:]
     rows = {x["function"]: x for x in json.loads(s.stdout)}
