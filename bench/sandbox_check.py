@@ -39,7 +39,7 @@ class Report:
         self.failed.append(what)
 
 
-class _Listener:
+class Listener:
     def __init__(self) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
@@ -91,7 +91,7 @@ def basic(report: Report) -> None:
         return
     report.ok("bubblewrap, user namespaces, libseccomp and python3 are here")
     home = Path.home()
-    lst = _Listener()
+    lst = Listener()
     try:
         script = (
             f"ls -a {home} >/dev/null 2>&1 && echo home-seen; "
@@ -142,7 +142,7 @@ def hostile(report: Report, say: Callable[[str], None]) -> None:
         secret.write_text("not for candidates\n")
         secret.chmod(0o600)
         marker = t / "spawned"
-        lst = _Listener()
+        lst = Listener()
         try:
             say("sandbox: building the example engine and a reference corpus ...")
             shutil.copytree(EXAMPLE_ENGINE, t / "engine", ignore=shutil.ignore_patterns("target"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,8 @@ from typing import Any
 
 from crates_bridge import jsonread
 from crates_bridge.errors import BridgeError
-from crates_bridge.workspace import Workspace, no_wrapper_env
+from crates_bridge.workspace import Workspace
+from lanes.base import sandbox
 
 FORMAT = 1
 DEFAULT_TOLERANCE_PX = 1 / 30
@@ -145,8 +145,11 @@ def reference_cases(ws: Workspace, function: str, count: int, start: int = 0) ->
     lines = "".join(json.dumps({"id": f"{function}-{s:06d}", "seed": s, "input": gen(s)}) + "\n"
                     for s in range(start, start + count))
     binary = ws.build().binary(REFERENCE_BIN)
-    cp = subprocess.run([str(binary), function], input=lines, capture_output=True, text=True,
-                        env=no_wrapper_env(), timeout=300)
+    # the binary links the engine's layout crate, model-written functions and all: in the sandbox
+    jail = sandbox.Jail(read=(binary,), limits=sandbox.Limits.from_settings(cpu_s=310))
+    cp = sandbox.run([str(binary), function], jail, timeout=300, stdin=lines.encode())
+    if cp.timed_out:
+        raise BridgeError(f"{REFERENCE_BIN} {function} ran over 300 s; stopped")
     if cp.returncode != 0:
         raise BridgeError(f"{REFERENCE_BIN} {function} failed: {cp.stderr.strip()[:300]}")
     return [json.loads(x) for x in cp.stdout.splitlines() if x.strip()]

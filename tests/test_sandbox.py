@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
-import threading
 from pathlib import Path
 
 import pytest
 
+from bench.sandbox_check import Listener  # a loopback listener counting what reaches it
 from crates_bridge import candidates, corpus, hostile
 from crates_bridge.samples import GOOD, RIGHT
 from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
@@ -28,35 +27,6 @@ def tree_digest(root: Path) -> str:
         if p.is_file() and not p.is_symlink():
             h.update(p.read_bytes())
     return h.hexdigest()
-
-
-class Listener:
-    """A TCP listener on this host's loopback that counts the connections it accepts."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self.stop = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.accepted += 1
-            c.close()
-
-    def close(self) -> None:
-        self.stop = True
-        self.thread.join()
-        self.sock.close()
 
 
 @pytest.fixture(scope="module")
