@@ -102,14 +102,13 @@ def poll(repo: str | None, install_: bool, uninstall: bool, dagu_home: str | Non
     and 7, record 9 and 10; once a day, prune the share's archives (NEV_ARCHIVE_KEEP_DAYS)."""
     from pathlib import Path
 
-    from jobs import poll as poll_mod
     from jobs import tick
 
     if install_ and uninstall:
         raise click.UsageError("give --install or --uninstall, not both")
     if install_ or uninstall:
-        return poll_mod.install(Path(repo) if repo else None, Path(dagu_home) if dagu_home else None,
-                                on=install_)
+        return tick.install(Path(repo) if repo else None, Path(dagu_home) if dagu_home else None,
+                            on=install_)
     return tick.tick(Path(repo) if repo else None)
 
 
@@ -180,7 +179,9 @@ def land(args: tuple[str, ...], check: bool, approved: bool, spec_sha: str | Non
     if approved:
         if args or check:
             raise click.UsageError("--approved takes no arguments and no --check")
-        return landing.land_approved(where)
+        from jobs import tick
+
+        return tick.land_approved(where)
     if args[:1] == ("approve",):
         if len(args) != 2 or check:
             raise click.UsageError("usage: nev land approve SPEC_NAME [--spec-sha SHA] [--tip SHA]")

@@ -23,7 +23,7 @@ from jobs import approvals as store
 from jobs import protected, spec, tracks
 from jobs.approvals import MAIN, LandPaths, Pending, sha_arg
 from jobs.land_after import after_landing, finish_pending
-from jobs.land_gate import INTERRUPTED, fault, run_gate, stop_leftover_gate
+from jobs.land_gate import fault, run_gate, stop_leftover_gate
 from jobs.landlock import LandLock
 from lanes.base import settings
 from lanes.base.errors import NevError
@@ -234,58 +234,3 @@ def _refuse_checkout_blocks(t: Track, old: str, new: str) -> None:
     if blocks:
         raise NotLanded(f"{t.name}: not landed: main's checkout {checkout} has local changes to "
                         f"files this landing changes ({', '.join(blocks[:5])}); commit or stash them")
-
-
-# ---------------------------------------------------------------- the tick
-
-
-def with_poll_env(repo: Repo, env: dict[str, str]) -> dict[str, str]:
-    """`env` with main's tracks.json → specWatch.pollEnv over it, each change said on one line."""
-    try:
-        poll_env = tracks.at(repo, repo.rev(MAIN)).spec_watch.poll_env
-    except NevError:
-        poll_env = {}
-    for k, v in poll_env.items():
-        if env.get(k) != v:
-            info(f"land: {k}={v} (tracks.json specWatch.pollEnv)")
-    return {**env, **poll_env}
-
-
-def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> int:
-    """`nev land --approved`, the tick: with tracks.json's pollEnv over this environment, finish
-    pending landings, then land every approved track in turn, skipping (with a line) any whose
-    tip moved since approval. Exit: the worst of the landings."""
-    repo = Repo(repo_path)
-    env = with_poll_env(repo, dict(os.environ if environ is None else environ))
-    paths = LandPaths.of(repo)
-    worst = 0
-    for n in store.pending_names(paths):
-        try:
-            if store.load_approval(paths, n) is None:
-                with LandLock(paths.lock, wait=settings.get_float(settings.LAND_LOCK_WAIT, env)):
-                    stop_leftover_gate(paths, n)
-                    finish_pending(repo, paths, n, env)
-        except NevError as e:
-            info(f"nev land {n}: {e.message}")
-            worst = max(worst, e.exit_code)
-    tally = {"landed": 0, "skipped": 0, "refused": 0}
-    for a in store.list_approvals(paths):
-        now = repo.try_rev(f"refs/heads/{a.name}")
-        if now is not None and now != a.tip and not paths.pending(a.name).exists():
-            info(f"land: track {a.name}: skipped: tip moved since approval (approved {a.tip[:12]}, now {now[:12]})")
-            tally["skipped"] += 1
-            continue
-        try:
-            rc = land(repo_path, a.name, a.spec_sha, a.tip, environ=env)
-        except NevError as e:
-            if e.exit_code in INTERRUPTED:
-                raise
-            info(f"nev land {a.name}: {e.message}")
-            rc = e.exit_code
-        if rc == 0:
-            store.drop_approval(paths, a.name)
-        info(f"land: track {a.name}: " + ("landed" if rc == 0 else f"not landed (exit {rc}); still approved"))
-        tally["landed" if rc == 0 else "refused"] += 1
-        worst = max(worst, rc)
-    info("land: tick: " + ", ".join(f"{v} {k}" for k, v in tally.items()))
-    return worst
