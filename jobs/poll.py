@@ -1,4 +1,4 @@
-"""The tick's jobs: results on the forge -> `jobs.land.land`; exit 3 and 7 resent; 9 and 10 recorded.
+"""The tick's jobs: results on the forge -> `jobs.land.land`; exit 3, 7 resent; 9, 10 recorded.
 
 Each tick reads every `result/*` branch on the forge and the Dagu run of every job this
 box submitted that has no result yet, and `decide` (pure) picks one action per job:
@@ -280,10 +280,12 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
         else:
             assert res is not None or act.kind is Act.FAILED
             revoke_key(name, env, rec.key_sha256 if rec else None, rec.lane if rec else None)   # the run is over
-            found = {} if res is None else dict(result=res.commit, exit=res.exit, outcome=res.outcome,
-                                                run_id=res.run_id or (rec.run_id if rec else None))
+            found = {} if res is None else dict(
+                result=res.commit, exit=res.exit, outcome=res.outcome,
+                run_id=res.run_id or (rec.run_id if rec else None))
             if act.kind is Act.FAILED:
-                if _write(env, name, rec, polled_at=now, status=JobStatus.FAILED, why=act.why, **found):
+                if _write(env, name, rec, polled_at=now, status=JobStatus.FAILED, why=act.why,
+                          **found):
                     failed += 1
                 info(f"{name}: failed: {act.why}")
                 continue
