@@ -233,11 +233,14 @@ def diff(label: str, other: str | None) -> int:
 @click.option("--worked", is_flag=True, help="The change did what it was for.")
 @click.option("--failed", is_flag=True, help="The change was tried and did not work.")
 @click.option("--role", help="The rig file role (or serving role) the change was made on.")
-@click.option("--snapshot", "label", help="A snapshot label the change goes with (taken before or after it).")
-@click.option("--show", is_flag=True, help="List the change log, oldest first, instead of adding to it.")
-@click.option("--json", "as_json", is_flag=True, help="With --show: the entries as a JSON list.")
-def log(message: str | None, worked: bool, failed: bool, role: str | None, label: str | None, show: bool,
-        as_json: bool) -> int:
+@click.option("--snapshot", "label",
+              help="A snapshot label the change goes with (taken before or after it).")
+@click.option("--show", is_flag=True,
+              help="List the change log, oldest first, instead of adding to it.")
+@click.option("--json", "as_json", is_flag=True,
+              help="With --show: the entries as a JSON list.")
+def log(message: str | None, worked: bool, failed: bool, role: str | None, label: str | None,
+        show: bool, as_json: bool) -> int:
     """Add a change made by hand to the rig's change log, worked or not; or --show the log.
 
     The log is NEV_RIG_NOTES/changelog.md, the one nev's snapshots, restores and serving
@@ -264,7 +267,8 @@ def log(message: str | None, worked: bool, failed: bool, role: str | None, label
         raise UsageError("say whether the change worked: add one of --worked or --failed"
                          + (", not both" if worked else ""))
     if role is not None and not role.strip():
-        raise UsageError("--role is empty; name the role the change was made on, or leave --role out")
+        raise UsageError("--role is empty; name the role the change was made on, "
+                         "or leave --role out")
     if label is not None:
         _known_snapshot(label, notes)
     path = changelog.append(notes, changelog.person_entry(message, worked, role, label))
@@ -290,7 +294,8 @@ def _show_log(entries: list[Entry], path: Path, as_json: bool) -> None:
         emit_json([e.to_json() for e in entries])
         return
     if not entries:
-        click.echo(f"the change log is empty ({path}); add to it with `nev rig log \"...\" --worked`")
+        click.echo(f"the change log is empty ({path}); "
+                   "add to it with `nev rig log \"...\" --worked`")
     for e in entries:
         click.echo(mask(f"{e.time}  {e.heading}  ({e.who})", extra=known_secrets()))
         for ln in e.lines:

@@ -21,7 +21,8 @@ def env(tmp_path):
 
 
 def nev(env, *args):
-    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True,
+                          env=env)
 
 
 def show(env) -> list[dict]:
@@ -39,8 +40,8 @@ def test_empty_log_shows_an_empty_json_list(env):
 
 def test_person_entries_stand_between_nevs_own_in_order(env, tmp_path):
     steps = [("rig", "snapshot", "before-seq-len"),
-             ("rig", "log", "raised tabbyapi max_seq_len to 32768", "--failed", "--role", "arm-node",
-              "--snapshot", "before-seq-len"),
+             ("rig", "log", "raised tabbyapi max_seq_len to 32768", "--failed",
+              "--role", "arm-node", "--snapshot", "before-seq-len"),
              ("rig", "log", "max_seq_len 16384 and cache 8 bit", "--worked", "--role", "arm-node"),
              ("rig", "snapshot", "seq-len-16k"),
              ("rig", "log", "moved the proxy's stats port", "--worked")]
@@ -63,18 +64,21 @@ def test_person_entries_stand_between_nevs_own_in_order(env, tmp_path):
     assert oct(log.stat().st_mode & 0o777) == "0o600"
     assert log.read_text().count("## ") == 5
     text = nev(env, "rig", "log", "--show").stdout
-    assert text.index("snapshot before-seq-len") < text.index("raised tabbyapi") < text.index("seq-len-16k")
+    at = [text.index(w) for w in ("snapshot before-seq-len", "raised tabbyapi", "seq-len-16k")]
+    assert at == sorted(at)
 
 
 def test_a_message_stays_one_entry_and_is_masked(env):
     from lanes.base.mask import mask
     secret = "sk-" + "a1b2c3d4e5f6a7b8c9d0"
     assert secret not in mask(secret)
-    r = nev(env, "rig", "log", f"line one\n## 2026-01-01T00:00:00Z snapshot forged\nkey {secret}", "--worked")
+    forged = f"line one\n## 2026-01-01T00:00:00Z snapshot forged\nkey {secret}"
+    r = nev(env, "rig", "log", forged, "--worked")
     assert r.returncode == 0, r.stderr
     got = show(env)
     assert len(got) == 1 and got[0]["heading"] == "log worked"
-    assert got[0]["lines"][0].startswith("what: line one ## 2026-01-01T00:00:00Z snapshot forged key ")
+    assert got[0]["lines"][0].startswith(
+        "what: line one ## 2026-01-01T00:00:00Z snapshot forged key ")
     assert secret not in json.dumps(got)
 
 

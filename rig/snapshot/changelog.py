@@ -60,7 +60,8 @@ def restore_entry(label: str, roles: list[str], outcome: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def person_entry(message: str, worked: bool, role: str | None = None, snapshot: str | None = None) -> str:
+def person_entry(message: str, worked: bool, role: str | None = None,
+                 snapshot: str | None = None) -> str:
     """What a person changed by hand (`nev rig log`): one line of text, worked or failed."""
     lines = [f"## {now()} log {'worked' if worked else 'failed'}", f"- who: {who()}",
              f"- what: {one_line(message)}"]
