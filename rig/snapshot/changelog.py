@@ -1,7 +1,9 @@
-"""The change log in the rig notes: every snapshot and restore, newest last (mode 600).
+"""The change log in the rig notes: every snapshot, restore and serving action, and what a person
+logs (`nev rig log`), newest last (mode 600).
 
-It is the record the seed's "Rig change log" keeps by hand: the label, who, what changed.
-It never carries file content or command output, and every line is masked before writing.
+It is the record the seed's "Rig change log" keeps by hand: the label, who, what changed, worked
+or not. It never carries file content or command output, and every line is masked before writing.
+An entry is a `## TIME WHAT` heading and its `- field: value` lines; `entries` reads them back.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -55,6 +58,62 @@ def restore_entry(label: str, roles: list[str], outcome: list[str]) -> str:
     lines = [f"## {now()} restore {label} [{', '.join(roles)}]", f"- who: {who()}"]
     lines += [f"- {o}" for o in outcome]
     return "\n".join(lines) + "\n"
+
+
+def person_entry(message: str, worked: bool, role: str | None = None,
+                 snapshot: str | None = None) -> str:
+    """What a person changed by hand (`nev rig log`): one line of text, worked or failed."""
+    lines = [f"## {now()} log {'worked' if worked else 'failed'}", f"- who: {who()}",
+             f"- what: {one_line(message)}"]
+    if role:
+        lines.append(f"- role: {one_line(role)}")
+    if snapshot:
+        lines.append(f"- snapshot: {one_line(snapshot)}")
+    return "\n".join(lines) + "\n"
+
+
+def one_line(text: str) -> str:
+    """Whitespace runs (newlines too) as one space: a value never starts a heading of its own."""
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True)
+class Entry:
+    time: str
+    heading: str         # after the time: `snapshot LABEL`, `drain ROLE`, `log worked`
+    who: str
+    lines: list[str]     # the `- ` lines but who, in order, without the `- `
+
+    @property
+    def by_person(self) -> bool:
+        return self.heading.split(" ", 1)[0] == "log"
+
+    def to_json(self) -> dict[str, object]:
+        return {**asdict(self), "by": "person" if self.by_person else "nev"}
+
+
+def entries(text: str) -> list[Entry]:
+    """The change log's entries in the order written (oldest first); text before the first
+    heading is not an entry."""
+    out: list[Entry] = []
+    for block in ("\n" + text).split("\n## ")[1:]:
+        head, *rest = block.split("\n")
+        time, _, heading = head.partition(" ")
+        who, lines = "?", []
+        for ln in rest:
+            if not ln.startswith("- "):
+                continue
+            if ln.startswith("- who: ") and who == "?":
+                who = ln[len("- who: "):]
+            else:
+                lines.append(ln[2:])
+        out.append(Entry(time=time, heading=heading, who=who, lines=lines))
+    return out
+
+
+def read(notes: Path) -> list[Entry]:
+    p = notes / NAME
+    return entries(p.read_text(errors="replace")) if p.exists() else []
 
 
 def append(notes: Path, entry: str) -> Path:
