@@ -1,6 +1,6 @@
 """The gate's command line, `nev lane run|on [OPTIONS] WORKTREE COMMAND...`: its one parser and
-its one call into `lanes.gate`. The parser is the stdlib's alone and imports nothing, so the fast
-path in `rig/cli.py` reads a gate before the rest of nev loads; the click commands of
+its one call into `lanes.gate`. The parser is the stdlib's alone (os and stat, loaded already),
+so the fast path in `rig/cli.py` reads a gate before the rest of nev loads; the click commands of
 `lanes/cli.py` parse with it too (`GateCommand`), and declare the same options only for --help.
 
 Read as click reads a command that takes no options after its first argument: options until the
