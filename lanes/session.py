@@ -3,7 +3,7 @@
 `Session` is a conversation (a gate streams through one); `call` is a one-call operation
 (`status`, `cleanup`, `survey`, `remove`): one request, its RESULT. Frame kinds and operations
 are the agent's own (`lanes.agent.wire`). The channel starts the agent named by its hash
-(`lanes.payload.lane_agent`); the agent itself is sent only when the lane asks for it
+(`lanes.agentpack.lane_agent`); the agent itself is sent only when the lane asks for it
 (NEED_AGENT), and the first request goes out without waiting to know.
 """
 
@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from lanes import payload
+from lanes import agentpack
 from lanes.agent.wire import Kind, Op, ProtocolError, frame, parse, request
 from lanes.base import ui
 from lanes.base.errors import NevError
@@ -32,8 +32,9 @@ class Session:
     def __init__(self, conn: Connection | OpenSsh, lane: Lane) -> None:
         self.conn = conn
         self.lane = lane
-        self.agent = payload.lane_agent()
-        self.ch: paramiko.Channel | ProcessChannel = conn.open_session(payload.lane_command(self.agent.hash))
+        self.agent = agentpack.lane_agent()
+        self.ch: paramiko.Channel | ProcessChannel = conn.open_session(
+            agentpack.lane_command(self.agent.hash))
         self.buf = bytearray()
         self.sent = 0
         self.agent_sent = False    # the lane lacked this agent (or its copy did not match) and got it

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lanes import busy, lanesfile, payload, session
+from lanes import agentpack, busy, lanesfile, payload, session
 from lanes.agent import layout
 from lanes.agent.wire import Op
 from lanes.base import ui
@@ -259,7 +259,7 @@ def sweep_lane(conn: Connection, lane: Lane, tracks: set[str], primary: str | No
     nas_ok = bool(facts["nas"])
     entries = [Entry.from_json(e) for e in facts["entries"]]
     result = LaneSweep(lane, decide(entries, tracks, primary, track, nas_ok, key),
-                       agents=stale_agents(facts.get("agents", []), payload.lane_agent().hash),
+                       agents=stale_agents(facts.get("agents", []), agentpack.lane_agent().hash),
                        free_gb=facts["free_gb"], peak_rss_kb=facts.get("peak_rss_kb", {}))
     gone = [d.name for d in result.decisions if d.remove]
     records = [WriterRecord.from_json(w) for w in facts.get("writers", [])]
