@@ -37,7 +37,8 @@ def _advance(src: Path, n: int) -> str:
     return git(src, "rev-parse", "HEAD")
 
 
-def _two_gates_at_once(root: layout.Root, forge: Path, commit: str, names: list[str]) -> dict[str, str]:
+def _two_gates_at_once(root: layout.Root, forge: Path, commit: str,
+                       names: list[str]) -> dict[str, str]:
     """What each gate's mirror step does on the lane (`lanes.agent.gate`): supply the commit (a
     forge fetch first, the mirror's last fetch being old or absent), then prepare its copy;
     started together. Each gate's outcome: "ok" or its error."""
@@ -48,7 +49,8 @@ def _two_gates_at_once(root: layout.Root, forge: Path, commit: str, names: list[
         try:
             m = Mirror(root, str(forge), None, 600.0, lambda _m: None, Child(name))
             go.wait()
-            m.supply(commit, f"refs/nev/{name}", root.member(name, layout.BUNDLE), False, lambda _tips: 0)
+            bundle = root.member(name, layout.BUNDLE)
+            m.supply(commit, f"refs/nev/{name}", bundle, False, lambda _tips: 0)
             Copy(root, name, lambda _m: None).prepare(m, commit)
             out[name] = "ok"
         except Exception as e:    # the outcome is the assertion's
@@ -62,7 +64,8 @@ def _two_gates_at_once(root: layout.Root, forge: Path, commit: str, names: list[
     return out
 
 
-def _assert_both_landed(root: layout.Root, commit: str, names: list[str], out: dict[str, str]) -> None:
+def _assert_both_landed(root: layout.Root, commit: str, names: list[str],
+                        out: dict[str, str]) -> None:
     assert out == {n: "ok" for n in names}
     mirror = Path(root.mirror)
     assert git(mirror, "rev-parse", "refs/heads/main") == commit

@@ -3,8 +3,8 @@
 | path | what |
 |---|---|
 | `<root>/.git-mirror` | the bare mirror; every copy is one of its worktrees |
-| `<root>/.git-mirror.lock` | flock that serialises ref updates in the mirror across gates, and its making |
-| `<root>/.git-mirror.init` | the mirror being made (under the lock), renamed to `.git-mirror` when made |
+| `<root>/.git-mirror.lock` | flock that serialises ref updates in the mirror across gates |
+| `<root>/.git-mirror.init` | the mirror being made, under that flock; renamed into place |
 | `<root>/.git-mirror/nev-last-fetch` | its mtime is the last fetch from the forge |
 | `<root>/<name>` | a worktree's copy (a worktree of the mirror), `<folder>-<key>` (`copy_name`) |
 | `<root>/<name>/.env`, `<root>/<name>/.env.nev-rewrite` | the run's `.env`, and its rewrite on the way in |

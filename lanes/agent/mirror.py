@@ -37,7 +37,8 @@ def fetch_reason(git_url: str | None, age: float | None, max_age: float) -> str 
 
 
 class MirrorLock:
-    """Serialises ref updates in the shared mirror across gates of different copies, and its making."""
+    """Serialises ref updates in the shared mirror across gates of different copies (and its
+    making)."""
 
     def __init__(self, root: layout.Root) -> None:
         self.path = root.mirror_lock
@@ -81,7 +82,7 @@ class Mirror:
         with MirrorLock(self.root):
             if os.path.isdir(self.path):
                 return
-            aside = self.root.mirror_init     # under the lock only we write it: a leftover is a dead gate's
+            aside = self.root.mirror_init     # only the lock's holder writes it: a leftover is dead
             shutil.rmtree(aside, ignore_errors=True)
             git(["init", "-q", "--bare", aside])
             git(["config", "gc.auto", "0"], cwd=aside)

@@ -1,4 +1,5 @@
-"""The change log in the rig notes: every snapshot and restore, newest last (mode 600).
+"""The change log's snapshot and restore entries (the log itself, its writer and its `who` and
+`now`: `lanes/base/changelog.py`, which a person's landing in `jobs/` appends to as well).
 
 It is the record the seed's "Rig change log" keeps by hand: the label, who, what changed.
 It never carries file content or command output, and every line is masked before writing.
@@ -6,24 +7,10 @@ It never carries file content or command output, and every line is masked before
 
 from __future__ import annotations
 
-import getpass
-import os
-import socket
-from datetime import UTC, datetime
-from pathlib import Path
-
-from lanes.base.mask import known_secrets, mask
+from lanes.base.changelog import NAME, append, now, who
 from rig.snapshot.store import Manifest
 
-NAME = "changelog.md"
-
-
-def who() -> str:
-    return f"{getpass.getuser()}@{socket.gethostname()}"
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+__all__ = ["NAME", "append", "changed_files", "now", "restore_entry", "snapshot_entry", "who"]
 
 
 def changed_files(old: Manifest | None, new: Manifest) -> list[str]:
@@ -55,16 +42,3 @@ def restore_entry(label: str, roles: list[str], outcome: list[str]) -> str:
     lines = [f"## {now()} restore {label} [{', '.join(roles)}]", f"- who: {who()}"]
     lines += [f"- {o}" for o in outcome]
     return "\n".join(lines) + "\n"
-
-
-def append(notes: Path, entry: str) -> Path:
-    p = notes / NAME
-    notes.mkdir(parents=True, exist_ok=True)
-    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, (mask(entry, extra=known_secrets()) + "\n").encode())
-    finally:
-        os.close(fd)
-    return p
-
