@@ -76,7 +76,8 @@ def one_tick(environ: Mapping[str, str]) -> Iterator[int | None]:
 
 def tick(repo_path: Path | None = None, environ: Mapping[str, str] | None = None) -> int:
     """`nev job poll`: one tick (see the module's table)."""
-    env = dict(os.environ if environ is None else environ)
+    # NEV_UNATTENDED: everything the tick runs (a landScript, a gate) is no person's
+    env = {**(os.environ if environ is None else environ), settings.UNATTENDED.name: "1"}
     repo = Repo(Repo(repo_path or Path.cwd()).toplevel())
     with one_tick(env) as other:
         if other is not None:

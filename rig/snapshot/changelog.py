@@ -1,5 +1,6 @@
-"""The change log in the rig notes: every snapshot, restore and serving action, and what a person
-logs (`nev rig log`), newest last (mode 600).
+"""The change log's entries: snapshot, restore and what a person logs (`nev rig log`), and its
+reader (the log itself, its writer and its `who` and `now`: `lanes/base/changelog.py`, which a
+person's landing in `jobs/` appends to as well).
 
 It is the record the seed's "Rig change log" keeps by hand: the label, who, what changed, worked
 or not. It never carries file content or command output, and every line is masked before writing.
@@ -8,25 +9,14 @@ An entry is a `## TIME WHAT` heading and its `- field: value` lines; `entries` r
 
 from __future__ import annotations
 
-import getpass
-import os
-import socket
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
-from lanes.base.mask import known_secrets, mask
+from lanes.base.changelog import NAME, append, now, who
 from rig.snapshot.store import Manifest
 
-NAME = "changelog.md"
-
-
-def who() -> str:
-    return f"{getpass.getuser()}@{socket.gethostname()}"
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+__all__ = ["NAME", "Entry", "append", "changed_files", "entries", "now", "person_entry", "read",
+           "restore_entry", "snapshot_entry", "who"]
 
 
 def changed_files(old: Manifest | None, new: Manifest) -> list[str]:
@@ -114,16 +104,3 @@ def entries(text: str) -> list[Entry]:
 def read(notes: Path) -> list[Entry]:
     p = notes / NAME
     return entries(p.read_text(errors="replace")) if p.exists() else []
-
-
-def append(notes: Path, entry: str) -> Path:
-    p = notes / NAME
-    notes.mkdir(parents=True, exist_ok=True)
-    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, (mask(entry, extra=known_secrets()) + "\n").encode())
-    finally:
-        os.close(fd)
-    return p
-
