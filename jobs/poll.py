@@ -45,7 +45,7 @@ from jobs.land_gate import INTERRUPTED
 from jobs.records import JobRecord, JobStatus
 from jobs.result import Result
 from lanes import forge as forge_mod
-from lanes.base import crontab
+from lanes.base import crontab, notify
 from lanes.base.errors import NevError
 from lanes.base.gitrun import GitError, Repo
 from lanes.base.mask import mask
@@ -313,6 +313,7 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
                         failed += 1
             if act.kind is Act.FAILED:
                 info(f"{name}: failed: {act.why}")
+                notify.event(notify.Kind.JOB_FAILED, name, act.why, _ident(res, rec), env)
                 continue
             assert res is not None
             try:
@@ -323,9 +324,16 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
                 if r is not None:
                     r.status, r.why = status, why
             info(f"{name}: {status}: {why}")
+            kind = notify.Kind.LANDED if status is JobStatus.LANDED else notify.Kind.JOB_FAILED
+            notify.event(kind, name, f"{status}: {why}", _ident(res, rec), env)
     with records.locked(env) as recs:
         recs.last_poll = now
     return 1 if failed else 0
+
+
+def _ident(res: Result | None, rec: JobRecord | None) -> str:
+    """What makes a job's event its own (the notification's key): its result, else its run."""
+    return res.commit if res is not None else str(rec.run_id if rec else None)
 
 
 # -- the tick's schedule ------------------------------------------------------------------------

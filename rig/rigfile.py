@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lanes.base import jsonfile, settings
+from lanes.base.notify import Webhook
+from lanes.base.notify import parse as parse_notify
 from lanes.base.ssh import SshError, Target
 from rig.serving import declared, sudoers
 from rig.serving.declared import ServingRole
@@ -73,10 +75,12 @@ class RigFile:
     ssh_key: Path | None = None
     forwards: dict[str, Forward] = field(default_factory=dict)
     serving: dict[str, ServingRole] = field(default_factory=dict)
+    notify: Webhook | None = None   # the operator's webhook (lanes/base/notify.py reads it)
 
 
 # Every key the rig file declares (rig/rig.example.json, docs/settings.md): another is a typo, refused.
-TOP_KEYS = ("roles", "jump", "host_store", "known_hosts", "ssh_key", "seeds", "forwards", "serving")
+TOP_KEYS = ("roles", "jump", "host_store", "known_hosts", "ssh_key", "seeds", "forwards", "serving",
+            "notify")
 ROLE_KEYS = ("hosts", "files", "commands", "validate", "reload", "health", "masks", "volatile", "health_timeout",
              "admin", "keys_file")
 
@@ -217,7 +221,7 @@ def load(path: Path) -> RigFile:
     return RigFile(path=path, roles=roles, jump=jump, seeds=f.str_list(top, "seeds", ""),
                    host_store=store.rstrip("/"),
                    known_hosts=_rel(path, kh), ssh_key=_rel(path, key),
-                   forwards=_forwards(f, top, jump), serving=serving)
+                   forwards=_forwards(f, top, jump), serving=serving, notify=parse_notify(f, top, path))
 
 
 def _sudo_roles(f: jsonfile.Fields, serving: dict[str, ServingRole], roles: dict[str, Role]) -> dict[str, Role]:

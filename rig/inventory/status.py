@@ -7,12 +7,13 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from bench.readiness import parse_time
 from lanes import lanesfile
-from lanes.base import jsonfile, settings
+from lanes.base import jsonfile, notify, settings
 from lanes.base.errors import ConfigError, NevError
 
 
@@ -53,6 +54,26 @@ def rows(snap: dict[str, Any], now: dt.datetime) -> list[dict[str, Any]]:
             "pool": a.get("pool"),
         })
     return out
+
+
+def notify_aliases(snap: dict[str, Any], now: dt.datetime, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The webhook told of each alias not ready for NEV_NOTIFY_ALIAS_DOWN_S or longer (once per
+    incident, lanes/base/notify.py) and of each ready one that was; the aliases held down."""
+    limit = settings.get_float(settings.NOTIFY_ALIAS_DOWN_S, environ)
+    held = []
+    for r in rows(snap, now):
+        if r["status"] == "retired" or r["held_for_s"] is None:
+            continue
+        if r["status"] == "ready":
+            notify.up(notify.Kind.ALIAS_DOWN, r["alias"], f"ready again since {r['since']}", environ)
+        elif r["held_for_s"] >= limit:
+            since = parse_time(r["since"])
+            notify.down(notify.Kind.ALIAS_DOWN, r["alias"],
+                        f"{r['status']} for {age(r['held_for_s'])} (since {r['since']}); "
+                        f"last error: {r['last_error'] or '-'}",
+                        since.timestamp() if since else None, environ)
+            held.append(r["alias"])
+    return held
 
 
 def summary(snap: dict[str, Any], now: dt.datetime, source: str) -> dict[str, Any]:
