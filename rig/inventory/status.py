@@ -160,3 +160,33 @@ def load_from_lane(index: int) -> tuple[dict[str, Any], str]:
     if res.exit_status != 0:
         raise NevError(f"no inventory snapshot at {source}: run `nev rig probe` on that lane")
     return _parse(res.stdout.decode("utf-8", "replace"), source), source
+
+
+def load(lane_index: int | None) -> tuple[dict[str, Any], str]:
+    """The snapshot `nev rig status` reads: NEV_INVENTORY here, or lane N's over SSH."""
+    if lane_index is None:
+        from rig.inventory import inventoryfile
+
+        path = inventoryfile.default_path()
+        return load_local(path), str(path)
+    return load_from_lane(lane_index)
+
+
+def with_replicas(summary: dict[str, Any]) -> dict[str, Any]:
+    """The serving replicas' states (HAProxy's runtime API) when the rig file declares serving roles:
+    a drained or stopped replica shows as such, and an alias an operator stopped is not failing."""
+    from rig import rigfile
+    from rig.serving import state
+    from rig.snapshot.context import notes_dir
+
+    path = rigfile.default_path()
+    if not path.exists():
+        return summary
+    try:
+        rig_file = rigfile.load(path)
+        if not rig_file.serving:
+            return summary
+        return state.overlay(summary, state.gather(rig_file, notes_dir()))
+    except NevError as e:
+        summary["replicas"] = f"HAProxy not read: {e.message}"
+        return summary
