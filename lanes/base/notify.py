@@ -10,7 +10,7 @@ name the webhook by its scheme and host only, and every line is masked with the 
 | `event(kind, subject, detail, ident)` | a one-off: a landing, a job failed for good | one, `state: event` (and counted, `counts`) |
 | `down(kind, subject, detail, since)` | a condition holds (alias not ready, disk short, forward down, ticks failing) | one per incident, `state: down`; later calls while it holds send nothing |
 | `up(kind, subject)` | the condition is gone | one `state: recovered` when its `down` was sent, else nothing |
-| `tick_done(failed, why)` | each tick's end | `down(tick_failed)` at the second failed tick running, `up` at the next good one |
+| `ticking()` around a tick: `flush`, then `tick_done(failed, why)` | each tick | `down(tick_failed)` at the second failed tick running, `up` at the next good one |
 
 The payload (docs/notify.md): `{"nev": 1, "kind", "state", "at", "rig", "subject", "detail",
 "key"}`; `key` is the same for a message and its retries, and a recovery's key is its down's key
@@ -345,7 +345,7 @@ def up(kind: Kind, subject: str, detail: str = "", environ: Mapping[str, str] | 
 @_safe
 def tick_done(failed: bool, why: str = "", environ: Mapping[str, str] | None = None) -> None:
     """A tick's end: the second failed tick running sends `tick_failed` (once), the next good
-    tick its recovery. Also delivers what the outbox holds."""
+    tick its recovery."""
     with _locked(environ) as d:
         st = read_state(d / "tick.json")
         n = st.get("failed_running")
@@ -354,8 +354,6 @@ def tick_done(failed: bool, why: str = "", environ: Mapping[str, str] | None = N
         jsonfile.write_atomic(d / "tick.json", {"failed_running": n}, 0o600)
     if failed:
         _count(Kind.TICK_FAILED, environ)
-    else:
-        flush(environ)
     if n >= TICK_FAILS:
         down(Kind.TICK_FAILED, "tick", f"{n} ticks failed running; the last: {why}", environ=environ)
     elif not failed:
@@ -364,7 +362,9 @@ def tick_done(failed: bool, why: str = "", environ: Mapping[str, str] | None = N
 
 @contextmanager
 def ticking(environ: Mapping[str, str] | None = None) -> Iterator[None]:
-    """Around one tick (jobs/tick.py): one that raised failed, one that returned did not."""
+    """Around one tick (jobs/tick.py): the outbox delivered first; a tick that raised failed,
+    one that returned did not."""
+    _safe(flush)(environ)
     try:
         yield
     except Exception as e:
