@@ -3,13 +3,15 @@
 Each source is read by the reader its own command uses, and one that cannot be read is
 `nev_source_up{source=...} 0` with its families left out (never a made-up zero):
 
-| source | reader (the same as) | families |
-|---|---|---|
-| aliases | `rig.inventory.status` (`nev rig status`) | `nev_alias_ready`, `nev_inventory_age_seconds` |
-| jobs | `jobs.records` (`nev job status`) | `nev_jobs_in_flight`, `nev_jobs` |
-| lanes | `lanes.gate.lane_status` (`nev lane list`) | `nev_lane_up`, `nev_lane_disk_free_bytes` |
-| dagu | the Dagu lane's API (the dashboard's `dagu`) | `nev_queue_depth`, `nev_dagu_runs_running` |
-| counts | `lanes.base.notify.counts` (the state folder) | `nev_landings_total`, `nev_job_failures_total`, `nev_tick_failures_total` |
+- aliases, read as `nev rig status` does (`rig.inventory.status`): `nev_alias_ready`,
+  `nev_inventory_age_seconds`;
+- jobs, the job records as `nev job status` reads them: `nev_jobs_in_flight`, `nev_jobs`;
+- lanes, as `nev lane list` (`lanes.gate.lane_status`): `nev_lane_up`,
+  `nev_lane_disk_free_bytes`;
+- dagu, the Dagu lane's API (the dashboard's `dagu`): `nev_queue_depth`,
+  `nev_dagu_runs_running`;
+- counts, the state folder's (`lanes.base.notify.counts`): `nev_landings_total`,
+  `nev_job_failures_total`, `nev_tick_failures_total`.
 
 `render` is pure; `gather` reads the sources.
 """
@@ -27,35 +29,53 @@ from lanes.base.errors import NevError
 from lanes.base.mask import mask
 
 SOURCES = ("aliases", "jobs", "lanes", "dagu", "counts")
-GB = 1e9      # the lane agent's free_gb is decimal gigabytes (statvfs bytes / 1e9)
+GB = 1e9  # the lane agent's free_gb is decimal gigabytes (statvfs bytes / 1e9)
 
 # name -> (type, help): every family `render` may write, in its order (docs/notify.md lists them)
 FAMILIES: dict[str, tuple[str, str]] = {
-    "nev_source_up": ("gauge", "1 when the source was read, 0 when it was not (its families are left out)"),
-    "nev_alias_ready": ("gauge", "1 when the alias is ready in the inventory snapshot (nev rig status), else 0"),
-    "nev_inventory_age_seconds": ("gauge", "seconds since the inventory snapshot's last probe round"),
-    "nev_jobs_in_flight": ("gauge", "jobs this box submitted that have not landed, failed or been refused"),
+    "nev_source_up": (
+        "gauge",
+        "1 when the source was read, 0 when it was not (its families are left out)",
+    ),
+    "nev_alias_ready": (
+        "gauge",
+        "1 when the alias is ready in the inventory snapshot (nev rig status), else 0",
+    ),
+    "nev_inventory_age_seconds": (
+        "gauge",
+        "seconds since the inventory snapshot's last probe round",
+    ),
+    "nev_jobs_in_flight": (
+        "gauge",
+        "jobs this box submitted that have not landed, failed or been refused",
+    ),
     "nev_jobs": ("gauge", "jobs this box submitted, by their status in the job records"),
     "nev_lane_up": ("gauge", "1 when the lane answered, else 0"),
     "nev_lane_disk_free_bytes": ("gauge", "free bytes under the lane root"),
     "nev_queue_depth": ("gauge", "Dagu runs queued on the Dagu lane"),
     "nev_dagu_runs_running": ("gauge", "Dagu runs running on the Dagu lane"),
     "nev_landings_total": ("counter", "jobs landed by the tick, counted in the state folder"),
-    "nev_job_failures_total": ("counter", "jobs failed for good or not landed, counted in the state folder"),
+    "nev_job_failures_total": (
+        "counter",
+        "jobs failed for good or not landed, counted in the state folder",
+    ),
     "nev_tick_failures_total": ("counter", "ticks that failed, counted in the state folder"),
 }
-COUNTED = {"nev_landings_total": notify.Kind.LANDED, "nev_job_failures_total": notify.Kind.JOB_FAILED,
-           "nev_tick_failures_total": notify.Kind.TICK_FAILED}
+COUNTED = {
+    "nev_landings_total": notify.Kind.LANDED,
+    "nev_job_failures_total": notify.Kind.JOB_FAILED,
+    "nev_tick_failures_total": notify.Kind.TICK_FAILED,
+}
 
 
 @dataclass
 class State:
     """What `gather` read: each source's data, or why it was not read."""
 
-    aliases: dict[str, Any] | None = None      # `nev rig status --json`'s summary
-    jobs: dict[str, str] | None = None         # job -> status
+    aliases: dict[str, Any] | None = None  # `nev rig status --json`'s summary
+    jobs: dict[str, str] | None = None  # job -> status
     lanes: list[dict[str, Any]] | None = None  # `nev lane list --json`'s rows
-    dagu: list[dict[str, Any]] | None = None   # runs queued or running
+    dagu: list[dict[str, Any]] | None = None  # runs queued or running
     counts: dict[str, int] | None = None
     missing: dict[str, str] = field(default_factory=dict)
 
@@ -80,7 +100,9 @@ def samples(state: State) -> dict[str, list[tuple[dict[str, str], float]]]:
     if state.aliases is not None:
         for r in state.aliases["aliases"]:
             if r["status"] != "retired":
-                out["nev_alias_ready"].append(({"alias": r["alias"]}, 1.0 if r["status"] == "ready" else 0.0))
+                out["nev_alias_ready"].append(
+                    ({"alias": r["alias"]}, 1.0 if r["status"] == "ready" else 0.0)
+                )
         age = state.aliases.get("snapshot_age_s")
         if isinstance(age, int | float):
             out["nev_inventory_age_seconds"].append(({}, float(age)))
@@ -91,7 +113,9 @@ def samples(state: State) -> dict[str, list[tuple[dict[str, str], float]]]:
         for st in state.jobs.values():
             by[st] = by.get(st, 0) + 1
         final = {s.value for s in JobStatus if s.final}
-        out["nev_jobs_in_flight"].append(({}, float(sum(n for s, n in by.items() if s not in final))))
+        out["nev_jobs_in_flight"].append(
+            ({}, float(sum(n for s, n in by.items() if s not in final)))
+        )
         out["nev_jobs"] += [({"status": s}, float(n)) for s, n in sorted(by.items())]
     if state.lanes is not None:
         for row in state.lanes:
@@ -100,8 +124,12 @@ def samples(state: State) -> dict[str, list[tuple[dict[str, str], float]]]:
             if isinstance(row.get("free_gb"), int | float):
                 out["nev_lane_disk_free_bytes"].append((lane, round(float(row["free_gb"]) * GB)))
     if state.dagu is not None:
-        out["nev_queue_depth"].append(({}, float(sum(1 for r in state.dagu if r["status"] == "queued"))))
-        out["nev_dagu_runs_running"].append(({}, float(sum(1 for r in state.dagu if r["status"] == "running"))))
+        out["nev_queue_depth"].append(
+            ({}, float(sum(1 for r in state.dagu if r["status"] == "queued")))
+        )
+        out["nev_dagu_runs_running"].append(
+            ({}, float(sum(1 for r in state.dagu if r["status"] == "running")))
+        )
     if state.counts is not None:
         for name, kind in COUNTED.items():
             out[name].append(({}, float(state.counts.get(kind, 0))))
@@ -123,6 +151,7 @@ def render(state: State) -> str:
 
 
 # -- reading the sources -------------------------------------------------------------------------
+
 
 def _aliases(lane_index: int | None) -> dict[str, Any]:
     from rig.inventory import inventoryfile
@@ -150,13 +179,19 @@ def _dagu() -> list[dict[str, Any]]:
     return collect.dagu_runs()
 
 
-def gather(lane_index: int | None = None, skip: tuple[str, ...] = (),
-           environ: Mapping[str, str] | None = None) -> State:
+def gather(
+    lane_index: int | None = None,
+    skip: tuple[str, ...] = (),
+    environ: Mapping[str, str] | None = None,
+) -> State:
     """Every source not in `skip`, each read on its own; a failure is that source's `missing`."""
     state = State()
     readers: dict[str, Callable[[], Any]] = {
-        "aliases": lambda: _aliases(lane_index), "jobs": lambda: _jobs(environ),
-        "lanes": _lanes, "dagu": _dagu, "counts": lambda: notify.counts(environ),
+        "aliases": lambda: _aliases(lane_index),
+        "jobs": lambda: _jobs(environ),
+        "lanes": _lanes,
+        "dagu": _dagu,
+        "counts": lambda: notify.counts(environ),
     }
     for src in SOURCES:
         if src in skip:
@@ -172,5 +207,5 @@ def gather(lane_index: int | None = None, skip: tuple[str, ...] = (),
 
 
 def write(out: Path, text: str) -> None:
-    """For node_exporter's textfile collector: written beside, then renamed over (readable by all)."""
+    """For node_exporter's textfile collector: written beside, then renamed over (mode 644)."""
     jsonfile.write_bytes_atomic(out, text.encode(), 0o644)

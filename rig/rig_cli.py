@@ -123,11 +123,13 @@ def status(lane_index: int | None, as_json: bool, ansible: bool) -> int:
 
 
 @rig.command("metrics")
-@click.option("--lane", "lane_index", type=int, help="Read lane N's inventory snapshot over SSH (as `status --lane`).")
-@click.option("--skip", multiple=True, type=click.Choice(["aliases", "jobs", "lanes", "dagu", "counts"]),
+@click.option("--lane", "lane_index", type=int,
+              help="Read lane N's inventory snapshot over SSH (as `status --lane`).")
+@click.option("--skip", multiple=True,
+              type=click.Choice(["aliases", "jobs", "lanes", "dagu", "counts"]),
               help="Leave a source out (its nev_source_up is 0); repeat for more.")
 @click.option("--out", type=click.Path(dir_okay=False),
-              help="Write FILE by rename (node_exporter's textfile collector: a *.prom file) instead of stdout.")
+              help="Write FILE by rename (node_exporter's textfile collector: a *.prom file).")
 @click.option("--json", "as_json", is_flag=True, help="Print each family's samples as JSON.")
 def metrics(lane_index: int | None, skip: tuple[str, ...], out: str | None, as_json: bool) -> int:
     """The rig's state as Prometheus text: aliases ready, jobs in flight, lanes' free disk,

@@ -221,7 +221,8 @@ def load(path: Path) -> RigFile:
     return RigFile(path=path, roles=roles, jump=jump, seeds=f.str_list(top, "seeds", ""),
                    host_store=store.rstrip("/"),
                    known_hosts=_rel(path, kh), ssh_key=_rel(path, key),
-                   forwards=_forwards(f, top, jump), serving=serving, notify=parse_notify(f, top, path))
+                   forwards=_forwards(f, top, jump), serving=serving,
+                   notify=parse_notify(f, top, path))
 
 
 def _sudo_roles(f: jsonfile.Fields, serving: dict[str, ServingRole], roles: dict[str, Role]) -> dict[str, Role]:

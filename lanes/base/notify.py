@@ -5,12 +5,13 @@ and one that fails is said on one line and kept in the outbox (NEV_STATE_DIR/not
 for the next send or the next tick (`flush`). The URL is a secret: it is never printed; lines
 name the webhook by its scheme and host only, and every line is masked with the URL registered.
 
-| call | when | POSTs |
-|---|---|---|
-| `event(kind, subject, detail, ident)` | a one-off: a landing, a job failed for good | one, `state: event` (and counted, `counts`) |
-| `down(kind, subject, detail, since)` | a condition holds (alias not ready, disk short, forward down, ticks failing) | one per incident, `state: down`; later calls while it holds send nothing |
-| `up(kind, subject)` | the condition is gone | one `state: recovered` when its `down` was sent, else nothing |
-| `ticking()` around a tick: `flush`, then `tick_done(failed, why)` | each tick | `down(tick_failed)` at the second failed tick running, `up` at the next good one |
+- `event(kind, subject, detail, ident)`: a one-off (a landing, a job failed for good): one
+  POST, `state: event`, and counted (`counts`, for `nev rig metrics`).
+- `down(kind, subject, detail, since)`: a condition holds (an alias not ready, a disk short, a
+  forward down, ticks failing): one POST per incident, `state: down`; later calls send nothing.
+- `up(kind, subject)`: the condition is gone: one `state: recovered` when its `down` was sent.
+- `ticking()` around each tick: `flush`, then `tick_done(failed, why)`: `down(tick_failed)` at
+  the second failed tick running, `up` at the next good one.
 
 The payload (docs/notify.md): `{"nev": 1, "kind", "state", "at", "rig", "subject", "detail",
 "key"}`; `key` is the same for a message and its retries, and a recovery's key is its down's key
@@ -40,8 +41,8 @@ from lanes.base.errors import ConfigError
 from lanes.base.mask import mask, register_secret
 from lanes.base.ui import info
 
-OUTBOX_MAX = 200      # messages kept for a receiver that is down; the oldest go first
-TICK_FAILS = 2        # failed ticks in a row before the webhook hears
+OUTBOX_MAX = 200  # messages kept for a receiver that is down; the oldest go first
+TICK_FAILS = 2  # failed ticks in a row before the webhook hears
 KEYS = ("webhook", "webhook_file", "rig")
 
 
@@ -63,7 +64,7 @@ class Webhook:
     inline: str | None = None
     file: Path | None = None
 
-    def __repr__(self) -> str:          # never the URL, even in a traceback
+    def __repr__(self) -> str:  # never the URL, even in a traceback
         return f"Webhook(rig={self.rig!r}, file={self.file})"
 
     def url(self) -> str:
@@ -72,11 +73,15 @@ class Webhook:
             register_secret(self.inline)
             return self.inline
         assert self.file is not None
-        raw = jsonfile.read_bytes(self.file, "webhook file", "write the webhook's URL in it (mode 600)")
+        raw = jsonfile.read_bytes(
+            self.file, "webhook file", "write the webhook's URL in it (mode 600)"
+        )
         url = raw.decode("utf-8", "replace").strip()
         register_secret(url)
         if not _is_url(url):
-            raise ConfigError(f"{self.file}: the webhook file holds no http(s) URL; write one in it")
+            raise ConfigError(
+                f"{self.file}: the webhook file holds no http(s) URL; write one in it"
+            )
         return url
 
 
@@ -104,7 +109,10 @@ def parse(f: jsonfile.Fields, top: dict, rig_file: Path) -> Webhook | None:
     if inline is not None:
         register_secret(inline)
         if not _is_url(inline):
-            raise f.fail("notify.webhook", "is not an http(s) URL (its value is not shown: it may hold a token)")
+            raise f.fail(
+                "notify.webhook",
+                "is not an http(s) URL (its value is not shown: it may hold a token)",
+            )
     rig = f.get(o, "rig", str, "notify", required=False) or socket.gethostname()
     path = None
     if file is not None:
@@ -125,6 +133,7 @@ def configured(environ: Mapping[str, str] | None = None) -> Webhook | None:
 
 
 # -- the state folder --------------------------------------------------------------------------
+
 
 def folder(environ: Mapping[str, str] | None = None) -> Path:
     return settings.path(settings.STATE_DIR, environ) / "notify"
@@ -155,7 +164,9 @@ def _locked(environ: Mapping[str, str] | None) -> Iterator[Path]:
 def counts(environ: Mapping[str, str] | None = None) -> dict[str, int]:
     """Events counted since the state folder began (`nev rig metrics`): kind -> count."""
     data = read_state(folder(environ) / "counts.json")
-    return {k: v for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
+    return {
+        k: v for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    }
 
 
 def _count(kind: str, environ: Mapping[str, str] | None) -> None:
@@ -167,22 +178,38 @@ def _count(kind: str, environ: Mapping[str, str] | None) -> None:
 
 # -- sending -----------------------------------------------------------------------------------
 
+
 def now_iso(t: float | None = None) -> str:
-    return dt.datetime.fromtimestamp(time.time() if t is None else t, dt.UTC).isoformat(timespec="seconds")
+    return dt.datetime.fromtimestamp(time.time() if t is None else t, dt.UTC).isoformat(
+        timespec="seconds"
+    )
 
 
-def payload(kind: str, state: str, rig: str, subject: str, detail: str, key: str,
-            at: float | None = None) -> dict[str, Any]:
-    return {"nev": 1, "kind": kind, "state": state, "at": now_iso(at), "rig": rig, "subject": subject,
-            "detail": mask(detail), "key": key}
+def payload(
+    kind: str, state: str, rig: str, subject: str, detail: str, key: str, at: float | None = None
+) -> dict[str, Any]:
+    return {
+        "nev": 1,
+        "kind": kind,
+        "state": state,
+        "at": now_iso(at),
+        "rig": rig,
+        "subject": subject,
+        "detail": mask(detail),
+        "key": key,
+    }
 
 
 def post(url: str, body: dict[str, Any], timeout: float) -> str | None:
     """One POST: None when the receiver took it (2xx), else why not (masked, without the URL)."""
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", "User-Agent": "nev-notify"})
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "User-Agent": "nev-notify"},
+    )
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - http(s) checked in parse
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - http(s) only
             r.read(4096)
             return None
     except urllib.error.HTTPError as e:
@@ -194,8 +221,11 @@ def post(url: str, body: dict[str, Any], timeout: float) -> str | None:
 
 def _outbox(d: Path) -> list[dict[str, Any]]:
     items = read_state(d / "outbox.json").get("pending")
-    return [m for m in items if isinstance(m, dict) and isinstance(m.get("key"), str)] \
-        if isinstance(items, list) else []
+    return (
+        [m for m in items if isinstance(m, dict) and isinstance(m.get("key"), str)]
+        if isinstance(items, list)
+        else []
+    )
 
 
 def _keep(environ: Mapping[str, str] | None, msgs: list[dict[str, Any]], why: str) -> None:
@@ -204,8 +234,10 @@ def _keep(environ: Mapping[str, str] | None, msgs: list[dict[str, Any]], why: st
         dropped = max(0, len(box) - OUTBOX_MAX)
         jsonfile.write_atomic(d / "outbox.json", {"pending": box[dropped:]}, 0o600)
     what = ", ".join(f"{m.get('kind')} {m.get('subject')}" for m in msgs)
-    info(f"notify: {what}: not delivered ({why}); kept in {d / 'outbox.json'} for the next tick"
-         + (f" ({dropped} oldest dropped)" if dropped else ""))
+    info(
+        f"notify: {what}: not delivered ({why}); kept in {d / 'outbox.json'} for the next tick"
+        + (f" ({dropped} oldest dropped)" if dropped else "")
+    )
 
 
 def flush(environ: Mapping[str, str] | None = None) -> int:
@@ -230,8 +262,10 @@ def flush(environ: Mapping[str, str] | None = None) -> int:
         for m in box:
             err = post(url, m, settings.get_float(settings.NOTIFY_TIMEOUT, environ)) if url else why
             if err is not None:
-                info(f"notify: the outbox's {len(box) - len(sent)} message(s) not delivered to "
-                     f"{label(url) if url else 'the webhook'} ({err}); the next tick tries again")
+                info(
+                    f"notify: the outbox's {len(box) - len(sent)} message(s) not delivered to "
+                    f"{label(url) if url else 'the webhook'} ({err}); the next tick tries again"
+                )
                 break
             sent.add(m["key"])
         with _locked(environ):
@@ -284,23 +318,28 @@ def send(msg: dict[str, Any], environ: Mapping[str, str] | None = None) -> bool:
 
 def _safe(fn: Any) -> Any:
     """A notification never fails its caller: an unexpected error is one line."""
+
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - the caller's work matters more than the message
             info(f"notify: {fn.__name__} failed: {type(e).__name__}: {mask(str(e))}")
             return None
+
     run.__name__ = fn.__name__
     run.__doc__ = fn.__doc__
     return run
 
 
 @_safe
-def event(kind: Kind, subject: str, detail: str, ident: str,
-          environ: Mapping[str, str] | None = None) -> None:
+def event(
+    kind: Kind, subject: str, detail: str, ident: str, environ: Mapping[str, str] | None = None
+) -> None:
     """A one-off event (counted), sent once: `ident` makes its key (a commit, a run)."""
     _count(kind, environ)
-    send(payload(kind, "event", _rig(environ), subject, detail, f"{kind}/{subject}/{ident}"), environ)
+    send(
+        payload(kind, "event", _rig(environ), subject, detail, f"{kind}/{subject}/{ident}"), environ
+    )
 
 
 def _condition_key(kind: str, subject: str) -> str:
@@ -308,8 +347,13 @@ def _condition_key(kind: str, subject: str) -> str:
 
 
 @_safe
-def down(kind: Kind, subject: str, detail: str, since: float | None = None,
-         environ: Mapping[str, str] | None = None) -> None:
+def down(
+    kind: Kind,
+    subject: str,
+    detail: str,
+    since: float | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> None:
     """The condition holds (the caller has applied its threshold): the first call of an incident
     sends; the rest do nothing until `up`."""
     ck = _condition_key(kind, subject)
@@ -325,7 +369,9 @@ def down(kind: Kind, subject: str, detail: str, since: float | None = None,
 
 
 @_safe
-def up(kind: Kind, subject: str, detail: str = "", environ: Mapping[str, str] | None = None) -> None:
+def up(
+    kind: Kind, subject: str, detail: str = "", environ: Mapping[str, str] | None = None
+) -> None:
     """The condition is gone: `recovered` sent for an incident whose `down` was sent."""
     path = folder(environ) / "conditions.json"
     if not path.exists():
@@ -338,8 +384,17 @@ def up(kind: Kind, subject: str, detail: str = "", environ: Mapping[str, str] | 
             return
         jsonfile.write_atomic(d / "conditions.json", conds, 0o600)
     key = f"{was.get('key') or ck}/recovered"
-    send(payload(kind, "recovered", _rig(environ), subject,
-                 detail or f"since {was.get('since')}: recovered", key), environ)
+    send(
+        payload(
+            kind,
+            "recovered",
+            _rig(environ),
+            subject,
+            detail or f"since {was.get('since')}: recovered",
+            key,
+        ),
+        environ,
+    )
 
 
 @_safe
@@ -355,7 +410,9 @@ def tick_done(failed: bool, why: str = "", environ: Mapping[str, str] | None = N
     if failed:
         _count(Kind.TICK_FAILED, environ)
     if n >= TICK_FAILS:
-        down(Kind.TICK_FAILED, "tick", f"{n} ticks failed running; the last: {why}", environ=environ)
+        down(
+            Kind.TICK_FAILED, "tick", f"{n} ticks failed running; the last: {why}", environ=environ
+        )
     elif not failed:
         up(Kind.TICK_FAILED, "tick", "a tick succeeded again", environ=environ)
 

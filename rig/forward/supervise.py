@@ -64,7 +64,7 @@ class Supervisor:
         self.log = st.Log(self.paths.log, owns_std=True)
         self.stopping = False
         self.child: subprocess.Popen[bytes] | None = None
-        self.failing_since: float | None = None   # clients failing (none up for STABLE s) since then
+        self.failing_since: float | None = None   # clients failing (none up STABLE s) since
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
@@ -173,7 +173,7 @@ class Supervisor:
         return ran
 
     def _failing(self, ran: float, why: str) -> None:
-        """A client exited: the webhook hears when none has stayed up for NEV_NOTIFY_FORWARD_DOWN_S."""
+        """A client exited: the webhook hears when none stayed up for NEV_NOTIFY_FORWARD_DOWN_S."""
         if ran >= STABLE:
             self.failing_since = None
         if self.failing_since is None:
@@ -188,7 +188,8 @@ class Supervisor:
     def _stable(self) -> None:
         """A client has stayed up STABLE s: the forward is up (a recovery, if the webhook heard)."""
         self.failing_since = None
-        notify.up(notify.Kind.FORWARD_DOWN, self.fw.name, f"{self.fw.local} -> {self.fw.target} up again")
+        notify.up(notify.Kind.FORWARD_DOWN, self.fw.name,
+                  f"{self.fw.local} -> {self.fw.target} up again")
 
     def _sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds

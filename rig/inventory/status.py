@@ -56,7 +56,8 @@ def rows(snap: dict[str, Any], now: dt.datetime) -> list[dict[str, Any]]:
     return out
 
 
-def notify_aliases(snap: dict[str, Any], now: dt.datetime, environ: Mapping[str, str] | None = None) -> list[str]:
+def notify_aliases(snap: dict[str, Any], now: dt.datetime,
+                   environ: Mapping[str, str] | None = None) -> list[str]:
     """The webhook told of each alias not ready for NEV_NOTIFY_ALIAS_DOWN_S or longer (once per
     incident, lanes/base/notify.py) and of each ready one that was; the aliases held down."""
     limit = settings.get_float(settings.NOTIFY_ALIAS_DOWN_S, environ)
@@ -65,7 +66,7 @@ def notify_aliases(snap: dict[str, Any], now: dt.datetime, environ: Mapping[str,
         if r["status"] == "retired" or r["held_for_s"] is None:
             continue
         if r["status"] == "ready":
-            notify.up(notify.Kind.ALIAS_DOWN, r["alias"], f"ready again since {r['since']}", environ)
+            notify.up(notify.Kind.ALIAS_DOWN, r["alias"], f"ready since {r['since']}", environ)
         elif r["held_for_s"] >= limit:
             since = parse_time(r["since"])
             notify.down(notify.Kind.ALIAS_DOWN, r["alias"],
@@ -173,8 +174,9 @@ def load(lane_index: int | None) -> tuple[dict[str, Any], str]:
 
 
 def with_replicas(summary: dict[str, Any]) -> dict[str, Any]:
-    """The serving replicas' states (HAProxy's runtime API) when the rig file declares serving roles:
-    a drained or stopped replica shows as such, and an alias an operator stopped is not failing."""
+    """The serving replicas' states (HAProxy's runtime API) when the rig file declares serving
+    roles: a drained or stopped replica shows as such, and an alias an operator stopped is not
+    failing."""
     from rig import rigfile
     from rig.serving import state
     from rig.snapshot.context import notes_dir

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-TOKEN = "hook-Tok3n-s3cr3t-9f2b"     # the secret part of the webhook's URL: never in a log line
+TOKEN = "hook-Tok3n-s3cr3t-9f2b"  # the secret part of the webhook's URL: never in a log line
 
 
 class Receiver:
@@ -59,7 +59,7 @@ class Receiver:
 
 
 def rig_file(folder: Path, url: str, inline: bool = False, rig: str = "testrig") -> Path:
-    """A rig file whose `notify` names the webhook: in a file of its own (mode 600) unless inline."""
+    """A rig file whose `notify` names the webhook: in its own file (mode 600) unless inline."""
     folder.mkdir(parents=True, exist_ok=True)
     if inline:
         notify: dict[str, str] = {"webhook": url, "rig": rig}
