@@ -329,4 +329,5 @@ def test_no_notify_in_the_rig_file_sends_and_keeps_nothing(tmp_path):
     notify.event(notify.Kind.LANDED, "demo", "landed", "c1", env)
     notify.down(notify.Kind.DISK_SHORT, "lane 0", "short", environ=env)
     assert not (tmp_path / "state" / "notify" / "outbox.json").exists()
+    assert not (tmp_path / "state" / "notify" / "conditions.json").exists()
     assert notify.counts(env) == {"landed": 1}  # counted all the same (metrics)

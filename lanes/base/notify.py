@@ -356,6 +356,8 @@ def down(
 ) -> None:
     """The condition holds (the caller has applied its threshold): the first call of an incident
     sends; the rest do nothing until `up`."""
+    if _hook(environ) is None:
+        return  # no webhook: no incident kept (one configured later hears of what holds then)
     ck = _condition_key(kind, subject)
     with _locked(environ) as d:
         conds = read_state(d / "conditions.json")
