@@ -164,6 +164,27 @@ def test_a_receiver_that_does_not_answer_never_fails_the_caller(tmp_path, receiv
     ]  # in order, for the next tick
 
 
+def test_a_receiver_that_hangs_costs_one_timeout_for_a_whole_tick_of_events(tmp_path):
+    import socket
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)                 # connections are taken by the kernel, never answered
+    try:
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}/hooks/{TOKEN}"
+        env = {"NEV_STATE_DIR": str(tmp_path / "state"),
+               "NEV_RIG_FILE": str(rig_file(tmp_path / "rig", url)), "NEV_NOTIFY_TIMEOUT": "1.5"}
+        t0 = time.monotonic()
+        for i in range(5):
+            notify.event(notify.Kind.JOB_FAILED, f"job{i}", "failed", f"r{i}", env)
+        took = time.monotonic() - t0
+    finally:
+        hung.close()
+    assert 1.4 < took < 4, took                  # one timeout, not five
+    box = json.loads((tmp_path / "state" / "notify" / "outbox.json").read_text())["pending"]
+    assert len(box) == 5
+
+
 # -- what stays down: one POST per incident -------------------------------------------------------
 
 

@@ -200,8 +200,26 @@ def payload(
     }
 
 
+_QUIET_S = 60.0                        # after a receiver failed, this process waits so long
+_failed: dict[str, tuple[float, str]] = {}   # url -> (monotonic time it failed, why)
+
+
 def post(url: str, body: dict[str, Any], timeout: float) -> str | None:
-    """One POST: None when the receiver took it (2xx), else why not (masked, without the URL)."""
+    """One POST: None when the receiver took it (2xx), else why not (masked, without the URL).
+    A receiver that failed in this process the last _QUIET_S seconds is not asked again (so a
+    tick with many events waits at most one timeout for a receiver that is down)."""
+    last = _failed.get(url)
+    if last is not None and time.monotonic() - last[0] < _QUIET_S:
+        return last[1]
+    why = _post(url, body, timeout)
+    if why is None:
+        _failed.pop(url, None)
+    else:
+        _failed[url] = (time.monotonic(), why)
+    return why
+
+
+def _post(url: str, body: dict[str, Any], timeout: float) -> str | None:
     req = urllib.request.Request(
         url,
         data=json.dumps(body).encode(),
