@@ -67,3 +67,32 @@ def test_a_landing_and_a_job_failed_for_good_each_post_once(rig, box, receiver):
     logs = "".join(p.read_text(errors="replace") for p in (rig.tmp / "state").rglob("*")
                    if p.is_file())
     assert TOKEN not in logs
+
+
+def test_an_alias_down_and_two_failed_ticks_each_post_once_then_recover(
+        rig, box, receiver):  # noqa: F811
+    from rig.box.poolctl import pool_control
+
+    env = {**_with_webhook(rig, receiver), "NEV_NOTIFY_ALIAS_DOWN_S": "0"}
+    alias = "deepseek-v4.1-flash"
+    pool = next(p for p, info in box.pools.items() if info.alias == alias)
+    pool_control(box, pool, fail="503")
+    try:
+        for _ in range(3):                       # failing after NEV_PROBE_FAILS=2 rounds, then held
+            rig.ok("rig", "probe", env=env)
+    finally:
+        pool_control(box, pool, reset=True)
+    assert [k for k in receiver.kinds() if k[0] == "alias_down"] == [("alias_down", "down", alias)]
+    for _ in range(2):                           # ready after NEV_PROBE_OKS=2 rounds
+        rig.ok("rig", "probe", env=env)
+    assert [k for k in receiver.kinds() if k[0] == "alias_down"] == \
+        [("alias_down", "down", alias), ("alias_down", "recovered", alias)]
+
+    bad = {**env, "NEV_FORGE_URL": "http://127.0.0.1:9/nobody/none.git"}
+    for _ in range(3):
+        assert rig.nev("job", "poll", env=bad).returncode != 0
+    ticks = [k for k in receiver.kinds() if k[0] == "tick_failed"]
+    assert ticks == [("tick_failed", "down", "tick")]
+    rig.nev("job", "poll", env=env)
+    assert [k for k in receiver.kinds() if k[0] == "tick_failed"] == \
+        [("tick_failed", "down", "tick"), ("tick_failed", "recovered", "tick")]
