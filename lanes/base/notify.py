@@ -258,9 +258,10 @@ def _keep(environ: Mapping[str, str] | None, msgs: list[dict[str, Any]], why: st
     )
 
 
-def flush(environ: Mapping[str, str] | None = None) -> int:
+def flush(environ: Mapping[str, str] | None = None, say: bool = False) -> int:
     """Send what the outbox holds, oldest first, stopping at the first failure (the receiver is
-    still down); the number left. Another process flushing at the time: nothing done."""
+    still down); the number left. Another process flushing at the time: nothing done. `say`:
+    a failure is a line too (the tick's retry; a send says its own)."""
     d = folder(environ)
     if not (d / "outbox.json").exists():
         return 0
@@ -276,14 +277,16 @@ def flush(environ: Mapping[str, str] | None = None) -> int:
             return -1
         with _locked(environ):
             box = _outbox(d)
+        if not box:
+            return 0
         sent: set[str] = set()
         for m in box:
             err = post(url, m, settings.get_float(settings.NOTIFY_TIMEOUT, environ)) if url else why
             if err is not None:
-                info(
-                    f"notify: the outbox's {len(box) - len(sent)} message(s) not delivered to "
-                    f"{label(url) if url else 'the webhook'} ({err}); the next tick tries again"
-                )
+                if say:
+                    info(f"notify: the outbox's {len(box) - len(sent)} message(s) not delivered "
+                         f"to {label(url) if url else 'the webhook'} ({err}); the next tick tries "
+                         "again")
                 break
             sent.add(m["key"])
         with _locked(environ):
@@ -441,7 +444,7 @@ def tick_done(failed: bool, why: str = "", environ: Mapping[str, str] | None = N
 def ticking(environ: Mapping[str, str] | None = None) -> Iterator[None]:
     """Around one tick (jobs/tick.py): the outbox delivered first; a tick that raised failed,
     one that returned did not."""
-    _safe(flush)(environ)
+    _safe(flush)(environ, say=True)
     try:
         yield
     except Exception as e:
