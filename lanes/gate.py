@@ -30,7 +30,7 @@ from lanes import lanesfile, payload, session
 from lanes.agent.errors import Refused
 from lanes.agent.guard import check_rel, link_target_ok, pull_path
 from lanes.agent.wire import Kind, Op, Stop
-from lanes.base import settings, ui
+from lanes.base import notify, settings, ui
 from lanes.base.errors import DiskShortError, NevError, NoLaneError, UsageError
 from lanes.base.exitcodes import Exit
 from lanes.base.gitrun import Repo
@@ -278,7 +278,10 @@ class _GateRun:
             self.hello = _hello(self.session, self.wt, self.forge)
             if self.hello["free_gb"] < min_free:
                 self.session.request(Op.ABORT)
-                raise DiskShortError(disk_short_message(self.lane, self.hello, min_free))
+                msg = disk_short_message(self.lane, self.hello, min_free)
+                notify.down(notify.Kind.DISK_SHORT, self.lane.label, msg)
+                raise DiskShortError(msg)
+        notify.up(notify.Kind.DISK_SHORT, self.lane.label, f"{self.hello['free_gb']:.1f} GB free")
         return self.session
 
     def send(self, session: Session, command: Sequence[str], extra_env: dict[str, str] | None, keep_env: bool,
