@@ -459,3 +459,84 @@ def test_a_job_cut_off_by_a_lane_restart_is_resent_once_and_lands_without_rerunn
     assert f"job {name}: passed (exit 0)" in subjects
     st = rig.ok("job", "status", name).stdout
     assert "1 resend(s)" in st and "1 cut-off(s)" in st
+
+
+def _other_nev(tmp: Path) -> Path:
+    """Another development box's nev: this checkout's sources with one line more (another key)."""
+    from lanes import selfinstall
+
+    other = tmp / "other-nev"
+    skip = shutil.ignore_patterns("__pycache__", "target", ".pytest_cache", ".mypy_cache", "*.pyc")
+    for pkg in selfinstall.PACKAGES:
+        shutil.copytree(ROOT / pkg, other / pkg, ignore=skip, dirs_exist_ok=True)
+    for f in ("pyproject.toml", "README.md"):
+        shutil.copyfile(ROOT / f, other / f)
+    with open(other / "rig" / "__init__.py", "a") as f:
+        f.write("# another development box's nev\n")
+    return other
+
+
+def _stage_waiting(marker: bytes) -> bool:
+    """Whether a process whose command line holds `marker` runs (the lanes' processes are this
+    machine's too)."""
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and marker in (p / "cmdline").read_bytes():
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def test_a_stage_keeps_its_own_nev_while_another_box_installs_a_different_one(rig, box, tmp_path):
+    """Acceptance (#33): a job stage that runs while another development box installs a different
+    nev on the same lane finishes with its own nev (the stage waits for the install to end, not a
+    fixed minute); afterwards the sweep removes the old install, never while it runs."""
+    from lanes import selfinstall
+
+    lane = str(rig.lane.index)
+    home = rig.lane.host_home
+    mine = selfinstall.source_key()
+    other = _other_nev(tmp_path)
+    theirs = selfinstall.source_key(other)
+    assert theirs != mine
+    selfinstall.wheelhouse(selfinstall.default_cache(), other)   # built first: shorter wait
+    go = home / ".pinned-go"
+    go.unlink(missing_ok=True)
+    which = 'readlink -f "$(command -v nev)"'
+    run_id = rig.job("pinned", [{"name": "hold", "kind": "command", "command": (
+        f'echo "first $({which})"; n=0; while [ ! -e "$HOME/.pinned-go" ] && [ $n -lt 600 ]; '
+        f'do sleep 1; n=$((n+1)); done; echo "after $({which}) $NEV_INSTALL"; nev --version; '
+        f'mkdir -p out/pinned && echo held > out/pinned/a.txt')}])
+    t0 = time.monotonic()
+    while not _stage_waiting(b".pinned-go"):
+        assert time.monotonic() - t0 < 240, "the stage never started"
+        time.sleep(1)
+    ins = subprocess.run([sys.executable, "-m", "rig.cli", "lane", "install", "--lane", lane],
+                         env={**rig.env, "PYTHONPATH": str(other)}, cwd=other, capture_output=True,
+                         text=True, timeout=900)
+    assert ins.returncode == 0 and f"changed: nev {theirs}" in ins.stdout, ins.stdout + ins.stderr
+    share = home / ".local" / "share" / "nev"
+    assert os.readlink(share / "current") == f"installs/{theirs}"
+    assert (share / "installs" / mine / "bin" / "nev").exists()      # the running one untouched
+    keep1 = {**rig.env, "NEV_INSTALLS_KEEP": "1"}
+    only_installs = ("lane", "sweep", "--lane", lane, "--track", "no-such-track")
+    dry = rig.ok(*only_installs, "--dry-run", env=keep1)
+    assert f"kept nev install {mine}: in use by" in dry.stdout, dry.stdout
+    go.touch()
+    try:
+        assert rig.step_exit(run_id, "archive", timeout=600) == "0"
+    finally:
+        go.unlink(missing_ok=True)
+    assert rig.step_exit(run_id, "run") == "0"
+    log = (box.nas / "archive" / "job-logs" / "pinned" / run_id / "logs" / "hold.log").read_text()
+    pinned = f"/home/lane/.local/share/nev/installs/{mine}"
+    assert f"first {pinned}/bin/nev" in log and f"after {pinned}/bin/nev {pinned}" in log, log
+    assert "nev, version" in log
+    # the stage ended: the sweep removes the old install now, and never the current one
+    swept = rig.ok(*only_installs, env=keep1)
+    assert f"removed nev install {mine}" in swept.stdout, swept.stdout
+    assert not (share / "installs" / mine).exists() and (share / "installs" / theirs).exists()
+    again = rig.ok("lane", "install", "--lane", lane)   # this checkout's nev back for what follows
+    assert f"changed: nev {mine}" in again.stdout
+    assert rig.ok("lane", "install", "--lane", lane).stdout.count(f"unchanged: nev {mine}") == 1
