@@ -90,10 +90,11 @@ def _hold_install() -> None:
       `~/.local/bin/nev` by its path after the link flipped) hands over to NEV_INSTALL's own nev.
 
     Elsewhere (a development box, `python -m rig.cli` from a checkout) nothing happens."""
-    if sys.prefix == sys.base_prefix:
-        return
-    import fcntl
     import os
+
+    if sys.prefix == sys.base_prefix or not __file__.startswith(sys.prefix + os.sep):
+        return          # not installed in a venv (a checkout's nev): nothing to hold, nothing loaded
+    import fcntl
 
     from lanes.agent import layout
 
