@@ -26,12 +26,17 @@ Procs = list[tuple[int, str, list[str]]]  # (pid, name, paths it works in): `roo
 LEGACY = "venv"
 
 
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-    except OSError:
-        return []
+def _with_cmdlines(procs: Procs) -> Procs:
+    """`procs` with each process's command line among its paths (read once per survey)."""
+    out = []
+    for pid, comm, paths in procs:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            args = []
+        out.append((pid, comm, paths + args))
+    return out
 
 
 def users(path: str, procs: Procs) -> list[tuple[int, str]]:
@@ -39,9 +44,7 @@ def users(path: str, procs: Procs) -> list[tuple[int, str]]:
     pre = path.rstrip("/") + "/"
     out = set()
     for pid, comm, paths in procs:
-        if pid == os.getpid():
-            continue
-        if any(q == path or q.startswith(pre) for q in paths + _cmdline(pid)):
+        if pid != os.getpid() and any(q == path or q.startswith(pre) for q in paths):
             out.add((pid, comm))
     return sorted(out)
 
@@ -94,7 +97,7 @@ def facts(home: str, procs: Procs) -> list[dict[str, Any]]:
         names = []
     if _real_dir(_path(home, LEGACY)):
         names.append(LEGACY)
-    current = _current(home)
+    current, procs = _current(home), _with_cmdlines(procs)
     building = _lock_held(os.path.join(home, layout.INSTALL_LOCK))
     out = []
     for name in names:
@@ -146,7 +149,7 @@ def remove_one(home: str, name: str, procs: Procs) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             raise Refused("a nev runs from it (its in-use lock is held); kept") from None
-        use = users(path, procs)
+        use = users(path, _with_cmdlines(procs))
         if use:
             raise Refused(f"in use by {', '.join(f'{c} ({p})' for p, c in use)}; kept")
         gone = os.path.join(home, layout.NEV_INSTALLS, f"{layout.INSTALL_GONE}{name}.{os.getpid()}")
