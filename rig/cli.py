@@ -7,6 +7,9 @@ the first lane's SSH client is started first — from the argv an earlier gate r
 while the rest of the gate is imported and the worktree read. `nev job step` (each step of the job
 workflow on a lane) goes straight to its own argparse (`jobs/lane_main.py`). Every other command
 line, help included, is the command tree's. `cli`, `main` and the tables of `rig.commands` are its own.
+
+Run from one of a lane's versioned installs (`~/.local/share/nev/installs/<key>`), `run` first
+holds that install for the whole run and pins the run's children to it (`_hold_install`).
 """
 
 from __future__ import annotations
