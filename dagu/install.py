@@ -4,8 +4,8 @@ The binary comes from a file the operator names (NEV_DAGU_BINARY: a file on this
 box, sent over SSH stdin, or a path on the lane such as the NAS share) or, by
 default, from the NAS share at `<shared>/releases/dagu-<version>/dagu`. Its sha256 is
 checked on the lane against the pin in `dagu/layout.py` while the copy is still
-mode 600; only a match is made executable and moved into place. A mismatch
-removes the copy and refuses with both hashes.
+mode 600; only a match is made executable and renamed into place (a running Dagu keeps the file it
+started from). A mismatch removes the copy and refuses with both hashes.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import secrets
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,7 +92,8 @@ def install(conn: Connection, layout: Layout, source: Source, pin: str = DAGU_SH
     """Put the pinned binary at `layout.binary`; False when it was already there."""
     if remote_sha256(conn, layout.binary) == pin:
         return False
-    staged = layout.binary + ".new"
+    # a name of this install's own: two installs at once never write, check or move each other's copy
+    staged = f"{layout.binary}.new.{os.getpid()}.{secrets.token_hex(4)}"
     q = shlex.quote
     conn.run(f"umask 077 && mkdir -p {q(layout.bin_dir)} && rm -f {q(staged)}", check=True)
     if source.local:

@@ -8,7 +8,8 @@
   never replaced either.
 - The lane runs the same nev as this box, and every step of the workflow is that nev (the NEV
   parameter, `~/.local/bin/nev`): `nev lane install` (`lanes.selfinstall`, a no-op when the
-  sources are unchanged) puts it there. No copy of nev's sources goes to the lane. Dagu steps get an allowlisted
+  sources are unchanged) puts it there. The link is resolved when each step starts; the run
+  step pins its stages to its own install (`rig/cli.py`, NEV_INSTALL). No copy of nev's sources goes to the lane. Dagu steps get an allowlisted
   environment only, so the lane's own PATH and toolchain settings (what an SSH session there
   gets: sshd's SetEnv, the lane's profile) are read now and handed to the run step as
   parameters (LANE_PATH, with `~/.local/bin` first, and LANE_RUSTUP_HOME / LANE_CARGO_HOME).

@@ -25,7 +25,8 @@ from lanes.agent.wire import Kind
 LANE_MODULES = ("lanes", "lanes.dotenv", "lanes.agent", "lanes.agent.errors", "lanes.agent.layout",
                 "lanes.agent.wire", "lanes.agent.guard", "lanes.agent.git", "lanes.agent.links",
                 "lanes.agent.procs", "lanes.agent.output", "lanes.agent.mirror", "lanes.agent.copy",
-                "lanes.agent.writer", "lanes.agent.root", "lanes.agent.retention", "lanes.agent.gate", "lanes.agent.main")
+                "lanes.agent.writer", "lanes.agent.installs", "lanes.agent.root",
+                "lanes.agent.retention", "lanes.agent.gate", "lanes.agent.main")
 PACKAGES = ("lanes", "lanes.agent")
 
 # The only argv on the lane, with the agent's hash after it: runs the lane's cached agent when

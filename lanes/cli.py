@@ -165,7 +165,8 @@ def sweep(lane_index: int | None, track: str | None, dry_run: bool, repo: str, a
     Keeps the primary's own copy, copies with a process in them, copies locked by a running
     gate and directories that are not worktrees of the lane's mirror. Untracked data under a
     copy's corpus/ goes to the NAS first (archive/corpus/<name>/<time>.tar). Exit 1 when a lane
-    could not be swept or a removal failed.
+    could not be swept or a removal failed. Old nev installs go too: never the current one or one
+    a nev runs from; the NEV_INSTALLS_KEEP (2) last made current stay.
 
     With --archives: the share's archives older than NEV_ARCHIVE_KEEP_DAYS (30) go, through the
     first lane that answers (or --lane N); the newest of each worktree or job always stays.

@@ -12,6 +12,9 @@ and agents go and why the others stay; the agent's `remove` archives a copy's un
 data to the NAS as one tar, then removes it through `git worktree remove` and `git worktree
 prune`, and removes the stale agents (`lanes/agent/root.py`). Nothing outside `<root>` and the
 agent cache is touched, no symlink is followed out of it, the mirror and the shared folders stay.
+
+Every sweep also removes the lane's old nev installs (`decide_installs`, `lanes/agent/installs.py`):
+never the current one, never one a nev runs from, and the last NEV_INSTALLS_KEEP made current stay.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 from lanes import agentpack, busy, lanesfile, payload, session
 from lanes.agent import layout
 from lanes.agent.wire import Op
-from lanes.base import ui
+from lanes.base import settings, ui
 from lanes.base.errors import NevError
 from lanes.base.gitrun import GitError, Repo
 from lanes.base.ssh import Connection, SshError
@@ -212,6 +215,59 @@ def stale_agents(cached: list[str], current: str) -> list[str]:
     return sorted(n for n in cached if n not in (current, current + ".code") and layout.agent_entry_ok(n))
 
 
+@dataclass(frozen=True)
+class Install:
+    """One entry of the lane's nev installs (`lanes/agent/installs.py`)."""
+
+    name: str
+    kind: str          # install | tmp (being built) | gone (being removed) | legacy (the old venv)
+    current: bool
+    pids: tuple[tuple[int, str], ...] = ()
+    chosen: float = 0.0      # when it was last made current
+    building: bool = False   # an install holds the lane's install lock
+
+    @classmethod
+    def from_json(cls, d: dict) -> Install:
+        pids = tuple((int(p), c) for p, c in d["pids"])
+        return cls(d["name"], d["kind"], bool(d["current"]), pids, float(d["chosen"]),
+                   bool(d["building"]))
+
+
+def decide_installs(installs: list[Install], keep: int) -> list[Decision]:
+    """Which of the lane's nev installs go (pure).
+
+    | the install | goes? |
+    |---|---|
+    | the current one (`~/.local/share/nev/current` leads to it) | no |
+    | a process runs from it (a nev holds its in-use lock, or works or was started in it) | no |
+    | among the `keep` last made current (the current one counted) | no |
+    | older | yes |
+    | one being built (`.tmp-*`) while an install runs | no; once none runs, yes (cut short) |
+    | one being removed (`.gone-*`), no process in it | yes (a removal cut short) |
+    | the venv of the time before versioned installs | as an older install |
+
+    The lane checks again as it removes: an install whose lock a nev holds by then stays."""
+    out = []
+    ranked = sorted((i for i in installs if i.kind == "install"), key=lambda i: (-i.chosen, i.name))
+    newest = {i.name for i in sorted(ranked, key=lambda i: not i.current)[:max(keep, 1)]}
+    for i in sorted(installs, key=lambda i: i.name):
+        if i.current:
+            out.append(Decision(i.name, False, "the current install"))
+        elif i.pids:
+            users = ", ".join(f"{c} ({p})" for p, c in i.pids)
+            out.append(Decision(i.name, False, f"in use by {users}"))
+        elif i.kind == "tmp" and i.building:
+            out.append(Decision(i.name, False, "being built by an install that runs"))
+        elif i.kind == "install" and i.name in newest:
+            out.append(Decision(i.name, False, f"one of the {keep} last made current"))
+        else:
+            why = {"tmp": "a build cut short", "gone": "a removal cut short",
+                   "legacy": "the venv before versioned installs, not in use"}.get(
+                       i.kind, f"older than the {keep} last made current, not in use")
+            out.append(Decision(i.name, True, why))
+    return out
+
+
 def human(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -236,6 +292,8 @@ class LaneSweep:
     decisions: list[Decision] = field(default_factory=list)
     agents: list[str] = field(default_factory=list)      # stale cached agents (stale_agents)
     writers: list[Decision] = field(default_factory=list)   # writer records (decide_writers)
+    installs: list[Decision] = field(default_factory=list)  # nev's installs (decide_installs)
+    installs_removed: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     agents_removed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
@@ -265,19 +323,27 @@ def sweep_lane(conn: Connection, lane: Lane, tracks: set[str], primary: str | No
     records = [WriterRecord.from_json(w) for w in facts.get("writers", [])]
     result.writers = decide_writers(records, set(gone), track, key)
     writers = [d.name[len(layout.WRITER):] for d in result.writers if d.remove]
-    if dry_run or not (gone or result.agents or writers):
+    keep = settings.get_int(settings.INSTALLS_KEEP)
+    found = [Install.from_json(i) for i in facts.get("installs", [])]
+    result.installs = decide_installs(found, keep)
+    old = [d.name for d in result.installs if d.remove]
+    if dry_run or not (gone or result.agents or writers or old):
         return result
     try:
         ans = session.call(conn, lane, Op.REMOVE, REMOVE_TIMEOUT * max(len(gone), 1), root=lane.root, names=gone,
-                           agents=result.agents, writers=writers, nas=nas_dir if nas_ok else None,
+                           agents=result.agents, writers=writers, installs=old,
+                           nas=nas_dir if nas_ok else None,
                            stamp=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     except NevError as e:   # what was removed before it failed shows in the next survey
-        result.failed = [f"{', '.join(gone + result.agents + writers)}: {e}"]
+        result.failed = [f"{', '.join(gone + result.agents + writers + old)}: {e}"]
         return result
+    result.installs_removed = list(ans.get("installs_removed", []))
+    result.failed += [f"nev install {n}: {why}"
+                      for n, why in ans.get("installs_failed", {}).items()]
     result.removed = [n for n in gone if n in ans["removed"]]
     result.removed += [layout.WRITER + n for n in ans.get("writers_removed", [])]
     result.agents_removed = list(ans.get("agents_removed", []))
-    result.failed = [f"{n}: {why}" for n, why in {**ans["failed"], **ans.get("agents_failed", {})}.items()]
+    result.failed += [f"{n}: {why}" for n, why in {**ans["failed"], **ans.get("agents_failed", {})}.items()]
     result.failed += [f"{layout.WRITER}{n}: {why}" for n, why in ans.get("writers_failed", {}).items()]
     return result
 
@@ -298,6 +364,13 @@ def report(s: LaneSweep, dry_run: bool) -> list[str]:
             lines.append(f"{s.lane.label}: {verb} writer record {d.name}: {d.why}")
         else:
             lines.append(f"{s.lane.label}: kept writer record {d.name}: {d.why}")
+    for d in s.installs:
+        if d.remove:
+            done = "removed" if d.name in s.installs_removed else "failed"
+            verb = "would remove" if dry_run else done
+            lines.append(f"{s.lane.label}: {verb} nev install {d.name}: {d.why}")
+        else:
+            lines.append(f"{s.lane.label}: kept nev install {d.name}: {d.why}")
     for a in s.agents:
         verb = "would remove" if dry_run else ("removed" if a in s.agents_removed else "failed")
         lines.append(f"{s.lane.label}: {verb} cached lane agent {a[:12]}: not the one this nev sends")

@@ -9,6 +9,9 @@ gate is imported and the worktree read (`lanes.ahead`). `nev job step` (each ste
 workflow on a lane) goes straight to its own argparse (`jobs/lane_main.py`). Every other command
 line, help and a gate's usage error included, is the command tree's. `cli`, `main` and the
 tables of `rig.commands` are its own.
+
+Run from one of a lane's versioned installs (`~/.local/share/nev/installs/<key>`), `run` first
+holds that install for the whole run and pins the run's children to it (`_hold_install`).
 """
 
 from __future__ import annotations
@@ -66,10 +69,60 @@ def _gate(g: GateArgs) -> int:
 
 
 def run() -> None:
+    _hold_install()
     code = main()
     if _GATED:
         _quick_exit(code)
     sys.exit(code)
+
+
+_HELD: list[int] = []       # the in-use lock's descriptor, open for the whole run (`_hold_install`)
+
+
+def _hold_install() -> None:
+    """A nev run from one of a lane's versioned installs (`lanes/selfinstall.py`) stays on it:
+
+    - it holds a shared flock on the install's `.in-use` for its whole run, so the sweep, which
+      takes that lock exclusively before removing an install, never removes it under this run;
+    - it exports NEV_INSTALL (the install's folder) and puts the install's `entry/` (its `nev`
+      alone) first on PATH, so every child that calls `nev` (a job's stages, an in-place gate, a
+      writer) runs this install too, whatever `current` says by then;
+    - a nev started under NEV_INSTALL from another install (a stage that called
+      `~/.local/bin/nev` by its path after the link flipped) hands over to NEV_INSTALL's own nev.
+
+    Elsewhere (a development box, `python -m rig.cli` from a checkout) nothing happens."""
+    import os
+
+    if sys.prefix == sys.base_prefix or not __file__.startswith(sys.prefix + os.sep):
+        return          # not installed in a venv (a checkout's nev): nothing to hold, nothing loaded
+    import fcntl
+
+    from lanes.agent import layout
+
+    me = os.path.realpath(sys.prefix)
+    try:
+        fd = os.open(os.path.join(me, layout.IN_USE), os.O_RDONLY)
+    except OSError:
+        return          # not an install of a lane's (no in-use file): nothing to hold
+    from lanes.base import settings
+
+    pinned = settings.get(settings.INSTALL)
+    if pinned and os.path.realpath(pinned) != me:
+        there = os.path.join(pinned, "bin", "nev")
+        if os.path.isfile(os.path.join(pinned, layout.IN_USE)) and os.access(there, os.X_OK):
+            os.close(fd)
+            os.execv(there, [there, *sys.argv[1:]])
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        print(f"nev: the install {me} is being removed by a sweep; run nev again", file=sys.stderr)
+        sys.exit(1)
+    _HELD.append(fd)
+    os.environ[settings.INSTALL.name] = me
+    entry = os.path.join(me, layout.INSTALL_ENTRY)
+    rest = [d for d in os.environ.get("PATH", "").split(":") if d and d != entry]
+    os.environ["PATH"] = ":".join([entry, *rest])
 
 
 _GATED: list[bool] = []     # a plain gate ran (`_gate`): `run` ends the process without teardown

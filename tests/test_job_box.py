@@ -467,3 +467,94 @@ def test_a_job_cut_off_by_a_lane_restart_is_resent_once_and_lands_without_rerunn
     assert f"job {name}: passed (exit 0)" in subjects
     st = rig.ok("job", "status", name).stdout
     assert "1 resend(s)" in st and "1 cut-off(s)" in st
+
+
+def _other_nev(tmp: Path, who: str) -> Path:
+    """Another development box's nev: this checkout's sources with one line more (another key)."""
+    from lanes import selfinstall
+
+    other = tmp / f"nev-{who}"
+    skip = shutil.ignore_patterns("__pycache__", "target", ".pytest_cache", ".mypy_cache", "*.pyc")
+    for pkg in selfinstall.PACKAGES:
+        shutil.copytree(ROOT / pkg, other / pkg, ignore=skip, dirs_exist_ok=True)
+    for f in ("pyproject.toml", "README.md"):
+        shutil.copyfile(ROOT / f, other / f)
+    with open(other / "rig" / "__init__.py", "a") as f:
+        f.write(f"# the nev of development box {who}\n")
+    selfinstall.wheelhouse(selfinstall.default_cache(), other)   # built now: shorter waits later
+    return other
+
+
+def _stage_waiting(marker: bytes) -> bool:
+    """Whether a process whose command line holds `marker` runs (the lanes' processes are this
+    machine's too)."""
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and marker in (p / "cmdline").read_bytes():
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def test_a_stage_keeps_its_own_nev_while_another_box_installs_a_different_one(rig, box, tmp_path):
+    """Acceptance (#33): a job stage that runs while another development box installs a different
+    nev on the same lane finishes with its own nev (the stage waits for that install to end, not a
+    fixed minute); afterwards the sweep removes the old install, never while it runs. The job runs
+    development box B's nev, box C installs its own meanwhile. (This checkout's nev, A, stays for
+    the lane's inventory services, which run it: the sweep keeps it while they do.)"""
+    from lanes import selfinstall
+
+    lane = str(rig.lane.index)
+    home = rig.lane.host_home
+    share = home / ".local" / "share" / "nev"
+    box_b, box_c = _other_nev(tmp_path, "b"), _other_nev(tmp_path, "c")
+    key_b, key_c = selfinstall.source_key(box_b), selfinstall.source_key(box_c)
+    assert len({key_b, key_c, selfinstall.source_key()}) == 3
+
+    def install_from(tree: Path) -> str:
+        r = subprocess.run([sys.executable, "-m", "rig.cli", "lane", "install", "--lane", lane],
+                           env={**rig.env, "PYTHONPATH": str(tree)}, cwd=tree, capture_output=True,
+                           text=True, timeout=900)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    assert f"changed: nev {key_b}" in install_from(box_b)
+    go = home / ".pinned-go"
+    go.unlink(missing_ok=True)
+    which = 'readlink -f "$(command -v nev)"'
+    run_id = rig.job("pinned", [{"name": "hold", "kind": "command", "command": (
+        f'echo "first $({which})"; n=0; while [ ! -e "$HOME/.pinned-go" ] && [ $n -lt 600 ]; '
+        f'do sleep 1; n=$((n+1)); done; echo "after $({which}) $NEV_INSTALL"; nev --version; '
+        f'mkdir -p out/pinned && echo held > out/pinned/a.txt')}],
+        env={**rig.env, "NEV_JOB_INSTALL_NEV": "0"})        # the job runs B's nev, current now
+    t0 = time.monotonic()
+    while not _stage_waiting(b".pinned-go"):
+        assert time.monotonic() - t0 < 240, "the stage never started"
+        time.sleep(1)
+    t_install = time.monotonic()
+    assert f"changed: nev {key_c}" in install_from(box_c)            # a fresh build, beside B
+    print(f"box C's install while the stage ran: {time.monotonic() - t_install:.1f} s")
+    assert os.readlink(share / "current") == f"installs/{key_c}"
+    assert (share / "installs" / key_b / "bin" / "nev").exists()     # the running one untouched
+    keep1 = {**rig.env, "NEV_INSTALLS_KEEP": "1"}
+    only_installs = ("lane", "sweep", "--lane", lane, "--track", "no-such-track")
+    dry = rig.ok(*only_installs, "--dry-run", env=keep1)
+    assert f"kept nev install {key_b}: in use by" in dry.stdout, dry.stdout
+    go.touch()
+    try:
+        assert rig.step_exit(run_id, "archive", timeout=600) == "0"
+    finally:
+        go.unlink(missing_ok=True)
+    assert rig.step_exit(run_id, "run") == "0"
+    log = (box.nas / "archive" / "job-logs" / "pinned" / run_id / "logs" / "hold.log").read_text()
+    pinned = f"/home/lane/.local/share/nev/installs/{key_b}"
+    assert f"first {pinned}/bin/nev" in log and f"after {pinned}/bin/nev {pinned}" in log, log
+    assert "nev, version" in log
+    # the stage ended: the sweep removes B's install now, and never the current one (C's)
+    swept = rig.ok(*only_installs, env=keep1)
+    assert f"removed nev install {key_b}" in swept.stdout, swept.stdout
+    assert not (share / "installs" / key_b).exists() and (share / "installs" / key_c).exists()
+    mine = selfinstall.source_key()
+    again = rig.ok("lane", "install", "--lane", lane)   # this checkout's nev current again
+    assert f"nev {mine}" in again.stdout and os.readlink(share / "current") == f"installs/{mine}"

@@ -1,5 +1,5 @@
 """nev's own install on a lane: the wheelhouse is built by one builder at a time, and the lane's
-install script takes a lock so two installs on one lane do not remove each other's venv."""
+install script takes a lock so two installs on one lane do not build or flip at once."""
 
 from __future__ import annotations
 
@@ -52,16 +52,20 @@ def test_two_builders_of_one_wheelhouse_take_turns_and_the_second_finds_it_built
 
 def test_the_lanes_install_script_waits_for_another_install_on_the_same_lane(tmp_path):
     home = tmp_path / "home"
-    venv_bin = home / selfinstall.VENV / "bin"
-    venv_bin.mkdir(parents=True)
-    (venv_bin / "nev").write_text("#!/bin/sh\n")
-    (venv_bin / "nev").chmod(0o755)
-    (home / selfinstall.MARKER).write_text("k123\n")
+    key = "0123456789abcdef"
+    inst = home / selfinstall.install_dir(key)
+    (inst / "bin").mkdir(parents=True)
+    (inst / "bin" / "nev").write_text("#!/bin/sh\n")
+    (inst / "bin" / "nev").chmod(0o755)
+    (inst / ".in-use").write_text("")
+    os.symlink(f"installs/{key}", home / selfinstall.CURRENT)
+    (home / ".local/bin").mkdir(parents=True)
+    os.symlink(f"{home}/{selfinstall.CURRENT}/bin/nev", home / selfinstall.LINK)
     lockfile = home / ".local/share/nev/install.lock"
     fd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)                      # another install is under way
     try:
-        proc = subprocess.Popen(["sh", "-c", selfinstall.remote_script("k123")], env={**os.environ, "HOME": str(home)},
+        proc = subprocess.Popen(["sh", "-c", selfinstall.remote_script(key)], env={**os.environ, "HOME": str(home)},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(0.5)
         assert proc.poll() is None, proc.communicate()   # still waiting for the lock
@@ -69,4 +73,4 @@ def test_the_lanes_install_script_waits_for_another_install_on_the_same_lane(tmp
         os.close(fd)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
-    assert out.strip() == "unchanged: nev k123 already installed"
+    assert out.strip() == f"unchanged: nev {key} already installed"

@@ -18,6 +18,7 @@ named kinds (`wire`):
 | `output` | the command's output to the dev box and, masked, to the gate log |
 | `mirror` | the bare mirror and its fetch policy |
 | `copy` | the copy: checkout, diff, untracked files, links, the run's `.env` |
+| `installs` | nev's installs in the lane home: the sweep's facts, their removal |
 | `root` | one-call operations: status, cleanup, survey, remove |
 | `gate` | the lane end of a gate, lock to result |
 | `main` | the entry: the first request picks the operation |

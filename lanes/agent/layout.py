@@ -16,6 +16,13 @@
 | `~/.lane-model-env` | NEV_LANE_MODEL_URL: the gateway as the lane reaches it (`nev lane provision`) |
 | `~/.lane-env`, `~/.lane-shared-env` | the NAS folder, npm cache and PATH for lane shells (`nev lane provision`) |
 | `~/.local/bin` | the lane's own nev (`nev lane install`), put on a gate command's PATH |
+| `~/.local/bin/nev` | a link to `~/.local/share/nev/current/bin/nev`: the install chosen now |
+| `~/.local/share/nev/current` | a link to `installs/<key>`, replaced by one atomic rename |
+| `~/.local/share/nev/installs/<key>/` | one install of nev (a venv), never changed once there |
+| `…/installs/<key>/.in-use` | flock: shared by each nev run from it, exclusive to remove it |
+| `…/installs/<key>/entry/nev` | the install's own `nev` alone: a run's children find it on PATH |
+| `…/installs/.tmp-*`, `.gone-*` | an install being built, an install being removed |
+| `~/.local/share/nev/install.lock` | flock: one install at a time on the lane |
 | `~/.local/state/nev/agent/<hash>` | the lane agent as last sent (its modules as JSON), named by the sha256 of that content: the bootstrap runs it only when the hash matches, the sweep removes every other |
 | `/srv/toolchain/{rustup,cargo-bin}` | the node's Rust toolchain, bound read-only (`TOOLCHAIN_ENV` for sessions) |
 
@@ -49,6 +56,17 @@ LANE_ENV = ".lane-env"
 SHARED_ENV = ".lane-shared-env"
 LOCAL_BIN = ".local/bin"
 AGENT_CACHE = ".local/state/nev/agent"
+# nev's versioned installs (`lanes/selfinstall.py` makes them, `lanes/agent/installs.py` reports and
+# removes them, `rig/cli.py` holds IN_USE for each run): see the table above.
+NEV_SHARE = ".local/share/nev"
+NEV_INSTALLS = NEV_SHARE + "/installs"
+NEV_CURRENT = NEV_SHARE + "/current"
+NEV_LEGACY_VENV = NEV_SHARE + "/venv"          # the one in-place venv before versioned installs
+INSTALL_LOCK = NEV_SHARE + "/install.lock"
+IN_USE = ".in-use"
+CHOSEN = ".chosen"          # touched each time it is made current: the sweep keeps the newest
+INSTALL_ENTRY = "entry"
+INSTALL_TMP, INSTALL_GONE = ".tmp-", ".gone-"
 
 TOOLCHAIN = "/srv/toolchain"
 TOOLCHAIN_PATH = f"{TOOLCHAIN}/cargo-bin:/usr/local/bin:/usr/bin:/bin"
@@ -198,6 +216,11 @@ def home_file(home: str, name: str) -> str:
     """One of the lane home's files above (MODEL_ENV, LANE_ENV, SHARED_ENV, LOCAL_BIN, AGENT_CACHE, WRITER_BRIEFS)
     under `home`."""
     return posixpath.join(home, name)
+
+
+def install_name_ok(name: str) -> bool:
+    """A name an install's folder can have (`lanes.selfinstall.source_key`: 16 hex digits)."""
+    return len(name) == 16 and all(c in _HEX for c in name)
 
 
 def agent_entry_ok(name: str) -> bool:

@@ -1,6 +1,7 @@
 """One-call operations on the lane root: `status`, `cleanup`, and the sweep's `survey` and `remove`.
 
-`survey` reports plain facts about every copy under the root (and the cached agents) and `remove`
+`survey` reports plain facts about every copy under the root (and the cached agents, and nev's
+installs in the lane user's home, `installs`) and `remove`
 archives a copy's untracked corpus data to the NAS as one tar, then removes the copy through
 `git worktree remove` and `git worktree prune`, and removes the cached agents named; which copies
 and agents go is decided on the development box (`lanes.sweep.decide`, `lanes.sweep.stale_agents`).
@@ -19,7 +20,7 @@ import subprocess
 import time
 from typing import Any
 
-from lanes.agent import layout, writer
+from lanes.agent import installs, layout, writer
 from lanes.agent.copy import remove_env
 from lanes.agent.errors import Refused
 from lanes.agent.git import git
@@ -233,7 +234,7 @@ def survey(req: dict[str, Any]) -> dict[str, Any]:
     writers = [writer.sweep_facts(root, n) for n in root.writer_names(os.listdir(root.path))]
     return {"root": root.path, "mirror": os.path.isdir(root.mirror), "entries": entries, "writers": writers,
             "free_gb": free_gb(root.path), "nas": nas is not None and os.path.isdir(nas),
-            "agents": cached_agents(),
+            "agents": cached_agents(), "installs": installs.facts(os.path.expanduser("~"), procs),
             "peak_rss_kb": {"survey": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                             "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}}
 
@@ -281,7 +282,8 @@ def remove(req: dict[str, Any]) -> dict[str, Any]:
     """`remove_copy` of each name: {"removed": {name: archive}, "failed": {name: why}}; the
     cached agents named in `agents`: {"agents_removed": [...], "agents_failed": {name: why}}; the
     writer records named in `writers` (`writer.remove_record`, after the copies):
-    {"writers_removed": [...], "writers_failed": {name: why}}."""
+    {"writers_removed": [...], "writers_failed": {name: why}}; nev's installs named in `installs`
+    (`installs.remove`): {"installs_removed": [...], "installs_failed": {name: why}}."""
     root = layout.Root(os.path.realpath(need(req, "root")))
     ans: dict[str, Any] = {"removed": {}, "failed": {}}
     ans["agents_removed"], ans["agents_failed"] = remove_agents(list(req.get("agents") or []))
@@ -290,6 +292,9 @@ def remove(req: dict[str, Any]) -> dict[str, Any]:
             ans["removed"][name] = remove_copy(root, name, req.get("nas"), need(req, "stamp"))
         except (Refused, OSError) as e:
             ans["failed"][name] = str(e)
+    if req.get("installs"):
+        ans["installs_removed"], ans["installs_failed"] = installs.remove(
+            os.path.expanduser("~"), list(req["installs"]), _processes())
     ans["writers_removed"], ans["writers_failed"] = [], {}
     for name in req.get("writers") or []:
         try:

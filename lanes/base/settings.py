@@ -132,6 +132,12 @@ JOB_BROWSERS = _s("NEV_JOB_BROWSERS", "chromium|chromium-browser,firefox-esr|fir
                   "the oracle's three browsers a writer job needs (commas between browsers, | between names)")
 JOB_MIN_LEFT = _s("NEV_JOB_MIN_LEFT", "600", "seconds of the wall-clock limit a job must have left to start a stage")
 JOB_STATE = _s("NEV_JOB_STATE", None, "a job's state folder (default NEV_STATE_DIR/jobs/<name>)")
+INSTALL = _s("NEV_INSTALL", None,
+             "the lane install of nev a run is pinned to (set by nev itself when it runs from "
+             "`~/.local/share/nev/installs/<key>`; its children run that install's nev)")
+INSTALLS_KEEP = _s("NEV_INSTALLS_KEEP", "2",
+                   "how many of a lane's nev installs the sweep keeps (the newest made current, "
+                   "the current one among them); one in use is kept too")
 JOB_INSTALL_NEV = _s("NEV_JOB_INSTALL_NEV", "1", "`nev job submit` installs this nev on the lane first (`nev lane install`; 0 skips)")
 LEDGER_NAME = _s("NEV_LEDGER_NAME", None, "the ledger file batches are filed under (default: the worktree's folder name, on a lane its copy's `<folder>-<key>`; a job's stages get the job's name)")
 JOB_RUN_ID = _s("NEV_JOB_RUN_ID", None, "the Dagu run id a job's run is part of (set by the job workflow)")

@@ -8,6 +8,7 @@ namespaces rather than SSH: the development box need not reach the lane's addres
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,9 +24,11 @@ def install_nev(box_dir: Path, lane: str, lane_pid: int, userns: bool = False,
     """Put this nev in the lane's home (`~/.local/bin/nev`); None when it is already there."""
     house, key = selfinstall.wheelhouse(cache or selfinstall.default_cache())
     home = box_dir / "lanes" / lane / "home"
-    marker = home / selfinstall.MARKER
-    if (marker.exists() and marker.read_text().strip() == key
-            and (home / selfinstall.VENV / "bin" / "nev").exists()):
+    current, link = home / selfinstall.CURRENT, home / selfinstall.LINK   # as the lane sees them
+    if (current.is_symlink() and os.readlink(current) == f"installs/{key}"
+            and (home / selfinstall.install_dir(key) / "bin" / "nev").exists()
+            and link.is_symlink()
+            and os.readlink(link).endswith(f"/{selfinstall.CURRENT}/bin/nev")):
         return None
     argv = ["nsenter", "-t", str(lane_pid), *(["-U"] if userns else []), "-n", "-m", "--",
             *isv.as_lane(["sh", "-c", selfinstall.remote_script(key)])]
