@@ -71,11 +71,14 @@ def declared_files(worktree: Path, env: dict[str, str]) -> dict[str, bytes]:
     return {DECLARED_ON_LANE: declared.read_bytes()}
 
 
-def run_on_lane(worktree: Path, command: Sequence[str], pull: Sequence[str] = ()) -> int:
-    """Re-run `command` on a lane through the gate (lane-only); NoLaneError (exit 3) without one."""
+def run_on_lane(worktree: Path, command: Sequence[str], pull: Sequence[str] = (),
+                lane_index: int | None = None) -> int:
+    """Re-run `command` on a lane (lane `lane_index`, else the first that answers) through the
+    gate (lane-only); NoLaneError (exit 3) without one."""
     from lanes import gate  # the SSH stack, loaded only when a batch goes to a lane
 
     env = forwarded_env(os.environ)
     files = declared_files(worktree, env)
-    status: int = gate.run(worktree, list(command), lane_only=True, pull=list(pull), extra_env=env, files=files)
+    status: int = gate.run(worktree, list(command), lane_index=lane_index, lane_only=True, pull=list(pull),
+                           extra_env=env, files=files)
     return status
