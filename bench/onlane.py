@@ -79,6 +79,6 @@ def run_on_lane(worktree: Path, command: Sequence[str], pull: Sequence[str] = ()
 
     env = forwarded_env(os.environ)
     files = declared_files(worktree, env)
-    status: int = gate.run(worktree, list(command), lane_index=lane_index, lane_only=True, pull=list(pull),
-                           extra_env=env, files=files)
+    status: int = gate.run(worktree, list(command), lane_index=lane_index, lane_only=True,
+                           pull=list(pull), extra_env=env, files=files)
     return status

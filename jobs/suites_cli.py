@@ -90,8 +90,8 @@ def suites_fetch(names: tuple[str, ...], lane_index: int | None, as_json: bool, 
     for suite in s.pick(_declared(top), names, str(top / "tracks.json")):
         url, env = _git_env(top, suite.url)
         r = s.fetch(replace(suite, url=url), root, env, say=ui.info)
-        rows.append({"suite": r.suite, "commit": r.commit, "folder": str(r.folder), "fetched": r.fetched,
-                     "seconds": round(r.seconds, 2)})
+        rows.append({"suite": r.suite, "commit": r.commit, "folder": str(r.folder),
+                     "fetched": r.fetched, "seconds": round(r.seconds, 2)})
         if not as_json:
             how = "fetched" if r.fetched else "found (already published)"
             click.echo(f"{r.suite} {r.commit[:12]}: {how} in {r.seconds:.1f} s: {r.folder}")
@@ -110,11 +110,12 @@ def suite() -> None:
 @click.argument("paths", nargs=-1)
 @click.option("--engines", default="chromium,firefox,webkit", show_default=True)
 @_LANE
-@click.option("--json", "as_json", is_flag=True, help="Print the run's record (every test and engine).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the run's record (every test and engine).")
 @_REPO
-def suite_run(name: str, paths: tuple[str, ...], engines: str, lane_index: int | None, as_json: bool,
-              repo: Path) -> int:
-    """Run suite NAME's check-layout tests (all, or those under PATHS of its checkout) in the engines.
+def suite_run(name: str, paths: tuple[str, ...], engines: str, lane_index: int | None,
+              as_json: bool, repo: Path) -> int:
+    """Run suite NAME's check-layout tests (all, or those under PATHS of its checkout).
 
     Where `nev oracle suites fetch` runs, from the checkout it published; one long-lived process
     per engine. Each page calling checkLayout is checked as `nev oracle render` checks pages
@@ -131,7 +132,8 @@ def suite_run(name: str, paths: tuple[str, ...], engines: str, lane_index: int |
     from lanes.base.ui import emit_json
 
     top = _top(repo)
-    argv = ["oracle", "suite", "run", name, *paths, "--engines", engines, *(["--json"] if as_json else [])]
+    argv = ["oracle", "suite", "run", name, *paths, "--engines", engines,
+            *(["--json"] if as_json else [])]
     names = parse_engines(engines)
     declared = s.pick(_declared(top), [name], str(top / "tracks.json"))[0]
     status = _elsewhere(top, argv, lane_index)

@@ -39,8 +39,9 @@ def _tracks(tmp_path, suites) -> Path:
 # --- the declaration ----------------------------------------------------------------------------
 
 def test_tracks_json_declares_suites_with_a_default_expectations_file(tmp_path):
+    mini = {"url": "u", "commit": PIN, "expectations": "x/m.json"}
     t = tracks.load(_tracks(tmp_path, {"wpt-layout": {"url": "http://forge/wpt.git", "commit": PIN},
-                                       "mini": {"url": "u", "commit": PIN, "expectations": "x/m.json"}}))
+                                       "mini": mini}))
     assert t.suites["wpt-layout"] == s.Suite("wpt-layout", "http://forge/wpt.git", PIN,
                                              "oracle/suites/wpt-layout.expected.json")
     assert t.suites["mini"].expectations == "x/m.json"
@@ -96,10 +97,12 @@ def suite_env(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "git-calls.log"
-    real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True).stdout.strip()
+    real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True,
+                          text=True).stdout.strip()
     wrapper = bin_dir / "git"
     wrapper.write_text(f'#!/bin/sh\necho "$$ $*" >> {log}\n'
-                       f'case " $* " in *" fetch "*) sleep "${{SLOW_FETCH:-0}}";; esac\nexec {real} "$@"\n')
+                       f'case " $* " in *" fetch "*) sleep "${{SLOW_FETCH:-0}}";; esac\n'
+                       f'exec {real} "$@"\n')
     wrapper.chmod(0o755)
     store = tmp_path / "share" / "suites"
     env = {"NEV_SUITE_STORE": str(store), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
@@ -139,9 +142,9 @@ def test_two_fetches_of_one_pin_at_once_fetch_it_once(suite_env):
     env = dict(e["env"], SLOW_FETCH="2")
     full = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_"))}
     full.update(env, PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, "-m", "rig.cli", "oracle", "suites", "fetch", "--json"],
-                              cwd=e["track"], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    argv = [sys.executable, "-m", "rig.cli", "oracle", "suites", "fetch", "--json"]
+    procs = [subprocess.Popen(argv, cwd=e["track"], env=full, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     fetched = sorted(json.loads(out)[0]["fetched"] for out, _ in outs)
@@ -177,7 +180,8 @@ def test_off_a_lane_without_a_store_the_commands_go_to_a_lane_and_none_answers(s
 
 def test_a_suite_not_declared_is_a_usage_error(suite_env):
     r = nev(["oracle", "suite", "run", "nope"], suite_env["track"], suite_env["env"])
-    assert r.returncode == 2 and "suite 'nope' is not declared" in r.stderr and "declared: mini" in r.stderr
+    assert r.returncode == 2
+    assert "suite 'nope' is not declared" in r.stderr and "declared: mini" in r.stderr
 
 
 def test_run_before_fetch_says_to_fetch(suite_env):
@@ -215,7 +219,8 @@ def test_changes_are_the_new_failures_and_new_passes_against_the_known_failures(
                   "webkit": {"new_failures": [], "new_passes": ["flex/grow.html"]}}
     assert s.changed(ch)
     exact = s.changes(_results({"firefox": {"flex/moz-available.html"}}),
-                      s.Expectations({"firefox": frozenset({"flex/moz-available.html"})}), list(FAILING))
+                      s.Expectations({"firefox": frozenset({"flex/moz-available.html"})}),
+                      list(FAILING))
     assert not s.changed(exact)
 
 
@@ -229,12 +234,13 @@ def test_an_expectations_file_naming_an_unknown_engine_is_refused(tmp_path):
 
 def test_the_report_table_says_no_change_when_the_failures_are_the_expected_ones():
     suite = s.Suite("mini", "u", PIN, "e.json")
-    run = {"versions": {n: "1" for n in FAILING}, "tests": _results({"firefox": {"flex/moz-available.html"}})}
-    rep = s.report(suite, run, s.Expectations({"firefox": frozenset({"flex/moz-available.html"})}, "e.json"),
+    moz = "flex/moz-available.html"
+    run = {"versions": {n: "1" for n in FAILING}, "tests": _results({"firefox": {moz}})}
+    rep = s.report(suite, run, s.Expectations({"firefox": frozenset({moz})}, "e.json"),
                    list(FAILING))
     lines = s.format_report(rep)
     assert lines[-1] == "no change" and not rep["changed"]
     assert rep["summary"]["firefox"] == {"pass": 3, "fail": 1, "new_failures": 0, "new_passes": 0}
     rep2 = s.report(suite, run, s.Expectations(), list(FAILING))
     assert rep2["changed"] and s.format_report(rep2)[-1] == "changed"
-    assert any(line.startswith("new failure  firefox   flex/moz-available.html") for line in s.format_report(rep2))
+    assert any(line.startswith(f"new failure  firefox   {moz}") for line in s.format_report(rep2))

@@ -1,5 +1,6 @@
 """A conformance suite run in the three real browsers of this machine: exactly the expected
-failure (Firefox on `flex/moz-available.html`), and "no change" once the expectations file says so."""
+failure (Firefox on `flex/moz-available.html`), and "no change" once the expectations file
+says so."""
 
 from __future__ import annotations
 
@@ -29,11 +30,13 @@ def test_a_suite_run_reports_exactly_the_expected_failures_then_no_change(tmp_pa
     assert r.returncode == 1, r.stderr
     rep = json.loads(r.stdout)
     assert sorted(rep["tests"]) == TESTS and set(rep["engines"]) == set(FAILING)
-    failing = {n: sorted(t for t, row in rep["tests"].items() if not row[n]["pass"]) for n in FAILING}
+    failing = {n: sorted(t for t, row in rep["tests"].items() if not row[n]["pass"])
+               for n in FAILING}
     assert failing == FAILING
     (check,) = rep["tests"]["flex/moz-available.html"]["firefox"]["failures"]
     assert check["check"] == "data-expected-width" and check["want"] == 0 and check["got"] == 200
-    assert rep["changes"]["firefox"] == {"new_failures": ["flex/moz-available.html"], "new_passes": []}
+    assert rep["changes"]["firefox"] == {"new_failures": ["flex/moz-available.html"],
+                                         "new_passes": []}
     written = Path(rep["written"])
     assert written.parent == track / "oracle" / "suites" / "results" / "mini"
     assert json.loads(written.read_text())["tests"] == rep["tests"]
@@ -43,5 +46,6 @@ def test_a_suite_run_reports_exactly_the_expected_failures_then_no_change(tmp_pa
     r = nev(["oracle", "suite", "run", "mini"], track, env, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
-    assert "no change" in lines and not [x for x in lines if x.startswith(("new failure", "new pass"))]
+    assert "no change" in lines
+    assert not [x for x in lines if x.startswith(("new failure", "new pass"))]
     assert any(x.split()[:3] == ["firefox", "3", "1"] for x in lines), lines

@@ -72,7 +72,8 @@ def parse_section(f: Fields, raw: Any) -> dict[str, Suite]:
         exp = f.get(entry, "expectations", str, where, required=False) or default_expectations(name)
         parts = exp.split("/")
         if exp.startswith("/") or ".." in parts or not exp.strip():
-            raise f.fail(f"{where}.expectations", "must be a file inside the checkout (relative, no '..')")
+            raise f.fail(f"{where}.expectations",
+                         "must be a file inside the checkout (relative, no '..')")
         suites[name] = Suite(name=name, url=url, commit=commit, expectations=exp)
     return suites
 
@@ -83,7 +84,8 @@ def pick(suites: Mapping[str, Suite], names: Sequence[str], label: str) -> list[
         raise NevError(f"{label} declares no suites; add a `suites` section (docs/oracle.md)", 2)
     for n in names:
         if n not in suites:
-            raise NevError(f"suite {n!r} is not declared in {label}; declared: {', '.join(sorted(suites))}", 2)
+            raise NevError(f"suite {n!r} is not declared in {label}; "
+                           f"declared: {', '.join(sorted(suites))}", 2)
     return [suites[n] for n in (names or sorted(suites))]
 
 
@@ -137,8 +139,9 @@ def _fetch_and_publish(suite: Suite, root: Path, folder: Path, git_env: Mapping[
     try:
         repo = Repo(tmp, env=dict(git_env), timeout=3600.0)
         repo.git("init", "-q")
-        # One commit, shallow; a forge that refuses a want by id gets asked for its branches and tags.
-        if repo.git("fetch", "-q", "--depth", "1", suite.url, suite.commit, check=False).returncode != 0:
+        # One commit, shallow; a forge refusing a want by id is asked for its branches and tags.
+        shallow = repo.git("fetch", "-q", "--depth", "1", suite.url, suite.commit, check=False)
+        if shallow.returncode != 0:
             repo.git("fetch", "-q", suite.url, "+refs/heads/*:refs/remotes/origin/*",
                      "+refs/tags/*:refs/tags/*")
         if repo.git("checkout", "-q", "--detach", suite.commit, check=False).returncode != 0:
@@ -166,7 +169,8 @@ def _make_room(folder: Path) -> None:
     if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
         folder.rmdir()
     elif folder.exists() or folder.is_symlink():
-        raise NevError(f"{folder} is there but is not the pinned checkout; move it away and fetch again")
+        raise NevError(f"{folder} is there but is not the pinned checkout; "
+                       "move it away and fetch again")
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -197,7 +201,8 @@ def collect_tests(checkout: Path, paths: Sequence[str]) -> list[str]:
         if p != base and base not in p.parents:
             raise NevError(f"{arg}: not inside the suite's checkout; give paths relative to it", 2)
         if p.is_dir():
-            files = [q for q in p.rglob("*") if q.suffix.lower() in PAGE_SUFFIXES and ".git" not in q.parts]
+            files = [q for q in p.rglob("*")
+                     if q.suffix.lower() in PAGE_SUFFIXES and ".git" not in q.parts]
         elif p.is_file():
             files = [p]
         else:
@@ -206,7 +211,8 @@ def collect_tests(checkout: Path, paths: Sequence[str]) -> list[str]:
             if q.is_file() and is_test(q.read_text(encoding="utf-8", errors="replace")):
                 found.add(q.relative_to(base).as_posix())
     if not found:
-        raise NevError(f"no check-layout tests (pages calling checkLayout) in {', '.join(paths or ['the suite'])}", 2)
+        where = ", ".join(paths or ["the suite"])
+        raise NevError(f"no check-layout tests (pages calling checkLayout) in {where}", 2)
     return sorted(found)
 
 
@@ -216,7 +222,8 @@ def engine_failures(checked: Mapping[str, Any], engine: str) -> list[dict[str, A
     for key, e in checked["elements"].items():
         for attr, c in e.get("checks", {}).items():
             if engine in c["failed_in"]:
-                out.append({"element": key, "check": attr, "want": c["want"], "got": c["got"].get(engine)})
+                out.append({"element": key, "check": attr, "want": c["want"],
+                            "got": c["got"].get(engine)})
     return out
 
 
@@ -257,7 +264,8 @@ def load_expectations(path: Path, engine_names: Sequence[str]) -> Expectations:
     data = jsonfile.load(path, "suite expectations file")
     f = Fields(path)
     top = f.known(f.obj(data, "(top level)"), ("failures",), "")
-    raw = f.known(f.get(top, "failures", dict, "", required=False, default={}), engine_names, "failures")
+    raw = f.known(f.get(top, "failures", dict, "", required=False, default={}), engine_names,
+                  "failures")
     return Expectations({n: frozenset(f.str_list(raw, n, "failures")) for n in raw}, str(path))
 
 
@@ -293,7 +301,8 @@ def report(suite: Suite, run: Mapping[str, Any], expected: Expectations,
     ch = changes(tests, expected, engine_names)
     summary = {n: {"pass": sum(1 for r in tests.values() if r[n]["pass"]),
                    "fail": sum(1 for r in tests.values() if not r[n]["pass"]),
-                   "new_failures": len(ch[n]["new_failures"]), "new_passes": len(ch[n]["new_passes"])}
+                   "new_failures": len(ch[n]["new_failures"]),
+                   "new_passes": len(ch[n]["new_passes"])}
                for n in engine_names}
     return {"suite": suite.name, "commit": suite.commit, "engines": run["versions"],
             "expectations": expected.path, "tests": tests, "summary": summary, "changes": ch,
@@ -306,7 +315,8 @@ def format_report(rep: Mapping[str, Any]) -> list[str]:
              f"expectations: {rep['expectations'] or 'none (every test expected to pass)'}",
              f"{'engine':<9} {'pass':>5} {'fail':>5} {'new failures':>13} {'new passes':>11}"]
     for n, s in rep["summary"].items():
-        lines.append(f"{n:<9} {s['pass']:>5} {s['fail']:>5} {s['new_failures']:>13} {s['new_passes']:>11}")
+        lines.append(f"{n:<9} {s['pass']:>5} {s['fail']:>5} {s['new_failures']:>13} "
+                     f"{s['new_passes']:>11}")
     for n, ch in rep["changes"].items():
         for t in ch["new_failures"]:
             checks = "; ".join(f"{f['element']} {f['check']}={f['want']:g} got "

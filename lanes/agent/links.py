@@ -44,7 +44,8 @@ def plan(worktree: str, pins: dict[str, str], ground_truth: set[str], has_oracle
     links: list[Link] = []
     for suite, commit in sorted(pins.items()):
         if safe_part(suite) and safe_part(commit):
-            links.append(Link(f"oracle/suites/checkouts/{suite}", f"suites/{suite}-{commit}", False))
+            links.append(Link(f"oracle/suites/checkouts/{suite}", f"suites/{suite}-{commit}",
+                              make_target=False))
     if has_webgpu_cts:
         links.append(Link("webgpu-cts/cts", "suites/webgpu-cts"))
     for name in sorted(ground_truth):
