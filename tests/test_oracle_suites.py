@@ -80,6 +80,10 @@ def test_the_lane_copy_links_each_declared_suite_to_its_pinned_folder_without_ma
     assert os.readlink(link) == str(share / "suites" / f"mini-{PIN}")
     assert not (share / "suites" / f"mini-{PIN}").exists()          # a fetch's rename makes it
     assert (share / "archive" / "suite-results" / "track-a").is_dir()
+    # a copy declaring suites gets the results link without an oracle/ folder of its own
+    assert [link.path for link in links.plan("t", pins, set(), False, False)] == [
+        "oracle/suites/checkouts/mini", "oracle/suites/results"]
+    assert links.plan("t", {}, set(), False, False) == []
 
 
 # --- the fetch ----------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ def plan(worktree: str, pins: dict[str, str], ground_truth: set[str], has_oracle
     for name in sorted(ground_truth):
         if safe_part(name):
             links.append(Link(f"corpus/{name}", f"ground-truth/{name}"))
-    if has_oracle:
+    if has_oracle or any(link.path.startswith("oracle/") for link in links):  # suites declared
         links.append(Link("oracle/suites/results", f"archive/suite-results/{worktree}"))
     if has_webgpu_cts:
         links.append(Link("webgpu-cts/results", f"archive/webgpu-cts-results/{worktree}"))
