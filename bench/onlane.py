@@ -23,7 +23,8 @@ _TRAVELS = {"NEV_LANE_MODEL_URL"}
 _DEV_BOX_ONLY = {"NEV_MODEL_URL", "NEV_FORGE_URL"}
 #: credentials (and files of credentials): the gate's .env carries them, never the environment
 #: this machine's own sandbox choices and the paths nev sets for a verify in its jail: never a lane's
-_HERE_ONLY = {"NEV_SANDBOX_READ", "NEV_SANDBOX_WRITE", "NEV_SANDBOX_ENV", "NEV_TRUTH_SOCKET", "NEV_TRUTH_STAGING"}
+_HERE_ONLY = {"NEV_SANDBOX_READ", "NEV_SANDBOX_WRITE", "NEV_SANDBOX_ENV", "NEV_TRUTH_SOCKET", "NEV_TRUTH_STAGING",
+              "NEV_SUITE_STORE"}   # a suite store here is a folder of this machine
 _CREDENTIALS = {"NEV_MODEL_API_KEY", "NEV_MODEL_KEY_FILE", "NEV_FORGE_TOKEN", "NEV_FORGE_TOKEN_FILE",
                 "NEV_FORGE_USER"}
 

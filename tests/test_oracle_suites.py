@@ -248,3 +248,10 @@ def test_the_report_table_says_no_change_when_the_failures_are_the_expected_ones
     rep2 = s.report(suite, run, s.Expectations(), list(FAILING))
     assert rep2["changed"] and s.format_report(rep2)[-1] == "changed"
     assert any(line.startswith(f"new failure  firefox   {moz}") for line in s.format_report(rep2))
+
+
+def test_a_suite_store_of_this_machine_does_not_travel_to_a_lane():
+    from bench import onlane
+
+    assert onlane.forwarded_env({"NEV_SUITE_STORE": "/here/suites", "NEV_CORPUS_CASES": "5"}) == \
+        {"NEV_CORPUS_CASES": "5"}
