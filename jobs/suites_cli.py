@@ -76,7 +76,8 @@ def suites_fetch(names: tuple[str, ...], lane_index: int | None, as_json: bool, 
     from dataclasses import replace
 
     from bench.oracle import suites as s
-    from lanes.base import ui
+    from lanes.base import settings, ui
+    from lanes.base.errors import NevError
     from lanes.base.ui import emit_json
 
     top = _top(repo)
@@ -86,6 +87,9 @@ def suites_fetch(names: tuple[str, ...], lane_index: int | None, as_json: bool, 
         return status
     root = s.store_root()
     assert root is not None   # on a lane: the share's
+    if settings.given(settings.SUITE_STORE) is None and not root.parent.is_dir():
+        raise NevError(f"the share {root.parent} is not there; mount it (NEV_LANE_SHARED) or set "
+                       "NEV_SUITE_STORE")
     rows = []
     for suite in s.pick(_declared(top), names, str(top / "tracks.json")):
         url, env = _git_env(top, suite.url)

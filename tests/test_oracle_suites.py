@@ -255,3 +255,13 @@ def test_a_suite_store_of_this_machine_does_not_travel_to_a_lane():
 
     assert onlane.forwarded_env({"NEV_SUITE_STORE": "/here/suites", "NEV_CORPUS_CASES": "5"}) == \
         {"NEV_CORPUS_CASES": "5"}
+
+
+def test_on_a_lane_without_its_share_the_fetch_says_so(suite_env, tmp_path):
+    env = {"PATH": suite_env["env"]["PATH"], "NEV_ON_LANE": "1",
+           "NEV_LANE_SHARED": str(tmp_path / "no-share")}
+    r = nev(["oracle", "suites", "fetch"], suite_env["track"], env)
+    assert r.returncode == 1 and r.stderr.strip() == (
+        f"nev: the share {tmp_path / 'no-share'} is not there; mount it (NEV_LANE_SHARED) or set "
+        "NEV_SUITE_STORE")
+    assert not (tmp_path / "no-share").exists()
