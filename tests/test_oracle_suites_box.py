@@ -59,7 +59,7 @@ def test_a_suite_is_fetched_once_for_two_lanes_and_run_on_a_lane(box, two_lanes)
 
     first = h.nev(["oracle", "suites", "fetch", "--lane", "0"], env, cwd=wt, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert f"{name} {pin[:12]}: fetched in" in first.stdout
+    assert f"{name} {pin[:12]}: fetched in" in first.stdout + first.stderr
     reads = forge_reads()
     assert reads > 0
     published = rig.nas / "suites" / f"{name}-{pin}"
@@ -68,7 +68,7 @@ def test_a_suite_is_fetched_once_for_two_lanes_and_run_on_a_lane(box, two_lanes)
 
     second = h.nev(["oracle", "suites", "fetch", "--lane", "1"], env, cwd=wt, timeout=900)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert f"{name} {pin[:12]}: found (already published)" in second.stdout
+    assert f"{name} {pin[:12]}: found (already published)" in second.stdout + second.stderr
     assert forge_reads() == reads                        # lane 1 never reached the forge
 
     # the run on lane 1, from the published checkout: exactly the expected failures
