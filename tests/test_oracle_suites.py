@@ -265,3 +265,29 @@ def test_on_a_lane_without_its_share_the_fetch_says_so(suite_env, tmp_path):
         f"nev: the share {tmp_path / 'no-share'} is not there; mount it (NEV_LANE_SHARED) or set "
         "NEV_SUITE_STORE")
     assert not (tmp_path / "no-share").exists()
+
+
+def test_through_the_gate_a_lane_fetches_into_its_share_and_the_copys_link_resolves(tmp_path):
+    """The real gate and lane agent (a local lane, tests/helpers/local_lane.py): the lane copy's
+    link is made before the fetch and points at the published checkout after it."""
+    from tests.helpers.local_lane import LocalLane, make_repo
+
+    lane = LocalLane(tmp_path / "lane")
+    (lane.bin / "nev").write_text(f'#!/bin/sh\nexec {sys.executable} -m rig.cli "$@"\n')
+    (lane.bin / "nev").chmod(0o755)
+    bare, pin = make_suite_repo(tmp_path / "forge")
+    wt = make_repo(tmp_path / "wt")
+    declare(wt, "mini", f"file://{bare}", pin, failing=FAILING)
+    h.git(wt, "add", "-A")
+    h.git(wt, "commit", "-qm", "declare the suite")
+    share = tmp_path / "share"
+    share.mkdir()
+    first = lane.nev(["oracle", "suites", "fetch", "--lane", "0"], cwd=wt, NEV_LANE_SHARED=str(share))
+    assert first.returncode == 0, first.stderr
+    assert f"mini {pin[:12]}: fetched in" in first.stdout
+    link = lane.copy("wt") / "oracle" / "suites" / "checkouts" / "mini"
+    assert os.readlink(link) == str(share / "suites" / f"mini-{pin}")
+    assert (link / "flex" / "grow.html").is_file()
+    second = lane.nev(["oracle", "suites", "fetch", "--lane", "0"], cwd=wt, NEV_LANE_SHARED=str(share))
+    assert second.returncode == 0, second.stderr
+    assert f"mini {pin[:12]}: found (already published)" in second.stdout

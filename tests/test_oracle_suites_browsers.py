@@ -49,3 +49,33 @@ def test_a_suite_run_reports_exactly_the_expected_failures_then_no_change(tmp_pa
     assert "no change" in lines
     assert not [x for x in lines if x.startswith(("new failure", "new pass"))]
     assert any(x.split()[:3] == ["firefox", "3", "1"] for x in lines), lines
+
+
+def test_on_a_lane_the_run_writes_to_the_shares_suite_results(tmp_path):
+    """Through the real gate and lane agent (a local lane): the record lands in
+    archive/suite-results/<lane copy>/ on the share, through the copy's results link."""
+    import os
+    import sys
+
+    from tests.helpers.local_lane import LocalLane, make_repo
+
+    lane = LocalLane(tmp_path / "lane")
+    (lane.bin / "nev").write_text(f'#!/bin/sh\nexec {sys.executable} -m rig.cli "$@"\n')
+    (lane.bin / "nev").chmod(0o755)
+    bare, pin = make_suite_repo(tmp_path / "forge")
+    wt = make_repo(tmp_path / "wt")
+    declare(wt, "mini", f"file://{bare}", pin, failing=FAILING)
+    h.git(wt, "add", "-A")
+    h.git(wt, "commit", "-qm", "declare the suite")
+    share = tmp_path / "share"
+    share.mkdir()
+    env = {"NEV_LANE_SHARED": str(share)}
+    assert lane.nev(["oracle", "suites", "fetch", "--lane", "0"], cwd=wt, **env).returncode == 0
+    r = lane.nev(["oracle", "suite", "run", "mini", "--lane", "0"], cwd=wt, timeout=300, **env)
+    assert r.returncode == 0 and "no change" in r.stdout.splitlines(), r.stdout + r.stderr
+    copy = lane.copy("wt")
+    assert os.readlink(copy / "oracle" / "suites" / "results") == \
+        str(share / "archive" / "suite-results" / copy.name)
+    (written,) = (share / "archive" / "suite-results" / copy.name / "mini").glob("*.json")
+    rep = json.loads(written.read_text())
+    assert not rep["changed"] and rep["expectations"] == "oracle/suites/mini.expected.json"
