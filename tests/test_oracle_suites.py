@@ -282,12 +282,13 @@ def test_through_the_gate_a_lane_fetches_into_its_share_and_the_copys_link_resol
     h.git(wt, "commit", "-qm", "declare the suite")
     share = tmp_path / "share"
     share.mkdir()
-    first = lane.nev(["oracle", "suites", "fetch", "--lane", "0"], cwd=wt, NEV_LANE_SHARED=str(share))
+    fetch = ["oracle", "suites", "fetch", "--lane", "0"]
+    first = lane.nev(fetch, cwd=wt, NEV_LANE_SHARED=str(share))
     assert first.returncode == 0, first.stderr
     assert f"mini {pin[:12]}: fetched in" in first.stdout
     link = lane.copy("wt") / "oracle" / "suites" / "checkouts" / "mini"
     assert os.readlink(link) == str(share / "suites" / f"mini-{pin}")
     assert (link / "flex" / "grow.html").is_file()
-    second = lane.nev(["oracle", "suites", "fetch", "--lane", "0"], cwd=wt, NEV_LANE_SHARED=str(share))
+    second = lane.nev(fetch, cwd=wt, NEV_LANE_SHARED=str(share))
     assert second.returncode == 0, second.stderr
     assert f"mini {pin[:12]}: found (already published)" in second.stdout
