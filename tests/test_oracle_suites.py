@@ -172,6 +172,17 @@ def test_a_pin_the_repository_lacks_publishes_nothing(suite_env):
     assert [p.name for p in e["store"].iterdir()] == [f"mini-{'b' * 40}.lock"]
 
 
+def test_a_repository_that_is_not_there_is_one_line_and_publishes_nothing(suite_env):
+    e = suite_env
+    declare(e["track"], "mini", f"file://{e['bare']}-missing", e["pin"])
+    r = nev(["oracle", "suites", "fetch"], e["track"], e["env"])
+    assert r.returncode == 1
+    err = r.stderr.strip()
+    assert err.startswith("nev: suite mini: fetching it failed (") and "\n" not in err, err
+    assert err.endswith("check its url in tracks.json and the forge credential")
+    assert [p.name for p in e["store"].iterdir()] == [f"mini-{e['pin']}.lock"]
+
+
 def test_off_a_lane_without_a_store_the_commands_go_to_a_lane_and_none_answers(suite_env, tmp_path):
     e = suite_env
     env = {"PATH": e["env"]["PATH"], "NEV_LANES_FILE": str(tmp_path / "no-lanes.json")}

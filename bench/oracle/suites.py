@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -158,8 +159,6 @@ def _fetch_and_publish(suite: Suite, root: Path, folder: Path, git_env: Mapping[
                        "tracks.json and the forge credential") from None
     finally:
         if tmp.exists():
-            import shutil
-
             shutil.rmtree(tmp, ignore_errors=True)
 
 
