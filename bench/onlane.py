@@ -23,7 +23,8 @@ _TRAVELS = {"NEV_LANE_MODEL_URL"}
 _DEV_BOX_ONLY = {"NEV_MODEL_URL", "NEV_FORGE_URL"}
 #: credentials (and files of credentials): the gate's .env carries them, never the environment
 #: this machine's own sandbox choices and the paths nev sets for a verify in its jail: never a lane's
-_HERE_ONLY = {"NEV_SANDBOX_READ", "NEV_SANDBOX_WRITE", "NEV_SANDBOX_ENV", "NEV_TRUTH_SOCKET", "NEV_TRUTH_STAGING"}
+_HERE_ONLY = {"NEV_SANDBOX_READ", "NEV_SANDBOX_WRITE", "NEV_SANDBOX_ENV", "NEV_TRUTH_SOCKET", "NEV_TRUTH_STAGING",
+              "NEV_SUITE_STORE"}   # a suite store here is a folder of this machine
 _CREDENTIALS = {"NEV_MODEL_API_KEY", "NEV_MODEL_KEY_FILE", "NEV_FORGE_TOKEN", "NEV_FORGE_TOKEN_FILE",
                 "NEV_FORGE_USER"}
 
@@ -71,11 +72,14 @@ def declared_files(worktree: Path, env: dict[str, str]) -> dict[str, bytes]:
     return {DECLARED_ON_LANE: declared.read_bytes()}
 
 
-def run_on_lane(worktree: Path, command: Sequence[str], pull: Sequence[str] = ()) -> int:
-    """Re-run `command` on a lane through the gate (lane-only); NoLaneError (exit 3) without one."""
+def run_on_lane(worktree: Path, command: Sequence[str], pull: Sequence[str] = (),
+                lane_index: int | None = None) -> int:
+    """Re-run `command` on a lane (lane `lane_index`, else the first that answers) through the
+    gate (lane-only); NoLaneError (exit 3) without one."""
     from lanes import gate  # the SSH stack, loaded only when a batch goes to a lane
 
     env = forwarded_env(os.environ)
     files = declared_files(worktree, env)
-    status: int = gate.run(worktree, list(command), lane_only=True, pull=list(pull), extra_env=env, files=files)
+    status: int = gate.run(worktree, list(command), lane_index=lane_index, lane_only=True,
+                           pull=list(pull), extra_env=env, files=files)
     return status

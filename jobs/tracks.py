@@ -1,4 +1,5 @@
-"""`tracks.json`: the gate command, extra land checks, protected globs and the tick's settings."""
+"""`tracks.json`: the gate command, extra land checks, protected globs, the tick's settings and
+the conformance suites (`bench/oracle/suites.py`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.oracle.suites import Suite, parse_section
 from lanes.base import jsonfile
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo
@@ -43,6 +45,7 @@ class Tracks:
     protected: list[str] = field(default_factory=list)
     spec_watch: SpecWatch = field(default_factory=SpecWatch)
     install: Install | None = None
+    suites: dict[str, Suite] = field(default_factory=dict)
 
 
 def at(repo: Repo, rev: str) -> Tracks:
@@ -65,7 +68,8 @@ def parse_text(text: str, label: str) -> Tracks:
 
 def parse(data: Any, path: Path) -> Tracks:
     f = jsonfile.Fields(path)
-    top = f.known(f.obj(data, "(top level)"), ("verify", "landChecks", "protected", "install", "specWatch"), "")
+    top = f.known(f.obj(data, "(top level)"),
+                  ("verify", "landChecks", "protected", "install", "specWatch", "suites"), "")
     verify = f.get(top, "verify", str, "")
     if not verify.strip():
         raise f.fail("verify", "is empty; name the gate command")
@@ -112,5 +116,6 @@ def parse(data: Any, path: Path) -> Tracks:
     sw = SpecWatch(poll_env=poll_env,
                    land_script=land_script,
                    lanes=lanes)
+    suites = parse_section(f, top["suites"]) if top.get("suites") is not None else {}
     return Tracks(path=path, verify=verify, land_checks=checks, protected=protected, spec_watch=sw,
-                  install=install)
+                  install=install, suites=suites)

@@ -24,13 +24,23 @@ def _lanes() -> ModuleType:
     return cli
 
 
+def _bench() -> ModuleType:
+    """`bench.cli`, with `nev oracle suites` and `nev oracle suite` added: the oracle is bench's,
+    the suites' declaration (tracks.json) jobs'."""
+    cli = import_module("bench.cli")
+    suites_cli = import_module("jobs.suites_cli")
+    for group in (suites_cli.suites, suites_cli.suite):
+        cli.oracle.add_command(group)
+    return cli
+
+
 # Each group by the CLI module that holds it (under the group's own name), imported only when the
 # group is named: `nev lane run` starts without the other packages' command lines. The imports are
 # literal calls, so the import rules (tests/test_architecture.py) see them.
 CLI_MODULES: dict[str, Callable[[], ModuleType]] = {
     "lanes": _lanes, "jobs": lambda: import_module("jobs.cli"),
     "dagu": lambda: import_module("dagu.cli"), "rig": lambda: import_module("rig.rig_cli"),
-    "box": lambda: import_module("rig.box_cli"), "bench": lambda: import_module("bench.cli")}
+    "box": lambda: import_module("rig.box_cli"), "bench": _bench}
 GROUPS: dict[str, Callable[[], ModuleType]] = {
     group: CLI_MODULES[module] for group, module in (
         ("lane", "lanes"), ("job", "jobs"), ("land", "jobs"), ("dagu", "dagu"), ("rig", "rig"), ("box", "box"),

@@ -58,6 +58,16 @@ def test_every_group_is_listed_and_found_though_imported_only_when_named():
     assert r.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_the_oracle_group_holds_the_suite_commands_of_jobs():
+    import click
+
+    oracle = cli.get_command(click.Context(cli), "oracle")
+    ctx = click.Context(oracle)
+    assert {"suites", "suite"} <= set(oracle.list_commands(ctx))
+    assert oracle.get_command(ctx, "suites").list_commands(ctx) == ["fetch"]
+    assert oracle.get_command(ctx, "suite").list_commands(ctx) == ["run"]
+
+
 def test_usage_error_exit_2(capsys):
     assert main(["lane", "frobnicate"]) == 2
 

@@ -181,6 +181,7 @@ def _in_env(var: str, reader: Callable[[Path], object]) -> Callable[[Path, Path]
 def _readers() -> list[Reader]:
     from bench import folknet, plan, readiness, rounds
     from bench.oracle import store as oracle_store
+    from bench.oracle import suites
     from crates_bridge import corpus, registry
     from jobs import approvals, land_gate, manifest, records, tracks
     from lanes import lanesfile
@@ -243,6 +244,10 @@ def _readers() -> list[Reader]:
         Reader("snapshot label (nev rig diff)", ("rig/snapshot/store.py::LocalStore._load",),
                "notes/snapshots/labels/bad.json", lambda d, f: LocalStore(d / "notes").read_manifest("bad"),
                b'{"format": 1, "label": "bad", "time": "t", "who": "w", "roles": {}}'),
+        Reader("suite expectations", ("bench/oracle/suites.py::load_expectations",),
+               "oracle/suites/mini.expected.json",
+               lambda d, f: suites.load_expectations(f, ["chromium", "firefox", "webkit"]),
+               b'{"failures": {"firefox": ["a.html"]}}'),
         Reader("floor file", ("crates_bridge/registry.py::_load_json",), "x.floor.json",
                lambda d, f: registry.load_floor(f), b'{"cases_passed": 1, "cases_run": 2}'),
         Reader("provenance record", ("crates_bridge/registry.py::_load_json",), "gen/f.provenance.json",

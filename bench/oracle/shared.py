@@ -43,7 +43,8 @@ def entry(function: str, key: str) -> str:
 
 
 @contextmanager
-def locked(root: Path, name: str, say: Callable[[str], None] | None = None) -> Iterator[None]:
+def locked(root: Path, name: str, say: Callable[[str], None] | None = None,
+           what: str = "build of this corpus") -> Iterator[None]:
     """Hold `<root>/<name>.lock` exclusively: concurrent builders of one entry take turns (`say`
     hears when this one waits). A temporary folder of this entry left by a builder that died (on
     any lane) is removed once the lock is ours."""
@@ -55,7 +56,7 @@ def locked(root: Path, name: str, say: Callable[[str], None] | None = None) -> I
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if say is not None:
-                say(f"another build of this corpus holds {path}; waiting for it")
+                say(f"another {what} holds {path}; waiting for it")
             fcntl.flock(fd, fcntl.LOCK_EX)
         for p in root.glob(f"{store.TMP_PREFIX}{name}-*"):
             shutil.rmtree(p, ignore_errors=True)

@@ -10,8 +10,11 @@
 | (the command's output, copied)                    | `archive/gate-logs/<worktree>/<time>-<guest>-<commit>.log` |
 | (one line per model batch)                        | `ledger/<worktree>.jsonl`                 |
 
-Suite pins come from `oracle/suites/pins.json` (`{"<suite>": "<commit>"}`) when the copy has
-one. An existing real directory at a link's place is left alone.
+Suite pins come from the copy's `tracks.json` (`suites`: `{"<suite>": {"commit": ...}}`, the
+declaration `nev oracle suites fetch` reads, bench/oracle/suites.py). A suite's link is made
+before its checkout is fetched (it dangles until then; its target is never created here, so
+only a fetch's rename puts a folder there). An existing real directory at a link's place is left
+alone.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ import re
 from typing import NamedTuple
 
 GROUND_TRUTH = re.compile(r"corpus/([A-Za-z0-9_.-]*ground-truth)\b")
-SUITE_PINS = "oracle/suites/pins.json"
+SUITE_PINS = "tracks.json"   # its `suites` section
 
 
 class Link(NamedTuple):
     path: str      # relative to the worktree
     target: str    # relative to the share
+    make_target: bool = True   # False: the target is published by someone else (a suite's fetch)
 
 
 def safe_part(name: str) -> bool:
@@ -40,13 +44,14 @@ def plan(worktree: str, pins: dict[str, str], ground_truth: set[str], has_oracle
     links: list[Link] = []
     for suite, commit in sorted(pins.items()):
         if safe_part(suite) and safe_part(commit):
-            links.append(Link(f"oracle/suites/checkouts/{suite}", f"suites/{suite}-{commit}"))
+            links.append(Link(f"oracle/suites/checkouts/{suite}", f"suites/{suite}-{commit}",
+                              make_target=False))
     if has_webgpu_cts:
         links.append(Link("webgpu-cts/cts", "suites/webgpu-cts"))
     for name in sorted(ground_truth):
         if safe_part(name):
             links.append(Link(f"corpus/{name}", f"ground-truth/{name}"))
-    if has_oracle:
+    if has_oracle or any(link.path.startswith("oracle/") for link in links):  # suites declared
         links.append(Link("oracle/suites/results", f"archive/suite-results/{worktree}"))
     if has_webgpu_cts:
         links.append(Link("webgpu-cts/results", f"archive/webgpu-cts-results/{worktree}"))
@@ -71,13 +76,19 @@ def ground_truth_names(texts: list[str]) -> set[str]:
 
 
 def read_pins(copy: str) -> dict[str, str]:
+    """`{suite: commit}` from the copy's tracks.json (nev validates it; here what is malformed is
+    skipped)."""
     p = os.path.join(copy, SUITE_PINS)
     try:
         with open(p, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    suites = data.get("suites") if isinstance(data, dict) else None
+    if not isinstance(suites, dict):
+        return {}
+    return {str(k): v["commit"] for k, v in suites.items()
+            if isinstance(v, dict) and isinstance(v.get("commit"), str)}
 
 
 def apply_links(copy: str, shared: str, links: list[Link]) -> list[str]:
@@ -92,7 +103,8 @@ def apply_links(copy: str, shared: str, links: list[Link]) -> list[str]:
             os.unlink(where)
         elif os.path.exists(where):
             continue
-        os.makedirs(target, exist_ok=True)
+        if link.make_target:
+            os.makedirs(target, exist_ok=True)
         os.makedirs(os.path.dirname(where), exist_ok=True)
         os.symlink(target, where)
         made.append(f"{link.path} -> {target}")

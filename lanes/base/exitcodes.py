@@ -27,6 +27,7 @@ class Exit(IntEnum):
 
     OK = 0, "done", (
         ("`nev job check inventory`", "the inventory is ready"),
+        ("`nev oracle suite run`", "no change: the failures are exactly the expected ones"),
     )
     FAILED = 1, ("refused or failed, the reason on one line (stderr); also a malformed settings, state or "
                  "declaration file (not UTF-8, nested too deep, a folder in its place, a number out of range, "
@@ -40,13 +41,16 @@ class Exit(IntEnum):
         ("`nev rig snapshots`", "a label is damaged (each named on stderr; the others listed)"),
         ("`nev rig snapshot`", "the label exists, or another `nev rig snapshot` of it just wrote it"),
         ("`nev job submit`", "another `nev job submit` of the same name is running"),
+        ("`nev oracle suite run`", "something changed: new failures or new passes against the "
+         "suite's expectations (each listed)"),
     )
     USAGE = 2, "usage error: bad arguments or options", (
         ("`nev land`", "a rebase conflict outside `handoff.md` (the files named): the branch must change first"),
     )
     UNAVAILABLE = 3, ("nothing ran: what the command needs is not available now; the same request may "
                       "succeed later"), (
-        ("`nev lane`, `nev batch run`, `nev floors`, `nev land`'s gate", "no build lane answered"),
+        ("`nev lane`, `nev batch run`, `nev floors`, `nev land`'s gate, `nev oracle suites fetch`, "
+         "`nev oracle suite run`", "no build lane answered"),
         ("`nev job run`, `nev job check inventory`",
          "the inventory is not ready (a not-run result is kept on the lane; `nev job poll` resends the job)"),
     )

@@ -158,6 +158,10 @@ CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where corpora live (corpus/<name>/)
                 "batches and floors read them; relative to the repository root")
 CORPUS_STORE = _s("NEV_CORPUS_STORE", None, "the corpus store every lane copy shares (one folder per corpus key, "
                   "built once under a lock); on a lane <NEV_LANE_SHARED>/corpora when unset, elsewhere none")
+SUITE_STORE = _s("NEV_SUITE_STORE", None,
+                 "where conformance suites' pinned checkouts are fetched once for every lane copy "
+                 "(`<suite>-<commit>/`); on a lane <NEV_LANE_SHARED>/suites when unset, elsewhere "
+                 "none (the suite commands then run on a lane)")
 CORPUS_CASES = _s("NEV_CORPUS_CASES", "1000", "seeds per corpus (0 ... N-1): the default of `nev oracle build --cases` "
                   "and the size of every corpus the floors check and `nev scores` build")
 # The sandbox for model-written code (lanes/base/sandbox.py, docs/sandbox.md)
