@@ -11,7 +11,6 @@ its `.env` removed); `status` lists every lane's writers.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass
 from enum import Enum
@@ -20,7 +19,21 @@ from typing import Any
 
 from lanes import dotenv, gate, lanesfile, payload
 from lanes.agent.layout import ENV
-from lanes.agent.wire import Kind, Op
+from lanes.agent.messages import (
+    NoWriter,
+    Refusal,
+    WriterFetchedRequest,
+    WriterFetchedResult,
+    WriterFetchRequest,
+    WriterFetchResult,
+    WriterSpec,
+    WriterStatusRequest,
+    WriterStatusResult,
+    WriterStopRequest,
+    WriterStopResult,
+    writer_answer,
+)
+from lanes.agent.wire import Kind
 from lanes.base import ui
 from lanes.base.errors import NevError, NoLaneError
 from lanes.base.gitrun import Repo
@@ -28,7 +41,7 @@ from lanes.base.mask import is_secret_name, mask
 from lanes.base.ssh import SshError
 from lanes.forge import forge_for
 from lanes.lanesfile import Lane
-from lanes.session import Session, call
+from lanes.session import Session, call, call_with
 
 CALL_TIMEOUT = 60.0
 FETCH_REF = "refs/nev/writer/"   # + worktree name: the lane's tip as last fetched here, kept when refused
@@ -85,22 +98,30 @@ def start(worktree: Path, *, lane_index: int, model: str, brief: Path, harness: 
     if picked is None:
         raise NoLaneError(f"lane {lane_index} does not answer; no writer started")
     lane, conn = picked
-    spec = {"branch": branch, "tool": harness.tool, "model": model, "launch": harness.launch, "brief": text}
+    spec = WriterSpec(branch=branch, tool=harness.tool, model=model, launch=harness.launch, brief=text)
     try:
         out = gate.gate_on_lane(lane, conn, wt, [], forge=forge_for(wt.repo, lf), writer=spec)
     finally:
         conn.close()
-    rec = out.result.get("writer")
-    if not rec:
+    rec = out.result.writer
+    if rec is None:
         raise NevError(f"{lane.label} started no writer (status {out.status})")
-    return {"lane": lane.index, "label": lane.label, **rec}
+    return {"lane": lane.index, "label": lane.label, **rec.to_wire()}
 
 
 @dataclass
 class _Found:
     lane: Lane
-    result: dict[str, Any]
+    result: WriterFetchResult
     bundle: bytes
+
+
+def _fetch_answer(data: bytes) -> WriterFetchResult | NoWriter | Refusal:
+    return writer_answer(data, WriterFetchResult)
+
+
+def _stop_answer(data: bytes) -> WriterStopResult | NoWriter | Refusal:
+    return writer_answer(data, WriterStopResult)
 
 
 def _ask(lane: Lane, name: str, have: list[str]) -> _Found | None:
@@ -108,24 +129,24 @@ def _ask(lane: Lane, name: str, have: list[str]) -> _Found | None:
     with lane.connect() as conn:
         s = Session(conn, lane)
         data = bytearray()
-        res: dict[str, Any] | None = None
+        res: WriterFetchResult | NoWriter | Refusal | None = None
         try:
-            s.request(Op.WRITER_FETCH, root=lane.root, name=name, have=have)
+            s.request(WriterFetchRequest(root=lane.root, name=name, have=have))
             for kind, chunk in s.frames(CALL_TIMEOUT):
                 if kind is Kind.WRITER_BUNDLE:
                     data += chunk
                 elif kind is Kind.MESSAGE:
                     ui.info(f"{lane.label}: {chunk.decode(errors='replace')}")
                 elif kind is Kind.RESULT:
-                    res = json.loads(chunk)
+                    res = s.decode(chunk, _fetch_answer)
                     break
         finally:
             s.close()
     if res is None:
         raise NevError(f"{lane.label}: the lane agent gave no answer to 'writer-fetch' within {CALL_TIMEOUT:g} s")
-    if res.get("refused"):
-        raise NevError(f"{lane.label} refused the fetch: {res['refused']}")
-    return None if res.get("none") else _Found(lane, res, bytes(data))
+    if isinstance(res, Refusal):
+        raise NevError(f"{lane.label} refused the fetch: {res.refused}")
+    return None if isinstance(res, NoWriter) else _Found(lane, res, bytes(data))
 
 
 def _find(lanes: list[Lane], name: str, have: list[str]) -> _Found:
@@ -144,14 +165,14 @@ def _take(repo: Repo, found: _Found, name: str) -> str:
     """The lane's tip here, at FETCH_REF + name; its commit."""
     res, ref = found.result, FETCH_REF + name
     if not found.bundle:
-        if repo.try_rev(res["tip"]) is None:
-            raise NevError(f"{found.lane.label}: sent no commits, yet its tip {res['tip'][:12]} is not here")
-        repo.set_ref(ref, res["tip"])
-        return str(res["tip"])
+        if repo.try_rev(res.tip) is None:
+            raise NevError(f"{found.lane.label}: sent no commits, yet its tip {res.tip[:12]} is not here")
+        repo.set_ref(ref, res.tip)
+        return res.tip
     with tempfile.NamedTemporaryFile(suffix=".bundle") as f:
         f.write(found.bundle)
         f.flush()
-        return repo.fetch_bundle(Path(f.name), res["ref"], ref)
+        return repo.fetch_bundle(Path(f.name), res.ref, ref)
 
 
 def fetch(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
@@ -163,9 +184,9 @@ def fetch(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
     found = _find(lanesfile.pick(lanesfile.configured(), lane_index), wt.name,
                   [wt.commit, *payload.remote_tips(repo)])
     res, label = found.result, found.lane.label
-    if res.get("branch") != branch:
-        raise NevError(f"the writer of {wt.name} on {label} commits to {res.get('branch')}, but {wt.path} is on "
-                       f"{branch}; check out {res.get('branch')} to fetch (nothing fetched)")
+    if res.branch != branch:
+        raise NevError(f"the writer of {wt.name} on {label} commits to {res.branch}, but {wt.path} is on "
+                       f"{branch}; check out {res.branch} to fetch (nothing fetched)")
     tip = _take(repo, found, wt.name)
     head = wt.commit
     action = decide_fetch(head, tip, repo.is_ancestor(head, tip), repo.is_ancestor(tip, head))
@@ -178,9 +199,10 @@ def fetch(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
     if action is Fetch.FAST_FORWARD:
         repo.fast_forward(tip)
     with found.lane.connect() as conn:
-        call(conn, found.lane, Op.WRITER_FETCHED, CALL_TIMEOUT, root=found.lane.root, name=wt.name, tip=tip)
+        call(conn, found.lane, WriterFetchedRequest(root=found.lane.root, name=wt.name, tip=tip), CALL_TIMEOUT,
+             WriterFetchedResult)
     return {"lane": found.lane.index, "label": label, "action": action.value, "tip": tip, "commits": commits,
-            "running": bool(res.get("running")), "exit": res.get("exit")}
+            "running": res.running, "exit": res.exit}
 
 
 def stop(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
@@ -193,14 +215,15 @@ def stop(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
     for lane in lanesfile.pick(lanesfile.configured(), lane_index):
         try:
             with lane.connect() as conn:
-                ans = call(conn, lane, Op.WRITER_STOP, CALL_TIMEOUT, root=lane.root, name=wt.name)
+                ans = call_with(conn, lane, WriterStopRequest(root=lane.root, name=wt.name), CALL_TIMEOUT,
+                                _stop_answer)
         except SshError as e:
             ui.info(f"{lane.label} does not answer: {mask(str(e))}")
             continue
-        if ans.get("none"):
+        if not isinstance(ans, WriterStopResult):   # NoWriter: this lane has none
             continue
-        return {**ans, "lane": lane.index, "label": lane.label,
-                "log_tail": mask(str(ans.get("log_tail") or ""), extra=secrets)}
+        return {**ans.to_wire(), "lane": lane.index, "label": lane.label,
+                "log_tail": mask(ans.log_tail, extra=secrets)}
     raise NevError(f"no lane that answered has a writer of {wt.name}; nothing stopped")
 
 
@@ -211,8 +234,9 @@ def status(lane_index: int | None = None) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"index": lane.index, "label": lane.label, "answers": False, "writers": []}
         try:
             with lane.connect() as conn:
-                ans = call(conn, lane, Op.WRITER_STATUS, CALL_TIMEOUT, root=lane.root)
-            row.update(answers=True, writers=ans.get("writers", []))
+                ans = call(conn, lane, WriterStatusRequest(root=lane.root), CALL_TIMEOUT,
+                           WriterStatusResult)
+            row.update(answers=True, writers=[w.to_wire() for w in ans.writers])
         except NevError as e:
             row["error"] = mask(str(e))
         rows.append(row)

@@ -42,7 +42,6 @@ import struct
 import threading
 from collections.abc import Iterator
 from enum import Enum
-from typing import Any
 
 from lanes.agent.errors import Refused
 
@@ -74,6 +73,7 @@ class Op(str, Enum):  # noqa: UP042
 
     HELLO = "hello"
     PAYLOAD = "payload"
+    WRITER_START = "writer-start"
     BUNDLE = "bundle"
     STOP = "stop"
     ABORT = "abort"
@@ -106,29 +106,11 @@ class ProtocolError(Refused):
 
     def __init__(self, what: str) -> None:
         super().__init__(f"protocol error: {what}")
+        self.what = what
 
 
 def frame(kind: Kind, data: bytes = b"") -> bytes:
     return FRAME.pack(kind.value, len(data)) + data
-
-
-def request(op: Op, **fields: Any) -> bytes:
-    """A REQUEST frame: `{"op": op, **fields}`."""
-    return frame(Kind.REQUEST, json.dumps({"op": op.value, **fields}).encode())
-
-
-def op_of(req: dict[str, Any]) -> Op | None:
-    try:
-        return Op(req.get("op"))
-    except ValueError:
-        return None
-
-
-def need(req: dict[str, Any], name: str) -> Any:
-    """A request's field that must be there; a ProtocolError naming it when it is not."""
-    if req.get(name) is None:
-        raise ProtocolError(f"the {req.get('op')!r} request has no {name!r}")
-    return req[name]
 
 
 def parse(buf: bytearray) -> Iterator[tuple[Kind, bytes]]:
@@ -203,17 +185,12 @@ class Wire:
         kind, n = FRAME.unpack(self.read_exact(FRAME.size))
         return _kind(kind), self.read_exact(n)
 
-    def read_request(self) -> dict[str, Any]:
+    def read_request(self) -> bytes:
+        """The next frame's data, which must be a REQUEST's (`lanes.agent.messages.read_request`)."""
         kind, data = self.read_frame()
         if kind is not Kind.REQUEST:
             raise ProtocolError(f"expected a request, got a {kind.name} frame")
-        try:
-            req = json.loads(data)
-        except ValueError:
-            req = None
-        if not isinstance(req, dict):
-            raise ProtocolError("a request is a JSON object")
-        return req
+        return data
 
     def copy_to(self, path: str, n: int) -> None:
         """The next `n` raw bytes into a new file at `path` (mode 600)."""
