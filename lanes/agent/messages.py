@@ -48,8 +48,21 @@ class Message:
 
     WHAT: ClassVar[str] = "message"
 
+    # One repr and one == for all (`@dataclass(repr=False, eq=False)`, not frozen): the methods a
+    # dataclass writes for each class cost the agent's every start more than the rest of it.
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._values())})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _values(self) -> list[tuple[str, object]]:
+        return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]  # type: ignore[arg-type]
+
     def to_wire(self) -> dict[str, object]:
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {k: _plain(v) for k, v in self._values()}
 
     @classmethod
     def from_wire(cls: type[M], obj: object) -> M:
@@ -132,7 +145,7 @@ def send(wire: Wire, kind: Kind, msg: Message) -> None:
 
 # -- the gate ----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Cred(Message):
     """The forge credential a lane's git uses (never in argv: `lanes.agent.git.credential_env`)."""
 
@@ -147,7 +160,7 @@ class Cred(Message):
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Hello(Request):
     """A gate's first request: which copy, where, and the lane's fetch and disk policy."""
 
@@ -160,14 +173,14 @@ class Hello(Request):
     min_free_gb: float
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class CopySize(Message):
     WHAT = "a copy's size"
     name: str
     kb: int
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class HelloAnswer(Message):
     """The HELLO frame: the mirror's tips and fetch age, the free disk (the copies when short)."""
 
@@ -183,7 +196,7 @@ class HelloAnswer(Message):
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Payload(Request):
     """After HELLO: run `command` on the commit; the members (`sizes`, bytes) follow the request."""
 
@@ -197,7 +210,7 @@ class Payload(Request):
     pull: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class WriterSpec(Message):
     """The writer to start: its branch, the declared harness (`tool`, `launch`), model and brief."""
 
@@ -210,7 +223,7 @@ class WriterSpec(Message):
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class WriterStart(Request):
     """After HELLO: start a writer in the copy synced to the commit (members follow, as a payload's)."""
 
@@ -223,7 +236,7 @@ class WriterStart(Request):
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Bundle(Request):
     """After NEED_BUNDLE: another bundle, `size` raw bytes after the request."""
 
@@ -232,33 +245,33 @@ class Bundle(Request):
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class StopRun(Request):
     OP = Op.STOP
     signal: Stop = Stop.TERM
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Abort(Request):
     """After HELLO: nothing runs (the disk guard said no)."""
 
     OP = Op.ABORT
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class NeedBundle(Message):
     WHAT = "the NEED_BUNDLE frame"
     tips: list[str]
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class PullStart(Message):
     WHAT = "the PULL_START frame"
     dir: str
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class WriterState(Message):
     """A writer's record (`state.json` in its folder on the lane), as started and as stopped."""
 
@@ -276,7 +289,7 @@ class WriterState(Message):
     stopped: str | None = None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class GateResult(Message):
     """A gate's RESULT: the command's status (None when it never ran) and how the run went."""
 
@@ -293,7 +306,7 @@ class GateResult(Message):
     command_maxrss_kb: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Refusal(Message):
     """The RESULT of any request the agent refused: the one line why."""
 
@@ -304,13 +317,13 @@ class Refusal(Message):
 # -- one-call operations on the lane root ------------------------------------------------------
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class StatusRequest(Request):
     OP = Op.STATUS
     root: str
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class StatusResult(Message):
     """`nev lane list`: free disk (None: no root yet), copies present, gates running."""
 
@@ -323,7 +336,7 @@ class StatusResult(Message):
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class CleanupRequest(Request):
     """After a dropped connection: stop `pid` (the agent of the gate), remove the `.env` files."""
 
@@ -335,7 +348,7 @@ class CleanupRequest(Request):
     wait: float = 5.0
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class CleanupResult(Message):
     WHAT = "the cleanup's result"
     removed: list[str] = field(default_factory=list)
@@ -343,7 +356,7 @@ class CleanupResult(Message):
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class SurveyRequest(Request):
     OP = Op.SURVEY
     root: str
@@ -351,7 +364,7 @@ class SurveyRequest(Request):
     nas: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class SurveyEntry(Message):
     """What the survey found for one name under the lane root (`lanes.sweep.decide` reads it)."""
 
@@ -369,7 +382,7 @@ class SurveyEntry(Message):
     corpus: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class WriterFacts(Message):
     """What the survey found for one writer record (`<root>/.writer-<name>/`)."""
 
@@ -381,7 +394,7 @@ class WriterFacts(Message):
     unfetched: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class SurveyResult(Message):
     WHAT = "the survey"
     root: str
@@ -395,7 +408,7 @@ class SurveyResult(Message):
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class RemoveRequest(Request):
     OP = Op.REMOVE
     root: str
@@ -406,7 +419,7 @@ class RemoveRequest(Request):
     writers: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class RemoveResult(Message):
     """Per copy its archive ("" when nothing was archived) or why it was kept; the same for cached
     agents and writer records."""
@@ -423,13 +436,13 @@ class RemoveResult(Message):
 # -- retention (`lanes.agent.retention`) -------------------------------------------------------
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class ArchivesRequest(Request):
     OP = Op.ARCHIVES
     shared: str
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class ArchiveEntry(Message):
     """One entry of the share's archive folders (or of the corpus store)."""
 
@@ -447,13 +460,13 @@ class ArchiveEntry(Message):
         return f"archive/{self.kind}/{self.name}/{self.entry}"
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class ArchivesResult(Message):
     WHAT = "the archives"
     entries: list[ArchiveEntry]
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class ArchiveRef(Message):
     WHAT = "an archive entry's name"
     kind: str
@@ -462,14 +475,14 @@ class ArchiveRef(Message):
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class DropArchivesRequest(Request):
     OP = Op.DROP_ARCHIVES
     shared: str
     entries: list[ArchiveRef]
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class DropArchivesResult(Message):
     WHAT = "the archives' removal"
     removed: list[str] = field(default_factory=list)
@@ -477,7 +490,7 @@ class DropArchivesResult(Message):
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class PruneRefsRequest(Request):
     OP = Op.PRUNE_REFS
     git_url: str
@@ -485,7 +498,7 @@ class PruneRefsRequest(Request):
     cred: Cred | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class MirrorPrune(Message):
     """One mirror's pruning: missing, or the refs pruned and those kept (and why)."""
 
@@ -495,7 +508,7 @@ class MirrorPrune(Message):
     kept: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class PruneRefsResult(Message):
     WHAT = "the pruning"
     mirrors: dict[str, MirrorPrune]
@@ -503,7 +516,7 @@ class PruneRefsResult(Message):
 
 # -- writers (`lanes.agent.writer`) ------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class WriterRow(Message):
     """One writer as `nev lane writer status` shows it."""
 
@@ -522,7 +535,7 @@ class WriterRow(Message):
     unfetched: list[str]
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class NoWriter(Message):
     """The answer to `writer-fetch` or `writer-stop` when the copy has no writer record."""
 
@@ -531,20 +544,20 @@ class NoWriter(Message):
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class WriterStatusRequest(Request):
     OP = Op.WRITER_STATUS
     root: str
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class WriterStatusResult(Message):
     WHAT = "the writers' status"
     writers: list[WriterRow]
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class WriterFetchRequest(Request):
     """A bundle of the writer's branch without the commits of `have`."""
 
@@ -554,7 +567,7 @@ class WriterFetchRequest(Request):
     have: list[str]
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class WriterFetchResult(WriterRow):
     """After the WRITER_BUNDLE frames: the writer, its tip and the bundle's size (0: none sent)."""
 
@@ -564,7 +577,7 @@ class WriterFetchResult(WriterRow):
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class WriterFetchedRequest(Request):
     OP = Op.WRITER_FETCHED
     root: str
@@ -572,21 +585,21 @@ class WriterFetchedRequest(Request):
     tip: str
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class WriterFetchedResult(Message):
     WHAT = "the fetch's record"
     fetched: str
 
 
 @_request
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class WriterStopRequest(Request):
     OP = Op.WRITER_STOP
     root: str
     name: str
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class WriterStopResult(WriterRow):
     """The writer after the stop: whether it ran, the `.env` files removed, its log's last lines."""
 
