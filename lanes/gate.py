@@ -286,7 +286,8 @@ class _GateRun:
         if hello.free_gb < min_free:
             self.session.request(Abort())
             self.session.close()
-            ui.info(f"{self.lane.label}: {hello.free_gb:.1f} GB free, under {min_free:g} GB; sweeping the lane")
+            ui.info(f"{self.lane.label}: {hello.free_gb:.1f} GB free, under {min_free:g} GB; "
+                    "sweeping the lane")
             if sweep is not None:
                 sweep(self.lane, self.wt.name)
             else:
@@ -302,16 +303,17 @@ class _GateRun:
              pull: Sequence[str], files: Mapping[str, bytes] | None = None,
              writer: WriterSpec | None = None) -> None:
         """The payload request (or, with `writer`, the writer's start), its members after it."""
-        p = payload.build(self.wt, self.hello.tips if self.hello else [], self.forge.lane_url is not None,
-                          files, self.local)
+        tips = self.hello.tips if self.hello else []
+        p = payload.build(self.wt, tips, self.forge.lane_url is not None, files, self.local)
         self.sizes = p.sizes()
         self.pull = list(pull)
         env, cred = dict(extra_env or {}), Cred.of(self.forge.lane_cred())
         if writer is not None:
-            session.request(WriterStart(commit=p.commit, sizes=self.sizes, writer=writer, env=env, cred=cred))
+            session.request(WriterStart(commit=p.commit, sizes=self.sizes, writer=writer, env=env,
+                                        cred=cred))
         else:
-            session.request(Payload(commit=p.commit, sizes=self.sizes, command=list(command), env=env,
-                                    cred=cred, keep_env=keep_env, pull=list(pull)))
+            session.request(Payload(commit=p.commit, sizes=self.sizes, command=list(command),
+                                    env=env, cred=cred, keep_env=keep_env, pull=list(pull)))
         for member in p.members():
             session.send(member)
 
@@ -541,7 +543,8 @@ def lane_status() -> list[dict[str, Any]]:
         try:
             with lane.connect() as conn:
                 ans = session.call(conn, lane, StatusRequest(root=lane.root), 30, StatusResult)
-            row.update(answers=True, free_gb=ans.free_gb, copies=ans.copies, running=ans.running, guest=ans.guest)
+            row.update(answers=True, free_gb=ans.free_gb, copies=ans.copies, running=ans.running,
+                       guest=ans.guest)
         except NevError as e:
             row["error"] = mask(str(e))
         row["seconds"] = round(time.monotonic() - t0, 2)

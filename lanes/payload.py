@@ -46,9 +46,9 @@ if TYPE_CHECKING:
 # lane, so nothing but these modules can be imported from it there.
 LANE_MODULES = ("lanes", "lanes.dotenv", "lanes.agent", "lanes.agent.errors", "lanes.agent.layout",
                 "lanes.agent.wire", "lanes.agent.messages", "lanes.agent.guard", "lanes.agent.git",
-                "lanes.agent.links", "lanes.agent.procs", "lanes.agent.output", "lanes.agent.mirror",
-                "lanes.agent.copy", "lanes.agent.writer", "lanes.agent.root", "lanes.agent.retention",
-                "lanes.agent.gate", "lanes.agent.main")
+                "lanes.agent.links", "lanes.agent.procs", "lanes.agent.output",
+                "lanes.agent.mirror", "lanes.agent.copy", "lanes.agent.writer", "lanes.agent.root",
+                "lanes.agent.retention", "lanes.agent.gate", "lanes.agent.main")
 PACKAGES = ("lanes", "lanes.agent")
 
 # The only argv on the lane, with the agent's hash after it: runs the lane's cached agent when

@@ -143,7 +143,7 @@ def decide(entries: list[Entry], tracks: set[str], primary: str | None, track: s
     return out
 
 
-WriterRecord = WriterFacts   # what the survey found for one writer record (`<root>/.writer-<name>/`)
+WriterRecord = WriterFacts   # what the survey found for one writer record (`.writer-<name>/`)
 
 
 def decide_writers(records: list[WriterRecord], gone: set[str], track: str | None,
@@ -230,8 +230,8 @@ class LaneSweep:
 def survey(conn: Connection, lane: Lane, nas: str | None) -> SurveyResult:
     """The agent's facts about every copy under the lane root, and whether the `nas` folder is there."""
     try:
-        return session.call(conn, lane, SurveyRequest(root=lane.root, busy=busy.pattern().split("|"), nas=nas),
-                            SURVEY_TIMEOUT, SurveyResult)
+        req = SurveyRequest(root=lane.root, busy=busy.pattern().split("|"), nas=nas)
+        return session.call(conn, lane, req, SURVEY_TIMEOUT, SurveyResult)
     except NevError as e:
         raise NevError(f"surveying {lane.root} on {conn.target} failed: {e}") from None
 
@@ -251,7 +251,8 @@ def sweep_lane(conn: Connection, lane: Lane, tracks: set[str], primary: str | No
         return result
     try:
         req = RemoveRequest(root=lane.root, names=gone, agents=result.agents, writers=writers,
-                            nas=nas_dir if nas_ok else None, stamp=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+                            nas=nas_dir if nas_ok else None,
+                            stamp=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
         ans = session.call(conn, lane, req, REMOVE_TIMEOUT * max(len(gone), 1), RemoveResult)
     except NevError as e:   # what was removed before it failed shows in the next survey
         result.failed = [f"{', '.join(gone + result.agents + writers)}: {e}"]
@@ -387,7 +388,8 @@ def sweep_archives(keep_days: float, dry_run: bool = False, lanes: list[Lane] | 
     for ln in chosen:
         try:
             with ln.connect() as conn:
-                facts = session.call(conn, ln, ArchivesRequest(shared=ln.shared_dir), SURVEY_TIMEOUT, ArchivesResult)
+                facts = session.call(conn, ln, ArchivesRequest(shared=ln.shared_dir), SURVEY_TIMEOUT,
+                                     ArchivesResult)
                 plan = decide_archives(facts.entries, time.time(), keep_days)
                 gone = [a for a, remove, _ in plan if remove]
                 if dry_run or not gone:
@@ -396,8 +398,8 @@ def sweep_archives(keep_days: float, dry_run: bool = False, lanes: list[Lane] | 
                     say(f"archives on {ln.shared_dir} (through {ln.label}): {len(gone)} of {len(plan)} "
                         f"{'would go' if dry_run else 'go'}; the newest per worktree or job stays")
                     return 0, []
-                drop = DropArchivesRequest(shared=ln.shared_dir,
-                                           entries=[ArchiveRef(a.kind, a.name, a.entry) for a in gone])
+                refs = [ArchiveRef(a.kind, a.name, a.entry) for a in gone]
+                drop = DropArchivesRequest(shared=ln.shared_dir, entries=refs)
                 ans = session.call(conn, ln, drop, REMOVE_TIMEOUT, DropArchivesResult)
         except (SshError, NevError) as e:
             say(f"{ln.label}: archives not pruned: {e}")
@@ -412,7 +414,8 @@ def sweep_archives(keep_days: float, dry_run: bool = False, lanes: list[Lane] | 
     raise NevError("no lane answered; the archives were not pruned")
 
 
-def prune_refs(conn: Connection, lane: Lane, mirrors: list[str], repo: Repo | None = None) -> dict[str, MirrorPrune]:
+def prune_refs(conn: Connection, lane: Lane, mirrors: list[str],
+               repo: Repo | None = None) -> dict[str, MirrorPrune]:
     """Remove from each mirror on the lane the job/* and result/* branches the forge no longer has,
     asking the forge from the lane (its URL and credential as a gate's mirror fetch gets them).
     Per mirror: the refs pruned and those kept (and why), or missing."""

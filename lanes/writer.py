@@ -98,7 +98,8 @@ def start(worktree: Path, *, lane_index: int, model: str, brief: Path, harness: 
     if picked is None:
         raise NoLaneError(f"lane {lane_index} does not answer; no writer started")
     lane, conn = picked
-    spec = WriterSpec(branch=branch, tool=harness.tool, model=model, launch=harness.launch, brief=text)
+    spec = WriterSpec(branch=branch, tool=harness.tool, model=model, launch=harness.launch,
+                      brief=text)
     try:
         out = gate.gate_on_lane(lane, conn, wt, [], forge=forge_for(wt.repo, lf), writer=spec)
     finally:
@@ -199,8 +200,8 @@ def fetch(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
     if action is Fetch.FAST_FORWARD:
         repo.fast_forward(tip)
     with found.lane.connect() as conn:
-        call(conn, found.lane, WriterFetchedRequest(root=found.lane.root, name=wt.name, tip=tip), CALL_TIMEOUT,
-             WriterFetchedResult)
+        done = WriterFetchedRequest(root=found.lane.root, name=wt.name, tip=tip)
+        call(conn, found.lane, done, CALL_TIMEOUT, WriterFetchedResult)
     return {"lane": found.lane.index, "label": label, "action": action.value, "tip": tip, "commits": commits,
             "running": res.running, "exit": res.exit}
 
@@ -215,8 +216,8 @@ def stop(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
     for lane in lanesfile.pick(lanesfile.configured(), lane_index):
         try:
             with lane.connect() as conn:
-                ans = call_with(conn, lane, WriterStopRequest(root=lane.root, name=wt.name), CALL_TIMEOUT,
-                                _stop_answer)
+                req = WriterStopRequest(root=lane.root, name=wt.name)
+                ans = call_with(conn, lane, req, CALL_TIMEOUT, _stop_answer)
         except SshError as e:
             ui.info(f"{lane.label} does not answer: {mask(str(e))}")
             continue

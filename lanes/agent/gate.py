@@ -54,7 +54,7 @@ class Leave(Enum):
 
     ALL = "all"            # the three `.env` files and the payload folder
     NOTHING = "nothing"    # the request kept them (NEV_LANE_KEEP_ENV)
-    WRITERS = "writers"    # all but the copy's `.env`, a writer's while it runs (it removes its own)
+    WRITERS = "writers"    # all but the copy's `.env`: a running writer's (it removes its own)
 
 
 class Gate:
@@ -68,7 +68,8 @@ class Gate:
         self.min_free_gb = hello.min_free_gb
         self.child = Child(self.root.copy(self.name))
         self.copy = Copy(self.root, self.name, wire.say)
-        self.mirror = Mirror(self.root, hello.git_url, None, hello.fetch_max_age, wire.say, self.child)
+        self.mirror = Mirror(self.root, hello.git_url, None, hello.fetch_max_age, wire.say,
+                             self.child)
         self.lock_fd: int | None = None
         self.bundles: queue.Queue[int] = queue.Queue()
         self.leave = Leave.ALL
@@ -195,7 +196,7 @@ class Gate:
             self.wire.send(Kind.PULL_END)
 
     def take(self, announced: dict[str, int]) -> dict[str, int]:
-        """The payload's members in, then the stop and bundle requests watched; the members' sizes."""
+        """The payload's members in, then the stop and bundle requests watched; their sizes."""
         sizes = self.take_payload(announced)
         threading.Thread(target=self.watch_stdin, daemon=True).start()
         return sizes
@@ -282,8 +283,9 @@ def run_payload(gate: Gate, req: Payload, result: GateResult) -> int:
         secrets.append(req.cred.password)
     log_path = None
     if os.path.isdir(gate.shared):
-        log_path = os.path.join(gate.shared, links.gate_log_path(
-            gate.name, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), os.uname().nodename, req.commit))
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        log_path = os.path.join(gate.shared, links.gate_log_path(gate.name, stamp, os.uname().nodename,
+                                                                 req.commit))
         result.log = log_path
     status = gate.run_command(req.command, gate.command_env(req.env), log_path, Masker(secrets))
     if gate.child.stopping.is_set():
@@ -305,8 +307,9 @@ def start_writer(gate: Gate, req: WriterStart, result: GateResult) -> int:
     gate.prepare(req.commit, sizes)
     result.prepare_s = round(time.monotonic() - t0, 3)
     gate.child.check()
-    result.writer = writer.launch(gate.root, gate.name, req.writer, req.commit, gate.command_env(req.env),
-                                  [req.cred.password if req.cred else ""], gate.shared)
+    result.writer = writer.launch(gate.root, gate.name, req.writer, req.commit,
+                                  gate.command_env(req.env), [req.cred.password if req.cred else ""],
+                                  gate.shared)
     gate.leave = Leave.WRITERS
     result.status = 0
     return 0

@@ -54,12 +54,14 @@ class Message:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._values())})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._values() == other._values()  # type: ignore[attr-defined]
+        return isinstance(other, Message) and type(other) is type(self) \
+            and self._values() == other._values()
 
     __hash__ = None  # type: ignore[assignment]
 
     def _values(self) -> list[tuple[str, object]]:
-        return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]  # type: ignore[arg-type]
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        return [(f.name, getattr(self, f.name)) for f in fields]
 
     def to_wire(self) -> dict[str, object]:
         return {k: _plain(v) for k, v in self._values()}
@@ -225,7 +227,8 @@ class WriterSpec(Message):
 @_request
 @dataclass(repr=False, eq=False)
 class WriterStart(Request):
-    """After HELLO: start a writer in the copy synced to the commit (members follow, as a payload's)."""
+    """After HELLO: a writer started in the copy synced to the commit (members follow, as a
+    payload's)."""
 
     OP = Op.WRITER_START
     commit: str
@@ -644,8 +647,9 @@ def _checks(cls: type) -> list[tuple[str, _Type, bool, object]]:
     got = _CHECKS.get(cls)
     if got is None:
         ns = vars(sys.modules[cls.__module__])
+        missing = dataclasses.MISSING
         got = [(f.name, _Parser(str(f.type), ns).parse(),
-                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING, f.default)
+                f.default is missing and f.default_factory is missing, f.default)
                for f in dataclasses.fields(cls)]
         _CHECKS[cls] = got
     return got
@@ -664,7 +668,9 @@ class _Parser:
     """`str`, `int | None`, `list[X]`, `tuple[X, ...]`, `tuple[X, Y]`, `dict[str, X]`, a class."""
 
     def __init__(self, text: str, ns: dict[str, object]) -> None:
-        self.toks = text.replace("[", " [ ").replace("]", " ] ").replace(",", " , ").replace("|", " | ").split()
+        for sign in "[],|":
+            text = text.replace(sign, f" {sign} ")
+        self.toks = text.split()
         self.ns = ns
         self.i = 0
 
@@ -716,7 +722,8 @@ def _want(t: _Type) -> str:
             return "one of " + ", ".join(repr(m.value) for m in t.cls)
         if t.cls is not None and issubclass(t.cls, Message):
             return t.cls.WHAT
-        return {str: "a str", int: "an int", float: "a number", bool: "a bool"}.get(t.cls or object, str(t.cls))
+        names = {str: "a str", int: "an int", float: "a number", bool: "a bool"}
+        return names.get(t.cls or object, str(t.cls))
     if t.kind == "none":
         return "null"
     if t.kind == "union":
@@ -729,7 +736,7 @@ def _want(t: _Type) -> str:
 
 
 def _take(t: _Type, v: object) -> object:
-    """`v` as type `t` (a float may come as an int; a tuple comes as a list); _Bad when it is not."""
+    """`v` as type `t` (a float may come as an int, a tuple as a list); _Bad when it is not."""
     if t.kind == "none":
         if v is None:
             return None

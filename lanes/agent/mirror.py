@@ -92,7 +92,8 @@ class Mirror:
         if status != 0:
             lines = err.decode(errors="replace").strip().splitlines()
             last = (lines[-1] if lines else f"exit {status}").encode()
-            self.say("forge fetch failed: " + Masker([self.cred.password if self.cred else ""])(last).decode())
+            masker = Masker([self.cred.password if self.cred else ""])
+            self.say("forge fetch failed: " + masker(last).decode())
             return False
         with open(self.root.last_fetch, "w") as f:
             f.write(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))

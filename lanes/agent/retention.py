@@ -85,8 +85,8 @@ def _store_entries(shared: str) -> list[ArchiveEntry]:
         for f in os.listdir(folder):
             st = os.lstat(os.path.join(folder, f))
             size += st.st_size if stat.S_ISREG(st.st_mode) else 0
-        out.append(ArchiveEntry(kind=STORE, name=function, entry=entry, mtime=os.lstat(folder).st_mtime,
-                                size=size))
+        out.append(ArchiveEntry(kind=STORE, name=function, entry=entry,
+                                mtime=os.lstat(folder).st_mtime, size=size))
     return out
 
 
@@ -167,7 +167,8 @@ def prune_refs(req: PruneRefsRequest) -> PruneRefsResult:
         return PruneRefsResult(ans)
     # read after the mirrors, so a ref pushed since is seen here and kept
     cp = git(["ls-remote", "--heads", url, *(f"refs/heads/{ns}/*" for ns in NAMESPACES)],
-             env=credential_env(cred.user if cred else None, cred.password if cred else None), check=False)
+             env=credential_env(cred.user if cred else None, cred.password if cred else None),
+             check=False)
     if cp.returncode != 0:
         err = cp.stderr.decode(errors="replace").strip().splitlines()
         raise Refused(f"listing the forge's job and result branches failed: {err[-1] if err else cp.returncode}")

@@ -86,8 +86,8 @@ def status(req: StatusRequest) -> StatusResult:
         name = layout.lock_owner(entry)
         if name is not None and locked(root.lock(name), shared=True):
             running.append(name)
-    return StatusResult(guest=guest, root=root.path, free_gb=round(free_gb(root.path), 2), copies=copies,
-                        running=running)
+    return StatusResult(guest=guest, root=root.path, free_gb=round(free_gb(root.path), 2),
+                        copies=copies, running=running)
 
 
 def cleanup(req: CleanupRequest) -> CleanupResult:
@@ -233,17 +233,19 @@ def survey(req: SurveyRequest) -> SurveyResult:
         is_worktree = is_dir and os.path.realpath(copy) in worktrees
         use = (in_use(copy) if is_dir else []) + (in_use(payload) if has_payload else [])
         entries.append(SurveyEntry(
-            name=n, copy=os.path.lexists(copy), payload=has_payload, dir=is_dir, worktree=is_worktree,
+            name=n, copy=os.path.lexists(copy), payload=has_payload, dir=is_dir,
+            worktree=is_worktree,
             symlink=os.path.islink(copy) or os.path.islink(payload),
             size=sizes.get(copy, 0) + sizes.get(payload, 0), pids=tuple(use),
             busy=tuple((p, c) for p, c in use if c in busy), locked=locked(root.lock(n)),
             corpus=tuple(_corpus_untracked(copy)) if is_worktree else ()))
     writers = [writer.sweep_facts(root, n) for n in root.writer_names(os.listdir(root.path))]
-    return SurveyResult(root=root.path, mirror=os.path.isdir(root.mirror), entries=entries, writers=writers,
-                        free_gb=free_gb(root.path), nas=req.nas is not None and os.path.isdir(req.nas),
-                        agents=cached_agents(),
-                        peak_rss_kb={"survey": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                                     "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss})
+    peak = {"survey": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}
+    return SurveyResult(root=root.path, mirror=os.path.isdir(root.mirror), entries=entries,
+                        writers=writers, free_gb=free_gb(root.path),
+                        nas=req.nas is not None and os.path.isdir(req.nas), agents=cached_agents(),
+                        peak_rss_kb=peak)
 
 
 def remove_copy(root: layout.Root, name: str, nas: str | None, stamp: str) -> str:

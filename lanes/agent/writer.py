@@ -232,8 +232,8 @@ def launch(root: layout.Root, name: str, spec: WriterSpec, commit: str, env: dic
     assert p.stdin is not None
     p.stdin.write(json.dumps(masked).encode())
     p.stdin.close()
-    state = WriterState(pid=p.pid, ticks=start_ticks(p.pid), started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                        branch=branch, ref=ref, base=commit, tool=spec.tool, model=spec.model, brief=brief, log=log)
+    state = WriterState(pid=p.pid, ticks=start_ticks(p.pid), started=_now(), branch=branch, ref=ref,
+                        base=commit, tool=spec.tool, model=spec.model, brief=brief, log=log)
     _write_json(root.writer(name, layout.WRITER_STATE), state.to_wire())
     return state
 
@@ -246,15 +246,19 @@ def describe(root: layout.Root, name: str, state: WriterState) -> WriterRow:
     except OSError:
         since = state.base
     is_running = running(state)
-    return WriterRow(name=name, branch=state.branch, ref=state.ref, tool=state.tool, model=state.model,
-                     pid=state.pid, started=state.started, running=is_running,
+    return WriterRow(name=name, branch=state.branch, ref=state.ref, tool=state.tool,
+                     model=state.model, pid=state.pid, started=state.started, running=is_running,
                      exit=None if is_running else exit_status(root, name), log=state.log,
                      stopped=state.stopped, unfetched=commits(root.mirror, since, state.ref))
 
 
-def _row(info: WriterRow) -> dict[str, object]:
-    """A row's fields, to build a larger answer from."""
+def _row(info: WriterRow) -> dict:  # type: ignore[type-arg]
+    """A row's fields, to build a larger answer from (its fields and their types as the row's)."""
     return {f.name: getattr(info, f.name) for f in dataclasses.fields(WriterRow)}
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def status(req: WriterStatusRequest) -> WriterStatusResult:
@@ -299,7 +303,7 @@ def fetch(wire: Wire, req: WriterFetchRequest) -> int:
                 wire.send(Kind.WRITER_BUNDLE, data)
             elif b"empty bundle" not in cp.stderr:
                 raise Refused(f"git bundle create failed: {cp.stderr.decode(errors='replace').strip()}")
-    send(wire, Kind.RESULT, WriterFetchResult(**_row(info), tip=tip, bundle=size))  # type: ignore[arg-type]
+    send(wire, Kind.RESULT, WriterFetchResult(**_row(info), tip=tip, bundle=size))
     return 0
 
 
@@ -350,10 +354,11 @@ def stop(req: WriterStopRequest) -> WriterStopResult | NoWriter:
     if was and exit_status(root, name) is None:   # the wrapper was killed before it wrote one
         _write_json_text(root.writer(name, layout.WRITER_EXIT), f"{STOPPED_EXIT}\n")
     if was:
-        state = dataclasses.replace(state, stopped=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        state = dataclasses.replace(state, stopped=_now())
         _write_json(root.writer(name, layout.WRITER_STATE), state.to_wire())
-    return WriterStopResult(**_row(describe(root, name, state)), was_running=was,  # type: ignore[arg-type]
-                            env_removed=removed, log_tail=_tail(state.log or root.writer(name, layout.WRITER_LOG)))
+    log_tail = _tail(state.log or root.writer(name, layout.WRITER_LOG))
+    return WriterStopResult(**_row(describe(root, name, state)), was_running=was, env_removed=removed,
+                            log_tail=log_tail)
 
 
 def _write_json_text(path: str, text: str) -> None:
@@ -368,7 +373,8 @@ def sweep_facts(root: layout.Root, name: str) -> WriterFacts:
     state = read_state(root, name)
     d = describe(root, name, state) if state is not None else None
     return WriterFacts(name=name, record=state is not None, copy=os.path.isdir(root.copy(name)),
-                       running=d is not None and d.running, unfetched=tuple(d.unfetched) if d else ())
+                       running=d is not None and d.running,
+                       unfetched=tuple(d.unfetched) if d else ())
 
 
 def remove_record(root: layout.Root, name: str) -> None:
