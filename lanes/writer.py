@@ -11,11 +11,11 @@ its `.env` removed); `status` lists every lane's writers.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
 from lanes import dotenv, gate, lanesfile, payload
 from lanes.agent.layout import ENV
@@ -26,7 +26,9 @@ from lanes.agent.messages import (
     WriterFetchedResult,
     WriterFetchRequest,
     WriterFetchResult,
+    WriterRow,
     WriterSpec,
+    WriterState,
     WriterStatusRequest,
     WriterStatusResult,
     WriterStopRequest,
@@ -84,7 +86,53 @@ def _branch(wt: payload.Worktree) -> str:
     return branch
 
 
-def start(worktree: Path, *, lane_index: int, model: str, brief: Path, harness: Harness) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Started:
+    """A writer started: its lane and its record there."""
+
+    lane: Lane
+    state: WriterState
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """What `fetch` did: the writer's tip here, the commits fast-forwarded (none: up to date)."""
+
+    lane: Lane
+    action: Fetch
+    tip: str
+    commits: list[str]
+    running: bool         # the writer still runs on the lane
+    exit: int | None
+
+
+@dataclass(frozen=True)
+class StoppedWriter:
+    """The writer after `stop`, its log's last lines masked here too."""
+
+    lane: Lane
+    writer: WriterStopResult
+
+
+@dataclass(frozen=True)
+class LaneWriters:
+    """One lane's writers for `nev lane writer status`; `error` when it did not answer."""
+
+    lane: Lane
+    writers: list[WriterRow]
+    error: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The row `nev lane writer status --json` prints."""
+        row: dict[str, object] = {"index": self.lane.index, "label": self.lane.label,
+                                  "answers": self.error is None,
+                                  "writers": [w.to_wire() for w in self.writers]}
+        if self.error is not None:
+            row["error"] = self.error
+        return row
+
+
+def start(worktree: Path, *, lane_index: int, model: str, brief: Path, harness: Harness) -> Started:
     """Sync `worktree` to lane `lane_index`'s copy and start the writer there; its record on the lane.
     Refused (by the lane) while a writer runs in that copy or over a dead writer's unfetched commits."""
     wt = payload.Worktree.open(worktree)
@@ -107,7 +155,7 @@ def start(worktree: Path, *, lane_index: int, model: str, brief: Path, harness: 
     rec = out.result.writer
     if rec is None:
         raise NevError(f"{lane.label} started no writer (status {out.status})")
-    return {"lane": lane.index, "label": lane.label, **rec.to_wire()}
+    return Started(lane, rec)
 
 
 @dataclass
@@ -167,7 +215,8 @@ def _take(repo: Repo, found: _Found, name: str) -> str:
     res, ref = found.result, FETCH_REF + name
     if not found.bundle:
         if repo.try_rev(res.tip) is None:
-            raise NevError(f"{found.lane.label}: sent no commits, yet its tip {res.tip[:12]} is not here")
+            raise NevError(f"{found.lane.label}: sent no commits, yet its tip {res.tip[:12]} "
+                           "is not here")
         repo.set_ref(ref, res.tip)
         return res.tip
     with tempfile.NamedTemporaryFile(suffix=".bundle") as f:
@@ -176,7 +225,7 @@ def _take(repo: Repo, found: _Found, name: str) -> str:
         return repo.fetch_bundle(Path(f.name), res.ref, ref)
 
 
-def fetch(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
+def fetch(worktree: Path, lane_index: int | None = None) -> Fetched:
     """The writer's commits into `worktree`'s branch, fast-forward only; anything else refused
     with the commits named (the lane's tip kept at FETCH_REF + name)."""
     wt = payload.Worktree.open(worktree)
@@ -202,11 +251,10 @@ def fetch(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
     with found.lane.connect() as conn:
         done = WriterFetchedRequest(root=found.lane.root, name=wt.name, tip=tip)
         call(conn, found.lane, done, CALL_TIMEOUT, WriterFetchedResult)
-    return {"lane": found.lane.index, "label": label, "action": action.value, "tip": tip, "commits": commits,
-            "running": res.running, "exit": res.exit}
+    return Fetched(found.lane, action, tip, commits, res.running, res.exit)
 
 
-def stop(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
+def stop(worktree: Path, lane_index: int | None = None) -> StoppedWriter:
     """Stop the writer of `worktree`'s lane copy (its process tree), its `.env` removed on the lane
     and its commits kept for `fetch`; its status row, the log's last lines masked here too (the
     worktree's `.env` secret-named values, and whatever `lanes.base.mask` knows)."""
@@ -223,31 +271,30 @@ def stop(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
             continue
         if not isinstance(ans, WriterStopResult):   # NoWriter: this lane has none
             continue
-        return {**ans.to_wire(), "lane": lane.index, "label": lane.label,
-                "log_tail": mask(ans.log_tail, extra=secrets)}
+        masked = dataclasses.replace(ans, log_tail=mask(ans.log_tail, extra=secrets))
+        return StoppedWriter(lane, masked)
     raise NevError(f"no lane that answered has a writer of {wt.name}; nothing stopped")
 
 
-def status(lane_index: int | None = None) -> list[dict[str, Any]]:
+def status(lane_index: int | None = None) -> list[LaneWriters]:
     """Every configured lane (or lane `lane_index`) and its writers; a lane that does not answer says why."""
     rows = []
     for lane in lanesfile.pick(lanesfile.configured(), lane_index):
-        row: dict[str, Any] = {"index": lane.index, "label": lane.label, "answers": False, "writers": []}
         try:
             with lane.connect() as conn:
                 ans = call(conn, lane, WriterStatusRequest(root=lane.root), CALL_TIMEOUT,
                            WriterStatusResult)
-            row.update(answers=True, writers=[w.to_wire() for w in ans.writers])
+            rows.append(LaneWriters(lane, ans.writers))
         except NevError as e:
-            row["error"] = mask(str(e))
-        rows.append(row)
+            rows.append(LaneWriters(lane, [], mask(str(e))))
     return rows
 
 
-def state_word(w: dict[str, Any]) -> str:
-    """A writer's state in a few words: `running`, `exited N`, `stopped at T (exit N)`, `gone` (ended without an exit status)."""
-    if w.get("running"):
+def state_word(w: WriterRow) -> str:
+    """A writer's state in a few words: `running`, `exited N`, `stopped at T (exit N)`, `gone`
+    (ended without an exit status)."""
+    if w.running:
         return "running"
-    if w.get("stopped"):
-        return f"stopped at {w['stopped']}" + (f" (exit {w['exit']})" if w.get("exit") is not None else "")
-    return f"exited {w['exit']}" if w.get("exit") is not None else "gone (no exit status: killed?)"
+    if w.stopped:
+        return f"stopped at {w.stopped}" + (f" (exit {w.exit})" if w.exit is not None else "")
+    return f"exited {w.exit}" if w.exit is not None else "gone (no exit status: killed?)"
