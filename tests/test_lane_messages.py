@@ -155,6 +155,11 @@ def test_a_malformed_answer_is_refused_in_one_line(cls, data, why):
     assert str(e.value) == f"protocol error: {why}"
 
 
+def test_a_request_read_as_another_is_refused():
+    with pytest.raises(ProtocolError, match="the 'hello' request has the op 'status'"):
+        m.Hello.from_wire({**HELLO, "op": "status"})
+
+
 def test_a_refusal_reads_as_one_wherever_a_result_was_due():
     assert m.answer(b'{"refused": "no root"}', m.StatusResult) == m.Refusal("no root")
     assert m.writer_answer(b'{"none": true}', m.WriterStopResult) == m.NoWriter()

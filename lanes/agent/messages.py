@@ -72,7 +72,11 @@ class Message:
         if not isinstance(obj, dict):
             raise ProtocolError(f"{cls.WHAT} is a JSON object, not {_kind_of(obj)}")
         checks = _checks(cls)
-        known = {name for name, _, _, _ in checks} | ({"op"} if issubclass(cls, Request) else set())
+        known = {name for name, _, _, _ in checks}
+        if issubclass(cls, Request):
+            if obj.get("op") != cls.OP.value:
+                raise ProtocolError(f"{cls.WHAT} has the op {obj.get('op')!r}")
+            known.add("op")
         extra = sorted(str(k) for k in obj if k not in known)
         if extra:
             raise ProtocolError(f"{cls.WHAT} has an unknown field {extra[0]!r}")
