@@ -70,6 +70,22 @@ def sha_arg(what: str, value: str) -> str:
     return v
 
 
+REVIEWER_MAX = 100
+
+
+def _is_person(v: str) -> bool:
+    return bool(v) and v == v.strip() and len(v) <= REVIEWER_MAX and v.isprintable()
+
+
+def reviewer_arg(value: str) -> str:
+    """The person named by `nev land --reviewed-by`: one printable line, up to 100 characters."""
+    v = value.strip()
+    if not _is_person(v):
+        raise NevError(f"--reviewed-by {value[:REVIEWER_MAX]!r} is not a person's name (one "
+                       f"printable line, 1 to {REVIEWER_MAX} characters); nothing was done")
+    return v
+
+
 def _full_sha(f: Fields, top: dict, key: str) -> str:
     v = f.get(top, key, str, "")
     if not _FULL_SHA.fullmatch(v):
@@ -178,12 +194,18 @@ class Pending(Pins):
     new: str   # the gated tip main moves to
     time: float
     pid: int
+    reviewed_by: str | None = None   # a person's landing (`--reviewed-by`): the tag names them
 
     @classmethod
     def from_json(cls, data: Any, path: Path) -> Pending:
         f, top, pins = cls.read(data, path)
+        by = f.get(top, "reviewed_by", str, "", required=False, default=None)
+        if by is not None and not _is_person(by):
+            raise f.fail("reviewed_by", f"must be a person's name (one printable line), "
+                                        f"not {by[:50]!r}")
         return cls(*pins, old=_full_sha(f, top, "old"), new=_full_sha(f, top, "new"),
-                   time=float(f.get(top, "time", (int, float), "")), pid=int(f.get(top, "pid", int, "")))
+                   time=float(f.get(top, "time", (int, float), "")),
+                   pid=int(f.get(top, "pid", int, "")), reviewed_by=by)
 
 
 def write_pending(paths: LandPaths, marker: Pending) -> None:

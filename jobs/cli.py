@@ -102,14 +102,13 @@ def poll(repo: str | None, install_: bool, uninstall: bool, dagu_home: str | Non
     and 7, record 9 and 10; once a day, prune the share's archives (NEV_ARCHIVE_KEEP_DAYS)."""
     from pathlib import Path
 
-    from jobs import poll as poll_mod
     from jobs import tick
 
     if install_ and uninstall:
         raise click.UsageError("give --install or --uninstall, not both")
     if install_ or uninstall:
-        return poll_mod.install(Path(repo) if repo else None, Path(dagu_home) if dagu_home else None,
-                                on=install_)
+        return tick.install(Path(repo) if repo else None, Path(dagu_home) if dagu_home else None,
+                            on=install_)
     return tick.tick(Path(repo) if repo else None)
 
 
@@ -157,18 +156,25 @@ def status(name: str | None, state: str | None, as_json: bool) -> int:
 @click.option("--approved", is_flag=True, help="Land every approved track in turn (what the tick runs).")
 @click.option("--spec-sha", help="With approve: the spec sha you reviewed (default: main's now).")
 @click.option("--tip", help="With approve: the branch tip you reviewed (default: the branch's now).")
+@click.option("--reviewed-by", "reviewed_by", metavar="NAME",
+              help="A person's landing, from a terminal only: the protected paths the diff "
+                   "touches (bench/, tracks.json, specs/, floor files...) land on NAME's review; "
+                   "the tag and the rig's change log name NAME. Refused by the tick and in job "
+                   "stages.")
 @click.option("--repo", type=click.Path(file_okay=False, exists=True), default=".", show_default=True,
               help="The repository (its primary checkout).")
 def land(args: tuple[str, ...], check: bool, approved: bool, spec_sha: str | None, tip: str | None,
-         repo: str) -> int:
+         reviewed_by: str | None, repo: str) -> int:
     """Land an approved track by a guarded fast-forward of main.
 
     \b
     nev land SPEC_NAME SPEC_SHA BRANCH_TIP [--check]
+    nev land SPEC_NAME SPEC_SHA BRANCH_TIP --reviewed-by NAME   (a person, at a terminal)
     nev land approve SPEC_NAME [--spec-sha SHA] [--tip SHA]
     nev land --approved
 
-    Exit codes: 0 landed (or --check passed), 1 not landed (reason on one line), 2 rebase
+    Exit codes: 0 landed (or --check passed), 1 not landed (reason on one line; also
+    --reviewed-by with no terminal, or under the tick or a job stage: nothing done), 2 rebase
     conflict outside handoff.md (files named), 130/143 interrupted. See docs/landing.md.
     """
     from pathlib import Path
@@ -178,11 +184,13 @@ def land(args: tuple[str, ...], check: bool, approved: bool, spec_sha: str | Non
 
     where = Path(repo)
     if approved:
-        if args or check:
-            raise click.UsageError("--approved takes no arguments and no --check")
-        return landing.land_approved(where)
+        if args or check or reviewed_by is not None:
+            raise click.UsageError("--approved takes no arguments, no --check and no --reviewed-by")
+        from jobs import tick
+
+        return tick.land_approved(where)
     if args[:1] == ("approve",):
-        if len(args) != 2 or check:
+        if len(args) != 2 or check or reviewed_by is not None:
             raise click.UsageError("usage: nev land approve SPEC_NAME [--spec-sha SHA] [--tip SHA]")
         return approvals.approve(where, args[1], spec_sha=spec_sha, tip=tip)
     if len(args) != 3:
@@ -190,7 +198,7 @@ def land(args: tuple[str, ...], check: bool, approved: bool, spec_sha: str | Non
                                "(or: nev land approve SPEC_NAME, nev land --approved)")
     if spec_sha or tip:
         raise click.UsageError("--spec-sha and --tip go with approve")
-    return landing.land(where, args[0], args[1], args[2], check=check)
+    return landing.land(where, args[0], args[1], args[2], check=check, reviewed_by=reviewed_by)
 
 
 # `nev lane writer`, added to the `lane` group by the entry point (rig/cli.py): the lane path is

@@ -9,11 +9,17 @@ the whole gate (bors-ng's "not rocket science rule", marge-bot's pinned SHAs).
 The track's branch is never rewritten: the rebase happens in a detached worktree under the
 git directory, so a refusal, an interrupt or a SIGKILL at any point leaves the branch as it
 was. A marker written before main moves lets a rerun finish what is owed after it.
+
+A person's landing (`--reviewed-by NAME`, from a terminal, never from the tick or a job stage) is
+the same landing but for one rule: the protected paths the diff touches land on that person's
+review instead of being refused. The spec's touches still bound every other path, and the tag,
+the reflog and the rig's change log name the person.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,9 +27,9 @@ from pathlib import Path
 
 from jobs import approvals as store
 from jobs import protected, spec, tracks
-from jobs.approvals import MAIN, LandPaths, Pending, sha_arg
+from jobs.approvals import MAIN, LandPaths, Pending, reviewer_arg, sha_arg
 from jobs.land_after import after_landing, finish_pending
-from jobs.land_gate import INTERRUPTED, fault, run_gate, stop_leftover_gate
+from jobs.land_gate import fault, run_gate, stop_leftover_gate
 from jobs.landlock import LandLock
 from lanes.base import settings
 from lanes.base.errors import NevError
@@ -51,6 +57,7 @@ class Track:
     spec_sha: str  # as given (may be abbreviated)
     tip: str  # as given (may be abbreviated)
     env: Mapping[str, str]  # the landing's environment: settings, and the gate's and install's processes
+    reviewed_by: str | None = None  # a person's landing: protected paths land on their review
 
     @property
     def branch(self) -> str:
@@ -58,16 +65,20 @@ class Track:
 
 
 def land(repo_path: Path, name: str, spec_sha: str, tip: str, check: bool = False,
-         environ: Mapping[str, str] | None = None) -> int:
-    """`nev land NAME SPEC_SHA TIP [--check]`: 0 landed (or --check passed), 1 not landed, 2 conflict."""
+         environ: Mapping[str, str] | None = None, reviewed_by: str | None = None) -> int:
+    """`nev land NAME SPEC_SHA TIP [--check] [--reviewed-by P]`: 0 landed (or --check passed), 1 not
+    landed, 2 conflict."""
     spec.check_name(name)
     env = dict(os.environ if environ is None else environ)
+    if reviewed_by is not None:
+        reviewed_by = _person_present(name, reviewed_by, env)
     repo = Repo(repo_path)
     try:
         paths = LandPaths.of(repo)
     except GitError:
         raise NotLanded(f"{repo_path} is not a git repository; run nev land in the primary checkout") from None
-    t = Track(repo, paths, name, _sha("spec sha", spec_sha), _sha("branch tip", tip), env)
+    t = Track(repo, paths, name, _sha("spec sha", spec_sha), _sha("branch tip", tip), env,
+              reviewed_by)
     with LandLock(paths.lock, wait=settings.get_float(settings.LAND_LOCK_WAIT, env)):
         stop_leftover_gate(paths, name)
         if not check and finish_pending(repo, paths, name, env):
@@ -77,6 +88,28 @@ def land(repo_path: Path, name: str, spec_sha: str, tip: str, check: bool = Fals
             print(f"{name}: already landed ({landed})")
             return 0
         return _land_locked(t, check)
+
+
+def _person_present(name: str, reviewer: str, env: Mapping[str, str]) -> str:
+    """A person's landing runs only with a person present: refused (exit 1, nothing done) under
+    the tick or a job stage (NEV_UNATTENDED), or when stdin or stdout is not a terminal."""
+    try:
+        who = reviewer_arg(reviewer)
+    except NevError as e:
+        raise NotLanded(f"{name}: not landed: {e.message}") from None
+    why = None
+    if settings.get_flag(settings.UNATTENDED, env):
+        why = (f"{settings.UNATTENDED.name} is set: the tick or a job stage runs this, and no "
+               "person is present")
+    else:
+        streams = (("stdin", sys.stdin), ("stdout", sys.stdout))
+        bad = [n for n, f in streams if f is None or not f.isatty()]
+        if bad:
+            why = f"{' and '.join(bad)} {'is' if len(bad) == 1 else 'are'} not a terminal"
+    if why:
+        raise NotLanded(f"{name}: not landed: --reviewed-by is a person's landing, and {why}; "
+                        "run it yourself from a terminal (nothing was done)")
+    return who
 
 
 def _sha(what: str, value: str) -> str:
@@ -110,7 +143,7 @@ def _land_locked(t: Track, check: bool) -> int:
             if problems:
                 raise NotLanded(f"{t.name}: not landed: spec {spec.spec_path(t.name)}: " + "; ".join(problems))
             fork = t.repo.merge_base(old, tip)
-            _refuse_changes(t.name, protected.changes(t.repo, fork, tip), sp, extra, "of the track")
+            _refuse_changes(t, protected.changes(t.repo, fork, tip), sp, extra, "of the track")
             info(f"land: {t.name}: pins match (tip {tip[:12]}, spec {sp.sha[:12]}); rebasing onto main {old[:12]}")
             fault("before-rebase")
             t.repo.discard_worktree(t.paths.worktree(t.name))
@@ -119,7 +152,10 @@ def _land_locked(t: Track, check: bool) -> int:
             diff = protected.changes(t.repo, old, gated)
             if not diff:
                 raise NotLanded(f"{t.name}: not landed: nothing to land, main {old[:12]} already has the track's changes")
-            _refuse_changes(t.name, diff, sp, extra, "against main after the rebase")
+            reviewed = _refuse_changes(t, diff, sp, extra, "against main after the rebase")
+            if reviewed:
+                info(f"land: {t.name}: protected paths, landing on {t.reviewed_by}'s review: "
+                     + "; ".join(v.line() for v in reviewed))
             _gate(t, wt, tr, strict)
             if check:
                 _refuse_checkout_blocks(t, old, gated)
@@ -130,14 +166,17 @@ def _land_locked(t: Track, check: bool) -> int:
                 _pins(t, now)
                 _refuse_checkout_blocks(t, old, gated)
                 marker = Pending(name=t.name, spec_sha=sp.sha, tip=tip, old=old, new=gated, time=time.time(),
-                                 pid=os.getpid())
+                                 pid=os.getpid(), reviewed_by=t.reviewed_by)
                 store.write_pending(t.paths, marker)
                 fault("before-ref-update")
-                if t.repo.compare_and_swap(MAIN, gated, old, f"nev land {t.name} (spec {sp.sha[:12]})"):
+                why = f"nev land {t.name} (spec {sp.sha[:12]})" + (
+                    f", reviewed by {t.reviewed_by}" if t.reviewed_by else "")
+                if t.repo.compare_and_swap(MAIN, gated, old, why):
                     info(f"land: {t.name}: main {old[:12]} -> {gated[:12]} (fast-forward to the gated tip)")
                     fault("after-ref-update")
                     after_landing(t.repo, t.paths, marker, t.env)
-                    print(f"{t.name}: landed: main {old[:12]} -> {gated[:12]}, tag spec/{t.name}/{sp.sha}")
+                    print(f"{t.name}: landed: main {old[:12]} -> {gated[:12]}, tag spec/{t.name}/{sp.sha}"
+                          + (f", reviewed by {t.reviewed_by}" if t.reviewed_by else ""))
                     return 0
                 store.drop_pending(t.paths, t.name)
                 now = t.repo.rev(MAIN)
@@ -174,16 +213,23 @@ def _gate_files(repo: Repo, main: str, tr: tracks.Tracks) -> list[str]:
     return protected.gate_files([tr.verify, *tr.land_checks], lambda p: p in files)
 
 
-def _refuse_changes(name: str, diff: list[protected.Change], sp: spec.Spec, extra: list[str], when: str) -> None:
+def _refuse_changes(t: Track, diff: list[protected.Change], sp: spec.Spec, extra: list[str],
+                    when: str) -> list[protected.Violation]:
+    """Refuse protected paths (unless a person reviewed them: those are returned) and paths
+    outside the spec's touches. A reviewed protected change is out of the scope check too: no
+    spec may name a protected path."""
+    name = t.name
     bad = protected.protected_violations(diff, extra)
-    if bad:
+    if bad and t.reviewed_by is None:
         raise NotLanded(f"{name}: not landed: the diff {when} touches protected paths: "
                         + "; ".join(v.line() for v in bad[:5]) + ("; ..." if len(bad) > 5 else "")
-                        + " (a person lands such a track)")
-    out = protected.scope_violations(diff, sp.touches)
+                        + " (a person lands such a track: nev land ... --reviewed-by NAME)")
+    reviewed = {v.change for v in bad}
+    out = protected.scope_violations([c for c in diff if c not in reviewed], sp.touches)
     if out:
         raise NotLanded(f"{name}: not landed: the diff {when} leaves the spec's touches: "
                         + "; ".join(v.line() for v in out[:5]) + ("; ..." if len(out) > 5 else ""))
+    return bad
 
 
 def _rebase(t: Track, wt: Repo, main: str) -> str:
@@ -234,58 +280,3 @@ def _refuse_checkout_blocks(t: Track, old: str, new: str) -> None:
     if blocks:
         raise NotLanded(f"{t.name}: not landed: main's checkout {checkout} has local changes to "
                         f"files this landing changes ({', '.join(blocks[:5])}); commit or stash them")
-
-
-# ---------------------------------------------------------------- the tick
-
-
-def with_poll_env(repo: Repo, env: dict[str, str]) -> dict[str, str]:
-    """`env` with main's tracks.json → specWatch.pollEnv over it, each change said on one line."""
-    try:
-        poll_env = tracks.at(repo, repo.rev(MAIN)).spec_watch.poll_env
-    except NevError:
-        poll_env = {}
-    for k, v in poll_env.items():
-        if env.get(k) != v:
-            info(f"land: {k}={v} (tracks.json specWatch.pollEnv)")
-    return {**env, **poll_env}
-
-
-def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> int:
-    """`nev land --approved`, the tick: with tracks.json's pollEnv over this environment, finish
-    pending landings, then land every approved track in turn, skipping (with a line) any whose
-    tip moved since approval. Exit: the worst of the landings."""
-    repo = Repo(repo_path)
-    env = with_poll_env(repo, dict(os.environ if environ is None else environ))
-    paths = LandPaths.of(repo)
-    worst = 0
-    for n in store.pending_names(paths):
-        try:
-            if store.load_approval(paths, n) is None:
-                with LandLock(paths.lock, wait=settings.get_float(settings.LAND_LOCK_WAIT, env)):
-                    stop_leftover_gate(paths, n)
-                    finish_pending(repo, paths, n, env)
-        except NevError as e:
-            info(f"nev land {n}: {e.message}")
-            worst = max(worst, e.exit_code)
-    tally = {"landed": 0, "skipped": 0, "refused": 0}
-    for a in store.list_approvals(paths):
-        now = repo.try_rev(f"refs/heads/{a.name}")
-        if now is not None and now != a.tip and not paths.pending(a.name).exists():
-            info(f"land: track {a.name}: skipped: tip moved since approval (approved {a.tip[:12]}, now {now[:12]})")
-            tally["skipped"] += 1
-            continue
-        try:
-            rc = land(repo_path, a.name, a.spec_sha, a.tip, environ=env)
-        except NevError as e:
-            if e.exit_code in INTERRUPTED:
-                raise
-            info(f"nev land {a.name}: {e.message}")
-            rc = e.exit_code
-        if rc == 0:
-            store.drop_approval(paths, a.name)
-        info(f"land: track {a.name}: " + ("landed" if rc == 0 else f"not landed (exit {rc}); still approved"))
-        tally["landed" if rc == 0 else "refused"] += 1
-        worst = max(worst, rc)
-    info("land: tick: " + ", ".join(f"{v} {k}" for k, v in tally.items()))
-    return worst

@@ -1,5 +1,6 @@
 """What a landing owes once main moved: main's checkout, the tag, cleanup, the lane sweep, the
-install step and the floors raise; and finishing it for a landing that was interrupted."""
+install step and the floors raise (and, for a person's landing, its entry in the rig's change
+log); and finishing it for a landing that was interrupted."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from jobs import approvals as store
 from jobs import protected, tracks
 from jobs.approvals import MAIN, LandPaths, Pending
 from jobs.land_gate import fault
-from lanes.base import settings
+from lanes.base import changelog, settings
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo
 from lanes.base.ui import info
@@ -57,7 +58,9 @@ def after_landing(repo: Repo, paths: LandPaths, m: Pending, environ: Mapping[str
     except NevError:
         pass
     _step("main checkout", lambda: _sync_checkout(repo, checkout, m.old, m.new))
-    _step("tag", lambda: _tag(repo, m.name, m.spec_sha, m.new))
+    _step("tag", lambda: _tag(repo, m.name, m.spec_sha, m.new, m.reviewed_by))
+    if m.reviewed_by is not None:
+        _step("change log", lambda: _log_person(repo, m, environ))
     _step("land worktree", lambda: repo.discard_worktree(paths.worktree(m.name)))
     keep_branch: list[bool] = []
     _step("track worktree", lambda: _remove_track_worktree(repo, paths, m.name, keep_branch))
@@ -81,15 +84,35 @@ def _sync_checkout(repo: Repo, checkout: Path | None, old: str, new: str) -> str
     return f"files of {checkout} brought to {new[:12]}"
 
 
-def _tag(repo: Repo, name: str, sha: str, new: str) -> str:
+def _tag(repo: Repo, name: str, sha: str, new: str, reviewed_by: str | None = None) -> str:
     tag = f"spec/{name}/{sha}"
     have = repo.try_rev(f"refs/tags/{tag}")
     if have == new:
         return f"spec/{name}/{sha[:12]}... already at {new[:12]}"
     if have is not None:
         return f"spec/{name}/{sha[:12]}... exists at {have[:12]}, not {new[:12]}; left alone"
-    repo.tag_annotated(tag, new, f"nev land {name} (spec {sha})")
+    msg = f"nev land {name} (spec {sha})"
+    if reviewed_by is not None:     # a person's landing: the tag names the person
+        msg = (f"nev land {name} (spec {sha}), reviewed by {reviewed_by}\n\n"
+               f"Reviewed-by: {reviewed_by}")
+    repo.tag_annotated(tag, new, msg)
     return f"spec/{name}/{sha[:12]}... -> {new[:12]}"
+
+
+def _log_person(repo: Repo, m: Pending, environ: Mapping[str, str]) -> str:
+    """A person's landing, in the rig notes' change log beside nev's own actions."""
+    try:
+        extra = tracks.at(repo, m.old).protected
+    except NevError:
+        extra = []
+    touched = protected.protected_violations(protected.changes(repo, m.old, m.new), extra)
+    lines = [f"## {changelog.now()} land {m.name}", f"- who: {changelog.who()}",
+             f"- reviewed by: {m.reviewed_by}",
+             f"- main: {m.old[:12]} -> {m.new[:12]} (tag spec/{m.name}/{m.spec_sha})",
+             "- protected paths: " + ("; ".join(v.line() for v in touched) if touched else "none"),
+             "- result: landed"]
+    p = changelog.append(settings.path(settings.RIG_NOTES, environ), "\n".join(lines) + "\n")
+    return f"a person's landing, reviewed by {m.reviewed_by}, recorded in {p}"
 
 
 def _remove_track_worktree(repo: Repo, paths: LandPaths, name: str, keep: list[bool]) -> str | None:

@@ -1,4 +1,4 @@
-"""The tick's jobs: results on the forge -> `jobs.land.land`; exit 3 and 7 resent; 9 and 10 recorded; the tick's schedule.
+"""The tick's jobs: results on the forge -> `jobs.land.land`; exit 3, 7 resent; 9, 10 recorded.
 
 Each tick reads every `result/*` branch on the forge and the Dagu run of every job this
 box submitted that has no result yet, and `decide` (pure) picks one action per job:
@@ -14,46 +14,31 @@ box submitted that has no result yet, and `decide` (pure) picks one action per j
 
 The tick (`jobs.tick`) runs this after the approved tracks, under its one lock. The job
 records (`jobs.records`) are locked only while they are read and while each outcome is
-written, never during a landing, so `nev job submit` does not wait for a gate.
-
-`--install` makes the tick tick: a crontab line (or, with `--dagu-home`, a Dagu workflow with
-`schedule: "* * * * *"`) running `nev job poll` (the whole tick: approved tracks, then jobs) in
-this repository with tracks.json -> specWatch.pollEnv in its environment; `--uninstall` removes it.
+written, never during a landing, so `nev job submit` does not wait for a gate. The tick's
+schedule (`nev job poll --install`) is `jobs.tick`'s too.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
-import os
-import shlex
-import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from jobs import jobkeys, records
 from jobs import land as landing
 from jobs import result as result_mod
-from jobs import tracks as tracks_file
 from jobs.land_gate import INTERRUPTED
 from jobs.records import JobRecord, JobStatus
 from jobs.result import Result
 from lanes import forge as forge_mod
-from lanes.base import crontab
 from lanes.base.errors import NevError
 from lanes.base.gitrun import GitError, Repo
 from lanes.base.mask import mask
 from lanes.base.ui import info
-
-CRON_TAG = "# nev-job-poll"
-POLL_WORKFLOW = "nev-job-poll"
-NEV_ROOT = Path(__file__).resolve().parents[1]
 
 
 class StepExit(IntEnum):
@@ -248,17 +233,17 @@ def revoke_key(name: str, env: Mapping[str, str], sha256: str | None, lane: int 
         info(f"{name}: its key file on the lane was not deleted ({e}); nev job revoke {name} deletes it")
 
 
-@contextmanager
-def _record(environ: Mapping[str, str], name: str, seen: JobRecord | None) -> Iterator[JobRecord | None]:
-    """The job's record under the records lock, for this tick's outcome; None (nothing to write)
-    when the job was submitted again since this tick read it: the new submission owns the record."""
+def _write(environ: Mapping[str, str], name: str, seen: JobRecord | None, **outcome: Any) -> bool:
+    """This tick's outcome (`JobRecord` fields) written into the job's record under the records
+    lock; False, nothing written, when the job was submitted again since this tick read it (`seen`):
+    the new submission owns the record."""
     with records.locked(environ) as recs:
         rec = recs.job(name)
         if rec.sends != (seen.sends if seen else 0):
             info(f"{name}: submitted again during this tick; its record is left to the new submission")
-            yield None
-        else:
-            yield rec
+            return False
+        recs.jobs[name] = dataclasses.replace(rec, **outcome)
+        return True
 
 
 def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
@@ -279,109 +264,39 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
         if act.kind is Act.DONE:
             continue
         if act.kind is Act.WAIT:
-            with _record(env, name, rec) as r:
-                if r is not None:
-                    r.polled_at = now
+            _write(env, name, rec, polled_at=now)
             info(f"{name}: waiting: {act.why}")
         elif act.kind is Act.RESEND:
             assert rec is not None
             try:
                 run_id = resend(rec)
             except NevError as e:
-                with _record(env, name, rec) as r:
-                    if r is not None:
-                        r.polled_at = now
+                _write(env, name, rec, polled_at=now)
                 info(f"{name}: resend failed: {e}; next tick tries again")
                 continue
-            with _record(env, name, rec) as r:
-                if r is not None:
-                    r.polled_at, r.run_id, r.status, r.resends = now, run_id, JobStatus.RESENT, rec.resends + 1
-                    if act.cut_off:
-                        r.cutoffs = rec.cutoffs + 1
+            _write(env, name, rec, polled_at=now, run_id=run_id, status=JobStatus.RESENT,
+                   resends=rec.resends + 1, cutoffs=rec.cutoffs + (1 if act.cut_off else 0))
             info(f"{name}: resent ({act.why}), run {run_id}; not counted as a send")
         else:
             assert res is not None or act.kind is Act.FAILED
             revoke_key(name, env, rec.key_sha256 if rec else None, rec.lane if rec else None)   # the run is over
-            with _record(env, name, rec) as r:
-                if r is not None:
-                    r.polled_at = now
-                    if res is not None:
-                        r.result, r.exit, r.outcome = res.commit, res.exit, res.outcome
-                        r.run_id = res.run_id or (rec.run_id if rec else None)
-                    if act.kind is Act.FAILED:
-                        r.status, r.why = JobStatus.FAILED, act.why
-                        failed += 1
+            found = {} if res is None else dict(
+                result=res.commit, exit=res.exit, outcome=res.outcome,
+                run_id=res.run_id or (rec.run_id if rec else None))
             if act.kind is Act.FAILED:
+                if _write(env, name, rec, polled_at=now, status=JobStatus.FAILED, why=act.why,
+                          **found):
+                    failed += 1
                 info(f"{name}: failed: {act.why}")
                 continue
             assert res is not None
+            _write(env, name, rec, polled_at=now, **found)
             try:
                 status, why = land(repo, name, res, rec, forge, env)
             except GitError as e:
                 status, why = JobStatus.NOT_LANDED, str(e)
-            with _record(env, name, rec) as r:
-                if r is not None:
-                    r.status, r.why = status, why
+            _write(env, name, rec, status=status, why=why)
             info(f"{name}: {status}: {why}")
     with records.locked(env) as recs:
         recs.last_poll = now
     return 1 if failed else 0
-
-
-# -- the tick's schedule ------------------------------------------------------------------------
-
-def tick_env(repo: Path, environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a scheduled tick: this shell's non-secret NEV_* settings, then pollEnv."""
-    env = crontab.carried_env(environ)
-    env["PYTHONPATH"] = str(NEV_ROOT)
-    tf = repo / "tracks.json"
-    if tf.exists():
-        env.update(tracks_file.load(tf).spec_watch.poll_env)
-    return env
-
-
-def cron_tag(repo: Path) -> str:
-    return f"{CRON_TAG} {repo}"
-
-
-def cron_line(repo: Path, env: Mapping[str, str], log: Path) -> str:
-    return crontab.line("* * * * *", repo, env, [sys.executable, "-m", "rig.cli", "job", "poll"], log,
-                        cron_tag(repo))
-
-
-def poll_workflow(repo: Path, env: Mapping[str, str]) -> str:
-    doc = {
-        "description": f"nev job poll in {repo}, every minute (written by nev job poll --install)",
-        "schedule": "* * * * *",
-        "maxActiveRuns": 1,
-        "histRetentionDays": 7,
-        "env": [{k: v} for k, v in sorted(env.items())],
-        "steps": [{"name": "poll", "dir": str(repo),
-                   "command": f"{shlex.quote(sys.executable)} -m rig.cli job poll"}],
-    }
-    return yaml.safe_dump(doc, sort_keys=False)
-
-
-def install(repo_path: Path | None, dagu_home: Path | None, on: bool,
-            environ: Mapping[str, str] | None = None) -> int:
-    env = dict(os.environ if environ is None else environ)
-    repo = Repo(repo_path or Path.cwd()).toplevel()
-    tenv = tick_env(repo, env)
-    if dagu_home is not None:
-        wf = dagu_home / "dags" / f"{POLL_WORKFLOW}.yaml"
-        if on:
-            wf.parent.mkdir(parents=True, exist_ok=True)
-            wf.write_text(poll_workflow(repo, tenv), encoding="utf-8")
-            info(f"installed the tick as the Dagu workflow {wf} (schedule: every minute)")
-        elif wf.exists():
-            wf.unlink()
-            info(f"removed the tick's Dagu workflow {wf}")
-        else:
-            info(f"no tick workflow at {wf}; nothing to remove")
-        return 0
-    log = records.path(env).parent / "job-poll.log"
-    if not crontab.install(cron_tag(repo), cron_line(repo, tenv, log) if on else None):
-        info("the crontab already " + ("has this repository's tick" if on else "has no tick for this repository"))
-        return 0
-    info(("installed" if on else "removed") + f" the tick's crontab line for {repo} (log {log})")
-    return 0

@@ -241,7 +241,8 @@ class Runner:
                "JOB_STATE": str(self.js.folder), "JOB_WORKDIR": str(self.workdir), "JOB_LOGS": str(self.logs),
                # a batch files its ledger lines under the job, and reads the aliases the
                # inventory check read (the job's copy of the declared file)
-               "NEV_LEDGER_NAME": self.m.name}
+               "NEV_LEDGER_NAME": self.m.name,
+               settings.UNATTENDED.name: "1"}     # no person: `nev land --reviewed-by` refuses here
         # the job's budget: each batch stage counts what the job's ledger lines already spent
         if self.m.budget_tokens is not None:
             env["NEV_BUDGET_TOKENS"] = str(self.m.budget_tokens)

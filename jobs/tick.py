@@ -1,15 +1,21 @@
 """The unattended tick (`nev job poll`): approved tracks, then finished jobs, under one lock; once a
-day, retention.
+day, retention; and its schedule (`nev job poll --install`) with the environment it runs in.
 
 | part | what it does | its lines in the tick's log |
 |---|---|---|
-| approved tracks | `tracks.json → specWatch.landScript`: `nev land --approved` (or absent) is `jobs.land.land_approved` in this process; another command runs in the repository | `land: track NAME: landed / not landed (exit N) / skipped: why` |
+| approved tracks | `tracks.json → specWatch.landScript`: `nev land --approved` (or absent) is `land_approved` (below) in this process; another command runs in the repository | `land: track NAME: landed / not landed (exit N) / skipped: why` |
 | finished jobs | `jobs.poll.poll_jobs`: result/* on the forge and each job's Dagu run (skipped with a line when no forge URL is set) | `NAME: landed / failed / waiting / resent: why` |
 | retention, once a day | `lanes.sweep.sweep_archives` on the share, through the first lane that answers (`retention.stamp` in the state folder says when it last ran) | `retention: ...` |
 
 One tick runs at a time per state folder (`job-poll.lock`): a tick that finds another still
 running (a landing can outlast the minute between ticks) says so and does nothing. Both parts
-get tracks.json → specWatch.pollEnv over the tick's environment. Exit: the worst of the parts.
+get tracks.json → specWatch.pollEnv over the tick's environment (`with_poll_env`). Exit: the
+worst of the parts.
+
+`install` makes the tick tick: a crontab line (or, with `--dagu-home`, a Dagu workflow with
+`schedule: "* * * * *"`) running `nev job poll` in this repository with this shell's non-secret
+`NEV_*` settings and tracks.json -> specWatch.pollEnv in its environment (`tick_env`);
+`--uninstall` removes it.
 """
 
 from __future__ import annotations
@@ -24,13 +30,18 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
+
+from jobs import approvals as store
 from jobs import land as landing
 from jobs import poll as poll_mod
 from jobs import records, tracks
-from jobs.approvals import MAIN
-from jobs.land_gate import INTERRUPTED
+from jobs.approvals import MAIN, LandPaths
+from jobs.land_after import finish_pending
+from jobs.land_gate import INTERRUPTED, stop_leftover_gate
+from jobs.landlock import LandLock
 from lanes import forge as forge_mod
-from lanes.base import settings
+from lanes.base import crontab, settings
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo
 from lanes.base.ui import info
@@ -38,6 +49,9 @@ from lanes.lanesfile import lanes_configured
 
 LAND_APPROVED = ["nev", "land", "--approved"]
 DAY_S = 24 * 3600
+CRON_TAG = "# nev-job-poll"
+POLL_WORKFLOW = "nev-job-poll"
+NEV_ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextmanager
@@ -62,13 +76,14 @@ def one_tick(environ: Mapping[str, str]) -> Iterator[int | None]:
 
 def tick(repo_path: Path | None = None, environ: Mapping[str, str] | None = None) -> int:
     """`nev job poll`: one tick (see the module's table)."""
-    env = dict(os.environ if environ is None else environ)
+    # NEV_UNATTENDED: everything the tick runs (a landScript, a gate) is no person's
+    env = {**(os.environ if environ is None else environ), settings.UNATTENDED.name: "1"}
     repo = Repo(Repo(repo_path or Path.cwd()).toplevel())
     with one_tick(env) as other:
         if other is not None:
             info(f"tick: another tick (PID {other or '?'}) is still running; this one does nothing")
             return 0
-        env = landing.with_poll_env(repo, env)
+        env = with_poll_env(repo, env)
         worst = _tracks(repo, env)
         worst = max(worst, _jobs(repo, env))
         _retention(env)
@@ -83,7 +98,7 @@ def _tracks(repo: Repo, env: dict[str, str]) -> int:
         return 0
     if script is None or shlex.split(script) == LAND_APPROVED:
         try:
-            return landing.land_approved(repo.path, environ=env)
+            return land_approved(repo.path, environ=env)
         except NevError as e:
             if e.exit_code in INTERRUPTED:
                 raise
@@ -130,3 +145,117 @@ def _retention(env: dict[str, str]) -> None:
     if rc == 0:
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.touch()
+
+
+# -- the approved tracks ------------------------------------------------------------------------
+
+def with_poll_env(repo: Repo, env: dict[str, str]) -> dict[str, str]:
+    """`env` with main's tracks.json → specWatch.pollEnv over it, each change said on one line."""
+    try:
+        poll_env = tracks.at(repo, repo.rev(MAIN)).spec_watch.poll_env
+    except NevError:
+        poll_env = {}
+    for k, v in poll_env.items():
+        if env.get(k) != v:
+            info(f"land: {k}={v} (tracks.json specWatch.pollEnv)")
+    return {**env, **poll_env}
+
+
+def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> int:
+    """`nev land --approved`, the tick: with tracks.json's pollEnv over this environment, finish
+    pending landings, then land every approved track in turn, skipping (with a line) any whose
+    tip moved since approval. Exit: the worst of the landings."""
+    repo = Repo(repo_path)
+    env = with_poll_env(repo, dict(os.environ if environ is None else environ))
+    paths = LandPaths.of(repo)
+    worst = 0
+    for n in store.pending_names(paths):
+        try:
+            if store.load_approval(paths, n) is None:
+                with LandLock(paths.lock, wait=settings.get_float(settings.LAND_LOCK_WAIT, env)):
+                    stop_leftover_gate(paths, n)
+                    finish_pending(repo, paths, n, env)
+        except NevError as e:
+            info(f"nev land {n}: {e.message}")
+            worst = max(worst, e.exit_code)
+    tally = {"landed": 0, "skipped": 0, "refused": 0}
+    for a in store.list_approvals(paths):
+        now = repo.try_rev(f"refs/heads/{a.name}")
+        if now is not None and now != a.tip and not paths.pending(a.name).exists():
+            info(f"land: track {a.name}: skipped: tip moved since approval (approved {a.tip[:12]}, now {now[:12]})")
+            tally["skipped"] += 1
+            continue
+        try:
+            rc = landing.land(repo_path, a.name, a.spec_sha, a.tip, environ=env)
+        except NevError as e:
+            if e.exit_code in INTERRUPTED:
+                raise
+            info(f"nev land {a.name}: {e.message}")
+            rc = e.exit_code
+        if rc == 0:
+            store.drop_approval(paths, a.name)
+        info(f"land: track {a.name}: " + ("landed" if rc == 0 else f"not landed (exit {rc}); still approved"))
+        tally["landed" if rc == 0 else "refused"] += 1
+        worst = max(worst, rc)
+    info("land: tick: " + ", ".join(f"{v} {k}" for k, v in tally.items()))
+    return worst
+
+
+# -- the tick's schedule ------------------------------------------------------------------------
+
+def tick_env(repo: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a scheduled tick: this shell's non-secret NEV_* settings, then pollEnv."""
+    env = crontab.carried_env(environ)
+    env["PYTHONPATH"] = str(NEV_ROOT)
+    tf = repo / "tracks.json"
+    if tf.exists():
+        env.update(tracks.load(tf).spec_watch.poll_env)
+    return env
+
+
+def cron_tag(repo: Path) -> str:
+    return f"{CRON_TAG} {repo}"
+
+
+def cron_line(repo: Path, env: Mapping[str, str], log: Path) -> str:
+    return crontab.line("* * * * *", repo, env, [sys.executable, "-m", "rig.cli", "job", "poll"], log,
+                        cron_tag(repo))
+
+
+def poll_workflow(repo: Path, env: Mapping[str, str]) -> str:
+    doc = {
+        "description": f"nev job poll in {repo}, every minute (written by nev job poll --install)",
+        "schedule": "* * * * *",
+        "maxActiveRuns": 1,
+        "histRetentionDays": 7,
+        "env": [{k: v} for k, v in sorted(env.items())],
+        "steps": [{"name": "poll", "dir": str(repo),
+                   "command": f"{shlex.quote(sys.executable)} -m rig.cli job poll"}],
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def install(repo_path: Path | None, dagu_home: Path | None, on: bool,
+            environ: Mapping[str, str] | None = None) -> int:
+    """`nev job poll --install` (`on`) or `--uninstall`: the crontab line, or the Dagu workflow."""
+    env = dict(os.environ if environ is None else environ)
+    repo = Repo(repo_path or Path.cwd()).toplevel()
+    tenv = tick_env(repo, env)
+    if dagu_home is not None:
+        wf = dagu_home / "dags" / f"{POLL_WORKFLOW}.yaml"
+        if on:
+            wf.parent.mkdir(parents=True, exist_ok=True)
+            wf.write_text(poll_workflow(repo, tenv), encoding="utf-8")
+            info(f"installed the tick as the Dagu workflow {wf} (schedule: every minute)")
+        elif wf.exists():
+            wf.unlink()
+            info(f"removed the tick's Dagu workflow {wf}")
+        else:
+            info(f"no tick workflow at {wf}; nothing to remove")
+        return 0
+    log = records.path(env).parent / "job-poll.log"
+    if not crontab.install(cron_tag(repo), cron_line(repo, tenv, log) if on else None):
+        info("the crontab already " + ("has this repository's tick" if on else "has no tick for this repository"))
+        return 0
+    info(("installed" if on else "removed") + f" the tick's crontab line for {repo} (log {log})")
+    return 0

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import click
+
+from lanes import gateargs
 
 
 class LaneGroup(click.Group):
@@ -39,15 +40,45 @@ def lane() -> None:
     """Run a worktree's command on a build lane; list, sweep, provision and create lanes."""
 
 
-@lane.command("run", context_settings={"allow_interspersed_args": False})
+class GateCommand(click.Command):
+    """`nev lane run|on`: parsed by `lanes.gateargs.parse`, the parser the fast path of
+    `rig/cli.py` uses, never by click's; the options declared on the command give its --help
+    (and shell completion) only, and its help is click's. A usage error is raised as click's own
+    kind, so click words it as it words its own."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.resilient_parsing:
+            return super().parse_args(ctx, args)
+        try:
+            g = gateargs.parse(self.name or "", args)
+        except gateargs.Help:
+            return super().parse_args(ctx, args)        # click prints the help and exits
+        except gateargs.Usage as e:
+            raise self._click_error(ctx, e) from None
+        ctx.params, ctx.args = {"gate_args": g}, []
+        return []
+
+    def _click_error(self, ctx: click.Context, e: gateargs.Usage) -> click.UsageError:
+        if e.kind == "no-such-option":
+            longs = [*gateargs.OPTIONS[self.name or ""], "--help"]     # click offers long ones only
+            offer = longs if e.name.startswith("--") else None
+            return click.NoSuchOption(e.name, possibilities=offer, ctx=ctx)
+        if e.kind == "option":
+            return click.BadOptionUsage(e.name, e.message, ctx)
+        param = next(p for p in self.params if e.name in (p.name, *p.opts))
+        if e.kind == "missing":
+            return click.MissingParameter(ctx=ctx, param=param)
+        return click.BadParameter(e.message, ctx, param)
+
+
+@lane.command("run", cls=GateCommand, context_settings={"allow_interspersed_args": False})
 @click.option("--lane", "lane_index", type=int, help="Use lane N of the lanes file (default: first that answers).")
 @click.option("--pull", multiple=True, metavar="DIR", help="Copy DIR of the lane copy back after the run (repeatable).")
 @click.option("--sandbox", is_flag=True, help="Run COMMAND in the lane's sandbox for model-written code "
               "(no network, no home, no .env; its nev must be installed: docs/sandbox.md).")
 @click.argument("worktree", type=click.Path(file_okay=False))
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(lane_index: int | None, pull: tuple[str, ...], sandbox: bool, worktree: str,
-        command: tuple[str, ...]) -> int:
+def run(gate_args: gateargs.GateArgs) -> int:
     """Ship WORKTREE (unpushed commits, diff, untracked files) to a lane and run COMMAND there.
 
     COMMAND never runs on this machine; `nev lane on` runs it here when no lane answers.
@@ -60,12 +91,10 @@ def run(lane_index: int | None, pull: tuple[str, ...], sandbox: bool, worktree: 
     command on the lane is stopped too). Already on a lane (NEV_ON_LANE set) COMMAND runs in place in
     WORKTREE, as with `nev lane on`: no lane settings read, --pull ignored.
     """
-    from lanes import gate
-
-    return gate.run(Path(worktree), sandboxed(command, sandbox), lane_index=lane_index, lane_only=True, pull=pull)
+    return gateargs.run(gate_args)
 
 
-@lane.command("on", context_settings={"allow_interspersed_args": False})
+@lane.command("on", cls=GateCommand, context_settings={"allow_interspersed_args": False})
 @click.option("--lane", "lane_index", type=int, help="Use lane N of the lanes file (default: first that answers).")
 @click.option("--lane-only", is_flag=True, help="Exit 3 instead of running locally when no lane answers.")
 @click.option("--pull", multiple=True, metavar="DIR", help="Copy DIR back after the run (ignored on a lane).")
@@ -73,22 +102,12 @@ def run(lane_index: int | None, pull: tuple[str, ...], sandbox: bool, worktree: 
               "(no network, no home, no .env; its nev must be installed: docs/sandbox.md).")
 @click.argument("worktree", type=click.Path(file_okay=False))
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def on(lane_index: int | None, lane_only: bool, pull: tuple[str, ...], sandbox: bool, worktree: str,
-       command: tuple[str, ...]) -> int:
+def on(gate_args: gateargs.GateArgs) -> int:
     """Run COMMAND on a lane, or in place when already on one (NEV_ON_LANE set).
 
     Without --lane-only (and without NEV_LANE_STRICT=1) it runs here when no lane answers.
     """
-    from lanes import gate
-
-    return gate.on(Path(worktree), sandboxed(command, sandbox), lane_only=lane_only, pull=pull,
-                   lane_index=lane_index)
-
-
-def sandboxed(command: tuple[str, ...], sandbox: bool) -> list[str]:
-    """COMMAND as given, or (asked with --sandbox) as a verify in the sandbox of wherever it runs:
-    a person's own gate runs as the person unless they ask (docs/sandbox.md)."""
-    return ["nev", "sandbox", "exec", "--", *command] if sandbox else list(command)
+    return gateargs.run(gate_args)
 
 
 @lane.command("list")

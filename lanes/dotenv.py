@@ -2,7 +2,7 @@
 
 A checkout's `.env`, the lane's `~/.lane-model-env` and the lane's answer to the submit probe
 all go through `parse`. Stdlib only and self-contained: it travels with the lane agent
-(`lanes/payload.py`).
+(`lanes/agentpack.py`).
 """
 
 from __future__ import annotations

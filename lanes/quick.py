@@ -28,6 +28,10 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lanes.gateargs import GateArgs
 
 # The client started here, by its argv, until the gate takes it (`take`).
 STARTED: dict[tuple[str, ...], object] = {}
@@ -46,7 +50,7 @@ OPTIONS: dict[str, str | None] = {
     "ControlMaster": "no", "ControlPath": "none", "LogLevel": "ERROR", "KexAlgorithms": None,
     "IdentitiesOnly": "yes"}
 NUMBERS = ("ConnectTimeout", "ServerAliveInterval", "ServerAliveCountMax")
-# The lane agent's start (`lanes.payload.lane_command`) without its hash, as a sha256: a record's
+# The lane agent's start (`lanes.agentpack.lane_command`) without its hash, as a sha256: a record's
 # command must be it (tests/test_lane_quick.py keeps the two the same).
 LANE_COMMAND_SHA256 = "c00cba9009f01ed1acf22dccef2bd34c7a035154918ac457a670cfcc1635b273"
 
@@ -56,24 +60,9 @@ def cache_file() -> str:
     return os.path.join(base, "nev", CACHE_NAME)
 
 
-def lane_option(args: list[str]) -> str | None:
-    """The `--lane` value among the gate's leading options (the empty string without one), or
-    None when the options are not plain enough to tell (the gate then starts without a record)."""
-    lane, i = "", 0
-    while i < len(args) and args[i].startswith("-"):
-        a = args[i]
-        if a.startswith("--lane="):
-            lane, i = a.partition("=")[2], i + 1
-        elif a in ("--lane", "--pull"):
-            if i + 1 >= len(args):
-                return None
-            lane = args[i + 1] if a == "--lane" else lane
-            i += 2
-        elif a.startswith("--pull=") or a == "--lane-only":
-            i += 1
-        else:
-            return None
-    return lane
+def lane_key(lane_index: int | None) -> str:
+    """The lane asked for as a record's key holds it: the empty string when none was."""
+    return "" if lane_index is None else str(lane_index)
 
 
 def _secret_name(name: str) -> bool:
@@ -248,14 +237,11 @@ def lookup(lane: str) -> list[str] | None:
     return argv
 
 
-def start(args: list[str]) -> None:
-    """Start the recorded client for the gate `args` (after `lane run|on`), when there is one."""
+def start(g: GateArgs) -> None:
+    """Start the recorded client for the gate `g` (`lanes.gateargs`), when there is one."""
     if os.environ.get("NEV_ON_LANE") or os.environ.get("GENERA_ON_LANE"):
         return
-    lane = lane_option(args)
-    if lane is None:
-        return
-    argv = lookup(lane)
+    argv = lookup(lane_key(g.lane_index))
     if argv is None:
         return
     import atexit

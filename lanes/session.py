@@ -5,7 +5,7 @@
 operations are the agent's own (`lanes.agent.wire`), and so are the messages
 (`lanes.agent.messages`): a frame that is not the message it should be is a NevError naming the
 lane. The channel starts the agent named by its hash
-(`lanes.payload.lane_agent`); the agent itself is sent only when the lane asks for it
+(`lanes.agentpack.lane_agent`); the agent itself is sent only when the lane asks for it
 (NEED_AGENT), and the first request goes out without waiting to know.
 """
 
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
-from lanes import payload
+from lanes import agentpack
 from lanes.agent.messages import Message, Refusal, Request, answer
 from lanes.agent.wire import Kind, ProtocolError, frame, parse
 from lanes.base import ui
@@ -37,8 +37,9 @@ class Session:
     def __init__(self, conn: Connection | OpenSsh, lane: Lane) -> None:
         self.conn = conn
         self.lane = lane
-        self.agent = payload.lane_agent()
-        self.ch: paramiko.Channel | ProcessChannel = conn.open_session(payload.lane_command(self.agent.hash))
+        self.agent = agentpack.lane_agent()
+        self.ch: paramiko.Channel | ProcessChannel = conn.open_session(
+            agentpack.lane_command(self.agent.hash))
         self.buf = bytearray()
         self.sent = 0
         self.agent_sent = False    # the lane lacked this agent (or its copy did not match) and got it

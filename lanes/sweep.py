@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes import busy, lanesfile, payload, session
+from lanes import agentpack, busy, lanesfile, payload, session
 from lanes.agent import layout
 from lanes.agent.messages import (
     ArchiveEntry,
@@ -242,7 +242,7 @@ def sweep_lane(conn: Connection, lane: Lane, tracks: set[str], primary: str | No
     facts = survey(conn, lane, nas_dir)
     nas_ok = facts.nas
     result = LaneSweep(lane, decide(facts.entries, tracks, primary, track, nas_ok, key),
-                       agents=stale_agents(facts.agents, payload.lane_agent().hash),
+                       agents=stale_agents(facts.agents, agentpack.lane_agent().hash),
                        free_gb=facts.free_gb, peak_rss_kb=facts.peak_rss_kb)
     gone = [d.name for d in result.decisions if d.remove]
     result.writers = decide_writers(facts.writers, set(gone), track, key)

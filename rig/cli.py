@@ -1,12 +1,14 @@
 """The `nev` entry point (`nev = rig.cli:run`, `python -m rig.cli`): as little as possible before
 the command tree (`rig/commands.py`, click) loads.
 
-`nev lane run|on` in its plain form (`lanes.ahead`) goes straight to the gate, without click:
-the first lane's SSH client is started first — from the argv an earlier gate recorded
-(`lanes.quick`) before anything else of nev is imported — so it connects through the jump host
-while the rest of the gate is imported and the worktree read. `nev job step` (each step of the job
+`nev lane run|on` goes straight to the gate, without click, when its one parser
+(`lanes.gateargs`, stdlib only, the click command's parser too) reads a gate: the first lane's
+SSH client is started first — from the argv an earlier gate recorded (`lanes.quick`) before
+anything else of nev is imported — so it connects through the jump host while the rest of the
+gate is imported and the worktree read (`lanes.ahead`). `nev job step` (each step of the job
 workflow on a lane) goes straight to its own argparse (`jobs/lane_main.py`). Every other command
-line, help included, is the command tree's. `cli`, `main` and the tables of `rig.commands` are its own.
+line, help and a gate's usage error included, is the command tree's. `cli`, `main` and the
+tables of `rig.commands` are its own.
 """
 
 from __future__ import annotations
@@ -15,22 +17,26 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lanes.ahead import GateArgs
+    from lanes.gateargs import GateArgs
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["lane"] and args[1:2] in (["run"], ["on"]):
-        from lanes import quick
+        from lanes import gateargs
 
-        quick.start(args[2:])      # the recorded client, before the rest of nev loads
-        from lanes import ahead
+        try:
+            g = gateargs.parse(args[1], args[2:])
+        except (gateargs.Usage, gateargs.Help):
+            pass                       # the command tree says it, in click's words
+        else:
+            from lanes import quick
 
-        plain = ahead.parse(args[1], args[2:])
-        if plain is not None:
-            ahead.start(plain)
-            return _gate(args[1], plain)
-        quick.stop_all()
+            quick.start(g)             # the recorded client, before the rest of nev loads
+            from lanes import ahead
+
+            ahead.start(g)
+            return _gate(g)
     if args[:2] == ["job", "step"]:
         return _job_step(args[2:])
     from rig import commands
@@ -47,24 +53,16 @@ def _job_step(args: list[str]) -> int:
     return guarded(lambda: lane_main.main(args))
 
 
-def _gate(sub: str, g: GateArgs) -> int:
+def _gate(g: GateArgs) -> int:
     """`nev lane run|on` as `lanes/cli.py` runs them, with the same logging and error lines."""
     import logging
-    from pathlib import Path
 
+    from lanes import gateargs
     from rig.entry import guarded
 
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s", stream=sys.stderr)
-
-    def call() -> int:
-        from lanes import gate
-
-        if sub == "run":
-            return gate.run(Path(g.worktree), list(g.command), lane_index=g.lane_index, lane_only=True, pull=g.pull)
-        return gate.on(Path(g.worktree), list(g.command), lane_only=g.lane_only, pull=g.pull, lane_index=g.lane_index)
-
     _GATED.append(True)
-    return guarded(call)
+    return guarded(lambda: gateargs.run(g))
 
 
 def run() -> None:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import click
 
 from rig.forward_cli import forward
 from rig.serving_cli import COMMANDS as SERVING_COMMANDS
+
+if TYPE_CHECKING:
+    from rig.snapshot.changelog import Entry
 
 
 @click.group("rig")
@@ -220,6 +226,80 @@ def diff(label: str, other: str | None) -> int:
     text = compare(Context.load(), label, other)
     click.echo(text.rstrip("\n") if text else f"no differences between {label} and {other or 'live'}")
     return 0
+
+
+@rig.command("log")
+@click.argument("message", required=False)
+@click.option("--worked", is_flag=True, help="The change did what it was for.")
+@click.option("--failed", is_flag=True, help="The change was tried and did not work.")
+@click.option("--role", help="The rig file role (or serving role) the change was made on.")
+@click.option("--snapshot", "label",
+              help="A snapshot label the change goes with (taken before or after it).")
+@click.option("--show", is_flag=True,
+              help="List the change log, oldest first, instead of adding to it.")
+@click.option("--json", "as_json", is_flag=True,
+              help="With --show: the entries as a JSON list.")
+def log(message: str | None, worked: bool, failed: bool, role: str | None, label: str | None,
+        show: bool, as_json: bool) -> int:
+    """Add a change made by hand to the rig's change log, worked or not; or --show the log.
+
+    The log is NEV_RIG_NOTES/changelog.md, the one nev's snapshots, restores and serving
+    actions write: a person's entries stand beside them in order, with who (the OS user) and
+    when. One of --worked/--failed is required; an empty MESSAGE is refused (both exit 2).
+    """
+    from lanes.base.errors import UsageError
+    from rig.snapshot import changelog
+    from rig.snapshot.context import notes_dir
+
+    notes = notes_dir()
+    if show:
+        if message is not None or worked or failed or role or label:
+            raise UsageError("--show takes no MESSAGE, --worked/--failed, --role or --snapshot; "
+                             "run `nev rig log --show [--json]` alone")
+        _show_log(changelog.read(notes), notes / changelog.NAME, as_json)
+        return 0
+    if as_json:
+        raise UsageError("--json goes with --show; run `nev rig log --show --json`")
+    if message is None or not message.strip():
+        raise UsageError("nothing to log: give what was changed, e.g. "
+                         "nev rig log \"raised tabbyapi max_seq_len to 32768\" --worked")
+    if worked == failed:
+        raise UsageError("say whether the change worked: add one of --worked or --failed"
+                         + (", not both" if worked else ""))
+    if role is not None and not role.strip():
+        raise UsageError("--role is empty; name the role the change was made on, "
+                         "or leave --role out")
+    if label is not None:
+        _known_snapshot(label, notes)
+    path = changelog.append(notes, changelog.person_entry(message, worked, role, label))
+    click.echo(f"logged in {path}")
+    return 0
+
+
+def _known_snapshot(label: str, notes: Path) -> None:
+    from lanes.base.errors import UsageError
+    from rig.snapshot.store import LocalStore, check_label
+
+    check_label(label)
+    if not LocalStore(notes).has_label(label):
+        raise UsageError(f"no snapshot labelled {label} in {notes / 'snapshots'}; "
+                         "list them with `nev rig snapshots`")
+
+
+def _show_log(entries: list[Entry], path: Path, as_json: bool) -> None:
+    from lanes.base.mask import known_secrets, mask
+    from lanes.base.ui import emit_json
+
+    if as_json:
+        emit_json([e.to_json() for e in entries])
+        return
+    if not entries:
+        click.echo(f"the change log is empty ({path}); "
+                   "add to it with `nev rig log \"...\" --worked`")
+    for e in entries:
+        click.echo(mask(f"{e.time}  {e.heading}  ({e.who})", extra=known_secrets()))
+        for ln in e.lines:
+            click.echo(mask(f"    {ln}", extra=known_secrets()))
 
 
 @rig.command("throughput")

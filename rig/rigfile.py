@@ -1,4 +1,5 @@
-"""`rig/rig.local.json` (gitignored): roles, their hosts, files and commands, the jump host, port forwards."""
+"""`rig/rig.local.json` (gitignored): roles, their hosts, files and commands, the jump host, port
+forwards, and the key each host is reached with."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class Role:
     admin: str | None = None
     # a gateway role's per-key allowlists on its host: {id: {"name": KEY, "models": [ALIAS...]}}
     keys_file: str | None = None
+    ssh_key: Path | None = None   # its hosts' key unless `hosts` gives one (see Keys)
 
     def validate_for(self, path: str) -> str | None:
         return self.validates.get(path)
@@ -63,6 +65,30 @@ class Forward:
 
 
 @dataclass(frozen=True)
+class Keys:
+    """The key file each account on a host is reached with (pure):
+
+        the `hosts` entry for the account (`user@host`)    hosts["admin@arm-node-1"].ssh_key
+        else the `hosts` entry for the host                 hosts["arm-node-1"].ssh_key
+        else the key of the role listing the account        roles.arm-node.ssh_key (serving.X too)
+        else the file's `ssh_key`                           (None: NEV_SSH_KEY, else ssh's own)
+
+    The port never counts; the jump host takes its key the same way."""
+
+    default: Path | None = None
+    hosts: dict[str, Path] = field(default_factory=dict)   # `host` or `user@host`
+    roles: dict[str, Path] = field(default_factory=dict)   # `user@host` -> the key of its role
+
+    def key_for(self, spec: str) -> Path | None:
+        t = Target.parse(spec, default_user="root")
+        account = f"{t.user}@{t.host}"
+        for name in (account, t.host):
+            if name in self.hosts:
+                return self.hosts[name]
+        return self.roles.get(account, self.default)
+
+
+@dataclass(frozen=True)
 class RigFile:
     path: Path
     roles: dict[str, Role]
@@ -73,12 +99,18 @@ class RigFile:
     ssh_key: Path | None = None
     forwards: dict[str, Forward] = field(default_factory=dict)
     serving: dict[str, ServingRole] = field(default_factory=dict)
+    keys: Keys | None = None      # None: every host takes `ssh_key`
+
+    def key_for(self, spec: str) -> Path | None:
+        """The key file for the host `spec` ([user@]host[:port], root by default): see Keys."""
+        return self.keys.key_for(spec) if self.keys is not None else self.ssh_key
 
 
 # Every key the rig file declares (rig/rig.example.json, docs/settings.md): another is a typo, refused.
-TOP_KEYS = ("roles", "jump", "host_store", "known_hosts", "ssh_key", "seeds", "forwards", "serving")
+TOP_KEYS = ("roles", "jump", "host_store", "known_hosts", "ssh_key", "hosts", "seeds", "forwards",
+            "serving")
 ROLE_KEYS = ("hosts", "files", "commands", "validate", "reload", "health", "masks", "volatile", "health_timeout",
-             "admin", "keys_file")
+             "admin", "keys_file", "ssh_key")
 
 
 def _regexes(f: jsonfile.Fields, obj: dict, key: str, where: str) -> list[str]:
@@ -152,7 +184,8 @@ def _role(f: jsonfile.Fields, name: str, obj: object) -> Role:
                 masks=_masks(f, o, where), validates=validates,
                 volatile=_regexes(f, o, "volatile", where), health_timeout=float(timeout),
                 admin=f.get(o, "admin", str, where, required=False),
-                keys_file=f.get(o, "keys_file", str, where, required=False))
+                keys_file=f.get(o, "keys_file", str, where, required=False),
+                ssh_key=_rel(Path(f.path), f.get(o, "ssh_key", str, where, required=False)))
 
 
 def _port(f: jsonfile.Fields, value: object, where: str) -> int:
@@ -217,7 +250,61 @@ def load(path: Path) -> RigFile:
     return RigFile(path=path, roles=roles, jump=jump, seeds=f.str_list(top, "seeds", ""),
                    host_store=store.rstrip("/"),
                    known_hosts=_rel(path, kh), ssh_key=_rel(path, key),
-                   forwards=_forwards(f, top, jump), serving=serving)
+                   forwards=_forwards(f, top, jump), serving=serving,
+                   keys=_keys(f, top, path, _rel(path, key), roles, serving, jump))
+
+
+def _account(spec: str) -> tuple[str, str]:
+    t = Target.parse(spec, default_user="root")
+    return f"{t.user}@{t.host}", t.host
+
+
+def _key_file(f: jsonfile.Fields, where: str, path: Path, reached: str) -> Path:
+    if not path.is_file():
+        raise f.fail(where, f"names {path}, which does not exist, so {reached} cannot be reached; "
+                     "give the private key file that host takes")
+    return path
+
+
+def _keys(f: jsonfile.Fields, top: dict, path: Path, default: Path | None, roles: dict[str, Role],
+          serving: dict[str, ServingRole], jump: str | None) -> Keys:
+    """The `hosts` section and the roles' `ssh_key`s; a key file that does not exist, a `hosts`
+    entry naming no host of the file, and an account two roles give two keys are refused."""
+    accounts = {_account(h) for r in roles.values() for h in r.hosts}
+    accounts |= {_account(rep.host) for s in serving.values() for rep in s.replicas.values()}
+    if jump:
+        accounts.add(_account(jump))
+    hosts: dict[str, Path] = {}
+    for name, obj in f.get(top, "hosts", dict, "", required=False, default={}).items():
+        where = f"hosts.{name}"
+        o = f.known(f.obj(obj, where), ("ssh_key",), where)
+        if not any(name in pair for pair in accounts):
+            known = sorted({h for _a, h in accounts})
+            raise f.fail(where, "names no host of this file; name a host (one of "
+                         f"{', '.join(known) or 'none'}) or an account on one (user@host), "
+                         "without a port")
+        key = _rel(path, f.get(o, "ssh_key", str, where))
+        if key is None:
+            raise f.fail(f"{where}.ssh_key", "is empty; give the private key file the host takes")
+        hosts[name] = _key_file(f, f"{where}.ssh_key", key, name)
+    given = [(f"roles.{r.name}", r.ssh_key, r.hosts) for r in roles.values()]
+    given += [(f"serving.{s.name}", _rel(path, s.ssh_key),
+               [rep.host for rep in s.replicas.values()]) for s in serving.values()]
+    role_keys: dict[str, tuple[Path, str]] = {}
+    for where, key, specs in given:
+        if key is None:
+            continue
+        _key_file(f, f"{where}.ssh_key", key, ", ".join(specs))
+        for a, h in map(_account, specs):
+            if a in hosts or h in hosts:
+                continue
+            prev = role_keys.get(a)
+            if prev is not None and prev[0] != key:
+                own = f'"hosts": {{"{a}": {{"ssh_key": "..."}}}}'
+                raise f.fail(f"{where}.ssh_key", f"gives {a} another key than {prev[1]}.ssh_key "
+                             f"does; give that host its own: {own}")
+            role_keys[a] = (key, where)
+    return Keys(default=default, hosts=hosts, roles={a: k for a, (k, _w) in role_keys.items()})
 
 
 def _sudo_roles(f: jsonfile.Fields, serving: dict[str, ServingRole], roles: dict[str, Role]) -> dict[str, Role]:

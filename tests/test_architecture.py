@@ -32,6 +32,7 @@ LANE_ENTRY_POINTS = {
     "lanes.forgeauth",      # the forge credential
     "lanes.dotenv",         # .env parsing, shipped with the agent
     "lanes.cli",            # `nev lane`
+    "lanes.gateargs",       # the gate's command line, read before nev loads (rig/cli.py)
     "lanes.ahead",          # a gate's channel started before the rest of nev loads (rig/cli.py)
     "lanes.quick",          # that channel from an earlier gate's record, before nev loads (rig/cli.py)
     "lanes.writer",         # `nev lane writer` (its command line is jobs': the declared harness)
@@ -143,17 +144,17 @@ def test_lane_program_is_stdlib_only():
     # module of the subpackage is sent, and each imports only the stdlib and modules sent before it.
     import sys
 
-    from lanes import payload
+    from lanes import agentpack
 
-    sent = [m for m in payload.LANE_MODULES if m != "lanes"]   # `lanes`: an empty namespace there
-    assert set((ROOT / "lanes" / "agent").rglob("*.py")) <= {payload.source_path(m) for m in sent}
+    sent = [m for m in agentpack.LANE_MODULES if m != "lanes"]   # `lanes`: an empty namespace there
+    assert set((ROOT / "lanes" / "agent").rglob("*.py")) <= {agentpack.source_path(m) for m in sent}
     earlier = {"lanes"}
 
     def allowed(module: str) -> bool:
         return module.split(".")[0] in sys.stdlib_module_names | {"__future__"} or module in earlier
 
     for name in sent:
-        tree = ast.parse(payload.source_path(name).read_text(encoding="utf-8"))
+        tree = ast.parse(agentpack.source_path(name).read_text(encoding="utf-8"))
         bad = []
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -163,7 +164,7 @@ def test_lane_program_is_stdlib_only():
                 if node.level or not allowed(module):
                     bad.append("." * node.level + module)
                 bad += [f"{module}.{a.name}" for a in node.names
-                        if f"{module}.{a.name}" in payload.LANE_MODULES and f"{module}.{a.name}" not in earlier]
+                        if f"{module}.{a.name}" in agentpack.LANE_MODULES and f"{module}.{a.name}" not in earlier]
         assert not bad, (name, bad)
         earlier.add(name)
 

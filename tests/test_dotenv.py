@@ -9,7 +9,7 @@ import pytest
 
 from bench.batch import gateway_key
 from jobs import submit
-from lanes import dotenv, payload
+from lanes import agentpack, dotenv
 from lanes.agent.copy import lane_model_url
 from lanes.agent.messages import StatusRequest
 from lanes.agent.output import env_secrets
@@ -70,9 +70,9 @@ def test_lane_model_url_of_the_lane_program_reads_the_file_through_the_same_pars
 def test_the_lane_program_as_sent_carries_the_parser_and_runs_on_bare_python3(tmp_path):
     """The bootstrap, a `status` request and the agent (which a lane without it asks for), as a
     gate sends them."""
-    agent = payload.lane_agent()
+    agent = agentpack.lane_agent()
     sent = StatusRequest(root=str(tmp_path)).frame() + frame(Kind.AGENT, agent.blob)
-    cp = subprocess.run(["sh", "-c", payload.lane_command(agent.hash)], input=sent,
+    cp = subprocess.run(["sh", "-c", agentpack.lane_command(agent.hash)], input=sent,
                         capture_output=True, timeout=60, cwd=tmp_path,  # no `lanes` package to fall back on
                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert cp.returncode == 0, cp.stderr
@@ -80,4 +80,4 @@ def test_the_lane_program_as_sent_carries_the_parser_and_runs_on_bare_python3(tm
     kind, n = FRAME.unpack(cp.stdout[FRAME.size:2 * FRAME.size])
     answer = json.loads(cp.stdout[2 * FRAME.size:2 * FRAME.size + n])
     assert kind == Kind.RESULT and answer["root"] == str(tmp_path) and answer["free_gb"] > 0
-    assert payload.LANE_MODULES.index("lanes.dotenv") < payload.LANE_MODULES.index("lanes.agent.main")
+    assert agentpack.LANE_MODULES.index("lanes.dotenv") < agentpack.LANE_MODULES.index("lanes.agent.main")

@@ -381,8 +381,10 @@ def test_rig_file_forwards_parse(tmp_path):
     assert rig.roles == {}
 
 
-def test_the_example_rig_file_declares_forwards():
-    rig = rigfile.load(Path(__file__).resolve().parent.parent / "rig" / "rig.example.json")
+def test_the_example_rig_file_declares_forwards(tmp_path, monkeypatch):
+    from tests.helpers import rig_example
+
+    rig = rigfile.load(rig_example.with_keys(tmp_path, monkeypatch))
     assert {"forge", "gateway"} <= set(rig.forwards) and rig.jump
 
 

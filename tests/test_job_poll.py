@@ -15,6 +15,7 @@ import yaml
 from jobs import poll as poll_mod
 from jobs import result as result_mod
 from jobs import submit as submit_mod
+from jobs import tick as tick_mod
 from jobs.poll import RunInfo, decide
 from jobs.records import JobRecord, JobStatus
 from jobs.result import Result
@@ -210,16 +211,16 @@ def test_a_credential_in_the_forge_url_is_split_out_and_never_shown(tmp_path):
 
 def test_cron_table_replaces_only_this_repositorys_line(tmp_path):
     repo = tmp_path / "r"
-    line = poll_mod.cron_line(repo, {"NEV_LANE_STRICT": "1", "PATH": "/usr/bin"}, tmp_path / "log")
+    line = tick_mod.cron_line(repo, {"NEV_LANE_STRICT": "1", "PATH": "/usr/bin"}, tmp_path / "log")
     assert line.startswith("* * * * * ") and "NEV_LANE_STRICT=1" in line and "job poll" in line
     other = "0 3 * * * backup # mine\n"
-    tag = poll_mod.cron_tag(repo)
+    tag = tick_mod.cron_tag(repo)
     t1 = crontab.table(other, tag, line)
     assert t1 == other + line + "\n"
     assert crontab.table(t1, tag, line) == t1  # idempotent
     assert crontab.table(t1, tag, None) == other
     # another repository's tick (a longer path with this one as prefix) is not ours
-    theirs = poll_mod.cron_line(tmp_path / "r2", {}, tmp_path / "log")
+    theirs = tick_mod.cron_line(tmp_path / "r2", {}, tmp_path / "log")
     assert crontab.table(t1 + theirs + "\n", tag, None) == other + theirs + "\n"
 
 
@@ -229,7 +230,7 @@ def test_tick_env_has_poll_env_and_no_secret(tmp_path):
     tracks = json.loads((repo / "tracks.json").read_text())
     tracks["specWatch"]["pollEnv"] = {"NEV_LANE_STRICT": "1"}
     (repo / "tracks.json").write_text(json.dumps(tracks))
-    env = poll_mod.tick_env(repo, {"NEV_FORGE_TOKEN": "s3cr3t-value", "NEV_FORGE_TOKEN_FILE": "/k/f",
+    env = tick_mod.tick_env(repo, {"NEV_FORGE_TOKEN": "s3cr3t-value", "NEV_FORGE_TOKEN_FILE": "/k/f",
                                    "NEV_LANE_GIT_URL": "http://f/x.git", "OTHER": "x", "PATH": "/usr/bin",
                                    "NEV_SSH_KEY": "/k/id", "NEV_MODEL_API_KEY": "sk-1", "NEV_NEW_TOKEN": "t"})
     assert env["NEV_LANE_STRICT"] == "1" and env["NEV_FORGE_TOKEN_FILE"] == "/k/f"

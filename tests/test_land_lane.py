@@ -128,3 +128,32 @@ def test_sigkill_during_a_lane_gate_then_a_rerun_lands(box, tmp_path: Path) -> N
     assert k.rev(f"refs/tags/spec/{name}/{sha}") == shas[-1]
     (k.ctl / "gate.log").write_text(f"{shas[-1]} pass\n")
     check_invariant(k, old, name, tip, landed=True)
+
+
+def test_a_landing_sweeps_the_tracks_copy_off_the_lane(box, tmp_path: Path) -> None:
+    """The after-step `lanes.sweep.after_landing` (its "skipped" path, with no lane configured, is
+    tested in test_land_scenarios): a `--check` leaves the gate's copy on the lane it ran on; the
+    landing that follows removes it from every lane."""
+    from lanes.base.gitrun import Repo
+    from lanes.payload import copy_name_of
+
+    k, name = lane_kit(box, tmp_path)
+    old = k.rev("main")
+    k.track(name, {"src/swept.txt": "landed, then swept\n"})
+    tip = k.rev(name)
+    # the gate ships the landing's private worktree, <git-dir>/nev/land-wt/<name>: its copy's name
+    copy = copy_name_of(Repo(k.primary), folder=name)
+    c = k.land(name, "--check", NEV_LANE_STRICT="1")
+    assert c.rc == 0, c.text
+    assert len(gated_on_lane(c.text)) == 1
+    holders = [ln for ln in box.lanes if (ln.host_root / copy).is_dir()]
+    assert len(holders) == 1, [str(ln.host_root) for ln in box.lanes]
+    r = k.land(name, NEV_LANE_STRICT="1")
+    assert r.rc == 0, r.text
+    assert f"removed {copy}" in r.out
+    assert "lane copies: skipped" not in r.text and "lane copies: failed" not in r.text
+    assert [ln for ln in box.lanes if (ln.host_root / copy).exists()] == []
+    shas = gated_on_lane(r.text)
+    assert shas and k.rev("main") == shas[-1]
+    (k.ctl / "gate.log").write_text(f"{shas[-1]} pass\n")
+    check_invariant(k, old, name, tip, landed=True)

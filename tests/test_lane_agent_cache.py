@@ -10,7 +10,7 @@ import subprocess
 import zlib
 from pathlib import Path
 
-from lanes import payload
+from lanes import agentpack
 from lanes import sweep as sw
 from lanes.agent import layout
 from lanes.agent import root as agent_root
@@ -19,9 +19,9 @@ from lanes.agent.wire import FRAME, Kind, frame
 from tests.helpers import lane_helpers as h
 
 
-def talk(home: Path, agent: payload.Agent) -> tuple[bool, dict, str]:
+def talk(home: Path, agent: agentpack.Agent) -> tuple[bool, dict, str]:
     """One `status` call: (whether the lane asked for the agent, the RESULT, the lane's stderr)."""
-    p = subprocess.Popen(["sh", "-c", payload.lane_command(agent.hash)], stdin=subprocess.PIPE,
+    p = subprocess.Popen(["sh", "-c", agentpack.lane_command(agent.hash)], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=home,
                          env={"PATH": "/usr/bin:/bin", "HOME": str(home)})
     assert p.stdin is not None and p.stdout is not None and p.stderr is not None
@@ -52,7 +52,7 @@ def cached(home: Path) -> Path:
 
 
 def test_a_lane_without_the_agent_asks_for_it_once_then_runs_its_cached_copy(tmp_path):
-    agent = payload.lane_agent()
+    agent = agentpack.lane_agent()
     asked, result, err = talk(tmp_path, agent)
     assert asked and result["root"] == str(tmp_path), err     # the request sent ahead reached the agent
     assert (cached(tmp_path) / agent.hash).read_bytes() == zlib.decompress(agent.blob)
@@ -62,7 +62,7 @@ def test_a_lane_without_the_agent_asks_for_it_once_then_runs_its_cached_copy(tmp
 
 
 def test_a_tampered_cached_agent_is_refused_and_sent_again(tmp_path):
-    agent = payload.lane_agent()
+    agent = agentpack.lane_agent()
     assert talk(tmp_path, agent)[0]
     copy = cached(tmp_path) / agent.hash
     copy.write_bytes(h.agent_marker("tampered-ran") + copy.read_bytes())
@@ -75,7 +75,7 @@ def test_a_tampered_cached_agent_is_refused_and_sent_again(tmp_path):
 
 
 def test_a_lane_holding_an_old_agent_runs_the_new_one_after_an_upgrade(tmp_path, monkeypatch):
-    new = payload.lane_agent()
+    new = agentpack.lane_agent()
     old = h.agent_variant(new, h.agent_marker("old-ran"))
     assert talk(tmp_path, old)[0] and talk(tmp_path, old)[1]["root"] == str(tmp_path)
     assert (tmp_path / "old-ran").read_text() == "ran\nran\n"            # the old one, cached, ran
@@ -94,7 +94,7 @@ def test_a_lane_holding_an_old_agent_runs_the_new_one_after_an_upgrade(tmp_path,
 
 
 def test_a_cache_that_cannot_be_written_still_runs_the_agent_sent(tmp_path):
-    agent = payload.lane_agent()
+    agent = agentpack.lane_agent()
     (tmp_path / ".local").write_text("a file where the state folder would go\n")
     for _ in range(2):
         asked, result, err = talk(tmp_path, agent)
@@ -112,11 +112,11 @@ def test_stale_agents_are_every_cached_agent_but_the_current_one():
 
 
 def test_the_bootstrap_is_small_single_quotable_and_names_only_the_hash():
-    agent = payload.lane_agent()
-    line = payload.lane_command(agent.hash)
-    assert "'" not in payload.BOOTSTRAP          # quoted whole, nothing escaped on the slow uplink
+    agent = agentpack.lane_agent()
+    line = agentpack.lane_command(agent.hash)
+    assert "'" not in agentpack.BOOTSTRAP          # quoted whole, nothing escaped on the slow uplink
     assert line.endswith(" " + agent.hash) and len(line) < 1024
-    assert layout.AGENT_CACHE in payload.BOOTSTRAP
+    assert layout.AGENT_CACHE in agentpack.BOOTSTRAP
 
 
 def test_the_agents_compiled_modules_are_kept_and_a_damaged_copy_is_compiled_anew(tmp_path):
@@ -125,17 +125,17 @@ def test_the_agents_compiled_modules_are_kept_and_a_damaged_copy_is_compiled_ane
     rewritten."""
     import marshal
 
-    agent = payload.lane_agent()
+    agent = agentpack.lane_agent()
     assert talk(tmp_path, agent)[0]
     code = cached(tmp_path) / (agent.hash + ".code")
     h, tag, digest, blob = marshal.loads(code.read_bytes())
-    assert h == agent.hash and len(marshal.loads(blob)) == len(payload.LANE_MODULES)
+    assert h == agent.hash and len(marshal.loads(blob)) == len(agentpack.LANE_MODULES)
     stamp = code.stat().st_mtime_ns
     asked, result, err = talk(tmp_path, agent)
     assert not asked and result["root"] == str(tmp_path), err
     assert code.stat().st_mtime_ns == stamp                          # used, not rewritten
     marker = compile(h_marker_source(tmp_path), "x", "exec")
-    forged = marshal.dumps([marker] * len(payload.LANE_MODULES))
+    forged = marshal.dumps([marker] * len(agentpack.LANE_MODULES))
     code.write_bytes(marshal.dumps((h, tag, digest, forged)))        # code that does not match its sha256
     asked, result, err = talk(tmp_path, agent)
     assert not asked and result["root"] == str(tmp_path), err
@@ -163,8 +163,8 @@ def test_the_users_cache_keeps_only_the_newest_built_agents(tmp_path, monkeypatc
     os.utime(cache / "agent-old.blob", (10, 10))
     (cache / "gate-argv.json").write_text("{}")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    payload._blob()                           # builds this version's agent there (the newest)
+    agentpack._blob()                           # builds this version's agent there (the newest)
     left = sorted(p.name for p in cache.iterdir())
-    assert len([n for n in left if n.startswith("agent-")]) == payload.AGENT_CACHE_KEEP
+    assert len([n for n in left if n.startswith("agent-")]) == agentpack.AGENT_CACHE_KEEP
     assert "gate-argv.json" in left and "agent-old.blob" not in left
     assert {f"agent-{i:020d}.zlib" for i in (3, 4, 5)} <= set(left)

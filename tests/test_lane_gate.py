@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lanes import gate, lanesfile, payload
+from lanes import agentpack, gate, lanesfile, payload
 from lanes.agent import layout
 from lanes.base.errors import DiskShortError
 from lanes.forge import forge_for
@@ -437,20 +437,20 @@ def test_basis_the_forge_cannot_supply_gets_a_second_bundle(lane_rig):
     assert "sending a bundle over the lane's own commits" in r.stderr
 
 
-def lane_agent_file(rig, agent: payload.Agent) -> Path:
+def lane_agent_file(rig, agent: agentpack.Agent) -> Path:
     return rig.lane_home / layout.AGENT_CACHE / agent.hash
 
 
 def test_a_lane_holding_an_old_agent_runs_the_new_one_after_an_upgrade(lane_rig, monkeypatch):
     import zlib
 
-    new = payload.lane_agent()
+    new = agentpack.lane_agent()
     old = h.agent_variant(new, h.agent_marker(f"old-agent-ran{lane_rig.tag}"))
     ran = lane_rig.lane_home / f"old-agent-ran{lane_rig.tag}"
     wt = worktree(lane_rig, "upgrade")
     for k in ("NEV_LANES_FILE", "NEV_KNOWN_HOSTS", "NEV_SSH_KEY"):
         monkeypatch.setenv(k, lane_rig.env[k])
-    monkeypatch.setattr(payload, "lane_agent", lambda: old)      # the nev before the upgrade
+    monkeypatch.setattr(agentpack, "lane_agent", lambda: old)      # the nev before the upgrade
     assert gate.run(wt, ["true"]) == 0 and gate.run(wt, ["true"]) == 0
     assert ran.read_text() == "ran\nran\n"                       # sent once, then run from the cache
     assert lane_agent_file(lane_rig, old).is_file()
@@ -464,7 +464,7 @@ def test_a_lane_holding_an_old_agent_runs_the_new_one_after_an_upgrade(lane_rig,
 def test_a_tampered_cached_agent_on_a_lane_is_refused_and_sent_again(lane_rig):
     import zlib
 
-    agent = payload.lane_agent()
+    agent = agentpack.lane_agent()
     wt = worktree(lane_rig, "tamper")
     assert h.nev(["lane", "run", str(wt), "true"], lane_rig.env).returncode == 0
     cached = lane_agent_file(lane_rig, agent)
@@ -508,8 +508,8 @@ def test_the_gate_imports_no_module_beyond_its_recorded_list(lane_rig):
     """`nev lane run` imports only what a gate needs: every module a whole warm gate imports
     (`python -X importtime`) is in tests/data/gate_imports.txt. A new one fails here until it is
     recorded there, on purpose. Neither paramiko nor click is among them: the plain gate is
-    parsed without click and its channel is the OpenSSH client, started before the rest of nev is
-    imported (`lanes.ahead`)."""
+    parsed without click (`lanes.gateargs`) and its channel is the OpenSSH client, started before
+    the rest of nev is imported (`lanes.ahead`)."""
     wt = lane_rig.shared_worktree
     assert h.nev(["lane", "run", str(wt), "true"], lane_rig.env).returncode == 0
     r = h.nev(["lane", "run", str(wt), "true"], dict(lane_rig.env, PYTHONPROFILEIMPORTTIME="1"))
@@ -517,7 +517,8 @@ def test_the_gate_imports_no_module_beyond_its_recorded_list(lane_rig):
     imported = {ln.split("|")[2].strip() for ln in r.stderr.splitlines()
                 if ln.startswith("import time:") and "cumulative" not in ln}
     recorded = {ln.strip() for ln in GATE_IMPORTS.read_text().splitlines() if ln.strip() and not ln.startswith("#")}
-    assert {"lanes.ahead", "lanes.gate", "lanes.payload"} <= imported and len(imported) > 100
+    assert {"lanes.gateargs", "lanes.ahead", "lanes.gate", "lanes.payload"} <= imported
+    assert len(imported) > 100
     assert not {m for m in imported if m.split(".")[0] in ("paramiko", "cryptography", "nacl", "click")}
     grown = sorted(imported - recorded)
     assert grown == [], f"the gate imports {len(grown)} module(s) more than tests/data/gate_imports.txt records: {grown}"

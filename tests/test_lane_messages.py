@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lanes import gate, payload
+from lanes import agentpack, gate, payload
 from lanes.agent import layout
 from lanes.agent import messages as m
 from lanes.agent.wire import FRAME, Kind, Op, ProtocolError, Stop, frame
@@ -169,10 +169,10 @@ def test_a_refusal_reads_as_one_wherever_a_result_was_due():
 
 def _agent(tmp_path: Path, *frames: bytes) -> tuple[int, list[tuple[Kind, bytes]]]:
     """The agent as a lane runs it (the bootstrap, the agent sent when it asks), given `frames`."""
-    agent = payload.lane_agent()
+    agent = agentpack.lane_agent()
     sent = b"".join(frames) + frame(Kind.AGENT, agent.blob)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}     # no `lanes` package to fall back on
-    cp = subprocess.run(["sh", "-c", payload.lane_command(agent.hash)], input=sent,
+    cp = subprocess.run(["sh", "-c", agentpack.lane_command(agent.hash)], input=sent,
                         capture_output=True, timeout=60, cwd=tmp_path, env=env)
     out, got = bytearray(cp.stdout), []
     while out:

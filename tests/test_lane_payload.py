@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lanes import payload
+from lanes import agentpack, payload
 from lanes.agent import guard, links
 from lanes.agent.copy import swap_model_url
 from lanes.agent.errors import Refused
@@ -172,9 +172,9 @@ def test_the_agent_is_sent_lean_with_every_line_where_it_was():
     import io
     import tokenize
 
-    for name in payload.LANE_MODULES[1:]:
-        src = payload.source_path(name).read_text()
-        lean = payload.lean(src)
+    for name in agentpack.LANE_MODULES[1:]:
+        src = agentpack.source_path(name).read_text()
+        lean = agentpack.lean(src)
         assert len(lean.splitlines()) == len(src.splitlines()), name
 
         def defs(text: str) -> list[tuple[str, int]]:
@@ -189,29 +189,27 @@ def test_the_agent_is_sent_lean_with_every_line_where_it_was():
 def test_the_agent_blob_is_built_once_per_version_and_kept_in_the_cache(tmp_path, monkeypatch):
     import zlib
 
-    from lanes import payload as pl
-
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    pl.lane_agent.cache_clear()
-    first = pl.lane_agent()
+    agentpack.lane_agent.cache_clear()
+    first = agentpack.lane_agent()
     kept = list((tmp_path / "cache" / "nev").glob("agent-*.zlib"))
     assert len(kept) == 1 and kept[0].read_bytes() == first.blob
     # the next process reads it instead of building it again: a marker in the cached file shows,
     # and the hash is the content's as read
     marked = zlib.compress(zlib.decompress(first.blob) + b"#cached")
     kept[0].write_bytes(marked)
-    pl.lane_agent.cache_clear()
-    assert pl.lane_agent().blob == marked and pl.lane_agent().hash != first.hash
+    agentpack.lane_agent.cache_clear()
+    assert agentpack.lane_agent().blob == marked and agentpack.lane_agent().hash != first.hash
     # a cached file that is no zlib stream is built again
     kept[0].write_bytes(b"not zlib")
-    pl.lane_agent.cache_clear()
-    assert pl.lane_agent() == first
+    agentpack.lane_agent.cache_clear()
+    assert agentpack.lane_agent() == first
     # another version of a source is another key: built anew, the old file left alone
-    src = pl.source_path("lanes.agent.main")
+    src = agentpack.source_path("lanes.agent.main")
     real = type(src).read_text
     monkeypatch.setattr(type(src), "read_text",
                         lambda self, *a, **k: real(self, *a, **k) + ("\n# v2\n" if self == src else ""))
-    pl.lane_agent.cache_clear()
-    again = pl.lane_agent()
+    agentpack.lane_agent.cache_clear()
+    again = agentpack.lane_agent()
     assert again.blob != first.blob and len(list((tmp_path / "cache" / "nev").glob("agent-*.zlib"))) == 2
-    pl.lane_agent.cache_clear()
+    agentpack.lane_agent.cache_clear()

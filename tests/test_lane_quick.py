@@ -8,10 +8,11 @@ import subprocess
 
 import pytest
 
-from lanes import payload, quick
+from lanes import agentpack, gateargs, quick
 from lanes.base.openssh import OpenSsh, client_options
 from lanes.base.ssh import Target
 
+GATE = gateargs.GateArgs("run", "wt", ("true",))
 SECRET = "forgetok-quick-" + "5d1e9a77c3"
 
 
@@ -20,7 +21,7 @@ def nev_argv(tmp, digest: str = "a" * 64, host: str = "lane@10.0.0.1:22", jump: 
     kh = tmp / "known hosts %x"                # a space and a % in a path, as a user may have
     kh.write_text("")
     o = OpenSsh(Target.parse(host), known_hosts=kh, key_file=tmp / "key", jump=Target.parse(jump) if jump else None)
-    return o.argv(payload.lane_command(digest))
+    return o.argv(agentpack.lane_command(digest))
 
 
 def write_cache(cache, data, mode: int = 0o600) -> str:
@@ -45,61 +46,10 @@ def cache(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("args,lane", [
     (["wt", "true"], ""), (["--lane", "2", "wt", "true"], "2"), (["--lane=1", "--pull", "o", "wt", "x"], "1"),
-    (["--pull=o", "--lane-only", "wt", "x"], ""), (["wt", "sh", "-c", "--lane 3"], ""),
+    (["--lane", "01", "wt", "true"], "1"), (["wt", "sh", "-c", "--lane 3"], ""),
 ])
-def test_the_lane_is_read_from_the_plain_options(args, lane):
-    assert quick.lane_option(args) == lane
-
-
-@pytest.mark.parametrize("args", [["--frob", "wt", "x"], ["--lane"], ["-h"], ["--", "wt", "x"]])
-def test_options_it_cannot_read_mean_no_record(args):
-    assert quick.lane_option(args) is None
-
-
-def test_a_record_holds_while_its_files_and_settings_are_as_they_were(cache, monkeypatch):
-    files = [str(cache / "lanes.json"), str(cache / "agent.py")]
-    a1, a2 = nev_argv(cache, "1" * 64), nev_argv(cache, "2" * 64)
-    quick.record("", a1, files)
-    assert quick.lookup("") == a1
-    assert quick.lookup("1") is None                                # another lane: no record
-    (cache / "agent.py").write_text("x = 22\n")                     # the agent changed: its hash would
-    assert quick.lookup("") is None
-    quick.record("", a2, files)
-    assert quick.lookup("") == a2
-    monkeypatch.setenv("NEV_LANE_JUMP", "jump@elsewhere")             # a setting changed
-    assert quick.lookup("") is None
-    monkeypatch.delenv("NEV_LANE_JUMP")
-    os.unlink(cache / "lanes.json")                                  # a file it came from is gone
-    assert quick.lookup("") is None
-
-
-def test_the_record_keeps_no_setting_and_no_secret(cache, monkeypatch):
-    monkeypatch.setenv("NEV_FORGE_TOKEN", SECRET)
-    monkeypatch.setenv("NEV_LANE_JUMP", "jumpuser@jumphost-7f3a")
-    argv = nev_argv(cache)
-    quick.record("", argv, [str(cache / "lanes.json")])
-    text = (cache / "cache" / "nev" / quick.CACHE_NAME).read_text()
-    assert SECRET not in text and "jumphost-7f3a" not in text
-    monkeypatch.setenv("NEV_FORGE_TOKEN", SECRET + "x")               # a secret never shapes the argv
-    assert quick.lookup("") == argv
-
-
-@pytest.mark.parametrize("content", ["{torn", "[1, 2]", json.dumps({"k": {"argv": "ssh", "files": []}})])
-def test_a_torn_or_foreign_cache_is_no_record_and_is_written_anew(cache, content):
-    write_cache(cache, content)
-    assert quick.lookup("") is None
-    argv = nev_argv(cache)
-    quick.record("", argv, [])
-    assert quick.lookup("") == argv
-
-
-def test_records_are_bounded(cache, monkeypatch):
-    for i in range(quick.KEEP + 5):
-        monkeypatch.setenv("NEV_LANE_JUMP", f"j{i}")
-        quick.record("", nev_argv(cache, f"{i:064x}"), [])
-    data = json.loads((cache / "cache" / "nev" / quick.CACHE_NAME).read_text())
-    assert len(data) == quick.KEEP
-    assert quick.lookup("") == nev_argv(cache, f"{quick.KEEP + 4:064x}")   # the newest kept
+def test_a_record_is_keyed_by_the_lane_the_gate_asks_for(args, lane):
+    assert quick.lane_key(gateargs.parse("run", args).lane_index) == lane
 
 
 @pytest.fixture
@@ -115,14 +65,14 @@ def echo_ssh(cache, monkeypatch):
 def test_the_recorded_client_starts_and_only_the_same_argv_takes_it(cache, echo_ssh):
     argv = nev_argv(cache)
     quick.record("", argv, [str(cache / "lanes.json")])
-    quick.start(["wt", "true"])
+    quick.start(GATE)
     assert list(quick.STARTED) == [tuple(argv)]
     p = quick.take(argv)
     assert isinstance(p, subprocess.Popen) and quick.STARTED == {}
     out, _ = p.communicate(b"through the client\n", timeout=10)
     assert out == b"through the client\n"
 
-    quick.start(["wt", "true"])
+    quick.start(GATE)
     stale = next(iter(quick.STARTED.values()))
     assert quick.take(argv[:-1] + ["pass"]) is None                    # another argv: none taken,
     assert isinstance(stale, subprocess.Popen) and stale.returncode is not None   # the started one ended
@@ -131,14 +81,14 @@ def test_the_recorded_client_starts_and_only_the_same_argv_takes_it(cache, echo_
 
 def test_nothing_starts_on_a_lane_or_without_a_record(cache, monkeypatch, echo_ssh):
     argv = nev_argv(cache)
-    quick.start(["wt", "true"])
+    quick.start(GATE)
     assert quick.STARTED == {}
     quick.record("", argv, [])
     monkeypatch.setenv("NEV_ON_LANE", "1")
-    quick.start(["wt", "true"])
+    quick.start(GATE)
     assert quick.STARTED == {}
     monkeypatch.delenv("NEV_ON_LANE")
-    quick.start(["--frob", "wt", "true"])
+    quick.start(gateargs.GateArgs("run", "wt", ("true",), lane_index=1))   # another lane: none
     assert quick.STARTED == {}
 
 
@@ -158,7 +108,7 @@ def test_a_removed_working_folder_is_no_crash(cache, tmp_path, monkeypatch):
 def test_the_argv_nev_builds_is_what_a_record_may_hold_and_the_two_stay_in_step(tmp_path):
     import hashlib
 
-    start = payload.lane_command("0" * 64).rpartition(" ")[0]
+    start = agentpack.lane_command("0" * 64).rpartition(" ")[0]
     assert hashlib.sha256(start.encode()).hexdigest() == quick.LANE_COMMAND_SHA256, \
         "the lane agent's start changed: set lanes/quick.py LANE_COMMAND_SHA256 to this sha256"
     opts = client_options(tmp_path / "kh", tmp_path / "key", 5)
@@ -191,7 +141,7 @@ def test_a_record_that_is_not_nevs_client_is_never_started(cache, which, echo_ss
     argv = _evil(cache, marker)[which]
     assert not quick.argv_ok(argv)
     write_cache(cache, {quick.record_key(""): {"argv": argv, "files": []}})
-    quick.start(["wt", "true"])
+    quick.start(GATE)
     assert quick.STARTED == {}
     assert not marker.exists()
     quick.record("", nev_argv(cache), [])                             # the next gate writes it anew
@@ -220,7 +170,7 @@ def test_a_record_file_others_could_write_is_ignored_and_written_anew(cache, how
             pytest.skip("giving a file to another user needs root")
         os.chown(path, 4321, 4321)
     assert quick.lookup("") is None
-    quick.start(["wt", "true"])
+    quick.start(GATE)
     assert quick.STARTED == {}
     quick.record("", argv, [])
     st = os.lstat(path)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lanes import payload
+from lanes import agentpack, payload
 from lanes import sweep as sw
 from lanes.agent import layout
 from lanes.agent import root as agent_root
@@ -298,7 +298,7 @@ def test_dry_run_changes_nothing_and_its_sizes_match_du(scene):
 
 
 def test_sweep_removes_the_cached_agents_that_are_not_current(scene, box):
-    current, old = payload.lane_agent().hash, "0" * 64
+    current, old = agentpack.lane_agent().hash, "0" * 64
     cache = box.lanes[0].host_home / layout.AGENT_CACHE
     scene.sh(f"mkdir -p {scene.root} ~/{layout.AGENT_CACHE} && cd ~/{layout.AGENT_CACHE} && echo old > {old} "
              f"&& echo oc > {old}.code && echo part > {current}.tmp99 && echo mine > notes.txt "

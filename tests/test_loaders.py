@@ -112,12 +112,18 @@ def test_rig_file_role_without_hosts(tmp_path):
     assert "roles.proxy.hosts" in str(e.value)
 
 
-def test_committed_files_load():
+def test_committed_files_load(tmp_path, monkeypatch):
+    from tests.helpers import rig_example
+
     assert tracks.load(ROOT / "tracks.json").verify
     fk = folknet.load(ROOT / "bench/folknet.json")
     assert any(a.is_retired() for a in fk.aliases.values())
     assert len(lanesfile.load(ROOT / "bench/lane.example.json").lanes) == 2
-    assert "proxy" in rigfile.load(ROOT / "rig/rig.example.json").roles
+    rig = rigfile.load(rig_example.with_keys(tmp_path, monkeypatch))
+    assert "proxy" in rig.roles
+    assert rig.key_for("root@proxmox-node") == tmp_path / ".ssh/id_ed25519_proxmox"
+    assert rig.key_for("root@arm-node-2") == tmp_path / ".ssh/id_ed25519_arm"
+    assert rig.key_for("root@proxy-host") == tmp_path / ".ssh/id_ed25519_rig"
 
 
 def test_lane_ssh_env_overrides_file(tmp_path, monkeypatch):

@@ -4,6 +4,7 @@
 |---|---|
 | `<root>/.git-mirror` | the bare mirror; every copy is one of its worktrees |
 | `<root>/.git-mirror.lock` | flock that serialises ref updates in the mirror across gates |
+| `<root>/.git-mirror.init` | the mirror being made, under that flock; renamed into place |
 | `<root>/.git-mirror/nev-last-fetch` | its mtime is the last fetch from the forge |
 | `<root>/<name>` | a worktree's copy (a worktree of the mirror), `<folder>-<key>` (`copy_name`) |
 | `<root>/<name>/.env`, `<root>/<name>/.env.nev-rewrite` | the run's `.env`, and its rewrite on the way in |
@@ -153,6 +154,10 @@ class Root(NamedTuple):
     @property
     def mirror_lock(self) -> str:
         return self.mirror + ".lock"
+
+    @property
+    def mirror_init(self) -> str:
+        return self.mirror + ".init"
 
     @property
     def last_fetch(self) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import time
 from collections.abc import Callable
 
@@ -36,7 +37,8 @@ def fetch_reason(git_url: str | None, age: float | None, max_age: float) -> str 
 
 
 class MirrorLock:
-    """Serialises ref updates in the shared mirror across gates of different copies."""
+    """Serialises ref updates in the shared mirror across gates of different copies (and its
+    making)."""
 
     def __init__(self, root: layout.Root) -> None:
         self.path = root.mirror_lock
@@ -72,9 +74,19 @@ class Mirror:
             return None
 
     def ensure(self) -> None:
-        if not os.path.isdir(self.path):
-            git(["init", "-q", "--bare", self.path])
-            git(["config", "gc.auto", "0"], cwd=self.path)
+        """The mirror made once, under the mirror's lock: two gates on a new lane would otherwise
+        both `git init` it at once (one fails on a config or template file the other holds). It is
+        made aside and renamed into place, so a gate killed midway leaves no half-made mirror."""
+        if os.path.isdir(self.path):
+            return
+        with MirrorLock(self.root):
+            if os.path.isdir(self.path):
+                return
+            aside = self.root.mirror_init     # only the lock's holder writes it: a leftover is dead
+            shutil.rmtree(aside, ignore_errors=True)
+            git(["init", "-q", "--bare", aside])
+            git(["config", "gc.auto", "0"], cwd=aside)
+            os.rename(aside, self.path)
 
     def fetch(self, why: str) -> bool:
         """Fetch every branch and tag from the forge, once per gate; False when it failed."""

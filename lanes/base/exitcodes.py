@@ -32,6 +32,8 @@ class Exit(IntEnum):
                  "declaration file (not UTF-8, nested too deep, a folder in its place, a number out of range, "
                  "an unknown key, a bad field: the file and the field named, the file left as it is)"), (
         ("`nev land`", "not landed (the reason on one line)"),
+        ("`nev land --reviewed-by`", "no person present: stdin or stdout is not a terminal, or the tick or "
+                                     "a job stage runs it (`NEV_UNATTENDED`); nothing was done"),
         ("`nev job run`", "a stage failed"),
         ("`nev batch run`", "no version passed, or the kept files exist from an earlier batch (never rewritten)"),
         ("`nev floors check`", "a floor is broken"),

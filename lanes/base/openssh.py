@@ -372,7 +372,7 @@ def client_failure(stderr: str, jump: Target, known_hosts: Path) -> ClientFailur
                              "refusing to connect (add the jump host's key to that file)")
     if "Permission denied" in stderr:
         return ClientFailure("login", f"the jump host {jump} refused the login (Permission denied); check "
-                             "the rig file's ssh_key or NEV_SSH_KEY")
+                             "the key the rig file gives it (hosts, ssh_key) or NEV_SSH_KEY")
     if "Address already in use" in stderr or "cannot listen to port" in stderr:
         return ClientFailure("port", "the local port is in use by another program")
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]

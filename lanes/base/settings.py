@@ -114,6 +114,8 @@ DASHBOARD_REFRESH = _s("NEV_DASHBOARD_REFRESH", "15", "seconds between the dashb
 STATE_DIR = _s("NEV_STATE_DIR", "~/.local/state/nev", "local state: approvals, job results, locks, port forwards (forwards/)")
 # Landing
 LAND_LOCK_WAIT = _s("NEV_LAND_LOCK_WAIT", "3600", "seconds `nev land` waits for another landing's lock before refusing")
+UNATTENDED = _s("NEV_UNATTENDED", None, "set to 1 by the tick (`nev job poll`) and in every job "
+                "stage's environment: no person is present, so `nev land --reviewed-by` refuses")
 LAND_FAULT = _s("NEV_LAND_FAULT", None, "test only: `nev land` SIGKILLs itself at this phase (before-rebase, gate, before-ref-update, after-ref-update, cleanup)")
 # Jobs
 JOB_MIN_FREE_GB = _s("NEV_JOB_MIN_FREE_GB", "20", "free GiB a job needs on its workdir's filesystem (requirements check)")

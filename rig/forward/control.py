@@ -220,7 +220,8 @@ def _check_client(rig: RigFile) -> None:
         raise ConfigError(f"known_hosts file {kh} does not exist; pin the jump host's key there "
                           f"(the rig file's known_hosts, else NEV_KNOWN_HOSTS)")
     if key is not None and not key.exists():
-        raise ConfigError(f"key file {key} does not exist (the rig file's ssh_key, else NEV_SSH_KEY)")
+        raise ConfigError(f"key file {key} of the jump host does not exist (the rig file's hosts "
+                          "entry for it, else its ssh_key, else NEV_SSH_KEY)")
 
 
 def _to_start(fws: list[Forward], jump: str) -> tuple[dict[str, str], list[Forward]]:

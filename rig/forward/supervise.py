@@ -41,9 +41,10 @@ def next_delay(last: float, ran: float) -> float:
 
 
 def client_files(rig: RigFile) -> tuple[Path, Path | None]:
-    """(known_hosts, key file): the rig file's own, else NEV_KNOWN_HOSTS and NEV_SSH_KEY."""
+    """(known_hosts, the jump host's key file): the rig file's own (the jump's `hosts` entry, else
+    its `ssh_key`), else NEV_KNOWN_HOSTS and NEV_SSH_KEY."""
     kh = rig.known_hosts or ssh.default_known_hosts()
-    key = rig.ssh_key or ssh.default_key_file()
+    key = (rig.key_for(rig.jump) if rig.jump else rig.ssh_key) or ssh.default_key_file()
     return kh.absolute(), key.absolute() if key is not None else None
 
 

@@ -33,8 +33,10 @@ class Reach:
 
     jump: Target | None = None
     known_hosts: Path | None = None
-    key_file: Path | None = None
+    key_file: Path | None = None      # every host's the rig file gives no other key
     by_addr: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    key_by_addr: Mapping[str, Path] = field(default_factory=dict)   # a role host's own key
+    jump_key_file: Path | None = None   # the jump host's own key (None: key_file)
 
 
 def _setting(environ: Mapping[str, str]) -> str | None:
@@ -63,26 +65,33 @@ def jump_spec(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def load() -> Reach:
-    """The local view: jump, known_hosts and key (rig file, else NEV_KNOWN_HOSTS / NEV_SSH_KEY),
-    and user@addr:port of every lane (lanes file, NEV_LANE_SSH) and role host (rig file, root by
-    default)."""
+    """The local view: jump, known_hosts and keys (rig file: each role host's and the jump's own
+    key, else its `ssh_key`; else NEV_KNOWN_HOSTS / NEV_SSH_KEY), and user@addr:port of every lane
+    (lanes file, NEV_LANE_SSH) and role host (rig file, root by default)."""
     by_addr: dict[str, tuple[str, int]] = {}
+    keys: dict[str, Path | None] = {}
     rig = None
     rig_path = rigfile.default_path()
     if rig_path.exists():
         rig = rigfile.load(rig_path)
+    key = (rig.ssh_key if rig else None) or lanes_ssh.default_key_file()
+    if rig is not None:
         for role in rig.roles.values():
             for spec in role.hosts:
                 t = Target.parse(spec, default_user="root")
                 by_addr[t.host] = (t.user, t.port)
+                keys[t.host] = rig.key_for(spec) or key
     for lane in lanesfile.configured(require=False).lanes:
         t = lane.target
         by_addr[t.host] = (t.user, t.port)
+        keys.pop(t.host, None)
     jump = jump_spec()
     known = (rig.known_hosts if rig and rig.known_hosts else None) or settings.get_path(settings.KNOWN_HOSTS)
-    key = (rig.ssh_key if rig and rig.ssh_key else None) or lanes_ssh.default_key_file()
+    jump_key = (rig.key_for(jump) if rig and jump else None) or key
     return Reach(jump=Target.parse(jump, default_user="root") if jump else None,
-                 known_hosts=known, key_file=key, by_addr=by_addr)
+                 known_hosts=known, key_file=key, by_addr=by_addr,
+                 key_by_addr={a: k for a, k in keys.items() if k is not None and k != key},
+                 jump_key_file=jump_key if jump_key != key else None)
 
 
 def _pinning(reach: Reach) -> list[str]:
@@ -100,8 +109,9 @@ def common_args(reach: Reach) -> str:
         return shlex.join(args)
     j = reach.jump
     inner = ["ssh", *_pinning(reach), "-o", "BatchMode=yes"]
-    if reach.key_file is not None:
-        inner += ["-o", f"IdentityFile={reach.key_file}", "-o", "IdentitiesOnly=yes"]
+    jump_key = reach.jump_key_file or reach.key_file
+    if jump_key is not None:
+        inner += ["-o", f"IdentityFile={jump_key}", "-o", "IdentitiesOnly=yes"]
     inner += ["-p", str(j.port), "-W", "%h:%p", f"{j.user}@{j.host}"]
     return shlex.join(["-o", "ProxyCommand=" + shlex.join(inner), *args])
 
@@ -121,7 +131,8 @@ def host_vars(addr: str | None, inventory: Mapping[str, Any], reach: Reach) -> d
         out["ansible_user"] = user
     if port:
         out["ansible_port"] = int(port)
-    if reach.key_file is not None:
-        out["ansible_ssh_private_key_file"] = str(reach.key_file)
+    key = reach.key_by_addr.get(addr, reach.key_file)
+    if key is not None:
+        out["ansible_ssh_private_key_file"] = str(key)
     out["ansible_ssh_common_args"] = common_args(reach)
     return out

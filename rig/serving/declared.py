@@ -53,6 +53,7 @@ class ServingRole:
     aliases: list[str]
     replicas: dict[str, Replica] = field(default_factory=dict)
     start_timeout: float = DEFAULT_START_TIMEOUT
+    ssh_key: str | None = None    # its replicas' accounts' key as written (rig.rigfile resolves it)
 
 
 def _replica(f: jsonfile.Fields, role: str, name: str, obj: object) -> Replica:
@@ -87,7 +88,8 @@ def _role(f: jsonfile.Fields, name: str, obj: object, roles: set[str]) -> Servin
     return ServingRole(name=name, proxy=proxy, backend=f.get(o, "backend", str, where),
                        aliases=f.str_list(o, "aliases", where, required=True),
                        replicas={r: _replica(f, name, r, ro) for r, ro in reps.items()},
-                       start_timeout=float(timeout))
+                       start_timeout=float(timeout),
+                       ssh_key=f.get(o, "ssh_key", str, where, required=False))
 
 
 def load(f: jsonfile.Fields, top: dict, roles: set[str]) -> dict[str, ServingRole]:

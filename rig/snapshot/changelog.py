@@ -1,29 +1,22 @@
-"""The change log in the rig notes: every snapshot and restore, newest last (mode 600).
+"""The change log's entries: snapshot, restore and what a person logs (`nev rig log`), and its
+reader (the log itself, its writer and its `who` and `now`: `lanes/base/changelog.py`, which a
+person's landing in `jobs/` appends to as well).
 
-It is the record the seed's "Rig change log" keeps by hand: the label, who, what changed.
-It never carries file content or command output, and every line is masked before writing.
+It is the record the seed's "Rig change log" keeps by hand: the label, who, what changed, worked
+or not. It never carries file content or command output, and every line is masked before writing.
+An entry is a `## TIME WHAT` heading and its `- field: value` lines; `entries` reads them back.
 """
 
 from __future__ import annotations
 
-import getpass
-import os
-import socket
-from datetime import UTC, datetime
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from lanes.base.mask import known_secrets, mask
+from lanes.base.changelog import NAME, append, now, who
 from rig.snapshot.store import Manifest
 
-NAME = "changelog.md"
-
-
-def who() -> str:
-    return f"{getpass.getuser()}@{socket.gethostname()}"
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+__all__ = ["NAME", "Entry", "append", "changed_files", "entries", "now", "person_entry", "read",
+           "restore_entry", "snapshot_entry", "who"]
 
 
 def changed_files(old: Manifest | None, new: Manifest) -> list[str]:
@@ -57,14 +50,57 @@ def restore_entry(label: str, roles: list[str], outcome: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def append(notes: Path, entry: str) -> Path:
-    p = notes / NAME
-    notes.mkdir(parents=True, exist_ok=True)
-    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, (mask(entry, extra=known_secrets()) + "\n").encode())
-    finally:
-        os.close(fd)
-    return p
+def person_entry(message: str, worked: bool, role: str | None = None,
+                 snapshot: str | None = None) -> str:
+    """What a person changed by hand (`nev rig log`): one line of text, worked or failed."""
+    lines = [f"## {now()} log {'worked' if worked else 'failed'}", f"- who: {who()}",
+             f"- what: {one_line(message)}"]
+    if role:
+        lines.append(f"- role: {one_line(role)}")
+    if snapshot:
+        lines.append(f"- snapshot: {one_line(snapshot)}")
+    return "\n".join(lines) + "\n"
 
+
+def one_line(text: str) -> str:
+    """Whitespace runs (newlines too) as one space: a value never starts a heading of its own."""
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True)
+class Entry:
+    time: str
+    heading: str         # after the time: `snapshot LABEL`, `drain ROLE`, `log worked`
+    who: str
+    lines: list[str]     # the `- ` lines but who, in order, without the `- `
+
+    @property
+    def by_person(self) -> bool:
+        return self.heading.split(" ", 1)[0] == "log"
+
+    def to_json(self) -> dict[str, object]:
+        return {**asdict(self), "by": "person" if self.by_person else "nev"}
+
+
+def entries(text: str) -> list[Entry]:
+    """The change log's entries in the order written (oldest first); text before the first
+    heading is not an entry."""
+    out: list[Entry] = []
+    for block in ("\n" + text).split("\n## ")[1:]:
+        head, *rest = block.split("\n")
+        time, _, heading = head.partition(" ")
+        who, lines = "?", []
+        for ln in rest:
+            if not ln.startswith("- "):
+                continue
+            if ln.startswith("- who: ") and who == "?":
+                who = ln[len("- who: "):]
+            else:
+                lines.append(ln[2:])
+        out.append(Entry(time=time, heading=heading, who=who, lines=lines))
+    return out
+
+
+def read(notes: Path) -> list[Entry]:
+    p = notes / NAME
+    return entries(p.read_text(errors="replace")) if p.exists() else []

@@ -1,4 +1,5 @@
-"""Connections to the roles' hosts: as root, host keys pinned, through the jump host when declared."""
+"""Connections to the roles' hosts: as root, host keys pinned, through the jump host when declared,
+each with the key the rig file gives that host (`RigFile.key_for`)."""
 
 from __future__ import annotations
 
@@ -19,18 +20,20 @@ class Hosts:
         self._jump: Connection | None = None
         self._conns: dict[str, Connection] = {}
 
-    def _kw(self) -> dict:
+    def _kw(self, spec: str) -> dict:
+        key = self.rig.key_for(spec)
         return {"known_hosts": self.rig.known_hosts or ssh.default_known_hosts(),
-                "key_file": self.rig.ssh_key if self.rig.ssh_key is not None else ssh.default_key_file()}
+                "key_file": key if key is not None else ssh.default_key_file()}
 
     def get(self, spec: str) -> Connection:
         if spec not in self._conns:
             via = None
             if self.rig.jump:
                 if self._jump is None:
-                    self._jump = Connection(target(self.rig.jump), **self._kw()).connect()
+                    jump = self.rig.jump
+                    self._jump = Connection(target(jump), **self._kw(jump)).connect()
                 via = self._jump
-            self._conns[spec] = Connection(target(spec), via=via, **self._kw()).connect()
+            self._conns[spec] = Connection(target(spec), via=via, **self._kw(spec)).connect()
         return self._conns[spec]
 
     def close(self) -> None:

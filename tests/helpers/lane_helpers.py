@@ -133,14 +133,14 @@ def cmdlines() -> list[tuple[int, str]]:
 
 
 def agent_variant(agent, prefix: bytes):
-    """Another lane agent (`lanes.payload.Agent`): `prefix` run ahead of this one's content."""
+    """Another lane agent (`lanes.agentpack.Agent`): `prefix` run ahead of this one's content."""
     import hashlib
     import zlib
 
-    from lanes import payload
+    from lanes import agentpack
 
     content = prefix + zlib.decompress(agent.blob)
-    return payload.Agent(zlib.compress(content), hashlib.sha256(content).hexdigest())
+    return agentpack.Agent(zlib.compress(content), hashlib.sha256(content).hexdigest())
 
 
 def agent_marker(name: str) -> bytes:

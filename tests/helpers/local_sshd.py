@@ -34,7 +34,8 @@ class LocalSshd:
             self.proc.kill()
 
 
-def start(tmp: Path) -> LocalSshd:
+def start(tmp: Path, addr: str = "127.0.0.1") -> LocalSshd:
+    """sshd on `addr` (any loopback address: 127.0.0.2 is a second host name) and a free port."""
     tmp.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(exist_ok=True)
     hk = tmp / "host_ed25519"
@@ -47,7 +48,7 @@ def start(tmp: Path) -> LocalSshd:
     user = getpass.getuser()
     cfg = tmp / "sshd_config"
     cfg.write_text(f"""Port {port}
-ListenAddress 127.0.0.1
+ListenAddress {addr}
 HostKey {hk}
 PidFile {tmp}/sshd.pid
 AuthorizedKeysFile {tmp}/authorized_keys
@@ -62,11 +63,11 @@ StrictModes no
     proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)], stderr=subprocess.DEVNULL)
     host_pub = hk.with_suffix(".pub").read_text().split()
     kh = tmp / "known_hosts"
-    kh.write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
+    kh.write_text(f"[{addr}]:{port} {host_pub[0]} {host_pub[1]}\n")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            with socket.create_connection((addr, port), timeout=0.5):
                 break
         except OSError:
             time.sleep(0.05)
