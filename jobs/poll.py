@@ -35,6 +35,7 @@ from jobs.land_gate import INTERRUPTED
 from jobs.records import JobRecord, JobStatus
 from jobs.result import Result
 from lanes import forge as forge_mod
+from lanes.base import notify
 from lanes.base.errors import NevError
 from lanes.base.gitrun import GitError, Repo
 from lanes.base.mask import mask
@@ -288,6 +289,7 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
                           **found):
                     failed += 1
                 info(f"{name}: failed: {act.why}")
+                notify.event(notify.Kind.JOB_FAILED, name, act.why, _ident(res, rec), env)
                 continue
             assert res is not None
             _write(env, name, rec, polled_at=now, **found)
@@ -297,6 +299,13 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
                 status, why = JobStatus.NOT_LANDED, str(e)
             _write(env, name, rec, status=status, why=why)
             info(f"{name}: {status}: {why}")
+            kind = notify.Kind.LANDED if status is JobStatus.LANDED else notify.Kind.JOB_FAILED
+            notify.event(kind, name, f"{status}: {why}", _ident(res, rec), env)
     with records.locked(env) as recs:
         recs.last_poll = now
     return 1 if failed else 0
+
+
+def _ident(res: Result | None, rec: JobRecord | None) -> str:
+    """What makes a job's event its own (the notification's key): its result, else its run."""
+    return res.commit if res is not None else str(rec.run_id if rec else None)

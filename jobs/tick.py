@@ -41,7 +41,7 @@ from jobs.land_after import finish_pending
 from jobs.land_gate import INTERRUPTED, stop_leftover_gate
 from jobs.landlock import LandLock
 from lanes import forge as forge_mod
-from lanes.base import crontab, settings
+from lanes.base import crontab, notify, settings
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo
 from lanes.base.ui import info
@@ -83,11 +83,12 @@ def tick(repo_path: Path | None = None, environ: Mapping[str, str] | None = None
         if other is not None:
             info(f"tick: another tick (PID {other or '?'}) is still running; this one does nothing")
             return 0
-        env = with_poll_env(repo, env)
-        worst = _tracks(repo, env)
-        worst = max(worst, _jobs(repo, env))
-        _retention(env)
-        return worst
+        with notify.ticking(env):
+            env = with_poll_env(repo, env)
+            worst = _tracks(repo, env)
+            worst = max(worst, _jobs(repo, env))
+            _retention(env)
+            return worst
 
 
 def _tracks(repo: Repo, env: dict[str, str]) -> int:

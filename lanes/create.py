@@ -43,14 +43,14 @@ IDMAP_SIZE = 65536
 LANE_UID = 1000
 # What the image holds: the image part of the one declared list (`lanes/guestlist.py`).
 PACKAGES = guestlist.packages(guestlist.Stage.IMAGE)
-RECIPE_VERSION = "2"
-
-LANE_INIT = """#!/bin/sh
-# pid 1's child in a lane guest (init.lxc -n NAME -- lane-init): sshd in the foreground
-mkdir -p /run/sshd
-chmod 755 /run/sshd
-exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config
-"""
+RECIPE_VERSION = "3"
+# The guest boots its own init, as a real lane does: systemd starts sshd and cron (so the lane
+# user's @reboot lines run at every boot), and a reboot inside the guest is a reboot. systemd,
+# not sysvinit: measured here (docs/lane-machines.md), it boots to a listening sshd in 0.74 s
+# against sysvinit's 1.54 s, and reboots in 0.66 s against 1.93 s.
+INIT_PACKAGES = ("systemd-sysv",)
+# Units a guest without a console or a debug filesystem has no use for (masked in the image).
+MASKED_UNITS = ("console-getty.service", "sys-kernel-debug.mount", "getty@.service")
 
 
 def cache(environ: Mapping[str, str] | None = None) -> str:
@@ -91,7 +91,7 @@ class ImageRecipe:
     suite: str = SUITE
     mirror: str = MIRROR
     security: str = SECURITY_MIRROR
-    packages: tuple[str, ...] = PACKAGES
+    packages: tuple[str, ...] = PACKAGES + INIT_PACKAGES
     idmap_base: int = IDMAP_BASE
     lane_uid: int = LANE_UID
 
@@ -108,7 +108,7 @@ class ImageRecipe:
         """A digest of everything the image is made from, the whole declared list included (a
         package that moves from provisioning into the image makes a new image too)."""
         text = "\n".join([RECIPE_VERSION, self.suite, self.sources, " ".join(sorted(self.packages)),
-                          guestlist.digest_text(), str(self.lane_uid), LANE_INIT])
+                          guestlist.digest_text(), str(self.lane_uid), " ".join(MASKED_UNITS)])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def rootfs(self, cache: str = CACHE) -> str:
@@ -129,6 +129,7 @@ def image_script(recipe: ImageRecipe, cache: str = CACHE) -> str:
     q = shlex.quote
     pkgs = " ".join(q(p) for p in recipe.packages)
     b = f"{cache}/images/.build-{recipe.key}"
+    masks = "\n".join(f'ln -sf /dev/null "$B/raw/etc/systemd/system/{u}"' for u in MASKED_UNITS)
     return f"""set -eu
 mkdir -p {q(cache)}/images
 exec 9>{q(cache)}/images/.lock
@@ -143,8 +144,10 @@ cp /etc/resolv.conf "$B/raw/etc/resolv.conf" 2>/dev/null || true
 DEBIAN_FRONTEND=noninteractive chroot "$B/raw" apt-get install -y --no-install-recommends {pkgs} >>"$B.log" 2>&1 || {{ tail -5 "$B.log" >&2; exit 1; }}
 chroot "$B/raw" apt-get clean
 rm -f "$B/raw/etc/ssh/ssh_host_"*
-cp /usr/sbin/init.lxc.static "$B/raw/sbin/init.lxc"
-{_in_build('usr/local/sbin/lane-init', LANE_INIT, '755')}chroot "$B/raw" useradd -m -u {recipe.lane_uid} -U -s /bin/bash lane
+rm -f "$B/raw/usr/sbin/policy-rc.d"
+mkdir -p "$B/raw/etc/systemd/system"
+{masks}
+chroot "$B/raw" useradd -m -u {recipe.lane_uid} -U -s /bin/bash lane
 chroot "$B/raw" usermod -p '*' lane
 mkdir -p "$B/raw/srv/lane" "$B/raw/srv/lane-shared" "$B/raw/srv/toolchain/rustup" "$B/raw/srv/toolchain/cargo-bin" "$B/raw/root/.ssh"
 chroot "$B/raw" chown lane:lane /srv/lane
@@ -192,6 +195,8 @@ class LxcLane:
     binds: tuple[Bind, ...] = ()
     veth: str | None = None   # host-side veth name (else LXC picks one)
     autostart: bool = True
+    net_up: str | None = None      # a script on the node LXC runs when the veth is made (each boot)
+    start_host: str | None = None  # a script on the node LXC runs when the guest's init is made
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -228,11 +233,12 @@ def lxc_config(lane: LxcLane) -> str:
         "lxc.rootfs.options = userxattr",
         f"lxc.idmap = u 0 {base} {IDMAP_SIZE}",
         f"lxc.idmap = g 0 {base} {IDMAP_SIZE}",
-        f"lxc.init.cmd = /sbin/init.lxc -n {lane.name} -- /usr/local/sbin/lane-init",
+        # the image's own init (systemd); halt is SIGRTMIN+3 for it, reboot LXC's SIGINT
+        "lxc.init.cmd = /sbin/init",
+        "lxc.signal.halt = SIGRTMIN+3",
         "lxc.apparmor.profile = unconfined",
         "lxc.net.0.type = veth",
-        # No bridge: the caller attaches the host-side veth itself (the box's bridge lives in a
-        # network namespace of its own, which LXC cannot reach).
+        # LXC attaches the host-side veth to the bridge at every boot, reboots included.
         *([f"lxc.net.0.link = {lane.bridge}"] if lane.bridge else []),
         "lxc.net.0.flags = up",
         "lxc.net.0.name = eth0",
@@ -240,6 +246,10 @@ def lxc_config(lane: LxcLane) -> str:
     ]
     if lane.veth:
         lines.append(f"lxc.net.0.veth.pair = {lane.veth}")
+    if lane.net_up:
+        lines.append(f"lxc.net.0.script.up = {check_abs(lane.net_up, 'net-up script')}")
+    if lane.start_host:
+        lines.append(f"lxc.hook.start-host = {check_abs(lane.start_host, 'start-host script')}")
     lines += [
         "lxc.mount.auto = proc:mixed sys:ro cgroup:mixed",
         # The sandbox (docs/sandbox.md) mounts a /proc of its own inside a user namespace; the kernel
@@ -248,6 +258,10 @@ def lxc_config(lane: LxcLane) -> str:
         "lxc.mount.entry = proc dev/.lxc/proc proc create=dir,optional 0 0",
         "lxc.mount.entry = sys dev/.lxc/sys sysfs create=dir,optional 0 0",
         "lxc.autodev = 1",
+        # PTYs (a devpts of the guest's own at /dev/pts) for `ssh -tt`, Ansible and a person's
+        # shell; no console ttys (no getty runs)
+        "lxc.pty.max = 64",
+        "lxc.tty.max = 0",
         f"lxc.start.auto = {1 if lane.autostart else 0}",
         # cgroup2 (Debian 12, Proxmox) and, for a node on the legacy hierarchy, cgroup v1: LXC
         # ignores the keys of the hierarchy the node does not run.

@@ -47,7 +47,7 @@ from lanes.agent.messages import (
     WriterStart,
 )
 from lanes.agent.wire import Kind, Stop
-from lanes.base import settings, ui
+from lanes.base import notify, settings, ui
 from lanes.base.errors import DiskShortError, NevError, NoLaneError, UsageError
 from lanes.base.exitcodes import Exit
 from lanes.base.gitrun import Repo
@@ -296,7 +296,10 @@ class _GateRun:
             self.hello = hello = _hello(self.session, self.wt, self.forge)
             if hello.free_gb < min_free:
                 self.session.request(Abort())
-                raise DiskShortError(disk_short_message(self.lane, hello, min_free))
+                msg = disk_short_message(self.lane, hello, min_free)
+                notify.down(notify.Kind.DISK_SHORT, self.lane.label, msg)
+                raise DiskShortError(msg)
+        notify.up(notify.Kind.DISK_SHORT, self.lane.label, f"{hello.free_gb:.1f} GB free")
         return self.session
 
     def send(self, session: Session, command: Sequence[str], extra_env: dict[str, str] | None, keep_env: bool,

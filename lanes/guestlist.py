@@ -51,6 +51,7 @@ DECLARED: tuple[Need, ...] = (
     Need("procps", IMG, "ps for the busy test and the sweep"),
     Need("iproute2", IMG, "ip, for the box's checks inside a guest"),
     Need("cron", IMG, "crontab, for Dagu's @reboot autostart line and the tick"),
+    Need("rsync", IMG, "the copy B1's baseline measures against (bench/perf/b01_slow_uplink.py)"),
     Need("curl", IMG, "HTTP from a job's stages and checks (the gateway, Dagu's API on the lane)"),
     Need("chromium", IMG, "the oracle's Blink (Playwright drives /usr/lib/chromium/chromium)"),
     Need("firefox-esr", IMG, "the oracle's Gecko (WebDriver BiDi)"),

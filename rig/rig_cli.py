@@ -113,18 +113,14 @@ def status(lane_index: int | None, as_json: bool, ansible: bool) -> int:
     from rig.inventory import inventoryfile
     from rig.inventory import status as st
 
-    if lane_index is None:
-        path = inventoryfile.default_path()
-        data, source = st.load_local(path), str(path)
-    else:
-        data, source = st.load_from_lane(lane_index)
+    data, source = st.load(lane_index)
     if ansible:
         from rig.inventory import collect as col
         from rig.inventory import reach
 
         emit_json(col.ansible(data, reach.load()))
         return 0
-    s = _with_replicas(st.summary(data, inventoryfile.now_utc(), source))
+    s = st.with_replicas(st.summary(data, inventoryfile.now_utc(), source))
     if as_json:
         emit_json(s)
     else:
@@ -132,25 +128,41 @@ def status(lane_index: int | None, as_json: bool, ansible: bool) -> int:
     return 0
 
 
-def _with_replicas(summary: dict) -> dict:
-    """The serving replicas' states (HAProxy's runtime API) when the rig file declares serving roles:
-    a drained or stopped replica shows as such, and an alias an operator stopped is not failing."""
-    from lanes.base.errors import NevError
-    from rig import rigfile
-    from rig.serving import state
-    from rig.snapshot.context import notes_dir
+@rig.command("metrics")
+@click.option("--lane", "lane_index", type=int,
+              help="Read lane N's inventory snapshot over SSH (as `status --lane`).")
+@click.option("--skip", multiple=True,
+              type=click.Choice(["aliases", "jobs", "lanes", "dagu", "counts"]),
+              help="Leave a source out (its nev_source_up is 0); repeat for more.")
+@click.option("--out", type=click.Path(dir_okay=False),
+              help="Write FILE by rename (node_exporter's textfile collector: a *.prom file).")
+@click.option("--json", "as_json", is_flag=True, help="Print each family's samples as JSON.")
+def metrics(lane_index: int | None, skip: tuple[str, ...], out: str | None, as_json: bool) -> int:
+    """The rig's state as Prometheus text: aliases ready, jobs in flight, lanes' free disk,
+    Dagu's queue, landings and failures counted (docs/notify.md lists the families).
 
-    path = rigfile.default_path()
-    if not path.exists():
-        return summary
-    try:
-        rig_file = rigfile.load(path)
-        if not rig_file.serving:
-            return summary
-        return state.overlay(summary, state.gather(rig_file, notes_dir()))
-    except NevError as e:
-        summary["replicas"] = f"HAProxy not read: {e.message}"
-        return summary
+    A source that cannot be read is nev_source_up{source=...} 0, its families left out; the
+    exit is 0 all the same (the scrape shows what is missing).
+    """
+    from pathlib import Path
+
+    from lanes.base.ui import emit_json, info
+    from rig import metrics as m
+
+    state = m.gather(lane_index, skip)
+    for src, why in state.missing.items():
+        info(f"metrics: {src}: not read: {why}")
+    if as_json:
+        emit_json({name: [{"labels": lab, "value": v} for lab, v in ss]
+                   for name, ss in m.samples(state).items() if ss})
+        return 0
+    text = m.render(state)
+    if out:
+        m.write(Path(out), text)
+        info(f"metrics: wrote {out}")
+    else:
+        click.echo(text, nl=False)
+    return 0
 
 
 def _say(line: str) -> None:

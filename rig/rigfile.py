@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lanes.base import jsonfile, settings
+from lanes.base.notify import Webhook
+from lanes.base.notify import parse as parse_notify
 from lanes.base.ssh import SshError, Target
 from rig.serving import declared, sudoers
 from rig.serving.declared import ServingRole
@@ -100,6 +102,7 @@ class RigFile:
     forwards: dict[str, Forward] = field(default_factory=dict)
     serving: dict[str, ServingRole] = field(default_factory=dict)
     keys: Keys | None = None      # None: every host takes `ssh_key`
+    notify: Webhook | None = None   # the operator's webhook (lanes/base/notify.py reads it)
 
     def key_for(self, spec: str) -> Path | None:
         """The key file for the host `spec` ([user@]host[:port], root by default): see Keys."""
@@ -108,7 +111,7 @@ class RigFile:
 
 # Every key the rig file declares (rig/rig.example.json, docs/settings.md): another is a typo, refused.
 TOP_KEYS = ("roles", "jump", "host_store", "known_hosts", "ssh_key", "hosts", "seeds", "forwards",
-            "serving")
+            "serving", "notify")
 ROLE_KEYS = ("hosts", "files", "commands", "validate", "reload", "health", "masks", "volatile", "health_timeout",
              "admin", "keys_file", "ssh_key")
 
@@ -251,7 +254,8 @@ def load(path: Path) -> RigFile:
                    host_store=store.rstrip("/"),
                    known_hosts=_rel(path, kh), ssh_key=_rel(path, key),
                    forwards=_forwards(f, top, jump), serving=serving,
-                   keys=_keys(f, top, path, _rel(path, key), roles, serving, jump))
+                   keys=_keys(f, top, path, _rel(path, key), roles, serving, jump),
+                   notify=parse_notify(f, top, path))
 
 
 def _account(spec: str) -> tuple[str, str]:

@@ -181,6 +181,7 @@ def _readers() -> list[Reader]:
     from crates_bridge import corpus, registry
     from jobs import approvals, land_gate, manifest, records, tracks
     from lanes import lanesfile
+    from lanes.base import notify
     from rig import capacity, rigfile
     from rig.box import pool
     from rig.box import state as box_state
@@ -292,6 +293,12 @@ def _readers() -> list[Reader]:
                b"{}"),
         Reader("box registry", ("rig/box/state.py::registry_entries",), "reg/boxes/b.json",
                lambda d, f: _registry(d, box_state), b"{}", tolerant=True),
+        Reader("notify state (outbox, conditions, counts)", ("lanes/base/notify.py::read_state",),
+               "state/notify/outbox.json", lambda d, f: _notify_reads(d), b'{"pending": []}',
+               tolerant=True),
+        Reader("rig file (notify)", ("lanes/base/notify.py::configured",), "rig.local.json",
+               lambda d, f: notify.configured({"NEV_RIG_FILE": str(f)}),
+               b'{"notify": {"webhook_file": "hook.url"}}'),
         Reader("stand-in bank", ("rig/box/pool.py::load_bank",), "bank.json", lambda d, f: _bank(pool, f),
                b'{"functions": {"f": {"fast": [{"kind": "x", "code": "y"}]}}}'),
     ]
@@ -339,6 +346,15 @@ def _dash_batches(folder: Path) -> object:
 
     with mock.patch.dict(os.environ, {"NEV_LANE_SHARED": str(folder / "share"), "NEV_ON_LANE": "1"}):
         return collect.batches()
+
+
+def _notify_reads(folder: Path) -> object:
+    """What the notify folder's readers make of it: a bad file is said and started over, never
+    fatal (the counts `nev rig metrics` shows, the outbox a tick delivers)."""
+    from lanes.base import notify
+
+    env = {"NEV_STATE_DIR": str(folder / "state"), "NEV_RIG_FILE": str(folder / "none.json")}
+    return notify.counts(env), notify.flush(env)
 
 
 def _registry(folder: Path, box_state) -> object:

@@ -375,38 +375,39 @@ def test_one_installed_tick_lands_two_approved_tracks_and_a_finished_job_each_on
     assert git(rig.dev, "rev-parse", "main") == main
 
 
-def _restart_lane(box, lane) -> None:
-    """The lane restarted: every process of it (its sshd, Dagu, the job's runner and stage) killed
-    at once, then the box starts it again. On an LXC lane that is the guest's init killed: the
-    kernel ends the guest's whole PID namespace with it (killing sshd alone leaves init running
-    while Dagu, its other child, runs). A netns lane's processes are killed one by one."""
+def _restart_lane(box, lane) -> bool:
+    """The lane rebooted. An LXC lane is a system container booting its own init (as the rig's
+    lanes are): rebooted from inside (`reboot` as the guest's root), it comes back by itself and
+    its cron runs the lane user's @reboot lines (Dagu's autostart); the box does nothing. True
+    then. A netns lane cannot boot: every process of it is killed and the box starts its sshd
+    again (False: Dagu must be started by hand)."""
     import signal
 
     from lanes.base import procs
     from rig.box import Box, state
+    from tests.helpers.reboot import boots, reboot_lane
 
     st = state.read_state(box.dir)
     assert st is not None
+    if boots(box):
+        reboot_lane(box, lane.name)
+        return True
     rec = st.procs[f"{lane.name}.sshd"]
     assert procs.alive(rec)
-    if st.lanes_kind == "lxc":
-        init = int(Path(f"/proc/{rec.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])   # its parent
-        assert "init" in Path(f"/proc/{init}/cmdline").read_text()
-        os.kill(init, signal.SIGKILL)
-    else:
-        ns = os.readlink(f"/proc/{rec.pid}/ns/net")
-        for p in Path("/proc").iterdir():
-            try:
-                if p.name.isdigit() and os.readlink(p / "ns" / "net") == ns:
-                    os.kill(int(p.name), signal.SIGKILL)
-            except OSError:
-                pass
+    ns = os.readlink(f"/proc/{rec.pid}/ns/net")
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and os.readlink(p / "ns" / "net") == ns:
+                os.kill(int(p.name), signal.SIGKILL)
+        except OSError:
+            pass
     t0 = time.monotonic()
     while procs.alive(rec):
         assert time.monotonic() - t0 < 30, "the lane did not go down"
         time.sleep(0.2)
     r = Box(box.name, box.net, box.dir).bring_up(len(box.lanes))
     assert f"started {lane.name}.sshd" in r.changed, r.changed
+    return False
 
 
 def test_a_job_cut_off_by_a_lane_restart_is_resent_once_and_lands_without_rerunning_stage_one(rig, box):
@@ -432,9 +433,16 @@ def test_a_job_cut_off_by_a_lane_restart_is_resent_once_and_lands_without_rerunn
         assert time.monotonic() - t0 < 180, f"stage two of {name} never started"
         time.sleep(1)
     assert "waiting: run" in rig.ok("job", "poll").stderr
+    rig.ok("dagu", "autostart", "on")              # the lane user's @reboot line
     t_down = time.monotonic()
-    _restart_lane(box, rig.lane)
-    rig.ok("dagu", "start")
+    if _restart_lane(box, rig.lane):
+        # Dagu comes back by the lane's own autostart: nothing here starts it
+        t0 = time.monotonic()
+        while rig.nev("dagu", "status").returncode != 0:
+            assert time.monotonic() - t0 < 120, "Dagu did not come back after the lane's reboot"
+            time.sleep(1)
+    else:
+        rig.ok("dagu", "start")
     out = ""
     t0 = time.monotonic()
     t_resent = None

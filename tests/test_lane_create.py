@@ -53,12 +53,34 @@ def test_lxc_config_is_unprivileged_overlay_started_at_boot():
     assert f"lxc.rootfs.path = overlay:{img}:/var/lib/lxc/lane0/delta" in cfg
     assert "lxc.rootfs.options = userxattr" in cfg
     assert "lxc.idmap = u 0 100000 65536" in cfg and "lxc.idmap = g 0 100000 65536" in cfg
-    assert "lxc.init.cmd = /sbin/init.lxc -n lane0 -- /usr/local/sbin/lane-init" in cfg
+    # the guest boots its own init (systemd, from the image) with PTYs, as a real lane does
+    assert "lxc.init.cmd = /sbin/init" in cfg.splitlines() and "lxc.signal.halt = SIGRTMIN+3" in cfg
+    assert "lxc.pty.max = 64" in cfg and "lxc.tty.max = 0" in cfg
+    assert "script.up" not in cfg and "hook.start-host" not in cfg
     assert "lxc.start.auto = 1" in cfg
     assert "lxc.cgroup2.cpu.max = 9600000 100000" in cfg and "lxc.cgroup2.memory.max = 96G" in cfg
     assert "lxc.net.0.ipv4.address = 10.0.0.11/24" in cfg and "lxc.net.0.link = br0" in cfg
     assert "lxc.mount.entry = /srv/nas/lanes srv/lane-shared none bind,create=dir 0 0" in cfg
     assert "ipv4.gateway" not in cfg
+
+
+def test_lxc_config_names_the_hooks_a_box_lane_needs_at_every_boot():
+    lane = cr.LxcLane(name="lane0", bridge="", addr="10.0.0.11", net_up="/b/lane0.hooks/net-up",
+                      start_host="/b/lane0.hooks/start-host")
+    cfg = cr.lxc_config(lane).splitlines()
+    assert "lxc.net.0.script.up = /b/lane0.hooks/net-up" in cfg
+    assert "lxc.hook.start-host = /b/lane0.hooks/start-host" in cfg
+    assert not any(x.startswith("lxc.net.0.link") for x in cfg)
+    with pytest.raises(ConfigError, match="absolute"):
+        cr.lxc_config(cr.LxcLane(name="lane0", bridge="", addr="10.0.0.11", net_up="hooks/net-up"))
+
+
+def test_the_image_boots_systemd_with_cron_and_carries_rsync():
+    r = cr.ImageRecipe()
+    assert "systemd-sysv" in r.packages and "cron" in r.packages and "rsync" in r.packages
+    script = cr.image_script(r)
+    assert 'ln -sf /dev/null "$B/raw/etc/systemd/system/console-getty.service"' in script
+    assert "init.lxc" not in script and "lane-init" not in script
 
 
 def test_relative_lxcpath_is_refused():

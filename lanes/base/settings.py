@@ -112,6 +112,15 @@ THROUGHPUT_DIR = _s("NEV_THROUGHPUT_DIR", "~/.local/share/nev/throughput", "wher
 CAPACITY_FILE = _s("NEV_CAPACITY_FILE", "bench/capacity.json", "declared per-class power figures, roles and budgets, candidate size")
 DASHBOARD_REFRESH = _s("NEV_DASHBOARD_REFRESH", "15", "seconds between the dashboard's collections (and page reloads)")
 STATE_DIR = _s("NEV_STATE_DIR", "~/.local/state/nev", "local state: approvals, job results, locks, port forwards (forwards/)")
+NOTIFY_TIMEOUT = _s("NEV_NOTIFY_TIMEOUT", "5",
+                    "seconds one webhook POST may take (the rig file's notify, docs/notify.md); "
+                    "one that fails is kept in NEV_STATE_DIR/notify/outbox.json for the next tick")
+NOTIFY_ALIAS_DOWN_S = _s("NEV_NOTIFY_ALIAS_DOWN_S", "1800",
+                         "seconds an alias is not ready (the probe's status) before the webhook "
+                         "hears of it (once; its recovery once more)")
+NOTIFY_FORWARD_DOWN_S = _s("NEV_NOTIFY_FORWARD_DOWN_S", "60",
+                           "seconds a port forward's client keeps failing (none up for 10 s) "
+                           "before the webhook hears of it")
 # Landing
 LAND_LOCK_WAIT = _s("NEV_LAND_LOCK_WAIT", "3600", "seconds `nev land` waits for another landing's lock before refusing")
 UNATTENDED = _s("NEV_UNATTENDED", None, "set to 1 by the tick (`nev job poll`) and in every job "

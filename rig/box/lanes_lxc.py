@@ -8,7 +8,14 @@ with netns lanes), the NAS is bound at `/srv/lane-shared`, and the host's Rust t
 read-only at `/srv/toolchain`. The guest's root (uid 100000) must be able to reach every bind
 source and its lxcpath, and the box folder may sit under a mode-700 folder (/root, pytest's
 tmp): so each source is first bound at `/var/lib/nev-lxc/boxes/<name>/mnt/<lane>/` and the
-guest binds that. The recorded process of a lane is the guest's init; `run_in` nsenters it.
+guest binds that.
+
+The guest boots the image's own init (systemd) with cron and PTYs, as a real lane does: a reboot
+inside it is a reboot, and its `@reboot` lines and services start it up again with nothing done
+here. LXC makes the guest's veth at every boot and runs the lane's `net-up` script, which moves
+the host side into the rig namespace and onto its bridge (the bridge lives in a network
+namespace of its own, which LXC's `lxc.net.0.link` cannot name). The recorded process of a lane
+is the guest's init when the box started it; `guests.init_pid` gives the current one.
 """
 
 from __future__ import annotations
@@ -16,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import time
 from pathlib import Path
 
 from lanes import create
@@ -25,7 +31,7 @@ from lanes.base import procs
 from lanes.base.errors import NevError
 from lanes.base.procs import ProcRec
 from lanes.hostexec import LOCAL, Node
-from rig.box import plan
+from rig.box import guests, plan
 from rig.box.lanes_backend import BoxLanes
 from rig.box.lanes_netns import HOME, LANE_ROOT, LANE_SHARED, host_key, host_toolchain
 from rig.box.state import LaneInfo
@@ -57,18 +63,30 @@ def _unmount(path: Path) -> None:
             break
 
 
-def _child(pid: int, timeout: float) -> int | None:
-    """The first child of `pid` (init.lxc's one child is lane-init, exec'd into sshd)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        except OSError:
-            return None
-        if kids:
-            return int(kids[0])
-        time.sleep(0.02)
-    return None
+def net_up_script(box: str, netns: str) -> str:
+    """What LXC runs on this machine each time the guest's veth is made (every boot): the host
+    side into the rig namespace, onto the bridge; stale neighbours of the address forgotten (a
+    new boot is a new MAC); the guest's network namespace named for `ip netns exec`."""
+    rig, bridge = f"{box}-rig", f"{box}br"
+    return f"""#!/bin/sh
+# written by the rig-in-a-box (rig/box/lanes_lxc.py); LXC runs it as lxc.net.0.script.up
+set -eu
+dev="${{LXC_NET_PEER:-$5}}"
+ip -n {rig} link del "$dev" 2>/dev/null || true
+ip link set "$dev" netns {rig}
+ip -n {rig} link set "$dev" master {bridge} up
+"""
+
+
+def start_host_script(netns: str, addr: str, box: str) -> str:
+    return f"""#!/bin/sh
+# written by the rig-in-a-box (rig/box/lanes_lxc.py); LXC runs it as lxc.hook.start-host
+ip netns delete {netns} 2>/dev/null || true
+ip netns attach {netns} "$LXC_PID" || true
+ip -n {box}-rig neigh flush to {addr} 2>/dev/null || true
+ip -n {box}-jump neigh flush to {addr} 2>/dev/null || true
+exit 0
+"""
 
 
 class LxcLanes(BoxLanes):
@@ -79,12 +97,16 @@ class LxcLanes(BoxLanes):
         super().__init__(box_dir, log_dir)
         self.node = Node(LOCAL)
         self.cache = create.cache()
-        self.base = Path(self.cache) / "boxes" / box_dir.name
-        self.lxcpath = str(self.base / "lxc")
+        self.base = guests.base(box_dir)
+        self.lxcpath = guests.lxcpath(box_dir)
         self.recipe = create.ImageRecipe()
 
     def container(self, lane_name: str) -> str:
-        return f"{self.box_dir.name}-{lane_name}"
+        return guests.container(self.box_dir, lane_name)
+
+    def hooks(self, lane: LaneInfo) -> tuple[Path, Path]:
+        d = self.staged(lane.name).parent / f"{lane.name}.hooks"
+        return d / "net-up", d / "start-host"
 
     def staged(self, lane_name: str) -> Path:
         return self.base / "mnt" / lane_name
@@ -103,10 +125,14 @@ class LxcLanes(BoxLanes):
         st = self.staged(lane.name)
         binds = [create.Bind(str(st / name), target, ro) for _src, name, target, ro in self.sources(lane)]
         ncpu = os.cpu_count() or 1
-        # No bridge for LXC: the box's bridge is in the rig namespace; start() moves the veth there.
+        # No bridge for LXC: the box's bridge is in the rig namespace; the net-up hook moves the
+        # veth there at every boot.
+        net_up, start_host = self.hooks(lane)
         return create.LxcLane(name=self.container(lane.name), bridge="",
                               addr=lane.addr, cpus=ncpu, memory_gb=4, disk_gb=20, lxcpath=self.lxcpath,
-                              cache=self.cache, recipe=self.recipe, binds=tuple(binds), veth=host.veth, autostart=False)
+                              cache=self.cache, recipe=self.recipe, binds=tuple(binds),
+                              veth=host.veth,
+                              autostart=False, net_up=str(net_up), start_host=str(start_host))
 
     def prepare(self, lane: LaneInfo, host: plan.Host, client_pub: str) -> str:
         d = self.lane_dir(lane)
@@ -115,6 +141,13 @@ class LxcLanes(BoxLanes):
         self.make_home(lane, spec.lane_uid, spec.lane_uid, client_pub)
         for src, name, _target, ro in self.sources(lane):
             _bind(src, self.staged(lane.name) / name, ro)
+        net_up, start_host = self.hooks(lane)
+        net_up.parent.mkdir(parents=True, exist_ok=True)
+        box = self.box_dir.name
+        for path, text in ((net_up, net_up_script(box, lane.netns)),
+                           (start_host, start_host_script(lane.netns, lane.addr, box))):
+            path.write_text(text)
+            path.chmod(0o755)
         tc = host_toolchain()
         hk = d / "ssh_host_ed25519_key"
         pinned = host_key(hk, f"{lane.name}-host")
@@ -137,34 +170,12 @@ class LxcLanes(BoxLanes):
         spec = self.spec(lane, host)
         ran = self.node.run(create.start_script(spec), what=f"starting lane {spec.name}")
         init = create.parse_pid(ran.out)
-        if init is None or procs.start_time(init) is None:
+        st = procs.start_time(init) if init is not None else None
+        if init is None or st is None:
             raise NevError(f"lane {spec.name} did not start; see {spec.dir}/lxc.log")
-        # The record is the guest's sshd (init's child), as for a netns lane: killing it ends the
-        # guest too (init.lxc exits with its child), and helpers that spare "the lane's sshd"
-        # spare the right process.
-        pid = _child(init, 5.0) or init
-        st = procs.start_time(pid)
-        if st is None:
-            raise NevError(f"lane {spec.name} stopped at once; see {spec.dir}/console.log")
-        # A name for the guest's network namespace, so `ip netns exec <box>-laneN` works as for
-        # a netns lane (and `down` finds it); the guest's processes keep it alive.
-        subprocess.run(["ip", "netns", "delete", lane.netns], capture_output=True)
-        subprocess.run(["ip", "netns", "attach", lane.netns, str(init)], capture_output=True, check=True)
-        # The guest's host-side veth joins the rig network's bridge, inside the rig namespace.
-        box = self.box_dir.name
-        rig, bridge = f"{box}-rig", f"{box}br"
-        if Path("/sys/class/net", host.veth).exists():
-            # The guest this one replaces (a restart on a config change) may not have taken its
-            # veth with it yet: that one, in the rig namespace, is stale.
-            subprocess.run(["ip", "-n", rig, "link", "del", host.veth], capture_output=True)
-            for argv in (["ip", "link", "set", host.veth, "netns", rig],
-                         ["ip", "-n", rig, "link", "set", host.veth, "master", bridge, "up"]):
-                cp = subprocess.run(argv, capture_output=True, text=True)
-                if cp.returncode != 0:
-                    raise NevError(f"lane {spec.name}: {' '.join(argv)} failed: {cp.stderr.strip()}")
-            subprocess.run(["ip", "-n", rig, "neigh", "flush", "to", lane.addr, "dev", bridge], capture_output=True)
-            subprocess.run(["ip", "-n", f"{box}-jump", "neigh", "flush", "to", lane.addr], capture_output=True)
-        return ProcRec(key=f"{lane.name}.sshd", host=lane.name, pid=pid, start=st,
+        # The record is the guest's init. A guest that rebooted on its own has a new one: the
+        # box records it again here ("unchanged: ... running"), it does not restart it.
+        return ProcRec(key=f"{lane.name}.sshd", host=lane.name, pid=init, start=st,
                        argv=["lxc-start", "-P", spec.lxcpath, "-n", spec.name, "-d"])
 
     def wait(self, lane: LaneInfo, rec: ProcRec) -> None:
@@ -183,6 +194,13 @@ class LxcLanes(BoxLanes):
                     sub.rmdir()    # never anything recursive: these are binds of real data
                 except OSError:
                     pass
+            hooks = st.parent / f"{lane_dir.name}.hooks"
+            for f in (hooks / "net-up", hooks / "start-host"):
+                f.unlink(missing_ok=True)
+            try:
+                hooks.rmdir()
+            except OSError:
+                pass
             try:
                 st.rmdir()
             except OSError:

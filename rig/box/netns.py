@@ -20,7 +20,7 @@ from typing import Any
 
 from lanes.base import procs
 from lanes.base.errors import NevError
-from rig.box import plan, state
+from rig.box import guests, plan, state
 from rig.box.state import BoxInfo
 
 
@@ -209,6 +209,18 @@ def default_routes(ns: str) -> list[str]:
     return [ln for ln in cp.stdout.splitlines() if ln.strip()]
 
 
+def lane_pid(info: BoxInfo, host: str) -> int | None:
+    """A process inside the lane to enter: an LXC guest's current init (it changes when the
+    guest reboots itself), a netns lane's recorded sshd; None when the lane is down."""
+    st = state.read_state(info.dir)
+    if st is None:
+        return None
+    if st.lanes_kind != "netns":
+        return guests.init_pid(info.dir, host)
+    rec = st.procs.get(f"{host}.sshd")
+    return rec.pid if rec is not None and procs.alive(rec) else None
+
+
 def run_in(info: BoxInfo, host: str, argv: list[str], **kw: Any) -> subprocess.CompletedProcess:
     """Run `argv` in a host's network namespace; for a lane also inside its mount namespace
     (entered through its sshd), so /srv/lane is the lane's own."""
@@ -217,13 +229,13 @@ def run_in(info: BoxInfo, host: str, argv: list[str], **kw: Any) -> subprocess.C
         raise NevError(f"no host {host!r} in box {info.name}; hosts: {', '.join(info.hosts)}")
     if h["role"] == "lane":
         st = state.read_state(info.dir)
-        rec = st.procs.get(f"{host}.sshd") if st else None
-        if rec is None or not procs.alive(rec):
-            raise NevError(f"{host}'s sshd is not running; run `nev box up` to repair the box")
+        pid = lane_pid(info, host)
+        if pid is None:
+            raise NevError(f"{host} is not running; run `nev box up` to repair the box")
         # An LXC guest has its own user namespace: enter it too, so `runuser -u lane` is the
         # guest's lane (uid 1000 inside, 101000 outside) and root is the guest's root.
         userns = ["-U"] if st and st.lanes_kind != "netns" else []
-        full = ["nsenter", "-t", str(rec.pid), *userns, "-n", "-m", "--", *argv]
+        full = ["nsenter", "-t", str(pid), *userns, "-n", "-m", "--", *argv]
     else:
         full = ["ip", "netns", "exec", h["netns"], *argv]
     kw.setdefault("capture_output", True)

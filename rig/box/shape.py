@@ -66,11 +66,12 @@ def shape_cmds(info: BoxInfo, lane: str, off: bool, up: int | None, down: int | 
 def shape(info: BoxInfo, lane: str, off: str | None, up: int | None, down: int | None) -> str:
     if off is not None and off != "off":
         raise UsageError(f"unexpected {off!r}: give `off`, or --up/--down KBIT")
-    from rig.box import state
+    from rig.box import netns, state
 
     st = state.read_state(info.dir)
-    rec = st.procs.get(f"{lane}.sshd") if st and st.lanes_kind != "netns" else None
-    cmds = shape_cmds(info, lane, off == "off", up, down, rec.pid if rec else None)
+    guest = st is not None and st.lanes_kind != "netns" and lane in info.hosts
+    pid = netns.lane_pid(info, lane) if guest else None
+    cmds = shape_cmds(info, lane, off == "off", up, down, pid)
     for c in cmds:
         cp = subprocess.run(c, capture_output=True, text=True)
         if cp.returncode != 0 and off != "off":

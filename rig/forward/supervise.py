@@ -18,11 +18,12 @@ import fcntl
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from types import FrameType
 
-from lanes.base import openssh, ssh
+from lanes.base import notify, openssh, settings, ssh
 from lanes.base.errors import NevError
 from lanes.base.mask import mask_argv
 from rig.forward import state as st
@@ -64,6 +65,7 @@ class Supervisor:
         self.log = st.Log(self.paths.log, owns_std=True)
         self.stopping = False
         self.child: subprocess.Popen[bytes] | None = None
+        self.failing_since: float | None = None   # clients failing (none up STABLE s) since
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
@@ -145,6 +147,9 @@ class Supervisor:
         self.state.since = st.now()
         st.write(self.paths, self.state)
         self.log.write(f"client {child.pid} started: {mask_argv(argv)}")
+        stable = threading.Timer(STABLE, self._stable)
+        stable.daemon = True
+        stable.start()
         said: list[str] = []
         assert child.stderr is not None
         for raw in child.stderr:
@@ -153,6 +158,7 @@ class Supervisor:
                 said = (said + [line])[-20:]
                 self.log.write(f"ssh: {line}")
         code = child.wait()
+        stable.cancel()
         self.child = None
         ran = time.monotonic() - t0
         fail = openssh.client_failure("\n".join(said), self.jump, self.known_hosts)
@@ -163,7 +169,28 @@ class Supervisor:
         self.state.last_exit = st.Exit(at=st.now(), code=code, kind=fail.kind if said else "other", why=why)
         st.write(self.paths, self.state)
         self.log.write(f"client {child.pid} exited {code} after {ran:.1f} s: {why}")
+        if not self.stopping:
+            self._failing(ran, why)
         return ran
+
+    def _failing(self, ran: float, why: str) -> None:
+        """A client exited: the webhook hears when none stayed up for NEV_NOTIFY_FORWARD_DOWN_S."""
+        if ran >= STABLE:
+            self.failing_since = None
+        if self.failing_since is None:
+            self.failing_since = time.time()
+        down_for = time.time() - self.failing_since
+        if down_for >= settings.get_float(settings.NOTIFY_FORWARD_DOWN_S):
+            notify.down(notify.Kind.FORWARD_DOWN, self.fw.name,
+                        f"{self.fw.local} -> {self.fw.target} via {self.jump}: no client up for "
+                        f"{down_for:.0f} s ({self.state.restarts} restarts); the last: {why}",
+                        self.failing_since)
+
+    def _stable(self) -> None:
+        """A client has stayed up STABLE s: the forward is up (a recovery, if the webhook heard)."""
+        self.failing_since = None
+        notify.up(notify.Kind.FORWARD_DOWN, self.fw.name,
+                  f"{self.fw.local} -> {self.fw.target} up again")
 
     def _sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds

@@ -29,6 +29,7 @@ from lanes.base.errors import ConfigError
 from lanes.base.mask import mask
 from lanes.base.ui import info
 from rig.inventory import inventoryfile as snapshot
+from rig.inventory import status as inv_status
 
 READY = "ready"
 FAILING = "failing"
@@ -181,6 +182,7 @@ def run(path: Path, declared: Folknet, gw: Endpoint, timeout: float, policy: Pol
         states = snap["aliases"]
         summary = ", ".join(f"{k} {v.get('status')}" for k, v in sorted(states.items()))
         info(f"probe round {n} ({time.monotonic() - t0:.1f} s): {summary}")
+        inv_status.notify_aliases(snap, snapshot.now_utc())
         if every is None or (rounds is not None and n >= rounds):
             return 0
         time.sleep(max(0.0, every - (time.monotonic() - t0)))

@@ -7,12 +7,13 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from bench.readiness import parse_time
 from lanes import lanesfile
-from lanes.base import jsonfile, settings
+from lanes.base import jsonfile, notify, settings
 from lanes.base.errors import ConfigError, NevError
 
 
@@ -53,6 +54,27 @@ def rows(snap: dict[str, Any], now: dt.datetime) -> list[dict[str, Any]]:
             "pool": a.get("pool"),
         })
     return out
+
+
+def notify_aliases(snap: dict[str, Any], now: dt.datetime,
+                   environ: Mapping[str, str] | None = None) -> list[str]:
+    """The webhook told of each alias not ready for NEV_NOTIFY_ALIAS_DOWN_S or longer (once per
+    incident, lanes/base/notify.py) and of each ready one that was; the aliases held down."""
+    limit = settings.get_float(settings.NOTIFY_ALIAS_DOWN_S, environ)
+    held = []
+    for r in rows(snap, now):
+        if r["status"] == "retired" or r["held_for_s"] is None:
+            continue
+        if r["status"] == "ready":
+            notify.up(notify.Kind.ALIAS_DOWN, r["alias"], f"ready since {r['since']}", environ)
+        elif r["held_for_s"] >= limit:
+            since = parse_time(r["since"])
+            notify.down(notify.Kind.ALIAS_DOWN, r["alias"],
+                        f"{r['status']} for {age(r['held_for_s'])} (since {r['since']}); "
+                        f"last error: {r['last_error'] or '-'}",
+                        since.timestamp() if since else None, environ)
+            held.append(r["alias"])
+    return held
 
 
 def summary(snap: dict[str, Any], now: dt.datetime, source: str) -> dict[str, Any]:
@@ -139,3 +161,34 @@ def load_from_lane(index: int) -> tuple[dict[str, Any], str]:
     if res.exit_status != 0:
         raise NevError(f"no inventory snapshot at {source}: run `nev rig probe` on that lane")
     return _parse(res.stdout.decode("utf-8", "replace"), source), source
+
+
+def load(lane_index: int | None) -> tuple[dict[str, Any], str]:
+    """The snapshot `nev rig status` reads: NEV_INVENTORY here, or lane N's over SSH."""
+    if lane_index is None:
+        from rig.inventory import inventoryfile
+
+        path = inventoryfile.default_path()
+        return load_local(path), str(path)
+    return load_from_lane(lane_index)
+
+
+def with_replicas(summary: dict[str, Any]) -> dict[str, Any]:
+    """The serving replicas' states (HAProxy's runtime API) when the rig file declares serving
+    roles: a drained or stopped replica shows as such, and an alias an operator stopped is not
+    failing."""
+    from rig import rigfile
+    from rig.serving import state
+    from rig.snapshot.context import notes_dir
+
+    path = rigfile.default_path()
+    if not path.exists():
+        return summary
+    try:
+        rig_file = rigfile.load(path)
+        if not rig_file.serving:
+            return summary
+        return state.overlay(summary, state.gather(rig_file, notes_dir()))
+    except NevError as e:
+        summary["replicas"] = f"HAProxy not read: {e.message}"
+        return summary

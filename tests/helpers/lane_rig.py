@@ -46,14 +46,13 @@ def on_box(info, tmp: Path) -> LaneRig:
     """The rig-in-a-box's lane 0, its forge and its NAS."""
     import secrets
 
-    from rig.box import state
     from rig.box.forge import create_repo
-    from rig.box.netns import run_in
+    from rig.box.netns import lane_pid, run_in
 
     lane = info.lanes[0]
     tag = "-" + secrets.token_hex(2)
-    st = state.read_state(info.dir)
-    sshd_pid = st.procs[f"{lane.name}.sshd"].pid
+    sshd_pid = lane_pid(info, lane.name)      # a netns lane's sshd, an LXC guest's init
+    assert sshd_pid is not None
     ns = _netns_of(sshd_pid)
 
     def lane_cmdlines() -> list[tuple[int, str]]:
@@ -61,7 +60,8 @@ def on_box(info, tmp: Path) -> LaneRig:
 
     def cut() -> None:
         for pid, cmd in lane_cmdlines():
-            if cmd.startswith("sshd:") and pid != sshd_pid:
+            # sessions only: the guest's sshd itself (its title says "[listener]") stays
+            if cmd.startswith("sshd:") and "[listener]" not in cmd and pid != sshd_pid:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
