@@ -46,10 +46,10 @@ def prune_mirror(ld: LaneDagu, repo: Repo | None = None) -> list[str]:
     removed, each as `<mirror>: <ref>`. A mirror not made yet is said on one line."""
     pruned = []
     for mirror, got in sweep.prune_refs(ld.conn, ld.lane, mirrors(ld), repo).items():
-        if got.get("missing"):
+        if got.missing:
             info(f"prune-mirror: {ld.lane.label} has no mirror at {mirror} yet; nothing to prune there")
             continue
-        pruned += [f"{mirror}: {ref}" for ref in got["pruned"]]
-        for ref, why in got["kept"].items():
+        pruned += [f"{mirror}: {ref}" for ref in got.pruned]
+        for ref, why in got.kept.items():
             info(f"prune-mirror: kept {mirror}: {ref}: {why}")
     return pruned

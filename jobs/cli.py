@@ -233,8 +233,10 @@ def writer_start(worktree: str, lane_index: int, model: str, brief: str) -> int:
     tool, launch = lane_harness(top, os.environ)
     rec = lw.start(Path(worktree), lane_index=lane_index, model=model, brief=Path(brief),
                    harness=lw.Harness(tool, launch))
-    click.echo(f"{rec['label']}: writer started in {Path(top).name} on {rec['ref'][len('refs/heads/'):]} "
-               f"(pid {rec['pid']}, {tool}, {model}); output: {rec['log']}")
+    st = rec.state
+    branch = st.ref[len("refs/heads/"):]
+    click.echo(f"{rec.lane.label}: writer started in {Path(top).name} on {branch} "
+               f"(pid {st.pid}, {tool}, {model}); output: {st.log}")
     return 0
 
 
@@ -252,13 +254,14 @@ def writer_fetch(worktree: str, lane_index: int | None) -> int:
     from lanes import writer as lw
 
     out = lw.fetch(Path(worktree), lane_index)
-    still = " (the writer is still running)" if out["running"] else ""
-    if out["action"] == lw.Fetch.FAST_FORWARD.value:
-        click.echo(f"{out['label']}: fast-forwarded to {out['tip'][:12]}, {len(out['commits'])} commit(s){still}:")
-        for c in reversed(out["commits"]):
+    still = " (the writer is still running)" if out.running else ""
+    if out.action is lw.Fetch.FAST_FORWARD:
+        click.echo(f"{out.lane.label}: fast-forwarded to {out.tip[:12]}, "
+                   f"{len(out.commits)} commit(s){still}:")
+        for c in reversed(out.commits):
             click.echo(f"  {c}")
     else:
-        click.echo(f"{out['label']}: nothing to fetch; {out['tip'][:12]} is here already{still}")
+        click.echo(f"{out.lane.label}: nothing to fetch; {out.tip[:12]} is here already{still}")
     return 0
 
 
@@ -274,18 +277,19 @@ def writer_stop(worktree: str, lane_index: int | None) -> int:
 
     from lanes import writer as lw
 
-    out = lw.stop(Path(worktree), lane_index)
-    how = f"stopped (it was running as pid {out['pid']})" if out["was_running"] else \
+    stopped = lw.stop(Path(worktree), lane_index)
+    out = stopped.writer
+    how = f"stopped (it was running as pid {out.pid})" if out.was_running else \
         f"was not running ({lw.state_word(out)})"
-    click.echo(f"{out['label']}: the writer of {out['name']} {how}; .env removed: "
-               f"{len(out['env_removed'])} file(s)")
-    if out["unfetched"]:
-        click.echo(f"  {len(out['unfetched'])} commit(s) kept for `nev lane writer fetch`:")
-        for c in out["unfetched"]:
+    click.echo(f"{stopped.lane.label}: the writer of {out.name} {how}; .env removed: "
+               f"{len(out.env_removed)} file(s)")
+    if out.unfetched:
+        click.echo(f"  {len(out.unfetched)} commit(s) kept for `nev lane writer fetch`:")
+        for c in out.unfetched:
             click.echo(f"    {c}")
-    if out["log_tail"]:
+    if out.log_tail:
         click.echo("  its log's last lines:")
-        for line in out["log_tail"].splitlines():
+        for line in out.log_tail.splitlines():
             click.echo(f"    {line}")
     return 0
 
@@ -300,18 +304,19 @@ def writer_status(lane_index: int | None, as_json: bool) -> int:
 
     rows = lw.status(lane_index)
     if as_json:
-        emit_json(rows)
+        emit_json([r.to_json() for r in rows])
         return 0
     for r in rows:
-        if not r["answers"]:
-            click.echo(f"{r['label']}: does not answer ({r.get('error', '?')})")
+        label = r.lane.label
+        if r.error is not None:
+            click.echo(f"{label}: does not answer ({r.error})")
             continue
-        if not r["writers"]:
-            click.echo(f"{r['label']}: no writers")
-        for w in r["writers"]:
-            click.echo(f"{r['label']}: {w['name']}  {lw.state_word(w)}  branch {w['branch']}  model {w['model']}  "
-                       f"unfetched: {len(w['unfetched'])}")
-            for c in w["unfetched"]:
+        if not r.writers:
+            click.echo(f"{label}: no writers")
+        for w in r.writers:
+            click.echo(f"{label}: {w.name}  {lw.state_word(w)}  branch {w.branch}  "
+                       f"model {w.model}  unfetched: {len(w.unfetched)}")
+            for c in w.unfetched:
                 click.echo(f"    {c}")
     return 0
 

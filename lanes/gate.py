@@ -12,7 +12,6 @@ the three `.env` files.
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import signal
@@ -29,7 +28,25 @@ from typing import Any
 from lanes import lanesfile, payload, session
 from lanes.agent.errors import Refused
 from lanes.agent.guard import check_rel, link_target_ok, pull_path
-from lanes.agent.wire import Kind, Op, Stop
+from lanes.agent.messages import (
+    Abort,
+    Bundle,
+    CleanupRequest,
+    CleanupResult,
+    Cred,
+    GateResult,
+    Hello,
+    HelloAnswer,
+    NeedBundle,
+    Payload,
+    PullStart,
+    StatusRequest,
+    StatusResult,
+    StopRun,
+    WriterSpec,
+    WriterStart,
+)
+from lanes.agent.wire import Kind, Stop
 from lanes.base import notify, settings, ui
 from lanes.base.errors import DiskShortError, NevError, NoLaneError, UsageError
 from lanes.base.exitcodes import Exit
@@ -83,41 +100,41 @@ def pick_lane(lf: LanesFile, index: int | None,
 @dataclass
 class Outcome:
     status: int
-    result: dict[str, Any]
+    result: GateResult
     bytes_sent: int                 # over the gate's channel: the agent when asked, requests, payload
     payload_sizes: dict[str, int]
     agent_sent: bool = False        # the lane lacked this agent (or its cached copy did not match)
 
 
-def _hello_fields(session: Session, wt: payload.Worktree, forge: Forge) -> dict[str, Any]:
-    return dict(name=wt.name, root=session.lane.root, shared=session.lane.shared_dir,
-                git_url=forge.lane_url,
-                fetch_max_age=settings.get_float(settings.LANE_FETCH_MAX_AGE),
-                min_free_gb=settings.get_float(settings.LANE_MIN_FREE_GB))
+def _hello_request(session: Session, wt: payload.Worktree, forge: Forge) -> Hello:
+    return Hello(name=wt.name, root=session.lane.root, shared=session.lane.shared_dir,
+                 git_url=forge.lane_url,
+                 fetch_max_age=settings.get_float(settings.LANE_FETCH_MAX_AGE),
+                 min_free_gb=settings.get_float(settings.LANE_MIN_FREE_GB))
 
 
-def _hello(session: Session, wt: payload.Worktree, forge: Forge, sent: bool = False) -> dict[str, Any]:
+def _hello(session: Session, wt: payload.Worktree, forge: Forge, sent: bool = False) -> HelloAnswer:
     """The lane's HELLO (the request sent first unless `sent`)."""
     if not sent:
-        session.request(Op.HELLO, **_hello_fields(session, wt, forge))
+        session.request(_hello_request(session, wt, forge))
     for kind, data in session.frames():
         if kind is Kind.MESSAGE:
             ui.info(f"{session.lane.label}: {data.decode(errors='replace')}")
         elif kind is Kind.HELLO:
-            return dict(json.loads(data))
+            return session.decode(data, HelloAnswer.decode)
         elif kind is Kind.RESULT:
-            res = json.loads(data)
-            raise NevError(f"{session.lane.label}: {res.get('refused', 'the lane agent stopped')}")
+            res = session.decode(data, GateResult.decode)   # a refusal reads as one too
+            raise NevError(f"{session.lane.label}: {res.refused or 'the lane agent stopped'}")
     why = session.unreachable()
     if why is not None:
         raise Unreachable(str(why))
     raise SshError(f"{session.lane.label}: the lane agent ended before answering (is python3 installed there?)")
 
 
-def disk_short_message(lane: Lane, hello: dict[str, Any], need: float) -> str:
-    copies = hello.get("copies") or []
-    largest = ", ".join(f"{c['name']} ({c['kb'] / 1e6:.1f} GB)" for c in copies[:3]) or "no copies"
-    return (f"lane {lane.index} has {hello['free_gb']:.1f} GB free under {lane.root} even after a sweep "
+def disk_short_message(lane: Lane, hello: HelloAnswer, need: float) -> str:
+    copies = hello.copies or []
+    largest = ", ".join(f"{c.name} ({c.kb / 1e6:.1f} GB)" for c in copies[:3]) or "no copies"
+    return (f"lane {lane.index} has {hello.free_gb:.1f} GB free under {lane.root} even after a sweep "
             f"(needs {need:g} GB, NEV_LANE_MIN_FREE_GB); largest copies: {largest}; nothing ran")
 
 
@@ -248,7 +265,7 @@ class _GateRun:
         self.lane, self.conn, self.wt, self.forge = lane, conn, wt, forge
         self.session: Session | None = None
         self.first: Session | None = None
-        self.hello: dict[str, Any] = {}
+        self.hello: HelloAnswer | None = None
         self.sizes: dict[str, int] = {}
         self.local: payload.Local | None = None
         self.pull: list[str] = []
@@ -263,42 +280,48 @@ class _GateRun:
             self.session = self.first = Session(self.conn, self.lane)
         except SshError as e:        # no channel at all (no known_hosts file): nothing was sent
             raise Unreachable(str(e)) from None
-        self.session.request(Op.HELLO, **_hello_fields(self.session, self.wt, self.forge))
+        self.session.request(_hello_request(self.session, self.wt, self.forge))
         self.local = payload.local_members(self.wt, files, self.forge.lane_url is not None)
-        self.hello = _hello(self.session, self.wt, self.forge, sent=True)
-        if self.hello["free_gb"] < min_free:
-            self.session.request(Op.ABORT)
+        self.hello = hello = _hello(self.session, self.wt, self.forge, sent=True)
+        if hello.free_gb < min_free:
+            self.session.request(Abort())
             self.session.close()
-            ui.info(f"{self.lane.label}: {self.hello['free_gb']:.1f} GB free, under {min_free:g} GB; sweeping the lane")
+            ui.info(f"{self.lane.label}: {hello.free_gb:.1f} GB free, under {min_free:g} GB; "
+                    "sweeping the lane")
             if sweep is not None:
                 sweep(self.lane, self.wt.name)
             else:
                 _sweep(self.lane, self.wt.name, self.wt.repo)
             self.session = Session(self.conn, self.lane)
-            self.hello = _hello(self.session, self.wt, self.forge)
-            if self.hello["free_gb"] < min_free:
-                self.session.request(Op.ABORT)
-                msg = disk_short_message(self.lane, self.hello, min_free)
+            self.hello = hello = _hello(self.session, self.wt, self.forge)
+            if hello.free_gb < min_free:
+                self.session.request(Abort())
+                msg = disk_short_message(self.lane, hello, min_free)
                 notify.down(notify.Kind.DISK_SHORT, self.lane.label, msg)
                 raise DiskShortError(msg)
-        notify.up(notify.Kind.DISK_SHORT, self.lane.label, f"{self.hello['free_gb']:.1f} GB free")
+        notify.up(notify.Kind.DISK_SHORT, self.lane.label, f"{hello.free_gb:.1f} GB free")
         return self.session
 
     def send(self, session: Session, command: Sequence[str], extra_env: dict[str, str] | None, keep_env: bool,
              pull: Sequence[str], files: Mapping[str, bytes] | None = None,
-             writer: Mapping[str, str] | None = None) -> None:
-        p = payload.build(self.wt, self.hello.get("tips", []), self.forge.lane_url is not None, files,
-                          self.local)
+             writer: WriterSpec | None = None) -> None:
+        """The payload request (or, with `writer`, the writer's start), its members after it."""
+        tips = self.hello.tips if self.hello else []
+        p = payload.build(self.wt, tips, self.forge.lane_url is not None, files, self.local)
         self.sizes = p.sizes()
         self.pull = list(pull)
-        session.request(Op.PAYLOAD, commit=p.commit, sizes=self.sizes, command=list(command),
-                        env=dict(extra_env or {}), cred=self.forge.lane_cred(), keep_env=keep_env,
-                        pull=list(pull), writer=dict(writer) if writer else None)
+        env, cred = dict(extra_env or {}), Cred.of(self.forge.lane_cred())
+        if writer is not None:
+            session.request(WriterStart(commit=p.commit, sizes=self.sizes, writer=writer, env=env,
+                                        cred=cred))
+        else:
+            session.request(Payload(commit=p.commit, sizes=self.sizes, command=list(command),
+                                    env=env, cred=cred, keep_env=keep_env, pull=list(pull)))
         for member in p.members():
             session.send(member)
 
     def stream(self, session: Session, out: Callable[[bytes], None],
-               err: Callable[[bytes], None]) -> dict[str, Any] | None:
+               err: Callable[[bytes], None]) -> GateResult | None:
         """The run's frames until its result (None when the connection drops first)."""
         pulling: _Pull | None = None
         for kind, data in session.frames():
@@ -309,9 +332,9 @@ class _GateRun:
             elif kind is Kind.MESSAGE:
                 ui.info(f"{self.lane.label}: {data.decode(errors='replace')}")
             elif kind is Kind.NEED_BUNDLE:
-                self.resend_bundle(session, json.loads(data)["tips"])
+                self.resend_bundle(session, session.decode(data, NeedBundle.decode).tips)
             elif kind is Kind.PULL_START:
-                pulling = _Pull(str(json.loads(data)["dir"]), self.pull)
+                pulling = _Pull(session.decode(data, PullStart.decode).dir, self.pull)
             elif kind is Kind.PULL_DATA and pulling is not None:
                 pulling.tmp.write(data)
             elif kind is Kind.PULL_END and pulling is not None:
@@ -322,13 +345,13 @@ class _GateRun:
                     self.pull_refused.append(why)
                 pulling = None
             elif kind is Kind.RESULT:
-                return dict(json.loads(data))
+                return session.decode(data, GateResult.decode)
         return None
 
     def resend_bundle(self, session: Session, tips: list[str]) -> None:
         ui.info(f"{self.lane.label}: the forge could not supply the bundle's basis; sending a bundle over the lane's own commits")
         b = payload.bundle(self.wt.repo, self.wt.commit, payload.known_commits(self.wt.repo, tips))
-        session.request(Op.BUNDLE, size=len(b))
+        session.request(Bundle(size=len(b)))
         session.send(b)
         self.sizes["bundle_resent"] = len(b)
 
@@ -349,16 +372,16 @@ def gate_on_lane(lane: Lane, conn: Connection | OpenSsh, wt: payload.Worktree, c
                  on_stdout: Callable[[bytes], None] | None = None,
                  on_stderr: Callable[[bytes], None] | None = None,
                  files: Mapping[str, bytes] | None = None,
-                 writer: Mapping[str, str] | None = None) -> Outcome:
+                 writer: WriterSpec | None = None) -> Outcome:
     """Run `command` for `wt` on an answering lane; the exit status is the command's. `files`
     (lane-copy path -> content) travel with the untracked files: files of this machine the
-    command needs, which the lane cannot read here. With `writer` (branch, tool, model, launch,
-    brief: `lanes.writer.start`) the copy is synced the same way and a writer started there
-    instead of `command`; the result's `writer` is its record."""
+    command needs, which the lane cannot read here. With `writer` (`lanes.writer.start`) the
+    copy is synced the same way and a writer started there (`writer-start`) instead of
+    `command`; the result's `writer` is its record."""
     keep_env = settings.get_flag(settings.LANE_KEEP_ENV)
     restore = _interrupt_handlers()
     run = _GateRun(lane, conn, wt, forge)
-    result: dict[str, Any] | None = None
+    result: GateResult | None = None
     try:
         session = run.open(settings.get_float(settings.LANE_MIN_FREE_GB), sweep, files)
         run.send(session, command, extra_env, keep_env, pull, files, writer)
@@ -366,23 +389,25 @@ def gate_on_lane(lane: Lane, conn: Connection | OpenSsh, wt: payload.Worktree, c
     except (KeyboardInterrupt, _Term) as e:
         how = Stop.INT if isinstance(e, KeyboardInterrupt) else Stop.TERM
         if not _stop(run.session, how):
-            _second_call(lane, wt, run.hello.get("pid"), keep_env)
+            _second_call(lane, wt, run.hello.pid if run.hello else None, keep_env)
         raise Interrupted(f"interrupted; the command on {lane.label} was stopped", how.status) from None
     finally:
         restore()
         if run.session is not None:
             run.session.close()
     if result is None:
-        cleanup = _second_call(lane, wt, run.hello.get("pid"), keep_env)
+        cleanup = _second_call(lane, wt, run.hello.pid if run.hello else None, keep_env)
         raise NevError(f"the connection to {lane.label} dropped mid-run; {cleanup}", DROPPED_EXIT)
-    if result.get("refused"):
-        raise NevError(f"{lane.label} refused the gate: {result['refused']}")
-    if result.get("stopped"):
-        raise Interrupted(f"the command on {lane.label} was stopped", Stop(result["stopped"]).status)
+    if result.refused:
+        raise NevError(f"{lane.label} refused the gate: {result.refused}")
+    if result.stopped:
+        raise Interrupted(f"the command on {lane.label} was stopped", result.stopped.status)
     if run.pull_refused:
-        raise NevError(f"{lane.label}: {'; '.join(run.pull_refused)}; the command exited {result.get('status')}",
+        raise NevError(f"{lane.label}: {'; '.join(run.pull_refused)}; the command exited {result.status}",
                        Exit.PULL_REFUSED)
-    return Outcome(int(result["status"]), result, run.sent(), run.sizes, run.agent_sent())
+    if result.status is None:
+        raise NevError(f"{lane.label} ran nothing and gave no status (the gate was aborted)")
+    return Outcome(result.status, result, run.sent(), run.sizes, run.agent_sent())
 
 
 def _write(stream: Any) -> Callable[[bytes], None]:
@@ -398,7 +423,7 @@ def _stop(session: Session | None, how: Stop) -> bool:
         return False
     failed: tuple[type[BaseException], ...] = (*link_errors(), NevError)
     try:
-        session.request(Op.STOP, signal=how.value)
+        session.request(StopRun(signal=how))
         for kind, _ in session.frames(timeout=STOP_WAIT):
             if kind is Kind.RESULT:
                 return True
@@ -412,11 +437,11 @@ def _second_call(lane: Lane, wt: payload.Worktree, pid: int | None, keep_env: bo
     failed: tuple[type[BaseException], ...] = (NevError, *link_errors())
     try:
         with lane.openssh() as conn:
-            res = session.call(conn, lane, Op.CLEANUP, 15, root=lane.root, name=wt.name, pid=pid,
-                               keep_env=keep_env)
+            res = session.call(conn, lane, CleanupRequest(root=lane.root, name=wt.name, pid=pid,
+                                                          keep_env=keep_env), 15, CleanupResult)
     except failed as e:
         return f"the second SSH call to remove the .env files failed too ({mask(str(e))}); run it again with `nev lane run`"
-    if res.get("busy"):
+    if res.busy:
         return "another gate of this worktree holds the lane copy; it removes its own .env"
     return "the lane copy's .env files were removed over a second SSH call"
 
@@ -520,9 +545,9 @@ def lane_status() -> list[dict[str, Any]]:
         t0 = time.monotonic()
         try:
             with lane.connect() as conn:
-                ans = session.call(conn, lane, Op.STATUS, 30, root=lane.root)
-            row.update(answers=True, free_gb=ans.get("free_gb"), copies=ans.get("copies", []),
-                       running=ans.get("running", []), guest=ans.get("guest"))
+                ans = session.call(conn, lane, StatusRequest(root=lane.root), 30, StatusResult)
+            row.update(answers=True, free_gb=ans.free_gb, copies=ans.copies, running=ans.running,
+                       guest=ans.guest)
         except NevError as e:
             row["error"] = mask(str(e))
         row["seconds"] = round(time.monotonic() - t0, 2)

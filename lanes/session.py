@@ -1,21 +1,23 @@
 """The development box's end of the lane agent: one SSH channel that starts it, frames out and in.
 
 `Session` is a conversation (a gate streams through one); `call` is a one-call operation
-(`status`, `cleanup`, `survey`, `remove`): one request, its RESULT. Frame kinds and operations
-are the agent's own (`lanes.agent.wire`). The channel starts the agent named by its hash
+(`status`, `cleanup`, `survey`, `remove`, ...): one request, its RESULT. Frame kinds and
+operations are the agent's own (`lanes.agent.wire`), and so are the messages
+(`lanes.agent.messages`): a frame that is not the message it should be is a NevError naming the
+lane. The channel starts the agent named by its hash
 (`lanes.agentpack.lane_agent`); the agent itself is sent only when the lane asks for it
 (NEED_AGENT), and the first request goes out without waiting to know.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 from lanes import agentpack
-from lanes.agent.wire import Kind, Op, ProtocolError, frame, parse, request
+from lanes.agent.messages import Message, Refusal, Request, answer
+from lanes.agent.wire import Kind, ProtocolError, frame, parse
 from lanes.base import ui
 from lanes.base.errors import NevError
 from lanes.base.openssh import OpenSsh, ProcessChannel, wait_readable
@@ -24,6 +26,9 @@ from lanes.lanesfile import Lane
 
 if TYPE_CHECKING:
     import paramiko
+
+M = TypeVar("M", bound=Message)
+R = TypeVar("R")
 
 
 class Session:
@@ -45,8 +50,16 @@ class Session:
             self.ch.sendall(bytes(view[i:i + CHUNK]))
         self.sent += len(data)
 
-    def request(self, op: Op, **fields: Any) -> None:
-        self.send(request(op, **fields))
+    def request(self, req: Request) -> None:
+        self.send(req.frame())
+
+    def decode(self, data: bytes, read: Callable[[bytes], R]) -> R:
+        """A frame's data read as a message (`read`: its class's `decode`, or `messages.answer`);
+        NevError naming the lane when it is not that message."""
+        try:
+            return read(data)
+        except ProtocolError as e:
+            raise NevError(f"{self.lane.label}: {e}") from None
 
     def frames(self, timeout: float | None = None) -> Iterator[tuple[Kind, bytes]]:
         """Frames as they arrive; ends when the channel closes (or `timeout` passes). The agent's
@@ -84,14 +97,13 @@ class Session:
             return False
         return self.ch.recv_stderr_ready()
 
-    def result(self, timeout: float | None = None) -> dict[str, Any] | None:
-        """The RESULT's JSON (MESSAGE lines shown on the way); None when none came."""
+    def result(self, timeout: float | None = None) -> bytes | None:
+        """The RESULT's data (MESSAGE lines shown on the way); None when none came."""
         for kind, data in self.frames(timeout):
             if kind is Kind.MESSAGE:
                 ui.info(f"{self.lane.label}: {data.decode(errors='replace')}")
             elif kind is Kind.RESULT:
-                ans = json.loads(data)
-                return ans if isinstance(ans, dict) else {}
+                return data
         return None
 
     def unreachable(self) -> SshError | None:
@@ -103,19 +115,27 @@ class Session:
         self.ch.close()
 
 
-def call(conn: Connection | OpenSsh, lane: Lane, op: Op, timeout: float, **fields: Any) -> dict[str, Any]:
-    """A one-call operation of the agent: its RESULT. NevError when it refused or did not answer."""
+def call(conn: Connection | OpenSsh, lane: Lane, req: Request, timeout: float, cls: type[M]) -> M:
+    """A one-call operation of the agent: its RESULT as `cls`. NevError when it refused, did not
+    answer, or answered with something else."""
+    return call_with(conn, lane, req, timeout, lambda data: answer(data, cls))
+
+
+def call_with(conn: Connection | OpenSsh, lane: Lane, req: Request, timeout: float,
+              read: Callable[[bytes], R | Refusal]) -> R:
+    """`call` with the RESULT read by `read` (for an answer of more than one kind)."""
     s = Session(conn, lane)
     try:
-        s.request(op, **fields)
-        ans = s.result(timeout)
-        why = s.unreachable() if ans is None else None
+        s.request(req)
+        data = s.result(timeout)
+        why = s.unreachable() if data is None else None
     finally:
         s.close()
     if why is not None:
         raise why
-    if ans is None:
-        raise NevError(f"the lane agent gave no answer to {op.value!r} within {timeout:g} s")
-    if ans.get("refused"):
-        raise NevError(f"the lane agent refused {op.value!r}: {ans['refused']}")
+    if data is None:
+        raise NevError(f"the lane agent gave no answer to {req.OP.value!r} within {timeout:g} s")
+    ans = s.decode(data, read)
+    if isinstance(ans, Refusal):
+        raise NevError(f"the lane agent refused {req.OP.value!r}: {ans.refused}")
     return ans

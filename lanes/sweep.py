@@ -23,11 +23,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from lanes import agentpack, busy, lanesfile, payload, session
 from lanes.agent import layout
-from lanes.agent.wire import Op
+from lanes.agent.messages import (
+    ArchiveEntry,
+    ArchiveRef,
+    ArchivesRequest,
+    ArchivesResult,
+    Cred,
+    DropArchivesRequest,
+    DropArchivesResult,
+    InstallFacts,
+    MirrorPrune,
+    PruneRefsRequest,
+    PruneRefsResult,
+    RemoveRequest,
+    RemoveResult,
+    SurveyEntry,
+    SurveyRequest,
+    SurveyResult,
+    WriterFacts,
+)
 from lanes.base import settings, ui
 from lanes.base.errors import NevError
 from lanes.base.gitrun import GitError, Repo
@@ -39,26 +56,7 @@ SURVEY_TIMEOUT = 600
 REMOVE_TIMEOUT = 3600     # per copy: archiving its corpus data can take long
 
 
-@dataclass(frozen=True)
-class Entry:
-    """What the survey found for one name under the lane root."""
-
-    name: str
-    copy: bool = True
-    payload: bool = False
-    dir: bool = True
-    worktree: bool = True
-    symlink: bool = False
-    size: int = 0
-    pids: tuple[tuple[int, str], ...] = ()
-    locked: bool = False
-    corpus: tuple[str, ...] = ()
-
-    @classmethod
-    def from_json(cls, d: dict) -> Entry:
-        return cls(name=d["name"], copy=d["copy"], payload=d["payload"], dir=d["dir"], worktree=d["worktree"],
-                   symlink=d["symlink"], size=int(d["size"]), pids=tuple((int(p), c) for p, c in d["pids"]),
-                   locked=d["locked"], corpus=tuple(d["corpus"]))
+Entry = SurveyEntry   # what the survey found for one name under the lane root
 
 
 @dataclass(frozen=True)
@@ -149,20 +147,7 @@ def decide(entries: list[Entry], tracks: set[str], primary: str | None, track: s
     return out
 
 
-@dataclass(frozen=True)
-class WriterRecord:
-    """What the survey found for one writer record (`<root>/.writer-<name>/`)."""
-
-    name: str
-    record: bool          # its state.json is readable
-    copy: bool            # its copy `<root>/<name>` is there
-    running: bool
-    unfetched: tuple[str, ...] = ()
-
-    @classmethod
-    def from_json(cls, d: dict) -> WriterRecord:
-        return cls(name=d["name"], record=d["record"], copy=d["copy"], running=d["running"],
-                   unfetched=tuple(d["unfetched"]))
+WriterRecord = WriterFacts   # what the survey found for one writer record (`.writer-<name>/`)
 
 
 def decide_writers(records: list[WriterRecord], gone: set[str], track: str | None,
@@ -215,22 +200,9 @@ def stale_agents(cached: list[str], current: str) -> list[str]:
     return sorted(n for n in cached if n not in (current, current + ".code") and layout.agent_entry_ok(n))
 
 
-@dataclass(frozen=True)
-class Install:
-    """One entry of the lane's nev installs (`lanes/agent/installs.py`)."""
 
-    name: str
-    kind: str          # install | tmp (being built) | gone (being removed) | legacy (the old venv)
-    current: bool
-    pids: tuple[tuple[int, str], ...] = ()
-    chosen: float = 0.0      # when it was last made current
-    building: bool = False   # an install holds the lane's install lock
-
-    @classmethod
-    def from_json(cls, d: dict) -> Install:
-        pids = tuple((int(p), c) for p, c in d["pids"])
-        return cls(d["name"], d["kind"], bool(d["current"]), pids, float(d["chosen"]),
-                   bool(d["building"]))
+# One entry of the lane's nev installs, as the survey sends it.
+Install = InstallFacts
 
 
 def decide_installs(installs: list[Install], keep: int) -> list[Decision]:
@@ -301,11 +273,11 @@ class LaneSweep:
     peak_rss_kb: dict = field(default_factory=dict)   # of the survey on the lane (and its largest du)
 
 
-def survey(conn: Connection, lane: Lane, nas: str | None) -> dict[str, Any]:
+def survey(conn: Connection, lane: Lane, nas: str | None) -> SurveyResult:
     """The agent's facts about every copy under the lane root, and whether the `nas` folder is there."""
     try:
-        return session.call(conn, lane, Op.SURVEY, SURVEY_TIMEOUT, root=lane.root,
-                            busy=busy.pattern().split("|"), nas=nas)
+        req = SurveyRequest(root=lane.root, busy=busy.pattern().split("|"), nas=nas)
+        return session.call(conn, lane, req, SURVEY_TIMEOUT, SurveyResult)
     except NevError as e:
         raise NevError(f"surveying {lane.root} on {conn.target} failed: {e}") from None
 
@@ -314,37 +286,34 @@ def sweep_lane(conn: Connection, lane: Lane, tracks: set[str], primary: str | No
                dry_run: bool, nas: str | None, key: str) -> LaneSweep:
     nas_dir = nas or lane.shared_dir
     facts = survey(conn, lane, nas_dir)
-    nas_ok = bool(facts["nas"])
-    entries = [Entry.from_json(e) for e in facts["entries"]]
-    result = LaneSweep(lane, decide(entries, tracks, primary, track, nas_ok, key),
-                       agents=stale_agents(facts.get("agents", []), agentpack.lane_agent().hash),
-                       free_gb=facts["free_gb"], peak_rss_kb=facts.get("peak_rss_kb", {}))
+    nas_ok = facts.nas
+    result = LaneSweep(lane, decide(facts.entries, tracks, primary, track, nas_ok, key),
+                       agents=stale_agents(facts.agents, agentpack.lane_agent().hash),
+                       free_gb=facts.free_gb, peak_rss_kb=facts.peak_rss_kb)
     gone = [d.name for d in result.decisions if d.remove]
-    records = [WriterRecord.from_json(w) for w in facts.get("writers", [])]
-    result.writers = decide_writers(records, set(gone), track, key)
+    result.writers = decide_writers(facts.writers, set(gone), track, key)
     writers = [d.name[len(layout.WRITER):] for d in result.writers if d.remove]
     keep = settings.get_int(settings.INSTALLS_KEEP)
-    found = [Install.from_json(i) for i in facts.get("installs", [])]
+    found = list(facts.installs)
     result.installs = decide_installs(found, keep)
     old = [d.name for d in result.installs if d.remove]
     if dry_run or not (gone or result.agents or writers or old):
         return result
     try:
-        ans = session.call(conn, lane, Op.REMOVE, REMOVE_TIMEOUT * max(len(gone), 1), root=lane.root, names=gone,
-                           agents=result.agents, writers=writers, installs=old,
-                           nas=nas_dir if nas_ok else None,
-                           stamp=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        req = RemoveRequest(root=lane.root, names=gone, agents=result.agents, writers=writers,
+                            installs=old, nas=nas_dir if nas_ok else None,
+                            stamp=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        ans = session.call(conn, lane, req, REMOVE_TIMEOUT * max(len(gone), 1), RemoveResult)
     except NevError as e:   # what was removed before it failed shows in the next survey
         result.failed = [f"{', '.join(gone + result.agents + writers + old)}: {e}"]
         return result
-    result.installs_removed = list(ans.get("installs_removed", []))
-    result.failed += [f"nev install {n}: {why}"
-                      for n, why in ans.get("installs_failed", {}).items()]
-    result.removed = [n for n in gone if n in ans["removed"]]
-    result.removed += [layout.WRITER + n for n in ans.get("writers_removed", [])]
-    result.agents_removed = list(ans.get("agents_removed", []))
-    result.failed += [f"{n}: {why}" for n, why in {**ans["failed"], **ans.get("agents_failed", {})}.items()]
-    result.failed += [f"{layout.WRITER}{n}: {why}" for n, why in ans.get("writers_failed", {}).items()]
+    result.installs_removed = list(ans.installs_removed)
+    result.failed += [f"nev install {n}: {why}" for n, why in ans.installs_failed.items()]
+    result.removed = [n for n in gone if n in ans.removed]
+    result.removed += [layout.WRITER + n for n in ans.writers_removed]
+    result.agents_removed = list(ans.agents_removed)
+    result.failed += [f"{n}: {why}" for n, why in {**ans.failed, **ans.agents_failed}.items()]
+    result.failed += [f"{layout.WRITER}{n}: {why}" for n, why in ans.writers_failed.items()]
     return result
 
 
@@ -441,25 +410,7 @@ def after_landing(track: str, repo: Repo | None = None) -> int:
 # ---------------------------------------------------------------- retention: archives and mirror refs
 
 
-@dataclass(frozen=True)
-class Archive:
-    """One entry of the share's archive folders (`lanes/agent/retention.py`)."""
-
-    kind: str    # gate-logs | job-logs | corpus | corpora (the oracle's corpus store)
-    name: str    # the worktree or job it belongs to (for the store: the corpus's function)
-    entry: str   # a log file, a Dagu run's folder, a corpus tar, a store entry
-    mtime: float
-    size: int = 0
-
-    @classmethod
-    def from_json(cls, d: dict) -> Archive:
-        return cls(d["kind"], d["name"], d["entry"], float(d["mtime"]), int(d["size"]))
-
-    @property
-    def label(self) -> str:
-        if self.kind == "corpora":
-            return f"corpora/{self.entry}"
-        return f"archive/{self.kind}/{self.name}/{self.entry}"
+Archive = ArchiveEntry   # one entry of the share's archive folders (`lanes/agent/retention.py`)
 
 
 def decide_archives(entries: list[Archive], now: float, keep_days: float) -> list[tuple[Archive, bool, str]]:
@@ -496,8 +447,9 @@ def sweep_archives(keep_days: float, dry_run: bool = False, lanes: list[Lane] | 
     for ln in chosen:
         try:
             with ln.connect() as conn:
-                facts = session.call(conn, ln, Op.ARCHIVES, SURVEY_TIMEOUT, shared=ln.shared_dir)
-                plan = decide_archives([Archive.from_json(e) for e in facts["entries"]], time.time(), keep_days)
+                facts = session.call(conn, ln, ArchivesRequest(shared=ln.shared_dir), SURVEY_TIMEOUT,
+                                     ArchivesResult)
+                plan = decide_archives(facts.entries, time.time(), keep_days)
                 gone = [a for a, remove, _ in plan if remove]
                 if dry_run or not gone:
                     for a in gone:
@@ -505,29 +457,30 @@ def sweep_archives(keep_days: float, dry_run: bool = False, lanes: list[Lane] | 
                     say(f"archives on {ln.shared_dir} (through {ln.label}): {len(gone)} of {len(plan)} "
                         f"{'would go' if dry_run else 'go'}; the newest per worktree or job stays")
                     return 0, []
-                ans = session.call(conn, ln, Op.DROP_ARCHIVES, REMOVE_TIMEOUT, shared=ln.shared_dir,
-                                   entries=[{"kind": a.kind, "name": a.name, "entry": a.entry} for a in gone])
+                refs = [ArchiveRef(a.kind, a.name, a.entry) for a in gone]
+                drop = DropArchivesRequest(shared=ln.shared_dir, entries=refs)
+                ans = session.call(conn, ln, drop, REMOVE_TIMEOUT, DropArchivesResult)
         except (SshError, NevError) as e:
             say(f"{ln.label}: archives not pruned: {e}")
             continue
         for a in gone:
             say(f"removed {a.label} ({human(a.size)})")
-        for path, why in ans["failed"].items():
+        for path, why in ans.failed.items():
             say(f"failed {path}: {why}")
-        say(f"archives on {ln.shared_dir} (through {ln.label}): removed {len(ans['removed'])} of {len(plan)}, "
+        say(f"archives on {ln.shared_dir} (through {ln.label}): removed {len(ans.removed)} of {len(plan)}, "
             f"older than {keep_days:g} days; the newest per worktree or job stays")
-        return (1 if ans["failed"] else 0), list(ans["removed"])
+        return (1 if ans.failed else 0), list(ans.removed)
     raise NevError("no lane answered; the archives were not pruned")
 
 
-def prune_refs(conn: Connection, lane: Lane, mirrors: list[str], repo: Repo | None = None) -> dict[str, Any]:
+def prune_refs(conn: Connection, lane: Lane, mirrors: list[str],
+               repo: Repo | None = None) -> dict[str, MirrorPrune]:
     """Remove from each mirror on the lane the job/* and result/* branches the forge no longer has,
     asking the forge from the lane (its URL and credential as a gate's mirror fetch gets them).
-    Per mirror: {"pruned": [...], "kept": {...}} or {"missing": true}."""
+    Per mirror: the refs pruned and those kept (and why), or missing."""
     lf = lanesfile.configured(require=False)
     forge = forge_for(repo or Repo(Path(".")), lf)
     if not forge.lane_url:
         raise NevError("no forge URL for the lanes (NEV_LANE_GIT_URL or the lanes file's git_url); nothing pruned")
-    ans = session.call(conn, lane, Op.PRUNE_REFS, SURVEY_TIMEOUT, mirrors=mirrors,
-                       git_url=forge.lane_url, cred=forge.lane_cred())
-    return dict(ans["mirrors"])
+    req = PruneRefsRequest(mirrors=mirrors, git_url=forge.lane_url, cred=Cred.of(forge.lane_cred()))
+    return session.call(conn, lane, req, SURVEY_TIMEOUT, PruneRefsResult).mirrors

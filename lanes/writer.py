@@ -11,16 +11,31 @@ its `.env` removed); `status` lists every lane's writers.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
 from lanes import dotenv, gate, lanesfile, payload
 from lanes.agent.layout import ENV
-from lanes.agent.wire import Kind, Op
+from lanes.agent.messages import (
+    NoWriter,
+    Refusal,
+    WriterFetchedRequest,
+    WriterFetchedResult,
+    WriterFetchRequest,
+    WriterFetchResult,
+    WriterRow,
+    WriterSpec,
+    WriterState,
+    WriterStatusRequest,
+    WriterStatusResult,
+    WriterStopRequest,
+    WriterStopResult,
+    writer_answer,
+)
+from lanes.agent.wire import Kind
 from lanes.base import ui
 from lanes.base.errors import NevError, NoLaneError
 from lanes.base.gitrun import Repo
@@ -28,7 +43,7 @@ from lanes.base.mask import is_secret_name, mask
 from lanes.base.ssh import SshError
 from lanes.forge import forge_for
 from lanes.lanesfile import Lane
-from lanes.session import Session, call
+from lanes.session import Session, call, call_with
 
 CALL_TIMEOUT = 60.0
 FETCH_REF = "refs/nev/writer/"   # + worktree name: the lane's tip as last fetched here, kept when refused
@@ -71,7 +86,53 @@ def _branch(wt: payload.Worktree) -> str:
     return branch
 
 
-def start(worktree: Path, *, lane_index: int, model: str, brief: Path, harness: Harness) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Started:
+    """A writer started: its lane and its record there."""
+
+    lane: Lane
+    state: WriterState
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """What `fetch` did: the writer's tip here, the commits fast-forwarded (none: up to date)."""
+
+    lane: Lane
+    action: Fetch
+    tip: str
+    commits: list[str]
+    running: bool         # the writer still runs on the lane
+    exit: int | None
+
+
+@dataclass(frozen=True)
+class StoppedWriter:
+    """The writer after `stop`, its log's last lines masked here too."""
+
+    lane: Lane
+    writer: WriterStopResult
+
+
+@dataclass(frozen=True)
+class LaneWriters:
+    """One lane's writers for `nev lane writer status`; `error` when it did not answer."""
+
+    lane: Lane
+    writers: list[WriterRow]
+    error: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The row `nev lane writer status --json` prints."""
+        row: dict[str, object] = {"index": self.lane.index, "label": self.lane.label,
+                                  "answers": self.error is None,
+                                  "writers": [w.to_wire() for w in self.writers]}
+        if self.error is not None:
+            row["error"] = self.error
+        return row
+
+
+def start(worktree: Path, *, lane_index: int, model: str, brief: Path, harness: Harness) -> Started:
     """Sync `worktree` to lane `lane_index`'s copy and start the writer there; its record on the lane.
     Refused (by the lane) while a writer runs in that copy or over a dead writer's unfetched commits."""
     wt = payload.Worktree.open(worktree)
@@ -85,22 +146,31 @@ def start(worktree: Path, *, lane_index: int, model: str, brief: Path, harness: 
     if picked is None:
         raise NoLaneError(f"lane {lane_index} does not answer; no writer started")
     lane, conn = picked
-    spec = {"branch": branch, "tool": harness.tool, "model": model, "launch": harness.launch, "brief": text}
+    spec = WriterSpec(branch=branch, tool=harness.tool, model=model, launch=harness.launch,
+                      brief=text)
     try:
         out = gate.gate_on_lane(lane, conn, wt, [], forge=forge_for(wt.repo, lf), writer=spec)
     finally:
         conn.close()
-    rec = out.result.get("writer")
-    if not rec:
+    rec = out.result.writer
+    if rec is None:
         raise NevError(f"{lane.label} started no writer (status {out.status})")
-    return {"lane": lane.index, "label": lane.label, **rec}
+    return Started(lane, rec)
 
 
 @dataclass
 class _Found:
     lane: Lane
-    result: dict[str, Any]
+    result: WriterFetchResult
     bundle: bytes
+
+
+def _fetch_answer(data: bytes) -> WriterFetchResult | NoWriter | Refusal:
+    return writer_answer(data, WriterFetchResult)
+
+
+def _stop_answer(data: bytes) -> WriterStopResult | NoWriter | Refusal:
+    return writer_answer(data, WriterStopResult)
 
 
 def _ask(lane: Lane, name: str, have: list[str]) -> _Found | None:
@@ -108,24 +178,24 @@ def _ask(lane: Lane, name: str, have: list[str]) -> _Found | None:
     with lane.connect() as conn:
         s = Session(conn, lane)
         data = bytearray()
-        res: dict[str, Any] | None = None
+        res: WriterFetchResult | NoWriter | Refusal | None = None
         try:
-            s.request(Op.WRITER_FETCH, root=lane.root, name=name, have=have)
+            s.request(WriterFetchRequest(root=lane.root, name=name, have=have))
             for kind, chunk in s.frames(CALL_TIMEOUT):
                 if kind is Kind.WRITER_BUNDLE:
                     data += chunk
                 elif kind is Kind.MESSAGE:
                     ui.info(f"{lane.label}: {chunk.decode(errors='replace')}")
                 elif kind is Kind.RESULT:
-                    res = json.loads(chunk)
+                    res = s.decode(chunk, _fetch_answer)
                     break
         finally:
             s.close()
     if res is None:
         raise NevError(f"{lane.label}: the lane agent gave no answer to 'writer-fetch' within {CALL_TIMEOUT:g} s")
-    if res.get("refused"):
-        raise NevError(f"{lane.label} refused the fetch: {res['refused']}")
-    return None if res.get("none") else _Found(lane, res, bytes(data))
+    if isinstance(res, Refusal):
+        raise NevError(f"{lane.label} refused the fetch: {res.refused}")
+    return None if isinstance(res, NoWriter) else _Found(lane, res, bytes(data))
 
 
 def _find(lanes: list[Lane], name: str, have: list[str]) -> _Found:
@@ -144,17 +214,18 @@ def _take(repo: Repo, found: _Found, name: str) -> str:
     """The lane's tip here, at FETCH_REF + name; its commit."""
     res, ref = found.result, FETCH_REF + name
     if not found.bundle:
-        if repo.try_rev(res["tip"]) is None:
-            raise NevError(f"{found.lane.label}: sent no commits, yet its tip {res['tip'][:12]} is not here")
-        repo.set_ref(ref, res["tip"])
-        return str(res["tip"])
+        if repo.try_rev(res.tip) is None:
+            raise NevError(f"{found.lane.label}: sent no commits, yet its tip {res.tip[:12]} "
+                           "is not here")
+        repo.set_ref(ref, res.tip)
+        return res.tip
     with tempfile.NamedTemporaryFile(suffix=".bundle") as f:
         f.write(found.bundle)
         f.flush()
-        return repo.fetch_bundle(Path(f.name), res["ref"], ref)
+        return repo.fetch_bundle(Path(f.name), res.ref, ref)
 
 
-def fetch(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
+def fetch(worktree: Path, lane_index: int | None = None) -> Fetched:
     """The writer's commits into `worktree`'s branch, fast-forward only; anything else refused
     with the commits named (the lane's tip kept at FETCH_REF + name)."""
     wt = payload.Worktree.open(worktree)
@@ -163,9 +234,9 @@ def fetch(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
     found = _find(lanesfile.pick(lanesfile.configured(), lane_index), wt.name,
                   [wt.commit, *payload.remote_tips(repo)])
     res, label = found.result, found.lane.label
-    if res.get("branch") != branch:
-        raise NevError(f"the writer of {wt.name} on {label} commits to {res.get('branch')}, but {wt.path} is on "
-                       f"{branch}; check out {res.get('branch')} to fetch (nothing fetched)")
+    if res.branch != branch:
+        raise NevError(f"the writer of {wt.name} on {label} commits to {res.branch}, but {wt.path} is on "
+                       f"{branch}; check out {res.branch} to fetch (nothing fetched)")
     tip = _take(repo, found, wt.name)
     head = wt.commit
     action = decide_fetch(head, tip, repo.is_ancestor(head, tip), repo.is_ancestor(tip, head))
@@ -178,12 +249,12 @@ def fetch(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
     if action is Fetch.FAST_FORWARD:
         repo.fast_forward(tip)
     with found.lane.connect() as conn:
-        call(conn, found.lane, Op.WRITER_FETCHED, CALL_TIMEOUT, root=found.lane.root, name=wt.name, tip=tip)
-    return {"lane": found.lane.index, "label": label, "action": action.value, "tip": tip, "commits": commits,
-            "running": bool(res.get("running")), "exit": res.get("exit")}
+        done = WriterFetchedRequest(root=found.lane.root, name=wt.name, tip=tip)
+        call(conn, found.lane, done, CALL_TIMEOUT, WriterFetchedResult)
+    return Fetched(found.lane, action, tip, commits, res.running, res.exit)
 
 
-def stop(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
+def stop(worktree: Path, lane_index: int | None = None) -> StoppedWriter:
     """Stop the writer of `worktree`'s lane copy (its process tree), its `.env` removed on the lane
     and its commits kept for `fetch`; its status row, the log's last lines masked here too (the
     worktree's `.env` secret-named values, and whatever `lanes.base.mask` knows)."""
@@ -193,36 +264,37 @@ def stop(worktree: Path, lane_index: int | None = None) -> dict[str, Any]:
     for lane in lanesfile.pick(lanesfile.configured(), lane_index):
         try:
             with lane.connect() as conn:
-                ans = call(conn, lane, Op.WRITER_STOP, CALL_TIMEOUT, root=lane.root, name=wt.name)
+                req = WriterStopRequest(root=lane.root, name=wt.name)
+                ans = call_with(conn, lane, req, CALL_TIMEOUT, _stop_answer)
         except SshError as e:
             ui.info(f"{lane.label} does not answer: {mask(str(e))}")
             continue
-        if ans.get("none"):
+        if not isinstance(ans, WriterStopResult):   # NoWriter: this lane has none
             continue
-        return {**ans, "lane": lane.index, "label": lane.label,
-                "log_tail": mask(str(ans.get("log_tail") or ""), extra=secrets)}
+        masked = dataclasses.replace(ans, log_tail=mask(ans.log_tail, extra=secrets))
+        return StoppedWriter(lane, masked)
     raise NevError(f"no lane that answered has a writer of {wt.name}; nothing stopped")
 
 
-def status(lane_index: int | None = None) -> list[dict[str, Any]]:
+def status(lane_index: int | None = None) -> list[LaneWriters]:
     """Every configured lane (or lane `lane_index`) and its writers; a lane that does not answer says why."""
     rows = []
     for lane in lanesfile.pick(lanesfile.configured(), lane_index):
-        row: dict[str, Any] = {"index": lane.index, "label": lane.label, "answers": False, "writers": []}
         try:
             with lane.connect() as conn:
-                ans = call(conn, lane, Op.WRITER_STATUS, CALL_TIMEOUT, root=lane.root)
-            row.update(answers=True, writers=ans.get("writers", []))
+                ans = call(conn, lane, WriterStatusRequest(root=lane.root), CALL_TIMEOUT,
+                           WriterStatusResult)
+            rows.append(LaneWriters(lane, ans.writers))
         except NevError as e:
-            row["error"] = mask(str(e))
-        rows.append(row)
+            rows.append(LaneWriters(lane, [], mask(str(e))))
     return rows
 
 
-def state_word(w: dict[str, Any]) -> str:
-    """A writer's state in a few words: `running`, `exited N`, `stopped at T (exit N)`, `gone` (ended without an exit status)."""
-    if w.get("running"):
+def state_word(w: WriterRow) -> str:
+    """A writer's state in a few words: `running`, `exited N`, `stopped at T (exit N)`, `gone`
+    (ended without an exit status)."""
+    if w.running:
         return "running"
-    if w.get("stopped"):
-        return f"stopped at {w['stopped']}" + (f" (exit {w['exit']})" if w.get("exit") is not None else "")
-    return f"exited {w['exit']}" if w.get("exit") is not None else "gone (no exit status: killed?)"
+    if w.stopped:
+        return f"stopped at {w.stopped}" + (f" (exit {w.exit})" if w.exit is not None else "")
+    return f"exited {w.exit}" if w.exit is not None else "gone (no exit status: killed?)"

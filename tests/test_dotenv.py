@@ -11,8 +11,9 @@ from bench.batch import gateway_key
 from jobs import submit
 from lanes import agentpack, dotenv
 from lanes.agent.copy import lane_model_url
+from lanes.agent.messages import StatusRequest
 from lanes.agent.output import env_secrets
-from lanes.agent.wire import FRAME, Kind, Op, frame, request
+from lanes.agent.wire import FRAME, Kind, frame
 
 
 @pytest.mark.parametrize("line,expected", [
@@ -70,7 +71,7 @@ def test_the_lane_program_as_sent_carries_the_parser_and_runs_on_bare_python3(tm
     """The bootstrap, a `status` request and the agent (which a lane without it asks for), as a
     gate sends them."""
     agent = agentpack.lane_agent()
-    sent = request(Op.STATUS, root=str(tmp_path)) + frame(Kind.AGENT, agent.blob)
+    sent = StatusRequest(root=str(tmp_path)).frame() + frame(Kind.AGENT, agent.blob)
     cp = subprocess.run(["sh", "-c", agentpack.lane_command(agent.hash)], input=sent,
                         capture_output=True, timeout=60, cwd=tmp_path,  # no `lanes` package to fall back on
                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})

@@ -14,7 +14,8 @@ from lanes import agentpack
 from lanes import sweep as sw
 from lanes.agent import layout
 from lanes.agent import root as agent_root
-from lanes.agent.wire import FRAME, Kind, Op, frame, request
+from lanes.agent.messages import StatusRequest
+from lanes.agent.wire import FRAME, Kind, frame
 from tests.helpers import lane_helpers as h
 
 
@@ -24,7 +25,7 @@ def talk(home: Path, agent: agentpack.Agent) -> tuple[bool, dict, str]:
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=home,
                          env={"PATH": "/usr/bin:/bin", "HOME": str(home)})
     assert p.stdin is not None and p.stdout is not None and p.stderr is not None
-    p.stdin.write(request(Op.STATUS, root=str(home)))
+    p.stdin.write(StatusRequest(root=str(home)).frame())
     p.stdin.flush()
     asked, result = False, {}
     while True:

@@ -19,6 +19,7 @@ import pytest
 
 from lanes import selfinstall, sweep
 from lanes.agent import installs, layout, root
+from lanes.agent.messages import RemoveRequest, RemoveResult, SurveyRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_A, KEY_B = "aaaaaaaaaaaaaaa1", "bbbbbbbbbbbbbbb2"
@@ -111,15 +112,13 @@ def _survey(home: Path, monkeypatch) -> list[sweep.Decision]:
     monkeypatch.setenv("HOME", str(home))
     lane_root = home / "lane-root"
     lane_root.mkdir(exist_ok=True)
-    facts = root.survey({"root": str(lane_root), "busy": [], "nas": None})
-    return sweep.decide_installs([sweep.Install.from_json(i) for i in facts["installs"]], keep=1)
+    facts = root.survey(SurveyRequest(root=str(lane_root)))
+    return sweep.decide_installs(list(facts.installs), keep=1)
 
 
-def _remove(home: Path, names: list[str], monkeypatch) -> dict:
+def _remove(home: Path, names: list[str], monkeypatch) -> RemoveResult:
     monkeypatch.setenv("HOME", str(home))
-    return root.remove(
-        {"root": str(home / "lane-root"), "names": [], "stamp": "t", "installs": names}
-    )
+    return root.remove(RemoveRequest(root=str(home / "lane-root"), names=[], stamp="t", installs=names))
 
 
 def _wait_for(path: Path, text: str, timeout: float = 30) -> None:
@@ -173,7 +172,7 @@ def test_a_second_install_flips_the_link_and_a_running_nev_finishes_on_its_own(
         assert not kept[KEY_B].remove and kept[KEY_B].why == "the current install"
         forced = _remove(home, [KEY_A], monkeypatch)
         assert (
-            forced["installs_removed"] == [] and "lock is held" in forced["installs_failed"][KEY_A]
+            forced.installs_removed == [] and "lock is held" in forced.installs_failed[KEY_A]
         )
         assert (inst_a / "bin" / "nev").exists()
     finally:
@@ -188,7 +187,7 @@ def test_a_second_install_flips_the_link_and_a_running_nev_finishes_on_its_own(
     plan = {d.name: d.remove for d in _survey(home, monkeypatch)}
     assert plan == {KEY_A: True, KEY_B: False}
     done = _remove(home, [KEY_A], monkeypatch)
-    assert done["installs_removed"] == [KEY_A] and not inst_a.exists()
+    assert done.installs_removed == [KEY_A] and not inst_a.exists()
     assert sorted(p.name for p in (share / "installs").iterdir()) == [KEY_B]
 
     # Installing B again builds nothing (no tar needed); installing A again builds it anew.
@@ -268,6 +267,6 @@ def test_the_lanes_old_venv_is_reported_and_removed_once_nothing_runs_from_it(
     assert [(f["name"], f["current"]) for f in facts] == [("venv", True)]  # still the lane's nev
     os.unlink(home / ".local/bin/nev")
     assert sweep.decide_installs(
-        [sweep.Install.from_json(f) for f in installs.facts(str(home), [])], 2
+        [sweep.Install.from_wire(f) for f in installs.facts(str(home), [])], 2
     )[0].remove
     assert installs.remove(str(home), ["venv"], []) == (["venv"], {}) and not venv.exists()

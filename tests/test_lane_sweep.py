@@ -20,6 +20,7 @@ from lanes import agentpack, payload
 from lanes import sweep as sw
 from lanes.agent import layout
 from lanes.agent import root as agent_root
+from lanes.agent.messages import RemoveRequest, RemoveResult
 from lanes.base.gitrun import Repo
 from lanes.base.ssh import Connection
 from lanes.lanesfile import Lane
@@ -135,11 +136,10 @@ def test_remove_keeps_a_copy_whose_lock_a_gate_took_after_the_survey(tmp_path):
     fd = os.open(root.lock("held"), os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        ans = agent_root.remove({"root": root.path, "names": ["held", "free"], "nas": None, "stamp": "t"})
+        ans = agent_root.remove(RemoveRequest(root=root.path, names=["held", "free"], nas=None, stamp="t"))
     finally:
         os.close(fd)
-    assert ans == {"removed": {"free": ""}, "failed": {"held": "locked by a running gate; kept"},
-                   "agents_removed": [], "agents_failed": {}, "writers_removed": [], "writers_failed": {}}
+    assert ans == RemoveResult(removed={"free": ""}, failed={"held": "locked by a running gate; kept"})
     assert Path(root.copy("held")).is_dir() and not Path(root.copy("free")).exists()
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from lanes.agent import layout
+from lanes.agent import messages as m
 from lanes.agent import writer as aw
 from lanes.agent.errors import Refused
 from lanes.agent.wire import Kind
@@ -63,8 +64,8 @@ class _Lane:
         self.copy = Path(self.root.copy("wt"))
         (self.copy / ".env").write_text("NEV_MODEL_KEY=sk-x\n")
 
-    def launch(self, name: str = "wt") -> dict:
-        spec = {"branch": "main", "tool": "stand-in", "model": "m1", "launch": "./standin.sh", "brief": "do it\n"}
+    def launch(self, name: str = "wt") -> m.WriterState:
+        spec = m.WriterSpec(branch="main", tool="stand-in", model="m1", launch="./standin.sh", brief="do it\n")
         env = dict(os.environ, NEV_ON_LANE="1", **IDENT)
         return aw.launch(self.root, name, spec, self.base, env)
 
@@ -73,10 +74,10 @@ class _Lane:
         h.git(Path(self.root.mirror), "worktree", "add", "-q", "--detach", self.root.copy(name), self.base)
         return Path(self.root.copy(name))
 
-    def finish(self, state: dict, name: str = "wt") -> None:
+    def finish(self, state: m.WriterState, name: str = "wt") -> None:
         """Let the stand-in go on, and wait for its wrapper (our child here) to end."""
         (Path(self.root.copy(name)) / "go").write_text("")
-        os.waitpid(state["pid"], 0)
+        os.waitpid(state.pid, 0)
 
 
 @pytest.fixture
@@ -91,16 +92,16 @@ def test_writer_runs_detached_on_its_branch_and_its_env_lives_as_long_as_it(lane
     with pytest.raises(Refused, match="a writer is running in the lane copy of wt"):
         aw.refuse_if_running(lane.root, "wt")
     assert (lane.copy / ".env").exists()
-    brief = Path(state["brief"])
+    brief = Path(state.brief)
     assert brief.parent == tmp_path / "home" / layout.WRITER_BRIEFS and brief.read_text() == "do it\n"
     assert not str(brief).startswith(str(lane.copy))
-    assert h.git(lane.copy, "symbolic-ref", "HEAD") == aw.writer_ref("wt", "main") == state["ref"]
-    assert state["ref"].startswith("refs/heads/nev-writer/main@")
+    assert h.git(lane.copy, "symbolic-ref", "HEAD") == aw.writer_ref("wt", "main") == state.ref
+    assert state.ref.startswith("refs/heads/nev-writer/main@")
     lane.finish(state)
     assert not aw.running(state)
     assert aw.exit_status(lane.root, "wt") == 0
     assert not (lane.copy / ".env").exists()
-    log = Path(state["log"]).read_text()
+    log = Path(state.log).read_text()
     assert f"args: --tool stand-in --model m1 --brief-file {brief}" in log
     assert "env: 1 stand-in m1" in log and "env file present" in log
     aw.refuse_if_running(lane.root, "wt")          # ended: no longer in a gate's way
@@ -109,12 +110,12 @@ def test_writer_runs_detached_on_its_branch_and_its_env_lives_as_long_as_it(lane
 def test_status_names_the_unfetched_commits_until_fetched(lane):
     state = lane.launch()
     lane.finish(state)
-    (w,) = aw.status({"root": lane.root.path})["writers"]
-    assert (w["name"], w["running"], w["exit"], w["branch"]) == ("wt", False, 0, "main")
-    assert [c.split(" ", 1)[1] for c in w["unfetched"]] == ["writer: second", "writer: first"]
-    tip = h.git(Path(lane.root.mirror), "rev-parse", state["ref"])
-    assert aw.fetched({"root": lane.root.path, "name": "wt", "tip": tip}) == {"fetched": tip}
-    assert aw.status({"root": lane.root.path})["writers"][0]["unfetched"] == []
+    (w,) = aw.status(m.WriterStatusRequest(root=lane.root.path)).writers
+    assert (w.name, w.running, w.exit, w.branch) == ("wt", False, 0, "main")
+    assert [c.split(" ", 1)[1] for c in w.unfetched] == ["writer: second", "writer: first"]
+    tip = h.git(Path(lane.root.mirror), "rev-parse", state.ref)
+    assert aw.fetched(m.WriterFetchedRequest(root=lane.root.path, name="wt", tip=tip)) == m.WriterFetchedResult(tip)
+    assert aw.status(m.WriterStatusRequest(root=lane.root.path)).writers[0].unfetched == []
 
 
 def test_two_copies_on_one_branch_name_write_on_branches_of_their_own(lane):
@@ -122,14 +123,14 @@ def test_two_copies_on_one_branch_name_write_on_branches_of_their_own(lane):
     other's branch, and each copy's commits are its own to fetch."""
     lane.add_copy("other clone")                    # a copy name no ref could hold as it is
     first, second = lane.launch(), lane.launch("other clone")
-    assert first["ref"] != second["ref"] and first["branch"] == second["branch"] == "main"
+    assert first.ref != second.ref and first.branch == second.branch == "main"
     lane.finish(first)
     lane.finish(second, "other clone")
     mirror = Path(lane.root.mirror)
-    tips = {h.git(mirror, "rev-parse", s["ref"]) for s in (first, second)}
+    tips = {h.git(mirror, "rev-parse", s.ref) for s in (first, second)}
     assert len(tips) == 2
     for s in (first, second):
-        assert [c.split(" ", 1)[1] for c in aw.commits(lane.root.mirror, lane.base, s["ref"])] == \
+        assert [c.split(" ", 1)[1] for c in aw.commits(lane.root.mirror, lane.base, s.ref)] == \
             ["writer: second", "writer: first"]
 
 
@@ -140,7 +141,7 @@ def test_start_over_a_dead_writers_unfetched_commits_is_refused_naming_them(lane
         aw.refuse_unfetched(lane.root, "wt", lane.base)
     assert "2 commit(s) never fetched" in str(e.value)
     assert "writer: first" in str(e.value) and "writer: second" in str(e.value)
-    tip = h.git(Path(lane.root.mirror), "rev-parse", state["ref"])
+    tip = h.git(Path(lane.root.mirror), "rev-parse", state.ref)
     aw.refuse_unfetched(lane.root, "wt", tip)      # a start from a commit that holds them goes on
 
 
@@ -159,15 +160,16 @@ def test_fetch_sends_a_bundle_of_only_the_writers_commits_that_applies_fast_forw
     state = lane.launch()
     lane.finish(state)
     wire = _Wire()
-    assert aw.fetch(wire, {"root": lane.root.path, "name": "wt", "have": [lane.base, "f" * 40]}) == 0  # type: ignore[arg-type]
+    req = m.WriterFetchRequest(root=lane.root.path, name="wt", have=[lane.base, "f" * 40])
+    assert aw.fetch(wire, req) == 0  # type: ignore[arg-type]
     bundle = b"".join(d for k, d in wire.frames if k is Kind.WRITER_BUNDLE)
-    res = json.loads(wire.frames[-1][1])
-    assert wire.frames[-1][0] is Kind.RESULT and res["bundle"] == len(bundle) > 0
+    res = m.WriterFetchResult.decode(wire.frames[-1][1])
+    assert wire.frames[-1][0] is Kind.RESULT and res.bundle == len(bundle) > 0
     path = lane.dev.parent / "w.bundle"
     path.write_bytes(bundle)
     repo = Repo(lane.dev)
-    tip = repo.fetch_bundle(path, res["ref"], "refs/nev/writer/wt")
-    assert tip == res["tip"] and len(repo.oneline(tip, lane.base)) == 2
+    tip = repo.fetch_bundle(path, res.ref, "refs/nev/writer/wt")
+    assert tip == res.tip and len(repo.oneline(tip, lane.base)) == 2
     assert decide_fetch(lane.base, tip, repo.is_ancestor(lane.base, tip), repo.is_ancestor(tip, lane.base)) \
         is Fetch.FAST_FORWARD
     repo.fast_forward(tip)
@@ -176,12 +178,12 @@ def test_fetch_sends_a_bundle_of_only_the_writers_commits_that_applies_fast_forw
 
 def test_fetch_of_a_copy_without_writer_says_none(lane):
     wire = _Wire()
-    aw.fetch(wire, {"root": lane.root.path, "name": "wt", "have": []})  # type: ignore[arg-type]
+    aw.fetch(wire, m.WriterFetchRequest(root=lane.root.path, name="wt", have=[]))  # type: ignore[arg-type]
     assert json.loads(wire.frames[-1][1]) == {"none": True}
 
 
 def test_a_writer_command_not_on_the_lane_is_refused_and_nothing_starts(lane):
-    spec = {"branch": "main", "tool": "stand-in", "model": "m1", "launch": "./no-such-harness", "brief": "x"}
+    spec = m.WriterSpec(branch="main", tool="stand-in", model="m1", launch="./no-such-harness", brief="x")
     with pytest.raises(Refused, match="not found on the lane"):
         aw.launch(lane.root, "wt", spec, lane.base, dict(os.environ))
     assert aw.read_state(lane.root, "wt") is None
@@ -204,12 +206,12 @@ def test_the_second_call_after_a_dropped_start_keeps_a_running_writers_env(lane)
     os.makedirs(lane.root.payload("wt"))
     Path(lane.root.member("wt", layout.ENV)).write_text("NEV_MODEL_KEY=sk-x\n")
     state = lane.launch()
-    ans = agent_root.cleanup({"root": lane.root.path, "name": "wt", "wait": 0})
-    assert (lane.copy / ".env").exists() and lane.root.member("wt", layout.ENV) in ans["removed"]
+    ans = agent_root.cleanup(m.CleanupRequest(root=lane.root.path, name="wt", wait=0))
+    assert (lane.copy / ".env").exists() and lane.root.member("wt", layout.ENV) in ans.removed
     lane.finish(state)
     (lane.copy / ".env").write_text("NEV_MODEL_KEY=sk-x\n")     # a gate's, once the writer ended
-    ans = agent_root.cleanup({"root": lane.root.path, "name": "wt", "wait": 0})
-    assert not (lane.copy / ".env").exists() and str(lane.copy / ".env") in ans["removed"]
+    ans = agent_root.cleanup(m.CleanupRequest(root=lane.root.path, name="wt", wait=0))
+    assert not (lane.copy / ".env").exists() and str(lane.copy / ".env") in ans.removed
 
 
 def test_writer_records_are_named_apart_from_copies():
@@ -231,11 +233,11 @@ while [ ! -e go ]; do sleep 0.05; done
 KEY, TOKEN = "writer-secret-0a1b2c", "plain"   # a token too short to be masked by its shape
 
 
-def _leaky(lane) -> dict:
+def _leaky(lane) -> m.WriterState:
     (lane.copy / "leaky.sh").write_text(LEAKY)
     os.chmod(lane.copy / "leaky.sh", 0o755)
     (lane.copy / ".env").write_text(f"NEV_MODEL_KEY={KEY}\nNEV_FORGE_TOKEN=pl41n-t0ken\n")
-    spec = {"branch": "main", "tool": "stand-in", "model": "m1", "launch": "./leaky.sh", "brief": "leak\n"}
+    spec = m.WriterSpec(branch="main", tool="stand-in", model="m1", launch="./leaky.sh", brief="leak\n")
     return aw.launch(lane.root, "wt", spec, lane.base, dict(os.environ, **IDENT))
 
 
@@ -250,11 +252,11 @@ def _wait_for(pred, what: str, timeout: float = 30) -> None:
 
 def test_the_writer_log_masks_the_env_secrets_and_credential_urls(lane):
     state = _leaky(lane)
-    log = Path(state["log"])
-    _wait_for(lambda: "writer: first" in h.git(Path(lane.root.mirror), "log", "--format=%s", state["ref"]),
+    log = Path(state.log)
+    _wait_for(lambda: "writer: first" in h.git(Path(lane.root.mirror), "log", "--format=%s", state.ref),
               "the stand-in did not commit")
     (lane.copy / "go").write_text("")
-    os.waitpid(state["pid"], 0)
+    os.waitpid(state.pid, 0)
     text = log.read_text()
     assert "the key is ***" in text and "https://***@forge.example" in text
     assert KEY not in text and "pl41n-t0ken" not in text
@@ -263,41 +265,42 @@ def test_the_writer_log_masks_the_env_secrets_and_credential_urls(lane):
 
 def test_stop_ends_the_writer_removes_its_env_and_keeps_its_commits(lane):
     state = _leaky(lane)
-    _wait_for(lambda: "writer: first" in h.git(Path(lane.root.mirror), "log", "--format=%s", state["ref"]),
+    _wait_for(lambda: "writer: first" in h.git(Path(lane.root.mirror), "log", "--format=%s", state.ref),
               "the stand-in did not commit")
     assert aw.running(state) and (lane.copy / ".env").exists()
-    ans = aw.stop({"root": lane.root.path, "name": "wt"})
+    ans = aw.stop(m.WriterStopRequest(root=lane.root.path, name="wt"))
+    assert isinstance(ans, m.WriterStopResult)
     try:
-        os.waitpid(state["pid"], 0)                   # our child here (subprocess may have reaped it)
+        os.waitpid(state.pid, 0)                   # our child here (subprocess may have reaped it)
     except ChildProcessError:
         pass
-    assert ans["was_running"] and not ans["running"]
-    assert not (lane.copy / ".env").exists() and str(lane.copy / ".env") in ans["env_removed"]
-    assert ans["exit"] == 143 and ans["stopped"]       # the harness ended by SIGTERM (128 + 15)
-    assert [c.split(" ", 1)[1] for c in ans["unfetched"]] == ["writer: first"]   # kept for fetch
-    assert "the key is ***" in ans["log_tail"] and KEY not in ans["log_tail"]
+    assert ans.was_running and not ans.running
+    assert not (lane.copy / ".env").exists() and str(lane.copy / ".env") in ans.env_removed
+    assert ans.exit == 143 and ans.stopped       # the harness ended by SIGTERM (128 + 15)
+    assert [c.split(" ", 1)[1] for c in ans.unfetched] == ["writer: first"]   # kept for fetch
+    assert "the key is ***" in ans.log_tail and KEY not in ans.log_tail
     from lanes.agent.procs import descendants
     assert not [p for p in descendants(os.getpid()) if "leaky" in Path(f"/proc/{p}/cmdline").read_text()]
     # stopping again: nothing runs, the commits are still there
-    again = aw.stop({"root": lane.root.path, "name": "wt"})
-    assert not again["was_running"] and len(again["unfetched"]) == 1
-    assert aw.stop({"root": lane.root.path, "name": "nosuch"}) == {"none": True}
+    again = aw.stop(m.WriterStopRequest(root=lane.root.path, name="wt"))
+    assert isinstance(again, m.WriterStopResult) and not again.was_running and len(again.unfetched) == 1
+    assert aw.stop(m.WriterStopRequest(root=lane.root.path, name="nosuch")) == m.NoWriter()
 
 
 def test_a_writer_record_is_removed_only_once_its_commits_were_fetched(lane):
     state = _leaky(lane)
     (lane.copy / "go").write_text("")
-    os.waitpid(state["pid"], 0)
+    os.waitpid(state.pid, 0)
     facts = aw.sweep_facts(lane.root, "wt")
-    assert facts["record"] and not facts["running"] and len(facts["unfetched"]) == 1
+    assert facts.record and not facts.running and len(facts.unfetched) == 1
     with pytest.raises(Refused, match="1 commit\\(s\\) never fetched; kept"):
         aw.remove_record(lane.root, "wt")
     assert os.path.isdir(lane.root.writer("wt"))
-    tip = h.git(Path(lane.root.mirror), "rev-parse", state["ref"])
-    aw.fetched({"root": lane.root.path, "name": "wt", "tip": tip})
+    tip = h.git(Path(lane.root.mirror), "rev-parse", state.ref)
+    aw.fetched(m.WriterFetchedRequest(root=lane.root.path, name="wt", tip=tip))
     aw.remove_record(lane.root, "wt")
     assert not os.path.exists(lane.root.writer("wt"))
-    assert h.git(Path(lane.root.mirror), "rev-parse", state["ref"]) == tip    # the branch stays
+    assert h.git(Path(lane.root.mirror), "rev-parse", state.ref) == tip    # the branch stays
 
 
 def test_a_writer_sees_no_lane_home_no_share_and_no_other_copy(lane, tmp_path):
@@ -313,12 +316,12 @@ def test_a_writer_sees_no_lane_home_no_share_and_no_other_copy(lane, tmp_path):
     (other / "theirs.txt").write_text("another copy's file\n")
     script = (f"cat {home}/dagu/password; ls {share}/corpora; cat {other}/theirs.txt; "
               f"echo mine > {share}/corpora/evil; echo own > own.txt && echo own-copy-ok; echo done")
-    spec = {"branch": "main", "tool": "stand-in", "model": "m1", "launch": f"sh -c {shlex.quote(script)}",
-            "brief": "look around\n"}
+    spec = m.WriterSpec(branch="main", tool="stand-in", model="m1", launch=f"sh -c {shlex.quote(script)}",
+                        brief="look around\n")
     env = dict(os.environ, NEV_ON_LANE="1", **IDENT)
     state = aw.launch(lane.root, "wt", spec, lane.base, env, shared=str(share))
-    os.waitpid(state["pid"], 0)
-    log = Path(state["log"]).read_text()
+    os.waitpid(state.pid, 0)
+    log = Path(state.log).read_text()
     assert "done" in log and "own-copy-ok" in log, log
     assert "hunter2" not in log and "another copy's file" not in log and "entry" not in log, log
     assert (share / "corpora" / "entry").read_text() == "ground truth\n"

@@ -19,6 +19,7 @@ from jobs import result as result_mod  # noqa: E402
 from jobs import tick as tick_mod  # noqa: E402
 from lanes import sweep as sw  # noqa: E402
 from lanes.agent import layout, retention  # noqa: E402
+from lanes.agent import messages as msg  # noqa: E402
 from lanes.agent.mirror import Mirror  # noqa: E402
 from lanes.agent.procs import Child  # noqa: E402
 from tests.helpers.landkit import Kit, git  # noqa: E402
@@ -175,17 +176,16 @@ def test_the_agent_lists_and_removes_archives_only_inside_the_share(tmp_path: Pa
     (gl / "link.log").symlink_to(outside / "keep.log")
     _aged(jl / "run-old", 31)
     _aged(jl / "run-new", 1)
-    facts = retention.archives({"shared": str(share)})
-    seen = {(e["kind"], e["name"], e["entry"]) for e in facts["entries"]}
+    facts = retention.archives(msg.ArchivesRequest(shared=str(share)))
+    seen = {(e.kind, e.name, e.entry) for e in facts.entries}
     assert seen == {("gate-logs", "wt-a", "a-old.log"), ("gate-logs", "wt-a", "a-new.log"),
                     ("job-logs", "job-x", "run-old"), ("job-logs", "job-x", "run-new")}
-    plan = sw.decide_archives([sw.Archive.from_json(e) for e in facts["entries"]], time.time(), 30)
-    gone = [{"kind": a.kind, "name": a.name, "entry": a.entry} for a, rm, _ in plan if rm]
-    bad = [{"kind": "gate-logs", "name": "wt-a", "entry": "link.log"},
-           {"kind": "gate-logs", "name": "..", "entry": "outside"}]
-    ans = retention.drop_archives({"shared": str(share), "entries": gone + bad})
-    assert sorted(Path(p).name for p in ans["removed"]) == ["a-old.log", "run-old"]
-    assert len(ans["failed"]) == 2
+    plan = sw.decide_archives(facts.entries, time.time(), 30)
+    gone = [msg.ArchiveRef(a.kind, a.name, a.entry) for a, rm, _ in plan if rm]
+    bad = [msg.ArchiveRef("gate-logs", "wt-a", "link.log"), msg.ArchiveRef("gate-logs", "..", "outside")]
+    ans = retention.drop_archives(msg.DropArchivesRequest(shared=str(share), entries=gone + bad))
+    assert sorted(Path(p).name for p in ans.removed) == ["a-old.log", "run-old"]
+    assert len(ans.failed) == 2
     assert sorted(p.name for p in gl.iterdir()) == [".b.log.part", "a-new.log", "link.log"]
     assert sorted(p.name for p in jl.iterdir()) == ["run-new"]
     assert (outside / "keep.log").read_text() == "not the share's\n"
@@ -208,25 +208,25 @@ def test_the_corpus_store_keeps_the_newest_per_function_and_an_entry_a_build_hol
         _aged(store / name, days)
     (store / "block_width-aaaa.lock").write_text("")
     shared.touch(store / "block_width-bbbb")          # a build found it just now
-    facts = retention.archives({"shared": str(share)})
-    seen = {(e["kind"], e["name"], e["entry"]) for e in facts["entries"]}
+    facts = retention.archives(msg.ArchivesRequest(shared=str(share)))
+    seen = {(e.kind, e.name, e.entry) for e in facts.entries}
     assert seen == {("corpora", "block_width", "block_width-aaaa"), ("corpora", "block_width", "block_width-bbbb"),
                     ("corpora", "block_width", "block_width-cccc"), ("corpora", "abspos_width", "abspos_width-dddd")}
-    plan = sw.decide_archives([sw.Archive.from_json(e) for e in facts["entries"]], time.time(), 30)
+    plan = sw.decide_archives(facts.entries, time.time(), 30)
     gone = {a.entry for a, rm, _ in plan if rm}
     assert gone == {"block_width-aaaa", "block_width-cccc"}     # bbbb used now; dddd the newest of its function
     assert {a.label for a, rm, _ in plan if rm} == {"corpora/block_width-aaaa", "corpora/block_width-cccc"}
     fd = os.open(store / "block_width-cccc.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)                   # a build of cccc in progress
     try:
-        ans = retention.drop_archives({"shared": str(share), "entries": [
-            {"kind": "corpora", "name": "block_width", "entry": e} for e in sorted(gone)] + [
-            {"kind": "corpora", "name": "x", "entry": "../archive"}]})
+        ans = retention.drop_archives(msg.DropArchivesRequest(shared=str(share), entries=[
+            msg.ArchiveRef("corpora", "block_width", e) for e in sorted(gone)] + [
+            msg.ArchiveRef("corpora", "x", "../archive")]))
     finally:
         os.close(fd)
-    assert [Path(p).name for p in ans["removed"]] == ["block_width-aaaa"]
-    assert "a build holds it" in ans["failed"][str(store / "block_width-cccc")]
-    assert len(ans["failed"]) == 2
+    assert [Path(p).name for p in ans.removed] == ["block_width-aaaa"]
+    assert "a build holds it" in ans.failed[str(store / "block_width-cccc")]
+    assert len(ans.failed) == 2
     assert sorted(p.name for p in store.iterdir() if p.is_dir()) == [
         ".tmp-block_width-eeee-12", "abspos_width-dddd", "block_width-bbbb", "block_width-cccc"]
 
@@ -256,11 +256,11 @@ def test_prune_refs_removes_what_the_forge_deleted_from_the_gates_mirror_and_the
     assert git(Path(root.mirror), "remote") == "" and git(job_mirror, "remote") == ""
     for b in ("job/a", "result/a", "feature/x"):
         git(forge, "update-ref", "-d", f"refs/heads/{b}")
-    ans = retention.prune_refs({"mirrors": [root.mirror, str(job_mirror), str(tmp_path / "none.git")],
-                                "git_url": str(forge)})["mirrors"]
-    assert ans[root.mirror] == {"pruned": ["refs/heads/job/a", "refs/heads/result/a"], "kept": {}}
-    assert ans[str(job_mirror)] == {"pruned": ["refs/heads/job/a"], "kept": {}}
-    assert ans[str(tmp_path / "none.git")] == {"missing": True}
+    ans = retention.prune_refs(msg.PruneRefsRequest(
+        mirrors=[root.mirror, str(job_mirror), str(tmp_path / "none.git")], git_url=str(forge))).mirrors
+    assert ans[root.mirror] == msg.MirrorPrune(pruned=["refs/heads/job/a", "refs/heads/result/a"])
+    assert ans[str(job_mirror)] == msg.MirrorPrune(pruned=["refs/heads/job/a"])
+    assert ans[str(tmp_path / "none.git")] == msg.MirrorPrune(missing=True)
     left = git(Path(root.mirror), "for-each-ref", "--format=%(refname)").split()
     assert "refs/heads/job/b" in left and "refs/heads/feature/x" in left and "refs/heads/main" in left
     assert git(job_mirror, "for-each-ref", "--format=%(refname)").split() == ["refs/heads/job/b"]

@@ -172,7 +172,7 @@ def main() -> int:
             fresh_s, fresh = gate_once(wt)
             fig.update(nev_fresh_s=round(fresh_s, 2), nev_fresh_bytes_link=class_bytes(veth) - b0,
                        nev_fresh_bytes_channel=fresh.bytes_sent, nev_fresh_payload=fresh.payload_sizes,
-                       lane_apply_peak_rss_kb=fresh.result.get("maxrss_kb"))
+                       lane_apply_peak_rss_kb=fresh.result.maxrss_kb)
             warm_s, warm_link, warm_channel, warm_payload, warm_agent = [], [], [], [], []
             for i in range(args.warm_runs):
                 (wt / "src" / f"warm{i}.rs").write_text("pub fn warm() {}\n")

@@ -146,7 +146,7 @@ def main() -> int:
                                     on_stdout=lambda b: None, on_stderr=lambda b: None)
             conn.close()
             inproc.append(time.perf_counter() - t0)
-            rss["lane_apply"] = max(rss["lane_apply"], int(out.result.get("maxrss_kb") or 0))
+            rss["lane_apply"] = max(rss["lane_apply"], int(out.result.maxrss_kb or 0))
         med = {k: statistics.median(v) for k, v in (("ssh", ssh_t), ("nev_cli", cli), ("gate_inproc", inproc),
                                                     ("norec", norec))}
         fig = {

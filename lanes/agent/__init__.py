@@ -9,6 +9,7 @@ named kinds (`wire`):
 | module | holds |
 |---|---|
 | `wire` | frame kinds, operations, the frame format, the agent's end of the channel |
+| `messages` | every request and answer as a dataclass, `to_wire()`/`from_wire()` (both ends) |
 | `layout` | every path under the lane root and the lane home's files (the dev box imports it too) |
 | `errors` | `Refused` (one line why), `Stopped` (an interrupt) |
 | `guard` | paths a payload may touch: nothing out of the copy |
@@ -20,6 +21,6 @@ named kinds (`wire`):
 | `copy` | the copy: checkout, diff, untracked files, links, the run's `.env` |
 | `installs` | nev's installs in the lane home: the sweep's facts, their removal |
 | `root` | one-call operations: status, cleanup, survey, remove |
-| `gate` | the lane end of a gate, lock to result |
+| `gate` | the lane end of a gate, lock to result; a writer's start (`writer-start`) |
 | `main` | the entry: the first request picks the operation |
 """

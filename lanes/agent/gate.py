@@ -6,9 +6,10 @@ HELLO; take the payload; supply the commit to the mirror (`lanes.agent.mirror`);
 development box and the gate log (`lanes.agent.output`); pull the asked folders back; remove the
 three `.env` files on every exit unless the request keeps them; the RESULT last.
 
-A payload request with `writer` starts a writer instead (`lanes.agent.writer`): refused over a
-dead writer's unfetched commits, then the harness started detached, the copy's `.env` kept for
-its lifetime. A gate of a copy whose writer runs is refused.
+After HELLO a `writer-start` request instead of the payload starts a writer (`start_writer`,
+`lanes.agent.writer`): the copy synced the same way, refused over a dead writer's unfetched
+commits, then the harness started detached, the copy's `.env` kept for its lifetime (`Leave`).
+A gate of a copy whose writer runs is refused.
 """
 
 from __future__ import annotations
@@ -22,34 +23,56 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from enum import Enum
 
 from lanes.agent import layout, links, writer
 from lanes.agent.copy import Copy, lane_model_url, remove_env
 from lanes.agent.errors import Refused, Stopped
 from lanes.agent.guard import inside, pull_path
+from lanes.agent.messages import (
+    Bundle,
+    GateResult,
+    Hello,
+    HelloAnswer,
+    NeedBundle,
+    Payload,
+    PullStart,
+    StopRun,
+    WriterStart,
+    read_request,
+    send,
+)
 from lanes.agent.mirror import Mirror
 from lanes.agent.output import Masker, Tee, env_secrets, open_log
 from lanes.agent.procs import Child, on_signals
 from lanes.agent.root import copy_sizes, free_gb
-from lanes.agent.wire import FrameWriter, Kind, Op, ProtocolError, Stop, Wire, need, op_of
+from lanes.agent.wire import FrameWriter, Kind, ProtocolError, Stop, Wire
+
+
+class Leave(Enum):
+    """What a gate removes as it ends."""
+
+    ALL = "all"            # the three `.env` files and the payload folder
+    NOTHING = "nothing"    # the request kept them (NEV_LANE_KEEP_ENV)
+    WRITERS = "writers"    # all but the copy's `.env`: a running writer's (it removes its own)
 
 
 class Gate:
-    def __init__(self, wire: Wire, hello: dict[str, Any]) -> None:
+    def __init__(self, wire: Wire, hello: Hello) -> None:
         self.wire = wire
-        self.name: str = need(hello, "name")
+        self.name = hello.name
         if not layout.copy_name_ok(self.name):
             raise Refused(f"worktree name {self.name!r} cannot be a lane copy's name")
-        self.root = layout.Root(need(hello, "root"))
-        self.shared: str = need(hello, "shared")
-        self.min_free_gb = float(need(hello, "min_free_gb"))
+        self.root = layout.Root(hello.root)
+        self.shared = hello.shared
+        self.min_free_gb = hello.min_free_gb
         self.child = Child(self.root.copy(self.name))
         self.copy = Copy(self.root, self.name, wire.say)
-        self.mirror = Mirror(self.root, hello.get("git_url"), None, float(need(hello, "fetch_max_age")),
-                             wire.say, self.child)
+        self.mirror = Mirror(self.root, hello.git_url, None, hello.fetch_max_age, wire.say,
+                             self.child)
         self.lock_fd: int | None = None
         self.bundles: queue.Queue[int] = queue.Queue()
+        self.leave = Leave.ALL
 
     def lock(self) -> None:
         """The copy's lock, waiting (and saying so) while another gate of the same worktree holds it."""
@@ -70,20 +93,18 @@ class Gate:
         os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%H:%M:%S')}\n".encode(), 0)
         self.lock_fd = fd
 
-    def hello(self) -> dict[str, Any]:
+    def hello(self) -> HelloAnswer:
         have_mirror = os.path.isdir(self.mirror.path)
         free = free_gb(self.root.path)
-        ans: dict[str, Any] = {
-            "pid": os.getpid(), "mirror": have_mirror, "tips": self.mirror.tips() if have_mirror else [],
-            "fetch_age": self.mirror.fetch_age() if have_mirror else None, "free_gb": round(free, 2),
-            "guest": os.uname().nodename, "python": sys.version.split()[0]}
-        if free < self.min_free_gb:
-            ans["copies"] = copy_sizes(self.root.path)
-        return ans
+        return HelloAnswer(
+            pid=os.getpid(), mirror=have_mirror, tips=self.mirror.tips() if have_mirror else [],
+            fetch_age=self.mirror.fetch_age() if have_mirror else None, free_gb=round(free, 2),
+            guest=os.uname().nodename, python=sys.version.split()[0],
+            copies=copy_sizes(self.root.path) if free < self.min_free_gb else None)
 
-    def take_payload(self, req: dict[str, Any]) -> dict[str, int]:
+    def take_payload(self, announced: dict[str, int]) -> dict[str, int]:
         """The members that follow the payload request, into the payload folder; their sizes."""
-        sizes = {m: int(need(req, "sizes").get(m, 0)) for m in layout.PAYLOAD_MEMBERS}
+        sizes = {m: announced.get(m, 0) for m in layout.PAYLOAD_MEMBERS}
         folder = self.root.payload(self.name)
         os.makedirs(folder, mode=0o700, exist_ok=True)
         os.chmod(folder, 0o700)
@@ -95,7 +116,7 @@ class Gate:
 
     def ask_bundle(self, tips: list[str]) -> int:
         """NEED_BUNDLE with the mirror's tips; the size of the bundle that comes back."""
-        self.wire.send_json(Kind.NEED_BUNDLE, {"tips": tips})
+        send(self.wire, Kind.NEED_BUNDLE, NeedBundle(tips))
         while True:
             self.child.check()
             try:
@@ -108,24 +129,23 @@ class Gate:
         how = Stop.TERM
         while True:
             try:
-                req = self.wire.read_request()
+                req = read_request(self.wire)
             except (EOFError, OSError, ProtocolError):
                 break
-            op = op_of(req)
-            if op is Op.STOP:
-                how = Stop.INT if req.get("signal") == Stop.INT.value else Stop.TERM
+            if isinstance(req, StopRun):
+                how = req.signal
                 break
-            if op is Op.BUNDLE:
+            if isinstance(req, Bundle):
                 try:
-                    self.wire.copy_to(self.root.member(self.name, layout.BUNDLE), int(req["size"]))
+                    self.wire.copy_to(self.root.member(self.name, layout.BUNDLE), req.size)
                 except (EOFError, OSError):
                     break
-                self.bundles.put(int(req["size"]))
+                self.bundles.put(req.size)
         self.child.stop(how)
 
-    def command_env(self, extra: dict[str, Any]) -> dict[str, str]:
+    def command_env(self, extra: dict[str, str]) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({str(k): str(v) for k, v in extra.items()})
+        env.update(extra)
         env.update({"NEV_ON_LANE": "1", "NEV_LANE_SHARED": self.shared})
         # Non-login SSH commands read no profile: put the lane's own nev (installed by
         # `nev lane install`) on PATH the way a login shell would.
@@ -166,7 +186,7 @@ class Gate:
             if os.path.islink(src) or not os.path.isdir(src) or not inside(self.copy.path, src):
                 self.wire.say(f"--pull {d}: no such folder in the lane copy; nothing pulled for it")
                 continue
-            self.wire.send_json(Kind.PULL_START, {"dir": d})
+            send(self.wire, Kind.PULL_START, PullStart(d))
             out = FrameWriter(self.wire, Kind.PULL_DATA)
             import tarfile  # only with --pull: a call starts without it
 
@@ -175,13 +195,20 @@ class Gate:
             out.flush_all()
             self.wire.send(Kind.PULL_END)
 
-    def prepare(self, req: dict[str, Any], sizes: dict[str, int]) -> None:
-        commit = need(req, "commit")
+    def take(self, announced: dict[str, int]) -> dict[str, int]:
+        """The payload's members in, then the stop and bundle requests watched; their sizes."""
+        sizes = self.take_payload(announced)
+        threading.Thread(target=self.watch_stdin, daemon=True).start()
+        return sizes
+
+    def supply(self, commit: str, sizes: dict[str, int]) -> None:
+        """The commit into the mirror (`lanes.agent.mirror`)."""
         self.mirror.supply(commit, f"refs/nev/{self.name}", self.root.member(self.name, layout.BUNDLE),
                            sizes[layout.BUNDLE] > 0, self.ask_bundle)
         self.child.check()
-        if req.get("writer"):
-            writer.refuse_unfetched(self.root, self.name, commit)
+
+    def prepare(self, commit: str, sizes: dict[str, int]) -> None:
+        """The copy at `commit` with the worktree's changes, its links and its `.env`."""
         self.copy.prepare(self.mirror, commit)
         self.copy.apply_diff(self.root.member(self.name, layout.DIFF))
         if sizes[layout.UNTRACKED]:
@@ -189,11 +216,23 @@ class Gate:
         self.copy.make_links(self.shared)
         self.copy.install_env(lane_model_url())
 
+    def finish(self, result: GateResult) -> None:
+        """Remove what `leave` says, the RESULT last, the lock let go."""
+        if self.leave is not Leave.NOTHING:
+            remove_env(self.root, self.name, keep_copy_env=self.leave is Leave.WRITERS)
+            shutil.rmtree(self.root.payload(self.name), ignore_errors=True)
+        result.env_removed = not any(os.path.lexists(p) for p in self.root.env_files(self.name))
+        result.maxrss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        result.command_maxrss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss or None
+        send(self.wire, Kind.RESULT, result)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
 
-def run(wire: Wire, first: dict[str, Any]) -> int:
+
+def run(wire: Wire, hello: Hello) -> int:
     """A whole gate from its `hello` request; the exit status of the agent (the command's)."""
-    gate = Gate(wire, first)
-    result: dict[str, Any] = {"status": None}
+    gate = Gate(wire, hello)
+    result = GateResult()
 
     def on_stop(how: Stop) -> None:
         if gate.lock_fd is None:  # still waiting for another gate's lock: nothing to undo
@@ -201,67 +240,76 @@ def run(wire: Wire, first: dict[str, Any]) -> int:
         gate.child.stop(how)
 
     on_signals(on_stop)
-    keep_env = False
-    started = False
-    writers_env = False  # the copy's `.env` is a running writer's: this gate leaves it alone
     try:
         gate.lock()
-        writers_env = True
+        gate.leave = Leave.WRITERS    # refused over a running writer: its `.env` stays
         writer.refuse_if_running(gate.root, gate.name)
-        writers_env = False
-        wire.send_json(Kind.HELLO, gate.hello())
-        req = wire.read_request()
-        if op_of(req) is not Op.PAYLOAD:
-            result["aborted"] = True
-            return 0
-        keep_env = bool(req.get("keep_env"))
-        gate.mirror.cred = req.get("cred") or {}
-        sizes = gate.take_payload(req)
-        threading.Thread(target=gate.watch_stdin, daemon=True).start()
-        t0 = time.monotonic()
-        gate.prepare(req, sizes)
-        result["prepare_s"] = round(time.monotonic() - t0, 3)
-        gate.child.check()
-        if req.get("writer"):
-            result["writer"] = writer.launch(gate.root, gate.name, req["writer"], need(req, "commit"),
-                                             gate.command_env(req.get("env") or {}),
-                                             [gate.mirror.cred.get("password") or ""], gate.shared)
-            started = True
-            result["status"] = 0
-            return 0
-        secrets = env_secrets(gate.root.member(gate.name, layout.ENV))
-        if gate.mirror.cred.get("password"):
-            secrets.append(gate.mirror.cred["password"])
-        log_path = None
-        if os.path.isdir(gate.shared):
-            log_path = os.path.join(gate.shared, links.gate_log_path(
-                gate.name, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), os.uname().nodename, need(req, "commit")))
-            result["log"] = log_path
-        status = gate.run_command(list(need(req, "command")), gate.command_env(req.get("env") or {}),
-                                  log_path, Masker(secrets))
-        if gate.child.stopping.is_set():
-            result["stopped"] = gate.child.how.value
-        result["status"] = status
-        if not gate.child.stopping.is_set():
-            gate.pull(list(req.get("pull") or []))
-        return status
+        gate.leave = Leave.ALL
+        send(wire, Kind.HELLO, gate.hello())
+        req = read_request(wire)
+        if isinstance(req, Payload):
+            return run_payload(gate, req, result)
+        if isinstance(req, WriterStart):
+            return start_writer(gate, req, result)
+        result.aborted = True
+        return 0
     except Stopped:
-        result["stopped"] = gate.child.how.value
+        result.stopped = gate.child.how
         return gate.child.how.status
     except Refused as e:
-        result["refused"] = str(e)
+        result.refused = str(e)
         return 1
     except EOFError:
-        result["refused"] = "the connection closed before the payload arrived"
+        result.refused = "the connection closed before the payload arrived"
         return 1
     finally:
-        if started or writers_env or not keep_env:
-            # a writer's `.env` stays while it lives; its wrapper removes it
-            remove_env(gate.root, gate.name, keep_copy_env=started or writers_env)
-            shutil.rmtree(gate.root.payload(gate.name), ignore_errors=True)
-        result["env_removed"] = not any(os.path.lexists(p) for p in gate.root.env_files(gate.name))
-        result["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        result["command_maxrss_kb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss or None
-        wire.send_json(Kind.RESULT, result)
-        if gate.lock_fd is not None:
-            os.close(gate.lock_fd)
+        gate.finish(result)
+
+
+def run_payload(gate: Gate, req: Payload, result: GateResult) -> int:
+    """The payload's command in the prepared copy, its output streamed and logged; the asked
+    folders pulled back. The command's exit status."""
+    if req.keep_env:
+        gate.leave = Leave.NOTHING
+    gate.mirror.cred = req.cred
+    sizes = gate.take(req.sizes)
+    t0 = time.monotonic()
+    gate.supply(req.commit, sizes)
+    gate.prepare(req.commit, sizes)
+    result.prepare_s = round(time.monotonic() - t0, 3)
+    gate.child.check()
+    secrets = env_secrets(gate.root.member(gate.name, layout.ENV))
+    if req.cred is not None and req.cred.password:
+        secrets.append(req.cred.password)
+    log_path = None
+    if os.path.isdir(gate.shared):
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        log_path = os.path.join(gate.shared, links.gate_log_path(gate.name, stamp, os.uname().nodename,
+                                                                 req.commit))
+        result.log = log_path
+    status = gate.run_command(req.command, gate.command_env(req.env), log_path, Masker(secrets))
+    if gate.child.stopping.is_set():
+        result.stopped = gate.child.how
+    result.status = status
+    if not gate.child.stopping.is_set():
+        gate.pull(req.pull)
+    return status
+
+
+def start_writer(gate: Gate, req: WriterStart, result: GateResult) -> int:
+    """A writer started in the prepared copy (refused over the last writer's unfetched commits),
+    detached: the copy's `.env` stays while it runs."""
+    gate.mirror.cred = req.cred
+    sizes = gate.take(req.sizes)
+    t0 = time.monotonic()
+    gate.supply(req.commit, sizes)
+    writer.refuse_unfetched(gate.root, gate.name, req.commit)
+    gate.prepare(req.commit, sizes)
+    result.prepare_s = round(time.monotonic() - t0, 3)
+    gate.child.check()
+    result.writer = writer.launch(gate.root, gate.name, req.writer, req.commit,
+                                  gate.command_env(req.env), [req.cred.password if req.cred else ""],
+                                  gate.shared)
+    gate.leave = Leave.WRITERS
+    result.status = 0
+    return 0

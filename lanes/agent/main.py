@@ -4,18 +4,37 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
 
 from lanes.agent import gate, retention, root, writer
+from lanes.agent import messages as m
 from lanes.agent.errors import Refused
-from lanes.agent.wire import Kind, Op, Prefixed, Wire, op_of
+from lanes.agent.messages import Message, Refusal, Request, read_request, send
+from lanes.agent.wire import Kind, Prefixed, Wire
 
-# The one-call operations: one request, one RESULT.
-ONE_CALL: dict[Op, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    Op.STATUS: root.status, Op.CLEANUP: root.cleanup, Op.SURVEY: root.survey, Op.REMOVE: root.remove,
-    Op.ARCHIVES: retention.archives, Op.DROP_ARCHIVES: retention.drop_archives, Op.PRUNE_REFS: retention.prune_refs,
-    Op.WRITER_STATUS: writer.status, Op.WRITER_FETCHED: writer.fetched, Op.WRITER_STOP: writer.stop}
+
+def one_call(req: Request) -> Message | None:
+    """The RESULT of a one-call operation (one request, one RESULT); None for another request."""
+    if isinstance(req, m.StatusRequest):
+        return root.status(req)
+    if isinstance(req, m.CleanupRequest):
+        return root.cleanup(req)
+    if isinstance(req, m.SurveyRequest):
+        return root.survey(req)
+    if isinstance(req, m.RemoveRequest):
+        return root.remove(req)
+    if isinstance(req, m.ArchivesRequest):
+        return retention.archives(req)
+    if isinstance(req, m.DropArchivesRequest):
+        return retention.drop_archives(req)
+    if isinstance(req, m.PruneRefsRequest):
+        return retention.prune_refs(req)
+    if isinstance(req, m.WriterStatusRequest):
+        return writer.status(req)
+    if isinstance(req, m.WriterFetchedRequest):
+        return writer.fetched(req)
+    if isinstance(req, m.WriterStopRequest):
+        return writer.stop(req)
+    return None
 
 
 def main(pending: bytes = b"") -> None:
@@ -23,21 +42,18 @@ def main(pending: bytes = b"") -> None:
     wire = Wire(Prefixed(pending, sys.stdin.buffer), sys.stdout.buffer)  # type: ignore[arg-type]
     code = 1
     try:
-        first = wire.read_request()
-        op = op_of(first)
-        if op is Op.HELLO:
+        first = read_request(wire)
+        if isinstance(first, m.Hello):
             code = gate.run(wire, first)
-        elif op is Op.WRITER_FETCH:
+        elif isinstance(first, m.WriterFetchRequest):
             code = writer.fetch(wire, first)
-        elif op in ONE_CALL:
-            wire.send_json(Kind.RESULT, ONE_CALL[op](first))
+        elif (answer := one_call(first)) is not None:
+            send(wire, Kind.RESULT, answer)
             code = 0
         else:
-            wire.send_json(Kind.RESULT, {"refused": f"unknown request {first.get('op')!r}"})
-    except Refused as e:
-        wire.send_json(Kind.RESULT, {"refused": str(e)})
-    except OSError as e:
-        wire.send_json(Kind.RESULT, {"refused": str(e)})
+            send(wire, Kind.RESULT, Refusal(f"unknown request {first.OP.value!r}"))
+    except (Refused, OSError) as e:
+        send(wire, Kind.RESULT, Refusal(str(e)))
     except EOFError:
         pass
     sys.stdout.flush()

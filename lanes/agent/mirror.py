@@ -18,11 +18,11 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from typing import Any
 
 from lanes.agent import layout
 from lanes.agent.errors import Refused
 from lanes.agent.git import credential_env, git, git_env
+from lanes.agent.messages import Cred
 from lanes.agent.output import Masker
 from lanes.agent.procs import Child
 
@@ -52,12 +52,12 @@ class MirrorLock:
 
 
 class Mirror:
-    def __init__(self, root: layout.Root, git_url: str | None, cred: dict[str, Any] | None,
+    def __init__(self, root: layout.Root, git_url: str | None, cred: Cred | None,
                  max_age: float, say: Callable[[str], None], child: Child) -> None:
         self.root = root
         self.path = root.mirror
         self.git_url = git_url
-        self.cred = cred or {}
+        self.cred = cred
         self.max_age = max_age
         self.say = say
         self.child = child
@@ -95,7 +95,8 @@ class Mirror:
         self.fetched = True
         self.say(f"fetching the mirror from the forge ({why})")
         t0 = time.monotonic()
-        env = git_env(credential_env(self.cred.get("user"), self.cred.get("password")))
+        env = git_env(credential_env(self.cred.user if self.cred else None,
+                                     self.cred.password if self.cred else None))
         with MirrorLock(self.root):
             status, err = self.child.run_tool(["git", "fetch", "-q", "--no-tags", self.git_url,
                                                "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
@@ -103,7 +104,8 @@ class Mirror:
         if status != 0:
             lines = err.decode(errors="replace").strip().splitlines()
             last = (lines[-1] if lines else f"exit {status}").encode()
-            self.say("forge fetch failed: " + Masker([self.cred.get("password", "")])(last).decode())
+            masker = Masker([self.cred.password if self.cred else ""])
+            self.say("forge fetch failed: " + masker(last).decode())
             return False
         with open(self.root.last_fetch, "w") as f:
             f.write(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))

@@ -20,11 +20,19 @@ import fcntl
 import os
 import shutil
 import stat
-from typing import Any
 
 from lanes.agent.errors import Refused
 from lanes.agent.git import credential_env, git
-from lanes.agent.wire import need
+from lanes.agent.messages import (
+    ArchiveEntry,
+    ArchivesRequest,
+    ArchivesResult,
+    DropArchivesRequest,
+    DropArchivesResult,
+    MirrorPrune,
+    PruneRefsRequest,
+    PruneRefsResult,
+)
 
 KINDS = ("gate-logs", "job-logs", "corpus")
 STORE = "corpora"   # the corpus store's folder under the share (bench.oracle.shared.FOLDER)
@@ -43,9 +51,9 @@ def _real_dirs(path: str) -> list[str]:
     return [n for n in names if _plain(n) and stat.S_ISDIR(os.lstat(os.path.join(path, n)).st_mode)]
 
 
-def archives(req: dict[str, Any]) -> dict[str, Any]:
+def archives(req: ArchivesRequest) -> ArchivesResult:
     """Every archive entry under the share: kind, name, entry, mtime, size (files only)."""
-    shared = need(req, "shared")
+    shared = req.shared
     if not os.path.isdir(os.path.join(shared, "archive")) and not os.path.isdir(os.path.join(shared, STORE)):
         raise Refused(f"no archive folder under {shared}; nothing to prune")
     out = _store_entries(shared)
@@ -59,12 +67,12 @@ def archives(req: dict[str, Any]) -> dict[str, Any]:
                 st = os.lstat(os.path.join(folder, entry))
                 if stat.S_ISLNK(st.st_mode):
                     continue
-                out.append({"kind": kind, "name": name, "entry": entry, "mtime": st.st_mtime,
-                            "size": st.st_size if stat.S_ISREG(st.st_mode) else 0})
-    return {"entries": out}
+                out.append(ArchiveEntry(kind=kind, name=name, entry=entry, mtime=st.st_mtime,
+                                        size=st.st_size if stat.S_ISREG(st.st_mode) else 0))
+    return ArchivesResult(out)
 
 
-def _store_entries(shared: str) -> list[dict[str, Any]]:
+def _store_entries(shared: str) -> list[ArchiveEntry]:
     """The corpus store's published entries (not a build's temporary folder, not a lock)."""
     base = os.path.join(shared, STORE)
     out = []
@@ -77,12 +85,12 @@ def _store_entries(shared: str) -> list[dict[str, Any]]:
         for f in os.listdir(folder):
             st = os.lstat(os.path.join(folder, f))
             size += st.st_size if stat.S_ISREG(st.st_mode) else 0
-        out.append({"kind": STORE, "name": function, "entry": entry, "mtime": os.lstat(folder).st_mtime,
-                    "size": size})
+        out.append(ArchiveEntry(kind=STORE, name=function, entry=entry,
+                                mtime=os.lstat(folder).st_mtime, size=size))
     return out
 
 
-def _drop_store_entry(shared: str, entry: str, ans: dict[str, Any]) -> None:
+def _drop_store_entry(shared: str, entry: str, ans: DropArchivesResult) -> None:
     """Remove one store entry under its builders' lock; one a builder holds is kept."""
     path = os.path.join(shared, STORE, entry)
     try:
@@ -97,23 +105,23 @@ def _drop_store_entry(shared: str, entry: str, ans: dict[str, Any]) -> None:
             shutil.rmtree(path)
         finally:
             os.close(fd)
-        ans["removed"].append(path)
+        ans.removed.append(path)
     except (Refused, OSError) as err:
-        ans["failed"][path] = str(err)
+        ans.failed[path] = str(err)
 
 
-def drop_archives(req: dict[str, Any]) -> dict[str, Any]:
-    """Remove the named entries: {"removed": [path], "failed": {path: why}}."""
-    shared = need(req, "shared")
-    ans: dict[str, Any] = {"removed": [], "failed": {}}
-    for e in need(req, "entries"):
-        kind, name, entry = e.get("kind"), e.get("name"), e.get("entry")
+def drop_archives(req: DropArchivesRequest) -> DropArchivesResult:
+    """Remove the named entries: the paths removed, and those kept with why."""
+    shared = req.shared
+    ans = DropArchivesResult()
+    for e in req.entries:
+        kind, name, entry = e.kind, e.name, e.entry
         if kind == STORE:
-            _drop_store_entry(shared, str(entry), ans)
+            _drop_store_entry(shared, entry, ans)
             continue
-        path = os.path.join(shared, "archive", str(kind), str(name), str(entry))
+        path = os.path.join(shared, "archive", kind, name, entry)
         try:
-            if kind not in KINDS or not _plain(str(name)) or not _plain(str(entry)):
+            if kind not in KINDS or not _plain(name) or not _plain(entry):
                 raise Refused("not an archive entry; kept")
             folder = os.path.join(shared, "archive", kind, name)
             if os.path.islink(folder) or os.path.islink(path) or \
@@ -123,9 +131,9 @@ def drop_archives(req: dict[str, Any]) -> dict[str, Any]:
                 shutil.rmtree(path)
             else:
                 os.unlink(path)
-            ans["removed"].append(path)
+            ans.removed.append(path)
         except (Refused, OSError) as err:
-            ans["failed"][path] = str(err)
+            ans.failed[path] = str(err)
     return ans
 
 
@@ -143,36 +151,36 @@ def _refs(out: bytes) -> dict[str, str]:
     return refs
 
 
-def prune_refs(req: dict[str, Any]) -> dict[str, Any]:
-    """Per mirror: {"pruned": [ref], "kept": {ref: why}} or {"missing": true}."""
-    url = need(req, "git_url")
-    cred = req.get("cred") or {}
+def prune_refs(req: PruneRefsRequest) -> PruneRefsResult:
+    """Per mirror: the refs pruned and those kept (and why), or missing."""
+    url, cred = req.git_url, req.cred
     pats = [f"refs/heads/{ns}/" for ns in NAMESPACES]
     before: dict[str, dict[str, str]] = {}
-    ans: dict[str, Any] = {}
-    for m in need(req, "mirrors"):
+    ans: dict[str, MirrorPrune] = {}
+    for m in req.mirrors:
         path = os.path.expanduser(m)
         if not os.path.isdir(os.path.join(path, "objects")):
-            ans[m] = {"missing": True}
+            ans[m] = MirrorPrune(missing=True)
             continue
         before[m] = _refs(git(["for-each-ref", "--format=%(objectname) %(refname)", *pats], cwd=path).stdout)
     if not before:
-        return {"mirrors": ans}
+        return PruneRefsResult(ans)
     # read after the mirrors, so a ref pushed since is seen here and kept
     cp = git(["ls-remote", "--heads", url, *(f"refs/heads/{ns}/*" for ns in NAMESPACES)],
-             env=credential_env(cred.get("user"), cred.get("password")), check=False)
+             env=credential_env(cred.user if cred else None, cred.password if cred else None),
+             check=False)
     if cp.returncode != 0:
         err = cp.stderr.decode(errors="replace").strip().splitlines()
         raise Refused(f"listing the forge's job and result branches failed: {err[-1] if err else cp.returncode}")
     forge = set(_refs(cp.stdout))
     for m, refs in before.items():
         path = os.path.expanduser(m)
-        done: dict[str, Any] = {"pruned": [], "kept": {}}
+        done = MirrorPrune()
         for ref, sha in sorted(stale_refs(refs, forge).items()):
             r = git(["update-ref", "-d", ref, sha], cwd=path, check=False)
             if r.returncode == 0:
-                done["pruned"].append(ref)
+                done.pruned.append(ref)
             else:
-                done["kept"][ref] = "it moved while being pruned"
+                done.kept[ref] = "it moved while being pruned"
         ans[m] = done
-    return {"mirrors": ans}
+    return PruneRefsResult(ans)

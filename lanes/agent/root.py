@@ -18,13 +18,24 @@ import shutil
 import signal
 import subprocess
 import time
-from typing import Any
 
 from lanes.agent import installs, layout, writer
 from lanes.agent.copy import remove_env
 from lanes.agent.errors import Refused
 from lanes.agent.git import git
-from lanes.agent.wire import need
+from lanes.agent.messages import (
+    CleanupRequest,
+    CleanupResult,
+    CopySize,
+    InstallFacts,
+    RemoveRequest,
+    RemoveResult,
+    StatusRequest,
+    StatusResult,
+    SurveyEntry,
+    SurveyRequest,
+    SurveyResult,
+)
 
 
 def free_gb(path: str) -> float:
@@ -32,7 +43,7 @@ def free_gb(path: str) -> float:
     return st.f_bavail * st.f_frsize / 1e9
 
 
-def copy_sizes(root: str) -> list[dict[str, Any]]:
+def copy_sizes(root: str) -> list[CopySize]:
     """Each copy's size in KB (`du -sk`), largest first: what the disk guard's refusal names."""
     out = []
     for name in sorted(os.listdir(root)):
@@ -41,8 +52,8 @@ def copy_sizes(root: str) -> list[dict[str, Any]]:
             continue
         cp = subprocess.run(["du", "-sk", path], capture_output=True)
         kb = int(cp.stdout.split()[0]) if cp.returncode == 0 and cp.stdout else 0
-        out.append({"name": name, "kb": kb})
-    return sorted(out, key=lambda c: -c["kb"])
+        out.append(CopySize(name, kb))
+    return sorted(out, key=lambda c: -c.kb)
 
 
 def locked(path: str, shared: bool = False) -> bool:
@@ -62,53 +73,53 @@ def locked(path: str, shared: bool = False) -> bool:
         os.close(fd)
 
 
-def status(req: dict[str, Any]) -> dict[str, Any]:
+def status(req: StatusRequest) -> StatusResult:
     """`nev lane list`: free disk, copies present (worktrees of the mirror), gates running (locks held)."""
-    root = layout.Root(need(req, "root"))
-    ans: dict[str, Any] = {"guest": os.uname().nodename, "root": root.path, "copies": [], "running": []}
+    root = layout.Root(req.root)
+    guest = os.uname().nodename
     if not os.path.isdir(root.path):
-        ans["free_gb"] = None
-        return ans
-    ans["free_gb"] = round(free_gb(root.path), 2)
+        return StatusResult(guest=guest, root=root.path, free_gb=None)
+    copies = []
     if os.path.isdir(root.mirror):
         mirror = os.path.realpath(root.mirror)
-        ans["copies"] = sorted(os.path.basename(p) for p in _worktrees(root) if p != mirror)
+        copies = sorted(os.path.basename(p) for p in _worktrees(root) if p != mirror)
+    running = []
     for entry in sorted(os.listdir(root.path)):
         name = layout.lock_owner(entry)
         if name is not None and locked(root.lock(name), shared=True):
-            ans["running"].append(name)
-    return ans
+            running.append(name)
+    return StatusResult(guest=guest, root=root.path, free_gb=round(free_gb(root.path), 2),
+                        copies=copies, running=running)
 
 
-def cleanup(req: dict[str, Any]) -> dict[str, Any]:
+def cleanup(req: CleanupRequest) -> CleanupResult:
     """The development box's second call after a dropped connection: stop the run, remove the
     `.env` files. Only when no other gate holds the copy's lock (the one that does removes its own)."""
-    root, name = layout.Root(need(req, "root")), need(req, "name")
-    if req.get("pid"):
+    root, name = layout.Root(req.root), req.name
+    if req.pid:
         try:
-            os.kill(int(req["pid"]), signal.SIGTERM)
+            os.kill(req.pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
-    ans: dict[str, Any] = {"removed": [], "busy": False}
     if not layout.copy_name_ok(name) or not os.path.exists(root.lock(name)):
-        return ans
+        return CleanupResult()
     fd = os.open(root.lock(name), os.O_RDWR)
     try:
-        deadline = time.monotonic() + float(req.get("wait", 5))
+        deadline = time.monotonic() + req.wait
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    ans["busy"] = True
-                    return ans
+                    return CleanupResult(busy=True)
                 time.sleep(0.05)
-        if not req.get("keep_env"):
-            state = writer.read_state(root, name)   # a writer's `.env` is its own until it ends
-            ans["removed"] = remove_env(root, name, keep_copy_env=state is not None and writer.running(state))
-            shutil.rmtree(root.payload(name), ignore_errors=True)
-        return ans
+        if req.keep_env:
+            return CleanupResult()
+        state = writer.read_state(root, name)   # a writer's `.env` is its own until it ends
+        removed = remove_env(root, name, keep_copy_env=state is not None and writer.running(state))
+        shutil.rmtree(root.payload(name), ignore_errors=True)
+        return CleanupResult(removed=removed)
     finally:
         os.close(fd)
 
@@ -204,10 +215,10 @@ def remove_agents(names: list[str]) -> tuple[list[str], dict[str, str]]:
     return removed, failed
 
 
-def survey(req: dict[str, Any]) -> dict[str, Any]:
+def survey(req: SurveyRequest) -> SurveyResult:
     """Facts about every copy under the root (and payloads left without one), for `lanes.sweep.decide`."""
-    root = layout.Root(os.path.realpath(need(req, "root")))
-    busy = set(req.get("busy") or [])
+    root = layout.Root(os.path.realpath(req.root))
+    busy = set(req.busy)
     worktrees = _worktrees(root) if os.path.isdir(root.mirror) else set()
     procs = _processes()
 
@@ -220,23 +231,25 @@ def survey(req: dict[str, Any]) -> dict[str, Any]:
     entries = []
     for n in names:
         copy, payload = root.copy(n), root.payload(n)
-        d: dict[str, Any] = {"name": n, "copy": os.path.lexists(copy), "payload": os.path.lexists(payload),
-                             "symlink": os.path.islink(copy) or os.path.islink(payload), "dir": _real_dir(copy)}
-        d["worktree"] = d["dir"] and os.path.realpath(copy) in worktrees
-        d["size"] = sizes.get(copy, 0) + sizes.get(payload, 0)
-        use = (in_use(copy) if d["dir"] else []) + (in_use(payload) if d["payload"] else [])
-        d["pids"] = [[p, c] for p, c in use]
-        d["busy"] = [[p, c] for p, c in use if c in busy]
-        d["locked"] = locked(root.lock(n))
-        d["corpus"] = _corpus_untracked(copy) if d["worktree"] else []
-        entries.append(d)
-    nas: str | None = req.get("nas")
+        is_dir, has_payload = _real_dir(copy), os.path.lexists(payload)
+        is_worktree = is_dir and os.path.realpath(copy) in worktrees
+        use = (in_use(copy) if is_dir else []) + (in_use(payload) if has_payload else [])
+        entries.append(SurveyEntry(
+            name=n, copy=os.path.lexists(copy), payload=has_payload, dir=is_dir,
+            worktree=is_worktree,
+            symlink=os.path.islink(copy) or os.path.islink(payload),
+            size=sizes.get(copy, 0) + sizes.get(payload, 0), pids=tuple(use),
+            busy=tuple((p, c) for p, c in use if c in busy), locked=locked(root.lock(n)),
+            corpus=tuple(_corpus_untracked(copy)) if is_worktree else ()))
     writers = [writer.sweep_facts(root, n) for n in root.writer_names(os.listdir(root.path))]
-    return {"root": root.path, "mirror": os.path.isdir(root.mirror), "entries": entries, "writers": writers,
-            "free_gb": free_gb(root.path), "nas": nas is not None and os.path.isdir(nas),
-            "agents": cached_agents(), "installs": installs.facts(os.path.expanduser("~"), procs),
-            "peak_rss_kb": {"survey": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                            "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}}
+    peak = {"survey": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}
+    return SurveyResult(root=root.path, mirror=os.path.isdir(root.mirror), entries=entries,
+                        writers=writers, free_gb=free_gb(root.path),
+                        nas=req.nas is not None and os.path.isdir(req.nas), agents=cached_agents(),
+                        installs=[InstallFacts.from_wire(i)
+                                  for i in installs.facts(os.path.expanduser("~"), procs)],
+                        peak_rss_kb=peak)
 
 
 def remove_copy(root: layout.Root, name: str, nas: str | None, stamp: str) -> str:
@@ -278,28 +291,30 @@ def remove_copy(root: layout.Root, name: str, nas: str | None, stamp: str) -> st
     return archived
 
 
-def remove(req: dict[str, Any]) -> dict[str, Any]:
+def remove(req: RemoveRequest) -> RemoveResult:
     """`remove_copy` of each name: {"removed": {name: archive}, "failed": {name: why}}; the
     cached agents named in `agents`: {"agents_removed": [...], "agents_failed": {name: why}}; the
     writer records named in `writers` (`writer.remove_record`, after the copies):
     {"writers_removed": [...], "writers_failed": {name: why}}; nev's installs named in `installs`
     (`installs.remove`): {"installs_removed": [...], "installs_failed": {name: why}}."""
-    root = layout.Root(os.path.realpath(need(req, "root")))
-    ans: dict[str, Any] = {"removed": {}, "failed": {}}
-    ans["agents_removed"], ans["agents_failed"] = remove_agents(list(req.get("agents") or []))
-    for name in need(req, "names"):
+    root = layout.Root(os.path.realpath(req.root))
+    ans = RemoveResult()
+    agents_removed, agents_failed = remove_agents(req.agents)
+    ans.agents_removed.extend(agents_removed)
+    ans.agents_failed.update(agents_failed)
+    for name in req.names:
         try:
-            ans["removed"][name] = remove_copy(root, name, req.get("nas"), need(req, "stamp"))
+            ans.removed[name] = remove_copy(root, name, req.nas, req.stamp)
         except (Refused, OSError) as e:
-            ans["failed"][name] = str(e)
-    if req.get("installs"):
-        ans["installs_removed"], ans["installs_failed"] = installs.remove(
-            os.path.expanduser("~"), list(req["installs"]), _processes())
-    ans["writers_removed"], ans["writers_failed"] = [], {}
-    for name in req.get("writers") or []:
+            ans.failed[name] = str(e)
+    if req.installs:
+        removed, failed = installs.remove(os.path.expanduser("~"), list(req.installs), _processes())
+        ans.installs_removed.extend(removed)
+        ans.installs_failed.update(failed)
+    for name in req.writers:
         try:
             writer.remove_record(root, name)
-            ans["writers_removed"].append(name)
+            ans.writers_removed.append(name)
         except (Refused, OSError) as e:
-            ans["writers_failed"][name] = str(e)
+            ans.writers_failed[name] = str(e)
     return ans

@@ -5,16 +5,19 @@ big-endian length, the data. The bootstrap (`lanes/payload.py`) runs the lane's 
 the agent named by its content hash; when the lane lacks that hash (or the copy does not match
 it), it sends NEED_AGENT first and the development box answers with one AGENT frame, the agent
 itself, whatever requests it sent before that are kept for the agent. Every other frame the
-development box sends is a REQUEST (JSON with an `op`); a payload or bundle request is followed
-by its members as raw bytes of the announced sizes.
+development box sends is a REQUEST (JSON with an `op`); a payload, writer-start or bundle
+request is followed by its members as raw bytes of the announced sizes. Every request and every
+JSON answer is a dataclass of `lanes.agent.messages` on both ends (the request's class named
+below), read back field by field: a malformed one is a ProtocolError, one line.
 
 | op | asked by | the agent answers |
 |---|---|---|
-| `hello` | a gate (`lanes/gate.py`) | HELLO (mirror tips, last fetch age, free disk, copies when short), or RESULT with a refusal |
-| `payload` | the gate, after HELLO | MESSAGE, STDOUT, STDERR, NEED_BUNDLE, PULL_START/PULL_DATA/PULL_END as they come, RESULT last |
-| `bundle` | the gate, after NEED_BUNDLE | (the run goes on) |
-| `stop` | the gate, on an interrupt | RESULT with `stopped` |
-| `abort` | the gate, when the disk guard says no | RESULT with `aborted` |
+| `hello` (`Hello`) | a gate (`lanes/gate.py`) | HELLO (`HelloAnswer`: mirror tips, last fetch age, free disk, copies when short), or RESULT with a refusal |
+| `payload` (`Payload`) | the gate, after HELLO | MESSAGE, STDOUT, STDERR, NEED_BUNDLE, PULL_START/PULL_DATA/PULL_END as they come, RESULT (`GateResult`) last |
+| `writer-start` (`WriterStart`) | `nev lane writer start`, after HELLO | MESSAGE, NEED_BUNDLE as they come; RESULT (`GateResult`, its `writer` the record) as soon as the harness is started, detached |
+| `bundle` (`Bundle`) | the gate, after NEED_BUNDLE | (the run goes on) |
+| `stop` (`StopRun`) | the gate, on an interrupt | RESULT with `stopped` |
+| `abort` (`Abort`) | the gate, when the disk guard says no | RESULT with `aborted` |
 | `status` | `nev lane list` | RESULT: free disk, copies, gates running |
 | `cleanup` | the gate's second call after a dropped connection | RESULT: the `.env` files removed, or busy |
 | `survey` | `nev lane sweep` | RESULT: facts about every entry under the root (writer records too) |
@@ -26,9 +29,6 @@ by its members as raw bytes of the announced sizes.
 | `writer-fetch` | `nev lane writer fetch` | WRITER_BUNDLE frames (the writer's commits the request lacks), RESULT last |
 | `writer-fetched` | `nev lane writer fetch`, after the fast-forward | RESULT: the tip recorded as fetched |
 | `writer-stop` | `nev lane writer stop` | RESULT: the writer stopped, its `.env` removed, its commits kept; the log's last lines |
-
-A payload request with a `writer` field starts a writer instead of running a command
-(`nev lane writer start`): the RESULT comes as soon as the harness is started, detached.
 
 Stdlib only; the development box reads and writes frames with the same definitions.
 """
@@ -42,7 +42,6 @@ import struct
 import threading
 from collections.abc import Iterator
 from enum import Enum
-from typing import Any
 
 from lanes.agent.errors import Refused
 
@@ -74,6 +73,7 @@ class Op(str, Enum):  # noqa: UP042
 
     HELLO = "hello"
     PAYLOAD = "payload"
+    WRITER_START = "writer-start"
     BUNDLE = "bundle"
     STOP = "stop"
     ABORT = "abort"
@@ -106,29 +106,11 @@ class ProtocolError(Refused):
 
     def __init__(self, what: str) -> None:
         super().__init__(f"protocol error: {what}")
+        self.what = what
 
 
 def frame(kind: Kind, data: bytes = b"") -> bytes:
     return FRAME.pack(kind.value, len(data)) + data
-
-
-def request(op: Op, **fields: Any) -> bytes:
-    """A REQUEST frame: `{"op": op, **fields}`."""
-    return frame(Kind.REQUEST, json.dumps({"op": op.value, **fields}).encode())
-
-
-def op_of(req: dict[str, Any]) -> Op | None:
-    try:
-        return Op(req.get("op"))
-    except ValueError:
-        return None
-
-
-def need(req: dict[str, Any], name: str) -> Any:
-    """A request's field that must be there; a ProtocolError naming it when it is not."""
-    if req.get(name) is None:
-        raise ProtocolError(f"the {req.get('op')!r} request has no {name!r}")
-    return req[name]
 
 
 def parse(buf: bytearray) -> Iterator[tuple[Kind, bytes]]:
@@ -203,17 +185,12 @@ class Wire:
         kind, n = FRAME.unpack(self.read_exact(FRAME.size))
         return _kind(kind), self.read_exact(n)
 
-    def read_request(self) -> dict[str, Any]:
+    def read_request(self) -> bytes:
+        """The next frame's data, which must be a REQUEST's (`messages.read_request` reads it)."""
         kind, data = self.read_frame()
         if kind is not Kind.REQUEST:
             raise ProtocolError(f"expected a request, got a {kind.name} frame")
-        try:
-            req = json.loads(data)
-        except ValueError:
-            req = None
-        if not isinstance(req, dict):
-            raise ProtocolError("a request is a JSON object")
-        return req
+        return data
 
     def copy_to(self, path: str, n: int) -> None:
         """The next `n` raw bytes into a new file at `path` (mode 600)."""

@@ -16,6 +16,7 @@ another copy's writer on the same branch name (two clones on `main` on one lane)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -25,15 +26,30 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
 
 from lanes.agent import layout
 from lanes.agent.copy import remove_env
 from lanes.agent.errors import Refused
 from lanes.agent.git import git
+from lanes.agent.messages import (
+    NoWriter,
+    WriterFacts,
+    WriterFetchedRequest,
+    WriterFetchedResult,
+    WriterFetchRequest,
+    WriterFetchResult,
+    WriterRow,
+    WriterSpec,
+    WriterState,
+    WriterStatusRequest,
+    WriterStatusResult,
+    WriterStopRequest,
+    WriterStopResult,
+    send,
+)
 from lanes.agent.output import MASK_SOURCE, env_secrets, secret_values
 from lanes.agent.procs import alive, start_ticks, stop_tree
-from lanes.agent.wire import Kind, Wire, need
+from lanes.agent.wire import Kind, ProtocolError, Wire
 
 BRANCH_PREFIX = "refs/heads/nev-writer/"
 
@@ -83,21 +99,19 @@ os.replace(x + ".tmp", x)
 """
 
 
-def read_state(root: layout.Root, name: str) -> dict[str, Any] | None:
-    """The record of the copy's last writer; None when there is none."""
+def read_state(root: layout.Root, name: str) -> WriterState | None:
+    """The record of the copy's last writer; None when there is none (or none readable)."""
     try:
         with open(root.writer(name, layout.WRITER_STATE)) as f:
-            state = json.load(f)
-    except (OSError, ValueError):
+            return WriterState.from_wire(json.load(f))
+    except (OSError, ValueError, ProtocolError):
         return None
-    return state if isinstance(state, dict) else None
 
 
-def running(state: dict[str, Any]) -> bool:
+def running(state: WriterState) -> bool:
     """The writer's wrapper is still there: its pid alive and started when the record says
     (a pid used again by another process is not the writer)."""
-    pid = state.get("pid")
-    return isinstance(pid, int) and pid > 0 and alive(pid) and start_ticks(pid) == state.get("ticks")
+    return state.pid > 0 and alive(state.pid) and start_ticks(state.pid) == state.ticks
 
 
 def exit_status(root: layout.Root, name: str) -> int | None:
@@ -120,8 +134,8 @@ def commits(mirror: str, since: str | None, ref: str) -> list[str]:
 def refuse_if_running(root: layout.Root, name: str) -> None:
     state = read_state(root, name)
     if state is not None and running(state):
-        raise Refused(f"a writer is running in the lane copy of {name} (pid {state['pid']} since "
-                      f"{state.get('started', '?')}, branch {state.get('branch')}); nothing changed")
+        raise Refused(f"a writer is running in the lane copy of {name} (pid {state.pid} since "
+                      f"{state.started}, branch {state.branch}); nothing changed")
 
 
 def refuse_unfetched(root: layout.Root, name: str, commit: str) -> None:
@@ -129,7 +143,7 @@ def refuse_unfetched(root: layout.Root, name: str, commit: str) -> None:
     state = read_state(root, name)
     if state is None:
         return
-    left = commits(root.mirror, commit, str(state.get("ref")))
+    left = commits(root.mirror, commit, state.ref)
     if left:
         raise Refused(f"the last writer of {name} on this lane left {len(left)} commit(s) never fetched: "
                       f"{'; '.join(left)}; run `nev lane writer fetch` first (nothing started)")
@@ -175,19 +189,19 @@ def jail(root: layout.Root, name: str, home: str, shared: str | None, reads: lis
     return [*args, "--chdir", os.path.realpath(root.copy(name)), "--"]
 
 
-def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env: dict[str, str],
-           secrets: list[str] | None = None, shared: str | None = None) -> dict[str, Any]:
+def launch(root: layout.Root, name: str, spec: WriterSpec, commit: str, env: dict[str, str],
+           secrets: list[str] | None = None, shared: str | None = None) -> WriterState:
     """Check out the writer's branch in the copy (local changes kept) and start the harness
     detached: `<launch> --tool T --model M --brief-file F`, the brief under WRITER_BRIEFS. Its
     record. Its log masks `secrets`, the copy's `.env` secret-named values and `env`'s."""
     copy = root.copy(name)
-    branch = need(spec, "branch")
+    branch = spec.branch
     ref = writer_ref(name, branch)
     home = os.path.expanduser("~")
     env = dict(env)
     env.setdefault("PI_TRACKS_HOME", os.path.join(home, PI_TRACKS_HOME))
-    env.update({"NEV_WRITER_TOOL": need(spec, "tool"), "NEV_WRITER_MODEL": need(spec, "model")})
-    words = [w.replace("$PI_TRACKS_HOME", env["PI_TRACKS_HOME"]) for w in shlex.split(need(spec, "launch"))]
+    env.update({"NEV_WRITER_TOOL": spec.tool, "NEV_WRITER_MODEL": spec.model})
+    words = [w.replace("$PI_TRACKS_HOME", env["PI_TRACKS_HOME"]) for w in shlex.split(spec.launch)]
     if not words or _program(words[0], copy, env.get("PATH", "")) is None:
         raise Refused(f"the writer command {words[0] if words else '(empty)'!r} is not found on the lane "
                       "(tracks.json specWatch.lanes.launch); nothing started")
@@ -198,9 +212,9 @@ def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env:
     brief = os.path.join(briefs, f"{name}-{stamp}.md")
     fd = os.open(brief, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(need(spec, "brief"))
+        f.write(spec.brief)
     argv = [*jail(root, name, home, shared, [env["PI_TRACKS_HOME"], brief]),
-            *words, "--tool", spec["tool"], "--model", spec["model"], "--brief-file", brief]
+            *words, "--tool", spec.tool, "--model", spec.model, "--brief-file", brief]
     record = root.writer(name)
     shutil.rmtree(record, ignore_errors=True)
     os.makedirs(record, mode=0o700)
@@ -218,57 +232,64 @@ def launch(root: layout.Root, name: str, spec: dict[str, Any], commit: str, env:
     assert p.stdin is not None
     p.stdin.write(json.dumps(masked).encode())
     p.stdin.close()
-    state = {"pid": p.pid, "ticks": start_ticks(p.pid), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-             "branch": branch, "ref": ref, "base": commit, "tool": spec["tool"], "model": spec["model"],
-             "brief": brief, "log": log}
-    _write_json(root.writer(name, layout.WRITER_STATE), state)
+    state = WriterState(pid=p.pid, ticks=start_ticks(p.pid), started=_now(), branch=branch, ref=ref,
+                        base=commit, tool=spec.tool, model=spec.model, brief=brief, log=log)
+    _write_json(root.writer(name, layout.WRITER_STATE), state.to_wire())
     return state
 
 
-def describe(root: layout.Root, name: str, state: dict[str, Any]) -> dict[str, Any]:
+def describe(root: layout.Root, name: str, state: WriterState) -> WriterRow:
     """One writer as `nev lane writer status` shows it."""
     try:
         with open(root.writer(name, layout.WRITER_FETCHED)) as f:
-            since = f.read().strip() or state.get("base")
+            since = f.read().strip() or state.base
     except OSError:
-        since = state.get("base")
-    ref = str(state.get("ref"))
+        since = state.base
     is_running = running(state)
-    return {"name": name, "branch": state.get("branch"), "ref": ref, "tool": state.get("tool"),
-            "model": state.get("model"), "pid": state.get("pid"), "started": state.get("started"),
-            "running": is_running, "exit": None if is_running else exit_status(root, name),
-            "log": state.get("log"), "stopped": state.get("stopped"), "unfetched": commits(root.mirror, since, ref)}
+    return WriterRow(name=name, branch=state.branch, ref=state.ref, tool=state.tool,
+                     model=state.model, pid=state.pid, started=state.started, running=is_running,
+                     exit=None if is_running else exit_status(root, name), log=state.log,
+                     stopped=state.stopped, unfetched=commits(root.mirror, since, state.ref))
 
 
-def status(req: dict[str, Any]) -> dict[str, Any]:
+def _row(info: WriterRow) -> dict:  # type: ignore[type-arg]
+    """A row's fields, to build a larger answer from (its fields and their types as the row's)."""
+    return {f.name: getattr(info, f.name) for f in dataclasses.fields(WriterRow)}
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def status(req: WriterStatusRequest) -> WriterStatusResult:
     """`nev lane writer status`: every writer under the root."""
-    root = layout.Root(need(req, "root"))
+    root = layout.Root(req.root)
     if not os.path.isdir(root.path):
-        return {"writers": []}
+        return WriterStatusResult([])
     out = []
     for name in root.writer_names(os.listdir(root.path)):
         state = read_state(root, name)
         if state is not None:
             out.append(describe(root, name, state))
-    return {"writers": out}
+    return WriterStatusResult(out)
 
 
-def fetch(wire: Wire, req: dict[str, Any]) -> int:
+def fetch(wire: Wire, req: WriterFetchRequest) -> int:
     """`nev lane writer fetch`: a bundle of the writer's branch without what the development box
     has (`have`, those of them the mirror knows), as WRITER_BUNDLE frames; the RESULT last."""
-    root, name = layout.Root(need(req, "root")), need(req, "name")
+    root, name = layout.Root(req.root), req.name
     if not layout.copy_name_ok(name):
         raise Refused(f"{name!r} cannot be a lane copy's name")
     state = read_state(root, name)
     if state is None:
-        wire.send_json(Kind.RESULT, {"none": True})
+        send(wire, Kind.RESULT, NoWriter())
         return 0
     info = describe(root, name, state)
-    ref = info["ref"]
+    ref = info.ref
     tip = git(["rev-parse", "-q", "--verify", ref + "^{commit}"], cwd=root.mirror, check=False).stdout.decode().strip()
     if not tip:
         raise Refused(f"the writer's branch {ref} is not in the lane's mirror")
-    have = [h for h in need(req, "have")
+    have = [h for h in req.have
             if git(["cat-file", "-e", f"{h}^{{commit}}"], cwd=root.mirror, check=False).returncode == 0]
     size = 0
     if tip not in have:
@@ -282,19 +303,19 @@ def fetch(wire: Wire, req: dict[str, Any]) -> int:
                 wire.send(Kind.WRITER_BUNDLE, data)
             elif b"empty bundle" not in cp.stderr:
                 raise Refused(f"git bundle create failed: {cp.stderr.decode(errors='replace').strip()}")
-    wire.send_json(Kind.RESULT, {**info, "tip": tip, "bundle": size})
+    send(wire, Kind.RESULT, WriterFetchResult(**_row(info), tip=tip, bundle=size))
     return 0
 
 
-def fetched(req: dict[str, Any]) -> dict[str, Any]:
+def fetched(req: WriterFetchedRequest) -> WriterFetchedResult:
     """After the development box fast-forwarded to `tip`: recorded, so status counts from there."""
-    root, name, tip = layout.Root(need(req, "root")), need(req, "name"), need(req, "tip")
+    root, name, tip = layout.Root(req.root), req.name, req.tip
     if not layout.copy_name_ok(name) or read_state(root, name) is None:
         raise Refused(f"no writer of {name!r} on this lane")
     git(["cat-file", "-e", f"{tip}^{{commit}}"], cwd=root.mirror)
     with open(root.writer(name, layout.WRITER_FETCHED), "w") as f:
         f.write(tip + "\n")
-    return {"fetched": tip}
+    return WriterFetchedResult(tip)
 
 
 def _tail(path: str, lines: int = LOG_TAIL) -> str:
@@ -308,35 +329,36 @@ def _tail(path: str, lines: int = LOG_TAIL) -> str:
     return b"\n".join(data.splitlines()[-lines:]).decode(errors="replace")
 
 
-def stop(req: dict[str, Any]) -> dict[str, Any]:
+def stop(req: WriterStopRequest) -> WriterStopResult | NoWriter:
     """`nev lane writer stop`: the writer's process tree ended (SIGTERM, which its wrapper outlives
     to clean up; SIGKILL after STOP_WAIT), the copy's `.env` files removed, its commits kept for
     `nev lane writer fetch`. Its status row, with the log's last lines."""
-    root, name = layout.Root(need(req, "root")), need(req, "name")
+    root, name = layout.Root(req.root), req.name
     if not layout.copy_name_ok(name):
         raise Refused(f"{name!r} cannot be a lane copy's name")
     state = read_state(root, name)
     if state is None:
-        return {"none": True}
+        return NoWriter()
     was = running(state)
     had_env = [p for p in root.env_files(name) if os.path.lexists(p)]
     if was:
-        pid = int(state["pid"])
-        stop_tree(pid, signal.SIGTERM, root.copy(name), state.get("ticks"))
+        pid = state.pid
+        stop_tree(pid, signal.SIGTERM, root.copy(name), state.ticks)
         deadline = time.monotonic() + STOP_WAIT
         while running(state) and time.monotonic() < deadline:
             time.sleep(0.05)
         if running(state):
-            stop_tree(pid, signal.SIGKILL, root.copy(name), state.get("ticks"))
+            stop_tree(pid, signal.SIGKILL, root.copy(name), state.ticks)
     remove_env(root, name)     # those the wrapper did not remove (it was killed, or had ended)
     removed = [p for p in had_env if not os.path.lexists(p)]
     if was and exit_status(root, name) is None:   # the wrapper was killed before it wrote one
         _write_json_text(root.writer(name, layout.WRITER_EXIT), f"{STOPPED_EXIT}\n")
     if was:
-        state["stopped"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        _write_json(root.writer(name, layout.WRITER_STATE), state)
-    return {**describe(root, name, state), "was_running": was, "env_removed": removed,
-            "log_tail": _tail(str(state.get("log") or root.writer(name, layout.WRITER_LOG)))}
+        state = dataclasses.replace(state, stopped=_now())
+        _write_json(root.writer(name, layout.WRITER_STATE), state.to_wire())
+    log_tail = _tail(state.log or root.writer(name, layout.WRITER_LOG))
+    return WriterStopResult(**_row(describe(root, name, state)), was_running=was, env_removed=removed,
+                            log_tail=log_tail)
 
 
 def _write_json_text(path: str, text: str) -> None:
@@ -346,15 +368,13 @@ def _write_json_text(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def sweep_facts(root: layout.Root, name: str) -> dict[str, Any]:
+def sweep_facts(root: layout.Root, name: str) -> WriterFacts:
     """What `nev lane sweep` decides a writer record on (`lanes.sweep.decide_writers`)."""
     state = read_state(root, name)
-    facts: dict[str, Any] = {"name": name, "record": state is not None, "copy": os.path.isdir(root.copy(name)),
-                             "running": False, "unfetched": []}
-    if state is not None:
-        d = describe(root, name, state)
-        facts.update(running=d["running"], unfetched=d["unfetched"])
-    return facts
+    d = describe(root, name, state) if state is not None else None
+    return WriterFacts(name=name, record=state is not None, copy=os.path.isdir(root.copy(name)),
+                       running=d is not None and d.running,
+                       unfetched=tuple(d.unfetched) if d else ())
 
 
 def remove_record(root: layout.Root, name: str) -> None:
@@ -366,10 +386,10 @@ def remove_record(root: layout.Root, name: str) -> None:
     if os.path.islink(folder) or not os.path.isdir(folder):
         raise Refused(f"{folder} is a link or no folder; kept")
     facts = sweep_facts(root, name)
-    if not facts["record"]:
+    if not facts.record:
         raise Refused("no readable record (state.json); kept")
-    if facts["running"]:
+    if facts.running:
         raise Refused("its writer is running; kept")
-    if facts["unfetched"]:
-        raise Refused(f"{len(facts['unfetched'])} commit(s) never fetched; kept")
+    if facts.unfetched:
+        raise Refused(f"{len(facts.unfetched)} commit(s) never fetched; kept")
     shutil.rmtree(folder)
