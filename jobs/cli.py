@@ -141,8 +141,8 @@ def revoke(name: str) -> int:
 @click.argument("name", required=False)
 @click.option("--state", type=click.Path(file_okay=False), help="Read this state folder.")
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--follow", is_flag=True, help="With NAME: follow a job in flight on its lane (its stages, "
-              "its running stage's log) until it ends.")
+@click.option("--follow", is_flag=True, help="With NAME: follow a job in flight on its lane "
+              "(its stages, its running stage's log) until it ends.")
 def status(name: str | None, state: str | None, as_json: bool, follow: bool) -> int:
     """Each job's stage states, from its state file or its recorded result; with NAME, a job in
     flight also as its lane holds it (or `lane unreachable: ...`).

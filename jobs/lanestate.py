@@ -2,7 +2,7 @@
 
 The runner on the lane keeps the job's state in `WORK/<job>/state/` (`jobs/lane_main.py`, WORK
 being the workflow's parameter, recorded at submit): `events.jsonl` (`jobs/state.py`, append
-only), `clock.json`, and each stage's log, `logs/<stage>.log` (named by its `stage-started`
+only) and each stage's log, `logs/<stage>.log` (named by its `stage-started`
 event; masked as it is written, `jobs/stagelog.py`). They are read over the lanes file's SSH
 connection to the job's lane (`Lane.connect`, through the jump host, the lane `nev job submit`
 chose) by one small standard-library program run with the lane's python3 (`read_files`): each
@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from jobs import archive
 from jobs.records import JobRecord
 from jobs.state import (
-    CLOCK,
     EVENTS,
     Event,
     JobView,
@@ -48,18 +47,22 @@ if TYPE_CHECKING:
     from lanes.base.ssh import Connection
     from lanes.lanesfile import Lane
 
-POLL_S = 1.0              # --follow: one read a second
-GIVE_UP_S = 60.0          # --follow: a lane that does not answer for this long ends it (exit 3)
+POLL_S = 1.0  # --follow: one read a second
+GIVE_UP_S = 60.0  # --follow: a lane that does not answer for this long ends it (exit 3)
 READ_TIMEOUT_S = 20.0
-TAIL_BYTES = 16384        # --follow: what is read of a running stage's log at the start ...
-TAIL_LINES = 10           # ... and how many of its last lines are shown
-CAP = 1 << 20             # at most this much of one log per read (the rest comes with the next)
+TAIL_BYTES = 16384  # --follow: what is read of a running stage's log at the start ...
+TAIL_LINES = 10  # ... and how many of its last lines are shown
+CAP = 1 << 20  # at most this much of one log per read (the rest comes with the next)
 EVENTS_CAP = 8 << 20
-LONG_LINE = 1 << 16       # a log line longer than this (no newline yet) is shown as it stands
+LONG_LINE = 1 << 16  # a log line longer than this (no newline yet) is shown as it stands
 
 # A job's exit when its job-ended event names none (jobs/runner.py's codes).
-OUTCOME_EXIT = {Status.PASSED: Exit.OK, Status.FAILED: Exit.FAILED, Status.STOPPED: Exit.STOPPED,
-                Status.NOT_RUN: Exit.UNAVAILABLE}
+OUTCOME_EXIT = {
+    Status.PASSED: Exit.OK,
+    Status.FAILED: Exit.FAILED,
+    Status.STOPPED: Exit.STOPPED,
+    Status.NOT_RUN: Exit.UNAVAILABLE,
+}
 
 
 def read_files(reqs: list, now: float) -> tuple[dict, list]:
@@ -89,7 +92,7 @@ def read_files(reqs: list, now: float) -> tuple[dict, list]:
     return {"now": now, "files": files}, chunks
 
 
-REMOTE = '''
+REMOTE = """
 import json, sys, time
 {read_files}
 head, chunks = read_files(json.loads(sys.stdin.buffer.read()), time.time())
@@ -97,11 +100,13 @@ out = sys.stdout.buffer
 out.write(json.dumps(head).encode() + b"\\n")
 for c in chunks:
     out.write(c)
-'''
+"""
 
 
 def remote_command() -> str:
-    return "python3 -I -S -c " + shlex.quote(REMOTE.format(read_files=inspect.getsource(read_files)))
+    return "python3 -I -S -c " + shlex.quote(
+        REMOTE.format(read_files=inspect.getsource(read_files))
+    )
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,7 @@ class Got:
 
 @dataclass(frozen=True)
 class Reply:
-    now: float          # the lane's clock (stage ages are measured on it)
+    now: float  # the lane's clock (stage ages are measured on it)
     files: list[Got]
 
 
@@ -130,8 +135,10 @@ def parse_reply(raw: bytes, n: int, label: str) -> Reply:
         if not sep:
             raise ConfigError(f"{label}: no answer line")
         f = jsonfile.Fields(f"{label}: the job state reader's answer")
-        head = f.obj(jsonfile.parse(head_raw.decode("utf-8", "replace"), label, "job state reader's answer"),
-                     "(answer)")
+        head = f.obj(
+            jsonfile.parse(head_raw.decode("utf-8", "replace"), label, "job state reader's answer"),
+            "(answer)",
+        )
         now = float(f.get(head, "now", (int, float), ""))
         items = f.get(head, "files", list, "")
         if len(items) != n:
@@ -145,8 +152,16 @@ def parse_reply(raw: bytes, n: int, label: str) -> Reply:
                 files.append(Got(error=str(f.get(d, "error", str, w))))
             else:
                 ln = f.get(d, "len", int, w)
-                files.append(Got(ino=f.get(d, "ino", int, w), size=f.get(d, "size", int, w),
-                                 start=f.get(d, "start", int, w), data=rest[pos:pos + ln]))
+                if ln < 0:
+                    raise f.fail(f"{w}.len", f"is {ln}, not a length")
+                files.append(
+                    Got(
+                        ino=f.get(d, "ino", int, w),
+                        size=f.get(d, "size", int, w),
+                        start=f.get(d, "start", int, w),
+                        data=rest[pos : pos + ln],
+                    )
+                )
                 pos += ln
         if pos != len(rest):
             raise f.fail("files", f"name {pos} bytes, {len(rest)} came")
@@ -167,6 +182,7 @@ def read(conn: Connection, reqs: list[tuple[str, int, int]]) -> Reply:
 
 # -- where a job is -------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Where:
     """A submitted job's place: its lane, its state folder there (`~` the lane user's home), the
@@ -181,10 +197,6 @@ class Where:
     @property
     def events(self) -> str:
         return posixpath.join(self.state, EVENTS)
-
-    @property
-    def clock(self) -> str:
-        return posixpath.join(self.state, CLOCK)
 
     @property
     def archived(self) -> str | None:
@@ -205,13 +217,22 @@ def where(rec: JobRecord) -> Where:
     from dagu.layout import Layout, resolve_root
     from dagu.service import pick_lane
 
-    work = rec.params.get("WORK") or Layout(resolve_root(settings.value(settings.DAGU_DIR), "~")).jobs_work
-    return Where(rec.job, pick_lane(rec.lane), posixpath.join(work, rec.job, "state"), rec.run_id,
-                 rec.params.get("SHARE") or None)
+    work = (
+        rec.params.get("WORK")
+        or Layout(resolve_root(settings.value(settings.DAGU_DIR), "~")).jobs_work
+    )
+    return Where(
+        rec.job,
+        pick_lane(rec.lane),
+        posixpath.join(work, rec.job, "state"),
+        rec.run_id,
+        rec.params.get("SHARE") or None,
+    )
 
 
 def events_of(text: bytes, label: str) -> list[dict[str, Any]]:
-    """The valid prefix of an events file's bytes (ConfigError for an edited line, as `nev job status`)."""
+    """The valid prefix of an events file's bytes (ConfigError for an edited line, as in
+    `nev job status`)."""
     return valid_prefix(text.decode("utf-8", "replace"), label)[0]
 
 
@@ -239,7 +260,6 @@ class LaneJob:
     where: Where
     view: JobView | None
     now: float
-    clock: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"lane": self.where.label(), "state": self.where.state}
@@ -248,10 +268,16 @@ class LaneJob:
             return {**out, "status": "no state yet", "this_run": False, "stages": {}}
         cur = current_stage(v)
         age = stage_age(cur[1], self.now) if cur else None
-        return {**out, "status": v.status.value, "this_run": this_run(v, self.where.run_id),
-                "run_id": v.attempts[-1].run_id if v.attempts else None, "attempts": len(v.attempts),
-                "stage": cur[0] if cur else None, "stage_age_s": round(age, 1) if age is not None else None,
-                "stages": {n: s.status.value for n, s in v.stages.items()}}
+        return {
+            **out,
+            "status": v.status.value,
+            "this_run": this_run(v, self.where.run_id),
+            "run_id": v.attempts[-1].run_id if v.attempts else None,
+            "attempts": len(v.attempts),
+            "stage": cur[0] if cur else None,
+            "stage_age_s": round(age, 1) if age is not None else None,
+            "stages": {n: s.status.value for n, s in v.stages.items()},
+        }
 
 
 def lane_lines(s: dict[str, Any], job: str) -> list[str]:
@@ -283,7 +309,7 @@ def views(wheres: Iterable[Where]) -> dict[str, LaneJob | str]:
         by_lane.setdefault(_conn_key(w.lane), []).append(w)
     out: dict[str, LaneJob | str] = {}
     for ws in by_lane.values():
-        reqs = [r for w in ws for r in ((w.events, 0, EVENTS_CAP), (w.clock, 0, 4096))]
+        reqs = [(w.events, 0, EVENTS_CAP) for w in ws]
         try:
             conn = ws[0].lane.connect()
             try:
@@ -296,28 +322,29 @@ def views(wheres: Iterable[Where]) -> dict[str, LaneJob | str]:
                 out[w.job] = why
             continue
         for i, w in enumerate(ws):
-            ev, ck = reply.files[2 * i], reply.files[2 * i + 1]
+            ev = reply.files[i]
             if ev.error:
                 out[w.job] = f"cannot read {w.events} on {w.label()}: {ev.error}"
                 continue
             try:
                 view = None if ev.missing else replay(events_of(ev.data, f"{w.label()}:{w.events}"))
-                clock = jsonfile.parse(ck.data.decode("utf-8", "replace"), w.clock, "clock file") \
-                    if ck.data else None
             except ConfigError as e:
                 out[w.job] = e.message
                 continue
-            out[w.job] = LaneJob(w, view, reply.now, clock if isinstance(clock, dict) else None)
+            out[w.job] = LaneJob(w, view, reply.now)
     return out
 
 
 # -- following ------------------------------------------------------------------------------------
 
+
 def event_line(ev: dict[str, Any], job: str) -> str | None:
     """The line --follow prints for one new event of the runner's (pure); None: said otherwise."""
     kind = Event.of(ev.get("event"))
     stage = ev.get("stage")
-    reasons = "; ".join(str(r.get("message")) for r in (ev.get("reasons") or []) if isinstance(r, dict))
+    reasons = "; ".join(
+        str(r.get("message")) for r in (ev.get("reasons") or []) if isinstance(r, dict)
+    )
     lines = {
         Event.RUN_STARTED: f"job {job}: attempt started (run {ev.get('run_id') or '-'})",
         Event.PREFLIGHT_FAILED: f"requirements: unmet: {reasons}",
@@ -326,9 +353,10 @@ def event_line(ev: dict[str, Any], job: str) -> str | None:
         Event.STAGE_STARTED: f"stage {stage}: running",
         Event.STAGE_PASSED: f"stage {stage}: passed",
         Event.STAGE_FAILED: f"stage {stage}: failed (exit {ev.get('exit')})"
-                            + (f": {ev['reason']}" if ev.get("reason") else ""),
+        + (f": {ev['reason']}" if ev.get("reason") else ""),
         Event.STAGE_STOPPED: f"stage {stage}: stopped by {ev.get('reason') or 'a signal'}",
-        Event.STAGE_INTERRUPTED: f"stage {stage}: cut short by an earlier attempt; it reruns from its start",
+        Event.STAGE_INTERRUPTED: f"stage {stage}: cut short by an earlier attempt; "
+        "it reruns from its start",
         Event.JOB_ENDED: f"job {job}: {ev.get('outcome')} (exit {ev.get('exit')})",
     }
     line = lines.get(kind) if kind is not None else None
@@ -352,7 +380,7 @@ class LogTail:
     offset: int
     ino: int | None = None
     pending: bytes = b""
-    ended: bool = False          # the stage ended: drained once a read reaches the file's end
+    ended: bool = False  # the stage ended: drained once a read reaches the file's end
 
 
 @dataclass
@@ -365,12 +393,14 @@ class Follower:
     ev_ino: int | None = None
     ev_text: bytes = b""
     events: list[dict[str, Any]] = field(default_factory=list)
-    live: bool = False           # the state is of the run this box sent, and was shown
+    live: bool = False  # the state is of the run this box sent, and was shown
     logs: dict[str, LogTail] = field(default_factory=dict)
     shown_log: str | None = None
-    said: str | None = None      # the last waiting line (said once)
+    said: str | None = None  # the last waiting line (said once)
     asked: list[str] = field(default_factory=list)
-    seen: dict[str, tuple[int | None, int]] = field(default_factory=dict)   # log path: (inode, offset)
+    seen: dict[str, tuple[int | None, int]] = field(
+        default_factory=dict
+    )  # log path: (inode, offset)
     held: list[str] = field(default_factory=list)
 
     def requests(self) -> list[tuple[str, int, int]]:
@@ -393,7 +423,7 @@ class Follower:
     def take(self, reply: Reply) -> tuple[list[str], int | None, bool]:
         """(lines to print, the job's exit once it is over, read again at once)."""
         marker = reply.files[1] if self.where.archived else None
-        logs = dict(zip(self.asked, reply.files[2 if marker else 1:], strict=True))
+        logs = dict(zip(self.asked, reply.files[2 if marker else 1 :], strict=True))
         got = self._events(reply.files[0], marker)
         if not isinstance(got, list):
             return got
@@ -412,10 +442,12 @@ class Follower:
                 self.logs[cur[0]] = LogTail(cur[0], cur[1].log, -TAIL_BYTES)
                 again = True
         else:
-            held, self.held = self.held, []          # what came after a log not read then: after it
+            held, self.held = self.held, []  # what came after a log not read then: after it
             holding = False
             for e in new:
-                (self.held if holding else out_events).extend(x for x in [event_line(e, w.job)] if x)
+                (self.held if holding else out_events).extend(
+                    x for x in [event_line(e, w.job)] if x
+                )
                 if self._stage_event(e):
                     again = holding = True
         out_logs: list[str] = []
@@ -429,69 +461,95 @@ class Follower:
         for t in self.logs.values():
             t.ended = True
         if self.logs:
-            return out_logs + out_events, None, True            # their last lines first
-        if first_look:                       # over before we looked: the lane's view, then its end
+            return out_logs + out_events, None, True  # their last lines first
+        if first_look:  # over before we looked: the lane's view, then its end
             out_events += [x for x in (event_line(e, w.job) for e in self.events[-1:]) if x]
         return out_logs + out_events, ended_exit(self.events, view), False
 
-    def _events(self, ev: Got, marker: Got | None) -> list[dict[str, Any]] | tuple[list[str], int | None, bool]:
+    def _events(
+        self, ev: Got, marker: Got | None
+    ) -> list[dict[str, Any]] | tuple[list[str], int | None, bool]:
         """The new events of this run (a list), or what `take` answers without them."""
         w = self.where
         if ev.error:
             raise NevError(f"cannot read {w.events} on {w.label()}: {ev.error}")
         if ev.missing:
             if marker is not None and not marker.missing:
-                return [f"== job {w.job}: run {w.run_id} passed; its folder on {w.label()} is cleaned up "
-                        "(published and archived; `nev job poll` lands it)"], Exit.OK, False
+                return (
+                    [
+                        f"== job {w.job}: run {w.run_id} passed; its folder on {w.label()} "
+                        "is cleaned up "
+                        "(published and archived; `nev job poll` lands it)"
+                    ],
+                    Exit.OK,
+                    False,
+                )
             self._reset()
-            return self._wait(f"== waiting for job {w.job}'s state on {w.label()} (queued or preparing: "
-                              f"{w.state})"), None, False
+            return (
+                self._wait(
+                    f"== waiting for job {w.job}'s state on {w.label()} (queued or preparing: "
+                    f"{w.state})"
+                ),
+                None,
+                False,
+            )
         if self.ev_ino is not None and (ev.ino != self.ev_ino or ev.start != self.ev_offset):
             # a new folder (a new submission), or a file shorter than what was seen: read it anew
             self._reset()
             return [], None, True
         self.ev_ino = ev.ino
-        complete = ev.data[:ev.data.rfind(b"\n") + 1]             # a line still being written: next time
+        complete = ev.data[: ev.data.rfind(b"\n") + 1]  # a line still being written: next time
         self.ev_text += complete
         self.ev_offset += len(complete)
         every = events_of(self.ev_text, f"{w.label()}:{w.events}") if complete else self.events
-        if len(every) < len(self.events):                        # rewritten under us: read it again
+        if len(every) < len(self.events):  # rewritten under us: read it again
             self._reset()
             return [], None, True
-        new, self.events = every[len(self.events):], every
+        new, self.events = every[len(self.events) :], every
         if not self.events:
-            return self._wait(f"== waiting for job {w.job}'s first event on {w.label()} ({w.events})"), None, False
+            return (
+                self._wait(f"== waiting for job {w.job}'s first event on {w.label()} ({w.events})"),
+                None,
+                False,
+            )
         view = replay(self.events)
         if not this_run(view, w.run_id):
             self.live, self.logs = False, {}
             run = view.attempts[-1].run_id if view.attempts else None
-            return self._wait(f"== {w.label()} holds run {run or '-'} of {w.job} ({view.status.value}); "
-                              f"waiting for run {w.run_id} to start"), None, False
+            return (
+                self._wait(
+                    f"== {w.label()} holds run {run or '-'} of {w.job} ({view.status.value}); "
+                    f"waiting for run {w.run_id} to start"
+                ),
+                None,
+                False,
+            )
         return new
 
     def _stage_event(self, e: dict[str, Any]) -> bool:
         """A stage's log followed from its start, or marked ended; True: a log to read at once."""
         kind, stage = Event.of(e.get("event")), e.get("stage")
         if kind is Event.STAGE_STARTED and isinstance(e.get("log"), str) and isinstance(stage, str):
-            ino, offset = self.seen.get(e["log"], (None, 0))    # a rerun appends to its log
+            ino, offset = self.seen.get(e["log"], (None, 0))  # a rerun appends to its log
             self.logs[stage] = LogTail(stage, e["log"], offset, ino)
             return True
         if kind is not None and kind.stage and stage in self.logs:
             self.logs[stage].ended = True
         return False
+
     def _log(self, t: LogTail, got: Got) -> list[str]:
         """The lines of one log read; the tail dropped once its stage ended and it is drained."""
         if got.missing or got.error:
             if t.ended:
                 del self.logs[t.stage]
             return [f"== log of stage {t.stage}: {got.error}"] if got.error else []
-        if t.ino is not None and got.ino != t.ino:                # another file: from its start
+        if t.ino is not None and got.ino != t.ino:  # another file: from its start
             t.offset, t.ino, t.pending = 0, got.ino, b""
             return []
         data = got.data
-        if t.offset < 0 and got.start > 0:                        # a tail: from the first whole line
-            data = data[data.find(b"\n") + 1:] if b"\n" in data else b""
-        elif t.offset >= 0 and got.start != t.offset:             # shorter than what was seen: anew
+        if t.offset < 0 and got.start > 0:  # a tail: from the first whole line
+            data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+        elif t.offset >= 0 and got.start != t.offset:  # shorter than what was seen: anew
             t.pending = b""
         first = t.offset < 0
         t.ino, t.offset = got.ino, got.start + len(got.data)
@@ -515,7 +573,9 @@ class Follower:
         return out + [mask(p.decode("utf-8", "replace").rstrip("\r")) for p in parts]
 
 
-def follow(w: Where, say: Callable[[str], None], poll_s: float = POLL_S, give_up_s: float = GIVE_UP_S) -> int:
+def follow(
+    w: Where, say: Callable[[str], None], poll_s: float = POLL_S, give_up_s: float = GIVE_UP_S
+) -> int:
     """`nev job status NAME --follow`: the job's stages and its running stage's log, read over one
     connection kept open, until the job ends; its exit (`ended_exit`). A lane that does not answer
     at the start is NevError; one that stops answering is tried again each `poll_s`, for at most
@@ -538,11 +598,14 @@ def follow(w: Where, say: Callable[[str], None], poll_s: float = POLL_S, give_up
                 if conn is not None:
                     conn.close()
                     conn = None
-                if last_ok is None:           # never answered: said by the caller, with the record
+                if last_ok is None:  # never answered: said by the caller, with the record
                     raise NevError(why, Exit.UNAVAILABLE) from None
                 if time.monotonic() - last_ok > give_up_s:
-                    raise NevError(f"{w.label()} unreachable for {give_up_s:.0f} s ({why}); the job may "
-                                   f"still run: `nev job status {w.job}` later", Exit.UNAVAILABLE) from None
+                    raise NevError(
+                        f"{w.label()} unreachable for {give_up_s:.0f} s ({why}); the job may "
+                        f"still run: `nev job status {w.job}` later",
+                        Exit.UNAVAILABLE,
+                    ) from None
                 if down is None:
                     say(f"== {w.label()} unreachable: {why}; trying again")
                 down = why

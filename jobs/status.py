@@ -67,9 +67,10 @@ def lines(s: dict[str, Any]) -> list[str]:
 
 def record_summary(rec: records.JobRecord) -> dict[str, Any]:
     """A submission record of this box as `lines` reads it (pure)."""
-    return {"job": rec.job, "status": rec.status.value, "attempts": rec.sends, "used_s": 0.0, "stages": {},
-            "preflight": None, "inventory": None, "result": rec.result, "exit": rec.exit, "why": rec.why,
-            "run_id": rec.run_id, "resends": rec.resends, "cutoffs": rec.cutoffs}
+    return {"job": rec.job, "status": rec.status.value, "attempts": rec.sends, "used_s": 0.0,
+            "stages": {}, "preflight": None, "inventory": None, "result": rec.result,
+            "exit": rec.exit, "why": rec.why, "run_id": rec.run_id, "resends": rec.resends,
+            "cutoffs": rec.cutoffs}
 
 
 def lane_view(rec: records.JobRecord) -> dict[str, Any]:
@@ -83,8 +84,8 @@ def lane_view(rec: records.JobRecord) -> dict[str, Any]:
     return {"unreachable": got} if isinstance(got, str) else got.summary()
 
 
-def show(name: str | None, state_dir: Path | None, as_json: bool, environ: Mapping[str, str] | None = None,
-         follow: bool = False) -> int:
+def show(name: str | None, state_dir: Path | None, as_json: bool,
+         environ: Mapping[str, str] | None = None, follow: bool = False) -> int:
     """Each job's stage states; with NAME, a job in flight also as its lane holds it. `follow`:
     `follow` below."""
     if follow:
@@ -152,5 +153,6 @@ def follow_job(name: str | None, state_dir: Path | None, as_json: bool,
     except NevError as e:
         if e.exit_code != Exit.UNAVAILABLE:
             raise
-        print("\n".join(lines(short_commits(record_summary(rec))) + [f"  lane unreachable: {mask(e.message)}"]), flush=True)
+        out = lines(short_commits(record_summary(rec))) + [f"  lane unreachable: {mask(e.message)}"]
+        print("\n".join(out), flush=True)
         return Exit.UNAVAILABLE

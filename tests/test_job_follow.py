@@ -30,7 +30,7 @@ from tests.helpers.job_helpers import (
     write_manifest,
 )
 
-SECRET = "plain-secret-value-4471"          # no token shape: only the lane's masking hides it
+SECRET = "plain-secret-value-4471"  # no token shape: only the lane's masking hides it
 RUN_ID = "run-0001"
 
 
@@ -51,8 +51,14 @@ def gateway():
 class Job:
     """One job on the local lane and this box's record of it."""
 
-    def __init__(self, tmp: Path, sshd: local_sshd.LocalSshd, gateway: Listener, stages: list[dict],
-                 port: int | None = None) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        sshd: local_sshd.LocalSshd,
+        gateway: Listener,
+        stages: list[dict],
+        port: int | None = None,
+    ) -> None:
         self.tmp = tmp
         self.work = tmp / "lane" / "jobs-work"
         self.src = self.work / "demo" / "src"
@@ -60,12 +66,30 @@ class Job:
         base = make_checkout(self.src)
         self.manifest = write_manifest(tmp / "job.yaml", base, stages, name="demo")
         lanes = tmp / "lanes.json"
-        lanes.write_text(json.dumps({"lanes": [{"ssh": f"{sshd.user}@127.0.0.1:{port or sshd.port}",
-                                                "root": str(tmp / "lane-root")}]}))
-        self.dev = {k: v for k, v in lane_env(tmp / "dev", gateway.port).items()
-                    if k not in ("NEV_ON_LANE", "NEV_LANE_SHARED")}
-        self.dev.update(PATH="/usr/bin:/bin", NEV_LANES_FILE=str(lanes), NEV_KNOWN_HOSTS=str(sshd.known_hosts),
-                        NEV_SSH_KEY=str(sshd.client_key), NEV_STATE_DIR=str(tmp / "dev-state"))
+        lanes.write_text(
+            json.dumps(
+                {
+                    "lanes": [
+                        {
+                            "ssh": f"{sshd.user}@127.0.0.1:{port or sshd.port}",
+                            "root": str(tmp / "lane-root"),
+                        }
+                    ]
+                }
+            )
+        )
+        self.dev = {
+            k: v
+            for k, v in lane_env(tmp / "dev", gateway.port).items()
+            if k not in ("NEV_ON_LANE", "NEV_LANE_SHARED")
+        }
+        self.dev.update(
+            PATH="/usr/bin:/bin",
+            NEV_LANES_FILE=str(lanes),
+            NEV_KNOWN_HOSTS=str(sshd.known_hosts),
+            NEV_SSH_KEY=str(sshd.client_key),
+            NEV_STATE_DIR=str(tmp / "dev-state"),
+        )
         with records.locked(self.dev) as recs:
             r = recs.job("demo")
             r.lane, r.run_id, r.sends = 0, RUN_ID, 1
@@ -74,8 +98,18 @@ class Job:
         self.runner: subprocess.Popen | None = None
 
     def run(self) -> subprocess.Popen:
-        self.runner = nev_popen(["job", "run", str(self.manifest), "--workdir", str(self.src),
-                                 "--state", str(self.state)], self.lane)
+        self.runner = nev_popen(
+            [
+                "job",
+                "run",
+                str(self.manifest),
+                "--workdir",
+                str(self.src),
+                "--state",
+                str(self.state),
+            ],
+            self.lane,
+        )
         return self.runner
 
     def log_has(self, stage: str, text: str) -> bool:
@@ -124,26 +158,40 @@ def wait_for(pred, timeout: float, what: str) -> None:
 
 
 def follow(job: Job) -> tuple[subprocess.Popen, Lines]:
-    p = subprocess.Popen([sys.executable, "-m", "rig.cli", "job", "status", "demo", "--follow"], cwd=ROOT,
-                         env=job.dev, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rig.cli", "job", "status", "demo", "--follow"],
+        cwd=ROOT,
+        env=job.dev,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return p, Lines(p)
 
 
 def waiting_stage(tmp: Path) -> list[dict]:
     go, end = tmp / "GO", tmp / "END"
-    return [{"name": "one", "kind": "command",
-             "command": f'echo first; echo "token is $DEMO_TOKEN"; while [ ! -e {go} ]; do sleep 0.05; done; '
-                        f"echo appended-line; while [ ! -e {end} ]; do sleep 0.05; done; echo last-of-one"},
-            {"name": "two", "kind": "command", "command": "echo two-done"}]
+    return [
+        {
+            "name": "one",
+            "kind": "command",
+            "command": f'echo first; echo "token is $DEMO_TOKEN"; '
+            f"while [ ! -e {go} ]; do sleep 0.05; done; "
+            f"echo appended-line; while [ ! -e {end} ]; do sleep 0.05; done; echo last-of-one",
+        },
+        {"name": "two", "kind": "command", "command": "echo two-done"},
+    ]
 
 
-def test_follow_shows_a_new_log_line_within_seconds_masked_and_ends_with_the_job(tmp_path, sshd, gateway):
+def test_follow_shows_a_new_log_line_within_seconds_masked_and_ends_with_the_job(
+    tmp_path, sshd, gateway
+):
     job = Job(tmp_path, sshd, gateway, waiting_stage(tmp_path))
     try:
         job.run()
         wait_for(lambda: job.log_has("one", "first"), 30, "stage one to start")
         p, out = follow(job)
-        out.when(lambda x: x == "first", 20)                    # the running stage's log, from its start
+        out.when(lambda x: x == "first", 20)  # the running stage's log, from its start
         t0 = time.monotonic()
         (tmp_path / "GO").touch()
         latency = out.when(lambda x: x == "appended-line", 10) - t0
@@ -160,14 +208,25 @@ def test_follow_shows_a_new_log_line_within_seconds_masked_and_ends_with_the_job
         assert "== stage one: passed" in text and "== stage two: running" in text
         assert "last-of-one" in text and "two-done" in text
         assert out.got[-1][1] == "== job demo: passed (exit 0)", text
-        assert text.index("appended-line") < text.index("last-of-one") < text.index("== stage one: passed")
+        assert (
+            text.index("appended-line")
+            < text.index("last-of-one")
+            < text.index("== stage one: passed")
+        )
         assert "Traceback" not in (p.stderr.read() if p.stderr else "")
     finally:
         job.close()
 
 
-def test_follow_of_a_job_that_already_ended_prints_it_once_and_exits_with_its_code(tmp_path, sshd, gateway):
-    job = Job(tmp_path, sshd, gateway, [{"name": "bad", "kind": "command", "command": "echo boom; exit 4"}])
+def test_follow_of_a_job_that_already_ended_prints_it_once_and_exits_with_its_code(
+    tmp_path, sshd, gateway
+):
+    job = Job(
+        tmp_path,
+        sshd,
+        gateway,
+        [{"name": "bad", "kind": "command", "command": "echo boom; exit 4"}],
+    )
     assert job.run().wait(60) == 1
     t0 = time.monotonic()
     r = nev(["job", "status", "demo", "--follow"], job.dev, timeout=30)
@@ -178,7 +237,9 @@ def test_follow_of_a_job_that_already_ended_prints_it_once_and_exits_with_its_co
     assert r.stdout.splitlines()[-1] == "== job demo: failed (exit 1)"
 
 
-def test_ctrl_c_ends_follow_with_130_and_leaves_the_job_and_the_record_alone(tmp_path, sshd, gateway):
+def test_ctrl_c_ends_follow_with_130_and_leaves_the_job_and_the_record_alone(
+    tmp_path, sshd, gateway
+):
     job = Job(tmp_path, sshd, gateway, waiting_stage(tmp_path))
     record = records.path(job.dev).read_bytes()
     try:
@@ -188,7 +249,7 @@ def test_ctrl_c_ends_follow_with_130_and_leaves_the_job_and_the_record_alone(tmp
         out.when(lambda x: x == "first", 20)
         p.send_signal(signal.SIGINT)
         assert p.wait(10) == 130
-        assert job.runner is not None and job.runner.poll() is None          # the job runs on
+        assert job.runner is not None and job.runner.poll() is None  # the job runs on
         assert records.path(job.dev).read_bytes() == record
         (tmp_path / "GO").touch()
         (tmp_path / "END").touch()
@@ -197,7 +258,9 @@ def test_ctrl_c_ends_follow_with_130_and_leaves_the_job_and_the_record_alone(tmp
         job.close()
 
 
-def test_status_shows_the_lanes_view_of_a_running_job_or_says_the_lane_is_unreachable(tmp_path, sshd, gateway):
+def test_status_shows_the_lanes_view_of_a_running_job_or_says_the_lane_is_unreachable(
+    tmp_path, sshd, gateway
+):
     job = Job(tmp_path, sshd, gateway, waiting_stage(tmp_path))
     try:
         job.run()
@@ -206,8 +269,13 @@ def test_status_shows_the_lanes_view_of_a_running_job_or_says_the_lane_is_unreac
         assert r.returncode == 0, r.stderr
         lines = r.stdout.splitlines()
         assert lines[0].startswith("demo: submitted")
-        assert lines[1].startswith("  demo on lane 0: running, attempt 1; stage one running for "), r.stdout
-        assert "    one                  running" in lines and "    two                  pending" in lines
+        assert lines[1].startswith(
+            "  demo on lane 0: running, attempt 1; stage one running for "
+        ), r.stdout
+        assert (
+            "    one                  running" in lines
+            and "    two                  pending" in lines
+        )
         js = json.loads(nev(["job", "status", "demo", "--json"], job.dev).stdout)
         assert js[0]["lane"]["stage"] == "one" and js[0]["lane"]["stage_age_s"] >= 0
         # the lane's address answers nobody
@@ -217,7 +285,9 @@ def test_status_shows_the_lanes_view_of_a_running_job_or_says_the_lane_is_unreac
         r = nev(["job", "status", "demo"], job.dev)
         assert r.returncode == 0
         assert r.stdout.splitlines()[0].startswith("demo: submitted")
-        assert [x for x in r.stdout.splitlines() if "lane unreachable: " in x] == r.stdout.splitlines()[1:2]
+        assert [
+            x for x in r.stdout.splitlines() if "lane unreachable: " in x
+        ] == r.stdout.splitlines()[1:2]
         r = nev(["job", "status", "demo", "--follow"], job.dev)
         assert r.returncode == 3 and "lane unreachable: " in r.stdout, (r.stdout, r.stderr)
         (tmp_path / "GO").touch()
@@ -227,7 +297,9 @@ def test_status_shows_the_lanes_view_of_a_running_job_or_says_the_lane_is_unreac
         job.close()
 
 
-def test_the_dashboard_shows_the_running_stage_and_its_age_from_the_lane(tmp_path, sshd, gateway, monkeypatch):
+def test_the_dashboard_shows_the_running_stage_and_its_age_from_the_lane(
+    tmp_path, sshd, gateway, monkeypatch
+):
     from rig.dashboard import collect, page
 
     job = Job(tmp_path, sshd, gateway, waiting_stage(tmp_path))
@@ -239,7 +311,9 @@ def test_the_dashboard_shows_the_running_stage_and_its_age_from_the_lane(tmp_pat
         monkeypatch.delenv("NEV_LANE_SSH", raising=False)
         monkeypatch.delenv("NEV_DAGU_LANE", raising=False)
         got = collect.gather({"lane_jobs": collect.lane_jobs}, timeout=20)["lane_jobs"]
-        assert [(r["job"], r["stage"], r["status"]) for r in got] == [("demo", "one", "running")], got
+        assert [(r["job"], r["stage"], r["status"]) for r in got] == [("demo", "one", "running")], (
+            got
+        )
         assert got[0]["stage_age_s"] >= 0
         html = page.jobs_html([], got)
         assert 'data-lane-job="demo" data-stage="one"' in html
@@ -258,8 +332,8 @@ def test_the_dashboard_shows_the_running_stage_and_its_age_from_the_lane(tmp_pat
 
 
 def test_each_read_asks_only_for_the_bytes_after_those_seen(tmp_path):
-    """The follower's reads, with the lane's reader run here on the runner's own files: a log is read
-    from the offset already seen, never again from its start."""
+    """The follower's reads, with the lane's reader run here on the runner's own files: a log is
+    read from the offset already seen, never again from its start."""
     state = tmp_path / "state"
     js = JobState.open(state)
     log = state / "logs" / "gen.log"
@@ -281,7 +355,7 @@ def test_each_read_asks_only_for_the_bytes_after_those_seen(tmp_path):
     lines, code, again = step()
     assert lines[0] == "demo on lane 0: running, attempt 1; stage gen running for 0 s" and again
     lines, code, again = step()
-    assert lines[1:] == [f"old line {i}" for i in range(30, 40)] and code is None    # its last lines
+    assert lines[1:] == [f"old line {i}" for i in range(30, 40)] and code is None  # its last lines
     assert f.requests()[1] == (str(log), log.stat().st_size, lanestate.CAP)
     with log.open("ab") as fh:
         fh.write(b"new line\npart")
@@ -292,6 +366,10 @@ def test_each_read_asks_only_for_the_bytes_after_those_seen(tmp_path):
     js.record(Event.STAGE_PASSED, stage="gen", commit="c" * 40, outputs=[])
     js.record(Event.JOB_ENDED, outcome="passed", exit=0)
     lines, code, _ = step()
-    assert lines == ["partial", "== stage gen: passed", "== job demo: passed (exit 0)"] and code == 0
-    assert read_bytes == log.stat().st_size        # each byte of the log read once (it is shorter than a tail)
+    assert (
+        lines == ["partial", "== stage gen: passed", "== job demo: passed (exit 0)"] and code == 0
+    )
+    assert (
+        read_bytes == log.stat().st_size
+    )  # each byte of the log read once (it is shorter than a tail)
     js.close()

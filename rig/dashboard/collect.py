@@ -9,7 +9,8 @@ breaks the page.
 | aliases  | the inventory snapshot (NEV_INVENTORY): status, held for, last answer, in-flight limit; an alias whose replicas an operator drained or stopped shows `stopped` |
 | replicas | HAProxy's runtime API (the rig file's serving roles) and the rig notes' change log: ready, drained, stopped, down |
 | jobs     | the job state folders (`jobs/status.py`: NEV_STATE_DIR/jobs/*/state.json, the view `jobs/state.py` keeps): stage states |
-| lane_jobs | each job in flight on its lane (`jobs/lanestate.py`: its events there, one SSH read per lane): running stage and its age |
+| lane_jobs | each job in flight, on its lane (`jobs/lanestate.py`: one SSH read per lane): its
+|          | running stage and that stage's age |
 | batches  | the ledger (`bench/ledger.py`: `ledger/<worktree>.jsonl` on the share): one line per batch, and per worktree or job its spend against its budget |
 | floors   | the engine's committed floor and provenance files, per function |
 """

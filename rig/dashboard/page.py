@@ -140,14 +140,16 @@ def _replicas_table(section: list[dict[str, Any]]) -> str:
 
 
 def jobs_html(section: Any, on_lanes: Any = None) -> str:
-    lanes = f"<h3>In flight on the lanes</h3>{_shown(on_lanes, _lane_jobs_table)}" if on_lanes is not None else ""
+    lanes = "" if on_lanes is None else \
+        f"<h3>In flight on the lanes</h3>{_shown(on_lanes, _lane_jobs_table)}"
     return _section("jobs", "Jobs", _shown(section, _jobs_table) + lanes)
 
 
 def _lane_jobs_table(section: list[dict[str, Any]]) -> str:
     if not section:
         return '<p class="meta">no job in flight</p>'
-    return _table(("job", "lane", "status", "stage", "running for", "stages"), map(_lane_job_row, section))
+    return _table(("job", "lane", "status", "stage", "running for", "stages"),
+                  map(_lane_job_row, section))
 
 
 def _lane_job_row(j: dict[str, Any]) -> str:
@@ -158,7 +160,8 @@ def _lane_job_row(j: dict[str, Any]) -> str:
     stages = " ".join(f"{_t(n)} {_st(s)}" for n, s in j.get("stages", {}).items()) or "-"
     status = j.get("status") if j.get("this_run") else f"{j.get('status')} (an earlier run)"
     secs = j.get("stage_age_s")
-    return (f'{head} data-stage="{_t(j.get("stage") or "")}"><td>{_t(j.get("job"))}</td><td>{_t(j.get("lane"))}</td>'
+    return (f'{head} data-stage="{_t(j.get("stage") or "")}">'
+            f'<td>{_t(j.get("job"))}</td><td>{_t(j.get("lane"))}</td>'
             f"<td>{_st(status)}</td><td>{_t(j.get('stage') or '-')}</td>"
             f"<td>{_t(age(secs)) if secs is not None else '-'}</td><td>{stages}</td></tr>")
 
