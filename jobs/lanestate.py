@@ -16,6 +16,7 @@ file from a byte offset, at most a cap, with its size and inode, in one command.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import posixpath
@@ -54,6 +55,7 @@ TAIL_BYTES = 16384  # --follow: what is read of a running stage's log at the sta
 TAIL_LINES = 10  # ... and how many of its last lines are shown
 CAP = 1 << 20  # at most this much of one log per read (the rest comes with the next)
 EVENTS_CAP = 8 << 20
+CHUNK = 1 << 16
 LONG_LINE = 1 << 16  # a log line longer than this (no newline yet) is shown as it stands
 
 # A job's exit when its job-ended event names none (jobs/runner.py's codes).
@@ -92,14 +94,18 @@ def read_files(reqs: list, now: float) -> tuple[dict, list]:
     return {"now": now, "files": files}, chunks
 
 
+# One process for as long as the session is open: a request line in, an answer out; it ends with
+# its input (the session closed, the connection dropped).
 REMOTE = """
 import json, sys, time
 {read_files}
-head, chunks = read_files(json.loads(sys.stdin.buffer.read()), time.time())
 out = sys.stdout.buffer
-out.write(json.dumps(head).encode() + b"\\n")
-for c in chunks:
-    out.write(c)
+for line in sys.stdin.buffer:
+    head, chunks = read_files(json.loads(line), time.time())
+    out.write(json.dumps(head).encode() + b"\\n")
+    for c in chunks:
+        out.write(c)
+    out.flush()
 """
 
 
@@ -118,6 +124,7 @@ class Got:
     ino: int = 0
     size: int = 0
     start: int = 0
+    length: int = 0
     data: bytes = b""
 
 
@@ -127,23 +134,24 @@ class Reply:
     files: list[Got]
 
 
-def parse_reply(raw: bytes, n: int, label: str) -> Reply:
-    """The reader's answer (pure): a JSON line, then the files' bytes back to back; NevError naming
-    `label` when it is not that answer for `n` requests."""
-    head_raw, sep, rest = raw.partition(b"\n")
+AGAIN = "is this lane's nev the same version as here?"
+
+
+def parse_head(line: bytes, n: int, label: str) -> tuple[float, list[Got]]:
+    """The answer's first line (pure): the lane's clock and, per request, what came (its bytes
+    follow the line: `length` each); NevError naming `label` when it is not that for `n`
+    requests."""
     try:
-        if not sep:
-            raise ConfigError(f"{label}: no answer line")
         f = jsonfile.Fields(f"{label}: the job state reader's answer")
         head = f.obj(
-            jsonfile.parse(head_raw.decode("utf-8", "replace"), label, "job state reader's answer"),
+            jsonfile.parse(line.decode("utf-8", "replace"), label, "job state reader's answer"),
             "(answer)",
         )
         now = float(f.get(head, "now", (int, float), ""))
         items = f.get(head, "files", list, "")
         if len(items) != n:
             raise f.fail("files", f"holds {len(items)} answers for {n} requests")
-        files, pos = [], 0
+        files = []
         for i, it in enumerate(items):
             d, w = f.obj(it, f"files[{i}]"), f"files[{i}]"
             if d.get("missing"):
@@ -159,25 +167,82 @@ def parse_reply(raw: bytes, n: int, label: str) -> Reply:
                         ino=f.get(d, "ino", int, w),
                         size=f.get(d, "size", int, w),
                         start=f.get(d, "start", int, w),
-                        data=rest[pos : pos + ln],
+                        length=ln,
                     )
                 )
-                pos += ln
-        if pos != len(rest):
-            raise f.fail("files", f"name {pos} bytes, {len(rest)} came")
     except ConfigError as e:
-        raise NevError(f"{e.message}; is this lane's nev the same version as here?") from None
-    return Reply(now, files)
+        raise NevError(f"{e.message}; {AGAIN}") from None
+    return now, files
 
 
-def read(conn: Connection, reqs: list[tuple[str, int, int]]) -> Reply:
-    """One command on the open connection: the lane's reader over `reqs`."""
-    from lanes.base.ssh import SshError
+def fill(files: list[Got], body: bytes, label: str) -> list[Got]:
+    """Each file's bytes cut from the body that followed the answer's line (pure)."""
+    out, pos = [], 0
+    for g in files:
+        out.append(dataclasses.replace(g, data=body[pos : pos + g.length]))
+        pos += g.length
+    if pos != len(body):
+        raise NevError(
+            f"{label}: the job state reader's answer names {pos} bytes, {len(body)} came; {AGAIN}"
+        )
+    return out
 
-    res = conn.run(remote_command(), stdin=json.dumps(reqs).encode(), timeout=READ_TIMEOUT_S)
-    if res.exit_status != 0:
-        raise SshError(f"reading job state on {conn.target} failed: {res.last_err()}")
-    return parse_reply(res.stdout, len(reqs), str(conn.target))
+
+def parse_reply(raw: bytes, n: int, label: str) -> Reply:
+    """A whole answer (pure): its line, then the files' bytes back to back."""
+    line, sep, body = raw.partition(b"\n")
+    if not sep:
+        raise NevError(f"{label}: the job state reader's answer has no first line; {AGAIN}")
+    now, files = parse_head(line, n, label)
+    return Reply(now, fill(files, body, label))
+
+
+class LaneReader:
+    """The lane's reader (`REMOTE`) on one SSH session of an open connection, kept open between
+    reads: no new session, no new process per read."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.ch = conn.open_session(remote_command())
+        self.ch.settimeout(READ_TIMEOUT_S)
+        self.buf = b""
+
+    def _fail(self, what: str) -> NevError:
+        from lanes.base.ssh import SshError
+
+        err = b""
+        while self.ch.recv_stderr_ready():
+            err += self.ch.recv_stderr(65536)
+        last = [ln for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()][-1:]
+        return SshError(
+            f"the job state reader on {self.conn.target} {what}"
+            + (f": {mask(last[0])}" if last else "")
+        )
+
+    def _until(self, n: int | None) -> bytes:
+        """The next line (n None) or the next n bytes."""
+
+        while (b"\n" not in self.buf) if n is None else (len(self.buf) < n):
+            try:
+                got = self.ch.recv(CHUNK)
+            except TimeoutError:
+                raise self._fail(f"gave no answer within {READ_TIMEOUT_S:.0f} s") from None
+            if not got:
+                time.sleep(0.1)  # its error, if any, comes with its exit
+                raise self._fail("ended")
+            self.buf += got
+        cut = self.buf.index(b"\n") + 1 if n is None else n
+        out, self.buf = self.buf[:cut], self.buf[cut:]
+        return out
+
+    def read(self, reqs: list[tuple[str, int, int]]) -> Reply:
+        self.ch.sendall(json.dumps(reqs).encode() + b"\n")
+        label = str(self.conn.target)
+        now, files = parse_head(self._until(None)[:-1], len(reqs), label)
+        return Reply(now, fill(files, self._until(sum(g.length for g in files)), label))
+
+    def close(self) -> None:
+        self.ch.close()
 
 
 # -- where a job is -------------------------------------------------------------------------------
@@ -313,7 +378,7 @@ def views(wheres: Iterable[Where]) -> dict[str, LaneJob | str]:
         try:
             conn = ws[0].lane.connect()
             try:
-                reply = read(conn, reqs)
+                reply = LaneReader(conn).read(reqs)
             finally:
                 conn.close()
         except failures as e:
@@ -585,19 +650,22 @@ def follow(
     failures: tuple[type[BaseException], ...] = (NevError, *link_errors())
     f = Follower(w)
     conn: Connection | None = None
+    reader: LaneReader | None = None
     last_ok: float | None = None
     down: str | None = None
     try:
         while True:
+            began = time.monotonic()
             try:
-                if conn is None:
+                if conn is None or reader is None:
                     conn = w.lane.connect()
-                reply = read(conn, f.requests())
+                    reader = LaneReader(conn)
+                reply = reader.read(f.requests())
             except failures as e:
                 why = mask(str(e) or type(e).__name__)
                 if conn is not None:
                     conn.close()
-                    conn = None
+                conn = reader = None
                 if last_ok is None:  # never answered: said by the caller, with the record
                     raise NevError(why, Exit.UNAVAILABLE) from None
                 if time.monotonic() - last_ok > give_up_s:
@@ -620,8 +688,8 @@ def follow(
                 say(line)
             if code is not None:
                 return code
-            if not again:
-                time.sleep(poll_s)
+            if not again:  # a read about every poll_s, start to start
+                time.sleep(max(0.0, began + poll_s - time.monotonic()))
     finally:
         if conn is not None:
             conn.close()

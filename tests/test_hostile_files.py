@@ -222,7 +222,7 @@ def _readers() -> list[Reader]:
                b'"command": "true"}]}'),
         Reader("job events and clock (nev job status)", ("jobs/state.py::valid_prefix", "jobs/state.py::JobState.open"),
                "st/events.jsonl", _cli("job", "status", "--state", "{dir}/st"), _events_valid()),
-        Reader("job state reader's answer (nev job status NAME)", ("jobs/lanestate.py::parse_reply",),
+        Reader("job state reader's answer (nev job status NAME)", ("jobs/lanestate.py::parse_head",),
                "answer.bin", lambda d, f: lanestate.parse_reply(_text(f) + b"\n", 0, str(f)),
                b'{"now": 1, "files": []}'),
         Reader("job clock", ("jobs/state.py::JobState.clock",), "st/clock.json", _job_state,

@@ -1,6 +1,6 @@
 """`nev job status NAME [--follow]` and the dashboard's jobs on the lanes: a job in flight read from
-its lane. The lane is this machine behind a real sshd on loopback (`tests/helpers/local_sshd.py`),
-the job's stages run by the real runner (`nev job run`, as the workflow's run step runs it) in the
+its lane. The lane is this machine: a real sshd on 127.0.0.2 behind a jump host, another real
+sshd (`tests/helpers/local_sshd.py`), the job's stages run by the real runner (`nev job run`, as the workflow's run step runs it) in the
 state folder the workflow gives it (`WORK/<job>/state`), and the development box's side is the real
 CLI with a submission record naming the lane and WORK, as `nev job submit` writes it."""
 
@@ -34,9 +34,36 @@ SECRET = "plain-secret-value-4471"  # no token shape: only the lane's masking hi
 RUN_ID = "run-0001"
 
 
+class Hosts:
+    """The lane behind a jump host, both real sshd on loopback, both pinned in one known_hosts, both
+    taking the same key (as the lanes file's `jump` is used: `Lane.connect`)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.jump = local_sshd.start(tmp / "jump")
+        self.lane = local_sshd.start(tmp / "lane", addr="127.0.0.2")
+        with (tmp / "lane" / "authorized_keys").open("a") as f:
+            f.write(self.jump.client_key.with_suffix(".pub").read_text())
+        self.known_hosts = tmp / "known_hosts"
+        self.known_hosts.write_text(
+            self.jump.known_hosts.read_text() + self.lane.known_hosts.read_text()
+        )
+        self.key = self.jump.client_key
+        self.user = self.lane.user
+
+    def lanes(self, jump_port: int | None = None) -> dict:
+        return {
+            "jump": f"{self.user}@127.0.0.1:{jump_port or self.jump.port}",
+            "lanes": [{"ssh": f"{self.user}@127.0.0.2:{self.lane.port}", "root": "/srv/lane"}],
+        }
+
+    def stop(self) -> None:
+        self.jump.stop()
+        self.lane.stop()
+
+
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
-    s = local_sshd.start(tmp_path_factory.mktemp("sshd"))
+    s = Hosts(tmp_path_factory.mktemp("sshd"))
     yield s
     s.stop()
 
@@ -51,33 +78,15 @@ def gateway():
 class Job:
     """One job on the local lane and this box's record of it."""
 
-    def __init__(
-        self,
-        tmp: Path,
-        sshd: local_sshd.LocalSshd,
-        gateway: Listener,
-        stages: list[dict],
-        port: int | None = None,
-    ) -> None:
+    def __init__(self, tmp: Path, sshd: Hosts, gateway: Listener, stages: list[dict]) -> None:
         self.tmp = tmp
         self.work = tmp / "lane" / "jobs-work"
         self.src = self.work / "demo" / "src"
         self.state = self.work / "demo" / "state"
         base = make_checkout(self.src)
         self.manifest = write_manifest(tmp / "job.yaml", base, stages, name="demo")
-        lanes = tmp / "lanes.json"
-        lanes.write_text(
-            json.dumps(
-                {
-                    "lanes": [
-                        {
-                            "ssh": f"{sshd.user}@127.0.0.1:{port or sshd.port}",
-                            "root": str(tmp / "lane-root"),
-                        }
-                    ]
-                }
-            )
-        )
+        self.lanes = tmp / "lanes.json"
+        self.lanes.write_text(json.dumps(sshd.lanes()))
         self.dev = {
             k: v
             for k, v in lane_env(tmp / "dev", gateway.port).items()
@@ -85,9 +94,9 @@ class Job:
         }
         self.dev.update(
             PATH="/usr/bin:/bin",
-            NEV_LANES_FILE=str(lanes),
+            NEV_LANES_FILE=str(self.lanes),
             NEV_KNOWN_HOSTS=str(sshd.known_hosts),
-            NEV_SSH_KEY=str(sshd.client_key),
+            NEV_SSH_KEY=str(sshd.key),
             NEV_STATE_DIR=str(tmp / "dev-state"),
         )
         with records.locked(self.dev) as recs:
@@ -155,6 +164,18 @@ def wait_for(pred, timeout: float, what: str) -> None:
     while not pred():
         assert time.monotonic() < deadline, what
         time.sleep(0.05)
+
+
+def readers_on_the_lane() -> list[int]:
+    """The lane's job state readers running (`jobs.lanestate.REMOTE`: one per open session)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and b"for line in sys.stdin.buffer" in (p / "cmdline").read_bytes():
+                out.append(int(p.name))
+        except OSError:
+            pass
+    return out
 
 
 def follow(job: Job) -> tuple[subprocess.Popen, Lines]:
@@ -247,10 +268,12 @@ def test_ctrl_c_ends_follow_with_130_and_leaves_the_job_and_the_record_alone(
         wait_for(lambda: job.log_has("one", "first"), 30, "stage one to start")
         p, out = follow(job)
         out.when(lambda x: x == "first", 20)
+        assert len(readers_on_the_lane()) == 1          # one reader, on the one session kept open
         p.send_signal(signal.SIGINT)
         assert p.wait(10) == 130
         assert job.runner is not None and job.runner.poll() is None  # the job runs on
         assert records.path(job.dev).read_bytes() == record
+        wait_for(lambda: not readers_on_the_lane(), 10, "the lane's reader to end with its session")
         (tmp_path / "GO").touch()
         (tmp_path / "END").touch()
         assert job.runner.wait(30) == 0
@@ -278,16 +301,13 @@ def test_status_shows_the_lanes_view_of_a_running_job_or_says_the_lane_is_unreac
         )
         js = json.loads(nev(["job", "status", "demo", "--json"], job.dev).stdout)
         assert js[0]["lane"]["stage"] == "one" and js[0]["lane"]["stage_age_s"] >= 0
-        # the lane's address answers nobody
-        closed = local_sshd.free_port()
-        lanes = Path(job.dev["NEV_LANES_FILE"])
-        lanes.write_text(lanes.read_text().replace(f":{sshd.port}", f":{closed}"))
+        # the jump host in front of the lane answers nobody
+        job.lanes.write_text(json.dumps(sshd.lanes(jump_port=local_sshd.free_port())))
         r = nev(["job", "status", "demo"], job.dev)
         assert r.returncode == 0
         assert r.stdout.splitlines()[0].startswith("demo: submitted")
-        assert [
-            x for x in r.stdout.splitlines() if "lane unreachable: " in x
-        ] == r.stdout.splitlines()[1:2]
+        said = [x for x in r.stdout.splitlines() if "lane unreachable: " in x]
+        assert said == r.stdout.splitlines()[1:2] and "jump host" in said[0], r.stdout
         r = nev(["job", "status", "demo", "--follow"], job.dev)
         assert r.returncode == 3 and "lane unreachable: " in r.stdout, (r.stdout, r.stderr)
         (tmp_path / "GO").touch()
@@ -318,8 +338,7 @@ def test_the_dashboard_shows_the_running_stage_and_its_age_from_the_lane(
         html = page.jobs_html([], got)
         assert 'data-lane-job="demo" data-stage="one"' in html
         # a lane that does not answer is shown as such, and the page renders
-        lanes = Path(job.dev["NEV_LANES_FILE"])
-        lanes.write_text(lanes.read_text().replace(f":{sshd.port}", f":{local_sshd.free_port()}"))
+        job.lanes.write_text(json.dumps(sshd.lanes(jump_port=local_sshd.free_port())))
         got = collect.gather({"lane_jobs": collect.lane_jobs}, timeout=20)["lane_jobs"]
         assert got[0]["job"] == "demo" and got[0]["unavailable"], got
         html = page.jobs_html([], got)
