@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from jobs import archive
 from jobs.records import JobRecord
 from jobs.state import (
+    CLOCK,
     EVENTS,
     Event,
     JobView,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 
 POLL_S = 1.0  # --follow: one read a second
 GIVE_UP_S = 60.0  # --follow: a lane that does not answer for this long ends it (exit 3)
+STALE_S = 120.0  # --follow: a running job whose state has not changed for this long: no runner
 READ_TIMEOUT_S = 20.0
 TAIL_BYTES = 16384  # --follow: what is read of a running stage's log at the start ...
 TAIL_LINES = 10  # ... and how many of its last lines are shown
@@ -89,7 +91,9 @@ def read_files(reqs: list, now: float) -> tuple[dict, list]:
         except OSError as e:
             files.append({"error": e.strerror or type(e).__name__})
             continue
-        files.append({"ino": st.st_ino, "size": size, "start": start, "len": len(data)})
+        files.append(
+            {"ino": st.st_ino, "size": size, "start": start, "len": len(data), "mtime": st.st_mtime}
+        )
         chunks.append(data)
     return {"now": now, "files": files}, chunks
 
@@ -125,6 +129,7 @@ class Got:
     size: int = 0
     start: int = 0
     length: int = 0
+    mtime: float = 0.0  # on the lane's clock
     data: bytes = b""
 
 
@@ -167,6 +172,9 @@ def parse_head(line: bytes, n: int, label: str) -> tuple[float, list[Got]]:
                         ino=f.get(d, "ino", int, w),
                         size=f.get(d, "size", int, w),
                         start=f.get(d, "start", int, w),
+                        mtime=float(
+                            f.get(d, "mtime", (int, float), w, required=False, default=0.0)
+                        ),
                         length=ln,
                     )
                 )
@@ -262,6 +270,10 @@ class Where:
     @property
     def events(self) -> str:
         return posixpath.join(self.state, EVENTS)
+
+    @property
+    def clock(self) -> str:
+        return posixpath.join(self.state, CLOCK)
 
     @property
     def archived(self) -> str | None:
@@ -469,7 +481,7 @@ class Follower:
     held: list[str] = field(default_factory=list)
 
     def requests(self) -> list[tuple[str, int, int]]:
-        reqs = [(self.where.events, self.ev_offset, EVENTS_CAP)]
+        reqs = [(self.where.events, self.ev_offset, EVENTS_CAP), (self.where.clock, 0, 0)]
         if self.where.archived:
             reqs.append((self.where.archived, 0, 0))
         self.asked = list(self.logs)
@@ -487,8 +499,8 @@ class Follower:
 
     def take(self, reply: Reply) -> tuple[list[str], int | None, bool]:
         """(lines to print, the job's exit once it is over, read again at once)."""
-        marker = reply.files[1] if self.where.archived else None
-        logs = dict(zip(self.asked, reply.files[2 if marker else 1 :], strict=True))
+        marker = reply.files[2] if self.where.archived else None
+        logs = dict(zip(self.asked, reply.files[3 if marker else 2 :], strict=True))
         got = self._events(reply.files[0], marker)
         if not isinstance(got, list):
             return got
@@ -522,6 +534,13 @@ class Follower:
                 out_logs += self._log(t, one)
         out_events = held + out_events
         if view.status in (Status.RUNNING, Status.PENDING):
+            quiet = reply.now - max(reply.files[0].mtime, reply.files[1].mtime)
+            if quiet > STALE_S:  # the runner heartbeats every few seconds while a stage runs
+                out_events.append(
+                    f"== no sign of the runner on {w.label()} for {quiet:.0f} s: the lane or its "
+                    f"Dagu restarted under it? `nev job poll` resends a run cut off"
+                )
+                return out_logs + out_events, Exit.UNAVAILABLE, False
             return out_logs + out_events, None, again
         for t in self.logs.values():
             t.ended = True

@@ -1,12 +1,14 @@
 """`nev job status NAME [--follow]` and the dashboard's jobs on the lanes: a job in flight read from
 its lane. The lane is this machine: a real sshd on 127.0.0.2 behind a jump host, another real
-sshd (`tests/helpers/local_sshd.py`), the job's stages run by the real runner (`nev job run`, as the workflow's run step runs it) in the
-state folder the workflow gives it (`WORK/<job>/state`), and the development box's side is the real
-CLI with a submission record naming the lane and WORK, as `nev job submit` writes it."""
+sshd (`tests/helpers/local_sshd.py`); the job's stages are run by the real runner (`nev job run`,
+as the workflow's run step runs it) in the state folder the workflow gives it (`WORK/<job>/state`);
+the development box's side is the real CLI with a submission record naming the lane and WORK,
+as `nev job submit` writes it."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -268,7 +270,7 @@ def test_ctrl_c_ends_follow_with_130_and_leaves_the_job_and_the_record_alone(
         wait_for(lambda: job.log_has("one", "first"), 30, "stage one to start")
         p, out = follow(job)
         out.when(lambda x: x == "first", 20)
-        assert len(readers_on_the_lane()) == 1          # one reader, on the one session kept open
+        assert len(readers_on_the_lane()) == 1  # one reader, on the one session kept open
         p.send_signal(signal.SIGINT)
         assert p.wait(10) == 130
         assert job.runner is not None and job.runner.poll() is None  # the job runs on
@@ -350,9 +352,16 @@ def test_the_dashboard_shows_the_running_stage_and_its_age_from_the_lane(
         job.close()
 
 
-def test_each_read_asks_only_for_the_bytes_after_those_seen(tmp_path):
-    """The follower's reads, with the lane's reader run here on the runner's own files: a log is
-    read from the offset already seen, never again from its start."""
+def reads(f: lanestate.Follower) -> tuple[list[str], int | None, bool, int]:
+    """One read of the follower's, the lane's reader run here: (lines, exit, again, bytes read)."""
+    reqs = f.requests()
+    head, chunks = lanestate.read_files([list(r) for r in reqs], time.time())
+    raw = json.dumps(head).encode() + b"\n" + b"".join(chunks)
+    return (*f.take(lanestate.parse_reply(raw, len(reqs), "test")), sum(len(c) for c in chunks[1:]))
+
+
+def running(tmp_path: Path) -> tuple[JobState, Path, lanestate.Follower]:
+    """A job's state as the runner writes it (`JobState.record`): its stage gen running, its log."""
     state = tmp_path / "state"
     js = JobState.open(state)
     log = state / "logs" / "gen.log"
@@ -360,22 +369,30 @@ def test_each_read_asks_only_for_the_bytes_after_those_seen(tmp_path):
     log.write_bytes(b"".join(b"old line %d\n" % i for i in range(40)))
     js.record(Event.RUN_STARTED, job="demo", run_id=RUN_ID, stages=["gen"], inputs={})
     js.record(Event.STAGE_STARTED, stage="gen", log=str(log), inputs={})
-    f = lanestate.Follower(lanestate.Where("demo", Lane(0, "lane@h"), str(state), RUN_ID))
+    return (
+        js,
+        log,
+        lanestate.Follower(lanestate.Where("demo", Lane(0, "lane@h"), str(state), RUN_ID)),
+    )
+
+
+def test_each_read_asks_only_for_the_bytes_after_those_seen(tmp_path):
+    """The follower's reads, with the lane's reader run here on the runner's own files: a log is
+    read from the offset already seen, never again from its start."""
+    js, log, f = running(tmp_path)
     read_bytes = 0
 
     def step() -> tuple[list[str], int | None, bool]:
         nonlocal read_bytes
-        reqs = f.requests()
-        head, chunks = lanestate.read_files([list(r) for r in reqs], time.time())
-        read_bytes += sum(len(c) for c in chunks[1:])
-        raw = json.dumps(head).encode() + b"\n" + b"".join(chunks)
-        return f.take(lanestate.parse_reply(raw, len(reqs), "test"))
+        lines, code, again, n = reads(f)
+        read_bytes += n
+        return lines, code, again
 
     lines, code, again = step()
     assert lines[0] == "demo on lane 0: running, attempt 1; stage gen running for 0 s" and again
     lines, code, again = step()
     assert lines[1:] == [f"old line {i}" for i in range(30, 40)] and code is None  # its last lines
-    assert f.requests()[1] == (str(log), log.stat().st_size, lanestate.CAP)
+    assert f.requests()[2] == (str(log), log.stat().st_size, lanestate.CAP)
     with log.open("ab") as fh:
         fh.write(b"new line\npart")
     lines, code, _ = step()
@@ -391,4 +408,20 @@ def test_each_read_asks_only_for_the_bytes_after_those_seen(tmp_path):
     assert (
         read_bytes == log.stat().st_size
     )  # each byte of the log read once (it is shorter than a tail)
+    js.close()
+
+
+def test_a_running_job_whose_state_stopped_changing_ends_follow_with_3(tmp_path):
+    """The lane restarted under the runner: the job still says running, but neither its events nor
+    its heartbeat (clock.json, every 5 s while a stage runs) changed for STALE_S."""
+    js, log, f = running(tmp_path)
+    js.heartbeat()
+    assert reads(f)[1] is None and reads(f)[1] is None  # alive: followed
+    old = time.time() - lanestate.STALE_S - 5
+    for p in (js.folder / "events.jsonl", js.folder / "clock.json"):
+        os.utime(p, (old, old))
+    lines, code, again, _ = reads(f)
+    assert (
+        code == 3 and not again and lines[-1].startswith("== no sign of the runner on lane 0 for ")
+    )
     js.close()
