@@ -151,7 +151,8 @@ def status(name: str | None, state: str | None, as_json: bool, follow: bool) -> 
     --follow: its stages and its running stage's log from the lane, new lines within about a
     second, until the job ends. Exit codes with --follow: the job's own (0 passed, 1 a stage
     failed, 3 not run, 8 stopped, 9, 10, 12: see `nev job run`); 3 also when the lane does not
-    answer; 130 on Ctrl-C (the job runs on). A job not in flight: its status once, exit 0.
+    answer or the runner is gone (no sign of it for 120 s); 130 on Ctrl-C (the job runs on). A
+    job not in flight: its status once, exit 0. See docs/jobs.md.
     """
     from pathlib import Path
 
