@@ -13,19 +13,23 @@ import time
 
 import pytest
 
-from tests.test_job_box import Rig, rig  # noqa: F401 - the module's rig: Dagu up on lane0, a forge repo
+# the module's rig: Dagu up on lane0, a forge repository
+from tests.test_job_box import Rig, rig  # noqa: F401
 
 pytestmark = pytest.mark.box
 
 TICKS = 12
 
 
-def test_follow_shows_each_new_stage_line_within_5_s_and_exits_when_the_job_ends(rig: Rig):  # noqa: F811
+def test_follow_shows_each_new_stage_line_within_5_s_and_exits_when_the_job_ends(
+        rig: Rig):  # noqa: F811
     stages = [{"name": "tick", "kind": "command",
-               "command": f"for i in $(seq 1 {TICKS}); do echo tick-$i-$(date +%s.%N); sleep 1; done"}]
+               "command": f"for i in $(seq 1 {TICKS}); do echo tick-$i-$(date +%s.%N); "
+                          "sleep 1; done"}]
     run_id = rig.job("followme", stages)
     p = subprocess.Popen([sys.executable, "-m", "rig.cli", "job", "status", "followme", "--follow"],
-                         cwd=rig.dev, env=rig.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         cwd=rig.dev, env=rig.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
     got: list[tuple[float, str]] = []
 
     def read() -> None:
@@ -48,7 +52,7 @@ def test_follow_shows_each_new_stage_line_within_5_s_and_exits_when_the_job_ends
           f"median {sorted(delays)[len(delays) // 2]:.2f} s")
     assert max(delays) < 5.0, delays
     numbers = [int(x.split("-")[1]) for x in lines if x.startswith("tick-")]
-    assert numbers == sorted(set(numbers)) and numbers[-1] == TICKS   # each line once, in order, the last
+    assert numbers == sorted(set(numbers)) and numbers[-1] == TICKS   # each once, in order, all
     assert rig.step_exit(run_id, "run") == "0"
     last = max(float(x.split("-", 2)[2]) for x in lines if x.startswith("tick-"))
     assert ended - last < 15                               # it ended with the job, not much later

@@ -47,7 +47,8 @@ class Exit(IntEnum):
         ("`nev lane`, `nev batch run`, `nev floors`, `nev land`'s gate", "no build lane answered"),
         ("`nev job run`, `nev job check inventory`",
          "the inventory is not ready (a not-run result is kept on the lane; `nev job poll` resends the job)"),
-        ("`nev job status --follow`", "the job's lane did not answer (or the job ended not run: its own 3)"),
+        ("`nev job status --follow`",
+         "the job's lane did not answer, or its runner is gone (or the job ended not run: its own 3)"),
     )
     DISK_SHORT = 4, ("a lane's disk is short even after a sweep (names the lane index, free GB, the largest "
                      "copies)")
