@@ -48,7 +48,7 @@ class Exit(IntEnum):
         ("`nev job run`, `nev job check inventory`",
          "the inventory is not ready (a not-run result is kept on the lane; `nev job poll` resends the job)"),
         ("`nev job status --follow`",
-         "the job's lane did not answer, or its runner is gone (or the job ended not run: its own 3)"),
+         "the job's lane did not answer or its runner is gone (or the job ended not run)"),
     )
     DISK_SHORT = 4, ("a lane's disk is short even after a sweep (names the lane index, free GB, the largest "
                      "copies)")
