@@ -141,13 +141,24 @@ def revoke(name: str) -> int:
 @click.argument("name", required=False)
 @click.option("--state", type=click.Path(file_okay=False), help="Read this state folder.")
 @click.option("--json", "as_json", is_flag=True)
-def status(name: str | None, state: str | None, as_json: bool) -> int:
-    """Each job's stage states, from its state file or its recorded result."""
+@click.option("--follow", is_flag=True, help="With NAME: follow a job in flight on its lane "
+              "(its stages, its running stage's log) until it ends.")
+def status(name: str | None, state: str | None, as_json: bool, follow: bool) -> int:
+    """Each job's stage states, from its state file or its recorded result; with NAME, a job in
+    flight also as its lane holds it (or `lane unreachable: ...`).
+
+    \b
+    --follow: its stages and its running stage's log from the lane, new lines within about a
+    second, until the job ends. Exit codes with --follow: the job's own (0 passed, 1 a stage
+    failed, 3 not run, 8 stopped, 9, 10, 12: see `nev job run`); 3 also when the lane does not
+    answer or the runner is gone (no sign of it for 120 s); 130 on Ctrl-C (the job runs on). A
+    job not in flight: its status once, exit 0. See docs/jobs.md.
+    """
     from pathlib import Path
 
     from jobs import status as status_mod
 
-    return status_mod.show(name, Path(state) if state else None, as_json)
+    return status_mod.show(name, Path(state) if state else None, as_json, follow=follow)
 
 
 @click.command("land")

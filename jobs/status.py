@@ -11,7 +11,9 @@ from typing import Any
 from jobs import records
 from jobs.state import STATE, JobState, JobView, used_seconds
 from lanes.base import jsonfile, settings
-from lanes.base.errors import NevError
+from lanes.base.errors import NevError, UsageError
+from lanes.base.exitcodes import Exit
+from lanes.base.mask import mask
 from lanes.base.ui import emit_json
 
 
@@ -63,7 +65,31 @@ def lines(s: dict[str, Any]) -> list[str]:
     return out
 
 
-def show(name: str | None, state_dir: Path | None, as_json: bool, environ: Mapping[str, str] | None = None) -> int:
+def record_summary(rec: records.JobRecord) -> dict[str, Any]:
+    """A submission record of this box as `lines` reads it (pure)."""
+    return {"job": rec.job, "status": rec.status.value, "attempts": rec.sends, "used_s": 0.0,
+            "stages": {}, "preflight": None, "inventory": None, "result": rec.result,
+            "exit": rec.exit, "why": rec.why, "run_id": rec.run_id, "resends": rec.resends,
+            "cutoffs": rec.cutoffs}
+
+
+def lane_view(rec: records.JobRecord) -> dict[str, Any]:
+    """A job in flight as its lane holds it (`jobs.lanestate`), or `{"unreachable": why}`."""
+    from jobs import lanestate
+
+    try:
+        got = lanestate.views([lanestate.where(rec)])[rec.job]
+    except NevError as e:                     # no lane configured, a bad lanes file
+        return {"unreachable": mask(e.message)}
+    return {"unreachable": got} if isinstance(got, str) else got.summary()
+
+
+def show(name: str | None, state_dir: Path | None, as_json: bool,
+         environ: Mapping[str, str] | None = None, follow: bool = False) -> int:
+    """Each job's stage states; with NAME, a job in flight also as its lane holds it. `follow`:
+    `follow` below."""
+    if follow:
+        return follow_job(name, state_dir, as_json, environ)
     folders: list[Path]
     if state_dir is not None:
         folders = [state_dir]
@@ -81,11 +107,9 @@ def show(name: str | None, state_dir: Path | None, as_json: bool, environ: Mappi
     if state_dir is None:
         for job, rec in sorted(records.read(environ).jobs.items()):
             if (name is None or job == name) and not any(s["job"] == job for s in found):
-                found.append({"job": job, "status": rec.status.value, "attempts": rec.sends,
-                              "used_s": 0.0, "stages": {}, "preflight": None,
-                              "inventory": None, "result": rec.result, "exit": rec.exit,
-                              "why": rec.why, "run_id": rec.run_id, "resends": rec.resends,
-                              "cutoffs": rec.cutoffs})
+                found.append(record_summary(rec))
+                if name and not rec.status.final:    # in flight: as its lane holds it too
+                    found[-1]["lane"] = lane_view(rec)
     if name and not found:
         raise NevError(f"no job {name}: no state folder under {jobs_folder(environ)} and no submission record")
     found = [short_commits(s) for s in found]
@@ -93,7 +117,42 @@ def show(name: str | None, state_dir: Path | None, as_json: bool, environ: Mappi
         emit_json(found)
     else:
         for s in found:
-            print("\n".join(lines(s)))
+            print("\n".join(lines(s) + [f"  {x}" for x in lane_text(s)]), flush=True)
         if not found:
             print("no jobs")
     return 0
+
+
+def lane_text(s: dict[str, Any]) -> list[str]:
+    lane = s.get("lane")
+    if not lane:
+        return []
+    if "unreachable" in lane:
+        return [f"lane unreachable: {lane['unreachable']}"]
+    from jobs.lanestate import lane_lines
+
+    return lane_lines(lane, s["job"])
+
+
+def follow_job(name: str | None, state_dir: Path | None, as_json: bool,
+               environ: Mapping[str, str] | None = None) -> int:
+    """`nev job status NAME --follow`: a job in flight (submitted or resent, by its record) followed
+    on its lane until it ends (`jobs.lanestate.follow`), exiting with the job's own exit; any other
+    job's status shown once, as without --follow (exit 0). A lane that does not answer: the
+    record and `lane unreachable: ...`, exit 3."""
+    if not name or state_dir is not None or as_json:
+        raise UsageError("--follow takes a job NAME, and no --state or --json")
+    rec = records.read(environ).jobs.get(name)
+    if rec is None or rec.status.final:
+        return show(name, None, False, environ)
+    from jobs import lanestate
+
+    try:
+        w = lanestate.where(rec)
+        return lanestate.follow(w, lambda line: print(line, flush=True))
+    except NevError as e:
+        if e.exit_code != Exit.UNAVAILABLE:
+            raise
+        out = lines(short_commits(record_summary(rec))) + [f"  lane unreachable: {mask(e.message)}"]
+        print("\n".join(out), flush=True)
+        return Exit.UNAVAILABLE

@@ -53,6 +53,8 @@ class Exit(IntEnum):
          "`nev oracle suite run`", "no build lane answered"),
         ("`nev job run`, `nev job check inventory`",
          "the inventory is not ready (a not-run result is kept on the lane; `nev job poll` resends the job)"),
+        ("`nev job status --follow`",
+         "the job's lane did not answer or its runner is gone (or the job ended not run)"),
     )
     DISK_SHORT = 4, ("a lane's disk is short even after a sweep (names the lane index, free GB, the largest "
                      "copies)")

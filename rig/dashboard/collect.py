@@ -9,6 +9,8 @@ breaks the page.
 | aliases  | the inventory snapshot (NEV_INVENTORY): status, held for, last answer, in-flight limit; an alias whose replicas an operator drained or stopped shows `stopped` |
 | replicas | HAProxy's runtime API (the rig file's serving roles) and the rig notes' change log: ready, drained, stopped, down |
 | jobs     | the job state folders (`jobs/status.py`: NEV_STATE_DIR/jobs/*/state.json, the view `jobs/state.py` keeps): stage states |
+| lane_jobs | each job in flight, on its lane (`jobs/lanestate.py`: one SSH read per lane): its
+|          | running stage and that stage's age |
 | batches  | the ledger (`bench/ledger.py`: `ledger/<worktree>.jsonl` on the share): one line per batch, and per worktree or job its spend against its budget |
 | floors   | the engine's committed floor and provenance files, per function |
 """
@@ -138,6 +140,33 @@ def jobs() -> list[dict[str, Any]]:
     return out
 
 
+def lane_jobs() -> list[dict[str, Any]]:
+    """Each job in flight (submitted or resent from this box) as its lane holds it: its status, its
+    running stage and that stage's age on the lane's clock (`jobs/lanestate.py`: one SSH read per
+    lane); a lane that does not answer makes its jobs' rows `unavailable`."""
+    from jobs import lanestate, records
+
+    recs = records.read()
+    if not recs.jobs:
+        raise Unavailable(f"no job submitted from here ({records.path()})")
+    out: list[dict[str, Any]] = []
+    wheres = []
+    for rec in sorted(recs.jobs.values(), key=lambda r: r.job):
+        if rec.status.final:
+            continue
+        try:
+            wheres.append(lanestate.where(rec))
+        except NevError as e:
+            out.append({"job": rec.job, "unavailable": mask(e.message, extra=known_secrets())})
+    for name, got in lanestate.views(wheres).items():
+        if isinstance(got, str):
+            out.append({"job": name, "lane": next(w.label() for w in wheres if w.job == name),
+                        "unavailable": mask(got, extra=known_secrets())})
+        else:
+            out.append({"job": name, **got.summary()})
+    return sorted(out, key=lambda r: r["job"])
+
+
 # -- batches (the ledger) --------------------------------------------------
 
 def ledger_dir() -> Path:
@@ -238,7 +267,8 @@ def floors() -> list[dict[str, Any]]:
 # -- all of them -----------------------------------------------------------
 
 COLLECTORS: dict[str, Callable[[], Any]] = {
-    "lanes": lanes, "dagu": dagu_runs, "aliases": aliases, "replicas": replicas, "jobs": jobs, "batches": batches, "floors": floors,
+    "lanes": lanes, "dagu": dagu_runs, "aliases": aliases, "replicas": replicas, "jobs": jobs,
+    "lane_jobs": lane_jobs, "batches": batches, "floors": floors,
 }
 
 

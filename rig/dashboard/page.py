@@ -139,8 +139,31 @@ def _replicas_table(section: list[dict[str, Any]]) -> str:
         f"<td>{_st(r['state'])}</td><td>{_t(r['by'] or '-')}</td></tr>" for r in section))
 
 
-def jobs_html(section: Any) -> str:
-    return _section("jobs", "Jobs", _shown(section, _jobs_table))
+def jobs_html(section: Any, on_lanes: Any = None) -> str:
+    lanes = "" if on_lanes is None else \
+        f"<h3>In flight on the lanes</h3>{_shown(on_lanes, _lane_jobs_table)}"
+    return _section("jobs", "Jobs", _shown(section, _jobs_table) + lanes)
+
+
+def _lane_jobs_table(section: list[dict[str, Any]]) -> str:
+    if not section:
+        return '<p class="meta">no job in flight</p>'
+    return _table(("job", "lane", "status", "stage", "running for", "stages"),
+                  map(_lane_job_row, section))
+
+
+def _lane_job_row(j: dict[str, Any]) -> str:
+    head = f'<tr class="lane-job" data-lane-job="{_t(j.get("job"))}"'
+    if "unavailable" in j:
+        return (f'{head}><td>{_t(j.get("job"))}</td><td>{_t(j.get("lane") or "")}</td>'
+                f'<td colspan="4">{_unavailable(j)}</td></tr>')
+    stages = " ".join(f"{_t(n)} {_st(s)}" for n, s in j.get("stages", {}).items()) or "-"
+    status = j.get("status") if j.get("this_run") else f"{j.get('status')} (an earlier run)"
+    secs = j.get("stage_age_s")
+    return (f'{head} data-stage="{_t(j.get("stage") or "")}">'
+            f'<td>{_t(j.get("job"))}</td><td>{_t(j.get("lane"))}</td>'
+            f"<td>{_st(status)}</td><td>{_t(j.get('stage') or '-')}</td>"
+            f"<td>{_t(age(secs)) if secs is not None else '-'}</td><td>{stages}</td></tr>")
 
 
 def _jobs_table(section: list[dict[str, Any]]) -> str:
@@ -218,7 +241,7 @@ def render(data: dict[str, Any], refresh_s: int) -> str:
         lanes_html(data.get("lanes"), data.get("dagu")),
         aliases_html(data.get("aliases")),
         replicas_html(data.get("replicas")),
-        jobs_html(data.get("jobs")),
+        jobs_html(data.get("jobs"), data.get("lane_jobs")),
         batches_html(data.get("batches")),
         floors_html(data.get("floors")),
     ])

@@ -1,0 +1,714 @@
+"""A submitted job as its lane holds it, read from the development box.
+
+The runner on the lane keeps the job's state in `WORK/<job>/state/` (`jobs/lane_main.py`, WORK
+being the workflow's parameter, recorded at submit): `events.jsonl` (`jobs/state.py`, append
+only) and each stage's log, `logs/<stage>.log` (named by its `stage-started`
+event; masked as it is written, `jobs/stagelog.py`). They are read over the lanes file's SSH
+connection to the job's lane (`Lane.connect`, through the jump host, the lane `nev job submit`
+chose) by one small standard-library program run with the lane's python3 (`read_files`): each
+file from a byte offset, at most a cap, with its size and inode, in one command.
+
+- `views`: each job's events read whole once (`nev job status NAME`, the dashboard: one SSH
+  command per lane and refresh) and replayed (`jobs.state.replay`).
+- `follow` (`nev job status NAME --follow`): one connection kept open, a read about every second
+  of only the bytes after those already seen (`Follower`, pure but for its caller's reads).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import posixpath
+import shlex
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jobs import archive
+from jobs.records import JobRecord
+from jobs.state import (
+    CLOCK,
+    EVENTS,
+    Event,
+    JobView,
+    StageView,
+    Status,
+    parse_iso,
+    replay,
+    valid_prefix,
+)
+from lanes.base import jsonfile, settings
+from lanes.base.errors import ConfigError, NevError
+from lanes.base.exitcodes import Exit
+from lanes.base.mask import mask
+
+if TYPE_CHECKING:
+    from lanes.base.ssh import Connection
+    from lanes.lanesfile import Lane
+
+POLL_S = 1.0  # --follow: one read a second
+GIVE_UP_S = 60.0  # --follow: a lane that does not answer for this long ends it (exit 3)
+STALE_S = 120.0  # --follow: a running job whose state has not changed for this long: no runner
+READ_TIMEOUT_S = 20.0
+TAIL_BYTES = 16384  # --follow: what is read of a running stage's log at the start ...
+TAIL_LINES = 10  # ... and how many of its last lines are shown
+CAP = 1 << 20  # at most this much of one log per read (the rest comes with the next)
+EVENTS_CAP = 8 << 20
+CHUNK = 1 << 16
+LONG_LINE = 1 << 16  # a log line longer than this (no newline yet) is shown as it stands
+
+# A job's exit when its job-ended event names none (jobs/runner.py's codes).
+OUTCOME_EXIT = {
+    Status.PASSED: Exit.OK,
+    Status.FAILED: Exit.FAILED,
+    Status.STOPPED: Exit.STOPPED,
+    Status.NOT_RUN: Exit.UNAVAILABLE,
+}
+
+
+def read_files(reqs: list, now: float) -> tuple[dict, list]:
+    """Run on the lane (standard library only): per request [path, offset, cap] the file's bytes
+    from `offset` (a negative offset: the last -offset bytes; an offset past the end, the file
+    being shorter than what was seen: from 0), at most `cap`, and its inode, size and start."""
+    import os
+
+    files: list[dict] = []
+    chunks: list[bytes] = []
+    for path, offset, cap in reqs:
+        try:
+            with open(os.path.expanduser(path), "rb") as f:
+                st = os.fstat(f.fileno())
+                size = st.st_size
+                start = max(0, size + offset) if offset < 0 else (offset if offset <= size else 0)
+                f.seek(start)
+                data = f.read(max(0, min(cap, size - start)))
+        except (FileNotFoundError, NotADirectoryError):
+            files.append({"missing": True})
+            continue
+        except OSError as e:
+            files.append({"error": e.strerror or type(e).__name__})
+            continue
+        files.append(
+            {"ino": st.st_ino, "size": size, "start": start, "len": len(data), "mtime": st.st_mtime}
+        )
+        chunks.append(data)
+    return {"now": now, "files": files}, chunks
+
+
+# One process for as long as the session is open: a request line in, an answer out; it ends with
+# its input (the session closed, the connection dropped).
+REMOTE = """
+import json, sys, time
+{read_files}
+out = sys.stdout.buffer
+for line in sys.stdin.buffer:
+    head, chunks = read_files(json.loads(line), time.time())
+    out.write(json.dumps(head).encode() + b"\\n")
+    for c in chunks:
+        out.write(c)
+    out.flush()
+"""
+
+
+def remote_command() -> str:
+    return "python3 -I -S -c " + shlex.quote(
+        REMOTE.format(read_files=inspect.getsource(read_files))
+    )
+
+
+@dataclass(frozen=True)
+class Got:
+    """One file as the lane's reader answered: missing, an error, or bytes from `start`."""
+
+    missing: bool = False
+    error: str | None = None
+    ino: int = 0
+    size: int = 0
+    start: int = 0
+    length: int = 0
+    mtime: float = 0.0  # on the lane's clock
+    data: bytes = b""
+
+
+@dataclass(frozen=True)
+class Reply:
+    now: float  # the lane's clock (stage ages are measured on it)
+    files: list[Got]
+
+
+AGAIN = "is this lane's nev the same version as here?"
+
+
+def parse_head(line: bytes, n: int, label: str) -> tuple[float, list[Got]]:
+    """The answer's first line (pure): the lane's clock and, per request, what came (its bytes
+    follow the line: `length` each); NevError naming `label` when it is not that for `n`
+    requests."""
+    try:
+        f = jsonfile.Fields(f"{label}: the job state reader's answer")
+        head = f.obj(
+            jsonfile.parse(line.decode("utf-8", "replace"), label, "job state reader's answer"),
+            "(answer)",
+        )
+        now = float(f.get(head, "now", (int, float), ""))
+        items = f.get(head, "files", list, "")
+        if len(items) != n:
+            raise f.fail("files", f"holds {len(items)} answers for {n} requests")
+        files = []
+        for i, it in enumerate(items):
+            d, w = f.obj(it, f"files[{i}]"), f"files[{i}]"
+            if d.get("missing"):
+                files.append(Got(missing=True))
+            elif "error" in d:
+                files.append(Got(error=str(f.get(d, "error", str, w))))
+            else:
+                ln = f.get(d, "len", int, w)
+                if ln < 0:
+                    raise f.fail(f"{w}.len", f"is {ln}, not a length")
+                files.append(
+                    Got(
+                        ino=f.get(d, "ino", int, w),
+                        size=f.get(d, "size", int, w),
+                        start=f.get(d, "start", int, w),
+                        mtime=float(
+                            f.get(d, "mtime", (int, float), w, required=False, default=0.0)
+                        ),
+                        length=ln,
+                    )
+                )
+    except ConfigError as e:
+        raise NevError(f"{e.message}; {AGAIN}") from None
+    return now, files
+
+
+def fill(files: list[Got], body: bytes, label: str) -> list[Got]:
+    """Each file's bytes cut from the body that followed the answer's line (pure)."""
+    out, pos = [], 0
+    for g in files:
+        out.append(dataclasses.replace(g, data=body[pos : pos + g.length]))
+        pos += g.length
+    if pos != len(body):
+        raise NevError(
+            f"{label}: the job state reader's answer names {pos} bytes, {len(body)} came; {AGAIN}"
+        )
+    return out
+
+
+def parse_reply(raw: bytes, n: int, label: str) -> Reply:
+    """A whole answer (pure): its line, then the files' bytes back to back."""
+    line, sep, body = raw.partition(b"\n")
+    if not sep:
+        raise NevError(f"{label}: the job state reader's answer has no first line; {AGAIN}")
+    now, files = parse_head(line, n, label)
+    return Reply(now, fill(files, body, label))
+
+
+class LaneReader:
+    """The lane's reader (`REMOTE`) on one SSH session of an open connection, kept open between
+    reads: no new session, no new process per read."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.ch = conn.open_session(remote_command())
+        self.ch.settimeout(READ_TIMEOUT_S)
+        self.buf = b""
+
+    def _fail(self, what: str) -> NevError:
+        from lanes.base.ssh import SshError
+
+        err = b""
+        while self.ch.recv_stderr_ready():
+            err += self.ch.recv_stderr(65536)
+        last = [ln for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()][-1:]
+        return SshError(
+            f"the job state reader on {self.conn.target} {what}"
+            + (f": {mask(last[0])}" if last else "")
+        )
+
+    def _until(self, n: int | None) -> bytes:
+        """The next line (n None) or the next n bytes."""
+
+        while (b"\n" not in self.buf) if n is None else (len(self.buf) < n):
+            try:
+                got = self.ch.recv(CHUNK)
+            except TimeoutError:
+                raise self._fail(f"gave no answer within {READ_TIMEOUT_S:.0f} s") from None
+            if not got:
+                time.sleep(0.1)  # its error, if any, comes with its exit
+                raise self._fail("ended")
+            self.buf += got
+        cut = self.buf.index(b"\n") + 1 if n is None else n
+        out, self.buf = self.buf[:cut], self.buf[cut:]
+        return out
+
+    def read(self, reqs: list[tuple[str, int, int]]) -> Reply:
+        self.ch.sendall(json.dumps(reqs).encode() + b"\n")
+        label = str(self.conn.target)
+        now, files = parse_head(self._until(None)[:-1], len(reqs), label)
+        return Reply(now, fill(files, self._until(sum(g.length for g in files)), label))
+
+    def close(self) -> None:
+        self.ch.close()
+
+
+# -- where a job is -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Where:
+    """A submitted job's place: its lane, its state folder there (`~` the lane user's home), the
+    run this box last sent and the share it archives to."""
+
+    job: str
+    lane: Lane
+    state: str
+    run_id: str | None = None
+    share: str | None = None
+
+    @property
+    def events(self) -> str:
+        return posixpath.join(self.state, EVENTS)
+
+    @property
+    def clock(self) -> str:
+        return posixpath.join(self.state, CLOCK)
+
+    @property
+    def archived(self) -> str | None:
+        """The marker the archive step writes (`jobs/archive.py`); the cleanup step removes the
+        job's folder only after it, once the job passed and was published."""
+        if not (self.share and self.run_id):
+            return None
+        return str(archive.marker(Path(self.share), self.job, self.run_id))
+
+    def label(self) -> str:
+        return self.lane.label
+
+
+def where(rec: JobRecord) -> Where:
+    """Where `nev job submit` sent the job (its record): the lane as `nev dagu`/submit choose it
+    (--lane, else NEV_DAGU_LANE, ...), the state folder under the run's WORK parameter (a record
+    without one: NEV_DAGU_DIR's jobs-work)."""
+    from dagu.layout import Layout, resolve_root
+    from dagu.service import pick_lane
+
+    work = (
+        rec.params.get("WORK")
+        or Layout(resolve_root(settings.value(settings.DAGU_DIR), "~")).jobs_work
+    )
+    return Where(
+        rec.job,
+        pick_lane(rec.lane),
+        posixpath.join(work, rec.job, "state"),
+        rec.run_id,
+        rec.params.get("SHARE") or None,
+    )
+
+
+def events_of(text: bytes, label: str) -> list[dict[str, Any]]:
+    """The valid prefix of an events file's bytes (ConfigError for an edited line, as in
+    `nev job status`)."""
+    return valid_prefix(text.decode("utf-8", "replace"), label)[0]
+
+
+def this_run(view: JobView, run_id: str | None) -> bool:
+    """The state is of the run this box sent (no run recorded: any)."""
+    return run_id is None or bool(view.attempts) and view.attempts[-1].run_id == run_id
+
+
+def current_stage(view: JobView) -> tuple[str, StageView] | None:
+    running = [(n, s) for n, s in view.stages.items() if s.status is Status.RUNNING]
+    return max(running, key=lambda x: x[1].started or "") if running else None
+
+
+def stage_age(s: StageView, now: float) -> float | None:
+    try:
+        return max(0.0, now - parse_iso(s.started)) if s.started else None
+    except ValueError:
+        return None
+
+
+@dataclass
+class LaneJob:
+    """A job's state as its lane holds it now: `view` None when there is none (yet, or any more)."""
+
+    where: Where
+    view: JobView | None
+    now: float
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"lane": self.where.label(), "state": self.where.state}
+        v = self.view
+        if v is None:
+            return {**out, "status": "no state yet", "this_run": False, "stages": {}}
+        cur = current_stage(v)
+        age = stage_age(cur[1], self.now) if cur else None
+        return {
+            **out,
+            "status": v.status.value,
+            "this_run": this_run(v, self.where.run_id),
+            "run_id": v.attempts[-1].run_id if v.attempts else None,
+            "attempts": len(v.attempts),
+            "stage": cur[0] if cur else None,
+            "stage_age_s": round(age, 1) if age is not None else None,
+            "stages": {n: s.status.value for n, s in v.stages.items()},
+        }
+
+
+def lane_lines(s: dict[str, Any], job: str) -> list[str]:
+    """What a person reads of a job's lane state (`LaneJob.summary`), pure."""
+    head = f"{job} on {s['lane']}: {s['status']}"
+    if s["status"] == "no state yet":
+        return [f"{head} (queued or preparing: {s['state']})"]
+    head += f", attempt {s['attempts']}"
+    if not s["this_run"]:
+        head += f" of run {s['run_id']} (an earlier run; the one sent last has not started)"
+    if s.get("stage"):
+        age = s.get("stage_age_s")
+        head += f"; stage {s['stage']} running" + (f" for {age:.0f} s" if age is not None else "")
+    return [head] + [f"  {n:<20} {st}" for n, st in s["stages"].items()]
+
+
+def _conn_key(lane: Lane) -> tuple[str, str | None]:
+    return lane.ssh, lane.jump
+
+
+def views(wheres: Iterable[Where]) -> dict[str, LaneJob | str]:
+    """Each job's state on its lane, or why it could not be read (one line): one connection and one
+    read per lane."""
+    from lanes.base.ssh import link_errors
+
+    failures: tuple[type[BaseException], ...] = (NevError, *link_errors())
+    by_lane: dict[tuple[str, str | None], list[Where]] = {}
+    for w in wheres:
+        by_lane.setdefault(_conn_key(w.lane), []).append(w)
+    out: dict[str, LaneJob | str] = {}
+    for ws in by_lane.values():
+        reqs = [(w.events, 0, EVENTS_CAP) for w in ws]
+        try:
+            conn = ws[0].lane.connect()
+            try:
+                reply = LaneReader(conn).read(reqs)
+            finally:
+                conn.close()
+        except failures as e:
+            why = mask(str(e) or type(e).__name__)
+            for w in ws:
+                out[w.job] = why
+            continue
+        for i, w in enumerate(ws):
+            ev = reply.files[i]
+            if ev.error:
+                out[w.job] = f"cannot read {w.events} on {w.label()}: {ev.error}"
+                continue
+            try:
+                view = None if ev.missing else replay(events_of(ev.data, f"{w.label()}:{w.events}"))
+            except ConfigError as e:
+                out[w.job] = e.message
+                continue
+            out[w.job] = LaneJob(w, view, reply.now)
+    return out
+
+
+# -- following ------------------------------------------------------------------------------------
+
+
+def event_line(ev: dict[str, Any], job: str) -> str | None:
+    """The line --follow prints for one new event of the runner's (pure); None: said otherwise."""
+    kind = Event.of(ev.get("event"))
+    stage = ev.get("stage")
+    reasons = "; ".join(
+        str(r.get("message")) for r in (ev.get("reasons") or []) if isinstance(r, dict)
+    )
+    lines = {
+        Event.RUN_STARTED: f"job {job}: attempt started (run {ev.get('run_id') or '-'})",
+        Event.PREFLIGHT_FAILED: f"requirements: unmet: {reasons}",
+        Event.INVENTORY_TRANSIENT: f"inventory: not ready: {reasons}",
+        Event.INVENTORY_PERMANENT: f"inventory: refused: {reasons}",
+        Event.STAGE_STARTED: f"stage {stage}: running",
+        Event.STAGE_PASSED: f"stage {stage}: passed",
+        Event.STAGE_FAILED: f"stage {stage}: failed (exit {ev.get('exit')})"
+        + (f": {ev['reason']}" if ev.get("reason") else ""),
+        Event.STAGE_STOPPED: f"stage {stage}: stopped by {ev.get('reason') or 'a signal'}",
+        Event.STAGE_INTERRUPTED: f"stage {stage}: cut short by an earlier attempt; "
+        "it reruns from its start",
+        Event.JOB_ENDED: f"job {job}: {ev.get('outcome')} (exit {ev.get('exit')})",
+    }
+    line = lines.get(kind) if kind is not None else None
+    return f"== {line}" if line else None
+
+
+def ended_exit(events: list[dict[str, Any]], view: JobView) -> int:
+    """The job's own exit: its job-ended event's, else its outcome's."""
+    for ev in reversed(events):
+        if ev.get("event") == Event.JOB_ENDED.value and isinstance(ev.get("exit"), int):
+            return int(ev["exit"])
+    return int(OUTCOME_EXIT.get(view.status, Exit.FAILED))
+
+
+@dataclass
+class LogTail:
+    """One stage's log being followed: the bytes seen (`offset`; negative: its last bytes first)."""
+
+    stage: str
+    path: str
+    offset: int
+    ino: int | None = None
+    pending: bytes = b""
+    ended: bool = False  # the stage ended: drained once a read reaches the file's end
+
+
+@dataclass
+class Follower:
+    """--follow's state between reads; `requests` says what to read, `take` what to print, and
+    the job's exit once it ended and its logs are drained (pure: the caller reads)."""
+
+    where: Where
+    ev_offset: int = 0
+    ev_ino: int | None = None
+    ev_text: bytes = b""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    live: bool = False  # the state is of the run this box sent, and was shown
+    logs: dict[str, LogTail] = field(default_factory=dict)
+    shown_log: str | None = None
+    said: str | None = None  # the last waiting line (said once)
+    asked: list[str] = field(default_factory=list)
+    seen: dict[str, tuple[int | None, int]] = field(
+        default_factory=dict
+    )  # log path: (inode, offset)
+    held: list[str] = field(default_factory=list)
+
+    def requests(self) -> list[tuple[str, int, int]]:
+        reqs = [(self.where.events, self.ev_offset, EVENTS_CAP), (self.where.clock, 0, 0)]
+        if self.where.archived:
+            reqs.append((self.where.archived, 0, 0))
+        self.asked = list(self.logs)
+        return reqs + [(self.logs[s].path, self.logs[s].offset, CAP) for s in self.asked]
+
+    def _reset(self) -> None:
+        self.ev_offset, self.ev_ino, self.ev_text, self.events = 0, None, b"", []
+        self.live, self.logs, self.held = False, {}, []
+
+    def _wait(self, line: str) -> list[str]:
+        if self.said == line:
+            return []
+        self.said = line
+        return [line]
+
+    def take(self, reply: Reply) -> tuple[list[str], int | None, bool]:
+        """(lines to print, the job's exit once it is over, read again at once)."""
+        marker = reply.files[2] if self.where.archived else None
+        logs = dict(zip(self.asked, reply.files[3 if marker else 2 :], strict=True))
+        got = self._events(reply.files[0], marker)
+        if not isinstance(got, list):
+            return got
+        new = got
+        w = self.where
+        view = replay(self.events)
+        out_events: list[str] = []
+        again = False
+        first_look = not self.live
+        held: list[str] = []
+        if first_look:
+            self.live = True
+            out_events += lane_lines(LaneJob(w, view, reply.now).summary(), w.job)
+            cur = current_stage(view)
+            if view.status in (Status.RUNNING, Status.PENDING) and cur and cur[1].log:
+                self.logs[cur[0]] = LogTail(cur[0], cur[1].log, -TAIL_BYTES)
+                again = True
+        else:
+            held, self.held = self.held, []  # what came after a log not read then: after it
+            holding = False
+            for e in new:
+                (self.held if holding else out_events).extend(
+                    x for x in [event_line(e, w.job)] if x
+                )
+                if self._stage_event(e):
+                    again = holding = True
+        out_logs: list[str] = []
+        for stage, one in logs.items():
+            t = self.logs.get(stage)
+            if t is not None:
+                out_logs += self._log(t, one)
+        out_events = held + out_events
+        if view.status in (Status.RUNNING, Status.PENDING):
+            quiet = reply.now - max(reply.files[0].mtime, reply.files[1].mtime)
+            if quiet > STALE_S:  # the runner heartbeats every few seconds while a stage runs
+                out_events.append(
+                    f"== no sign of the runner on {w.label()} for {quiet:.0f} s: the lane or its "
+                    f"Dagu restarted under it? `nev job poll` resends a run cut off"
+                )
+                return out_logs + out_events, Exit.UNAVAILABLE, False
+            return out_logs + out_events, None, again
+        for t in self.logs.values():
+            t.ended = True
+        if self.logs:
+            return out_logs + out_events, None, True  # their last lines first
+        if first_look:  # over before we looked: the lane's view, then its end
+            out_events += [x for x in (event_line(e, w.job) for e in self.events[-1:]) if x]
+        return out_logs + out_events, ended_exit(self.events, view), False
+
+    def _events(
+        self, ev: Got, marker: Got | None
+    ) -> list[dict[str, Any]] | tuple[list[str], int | None, bool]:
+        """The new events of this run (a list), or what `take` answers without them."""
+        w = self.where
+        if ev.error:
+            raise NevError(f"cannot read {w.events} on {w.label()}: {ev.error}")
+        if ev.missing:
+            if marker is not None and not marker.missing:
+                return (
+                    [
+                        f"== job {w.job}: run {w.run_id} passed; its folder on {w.label()} "
+                        "is cleaned up "
+                        "(published and archived; `nev job poll` lands it)"
+                    ],
+                    Exit.OK,
+                    False,
+                )
+            self._reset()
+            return (
+                self._wait(
+                    f"== waiting for job {w.job}'s state on {w.label()} (queued or preparing: "
+                    f"{w.state})"
+                ),
+                None,
+                False,
+            )
+        if self.ev_ino is not None and (ev.ino != self.ev_ino or ev.start != self.ev_offset):
+            # a new folder (a new submission), or a file shorter than what was seen: read it anew
+            self._reset()
+            return [], None, True
+        self.ev_ino = ev.ino
+        complete = ev.data[: ev.data.rfind(b"\n") + 1]  # a line still being written: next time
+        self.ev_text += complete
+        self.ev_offset += len(complete)
+        every = events_of(self.ev_text, f"{w.label()}:{w.events}") if complete else self.events
+        if len(every) < len(self.events):  # rewritten under us: read it again
+            self._reset()
+            return [], None, True
+        new, self.events = every[len(self.events) :], every
+        if not self.events:
+            return (
+                self._wait(f"== waiting for job {w.job}'s first event on {w.label()} ({w.events})"),
+                None,
+                False,
+            )
+        view = replay(self.events)
+        if not this_run(view, w.run_id):
+            self.live, self.logs = False, {}
+            run = view.attempts[-1].run_id if view.attempts else None
+            return (
+                self._wait(
+                    f"== {w.label()} holds run {run or '-'} of {w.job} ({view.status.value}); "
+                    f"waiting for run {w.run_id} to start"
+                ),
+                None,
+                False,
+            )
+        return new
+
+    def _stage_event(self, e: dict[str, Any]) -> bool:
+        """A stage's log followed from its start, or marked ended; True: a log to read at once."""
+        kind, stage = Event.of(e.get("event")), e.get("stage")
+        if kind is Event.STAGE_STARTED and isinstance(e.get("log"), str) and isinstance(stage, str):
+            ino, offset = self.seen.get(e["log"], (None, 0))  # a rerun appends to its log
+            self.logs[stage] = LogTail(stage, e["log"], offset, ino)
+            return True
+        if kind is not None and kind.stage and stage in self.logs:
+            self.logs[stage].ended = True
+        return False
+
+    def _log(self, t: LogTail, got: Got) -> list[str]:
+        """The lines of one log read; the tail dropped once its stage ended and it is drained."""
+        if got.missing or got.error:
+            if t.ended:
+                del self.logs[t.stage]
+            return [f"== log of stage {t.stage}: {got.error}"] if got.error else []
+        if t.ino is not None and got.ino != t.ino:  # another file: from its start
+            t.offset, t.ino, t.pending = 0, got.ino, b""
+            return []
+        data = got.data
+        if t.offset < 0 and got.start > 0:  # a tail: from the first whole line
+            data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+        elif t.offset >= 0 and got.start != t.offset:  # shorter than what was seen: anew
+            t.pending = b""
+        first = t.offset < 0
+        t.ino, t.offset = got.ino, got.start + len(got.data)
+        self.seen[t.path] = (t.ino, t.offset)
+        parts = (t.pending + data).split(b"\n")
+        t.pending = parts.pop()
+        if len(t.pending) > LONG_LINE:
+            parts.append(t.pending)
+            t.pending = b""
+        drained = t.ended and got.start + len(got.data) >= got.size
+        if drained:
+            if t.pending:
+                parts.append(t.pending)
+            del self.logs[t.stage]
+        if first:
+            parts = parts[-TAIL_LINES:]
+        out = []
+        if parts and self.shown_log != t.stage:
+            self.shown_log = t.stage
+            out.append(f"== log of stage {t.stage} ({self.where.label()}: {t.path})")
+        return out + [mask(p.decode("utf-8", "replace").rstrip("\r")) for p in parts]
+
+
+def follow(
+    w: Where, say: Callable[[str], None], poll_s: float = POLL_S, give_up_s: float = GIVE_UP_S
+) -> int:
+    """`nev job status NAME --follow`: the job's stages and its running stage's log, read over one
+    connection kept open, until the job ends; its exit (`ended_exit`). A lane that does not answer
+    at the start is NevError; one that stops answering is tried again each `poll_s`, for at most
+    `give_up_s` (then exit 3)."""
+    from lanes.base.ssh import link_errors
+
+    failures: tuple[type[BaseException], ...] = (NevError, *link_errors())
+    f = Follower(w)
+    conn: Connection | None = None
+    reader: LaneReader | None = None
+    last_ok: float | None = None
+    down: str | None = None
+    try:
+        while True:
+            began = time.monotonic()
+            try:
+                if conn is None or reader is None:
+                    conn = w.lane.connect()
+                    reader = LaneReader(conn)
+                reply = reader.read(f.requests())
+            except failures as e:
+                why = mask(str(e) or type(e).__name__)
+                if conn is not None:
+                    conn.close()
+                conn = reader = None
+                if last_ok is None:  # never answered: said by the caller, with the record
+                    raise NevError(why, Exit.UNAVAILABLE) from None
+                if time.monotonic() - last_ok > give_up_s:
+                    raise NevError(
+                        f"{w.label()} unreachable for {give_up_s:.0f} s ({why}); the job may "
+                        f"still run: `nev job status {w.job}` later",
+                        Exit.UNAVAILABLE,
+                    ) from None
+                if down is None:
+                    say(f"== {w.label()} unreachable: {why}; trying again")
+                down = why
+                time.sleep(poll_s)
+                continue
+            if down is not None:
+                say(f"== {w.label()} answers again")
+                down = None
+            last_ok = time.monotonic()
+            lines, code, again = f.take(reply)
+            for line in lines:
+                say(line)
+            if code is not None:
+                return code
+            if not again:  # a read about every poll_s, start to start
+                time.sleep(max(0.0, began + poll_s - time.monotonic()))
+    finally:
+        if conn is not None:
+            conn.close()
