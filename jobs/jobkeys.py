@@ -146,6 +146,18 @@ def mint(m: Manifest, environ: Mapping[str, str] | None = None, now: float | Non
     return key
 
 
+def mint_service(name: str, models: list[str], environ: Mapping[str, str] | None = None) -> str:
+    """A key of a rig service (`service:NAME`, e.g. the collector lane's probe): allowed `models`
+    only, no expiry (a new one replaces it); returns the key, registered as a secret."""
+    if not models:
+        raise ConfigError(f"no aliases for the key of {name}: declare some in NEV_FOLKNET_FILE")
+    key = f"sk-nev-service-{secrets.token_hex(24)}"
+    register_secret(key)
+    entry = {"name": f"service:{name}", "models": sorted(models), "sha256": digest(key)}
+    _change({"add": {f"service:{name}": entry}}, environ)
+    return key
+
+
 def drop_command(path: str, sha256: str | None = None) -> str:
     """sh that deletes a job's key file on its lane (nothing when it is not there); with `sha256`,
     only when the file holds that key (a submission of the same job since then keeps its own)."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from rig.forward_cli import forward
+from rig.services_cli import services
 from rig.serving_cli import COMMANDS as SERVING_COMMANDS
 
 if TYPE_CHECKING:
@@ -405,5 +406,6 @@ def dashboard(port: int, refresh: int | None) -> int:
 
 
 rig.add_command(forward)
+rig.add_command(services)
 for _cmd in SERVING_COMMANDS:
     rig.add_command(_cmd)

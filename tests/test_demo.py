@@ -51,8 +51,8 @@ def test_demo_passes_every_step_and_lands_a_generated_function_at_its_floor(box)
 
     work = Path(re.search(r"^work: (.+)$", out, re.M).group(1))  # type: ignore[union-attr]
     logs = Path(re.search(r"^logs: (.+)$", out, re.M).group(1))  # type: ignore[union-attr]
-    # 1: every host advertised its role and lane0's collector found it (read over SSH); one probe
-    # round from the dev box through its forward to the gateway
+    # 1: every host advertised its role and lane0's collector found it; lane0's own probe marked
+    # every alias ready (its snapshot, read over SSH and kept in the work folder)
     inv = json.loads((work / "inventory.json").read_text())
     # (other tests' advertisers on the session box may be listed too: the box's own hosts are checked)
     assert set(box.hosts) <= set(inv["hosts"]) and all(inv["hosts"][n]["status"] == "up" for n in box.hosts)

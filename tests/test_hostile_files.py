@@ -182,8 +182,9 @@ def _readers() -> list[Reader]:
     from crates_bridge import corpus, registry
     from jobs import approvals, land_gate, lanestate, manifest, records, tracks
     from lanes import lanesfile
-    from lanes.base import notify
+    from lanes.base import jsonfile, notify
     from rig import capacity, rigfile
+    from rig import services as rig_services
     from rig.box import pool
     from rig.box import state as box_state
     from rig.forward import state as fwd
@@ -245,6 +246,18 @@ def _readers() -> list[Reader]:
         Reader("snapshot label (nev rig diff)", ("rig/snapshot/store.py::LocalStore._load",),
                "notes/snapshots/labels/bad.json", lambda d, f: LocalStore(d / "notes").read_manifest("bad"),
                b'{"format": 1, "label": "bad", "time": "t", "who": "w", "roles": {}}'),
+        Reader("services plan (nev rig services apply, on stdin)", ("rig/services.py::plan_from_text",),
+               "plan.json", lambda d, f: rig_services.plan_from_text(jsonfile.read_text(f, "plan", ""), str(f)),
+               b'{"lane": "l", "services": [], "files": {}, "secret": []}'),
+        Reader("declared lane inventories (nev rig services install --declared)",
+               ("rig/services.py::read_declared",), "declared/lane0.json",
+               lambda d, f: rig_services.read_declared(f.parent), b'{"name": "lane0", "role": "lane"}'),
+        Reader("a lane's services status (over SSH)", ("rig/services.py::parse_here",), "here.json",
+               lambda d, f: rig_services.parse_here(jsonfile.read_text(f, "status", ""), str(f)),
+               b'{"services": []}'),
+        Reader("services plan and state on a lane (nev rig services here)", ("rig/services.py::_read",),
+               "home/.config/nev/services/services.json", lambda d, f: rig_services.here(d / "home"),
+               b'{"lane": "l", "services": [{"name": "probe", "args": []}]}', tolerant=True),
         Reader("suite expectations", ("bench/oracle/suites.py::load_expectations",),
                "oracle/suites/mini.expected.json",
                lambda d, f: suites.load_expectations(f, ["chromium", "firefox", "webkit"]),

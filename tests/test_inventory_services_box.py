@@ -1,9 +1,9 @@
-"""The box's inventory services on the rig-in-a-box: every host advertises its role, lane0 collects.
+"""The inventory's services on the rig-in-a-box: every host advertises its role, lane0 collects
+and probes.
 
-The services are those `rig.box.inventory_services.services` describes. While the box does not
-start them itself, the fixture starts them here the way the box would (each in its host's
-namespaces, lane services as `lane` inside the lane's network and mount namespaces) and stops
-them by PID at the end; when the box already runs them, it uses those.
+The service hosts' advertisers are the box's (`rig.box.inventory_services.services`: namespaces of
+this machine, no boot of their own); the lanes run their own, installed by the box with `nev rig
+services install` as a user would, under each lane's supervisor (`rig/services.py`).
 """
 
 from __future__ import annotations
@@ -29,33 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def services(box) -> Iterator[dict]:
-    from lanes.base import procs
-    from rig.box import inventory_services as isv
-    from rig.box import inventory_up, plan, state
-
-    st = state.read_state(box.dir)
-    assert st is not None
-    layout = plan.Layout(box.name, box.net, len(box.lanes))
-    svcs = isv.services(layout, box.dir, st.lanes_kind)
+    """The box's services as `nev box up` left them: nothing is started here."""
     snap = box.lanes[0].host_home / ".local" / "share" / "nev" / "inventory.json"
-    started = []
-    t0 = time.monotonic()
-    try:
-        if not all(procs.alive(st.procs.get(s.key)) for s in svcs):
-            snap.unlink(missing_ok=True)
-            # what the box's own start does: files, nev on the lanes, then the services in order
-            lane_pids = {ln.name: st.procs[f"{ln.name}.sshd"].pid for ln in box.lanes}
-            t_prep = time.monotonic()
-            svcs, changed = inventory_up.prepare(layout, box.dir, st.lanes_kind, lane_pids)
-            print(f"\nprepared in {time.monotonic() - t_prep:.1f} s: {changed}")
-            t0 = time.monotonic()
-            for s in svcs:
-                pid = st.procs[f"{s.host}.sshd"].pid if s.in_lane else None
-                started.append(procs.spawn(s.key, s.host, s.argv(pid), s.log, env=s.env, cwd=s.cwd))
-        yield {"services": svcs, "snapshot": snap, "t0": t0, "records": started}
-    finally:
-        for rec in started:
-            procs.stop(rec)
+    yield {"snapshot": snap, "t0": time.monotonic()}
 
 
 def wait_for_every_host(box, snap: Path, timeout: float = 90.0) -> dict:
@@ -102,19 +78,15 @@ def test_the_lanes_snapshot_lists_every_host_with_its_role(box, services):
     lane_uid = box.lanes[0].host_home.stat().st_uid
     assert lane_uid != 0 and lane_uid in {pwd.getpwnam("lane").pw_uid, create.IDMAP_BASE + create.LANE_UID}
     assert services["snapshot"].stat().st_uid == lane_uid
-    # a lane service's recorded PID is the service itself, running as `lane` (setpriv execs)
-    from rig.box import state
-
-    st = state.read_state(box.dir)
-    assert st is not None
-    lane_recs = [r for r in [*services["records"], *st.procs.values()]
-                 if r.host.startswith("lane") and r.key.endswith((".advertise", ".collect"))]
-    assert {r.key for r in lane_recs} >= {"lane0.advertise", "lane1.advertise", "lane0.collect"}
-    for rec in lane_recs:
-        if rec.host.startswith("lane"):
-            status = Path(f"/proc/{rec.pid}/status").read_text()
-            uid = next(ln.split()[1] for ln in status.splitlines() if ln.startswith("Uid:"))
-            assert int(uid) == lane_uid, rec.key
+    # the lanes' services are the lanes' own: each lane's supervisor reports them running
+    env = {**os.environ, **box.env, "PYTHONPATH": str(ROOT)}
+    r = nev(env, "rig", "services", "status", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {row["lane"].split()[1]: row for row in json.loads(r.stdout)}
+    assert {s["service"] for s in rows["0"]["services"]} == {"advertise", "collect", "probe"}
+    assert {s["service"] for s in rows["1"]["services"]} == {"advertise"}
+    assert all(s["state"] == "running" for row in rows.values() for s in row["services"])
+    assert all(row["autostart"] and row["supervisor"] for row in rows.values())
 
 
 def test_status_on_the_dev_box_reads_lane0s_snapshot_over_ssh(box, services):
@@ -165,8 +137,12 @@ def test_no_secret_in_the_services_logs_or_served_inventories(box, services):
     wait_for_every_host(box, services["snapshot"])
     secrets = [Path(p).read_text().strip() for p in (*box.keys.values(), box.master_key_file,
                                                       box.forge_token_file)]
-    for s in services["services"]:
-        text = s.log.read_text(errors="replace")
-        assert not [x for x in secrets if x in text], s.key
+    logs = [*(box.dir / "logs").glob("*-advertise.log"),          # the service hosts' (the box's)
+            *(ln.host_home / ".local/state/nev/services" for ln in box.lanes)]   # the lanes' own
+    files = [p for d in logs for p in ([d] if d.is_file() else sorted(d.glob("*.log")))]
+    assert any(p.name == "probe.log" for p in files), files
+    for p in files:
+        text = p.read_text(errors="replace")
+        assert not [x for x in secrets if x in text], p
     snap_text = services["snapshot"].read_text()
     assert not [x for x in secrets if x in snap_text]

@@ -47,13 +47,13 @@ class Rig:
         return r
 
     def probe(self, rounds: int = 1) -> None:
+        """Rounds of lane0's own probe now (`nev rig services once probe` on the lane), beside the
+        one its supervisor runs every NEV_PROBE_EVERY: nothing copies a snapshot."""
         for _ in range(rounds):
-            self.ok("rig", "probe")
-        dest = self.lane.host_home / ".local" / "share" / "nev" / "inventory.json"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(self.tmp / "inventory.json", dest)
-        for p in (dest, dest.parent, dest.parent.parent, dest.parent.parent.parent):
-            os.chown(p, self.uid, self.uid)
+            r = subprocess.run(["ssh", "-F", str(self.box.ssh_config), f"{self.box.name}-{self.lane.name}",
+                                ".local/bin/nev rig services once probe"], capture_output=True, text=True,
+                               timeout=120)
+            assert r.returncode == 0, r.stderr
 
     def job(self, name: str, stages: list[dict], env: dict[str, str] | None = None, touches: tuple[str, ...] = ()) -> str:
         """Write specs/<name>.md on main and the job's manifest, submit it; the run id."""

@@ -30,6 +30,7 @@ from rig.box import (
     forge,
     forwards,
     gateway,
+    inventory_services,
     inventory_up,
     lanes_kinds,
     netns,
@@ -117,6 +118,7 @@ class Build:
             ("waiting for the lanes", self.wait_for_lanes),
             ("the inventory services", self.start_inventory_services),
             ("waiting for the services (the gateway's start)", self.wait_for_services),
+            ("the lanes' services (nev rig services install)", self.install_lane_services),
             ("the forwards", self.start_forwards),
         ]
 
@@ -459,20 +461,48 @@ class Build:
             self.backend.wait(lane, rec)
 
     def start_inventory_services(self) -> None:
-        """Every host advertises its role (mDNS + HTTP inventory) and lane0 collects, as on the
-        rig; lane services run the lane's own nev, installed the way `nev lane install` does."""
+        """The service hosts advertise their roles (mDNS + HTTP inventory). They are namespaces of
+        this machine with no boot of their own, so the box runs their advertisers; a lane's
+        services are the lane's own (`install_lane_services`). The lanes get this nev first, the
+        way `nev lane install` puts it there."""
         st = self.st
         lane_pids = {ln.name: st.procs[f"{ln.name}.sshd"].pid for ln in self.info.lanes}
         svcs, made = inventory_up.prepare(self.layout, self.dir, st.lanes_kind, lane_pids)
         self.changed += made
-        restarted = {lane.name for lane, _rec in self.started_lanes}
-        for svc in svcs:                                   # advertisers first, lane0.collect last
-            if svc.in_lane and svc.host in restarted and svc.key in st.procs:
-                procs.stop(st.procs.pop(svc.key))          # it held the lane's old namespaces
+        for key in [k for k, r in st.procs.items() if k.endswith((".advertise", ".collect"))
+                    and r.host in lane_pids]:
+            procs.stop(st.procs.pop(key))          # a box of before: the lanes run their own
+            self.changed.append(f"stopped {key} (the lane runs its own now)")
+        state.write_state(self.dir, st)
+        for svc in svcs:
+            if svc.in_lane:
+                continue
             if not self.fresh(svc.key, *svc.conf_files):
-                pid = lane_pids[svc.host] if svc.in_lane else None
-                self.record(procs.spawn(svc.key, svc.host, svc.argv(pid), svc.log, env=svc.env, cwd=svc.cwd),
-                            *svc.conf_files)
+                rec = procs.spawn(svc.key, svc.host, svc.argv(), svc.log, env=svc.env, cwd=svc.cwd)
+                self.record(rec, *svc.conf_files)
+
+    def install_lane_services(self) -> None:
+        """`nev rig services install` with the box's settings, as a user would run it: each
+        lane's advertiser, lane0's collector and probe, under the lane's own supervisor and
+        @reboot line."""
+        declared = inventory_services.inventory_dir(self.dir) / "lanes"
+        declared.mkdir(parents=True, exist_ok=True)
+        docs = inventory_services.declared(self.layout)
+        for ln in self.info.lanes:
+            jsonfile.write_atomic(declared / f"{ln.name}.json", docs[ln.name])
+        hosts = len([h for h in self.layout.hosts() if h.role not in inventory_services.SKIP_ROLES])
+        env = {**os.environ, **self.info.env, "PYTHONPATH": str(plan.PROJECT)}
+        env.setdefault(settings.PROBE_EVERY.name, str(inventory_services.PROBE_EVERY))
+        cp = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "services", "install",
+                             "--declared", str(declared), "--expect", str(hosts)],
+                            env=env, cwd=plan.PROJECT, capture_output=True, text=True, timeout=600)
+        with open(self.log("services-install"), "a") as log:
+            log.write(cp.stdout + cp.stderr)
+        if cp.returncode != 0:
+            tail = (cp.stderr.strip() or cp.stdout.strip()).splitlines()[-1:]
+            raise NevError(f"nev rig services install failed: {' '.join(tail)}; "
+                           f"see {self.log('services-install')}")
+        self.changed += [ln for ln in cp.stdout.splitlines() if ": changed:" in ln]
 
     def wait_for_services(self) -> None:
         """Every service answers, checked from inside the rig network; the gateway's start time noted."""

@@ -41,6 +41,7 @@ from rig.box.lanes_netns import HOME, LANE_ROOT, LANE_SHARED, USER
 PORT = settings.get_int(settings.INVENTORY_PORT, {})      # its default; tests start their own on 8790+
 COLLECTOR = "lane0"
 COLLECT_EVERY = 30
+PROBE_EVERY = 60        # the box's lane probes every minute (NEV_PROBE_EVERY; the rig: 300)
 COLLECT_TIMEOUT = 3
 LANE_NEV = f"{HOME}/.local/bin/nev"                        # `nev lane install` links it there
 HARDWARE_CLASS = "rig-in-a-box"

@@ -220,15 +220,25 @@ class Demo:
         wrong = sorted(h for h in hosts if roles[h] != hosts[h]["role"])
         if wrong:
             raise StepFailed(f"hosts advertised with the wrong role: {', '.join(wrong)}")
+        # lane0's own probe (a service of the lane, `nev rig services`) marks the aliases: nothing
+        # here probes or copies a snapshot
+        while True:
+            cp = self.nev("rig", "status", "--lane", "0", "--json", step="1-box", ok=(0, 1))
+            aliases = json.loads(cp.stdout).get("aliases", []) if cp.returncode == 0 else []
+            if aliases and all(a["status"] == "ready" for a in aliases):
+                break
+            if time.monotonic() > deadline:
+                raise StepFailed("lane0's probe has not marked every alias ready: "
+                                 f"{', '.join(a['alias'] + ' ' + a['status'] for a in aliases) or 'none'}")
+            time.sleep(2)
         self._lane_snapshot_home()
-        self.nev("rig", "probe", step="1-box")
-        st = self.nev("rig", "status", step="1-box")
+        st = self.nev("rig", "status", "--lane", "0", step="1-box")
         self.results.rig_status = st.stdout.strip()
         ready = sum(1 for line in st.stdout.splitlines() if " ready " in f" {line} ")
         return f"{len(hosts)} hosts advertised, collected on lane0 ({len(set(roles.values()))} roles), {ready} aliases ready"
 
     def _lane_snapshot_home(self) -> None:
-        """lane0's snapshot (hosts, collected there) as the dev box's own, which the probe completes."""
+        """lane0's snapshot (collected and probed there), kept in the work folder as a record."""
         lane = self.binfo.lanes[0]
         cp = subprocess.run(["ssh", "-F", str(self.binfo.ssh_config), f"lane@{lane.addr}",
                              "cat .local/share/nev/inventory.json"], capture_output=True, timeout=60)
@@ -339,15 +349,7 @@ class Demo:
         """The batch and the verify gate as stages of a job: a Dagu run on the lane."""
         import yaml
 
-        bi = self.binfo
-        # the job's inventory check reads the lane's own snapshot: step 1's collect and probe
-        lane = bi.lanes[0]
-        snap = lane.host_home / ".local/share/nev/inventory.json"
-        snap.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(self.work / "inventory.json", snap)
-        st = lane.host_home.stat()
-        for p in (snap.parent, snap):
-            os.chown(p, st.st_uid, st.st_gid)
+        # the job's inventory check reads the lane's own snapshot, kept fresh by its services
         self.job = f"{FUNCTION.replace('_', '-')}-{self.tag}"
         floor = f"{GENERATED}/{FUNCTION}.floor.json"
         # the job's checkout on the lane gets its own corpora; the floor file the batch writes is
@@ -446,7 +448,7 @@ class Demo:
         r = self.results
         r.main_on_forge = self._forge_main()
         # the rig's status and the job's ledger lines do not need the lane: asked meanwhile
-        status = Beside(lambda: self.nev("rig", "status", step="7-results"))
+        status = Beside(lambda: self.nev("rig", "status", "--lane", "0", step="7-results"))
         ledger = Beside(lambda: self.nev("ledger", "--worktree", self.job, step="7-results", ok=(0, 1)))
         # score and floor of the function as main has it, scored on the lane over the corpus: in
         # the primary checkout (main, after the landing) whose lane copy the landing's floors step

@@ -1,0 +1,765 @@
+"""`nev rig services install | status | remove`: the inventory's own services on the lanes, kept
+running by the lanes themselves.
+
+What runs where (docs/inventory.md, "Services"):
+
+| service | on | `nev ...` |
+|---|---|---|
+| `advertise` | every lane | `rig advertise --interface ADDR --name NAME --inventory FILE` |
+| `collect` | the collector lane (`--collector`, 0) | `rig collect --interface ADDR --every 30` |
+| `probe` | the collector lane | `rig probe --every NEV_PROBE_EVERY`, its own gateway key |
+
+So the snapshot the jobs' inventory check reads (`~/.local/share/nev/inventory.json` on the
+collector lane) is kept fresh by the lane, not by a development box.
+
+On a lane they run under one **supervisor**, `nev rig services run`, as the lane user: it starts
+each service, restarts one that exits (1 s, doubling to 60 s between tries), and stops them all
+on SIGTERM. A lane runs its supervisor at boot from the lane user's crontab (`@reboot ...
+# nev-rig-services`): the lane user has no systemd units of its own (that would need root and
+lingering), and the crontab is what Dagu's autostart uses too. One supervisor at a time: it
+holds `~/.local/state/nev/services/supervisor.lock` while it runs.
+
+`install` sends each lane its plan on SSH stdin (`nev rig services apply` reads it there): the
+service list, the files they read (the lane's declared inventory, the declared aliases, the rig
+file's seeds, the probe's key: mode 600, never in argv), writes them, puts the crontab line in,
+and (re)starts the supervisor when anything changed or it is not running; idempotent. `status`
+asks each lane (`nev rig services here --json`: the lane's own view: supervisor, each service's
+PID, uptime, restarts, last exit). `remove` stops the supervisor and takes the line and the
+files away. The lane runs its own nev (`nev lane install` first; a supervisor keeps the install
+it started from until `install` restarts it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lanes.base import crontab, jsonfile, procs, settings
+from lanes.base.errors import ConfigError, NevError
+
+TAG = "# nev-rig-services"
+CONFIG = ".config/nev/services"  # under the lane user's home: the plan and its files
+STATE = (
+    ".local/state/nev/services"  # the supervisor's lock and record, each service's state and log
+)
+COLLECT_EVERY = 30
+BACKOFF_MAX_S = 60.0
+STOP_GRACE_S = 5.0
+SERVICES = ("advertise", "collect", "probe")
+
+
+# ---- the plan (built on the development box, applied on the lane) ---------------------------
+
+
+@dataclass
+class Service:
+    name: str  # advertise | collect | probe
+    args: list[str]  # after `nev`
+    env: dict[str, str] = field(default_factory=dict)  # values may name files: `{config}/x`
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "args": self.args, "env": self.env}
+
+
+@dataclass
+class Plan:
+    """What one lane runs, and the files it reads (name -> text; `secret` ones are mode 600)."""
+
+    lane: str
+    services: list[Service]
+    files: dict[str, str] = field(default_factory=dict)
+    secret: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lane": self.lane,
+            "services": [s.to_json() for s in self.services],
+            "files": self.files,
+            "secret": self.secret,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, label: str = "the services plan") -> Plan:
+        f = jsonfile.Fields(label)
+        top = f.obj(data, "")
+        svcs = []
+        for i, s in enumerate(f.get(top, "services", list, "")):
+            o = f.obj(s, f"services[{i}]")
+            name = f.get(o, "name", str, f"services[{i}]")
+            if name not in SERVICES:
+                raise f.fail(
+                    f"services[{i}].name", f"is {name!r}, not one of {', '.join(SERVICES)}"
+                )
+            svcs.append(
+                Service(
+                    name,
+                    f.str_list(o, "args", f"services[{i}]"),
+                    {str(k): str(v) for k, v in f.get(o, "env", dict, f"services[{i}]").items()},
+                )
+            )
+        files = {str(k): str(v) for k, v in f.get(top, "files", dict, "").items()}
+        for name in files:
+            if "/" in name or name.startswith("."):
+                raise f.fail(f"files.{name}", "must be a plain file name")
+        return cls(f.get(top, "lane", str, ""), svcs, files, f.str_list(top, "secret", ""))
+
+
+def plan_from_text(text: str, label: str = "stdin") -> Plan:
+    """The plan `install` sends (what `nev rig services apply` reads on stdin)."""
+    return Plan.from_json(jsonfile.parse(text, label, "the services plan"), label)
+
+
+def read_declared(folder: Path) -> dict[str, dict[str, Any]]:
+    """`--declared DIR`: each lane's declared inventory, `<lane name>.json`, by lane name."""
+    out = {}
+    for p in sorted(folder.glob("*.json")):
+        doc = jsonfile.load(p, "declared inventory")
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{p}: a declared inventory is a JSON object; fix the file")
+        out[p.stem] = doc
+    return out
+
+
+def parse_here(text: str, label: str) -> dict[str, Any]:
+    """A lane's answer to `nev rig services here --json`."""
+    data = jsonfile.parse(text, label, "services status")
+    if not isinstance(data, dict) or not isinstance(data.get("services", []), list):
+        raise ConfigError(f"{label}: the services status is not an object with a services list")
+    return data
+
+
+def lane_inventory(
+    name: str, user: str, port: int, root: str, shared: str | None
+) -> dict[str, Any]:
+    """A lane's declared inventory when none is given: its role, SSH and what it serves."""
+    return {
+        "name": name,
+        "role": "lane",
+        "ssh": {"user": user, "port": port},
+        "serving": [
+            {"unit": "sshd", "port": port, "user": user, "root": root, "shared": shared},
+            {
+                "unit": "dagu",
+                "address": "127.0.0.1",
+                "port": settings.get_int(settings.DAGU_PORT, {}),
+            },
+        ],
+    }
+
+
+def plan_for(
+    name: str,
+    addr: str,
+    inventory: dict[str, Any],
+    collector: bool,
+    *,
+    folknet_text: str | None = None,
+    seeds: list[str] | None = None,
+    probe_key: str | None = None,
+    probe_every: int = 300,
+    model_url: str | None = None,
+    expect: int | None = None,
+    collect_every: int = COLLECT_EVERY,
+) -> Plan:
+    """One lane's plan (pure). The collector also collects and probes: it needs the declared
+    aliases, the gateway as the lane reaches it and a key of its own."""
+    port = settings.get_int(settings.INVENTORY_PORT, {})
+    files = {"inventory.json": json.dumps(inventory, indent=2) + "\n"}
+    svcs = [
+        Service(
+            "advertise",
+            [
+                "rig",
+                "advertise",
+                "--interface",
+                addr,
+                "--port",
+                str(port),
+                "--name",
+                name,
+                "--inventory",
+                "{config}/inventory.json",
+            ],
+        )
+    ]
+    secret: list[str] = []
+    if collector:
+        if folknet_text is None or probe_key is None or not model_url:
+            raise ConfigError(
+                "the collector lane probes the aliases: it needs the declared aliases "
+                "(NEV_FOLKNET_FILE), the gateway as lanes reach it (NEV_LANE_MODEL_URL) "
+                "and a gateway key (minted through NEV_GATEWAY_KEYS_FILE, or --probe-key-file)"
+            )
+        files["folknet.json"] = folknet_text
+        files["rig.json"] = json.dumps({"seeds": seeds or []}) + "\n"
+        files["probe.key"] = probe_key + "\n"
+        secret.append("probe.key")
+        common = {"NEV_FOLKNET_FILE": "{config}/folknet.json", "NEV_RIG_FILE": "{config}/rig.json"}
+        collect = [
+            "rig",
+            "collect",
+            "--interface",
+            addr,
+            "--every",
+            str(collect_every),
+            "--timeout",
+            "3",
+        ]
+        if expect:
+            collect += ["--expect", str(expect)]
+        svcs.append(Service("collect", collect, dict(common)))
+        svcs.append(
+            Service(
+                "probe",
+                ["rig", "probe", "--every", str(probe_every)],
+                {**common, "NEV_MODEL_URL": model_url, "NEV_MODEL_KEY_FILE": "{config}/probe.key"},
+            )
+        )
+    return Plan(name, svcs, files, secret)
+
+
+# ---- on the lane -----------------------------------------------------------------------------
+
+
+def lane_home(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    return Path(env.get("HOME") or Path.home())
+
+
+def config_dir(home: Path) -> Path:
+    return home / CONFIG
+
+
+def state_dir(home: Path) -> Path:
+    return home / STATE
+
+
+def _nev_argv() -> list[str]:
+    """How this nev runs itself again: the install it runs from (pinned: NEV_INSTALL puts it first
+    on PATH), else this checkout's Python."""
+    return ["nev"] if _install() else [sys.executable, "-m", "rig.cli"]
+
+
+def _install() -> str | None:
+    return settings.get(settings.INSTALL)
+
+
+def cron_line(home: Path) -> str:
+    log = state_dir(home) / "supervisor.log"
+    env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": str(home)}
+    return crontab.line(
+        "@reboot", home, env, [str(home / ".local/bin/nev"), "rig", "services", "run"], log, TAG
+    )
+
+
+def _locked(path: Path) -> bool:
+    """True while another process holds `path`'s lock (the supervisor runs)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> Any:
+    """A file nev wrote here (the plan, a state record); None when missing or unreadable."""
+    try:
+        return jsonfile.load(path, "nev's services file", "")
+    except ConfigError:
+        return None
+
+
+def _record(home: Path) -> dict[str, Any]:
+    data = _read(state_dir(home) / "supervisor.json")
+    return data if isinstance(data, dict) else {}
+
+
+def _planned(home: Path) -> list[dict[str, Any]]:
+    data = _read(config_dir(home) / "services.json")
+    svcs = data.get("services") if isinstance(data, dict) else None
+    return (
+        [
+            s
+            for s in svcs
+            if isinstance(s, dict)
+            and isinstance(s.get("name"), str)
+            and isinstance(s.get("args"), list)
+        ]
+        if isinstance(svcs, list)
+        else []
+    )
+
+
+def supervisor_pid(home: Path) -> int | None:
+    """The running supervisor's PID (its lock is held and its record names a live process)."""
+    if not _locked(state_dir(home) / "supervisor.lock"):
+        return None
+    rec = _record(home)
+    pid, start = rec.get("pid"), rec.get("start")
+    if isinstance(pid, int) and procs.start_time(pid) == start:
+        return pid
+    return None
+
+
+def stop_supervisor(home: Path, timeout: float = 20.0) -> bool:
+    """SIGTERM the supervisor (it stops its services first); True when one ran."""
+    pid = supervisor_pid(home)
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _locked(state_dir(home) / "supervisor.lock") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _locked(state_dir(home) / "supervisor.lock"):
+        os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def start_supervisor(home: Path) -> None:
+    """The supervisor in a session of its own (it outlives the SSH session that started it)."""
+    sd = state_dir(home)
+    sd.mkdir(parents=True, exist_ok=True)
+    with open(sd / "supervisor.log", "ab") as log:
+        subprocess.Popen(
+            [*_nev_argv(), "rig", "services", "run"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=home,
+        )
+    deadline = time.monotonic() + 15
+    while supervisor_pid(home) is None:
+        if time.monotonic() > deadline:
+            tail = (sd / "supervisor.log").read_text(errors="replace").strip().splitlines()[-3:]
+            raise NevError(
+                "the services' supervisor did not start; its log says: "
+                f"{' | '.join(tail) or '(nothing)'}"
+            )
+        time.sleep(0.1)
+
+
+def apply(plan: Plan | None, home: Path) -> list[str]:
+    """Make this host run `plan` (None: nothing); `changed:`/`unchanged:` lines."""
+    cd, sd = config_dir(home), state_dir(home)
+    out: list[str] = []
+    if plan is None:
+        if stop_supervisor(home):
+            out.append("changed: supervisor stopped")
+        if crontab.install(TAG, None):
+            out.append("changed: @reboot line removed")
+        for p in sorted(cd.glob("*")) if cd.is_dir() else []:
+            p.unlink()
+            out.append(f"changed: removed {p.name}")
+        return out or ["unchanged: no services here"]
+    cd.mkdir(parents=True, exist_ok=True)
+    os.chmod(cd, 0o700)
+    sd.mkdir(parents=True, exist_ok=True)
+    changed = False
+    for name, text in plan.files.items():
+        p = cd / name
+        if not p.exists() or p.read_text() != text:
+            jsonfile.write_bytes_atomic(p, text.encode(), 0o600 if name in plan.secret else 0o644)
+            changed = True
+            out.append(f"changed: {name}")
+    services = {"lane": plan.lane, "services": [s.to_json() for s in plan.services]}
+    sp = cd / "services.json"
+    if _read(sp) != services:
+        jsonfile.write_atomic(sp, services)
+        changed = True
+        out.append("changed: services " + ", ".join(s.name for s in plan.services))
+    for old in sorted(cd.glob("*")):
+        if old.name not in plan.files and old.name != "services.json":
+            old.unlink()
+            out.append(f"changed: removed {old.name}")
+    if crontab.install(TAG, cron_line(home)):
+        out.append("changed: @reboot line installed")
+    running = supervisor_pid(home) is not None
+    if running and (changed or _record(home).get("install") != _install()):
+        stop_supervisor(home)
+        running = False
+    if not running:
+        start_supervisor(home)
+        out.append("changed: supervisor started")
+    return (
+        out
+        if any(x.startswith("changed:") for x in out)
+        else ["unchanged: services running as planned"]
+    )
+
+
+def _expand(value: str, home: Path) -> str:
+    return value.replace("{config}", str(config_dir(home)))
+
+
+def here(home: Path) -> dict[str, Any]:
+    """This host's services as it sees them: the supervisor and each service's last state."""
+    sd = state_dir(home)
+    sup = supervisor_pid(home)
+    rows = []
+    now = time.time()
+    for s in _planned(home):
+        name = str(s.get("name"))
+        got = _read(sd / f"{name}.json")
+        st: dict[str, Any] = got if isinstance(got, dict) else {}
+        pid, start = st.get("pid"), st.get("start")
+        alive = sup is not None and isinstance(pid, int) and procs.start_time(pid) == start
+        rows.append(
+            {
+                "service": name,
+                "state": "running" if alive else ("restarting" if sup else "stopped"),
+                "pid": pid if alive else None,
+                "up_s": round(now - float(st.get("started_at", now)), 1) if alive else None,
+                "restarts": int(st.get("restarts", 0)),
+                "last_exit": st.get("last_exit"),
+            }
+        )
+    return {
+        "host": socket.gethostname(),
+        "supervisor": sup,
+        "autostart": TAG in crontab.read(),
+        "services": rows,
+    }
+
+
+def once(home: Path, name: str) -> int:
+    """One round of a planned service now, with its planned environment (`--rounds 1`), beside
+    the running one: what an operator (or a test) runs to refresh the snapshot at once."""
+    svc = next((s for s in _planned(home) if s["name"] == name), None)
+    if svc is None:
+        names = ", ".join(s["name"] for s in _planned(home)) or "none"
+        raise ConfigError(f"no service {name!r} planned here (planned: {names}); "
+                          "run `nev rig services install` from the development box")
+    if name == "advertise":
+        raise ConfigError("advertise has no rounds: it serves until stopped")
+    env = {**os.environ, **{k: _expand(v, home) for k, v in svc.get("env", {}).items()}}
+    args = [_expand(a, home) for a in svc["args"]] + ["--rounds", "1"]
+    return subprocess.run([*_nev_argv(), *args], env=env, cwd=home).returncode
+
+
+class Supervisor:
+    """`nev rig services run`: every planned service as a child, restarted when it exits."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.sd = state_dir(home)
+        self.stopping = False
+        self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.state: dict[str, dict[str, Any]] = {}
+        self.due: dict[str, float] = {}
+
+    def _write(self, name: str) -> None:
+        jsonfile.write_atomic(self.sd / f"{name}.json", self.state[name])
+
+    def _start(self, s: dict[str, Any]) -> None:
+        name = s["name"]
+        env = {**os.environ, **{k: _expand(v, self.home) for k, v in s.get("env", {}).items()}}
+        args = [_expand(a, self.home) for a in s["args"]]
+        with open(self.sd / f"{name}.log", "ab") as log:
+            log.write(
+                f"-- {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ} start: "
+                f"nev {' '.join(args)}\n".encode()
+            )
+            log.flush()
+            p = subprocess.Popen(
+                [*_nev_argv(), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.home,
+                start_new_session=True,
+            )
+        self.children[name] = p
+        st = self.state.setdefault(name, {"restarts": -1, "last_exit": None})
+        st.update(
+            pid=p.pid,
+            start=procs.start_time(p.pid),
+            started_at=time.time(),
+            restarts=st["restarts"] + 1,
+        )
+        self._write(name)
+
+    def run(self) -> int:
+        self.sd.mkdir(parents=True, exist_ok=True)
+        lock = os.open(self.sd / "supervisor.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            print("nev: the services' supervisor already runs here", file=sys.stderr)
+            return 0
+        planned = _planned(self.home)
+        if not planned:
+            print(
+                f"nev: no services planned here ({config_dir(self.home) / 'services.json'}); run "
+                "`nev rig services install` from the development box",
+                file=sys.stderr,
+            )
+            return 1
+        jsonfile.write_atomic(
+            self.sd / "supervisor.json",
+            {
+                "pid": os.getpid(),
+                "start": procs.start_time(os.getpid()),
+                "install": _install(),
+            },
+        )
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._stop)
+        backoff: dict[str, float] = {}
+        print(
+            f"supervisor {os.getpid()}: {', '.join(s['name'] for s in planned)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        while not self.stopping:
+            now = time.monotonic()
+            for s in planned:
+                name = s["name"]
+                p = self.children.get(name)
+                if p is not None and p.poll() is not None:
+                    self.state[name]["last_exit"] = p.returncode
+                    self._write(name)
+                    del self.children[name]
+                    up = time.time() - self.state[name]["started_at"]
+                    backoff[name] = (
+                        1.0
+                        if up > BACKOFF_MAX_S
+                        else min(BACKOFF_MAX_S, 2 * backoff.get(name, 0.5))
+                    )
+                    self.due[name] = now + backoff[name]
+                    print(
+                        f"{name} exited ({p.returncode}); again in {backoff[name]:.0f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                if name not in self.children and now >= self.due.get(name, 0):
+                    self._start(s)
+            time.sleep(0.5)
+        for p in self.children.values():
+            _signal_group(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in self.children.values():
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(p.pid, signal.SIGKILL)
+                p.wait()
+        print(f"supervisor {os.getpid()}: stopped", file=sys.stderr, flush=True)
+        return 0
+
+    def _stop(self, signum: int, _frame: object) -> None:
+        self.stopping = True
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except OSError:
+        pass
+
+
+# ---- from the development box ----------------------------------------------------------------
+
+
+@dataclass
+class LaneOutcome:
+    lane: str
+    lines: list[str]
+    ok: bool = True
+
+
+def _lane_nev(conn: Any, argv: list[str], stdin: bytes | None = None, timeout: float = 120) -> Any:
+    """`~/.local/bin/nev ARGV` on the lane (the lane's own nev, put there by `nev lane install`)."""
+    cmd = (
+        "test -x ~/.local/bin/nev || "
+        "{ echo 'no nev on this lane: run `nev lane install`' >&2; exit 4; }; "
+        "exec ~/.local/bin/nev " + " ".join(argv)
+    )
+    return conn.run(["sh", "-c", cmd], stdin=stdin, timeout=timeout)
+
+
+def probe_key(
+    lane_name: str,
+    models: list[str],
+    key_file: Path | None,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """The collector's own gateway key: `key_file`'s, else one minted for it in the gateway's keys
+    file (entry `service:probe-<lane>`, the declared aliases only; a new install replaces it)."""
+    if key_file is not None:
+        from bench import gateway
+
+        return gateway.read_key(key_file, "--probe-key-file", "the collector's probe")
+    from jobs import jobkeys
+
+    return jobkeys.mint_service(f"probe-{lane_name}", models, environ)
+
+
+def install(
+    lanes: list[Any],
+    collector: int,
+    *,
+    inventories: Mapping[str, dict[str, Any]] | None = None,
+    key_file: Path | None = None,
+    expect: int | None = None,
+    environ: Mapping[str, str] | None = None,
+    dry_run: bool = False,
+    only: int | None = None,
+) -> list[LaneOutcome]:
+    """Each lane's plan applied on it (`lanes`: lanesfile.Lane; `only`: just that lane). The
+    collector lane (its index) also collects and probes."""
+    from bench import folknet
+    from rig import rigfile
+
+    env = os.environ if environ is None else environ
+    chosen = [ln for ln in lanes if ln.index == collector]
+    if not chosen:
+        raise ConfigError(
+            f"--collector {collector}: no such lane among "
+            f"{', '.join(str(ln.index) for ln in lanes)}"
+        )
+    decl_path = folknet.default_path()
+    declared = folknet.load(decl_path)  # the one reader of it; then its text as it is
+    folknet_text = decl_path.read_text()
+    rig_path = rigfile.default_path()
+    seeds = rigfile.load(rig_path).seeds if rig_path.exists() else []
+    model_url = settings.get(settings.LANE_MODEL_URL, env)
+    if not model_url:
+        raise ConfigError(
+            "NEV_LANE_MODEL_URL is not set: set it to the gateway's address as the lanes "
+            "reach it (the collector's probe calls it)"
+        )
+    every = settings.get_int(settings.PROBE_EVERY, env)
+    out = []
+    for lane in lanes:
+        if only is not None and lane.index != only:
+            continue
+        name = lane.name or f"lane{lane.index}"
+        t = lane.target
+        inv = (inventories or {}).get(name) or lane_inventory(
+            name, t.user, t.port, lane.root, lane.shared
+        )
+        is_collector = lane.index == collector
+        key = None
+        if is_collector and not dry_run:
+            key = probe_key(name, sorted(a.name for a in declared.active()), key_file, env)
+        plan = plan_for(
+            name,
+            t.host,
+            inv,
+            is_collector,
+            folknet_text=folknet_text,
+            seeds=seeds,
+            probe_key=key if not dry_run else "(minted at install)",
+            probe_every=every,
+            model_url=model_url,
+            expect=expect,
+        )
+        if dry_run:
+            out.append(
+                LaneOutcome(lane.label, [f"would run: {', '.join(s.name for s in plan.services)}"])
+            )
+            continue
+        with lane.connect() as conn:
+            res = _lane_nev(conn, ["rig", "services", "apply"], json.dumps(plan.to_json()).encode())
+        lines = (
+            res.out.strip().splitlines() if res.exit_status == 0 else [f"failed: {res.last_err()}"]
+        )
+        out.append(LaneOutcome(lane.label, lines, res.exit_status == 0))
+    return out
+
+
+def remove(lanes: list[Any], dry_run: bool = False) -> list[LaneOutcome]:
+    out = []
+    for lane in lanes:
+        if dry_run:
+            out.append(
+                LaneOutcome(
+                    lane.label, ["would stop the supervisor, remove the @reboot line and the files"]
+                )
+            )
+            continue
+        with lane.connect() as conn:
+            res = _lane_nev(conn, ["rig", "services", "apply", "--remove"])
+        lines = (
+            res.out.strip().splitlines() if res.exit_status == 0 else [f"failed: {res.last_err()}"]
+        )
+        out.append(LaneOutcome(lane.label, lines, res.exit_status == 0))
+    return out
+
+
+def status(lanes: list[Any]) -> list[dict[str, Any]]:
+    """Each lane's own view (`nev rig services here --json`), or why it could not be read."""
+    rows = []
+    for lane in lanes:
+        try:
+            with lane.connect() as conn:
+                res = _lane_nev(conn, ["rig", "services", "here", "--json"], timeout=60)
+        except NevError as e:
+            rows.append({"lane": lane.label, "error": str(e)})
+            continue
+        if res.exit_status != 0:
+            rows.append({"lane": lane.label, "error": res.last_err()})
+            continue
+        try:
+            data = parse_here(res.out, f"{lane.label}'s services")
+        except ConfigError as e:
+            rows.append({"lane": lane.label, "error": str(e)})
+            continue
+        rows.append({"lane": lane.label, **data})
+    return rows
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        f"{'lane':<16} {'service':<10} {'state':<11} {'pid':>7} {'up':>8} "
+        f"{'restarts':>8}  last exit"
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['lane']:<16} unavailable: {r['error']}")
+            continue
+        sup = r.get("supervisor")
+        auto = "on" if r.get("autostart") else "off"
+        if not r.get("services"):
+            lines.append(
+                f"{r['lane']:<16} (no services; supervisor "
+                f"{'pid ' + str(sup) if sup else 'not running'}, "
+                f"autostart {auto})"
+            )
+        for s in r.get("services", []):
+            up = f"{s['up_s']:.0f} s" if s.get("up_s") is not None else "-"
+            lines.append(
+                f"{r['lane']:<16} {s['service']:<10} {s['state']:<11} {s.get('pid') or '-':>7} "
+                f"{up:>8} {s.get('restarts', 0):>8}  "
+                f"{s.get('last_exit') if s.get('last_exit') is not None else '-'}"
+            )
+    return "\n".join(lines)
+
+
+def healthy(rows: list[dict[str, Any]]) -> bool:
+    return all(
+        "error" not in r
+        and r.get("supervisor")
+        and r.get("autostart")
+        and all(s["state"] == "running" for s in r.get("services", []))
+        for r in rows
+    )
