@@ -155,7 +155,9 @@ class LaneWriters:
 
 def start(worktree: Path, *, lane_index: int, model: str, brief: Path, harness: Harness) -> Started:
     """Sync `worktree` to lane `lane_index`'s copy and start the writer there; its record on the lane.
-    Refused (by the lane) while a writer runs in that copy or over a dead writer's unfetched commits."""
+    Refused (by the lane) while a writer runs in that copy, over a dead writer's unfetched commits,
+    or when the harness checkout cannot be updated fast-forward; EndedAtOnce when the writer ends
+    within NEV_WRITER_SETTLE_S."""
     wt = payload.Worktree.open(worktree)
     branch = _branch(wt)
     try:

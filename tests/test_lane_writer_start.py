@@ -199,3 +199,13 @@ def test_start_is_refused_when_the_harness_checkout_cannot_fast_forward(rig, cap
     assert code == 1 and len([ln for ln in err.splitlines() if ln.startswith("nev: ")]) == 1
     assert "cannot fast-forward to origin/main" in err and "1 commit(s) its upstream lacks" in err
     assert aw.read_state(layout.Root(rig.lane.root), h.copy_name(rig.wt)) is None
+
+
+def test_start_is_refused_when_the_harness_upstream_cannot_be_fetched(rig, capsys):
+    seed, upstream, v1 = rig.harness_repo()
+    rig.tracks("$PI_TRACKS_HOME/bin/writer-exec.sh")
+    upstream.rename(upstream.with_name("moved.git"))
+    code, _, err = rig.start(capsys)
+    assert code == 1 and "git fetch failed" in err and "nothing started" in err
+    assert aw.read_state(layout.Root(rig.lane.root), h.copy_name(rig.wt)) is None
+    assert h.git(rig.pi_home, "rev-parse", "HEAD") == v1
