@@ -232,19 +232,35 @@ def writer_start(worktree: str, lane_index: int, model: str, brief: str) -> int:
     started by specWatch.lanes.launch (default $PI_TRACKS_HOME/bin/writer-exec.sh) as
     `LAUNCH --tool T --model M --brief-file F`, detached; the copy's .env lives as long as it.
     Refused while a writer runs in that copy, or over a dead writer's commits never fetched.
+    First the lane's harness checkout ($PI_TRACKS_HOME) is updated, fast-forward only; refused
+    (exit 1, nothing started) when it has local changes or cannot fast-forward. A writer that
+    ends within NEV_WRITER_SETTLE_S (2 s) fails the start: exit 1, its log's last lines shown.
     """
     import os
     from pathlib import Path
 
     from jobs.writer import lane_harness
     from lanes import writer as lw
+    from lanes.base.exitcodes import Exit
     from lanes.base.gitrun import Repo
+    from lanes.base.mask import mask
 
     top = Repo(Path(worktree)).toplevel_or_self()
     tool, launch = lane_harness(top, os.environ)
-    rec = lw.start(Path(worktree), lane_index=lane_index, model=model, brief=Path(brief),
-                   harness=lw.Harness(tool, launch))
+    try:
+        rec = lw.start(Path(worktree), lane_index=lane_index, model=model, brief=Path(brief),
+                       harness=lw.Harness(tool, launch))
+    except lw.EndedAtOnce as e:
+        click.echo(f"nev: {mask(e.message)}", err=True)
+        if e.harness is not None:
+            click.echo(f"  {lw.harness_line(e.harness)}", err=True)
+        click.echo("  its log's last lines:" if e.tail else "  its log is empty", err=True)
+        for line in e.tail.splitlines():
+            click.echo(f"    {line}", err=True)
+        return int(Exit.FAILED)
     st = rec.state
+    if rec.harness is not None:
+        click.echo(f"{rec.lane.label}: {lw.harness_line(rec.harness)}")
     branch = st.ref[len("refs/heads/"):]
     click.echo(f"{rec.lane.label}: writer started in {Path(top).name} on {branch} "
                f"(pid {st.pid}, {tool}, {model}); output: {st.log}")

@@ -23,12 +23,14 @@ import shlex
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
-from lanes import guestlist
+from lanes import busy, guestlist
 from lanes.agent import layout
 from lanes.base import settings, sshd
 from lanes.base.errors import ConfigError, NevError
+from lanes.base.exitcodes import Exit
 from lanes.base.ui import info
 from lanes.hostexec import Node
 
@@ -343,13 +345,65 @@ fi
 """
 
 
-def create_script(lane: LxcLane, files: GuestFiles) -> str:
-    return write_script(lane, files) + start_script(lane)
+def create_script(lane: LxcLane, files: GuestFiles, restart: bool = False) -> str:
+    return write_script(lane, files) + start_script(lane, restart)
 
 
-def start_script(lane: LxcLane) -> str:
+class Apply(Enum):
+    """What `nev lane create` does with a lane that may exist already (`decide_apply`)."""
+
+    WRITE = "write"            # new, stopped, or its config unchanged: write (start if stopped)
+    RESTART = "restart"        # running with a changed config: write, stop, start again
+    REFUSE_BUSY = "busy"       # running with a changed config, but busy: nothing changed
+
+
+def decide_apply(old_config: str | None, new_config: str, running: bool,
+                 busy_procs: list[tuple[int, str]]) -> Apply:
+    """A config change (a bind, the NAS: the seed's bench/lane-nas.sh) reaches a running guest
+    only by a restart, and a guest is not restarted under work (pure).
+
+    | the lane | its config | busy (LANE_BUSY_COMMANDS) | create |
+    |---|---|---|---|
+    | absent or stopped | any | - | written (and started) |
+    | running | unchanged | - | unchanged |
+    | running | changed | no | written, then restarted |
+    | running | changed | yes | refused, nothing changed (exit 3: try again when idle) |
+    """
+    if old_config is None or not running or old_config == new_config:
+        return Apply.WRITE
+    return Apply.REFUSE_BUSY if busy_procs else Apply.RESTART
+
+
+def current_script(lane: LxcLane) -> str:
+    """Prints the lane's state (`state: RUNNING`, `STOPPED`, or `none`) and then its config file."""
     q = shlex.quote
-    return f"""if [ "$(lxc-info -P {q(lane.lxcpath)} -n {q(lane.name)} -sH)" = RUNNING ]; then
+    return f"""if [ -e {q(lane.dir)}/config ]; then
+  echo "state: $(lxc-info -P {q(lane.lxcpath)} -n {q(lane.name)} -sH)"; cat {q(lane.dir)}/config
+else echo "state: none"; fi
+"""
+
+
+def parse_current(out: str) -> tuple[str | None, bool]:
+    """(the config, None when there is no lane; whether it runs) from `current_script`'s output."""
+    first, _, rest = out.partition("\n")
+    state = first.removeprefix("state: ").strip()
+    return (None if state == "none" else rest), state == "RUNNING"
+
+
+def guest_ps_script(lane: LxcLane) -> str:
+    """The guest's processes as `busy.PS_COMMAND` lists them, asked through LXC on the node."""
+    q = shlex.quote
+    return f"lxc-attach -P {q(lane.lxcpath)} -n {q(lane.name)} -- {busy.PS_COMMAND}\n"
+
+
+def start_script(lane: LxcLane, restart: bool = False) -> str:
+    q = shlex.quote
+    stop = (f"""if [ "$(lxc-info -P {q(lane.lxcpath)} -n {q(lane.name)} -sH)" = RUNNING ]; then
+  lxc-stop -P {q(lane.lxcpath)} -n {q(lane.name)} -t 60
+  echo "changed: lane {lane.name} stopped to apply its changed config"
+fi
+""" if restart else "")
+    return stop + f"""if [ "$(lxc-info -P {q(lane.lxcpath)} -n {q(lane.name)} -sH)" = RUNNING ]; then
   echo "unchanged: lane {lane.name} running"
 else
   lxc-start -P {q(lane.lxcpath)} -n {q(lane.name)} -d -L {q(lane.dir)}/console.log -o {q(lane.dir)}/lxc.log -l INFO
@@ -399,7 +453,18 @@ def create_lxc(node: Node, lane: LxcLane, files: GuestFiles) -> tuple[list[str],
     """Build or reuse the image, write the lane, start it. Returns the step lines and the
     guest's init PID (on the node)."""
     steps = ensure_image(node, lane.recipe, lane.cache)
-    ran = node.run(create_script(lane, files), what=f"creating lane {lane.name}")
+    old, running = parse_current(node.run(current_script(lane), what=f"reading lane {lane.name}").out)
+    procs: list[tuple[int, str]] = []
+    if old is not None and running and old != lxc_config(lane):
+        ps = node.run(guest_ps_script(lane), what=f"listing lane {lane.name}'s processes").out
+        procs = busy.busy_processes(ps, busy.pattern())
+    action = decide_apply(old, lxc_config(lane), running, procs)
+    if action is Apply.REFUSE_BUSY:
+        named = ", ".join(f"{c} (pid {p})" for p, c in procs[:5]) + (" ..." if len(procs) > 5 else "")
+        raise NevError(f"lane {lane.name} is busy ({named}) and its changed config needs a restart; "
+                       "run again when it is idle (busy: LANE_BUSY_COMMANDS); nothing changed",
+                       Exit.UNAVAILABLE)
+    ran = node.run(create_script(lane, files, action is Apply.RESTART), what=f"creating lane {lane.name}")
     pid = parse_pid(ran.out)
     if pid is None:
         raise NevError(f"lane {lane.name} on {node} did not report its PID; see {lane.dir}/lxc.log there")

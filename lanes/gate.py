@@ -48,7 +48,7 @@ from lanes.agent.messages import (
 )
 from lanes.agent.wire import Kind, Stop
 from lanes.base import notify, settings, ui
-from lanes.base.errors import DiskShortError, NevError, NoLaneError, UsageError
+from lanes.base.errors import ConfigError, DiskShortError, NevError, NoLaneError, UsageError
 from lanes.base.exitcodes import Exit
 from lanes.base.gitrun import Repo
 from lanes.base.mask import mask
@@ -313,7 +313,7 @@ class _GateRun:
         env, cred = dict(extra_env or {}), Cred.of(self.forge.lane_cred())
         if writer is not None:
             session.request(WriterStart(commit=p.commit, sizes=self.sizes, writer=writer, env=env,
-                                        cred=cred))
+                                        cred=cred, settle_s=writer_settle()))
         else:
             session.request(Payload(commit=p.commit, sizes=self.sizes, command=list(command),
                                     env=env, cred=cred, keep_env=keep_env, pull=list(pull)))
@@ -399,7 +399,8 @@ def gate_on_lane(lane: Lane, conn: Connection | OpenSsh, wt: payload.Worktree, c
         cleanup = _second_call(lane, wt, run.hello.pid if run.hello else None, keep_env)
         raise NevError(f"the connection to {lane.label} dropped mid-run; {cleanup}", DROPPED_EXIT)
     if result.refused:
-        raise NevError(f"{lane.label} refused the gate: {result.refused}")
+        what = "the writer's start" if writer is not None else "the gate"
+        raise NevError(f"{lane.label} refused {what}: {result.refused}")
     if result.stopped:
         raise Interrupted(f"the command on {lane.label} was stopped", result.stopped.status)
     if run.pull_refused:
@@ -408,6 +409,15 @@ def gate_on_lane(lane: Lane, conn: Connection | OpenSsh, wt: payload.Worktree, c
     if result.status is None:
         raise NevError(f"{lane.label} ran nothing and gave no status (the gate was aborted)")
     return Outcome(result.status, result, run.sent(), run.sizes, run.agent_sent())
+
+
+def writer_settle() -> float:
+    """NEV_WRITER_SETTLE_S: how long the lane watches a new writer before it answers."""
+    s = settings.get_float(settings.WRITER_SETTLE_S)
+    if not 0 <= s <= 600:
+        raise ConfigError(f"NEV_WRITER_SETTLE_S={s:g} is out of range; set seconds from 0 to 600 "
+                          "(default 2)")
+    return s
 
 
 def _write(stream: Any) -> Callable[[bytes], None]:

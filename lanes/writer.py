@@ -20,6 +20,7 @@ from pathlib import Path
 from lanes import dotenv, gate, lanesfile, payload
 from lanes.agent.layout import ENV
 from lanes.agent.messages import (
+    HarnessCheckout,
     NoWriter,
     Refusal,
     WriterFetchedRequest,
@@ -88,10 +89,30 @@ def _branch(wt: payload.Worktree) -> str:
 
 @dataclass(frozen=True)
 class Started:
-    """A writer started: its lane and its record there."""
+    """A writer started: its lane, its record there and the harness checkout's update."""
 
     lane: Lane
     state: WriterState
+    harness: HarnessCheckout | None = None
+
+
+class EndedAtOnce(NevError):
+    """The writer ended within the settle time: the start failed. `tail`: its log's last lines,
+    masked; `harness`: the harness checkout's update, which stays done."""
+
+    def __init__(self, message: str, tail: str, harness: HarnessCheckout | None) -> None:
+        super().__init__(message)
+        self.tail = tail
+        self.harness = harness
+
+
+def harness_line(h: HarnessCheckout) -> str:
+    """`harness at <sha> (updated from <sha>)`, `... (unchanged)`, or that there is no checkout."""
+    if h.after is None:
+        return f"harness: no checkout at {h.path}, nothing updated"
+    if h.before == h.after:
+        return f"harness at {h.after[:12]} (unchanged)"
+    return f"harness at {h.after[:12]} (updated from {(h.before or '?')[:12]})"
 
 
 @dataclass(frozen=True)
@@ -134,13 +155,16 @@ class LaneWriters:
 
 def start(worktree: Path, *, lane_index: int, model: str, brief: Path, harness: Harness) -> Started:
     """Sync `worktree` to lane `lane_index`'s copy and start the writer there; its record on the lane.
-    Refused (by the lane) while a writer runs in that copy or over a dead writer's unfetched commits."""
+    Refused (by the lane) while a writer runs in that copy, over a dead writer's unfetched commits,
+    or when the harness checkout cannot be updated fast-forward; EndedAtOnce when the writer ends
+    within NEV_WRITER_SETTLE_S."""
     wt = payload.Worktree.open(worktree)
     branch = _branch(wt)
     try:
         text = brief.read_text(encoding="utf-8")
     except OSError as e:
         raise NevError(f"{brief}: cannot read the brief ({e.strerror})") from None
+    gate.writer_settle()          # a bad NEV_WRITER_SETTLE_S is said before any lane is asked
     lf = lanesfile.configured()
     picked = gate.pick_lane(lf, lane_index)
     if picked is None:
@@ -152,10 +176,17 @@ def start(worktree: Path, *, lane_index: int, model: str, brief: Path, harness: 
         out = gate.gate_on_lane(lane, conn, wt, [], forge=forge_for(wt.repo, lf), writer=spec)
     finally:
         conn.close()
-    rec = out.result.writer
+    res = out.result
+    rec, ended = res.writer, res.writer_ended
+    if ended is not None:
+        how = f"exited {ended.exit}" if ended.exit is not None else "ended without an exit status"
+        raise EndedAtOnce(f"{lane.label}: the writer of {wt.name} {how} within "
+                          f"{gate.writer_settle():g} s of its start: the start failed; "
+                          f"its log is {ended.log} on the lane (`nev lane writer status`)",
+                          mask(ended.log_tail, extra=_env_secrets(wt)), res.harness)
     if rec is None:
         raise NevError(f"{lane.label} started no writer (status {out.status})")
-    return Started(lane, rec)
+    return Started(lane, rec, res.harness)
 
 
 @dataclass
@@ -259,8 +290,7 @@ def stop(worktree: Path, lane_index: int | None = None) -> StoppedWriter:
     and its commits kept for `fetch`; its status row, the log's last lines masked here too (the
     worktree's `.env` secret-named values, and whatever `lanes.base.mask` knows)."""
     wt = payload.Worktree.open(worktree)
-    env_file = wt.path / ENV
-    secrets = [v for k, v in dotenv.read(env_file).items() if v and is_secret_name(k)] if env_file.is_file() else []
+    secrets = _env_secrets(wt)
     for lane in lanesfile.pick(lanesfile.configured(), lane_index):
         try:
             with lane.connect() as conn:
@@ -274,6 +304,14 @@ def stop(worktree: Path, lane_index: int | None = None) -> StoppedWriter:
         masked = dataclasses.replace(ans, log_tail=mask(ans.log_tail, extra=secrets))
         return StoppedWriter(lane, masked)
     raise NevError(f"no lane that answered has a writer of {wt.name}; nothing stopped")
+
+
+def _env_secrets(wt: payload.Worktree) -> list[str]:
+    """The secret-named values of the worktree's `.env`, masked in what a lane sends back."""
+    env_file = wt.path / ENV
+    if not env_file.is_file():
+        return []
+    return [v for k, v in dotenv.read(env_file).items() if v and is_secret_name(k)]
 
 
 def status(lane_index: int | None = None) -> list[LaneWriters]:

@@ -8,7 +8,9 @@ three `.env` files on every exit unless the request keeps them; the RESULT last.
 
 After HELLO a `writer-start` request instead of the payload starts a writer (`start_writer`,
 `lanes.agent.writer`): the copy synced the same way, refused over a dead writer's unfetched
-commits, then the harness started detached, the copy's `.env` kept for its lifetime (`Leave`).
+commits, the harness checkout updated fast-forward only, then the harness started detached, the
+copy's `.env` kept for its lifetime (`Leave`), and watched for the settle time (one that ends in
+it is a failed start, its log's last lines in the RESULT).
 A gate of a copy whose writer runs is refused.
 """
 
@@ -297,19 +299,25 @@ def run_payload(gate: Gate, req: Payload, result: GateResult) -> int:
 
 
 def start_writer(gate: Gate, req: WriterStart, result: GateResult) -> int:
-    """A writer started in the prepared copy (refused over the last writer's unfetched commits),
-    detached: the copy's `.env` stays while it runs."""
+    """A writer started in the prepared copy (refused over the last writer's unfetched commits, or
+    when the harness checkout cannot be updated fast-forward), detached: the copy's `.env` stays
+    while it runs. A writer that ends within `settle_s` is a failed start (`writer_ended`)."""
     gate.mirror.cred = req.cred
     sizes = gate.take(req.sizes)
     t0 = time.monotonic()
     gate.supply(req.commit, sizes)
     writer.refuse_unfetched(gate.root, gate.name, req.commit)
+    env = gate.command_env(req.env)
+    result.harness = writer.update_harness(writer.harness_home(env))
     gate.prepare(req.commit, sizes)
     result.prepare_s = round(time.monotonic() - t0, 3)
     gate.child.check()
-    result.writer = writer.launch(gate.root, gate.name, req.writer, req.commit,
-                                  gate.command_env(req.env), [req.cred.password if req.cred else ""],
-                                  gate.shared)
+    result.writer = writer.launch(gate.root, gate.name, req.writer, req.commit, env,
+                                  [req.cred.password if req.cred else ""], gate.shared)
     gate.leave = Leave.WRITERS
+    if not writer.settle(result.writer, req.settle_s):
+        result.writer_ended = writer.ended_at_once(gate.root, gate.name, result.writer)
+        result.status = 1
+        return 1
     result.status = 0
     return 0

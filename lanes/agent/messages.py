@@ -9,7 +9,7 @@ other end does not know, a missing one or one of another type is a ProtocolError
 |---|---|---|
 | `hello` | `Hello` | HELLO: `HelloAnswer` |
 | `payload` | `Payload` | NEED_BUNDLE: `NeedBundle`, PULL_START: `PullStart`; RESULT: `GateResult` |
-| `writer-start` | `WriterStart` | RESULT: `GateResult` (its `writer`: the `WriterState` started) |
+| `writer-start` | `WriterStart` | RESULT: `GateResult` (`writer`, `harness`, `writer_ended`) |
 | `bundle`, `stop`, `abort` | `Bundle`, `StopRun`, `Abort` | (the run goes on, stops, ends) |
 | `status` | `StatusRequest` | `StatusResult` |
 | `cleanup` | `CleanupRequest` | `CleanupResult` |
@@ -240,6 +240,7 @@ class WriterStart(Request):
     writer: WriterSpec
     env: dict[str, str] = field(default_factory=dict)
     cred: Cred | None = None
+    settle_s: float = 2.0     # how long the agent watches the writer before it answers
 
 
 @_request
@@ -297,6 +298,28 @@ class WriterState(Message):
 
 
 @dataclass(repr=False, eq=False)
+class HarnessCheckout(Message):
+    """The harness checkout before a writer's start: its commit before and after the fast-forward
+    (both None: no checkout at `path`, nothing updated)."""
+
+    WHAT = "the harness checkout"
+    path: str
+    before: str | None = None
+    after: str | None = None
+
+
+@dataclass(repr=False, eq=False)
+class WriterEnded(Message):
+    """A writer that ended within the settle time: a failed start. Its exit status (None: killed
+    before its wrapper wrote one), its log and the log's last lines (masked as written)."""
+
+    WHAT = "the writer that ended at once"
+    exit: int | None
+    log: str
+    log_tail: str
+
+
+@dataclass(repr=False, eq=False)
 class GateResult(Message):
     """A gate's RESULT: the command's status (None when it never ran) and how the run went."""
 
@@ -308,6 +331,8 @@ class GateResult(Message):
     prepare_s: float | None = None
     log: str | None = None
     writer: WriterState | None = None
+    writer_ended: WriterEnded | None = None
+    harness: HarnessCheckout | None = None
     env_removed: bool = False
     maxrss_kb: int | None = None
     command_maxrss_kb: int | None = None

@@ -32,7 +32,9 @@ from lanes.agent.copy import remove_env
 from lanes.agent.errors import Refused
 from lanes.agent.git import git
 from lanes.agent.messages import (
+    HarnessCheckout,
     NoWriter,
+    WriterEnded,
     WriterFacts,
     WriterFetchedRequest,
     WriterFetchedResult,
@@ -47,7 +49,7 @@ from lanes.agent.messages import (
     WriterStopResult,
     send,
 )
-from lanes.agent.output import MASK_SOURCE, env_secrets, secret_values
+from lanes.agent.output import MASK_SOURCE, env_secrets, mask_bytes, secret_values
 from lanes.agent.procs import alive, start_ticks, stop_tree
 from lanes.agent.wire import Kind, ProtocolError, Wire
 
@@ -189,6 +191,73 @@ def jail(root: layout.Root, name: str, home: str, shared: str | None, reads: lis
     return [*args, "--chdir", os.path.realpath(root.copy(name)), "--"]
 
 
+def harness_home(env: dict[str, str]) -> str:
+    """The harness checkout on the lane: PI_TRACKS_HOME, else ~/.local/share/pi-tracks."""
+    return env.get("PI_TRACKS_HOME") or os.path.join(os.path.expanduser("~"), PI_TRACKS_HOME)
+
+
+def _git_line(cp: subprocess.CompletedProcess[bytes]) -> str:
+    err = mask_bytes(cp.stderr, []).decode(errors="replace").strip().splitlines()
+    return err[-1] if err else f"exit {cp.returncode}"
+
+
+def update_harness(path: str) -> HarnessCheckout:
+    """The harness checkout brought up to its upstream, fast-forward only, before a start (the
+    seed's launch pulls it first). Refused, nothing changed, when it has local changes to tracked
+    files, commits its upstream lacks, no upstream, or the fetch fails. No checkout there: nothing
+    to update (the writer command check follows)."""
+    if not os.path.isdir(path) or git(["rev-parse", "--is-inside-work-tree"], cwd=path,
+                                        check=False).returncode != 0:
+        return HarnessCheckout(path=path)
+    where = f"the harness checkout {path}"
+    head = git(["rev-parse", "HEAD"], cwd=path).stdout.decode().strip()
+    dirty = git(["status", "--porcelain", "--untracked-files=no"], cwd=path).stdout.decode().splitlines()
+    if dirty:
+        files = ", ".join(line[3:] for line in dirty[:5]) + (" ..." if len(dirty) > 5 else "")
+        raise Refused(f"{where} has local changes ({files}); commit or discard them there "
+                      "(it is updated fast-forward only); nothing started")
+    up = git(["rev-parse", "--abbrev-ref", "--symbolic-full-name", "@{u}"], cwd=path, check=False)
+    if up.returncode != 0:
+        raise Refused(f"{where} is on no branch with an upstream to update from; "
+                      "check out its branch there; nothing started")
+    upstream = up.stdout.decode().strip()
+    cp = git(["fetch", "-q"], cwd=path, check=False)
+    if cp.returncode != 0:
+        raise Refused(f"{where}: git fetch failed: {_git_line(cp)}; nothing started")
+    tip = git(["rev-parse", "@{u}"], cwd=path).stdout.decode().strip()
+    if tip == head:
+        return HarnessCheckout(path=path, before=head, after=head)
+    if git(["merge-base", "--is-ancestor", head, tip], cwd=path, check=False).returncode != 0:
+        ahead = git(["rev-list", "--count", f"{tip}..{head}"], cwd=path).stdout.decode().strip()
+        raise Refused(f"{where} cannot fast-forward to {upstream} ({tip[:12]}): it has {ahead} "
+                      "commit(s) its upstream lacks; push or drop them there; nothing started")
+    cp = git(["merge", "--ff-only", "-q", tip], cwd=path, check=False)
+    if cp.returncode != 0:
+        raise Refused(f"{where} cannot fast-forward to {upstream}: {_git_line(cp)}; nothing started")
+    return HarnessCheckout(path=path, before=head, after=tip)
+
+
+def settle(state: WriterState, seconds: float) -> bool:
+    """Whether the writer still runs after `seconds` (the wait ends as soon as its wrapper does).
+    A wrapper that ended is reaped: it is this agent's child."""
+    deadline = time.monotonic() + seconds
+    while running(state):
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.02)
+    try:
+        os.waitpid(state.pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    return False
+
+
+def ended_at_once(root: layout.Root, name: str, state: WriterState) -> WriterEnded:
+    """A writer that ended within the settle time: its exit status and its log's last lines
+    (masked as written)."""
+    return WriterEnded(exit=exit_status(root, name), log=state.log, log_tail=_tail(state.log))
+
+
 def launch(root: layout.Root, name: str, spec: WriterSpec, commit: str, env: dict[str, str],
            secrets: list[str] | None = None, shared: str | None = None) -> WriterState:
     """Check out the writer's branch in the copy (local changes kept) and start the harness
@@ -199,7 +268,7 @@ def launch(root: layout.Root, name: str, spec: WriterSpec, commit: str, env: dic
     ref = writer_ref(name, branch)
     home = os.path.expanduser("~")
     env = dict(env)
-    env.setdefault("PI_TRACKS_HOME", os.path.join(home, PI_TRACKS_HOME))
+    env["PI_TRACKS_HOME"] = harness_home(env)
     env.update({"NEV_WRITER_TOOL": spec.tool, "NEV_WRITER_MODEL": spec.model})
     words = [w.replace("$PI_TRACKS_HOME", env["PI_TRACKS_HOME"]) for w in shlex.split(spec.launch)]
     if not words or _program(words[0], copy, env.get("PATH", "")) is None:

@@ -41,6 +41,9 @@ class Exit(IntEnum):
         ("`nev rig snapshots`", "a label is damaged (each named on stderr; the others listed)"),
         ("`nev rig snapshot`", "the label exists, or another `nev rig snapshot` of it just wrote it"),
         ("`nev job submit`", "another `nev job submit` of the same name is running"),
+        ("`nev lane writer start`", "refused (a writer running, unfetched commits, the harness checkout "
+         "with local changes or not able to fast-forward), or the writer ended within "
+         "NEV_WRITER_SETTLE_S (its log's last lines shown)"),
         ("`nev oracle suite run`", "something changed: new failures or new passes against the "
          "suite's expectations (each listed)"),
     )
@@ -51,6 +54,8 @@ class Exit(IntEnum):
                       "succeed later"), (
         ("`nev lane`, `nev batch run`, `nev floors`, `nev land`'s gate, `nev oracle suites fetch`, "
          "`nev oracle suite run`", "no build lane answered"),
+        ("`nev lane create`", "a running guest's config changed but the guest is busy (a process named "
+         "in LANE_BUSY_COMMANDS); nothing changed"),
         ("`nev job run`, `nev job check inventory`",
          "the inventory is not ready (a not-run result is kept on the lane; `nev job poll` resends the job)"),
         ("`nev job status --follow`",

@@ -60,6 +60,8 @@ LANE_JUMP = _s("NEV_LANE_JUMP", None, "the jump host every lane is reached throu
 KNOWN_HOSTS = _s("NEV_KNOWN_HOSTS", None, "known_hosts file with the pinned host keys of the lanes and the jump host")
 SSH_KEY = _s("NEV_SSH_KEY", None, "private key file used to reach lanes")
 LANE_BUSY_COMMANDS = _s("NEV_LANE_BUSY_COMMANDS", "cargo|rustc|node", "process names that make a lane busy (LANE_BUSY_COMMANDS also read)")
+WRITER_SETTLE_S = _s("NEV_WRITER_SETTLE_S", "2", "seconds `nev lane writer start` watches a new writer; "
+                     "one that ends in them fails the start")
 LANE_APT_PROXY = _s("NEV_LANE_APT_PROXY", None, "apt proxy a lane guest installs through (apt-cacher-ng on the node's bridge address)")
 LANE_MODEL_URL = _s("NEV_LANE_MODEL_URL", None, "gateway URL as a lane reaches it: on a lane, ~/.lane-model-env's "
                     "(written by `nev lane provision` from this setting) wins over the environment's")

@@ -66,8 +66,9 @@ TRACKS = {
     "verify": verify(200),
     "landChecks": [],
     "protected": [],
-    "specWatch": {"pollEnv": {"NEV_LANE_STRICT": "1"}, "landScript": "nev land --approved",
-                  "lanes": {"tool": "writer-harness"}},
+    # No writer runs in the demo, so its tracks.json declares no harness (a declaration is the
+    # user's; no committed file names one: tests/test_job_writer.py).
+    "specWatch": {"pollEnv": {"NEV_LANE_STRICT": "1"}, "landScript": "nev land --approved"},
 }
 
 # The track's spec: floor files are protected (raised only after landing), so not in touches.
