@@ -24,9 +24,19 @@ from typing import Any
 
 from bench import prompt
 from bench.oracle import store
-from crates_bridge.corpus import Manifest
-from crates_bridge.registry import Floor, GeneratedFunction, discover
+from crates_bridge.corpus import Manifest, read_manifest
+from crates_bridge.errors import BridgeError
+from crates_bridge.registry import (
+    FLOOR_SUFFIX,
+    NAME_RE,
+    PROVENANCE_SUFFIX,
+    Floor,
+    parse_floor,
+    parse_provenance,
+)
+from lanes.base import jsonfile
 from lanes.base.errors import ConfigError
+from lanes.base.gitrun import Repo
 
 FORMAT = 2
 CSS_RS = "crates/layout/src/css.rs"
@@ -296,42 +306,93 @@ def bom_row(e: Entry) -> dict[str, Any]:
 
 # ---- the tree (I/O) ----
 
+class Tree:
+    """Files of a checkout by path relative to its root: the working tree (`rev` None), or a
+    commit's tree (`main`: what landed, whatever the checkout holds)."""
+
+    def __init__(self, root: Path, rev: str | None = None) -> None:
+        self.root, self.rev = root, rev
+        self._files: set[str] | None = None
+
+    def label(self, rel: str) -> str:
+        return f"{self.rev}:{rel}" if self.rev else str(self.root / rel)
+
+    def read(self, rel: str) -> bytes | None:
+        if self.rev is None:
+            p = self.root / rel
+            return p.read_bytes() if p.is_file() else None
+        return Repo(self.root).show_bytes(self.rev, rel)
+
+    def names(self, rel_dir: str) -> list[str]:
+        """The file names directly in `rel_dir`."""
+        if self.rev is None:
+            d = self.root / rel_dir
+            return sorted(p.name for p in d.iterdir() if p.is_file()) if d.is_dir() else []
+        if self._files is None:
+                self._files = Repo(self.root).tree_files(self.rev)
+        pre = rel_dir.rstrip("/") + "/"
+        return sorted(f[len(pre):] for f in self._files if f.startswith(pre) and "/" not in f[len(pre):])
+
+
+def _json(tree: Tree, rel: str, what: str) -> Any:
+    data = tree.read(rel)
+    if data is None:
+        return None
+    return jsonfile.parse(jsonfile.decode(data, tree.label(rel), what), tree.label(rel), what)
+
+
+def load_index(tree: Tree, engine: str) -> list[Entry]:
+    """Every generated function's record in `tree` (`engine`: the engine folder, relative), with
+    its floor and the hash of its source."""
+    gen = f"{engine.rstrip('/')}/crates/layout/src/generated"
+    out = []
+    for name in tree.names(gen):
+        if not name.endswith(PROVENANCE_SUFFIX):
+            continue
+        fn = name[: -len(PROVENANCE_SUFFIX)]
+        rel = f"{gen}/{name}"
+        try:
+            if not NAME_RE.match(fn):
+                raise BridgeError(f"{tree.label(rel)}: `{fn}` is not a Rust function name; rename the file")
+            raw = parse_provenance(Path(tree.label(rel)), _json(tree, rel, "provenance record"), fn).raw
+            floor_raw = _json(tree, f"{gen}/{fn}{FLOOR_SUFFIX}", "floor file")
+            floor = None if floor_raw is None else parse_floor(Path(tree.label(f"{gen}/{fn}{FLOOR_SUFFIX}")),
+                                                               floor_raw)
+        except BridgeError as e:
+            raise ConfigError(str(e)) from None
+        src = tree.read(f"{gen}/{fn}.rs")
+        out.append(Entry(fn, raw, floor, hashlib.sha256(src).hexdigest() if src is not None else None))
+    return out
+
+
 def spec_path(function: str, root: Path, specs_dir: Path) -> Path:
     """The spec file of `function`: the repository's (`specs_dir`) when it holds one, else nev's."""
     own = specs_dir / f"{function}.md"
     return own if own.is_file() else prompt.SPECS_DIR / f"{function}.md"
 
 
-def load_index(engine_dir: Path) -> list[Entry]:
-    """Every generated function's record, with its floor and the hash of its source."""
-    from crates_bridge.errors import BridgeError
+def current_of(entries: Sequence[Entry], tree: Tree, engine: str, specs: str, corpus_root: Path) -> Current:
+    """The inputs of every indexed function as `tree` holds them now (spec files: the tree's
+    `specs` folder, else nev's own; corpora: the folder `corpus_root`, never in git)."""
 
-    try:
-        found: list[GeneratedFunction] = discover(engine_dir / "crates" / "layout" / "src" / "generated")
-    except BridgeError as e:
-        raise ConfigError(str(e)) from None
-    return [Entry(g.name, g.provenance.raw, g.floor,
-                  hashlib.sha256(g.source.read_bytes()).hexdigest()) for g in found]
-
-
-def current_of(entries: Sequence[Entry], root: Path, engine_dir: Path, corpus_root: Path,
-               specs_dir: Path) -> Current:
-    """The inputs of every indexed function as the tree holds them now."""
-    from crates_bridge.corpus import read_manifest
-    from crates_bridge.errors import BridgeError
-
-    specs: dict[str, str | None] = {}
+    digests: dict[str, str | None] = {}
     corpora: dict[str, Manifest | None] = {}
     for e in entries:
-        p = spec_path(e.function, root, specs_dir)
+        rel = f"{specs.rstrip('/')}/{e.function}.md"
+        data = tree.read(rel)
+        label = tree.label(rel)
+        if data is None and (prompt.SPECS_DIR / f"{e.function}.md").is_file():
+            label = str(prompt.SPECS_DIR / f"{e.function}.md")
+            data = (prompt.SPECS_DIR / f"{e.function}.md").read_bytes()
         try:
-            specs[e.function] = spec_digest(prompt.load_spec(e.function, p.parent)) if p.is_file() else None
+            digests[e.function] = (None if data is None else
+                                   spec_digest(prompt.parse_spec(Path(label), data.decode("utf-8", "replace"))))
         except ConfigError:
-            specs[e.function] = None
+            digests[e.function] = None
         name = e.get("corpus.name") or e.get("verification.corpus") or e.function
         try:
             corpora[e.function] = read_manifest(corpus_root / str(name))
         except BridgeError:
             corpora[e.function] = None      # no corpus here: the key is not checked
-    css = engine_dir / CSS_RS
-    return Current(specs, css.read_text(encoding="utf-8") if css.is_file() else None, corpora)
+    css = tree.read(f"{engine.rstrip('/')}/{CSS_RS}")
+    return Current(digests, css.decode("utf-8", "replace") if css is not None else None, corpora)

@@ -35,7 +35,7 @@ import yaml
 from jobs import approvals as store
 from jobs import land as landing
 from jobs import poll as poll_mod
-from jobs import records, tracks
+from jobs import records, regen, tracks
 from jobs.approvals import MAIN, LandPaths
 from jobs.land_after import finish_pending
 from jobs.land_gate import INTERRUPTED, stop_leftover_gate
@@ -87,6 +87,7 @@ def tick(repo_path: Path | None = None, environ: Mapping[str, str] | None = None
             env = with_poll_env(repo, env)
             worst = _tracks(repo, env)
             worst = max(worst, _jobs(repo, env))
+            worst = max(worst, regen.tick_regen(repo.path, env))   # only with NEV_PROVENANCE_REGEN
             _retention(env)
             return worst
 

@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from rig.cli import cli, main
 
-GROUPS = ["lane", "job", "land", "dagu", "rig", "box", "batch", "oracle", "floors", "scores", "ledger", "settings", "sandbox"]
+GROUPS = ["lane", "job", "land", "dagu", "rig", "box", "batch", "oracle", "floors", "scores", "ledger", "settings", "sandbox",
+          "provenance"]
 
 
 def nev(*args, env=None):

@@ -1,0 +1,185 @@
+"""Regeneration, unattended: for each function `nev provenance stale` says to regenerate, the job
+that regenerates it (a best-of-N batch seeded with the current version's failures, then the
+verify gate; landed by the poll like any job), at most NEV_REGEN_MAX at once, never twice for the
+same input change. `regen.json` in the state folder records each change key -> the job started
+for it and why; the tick runs `tick_regen` when NEV_PROVENANCE_REGEN is set (or tracks.json's
+specWatch.pollEnv sets it), a person `nev provenance regen [FUNCTION]`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench import provenance as prov
+from jobs import records
+from lanes.base import jsonfile, settings
+from lanes.base.errors import ConfigError, NevError
+from lanes.base.gitrun import Repo
+from lanes.base.ui import info
+
+STATE_FILE = "regen.json"
+
+
+@dataclass(frozen=True)
+class Plan:
+    submit: list[prov.Finding]
+    lines: list[str]
+
+
+def job_name(f: prov.Finding) -> str:
+    return f"regen-{f.function.replace('_', '-')}-{f.key()[:10]}"
+
+
+def plan(findings: Sequence[prov.Finding], started: Mapping[str, Mapping[str, Any]], running: int,
+         max_at_once: int, only: str | None = None) -> Plan:
+    """Which findings get a regeneration job now (pure), and one line for each that does not:
+
+    | finding | → |
+    |---|---|
+    | another function than `only` | nothing |
+    | regenerate, its change key in `started` | skip: already started for this change (never twice) |
+    | regenerate, `running` + this tick's submissions at `max_at_once` | wait for a slot (next tick) |
+    | regenerate otherwise | submit |
+    | redump | a line: re-dump the ground truth and re-score (not a regeneration) |
+    | incomplete | a line: the record cannot say what changed |
+    """
+    out: list[prov.Finding] = []
+    lines: list[str] = []
+    for f in findings:
+        if only is not None and f.function != only:
+            continue
+        why = "; ".join(r.text for r in f.reasons)
+        if f.action == prov.REDUMP:
+            lines.append(f"{f.function}: re-dump the ground truth and re-score ({why})")
+        elif f.action == prov.INCOMPLETE:
+            lines.append(f"{f.function}: {why}; not regenerated (nothing says what changed)")
+        elif f.key() in started:
+            lines.append(f"{f.function}: already started as job {started[f.key()].get('job')} for this change")
+        elif running + len(out) >= max_at_once:
+            lines.append(f"{f.function}: waits: {running + len(out)} regeneration job(s) running "
+                         f"(NEV_REGEN_MAX {max_at_once})")
+        else:
+            out.append(f)
+    return Plan(out, lines)
+
+
+def manifest_for(f: prov.Finding, entry: prov.Entry, base: str, batch: str) -> dict[str, Any]:
+    """The regeneration job's manifest (pure): the batch stage, then the verify gate."""
+    spec_file = entry.get("spec.file")
+    models = [m.get("alias") for m in entry.get("models") or [] if isinstance(m, Mapping) and m.get("alias")]
+    stage: dict[str, Any] = {"name": "gen", "kind": "batch", "command": batch.format(function=f.function)}
+    if models:
+        stage["models"] = models
+    spec = spec_file if isinstance(spec_file, str) and not spec_file.startswith("nev:") else f.function
+    return {"name": job_name(f), "base": base, "spec": spec, "stages": [stage, {"name": "verify", "kind": "verify"}]}
+
+
+def state_path(env: Mapping[str, str]) -> Path:
+    return records.path(env).with_name(STATE_FILE)
+
+
+@contextmanager
+def state(env: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+    """regen.json under its lock: change key -> {job, function, reasons, started_at}; written back."""
+    p = state_path(env)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(str(p) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        data = jsonfile.load(p, "regeneration state file") if p.exists() else {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: must hold a JSON object; move it away (the next tick starts it anew)")
+        yield data
+        jsonfile.write_atomic(p, data, mode=0o600)
+    finally:
+        os.close(fd)
+
+
+def running(started: Mapping[str, Mapping[str, Any]], recs: records.Records) -> int:
+    """The started regeneration jobs that have not ended (landed, failed, not landed)."""
+    n = 0
+    for s in started.values():
+        rec = recs.jobs.get(str(s.get("job")))
+        if rec is None or not rec.status.final:
+            n += 1
+    return n
+
+
+Submit = Callable[[Path, Path], int]
+
+
+def _submit(manifest: Path, repo: Path) -> int:
+    from jobs.submit import submit
+
+    return submit(manifest, repo_path=repo)
+
+
+def regen(repo_path: Path, env: Mapping[str, str], only: str | None = None,
+          submit: Submit = _submit) -> int:
+    """Submit the regeneration jobs `stale` asks for now; each one recorded before it is sent (a
+    crash mid-submit leaves it recorded: never twice), and dropped again when the submit fails (the
+    next run tries it). Exit: 0, or the worst failed submit."""
+    repo = Repo(Repo(repo_path).toplevel())
+    entries, findings = stale_here(repo.path, env)
+    by_fn = {e.function: e for e in entries}
+    if only is not None and only not in by_fn:
+        raise NevError(f"no generated function `{only}`; see `nev provenance list`", 2)
+    base = repo.rev("main")
+    folder = state_path(env).with_name("regen")
+    worst = 0
+    with state(env) as started:
+        p = plan(findings, started, running(started, records.read(env)),
+                 settings.get_int(settings.REGEN_MAX, env), only)
+        for line in p.lines:
+            info(f"provenance: {line}")
+        for f in p.submit:
+            m = manifest_for(f, by_fn[f.function], base, settings.value(settings.REGEN_BATCH, env))
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{m['name']}.yaml"
+            path.write_text(yaml.safe_dump(m, sort_keys=False), encoding="utf-8")
+            why = [r.text for r in f.reasons]
+            started[f.key()] = {"job": m["name"], "function": f.function, "reasons": why,
+                                "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+            jsonfile.write_atomic(state_path(env), started, mode=0o600)
+            info(f"provenance: {f.function}: regenerating as job {m['name']}: {'; '.join(why)}")
+            try:
+                rc = submit(path, repo.path)
+            except NevError as e:
+                rc = int(e.exit_code)
+                info(f"provenance: {f.function}: the submit failed: {e.message}; the next run tries again")
+            if rc != 0:
+                del started[f.key()]
+                worst = max(worst, rc)
+    return worst
+
+
+def stale_here(root: Path, env: Mapping[str, str], rev: str | None = "main"
+               ) -> tuple[list[prov.Entry], list[prov.Finding]]:
+    """The index of the checkout at `root` as `rev` holds it (None: the working tree), and what
+    that tree invalidates."""
+    tree = prov.Tree(root, rev)
+    engine = settings.value(settings.ENGINE_DIR, env)
+    entries = prov.load_index(tree, engine)
+    cur = prov.current_of(entries, tree, engine, settings.value(settings.SPECS_DIR, env),
+                          settings.path_under(settings.CORPUS_DIR, root, env))
+    return entries, prov.stale(entries, cur)
+
+
+def tick_regen(repo_path: Path, env: Mapping[str, str]) -> int:
+    """The tick's part (only with NEV_PROVENANCE_REGEN set): regen, its failure one line."""
+    if not settings.get_flag(settings.PROVENANCE_REGEN, env):
+        return 0
+    try:
+        return regen(repo_path, env)
+    except NevError as e:
+        info(f"tick: provenance: {e.message}")
+        return int(e.exit_code)
