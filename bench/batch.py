@@ -405,14 +405,16 @@ def provenance_inputs(cfg: RunConfig, spec: prompt.Spec, signature: str, css: st
     """What the kept version's record names of its inputs (bench.provenance, format 2)."""
     spec_file = provenance.spec_path(cfg.function, cfg.root or cfg.engine_dir, cfg.specs_dir)
     aliases = list(dict.fromkeys(c.alias for c in calls))
+    shared = prompt.prefix(spec, signature, iface)
     return {
         "spec": provenance.spec_block(spec, spec_file, cfg.root or cfg.engine_dir),
         "definitions": provenance.definitions(css, signature),
-        "prompt": {"prefix_sha256": provenance.sha256(prompt.SYSTEM + prompt.prefix(spec, signature, iface)),
+        "prompt": {"prefix_sha256": provenance.sha256(prompt.SYSTEM + shared),
                    "rounds": list(prompt_hashes)},
-        "models": [provenance.serving(a, ((c.served_model, c.fingerprint) for c in calls if c.alias == a))
-                   for a in aliases],
-        "seeds": {"base": seed_base, "calls": {a: [c.seed for c in calls if c.alias == a] for a in aliases}},
+        "models": [provenance.serving(a, ((c.served_model, c.fingerprint) for c in calls
+                                          if c.alias == a)) for a in aliases],
+        "seeds": {"base": seed_base,
+                  "calls": {a: [c.seed for c in calls if c.alias == a] for a in aliases}},
         "corpus": provenance.corpus_block(cfg.corpus_dir.name, manifest),
     }
 
@@ -514,7 +516,8 @@ def gateway_key(root: Path) -> str:
 def command(function: str, repo: Path, models: str | None, max_batches: int | None, escalate_after: int | None,
             escalate: str | None, seed: int | None, corpus: Path | None, argv: Sequence[str],
             echo: Callable[[str], None] = print, budget_tokens: str | None = None,
-            budget_gpu_s: str | None = None, supersede: bool = False, seed_failures: bool = False) -> int:
+            budget_gpu_s: str | None = None, supersede: bool = False,
+            seed_failures: bool = False) -> int:
     """`nev batch run`: on a lane, run here; else re-run on a lane (exit 3 with none)."""
     from bench import onlane
     from bench.gateway import url_from_settings

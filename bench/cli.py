@@ -34,10 +34,11 @@ _BUDGET_GPU_S = click.option("--budget-gpu-s", help="Stop drawing before a call 
               help="The corpus folder (default NEV_CORPUS_DIR/FUNCTION)")
 @_BUDGET_TOKENS
 @_BUDGET_GPU_S
-@click.option("--supersede", is_flag=True, help="A regeneration: the kept version replaces an earlier batch's "
-              "(its record is replaced; git keeps the old one)")
-@click.option("--seed-failures", is_flag=True, help="Score the current version first; the first prompt shows "
-              "its failing cases")
+@click.option("--supersede", is_flag=True,
+              help="A regeneration: the kept version replaces an earlier batch's (its record is "
+              "replaced; git keeps the old one)")
+@click.option("--seed-failures", is_flag=True,
+              help="Score the current version first; the first prompt shows its failing cases")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
 def batch_run(function: str, models: str | None, max_batches: int | None, escalate_after: int | None,
               escalate: str | None, seed: int | None, corpus: Path | None, budget_tokens: str | None,

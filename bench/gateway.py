@@ -255,8 +255,8 @@ class CallRecord:
     gateway_wait_s: float = 0.0   # seconds this call waited for a gateway slot
     error: str | None = None
     gpu_s: float = 0.0            # estimated from the pool's measured throughput (bench.budget)
-    served_model: str | None = None   # the answer's `model`: what the gateway and pool say served it
-    fingerprint: str | None = None    # the answer's `system_fingerprint` (the serving revision), if any
+    served_model: str | None = None   # the answer's `model`: what gateway and pool say served it
+    fingerprint: str | None = None    # the answer's `system_fingerprint` (serving revision)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

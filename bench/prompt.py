@@ -119,7 +119,7 @@ def _signatures_only(impl: str) -> str:
 
 
 def interface_names(signature: str) -> list[str]:
-    """The engine types a prompt shows for `signature`: `Len`, then the types the signature names."""
+    """The engine types a prompt shows for `signature`: `Len`, then the signature's types."""
     names = ["Len"] + [t for t in re.findall(r"\b([A-Z][A-Za-z0-9]+)\b", signature) if t != "Len"]
     return list(dict.fromkeys(names))
 

@@ -2,11 +2,11 @@
 an index: every function and its inputs (`list`, `bom`), and which of them an input change in the
 current tree invalidates (`stale`), with the action each reason asks for.
 
-| input | recorded as | recomputed from | a change means |
+| input | recorded as | recomputed from | means |
 |---|---|---|---|
-| the spec section's text | `spec.text_sha256` (+ `file`, `section`) | the spec file in the tree | regenerate |
-| the engine definitions the prompt showed | `definitions[name]` (`Len`, `Len::resolve`) | the engine's `css.rs` | regenerate |
-| the corpus (engine versions) | `corpus.key`, `corpus.engines` | the corpus manifest in the tree | redump |
+| the spec section's text | `spec.text_sha256` | the tree's spec file | regenerate |
+| the definitions the prompt showed | `definitions` (`Len::resolve`) | css.rs | regenerate |
+| the corpus (engine versions) | `corpus.key`, `corpus.engines` | the corpus manifest | redump |
 
 A record without one of these (format 1, the example's placeholder) is "incomplete provenance":
 never fresh, never an error. Decisions here are pure; `current_of` and `load_index` read files.
@@ -41,8 +41,16 @@ from lanes.base.gitrun import Repo
 FORMAT = 2
 CSS_RS = "crates/layout/src/css.rs"
 #: what a complete record holds (dotted paths); a record missing any is incomplete
-REQUIRED = ("spec.text_sha256", "spec.file", "definitions", "prompt.prefix_sha256", "models",
-            "seeds", "corpus.key", "corpus.engines")
+REQUIRED = (
+    "spec.text_sha256",
+    "spec.file",
+    "definitions",
+    "prompt.prefix_sha256",
+    "models",
+    "seeds",
+    "corpus.key",
+    "corpus.engines",
+)
 REGENERATE, REDUMP, INCOMPLETE = "regenerate", "redump", "incomplete"
 
 
@@ -51,6 +59,7 @@ def sha256(text: str) -> str:
 
 
 # ---- what a batch records ----
+
 
 def spec_digest(spec: prompt.Spec) -> str:
     """The hash of the section's text as the prompt carries it: the text and its steps."""
@@ -61,9 +70,15 @@ def spec_block(spec: prompt.Spec, path: Path, root: Path) -> dict[str, Any]:
     try:
         where = str(path.resolve().relative_to(root.resolve()))
     except ValueError:
-        where = f"nev:bench/specs/{path.name}"     # nev's own copy, outside the repository
-    return {"document": spec.document, "section": spec.section, "title": spec.title,
-            "source": spec.source, "file": where, "text_sha256": spec_digest(spec)}
+        where = f"nev:bench/specs/{path.name}"  # nev's own copy, outside the repository
+    return {
+        "document": spec.document,
+        "section": spec.section,
+        "title": spec.title,
+        "source": spec.source,
+        "file": where,
+        "text_sha256": spec_digest(spec),
+    }
 
 
 def methods(impl: str) -> dict[str, str]:
@@ -109,14 +124,24 @@ def corpus_key(man: Manifest) -> str:
     key = man.raw.get("key")
     if isinstance(key, str) and key:
         return key
-    return store.corpus_key(man.function, man.raw.get("generator") or {}, man.engines,
-                            man.tolerance_px, man.raw.get("seeds") or {})
+    return store.corpus_key(
+        man.function,
+        man.raw.get("generator") or {},
+        man.engines,
+        man.tolerance_px,
+        man.raw.get("seeds") or {},
+    )
 
 
 def corpus_block(name: str, man: Manifest) -> dict[str, Any]:
     sha = man.raw.get("content_sha256")
-    return {"name": name, "key": corpus_key(man), "engines": dict(man.engines),
-            "content_sha256": sha if isinstance(sha, str) else None, "cases": man.cases}
+    return {
+        "name": name,
+        "key": corpus_key(man),
+        "engines": dict(man.engines),
+        "content_sha256": sha if isinstance(sha, str) else None,
+        "cases": man.cases,
+    }
 
 
 def serving(alias: str, reported: Iterable[tuple[str | None, str | None]]) -> dict[str, Any]:
@@ -126,11 +151,17 @@ def serving(alias: str, reported: Iterable[tuple[str | None, str | None]]) -> di
     pairs = list(reported)
     ids = sorted({m for m, _ in pairs if m})
     prints = sorted({f for _, f in pairs if f})
-    return {"alias": alias, "model_ids": ids or None, "system_fingerprints": prints or None,
-            "recipe": None, "image_digest": None}
+    return {
+        "alias": alias,
+        "model_ids": ids or None,
+        "system_fingerprints": prints or None,
+        "recipe": None,
+        "image_digest": None,
+    }
 
 
 # ---- reading the records ----
+
 
 def missing(record: Mapping[str, Any]) -> list[str]:
     """The REQUIRED fields a record lacks (null counts as lacking)."""
@@ -166,37 +197,50 @@ class Entry:
 class Current:
     """The inputs as the tree holds them now, per function (None: not in the tree)."""
 
-    specs: dict[str, str | None] = field(default_factory=dict)        # function -> text sha256
+    specs: dict[str, str | None] = field(default_factory=dict)  # function -> text sha256
     css_source: str | None = None
     corpora: dict[str, Manifest | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Reason:
-    kind: str          # spec | definition | corpus
+    kind: str  # spec | definition | corpus
     input: str
     was: str | None
     now: str | None
     text: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "input": self.input, "was": self.was, "now": self.now, "text": self.text}
+        return {
+            "kind": self.kind,
+            "input": self.input,
+            "was": self.was,
+            "now": self.now,
+            "text": self.text,
+        }
 
 
 @dataclass(frozen=True)
 class Finding:
     function: str
-    action: str        # regenerate | redump | incomplete
+    action: str  # regenerate | redump | incomplete
     reasons: tuple[Reason, ...]
     section: str | None = None
 
     def key(self) -> str:
         """The input change's identity: the same change gives the same key (never twice)."""
-        return sha256(self.function + "|" + "|".join(f"{r.kind}:{r.input}:{r.now}" for r in self.reasons))
+        return sha256(
+            self.function + "|" + "|".join(f"{r.kind}:{r.input}:{r.now}" for r in self.reasons)
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"function": self.function, "action": self.action, "section": self.section,
-                "reasons": [r.to_json() for r in self.reasons], "change": self.key()}
+        return {
+            "function": self.function,
+            "action": self.action,
+            "section": self.section,
+            "reasons": [r.to_json() for r in self.reasons],
+            "change": self.key(),
+        }
 
 
 def _short(h: str | None) -> str:
@@ -204,8 +248,11 @@ def _short(h: str | None) -> str:
 
 
 def _engines_change(was: Mapping[str, str], now: Mapping[str, str]) -> str:
-    parts = [f"{n} {was.get(n, 'none')} → {now.get(n, 'none')}" for n in sorted({*was, *now})
-             if was.get(n) != now.get(n)]
+    parts = [
+        f"{n} {was.get(n, 'none')} → {now.get(n, 'none')}"
+        for n in sorted({*was, *now})
+        if was.get(n) != now.get(n)
+    ]
     return ", ".join(parts)
 
 
@@ -216,8 +263,11 @@ def reasons_of(e: Entry, cur: Current) -> list[Reason]:
     was = e.get("spec.text_sha256")
     now = cur.specs.get(e.function)
     if now != was:
-        text = (f"spec section {section} changed since {_short(was)}" if now
-                else f"spec file {e.get('spec.file')} is gone")
+        text = (
+            f"spec section {section} changed since {_short(was)}"
+            if now
+            else f"spec file {e.get('spec.file')} is gone"
+        )
         out.append(Reason("spec", f"{e.get('spec.file')}#{section}", was, now, text))
     recorded = e.get("definitions") or {}
     sig = e.get("signature")
@@ -226,15 +276,29 @@ def reasons_of(e: Entry, cur: Current) -> list[Reason]:
         for name in sorted(recorded):
             if have.get(name) != recorded[name]:
                 verb = "changed" if name in have else "was removed"
-                out.append(Reason("definition", name, recorded[name], have.get(name),
-                                  f"definition `{name}` {verb}"))
+                out.append(
+                    Reason(
+                        "definition",
+                        name,
+                        recorded[name],
+                        have.get(name),
+                        f"definition `{name}` {verb}",
+                    )
+                )
     man = cur.corpora.get(e.function)
     if man is not None:
         key_now, key_was = corpus_key(man), e.get("corpus.key")
         if key_now != key_was:
             change = _engines_change(e.get("corpus.engines") or {}, man.engines)
-            out.append(Reason("corpus", str(e.get("corpus.name") or e.function), key_was, key_now,
-                              f"corpus key changed: {change or f'{_short(key_was)} → {_short(key_now)}'}"))
+            out.append(
+                Reason(
+                    "corpus",
+                    str(e.get("corpus.name") or e.function),
+                    key_was,
+                    key_now,
+                    f"corpus key changed: {change or f'{_short(key_was)} → {_short(key_now)}'}",
+                )
+            )
     return out
 
 
@@ -245,8 +309,13 @@ def stale(entries: Sequence[Entry], cur: Current) -> list[Finding]:
     for e in entries:
         section = e.get("spec.section")
         if e.missing:
-            why = Reason("provenance", "record", None, None,
-                         f"incomplete provenance: {', '.join(e.missing)} missing")
+            why = Reason(
+                "provenance",
+                "record",
+                None,
+                None,
+                f"incomplete provenance: {', '.join(e.missing)} missing",
+            )
             out.append(Finding(e.function, INCOMPLETE, (why,), section))
             continue
         rs = reasons_of(e, cur)
@@ -271,11 +340,16 @@ def age_s(e: Entry, now: dt.datetime) -> float | None:
 
 def list_row(e: Entry, now: dt.datetime) -> dict[str, Any]:
     models = e.get("batch.models") or []
-    return {"function": e.function, "section": e.get("spec.section"),
-            "models": [m.get("alias") for m in models if isinstance(m, Mapping)] or None,
-            "batch": e.get("batch.id"), "corpus_key": e.get("corpus.key"),
-            "floor": e.floor.to_json() if e.floor else None, "age_s": age_s(e, now),
-            "provenance": "incomplete" if e.missing else "complete"}
+    return {
+        "function": e.function,
+        "section": e.get("spec.section"),
+        "models": [m.get("alias") for m in models if isinstance(m, Mapping)] or None,
+        "batch": e.get("batch.id"),
+        "corpus_key": e.get("corpus.key"),
+        "floor": e.floor.to_json() if e.floor else None,
+        "age_s": age_s(e, now),
+        "provenance": "incomplete" if e.missing else "complete",
+    }
 
 
 def bom_row(e: Entry) -> dict[str, Any]:
@@ -285,26 +359,51 @@ def bom_row(e: Entry) -> dict[str, Any]:
     models = g("models")
     prompt_rounds = g("prompt.rounds")
     return {
-        "function": e.function, "signature": g("signature"), "source_sha256": e.source_sha256,
-        "provenance": "incomplete" if e.missing else "complete", "missing": e.missing,
-        "spec": {k: g(f"spec.{k}") for k in ("document", "section", "title", "source", "file", "text_sha256")},
-        "definitions": ([{"name": n, "sha256": defs[n]} for n in sorted(defs)]
-                        if isinstance(defs, Mapping) else None),
-        "prompt": {"prefix_sha256": g("prompt.prefix_sha256"),
-                   "rounds": list(prompt_rounds) if isinstance(prompt_rounds, list) else None},
-        "models": ([{k: m.get(k) for k in ("alias", "model_ids", "system_fingerprints", "recipe",
-                                          "image_digest")} for m in models if isinstance(m, Mapping)]
-                   if isinstance(models, list) else None),
+        "function": e.function,
+        "signature": g("signature"),
+        "source_sha256": e.source_sha256,
+        "provenance": "incomplete" if e.missing else "complete",
+        "missing": e.missing,
+        "spec": {
+            k: g(f"spec.{k}")
+            for k in ("document", "section", "title", "source", "file", "text_sha256")
+        },
+        "definitions": (
+            [{"name": n, "sha256": defs[n]} for n in sorted(defs)]
+            if isinstance(defs, Mapping)
+            else None
+        ),
+        "prompt": {
+            "prefix_sha256": g("prompt.prefix_sha256"),
+            "rounds": list(prompt_rounds) if isinstance(prompt_rounds, list) else None,
+        },
+        "models": (
+            [
+                {
+                    k: m.get(k)
+                    for k in ("alias", "model_ids", "system_fingerprints", "recipe", "image_digest")
+                }
+                for m in models
+                if isinstance(m, Mapping)
+            ]
+            if isinstance(models, list)
+            else None
+        ),
         "seeds": {"base": g("seeds.base"), "calls": g("seeds.calls")},
         "batch": {"id": g("batch.id"), "date": g("batch.date")},
-        "corpus": {k: g(f"corpus.{k}") for k in ("name", "key", "engines", "content_sha256", "cases")},
-        "verification": {"cases_passed": g("verification.cases_passed"),
-                         "cases_run": g("verification.cases_run")},
+        "corpus": {
+            k: g(f"corpus.{k}") for k in ("name", "key", "engines", "content_sha256", "cases")
+        },
+        "verification": {
+            "cases_passed": g("verification.cases_passed"),
+            "cases_run": g("verification.cases_run"),
+        },
         "floor": e.floor.to_json() if e.floor else None,
     }
 
 
 # ---- the tree (I/O) ----
+
 
 class Tree:
     """Files of a checkout by path relative to its root: the working tree (`rev` None), or a
@@ -329,9 +428,11 @@ class Tree:
             d = self.root / rel_dir
             return sorted(p.name for p in d.iterdir() if p.is_file()) if d.is_dir() else []
         if self._files is None:
-                self._files = Repo(self.root).tree_files(self.rev)
+            self._files = Repo(self.root).tree_files(self.rev)
         pre = rel_dir.rstrip("/") + "/"
-        return sorted(f[len(pre):] for f in self._files if f.startswith(pre) and "/" not in f[len(pre):])
+        return sorted(
+            f[len(pre) :] for f in self._files if f.startswith(pre) and "/" not in f[len(pre) :]
+        )
 
 
 def _json(tree: Tree, rel: str, what: str) -> Any:
@@ -353,15 +454,24 @@ def load_index(tree: Tree, engine: str) -> list[Entry]:
         rel = f"{gen}/{name}"
         try:
             if not NAME_RE.match(fn):
-                raise BridgeError(f"{tree.label(rel)}: `{fn}` is not a Rust function name; rename the file")
-            raw = parse_provenance(Path(tree.label(rel)), _json(tree, rel, "provenance record"), fn).raw
+                raise BridgeError(
+                    f"{tree.label(rel)}: `{fn}` is not a Rust function name; rename the file"
+                )
+            raw = parse_provenance(
+                Path(tree.label(rel)), _json(tree, rel, "provenance record"), fn
+            ).raw
             floor_raw = _json(tree, f"{gen}/{fn}{FLOOR_SUFFIX}", "floor file")
-            floor = None if floor_raw is None else parse_floor(Path(tree.label(f"{gen}/{fn}{FLOOR_SUFFIX}")),
-                                                               floor_raw)
+            floor = (
+                None
+                if floor_raw is None
+                else parse_floor(Path(tree.label(f"{gen}/{fn}{FLOOR_SUFFIX}")), floor_raw)
+            )
         except BridgeError as e:
             raise ConfigError(str(e)) from None
         src = tree.read(f"{gen}/{fn}.rs")
-        out.append(Entry(fn, raw, floor, hashlib.sha256(src).hexdigest() if src is not None else None))
+        out.append(
+            Entry(fn, raw, floor, hashlib.sha256(src).hexdigest() if src is not None else None)
+        )
     return out
 
 
@@ -371,7 +481,9 @@ def spec_path(function: str, root: Path, specs_dir: Path) -> Path:
     return own if own.is_file() else prompt.SPECS_DIR / f"{function}.md"
 
 
-def current_of(entries: Sequence[Entry], tree: Tree, engine: str, specs: str, corpus_root: Path) -> Current:
+def current_of(
+    entries: Sequence[Entry], tree: Tree, engine: str, specs: str, corpus_root: Path
+) -> Current:
     """The inputs of every indexed function as `tree` holds them now (spec files: the tree's
     `specs` folder, else nev's own; corpora: the folder `corpus_root`, never in git)."""
 
@@ -385,14 +497,17 @@ def current_of(entries: Sequence[Entry], tree: Tree, engine: str, specs: str, co
             label = str(prompt.SPECS_DIR / f"{e.function}.md")
             data = (prompt.SPECS_DIR / f"{e.function}.md").read_bytes()
         try:
-            digests[e.function] = (None if data is None else
-                                   spec_digest(prompt.parse_spec(Path(label), data.decode("utf-8", "replace"))))
+            digests[e.function] = (
+                None
+                if data is None
+                else spec_digest(prompt.parse_spec(Path(label), data.decode("utf-8", "replace")))
+            )
         except ConfigError:
             digests[e.function] = None
         name = e.get("corpus.name") or e.get("verification.corpus") or e.function
         try:
             corpora[e.function] = read_manifest(corpus_root / str(name))
         except BridgeError:
-            corpora[e.function] = None      # no corpus here: the key is not checked
+            corpora[e.function] = None  # no corpus here: the key is not checked
     css = tree.read(f"{engine.rstrip('/')}/{CSS_RS}")
     return Current(digests, css.decode("utf-8", "replace") if css is not None else None, corpora)

@@ -11,10 +11,19 @@ import click
 
 from bench import provenance as prov
 
-_REPO = click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".",
-                     show_default=True, help="The checkout whose generated functions are read.")
-_AT = click.option("--worktree", is_flag=True, help="Read the checkout's working tree, not main "
-                   "(the default: what landed; the working tree when there is no main).")
+_REPO = click.option(
+    "--repo",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="The checkout whose generated functions are read.",
+)
+_AT = click.option(
+    "--worktree",
+    is_flag=True,
+    help="Read the checkout's working tree, not main "
+    "(the default: what landed; the working tree when there is no main).",
+)
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON (a list; [] when empty).")
 
 
@@ -68,9 +77,11 @@ def provenance_list(as_json: bool, worktree: bool, repo: Path) -> int:
         return 0
     for r in rows:
         key = (r["corpus_key"] or "-")[:12]
-        click.echo(f"{r['function']}  §{r['section'] or '?'}  models {','.join(r['models'] or ['-'])}  "
-                   f"corpus {key}  floor {_floor(r['floor'])}  age {_age(r['age_s'])}"
-                   + ("  (incomplete provenance)" if r["provenance"] == "incomplete" else ""))
+        click.echo(
+            f"{r['function']}  §{r['section'] or '?'}  models {','.join(r['models'] or ['-'])}  "
+            f"corpus {key}  floor {_floor(r['floor'])}  age {_age(r['age_s'])}"
+            + ("  (incomplete provenance)" if r["provenance"] == "incomplete" else "")
+        )
     if not rows:
         click.echo("no generated function")
     return 0

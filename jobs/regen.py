@@ -39,15 +39,20 @@ def job_name(f: prov.Finding) -> str:
     return f"regen-{f.function.replace('_', '-')}-{f.key()[:10]}"
 
 
-def plan(findings: Sequence[prov.Finding], started: Mapping[str, Mapping[str, Any]], running: int,
-         max_at_once: int, only: str | None = None) -> Plan:
+def plan(
+    findings: Sequence[prov.Finding],
+    started: Mapping[str, Mapping[str, Any]],
+    running: int,
+    max_at_once: int,
+    only: str | None = None,
+) -> Plan:
     """Which findings get a regeneration job now (pure), and one line for each that does not:
 
     | finding | → |
     |---|---|
     | another function than `only` | nothing |
-    | regenerate, its change key in `started` | skip: already started for this change (never twice) |
-    | regenerate, `running` + this tick's submissions at `max_at_once` | wait for a slot (next tick) |
+    | regenerate, its change key in `started` | skip: started for this change (never twice) |
+    | regenerate, `running` + submissions now at `max_at_once` | wait for a slot (next tick) |
     | regenerate otherwise | submit |
     | redump | a line: re-dump the ground truth and re-score (not a regeneration) |
     | incomplete | a line: the record cannot say what changed |
@@ -63,10 +68,15 @@ def plan(findings: Sequence[prov.Finding], started: Mapping[str, Mapping[str, An
         elif f.action == prov.INCOMPLETE:
             lines.append(f"{f.function}: {why}; not regenerated (nothing says what changed)")
         elif f.key() in started:
-            lines.append(f"{f.function}: already started as job {started[f.key()].get('job')} for this change")
+            lines.append(
+                f"{f.function}: already started as job {started[f.key()].get('job')} "
+                "for this change"
+            )
         elif running + len(out) >= max_at_once:
-            lines.append(f"{f.function}: waits: {running + len(out)} regeneration job(s) running "
-                         f"(NEV_REGEN_MAX {max_at_once})")
+            lines.append(
+                f"{f.function}: waits: {running + len(out)} regeneration job(s) running "
+                f"(NEV_REGEN_MAX {max_at_once})"
+            )
         else:
             out.append(f)
     return Plan(out, lines)
@@ -75,12 +85,27 @@ def plan(findings: Sequence[prov.Finding], started: Mapping[str, Mapping[str, An
 def manifest_for(f: prov.Finding, entry: prov.Entry, base: str, batch: str) -> dict[str, Any]:
     """The regeneration job's manifest (pure): the batch stage, then the verify gate."""
     spec_file = entry.get("spec.file")
-    models = [m.get("alias") for m in entry.get("models") or [] if isinstance(m, Mapping) and m.get("alias")]
-    stage: dict[str, Any] = {"name": "gen", "kind": "batch", "command": batch.format(function=f.function)}
+    models = [
+        m.get("alias")
+        for m in entry.get("models") or []
+        if isinstance(m, Mapping) and m.get("alias")
+    ]
+    stage: dict[str, Any] = {
+        "name": "gen",
+        "kind": "batch",
+        "command": batch.format(function=f.function),
+    }
     if models:
         stage["models"] = models
-    spec = spec_file if isinstance(spec_file, str) and not spec_file.startswith("nev:") else f.function
-    return {"name": job_name(f), "base": base, "spec": spec, "stages": [stage, {"name": "verify", "kind": "verify"}]}
+    spec = (
+        spec_file if isinstance(spec_file, str) and not spec_file.startswith("nev:") else f.function
+    )
+    return {
+        "name": job_name(f),
+        "base": base,
+        "spec": spec,
+        "stages": [stage, {"name": "verify", "kind": "verify"}],
+    }
 
 
 def state_path(env: Mapping[str, str]) -> Path:
@@ -89,7 +114,8 @@ def state_path(env: Mapping[str, str]) -> Path:
 
 @contextmanager
 def state(env: Mapping[str, str]) -> Iterator[dict[str, Any]]:
-    """regen.json under its lock: change key -> {job, function, reasons, started_at}; written back."""
+    """regen.json under its lock: change key -> {job, function, reasons, started_at}; written
+    back when the block ends."""
     p = state_path(env)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(str(p) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -97,7 +123,9 @@ def state(env: Mapping[str, str]) -> Iterator[dict[str, Any]]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         data = jsonfile.load(p, "regeneration state file") if p.exists() else {}
         if not isinstance(data, dict):
-            raise ConfigError(f"{p}: must hold a JSON object; move it away (the next tick starts it anew)")
+            raise ConfigError(
+                f"{p}: must hold a JSON object; move it away (the next tick starts it anew)"
+            )
         yield data
         jsonfile.write_atomic(p, data, mode=0o600)
     finally:
@@ -123,8 +151,9 @@ def _submit(manifest: Path, repo: Path) -> int:
     return submit(manifest, repo_path=repo)
 
 
-def regen(repo_path: Path, env: Mapping[str, str], only: str | None = None,
-          submit: Submit = _submit) -> int:
+def regen(
+    repo_path: Path, env: Mapping[str, str], only: str | None = None, submit: Submit = _submit
+) -> int:
     """Submit the regeneration jobs `stale` asks for now; each one recorded before it is sent (a
     crash mid-submit leaves it recorded: never twice), and dropped again when the submit fails (the
     next run tries it). Exit: 0, or the worst failed submit."""
@@ -137,8 +166,13 @@ def regen(repo_path: Path, env: Mapping[str, str], only: str | None = None,
     folder = state_path(env).with_name("regen")
     worst = 0
     with state(env) as started:
-        p = plan(findings, started, running(started, records.read(env)),
-                 settings.get_int(settings.REGEN_MAX, env), only)
+        p = plan(
+            findings,
+            started,
+            running(started, records.read(env)),
+            settings.get_int(settings.REGEN_MAX, env),
+            only,
+        )
         for line in p.lines:
             info(f"provenance: {line}")
         for f in p.submit:
@@ -147,30 +181,43 @@ def regen(repo_path: Path, env: Mapping[str, str], only: str | None = None,
             path = folder / f"{m['name']}.yaml"
             path.write_text(yaml.safe_dump(m, sort_keys=False), encoding="utf-8")
             why = [r.text for r in f.reasons]
-            started[f.key()] = {"job": m["name"], "function": f.function, "reasons": why,
-                                "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+            started[f.key()] = {
+                "job": m["name"],
+                "function": f.function,
+                "reasons": why,
+                "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            }
             jsonfile.write_atomic(state_path(env), started, mode=0o600)
             info(f"provenance: {f.function}: regenerating as job {m['name']}: {'; '.join(why)}")
             try:
                 rc = submit(path, repo.path)
             except NevError as e:
                 rc = int(e.exit_code)
-                info(f"provenance: {f.function}: the submit failed: {e.message}; the next run tries again")
+                info(
+                    f"provenance: {f.function}: the submit failed: {e.message}; "
+                    "the next run tries again"
+                )
             if rc != 0:
                 del started[f.key()]
                 worst = max(worst, rc)
     return worst
 
 
-def stale_here(root: Path, env: Mapping[str, str], rev: str | None = "main"
-               ) -> tuple[list[prov.Entry], list[prov.Finding]]:
+def stale_here(
+    root: Path, env: Mapping[str, str], rev: str | None = "main"
+) -> tuple[list[prov.Entry], list[prov.Finding]]:
     """The index of the checkout at `root` as `rev` holds it (None: the working tree), and what
     that tree invalidates."""
     tree = prov.Tree(root, rev)
     engine = settings.value(settings.ENGINE_DIR, env)
     entries = prov.load_index(tree, engine)
-    cur = prov.current_of(entries, tree, engine, settings.value(settings.SPECS_DIR, env),
-                          settings.path_under(settings.CORPUS_DIR, root, env))
+    cur = prov.current_of(
+        entries,
+        tree,
+        engine,
+        settings.value(settings.SPECS_DIR, env),
+        settings.path_under(settings.CORPUS_DIR, root, env),
+    )
     return entries, prov.stale(entries, cur)
 
 

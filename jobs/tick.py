@@ -5,7 +5,7 @@ day, retention; and its schedule (`nev job poll --install`) with the environment
 |---|---|---|
 | approved tracks | `tracks.json → specWatch.landScript`: `nev land --approved` (or absent) is `land_approved` (below) in this process; another command runs in the repository | `land: track NAME: landed / not landed (exit N) / skipped: why` |
 | finished jobs | `jobs.poll.poll_jobs`: result/* on the forge and each job's Dagu run (skipped with a line when no forge URL is set) | `NAME: landed / failed / waiting / resent: why` |
-| regeneration, with NEV_PROVENANCE_REGEN | `jobs.regen.tick_regen`: a regeneration job per function `nev provenance stale` says to regenerate (docs/provenance.md) | `provenance: NAME: ...` |
+| regeneration (NEV_PROVENANCE_REGEN) | `jobs.regen.tick_regen` (docs/provenance.md) | `provenance: NAME: ...` |
 | retention, once a day | `lanes.sweep.sweep_archives` on the share, through the first lane that answers (`retention.stamp` in the state folder says when it last ran) | `retention: ...` |
 
 One tick runs at a time per state folder (`job-poll.lock`): a tick that finds another still

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from rig.cli import cli, main
 
-GROUPS = ["lane", "job", "land", "dagu", "rig", "box", "batch", "oracle", "floors", "scores", "ledger", "settings", "sandbox",
-          "provenance"]
+GROUPS = ["lane", "job", "land", "dagu", "rig", "box", "batch", "oracle", "floors", "scores", "ledger", "settings", "sandbox"]
+GROUPS += ["provenance"]
 
 
 def nev(*args, env=None):

@@ -30,12 +30,18 @@ ENGINES = {"chromium": "131.0", "firefox": "128.5", "webkit": "2.46"}
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def write_corpus_of(root: Path, engines: dict[str, str]) -> None:
-    write_corpus(root / "corpus" / FN, FN, [{"id": f"{FN}-000000", "seed": 0, "input": {}, "expected": {}}],
-                 engines)
+    write_corpus(
+        root / "corpus" / FN,
+        FN,
+        [{"id": f"{FN}-000000", "seed": 0, "input": {}, "expected": {}}],
+        engines,
+    )
 
 
 def keep_version(root: Path, batch_id: str, supersede: bool = False) -> dict:
@@ -45,21 +51,55 @@ def keep_version(root: Path, batch_id: str, supersede: bool = False) -> dict:
     ws = Workspace(engine)
     sig = batch.signature_of(ws, FN)
     css = (engine / prov.CSS_RS).read_text()
-    cfg = batch.RunConfig(function=FN, shares=[], escalation=None, escalate_after=1, max_batches=1,
-                          engine_dir=engine, corpus_dir=root / "corpus" / FN, workdir=root / "target",
-                          ledger_path=root / "target" / "ledger.jsonl", specs_dir=root / "bench" / "specs",
-                          root=root)
-    calls = [CallRecord("qwen-fast", 2, 7, served_model="qwen3.8-27b-fast", fingerprint="stand-in-gpu0"),
-             CallRecord("qwen-fast", 2, 8, served_model="qwen3.8-27b-fast")]
-    inputs = batch.provenance_inputs(cfg, spec, sig, css, prompt.interfaces(css, sig),
-                                     batch.corpus_manifest(cfg), ["a" * 64], "15", calls)
+    cfg = batch.RunConfig(
+        function=FN,
+        shares=[],
+        escalation=None,
+        escalate_after=1,
+        max_batches=1,
+        engine_dir=engine,
+        corpus_dir=root / "corpus" / FN,
+        workdir=root / "target",
+        ledger_path=root / "target" / "ledger.jsonl",
+        specs_dir=root / "bench" / "specs",
+        root=root,
+    )
+    calls = [
+        CallRecord("qwen-fast", 2, 7, served_model="qwen3.8-27b-fast", fingerprint="stand-in-gpu0"),
+        CallRecord("qwen-fast", 2, 8, served_model="qwen3.8-27b-fast"),
+    ]
+    inputs = batch.provenance_inputs(
+        cfg,
+        spec,
+        sig,
+        css,
+        prompt.interfaces(css, sig),
+        batch.corpus_manifest(cfg),
+        ["a" * 64],
+        "15",
+        calls,
+    )
     src = (engine / "crates/layout/src/generated" / f"{FN}.rs").read_text()
     win = Judged("h1", src, "passed", 1, 1, None, (), ())
     run_dir = root / "target" / batch_id
     run_dir.mkdir(parents=True, exist_ok=True)
-    keep.keep(ws, spec, sig, batch_id, win, [Candidate("qwen-fast", 1, src, "h1")], {"h1": win}, [],
-              cfg.corpus_dir, run_dir, inputs=inputs, supersede=supersede)
-    return json.loads((engine / "crates/layout/src/generated" / f"{FN}.provenance.json").read_text())
+    keep.keep(
+        ws,
+        spec,
+        sig,
+        batch_id,
+        win,
+        [Candidate("qwen-fast", 1, src, "h1")],
+        {"h1": win},
+        [],
+        cfg.corpus_dir,
+        run_dir,
+        inputs=inputs,
+        supersede=supersede,
+    )
+    return json.loads(
+        (engine / "crates/layout/src/generated" / f"{FN}.provenance.json").read_text()
+    )
 
 
 @pytest.fixture
@@ -89,13 +129,22 @@ def findings(root: Path) -> dict[str, prov.Finding]:
 
 
 def test_kept_record_names_every_input(tree: Path) -> None:
-    rec = json.loads((tree / ENGINE / "crates/layout/src/generated" / f"{FN}.provenance.json").read_text())
+    rec = json.loads(
+        (tree / ENGINE / "crates/layout/src/generated" / f"{FN}.provenance.json").read_text()
+    )
     assert rec["format"] == 2 and prov.missing(rec) == []
     assert rec["spec"]["file"] == f"bench/specs/{FN}.md" and rec["spec"]["section"] == "10.3.7"
     assert {"Len", "Len::resolve", "AbsposWidthInput"} <= set(rec["definitions"])
     assert "BlockWidthInput" not in rec["definitions"]
-    assert rec["models"] == [{"alias": "qwen-fast", "model_ids": ["qwen3.8-27b-fast"],
-                              "system_fingerprints": ["stand-in-gpu0"], "recipe": None, "image_digest": None}]
+    assert rec["models"] == [
+        {
+            "alias": "qwen-fast",
+            "model_ids": ["qwen3.8-27b-fast"],
+            "system_fingerprints": ["stand-in-gpu0"],
+            "recipe": None,
+            "image_digest": None,
+        }
+    ]
     assert rec["seeds"] == {"base": "15", "calls": {"qwen-fast": [7, 8]}}
     assert rec["corpus"]["engines"] == ENGINES and len(rec["corpus"]["key"]) == 64
 
@@ -104,7 +153,9 @@ def test_fresh_tree_names_only_the_incomplete_placeholder(tree: Path) -> None:
     found = findings(tree)
     assert FN not in found
     assert found["block_width"].action == prov.INCOMPLETE
-    assert found["block_width"].reasons[0].text.startswith("incomplete provenance: spec.text_sha256")
+    assert (
+        found["block_width"].reasons[0].text.startswith("incomplete provenance: spec.text_sha256")
+    )
 
 
 def test_spec_change_on_main_names_the_function_with_its_section(tree: Path) -> None:
@@ -126,8 +177,11 @@ def test_spec_change_only_in_the_working_tree_is_not_main(tree: Path) -> None:
 
 def test_used_definition_change_names_it(tree: Path) -> None:
     css = tree / ENGINE / prov.CSS_RS
-    commit(tree, f"{ENGINE}/{prov.CSS_RS}", css.read_text().replace("Some(cb_width * p / 100.0)",
-                                                                    "Some(p * cb_width / 100.0)"))
+    commit(
+        tree,
+        f"{ENGINE}/{prov.CSS_RS}",
+        css.read_text().replace("Some(cb_width * p / 100.0)", "Some(p * cb_width / 100.0)"),
+    )
     f = findings(tree)[FN]
     assert f.action == prov.REGENERATE
     assert [r.text for r in f.reasons] == ["definition `Len::resolve` changed"]
@@ -137,8 +191,13 @@ def test_unused_definition_change_names_nothing(tree: Path) -> None:
     css = tree / ENGINE / prov.CSS_RS
     text = css.read_text()
     assert "pub struct BlockWidthInput" in text
-    commit(tree, f"{ENGINE}/{prov.CSS_RS}", text.replace("pub struct BlockWidthInput {",
-                                                         "pub struct BlockWidthInput {\n    pub unused: f64,"))
+    commit(
+        tree,
+        f"{ENGINE}/{prov.CSS_RS}",
+        text.replace(
+            "pub struct BlockWidthInput {", "pub struct BlockWidthInput {\n    pub unused: f64,"
+        ),
+    )
     assert FN not in findings(tree)
 
 
@@ -150,7 +209,9 @@ def test_corpus_key_change_asks_for_a_redump_not_a_regeneration(tree: Path) -> N
 
 
 def test_old_format_record_is_incomplete_never_fresh_never_an_error() -> None:
-    raw = json.loads((ROOT / ENGINE / "crates/layout/src/generated" / f"{FN}.provenance.json").read_text())
+    raw = json.loads(
+        (ROOT / ENGINE / "crates/layout/src/generated" / f"{FN}.provenance.json").read_text()
+    )
     e = prov.Entry(FN, raw, None)
     (f,) = prov.stale([e], prov.Current())
     assert f.action == prov.INCOMPLETE and "definitions" in f.reasons[0].text
@@ -160,17 +221,27 @@ def test_old_format_record_is_incomplete_never_fresh_never_an_error() -> None:
 def test_bom_validates_against_its_schema_with_nulls_for_unknowns(tree: Path) -> None:
     jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads((ROOT / "docs" / "provenance-bom.schema.json").read_text())
-    out = subprocess.run([sys.executable, "-m", "rig.cli", "provenance", "bom", "--json", "--repo", str(tree)],
-                         capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "rig.cli", "provenance", "bom", "--json", "--repo", str(tree)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     jsonschema.validate(rows, schema)
     old = next(r for r in rows if r["function"] == "block_width")
-    assert old["definitions"] is None and old["corpus"]["key"] is None and old["prompt"]["rounds"] is None
+    assert (
+        old["definitions"] is None
+        and old["corpus"]["key"] is None
+        and old["prompt"]["rounds"] is None
+    )
     new = next(r for r in rows if r["function"] == FN)
     assert new["provenance"] == "complete" and new["models"][0]["recipe"] is None
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate([{**new, "spec": {k: v for k, v in new["spec"].items() if k != "file"}}], schema)
+        jsonschema.validate(
+            [{**new, "spec": {k: v for k, v in new["spec"].items() if k != "file"}}], schema
+        )
 
 
 def test_stale_json_is_an_empty_list_when_nothing_is_stale(tmp_path: Path) -> None:
@@ -178,8 +249,22 @@ def test_stale_json_is_an_empty_list_when_nothing_is_stale(tmp_path: Path) -> No
     (root / ENGINE / "crates/layout/src/generated").mkdir(parents=True)
     git(root, "init", "-q", "-b", "main")
     for cmd in ("stale", "list", "bom"):
-        out = subprocess.run([sys.executable, "-m", "rig.cli", "provenance", cmd, "--json", "--worktree",
-                              "--repo", str(root)], capture_output=True, text=True, cwd=ROOT)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rig.cli",
+                "provenance",
+                cmd,
+                "--json",
+                "--worktree",
+                "--repo",
+                str(root),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         assert out.returncode == 0 and json.loads(out.stdout) == [], (cmd, out.stderr)
 
 
@@ -207,15 +292,19 @@ def test_regen_submits_a_change_once_and_at_most_n_at_once(tree: Path) -> None:
     assert regen.regen(tree, env, submit=submit) == 0
     assert [m["spec"] for m in sent] == [f"bench/specs/{FN}.md"]
     assert sent[0]["stages"][0]["command"].startswith(f"nev batch run {FN} --supersede")
-    assert sent[0]["stages"][0]["models"] == ["qwen-fast"] and sent[0]["stages"][1]["kind"] == "verify"
+    assert (
+        sent[0]["stages"][0]["models"] == ["qwen-fast"] and sent[0]["stages"][1]["kind"] == "verify"
+    )
     state = json.loads((tree / "state" / "regen.json").read_text())
     (why,) = state.values()
-    assert why["job"] == sent[0]["name"] and why["reasons"][0].startswith("spec section 10.3.7 changed")
+    assert why["job"] == sent[0]["name"] and why["reasons"][0].startswith(
+        "spec section 10.3.7 changed"
+    )
     assert regen.regen(tree, env, submit=submit) == 0
-    assert len(sent) == 1                                   # never twice for the same change
+    assert len(sent) == 1  # never twice for the same change
     commit(tree, f"bench/specs/{FN}.md", spec.read_text().replace("approximately", "about"))
     assert regen.regen(tree, env, submit=submit) == 0
-    assert len(sent) == 1                                   # a new change waits: one job runs (NEV_REGEN_MAX 1)
+    assert len(sent) == 1  # a new change waits: one job runs (NEV_REGEN_MAX 1)
     assert regen.regen(tree, {**env, "NEV_REGEN_MAX": "2"}, submit=submit) == 0
     assert len(sent) == 2 and sent[1]["name"] != sent[0]["name"]
 
@@ -237,9 +326,13 @@ def test_a_failed_submit_is_not_recorded_and_is_tried_again(tree: Path) -> None:
 def test_plan_table() -> None:
     r = prov.Reason("spec", "s#1", "a", "b", "spec section 1 changed since a")
     f = prov.Finding("f", prov.REGENERATE, (r,), "1")
-    d = prov.Finding("g", prov.REDUMP, (prov.Reason("corpus", "g", "k", "l", "corpus key changed: x"),), "2")
+    d = prov.Finding(
+        "g", prov.REDUMP, (prov.Reason("corpus", "g", "k", "l", "corpus key changed: x"),), "2"
+    )
     p = regen.plan([f, d], {}, 0, 2)
-    assert p.submit == [f] and p.lines == ["g: re-dump the ground truth and re-score (corpus key changed: x)"]
+    assert p.submit == [f] and p.lines == [
+        "g: re-dump the ground truth and re-score (corpus key changed: x)"
+    ]
     assert regen.plan([f], {f.key(): {"job": "j"}}, 0, 2).submit == []
     assert regen.plan([f], {}, 2, 2).submit == []
     assert regen.plan([f], {}, 0, 2, only="g").submit == []
