@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -417,16 +418,18 @@ class Tree:
         return f"{self.rev}:{rel}" if self.rev else str(self.root / rel)
 
     def read(self, rel: str) -> bytes | None:
+        """The file's bytes; None when it is not there (a folder, FIFO or huge file in its
+        place: ConfigError naming it)."""
         if self.rev is None:
             p = self.root / rel
-            return p.read_bytes() if p.is_file() else None
+            return jsonfile.read_bytes(p, "file", "") if os.path.lexists(p) else None
         return Repo(self.root).show_bytes(self.rev, rel)
 
     def names(self, rel_dir: str) -> list[str]:
         """The file names directly in `rel_dir`."""
         if self.rev is None:
             d = self.root / rel_dir
-            return sorted(p.name for p in d.iterdir() if p.is_file()) if d.is_dir() else []
+            return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
         if self._files is None:
             self._files = Repo(self.root).tree_files(self.rev)
         pre = rel_dir.rstrip("/") + "/"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -82,9 +83,18 @@ def plan(
     return Plan(out, lines)
 
 
-def manifest_for(f: prov.Finding, entry: prov.Entry, base: str, batch: str) -> dict[str, Any]:
-    """The regeneration job's manifest (pure): the batch stage, then the verify gate."""
-    spec_file = entry.get("spec.file")
+def track_spec(function: str) -> str:
+    """The track a function's regeneration lands on: `specs/<function>.md` on main, whose
+    `touches:` name the function's generated files (jobs/spec.py)."""
+    return f"specs/{function}.md"
+
+
+def manifest_for(
+    f: prov.Finding, entry: prov.Entry, base: str, batch: str, floor: str
+) -> dict[str, Any]:
+    """The regeneration job's manifest (pure): the batch stage (NEV_REGEN_BATCH with {function}
+    and {floor}: the floor file, protected, is put back; floors rise on main after the landing),
+    then the verify gate."""
     models = [
         m.get("alias")
         for m in entry.get("models") or []
@@ -93,17 +103,14 @@ def manifest_for(f: prov.Finding, entry: prov.Entry, base: str, batch: str) -> d
     stage: dict[str, Any] = {
         "name": "gen",
         "kind": "batch",
-        "command": batch.format(function=f.function),
+        "command": batch.format(function=f.function, floor=floor),
     }
     if models:
         stage["models"] = models
-    spec = (
-        spec_file if isinstance(spec_file, str) and not spec_file.startswith("nev:") else f.function
-    )
     return {
         "name": job_name(f),
         "base": base,
-        "spec": spec,
+        "spec": track_spec(f.function),
         "stages": [stage, {"name": "verify", "kind": "verify"}],
     }
 
@@ -126,8 +133,10 @@ def state(env: Mapping[str, str]) -> Iterator[dict[str, Any]]:
             raise ConfigError(
                 f"{p}: must hold a JSON object; move it away (the next tick starts it anew)"
             )
+        before = json.dumps(data, sort_keys=True)
         yield data
-        jsonfile.write_atomic(p, data, mode=0o600)
+        if json.dumps(data, sort_keys=True) != before:
+            jsonfile.write_atomic(p, data, mode=0o600)
     finally:
         os.close(fd)
 
@@ -164,10 +173,22 @@ def regen(
         raise NevError(f"no generated function `{only}`; see `nev provenance list`", 2)
     base = repo.rev("main")
     folder = state_path(env).with_name("regen")
+    engine = settings.value(settings.ENGINE_DIR, env).rstrip("/")
     worst = 0
+    untracked = {
+        f.function
+        for f in findings
+        if f.action == prov.REGENERATE and repo.show(base, track_spec(f.function)) is None
+    }
+    for fn in sorted(untracked):
+        if only in (None, fn):
+            info(
+                f"provenance: {fn}: no track spec {track_spec(fn)} on main (its touches: the "
+                "function's generated files); not regenerated: add it"
+            )
     with state(env) as started:
         p = plan(
-            findings,
+            [f for f in findings if f.function not in untracked],
             started,
             running(started, records.read(env)),
             settings.get_int(settings.REGEN_MAX, env),
@@ -176,7 +197,10 @@ def regen(
         for line in p.lines:
             info(f"provenance: {line}")
         for f in p.submit:
-            m = manifest_for(f, by_fn[f.function], base, settings.value(settings.REGEN_BATCH, env))
+            floor = f"{engine}/crates/layout/src/generated/{f.function}.floor.json"
+            m = manifest_for(
+                f, by_fn[f.function], base, settings.value(settings.REGEN_BATCH, env), floor
+            )
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"{m['name']}.yaml"
             path.write_text(yaml.safe_dump(m, sort_keys=False), encoding="utf-8")
@@ -199,6 +223,7 @@ def regen(
                 )
             if rc != 0:
                 del started[f.key()]
+                jsonfile.write_atomic(state_path(env), started, mode=0o600)
                 worst = max(worst, rc)
     return worst
 

@@ -110,6 +110,11 @@ def tree(tmp_path: Path) -> Path:
     shutil.copytree(ROOT / ENGINE, root / ENGINE, ignore=shutil.ignore_patterns("target"))
     shutil.copytree(ROOT / "bench" / "specs", root / "bench" / "specs")
     (root / ".gitignore").write_text("corpus/\ntarget/\n")
+    (root / "specs").mkdir()
+    (root / regen.track_spec(FN)).write_text(
+        f"---\ntouches:\n  - {ENGINE}/crates/layout/src/generated/{FN}.rs\n"
+        f"  - {ENGINE}/crates/layout/src/generated/{FN}.provenance.json\n---\n# {FN}\n"
+    )
     write_corpus_of(root, ENGINES)
     keep_version(root, "batch-1")
     git(root, "init", "-q", "-b", "main")
@@ -290,7 +295,10 @@ def test_regen_submits_a_change_once_and_at_most_n_at_once(tree: Path) -> None:
     spec = tree / "bench" / "specs" / f"{FN}.md"
     commit(tree, f"bench/specs/{FN}.md", spec.read_text().replace("roughly", "approximately"))
     assert regen.regen(tree, env, submit=submit) == 0
-    assert [m["spec"] for m in sent] == [f"bench/specs/{FN}.md"]
+    assert [m["spec"] for m in sent] == [f"specs/{FN}.md"]
+    assert sent[0]["stages"][0]["command"].endswith(
+        f"git checkout -- {ENGINE}/crates/layout/src/generated/{FN}.floor.json"
+    )
     assert sent[0]["stages"][0]["command"].startswith(f"nev batch run {FN} --supersede")
     assert (
         sent[0]["stages"][0]["models"] == ["qwen-fast"] and sent[0]["stages"][1]["kind"] == "verify"
@@ -344,3 +352,13 @@ def test_tick_regen_does_nothing_unless_enabled(tree: Path) -> None:
     env = {"NEV_STATE_DIR": str(tree / "state")}
     assert regen.tick_regen(tree, env) == 0
     assert not (tree / "state" / "regen.json").exists()
+
+
+def test_no_track_spec_on_main_submits_nothing(tree: Path) -> None:
+    git(tree, "rm", "-q", regen.track_spec(FN))
+    spec = tree / "bench" / "specs" / f"{FN}.md"
+    commit(tree, f"bench/specs/{FN}.md", spec.read_text().replace("roughly", "approximately"))
+    sent: list[Path] = []
+    env = {"NEV_STATE_DIR": str(tree / "state")}
+    assert regen.regen(tree, env, submit=lambda m, r: sent.append(m) or 0) == 0
+    assert sent == [] and not (tree / "state" / "regen.json").exists()

@@ -163,8 +163,9 @@ PROVENANCE_REGEN = _s("NEV_PROVENANCE_REGEN", None, "when set to 1, the tick sub
                       "job for each function `nev provenance stale` says to regenerate (also "
                       "through tracks.json specWatch.pollEnv)")
 REGEN_MAX = _s("NEV_REGEN_MAX", "2", "regeneration jobs the tick keeps submitted at once, at most")
-REGEN_BATCH = _s("NEV_REGEN_BATCH", "nev batch run {function} --supersede --seed-failures",
-                 "the batch stage of a regeneration job ({function} is the function's name)")
+REGEN_BATCH = _s("NEV_REGEN_BATCH", "nev batch run {function} --supersede --seed-failures && "
+                 "git checkout -- {floor}", "the batch stage of a regeneration job ({function}: "
+                 "its name; {floor}: its floor file, protected, put back)")
 CORPUS_STORE = _s("NEV_CORPUS_STORE", None, "the corpus store every lane copy shares (one folder per corpus key, "
                   "built once under a lock); on a lane <NEV_LANE_SHARED>/corpora when unset, elsewhere none")
 SUITE_STORE = _s("NEV_SUITE_STORE", None,
