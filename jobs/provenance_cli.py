@@ -130,8 +130,10 @@ def provenance_bom(as_json: bool, worktree: bool, repo: Path) -> int:
 
 @provenance.command("regen")
 @click.argument("function", required=False)
+@click.option("--again", is_flag=True, help="With FUNCTION: submit even if its change was started "
+              "before (its earlier job failed); the record of the earlier job is replaced.")
 @_REPO
-def provenance_regen(function: str | None, repo: Path) -> int:
+def provenance_regen(function: str | None, again: bool, repo: Path) -> int:
     """Submit the regeneration job of each stale function (or of FUNCTION only), as the tick does.
 
     Reads main. At most NEV_REGEN_MAX regeneration jobs run at once; a change already started
@@ -141,5 +143,8 @@ def provenance_regen(function: str | None, repo: Path) -> int:
     import os
 
     from jobs.regen import regen
+    from lanes.base.errors import UsageError
 
-    return regen(repo, os.environ, function)
+    if again and function is None:
+        raise UsageError("--again needs FUNCTION: name the one function to submit again")
+    return regen(repo, os.environ, function, again=again)

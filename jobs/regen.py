@@ -161,11 +161,16 @@ def _submit(manifest: Path, repo: Path) -> int:
 
 
 def regen(
-    repo_path: Path, env: Mapping[str, str], only: str | None = None, submit: Submit = _submit
+    repo_path: Path,
+    env: Mapping[str, str],
+    only: str | None = None,
+    submit: Submit = _submit,
+    again: bool = False,
 ) -> int:
     """Submit the regeneration jobs `stale` asks for now; each one recorded before it is sent (a
     crash mid-submit leaves it recorded: never twice), and dropped again when the submit fails (the
-    next run tries it). Exit: 0, or the worst failed submit."""
+    next run tries it). `again` (a person, for `only`): the change's earlier job is forgotten
+    first (it failed, say), and one more is submitted. Exit: 0, or the worst failed submit."""
     repo = Repo(Repo(repo_path).toplevel())
     entries, findings = stale_here(repo.path, env)
     by_fn = {e.function: e for e in entries}
@@ -187,6 +192,11 @@ def regen(
                 "function's generated files); not regenerated: add it"
             )
     with state(env) as started:
+        for f in findings:
+            if again and f.function == only and f.key() in started:
+                earlier = started[f.key()].get("job")
+                info(f"provenance: {only}: submitting again (earlier: job {earlier})")
+                del started[f.key()]
         p = plan(
             [f for f in findings if f.function not in untracked],
             started,

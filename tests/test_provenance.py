@@ -362,3 +362,15 @@ def test_no_track_spec_on_main_submits_nothing(tree: Path) -> None:
     env = {"NEV_STATE_DIR": str(tree / "state")}
     assert regen.regen(tree, env, submit=lambda m, r: sent.append(m) or 0) == 0
     assert sent == [] and not (tree / "state" / "regen.json").exists()
+
+
+def test_regen_again_by_hand_submits_a_started_change_once_more(tree: Path) -> None:
+    env = {"NEV_STATE_DIR": str(tree / "state")}
+    spec = tree / "bench" / "specs" / f"{FN}.md"
+    commit(tree, f"bench/specs/{FN}.md", spec.read_text().replace("roughly", "approximately"))
+    sent: list[Path] = []
+    assert regen.regen(tree, env, submit=lambda m, r: sent.append(m) or 0) == 0
+    assert regen.regen(tree, env, FN, submit=lambda m, r: sent.append(m) or 0) == 0
+    assert len(sent) == 1
+    assert regen.regen(tree, env, FN, submit=lambda m, r: sent.append(m) or 0, again=True) == 0
+    assert len(sent) == 2 and len(json.loads((tree / "state" / "regen.json").read_text())) == 1
