@@ -68,11 +68,17 @@ def spec_digest(spec: prompt.Spec) -> str:
 
 
 def spec_block(spec: prompt.Spec, path: Path, root: Path) -> dict[str, Any]:
+    """Where the section's text came from: the file (relative to the repository), the last commit
+    that changed it (null outside git or for nev's own copy), and the text's hash."""
+    commit = None
     try:
         where = str(path.resolve().relative_to(root.resolve()))
+        cp = Repo(root).git("log", "-1", "--format=%H", "--", where, check=False)
+        commit = cp.stdout.strip() or None if cp.returncode == 0 else None
     except ValueError:
         where = f"nev:bench/specs/{path.name}"  # nev's own copy, outside the repository
     return {
+        "commit": commit,
         "document": spec.document,
         "section": spec.section,
         "title": spec.title,
@@ -265,7 +271,7 @@ def reasons_of(e: Entry, cur: Current) -> list[Reason]:
     now = cur.specs.get(e.function)
     if now != was:
         text = (
-            f"spec section {section} changed since {_short(was)}"
+            f"spec section {section} changed since {_short(e.get('spec.commit') or was)}"
             if now
             else f"spec file {e.get('spec.file')} is gone"
         )
@@ -367,7 +373,7 @@ def bom_row(e: Entry) -> dict[str, Any]:
         "missing": e.missing,
         "spec": {
             k: g(f"spec.{k}")
-            for k in ("document", "section", "title", "source", "file", "text_sha256")
+            for k in ("document", "section", "title", "source", "file", "commit", "text_sha256")
         },
         "definitions": (
             [{"name": n, "sha256": defs[n]} for n in sorted(defs)]

@@ -278,6 +278,13 @@ def test_a_new_version_gets_a_new_record_naming_the_one_it_supersedes(tree: Path
         keep_version(tree, "batch-2")
     rec = keep_version(tree, "batch-2", supersede=True)
     assert rec["batch"]["id"] == "batch-2" and rec["supersedes"]["batch"] == "batch-1"
+    assert rec["spec"]["commit"] == git(tree, "rev-parse", "HEAD")    # kept in git: its commit
+    git(tree, "add", "-A")
+    git(tree, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "batch-2")
+    spec = tree / "bench" / "specs" / f"{FN}.md"
+    commit(tree, f"bench/specs/{FN}.md", spec.read_text().replace("roughly", "approximately"))
+    (reason,) = findings(tree)[FN].reasons
+    assert reason.text == f"spec section 10.3.7 changed since {rec['spec']['commit'][:8]}…"
     with pytest.raises(NevError, match="never rewritten"):
         keep_version(tree, "batch-2", supersede=True)
 
