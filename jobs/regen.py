@@ -55,7 +55,8 @@ def plan(
     | regenerate, its change key in `started` | skip: started for this change (never twice) |
     | regenerate, `running` + submissions now at `max_at_once` | wait for a slot (next tick) |
     | regenerate otherwise | submit |
-    | redump | a line: re-dump the ground truth and re-score (not a regeneration) |
+    | redump, its change key in `started` | a line: re-scored for this change already |
+    | redump otherwise | a line: re-dump the ground truth and re-score (`redumped` does) |
     | incomplete | a line: the record cannot say what changed |
     """
     out: list[prov.Finding] = []
@@ -64,7 +65,9 @@ def plan(
         if only is not None and f.function != only:
             continue
         why = "; ".join(r.text for r in f.reasons)
-        if f.action == prov.REDUMP:
+        if f.action == prov.REDUMP and f.key() in started:
+            lines.append(f"{f.function}: re-dumped and re-scored for this change already ({why})")
+        elif f.action == prov.REDUMP:
             lines.append(f"{f.function}: re-dump the ground truth and re-score ({why})")
         elif f.action == prov.INCOMPLETE:
             lines.append(f"{f.function}: {why}; not regenerated (nothing says what changed)")
@@ -145,6 +148,8 @@ def running(started: Mapping[str, Mapping[str, Any]], recs: records.Records) -> 
     """The started regeneration jobs that have not ended (landed, failed, not landed)."""
     n = 0
     for s in started.values():
+        if not s.get("job"):  # a re-score that started no job
+            continue
         rec = recs.jobs.get(str(s.get("job")))
         if rec is None or not rec.status.final:
             n += 1
@@ -152,6 +157,80 @@ def running(started: Mapping[str, Mapping[str, Any]], recs: records.Records) -> 
 
 
 Submit = Callable[[Path, Path], int]
+#: re-dumps the ground truth and re-scores every generated function: their floors' judgements
+Rescore = Callable[[Path, Mapping[str, str]], list[Any]]
+
+
+def _rescore(root: Path, env: Mapping[str, str]) -> list[Any]:
+    """`nev scores` on a build lane: its corpora built (or found) under the key of the lane's
+    browser versions, i.e. the ground truth re-dumped; every function judged against its floor."""
+    from bench import floors, scores
+
+    req = floors.scoring_for(root, env)
+    return floors.evaluate(req, lambda r: scores.lane_scorer(r, env))
+
+
+def after_rescore(f: prov.Finding, judgement: Any | None) -> tuple[prov.Finding | None, str]:
+    """What a re-scored corpus change becomes (pure): a regeneration when the function no longer
+    holds its floor (the reason added), nothing when it holds it; and the line that says so."""
+    if judgement is None:
+        return None, f"{f.function}: not scored after the re-dump; nothing regenerated"
+    if not judgement.failed:
+        return None, (
+            f"{f.function}: holds its floor after the re-dump ({judgement.reason}); "
+            "nothing regenerated"
+        )
+    why = prov.Reason(
+        "floor",
+        f.function,
+        None,
+        judgement.status,
+        f"after the re-dump it no longer holds its floor: {judgement.reason}",
+    )
+    return (
+        prov.Finding(f.function, prov.REGENERATE, (*f.reasons, why), f.section),
+        f"{f.function}: no longer holds its floor after the re-dump ({judgement.reason})",
+    )
+
+
+def redumped(
+    findings: list[prov.Finding],
+    started: dict[str, Any],
+    root: Path,
+    env: Mapping[str, str],
+    rescore: Rescore,
+    only: str | None,
+) -> list[prov.Finding]:
+    """`findings` with each corpus change not re-scored yet re-scored (once for all of them):
+    recorded in `started` under its change key, and replaced by a regeneration when the function
+    no longer holds its floor. A re-score that cannot run (no lane) is a line; the next run
+    tries again."""
+    due = [
+        f
+        for f in findings
+        if f.action == prov.REDUMP and f.key() not in started and only in (None, f.function)
+    ]
+    if not due:
+        return findings
+    try:
+        judged = {j.function: j for j in rescore(root, env)}
+    except NevError as e:
+        info(f"provenance: re-dump and re-score: {e.message}; the next run tries again")
+        return findings
+    out = [f for f in findings if f not in due]
+    for f in due:
+        regen_f, line = after_rescore(f, judged.get(f.function))
+        info(f"provenance: {line}")
+        started[f.key()] = {
+            "job": None,
+            "function": f.function,
+            "reasons": [r.text for r in f.reasons],
+            "rescored": line,
+            "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
+        if regen_f is not None:
+            out.append(regen_f)
+    return out
 
 
 def _submit(manifest: Path, repo: Path) -> int:
@@ -166,6 +245,7 @@ def regen(
     only: str | None = None,
     submit: Submit = _submit,
     again: bool = False,
+    rescore: Rescore = _rescore,
 ) -> int:
     """Submit the regeneration jobs `stale` asks for now; each one recorded before it is sent (a
     crash mid-submit leaves it recorded: never twice), and dropped again when the submit fails (the
@@ -180,23 +260,14 @@ def regen(
     folder = state_path(env).with_name("regen")
     engine = settings.value(settings.ENGINE_DIR, env).rstrip("/")
     worst = 0
-    untracked = {
-        f.function
-        for f in findings
-        if f.action == prov.REGENERATE and repo.show(base, track_spec(f.function)) is None
-    }
-    for fn in sorted(untracked):
-        if only in (None, fn):
-            info(
-                f"provenance: {fn}: no track spec {track_spec(fn)} on main (its touches: the "
-                "function's generated files); not regenerated: add it"
-            )
     with state(env) as started:
         for f in findings:
             if again and f.function == only and f.key() in started:
                 earlier = started[f.key()].get("job")
                 info(f"provenance: {only}: submitting again (earlier: job {earlier})")
                 del started[f.key()]
+        findings = redumped(findings, started, repo.path, env, rescore, only)
+        untracked = _untracked(repo, base, findings, only)
         p = plan(
             [f for f in findings if f.function not in untracked],
             started,
@@ -236,6 +307,24 @@ def regen(
                 jsonfile.write_atomic(state_path(env), started, mode=0o600)
                 worst = max(worst, rc)
     return worst
+
+
+def _untracked(
+    repo: Repo, base: str, findings: Sequence[prov.Finding], only: str | None
+) -> set[str]:
+    """The functions to regenerate whose track spec is not on main (each said on a line)."""
+    out = {
+        f.function
+        for f in findings
+        if f.action == prov.REGENERATE and repo.show(base, track_spec(f.function)) is None
+    }
+    for fn in sorted(out):
+        if only in (None, fn):
+            info(
+                f"provenance: {fn}: no track spec {track_spec(fn)} on main (its touches: the "
+                "function's generated files); not regenerated: add it"
+            )
+    return out
 
 
 def stale_here(

@@ -381,3 +381,63 @@ def test_regen_again_by_hand_submits_a_started_change_once_more(tree: Path) -> N
     assert len(sent) == 1
     assert regen.regen(tree, env, FN, submit=lambda m, r: sent.append(m) or 0, again=True) == 0
     assert len(sent) == 2 and len(json.loads((tree / "state" / "regen.json").read_text())) == 1
+
+
+def _scores(passed: int):
+    """A re-score (the edge: a lane's `nev scores`) giving FN `passed` of 1 cases, judged by the
+    floors' own rules against the tree's floor and record."""
+    from bench import floors
+    from crates_bridge.registry import discover
+    from crates_bridge.runner import Score
+
+    calls: list[int] = []
+
+    def rescore(root: Path, env) -> list:
+        calls.append(1)
+        fns = discover(root / ENGINE / "crates/layout/src/generated")
+        return floors.judge_all(fns, [Score(FN, cases_run=1, cases_passed=passed, corpus=FN)])
+
+    return rescore, calls
+
+
+def test_a_corpus_change_is_rescored_once_and_regenerates_nothing_while_the_floor_holds(
+    tree: Path,
+) -> None:
+    write_corpus_of(tree, {**ENGINES, "firefox": "128.6"})
+    env = {"NEV_STATE_DIR": str(tree / "state")}
+    sent: list[Path] = []
+    rescore, calls = _scores(1)
+    assert regen.regen(tree, env, submit=lambda m, r: sent.append(m) or 0, rescore=rescore) == 0
+    assert regen.regen(tree, env, submit=lambda m, r: sent.append(m) or 0, rescore=rescore) == 0
+    assert sent == [] and len(calls) == 1
+    (entry,) = json.loads((tree / "state" / "regen.json").read_text()).values()
+    assert entry["job"] is None and "holds its floor after the re-dump" in entry["rescored"]
+
+
+def test_a_corpus_change_that_breaks_the_floor_is_regenerated(tree: Path) -> None:
+    write_corpus_of(tree, {**ENGINES, "firefox": "128.6"})
+    env = {"NEV_STATE_DIR": str(tree / "state")}
+    sent: list[Path] = []
+    rescore, calls = _scores(0)
+    assert regen.regen(tree, env, submit=lambda m, r: sent.append(m) or 0, rescore=rescore) == 0
+    assert len(sent) == 1 and len(calls) == 1
+    state = json.loads((tree / "state" / "regen.json").read_text())
+    (job,) = [s for s in state.values() if s["job"]]
+    assert job["reasons"][0] == "corpus key changed: firefox 128.5 → 128.6"
+    assert job["reasons"][1].startswith("after the re-dump it no longer holds its floor: ")
+    assert regen.regen(tree, env, submit=lambda m, r: sent.append(m) or 0, rescore=rescore) == 0
+    assert len(sent) == 1 and len(calls) == 1
+
+
+def test_a_rescore_that_cannot_run_is_tried_again(tree: Path) -> None:
+    write_corpus_of(tree, {**ENGINES, "firefox": "128.6"})
+    env = {"NEV_STATE_DIR": str(tree / "state")}
+
+    def no_lane(root: Path, env) -> list:
+        raise NevError("no lane answered", 3)
+
+    assert regen.regen(tree, env, submit=lambda m, r: 0, rescore=no_lane) == 0
+    assert not (tree / "state" / "regen.json").exists()
+    rescore, calls = _scores(1)
+    assert regen.regen(tree, env, submit=lambda m, r: 0, rescore=rescore) == 0
+    assert len(calls) == 1
