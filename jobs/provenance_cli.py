@@ -136,6 +136,9 @@ def provenance_bom(as_json: bool, worktree: bool, repo: Path) -> int:
 def provenance_regen(function: str | None, again: bool, repo: Path) -> int:
     """Submit the regeneration job of each stale function (or of FUNCTION only), as the tick does.
 
+    A corpus change is re-dumped and re-scored first (`nev scores` on a build lane, once per
+    change); only a function that then no longer holds its floor is regenerated.
+
     Reads main. At most NEV_REGEN_MAX regeneration jobs run at once; a change already started
     (regen.json in the state folder) is never submitted again. Exit 0 done (also: nothing to do),
     1 a submit failed, 2 no such function, 3 no lane answered.
