@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from bench import provenance as prov
+from bench import provenance_tree
 from jobs import records
 from lanes.base import jsonfile, settings
 from lanes.base.errors import ConfigError, NevError
@@ -332,10 +333,10 @@ def stale_here(
 ) -> tuple[list[prov.Entry], list[prov.Finding]]:
     """The index of the checkout at `root` as `rev` holds it (None: the working tree), and what
     that tree invalidates."""
-    tree = prov.Tree(root, rev)
+    tree = provenance_tree.Tree(root, rev)
     engine = settings.value(settings.ENGINE_DIR, env)
-    entries = prov.load_index(tree, engine)
-    cur = prov.current_of(
+    entries = provenance_tree.load_index(tree, engine)
+    cur = provenance_tree.current_of(
         entries,
         tree,
         engine,

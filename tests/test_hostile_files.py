@@ -179,7 +179,7 @@ def _in_env(var: str, reader: Callable[[Path], object]) -> Callable[[Path, Path]
 
 
 def _readers() -> list[Reader]:
-    from bench import folknet, plan, provenance, readiness, rounds
+    from bench import folknet, plan, provenance_tree, readiness, rounds
     from bench.oracle import store as oracle_store
     from bench.oracle import suites
     from crates_bridge import corpus, registry
@@ -266,9 +266,9 @@ def _readers() -> list[Reader]:
                lambda d, f: _batch().signature_of(_FakeWs(f.parent), "f"), b'{"signature": "s"}'),
         Reader("provenance record (keep)", ("bench/keep.py::keep",), "gen/f.provenance.json",
                lambda d, f: _keep_reads(f), b'{"batch": {"id": "b"}}'),
-        Reader("provenance index", ("bench/provenance.py::_json",),
+        Reader("provenance index", ("bench/provenance_tree.py::_json",),
                "e/crates/layout/src/generated/f.provenance.json",
-               lambda d, f: provenance.load_index(provenance.Tree(d), "e"),
+               lambda d, f: provenance_tree.load_index(provenance_tree.Tree(d), "e"),
                b'{"function": "f", "verification": {"cases_passed": 1}}'),
         Reader("regeneration state", ("jobs/regen.py::state",), "state/regen.json",
                lambda d, f: _regen_state(d), b"{}"),
