@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import folknet as fk
-from bench import ledger, prompt
+from bench import ledger, prompt, provenance
 from bench import plan as plan_mod
 from bench import rounds as rounds_mod
 from bench.answers import Candidate, code_hash, extract_code
@@ -81,6 +81,13 @@ class RunConfig:
     history: list[dict[str, Any]] = field(default_factory=list)
     #: a job's earlier batches (its ledger lines): tokens and GPU-seconds already spent
     spent_before: tuple[int, float] = (0, 0.0)
+    #: the repository root (the spec file's path in the record is relative to it)
+    root: Path | None = None
+    #: a regeneration: the kept version takes the place of an earlier batch's (its record is
+    #: replaced, the old one kept in git history)
+    supersede: bool = False
+    #: the first round's prompt shows the current version's failing cases
+    seed_failures: bool = False
 
 
 @dataclass
@@ -276,7 +283,8 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
     spec = prompt.load_spec(cfg.function, cfg.specs_dir)
     ws = Workspace(cfg.engine_dir)
     signature = signature_of(ws, cfg.function)
-    iface = prompt.interfaces((ws.crate_dir("layout") / "src" / "css.rs").read_text(encoding="utf-8"), signature)
+    css = (ws.crate_dir("layout") / "src" / "css.rs").read_text(encoding="utf-8")
+    iface = prompt.interfaces(css, signature)
     manifest = corpus_manifest(cfg)
     corpus = read_cases(cfg.corpus_dir)
     batch_id = cfg.batch_id or f"{cfg.function}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:4]}"
@@ -288,8 +296,12 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
     judged: dict[str, Judged] = {}
     all_cands: list[Candidate] = []
     rounds: list[RoundRecord] = []
+    calls: list[CallRecord] = []
     failing: list[prompt.FailingCase] = []
+    if cfg.seed_failures:
+        failing = current_failures(ws, cfg, corpus, run_dir, echo)
     failed_aliases: dict[str, str] = {}
+    prompt_hashes: list[str] = []
     for rnd in range(1, cfg.max_batches + 1):
         escalated = rnd > cfg.escalate_after and cfg.escalation is not None
         shares = [cfg.escalation] if escalated and cfg.escalation else cfg.shares
@@ -299,6 +311,7 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
         versions = best_versions(list(judged.values())) if escalated else []
         p = prompt.build(spec, signature, iface, failing, versions, cases_run=manifest.cases)
         (run_dir / f"prompt-r{rnd}.txt").write_text(p.text, encoding="utf-8")
+        prompt_hashes.append(provenance.sha256(p.text))
         plans = plan_round(cfg, shares, meter, len(p.text),
                            [*cfg.history, *(r.to_json() for r in rounds)], rounds[-1].to_json() if rounds else None)
         for pl in plans:
@@ -359,14 +372,17 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
             pass_at=pass_at(len(new), len(passing)), calls=[x.to_json() for r in results for x in r.calls],
             budget=meter.to_json() if cfg.budget else {})
         rounds.append(record)
+        calls.extend(x for r in results for x in r.calls)
         rounds_mod.write(run_dir, record)
         ledger.append(cfg.ledger_path, ledger.line_for(record.to_json()))
         echo(f"  {len(new)} candidates, {record.unique} unique ({len(order)} new), {compiled_n} compiled, "
              f"best {best if best is not None else '-'}/{manifest.cases}, "
              f"pass@1 {record.pass_at_1:.2f}, draw {ph.phases['draw']['s']:.1f} s")
         if passing:
+            inputs = provenance_inputs(cfg, spec, signature, css, iface, manifest, prompt_hashes,
+                                       seed_base, calls)
             kept = keep(ws, spec, signature, batch_id, judged[passing[0].hash], all_cands, judged, rounds,
-                        cfg.corpus_dir, run_dir)
+                        cfg.corpus_dir, run_dir, inputs=inputs, supersede=cfg.supersede)
             return RunResult(batch_id, True, rounds, kept, f"{cfg.function}: kept a passing version from "
                              f"{passing[0].alias} (round {rnd}) in {kept}", 0)
         if meter.bound is not None:
@@ -383,6 +399,43 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
     return RunResult(batch_id, False, rounds, None, mask(msg), Exit.FAILED)
 
 
+def provenance_inputs(cfg: RunConfig, spec: prompt.Spec, signature: str, css: str, iface: str,
+                      manifest: Any, prompt_hashes: Sequence[str], seed_base: str,
+                      calls: Sequence[CallRecord]) -> dict[str, Any]:
+    """What the kept version's record names of its inputs (bench.provenance, format 2)."""
+    spec_file = provenance.spec_path(cfg.function, cfg.root or cfg.engine_dir, cfg.specs_dir)
+    aliases = list(dict.fromkeys(c.alias for c in calls))
+    shared = prompt.prefix(spec, signature, iface)
+    return {
+        "spec": provenance.spec_block(spec, spec_file, cfg.root or cfg.engine_dir),
+        "definitions": provenance.definitions(css, signature),
+        "prompt": {"prefix_sha256": provenance.sha256(prompt.SYSTEM + shared),
+                   "rounds": list(prompt_hashes)},
+        "models": [provenance.serving(a, ((c.served_model, c.fingerprint) for c in calls
+                                          if c.alias == a)) for a in aliases],
+        "seeds": {"base": seed_base,
+                  "calls": {a: [c.seed for c in calls if c.alias == a] for a in aliases}},
+        "corpus": provenance.corpus_block(cfg.corpus_dir.name, manifest),
+    }
+
+
+def current_failures(ws: Workspace, cfg: RunConfig, corpus: dict[str, dict], run_dir: Path,
+                     echo: Callable[[str], None]) -> list[prompt.FailingCase]:
+    """The failing cases of the version kept now (a regeneration starts from them); none when
+    there is no version or it passes every case."""
+    path = ws.generated_dir / f"{cfg.function}.rs"
+    if not path.is_file():
+        return []
+    source = path.read_text(encoding="utf-8")
+    try:
+        b = probe(ws, cfg.function, [source], cfg.corpus_dir, run_dir / "probe-current")
+    except BridgeError as e:
+        raise NevError(f"scoring the current version of {cfg.function} failed: {e}", 1) from None
+    j = judge(b.verdicts[0], source, code_hash(source))
+    echo(f"  the current version: {j.status}, {j.cases_passed}/{j.cases_run} cases")
+    return failing_cases([j], corpus)
+
+
 # ---- the command (thin shell) ----
 
 def repo_root(repo: Path) -> Path:
@@ -394,7 +447,8 @@ def repo_root(repo: Path) -> Path:
 def config_from_settings(function: str, repo: Path, models: str | None, max_batches: int | None,
                          escalate_after: int | None, escalate: str | None, seed: int | None,
                          corpus: Path | None = None, budget_tokens: str | None = None,
-                         budget_gpu_s: str | None = None) -> RunConfig:
+                         budget_gpu_s: str | None = None, supersede: bool = False,
+                         seed_failures: bool = False) -> RunConfig:
     from lanes.base import settings
 
     if not re.fullmatch(r"[a-z][a-z0-9_]*", function):
@@ -417,6 +471,7 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
                           budget_gpu_s if budget_gpu_s is not None else settings.get(settings.BUDGET_GPU_S),
                           "--budget-tokens/--budget-gpu-s (NEV_BUDGET_TOKENS, NEV_BUDGET_GPU_S)")
     ledger_path = ledger.ledger_dir() / f"{ledger_name(root)}.jsonl"
+    own_specs = settings.path_under(settings.SPECS_DIR, root)
     workdir = root / "target" / "batch"
     # a job's budget is the job's: the batches its ledger already records count as spent
     spent = spent_in(ledger.read(ledger_path)) if budget and settings.get(settings.LEDGER_NAME) else (0, 0.0)
@@ -426,7 +481,9 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
                      workdir=workdir, ledger_path=ledger_path, seed=seed, budget=budget,
                      declared=plan_mod.declared_of(net),
                      measured={a: plan_mod.Measured.from_sweep(sw) for a, sw in sweeps.items()},
-                     history=plan_mod.latest_records(workdir, function), spent_before=spent)
+                     history=plan_mod.latest_records(workdir, function), spent_before=spent,
+                     specs_dir=provenance.spec_path(function, root, own_specs).parent,
+                     root=root, supersede=supersede, seed_failures=seed_failures)
 
 
 def ledger_name(root: Path, environ: Mapping[str, str] | None = None) -> str:
@@ -459,7 +516,8 @@ def gateway_key(root: Path) -> str:
 def command(function: str, repo: Path, models: str | None, max_batches: int | None, escalate_after: int | None,
             escalate: str | None, seed: int | None, corpus: Path | None, argv: Sequence[str],
             echo: Callable[[str], None] = print, budget_tokens: str | None = None,
-            budget_gpu_s: str | None = None) -> int:
+            budget_gpu_s: str | None = None, supersede: bool = False,
+            seed_failures: bool = False) -> int:
     """`nev batch run`: on a lane, run here; else re-run on a lane (exit 3 with none)."""
     from bench import onlane
     from bench.gateway import url_from_settings
@@ -472,7 +530,7 @@ def command(function: str, repo: Path, models: str | None, max_batches: int | No
         pull = ["target/batch"] + ([str(engine / "crates/layout/src/generated")] if not engine.is_absolute() else [])
         return onlane.run_on_lane(root, ["nev", *argv], pull=pull)
     cfg = config_from_settings(function, repo, models, max_batches, escalate_after, escalate, seed, corpus,
-                               budget_tokens, budget_gpu_s)
+                               budget_tokens, budget_gpu_s, supersede, seed_failures)
     for s in cfg.shares + ([cfg.escalation] if cfg.escalation else []):
         if s.note:
             echo(f"{s.alias}: {s.note}")

@@ -34,10 +34,15 @@ _BUDGET_GPU_S = click.option("--budget-gpu-s", help="Stop drawing before a call 
               help="The corpus folder (default NEV_CORPUS_DIR/FUNCTION)")
 @_BUDGET_TOKENS
 @_BUDGET_GPU_S
+@click.option("--supersede", is_flag=True,
+              help="A regeneration: the kept version replaces an earlier batch's (its record is "
+              "replaced; git keeps the old one)")
+@click.option("--seed-failures", is_flag=True,
+              help="Score the current version first; the first prompt shows its failing cases")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
 def batch_run(function: str, models: str | None, max_batches: int | None, escalate_after: int | None,
               escalate: str | None, seed: int | None, corpus: Path | None, budget_tokens: str | None,
-              budget_gpu_s: str | None, repo: Path) -> int:
+              budget_gpu_s: str | None, supersede: bool, seed_failures: bool, repo: Path) -> int:
     """Sample, verify and keep a passing version of FUNCTION (on a lane).
 
     Exits 0 when a version passed and was kept, 1 when none passed (or the kept files
@@ -52,8 +57,10 @@ def batch_run(function: str, models: str | None, max_batches: int | None, escala
                         ("--budget-tokens", budget_tokens), ("--budget-gpu-s", budget_gpu_s)):
         if value is not None:
             argv += [flag, str(value)]
+    argv += ["--supersede"] * supersede + ["--seed-failures"] * seed_failures
     return command(function, repo, models, max_batches, escalate_after, escalate, seed, corpus, argv,
-                   echo=click.echo, budget_tokens=budget_tokens, budget_gpu_s=budget_gpu_s)
+                   echo=click.echo, budget_tokens=budget_tokens, budget_gpu_s=budget_gpu_s,
+                   supersede=supersede, seed_failures=seed_failures)
 
 
 @batch.command("plan")

@@ -255,6 +255,8 @@ class CallRecord:
     gateway_wait_s: float = 0.0   # seconds this call waited for a gateway slot
     error: str | None = None
     gpu_s: float = 0.0            # estimated from the pool's measured throughput (bench.budget)
+    served_model: str | None = None   # the answer's `model`: what gateway and pool say served it
+    fingerprint: str | None = None    # the answer's `system_fingerprint` (serving revision)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -402,6 +404,9 @@ class Gateway:
                     details = usage.get("prompt_tokens_details") or {}
                     rec.cached_tokens = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
                     rec.choices = len(texts)
+                    served, fp = data.get("model"), data.get("system_fingerprint")
+                    rec.served_model = served if isinstance(served, str) and served else None
+                    rec.fingerprint = fp if isinstance(fp, str) and fp else None
                     if held is not None and self.meter is not None:
                         rec.gpu_s = self.meter.settle(held, n, rec.prompt_tokens, rec.completion_tokens)
                         held = None

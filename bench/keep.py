@@ -4,6 +4,7 @@ provenance record (never rewritten) and its floor (only raised)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,14 @@ def is_placeholder(record: dict) -> bool:
 
 
 def keep(ws: Workspace, spec: prompt.Spec, signature: str, batch_id: str, win: Judged, cands: list[Candidate],
-         judged: dict[str, Judged], rounds: list[RoundRecord], corpus_dir: Path, run_dir: Path) -> Path:
+         judged: dict[str, Judged], rounds: list[RoundRecord], corpus_dir: Path, run_dir: Path,
+         inputs: Mapping[str, Any] | None = None, supersede: bool = False) -> Path:
     """Write the passing version, its provenance record and its floor beside the engine's generated
     functions; a provenance of an earlier batch is never rewritten (the version is left in
-    `run_dir`, and the refusal names it)."""
+    `run_dir`, and the refusal names it). `inputs` (bench.provenance) make the record complete
+    (format 2). `supersede` (a regeneration): a new version of the function takes the place of an
+    earlier batch's, with a new record naming the one it supersedes (git keeps the old one); a
+    record of this very batch is never replaced."""
     gen = ws.generated_dir
     src_path = gen / f"{spec.function}.rs"
     prov_path = gen / f"{spec.function}{PROVENANCE_SUFFIX}"
@@ -50,7 +55,7 @@ def keep(ws: Workspace, spec: prompt.Spec, signature: str, batch_id: str, win: J
         if j.cases_run:
             m["best"] = max(m["best"] or 0, j.cases_passed)
     n_pass = sum(1 for c in cands if judged[c.hash].status == "passed")
-    record = {
+    record: dict[str, Any] = {
         "format": 1, "function": spec.function,
         "spec": {"document": spec.document, "section": spec.section, "title": spec.title, "source": spec.source},
         "signature": signature,
@@ -62,9 +67,17 @@ def keep(ws: Workspace, spec: prompt.Spec, signature: str, batch_id: str, win: J
         "verification": {"corpus": corpus_dir.name, "cases_passed": win.cases_passed,
                          "cases_run": win.cases_run},
     }
+    if inputs is not None:
+        record = {**record, **inputs, "format": 2,
+                  "spec": {**record["spec"], **(inputs.get("spec") or {})}}
     if prov_path.is_file():
         old = jsonfile.load(prov_path, "provenance record")
-        if not is_placeholder(old):
+        old_batch = old.get("batch") if isinstance(old, dict) else None
+        old_id = old_batch.get("id") if isinstance(old_batch, dict) else None
+        if supersede and old_id != batch_id:
+            old_spec = old.get("spec") if isinstance(old.get("spec"), dict) else {}
+            record["supersedes"] = {"batch": old_id, "spec_sha256": old_spec.get("text_sha256")}
+        elif not is_placeholder(old):
             (run_dir / f"{spec.function}.rs").write_text(text, encoding="utf-8")
             (run_dir / f"{spec.function}{PROVENANCE_SUFFIX}").write_text(json.dumps(record, indent=2) + "\n")
             raise NevError(f"{prov_path} records batch {old['batch'].get('id')} and is never rewritten; the passing "

@@ -118,18 +118,31 @@ def _signatures_only(impl: str) -> str:
     return "\n".join(out)
 
 
+def interface_names(signature: str) -> list[str]:
+    """The engine types a prompt shows for `signature`: `Len`, then the signature's types."""
+    names = ["Len"] + [t for t in re.findall(r"\b([A-Z][A-Za-z0-9]+)\b", signature) if t != "Len"]
+    return list(dict.fromkeys(names))
+
+
+def items(css_source: str, name: str) -> tuple[str, str] | None:
+    """The type `name`'s definition and its `impl` block ("" when none); None: no such type."""
+    m = re.search(rf"^pub (?:struct|enum) {name}\b", css_source, re.M)
+    if not m:
+        return None
+    im = re.search(rf"^impl {name} \{{", css_source, re.M)
+    return _item(css_source, m.start()), _item(css_source, im.start()) if im else ""
+
+
 def interfaces(css_source: str, signature: str) -> str:
     """The engine types the signature names (structs), plus `Len` and its methods' signatures."""
-    names = ["Len"] + [t for t in re.findall(r"\b([A-Z][A-Za-z0-9]+)\b", signature) if t != "Len"]
     parts = []
-    for name in dict.fromkeys(names):
-        m = re.search(rf"^pub (?:struct|enum) {name}\b", css_source, re.M)
-        if not m:
+    for name in interface_names(signature):
+        found = items(css_source, name)
+        if found is None:
             continue
-        parts.append(_item(css_source, m.start()))
-        im = re.search(rf"^impl {name} \{{", css_source, re.M)
-        if im:
-            parts.append(_signatures_only(_item(css_source, im.start())))
+        parts.append(found[0])
+        if found[1]:
+            parts.append(_signatures_only(found[1]))
     return "\n\n".join(parts)
 
 

@@ -5,6 +5,7 @@ day, retention; and its schedule (`nev job poll --install`) with the environment
 |---|---|---|
 | approved tracks | `tracks.json → specWatch.landScript`: `nev land --approved` (or absent) is `land_approved` (below) in this process; another command runs in the repository | `land: track NAME: landed / not landed (exit N) / skipped: why` |
 | finished jobs | `jobs.poll.poll_jobs`: result/* on the forge and each job's Dagu run (skipped with a line when no forge URL is set) | `NAME: landed / failed / waiting / resent: why` |
+| regeneration (NEV_PROVENANCE_REGEN) | `jobs.regen.tick_regen` (docs/provenance.md) | `provenance: NAME: ...` |
 | retention, once a day | `lanes.sweep.sweep_archives` on the share, through the first lane that answers (`retention.stamp` in the state folder says when it last ran) | `retention: ...` |
 
 One tick runs at a time per state folder (`job-poll.lock`): a tick that finds another still
@@ -35,7 +36,7 @@ import yaml
 from jobs import approvals as store
 from jobs import land as landing
 from jobs import poll as poll_mod
-from jobs import records, tracks
+from jobs import records, regen, tracks
 from jobs.approvals import MAIN, LandPaths
 from jobs.land_after import finish_pending
 from jobs.land_gate import INTERRUPTED, stop_leftover_gate
@@ -87,6 +88,7 @@ def tick(repo_path: Path | None = None, environ: Mapping[str, str] | None = None
             env = with_poll_env(repo, env)
             worst = _tracks(repo, env)
             worst = max(worst, _jobs(repo, env))
+            worst = max(worst, regen.tick_regen(repo.path, env))   # only with NEV_PROVENANCE_REGEN
             _retention(env)
             return worst
 

@@ -176,7 +176,7 @@ def _in_env(var: str, reader: Callable[[Path], object]) -> Callable[[Path, Path]
 
 
 def _readers() -> list[Reader]:
-    from bench import folknet, plan, readiness, rounds
+    from bench import folknet, plan, provenance_tree, readiness, rounds
     from bench.oracle import store as oracle_store
     from bench.oracle import suites
     from crates_bridge import corpus, registry
@@ -280,6 +280,12 @@ def _readers() -> list[Reader]:
                lambda d, f: _batch().signature_of(_FakeWs(f.parent), "f"), b'{"signature": "s"}'),
         Reader("provenance record (keep)", ("bench/keep.py::keep",), "gen/f.provenance.json",
                lambda d, f: _keep_reads(f), b'{"batch": {"id": "b"}}'),
+        Reader("provenance index", ("bench/provenance_tree.py::_json",),
+               "e/crates/layout/src/generated/f.provenance.json",
+               lambda d, f: provenance_tree.load_index(provenance_tree.Tree(d), "e"),
+               b'{"function": "f", "verification": {"cases_passed": 1}}'),
+        Reader("regeneration state", ("jobs/regen.py::state",), "state/regen.json",
+               lambda d, f: _regen_state(d), b"{}"),
         Reader("round record", ("bench/rounds.py::read",), "r.json", lambda d, f: rounds.read(f), b"{}"),
         Reader("round records (planner)", ("bench/plan.py::latest_records",), "w/f-1/record-r1.json",
                lambda d, f: plan.latest_records(d / "w", "f"), b"{}", tolerant=True),
@@ -331,6 +337,13 @@ def _text(f: Path) -> bytes:
     if f.is_dir():
         raise NevError(f"{f}: a folder")
     return f.read_bytes()
+
+
+def _regen_state(folder: Path) -> object:
+    from jobs import regen
+
+    with regen.state({"NEV_STATE_DIR": str(folder / "state")}) as s:
+        return dict(s)
 
 
 def _batch():

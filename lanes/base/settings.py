@@ -158,6 +158,16 @@ BOX_REGISTRY = _s("NEV_BOX_REGISTRY", "/var/lib/nev-box", "the machine-wide list
 ENGINE_DIR = _s("NEV_ENGINE_DIR", "crates_bridge/engine", "the engine's Cargo workspace, relative to the repository root")
 CORPUS_DIR = _s("NEV_CORPUS_DIR", "corpus", "where corpora live (corpus/<name>/): `nev oracle build` writes them, "
                 "batches and floors read them; relative to the repository root")
+SPECS_DIR = _s("NEV_SPECS_DIR", "bench/specs", "the spec texts of the generated functions "
+              "(<function>.md), relative to the repository root; a function without one there takes "
+              "nev's own (bench/specs)")
+PROVENANCE_REGEN = _s("NEV_PROVENANCE_REGEN", None, "when set to 1, the tick submits a regeneration "
+                      "job for each function `nev provenance stale` says to regenerate (also "
+                      "through tracks.json specWatch.pollEnv)")
+REGEN_MAX = _s("NEV_REGEN_MAX", "2", "regeneration jobs the tick keeps submitted at once, at most")
+REGEN_BATCH = _s("NEV_REGEN_BATCH", "nev batch run {function} --supersede --seed-failures && "
+                 "git checkout -- {floor}", "the batch stage of a regeneration job ({function}: "
+                 "its name; {floor}: its floor file, protected, put back)")
 CORPUS_STORE = _s("NEV_CORPUS_STORE", None, "the corpus store every lane copy shares (one folder per corpus key, "
                   "built once under a lock); on a lane <NEV_LANE_SHARED>/corpora when unset, elsewhere none")
 SUITE_STORE = _s("NEV_SUITE_STORE", None,
