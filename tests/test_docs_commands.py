@@ -5,7 +5,8 @@ Which lines: every fenced block of README.md and docs/**/*.md whose language is 
 `shell`, `console` or none (the transcripts and synopses); in those, every `nev` word that starts
 a command (at the line's start after a `$ ` or `# ` prompt, or after whitespace, `(`, `;`, `&`,
 `|`, a quote or a backtick), up to the end of that command (`;`, `&&`, `|`, `)`, `#`, a
-redirection). The code spans of the prose (`nev lane list --json` in a sentence) are checked the same way.
+redirection). The code spans of the prose (`nev lane list --json` in a sentence) are checked
+the same way.
 Checked: each subcommand of the path exists (the groups are the lazily built ones
 of rig/commands.py, GROUPS), and every option is one that command has (click's own parser splits
 the line; no value is converted, so a placeholder value such as `N` for an int is fine).

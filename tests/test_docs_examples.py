@@ -57,7 +57,8 @@ def examples(root: Path = ROOT) -> list[Example]:
             while j < len(lines) and lines[j].strip() != fence:
                 body.append(lines[j][len(indent):] if lines[j].startswith(indent) else lines[j])
                 j += 1
-            found.append(Example(str(doc.relative_to(root)), i + 1, m.group(4), "\n".join(body) + "\n"))
+            text = "\n".join(body) + "\n"
+            found.append(Example(str(doc.relative_to(root)), i + 1, m.group(4), text))
             i = j + 1
     return found
 
@@ -100,7 +101,8 @@ def test_every_file_example_in_the_docs_loads_with_its_reader(tmp_path):
 
 
 def test_the_quickstart_lanes_example_is_read_as_written(tmp_path):
-    ex = next(e for e in examples() if e.doc == "docs/quickstart.md" and e.path == "bench/lane.local.json")
+    ex = next(e for e in examples()
+              if e.doc == "docs/quickstart.md" and e.path == "bench/lane.local.json")
     (tmp_path / "lanes.json").write_text(ex.text)
     lf = lanesfile.load(tmp_path / "lanes.json")
     assert [ln.ssh for ln in lf.lanes] == ["lane@10.0.0.11", "lane@10.0.0.12"]
@@ -116,7 +118,8 @@ def _doc(tmp_path: Path, body: str) -> Path:
 
 
 @pytest.mark.parametrize("body, says", [
-    ('```json file=bench/lane.local.json\n{"lanes": [{"ssh": "lane@10.0.0.11", "root": "srv"}]}\n```\n',
+    ('```json file=bench/lane.local.json\n'
+     '{"lanes": [{"ssh": "lane@10.0.0.11", "root": "srv"}]}\n```\n',
      "lanes[0].root"),
     ('```json file=rig/rig.local.json\n{"jump": "root@j", "forwards": {"f": {"local_port": 0, '
      '"target": "h:1"}}}\n```\n', "local_port"),
@@ -133,7 +136,8 @@ def test_a_planted_bad_example_fails(tmp_path, body, says):
 
 
 def test_a_good_planted_example_passes_and_unmarked_blocks_are_not_read(tmp_path):
-    body = ('```json file=tracks.json\n{"verify": "make test", "landChecks": [], "protected": []}\n```\n'
+    body = ('```json file=tracks.json\n'
+            '{"verify": "make test", "landChecks": [], "protected": []}\n```\n'
             '```json\n{"not": "a file nev reads"}\n```\n')
     root = _doc(tmp_path, body)
     assert [e.path for e in examples(root)] == ["tracks.json"]
