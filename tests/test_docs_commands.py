@@ -100,18 +100,27 @@ def mentions(root: Path = ROOT) -> list[Mention]:
 
 
 def inline_mentions(root: Path = ROOT) -> list[Mention]:
-    """Every `nev ...` code span in the prose (outside fenced blocks) of the docs."""
+    """Every `nev ...` code span in the prose (outside fenced blocks) of the docs, also one that a
+    line break cuts in two."""
     found = []
     for path in doc_files(root):
         fence: str | None = None
-        for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        para: list[tuple[int, str]] = []
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for no, line in enumerate([*lines, ""], 1):
             m = _FENCE.match(line)
             if m:
                 fence = None if fence and m.group(2)[0] == fence[0] else (fence or m.group(2))
+            if fence is None and not m and line.strip():
+                para.append((no, line))
                 continue
-            if fence is None:
-                found += [Mention(str(path.relative_to(root)), no, span.group(1))
-                          for span in re.finditer(r"`(nev [^`]+)`", line)]
+            if para:
+                text = "\n".join(t for _, t in para)
+                for span in re.finditer(r"`(nev\s[^`]+)`", text):
+                    first = para[0][0] + text.count("\n", 0, span.start())
+                    found.append(Mention(str(path.relative_to(root)), first,
+                                         span.group(1).replace("\n", " ")))
+                para = []
     return found
 
 
@@ -254,6 +263,12 @@ def test_a_wrong_flag_in_a_prose_code_span_fails_too(tmp_path):
     root = _doc_tree(tmp_path, "true")
     (root / "docs" / "prose.md").write_text("Run `nev lane sweep --dry-rn` first.\n")
     assert [p.split(":")[:2] for p in problems(root)] == [["docs/prose.md", "1"]]
+
+
+def test_a_code_span_cut_by_a_line_break_is_read_whole(tmp_path):
+    root = _doc_tree(tmp_path, "true")
+    (root / "docs" / "prose.md").write_text("One line,\nthen `nev lane\nsweep --dry-rn` here.\n")
+    assert [p.split(":")[:2] for p in problems(root)] == [["docs/prose.md", "2"]]
 
 
 def test_other_languages_are_not_read(tmp_path):
