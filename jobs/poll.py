@@ -289,7 +289,10 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
                           **found):
                     failed += 1
                 info(f"{name}: failed: {act.why}")
-                notify.event(notify.Kind.JOB_FAILED, name, act.why, _ident(res, rec), env)
+                # once per job: a run that ended without a result and then its result (a
+                # second tick) fail the same job twice, told once
+                if rec is None or rec.status is not JobStatus.FAILED:
+                    notify.event(notify.Kind.JOB_FAILED, name, act.why, _ident(res, rec), env)
                 continue
             assert res is not None
             _write(env, name, rec, polled_at=now, **found)

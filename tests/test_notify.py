@@ -77,6 +77,23 @@ def test_a_job_failed_for_good_posts_once_with_the_documented_payload(tmp_path, 
     _lines_hold_no_token(r1.stderr, r1.stdout, r2.stderr, _state_files(tmp_path))
 
 
+def test_a_job_failed_first_without_then_with_its_result_posts_once(tmp_path, receiver):
+    """A run that ended without a result fails the job (one tick); its result, seen by a later
+    tick, fails it again: one POST, not two."""
+    import dataclasses
+
+    from jobs import records
+
+    forge, dev = _forge_with_result(tmp_path, "failed", 10)
+    env = _tick_env(tmp_path, forge, receiver)
+    assert nev(["job", "poll", "--repo", str(dev)], env).returncode == 1
+    with records.locked(env) as recs:          # as if the first tick had seen no result yet
+        recs.jobs["demo"] = dataclasses.replace(recs.job("demo"), result=None)
+    r2 = nev(["job", "poll", "--repo", str(dev)], env)
+    assert "demo: failed" in r2.stderr
+    assert receiver.kinds() == [("job_failed", "event", "demo")]
+
+
 def test_a_landing_posts_landed_once(tmp_path, receiver):
     forge, dev = _forge_with_result(tmp_path, "passed", 0, spec_on_main=True, verify="true")
     env = {
