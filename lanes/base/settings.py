@@ -103,6 +103,9 @@ DAGU_PKI_DIR = _s("NEV_DAGU_PKI_DIR", "~/.local/state/nev/dagu-pki", "the distri
 RIG_FILE = _s("NEV_RIG_FILE", "rig/rig.local.json", "roles, hosts and jump host (gitignored)")
 RIG_NOTES = _s("NEV_RIG_NOTES", "~/.local/share/nev/rig-notes", "local rig notes: snapshots and the change log")
 INVENTORY = _s("NEV_INVENTORY", "~/.local/share/nev/inventory.json", "the inventory snapshot")
+INVENTORY_LANE = _s("NEV_INVENTORY_LANE", None, "index of the lane whose snapshot (its collector's, "
+                    "~/.local/share/nev/inventory.json there) `nev rig status`, `nev rig metrics` and the "
+                    "dashboard read over SSH when NEV_INVENTORY names no file here (`nev box env` sets 0)")
 INVENTORY_PORT = _s("NEV_INVENTORY_PORT", "8787", "port of the HTTP inventory `nev rig advertise` serves")
 MDNS_INTERFACE = _s("NEV_MDNS_INTERFACE", None, "address mDNS browses/advertises on (never all interfaces)")
 INVENTORY_MAX_AGE = _s("NEV_INVENTORY_MAX_AGE", "900", "seconds before the inventory check calls a snapshot stale")

@@ -6,7 +6,7 @@ breaks the page.
 |----------|--------|
 | lanes    | `lanes.gate.lane_status()`: answering, free disk, copies, gates running (`nev lane list`) |
 | dagu     | the Dagu lane's API (`dagu.service`): runs queued or running |
-| aliases  | the inventory snapshot (NEV_INVENTORY): status, held for, last answer, in-flight limit; an alias whose replicas an operator drained or stopped shows `stopped` |
+| aliases  | the inventory snapshot (NEV_INVENTORY, else NEV_INVENTORY_LANE's over SSH): status, held for, last answer, in-flight limit; an alias whose replicas an operator drained or stopped shows `stopped` |
 | replicas | HAProxy's runtime API (the rig file's serving roles) and the rig notes' change log: ready, drained, stopped, down |
 | jobs     | the job state folders (`jobs/status.py`: NEV_STATE_DIR/jobs/*/state.json, the view `jobs/state.py` keeps): stage states |
 | lane_jobs | each job in flight, on its lane (`jobs/lanestate.py`: one SSH read per lane): its
@@ -76,11 +76,16 @@ def aliases() -> dict[str, Any]:
     from rig.inventory import inventoryfile, status
 
     path = inventoryfile.default_path()
-    if not path.exists():
-        raise Unavailable(f"no inventory snapshot at {path}: run `nev rig probe` (NEV_INVENTORY)")
-    snap = inventoryfile.read(path)
+    lane = status.snapshot_lane(None)
+    if lane is not None:
+        snap, source = status.load_from_lane(lane)
+    elif not path.exists():
+        raise Unavailable(f"no inventory snapshot at {path}: run `nev rig probe` (NEV_INVENTORY), "
+                          "or set NEV_INVENTORY_LANE to the collector lane")
+    else:
+        snap, source = inventoryfile.read(path), str(path)
     now = inventoryfile.now_utc()
-    s = status.summary(snap, now, str(path))
+    s = status.summary(snap, now, source)
     limits = {n: a.get("max_inflight") for n, a in (snap.get("aliases") or {}).items()}
     for r in s["aliases"]:
         r["max_inflight"] = limits.get(r["alias"])
@@ -90,7 +95,7 @@ def aliases() -> dict[str, Any]:
         overlay(s, serving_states())
     except (Unavailable, NevError):
         pass          # no serving roles or HAProxy not reached: the probe's statuses as they are
-    return {"rows": s["aliases"], "snapshot": str(path), "probe_age_s": s["snapshot_age_s"],
+    return {"rows": s["aliases"], "snapshot": source, "probe_age_s": s["snapshot_age_s"],
             "hosts_up": sum(1 for h in s["hosts"] if h["status"] == "up"), "hosts": len(s["hosts"])}
 
 
