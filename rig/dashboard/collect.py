@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lanes.base import jsonfile, settings
-from lanes.base.errors import ConfigError, NevError
+from lanes.base.errors import NevError
 from lanes.base.mask import known_secrets, mask
 
 
@@ -221,29 +221,17 @@ def batches() -> dict[str, Any]:
     field: `bench.ledger.parse_line`) or an unreadable file is skipped and counted (the page shows
     the rest)."""
     d = ledger_dir()
-    from bench.ledger import parse_line, spend
+    from bench.ledger import read_lenient, spend
 
     lines: list[dict[str, Any]] = []
     spends: dict[str, dict[str, Any]] = {}
     bad = 0
     for f in sorted(d.glob("*.jsonl")):
-        mine: list[dict[str, Any]] = []
-        try:
-            text = jsonfile.read_text(f, "ledger", "")
-        except ConfigError:
-            bad += 1
-            continue
-        for n, raw in enumerate(text.split("\n"), 1):
-            if not raw.strip():
-                continue
-            try:
-                obj = parse_line(jsonfile.Fields(f"{f}: line {n}"), jsonfile.parse(raw, f"{f}: line {n}", "ledger"))
-            except ConfigError:
-                bad += 1
-                continue
+        mine, unreadable = read_lenient(f)
+        bad += unreadable
+        for obj in mine:
             obj["_worktree"] = f.stem
-            lines.append(obj)
-            mine.append(obj)
+        lines += mine
         if mine:
             spends[f.stem] = spend(mine)
     lines.sort(key=lambda ln: parse_time(ln.get("end")) or parse_time(ln.get("start")) or 0.0)
