@@ -272,13 +272,15 @@ def _ledger_name(root: Path) -> str:
 @click.command("ledger")
 @click.option("--worktree", help="Whose batches (default: this worktree's lane copy's name)")
 @click.option("--list", "list_all", is_flag=True,
-              help="The ledgers there are (one per worktree or job): batches and the last batch's time.")
+              help="The ledgers there are (one per worktree or job): batches, last batch's time.")
 @click.option("-n", "--last", type=click.IntRange(min=1), help="Only the last N batches.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the lines as they are stored (with --list: one JSON array).")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
-def ledger(worktree: str | None, list_all: bool, last: int | None, as_json: bool, repo: Path) -> int:
-    """The batches, as a table: one row per model of each batch (ledger/<worktree>.jsonl on the share).
+def ledger(worktree: str | None, list_all: bool, last: int | None, as_json: bool,
+           repo: Path) -> int:
+    """The batches, as a table: one row per model of each batch (ledger/<worktree>.jsonl on the
+    share).
 
     With --list, the ledgers in the share's ledger folder, the most recent first."""
     import json
@@ -297,8 +299,8 @@ def ledger(worktree: str | None, list_all: bool, last: int | None, as_json: bool
         elif not rows:
             click.echo(f"no ledgers in {folder}")
         else:
-            for line in ledger_mod.ledgers_table(rows):
-                click.echo(line)
+            for row in ledger_mod.ledgers_table(rows):
+                click.echo(row)
         return 0
     name = worktree or _ledger_name(repo_root(repo))
     path = ledger_mod.ledger_dir() / f"{name}.jsonl"

@@ -173,7 +173,8 @@ def ledgers(folder: Path) -> list[dict[str, Any]]:
     for f in sorted(folder.glob("*.jsonl")):
         lines, bad = read_lenient(f)
         times = [t for t in map(last_time, lines) if t]
-        out.append({"worktree": f.stem, "batches": len(lines), "last": max(times) if times else None,
+        out.append({"worktree": f.stem, "batches": len(lines),
+                    "last": max(times) if times else None,
                     "unreadable_lines": bad, "file": str(f)})
     return sorted(out, key=lambda r: (r["last"] or "", r["worktree"]), reverse=True)
 

@@ -23,13 +23,24 @@ OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _person(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_", "GIT_CONFIG"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_", "GIT_CONFIG"))
+    }
     return {**env, "PYTHONPATH": str(ROOT), "HOME": str(tmp / "home")}
 
 
-def _nev(env: dict[str, str], cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+def _nev(
+    env: dict[str, str], cwd: Path, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rig.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _eval_box_env(env: dict[str, str], cwd: Path) -> dict[str, str]:
@@ -50,9 +61,12 @@ def test_status_dashboard_and_clone_work_after_box_env_and_nothing_else(box, tmp
     env = _eval_box_env({**_person(tmp_path), "NEV_BOX_NAME": box.name}, elsewhere)
     assert "NEV_INVENTORY" not in env and env["NEV_BOX_DIR"] == str(box.dir.parent)
 
-    declared = {a for a, d in json.loads(Path(box.folknet_file).read_text())["aliases"].items()
-                if not d.get("retired")}
-    deadline = time.monotonic() + 180           # lane0's probe: a round a minute
+    declared = {
+        a
+        for a, d in json.loads(Path(box.folknet_file).read_text())["aliases"].items()
+        if not d.get("retired")
+    }
+    deadline = time.monotonic() + 180  # lane0's probe: a round a minute
     while True:
         r = _nev(env, elsewhere, "rig", "status", "--json")
         assert r.returncode == 0, r.stderr
@@ -74,9 +88,24 @@ def test_status_dashboard_and_clone_work_after_box_env_and_nothing_else(box, tmp
     assert run.returncode == 0, run.stderr
     run_id = run.stdout.split()[0]
     port = free_port()
-    dash = subprocess.Popen([sys.executable, "-m", "rig.cli", "rig", "dashboard", "--port", str(port),
-                             "--refresh", "2"], env=env, cwd=elsewhere, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    dash = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rig.cli",
+            "rig",
+            "dashboard",
+            "--port",
+            str(port),
+            "--refresh",
+            "2",
+        ],
+        env=env,
+        cwd=elsewhere,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         data: dict = {}
         deadline = time.monotonic() + 90
@@ -86,10 +115,14 @@ def test_status_dashboard_and_clone_work_after_box_env_and_nothing_else(box, tmp
                     data = json.loads(resp.read())
             except OSError:
                 data = {}
-            if isinstance(data.get("dagu"), list) and any(x["run_id"] == run_id for x in data["dagu"]):
+            if isinstance(data.get("dagu"), list) and any(
+                x["run_id"] == run_id for x in data["dagu"]
+            ):
                 break
             time.sleep(1)
-        assert isinstance(data.get("dagu"), list) and any(x["run_id"] == run_id for x in data["dagu"]), data
+        assert isinstance(data.get("dagu"), list) and any(
+            x["run_id"] == run_id for x in data["dagu"]
+        ), data
         rows = data["aliases"]["rows"]
         assert declared <= {a["alias"] for a in rows if a["status"] == "ready"}, rows
         assert data["aliases"]["snapshot"].endswith(":.local/share/nev/inventory.json")
@@ -99,8 +132,14 @@ def test_status_dashboard_and_clone_work_after_box_env_and_nothing_else(box, tmp
         _nev(denv, ROOT, "dagu", "stop-run", run_id)
         _nev(denv, ROOT, "dagu", "stop")
 
-    clone = subprocess.run(["git", "clone", "-q", env["NEV_FORGE_URL"], str(tmp_path / "engine")],
-                           env={**env, "GIT_TERMINAL_PROMPT": "0"}, capture_output=True, text=True,
-                           timeout=120, stdin=subprocess.DEVNULL, cwd=elsewhere)
+    clone = subprocess.run(
+        ["git", "clone", "-q", env["NEV_FORGE_URL"], str(tmp_path / "engine")],
+        env={**env, "GIT_TERMINAL_PROMPT": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        cwd=elsewhere,
+    )
     assert clone.returncode == 0, clone.stderr
     assert (tmp_path / "engine" / "README.md").exists()

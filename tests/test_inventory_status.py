@@ -211,6 +211,9 @@ def test_golden_recorded_inventories_give_the_expected_hosts_and_ansible_export(
         assert json.loads(json.dumps(v)) == json.loads((GOLDEN / f"expected.{k}.json").read_text()), k
 
 
+DOWN = "inventory http://x:8790/inventory did not answer"
+
+
 def test_never_probed_snapshot_says_why_its_aliases_are_unknown_and_names_down_hosts_reasons():
     """A collector's snapshot nothing probes (lane0's before the probe ran there): every alias
     `unknown`, said once with the fix; a down host is an inventory host with its reason, not a
@@ -218,11 +221,13 @@ def test_never_probed_snapshot_says_why_its_aliases_are_unknown_and_names_down_h
     snap = {"probed_at": None, "collected_at": "2026-11-30T09:59:00Z",
             "aliases": {"fast": {"status": "unknown"}},
             "hosts": {"gpu1": {"status": "up"},
-                      "held-gpu1": {"status": "down", "error": "inventory http://x:8790/inventory did not answer"}}}
+                      "held-gpu1": {"status": "down", "error": DOWN}}}
     text = status.render(status.summary(snap, T0, "lane 0 (lane0):inv.json"))
-    assert "aliases unknown: nothing probes this snapshot" in text and "nev rig services install" in text
-    assert "inventory hosts: 1 up, down: held-gpu1 (inventory http://x:8790/inventory did not answer)" in text
-    probed = status.render(status.summary({**snap, "probed_at": "2026-11-30T09:59:00Z"}, T0, "inv.json"))
+    assert "aliases unknown: nothing probes this snapshot" in text
+    assert "nev rig services install" in text
+    assert f"inventory hosts: 1 up, down: held-gpu1 ({DOWN})" in text
+    again = {**snap, "probed_at": "2026-11-30T09:59:00Z"}
+    probed = status.render(status.summary(again, T0, "inv.json"))
     assert "nothing probes" not in probed
 
 
@@ -245,7 +250,8 @@ def test_snapshot_lane_reads_the_collector_lanes_when_no_local_snapshot(tmp_path
 
     assert collect.aliases()["snapshot"] == "lane 1" and seen == [1, 1]
     local.write_text(json.dumps({"aliases": {"b": {"status": "failing"}}}))
-    assert status.snapshot_lane(None) is None and status.load(None)[1] == str(local)   # a local one wins
+    assert status.snapshot_lane(None) is None                    # a local one wins
+    assert status.load(None)[1] == str(local)
     monkeypatch.setenv("NEV_INVENTORY_LANE", "zero")
     local.unlink()
     with pytest.raises(ConfigError, match="NEV_INVENTORY_LANE='zero' is not a lane index"):

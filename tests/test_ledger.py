@@ -94,8 +94,8 @@ def _batch(n: int, end: str) -> str:
 
 def _ledger_cli(shared, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NEV_LANE_SHARED": str(shared), "NEV_ON_LANE": "1"}
-    return subprocess.run([sys.executable, "-m", "rig.cli", "ledger", *args], capture_output=True, text=True,
-                          env=env, timeout=60)
+    return subprocess.run([sys.executable, "-m", "rig.cli", "ledger", *args],
+                          capture_output=True, text=True, env=env, timeout=60)
 
 
 def test_ledger_list_shows_each_ledger_with_its_batches_and_last_time_newest_first(tmp_path):
@@ -103,16 +103,18 @@ def test_ledger_list_shows_each_ledger_with_its_batches_and_last_time_newest_fir
     d = shared / "ledger"
     d.mkdir(parents=True)
     (d / "old-wt.jsonl").write_text(_batch(1, "2026-01-01T00:00:00Z") + "\n")
-    (d / "job-gen.jsonl").write_text("".join(_batch(i, f"2026-03-0{i}T10:00:00Z") + "\n" for i in (1, 2, 3))
-                                     + "{oops\n")
+    three = "".join(_batch(i, f"2026-03-0{i}T10:00:00Z") + "\n" for i in (1, 2, 3))
+    (d / "job-gen.jsonl").write_text(three + "{oops\n")
     r = _ledger_cli(shared, "--list")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].split() == ["worktree", "batches", "last", "batch"]
-    assert lines[1].split()[:3] == ["job-gen", "3", "2026-03-03T10:00:00Z"] and "1 unreadable line(s)" in lines[1]
+    assert lines[1].split()[:3] == ["job-gen", "3", "2026-03-03T10:00:00Z"]
+    assert "1 unreadable line(s)" in lines[1]
     assert lines[2].split() == ["old-wt", "1", "2026-01-01T00:00:00Z"]
     js = json.loads(_ledger_cli(shared, "--list", "--json").stdout)
-    assert [(x["worktree"], x["batches"], x["unreadable_lines"]) for x in js] == [("job-gen", 3, 1), ("old-wt", 1, 0)]
+    got = [(x["worktree"], x["batches"], x["unreadable_lines"]) for x in js]
+    assert got == [("job-gen", 3, 1), ("old-wt", 1, 0)]
     assert json.loads(_ledger_cli(tmp_path / "empty", "--list", "--json").stdout) == []
     both = _ledger_cli(shared, "--list", "--worktree", "old-wt")
     assert both.returncode == 2 and "leave out --worktree" in both.stderr
@@ -128,7 +130,7 @@ def test_ledger_last_n_shows_only_the_last_batches_and_the_whole_spend(tmp_path)
     rows = [ln.split()[1] for ln in r.stdout.splitlines()[1:] if ln.startswith("2026-")]
     assert rows == ["b2", "b3"]
     assert "the last 2 of 3 batches" in r.stdout and "spent: 450 tokens" in r.stdout
-    js = [json.loads(x)["batch"] for x in _ledger_cli(shared, "--worktree", "wt", "--last", "1", "--json")
-          .stdout.splitlines()]
+    out = _ledger_cli(shared, "--worktree", "wt", "--last", "1", "--json").stdout
+    js = [json.loads(x)["batch"] for x in out.splitlines()]
     assert js == ["b3"]
     assert _ledger_cli(shared, "--worktree", "wt", "-n", "0").returncode == 2

@@ -205,8 +205,8 @@ class Box:
             where = f"box {self.name} is not up in {self.dir} (no box.json there)"
             got = state.resolve(self.name, state.registry_entries(), self.name)
             if not isinstance(got, str):
-                raise NevError(f"{where}; the registry has it in {got.get('dir')}: unset NEV_BOX_DIR "
-                               "(or set it to that folder's parent)")
+                raise NevError(f"{where}; the registry has it in {got.get('dir')}: "
+                               "unset NEV_BOX_DIR (or set it to that folder's parent)")
             raise NevError(f"{where}; {got}")
         return st
 

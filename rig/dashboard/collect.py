@@ -6,7 +6,7 @@ breaks the page.
 |----------|--------|
 | lanes    | `lanes.gate.lane_status()`: answering, free disk, copies, gates running (`nev lane list`) |
 | dagu     | the Dagu lane's API (`dagu.service`): runs queued or running |
-| aliases  | the inventory snapshot (NEV_INVENTORY, else NEV_INVENTORY_LANE's over SSH): status, held for, last answer, in-flight limit; an alias whose replicas an operator drained or stopped shows `stopped` |
+| aliases  | the inventory snapshot (NEV_INVENTORY): status, held for, last answer, in-flight limit; an alias whose replicas an operator drained or stopped shows `stopped` |
 | replicas | HAProxy's runtime API (the rig file's serving roles) and the rig notes' change log: ready, drained, stopped, down |
 | jobs     | the job state folders (`jobs/status.py`: NEV_STATE_DIR/jobs/*/state.json, the view `jobs/state.py` keeps): stage states |
 | lane_jobs | each job in flight, on its lane (`jobs/lanestate.py`: one SSH read per lane): its
@@ -73,6 +73,7 @@ def dagu_runs() -> list[dict[str, Any]]:
 # -- aliases ---------------------------------------------------------------
 
 def aliases() -> dict[str, Any]:
+    """The snapshot's aliases: NEV_INVENTORY here, else (no file there) NEV_INVENTORY_LANE's."""
     from rig.inventory import inventoryfile, status
 
     path = inventoryfile.default_path()

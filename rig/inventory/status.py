@@ -110,8 +110,9 @@ def render(s: dict[str, Any]) -> str:
     coll = "never collected" if s["collected_age_s"] is None else f"collected {age(s['collected_age_s'])} ago"
     lines.append(f"snapshot age: {probe_age}, hosts {coll} ({s['snapshot']})")
     if s["snapshot_age_s"] is None and s["aliases"]:
-        lines.append("aliases unknown: nothing probes this snapshot; `nev rig services install` runs "
-                     "the probe on the collector lane (or `nev rig probe` once where it lives)")
+        lines.append("aliases unknown: nothing probes this snapshot; `nev rig services "
+                     "install` runs the probe on the collector lane (or `nev rig probe` once "
+                     "where it lives)")
     if s["hosts"]:
         # The hosts whose inventory answered the collector (mDNS advertisers and seeds), not the
         # serving replicas above: a down one is an advertiser that stopped answering (a host
@@ -179,7 +180,8 @@ def inventory_lane(environ: Mapping[str, str] | None = None) -> int | None:
     try:
         return int(raw)
     except ValueError:
-        raise ConfigError(f"NEV_INVENTORY_LANE={raw!r} is not a lane index; set it to 0, 1, ...") from None
+        raise ConfigError(f"NEV_INVENTORY_LANE={raw!r} is not a lane index; "
+                          "set it to 0, 1, ...") from None
 
 
 def snapshot_lane(lane_index: int | None, environ: Mapping[str, str] | None = None) -> int | None:
@@ -189,7 +191,9 @@ def snapshot_lane(lane_index: int | None, environ: Mapping[str, str] | None = No
         return lane_index
     from rig.inventory import inventoryfile
 
-    if settings.given(settings.INVENTORY_LANE, environ) is None or inventoryfile.default_path().exists():
+    if settings.given(settings.INVENTORY_LANE, environ) is None:
+        return None
+    if inventoryfile.default_path().exists():
         return None
     return inventory_lane(environ)
 
