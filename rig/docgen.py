@@ -14,7 +14,10 @@ HEADER = """# Settings and files
 Every setting is an environment variable `NEV_*`; when it is unset, the legacy
 `GENERA_*` name is read (one helper, `lanes.base.settings.get`, does this everywhere).
 `nev settings` prints each one's value and where it came from, secrets masked (a secret setting
-whole, any other value through `lanes.base.mask`: a credential inside a URL becomes `***`).
+whole, any other value through `lanes.base.mask`: a credential inside a URL becomes `***`), under
+a header row; `nev settings PATTERN` keeps the settings whose name or help holds PATTERN (or whose
+name matches it as a glob, `nev settings 'NEV_LANE_*'`); a value longer than its column ends in
+`...` (`--json` has it whole). Sizes are binary: GiB and MiB (settings named `*_GB`/`*_MB` too).
 This page is generated from `lanes/base/settings.py` (`python -m rig.docgen > docs/settings.md`).
 
 | variable | legacy | default | what |
