@@ -271,19 +271,42 @@ def _ledger_name(root: Path) -> str:
 
 @click.command("ledger")
 @click.option("--worktree", help="Whose batches (default: this worktree's lane copy's name)")
-@click.option("--json", "as_json", is_flag=True, help="Print the lines as they are stored.")
+@click.option("--list", "list_all", is_flag=True,
+              help="The ledgers there are (one per worktree or job): batches, last batch's time.")
+@click.option("-n", "--last", type=click.IntRange(min=1), help="Only the last N batches.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the lines as they are stored (with --list: one JSON array).")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
-def ledger(worktree: str | None, as_json: bool, repo: Path) -> int:
-    """The batches, as a table: one row per model of each batch (ledger/<worktree>.jsonl on the share)."""
+def ledger(worktree: str | None, list_all: bool, last: int | None, as_json: bool,
+           repo: Path) -> int:
+    """The batches, as a table: one row per model of each batch (ledger/<worktree>.jsonl on the
+    share).
+
+    With --list, the ledgers in the share's ledger folder, the most recent first."""
     import json
 
     from bench import ledger as ledger_mod
     from bench.batch import repo_root
+    from lanes.base.ui import emit_json
 
+    if list_all:
+        if worktree or last:
+            raise click.UsageError("--list shows every ledger; leave out --worktree and --last")
+        folder = ledger_mod.ledger_dir()
+        rows = ledger_mod.ledgers(folder) if folder.is_dir() else []
+        if as_json:
+            emit_json(rows)
+        elif not rows:
+            click.echo(f"no ledgers in {folder}")
+        else:
+            for row in ledger_mod.ledgers_table(rows):
+                click.echo(row)
+        return 0
     name = worktree or _ledger_name(repo_root(repo))
     path = ledger_mod.ledger_dir() / f"{name}.jsonl"
     if as_json:
-        for line in ledger_mod.read(path):
+        lines = ledger_mod.read(path)
+        for line in lines[-last:] if last else lines:
             click.echo(json.dumps(line, sort_keys=True))
         return 0
-    return ledger_mod.show(path, echo=click.echo)
+    return ledger_mod.show(path, echo=click.echo, last=last)

@@ -140,6 +140,54 @@ def read(path: Path) -> list[dict[str, Any]]:
             for n, obj in jsonfile.load_lines(path, "ledger", missing=[])]
 
 
+def read_lenient(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The lines of a ledger file that pass `parse_line`, and how many did not (or 1 for a file
+    that cannot be read at all): for views that show the rest (the dashboard, `--list`)."""
+    try:
+        text = jsonfile.read_text(path, "ledger", "")
+    except ConfigError:
+        return [], 1
+    good: list[dict[str, Any]] = []
+    bad = 0
+    for n, raw in enumerate(text.split("\n"), 1):
+        if not raw.strip():
+            continue
+        where = f"{path}: line {n}"
+        try:
+            good.append(parse_line(jsonfile.Fields(where), jsonfile.parse(raw, where, "ledger")))
+        except ConfigError:
+            bad += 1
+    return good, bad
+
+
+def last_time(line: dict[str, Any]) -> str | None:
+    """When a batch ended (else started), as written (ISO, UTC)."""
+    t = line.get("end") or line.get("start")
+    return t if isinstance(t, str) and t else None
+
+
+def ledgers(folder: Path) -> list[dict[str, Any]]:
+    """Every ledger in `folder` (one per worktree or job, `<name>.jsonl`): its batches, the last
+    batch's time and the lines it could not read; the most recent first."""
+    out = []
+    for f in sorted(folder.glob("*.jsonl")):
+        lines, bad = read_lenient(f)
+        times = [t for t in map(last_time, lines) if t]
+        out.append({"worktree": f.stem, "batches": len(lines),
+                    "last": max(times) if times else None,
+                    "unreadable_lines": bad, "file": str(f)})
+    return sorted(out, key=lambda r: (r["last"] or "", r["worktree"]), reverse=True)
+
+
+def ledgers_table(rows: list[dict[str, Any]]) -> list[str]:
+    w = max([len("worktree"), *(len(r["worktree"]) for r in rows)])
+    out = [f"{'worktree':<{w}}  {'batches':>7}  last batch"]
+    for r in rows:
+        bad = f"  ({r['unreadable_lines']} unreadable line(s))" if r["unreadable_lines"] else ""
+        out.append(f"{r['worktree']:<{w}}  {r['batches']:>7}  {r['last'] or '-'}{bad}")
+    return out
+
+
 def table(lines: list[dict[str, Any]]) -> list[str]:
     """One row per model of each batch."""
     rows = [f"{'start':20} {'batch':34} {'function':13} {'rd':>2} {'model':22} {'cand':>4} {'comp':>4} "
@@ -182,12 +230,16 @@ def spend_line(s: dict[str, Any]) -> str:
     return out + (f"; the budget bound ({s['bound']})" if s["bound"] else "")
 
 
-def show(path: Path, echo: Callable[[str], None] = print) -> int:
+def show(path: Path, echo: Callable[[str], None] = print, last: int | None = None) -> int:
+    """The table of `path`'s batches (with `last`, only the last N), then the whole file's spend."""
     lines = read(path)
     if not lines:
         echo(f"no batches in {path}")
         return 0
-    for r in table(lines):
+    shown = lines[-last:] if last else lines
+    for r in table(shown):
         echo(r)
+    if len(shown) < len(lines):
+        echo(f"(the last {len(shown)} of {len(lines)} batches; the spend is the whole ledger's)")
     echo(spend_line(spend(lines)))
     return 0

@@ -126,7 +126,7 @@ def list_(as_json: bool) -> int:
         return 0
     for r in rows:
         state = "answers" if r["answers"] else "does not answer"
-        free = f"{r['free_gb']:.1f} GB free" if r["free_gb"] is not None else "free disk unknown"
+        free = f"{r['free_gb']:.1f} GiB free" if r["free_gb"] is not None else "free disk unknown"
         click.echo(f"lane {r['index']}  {r['ssh']:<28} {state:<16} {free:<16} "
                    f"copies: {', '.join(r['copies']) or '-'}  running: {', '.join(r['running']) or '-'}")
     return 0

@@ -133,9 +133,9 @@ def _hello(session: Session, wt: payload.Worktree, forge: Forge, sent: bool = Fa
 
 def disk_short_message(lane: Lane, hello: HelloAnswer, need: float) -> str:
     copies = hello.copies or []
-    largest = ", ".join(f"{c.name} ({c.kb / 1e6:.1f} GB)" for c in copies[:3]) or "no copies"
-    return (f"lane {lane.index} has {hello.free_gb:.1f} GB free under {lane.root} even after a sweep "
-            f"(needs {need:g} GB, NEV_LANE_MIN_FREE_GB); largest copies: {largest}; nothing ran")
+    largest = ", ".join(f"{c.name} ({c.kb / (1 << 20):.1f} GiB)" for c in copies[:3]) or "no copies"
+    return (f"lane {lane.index} has {hello.free_gb:.1f} GiB free under {lane.root} even after a sweep "
+            f"(needs {need:g} GiB, NEV_LANE_MIN_FREE_GB); largest copies: {largest}; nothing ran")
 
 
 def _interrupt_handlers() -> Callable[[], None]:
@@ -273,7 +273,7 @@ class _GateRun:
 
     def open(self, min_free: float, sweep: Callable[[Lane, str], object] | None,
              files: Mapping[str, bytes] | None = None) -> Session:
-        """A session on the lane with `min_free` GB free: when short, the lane is swept and asked
+        """A session on the lane with `min_free` GiB free: when short, the lane is swept and asked
         once more. The payload's members that do not depend on the lane are made while its hello
         is on the way."""
         try:
@@ -286,7 +286,7 @@ class _GateRun:
         if hello.free_gb < min_free:
             self.session.request(Abort())
             self.session.close()
-            ui.info(f"{self.lane.label}: {hello.free_gb:.1f} GB free, under {min_free:g} GB; "
+            ui.info(f"{self.lane.label}: {hello.free_gb:.1f} GiB free, under {min_free:g} GiB; "
                     "sweeping the lane")
             if sweep is not None:
                 sweep(self.lane, self.wt.name)
@@ -299,7 +299,7 @@ class _GateRun:
                 msg = disk_short_message(self.lane, hello, min_free)
                 notify.down(notify.Kind.DISK_SHORT, self.lane.label, msg)
                 raise DiskShortError(msg)
-        notify.up(notify.Kind.DISK_SHORT, self.lane.label, f"{hello.free_gb:.1f} GB free")
+        notify.up(notify.Kind.DISK_SHORT, self.lane.label, f"{hello.free_gb:.1f} GiB free")
         return self.session
 
     def send(self, session: Session, command: Sequence[str], extra_env: dict[str, str] | None, keep_env: bool,

@@ -15,6 +15,13 @@ def _box():
     return Box.from_settings()
 
 
+def _up_box():
+    """The box a reading command means, from any folder (the registry when NEV_BOX_DIR is unset)."""
+    from rig.box import Box
+
+    return Box.find()
+
+
 @click.group("box")
 def box() -> None:
     """The rig-in-a-box: up, down, status, env, shape, demo.
@@ -57,7 +64,7 @@ def status(as_json: bool) -> int:
     """Each host and service: up or not, with addresses. Exits 1 when something is down."""
     from rig.box.status import rows
 
-    b = _box()
+    b = _up_box()
     table = rows(b)
     if as_json:
         emit_json(table)
@@ -70,9 +77,15 @@ def status(as_json: bool) -> int:
 
 @box.command("env")
 def env() -> int:
-    """Print the export lines that point nev at the box: eval "$(nev box env)"."""
-    b = _box()
-    for k, v in b.env_for(b.info()).items():   # from what the box holds now, not a list kept at its up
+    """Print the export lines that point nev at the box: eval "$(nev box env)", from any folder.
+
+    The box: NEV_BOX_DIR/NEV_BOX_NAME when NEV_BOX_DIR is set; else the one the machine's registry
+    (NEV_BOX_REGISTRY) lists by NEV_BOX_NAME, or the only box up. The lines: the lanes, keys and
+    declaration files, the forge and gateway through the forwards, the rig's own inventory
+    snapshot and Dagu runs (lane 0), and a git credential helper for the forge's forward (it
+    reads the token file; the token is never printed)."""
+    b = _up_box()
+    for k, v in b.shell_env(b.up_state()).items():   # from what the box holds now
         click.echo(f"export {k}={shlex.quote(v)}")
     return 0
 
@@ -87,7 +100,7 @@ def shape(lane: str, off: str | None, up_kbit: int | None, down_kbit: int | None
     box's uplink to the jump host, as on the rig), or `shape lane0 off`."""
     from rig.box.shape import shape as do_shape
 
-    info(do_shape(_box().info(), lane, off, up_kbit, down_kbit))
+    info(do_shape(_up_box().info(), lane, off, up_kbit, down_kbit))
     return 0
 
 

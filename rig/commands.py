@@ -78,25 +78,32 @@ def cli(verbose: int) -> None:
 
 
 @cli.command("settings")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def settings_cmd(as_json: bool) -> int:
+@click.argument("pattern", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (values whole).")
+def settings_cmd(pattern: str | None, as_json: bool) -> int:
     """Every NEV_* setting with its value and source; every settings file, checked.
 
-    Exits 1 when a settings file that exists is malformed.
+    PATTERN (case-insensitive) keeps the settings whose name or help holds it, or whose name
+    matches it as a glob (`nev settings 'NEV_LANE_*'`). A value longer than its column ends in
+    `...`; --json has it whole. Exits 1 when a settings file that exists is malformed or no
+    setting matches PATTERN.
     """
-    from lanes.base.ui import emit_json
-    from rig.settings_cmd import check_files, describe
+    from lanes.base.ui import emit_json, info
+    from rig.settings_cmd import check_files, describe, matches, table
 
-    rows, files = describe(), check_files()
+    rows, files = [r for r in describe() if matches(r, pattern)], check_files()
     if as_json:
         emit_json({"settings": rows, "files": files})
     else:
-        for r in rows:
-            click.echo(f"{r['name']:<26} {r['value'] if r['value'] is not None else '-':<40} {r['source']}")
+        if rows:
+            for line in table(rows):
+                click.echo(line)
+        else:
+            info(f"nev: no setting matches {pattern!r}; `nev settings` lists them all")
         click.echo("")
         for f in files:
             click.echo(f"{f['what']:<8} {f['file']}: {f['status']}" + (f" - {f['error']}" if "error" in f else ""))
-    return 1 if any(f["status"] == "error" for f in files) else 0
+    return 1 if any(f["status"] == "error" for f in files) or not rows else 0
 
 
 def main(argv: list[str] | None = None) -> int:

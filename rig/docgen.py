@@ -14,7 +14,10 @@ HEADER = """# Settings and files
 Every setting is an environment variable `NEV_*`; when it is unset, the legacy
 `GENERA_*` name is read (one helper, `lanes.base.settings.get`, does this everywhere).
 `nev settings` prints each one's value and where it came from, secrets masked (a secret setting
-whole, any other value through `lanes.base.mask`: a credential inside a URL becomes `***`).
+whole, any other value through `lanes.base.mask`: a credential inside a URL becomes `***`), under
+a header row; `nev settings PATTERN` keeps the settings whose name or help holds PATTERN (or whose
+name matches it as a glob, `nev settings 'NEV_LANE_*'`); a value longer than its column ends in
+`...` (`--json` has it whole). Sizes are binary: GiB and MiB (settings named `*_GB`/`*_MB` too).
 This page is generated from `lanes/base/settings.py` (`python -m rig.docgen > docs/settings.md`).
 
 | variable | legacy | default | what |
@@ -35,7 +38,7 @@ Committed files name hosts by role and class, never by hostname, address or
 account. A malformed file gets one line naming the file, the field and the
 problem, and exit 1. Every JSON and JSON Lines file nev reads, state and declarations alike,
 goes through one reader (`lanes.base.jsonfile.load`; the bridge's copy,
-`crates_bridge/jsonread.py`): a folder, FIFO or device in a file's place, a file past 64 MB, bytes
+`crates_bridge/jsonread.py`): a folder, FIFO or device in a file's place, a file past 64 MiB, bytes
 that are not UTF-8, nesting past 64 levels, integers past 2^63, floats past a double, NaN and
 lone surrogates are each that one line too, and the file is never changed by the reading. In
 `tracks.json`, `bench/folknet.json` (top level and each alias) and the rig file (top level, each

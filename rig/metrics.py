@@ -29,7 +29,7 @@ from lanes.base.errors import NevError
 from lanes.base.mask import mask
 
 SOURCES = ("aliases", "jobs", "lanes", "dagu", "counts")
-GB = 1e9  # the lane agent's free_gb is decimal gigabytes (statvfs bytes / 1e9)
+GiB = 1 << 30  # the lane agent's free_gb is in GiB (statvfs bytes / 2**30)
 
 # name -> (type, help): every family `render` may write, in its order (docs/notify.md lists them)
 FAMILIES: dict[str, tuple[str, str]] = {
@@ -122,7 +122,7 @@ def samples(state: State) -> dict[str, list[tuple[dict[str, str], float]]]:
             lane = {"lane": str(row["index"])}
             out["nev_lane_up"].append((lane, 1.0 if row.get("answers") else 0.0))
             if isinstance(row.get("free_gb"), int | float):
-                out["nev_lane_disk_free_bytes"].append((lane, round(float(row["free_gb"]) * GB)))
+                out["nev_lane_disk_free_bytes"].append((lane, round(float(row["free_gb"]) * GiB)))
     if state.dagu is not None:
         out["nev_queue_depth"].append(
             ({}, float(sum(1 for r in state.dagu if r["status"] == "queued")))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
+from typing import Any
 
 from lanes.base import settings
 from lanes.base.errors import NevError
@@ -26,6 +28,34 @@ def describe() -> list[dict[str, str | None]]:
             value = mask(value)    # a credential inside a URL (NEV_FORGE_URL=http://user:token@...)
         rows.append({"name": s.name, "value": value, "source": source, "help": s.help})
     return rows
+
+
+VALUE_WIDTH = 40
+
+
+def matches(row: dict[str, Any], pattern: str | None) -> bool:
+    """PATTERN (case-insensitive): a glob on the name when it holds * ? or [ (NEV_LANE_*), else a
+    part of the name or of the help."""
+    if not pattern:
+        return True
+    p = pattern.lower()
+    if any(c in p for c in "*?["):
+        return fnmatch.fnmatchcase(str(row["name"]).lower(), p)
+    return p in str(row["name"]).lower() or p in str(row["help"] or "").lower()
+
+
+def clip(value: str, width: int = VALUE_WIDTH) -> str:
+    """A value that fits its column: a long one ends in `...` (`--json` has it whole)."""
+    return value if len(value) <= width else value[: width - 3] + "..."
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """The settings as columns under a header; long values clipped so the columns stay aligned."""
+    shown = [(str(r["name"]), clip(r["value"] if r["value"] is not None else "-"), str(r["source"]))
+             for r in rows]
+    head = ("setting", "value", "source")
+    w = [max([len(head[i]), *(len(x[i]) for x in shown)]) for i in range(2)]
+    return [f"{a:<{w[0]}}  {b:<{w[1]}}  {c}".rstrip() for a, b, c in [head, *shown]]
 
 
 def check_files() -> list[dict[str, str]]:

@@ -431,7 +431,9 @@ def test_shape_slows_a_lanes_upload_and_off_restores_it(box):
 
 
 def test_env_and_status_of_a_box_that_is_not_up_say_so(tmp_path):
-    env = {"NEV_BOX_NAME": "nobox", "NEV_BOX_NET": "198.19.251", "NEV_BOX_DIR": str(tmp_path)}
+    # a registry of its own that lists no box: only then is `nev box up` the advice
+    env = {"NEV_BOX_NAME": "nobox", "NEV_BOX_NET": "198.19.251", "NEV_BOX_DIR": str(tmp_path),
+           "NEV_BOX_REGISTRY": str(tmp_path / "registry")}
     for cmd in ("env", "status"):
         r = nev("box", cmd, env=env)
         assert r.returncode == 1 and "box nobox is not up" in r.stderr and "nev box up" in r.stderr

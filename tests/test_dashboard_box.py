@@ -132,7 +132,7 @@ def test_the_dashboard_shows_every_lane_and_alias_of_the_box_with_the_right_stat
                 lane_cells = page.eval_on_selector_all("tr.lane", "rs => rs.map(r => [r.cells[2].textContent,"
                                                        " r.cells[3].textContent, r.cells[4].textContent])")
                 for free, copies, gates in lane_cells:     # from the gate's lane status, per lane
-                    assert free.endswith(" GB") and float(free[:-3]) > 0
+                    assert free.endswith(" GiB") and float(free[:-4]) > 0
                     assert copies.split(":")[0].isdigit() and gates in ("none",) + tuple(gates.split(", "))
                 assert dict(aliases) == expected_alias
                 limits = page.eval_on_selector_all(

@@ -48,7 +48,7 @@ def test_the_page_shows_every_lane_and_alias_with_its_status():
     assert re.findall(r'data-lane="(\d)" data-answers="(\w+)"', html) == [("0", "yes"), ("1", "no")]
     assert re.findall(r'data-alias="([^"]+)" data-status="(\w+)"', html) == [
         ("qwen3.8-27b-fast", "ready"), ("deepseek-v4.1-flash", "failing")]
-    assert "41.5 GB" in html and "engine-main" in html and "gate-1" in html
+    assert "41.5 GiB" in html and "engine-main" in html and "gate-1" in html
     assert "10 min" in html and "12 s ago" in html            # held for, last answer
     assert "<td>8</td>" in html and "<td>2</td>" in html        # in-flight limits
     assert 'data-job="gen-abspos"' in html and "probe" in html

@@ -7,7 +7,10 @@ import json
 import threading
 from pathlib import Path
 
+import pytest
+
 from bench import folknet
+from lanes.base.errors import ConfigError
 from rig.inventory import inventoryfile, status
 from rig.inventory.probe import Outcome, Policy, advance
 
@@ -206,3 +209,50 @@ def test_golden_recorded_inventories_give_the_expected_hosts_and_ansible_export(
             (GOLDEN / f"expected.{k}.json").write_text(json.dumps(v, indent=2, sort_keys=True) + "\n")
     for k, v in got.items():
         assert json.loads(json.dumps(v)) == json.loads((GOLDEN / f"expected.{k}.json").read_text()), k
+
+
+DOWN = "inventory http://x:8790/inventory did not answer"
+
+
+def test_never_probed_snapshot_says_why_its_aliases_are_unknown_and_names_down_hosts_reasons():
+    """A collector's snapshot nothing probes (lane0's before the probe ran there): every alias
+    `unknown`, said once with the fix; a down host is an inventory host with its reason, not a
+    replica."""
+    snap = {"probed_at": None, "collected_at": "2026-11-30T09:59:00Z",
+            "aliases": {"fast": {"status": "unknown"}},
+            "hosts": {"gpu1": {"status": "up"},
+                      "held-gpu1": {"status": "down", "error": DOWN}}}
+    text = status.render(status.summary(snap, T0, "lane 0 (lane0):inv.json"))
+    assert "aliases unknown: nothing probes this snapshot" in text
+    assert "nev rig services install" in text
+    assert f"inventory hosts: 1 up, down: held-gpu1 ({DOWN})" in text
+    again = {**snap, "probed_at": "2026-11-30T09:59:00Z"}
+    probed = status.render(status.summary(again, T0, "inv.json"))
+    assert "nothing probes" not in probed
+
+
+def test_snapshot_lane_reads_the_collector_lanes_when_no_local_snapshot(tmp_path, monkeypatch):
+    local = tmp_path / "inventory.json"
+    monkeypatch.setenv("NEV_INVENTORY", str(local))
+    monkeypatch.delenv("NEV_INVENTORY_LANE", raising=False)
+    assert status.snapshot_lane(None) is None                    # unset: the local file, as before
+    monkeypatch.setenv("NEV_INVENTORY_LANE", "1")
+    assert status.snapshot_lane(None) == 1 and status.snapshot_lane(0) == 0   # --lane wins
+    seen: list[int] = []
+
+    def from_lane(i: int) -> tuple[dict, str]:      # the SSH edge: which lane was asked
+        seen.append(i)
+        return {"aliases": {"a": {"status": "ready"}}}, f"lane {i}"
+
+    monkeypatch.setattr(status, "load_from_lane", from_lane)
+    assert status.load(None) == ({"aliases": {"a": {"status": "ready"}}}, "lane 1") and seen == [1]
+    from rig.dashboard import collect
+
+    assert collect.aliases()["snapshot"] == "lane 1" and seen == [1, 1]
+    local.write_text(json.dumps({"aliases": {"b": {"status": "failing"}}}))
+    assert status.snapshot_lane(None) is None                    # a local one wins
+    assert status.load(None)[1] == str(local)
+    monkeypatch.setenv("NEV_INVENTORY_LANE", "zero")
+    local.unlink()
+    with pytest.raises(ConfigError, match="NEV_INVENTORY_LANE='zero' is not a lane index"):
+        status.snapshot_lane(None)

@@ -373,7 +373,7 @@ def test_disk_guard_sweeps_then_refuses_with_exit_4(lane_rig, monkeypatch):
     assert swept == [(0, h.copy_name(wt))]
     assert e.value.exit_code == 4
     msg = str(e.value)
-    assert "lane 0" in msg and "GB free" in msg and "largest copies" in msg and "nothing ran" in msg
+    assert "lane 0" in msg and "GiB free" in msg and "largest copies" in msg and "nothing ran" in msg
     r = h.nev(["lane", "run", str(wt), "true"], dict(lane_rig.env, NEV_LANE_MIN_FREE_GB="1000000"))
     assert r.returncode == 4 and "lane 0" in r.stderr
 

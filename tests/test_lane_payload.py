@@ -28,12 +28,12 @@ def test_split_credentials_takes_user_and_token_out_of_the_url():
 def test_disk_short_message_names_lane_free_space_and_largest_copies():
     from lanes.agent.messages import CopySize, HelloAnswer
 
-    copies = [CopySize("big", 12_000_000), CopySize("mid", 3_000_000), CopySize("small", 10), CopySize("tiny", 1)]
+    copies = [CopySize("big", 12 << 20), CopySize("mid", 3 << 20), CopySize("small", 10), CopySize("tiny", 1)]  # KiB
     hello = HelloAnswer(pid=1, mirror=True, tips=[], fetch_age=None, free_gb=7.25, guest="g", python="3",
                         copies=copies)
     msg = disk_short_message(Lane(1, "lane@x", root="/srv/lane"), hello, 20)
-    assert msg.startswith("lane 1 has 7.2 GB free under /srv/lane")
-    assert "big (12.0 GB), mid (3.0 GB), small (0.0 GB)" in msg and "tiny" not in msg
+    assert msg.startswith("lane 1 has 7.2 GiB free under /srv/lane")
+    assert "big (12.0 GiB), mid (3.0 GiB), small (0.0 GiB)" in msg and "tiny" not in msg
     assert "nothing ran" in msg
 
 

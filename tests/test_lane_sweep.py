@@ -361,7 +361,7 @@ def test_disk_guard_sweeps_then_exits_4_naming_lane_free_space_and_largest_copie
         assert f"lane 0 (lane0): removed {gone_c} (" in r.stderr
         assert f"lane 0 (lane0): kept {kept}: the primary checkout's own copy" in r.stderr
         assert f"lane 0 (lane0): kept {theirs}: another repository's copy" in r.stderr
-        assert "lane 0 has" in r.stderr and "GB free" in r.stderr and "largest copies" in r.stderr
+        assert "lane 0 has" in r.stderr and "GiB free" in r.stderr and "largest copies" in r.stderr
         assert kept in r.stderr.split("largest copies")[1]
         assert not (host_root / gone_c).exists()
         assert (host_root / kept).is_dir() and (host_root / theirs).is_dir()

@@ -86,3 +86,51 @@ def test_nev_ledger_refuses_a_bad_line_in_one_line_and_sums_nothing(tmp_path, li
     assert str(f) in r.stderr and field in r.stderr
     assert "spent" not in r.stdout
     assert f.read_bytes() == before
+
+
+def _batch(n: int, end: str) -> str:
+    return json.dumps({**GOOD, "batch": f"b{n}", "start": end, "end": end})
+
+
+def _ledger_cli(shared, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NEV_LANE_SHARED": str(shared), "NEV_ON_LANE": "1"}
+    return subprocess.run([sys.executable, "-m", "rig.cli", "ledger", *args],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_ledger_list_shows_each_ledger_with_its_batches_and_last_time_newest_first(tmp_path):
+    shared = tmp_path / "share"
+    d = shared / "ledger"
+    d.mkdir(parents=True)
+    (d / "old-wt.jsonl").write_text(_batch(1, "2026-01-01T00:00:00Z") + "\n")
+    three = "".join(_batch(i, f"2026-03-0{i}T10:00:00Z") + "\n" for i in (1, 2, 3))
+    (d / "job-gen.jsonl").write_text(three + "{oops\n")
+    r = _ledger_cli(shared, "--list")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["worktree", "batches", "last", "batch"]
+    assert lines[1].split()[:3] == ["job-gen", "3", "2026-03-03T10:00:00Z"]
+    assert "1 unreadable line(s)" in lines[1]
+    assert lines[2].split() == ["old-wt", "1", "2026-01-01T00:00:00Z"]
+    js = json.loads(_ledger_cli(shared, "--list", "--json").stdout)
+    got = [(x["worktree"], x["batches"], x["unreadable_lines"]) for x in js]
+    assert got == [("job-gen", 3, 1), ("old-wt", 1, 0)]
+    assert json.loads(_ledger_cli(tmp_path / "empty", "--list", "--json").stdout) == []
+    both = _ledger_cli(shared, "--list", "--worktree", "old-wt")
+    assert both.returncode == 2 and "leave out --worktree" in both.stderr
+
+
+def test_ledger_last_n_shows_only_the_last_batches_and_the_whole_spend(tmp_path):
+    shared = tmp_path / "share"
+    (shared / "ledger").mkdir(parents=True)
+    (shared / "ledger" / "wt.jsonl").write_text(
+        "".join(_batch(i, f"2026-03-0{i}T10:00:00Z") + "\n" for i in (1, 2, 3)))
+    r = _ledger_cli(shared, "--worktree", "wt", "-n", "2")
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split()[1] for ln in r.stdout.splitlines()[1:] if ln.startswith("2026-")]
+    assert rows == ["b2", "b3"]
+    assert "the last 2 of 3 batches" in r.stdout and "spent: 450 tokens" in r.stdout
+    out = _ledger_cli(shared, "--worktree", "wt", "--last", "1", "--json").stdout
+    js = [json.loads(x)["batch"] for x in out.splitlines()]
+    assert js == ["b3"]
+    assert _ledger_cli(shared, "--worktree", "wt", "-n", "0").returncode == 2

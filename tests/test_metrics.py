@@ -159,7 +159,7 @@ def test_a_lanes_free_disk_is_its_free_gb_in_bytes():
     ]
     fam = _families(metrics.render(metrics.State(lanes=rows)))
     assert [(s.labels["lane"], s.value) for s in fam["nev_lane_disk_free_bytes"]] == [
-        ("0", 812.34e9)
+        ("0", float(round(812.34 * (1 << 30))))
     ]
     assert {s.labels["lane"]: s.value for s in fam["nev_lane_up"]} == {"0": 1.0, "1": 0.0}
 

@@ -270,7 +270,7 @@ def test_a_lane_whose_disk_is_short_posts_once_and_a_gate_with_room_recovers(
             gate.run(repo, ["true"])
     assert receiver.kinds() == [("disk_short", "down", "lane 0")]
     assert (
-        "GB free" in receiver.posts[0]["detail"]
+        "GiB free" in receiver.posts[0]["detail"]
         and "NEV_LANE_MIN_FREE_GB" in receiver.posts[0]["detail"]
     )
     monkeypatch.setenv("NEV_LANE_MIN_FREE_GB", "0")

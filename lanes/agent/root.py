@@ -39,12 +39,13 @@ from lanes.agent.messages import (
 
 
 def free_gb(path: str) -> float:
+    """Free space under `path` in GiB (binary, as every size nev shows)."""
     st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize / 1e9
+    return st.f_bavail * st.f_frsize / (1 << 30)
 
 
 def copy_sizes(root: str) -> list[CopySize]:
-    """Each copy's size in KB (`du -sk`), largest first: what the disk guard's refusal names."""
+    """Each copy's size in KiB (`du -sk`), largest first: what the disk guard's refusal names."""
     out = []
     for name in sorted(os.listdir(root)):
         path = os.path.join(root, name)

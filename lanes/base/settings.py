@@ -49,7 +49,7 @@ LANE_GIT_URL = _s("NEV_LANE_GIT_URL", None, "the forge repository as the lanes r
                   "git_url): lane mirrors and job steps fetch and publish there; no credential in it")
 LANE_FETCH_MAX_AGE = _s("NEV_LANE_FETCH_MAX_AGE", "600", "seconds before a lane mirror fetches from the forge again")
 ARCHIVE_KEEP_DAYS = _s("NEV_ARCHIVE_KEEP_DAYS", "30", "days the share keeps archive/gate-logs, job-logs and corpus entries, and unused corpus store entries (`nev lane sweep --archives`, the tick once a day); the newest per worktree, job or function always stays")
-LANE_MIN_FREE_GB = _s("NEV_LANE_MIN_FREE_GB", "20", "free GB a lane root needs before a gate; below it the lane is swept")
+LANE_MIN_FREE_GB = _s("NEV_LANE_MIN_FREE_GB", "20", "free GiB a lane root needs before a gate; below it the lane is swept")
 LANE_STRICT = _s("NEV_LANE_STRICT", None, "when set to 1, every check runs lane-only (never on the dev box); a landing's verify always does")
 LANE_KEEP_ENV = _s("NEV_LANE_KEEP_ENV", None, "when set to 1, the lane copy keeps .env after the run")
 LANE_SHARED = _s("NEV_LANE_SHARED", "/srv/lane-shared", "the NAS folder as seen on a lane")
@@ -103,6 +103,11 @@ DAGU_PKI_DIR = _s("NEV_DAGU_PKI_DIR", "~/.local/state/nev/dagu-pki", "the distri
 RIG_FILE = _s("NEV_RIG_FILE", "rig/rig.local.json", "roles, hosts and jump host (gitignored)")
 RIG_NOTES = _s("NEV_RIG_NOTES", "~/.local/share/nev/rig-notes", "local rig notes: snapshots and the change log")
 INVENTORY = _s("NEV_INVENTORY", "~/.local/share/nev/inventory.json", "the inventory snapshot")
+INVENTORY_LANE = _s("NEV_INVENTORY_LANE", None,
+                    "index of the lane whose snapshot (its collector's, "
+                    "~/.local/share/nev/inventory.json there) `nev rig status`, "
+                    "`nev rig metrics` and the dashboard read over SSH when NEV_INVENTORY "
+                    "names no file here (`nev box env` sets 0)")
 INVENTORY_PORT = _s("NEV_INVENTORY_PORT", "8787", "port of the HTTP inventory `nev rig advertise` serves")
 MDNS_INTERFACE = _s("NEV_MDNS_INTERFACE", None, "address mDNS browses/advertises on (never all interfaces)")
 INVENTORY_MAX_AGE = _s("NEV_INVENTORY_MAX_AGE", "900", "seconds before the inventory check calls a snapshot stale")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -15,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from lanes.base import procs, settings
 from lanes.base.errors import NevError
@@ -35,6 +37,17 @@ from rig.box.state import BoxInfo, BoxState, LaneInfo, PoolInfo
 def require_root(what: str) -> None:
     if os.geteuid() != 0:
         raise NevError(f"`nev box {what}` needs root for network namespaces; run it as root (sudo)", 1)
+
+
+def git_credential_env(url: str, user: str, token_file: Path) -> dict[str, str]:
+    """Git config through the environment (git >= 2.31): a credential helper for `url`'s scheme,
+    host and port only, answering `user` and the token read from `token_file` when git asks."""
+    parts = urlsplit(url)
+    helper = ("!f() { test \"$1\" = get || exit 0; echo username=" + shlex.quote(user)
+              + "; echo \"password=$(cat " + shlex.quote(str(token_file)) + ")\"; }; f")
+    return {"GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": f"credential.{parts.scheme}://{parts.netloc}.helper",
+            "GIT_CONFIG_VALUE_0": helper}
 
 
 @dataclass
@@ -63,6 +76,22 @@ class Box:
         net = settings.given(settings.BOX_NET, env) or default_net or settings.value(settings.BOX_NET)
         base = settings.path(settings.BOX_DIR, env)
         return cls(name, net, base / plan.check_name(name), settings.get(settings.BOX_LANES, env))
+
+    @classmethod
+    def find(cls, environ: Mapping[str, str] | None = None) -> Box:
+        """The box a reading command (`nev box env`, `status`, `shape`) means, from any folder:
+        with NEV_BOX_DIR set, as `from_settings`; else through the machine-wide registry (every
+        box registers its folder), by NEV_BOX_NAME or, unset, the only box up. Never for `up` or
+        `down`: those act on the box of this folder's settings."""
+        env = os.environ if environ is None else environ
+        if settings.given(settings.BOX_DIR, env):
+            return cls.from_settings(env)
+        got = state.resolve(settings.given(settings.BOX_NAME, env), state.registry_entries(),
+                            settings.value(settings.BOX_NAME, {}))
+        if isinstance(got, str):
+            raise NevError(got)
+        return cls(str(got.get("name")), str(got.get("net")), Path(str(got.get("dir"))),
+                   settings.get(settings.BOX_LANES, env))
 
     # ---- paths ----
 
@@ -110,7 +139,7 @@ class Box:
         the rig addresses the lanes use, and every key and declaration file the box holds for
         its commands (the gateway's admin key for `nev rig drift` too)."""
         env = {
-            "NEV_BOX_NAME": self.name, "NEV_BOX_NET": self.net, "NEV_BOX_DIR": str(self.dir.parent),
+            "NEV_BOX_NAME": info.name, "NEV_BOX_NET": info.net, "NEV_BOX_DIR": str(info.dir.parent),
             "NEV_LANES_FILE": str(info.lanes_file), "NEV_KNOWN_HOSTS": str(info.known_hosts),
             "NEV_SSH_KEY": str(info.ssh_key), "NEV_LANE_JUMP": info.jump,
             "NEV_LANE_GIT_URL": info.forge_url + "engine.git",
@@ -132,6 +161,22 @@ class Box:
             env["NEV_GATEWAY_KEYS_FILE"] = f"root@{info.gateway_addr}:{self.dir / 'gateway' / 'keys.json'}"
         return env
 
+    def shell_env(self, st: BoxState) -> dict[str, str]:
+        """`nev box env`: `env_for` and what a person's shell needs besides (the tests and the demo
+        set their own): the rig's own snapshot and Dagu runs (lane 0's, as `nev box up` installs
+        them), the state folder the box's forwards run under, and a git credential helper for the
+        forge's forward, so `git clone "$NEV_FORGE_URL"` asks nothing. The helper reads the token
+        file when git asks: the token itself is never in the environment."""
+        assert st.info is not None
+        env = self.env_for(st.info)
+        env.update({"NEV_INVENTORY_LANE": "0", "NEV_DAGU_LANE": "0"})
+        if st.forward_state:
+            env["NEV_STATE_DIR"] = st.forward_state
+        if st.info.forge_local_url:
+            env.update(git_credential_env(st.info.forge_local_url, st.info.forge_user,
+                                          st.info.forge_token_file))
+        return env
+
     @contextmanager
     def _lock(self) -> Iterator[None]:
         d = state.REGISTRY / "locks"
@@ -149,10 +194,21 @@ class Box:
         return state.read_state(self.dir)
 
     def info(self) -> BoxInfo:
+        st = self.up_state()
+        assert st.info is not None
+        return st.info
+
+    def up_state(self) -> BoxState:
+        """The recorded state of a box that is up; else why not, naming the boxes that are."""
         st = self.state()
         if st is None or st.info is None:
-            raise NevError(f"box {self.name} is not up (no {state.state_path(self.dir)}); run `nev box up`")
-        return st.info
+            where = f"box {self.name} is not up in {self.dir} (no box.json there)"
+            got = state.resolve(self.name, state.registry_entries(), self.name)
+            if not isinstance(got, str):
+                raise NevError(f"{where}; the registry has it in {got.get('dir')}: "
+                               "unset NEV_BOX_DIR (or set it to that folder's parent)")
+            raise NevError(f"{where}; {got}")
+        return st
 
     def health(self, st: BoxState) -> dict[str, bool]:
         """Each network object and recorded process of the box: present/alive or not."""

@@ -251,6 +251,40 @@ def conflicts(name: str, net: str, box_dir: Path, entries: dict[str, dict]) -> s
     return None
 
 
+def resolve(name: str | None, entries: dict[str, dict], default: str) -> dict | str:
+    """The registry entry of the up box a reading command (`nev box env`, `status`, `shape`) means
+    when NEV_BOX_DIR is unset (pure): box `name`, or with no name given, the `default` name's box,
+    else the only box up; else why not, naming the boxes that are up (their folders) and how to
+    pick one.
+
+    | name given | boxes up            | result                                  |
+    |------------|---------------------|-----------------------------------------|
+    | yes        | that one among them | its entry                               |
+    | yes        | others only         | "no box named X is up; up: a (dir) ..." |
+    | no         | the default's among | the default's entry                     |
+    | no         | exactly one         | its entry                               |
+    | no         | several             | "several boxes are up: ...; set ..."    |
+    | either     | none                | "no box is up on this machine ..."      |
+    """
+    live = {n: e for n, e in sorted(entries.items()) if registry_live(e)}
+    where = REGISTRY / "boxes"
+    if not live:
+        return (f"no box is up on this machine (the registry {where} lists none); "
+                "`nev box up` builds one")
+    listed = ", ".join(f"{n} ({e.get('dir')})" for n, e in live.items())
+    if name is not None:
+        if name in live:
+            return live[name]
+        return (f"no box named {name} is up on this machine; the registry {where} lists: {listed}; "
+                "set NEV_BOX_NAME to one of them (or NEV_BOX_DIR to its folder's parent)")
+    if default in live:
+        return live[default]
+    if len(live) == 1:
+        return next(iter(live.values()))
+    return (f"several boxes are up on this machine: {listed} (registry {where}); "
+            "set NEV_BOX_NAME to the one you mean")
+
+
 def users_elsewhere(name: str, entries: dict[str, dict]) -> set[str]:
     out: set[str] = set()
     for other, e in entries.items():

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lanes.base import procs
-from lanes.base.errors import NevError
 from rig.box import netns, plan, waits
 
 if TYPE_CHECKING:
@@ -20,10 +19,9 @@ SERVICE_PORTS: dict[str, int | None] = {
 
 
 def rows(box: Box) -> list[dict]:
-    st = box.state()
-    if st is None or st.info is None:
-        raise NevError(f"box {box.name} is not up (no {box.dir / 'box.json'}); run `nev box up`")
+    st = box.up_state()   # a box that is not up: the error names the boxes that are
     info = st.info
+    assert info is not None
     have = netns.netns_list()
     rig = info.rig_netns
     out = [{"host": "(rig)", "addr": info.bridge_addr, "what": f"bridge {info.bridge} in {rig}",

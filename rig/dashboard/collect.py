@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lanes.base import jsonfile, settings
-from lanes.base.errors import ConfigError, NevError
+from lanes.base.errors import NevError
 from lanes.base.mask import known_secrets, mask
 
 
@@ -73,14 +73,20 @@ def dagu_runs() -> list[dict[str, Any]]:
 # -- aliases ---------------------------------------------------------------
 
 def aliases() -> dict[str, Any]:
+    """The snapshot's aliases: NEV_INVENTORY here, else (no file there) NEV_INVENTORY_LANE's."""
     from rig.inventory import inventoryfile, status
 
     path = inventoryfile.default_path()
-    if not path.exists():
-        raise Unavailable(f"no inventory snapshot at {path}: run `nev rig probe` (NEV_INVENTORY)")
-    snap = inventoryfile.read(path)
+    lane = status.snapshot_lane(None)
+    if lane is not None:
+        snap, source = status.load_from_lane(lane)
+    elif not path.exists():
+        raise Unavailable(f"no inventory snapshot at {path}: run `nev rig probe` (NEV_INVENTORY), "
+                          "or set NEV_INVENTORY_LANE to the collector lane")
+    else:
+        snap, source = inventoryfile.read(path), str(path)
     now = inventoryfile.now_utc()
-    s = status.summary(snap, now, str(path))
+    s = status.summary(snap, now, source)
     limits = {n: a.get("max_inflight") for n, a in (snap.get("aliases") or {}).items()}
     for r in s["aliases"]:
         r["max_inflight"] = limits.get(r["alias"])
@@ -90,7 +96,7 @@ def aliases() -> dict[str, Any]:
         overlay(s, serving_states())
     except (Unavailable, NevError):
         pass          # no serving roles or HAProxy not reached: the probe's statuses as they are
-    return {"rows": s["aliases"], "snapshot": str(path), "probe_age_s": s["snapshot_age_s"],
+    return {"rows": s["aliases"], "snapshot": source, "probe_age_s": s["snapshot_age_s"],
             "hosts_up": sum(1 for h in s["hosts"] if h["status"] == "up"), "hosts": len(s["hosts"])}
 
 
@@ -216,29 +222,17 @@ def batches() -> dict[str, Any]:
     field: `bench.ledger.parse_line`) or an unreadable file is skipped and counted (the page shows
     the rest)."""
     d = ledger_dir()
-    from bench.ledger import parse_line, spend
+    from bench.ledger import read_lenient, spend
 
     lines: list[dict[str, Any]] = []
     spends: dict[str, dict[str, Any]] = {}
     bad = 0
     for f in sorted(d.glob("*.jsonl")):
-        mine: list[dict[str, Any]] = []
-        try:
-            text = jsonfile.read_text(f, "ledger", "")
-        except ConfigError:
-            bad += 1
-            continue
-        for n, raw in enumerate(text.split("\n"), 1):
-            if not raw.strip():
-                continue
-            try:
-                obj = parse_line(jsonfile.Fields(f"{f}: line {n}"), jsonfile.parse(raw, f"{f}: line {n}", "ledger"))
-            except ConfigError:
-                bad += 1
-                continue
+        mine, unreadable = read_lenient(f)
+        bad += unreadable
+        for obj in mine:
             obj["_worktree"] = f.stem
-            lines.append(obj)
-            mine.append(obj)
+        lines += mine
         if mine:
             spends[f.stem] = spend(mine)
     lines.sort(key=lambda ln: parse_time(ln.get("end")) or parse_time(ln.get("start")) or 0.0)

@@ -56,7 +56,7 @@ def _copies(copies: Any) -> str:
         if isinstance(c, dict):
             name = c.get("name") or c.get("worktree") or c.get("path") or "?"
             size = c.get("size_gb") or c.get("gb")
-            names.append(f"{name} ({size} GB)" if size is not None else str(name))
+            names.append(f"{name} ({size} GiB)" if size is not None else str(name))
         else:
             names.append(str(c))
     return f"{len(names)}" + (f": {_t(', '.join(names))}" if names else "")
@@ -87,7 +87,7 @@ def _lanes_table(section: list[dict[str, Any]]) -> str:
 def _lane_row(r: dict[str, Any]) -> str:
     answers = "yes" if r.get("answers") else "no"
     name = f"lane {r.get('index')}" + (f" ({r['name']})" if r.get("name") else "")
-    free = "-" if r.get("free_gb") is None else f"{r['free_gb']} GB"
+    free = "-" if r.get("free_gb") is None else f"{r['free_gb']} GiB"
     running = r.get("running")
     gates = "-" if running is None else (_t(", ".join(map(str, running))) if running else "none")
     note = r.get("error") or r.get("note") or ""

@@ -109,10 +109,18 @@ def render(s: dict[str, Any]) -> str:
     probe_age = "never probed" if s["snapshot_age_s"] is None else f"probed {age(s['snapshot_age_s'])} ago"
     coll = "never collected" if s["collected_age_s"] is None else f"collected {age(s['collected_age_s'])} ago"
     lines.append(f"snapshot age: {probe_age}, hosts {coll} ({s['snapshot']})")
+    if s["snapshot_age_s"] is None and s["aliases"]:
+        lines.append("aliases unknown: nothing probes this snapshot; `nev rig services "
+                     "install` runs the probe on the collector lane (or `nev rig probe` once "
+                     "where it lives)")
     if s["hosts"]:
-        down = [h["name"] for h in s["hosts"] if h["status"] != "up"]
-        lines.append(f"hosts: {len(s['hosts']) - len(down)} up"
-                     + (f", down: {', '.join(down)}" if down else ""))
+        # The hosts whose inventory answered the collector (mDNS advertisers and seeds), not the
+        # serving replicas above: a down one is an advertiser that stopped answering (a host
+        # SIGKILLed stays listed until its mDNS record expires), with the collector's reason.
+        down = [h for h in s["hosts"] if h["status"] != "up"]
+        lines.append(f"inventory hosts: {len(s['hosts']) - len(down)} up"
+                     + (", down: " + ", ".join(f"{h['name']} ({h['error'] or 'no answer'})"[:120]
+                                               for h in down) if down else ""))
     return "\n".join(lines)
 
 
@@ -141,7 +149,8 @@ def _parse(text: str, source: str) -> dict[str, Any]:
 
 def load_local(path: Path) -> dict[str, Any]:
     text = jsonfile.read_text(path, "inventory snapshot", "run `nev rig collect` and `nev rig probe` "
-                              "(NEV_INVENTORY names the file)")
+                              "(NEV_INVENTORY names the file), or read the collector lane's with "
+                              "--lane N or NEV_INVENTORY_LANE=N")
     return _parse(text, str(path))
 
 
@@ -163,14 +172,42 @@ def load_from_lane(index: int) -> tuple[dict[str, Any], str]:
     return _parse(res.stdout.decode("utf-8", "replace"), source), source
 
 
+def inventory_lane(environ: Mapping[str, str] | None = None) -> int | None:
+    """NEV_INVENTORY_LANE as a lane index (None when unset)."""
+    raw = settings.given(settings.INVENTORY_LANE, environ)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"NEV_INVENTORY_LANE={raw!r} is not a lane index; "
+                          "set it to 0, 1, ...") from None
+
+
+def snapshot_lane(lane_index: int | None, environ: Mapping[str, str] | None = None) -> int | None:
+    """Whose snapshot a reader uses (None: the local file NEV_INVENTORY): --lane N; else, when
+    NEV_INVENTORY names no file here, NEV_INVENTORY_LANE's lane."""
+    if lane_index is not None:
+        return lane_index
+    from rig.inventory import inventoryfile
+
+    if settings.given(settings.INVENTORY_LANE, environ) is None:
+        return None
+    if inventoryfile.default_path().exists():
+        return None
+    return inventory_lane(environ)
+
+
 def load(lane_index: int | None) -> tuple[dict[str, Any], str]:
-    """The snapshot `nev rig status` reads: NEV_INVENTORY here, or lane N's over SSH."""
-    if lane_index is None:
+    """The snapshot `nev rig status` (and `metrics`, the dashboard) reads: lane N's over SSH with
+    --lane N; else NEV_INVENTORY here; else, when that file is missing, NEV_INVENTORY_LANE's."""
+    lane = snapshot_lane(lane_index)
+    if lane is None:
         from rig.inventory import inventoryfile
 
         path = inventoryfile.default_path()
         return load_local(path), str(path)
-    return load_from_lane(lane_index)
+    return load_from_lane(lane)
 
 
 def with_replicas(summary: dict[str, Any]) -> dict[str, Any]:
