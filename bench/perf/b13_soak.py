@@ -49,11 +49,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import yaml  # noqa: E402
 
-from bench.perf.common import CHECK, CHECK_HELP, ROOT, check_settings, git, publish, run_checked  # noqa: E402
+from bench.perf.common import (  # noqa: E402
+    CHECK,
+    CHECK_HELP,
+    ROOT,
+    check_settings,
+    git,
+    publish,
+    run_checked,
+)
 
 DAGU = "/opt/nev/dagu-1.30.2/dagu"
 ALIAS = "qwen3.8-27b-fast"
-NOTES: list[str] = []      # why a fault did not heal, printed with the figures
+NOTES: list[str] = []  # why a fault did not heal, printed with the figures
 
 
 @dataclass
@@ -68,8 +76,14 @@ class Dev:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def nev(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=self.dir, env=self.env,
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "rig.cli", *args],
+            cwd=self.dir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def records(self) -> dict:
         p = Path(self.env["NEV_STATE_DIR"]) / "job-results.json"
@@ -80,13 +94,24 @@ class Dev:
 
 
 def _stages(job: str) -> list[dict]:
-    ask = (f'mkdir -p out/{job}; umask 077; printf "Authorization: Bearer %s\\n" "$(cat "$NEV_MODEL_KEY_FILE")" '
-           f'> "$JOB_STATE/h"; code=$(curl -s -o out/{job}/answer.json -w "%{{http_code}}" -H @"$JOB_STATE/h" '
-           f'-H "Content-Type: application/json" -d \'{{"model": "{ALIAS}", "max_tokens": 8, "messages": '
-           f'[{{"role": "user", "content": "write clamp_px"}}]}}\' "$NEV_LANE_MODEL_URL/v1/chat/completions"); '
-           f'rm -f "$JOB_STATE/h"; echo "gateway answered $code"; test "$code" = 200')
-    return [{"name": "gen", "kind": "command", "command": f"mkdir -p out/{job} && echo {job} > out/{job}/a.txt"},
-            {"name": "ask", "kind": "batch", "models": [ALIAS], "command": ask}]
+    ask = (
+        f"mkdir -p out/{job}; umask 077; "
+        'printf "Authorization: Bearer %s\\n" "$(cat "$NEV_MODEL_KEY_FILE")" > "$JOB_STATE/h"; '
+        f'code=$(curl -s -o out/{job}/answer.json -w "%{{http_code}}" -H @"$JOB_STATE/h" '
+        '-H "Content-Type: application/json" '
+        f'-d \'{{"model": "{ALIAS}", "max_tokens": 8, "messages": '
+        '[{"role": "user", "content": "write clamp_px"}]}\' '
+        '"$NEV_LANE_MODEL_URL/v1/chat/completions"); '
+        'rm -f "$JOB_STATE/h"; echo "gateway answered $code"; test "$code" = 200'
+    )
+    return [
+        {
+            "name": "gen",
+            "kind": "command",
+            "command": f"mkdir -p out/{job} && echo {job} > out/{job}/a.txt",
+        },
+        {"name": "ask", "kind": "batch", "models": [ALIAS], "command": ask},
+    ]
 
 
 def make_dev(name: str, tmp: Path, info, base_env: dict[str, str]) -> Dev:
@@ -94,11 +119,19 @@ def make_dev(name: str, tmp: Path, info, base_env: dict[str, str]) -> Dev:
 
     d = tmp / name
     url = create_repo(info, f"soak-{name}-{int(time.time())}")
-    env = {**base_env, "NEV_STATE_DIR": str(tmp / f"state-{name}"), "NEV_LANE_GIT_URL": url,
-           "NEV_FORGE_URL": info.dev_url(url), "NEV_DAGU_BINARY": DAGU, "NEV_DAGU_POLL": "1"}
+    env = {
+        **base_env,
+        "NEV_STATE_DIR": str(tmp / f"state-{name}"),
+        "NEV_LANE_GIT_URL": url,
+        "NEV_FORGE_URL": info.dev_url(url),
+        "NEV_DAGU_BINARY": DAGU,
+        "NEV_DAGU_POLL": "1",
+    }
     git(tmp, "init", "-q", "-b", "main", str(d))
     (d / "README.md").write_text(f"soak {name}\n")
-    (d / "tracks.json").write_text(json.dumps({"verify": "true", "specWatch": {"pollEnv": {}}}) + "\n")
+    (d / "tracks.json").write_text(
+        json.dumps({"verify": "true", "specWatch": {"pollEnv": {}}}) + "\n"
+    )
     (d / "specs").mkdir()
     git(d, "add", "-A")
     git(d, "commit", "-qm", "base")
@@ -111,20 +144,35 @@ def make_dev(name: str, tmp: Path, info, base_env: dict[str, str]) -> Dev:
 
 def submit(dev: Dev, n: int) -> None:
     job = f"soak-{dev.name}-{n}"
-    with dev.lock:                       # the tick commits landings in the same checkout
-        (dev.dir / "specs" / f"{job}.md").write_text(f"---\ntouches:\n  - out/{job}/**\n---\n# {job}\n")
+    with dev.lock:  # the tick commits landings in the same checkout
+        (dev.dir / "specs" / f"{job}.md").write_text(
+            f"---\ntouches:\n  - out/{job}/**\n---\n# {job}\n"
+        )
         git(dev.dir, "add", "-A")
         git(dev.dir, "commit", "-qm", f"spec {job}")
         base = git(dev.dir, "rev-parse", "HEAD")
         m = dev.dir / "jobs" / f"{job}.yaml"
         m.parent.mkdir(exist_ok=True)
-        m.write_text(yaml.safe_dump({"name": job, "base": base, "spec": f"specs/{job}.md", "key": "batch",
-                                     "limit": "1h", "stages": _stages(job)}, sort_keys=False))
+        m.write_text(
+            yaml.safe_dump(
+                {
+                    "name": job,
+                    "base": base,
+                    "spec": f"specs/{job}.md",
+                    "key": "batch",
+                    "limit": "1h",
+                    "stages": _stages(job),
+                },
+                sort_keys=False,
+            )
+        )
         r = dev.nev("job", "submit", str(m))
     if r.returncode == 0:
         dev.submitted[job] = time.time()
     else:
-        dev.failed_submits.append(f"{job}: exit {r.returncode}: {(r.stderr.strip().splitlines() or [''])[-1]}")
+        dev.failed_submits.append(
+            f"{job}: exit {r.returncode}: {(r.stderr.strip().splitlines() or [''])[-1]}"
+        )
 
 
 def tick(dev: Dev, log: list[str]) -> None:
@@ -164,8 +212,11 @@ def fault_lane_reboot(info, dev: Dev) -> float | None:
     _wait(lambda: guests.init_pid(info.dir, info.lanes[0].name) not in (before, None), 60, 0.1)
 
     def healed() -> bool:
-        return (dev.nev("dagu", "status", timeout=60).returncode == 0
-                and dev.nev("rig", "services", "status", "--lane", "0", timeout=60).returncode == 0)
+        return (
+            dev.nev("dagu", "status", timeout=60).returncode == 0
+            and dev.nev("rig", "services", "status", "--lane", "0", timeout=60).returncode == 0
+        )
+
     took = _wait(healed, 300, 1.0)
     return None if took is None else round(time.monotonic() - t0, 1)
 
@@ -174,7 +225,9 @@ def fault_gateway_restart(info, dev: Dev) -> float | None:
     unit = info.dir / "gateway" / "unit"
     netns = info.hosts["gateway"]["netns"]
     t0 = time.monotonic()
-    subprocess.run(["ip", "netns", "exec", netns, str(unit), "restart"], capture_output=True, timeout=300)
+    subprocess.run(
+        ["ip", "netns", "exec", netns, str(unit), "restart"], capture_output=True, timeout=300
+    )
     url = dev.env["NEV_MODEL_URL"].rstrip("/") + "/health/liveliness"
     took = _wait(lambda: _http_ok(url), 300, 0.5)
     return None if took is None else round(time.monotonic() - t0, 1)
@@ -185,8 +238,10 @@ def fault_forward_killed(info, dev: Dev) -> float | None:
     from rig.forward import state as fst
 
     st = Box.from_settings().state()
-    env = {"NEV_STATE_DIR": (st.forward_state if st else "") or str(Path.home() / ".local/state/nev"),
-           "NEV_RIG_FILE": str(info.rig_file)}
+    env = {
+        "NEV_STATE_DIR": (st.forward_state if st else "") or str(Path.home() / ".local/state/nev"),
+        "NEV_RIG_FILE": str(info.rig_file),
+    }
     rec = fst.read(fst.Paths("gateway", fst.folder(env)))
     if rec is None or rec.ssh is None:
         return None
@@ -208,8 +263,12 @@ def fault_replica_drain(info, dev: Dev) -> float | None:
     return round(time.monotonic() - t0, 1)
 
 
-FAULTS = [("lane0 rebooted", fault_lane_reboot), ("gateway restarted", fault_gateway_restart),
-          ("forward killed", fault_forward_killed), ("replica drained and started", fault_replica_drain)]
+FAULTS = [
+    ("lane0 rebooted", fault_lane_reboot),
+    ("gateway restarted", fault_gateway_restart),
+    ("forward killed", fault_forward_killed),
+    ("replica drained and started", fault_replica_drain),
+]
 
 
 def outcome(dev: Dev) -> dict:
@@ -227,22 +286,44 @@ def outcome(dev: Dev) -> dict:
         why = str(rec.get("why") or "")
         if "old (limit" in why or "stale" in why:
             stale += 1
-    return {"submitted": len(dev.submitted), "landed": len(landed), "failed": failed, "lost": lost,
-            "refused_for_staleness": stale, "submit_failed": dev.failed_submits,
-            "resends": sum(int((recs.get(j) or {}).get("resends") or 0) for j in dev.submitted)}
+    return {
+        "submitted": len(dev.submitted),
+        "landed": len(landed),
+        "failed": failed,
+        "lost": lost,
+        "refused_for_staleness": stale,
+        "submit_failed": dev.failed_submits,
+        "resends": sum(int((recs.get(j) or {}).get("resends") or 0) for j in dev.submitted),
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--minutes", type=float, default=40.0, help="how long jobs are submitted and faults made")
-    ap.add_argument("--every", type=float, default=180.0, help="seconds between one box's submissions")
+    ap.add_argument(
+        "--minutes", type=float, default=40.0, help="how long jobs are submitted and faults made"
+    )
+    ap.add_argument(
+        "--every", type=float, default=180.0, help="seconds between one box's submissions"
+    )
     ap.add_argument("--tick", type=float, default=60.0, help="seconds between one box's ticks")
-    ap.add_argument("--grace", type=float, default=600.0, help="seconds after the last submission for jobs to end")
+    ap.add_argument(
+        "--grace",
+        type=float,
+        default=600.0,
+        help="seconds after the last submission for jobs to end",
+    )
     ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
     args = ap.parse_args()
     if args.check:
-        return check_settings(box=True, default_name="bsoak", default_net="198.18.13", minutes=args.minutes,
-                              every=args.every, tick=args.tick, grace=args.grace)
+        return check_settings(
+            box=True,
+            default_name="bsoak",
+            default_net="198.18.13",
+            minutes=args.minutes,
+            every=args.every,
+            tick=args.tick,
+            grace=args.grace,
+        )
     from rig.box import Box
 
     os.environ.setdefault("NEV_BOX_NAME", "bsoak")
@@ -259,12 +340,14 @@ def main() -> int:
 
 
 def soak(args: argparse.Namespace, info) -> int:
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_", "TRACKS_"))}
+    base_env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_", "TRACKS_"))
+    }
     base_env.update(info.env)
     base_env["PYTHONPATH"] = str(ROOT)
     tmp = Path(tempfile.mkdtemp(prefix="b13-"))
     devs = [make_dev(n, tmp, info, base_env) for n in ("a", "b")]
-    for step in (("dagu", "up"), ("dagu", "autostart", "on")):    # as an operator sets the rig up
+    for step in (("dagu", "up"), ("dagu", "autostart", "on")):  # as an operator sets the rig up
         r = devs[0].nev(*step)
         if r.returncode != 0:
             raise SystemExit(f"b13: nev {' '.join(step)} failed: {r.stderr.strip()[-300:]}")
@@ -286,20 +369,27 @@ def soak(args: argparse.Namespace, info) -> int:
         while not stop.is_set() and time.monotonic() < end:
             n += 1
             submit(dev, n)
-            print(f"[{(time.monotonic() - start) / 60:5.1f} min] {dev.name}: submitted soak-{dev.name}-{n}",
-                  flush=True)
+            print(
+                f"[{(time.monotonic() - start) / 60:5.1f} min] {dev.name}: "
+                f"submitted soak-{dev.name}-{n}",
+                flush=True,
+            )
             stop.wait(args.every)
 
     threads = [threading.Thread(target=ticker, args=(d,), daemon=True) for d in devs]
-    threads += [threading.Thread(target=submitter, args=(d, i * args.every / 2), daemon=True)
-                for i, d in enumerate(devs)]
+    threads += [
+        threading.Thread(target=submitter, args=(d, i * args.every / 2), daemon=True)
+        for i, d in enumerate(devs)
+    ]
     for t in threads:
         t.start()
     for (what, fn), at in zip(FAULTS, fault_at, strict=True):
         time.sleep(max(0.0, at - time.monotonic()))
         print(f"[{(time.monotonic() - start) / 60:5.1f} min] fault: {what}", flush=True)
         faults[what] = fn(info, devs[0])
-        print(f"[{(time.monotonic() - start) / 60:5.1f} min]   healed in {faults[what]} s", flush=True)
+        print(
+            f"[{(time.monotonic() - start) / 60:5.1f} min]   healed in {faults[what]} s", flush=True
+        )
     time.sleep(max(0.0, end - time.monotonic()))
     # the grace period: ticks go on until every job ended or the grace is over
     deadline = time.monotonic() + args.grace
@@ -310,10 +400,20 @@ def soak(args: argparse.Namespace, info) -> int:
     stop.set()
     for d in devs:
         tick(d, log)
-    figures = {"minutes": args.minutes, "every_s": args.every, "tick_s": args.tick,
-               "boxes": {d.name: outcome(d) for d in devs}, "recovery_s": faults}
-    tot = {k: sum(len(v) if isinstance(v, (list, dict)) else v for v in (figures["boxes"][d.name][k] for d in devs))
-           for k in ("submitted", "landed", "failed", "lost", "refused_for_staleness")}
+    figures = {
+        "minutes": args.minutes,
+        "every_s": args.every,
+        "tick_s": args.tick,
+        "boxes": {d.name: outcome(d) for d in devs},
+        "recovery_s": faults,
+    }
+    tot = {
+        k: sum(
+            len(v) if isinstance(v, (list, dict)) else v
+            for v in (figures["boxes"][d.name][k] for d in devs)
+        )
+        for k in ("submitted", "landed", "failed", "lost", "refused_for_staleness")
+    }
     figures["total"] = tot
     figures["notes"] = NOTES
     (tmp / "ticks.log").write_text("\n".join(log) + "\n")
