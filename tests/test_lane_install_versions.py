@@ -264,9 +264,9 @@ def test_the_lanes_old_venv_is_reported_and_removed_once_nothing_runs_from_it(
     os.symlink(venv / "bin" / "nev", home / ".local/bin/nev")
     monkeypatch.setenv("HOME", str(home))
     facts = installs.facts(str(home), [])
-    assert [(f["name"], f["current"]) for f in facts] == [("venv", True)]  # still the lane's nev
+    assert [(f.name, f.current) for f in facts] == [("venv", True)]  # still the lane's nev
     os.unlink(home / ".local/bin/nev")
     assert sweep.decide_installs(
-        [sweep.Install.from_wire(f) for f in installs.facts(str(home), [])], 2
+        installs.facts(str(home), []), 2
     )[0].remove
     assert installs.remove(str(home), ["venv"], []) == (["venv"], {}) and not venv.exists()

@@ -17,10 +17,10 @@ import fcntl
 import os
 import shutil
 import stat
-from typing import Any
 
 from lanes.agent import layout
 from lanes.agent.errors import Refused
+from lanes.agent.messages import InstallFacts
 
 Procs = list[tuple[int, str, list[str]]]  # (pid, name, paths it works in): `root._processes`
 LEGACY = "venv"
@@ -87,7 +87,7 @@ def kind(name: str) -> str | None:
     return None
 
 
-def facts(home: str, procs: Procs) -> list[dict[str, Any]]:
+def facts(home: str, procs: Procs) -> list[InstallFacts]:
     """One record per install entry: name, kind, current, pids ([pid, name]), chosen (when it was
     last made current, else its folder's time), building (an install holds the install lock)."""
     base = os.path.join(home, layout.NEV_INSTALLS)
@@ -108,16 +108,8 @@ def facts(home: str, procs: Procs) -> list[dict[str, Any]]:
             chosen = os.lstat(os.path.join(path, layout.CHOSEN)).st_mtime
         except OSError:
             chosen = os.lstat(path).st_mtime
-        out.append(
-            {
-                "name": name,
-                "kind": k,
-                "current": os.path.realpath(path) == current,
-                "pids": [[p, c] for p, c in users(path, procs)],
-                "chosen": chosen,
-                "building": building,
-            }
-        )
+        out.append(InstallFacts(name=name, kind=k, current=os.path.realpath(path) == current,
+                                pids=tuple(users(path, procs)), chosen=chosen, building=building))
     return out
 
 

@@ -27,7 +27,6 @@ from lanes.agent.messages import (
     CleanupRequest,
     CleanupResult,
     CopySize,
-    InstallFacts,
     RemoveRequest,
     RemoveResult,
     StatusRequest,
@@ -248,8 +247,7 @@ def survey(req: SurveyRequest) -> SurveyResult:
     return SurveyResult(root=root.path, mirror=os.path.isdir(root.mirror), entries=entries,
                         writers=writers, free_gb=free_gb(root.path),
                         nas=req.nas is not None and os.path.isdir(req.nas), agents=cached_agents(),
-                        installs=[InstallFacts.from_wire(i)
-                                  for i in installs.facts(os.path.expanduser("~"), procs)],
+                        installs=installs.facts(os.path.expanduser("~"), procs),
                         peak_rss_kb=peak)
 
 
