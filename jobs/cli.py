@@ -184,10 +184,22 @@ def land(args: tuple[str, ...], check: bool, approved: bool, spec_sha: str | Non
     nev land approve SPEC_NAME [--spec-sha SHA] [--tip SHA]
     nev land --approved
 
-    Exit codes: 0 landed (or --check passed), 1 not landed (reason on one line; also
-    --reviewed-by with no terminal, or under the tick or a job stage: nothing done), 2 rebase
-    conflict outside handoff.md (files named), 130/143 interrupted. See docs/landing.md.
+    0 landed (or --check passed), 1 not landed (reason on one line; also --reviewed-by with no
+    terminal, or under the tick or a job stage: nothing done; also a usage error, as 2 is the
+    reference rig's rebase conflict), 2 rebase conflict outside handoff.md (files named), 3 the
+    gate found no build lane. See docs/landing.md.
     """
+    from lanes.base.errors import NevError, UsageError
+    from lanes.base.exitcodes import Exit
+
+    try:
+        return _land(args, check, approved, spec_sha, tip, reviewed_by, repo)
+    except UsageError as e:
+        raise NevError(e.message, Exit.FAILED) from None      # 2 is a rebase conflict here
+
+
+def _land(args: tuple[str, ...], check: bool, approved: bool, spec_sha: str | None, tip: str | None,
+          reviewed_by: str | None, repo: str) -> int:
     from pathlib import Path
 
     from jobs import approvals

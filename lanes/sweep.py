@@ -358,9 +358,9 @@ def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool
     """Sweep every configured lane (or one); print a line per copy. Exit 1 when a lane could not
     be swept or a removal failed (named on its line); nothing done is undone."""
     lf = lanesfile.configured()
-    chosen = lanes if lanes is not None else [ln for ln in lf.lanes if lane_index is None or ln.index == lane_index]
+    chosen = lanes if lanes is not None else lanesfile.pick(lf, lane_index)    # a --lane no lane has: 2
     if not chosen:
-        raise NevError(f"--lane {lane_index}: no such lane; the lanes file lists {len(lf.lanes)}")
+        raise NevError(f"no lanes to sweep; the lanes file lists {len(lf.lanes)}")
     repo = repo or Repo(Path("."))
     try:
         tracks, primary, key = primary_tracks(repo)
