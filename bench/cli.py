@@ -39,7 +39,8 @@ _BUDGET_GPU_S = click.option("--budget-gpu-s", help="Stop drawing before a call 
               "replaced; git keeps the old one)")
 @click.option("--seed-failures", is_flag=True,
               help="Score the current version first; the first prompt shows its failing cases")
-@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True,
+              help="The repository holding the engine (NEV_ENGINE_DIR inside it).")
 def batch_run(function: str, models: str | None, max_batches: int | None, escalate_after: int | None,
               escalate: str | None, seed: int | None, corpus: Path | None, budget_tokens: str | None,
               budget_gpu_s: str | None, supersede: bool, seed_failures: bool, repo: Path) -> int:
@@ -69,7 +70,8 @@ def batch_run(function: str, models: str | None, max_batches: int | None, escala
 @_BUDGET_TOKENS
 @_BUDGET_GPU_S
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True,
+              help="The repository holding the engine (NEV_ENGINE_DIR inside it).")
 def batch_plan(function: str, models: str | None, budget_tokens: str | None, budget_gpu_s: str | None,
                as_json: bool, repo: Path) -> int:
     """The in-flight and batch size per alias of FUNCTION's next batch, and the constraint that binds.

@@ -9,6 +9,7 @@ import click
 
 from lanes.base import settings
 from lanes.base.exitcodes import Exit
+from lanes.base.laneopt import Default, lane_option
 from lanes.base.ui import emit_json, info
 
 
@@ -21,8 +22,7 @@ def dagu() -> None:
 
 
 def _lane_opt(f):  # type: ignore[no-untyped-def]
-    return click.option("--lane", "lane_index", type=int,
-                        help="Lane N (default NEV_DAGU_LANE, else NEV_LANE_SSH, else 0).")(f)
+    return lane_option(Default.DAGU)(f)
 
 
 def _out(line: str) -> None:

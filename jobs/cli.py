@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from lanes.base.laneopt import Default, lane_option
+
 
 @click.group("job")
 def job() -> None:
@@ -12,7 +14,7 @@ def job() -> None:
 
 @job.command("submit")
 @click.argument("manifest", type=click.Path(dir_okay=False))
-@click.option("--lane", "lane_index", type=int, help="Lane index (default NEV_DAGU_LANE, else 0).")
+@lane_option(Default.DAGU)
 @click.option("--repo", type=click.Path(file_okay=False), help="The checkout whose HEAD is the job (default: here).")
 def submit(manifest: str, lane_index: int | None, repo: str | None) -> int:
     """Push job/<name> to the forge and start its workflow run on the lane; prints the run id."""
@@ -233,7 +235,7 @@ def writer() -> None:
 
 @writer.command("start")
 @click.argument("worktree", type=click.Path(file_okay=False, exists=True))
-@click.option("--lane", "lane_index", type=int, required=True, help="The lane (index in the lanes file).")
+@lane_option(Default.REQUIRED)
 @click.option("--model", required=True, help="The model the harness is given (--model).")
 @click.option("--brief", type=click.Path(dir_okay=False, exists=True), required=True,
               help="The brief; it goes to ~/.cache/lane-writer-briefs/ on the lane, outside the copy.")
@@ -281,7 +283,7 @@ def writer_start(worktree: str, lane_index: int, model: str, brief: str) -> int:
 
 @writer.command("fetch")
 @click.argument("worktree", type=click.Path(file_okay=False, exists=True))
-@click.option("--lane", "lane_index", type=int, help="Only lane N (default: the lane that has the writer).")
+@lane_option(Default.WRITER)
 def writer_fetch(worktree: str, lane_index: int | None) -> int:
     """Bring the writer's commits into WORKTREE's branch, fast-forward only.
 
@@ -306,7 +308,7 @@ def writer_fetch(worktree: str, lane_index: int | None) -> int:
 
 @writer.command("stop")
 @click.argument("worktree", type=click.Path(file_okay=False, exists=True))
-@click.option("--lane", "lane_index", type=int, help="Only lane N (default: the lane that has the writer).")
+@lane_option(Default.WRITER)
 def writer_stop(worktree: str, lane_index: int | None) -> int:
     """Stop the writer of WORKTREE's lane copy: its process group ends (SIGTERM, then SIGKILL),
     the copy's .env is removed, its commits stay for `nev lane writer fetch`. Prints the last
@@ -334,7 +336,7 @@ def writer_stop(worktree: str, lane_index: int | None) -> int:
 
 
 @writer.command("status")
-@click.option("--lane", "lane_index", type=int, help="Only lane N.")
+@lane_option(Default.EVERY)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def writer_status(lane_index: int | None, as_json: bool) -> int:
     """Writers per lane: running, or exited with its code, and the commits not fetched yet."""

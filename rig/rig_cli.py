@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from lanes.base.laneopt import Default, lane_option
 from rig.forward_cli import forward
 from rig.services_cli import services
 from rig.serving_cli import COMMANDS as SERVING_COMMANDS
@@ -100,7 +101,7 @@ def probe(every: float | None, rounds: int | None, timeout: float | None) -> int
 
 
 @rig.command("status")
-@click.option("--lane", "lane_index", type=int, help="Read lane N's snapshot over SSH.")
+@lane_option(Default.HERE)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--ansible", is_flag=True,
               help="Print the snapshot's hosts as an Ansible --list inventory (reached through the jump host).")
@@ -130,8 +131,7 @@ def status(lane_index: int | None, as_json: bool, ansible: bool) -> int:
 
 
 @rig.command("metrics")
-@click.option("--lane", "lane_index", type=int,
-              help="Read lane N's inventory snapshot over SSH (as `status --lane`).")
+@lane_option(Default.HERE)
 @click.option("--skip", multiple=True,
               type=click.Choice(["aliases", "jobs", "lanes", "dagu", "counts"]),
               help="Leave a source out (its nev_source_up is 0); repeat for more.")
