@@ -85,19 +85,26 @@ def collect(timeout: float, interface: str | None, expect: int | None, every: fl
 @click.option("--every", type=float, help="Repeat every S seconds (300 on the rig: NEV_PROBE_EVERY).")
 @click.option("--rounds", type=int, help="With --every: stop after N rounds.")
 @click.option("--timeout", type=float, help="Seconds per alias probe (default NEV_PROBE_TIMEOUT).")
-def probe(every: float | None, rounds: int | None, timeout: float | None) -> int:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: one line per round, {\"round\": N, \"aliases\": {alias: state}}.")
+def probe(every: float | None, rounds: int | None, timeout: float | None, as_json: bool) -> int:
     """One real completion per alias (max_tokens 1); record status, since, last answer.
 
     Status changes after NEV_PROBE_FAILS failures or NEV_PROBE_OKS answers in a row.
     """
+    import json
+
     from bench import folknet, gateway
     from lanes.base import settings
     from rig.inventory import inventoryfile
     from rig.inventory import probe as pr
 
     t = timeout if timeout is not None else settings.get_float(settings.PROBE_TIMEOUT)
+    def line(n: int, aliases: dict[str, object]) -> None:
+        click.echo(json.dumps({"round": n, "aliases": aliases}, sort_keys=True, default=str), nl=True)
+
     return pr.run(inventoryfile.default_path(), folknet.load(folknet.default_path()), gateway.endpoint_from_settings(),
-                  t, pr.Policy.from_settings(), every, rounds)
+                  t, pr.Policy.from_settings(), every, rounds, on_round=line if as_json else None)
 
 
 @rig.command("status")
@@ -231,12 +238,21 @@ def snapshots(as_json: bool) -> int:
 @rig.command("diff")
 @click.argument("label")
 @click.argument("other", required=False)
-def diff(label: str, other: str | None) -> int:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: a list of what differs (role, host, file or command, left, right, lines).")
+def diff(label: str, other: str | None, as_json: bool) -> int:
     """Diff a snapshot against another or the live state (secrets masked)."""
     from rig.snapshot.context import Context
-    from rig.snapshot.diff import compare
+    from rig.snapshot.diff import compare, entries, sides
 
-    text = compare(Context.load(), label, other)
+    ctx = Context.load()
+    if as_json:
+        from lanes.base.ui import emit_json
+
+        left, _, right = sides(ctx, label, other)
+        emit_json(entries(left, right, ctx.rig.roles))
+        return 0
+    text = compare(ctx, label, other)
     click.echo(text.rstrip("\n") if text else f"no differences between {label} and {other or 'live'}")
     return 0
 
