@@ -155,15 +155,17 @@ def tunnel(lane_index: int | None, local_port: int) -> int:
 @_lane_opt
 @click.option("--detach", is_flag=True, help="Print the run id and return without following.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print JSON: the run at the end (id, status, times, steps); with --detach its id.")
-def run(workflow: str, param: tuple[str, ...], lane_index: int | None, detach: bool, as_json: bool) -> int:
+              help="Print JSON: the run at the end (id, status, times, steps); with --detach, "
+                   "its id.")
+def run(workflow: str, param: tuple[str, ...], lane_index: int | None, detach: bool,
+        as_json: bool) -> int:
     """Start (or enqueue) WORKFLOW and follow it to the end or NEV_DAGU_WAIT.
 
     WORKFLOW is a YAML file here or the name of a shipped one (dagu/workflows/). One with a
     top-level `queue:` key is enqueued. Exit 0 when the run succeeded, 1 otherwise.
     """
-    from lanes.base.ui import emit_json
     from dagu import runs, service
+    from lanes.base.ui import emit_json
 
     params = runs.parse_params(param)  # refuses secret names before anything is sent
     wf = runs.load_workflow(workflow)

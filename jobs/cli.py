@@ -99,7 +99,11 @@ def inventory(manifest: str, snapshot: str, declared: str | None, as_json: bool)
 @click.option("--uninstall", is_flag=True, help="Remove the tick.")
 @click.option("--dagu-home", type=click.Path(file_okay=False),
               help="With --install/--uninstall: a scheduled workflow in this Dagu home instead of crontab.")
-def poll(repo: str | None, install_: bool, uninstall: bool, dagu_home: str | None) -> int:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: {\"jobs\": [{job, action, why}], \"exit\": N}, each job's "
+                   "action this tick (the lines go to stderr as always).")
+def poll(repo: str | None, install_: bool, uninstall: bool, dagu_home: str | None,
+         as_json: bool) -> int:
     """The tick: land approved tracks, then read result/* on the forge, land passed jobs, resend 3
     and 7, record 9 and 10; once a day, prune the share's archives (NEV_ARCHIVE_KEEP_DAYS)."""
     from pathlib import Path
@@ -109,9 +113,18 @@ def poll(repo: str | None, install_: bool, uninstall: bool, dagu_home: str | Non
     if install_ and uninstall:
         raise click.UsageError("give --install or --uninstall, not both")
     if install_ or uninstall:
+        if as_json:
+            raise click.UsageError("--json goes with a tick, not with --install or --uninstall")
         return tick.install(Path(repo) if repo else None, Path(dagu_home) if dagu_home else None,
                             on=install_)
-    return tick.tick(Path(repo) if repo else None)
+    if not as_json:
+        return tick.tick(Path(repo) if repo else None)
+    from lanes.base.ui import emit_json
+
+    seen: list[dict[str, str]] = []
+    rc = tick.tick(Path(repo) if repo else None, seen=seen)
+    emit_json({"jobs": seen, "exit": rc})
+    return rc
 
 
 @job.command("revoke")
@@ -142,7 +155,8 @@ def revoke(name: str) -> int:
 @job.command("status")
 @click.argument("name", required=False)
 @click.option("--state", type=click.Path(file_okay=False), help="Read this state folder.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: the jobs (or job NAME) with their records.")
 @click.option("--follow", is_flag=True, help="With NAME: follow a job in flight on its lane "
               "(its stages, its running stage's log) until it ends.")
 def status(name: str | None, state: str | None, as_json: bool, follow: bool) -> int:

@@ -155,13 +155,17 @@ def install(lane_index: int | None) -> int:
 @lane_option(Default.EVERY)
 @click.option("--track", help="Only the copies of this track.")
 @click.option("--dry-run", is_flag=True, help="List what would go, with sizes; change nothing.")
-@click.option("--repo", type=click.Path(file_okay=False, exists=True), default=".", show_default=True,
-              help="The primary checkout, whose worktrees name the tracks that keep their copies "
+@click.option("--repo", type=click.Path(file_okay=False, exists=True), default=".",
+              show_default=True, help="The primary checkout, whose worktrees name the tracks that keep their copies "
                    "(default: here; from another repository no track keeps its copy).")
 @click.option("--archives", is_flag=True,
               help="Instead: prune the share's archive/gate-logs, job-logs and corpus older than "
                    "NEV_ARCHIVE_KEEP_DAYS, keeping the newest per worktree or job.")
-def sweep(lane_index: int | None, track: str | None, dry_run: bool, repo: str, archives: bool) -> int:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: per lane swept, each decision and what was removed (the "
+                   "lines go to stderr); not with --archives.")
+def sweep(lane_index: int | None, track: str | None, dry_run: bool, repo: str, archives: bool,
+          as_json: bool) -> int:
     """Remove lane copies whose track has no worktree in the primary checkout.
 
     Keeps the primary's own copy, copies with a process in them, copies locked by a running
@@ -181,12 +185,18 @@ def sweep(lane_index: int | None, track: str | None, dry_run: bool, repo: str, a
     from lanes.base.gitrun import Repo
 
     if archives:
-        if track:
-            raise click.UsageError("--archives and --track do not go together")
-        lanes = [ln for ln in lanesfile.configured().lanes if lane_index is None or ln.index == lane_index]
+        if track or as_json:
+            other = "--track" if track else "--json"
+            raise click.UsageError(f"--archives and {other} do not go together")
+        lanes = lanesfile.pick(lanesfile.configured(), lane_index)
         status, _ = sw.sweep_archives(settings.get_float(settings.ARCHIVE_KEEP_DAYS), dry_run, lanes)
         return status
-    status, _ = sw.sweep(lane_index, track, dry_run, Repo(Path(repo)))
+    if not as_json:
+        return sw.sweep(lane_index, track, dry_run, Repo(Path(repo)))[0]
+    from lanes.base.ui import emit_json, info
+
+    status, results = sw.sweep(lane_index, track, dry_run, Repo(Path(repo)), say=info)
+    emit_json([sw.as_json(r) for r in results])
     return status
 
 
@@ -236,8 +246,9 @@ def provision(lane_index: int | None, packages: str | None, apt_proxy: str | Non
 @click.option("--vmid", type=int, help="pct: the guest id.")
 @click.option("--gateway", help="pct: the guest's default gateway.")
 @click.option("--storage", default="local-lvm", show_default=True, help="pct: storage of the root disk.")
-@click.option("--dry-run", "print_only", is_flag=True, help="pct: print the command lines, run nothing.")
-@click.option("--print", "print_legacy", is_flag=True, hidden=True)     # the old spelling of --dry-run
+@click.option("--dry-run", "print_only", is_flag=True,
+              help="pct: print the command lines, run nothing.")
+@click.option("--print", "print_legacy", is_flag=True, hidden=True)     # --dry-run's old name
 def create(backend: str, name: str, node: str, addr: str, bridge: str | None, cpus: int, memory_gb: int,
            disk_gb: int, binds: tuple[str, ...], shared: str | None, authorized_key: str, lxcpath: str | None,
            cache: str | None, out_dir: str | None, vmid: int | None, gateway: str | None, storage: str,
@@ -284,8 +295,9 @@ def _node(spec: str):  # type: ignore[no-untyped-def]
 @click.option("--vmid", type=int, help="pct: the guest id.")
 @click.option("--node", default="local", show_default=True, help="`local` or [root@]host[:port].")
 @click.option("--lxcpath", default=None, help="Absolute lxcpath on the node (default /var/lib/lxc).")
-@click.option("--dry-run", "print_only", is_flag=True, help="pct: print the command lines, run nothing.")
-@click.option("--print", "print_legacy", is_flag=True, hidden=True)     # the old spelling of --dry-run
+@click.option("--dry-run", "print_only", is_flag=True,
+              help="pct: print the command lines, run nothing.")
+@click.option("--print", "print_legacy", is_flag=True, hidden=True)     # --dry-run's old name
 def destroy(backend: str, name: str | None, vmid: int | None, node: str, lxcpath: str | None,
             print_only: bool, print_legacy: bool) -> int:
     """Stop and remove a lane guest and everything it held on the node (its image stays cached)."""

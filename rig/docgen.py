@@ -83,7 +83,8 @@ def render_exit_codes() -> str:
     out += "".join(f"| {int(e)} | {cmd} | {what} |\n" for e in Exit for cmd, what in e.where)
     shared = ", ".join(str(int(e)) for e in SHARED)
     out += (f"\n## The codes each command can return\n\nEvery command can return the shared codes "
-            f"{shared}; a usage error exits 2, except where a command defines 2 itself. Beyond those:\n\n"
+            f"{shared}; a usage error exits 2, except where a command defines 2 itself. "
+            "Beyond those:\n\n"
             "| command | codes beyond the shared ones | defined by the command itself | "
             "a usage error exits | otherwise |\n|---|---|---|---|---|\n")
     for path, c in sorted(COMMANDS.items()):

@@ -101,7 +101,7 @@ def probe(every: float | None, rounds: int | None, timeout: float | None, as_jso
 
     t = timeout if timeout is not None else settings.get_float(settings.PROBE_TIMEOUT)
     def line(n: int, aliases: dict[str, object]) -> None:
-        click.echo(json.dumps({"round": n, "aliases": aliases}, sort_keys=True, default=str), nl=True)
+        click.echo(json.dumps({"round": n, "aliases": aliases}, sort_keys=True, default=str))
 
     return pr.run(inventoryfile.default_path(), folknet.load(folknet.default_path()), gateway.endpoint_from_settings(),
                   t, pr.Policy.from_settings(), every, rounds, on_round=line if as_json else None)
@@ -109,7 +109,8 @@ def probe(every: float | None, rounds: int | None, timeout: float | None, as_jso
 
 @rig.command("status")
 @lane_option(Default.HERE)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: the snapshot (aliases with status, held for, last answer).")
 @click.option("--ansible", is_flag=True,
               help="Print the snapshot's hosts as an Ansible --list inventory (reached through the jump host).")
 def status(lane_index: int | None, as_json: bool, ansible: bool) -> int:
@@ -214,7 +215,8 @@ def restore(label: str, roles: tuple[str, ...], dry_run: bool) -> int:
 
 
 @rig.command("snapshots")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: a list, one object per snapshot ([] when none).")
 def snapshots(as_json: bool) -> int:
     """Labels, times and roles of the snapshots; a damaged label is named (stderr) and exits 1."""
     from lanes.base.ui import emit_json
@@ -239,7 +241,8 @@ def snapshots(as_json: bool) -> int:
 @click.argument("label")
 @click.argument("other", required=False)
 @click.option("--json", "as_json", is_flag=True,
-              help="Print JSON: a list of what differs (role, host, file or command, left, right, lines).")
+              help="Print JSON: a list of what differs (role, host, file or command, left, "
+                   "right, lines).")
 def diff(label: str, other: str | None, as_json: bool) -> int:
     """Diff a snapshot against another or the live state (secrets masked)."""
     from rig.snapshot.context import Context
@@ -371,7 +374,8 @@ def throughput(alias: str, inflight: str, n_requests: int | None, max_tokens: in
 @rig.command("capacity")
 @click.option("--declared", "declared_file", type=click.Path(dir_okay=False),
               help="Per-class power figures, budget and candidate size (default NEV_CAPACITY_FILE).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: per alias the declared and measured figures.")
 def capacity(declared_file: str | None, as_json: bool) -> int:
     """Candidates per hour per pool and power per role; warns when a power budget is exceeded.
 

@@ -35,7 +35,8 @@ def _make(verb: str) -> click.Command:
     @click.option("--force", is_flag=True, help="Stop even the last ready replica of an alias.")
     @click.option("--grace", type=click.FloatRange(min=0), default=GRACE_S, show_default=True,
                   help="Seconds a drain waits for calls in flight before it stops the replica.")
-    @click.option("--probe-timeout", type=click.FloatRange(min=1), default=PROBE_S, show_default=True,
+    @click.option("--probe-timeout", type=click.FloatRange(min=1), default=PROBE_S,
+                  show_default=True,
                   help="Seconds the completion through the gateway may take after a start.")
     def cmd(spec: str, dry_run: bool, force: bool = False, grace: float = GRACE_S,
             probe_timeout: float = PROBE_S) -> int:

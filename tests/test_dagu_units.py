@@ -90,12 +90,12 @@ def test_run_json_is_what_dagu_run_and_watch_print_with_json():
 
     from dagu.runs import run_json
 
-    st = parse_run({"dagRunDetails": {"name": "x", "dagRunId": "r", "statusLabel": "failed", "startedAt": "t0",
-                                      "nodes": [{"step": {"name": "s"}, "statusLabel": "failed",
-                                                 "error": "exit status 7"},
-                                                {"step": {"name": "t"}, "statusLabel": "running"}]}})
+    nodes = [{"step": {"name": "s"}, "statusLabel": "failed", "error": "exit status 7"},
+             {"step": {"name": "t"}, "statusLabel": "running"}]
+    st = parse_run({"dagRunDetails": {"name": "x", "dagRunId": "r", "statusLabel": "failed",
+                                      "startedAt": "t0", "nodes": nodes}})
     got = json.loads(json.dumps(run_json(st)))
-    assert got["run_id"] == "r" and got["workflow"] == "x" and got["status"] == "failed" and got["done"]
+    assert (got["run_id"], got["workflow"], got["status"], got["done"]) == ("r", "x", "failed", True)
     assert [(s["name"], s["exit"]) for s in got["steps"]] == [("s", "7"), ("t", None)]
 
 

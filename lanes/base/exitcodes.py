@@ -12,6 +12,7 @@ the landing's gate) that is a build lane, for a job the inventory; the poller re
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -51,8 +52,8 @@ class Exit(IntEnum):
         ("`nev oracle suite run`", "something changed: new failures or new passes against the "
          "suite's expectations (each listed)"),
     )
-    USAGE = 2, ("usage error: an unknown option or command, a missing argument, or a bad value (a `--lane` "
-                "no lane has, an unknown role); one line `nev: ...`")
+    USAGE = 2, ("usage error: an unknown option or command, a missing argument, or a bad value "
+                "(a `--lane` no lane has, an unknown role); one line `nev: ...`")
     UNAVAILABLE = 3, ("nothing ran: what the command needs is not available now; the same request may "
                       "succeed later"), (
         ("`nev lane`, `nev batch run`, `nev floors`, `nev land`'s gate, `nev oracle suites fetch`, "
@@ -110,9 +111,9 @@ SHORT: dict[int, str] = {
 @dataclass(frozen=True)
 class Codes:
     """What one command can exit with, beyond SHARED: `extra` codes of the enum; `own` codes the
-    command defines itself (number, a word or two for --help, the meaning; they replace the shared meaning); `usage` the code
-    its usage errors exit with (2, unless the command defines 2 itself); `passes` whose exit
-    status it otherwise returns (a remote command's), empty when none."""
+    command defines itself (number, a word or two for --help, the meaning; they replace the
+    shared meaning); `usage` the code its usage errors exit with (2, unless the command defines 2
+    itself); `passes` whose exit status it otherwise returns (a remote command's), else empty."""
 
     extra: tuple[Exit, ...] = ()
     own: tuple[tuple[int, str, str], ...] = ()
@@ -134,18 +135,21 @@ _SCORE = (_E.UNAVAILABLE, _E.NO_GROUND_TRUTH)
 # command tree: every command is here, and its --help lists exactly these codes.
 COMMANDS: dict[str, Codes] = {
     "settings": Codes(), "ledger": Codes(), "scores": Codes(_SCORE),
-    "land": Codes((_E.UNAVAILABLE,), own=((LAND_CONFLICT, "rebase conflict", "a rebase conflict outside `handoff.md` (the files "
-                                           "named): the branch must change first"),),
-                  usage=Exit.FAILED),
+    "land": Codes((_E.UNAVAILABLE,), usage=Exit.FAILED, own=(
+        (LAND_CONFLICT, "rebase conflict",
+         "a rebase conflict outside `handoff.md` (the files named): the branch must change first"),)),
     "batch plan": Codes(), "batch run": Codes((_E.UNAVAILABLE, _E.BUDGET, _E.NO_SANDBOX)),
     "box demo": Codes(), "box down": Codes(), "box env": Codes(), "box shape": Codes(),
     "box status": Codes(), "box up": Codes(),
-    **{f"dagu {c}": Codes(_LANE) for c in ("autostart", "clean-jobs", "prune-mirror", "queue", "run",
-                                           "start", "status", "stop", "stop-run", "tunnel", "up")},
+    **{f"dagu {c}": Codes(_LANE) for c in (
+        "autostart", "clean-jobs", "prune-mirror", "queue", "run", "start", "status", "stop",
+        "stop-run", "tunnel", "up")},
     "dagu watch": Codes(_LANE, passes="with --once --step, the step's exit code"),
     "floors check": Codes(_SCORE), "floors raise": Codes(_SCORE),
-    "job check inventory": Codes((_E.UNAVAILABLE, _E.REFUSED)), "job check preflight": Codes((_E.UNMET,)),
-    "job poll": Codes(), "job revoke": Codes(), "job run": Codes(_JOB), "job status": Codes(_JOB),
+    "job check inventory": Codes((_E.UNAVAILABLE, _E.REFUSED)),
+    "job check preflight": Codes((_E.UNMET,)),
+    "job poll": Codes((_E.UNAVAILABLE,), passes="the landing's (as `nev land --approved`: 2 a rebase "
+                      "conflict) or the tracks' specWatch.landScript's status"), "job revoke": Codes(), "job run": Codes(_JOB), "job status": Codes(_JOB),
     "job step": Codes((*_JOB, _E.PUBLISH_FAILED)), "job submit": Codes(_LANE),
     "lane create": Codes(_LANE), "lane destroy": Codes(), "lane install": Codes(_LANE),
     "lane list": Codes(_LANE), "lane provision": Codes(_LANE), "lane sweep": Codes(_LANE),
@@ -158,8 +162,9 @@ COMMANDS: dict[str, Codes] = {
     "provenance bom": Codes(), "provenance list": Codes(), "provenance regen": Codes(_LANE),
     "provenance stale": Codes(),
     **{f"rig {c}": Codes() for c in (
-        "advertise", "capacity", "collect", "dashboard", "diff", "drain", "drift", "log", "probe",
-        "provision-sudo", "restart", "restore", "snapshot", "snapshots", "start", "stop", "throughput",
+        "advertise", "capacity", "collect", "dashboard", "diff", "drain", "drift", "log",
+        "probe", "provision-sudo", "restart", "restore", "snapshot", "snapshots", "start", "stop",
+        "throughput",
         "forward down", "forward status", "forward supervise", "forward up",
         "services apply", "services here", "services once", "services run")},
     "rig status": Codes(_LANE), "rig metrics": Codes(_LANE), "rig services install": Codes(_LANE),
@@ -175,7 +180,8 @@ def codes_of(path: str) -> Codes:
     if path in COMMANDS:
         return COMMANDS[path]
     under = [c for p, c in COMMANDS.items() if not path or p.startswith(path + " ")]
-    extra = {Exit(n) for c in under for n in c.codes()}
+    by_code = {int(e): e for e in Exit}
+    extra = {by_code[n] for c in under for n in c.codes()}
     return Codes(tuple(sorted(extra - set(SHARED))))
 
 
@@ -185,6 +191,9 @@ def help_epilog(path: str) -> str:
     own = {n: short for n, short, _ in c.own}
     parts = [f"{n} {own.get(n, SHORT[n])}" for n in c.codes()]
     if c.usage != Exit.USAGE:
-        parts = [p + (" (also a usage error)" if p.startswith(f"{c.usage} ") else "") for p in parts]
+        parts = [p + (" (also a usage error)" if p.startswith(f"{c.usage} ") else "")
+                 for p in parts]
     tail = f" Otherwise {c.passes}." if c.passes else ""
-    return f"Exit codes: {'; '.join(parts)}.{tail} See docs/exit-codes.md."
+    text = f"Exit codes: {'; '.join(parts)}.{tail} See docs/exit-codes.md."
+    # "\b": click keeps these lines as they are (it would break docs/exit-codes.md at its hyphen)
+    return "\b\n" + "\n".join(textwrap.wrap(text, 76, break_on_hyphens=False))

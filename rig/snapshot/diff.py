@@ -143,8 +143,8 @@ def entries(left: Side, right: Side, roles: dict[str, Role]) -> list[dict[str, A
                 rmeta = rf.meta() if rf else "not recorded"
                 lines = [f"# owner/mode: {lmeta} -> {rmeta}"] if lmeta != rmeta else []
                 lines += _body(_content(ls, lf), _content(rs, rf), masks, volatile)
-                found.append({"role": role, "host": host, "file": path, "left": lmeta, "right": rmeta,
-                              "lines": lines})
+                found.append({"role": role, "host": host, "file": path, "left": lmeta,
+                              "right": rmeta, "lines": lines})
             lcmds = {c.cmd: c for c in (ls.commands if ls else [])}
             rcmds = {c.cmd: c for c in (rs.commands if rs else [])}
             for cmd in [*lcmds, *[c for c in rcmds if c not in lcmds]]:
@@ -156,8 +156,8 @@ def entries(left: Side, right: Side, roles: dict[str, Role]) -> list[dict[str, A
                 rexit = f"exit {rc.exit}" if rc else "not recorded"
                 if not body and lexit == rexit:
                     continue
-                found.append({"role": role, "host": host, "command": mask(cmd), "left": lexit, "right": rexit,
-                              "lines": body})
+                found.append({"role": role, "host": host, "command": mask(cmd), "left": lexit,
+                              "right": rexit, "lines": body})
     return found
 
 
@@ -195,7 +195,8 @@ def compare(ctx: Context, label: str, other: str | None) -> str:
 
 
 def sides(ctx: Context, label: str, other: str | None) -> tuple[Side, str, Side]:
-    """The snapshot LABEL, the other side's name and its state (OTHER, default live), secrets learnt."""
+    """The snapshot LABEL, the other side's name and its state (OTHER, default live); their
+    secrets learnt."""
     left = ctx.store.read_manifest(label)
     ctx.store.load_blobs(left)
     right_name = other or "live"
