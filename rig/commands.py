@@ -87,7 +87,8 @@ def _shared(cmd: click.Command, path: str) -> click.Command:
 
 
 def _gated(cmd: click.Command) -> bool:
-    return type(cmd).__name__ == "GateCommand"
+    """A command whose arguments another parser reads (`nev lane run|on`, `nev job step`)."""
+    return not cmd.add_help_option or type(cmd).__name__ == "GateCommand"
 
 
 @click.group(cls=_Nev, context_settings={"help_option_names": ["-h", "--help"]})

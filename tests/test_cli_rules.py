@@ -4,6 +4,7 @@ usage error is one line, and the options are the same everywhere (--json where d
 --dry-run the one dry-run spelling, --lane with one wording, --repo defaults stated, -v after the
 group too, --force/--grace only where they apply). Allowlists say why a rule does not apply."""
 
+import json
 import os
 import re
 import subprocess
@@ -92,6 +93,17 @@ def two_lanes(tmp_path):
 
 
 @pytest.fixture
+def a_rig(tmp_path):
+    """A rig file with one role and one serving role (fn), nothing reachable; HOME here."""
+    f = tmp_path / "rig.local.json"
+    replica = {"host": "admin@arm1:2222", "sudo": True, "start": "/u start", "stop": "/u stop",
+               "status": "/u status"}
+    f.write_text(json.dumps({"roles": {"proxy": {"hosts": ["root@proxy"]}}, "serving": {"fn": {
+        "proxy": "proxy", "backend": "be_fn", "aliases": ["a"], "replicas": {"r0": replica}}}}))
+    return {"NEV_RIG_FILE": str(f), "HOME": str(tmp_path), "NEV_STATE_DIR": str(tmp_path / "st")}
+
+
+@pytest.fixture
 def no_lanes(tmp_path):
     return {"NEV_LANES_FILE": str(tmp_path / "none.json"), "NEV_LANE_SSH": "", "NEV_ON_LANE": ""}
 
@@ -112,6 +124,8 @@ REFUSALS = [
     ("land", ["land", "--bogus"], "no_lanes", 1),
     ("rig log", ["rig", "log", "--worked"], "no_lanes", 2),
     ("lane sweep", ["lane", "sweep", "--archives", "--json"], "no_lanes", 2),
+    ("rig snapshot", ["rig", "snapshot", "lbl", "nope"], "a_rig", 2),        # an unknown role
+    ("rig provision-sudo", ["rig", "provision-sudo", "nope", "--dry-run"], "a_rig", 2),
 ]
 
 
@@ -248,8 +262,9 @@ def test_force_and_grace_only_where_a_replica_is_stopped_or_drained():
 
 
 # `nev lane run|on` are parsed by the gate's own parser (lanes/gateargs.py): what follows
-# WORKTREE is COMMAND's, so -v goes before `run` (`nev lane -v run ...`).
-NO_TRAILING_V = {"lane run", "lane on"}
+# WORKTREE is COMMAND's, so -v goes before `run` (`nev lane -v run ...`). `nev job step`'s
+# arguments are its own argparse's (jobs/lane_main.py).
+NO_TRAILING_V = {"lane run", "lane on", "job step"}
 
 
 def test_v_is_taken_after_the_group_too():
