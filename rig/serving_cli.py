@@ -29,7 +29,9 @@ GRACE_S = PROBE_S = 60.0
 
 
 def _make(verb: str) -> click.Command:
-    @click.command(verb, help=HELP[verb] + TAIL)
+    tail = TAIL if "force" in OPTIONS[verb] else TAIL.replace(
+        " A stop\n    that would leave an alias with no ready replica is refused unless --force.", "")
+    @click.command(verb, help=HELP[verb] + tail)
     @click.argument("spec", metavar="ROLE[/REPLICA]")
     @click.option("--dry-run", is_flag=True, help="Print the steps; change nothing.")
     @click.option("--force", is_flag=True, help="Stop even the last ready replica of an alias.")
