@@ -29,7 +29,8 @@ GRACE_S = PROBE_S = 60.0
 
 
 def _make(verb: str) -> click.Command:
-    no_force = " A stop\n    that would leave an alias with no ready replica is refused unless --force."
+    no_force = (" A stop\n    that would leave an alias with no ready replica is refused "
+                "unless --force.")
     tail = TAIL if "force" in OPTIONS[verb] else TAIL.replace(no_force, "")
     @click.command(verb, help=HELP[verb] + tail)
     @click.argument("spec", metavar="ROLE[/REPLICA]")
