@@ -39,7 +39,8 @@ _BUDGET_GPU_S = click.option("--budget-gpu-s", help="Stop drawing before a call 
               "replaced; git keeps the old one)")
 @click.option("--seed-failures", is_flag=True,
               help="Score the current version first; the first prompt shows its failing cases")
-@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".",
+              show_default=True, help="The repository holding the engine (NEV_ENGINE_DIR inside it).")
 def batch_run(function: str, models: str | None, max_batches: int | None, escalate_after: int | None,
               escalate: str | None, seed: int | None, corpus: Path | None, budget_tokens: str | None,
               budget_gpu_s: str | None, supersede: bool, seed_failures: bool, repo: Path) -> int:
@@ -69,7 +70,8 @@ def batch_run(function: str, models: str | None, max_batches: int | None, escala
 @_BUDGET_TOKENS
 @_BUDGET_GPU_S
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".",
+              show_default=True, help="The repository holding the engine (NEV_ENGINE_DIR inside it).")
 def batch_plan(function: str, models: str | None, budget_tokens: str | None, budget_gpu_s: str | None,
                as_json: bool, repo: Path) -> int:
     """The in-flight and batch size per alias of FUNCTION's next batch, and the constraint that binds.
@@ -128,7 +130,7 @@ def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, case
 @oracle.command("render")
 @click.argument("pages", nargs=-1, required=True)
 @click.option("--engines", default="chromium,firefox,webkit", show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: one result per page and engine.")
 def oracle_render(pages: tuple[str, ...], engines: str, as_json: bool) -> int:
     """Render pages (files or folders) in the engines; print rects per element id and the vote.
 
@@ -150,7 +152,8 @@ def oracle_render(pages: tuple[str, ...], engines: str, as_json: bool) -> int:
 
 
 @oracle.command("engines")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: one object per engine (version, starts).")
 def oracle_engines(as_json: bool) -> int:
     """Versions of the three engines found here, and whether each starts (exit 1 if one does not)."""
     from bench.oracle.render import engines_report

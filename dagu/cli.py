@@ -9,6 +9,7 @@ import click
 
 from lanes.base import settings
 from lanes.base.exitcodes import Exit
+from lanes.base.laneopt import Default, lane_option
 from lanes.base.ui import emit_json, info
 
 
@@ -21,8 +22,7 @@ def dagu() -> None:
 
 
 def _lane_opt(f):  # type: ignore[no-untyped-def]
-    return click.option("--lane", "lane_index", type=int,
-                        help="Lane N (default NEV_DAGU_LANE, else NEV_LANE_SSH, else 0).")(f)
+    return lane_option(Default.DAGU)(f)
 
 
 def _out(line: str) -> None:
@@ -154,13 +154,18 @@ def tunnel(lane_index: int | None, local_port: int) -> int:
 @click.option("--param", multiple=True, metavar="K=V", help="A run parameter (never a secret).")
 @_lane_opt
 @click.option("--detach", is_flag=True, help="Print the run id and return without following.")
-def run(workflow: str, param: tuple[str, ...], lane_index: int | None, detach: bool) -> int:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: the run at the end (id, status, times, steps); with --detach, "
+                   "its id.")
+def run(workflow: str, param: tuple[str, ...], lane_index: int | None, detach: bool,
+        as_json: bool) -> int:
     """Start (or enqueue) WORKFLOW and follow it to the end or NEV_DAGU_WAIT.
 
     WORKFLOW is a YAML file here or the name of a shipped one (dagu/workflows/). One with a
     top-level `queue:` key is enqueued. Exit 0 when the run succeeded, 1 otherwise.
     """
     from dagu import runs, service
+    from lanes.base.ui import emit_json
 
     params = runs.parse_params(param)  # refuses secret names before anything is sent
     wf = runs.load_workflow(workflow)
@@ -170,11 +175,16 @@ def run(workflow: str, param: tuple[str, ...], lane_index: int | None, detach: b
         ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
         with ld.api() as api:
             run_id, queued = runs.submit(api, wf, params, say=info)
-            click.echo(f"{run_id}")
+            if not as_json:
+                click.echo(f"{run_id}")
             info(f"run {run_id} of {wf.name}: {'enqueued' if queued else 'started'} on {ld.lane.label}")
             if detach:
+                if as_json:
+                    emit_json({"run_id": run_id, "workflow": wf.name, "queued": queued})
                 return 0
             st = runs.follow(api, wf.name, run_id, wait, poll, info)
+    if as_json:
+        emit_json(runs.run_json(st))
     if not st.done:
         info(f"run {run_id} is still {st.status} after {wait:.0f} s (NEV_DAGU_WAIT); "
              f"follow it with `nev dagu watch {run_id}`")
@@ -204,25 +214,36 @@ def stop_run(run_id: str, lane_index: int | None) -> int:
 @click.option("--once", is_flag=True, help="Read the status once instead of following.")
 @click.option("--step", help="With --once: print the step's exit code (0, N, or - for a signal).")
 @_lane_opt
-def watch(run_id: str, once: bool, step: str | None, lane_index: int | None) -> int:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: the run (id, status, times, steps); with --step, that step.")
+def watch(run_id: str, once: bool, step: str | None, lane_index: int | None, as_json: bool) -> int:
     """Follow a run; with --once --step print the step's exit code and exit with it (- exits 1)."""
     from dagu import runs, service
+    from lanes.base.ui import emit_json
 
     if step and not once:
         raise click.UsageError("--step goes with --once")
     with service.opened(lane_index) as ld, ld.api() as api:
         if step:
-            code, _ = runs.watch_once_step(api, run_id, step)
-            click.echo(code)
+            code, s = runs.watch_once_step(api, run_id, step)
+            if as_json:
+                emit_json({"run_id": run_id, "step": s.name, "status": s.status, "exit": code})
+            else:
+                click.echo(code)
             return int(code) if code.isdigit() else Exit.FAILED
         st = api.find_run(run_id)
         if once:
-            click.echo(f"run {run_id} of {st.name}: {st.status}")
-            for s in st.steps:
-                click.echo(runs.describe_step(s))
+            if as_json:
+                emit_json(runs.run_json(st))
+            else:
+                click.echo(f"run {run_id} of {st.name}: {st.status}")
+                for s in st.steps:
+                    click.echo(runs.describe_step(s))
             return runs.run_exit_code(st) if st.done else 0
         st = runs.follow(api, st.name, run_id, settings.get_float(settings.DAGU_WAIT),
                          settings.get_float(settings.DAGU_POLL), info)
+    if as_json:
+        emit_json(runs.run_json(st))
     return runs.run_exit_code(st) if st.done else Exit.FAILED
 
 

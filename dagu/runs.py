@@ -94,6 +94,15 @@ def describe_step(s: StepStatus) -> str:
     return f"step {s.name}: {s.status}{tail}{err}"
 
 
+def run_json(st: RunStatus) -> dict[str, Any]:
+    """A run as `nev dagu run|watch --json` print it: its status, times and steps (each step's
+    exit code once it ended: 0, N, or - for a signal)."""
+    return {"run_id": st.run_id, "workflow": st.name, "status": st.status, "done": st.done,
+            "started_at": st.started_at, "finished_at": st.finished_at,
+            "steps": [{"name": s.name, "status": s.status, "error": s.error,
+                       "exit": step_exit_code(s) if s.done else None} for s in st.steps]}
+
+
 def run_exit_code(status: RunStatus) -> int:
     return Exit.OK if status.status == "succeeded" else Exit.FAILED
 

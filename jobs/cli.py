@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from lanes.base.laneopt import Default, lane_option
+
 
 @click.group("job")
 def job() -> None:
@@ -12,7 +14,7 @@ def job() -> None:
 
 @job.command("submit")
 @click.argument("manifest", type=click.Path(dir_okay=False))
-@click.option("--lane", "lane_index", type=int, help="Lane index (default NEV_DAGU_LANE, else 0).")
+@lane_option(Default.DAGU)
 @click.option("--repo", type=click.Path(file_okay=False), help="The checkout whose HEAD is the job (default: here).")
 def submit(manifest: str, lane_index: int | None, repo: str | None) -> int:
     """Push job/<name> to the forge and start its workflow run on the lane; prints the run id."""
@@ -97,7 +99,11 @@ def inventory(manifest: str, snapshot: str, declared: str | None, as_json: bool)
 @click.option("--uninstall", is_flag=True, help="Remove the tick.")
 @click.option("--dagu-home", type=click.Path(file_okay=False),
               help="With --install/--uninstall: a scheduled workflow in this Dagu home instead of crontab.")
-def poll(repo: str | None, install_: bool, uninstall: bool, dagu_home: str | None) -> int:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: {\"jobs\": [{job, action, why}], \"exit\": N}, each job's "
+                   "action this tick (the lines go to stderr as always).")
+def poll(repo: str | None, install_: bool, uninstall: bool, dagu_home: str | None,
+         as_json: bool) -> int:
     """The tick: land approved tracks, then read result/* on the forge, land passed jobs, resend 3
     and 7, record 9 and 10; once a day, prune the share's archives (NEV_ARCHIVE_KEEP_DAYS)."""
     from pathlib import Path
@@ -107,9 +113,18 @@ def poll(repo: str | None, install_: bool, uninstall: bool, dagu_home: str | Non
     if install_ and uninstall:
         raise click.UsageError("give --install or --uninstall, not both")
     if install_ or uninstall:
+        if as_json:
+            raise click.UsageError("--json goes with a tick, not with --install or --uninstall")
         return tick.install(Path(repo) if repo else None, Path(dagu_home) if dagu_home else None,
                             on=install_)
-    return tick.tick(Path(repo) if repo else None)
+    if not as_json:
+        return tick.tick(Path(repo) if repo else None)
+    from lanes.base.ui import emit_json
+
+    seen: list[dict[str, str]] = []
+    rc = tick.tick(Path(repo) if repo else None, seen=seen)
+    emit_json({"jobs": seen, "exit": rc})
+    return rc
 
 
 @job.command("revoke")
@@ -140,7 +155,8 @@ def revoke(name: str) -> int:
 @job.command("status")
 @click.argument("name", required=False)
 @click.option("--state", type=click.Path(file_okay=False), help="Read this state folder.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: the jobs (or job NAME) with their records.")
 @click.option("--follow", is_flag=True, help="With NAME: follow a job in flight on its lane "
               "(its stages, its running stage's log) until it ends.")
 def status(name: str | None, state: str | None, as_json: bool, follow: bool) -> int:
@@ -184,10 +200,22 @@ def land(args: tuple[str, ...], check: bool, approved: bool, spec_sha: str | Non
     nev land approve SPEC_NAME [--spec-sha SHA] [--tip SHA]
     nev land --approved
 
-    Exit codes: 0 landed (or --check passed), 1 not landed (reason on one line; also
-    --reviewed-by with no terminal, or under the tick or a job stage: nothing done), 2 rebase
-    conflict outside handoff.md (files named), 130/143 interrupted. See docs/landing.md.
+    0 landed (or --check passed), 1 not landed (reason on one line; also --reviewed-by with no
+    terminal, or under the tick or a job stage: nothing done; also a usage error, as 2 is the
+    reference rig's rebase conflict), 2 rebase conflict outside handoff.md (files named), 3 the
+    gate found no build lane. See docs/landing.md.
     """
+    from lanes.base.errors import NevError, UsageError
+    from lanes.base.exitcodes import Exit
+
+    try:
+        return _land(args, check, approved, spec_sha, tip, reviewed_by, repo)
+    except UsageError as e:
+        raise NevError(e.message, Exit.FAILED) from None      # 2 is a rebase conflict here
+
+
+def _land(args: tuple[str, ...], check: bool, approved: bool, spec_sha: str | None, tip: str | None,
+          reviewed_by: str | None, repo: str) -> int:
     from pathlib import Path
 
     from jobs import approvals
@@ -221,7 +249,7 @@ def writer() -> None:
 
 @writer.command("start")
 @click.argument("worktree", type=click.Path(file_okay=False, exists=True))
-@click.option("--lane", "lane_index", type=int, required=True, help="The lane (index in the lanes file).")
+@lane_option(Default.REQUIRED)
 @click.option("--model", required=True, help="The model the harness is given (--model).")
 @click.option("--brief", type=click.Path(dir_okay=False, exists=True), required=True,
               help="The brief; it goes to ~/.cache/lane-writer-briefs/ on the lane, outside the copy.")
@@ -269,7 +297,7 @@ def writer_start(worktree: str, lane_index: int, model: str, brief: str) -> int:
 
 @writer.command("fetch")
 @click.argument("worktree", type=click.Path(file_okay=False, exists=True))
-@click.option("--lane", "lane_index", type=int, help="Only lane N (default: the lane that has the writer).")
+@lane_option(Default.WRITER)
 def writer_fetch(worktree: str, lane_index: int | None) -> int:
     """Bring the writer's commits into WORKTREE's branch, fast-forward only.
 
@@ -294,7 +322,7 @@ def writer_fetch(worktree: str, lane_index: int | None) -> int:
 
 @writer.command("stop")
 @click.argument("worktree", type=click.Path(file_okay=False, exists=True))
-@click.option("--lane", "lane_index", type=int, help="Only lane N (default: the lane that has the writer).")
+@lane_option(Default.WRITER)
 def writer_stop(worktree: str, lane_index: int | None) -> int:
     """Stop the writer of WORKTREE's lane copy: its process group ends (SIGTERM, then SIGKILL),
     the copy's .env is removed, its commits stay for `nev lane writer fetch`. Prints the last
@@ -322,7 +350,7 @@ def writer_stop(worktree: str, lane_index: int | None) -> int:
 
 
 @writer.command("status")
-@click.option("--lane", "lane_index", type=int, help="Only lane N.")
+@lane_option(Default.EVERY)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def writer_status(lane_index: int | None, as_json: bool) -> int:
     """Writers per lane: running, or exited with its code, and the commits not fetched yet."""

@@ -33,7 +33,7 @@ from jobs.land_gate import fault, run_gate, stop_leftover_gate
 from jobs.landlock import LandLock
 from lanes.base import settings
 from lanes.base.errors import NevError
-from lanes.base.exitcodes import Exit
+from lanes.base.exitcodes import LAND_CONFLICT, Exit
 from lanes.base.gitrun import GitError, Repo
 from lanes.base.ui import info
 
@@ -46,7 +46,7 @@ class NotLanded(NevError):
 
 
 class RebaseConflict(NevError):
-    exit_code = Exit.USAGE      # a rebase conflict outside handoff.md (COMMANDS.md)
+    exit_code = LAND_CONFLICT   # a rebase conflict outside handoff.md (the reference rig's 2)
 
 
 @dataclass

@@ -247,8 +247,15 @@ def _write(environ: Mapping[str, str], name: str, seen: JobRecord | None, **outc
         return True
 
 
-def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
-    """The jobs' part of the tick (`jobs.tick`): one action per job, each said on one line; 1 when one failed."""
+def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str],
+              seen: list[dict[str, str]] | None = None) -> int:
+    """The jobs' part of the tick (`jobs.tick`): one action per job, each said on one line (and
+    added to `seen` as {job, action, why}: `nev job poll --json`); 1 when one failed."""
+    def said(name: str, action: str, why: str, line: str) -> None:
+        info(line)
+        if seen is not None:
+            seen.append({"job": name, "action": action, "why": why})
+
     tips = forge.ls(repo, "result")
     if tips:
         forge.fetch_results(repo)
@@ -266,18 +273,20 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
             continue
         if act.kind is Act.WAIT:
             _write(env, name, rec, polled_at=now)
-            info(f"{name}: waiting: {act.why}")
+            said(name, "waiting", act.why, f"{name}: waiting: {act.why}")
         elif act.kind is Act.RESEND:
             assert rec is not None
             try:
                 run_id = resend(rec)
             except NevError as e:
                 _write(env, name, rec, polled_at=now)
-                info(f"{name}: resend failed: {e}; next tick tries again")
+                said(name, "resend failed", str(e),
+                     f"{name}: resend failed: {e}; next tick tries again")
                 continue
             _write(env, name, rec, polled_at=now, run_id=run_id, status=JobStatus.RESENT,
                    resends=rec.resends + 1, cutoffs=rec.cutoffs + (1 if act.cut_off else 0))
-            info(f"{name}: resent ({act.why}), run {run_id}; not counted as a send")
+            said(name, "resent", act.why,
+                 f"{name}: resent ({act.why}), run {run_id}; not counted as a send")
         else:
             assert res is not None or act.kind is Act.FAILED
             revoke_key(name, env, rec.key_sha256 if rec else None, rec.lane if rec else None)   # the run is over
@@ -288,7 +297,7 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
                 if _write(env, name, rec, polled_at=now, status=JobStatus.FAILED, why=act.why,
                           **found):
                     failed += 1
-                info(f"{name}: failed: {act.why}")
+                said(name, "failed", act.why, f"{name}: failed: {act.why}")
                 # once per job: a run that ended without a result and then its result (a
                 # second tick) fail the same job twice, told once
                 if rec is None or rec.status is not JobStatus.FAILED:
@@ -301,7 +310,7 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str]) -> int:
             except GitError as e:
                 status, why = JobStatus.NOT_LANDED, str(e)
             _write(env, name, rec, status=status, why=why)
-            info(f"{name}: {status}: {why}")
+            said(name, str(status), why, f"{name}: {status}: {why}")
             kind = notify.Kind.LANDED if status is JobStatus.LANDED else notify.Kind.JOB_FAILED
             notify.event(kind, name, f"{status}: {why}", _ident(res, rec), env)
     with records.locked(env) as recs:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
-_LANE = click.option("--lane", "lane_index", type=int,
-                     help="Run on lane N of the lanes file (default: the first that answers).")
+from lanes.base.laneopt import Default, lane_option
+
+_LANE = lane_option(Default.FIRST)
 _REPO = click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".",
                      show_default=True, help="The checkout whose tracks.json declares the suites.")
 

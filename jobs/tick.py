@@ -75,8 +75,9 @@ def one_tick(environ: Mapping[str, str]) -> Iterator[int | None]:
         os.close(fd)
 
 
-def tick(repo_path: Path | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """`nev job poll`: one tick (see the module's table)."""
+def tick(repo_path: Path | None = None, environ: Mapping[str, str] | None = None,
+         seen: list[dict[str, str]] | None = None) -> int:
+    """`nev job poll`: one tick (see the module's table); each job's action added to `seen`."""
     # NEV_UNATTENDED: everything the tick runs (a landScript, a gate) is no person's
     env = {**(os.environ if environ is None else environ), settings.UNATTENDED.name: "1"}
     repo = Repo(Repo(repo_path or Path.cwd()).toplevel())
@@ -87,7 +88,7 @@ def tick(repo_path: Path | None = None, environ: Mapping[str, str] | None = None
         with notify.ticking(env):
             env = with_poll_env(repo, env)
             worst = _tracks(repo, env)
-            worst = max(worst, _jobs(repo, env))
+            worst = max(worst, _jobs(repo, env, seen))
             worst = max(worst, regen.tick_regen(repo.path, env))   # only with NEV_PROVENANCE_REGEN
             _retention(env)
             return worst
@@ -115,11 +116,11 @@ def _tracks(repo: Repo, env: dict[str, str]) -> int:
     return rc
 
 
-def _jobs(repo: Repo, env: dict[str, str]) -> int:
+def _jobs(repo: Repo, env: dict[str, str], seen: list[dict[str, str]] | None = None) -> int:
     if not settings.get(settings.FORGE_URL, env) and not forge_mod.lane_url_from_settings(env):
         info("tick: jobs: skipped: no forge URL (NEV_FORGE_URL, NEV_LANE_GIT_URL or the lanes file's git_url)")
         return 0
-    return poll_mod.poll_jobs(repo, forge_mod.from_settings(env, repo), env)
+    return poll_mod.poll_jobs(repo, forge_mod.from_settings(env, repo), env, seen)
 
 
 def retention_due(stamp: Path, now: float) -> bool:

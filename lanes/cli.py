@@ -7,6 +7,7 @@ from collections.abc import Callable
 import click
 
 from lanes import gateargs
+from lanes.base.laneopt import Default, lane_option
 
 
 class LaneGroup(click.Group):
@@ -72,7 +73,7 @@ class GateCommand(click.Command):
 
 
 @lane.command("run", cls=GateCommand, context_settings={"allow_interspersed_args": False})
-@click.option("--lane", "lane_index", type=int, help="Use lane N of the lanes file (default: first that answers).")
+@lane_option(Default.FIRST)
 @click.option("--pull", multiple=True, metavar="DIR", help="Copy DIR of the lane copy back after the run (repeatable).")
 @click.option("--sandbox", is_flag=True, help="Run COMMAND in the lane's sandbox for model-written code "
               "(no network, no home, no .env; its nev must be installed: docs/sandbox.md).")
@@ -95,7 +96,7 @@ def run(gate_args: gateargs.GateArgs) -> int:
 
 
 @lane.command("on", cls=GateCommand, context_settings={"allow_interspersed_args": False})
-@click.option("--lane", "lane_index", type=int, help="Use lane N of the lanes file (default: first that answers).")
+@lane_option(Default.FIRST)
 @click.option("--lane-only", is_flag=True, help="Exit 3 instead of running locally when no lane answers.")
 @click.option("--pull", multiple=True, metavar="DIR", help="Copy DIR back after the run (ignored on a lane).")
 @click.option("--sandbox", is_flag=True, help="Run COMMAND in the lane's sandbox for model-written code "
@@ -133,7 +134,7 @@ def list_(as_json: bool) -> int:
 
 
 @lane.command("install")
-@click.option("--lane", "lane_index", type=int, help="Only lane N (default: every configured lane).")
+@lane_option(Default.EVERY)
 def install(lane_index: int | None) -> int:
     """Install this nev on the lanes (wheels built here, sent over SSH, installed offline).
 
@@ -151,15 +152,20 @@ def install(lane_index: int | None) -> int:
 
 
 @lane.command("sweep")
-@click.option("--lane", "lane_index", type=int, help="Only lane N.")
+@lane_option(Default.EVERY)
 @click.option("--track", help="Only the copies of this track.")
 @click.option("--dry-run", is_flag=True, help="List what would go, with sizes; change nothing.")
 @click.option("--repo", type=click.Path(file_okay=False, exists=True), default=".",
-              help="The primary checkout (its worktrees name the tracks that keep their copies).")
+              show_default=True, help="The primary checkout, whose worktrees name the tracks that keep their copies "
+                   "(default: here; from another repository no track keeps its copy).")
 @click.option("--archives", is_flag=True,
               help="Instead: prune the share's archive/gate-logs, job-logs and corpus older than "
                    "NEV_ARCHIVE_KEEP_DAYS, keeping the newest per worktree or job.")
-def sweep(lane_index: int | None, track: str | None, dry_run: bool, repo: str, archives: bool) -> int:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: per lane swept, each decision and what was removed (the "
+                   "lines go to stderr); not with --archives.")
+def sweep(lane_index: int | None, track: str | None, dry_run: bool, repo: str, archives: bool,
+          as_json: bool) -> int:
     """Remove lane copies whose track has no worktree in the primary checkout.
 
     Keeps the primary's own copy, copies with a process in them, copies locked by a running
@@ -179,17 +185,23 @@ def sweep(lane_index: int | None, track: str | None, dry_run: bool, repo: str, a
     from lanes.base.gitrun import Repo
 
     if archives:
-        if track:
-            raise click.UsageError("--archives and --track do not go together")
-        lanes = [ln for ln in lanesfile.configured().lanes if lane_index is None or ln.index == lane_index]
+        if track or as_json:
+            other = "--track" if track else "--json"
+            raise click.UsageError(f"--archives and {other} do not go together")
+        lanes = lanesfile.pick(lanesfile.configured(), lane_index)
         status, _ = sw.sweep_archives(settings.get_float(settings.ARCHIVE_KEEP_DAYS), dry_run, lanes)
         return status
-    status, _ = sw.sweep(lane_index, track, dry_run, Repo(Path(repo)))
+    if not as_json:
+        return sw.sweep(lane_index, track, dry_run, Repo(Path(repo)))[0]
+    from lanes.base.ui import emit_json, info
+
+    status, results = sw.sweep(lane_index, track, dry_run, Repo(Path(repo)), say=info)
+    emit_json([sw.as_json(r) for r in results])
     return status
 
 
 @lane.command("provision")
-@click.option("--lane", "lane_index", type=int, help="Only lane N.")
+@lane_option(Default.EVERY)
 @click.option("--packages", help="Comma-separated Debian packages (default: what the gate needs).")
 @click.option("--apt-proxy", help="apt proxy on the node's bridge (default NEV_LANE_APT_PROXY).")
 @click.option("--ssh-user", default="root", show_default=True, help="Who provisions on the guest.")
@@ -234,11 +246,13 @@ def provision(lane_index: int | None, packages: str | None, apt_proxy: str | Non
 @click.option("--vmid", type=int, help="pct: the guest id.")
 @click.option("--gateway", help="pct: the guest's default gateway.")
 @click.option("--storage", default="local-lvm", show_default=True, help="pct: storage of the root disk.")
-@click.option("--print", "print_only", is_flag=True, help="pct: print the command lines, run nothing.")
+@click.option("--dry-run", "print_only", is_flag=True,
+              help="pct: print the command lines, run nothing.")
+@click.option("--print", "print_legacy", is_flag=True, hidden=True)     # --dry-run's old name
 def create(backend: str, name: str, node: str, addr: str, bridge: str | None, cpus: int, memory_gb: int,
            disk_gb: int, binds: tuple[str, ...], shared: str | None, authorized_key: str, lxcpath: str | None,
            cache: str | None, out_dir: str | None, vmid: int | None, gateway: str | None, storage: str,
-           print_only: bool) -> int:
+           print_only: bool, print_legacy: bool) -> int:
     """Create a lane as an unprivileged LXC guest started at node boot (lxc on a Debian host, pct on Proxmox)."""
     from pathlib import Path
 
@@ -246,6 +260,7 @@ def create(backend: str, name: str, node: str, addr: str, bridge: str | None, cp
     from lanes.base import settings
     from lanes.base.errors import UsageError
 
+    print_only = print_only or print_legacy
     all_binds = [cr.Bind.parse(b) for b in binds]
     if shared:
         all_binds.append(cr.Bind(cr.check_abs(shared, "--shared"), "/srv/lane-shared"))
@@ -280,13 +295,16 @@ def _node(spec: str):  # type: ignore[no-untyped-def]
 @click.option("--vmid", type=int, help="pct: the guest id.")
 @click.option("--node", default="local", show_default=True, help="`local` or [root@]host[:port].")
 @click.option("--lxcpath", default=None, help="Absolute lxcpath on the node (default /var/lib/lxc).")
-@click.option("--print", "print_only", is_flag=True, help="pct: print the command lines, run nothing.")
+@click.option("--dry-run", "print_only", is_flag=True,
+              help="pct: print the command lines, run nothing.")
+@click.option("--print", "print_legacy", is_flag=True, hidden=True)     # --dry-run's old name
 def destroy(backend: str, name: str | None, vmid: int | None, node: str, lxcpath: str | None,
-            print_only: bool) -> int:
+            print_only: bool, print_legacy: bool) -> int:
     """Stop and remove a lane guest and everything it held on the node (its image stays cached)."""
     from lanes import create as cr
     from lanes.base.errors import UsageError
 
+    print_only = print_only or print_legacy
     if backend == "pct":
         if vmid is None:
             raise UsageError("--backend pct needs --vmid")

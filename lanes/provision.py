@@ -228,9 +228,7 @@ def run(node: Node, params: Params, label: str) -> list[str]:
 
 def provision_lanes(lane_index: int | None, params: Params, ssh_user: str = "root") -> int:
     lf = lanesfile.configured()
-    lanes = lf.lanes if lane_index is None else [ln for ln in lf.lanes if ln.index == lane_index]
-    if not lanes:
-        raise ConfigError(f"--lane {lane_index}: no such lane; the lanes file lists {len(lf.lanes)}")
+    lanes = lanesfile.pick(lf, lane_index)      # a --lane no lane has: a usage error (2)
     for ln in lanes:
         t = ln.target
         node = Node(f"{ssh_user}@{t.host}:{t.port}", default_known_hosts(), default_key_file(), jump=ln.jump_target)

@@ -273,6 +273,19 @@ class LaneSweep:
     peak_rss_kb: dict = field(default_factory=dict)   # of the survey on the lane (and its largest du)
 
 
+def as_json(s: LaneSweep) -> dict[str, object]:
+    """One lane's sweep as `nev lane sweep --json` prints it: each decision (copies, writer
+    records, installs: name, remove, why, size in bytes), the stale agents, and what was removed
+    or failed (empty on a dry run)."""
+    def rows(ds: list[Decision]) -> list[dict[str, object]]:
+        return [{"name": d.name, "remove": d.remove, "why": d.why, "size": d.size} for d in ds]
+
+    return {"lane": s.lane.index, "ssh": s.lane.ssh, "free_gb": s.free_gb,
+            "copies": rows(s.decisions), "writers": rows(s.writers), "installs": rows(s.installs), "stale_agents": s.agents,
+            "removed": s.removed, "installs_removed": s.installs_removed,
+            "agents_removed": s.agents_removed, "failed": s.failed}
+
+
 def survey(conn: Connection, lane: Lane, nas: str | None) -> SurveyResult:
     """The agent's facts about every copy under the lane root, and whether the `nas` folder is there."""
     try:
@@ -358,9 +371,10 @@ def sweep(lane_index: int | None = None, track: str | None = None, dry_run: bool
     """Sweep every configured lane (or one); print a line per copy. Exit 1 when a lane could not
     be swept or a removal failed (named on its line); nothing done is undone."""
     lf = lanesfile.configured()
-    chosen = lanes if lanes is not None else [ln for ln in lf.lanes if lane_index is None or ln.index == lane_index]
+    # a --lane no lane has is a usage error (2)
+    chosen = lanes if lanes is not None else lanesfile.pick(lf, lane_index)
     if not chosen:
-        raise NevError(f"--lane {lane_index}: no such lane; the lanes file lists {len(lf.lanes)}")
+        raise NevError(f"no lanes to sweep; the lanes file lists {len(lf.lanes)}")
     repo = repo or Repo(Path("."))
     try:
         tracks, primary, key = primary_tracks(repo)

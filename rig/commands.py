@@ -11,7 +11,7 @@ from types import ModuleType
 
 import click
 
-from lanes.base.exitcodes import Exit
+from lanes.base.exitcodes import Exit, codes_of, help_epilog
 from rig.entry import guarded
 
 
@@ -20,7 +20,7 @@ def _lanes() -> ModuleType:
     (tracks.json) jobs'; jobs' command line is imported only when `writer` is named."""
     cli = import_module("lanes.cli")
     cli.lane.loaders["writer"] = ("Writers on a lane: start one in a worktree's lane copy, fetch...",
-                                  lambda: import_module("jobs.cli").writer)
+                                  lambda: _shared(import_module("jobs.cli").writer, "lane writer"))
     return cli
 
 
@@ -58,21 +58,44 @@ class _Nev(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in GROUPS:
             module = GROUPS[cmd_name]()
-            self.add_command(getattr(module, cmd_name, None) or getattr(module, f"{cmd_name}_group"), cmd_name)
+            group = getattr(module, cmd_name, None) or getattr(module, f"{cmd_name}_group")
+            self.add_command(_shared(group, cmd_name), cmd_name)
         return super().get_command(ctx, cmd_name)
+
+
+def _verbose(ctx: click.Context, param: click.Parameter, value: int) -> None:
+    if value:
+        logging.getLogger().setLevel(logging.DEBUG)
+
+
+def _shared(cmd: click.Command, path: str) -> click.Command:
+    """`cmd` and the commands under it with what every command has: its exit codes at the end of
+    its --help (from `lanes.base.exitcodes.COMMANDS`) and `-v` after the group too (`nev lane -v
+    list`, `nev lane list -v`; `nev lane run|on` take it before `run`, as their own parser passes
+    what follows WORKTREE to COMMAND). A command loaded later by name (`nev lane writer`) gets it
+    when loaded."""
+    if getattr(cmd, "_nev_shared", False):
+        return cmd
+    cmd._nev_shared = True  # type: ignore[attr-defined]
+    cmd.epilog = help_epilog(path)
+    if not any("-v" in getattr(p, "opts", ()) for p in cmd.params) and not _gated(cmd):
+        cmd.params.append(click.Option(["-v", "--verbose"], count=True, expose_value=False,
+                                       callback=_verbose, help="Debug logging (as `nev -v`)."))
+    for name, sub in getattr(cmd, "commands", {}).items():
+        _shared(sub, f"{path} {name}".strip())
+    return cmd
+
+
+def _gated(cmd: click.Command) -> bool:
+    """A command whose arguments another parser reads (`nev lane run|on`, `nev job step`)."""
+    return not cmd.add_help_option or type(cmd).__name__ == "GateCommand"
 
 
 @click.group(cls=_Nev, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(None, "--version", package_name="nev", prog_name="nev")
 @click.option("-v", "--verbose", count=True, help="Debug logging (commands run, masked).")
 def cli(verbose: int) -> None:
-    """nev: run the build-and-generation rig from a development box.
-
-    Exit codes: 0 done, 1 refused or failed, 2 usage, 3 nothing ran: not available now (no lane
-    answered; a job's inventory not ready), 4 lane disk short, 5 a pulled folder refused, 7 publish failed, 8 stopped,
-    9 requirements unmet, 10 inventory refusal that never clears, 130/143 interrupted.
-    See docs/exit-codes.md.
-    """
+    """nev: run the build-and-generation rig from a development box."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(name)s: %(message)s", stream=sys.stderr)
 
@@ -115,10 +138,23 @@ def main(argv: list[str] | None = None) -> int:
             print("nev: interrupted", file=sys.stderr)
             return Exit.INTERRUPTED
         except click.UsageError as e:
-            e.show()
-            return Exit.USAGE
+            return usage_error(e)
         except click.ClickException as e:
             e.show()
             return Exit.FAILED
 
     return guarded(call)
+
+
+def usage_error(e: click.UsageError) -> int:
+    """A usage error as one line, `nev: what; see `nev ... --help``, and its command's usage code
+    (2; `nev land`, whose 2 is a rebase conflict, exits 1: not landed)."""
+    from lanes.base.mask import mask
+
+    path = e.ctx.command_path if e.ctx else "nev"
+    what = " ".join(e.format_message().split()).rstrip(".")
+    print(f"nev: {mask(what)}; see `{path} --help`", file=sys.stderr)
+    return codes_of(path.removeprefix("nev").strip()).usage
+
+
+_shared(cli, "")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from lanes.base import settings
-from lanes.base.exitcodes import Exit
+from lanes.base.exitcodes import COMMANDS, SHARED, Exit
 
 HEADER = """# Settings and files
 
@@ -62,16 +62,20 @@ def render() -> str:
 
 EXIT_HEADER = """# Exit codes
 
-Shared by every `nev` command; each code means one thing. Errors print one line on stderr,
-`nev: ...`, naming the file, setting or host at fault and what to do. This page is generated from
-`lanes/base/exitcodes.py` (`python -m rig.docgen exit-codes > docs/exit-codes.md`).
+Each code means one thing, except where a command defines a code itself (the last table: `nev
+land`'s 2 is the reference rig's rebase conflict). Errors print one line on stderr, `nev: ...`,
+naming the file, setting or host at fault and what to do; a usage error too (`nev: No such option
+'--bogus'; see `nev lane run --help``). Each command's `--help` ends with the codes it can return.
+This page is generated from `lanes/base/exitcodes.py` (`python -m rig.docgen exit-codes >
+docs/exit-codes.md`).
 
 | code | name | meaning |
 |---|---|---|
 """
 
 EXIT_FOOTER = """
-`nev lane run` otherwise exits with the remote command's status (see [lanes](lanes.md)).
+`nev lane run` and `nev lane on` otherwise exit with the remote command's status, `nev sandbox
+exec` with its command's, `nev dagu watch --once --step` with the step's (see [lanes](lanes.md)).
 """
 
 
@@ -80,6 +84,16 @@ def render_exit_codes() -> str:
     out = EXIT_HEADER + "\n".join(rows) + "\n"
     out += "\n## What a code stands for, per command\n\n| code | command | there |\n|---|---|---|\n"
     out += "".join(f"| {int(e)} | {cmd} | {what} |\n" for e in Exit for cmd, what in e.where)
+    shared = ", ".join(str(int(e)) for e in SHARED)
+    out += (f"\n## The codes each command can return\n\nEvery command can return the shared codes "
+            f"{shared}; a usage error exits 2, except where a command defines 2 itself. "
+            "Beyond those:\n\n"
+            "| command | codes beyond the shared ones | defined by the command itself | "
+            "a usage error exits | otherwise |\n|---|---|---|---|---|\n")
+    for path, c in sorted(COMMANDS.items()):
+        extra = ", ".join(str(int(e)) for e in c.extra) or "-"
+        own = "; ".join(f"{n}: {meaning}" for n, _, meaning in c.own) or "-"
+        out += f"| `nev {path}` | {extra} | {own} | {c.usage} | {c.passes or '-'} |\n"
     return out + EXIT_FOOTER
 
 

@@ -19,19 +19,31 @@ def forward() -> None:
               help="Seconds to wait for each forward to answer its check.")
 @click.option("--install", "install_", is_flag=True,
               help="Also add the @reboot crontab line that runs `nev rig forward up` (once).")
-def up(names: tuple[str, ...], timeout: float, install_: bool) -> int:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON afterwards, as `status --json` (all_up, forwards[]); the lines "
+                   "go to stderr.")
+def up(names: tuple[str, ...], timeout: float, install_: bool, as_json: bool) -> int:
     """Start a supervisor for each declared forward not running yet; wait until each answers.
 
     One line per forward: `NAME 127.0.0.1:PORT -> TARGET up`. Forwards already running are left
     as they are. Exits 1 naming each forward that did not come up and what ssh said.
     """
+    from lanes.base.ui import emit_json
     from rig import rigfile
     from rig.forward import control
 
+    def err(line: str) -> None:
+        click.echo(line, err=True)
+
+    say = err if as_json else click.echo
     rig = control.load(rigfile.default_path())
     if install_:
-        control.install(rig.path, True, click.echo)
-    return control.up(rig, names, timeout, click.echo, lambda line: click.echo(line, err=True))
+        control.install(rig.path, True, say)
+    rc = control.up(rig, names, timeout, say, err)
+    if as_json:
+        rows = control.status(rig, names)
+        emit_json({"all_up": all(r.up for r in rows), "forwards": [r.to_json() for r in rows]})
+    return rc
 
 
 @forward.command("down")

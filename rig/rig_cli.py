@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from lanes.base.laneopt import Default, lane_option
 from rig.forward_cli import forward
 from rig.services_cli import services
 from rig.serving_cli import COMMANDS as SERVING_COMMANDS
@@ -84,24 +85,32 @@ def collect(timeout: float, interface: str | None, expect: int | None, every: fl
 @click.option("--every", type=float, help="Repeat every S seconds (300 on the rig: NEV_PROBE_EVERY).")
 @click.option("--rounds", type=int, help="With --every: stop after N rounds.")
 @click.option("--timeout", type=float, help="Seconds per alias probe (default NEV_PROBE_TIMEOUT).")
-def probe(every: float | None, rounds: int | None, timeout: float | None) -> int:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: one line per round, {\"round\": N, \"aliases\": {alias: state}}.")
+def probe(every: float | None, rounds: int | None, timeout: float | None, as_json: bool) -> int:
     """One real completion per alias (max_tokens 1); record status, since, last answer.
 
     Status changes after NEV_PROBE_FAILS failures or NEV_PROBE_OKS answers in a row.
     """
+    import json
+
     from bench import folknet, gateway
     from lanes.base import settings
     from rig.inventory import inventoryfile
     from rig.inventory import probe as pr
 
     t = timeout if timeout is not None else settings.get_float(settings.PROBE_TIMEOUT)
+    def line(n: int, aliases: dict[str, object]) -> None:
+        click.echo(json.dumps({"round": n, "aliases": aliases}, sort_keys=True, default=str))
+
     return pr.run(inventoryfile.default_path(), folknet.load(folknet.default_path()), gateway.endpoint_from_settings(),
-                  t, pr.Policy.from_settings(), every, rounds)
+                  t, pr.Policy.from_settings(), every, rounds, on_round=line if as_json else None)
 
 
 @rig.command("status")
-@click.option("--lane", "lane_index", type=int, help="Read lane N's snapshot over SSH.")
-@click.option("--json", "as_json", is_flag=True)
+@lane_option(Default.HERE)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: the snapshot (aliases with status, held for, last answer).")
 @click.option("--ansible", is_flag=True,
               help="Print the snapshot's hosts as an Ansible --list inventory (reached through the jump host).")
 def status(lane_index: int | None, as_json: bool, ansible: bool) -> int:
@@ -130,8 +139,7 @@ def status(lane_index: int | None, as_json: bool, ansible: bool) -> int:
 
 
 @rig.command("metrics")
-@click.option("--lane", "lane_index", type=int,
-              help="Read lane N's inventory snapshot over SSH (as `status --lane`).")
+@lane_option(Default.HERE)
 @click.option("--skip", multiple=True,
               type=click.Choice(["aliases", "jobs", "lanes", "dagu", "counts"]),
               help="Leave a source out (its nev_source_up is 0); repeat for more.")
@@ -207,7 +215,8 @@ def restore(label: str, roles: tuple[str, ...], dry_run: bool) -> int:
 
 
 @rig.command("snapshots")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: a list, one object per snapshot ([] when none).")
 def snapshots(as_json: bool) -> int:
     """Labels, times and roles of the snapshots; a damaged label is named (stderr) and exits 1."""
     from lanes.base.ui import emit_json
@@ -231,12 +240,22 @@ def snapshots(as_json: bool) -> int:
 @rig.command("diff")
 @click.argument("label")
 @click.argument("other", required=False)
-def diff(label: str, other: str | None) -> int:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: a list of what differs (role, host, file or command, left, "
+                   "right, lines).")
+def diff(label: str, other: str | None, as_json: bool) -> int:
     """Diff a snapshot against another or the live state (secrets masked)."""
     from rig.snapshot.context import Context
-    from rig.snapshot.diff import compare
+    from rig.snapshot.diff import compare, entries, sides
 
-    text = compare(Context.load(), label, other)
+    ctx = Context.load()
+    if as_json:
+        from lanes.base.ui import emit_json
+
+        left, _, right = sides(ctx, label, other)
+        emit_json(entries(left, right, ctx.rig.roles))
+        return 0
+    text = compare(ctx, label, other)
     click.echo(text.rstrip("\n") if text else f"no differences between {label} and {other or 'live'}")
     return 0
 
@@ -355,7 +374,8 @@ def throughput(alias: str, inflight: str, n_requests: int | None, max_tokens: in
 @rig.command("capacity")
 @click.option("--declared", "declared_file", type=click.Path(dir_okay=False),
               help="Per-class power figures, budget and candidate size (default NEV_CAPACITY_FILE).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: per alias the declared and measured figures.")
 def capacity(declared_file: str | None, as_json: bool) -> int:
     """Candidates per hour per pool and power per role; warns when a power budget is exceeded.
 

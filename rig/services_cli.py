@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from lanes.base.laneopt import Default, lane_option
+
 
 @click.group("services")
 def services() -> None:
@@ -21,9 +23,7 @@ def _lanes(lane_index: int | None) -> list:
 
 
 @services.command("install")
-@click.option(
-    "--lane", "lane_index", type=int, help="Only lane N (default: every configured lane)."
-)
+@lane_option(Default.EVERY)
 @click.option(
     "--collector",
     type=click.IntRange(min=0),
@@ -90,9 +90,7 @@ def install(
 
 
 @services.command("status")
-@click.option(
-    "--lane", "lane_index", type=int, help="Only lane N (default: every configured lane)."
-)
+@lane_option(Default.EVERY)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(lane_index: int | None, as_json: bool) -> int:
     """Each lane's services as the lane reports them: state, PID, uptime, restarts, last exit.
@@ -111,9 +109,7 @@ def status(lane_index: int | None, as_json: bool) -> int:
 
 
 @services.command("remove")
-@click.option(
-    "--lane", "lane_index", type=int, help="Only lane N (default: every configured lane)."
-)
+@lane_option(Default.EVERY)
 @click.option("--dry-run", is_flag=True, help="Say what would go; change nothing.")
 def remove(lane_index: int | None, dry_run: bool) -> int:
     """Stop the services, remove the @reboot line and their files from the lanes."""

@@ -21,16 +21,28 @@ TAIL = """
     stops only as one (naming one half is refused). Exits 1 naming the step that failed."""
 
 
+# The options each verb takes: --force where a replica is stopped, --grace where calls are drained,
+# --probe-timeout where one is started (`nev rig start --help` offers no --force or --grace).
+OPTIONS = {"drain": {"force", "grace"}, "stop": {"force"}, "start": {"probe_timeout"},
+           "restart": {"force", "grace", "probe_timeout"}}
+GRACE_S = PROBE_S = 60.0
+
+
 def _make(verb: str) -> click.Command:
-    @click.command(verb, help=HELP[verb] + TAIL)
+    no_force = (" A stop\n    that would leave an alias with no ready replica is refused "
+                "unless --force.")
+    tail = TAIL if "force" in OPTIONS[verb] else TAIL.replace(no_force, "")
+    @click.command(verb, help=HELP[verb] + tail)
     @click.argument("spec", metavar="ROLE[/REPLICA]")
     @click.option("--dry-run", is_flag=True, help="Print the steps; change nothing.")
     @click.option("--force", is_flag=True, help="Stop even the last ready replica of an alias.")
-    @click.option("--grace", type=click.FloatRange(min=0), default=60.0, show_default=True,
+    @click.option("--grace", type=click.FloatRange(min=0), default=GRACE_S, show_default=True,
                   help="Seconds a drain waits for calls in flight before it stops the replica.")
-    @click.option("--probe-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
+    @click.option("--probe-timeout", type=click.FloatRange(min=1), default=PROBE_S,
+                  show_default=True,
                   help="Seconds the completion through the gateway may take after a start.")
-    def cmd(spec: str, dry_run: bool, force: bool, grace: float, probe_timeout: float) -> int:
+    def cmd(spec: str, dry_run: bool, force: bool = False, grace: float = GRACE_S,
+            probe_timeout: float = PROBE_S) -> int:
         from lanes.base.mask import known_secrets, mask
         from rig import rigfile
         from rig.serving.actions import run_verb
@@ -42,6 +54,7 @@ def _make(verb: str) -> click.Command:
         return run_verb(verb, spec, rigfile.load(rigfile.default_path()), notes_dir(), say, grace=grace,
                         force=force, dry_run=dry_run, probe_timeout=probe_timeout)
 
+    cmd.params = [p for p in cmd.params if p.name in {"spec", "dry_run", *OPTIONS[verb]}]
     return cmd
 
 

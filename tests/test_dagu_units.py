@@ -85,6 +85,20 @@ def test_parse_run_reads_nodes():
     assert st.done and st.worker_id == "lane1" and step_exit_code(st.step("s")) == "7"
 
 
+def test_run_json_is_what_dagu_run_and_watch_print_with_json():
+    import json
+
+    from dagu.runs import run_json
+
+    nodes = [{"step": {"name": "s"}, "statusLabel": "failed", "error": "exit status 7"},
+             {"step": {"name": "t"}, "statusLabel": "running"}]
+    st = parse_run({"dagRunDetails": {"name": "x", "dagRunId": "r", "statusLabel": "failed",
+                                      "startedAt": "t0", "nodes": nodes}})
+    got = json.loads(json.dumps(run_json(st)))
+    assert (got["run_id"], got["workflow"], got["status"], got["done"]) == ("r", "x", "failed", True)
+    assert [(s["name"], s["exit"]) for s in got["steps"]] == [("s", "7"), ("t", None)]
+
+
 def test_a_run_and_its_steps_keep_their_times_and_end_on_their_own_labels():
     st = parse_run({"name": "x", "dagRunId": "r", "statusLabel": "running", "startedAt": "t0",
                     "nodes": [{"step": {"name": "a"}, "statusLabel": "skipped", "startedAt": "t1", "finishedAt": "t2"}]})

@@ -174,7 +174,11 @@ def test_up_brings_both_forwards_up_and_a_second_up_is_a_no_op(rig):
 
 
 def test_status_json_shape_and_text(rig):
-    assert rig.nev("up").returncode == 0
+    up = rig.nev("up", "--json")                 # the lines on stderr, the forwards' states as JSON
+    assert up.returncode == 0, up.stderr
+    doc = json.loads(up.stdout)
+    assert doc["all_up"] and {f["name"] for f in doc["forwards"]} == {"forge", "gateway"}
+    assert " up" in up.stderr
     r = rig.nev("status")
     assert r.returncode == 0
     assert "forge" in r.stdout and "HTTP 401" in r.stdout and "since" in r.stdout

@@ -326,10 +326,13 @@ def test_the_tick_resends_a_cut_off_run_once_then_records_the_second_cut_off_as_
     monkeypatch.setattr(poll_mod, "resend", lambda rec: (sent.append(rec.run_id), f"run-{len(sent) + 1}")[1])
     repo = Repo(dev)
     f = forge_mod.from_settings(env, repo)
-    assert poll_mod.poll_jobs(repo, f, env) == 0
+    seen: list[dict[str, str]] = []                  # what `nev job poll --json` prints
+    assert poll_mod.poll_jobs(repo, f, env, seen) == 0
     rec = records.read(env).jobs["demo"]
     assert sent == ["run-1"] and (rec.status, rec.run_id, rec.resends, rec.cutoffs) == ("resent", "run-2", 1, 1)
-    assert poll_mod.poll_jobs(repo, f, env) == 1          # cut off again: failed, not resent
+    assert [(s["job"], s["action"]) for s in seen] == [("demo", "resent")] and seen[0]["why"]
+    assert poll_mod.poll_jobs(repo, f, env, seen) == 1          # cut off again: failed, not resent
+    assert [s["action"] for s in seen] == ["resent", "failed"]
     rec = records.read(env).jobs["demo"]
     assert sent == ["run-1"] and (rec.status, rec.resends, rec.cutoffs) == ("failed", 1, 1)
     assert rec.why and "cut off again" in rec.why

@@ -155,16 +155,17 @@ def test_pct_destroy_command_lines_match_the_recorded_file():
     assert got == (GOLDEN / "pct_destroy.txt").read_text()
 
 
-def test_cli_pct_print_gives_the_recorded_command_lines(tmp_path):
+def test_cli_pct_dry_run_gives_the_recorded_command_lines(tmp_path):
     pub = tmp_path / "k.pub"
     pub.write_text("ssh-ed25519 AAAA test\n")
-    cp = nev("lane", "create", "--backend", "pct", "--print", "--vmid", "201", "--name", "lane0",
+    cp = nev("lane", "create", "--backend", "pct", "--dry-run", "--vmid", "201", "--name", "lane0",
              "--addr", "10.20.0.11", "--gateway", "10.20.0.1", "--shared", "/mnt/pve/nas/lane-shared",
              "--authorized-key", str(pub))
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout == (GOLDEN / "pct_create.txt").read_text()
-    cp = nev("lane", "destroy", "--backend", "pct", "--print", "--vmid", "201")
-    assert cp.returncode == 0 and cp.stdout == (GOLDEN / "pct_destroy.txt").read_text()
+    for spelling in ("--dry-run", "--print"):       # --print: the old spelling, hidden, still taken
+        cp = nev("lane", "destroy", "--backend", "pct", spelling, "--vmid", "201")
+        assert cp.returncode == 0 and cp.stdout == (GOLDEN / "pct_destroy.txt").read_text()
 
 
 def test_cli_lxc_without_bridge_is_a_usage_error(tmp_path):

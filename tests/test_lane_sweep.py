@@ -295,6 +295,10 @@ def test_dry_run_changes_nothing_and_its_sizes_match_du(scene):
     lines = sw.report(s, True)
     assert any(ln.startswith(f"lane 0: would remove {names[0]} (") for ln in lines)
     assert lines[-1].startswith("lane 0: would free ")
+    j = json.loads(json.dumps(sw.as_json(s)))      # `nev lane sweep --dry-run --json`: the same
+    got = {c["name"]: (c["remove"], c["size"]) for c in j["copies"]}
+    assert got == {d.name: (d.remove, d.size) for d in s.decisions}
+    assert j["lane"] == 0 and j["removed"] == []
 
 
 def test_sweep_removes_the_cached_agents_that_are_not_current(scene, box):

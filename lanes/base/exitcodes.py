@@ -2,13 +2,18 @@
 gives it a narrower sense. `docs/exit-codes.md` is generated from this enum (`python -m rig.docgen
 exit-codes > docs/exit-codes.md`).
 
-Each code means one thing. 3 is "nothing ran: what the command needs is not available now; the same
+Each code means one thing, except where a command defines a code itself (`COMMANDS`: `nev land`'s 2,
+the reference rig's rebase conflict). `COMMANDS` says, per command, which codes it can return: the
+shared ones (`SHARED`, every command) and its own; each command's `--help` lists them from there.
+3 is "nothing ran: what the command needs is not available now; the same
 request may succeed later": for the lane commands (and what runs through a lane: batches, floors,
 the landing's gate) that is a build lane, for a job the inventory; the poller resends on it.
 """
 
 from __future__ import annotations
 
+import textwrap
+from dataclasses import dataclass
 from enum import IntEnum
 
 
@@ -47,9 +52,8 @@ class Exit(IntEnum):
         ("`nev oracle suite run`", "something changed: new failures or new passes against the "
          "suite's expectations (each listed)"),
     )
-    USAGE = 2, "usage error: bad arguments or options", (
-        ("`nev land`", "a rebase conflict outside `handoff.md` (the files named): the branch must change first"),
-    )
+    USAGE = 2, ("usage error: an unknown option or command, a missing argument, or a bad value "
+                "(a `--lane` no lane has, an unknown role); one line `nev: ...`")
     UNAVAILABLE = 3, ("nothing ran: what the command needs is not available now; the same request may "
                       "succeed later"), (
         ("`nev lane`, `nev batch run`, `nev floors`, `nev land`'s gate, `nev oracle suites fetch`, "
@@ -85,3 +89,111 @@ class Exit(IntEnum):
     TERMINATED = 143, "terminated (SIGTERM); a command running on a lane is stopped too"
     CONNECTION_DROPPED = 255, ("`nev lane run`: the connection to the lane dropped mid-run (a second call "
                                "stops the command and removes the `.env` files)")
+
+
+# Every command can return these: done, refused or failed (also a malformed settings file), a usage
+# error, and an interrupt or SIGTERM.
+SHARED: tuple[Exit, ...] = (Exit.OK, Exit.FAILED, Exit.USAGE, Exit.INTERRUPTED, Exit.TERMINATED)
+
+# `nev land`'s 2 is the reference rig's rebase conflict: the branch must change first.
+LAND_CONFLICT = 2
+
+# A word or two per code for a command's --help (the page has the whole meaning).
+SHORT: dict[int, str] = {
+    0: "done", 1: "refused or failed", 2: "usage error", 3: "nothing ran, not available now",
+    4: "lane disk short", 5: "a pulled folder refused", 7: "publish failed", 8: "stopped",
+    9: "requirements unmet", 10: "inventory refusal that never clears", 11: "no ground truth",
+    12: "budget bound", 13: "no sandbox here", 130: "interrupted", 143: "terminated",
+    255: "connection to the lane dropped",
+}
+
+
+@dataclass(frozen=True)
+class Codes:
+    """What one command can exit with, beyond SHARED: `extra` codes of the enum; `own` codes the
+    command defines itself (number, a word or two for --help, the meaning; they replace the
+    shared meaning); `usage` the code its usage errors exit with (2, unless the command defines 2
+    itself); `passes` whose exit status it otherwise returns (a remote command's), else empty."""
+
+    extra: tuple[Exit, ...] = ()
+    own: tuple[tuple[int, str, str], ...] = ()
+    usage: int = Exit.USAGE
+    passes: str = ""
+
+    def codes(self) -> list[int]:
+        """Every code the command can return, in order."""
+        return sorted({*map(int, SHARED), *map(int, self.extra), *(c for c, _, _ in self.own)})
+
+
+_E = Exit
+_LANE = (_E.UNAVAILABLE,)      # reads the lanes file: none configured, or the lane did not answer
+_GATE = (_E.UNAVAILABLE, _E.DISK_SHORT, _E.PULL_REFUSED, _E.NO_SANDBOX, _E.CONNECTION_DROPPED)
+_JOB = (_E.UNAVAILABLE, _E.STOPPED, _E.UNMET, _E.REFUSED, _E.BUDGET)
+_SCORE = (_E.UNAVAILABLE, _E.NO_GROUND_TRUTH)
+
+# Per command (its path after `nev`): the codes it can return beyond SHARED. A test walks the
+# command tree: every command is here, and its --help lists exactly these codes.
+COMMANDS: dict[str, Codes] = {
+    "settings": Codes(), "ledger": Codes(), "scores": Codes(_SCORE),
+    "land": Codes((_E.UNAVAILABLE,), usage=Exit.FAILED, own=(
+        (LAND_CONFLICT, "rebase conflict",
+         "a rebase conflict outside `handoff.md` (the files named): the branch must change first"),)),
+    "batch plan": Codes(), "batch run": Codes((_E.UNAVAILABLE, _E.BUDGET, _E.NO_SANDBOX)),
+    "box demo": Codes(), "box down": Codes(), "box env": Codes(), "box shape": Codes(),
+    "box status": Codes(), "box up": Codes(),
+    **{f"dagu {c}": Codes(_LANE) for c in (
+        "autostart", "clean-jobs", "prune-mirror", "queue", "run", "start", "status", "stop",
+        "stop-run", "tunnel", "up")},
+    "dagu watch": Codes(_LANE, passes="with --once --step, the step's exit code"),
+    "floors check": Codes(_SCORE), "floors raise": Codes(_SCORE),
+    "job check inventory": Codes((_E.UNAVAILABLE, _E.REFUSED)),
+    "job check preflight": Codes((_E.UNMET,)),
+    "job poll": Codes((_E.UNAVAILABLE,), passes="the landing's (as `nev land --approved`: 2 a rebase "
+                      "conflict) or the tracks' specWatch.landScript's status"), "job revoke": Codes(), "job run": Codes(_JOB), "job status": Codes(_JOB),
+    "job step": Codes((*_JOB, _E.PUBLISH_FAILED)), "job submit": Codes(_LANE),
+    "lane create": Codes(_LANE), "lane destroy": Codes(), "lane install": Codes(_LANE),
+    "lane list": Codes(_LANE), "lane provision": Codes(_LANE), "lane sweep": Codes(_LANE),
+    "lane run": Codes(_GATE, passes="COMMAND's own status"),
+    "lane on": Codes(_GATE, passes="COMMAND's own status"),
+    "lane writer fetch": Codes(_LANE), "lane writer start": Codes(_LANE),
+    "lane writer status": Codes(_LANE), "lane writer stop": Codes(_LANE),
+    "oracle build": Codes(), "oracle engines": Codes(), "oracle render": Codes(),
+    "oracle suite run": Codes((_E.UNAVAILABLE, _E.NO_SANDBOX)), "oracle suites fetch": Codes(_LANE),
+    "provenance bom": Codes(), "provenance list": Codes(), "provenance regen": Codes(_LANE),
+    "provenance stale": Codes(),
+    **{f"rig {c}": Codes() for c in (
+        "advertise", "capacity", "collect", "dashboard", "diff", "drain", "drift", "log",
+        "probe", "provision-sudo", "restart", "restore", "snapshot", "snapshots", "start", "stop",
+        "throughput",
+        "forward down", "forward status", "forward supervise", "forward up",
+        "services apply", "services here", "services once", "services run")},
+    "rig status": Codes(_LANE), "rig metrics": Codes(_LANE), "rig services install": Codes(_LANE),
+    "rig services remove": Codes(_LANE), "rig services status": Codes(_LANE),
+    "sandbox check": Codes((_E.NO_SANDBOX,)),
+    "sandbox exec": Codes((_E.NO_SANDBOX,), passes="the command's own status"),
+}
+
+
+def codes_of(path: str) -> Codes:
+    """The table's entry for a command (`lane run`); a group's (`lane`, ``) is the union of its
+    commands' codes, with no own meanings."""
+    if path in COMMANDS:
+        return COMMANDS[path]
+    under = [c for p, c in COMMANDS.items() if not path or p.startswith(path + " ")]
+    by_code = {int(e): e for e in Exit}
+    extra = {by_code[n] for c in under for n in c.codes()}
+    return Codes(tuple(sorted(extra - set(SHARED))))
+
+
+def help_epilog(path: str) -> str:
+    """The exit codes for a command's --help, from COMMANDS."""
+    c = codes_of(path)
+    own = {n: short for n, short, _ in c.own}
+    parts = [f"{n} {own.get(n, SHORT[n])}" for n in c.codes()]
+    if c.usage != Exit.USAGE:
+        parts = [p + (" (also a usage error)" if p.startswith(f"{c.usage} ") else "")
+                 for p in parts]
+    tail = f" Otherwise {c.passes}." if c.passes else ""
+    text = f"Exit codes: {'; '.join(parts)}.{tail} See docs/exit-codes.md."
+    # "\b": click keeps these lines as they are (it would break docs/exit-codes.md at its hyphen)
+    return "\b\n" + "\n".join(textwrap.wrap(text, 76, break_on_hyphens=False))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,8 +173,10 @@ def run_round(path: Path, declared: Folknet, gw: Endpoint, timeout: float, polic
 
 
 def run(path: Path, declared: Folknet, gw: Endpoint, timeout: float, policy: Policy,
-        every: float | None, rounds: int | None) -> int:
-    """Probe once, or every `every` seconds (for `rounds` rounds, or until stopped)."""
+        every: float | None, rounds: int | None,
+        on_round: Callable[[int, dict[str, Any]], None] | None = None) -> int:
+    """Probe once, or every `every` seconds (for `rounds` rounds, or until stopped); `on_round`
+    is given each round's number and the aliases' states after it (`nev rig probe --json`)."""
     n = 0
     while True:
         t0 = time.monotonic()
@@ -183,6 +186,8 @@ def run(path: Path, declared: Folknet, gw: Endpoint, timeout: float, policy: Pol
         summary = ", ".join(f"{k} {v.get('status')}" for k, v in sorted(states.items()))
         info(f"probe round {n} ({time.monotonic() - t0:.1f} s): {summary}")
         inv_status.notify_aliases(snap, snapshot.now_utc())
+        if on_round is not None:
+            on_round(n, states)
         if every is None or (rounds is not None and n >= rounds):
             return 0
         time.sleep(max(0.0, every - (time.monotonic() - t0)))

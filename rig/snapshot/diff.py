@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from lanes.base.mask import MASK, known_secrets, mask, register_secret
 from rig.rigfile import Role
@@ -119,9 +120,11 @@ def _content(s: HostState | None, f: FileRec | None) -> bytes | None:
     return s.blobs.get(f.sha256)
 
 
-def render(left_name: str, left: Side, right_name: str, right: Side, roles: dict[str, Role]) -> str:
-    """The whole diff as text; empty when the two sides hold the same state."""
-    out: list[str] = []
+def entries(left: Side, right: Side, roles: dict[str, Role]) -> list[dict[str, Any]]:
+    """What differs, one entry per file or command of a role's host: `role`, `host`, `file` or
+    `command`, `left` and `right` (owner/mode or exit status, `not recorded` when absent) and the
+    diff `lines`, masked; empty when the two sides hold the same state."""
+    found: list[dict[str, Any]] = []
     for role in sorted(set(left) | set(right)):
         r = roles.get(role)
         masks = r.masks if r else []
@@ -138,11 +141,10 @@ def render(left_name: str, left: Side, right_name: str, right: Side, roles: dict
                     continue
                 lmeta = lf.meta() if lf else "not recorded"
                 rmeta = rf.meta() if rf else "not recorded"
-                out.append(f"--- {left_name} {role} {host}:{path} ({lmeta})")
-                out.append(f"+++ {right_name} {role} {host}:{path} ({rmeta})")
-                if lmeta != rmeta:
-                    out.append(f"# owner/mode: {lmeta} -> {rmeta}")
-                out += _body(_content(ls, lf), _content(rs, rf), masks, volatile)
+                lines = [f"# owner/mode: {lmeta} -> {rmeta}"] if lmeta != rmeta else []
+                lines += _body(_content(ls, lf), _content(rs, rf), masks, volatile)
+                found.append({"role": role, "host": host, "file": path, "left": lmeta,
+                              "right": rmeta, "lines": lines})
             lcmds = {c.cmd: c for c in (ls.commands if ls else [])}
             rcmds = {c.cmd: c for c in (rs.commands if rs else [])}
             for cmd in [*lcmds, *[c for c in rcmds if c not in lcmds]]:
@@ -154,9 +156,19 @@ def render(left_name: str, left: Side, right_name: str, right: Side, roles: dict
                 rexit = f"exit {rc.exit}" if rc else "not recorded"
                 if not body and lexit == rexit:
                     continue
-                out.append(f"--- {left_name} {role} {host}: $ {mask(cmd)} ({lexit})")
-                out.append(f"+++ {right_name} {role} {host}: $ {mask(cmd)} ({rexit})")
-                out += body
+                found.append({"role": role, "host": host, "command": mask(cmd), "left": lexit,
+                              "right": rexit, "lines": body})
+    return found
+
+
+def render(left_name: str, left: Side, right_name: str, right: Side, roles: dict[str, Role]) -> str:
+    """The whole diff as text; empty when the two sides hold the same state."""
+    out: list[str] = []
+    for e in entries(left, right, roles):
+        where = f"{e['host']}:{e['file']}" if "file" in e else f"{e['host']}: $ {e['command']}"
+        out.append(f"--- {left_name} {e['role']} {where} ({e['left']})")
+        out.append(f"+++ {right_name} {e['role']} {where} ({e['right']})")
+        out += e["lines"]
     return "\n".join(out) + ("\n" if out else "")
 
 
@@ -178,6 +190,13 @@ def redacted_view(role: Role | None, state: HostState) -> str:
 
 def compare(ctx: Context, label: str, other: str | None) -> str:
     """`nev rig diff LABEL [LABEL2|live]`: the snapshot on the left, the other (default live) on the right."""
+    left, right_name, right = sides(ctx, label, other)
+    return render(label, left, right_name, right, ctx.rig.roles)
+
+
+def sides(ctx: Context, label: str, other: str | None) -> tuple[Side, str, Side]:
+    """The snapshot LABEL, the other side's name and its state (OTHER, default live); their
+    secrets learnt."""
     left = ctx.store.read_manifest(label)
     ctx.store.load_blobs(left)
     right_name = other or "live"
@@ -199,4 +218,4 @@ def compare(ctx: Context, label: str, other: str | None) -> str:
         right = rm.roles
     learn_secrets(left.roles, ctx.rig.roles)
     learn_secrets(right, ctx.rig.roles)
-    return render(label, left.roles, right_name, right, ctx.rig.roles)
+    return left.roles, right_name, right
