@@ -77,6 +77,7 @@ def team(box, tmp_path_factory):
     b = _dev_box(box, tmp / "b", "b", key)
     a.ok("dagu", "up")
     a.probe()
+    b.pub = pub     # type: ignore[attr-defined]
     return a, b
 
 
@@ -124,6 +125,7 @@ def _loop(who: str, me: Rig, other: Rig, log: list[str], errors: list[BaseExcept
 
 def test_two_development_boxes_share_one_rig(team):
     a, b = team
+    _authorize(a.box, b.pub)   # again: an up from a checkout before team keys drops them
     assert a.env["NEV_SSH_KEY"] != b.env["NEV_SSH_KEY"]
     assert copy_name(a.dev.parent / "wt" / "work") != copy_name(b.dev.parent / "wt" / "work")
     log: list[str] = []
@@ -163,6 +165,7 @@ def test_a_job_name_the_other_box_runs_is_refused_until_its_job_ends(team):
     box A's job `same` runs, box B's submission of a job of that name is refused in one line
     (nothing of A's replaced); once A's tick landed it (its key revoked), B's goes through."""
     a, b = team
+    _authorize(a.box, b.pub)
     stage = [{"name": "w", "kind": "command", "command": "sleep 5; mkdir -p out/same && echo {} > out/same/who.txt"}]
     a.job("same", [{**stage[0], "command": stage[0]["command"].format("a")}])
     with pytest.raises(AssertionError) as e:
