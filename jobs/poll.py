@@ -5,7 +5,7 @@ box submitted that has no result yet, and `decide` (pure) picks one action per j
 
 | seen | action |
 |---|---|
-| a result of a job this state folder never submitted (no record: another development box's, on a shared forge) | ignored: never landed, never recorded, its branches left alone |
+| a result with no record here (another box's job) | ignored: left to its submitter |
 | result passed | land it (`jobs.land.land` in this process, as `nev land SPEC SPEC_SHA TIP`; the branch named like the spec is set to the result); after a landing, job/<name> and result/<name> are deleted on the forge while they are still what landed (`clean_up_forge`) |
 | result failed / stopped (exit 1, 8, 9, 10) | recorded as failed, never resent |
 | no result, run ended with the run step's exit 3 (inventory not ready) | resent, not counted as a send |

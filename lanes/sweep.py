@@ -197,7 +197,7 @@ def stale_agents(cached: list[str], current: str, ages: dict[str, float] | None 
     |---|---|
     | `current`, `current.code` (its compiled modules) | no: the next gate runs it |
     | another hash, or its `.code`, used within `keep_hours` | no: another box's (a teammate's) |
-    | another hash, or its `.code`, not used for longer (an older or newer nev) | yes: a gate that needs it sends it again |
+    | another hash, or its `.code`, not used for longer | yes: a gate that needs it sends it again |
     | `<hash>.tmp<pid>`, `<hash>.code.tmp<pid>` older than `keep_hours` (a write cut short) | yes |
     | one whose age is unknown | as not used recently |
     | any other name (not nev's) | no |

@@ -287,7 +287,8 @@ def test_two_sweeps_removing_the_same_old_install_both_succeed(tmp_path):
     with open(lock, "w") as held:     # the first sweep is removing it now
         fcntl.flock(held, fcntl.LOCK_EX)
         out: list = []
-        second = threading.Thread(target=lambda: out.append(installs.remove(str(home), ["a" * 16], [])))
+        second = threading.Thread(
+            target=lambda: out.append(installs.remove(str(home), ["a" * 16], [])))
         second.start()
         time.sleep(0.3)
         assert second.is_alive()      # waits for the first sweep's removal

@@ -57,7 +57,8 @@ def _dev_box(box, tmp: Path, who: str, key: Path | None) -> Rig:
     git(r.dev, "commit", "-qm", "base")
     authed = box.dev_url(url).replace("://", f"://{box.forge_user}@", 1)
     git(r.dev, "remote", "add", "origin", authed)
-    subprocess.run(["git", "-C", str(r.dev), "push", "-q", "origin", "main"], check=True, env=r.git_env)
+    subprocess.run(["git", "-C", str(r.dev), "push", "-q", "origin", "main"], check=True,
+                   env=r.git_env)
     # the same folder name in both checkouts: only the key tells the two copies apart
     git(r.dev, "worktree", "add", "-q", "-b", "gates", str(tmp / "wt" / "work"))
     return r
@@ -102,8 +103,8 @@ def _loop(who: str, me: Rig, other: Rig, log: list[str], errors: list[BaseExcept
             log.append(f"{who} gate {i} ok")
             if i < JOBS:
                 name = f"{who}-job{i}"
-                me.job(name, [{"name": "w", "kind": "command",
-                               "command": f"mkdir -p out/{name} && echo {who} > out/{name}/who.txt"}])
+                cmd = f"mkdir -p out/{name} && echo {who} > out/{name}/who.txt"
+                me.job(name, [{"name": "w", "kind": "command", "command": cmd}])
                 log.append(f"{who} submitted {name}")
             if i in (3, 7):
                 theirs = copy_name(other.dev.parent / "wt" / "work")
@@ -166,15 +167,16 @@ def test_a_job_name_the_other_box_runs_is_refused_until_its_job_ends(team):
     (nothing of A's replaced); once A's tick landed it (its key revoked), B's goes through."""
     a, b = team
     _authorize(a.box, b.pub)
-    stage = [{"name": "w", "kind": "command", "command": "sleep 5; mkdir -p out/same && echo {} > out/same/who.txt"}]
-    a.job("same", [{**stage[0], "command": stage[0]["command"].format("a")}])
+    same = f"same-{int(time.time())}"      # an earlier run's key of a name holds it for its limit
+    cmd = "sleep 5; mkdir -p out/{job} && echo {who} > out/{job}/who.txt"
+    a.job(same, [{"name": "w", "kind": "command", "command": cmd.format(job=same, who="a")}])
     with pytest.raises(AssertionError) as e:
-        b.job("same", [{**stage[0], "command": stage[0]["command"].format("b")}])
+        b.job(same, [{"name": "w", "kind": "command", "command": cmd.format(job=same, who="b")}])
     assert "another development box's job of that name runs" in str(e.value)
-    assert a.poll_until("same", "landed", timeout=600)["status"] == "landed"
+    assert a.poll_until(same, "landed", timeout=600)["status"] == "landed"
     git(a.dev, "checkout", "-q", "main")
-    assert (a.dev / "out" / "same" / "who.txt").read_text() == "a\n"
-    b.ok("job", "submit", str(b.dev / "jobs" / "same.yaml"))
-    assert b.poll_until("same", "landed", timeout=600)["status"] == "landed"
+    assert (a.dev / "out" / same / "who.txt").read_text() == "a\n"
+    b.ok("job", "submit", str(b.dev / "jobs" / f"{same}.yaml"))
+    assert b.poll_until(same, "landed", timeout=600)["status"] == "landed"
     git(b.dev, "checkout", "-q", "main")
-    assert (b.dev / "out" / "same" / "who.txt").read_text() == "b\n"
+    assert (b.dev / "out" / same / "who.txt").read_text() == "b\n"

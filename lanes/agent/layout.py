@@ -23,7 +23,7 @@
 | `…/installs/<key>/entry/nev` | the install's own `nev` alone: a run's children find it on PATH |
 | `…/installs/.tmp-*`, `.gone-*` | an install being built, an install being removed |
 | `~/.local/share/nev/install.lock` | flock: one install at a time on the lane |
-| `~/.local/share/nev/sweep.lock` | flock: one sweep at a time removes installs (the lane's boxes sweep at once) |
+| `~/.local/share/nev/sweep.lock` | flock: one sweep at a time removes installs |
 | `~/.local/state/nev/agent/<hash>` | the lane agent as last sent (its modules as JSON), named by the sha256 of that content: the bootstrap runs it only when the hash matches and touches it; the sweep removes the others not used within NEV_AGENT_KEEP_HOURS |
 | `/srv/toolchain/{rustup,cargo-bin}` | the node's Rust toolchain, bound read-only (`TOOLCHAIN_ENV` for sessions) |
 

@@ -206,7 +206,8 @@ class Box:
         """Whether the jump host lets in exactly the box's client key and the team's
         (`state.team_keys`): a teammate's key added or taken away is an up's work."""
         try:
-            have = {ln.strip() for ln in state.keys_file(self.name, "jump").read_text().splitlines()}
+            text = state.keys_file(self.name, "jump").read_text()
+            have = {ln.strip() for ln in text.splitlines()}
             own = info.ssh_key.with_suffix(".pub").read_text().strip()
         except OSError:
             return False
