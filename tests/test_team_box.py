@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from lanes.selfinstall import source_key
 from rig.box import state
 from rig.box.forge import create_repo
-from tests.helpers.job_helpers import git
+from tests.helpers.job_helpers import ROOT, git
 from tests.helpers.lane_helpers import copy_name
 from tests.test_job_box import Rig
 
@@ -76,6 +77,14 @@ def team(box, tmp_path_factory):
     (tmp / "b").mkdir()
     a = _dev_box(box, tmp / "a", "a", None)
     b = _dev_box(box, tmp / "b", "b", key)
+    # box B runs a newer nev: this tree with one change (its wheel, so its lane install, differs)
+    newer = tmp / "newer-nev"
+    newer.mkdir()
+    subprocess.run(f"git -C {ROOT} ls-files -z | xargs -0 cp --parents -t {newer}", shell=True,
+                   check=True, cwd=ROOT)
+    with (newer / "jobs" / "__init__.py").open("a") as f:
+        f.write("# box B's newer nev (tests/test_team_box.py)\n")
+    b.env["PYTHONPATH"] = str(newer)
     a.ok("dagu", "up")
     a.probe()
     b.pub = pub     # type: ignore[attr-defined]
@@ -86,7 +95,8 @@ def _copy_exists(r: Rig) -> bool:
     return (r.lane.host_root / copy_name(r.dev.parent / "wt" / "work")).is_dir()
 
 
-def _loop(who: str, me: Rig, other: Rig, log: list[str], errors: list[BaseException]) -> None:
+def _loop(who: str, me: Rig, other: Rig, log: list[str], errors: list[BaseException],
+          installs: dict[str, str]) -> None:
     try:
         wt = me.dev.parent / "wt" / "work"
         for i in range(GATES):
@@ -106,6 +116,10 @@ def _loop(who: str, me: Rig, other: Rig, log: list[str], errors: list[BaseExcept
                 cmd = f"mkdir -p out/{name} && echo {who} > out/{name}/who.txt"
                 me.job(name, [{"name": "w", "kind": "command", "command": cmd}])
                 log.append(f"{who} submitted {name}")
+                if i == 0:     # its submission installed its own nev on the lane, beside the other's
+                    key = source_key(Path(me.env["PYTHONPATH"]))
+                    assert (me.lane.host_home / ".local/share/nev/installs" / key).is_dir()
+                    installs[who] = key
             if i in (3, 7):
                 theirs = copy_name(other.dev.parent / "wt" / "work")
                 there = _copy_exists(other)
@@ -131,8 +145,9 @@ def test_two_development_boxes_share_one_rig(team):
     assert copy_name(a.dev.parent / "wt" / "work") != copy_name(b.dev.parent / "wt" / "work")
     log: list[str] = []
     errors: list[BaseException] = []
+    installs: dict[str, str] = {}
     t0 = time.monotonic()
-    threads = [threading.Thread(target=_loop, args=(w, me, other, log, errors))
+    threads = [threading.Thread(target=_loop, args=(w, me, other, log, errors, installs))
                for w, me, other in (("a", a, b), ("b", b, a))]
     for t in threads:
         t.start()
@@ -143,6 +158,7 @@ def test_two_development_boxes_share_one_rig(team):
     print("\n".join(log))
     if errors:
         raise errors[0]
+    assert len({k for k in installs.values()}) == 2, installs   # two nevs, both jobs' sets landed
     for who, me, other in (("a", a, b), ("b", b, a)):
         git(me.dev, "checkout", "-q", "main")
         subjects = git(me.dev, "log", "--format=%s", "main")
