@@ -88,7 +88,10 @@ def team(box, tmp_path_factory):
     a.ok("dagu", "up")
     a.probe()
     b.pub = pub     # type: ignore[attr-defined]
-    return a, b
+    yield a, b
+    # the test's key leaves the team keys (the next up takes it off the hosts)
+    f = state.team_keys_file(box.dir)
+    f.write_text("".join(ln + "\n" for ln in f.read_text().splitlines() if ln.strip() != pub))
 
 
 def _copy_exists(r: Rig) -> bool:
