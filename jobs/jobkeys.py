@@ -58,9 +58,18 @@ def lane_key_path(dagu_home: str, job: str) -> str:
 def apply(keys: dict, op: dict, now: float) -> dict:
     """The keys file after `op` (pure; also run on the gateway's host): `{"add": {id: entry}}` or
     `{"remove": [id, ...]}`, with `"sha256"` only the entry of that key (not a newer one of the
-    same job). Every other job's expired entry goes too; other keys are kept as they are."""
+    same job). Every other job's expired entry goes too; other keys are kept as they are.
+    An add with `"over"` (the digest of the key it may replace: the submitter's own earlier one,
+    or None) raises KeyError when a live entry of another key holds the id: another development
+    box's job of the same name runs, and the lane's key file and work folder are by name."""
     out = {k: v for k, v in keys.items()
            if not (isinstance(v, dict) and v.get("job") and float(v.get("expires") or 0) < now)}
+    if "over" in op:
+        for k in op.get("add", {}):
+            held = (out.get(k) or {}).get("sha256") if isinstance(out.get(k), dict) else None
+            if held and held != op["over"]:
+                raise KeyError(f"{k} is held by another submission's key, live until "
+                               f"{int(float(out[k].get('expires') or 0))}")
     for k in op.get("remove", []):
         if "sha256" not in op or (out.get(k) or {}).get("sha256") == op["sha256"]:
             out.pop(k, None)
@@ -79,7 +88,11 @@ try:
     mode = os.stat(path).st_mode & 0o777
 except FileNotFoundError:
     keys, mode = {{}}, 0o644
-new = apply(keys, op, time.time())
+try:
+    new = apply(keys, op, time.time())
+except KeyError as e:
+    print("refused: " + e.args[0], file=sys.stderr)
+    sys.exit(4)
 tmp = path + ".nev-tmp"
 with open(tmp, "w") as f:
     f.write(json.dumps(new, indent=2) + "\\n")
@@ -124,6 +137,9 @@ def _change(op: dict, environ: Mapping[str, str] | None) -> None:
             res = conn.run(cmd, stdin=json.dumps(op).encode(), timeout=60)
     except SshError as e:
         raise NevError(f"the gateway's keys file on {target}: {e}") from None
+    if res.exit_status == 4:
+        raise NevError(f"the gateway's keys file {target}:{path}: {res.last_err()}; another "
+                       "development box's job of that name runs: give this job another name")
     if res.exit_status != 0:
         raise NevError(f"changing the gateway's keys file {target}:{path} failed: "
                        f"{res.last_err()}")
@@ -133,16 +149,19 @@ def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def mint(m: Manifest, environ: Mapping[str, str] | None = None, now: float | None = None) -> str:
-    """A new key for the job, allowed the manifest's aliases (replacing an earlier one of the same
-    job); returns the key (registered as a secret: masked in every line nev prints)."""
+def mint(m: Manifest, environ: Mapping[str, str] | None = None, now: float | None = None,
+         over: str | None = None) -> str:
+    """A new key for the job, allowed the manifest's aliases (replacing `over`, the digest of this
+    state folder's earlier key of the same job, if any); returns the key (registered as a secret:
+    masked in every line nev prints). NevError, nothing changed, when another submission's key
+    of the same job name is live (a teammate's job: `apply`)."""
     names = aliases(m)
     key = f"sk-nev-job-{secrets.token_hex(24)}"
     register_secret(key)
     t = time.time() if now is None else now
     entry = {"name": entry_id(m.name), "job": m.name, "models": names,
              "sha256": digest(key), "expires": int(t + m.limit_s + EXPIRY_MARGIN_S)}
-    _change({"add": {entry_id(m.name): entry}}, environ)
+    _change({"add": {entry_id(m.name): entry}, "over": over}, environ)
     return key
 
 

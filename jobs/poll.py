@@ -5,6 +5,7 @@ box submitted that has no result yet, and `decide` (pure) picks one action per j
 
 | seen | action |
 |---|---|
+| a result with no record here (another box's job) | ignored: left to its submitter |
 | result passed | land it (`jobs.land.land` in this process, as `nev land SPEC SPEC_SHA TIP`; the branch named like the spec is set to the result); after a landing, job/<name> and result/<name> are deleted on the forge while they are still what landed (`clean_up_forge`) |
 | result failed / stopped (exit 1, 8, 9, 10) | recorded as failed, never resent |
 | no result, run ended with the run step's exit 3 (inventory not ready) | resent, not counted as a send |
@@ -104,7 +105,10 @@ def _code(x: int | None) -> str:
 
 
 def decide(rec: JobRecord | None, res: Result | None, run: RunInfo | None) -> Action:
-    """What the tick does for one job (pure)."""
+    """What the tick does for one job (pure); the module's table. A result with no record is
+    another state folder's (a teammate's box on the same forge): only its submitter lands it."""
+    if res is not None and rec is None:
+        return Action(Act.DONE, "not submitted from this state folder: left to its submitter")
     if res is not None:
         if rec and rec.result == res.commit and rec.status.final:
             return Action(Act.DONE, f"{rec.status} already")

@@ -164,25 +164,38 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
         info(f"pushed job/{m.name} ({tip[:12]}) to the forge")
         from dagu import runs, service
 
-        key = jobkeys.mint(m, env) if jobkeys.where(env) else None
-        with service.opened(lane_flag) as ld:
-            push_forge_token(ld, forge)
+        with records.locked(env) as recs:
+            own = recs.jobs[m.name].key_sha256 if m.name in recs.jobs else None
+        key = jobkeys.mint(m, env, over=own) if jobkeys.where(env) else None
+        try:
+            with service.opened(lane_flag) as ld:
+                push_forge_token(ld, forge)
+                if key is not None:
+                    push_job_key(ld, m.name, key)
+                    allowed = ", ".join(jobkeys.aliases(m)) or "no alias"
+                    info(f"job {m.name}: its own gateway key, allowed {allowed}")
+                if settings.get_flag(settings.JOB_INSTALL_NEV, env):
+                    _changed, line = selfinstall.install(ld.conn, selfinstall.default_cache())
+                    info(f"nev on {ld.lane.label}: {line}")
+                declared = settings.get_path(settings.FOLKNET_FILE, env)
+                decl = push_declared(ld, declared if declared and declared.is_file() else None)
+                wf = runs.load_workflow(str(workflow_file()))
+                ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
+                lane_env = parse_lane_env(ld.conn.run(LANE_ENV_PROBE).out)
+                p = params(m, push_manifest(ld, m), lane_forge, lane_env["HOME"], ld.layout,
+                           ld.lane.shared_dir, decl, env, lane_env)
+                with ld.api() as api:
+                    run_id, queued = runs.submit(api, wf, p)
+                lane_label = ld.lane.label
+        except BaseException:
+            # a key minted for a run that never started is revoked: it holds the job's name on
+            # the gateway (another box's submission of that name is refused while it is live)
             if key is not None:
-                push_job_key(ld, m.name, key)
-                info(f"job {m.name}: its own gateway key, allowed {', '.join(jobkeys.aliases(m)) or 'no alias'}")
-            if settings.get_flag(settings.JOB_INSTALL_NEV, env):
-                _changed, line = selfinstall.install(ld.conn, selfinstall.default_cache())
-                info(f"nev on {ld.lane.label}: {line}")
-            declared = settings.get_path(settings.FOLKNET_FILE, env)
-            decl = push_declared(ld, declared if declared and declared.is_file() else None)
-            wf = runs.load_workflow(str(workflow_file()))
-            ld.write_if_changed(f"{ld.layout.dags}/{wf.name}.yaml", wf.text)
-            lane_env = parse_lane_env(ld.conn.run(LANE_ENV_PROBE).out)
-            p = params(m, push_manifest(ld, m), lane_forge, lane_env["HOME"], ld.layout, ld.lane.shared_dir, decl,
-                       env, lane_env)
-            with ld.api() as api:
-                run_id, queued = runs.submit(api, wf, p)
-            lane_label = ld.lane.label
+                try:
+                    jobkeys.revoke(m.name, env, sha256=jobkeys.digest(key))
+                except NevError as e:
+                    info(f"job {m.name}: its key was not revoked ({e}); it expires by itself")
+            raise
         with records.locked(env) as recs:
             rec = recs.job(m.name)
             rec.spec, rec.manifest, rec.tip, rec.run_id = m.spec_name, str(manifest_path), tip, run_id

@@ -62,8 +62,12 @@ BOOTSTRAP = ('import sys,os,zlib;from hashlib import sha256 as H\n'
 # code and the code) and used by the next start of the same agent on the same python; one that
 # does not match (another agent or python, a torn or damaged file) is compiled anew and
 # rewritten. Like Python's own __pycache__, the compiled form is trusted as its owner wrote it.
+# Each start touches the cached agent: its age is when a development box last used it, and the
+# sweep keeps agents used recently (`lanes.sweep.stale_agents`: a teammate's is not sent again).
 LOADER = ("import sys,types,marshal\n"
           "g=f+\".code\";t=sys.implementation.cache_tag;C=None\n"
+          "try:os.utime(f)\n"
+          "except OSError:pass\n"
           "try:\n"
           " x=marshal.loads(open(g,\"rb\").read())\n"
           " if x[0]==h and x[1]==t and H(x[3]).hexdigest()==x[2]:C=marshal.loads(x[3])\n"

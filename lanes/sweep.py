@@ -186,18 +186,32 @@ def decide_writers(records: list[WriterRecord], gone: set[str], track: str | Non
     return out
 
 
-def stale_agents(cached: list[str], current: str) -> list[str]:
-    """The cached agents a sweep removes (pure): every entry of the lane's agent cache but the agent
-    this development box sends (`current`, its hash), partly written ones included.
+def stale_agents(cached: list[str], current: str, ages: dict[str, float] | None = None,
+                 keep_hours: float = 0.0) -> list[str]:
+    """The cached agents a sweep removes (pure): entries of the lane's agent cache that are not
+    the agent this development box sends (`current`, its hash) and were not used within
+    `keep_hours` (`ages`: seconds since each was last used; a `.code` counts its agent's use).
+    The lane's other development boxes, on older or newer nevs, keep theirs while they use them.
 
     | cached entry | goes |
     |---|---|
     | `current`, `current.code` (its compiled modules) | no: the next gate runs it |
-    | another hash, or its `.code` (an older or newer nev) | yes: a gate that needs it sends it again |
-    | `<hash>.tmp<pid>`, `<hash>.code.tmp<pid>` (a write cut short, or under way: it then just is not kept) | yes |
+    | another hash, or its `.code`, used within `keep_hours` | no: another box's (a teammate's) |
+    | another hash, or its `.code`, not used for longer | yes: a gate that needs it sends it again |
+    | `<hash>.tmp<pid>`, `<hash>.code.tmp<pid>` older than `keep_hours` (a write cut short) | yes |
+    | one whose age is unknown | as not used recently |
     | any other name (not nev's) | no |
     """
-    return sorted(n for n in cached if n not in (current, current + ".code") and layout.agent_entry_ok(n))
+    ages = ages or {}
+    limit = keep_hours * 3600
+
+    def recent(n: str) -> bool:
+        own = ages.get(n)
+        agent = ages.get(n[:-len(".code")]) if n.endswith(".code") else None
+        return any(a is not None and a < limit for a in (own, agent))
+
+    return sorted(n for n in cached if n not in (current, current + ".code")
+                  and layout.agent_entry_ok(n) and not recent(n))
 
 
 
@@ -301,7 +315,9 @@ def sweep_lane(conn: Connection, lane: Lane, tracks: set[str], primary: str | No
     facts = survey(conn, lane, nas_dir)
     nas_ok = facts.nas
     result = LaneSweep(lane, decide(facts.entries, tracks, primary, track, nas_ok, key),
-                       agents=stale_agents(facts.agents, agentpack.lane_agent().hash),
+                       agents=stale_agents(facts.agents, agentpack.lane_agent().hash,
+                                           facts.agent_ages,
+                                           settings.get_float(settings.AGENT_KEEP_HOURS)),
                        free_gb=facts.free_gb, peak_rss_kb=facts.peak_rss_kb)
     gone = [d.name for d in result.decisions if d.remove]
     result.writers = decide_writers(facts.writers, set(gone), track, key)
@@ -355,7 +371,8 @@ def report(s: LaneSweep, dry_run: bool) -> list[str]:
             lines.append(f"{s.lane.label}: kept nev install {d.name}: {d.why}")
     for a in s.agents:
         verb = "would remove" if dry_run else ("removed" if a in s.agents_removed else "failed")
-        lines.append(f"{s.lane.label}: {verb} cached lane agent {a[:12]}: not the one this nev sends")
+        lines.append(f"{s.lane.label}: {verb} cached lane agent {a[:12]}: not the one this nev "
+                     "sends, not used within NEV_AGENT_KEEP_HOURS")
     lines += [f"{s.lane.label}: failed {f}" for f in s.failed]
     lines.append(f"{s.lane.label}: {'would free' if dry_run else 'freed'} {human(total)} in total")
     return lines

@@ -299,3 +299,13 @@ def test_waits_stop_at_once_when_the_recorded_process_is_gone(tmp_path):
     port.close()
     with pytest.raises(NevError, match=r"gpu9\.pool exited while starting; see .*gpu9-pool\.log"):
         waits.wait_port("127.0.0.1", closed, 30, gone, tmp_path / "gpu9-pool.log")
+
+
+def test_a_teammates_keys_are_read_one_per_line_and_only_public_keys(tmp_path):
+    from rig.box import state
+
+    assert state.team_keys(tmp_path) == []
+    f = state.team_keys_file(tmp_path)
+    f.parent.mkdir(parents=True)
+    f.write_text("ssh-ed25519 AAAAC3Nz b@dev\n# a comment\n\nnot a key\nssh-rsa AAAAB3 \n")
+    assert state.team_keys(tmp_path) == ["ssh-ed25519 AAAAC3Nz b@dev", "ssh-rsa AAAAB3"]

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from jobs import poll as poll_mod
+from jobs import records as job_records
 from jobs import result as result_mod
 from jobs import submit as submit_mod
 from jobs import tick as tick_mod
@@ -34,7 +35,7 @@ def _rec(status: str, **fields) -> JobRecord:
 
 
 @pytest.mark.parametrize("rec,res,run,kind", [
-    (None, _res("passed", 0), None, "land"),
+    (None, _res("passed", 0), None, "done"),
     (_rec("submitted"), _res("failed", 10), None, "failed"),
     (_rec("submitted"), _res("failed", 9), None, "failed"),
     (_rec("failed", result="c" * 40), _res("failed", 10), None, "done"),
@@ -106,6 +107,9 @@ def _forge_with_result(tmp: Path, outcome: str, code: int, spec_on_main: bool = 
     git(dev, "push", "-q", str(forge), "HEAD:refs/heads/result/demo", "HEAD:refs/heads/job/demo")
     git(dev, "checkout", "-q", "main")
     git(dev, "branch", "-q", "-D", "work")
+    # submitted from this state folder (`nev job submit` records it): only its submitter lands it
+    with job_records.locked({"NEV_STATE_DIR": str(tmp / "state")}) as recs:
+        recs.jobs["demo"] = JobRecord(job="demo", sends=1, run_id="run-1", spec="demo")
     return forge, dev
 
 
@@ -392,3 +396,10 @@ def test_resubmitting_a_job_while_the_tick_lands_it_keeps_the_new_job_branch(tmp
     assert "job/demo kept: it moved" in log
     rec = json.loads((tmp_path / "state" / "job-results.json").read_text())["jobs"]["demo"]
     assert rec["status"] == "submitted" and rec["tip"] == new_tip           # the new submission's record
+
+
+def test_poll_leaves_a_result_it_did_not_submit_to_its_submitter():
+    # another development box's job on the same forge: no record in this state folder
+    for res in (_res("passed", 0), _res("failed", 10)):
+        act = decide(None, res, None)
+        assert act.kind == "done" and "not submitted from this state folder" in act.why

@@ -173,3 +173,24 @@ def test_revoke_by_hand_with_the_lane_down_says_the_key_is_revoked_and_what_is_l
     line = [ln for ln in err.splitlines() if ln.startswith("nev:")]
     assert len(line) == 1 and "key file on the lane is not deleted" in line[0] and "did not answer" in line[0]
     assert "nev job revoke clamp-px" in line[0]
+
+
+def test_a_live_key_of_another_submission_of_the_same_job_name_refuses_the_mint(tmp_path):
+    """Two development boxes, one job name: the second submission is refused while the first's
+    key is live (the lane's key file and work folder are by name); the submitter's own earlier
+    key is replaced; an expired one is no obstacle."""
+    path = tmp_path / "keys.json"
+    theirs = {"name": "job:x", "job": "x", "models": [], "sha256": "a" * 64,
+              "expires": 2_000_000_000}
+    path.write_text(json.dumps({"job:x": theirs}))
+    mine = {**theirs, "sha256": "b" * 64}
+    op = {"add": {"job:x": mine}, "over": None}
+    r = subprocess.run([sys.executable, "-c", jobkeys.remote_program(), str(path)],
+                       input=json.dumps(op), text=True, capture_output=True)
+    assert r.returncode == 4 and "refused: job:x is held by another submission's key" in r.stderr
+    assert json.loads(path.read_text())["job:x"]["sha256"] == "a" * 64      # nothing changed
+    apply = jobkeys.apply
+    assert apply({"job:x": theirs}, {**op, "over": "a" * 64}, 0)["job:x"] == mine   # its own
+    assert apply({"job:x": {**theirs, "expires": 5}}, op, 10)["job:x"] == mine      # expired
+    assert apply({}, op, 0) == {"job:x": mine}
+    assert apply({"job:x": theirs}, {"add": {"job:x": mine}}, 0)["job:x"] == mine   # no "over"

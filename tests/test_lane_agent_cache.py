@@ -168,3 +168,32 @@ def test_the_users_cache_keeps_only_the_newest_built_agents(tmp_path, monkeypatc
     assert len([n for n in left if n.startswith("agent-")]) == agentpack.AGENT_CACHE_KEEP
     assert "gate-argv.json" in left and "agent-old.blob" not in left
     assert {f"agent-{i:020d}.zlib" for i in (3, 4, 5)} <= set(left)
+
+
+def test_each_start_of_a_cached_agent_marks_it_used(tmp_path, monkeypatch):
+    agent = agentpack.lane_agent()
+    assert talk(tmp_path, agent)[0]
+    copy = cached(tmp_path) / agent.hash
+    old = copy.stat().st_mtime - 3 * 86400
+    import os
+
+    os.utime(copy, (old, old))
+    assert not talk(tmp_path, agent)[0]           # the cached copy ran ...
+    assert copy.stat().st_mtime > old + 86400     # ... and says it was used now
+    monkeypatch.setenv("HOME", str(tmp_path))
+    ages = agent_root.agent_ages(agent_root.cached_agents())
+    assert set(ages) == {agent.hash, agent.hash + ".code"} and ages[agent.hash] < 60
+
+
+def test_the_sweep_keeps_another_boxs_agent_used_recently():
+    mine, teammate, old = "c" * 64, "d" * 64, "0" * 64
+    cached = [mine, f"{mine}.code", teammate, f"{teammate}.code", old, f"{old}.code",
+              f"{old}.tmp5", f"{teammate}.tmp6"]
+    hour = 3600.0
+    ages = {mine: 1.0, teammate: 2 * hour, f"{teammate}.code": 30 * hour, old: 30 * hour,
+            f"{old}.code": 30 * hour, f"{old}.tmp5": 30 * hour, f"{teammate}.tmp6": 10.0}
+    # a teammate's agent used two hours ago stays with its compiled modules and its write under way
+    assert sw.stale_agents(cached, mine, ages, 24) == [old, f"{old}.code", f"{old}.tmp5"]
+    # with no keeping (or ages unknown: an old lane) every other agent goes, as before
+    assert sw.stale_agents(cached, mine, ages, 0) == sorted(set(cached) - {mine, f"{mine}.code"})
+    assert sw.stale_agents(cached, mine, {}, 24) == sorted(set(cached) - {mine, f"{mine}.code"})

@@ -7,10 +7,13 @@ holds the install's in-use lock and pins the run) over a small command tree of i
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -270,3 +273,28 @@ def test_the_lanes_old_venv_is_reported_and_removed_once_nothing_runs_from_it(
         installs.facts(str(home), []), 2
     )[0].remove
     assert installs.remove(str(home), ["venv"], []) == (["venv"], {}) and not venv.exists()
+
+
+def test_two_sweeps_removing_the_same_old_install_both_succeed(tmp_path):
+    """Two development boxes sweep the lane at once and chose the same old install: one sweep
+    removes at a time (the sweep lock), the other finds it gone and counts it removed."""
+    home = tmp_path / "home"
+    old = home / layout.NEV_INSTALLS / ("a" * 16)
+    (old / "bin").mkdir(parents=True)
+    (old / "bin" / "nev").write_text("#!/bin/sh\n")
+    lock = home / layout.SWEEP_LOCK
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as held:     # the first sweep is removing it now
+        fcntl.flock(held, fcntl.LOCK_EX)
+        out: list = []
+        second = threading.Thread(
+            target=lambda: out.append(installs.remove(str(home), ["a" * 16], [])))
+        second.start()
+        time.sleep(0.3)
+        assert second.is_alive()      # waits for the first sweep's removal
+        os.rename(old, old.with_name(layout.INSTALL_GONE + "a" * 16 + ".1"))   # as remove_one does
+        shutil.rmtree(old.with_name(layout.INSTALL_GONE + "a" * 16 + ".1"))
+    second.join(10)
+    assert out == [(["a" * 16], {})]
+    assert installs.remove(str(home), [layout.INSTALL_GONE + "x.9"], []) == (
+        [layout.INSTALL_GONE + "x.9"], {})      # a `.gone-*` another sweep finished: removed

@@ -156,12 +156,25 @@ def remove_one(home: str, name: str, procs: Procs) -> None:
 
 
 def remove(home: str, names: list[str], procs: Procs) -> tuple[list[str], dict[str, str]]:
-    """`remove_one` of each name: (removed, {name: why kept})."""
+    """`remove_one` of each name: (removed, {name: why kept}). One sweep at a time removes
+    (`layout.SWEEP_LOCK`): the lane's development boxes sweep when they like, and two that chose
+    the same old install would race over its rename and deletion. An install gone by the time
+    this sweep holds the lock was removed by another's: removed, not failed."""
     removed, failed = [], {}
-    for name in names:
-        try:
-            remove_one(home, name, procs)
-            removed.append(name)
-        except (Refused, OSError) as e:
-            failed[name] = str(e)
+    lock = os.path.join(home, layout.SWEEP_LOCK)
+    os.makedirs(os.path.dirname(lock), exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for name in names:
+            if kind(name) is not None and not os.path.lexists(_path(home, name)):
+                removed.append(name)
+                continue
+            try:
+                remove_one(home, name, procs)
+                removed.append(name)
+            except (Refused, OSError) as e:
+                failed[name] = str(e)
+    finally:
+        os.close(fd)
     return removed, failed

@@ -23,7 +23,8 @@
 | `…/installs/<key>/entry/nev` | the install's own `nev` alone: a run's children find it on PATH |
 | `…/installs/.tmp-*`, `.gone-*` | an install being built, an install being removed |
 | `~/.local/share/nev/install.lock` | flock: one install at a time on the lane |
-| `~/.local/state/nev/agent/<hash>` | the lane agent as last sent (its modules as JSON), named by the sha256 of that content: the bootstrap runs it only when the hash matches, the sweep removes every other |
+| `~/.local/share/nev/sweep.lock` | flock: one sweep at a time removes installs |
+| `~/.local/state/nev/agent/<hash>` | the lane agent as last sent (its modules as JSON), named by the sha256 of that content: the bootstrap runs it only when the hash matches and touches it; the sweep removes the others not used within NEV_AGENT_KEEP_HOURS |
 | `/srv/toolchain/{rustup,cargo-bin}` | the node's Rust toolchain, bound read-only (`TOOLCHAIN_ENV` for sessions) |
 
 Stdlib only and pure: the agent uses it on the lane, the development box (the sweep, provisioning,
@@ -63,6 +64,7 @@ NEV_INSTALLS = NEV_SHARE + "/installs"
 NEV_CURRENT = NEV_SHARE + "/current"
 NEV_LEGACY_VENV = NEV_SHARE + "/venv"          # the one in-place venv before versioned installs
 INSTALL_LOCK = NEV_SHARE + "/install.lock"
+SWEEP_LOCK = NEV_SHARE + "/sweep.lock"
 IN_USE = ".in-use"
 CHOSEN = ".chosen"          # touched each time it is made current: the sweep keeps the newest
 INSTALL_ENTRY = "entry"

@@ -451,6 +451,7 @@ class SurveyResult(Message):
     agents: list[str]
     peak_rss_kb: dict[str, int]
     installs: list[InstallFacts] = field(default_factory=list)
+    agent_ages: dict[str, float] = field(default_factory=dict)   # seconds since last used
 
 
 @_request

@@ -198,6 +198,18 @@ def cached_agents() -> list[str]:
         return []
 
 
+def agent_ages(names: list[str]) -> dict[str, float]:
+    """Seconds since each cached agent was last written or started (its mtime: the loader
+    touches it on every start), for `lanes.sweep.stale_agents`."""
+    now, out = time.time(), {}
+    for n in names:
+        try:
+            out[n] = max(0.0, now - os.stat(os.path.join(agent_cache(), n)).st_mtime)
+        except OSError:
+            continue
+    return out
+
+
 def remove_agents(names: list[str]) -> tuple[list[str], dict[str, str]]:
     """Remove the cached agents named (only names an agent cache entry can have): (removed, failed)."""
     removed, failed = [], {}
@@ -244,9 +256,11 @@ def survey(req: SurveyRequest) -> SurveyResult:
     writers = [writer.sweep_facts(root, n) for n in root.writer_names(os.listdir(root.path))]
     peak = {"survey": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}
+    agents = cached_agents()
     return SurveyResult(root=root.path, mirror=os.path.isdir(root.mirror), entries=entries,
                         writers=writers, free_gb=free_gb(root.path),
-                        nas=req.nas is not None and os.path.isdir(req.nas), agents=cached_agents(),
+                        nas=req.nas is not None and os.path.isdir(req.nas), agents=agents,
+                        agent_ages=agent_ages(agents),
                         installs=installs.facts(os.path.expanduser("~"), procs),
                         peak_rss_kb=peak)
 

@@ -145,6 +145,9 @@ INSTALL = _s("NEV_INSTALL", None,
 INSTALLS_KEEP = _s("NEV_INSTALLS_KEEP", "2",
                    "how many of a lane's nev installs the sweep keeps (the newest made current, "
                    "the current one among them); one in use is kept too")
+AGENT_KEEP_HOURS = _s("NEV_AGENT_KEEP_HOURS", "24",
+                      "the sweep keeps a lane's cached agents used within this many hours (another "
+                      "development box's, on an older or newer nev, is then not sent again)")
 JOB_INSTALL_NEV = _s("NEV_JOB_INSTALL_NEV", "1", "`nev job submit` installs this nev on the lane first (`nev lane install`; 0 skips)")
 LEDGER_NAME = _s("NEV_LEDGER_NAME", None, "the ledger file batches are filed under (default: the worktree's folder name, on a lane its copy's `<folder>-<key>`; a job's stages get the job's name)")
 JOB_RUN_ID = _s("NEV_JOB_RUN_ID", None, "the Dagu run id a job's run is part of (set by the job workflow)")

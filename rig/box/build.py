@@ -258,7 +258,8 @@ class Build:
 
     def prepare_lanes(self) -> None:
         """Every lane's files and keys (through its backend) and its ~/.lane-model-env."""
-        self.client_pub = client_key(self.info.ssh_key)
+        # the box's own client key, and a teammate's development boxes' (docs/team.md)
+        self.client_pub = "\n".join([client_key(self.info.ssh_key), *state.team_keys(self.dir)])
         for lane in self.info.lanes:
             self.hostkeys.append((lane.addr, self.backend.prepare(lane, self.hosts[lane.name], self.client_pub)))
             _lane_model_env(lane.host_home, self.info.gateway_url)

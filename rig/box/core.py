@@ -249,13 +249,25 @@ class Box:
                 raise NevError(f"box {self.name} has {old.lanes_kind} lanes, not {self.lane_backend}; "
                                "run `nev box down` first to change NEV_BOX_LANES")
             if (old and old.info and old.complete and old.lane_count == n and old.code == code_digest()
-                    and all(self.health(old).values()) and forwards.answer(old.info)):
+                    and all(self.health(old).values()) and forwards.answer(old.info)
+                    and self._keys_as_wanted(old.info)):
                 return UpResult(old.info, [], time.monotonic() - t0)
             layout = plan.Layout(self.name, self.net, n)
             changed = Build(layout, self._info(layout), old, self.lane_backend).run()
             st = self.state()
             assert st is not None and st.info is not None
             return UpResult(st.info, changed, time.monotonic() - t0)
+
+    def _keys_as_wanted(self, info: BoxInfo) -> bool:
+        """Whether the jump host lets in exactly the box's client key and the team's
+        (`state.team_keys`): a teammate's key added or taken away is an up's work."""
+        try:
+            text = state.keys_file(self.name, "jump").read_text()
+            have = {ln.strip() for ln in text.splitlines()}
+            own = info.ssh_key.with_suffix(".pub").read_text().strip()
+        except OSError:
+            return False
+        return have - {""} == {own, *state.team_keys(self.dir)}
 
     # ---- down ----
 

@@ -225,6 +225,22 @@ def keys_file(name: str, account: str) -> Path:
     return REGISTRY / account / name / "authorized_keys"
 
 
+def team_keys_file(box_dir: Path) -> Path:
+    """Public keys of more development boxes (a teammate's), one per line: every `up` authorizes
+    them beside the box's own client key on the jump host, the lanes and the service hosts."""
+    return box_dir / "ssh" / "team.pub"
+
+
+def team_keys(box_dir: Path) -> list[str]:
+    """The lines of `team_keys_file` that are OpenSSH public keys (others ignored)."""
+    try:
+        text = team_keys_file(box_dir).read_text()
+    except FileNotFoundError:
+        return []
+    return [ln.strip() for ln in text.splitlines()
+            if ln.strip().startswith(("ssh-", "ecdsa-", "sk-")) and len(ln.split()) >= 2]
+
+
 def user_marker(user: str) -> Path:
     """Says a box made the shared `user`: the last box that lists it removes it."""
     return REGISTRY / "users" / f"{user}.created"
