@@ -419,7 +419,7 @@ def test_regeneration_jobs_go_to_the_least_busy_of_the_lanes(tree: Path) -> None
 
     spec = tree / "bench" / "specs" / f"{FN}.md"
     words = ("roughly", "approximately", "about", "nearly")
-    for was, word in zip(words, words[1:]):
+    for was, word in zip(words, words[1:], strict=False):
         commit(tree, f"bench/specs/{FN}.md", spec.read_text().replace(was, word))
         assert regen.regen(tree, env, spread=lambda e: [0, 1], submit=submit) == 0
     # none has ended (no job record yet): lane 0, then the idle lane 1, then lane 0 again
