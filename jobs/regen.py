@@ -3,7 +3,9 @@ that regenerates it (a best-of-N batch seeded with the current version's failure
 verify gate; landed by the poll like any job), at most NEV_REGEN_MAX at once, never twice for the
 same input change. `regen.json` in the state folder records each change key -> the job started
 for it and why; the tick runs `tick_regen` when NEV_PROVENANCE_REGEN is set (or tracks.json's
-specWatch.pollEnv sets it), a person `nev provenance regen [FUNCTION]`.
+specWatch.pollEnv sets it), a person `nev provenance regen [FUNCTION]`. The jobs are spread over
+the configured lanes, each to the least busy (`pick_lane`); with one lane, or Dagu's distributed
+mode on, all go to the Dagu lane (docs/provenance.md says why not to the distributed workers).
 """
 
 from __future__ import annotations
