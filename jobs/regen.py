@@ -245,13 +245,15 @@ def _submit(manifest: Path, repo: Path, lane: int | None) -> int:
     return submit(manifest, lane_flag=lane, repo_path=repo)
 
 
-def spread_over(indices: Sequence[int], distributed: bool) -> list[int | None]:
-    """The lanes regeneration jobs go to (pure): every configured lane, each job to the least
-    busy (`pick_lane`); one lane, or Dagu's distributed mode on (its other lanes run only a worker,
-    no Dagu to submit to), the default lane alone ([None])."""
+def spread_over(indices: Sequence[int], distributed: bool, first: int = 0) -> list[int | None]:
+    """The lanes regeneration jobs go to (pure): every configured lane, the Dagu lane (`first`)
+    first and the others after it in turn, each job to the least busy (`pick_lane`); one lane, or
+    Dagu's distributed mode on (its other lanes run only a worker, no Dagu to submit to), the
+    default lane alone ([None])."""
     if distributed or len(indices) < 2:
         return [None]
-    return list(indices)
+    at = indices.index(first) if first in indices else 0
+    return [*indices[at:], *indices[:at]]
 
 
 def pick_lane(spread: Sequence[int | None], busy: Mapping[int | None, int]) -> int | None:
@@ -296,7 +298,8 @@ def _spread(env: Mapping[str, str]) -> list[int | None]:
         return [None]
     with service.opened(None) as ld:
         distributed = ld.layout.shared is not None
-    return spread_over(indices, distributed)
+        first = ld.lane.index
+    return spread_over(indices, distributed, first)
 
 
 def regen(

@@ -402,11 +402,21 @@ def test_lanes_for_regeneration_jobs_least_busy_first_one_lane_when_distributed(
     assert regen.spread_over([0, 1], distributed=False) == [0, 1]
     assert regen.spread_over([0, 1], distributed=True) == [None]  # the coordinator's queue
     assert regen.spread_over([0], distributed=False) == [None]
+    # NEV_DAGU_LANE=1: one job goes where it went before, lane 1; the next to lane 2, then 0
+    assert regen.spread_over([0, 1, 2], distributed=False, first=1) == [1, 2, 0]
     assert regen.pick_lane([0, 1], {}) == 0
     assert regen.pick_lane([0, 1], {0: 1}) == 1
     assert regen.pick_lane([0, 1], {0: 1, 1: 1}) == 0
     assert regen.pick_lane([0, 1], {0: 2, 1: 1}) == 1
     assert regen.pick_lane([None], {None: 5}) is None
+
+
+def test_one_configured_lane_asks_no_lane_which_mode_its_dagu_runs_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # NEV_LANE_SSH names the one lane; port 1 answers nothing, so asking it would fail
+    monkeypatch.setenv("NEV_LANE_SSH", "nobody@127.0.0.1:1")
+    assert regen._spread({}) == [None]
 
 
 def test_regeneration_jobs_go_to_the_least_busy_of_the_lanes(tree: Path) -> None:
