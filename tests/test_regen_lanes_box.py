@@ -25,11 +25,12 @@ pytestmark = pytest.mark.box
 GEN = f"{ENGINE}/crates/layout/src/generated"
 ALIAS = "qwen3.8-27b-fast"  # a model the box's gateway serves (the job's key is allowed it)
 SLEEP = 20
-MARKS = "regen-lanes-marks.txt"
-# the regeneration's batch stage: a mark on the lane when it starts and ends, 20 s apart
+MARKS = "regen-lanes-marks"
+# the regeneration's batch stage: a mark on the NAS (the run step exports NEV_LANE_SHARED) when it
+# starts and ends, 20 s apart, in a file named after the job
 BATCH = (
-    f'echo "start $(date +%s) $NEV_JOB_RUN_ID" >> "$HOME/{MARKS}" && sleep {SLEEP} && '
-    f'echo "end $(date +%s) $NEV_JOB_RUN_ID" >> "$HOME/{MARKS}"'
+    f'echo "start $(date +%s) $(uname -n)" >> "$NEV_LANE_SHARED/{MARKS}/$JOB_NAME" && '
+    f'sleep {SLEEP} && echo "end $(date +%s) $(uname -n)" >> "$NEV_LANE_SHARED/{MARKS}/$JOB_NAME"'
 )
 
 
@@ -42,8 +43,7 @@ def _probe(box, lane) -> None:
     assert r.returncode == 0, r.stderr
 
 
-def _marks(home: Path) -> list[tuple[str, int]]:
-    p = home / MARKS
+def _marks(p: Path) -> list[tuple[str, int]]:
     if not p.exists():
         return []
     return [(w[0], int(w[1])) for w in (ln.split() for ln in p.read_text().splitlines()) if w]
@@ -86,8 +86,11 @@ def lanes2(box, tmp_path_factory):
     git(dev, "remote", "add", "origin", authed)
     subprocess.run(["git", "-C", str(dev), "push", "-q", "origin", "main"], check=True,
                    env=rig.git_env)
+    marks = box.nas / MARKS
+    shutil.rmtree(marks, ignore_errors=True)
+    marks.mkdir()
+    marks.chmod(0o777)  # both lanes' users write their marks
     for ln in box.lanes[:2]:
-        (ln.host_home / MARKS).unlink(missing_ok=True)
         rig.ok("dagu", "up", "--lane", str(ln.index))
         _probe(box, ln)
     yield rig
@@ -115,21 +118,24 @@ def test_two_regeneration_jobs_run_at_once_one_on_each_lane(lanes2, box):
     assert "on lane 1" in second.stderr, second.stderr  # lane 0 is busy with the first
     state = json.loads((rig.tmp / "state" / "regen.json").read_text())
     assert sorted(s["lane"] for s in state.values()) == [0, 1]
+    jobs = sorted(state.values(), key=lambda s: s["lane"])
+    assert [rig.record(s["job"])["lane"] for s in jobs] == [0, 1]  # submitted to each lane's Dagu
 
-    homes = [ln.host_home for ln in box.lanes[:2]]
+    files = [box.nas / MARKS / s["job"] for s in jobs]
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        if all(any(k == "end" for k, _ in _marks(h)) for h in homes):
+        if all(any(k == "end" for k, _ in _marks(f)) for f in files):
             break
         time.sleep(1)
     wall = time.monotonic() - t0
-    marks = [_marks(h) for h in homes]
-    # one job on each lane: a start and an end each
+    marks = [_marks(f) for f in files]
+    # each job's stage ran once: a start and an end each
     assert [sorted(k for k, _ in m) for m in marks] == [["end", "start"], ["end", "start"]], marks
     spans = [(dict(m)["start"], dict(m)["end"]) for m in marks]
     (s0, e0), (s1, e1) = spans
     assert s0 < e1 and s1 < e0, f"the two stages did not overlap: {spans}"
     both = max(e0, e1) - min(s0, s1)
-    print(f"two {SLEEP} s regeneration stages on two lanes: {both} s from the first start to the "
-          f"last end (sum {2 * SLEEP} s); {wall:.0f} s from the first spec change")
+    print(f"two {SLEEP} s regeneration stages on lanes 0 and 1: {both} s from the first start to "
+          f"the last end (sum {2 * SLEEP} s); {wall:.0f} s from the first spec change; "
+          f"hosts {[f.read_text().split()[2] for f in files]}")
     assert both < 35, spans
