@@ -140,7 +140,9 @@ def provenance_regen(function: str | None, again: bool, repo: Path) -> int:
     change); only a function that then no longer holds its floor is regenerated.
 
     Reads main. At most NEV_REGEN_MAX regeneration jobs run at once; a change already started
-    (regen.json in the state folder) is never submitted again. Exit 0 done (also: nothing to do),
+    (regen.json in the state folder) is never submitted again. Each job goes to the configured
+    lane with the fewest regeneration jobs not yet ended (the Dagu lane alone when there is one
+    lane or Dagu runs distributed). Exit 0 done (also: nothing to do),
     1 a submit failed, 2 no such function, 3 no lane answered.
     """
     import os

@@ -3,7 +3,9 @@ that regenerates it (a best-of-N batch seeded with the current version's failure
 verify gate; landed by the poll like any job), at most NEV_REGEN_MAX at once, never twice for the
 same input change. `regen.json` in the state folder records each change key -> the job started
 for it and why; the tick runs `tick_regen` when NEV_PROVENANCE_REGEN is set (or tracks.json's
-specWatch.pollEnv sets it), a person `nev provenance regen [FUNCTION]`.
+specWatch.pollEnv sets it), a person `nev provenance regen [FUNCTION]`. The jobs are spread over
+the configured lanes, each to the least busy (`pick_lane`); with one lane, or Dagu's distributed
+mode on, all go to the Dagu lane (docs/provenance.md says why not to the distributed workers).
 """
 
 from __future__ import annotations
@@ -157,7 +159,10 @@ def running(started: Mapping[str, Mapping[str, Any]], recs: records.Records) -> 
     return n
 
 
-Submit = Callable[[Path, Path], int]
+#: sends a manifest from the checkout to a lane's Dagu (None: the default lane); its exit code
+Submit = Callable[[Path, Path, int | None], int]
+#: the lanes regeneration jobs are spread over ([None]: one, the default lane)
+Spread = Callable[[Mapping[str, str]], list[int | None]]
 #: re-dumps the ground truth and re-scores every generated function: their floors' judgements
 Rescore = Callable[[Path, Mapping[str, str]], list[Any]]
 
@@ -234,10 +239,67 @@ def redumped(
     return out
 
 
-def _submit(manifest: Path, repo: Path) -> int:
+def _submit(manifest: Path, repo: Path, lane: int | None) -> int:
     from jobs.submit import submit
 
-    return submit(manifest, repo_path=repo)
+    return submit(manifest, lane_flag=lane, repo_path=repo)
+
+
+def spread_over(indices: Sequence[int], distributed: bool, first: int = 0) -> list[int | None]:
+    """The lanes regeneration jobs go to (pure): every configured lane, the Dagu lane (`first`)
+    first and the others after it in turn, each job to the least busy (`pick_lane`); one lane, or
+    Dagu's distributed mode on (its other lanes run only a worker, no Dagu to submit to), the
+    default lane alone ([None])."""
+    if distributed or len(indices) < 2:
+        return [None]
+    at = indices.index(first) if first in indices else 0
+    return [*indices[at:], *indices[:at]]
+
+
+def pick_lane(spread: Sequence[int | None], busy: Mapping[int | None, int]) -> int | None:
+    """The lane of the next regeneration job (pure): the one with the fewest regeneration jobs
+    not yet ended, the earliest in `spread` among equals (so idle lanes take turns)."""
+    return min(spread, key=lambda lane: (busy.get(lane, 0), spread.index(lane)))
+
+
+def busy_lanes(
+    started: Mapping[str, Mapping[str, Any]], recs: records.Records
+) -> dict[int | None, int]:
+    """Per lane (regen.json's `lane`; None: the default lane), the started regeneration jobs that
+    have not ended (as `running` counts them)."""
+    out: dict[int | None, int] = {}
+    for s in started.values():
+        if not s.get("job"):
+            continue
+        rec = recs.jobs.get(str(s.get("job")))
+        if rec is None or not rec.status.final:
+            lane = s.get("lane") if isinstance(s.get("lane"), int) else None
+            out[lane] = out.get(lane, 0) + 1
+    return out
+
+
+def _lanes(spread: Spread, env: Mapping[str, str]) -> list[int | None]:
+    """`spread`'s lanes; the default lane alone when they cannot be told (its submit says why)."""
+    try:
+        return spread(env) or [None]
+    except NevError as e:
+        info(f"provenance: which lanes run Dagu: {e.message}; submitting to the default lane")
+        return [None]
+
+
+def _spread(env: Mapping[str, str]) -> list[int | None]:
+    """The configured lanes, unless there is one or the Dagu lane runs distributed (its layout
+    keeps Dagu's data on the NAS: `dagu.service.opened`)."""
+    from dagu import service
+    from lanes import lanesfile
+
+    indices = [lane.index for lane in lanesfile.configured().lanes]
+    if len(indices) < 2:
+        return [None]
+    with service.opened(None) as ld:
+        distributed = ld.layout.shared is not None
+        first = ld.lane.index
+    return spread_over(indices, distributed, first)
 
 
 def regen(
@@ -247,11 +309,14 @@ def regen(
     submit: Submit = _submit,
     again: bool = False,
     rescore: Rescore = _rescore,
+    spread: Spread = _spread,
 ) -> int:
     """Submit the regeneration jobs `stale` asks for now; each one recorded before it is sent (a
     crash mid-submit leaves it recorded: never twice), and dropped again when the submit fails (the
     next run tries it). `again` (a person, for `only`): the change's earlier job is forgotten
-    first (it failed, say), and one more is submitted. Exit: 0, or the worst failed submit."""
+    first (it failed, say), and one more is submitted. Each job goes to the least busy of the
+    lanes `spread` gives (Dagu's distributed mode off: every configured lane). Exit: 0, or the
+    worst failed submit."""
     repo = Repo(Repo(repo_path).toplevel())
     entries, findings = stale_here(repo.path, env)
     by_fn = {e.function: e for e in entries}
@@ -278,6 +343,8 @@ def regen(
         )
         for line in p.lines:
             info(f"provenance: {line}")
+        lanes = _lanes(spread, env) if p.submit else [None]
+        busy = busy_lanes(started, records.read(env)) if p.submit else {}
         for f in p.submit:
             floor = f"{engine}/crates/layout/src/generated/{f.function}.floor.json"
             m = manifest_for(
@@ -287,16 +354,21 @@ def regen(
             path = folder / f"{m['name']}.yaml"
             path.write_text(yaml.safe_dump(m, sort_keys=False), encoding="utf-8")
             why = [r.text for r in f.reasons]
+            lane = pick_lane(lanes, busy)
             started[f.key()] = {
                 "job": m["name"],
                 "function": f.function,
                 "reasons": why,
+                "lane": lane,
                 "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             }
             jsonfile.write_atomic(state_path(env), started, mode=0o600)
-            info(f"provenance: {f.function}: regenerating as job {m['name']}: {'; '.join(why)}")
+            on = "" if lane is None else f" on lane {lane}"
+            info(
+                f"provenance: {f.function}: regenerating as job {m['name']}{on}: {'; '.join(why)}"
+            )
             try:
-                rc = submit(path, repo.path)
+                rc = submit(path, repo.path, lane)
             except NevError as e:
                 rc = int(e.exit_code)
                 info(
@@ -307,6 +379,8 @@ def regen(
                 del started[f.key()]
                 jsonfile.write_atomic(state_path(env), started, mode=0o600)
                 worst = max(worst, rc)
+            else:
+                busy[lane] = busy.get(lane, 0) + 1
     return worst
 
 

@@ -29,6 +29,21 @@ FN = "abspos_width"
 ENGINES = {"chromium": "131.0", "firefox": "128.5", "webkit": "2.46"}
 
 
+def ONE(env: object) -> list[int | None]:
+    """The lanes regeneration jobs go to: the default lane only (no lane is asked)."""
+    return [None]
+
+
+def into(sent: list) -> regen.Submit:
+    """A submit that keeps each manifest path it is given."""
+
+    def submit(manifest: Path, repo: Path, lane: int | None) -> int:
+        sent.append(manifest)
+        return 0
+
+    return submit
+
+
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(
         ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
@@ -293,7 +308,7 @@ def test_regen_submits_a_change_once_and_at_most_n_at_once(tree: Path) -> None:
     env = {"NEV_STATE_DIR": str(tree / "state"), "NEV_REGEN_MAX": "1"}
     sent: list[dict] = []
 
-    def submit(manifest: Path, repo: Path) -> int:
+    def submit(manifest: Path, repo: Path, lane: int | None) -> int:
         import yaml
 
         sent.append(yaml.safe_load(manifest.read_text()))
@@ -301,7 +316,7 @@ def test_regen_submits_a_change_once_and_at_most_n_at_once(tree: Path) -> None:
 
     spec = tree / "bench" / "specs" / f"{FN}.md"
     commit(tree, f"bench/specs/{FN}.md", spec.read_text().replace("roughly", "approximately"))
-    assert regen.regen(tree, env, submit=submit) == 0
+    assert regen.regen(tree, spread=ONE, env=env, submit=submit) == 0
     assert [m["spec"] for m in sent] == [f"specs/{FN}.md"]
     assert sent[0]["stages"][0]["command"].endswith(
         f"git checkout -- {ENGINE}/crates/layout/src/generated/{FN}.floor.json"
@@ -315,12 +330,12 @@ def test_regen_submits_a_change_once_and_at_most_n_at_once(tree: Path) -> None:
     assert why["job"] == sent[0]["name"] and why["reasons"][0].startswith(
         "spec section 10.3.7 changed"
     )
-    assert regen.regen(tree, env, submit=submit) == 0
+    assert regen.regen(tree, spread=ONE, env=env, submit=submit) == 0
     assert len(sent) == 1  # never twice for the same change
     commit(tree, f"bench/specs/{FN}.md", spec.read_text().replace("approximately", "about"))
-    assert regen.regen(tree, env, submit=submit) == 0
+    assert regen.regen(tree, spread=ONE, env=env, submit=submit) == 0
     assert len(sent) == 1  # a new change waits: one job runs (NEV_REGEN_MAX 1)
-    assert regen.regen(tree, {**env, "NEV_REGEN_MAX": "2"}, submit=submit) == 0
+    assert regen.regen(tree, spread=ONE, env={**env, "NEV_REGEN_MAX": "2"}, submit=submit) == 0
     assert len(sent) == 2 and sent[1]["name"] != sent[0]["name"]
 
 
@@ -329,12 +344,12 @@ def test_a_failed_submit_is_not_recorded_and_is_tried_again(tree: Path) -> None:
     spec = tree / "bench" / "specs" / f"{FN}.md"
     commit(tree, f"bench/specs/{FN}.md", spec.read_text().replace("roughly", "approximately"))
 
-    def refused(manifest: Path, repo: Path) -> int:
+    def refused(manifest: Path, repo: Path, lane: int | None) -> int:
         raise NevError("no lane answered", 3)
 
-    assert regen.regen(tree, env, submit=refused) == 3
+    assert regen.regen(tree, spread=ONE, env=env, submit=refused) == 3
     assert json.loads((tree / "state" / "regen.json").read_text()) == {}
-    assert regen.regen(tree, env, submit=lambda m, r: 0) == 0
+    assert regen.regen(tree, spread=ONE, env=env, submit=lambda m, r, lane: 0) == 0
     assert len(json.loads((tree / "state" / "regen.json").read_text())) == 1
 
 
@@ -367,7 +382,7 @@ def test_no_track_spec_on_main_submits_nothing(tree: Path) -> None:
     commit(tree, f"bench/specs/{FN}.md", spec.read_text().replace("roughly", "approximately"))
     sent: list[Path] = []
     env = {"NEV_STATE_DIR": str(tree / "state")}
-    assert regen.regen(tree, env, submit=lambda m, r: sent.append(m) or 0) == 0
+    assert regen.regen(tree, spread=ONE, env=env, submit=into(sent)) == 0
     assert sent == [] and not (tree / "state" / "regen.json").exists()
 
 
@@ -376,11 +391,68 @@ def test_regen_again_by_hand_submits_a_started_change_once_more(tree: Path) -> N
     spec = tree / "bench" / "specs" / f"{FN}.md"
     commit(tree, f"bench/specs/{FN}.md", spec.read_text().replace("roughly", "approximately"))
     sent: list[Path] = []
-    assert regen.regen(tree, env, submit=lambda m, r: sent.append(m) or 0) == 0
-    assert regen.regen(tree, env, FN, submit=lambda m, r: sent.append(m) or 0) == 0
+    assert regen.regen(tree, spread=ONE, env=env, submit=into(sent)) == 0
+    assert regen.regen(tree, spread=ONE, env=env, only=FN, submit=into(sent)) == 0
     assert len(sent) == 1
-    assert regen.regen(tree, env, FN, submit=lambda m, r: sent.append(m) or 0, again=True) == 0
+    assert regen.regen(tree, spread=ONE, env=env, only=FN, submit=into(sent), again=True) == 0
     assert len(sent) == 2 and len(json.loads((tree / "state" / "regen.json").read_text())) == 1
+
+
+def test_lanes_for_regeneration_jobs_least_busy_first_one_lane_when_distributed() -> None:
+    assert regen.spread_over([0, 1], distributed=False) == [0, 1]
+    assert regen.spread_over([0, 1], distributed=True) == [None]  # the coordinator's queue
+    assert regen.spread_over([0], distributed=False) == [None]
+    # NEV_DAGU_LANE=1: one job goes where it went before, lane 1; the next to lane 2, then 0
+    assert regen.spread_over([0, 1, 2], distributed=False, first=1) == [1, 2, 0]
+    assert regen.pick_lane([0, 1], {}) == 0
+    assert regen.pick_lane([0, 1], {0: 1}) == 1
+    assert regen.pick_lane([0, 1], {0: 1, 1: 1}) == 0
+    assert regen.pick_lane([0, 1], {0: 2, 1: 1}) == 1
+    assert regen.pick_lane([None], {None: 5}) is None
+
+
+def test_one_configured_lane_asks_no_lane_which_mode_its_dagu_runs_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # NEV_LANE_SSH names the one lane; port 1 answers nothing, so asking it would fail
+    monkeypatch.setenv("NEV_LANE_SSH", "nobody@127.0.0.1:1")
+    assert regen._spread({}) == [None]
+
+
+def test_regeneration_jobs_go_to_the_least_busy_of_the_lanes(tree: Path) -> None:
+    env = {"NEV_STATE_DIR": str(tree / "state"), "NEV_REGEN_MAX": "3"}
+    lanes: list[int | None] = []
+
+    def submit(manifest: Path, repo: Path, lane: int | None) -> int:
+        lanes.append(lane)
+        return 0
+
+    spec = tree / "bench" / "specs" / f"{FN}.md"
+    words = ("roughly", "approximately", "about", "nearly")
+    for was, word in zip(words, words[1:], strict=False):
+        commit(tree, f"bench/specs/{FN}.md", spec.read_text().replace(was, word))
+        assert regen.regen(tree, env, spread=lambda e: [0, 1], submit=submit) == 0
+    # none has ended (no job record yet): lane 0, then the idle lane 1, then lane 0 again
+    assert lanes == [0, 1, 0]
+    state = json.loads((tree / "state" / "regen.json").read_text())
+    assert sorted(s["lane"] for s in state.values()) == [0, 0, 1]
+
+
+def test_a_spread_that_cannot_tell_the_lanes_submits_to_the_default_lane(tree: Path) -> None:
+    env = {"NEV_STATE_DIR": str(tree / "state")}
+    lanes: list[int | None] = []
+
+    def unknown(env: object) -> list[int | None]:
+        raise NevError("no build lane configured", 3)
+
+    def submit(manifest: Path, repo: Path, lane: int | None) -> int:
+        lanes.append(lane)
+        return 0
+
+    spec = tree / "bench" / "specs" / f"{FN}.md"
+    commit(tree, f"bench/specs/{FN}.md", spec.read_text().replace("roughly", "approximately"))
+    assert regen.regen(tree, env, spread=unknown, submit=submit) == 0
+    assert lanes == [None]
 
 
 def _scores(passed: int):
@@ -407,8 +479,8 @@ def test_a_corpus_change_is_rescored_once_and_regenerates_nothing_while_the_floo
     env = {"NEV_STATE_DIR": str(tree / "state")}
     sent: list[Path] = []
     rescore, calls = _scores(1)
-    assert regen.regen(tree, env, submit=lambda m, r: sent.append(m) or 0, rescore=rescore) == 0
-    assert regen.regen(tree, env, submit=lambda m, r: sent.append(m) or 0, rescore=rescore) == 0
+    assert regen.regen(tree, spread=ONE, env=env, submit=into(sent), rescore=rescore) == 0
+    assert regen.regen(tree, spread=ONE, env=env, submit=into(sent), rescore=rescore) == 0
     assert sent == [] and len(calls) == 1
     (entry,) = json.loads((tree / "state" / "regen.json").read_text()).values()
     assert entry["job"] is None and "holds its floor after the re-dump" in entry["rescored"]
@@ -419,13 +491,13 @@ def test_a_corpus_change_that_breaks_the_floor_is_regenerated(tree: Path) -> Non
     env = {"NEV_STATE_DIR": str(tree / "state")}
     sent: list[Path] = []
     rescore, calls = _scores(0)
-    assert regen.regen(tree, env, submit=lambda m, r: sent.append(m) or 0, rescore=rescore) == 0
+    assert regen.regen(tree, spread=ONE, env=env, submit=into(sent), rescore=rescore) == 0
     assert len(sent) == 1 and len(calls) == 1
     state = json.loads((tree / "state" / "regen.json").read_text())
     (job,) = [s for s in state.values() if s["job"]]
     assert job["reasons"][0] == "corpus key changed: firefox 128.5 → 128.6"
     assert job["reasons"][1].startswith("after the re-dump it no longer holds its floor: ")
-    assert regen.regen(tree, env, submit=lambda m, r: sent.append(m) or 0, rescore=rescore) == 0
+    assert regen.regen(tree, spread=ONE, env=env, submit=into(sent), rescore=rescore) == 0
     assert len(sent) == 1 and len(calls) == 1
 
 
@@ -436,8 +508,8 @@ def test_a_rescore_that_cannot_run_is_tried_again(tree: Path) -> None:
     def no_lane(root: Path, env) -> list:
         raise NevError("no lane answered", 3)
 
-    assert regen.regen(tree, env, submit=lambda m, r: 0, rescore=no_lane) == 0
+    assert regen.regen(tree, spread=ONE, env=env, submit=lambda m, r, lane: 0, rescore=no_lane) == 0
     assert not (tree / "state" / "regen.json").exists()
     rescore, calls = _scores(1)
-    assert regen.regen(tree, env, submit=lambda m, r: 0, rescore=rescore) == 0
+    assert regen.regen(tree, spread=ONE, env=env, submit=lambda m, r, lane: 0, rescore=rescore) == 0
     assert len(calls) == 1
