@@ -96,6 +96,9 @@ class Rig:
                 rec = {}
             if rec.get("status") == status:
                 return rec
+            if rec.get("status") in ("landed", "failed", "not-landed"):    # final, and not the one
+                raise AssertionError(f"{name} became {rec['status']} ({rec.get('why')}), not {status}:\n"
+                                     f"{out[-4000:]}")
             time.sleep(3)
         raise AssertionError(f"{name} never became {status}:\n{out[-4000:]}")
 
