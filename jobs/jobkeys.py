@@ -172,9 +172,41 @@ def mint_service(name: str, models: list[str], environ: Mapping[str, str] | None
         raise ConfigError(f"no aliases for the key of {name}: declare some in NEV_FOLKNET_FILE")
     key = f"sk-nev-service-{secrets.token_hex(24)}"
     register_secret(key)
-    entry = {"name": f"service:{name}", "models": sorted(models), "sha256": digest(key)}
+    entry = {"name": f"service:{name}", "service": name, "models": sorted(models),
+             "sha256": digest(key)}
     _change({"add": {f"service:{name}": entry}}, environ)
     return key
+
+
+def service_digest(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The sha256 the gateway's keys file holds for the service key `service:NAME` (None: none)."""
+    loc = where(environ)
+    if loc is None:
+        return None
+    target, path = loc
+    jump = settings.get(settings.LANE_JUMP, environ)
+    conn = Connection(target, settings.get_path(settings.KNOWN_HOSTS, environ),
+                      settings.get_path(settings.SSH_KEY, environ),
+                      jump=Target.parse(jump, default_user="root") if jump else None)
+    try:
+        with conn.connect():
+            res = conn.run(["cat", path], timeout=60)
+    except SshError as e:
+        raise NevError(f"the gateway's keys file on {target}: {e}") from None
+    return service_sha(res.out, f"{target}:{path}", name) if res.exit_status == 0 else None
+
+
+def service_sha(text: str, where: str, name: str) -> str | None:
+    """The sha256 a keys file's text holds for `service:NAME`; None when it holds none or is not
+    a keys file (a new key is minted then)."""
+    from lanes.base import jsonfile
+
+    try:
+        data = jsonfile.parse(text, where, "keys file")
+    except ConfigError:
+        return None
+    entry = data.get(f"service:{name}") if isinstance(data, dict) else None
+    return str(entry["sha256"]) if isinstance(entry, dict) and entry.get("sha256") else None
 
 
 def drop_command(path: str, sha256: str | None = None) -> str:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import hashlib
 import json
 import os
 import signal
@@ -80,6 +81,7 @@ class Plan:
     services: list[Service]
     files: dict[str, str] = field(default_factory=dict)
     secret: list[str] = field(default_factory=list)
+    keep: list[str] = field(default_factory=list)   # files the lane keeps as they are (its key)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,6 +89,7 @@ class Plan:
             "services": [s.to_json() for s in self.services],
             "files": self.files,
             "secret": self.secret,
+            "keep": self.keep,
         }
 
     @classmethod
@@ -109,10 +112,11 @@ class Plan:
                 )
             )
         files = {str(k): str(v) for k, v in f.get(top, "files", dict, "").items()}
-        for name in files:
+        keep = f.str_list(top, "keep", "")
+        for name in [*files, *keep]:
             if "/" in name or name.startswith("."):
                 raise f.fail(f"files.{name}", "must be a plain file name")
-        return cls(f.get(top, "lane", str, ""), svcs, files, f.str_list(top, "secret", ""))
+        return cls(f.get(top, "lane", str, ""), svcs, files, f.str_list(top, "secret", ""), keep)
 
 
 def plan_from_text(text: str, label: str = "stdin") -> Plan:
@@ -167,13 +171,15 @@ def plan_for(
     folknet_text: str | None = None,
     seeds: list[str] | None = None,
     probe_key: str | None = None,
+    keep_key: bool = False,
     probe_every: int = 300,
     model_url: str | None = None,
     expect: int | None = None,
     collect_every: int = COLLECT_EVERY,
 ) -> Plan:
     """One lane's plan (pure). The collector also collects and probes: it needs the declared
-    aliases, the gateway as the lane reaches it and a key of its own."""
+    aliases, the gateway as the lane reaches it and a key of its own (`keep_key`: the one the lane
+    already holds, which the gateway still knows)."""
     port = settings.get_int(settings.INVENTORY_PORT, {})
     files = {"inventory.json": json.dumps(inventory, indent=2) + "\n"}
     svcs = [
@@ -194,8 +200,9 @@ def plan_for(
         )
     ]
     secret: list[str] = []
+    keep: list[str] = []
     if collector:
-        if folknet_text is None or probe_key is None or not model_url:
+        if folknet_text is None or (probe_key is None and not keep_key) or not model_url:
             raise ConfigError(
                 "the collector lane probes the aliases: it needs the declared aliases "
                 "(NEV_FOLKNET_FILE), the gateway as lanes reach it (NEV_LANE_MODEL_URL) "
@@ -203,8 +210,12 @@ def plan_for(
             )
         files["folknet.json"] = folknet_text
         files["rig.json"] = json.dumps({"seeds": seeds or []}) + "\n"
-        files["probe.key"] = probe_key + "\n"
-        secret.append("probe.key")
+        if keep_key:
+            keep.append("probe.key")
+        else:
+            assert probe_key is not None
+            files["probe.key"] = probe_key + "\n"
+            secret.append("probe.key")
         common = {"NEV_FOLKNET_FILE": "{config}/folknet.json", "NEV_RIG_FILE": "{config}/rig.json"}
         collect = [
             "rig",
@@ -226,7 +237,7 @@ def plan_for(
                 {**common, "NEV_MODEL_URL": model_url, "NEV_MODEL_KEY_FILE": "{config}/probe.key"},
             )
         )
-    return Plan(name, svcs, files, secret)
+    return Plan(name, svcs, files, secret, keep)
 
 
 # ---- on the lane -----------------------------------------------------------------------------
@@ -385,8 +396,12 @@ def apply(plan: Plan | None, home: Path) -> list[str]:
         jsonfile.write_atomic(sp, services)
         changed = True
         out.append("changed: services " + ", ".join(s.name for s in plan.services))
+    for name in plan.keep:
+        if not (cd / name).exists():
+            raise ConfigError(f"{cd / name} is to be kept but is missing; run `nev rig services "
+                              "install` again (it sends a new one)")
     for old in sorted(cd.glob("*")):
-        if old.name not in plan.files and old.name != "services.json":
+        if old.name not in plan.files and old.name not in plan.keep and old.name != "services.json":
             old.unlink()
             out.append(f"changed: removed {old.name}")
     if crontab.install(TAG, cron_line(home)):
@@ -431,11 +446,17 @@ def here(home: Path) -> dict[str, Any]:
                 "last_exit": st.get("last_exit"),
             }
         )
+    key = config_dir(home) / "probe.key"
+    try:   # the digest of the probe's key (never the key): `install` keeps it when the gateway does
+        key_sha = hashlib.sha256(key.read_text().strip().encode()).hexdigest()
+    except OSError:
+        key_sha = None
     return {
         "host": socket.gethostname(),
         "supervisor": sup,
         "autostart": TAG in crontab.read(),
         "services": rows,
+        "probe_key_sha256": key_sha,
     }
 
 
@@ -658,33 +679,43 @@ def install(
             name, t.user, t.port, lane.root, lane.shared
         )
         is_collector = lane.index == collector
-        key = None
-        if is_collector and not dry_run:
-            key = probe_key(name, sorted(a.name for a in declared.active()), key_file, env)
-        plan = plan_for(
-            name,
-            t.host,
-            inv,
-            is_collector,
-            folknet_text=folknet_text,
-            seeds=seeds,
-            probe_key=key if not dry_run else "(minted at install)",
-            probe_every=every,
-            model_url=model_url,
-            expect=expect,
-        )
         if dry_run:
-            out.append(
-                LaneOutcome(lane.label, [f"would run: {', '.join(s.name for s in plan.services)}"])
-            )
+            plan = plan_for(name, t.host, inv, is_collector, folknet_text=folknet_text,
+                            seeds=seeds, probe_key="(minted at install)", probe_every=every,
+                            model_url=model_url, expect=expect)
+            out.append(LaneOutcome(lane.label,
+                                   [f"would run: {', '.join(s.name for s in plan.services)}"]))
             continue
         with lane.connect() as conn:
+            key, keep = None, False
+            if is_collector:
+                if key_file is None and _lane_key_known(conn, name, env):
+                    keep = True          # the lane's key is the one the gateway holds: kept
+                else:
+                    key = probe_key(name, sorted(a.name for a in declared.active()), key_file, env)
+            plan = plan_for(name, t.host, inv, is_collector, folknet_text=folknet_text,
+                            seeds=seeds, probe_key=key, keep_key=keep, probe_every=every,
+                            model_url=model_url, expect=expect)
             res = _lane_nev(conn, ["rig", "services", "apply"], json.dumps(plan.to_json()).encode())
         lines = (
             res.out.strip().splitlines() if res.exit_status == 0 else [f"failed: {res.last_err()}"]
         )
         out.append(LaneOutcome(lane.label, lines, res.exit_status == 0))
     return out
+
+
+def _lane_key_known(conn: Any, lane_name: str, env: Mapping[str, str]) -> bool:
+    """The lane holds a probe key and the gateway's keys file has that key for it."""
+    from jobs import jobkeys
+
+    res = _lane_nev(conn, ["rig", "services", "here", "--json"], timeout=60)
+    if res.exit_status != 0:
+        return False
+    try:
+        lane_sha = parse_here(res.out, "the lane's services").get("probe_key_sha256")
+    except ConfigError:
+        return False
+    return bool(lane_sha) and lane_sha == jobkeys.service_digest(f"probe-{lane_name}", env)
 
 
 def remove(lanes: list[Any], dry_run: bool = False) -> list[LaneOutcome]:

@@ -180,7 +180,7 @@ def _readers() -> list[Reader]:
     from bench.oracle import store as oracle_store
     from bench.oracle import suites
     from crates_bridge import corpus, registry
-    from jobs import approvals, land_gate, lanestate, manifest, records, tracks
+    from jobs import approvals, jobkeys, land_gate, lanestate, manifest, records, tracks
     from lanes import lanesfile
     from lanes.base import jsonfile, notify
     from rig import capacity, rigfile
@@ -318,6 +318,9 @@ def _readers() -> list[Reader]:
         Reader("gate record", ("jobs/land_gate.py::stop_leftover_gate",), "land/nev/land-gate/t.json",
                lambda d, f: land_gate.stop_leftover_gate(_paths(d), "t"), b'{"pgid": 999999999}',
                tolerant=True, keeps_bytes=False),   # a stale record of nev's own is removed
+        Reader("the gateway's keys file (a rig service's key)", ("jobs/jobkeys.py::service_sha",),
+               "keys.json", lambda d, f: jobkeys.service_sha(_text(f), str(f), "probe-lane0"),
+               b'{"service:probe-lane0": {"name": "s", "models": [], "sha256": "x"}}', tolerant=True),
         Reader("the gateway's keys file (drift, fix)", ("rig/serving/drift.py::parse_keys", "rig/serving/fix.py::_wanted"),
                "keys.json", lambda d, f: drift.parse_keys(_text(f), str(f)), b'{"k": {"name": "a", "models": []}}'),
         Reader("box state", ("rig/box/state.py::read_state",), "box/box.json", lambda d, f: box_state.read_state(f.parent),

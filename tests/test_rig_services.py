@@ -150,3 +150,39 @@ def test_status_renders_an_unreachable_lane_in_one_line():
     text = svc.render(rows)
     assert "lane 0 (lane0)   unavailable: connect: timed out" in text and "advertise" in text
     assert not svc.healthy(rows) and svc.healthy(rows[1:])
+
+
+def test_a_second_install_keeps_the_lanes_probe_key_when_the_gateway_still_holds_it(home):
+    """`install` sends a new key only when the lane's (by digest) is not the gateway's: a plan
+    that keeps it leaves the file as it is, and one whose kept key is missing is refused."""
+    import hashlib
+
+    plan = _plan(_closed_port())
+    plan.services = [s for s in plan.services if s.name == "probe"]
+    svc.apply(plan, home)
+    key = svc.config_dir(home) / "probe.key"
+    digest = svc.here(home)["probe_key_sha256"]
+    assert digest == hashlib.sha256(key.read_text().strip().encode()).hexdigest()
+    sup = svc.supervisor_pid(home)
+    kept = svc.plan_for("lane9", "127.0.0.1", {"name": "lane9", "role": "lane"}, True,
+                        folknet_text=plan.files["folknet.json"], seeds=[], keep_key=True,
+                        probe_every=3600, model_url=plan.services[0].env["NEV_MODEL_URL"])
+    kept.services = [s for s in kept.services if s.name == "probe"]
+    assert "probe.key" not in kept.files and kept.keep == ["probe.key"]
+    assert svc.Plan.from_json(json.loads(json.dumps(kept.to_json()))).keep == ["probe.key"]
+    assert svc.apply(kept, home) == ["unchanged: services running as planned"]
+    assert key.exists() and svc.here(home)["probe_key_sha256"] == digest
+    assert svc.supervisor_pid(home) == sup
+    key.unlink()
+    with pytest.raises(ConfigError, match="is to be kept but is missing"):
+        svc.apply(kept, home)
+
+
+def test_drift_does_not_compare_a_rig_services_key():
+    from rig.serving import drift
+
+    keys = json.dumps({"batch": {"name": "batch", "models": ["m"]},
+                       "service:probe-lane0": {"name": "service:probe-lane0", "service": "probe-lane0",
+                                               "models": ["m", "n"], "sha256": "x"},
+                       "job:j": {"name": "job:j", "job": "j", "models": ["m"], "sha256": "y"}})
+    assert drift.parse_keys(keys, "keys.json") == {"batch": ["m"]}

@@ -13,7 +13,8 @@
 
 `compare` is pure; `gather` reads the three sides (the gateway with its admin key, HAProxy's
 runtime API and the gateway's keys file over SSH through the jump host). A job's own key in the
-keys file (an entry with `job`, `jobs/jobkeys.py`) is not the declaration's and is not compared.
+keys file (an entry with `job`, `jobs/jobkeys.py`) and a rig service's (an entry with `service`,
+the collector lane's probe) are not the declaration's and are not compared.
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def parse_keys(raw: bytes | str, where: str) -> dict[str, list[str]]:
     text = jsonfile.decode(raw, where, "keys file") if isinstance(raw, bytes) else raw
     try:
         data = jsonfile.parse(text, where, "keys file")
-        return {str(v["name"]): [str(m) for m in v["models"]] for v in data.values() if not v.get("job")}
+        return {str(v["name"]): [str(m) for m in v["models"]] for v in data.values()
+                if not v.get("job") and not v.get("service")}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise NevError(f"{where}: not a keys file of {{id: {{name, models}}}} ({e})") from None
 
