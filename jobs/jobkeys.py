@@ -196,14 +196,15 @@ def service_digest(name: str, environ: Mapping[str, str] | None = None) -> str |
     return service_sha(res.out, f"{target}:{path}", name) if res.exit_status == 0 else None
 
 
-def service_sha(text: str, where: str, name: str) -> str | None:
-    """The sha256 a keys file's text holds for `service:NAME`; None when it holds none or is not
-    a keys file (a new key is minted then)."""
+def service_sha(raw: bytes | str, where: str, name: str) -> str | None:
+    """The sha256 a keys file holds for `service:NAME`; None when it holds none or is not a keys
+    file (a new key is minted then)."""
     from lanes.base import jsonfile
 
     try:
+        text = jsonfile.decode(raw, where, "keys file") if isinstance(raw, bytes) else raw
         data = jsonfile.parse(text, where, "keys file")
-    except ConfigError:
+    except NevError:
         return None
     entry = data.get(f"service:{name}") if isinstance(data, dict) else None
     return str(entry["sha256"]) if isinstance(entry, dict) and entry.get("sha256") else None
