@@ -33,13 +33,21 @@ def _out(line: str) -> None:
 @_lane_opt
 @click.option("--distributed", is_flag=True,
               help="Coordinator on the chosen lane, a worker on every lane, mTLS, data on the NAS.")
-def up(lane_index: int | None, distributed: bool) -> int:
+@click.option("--dry-run", is_flag=True,
+              help="Print the lane(s) and the steps it would take; connect to none, change nothing.")
+def up(lane_index: int | None, distributed: bool, dry_run: bool) -> int:
     """Install the pinned Dagu on the lane, configure, start and check it.
 
     The binary comes from NEV_DAGU_BINARY (a file here or a path on the lane) or the NAS
     share; its sha256 must match the pin. The gateway key (NEV_MODEL_KEY_FILE) goes over
     SSH stdin into ~/dagu/home/model-key (mode 600).
     """
+    if dry_run:
+        from dagu import service
+
+        for line in service.up_plan(lane_index, distributed):
+            click.echo(line)
+        return 0
     if distributed:
         from dagu import distributed as dist
 
