@@ -168,7 +168,7 @@ def plan(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | No
     declared = settings.get_path(settings.FOLKNET_FILE, env)
     lines = [f"would push job/{m.name} ({tip[:12]}) to {forge_mod.split_credentials(forge.url or '')[0]}, "
              f"after deleting result/{m.name} there",
-             f"would start workflow {WORKFLOW} on {lane.label} (Dagu), the lanes fetching from "
+             f"would start workflow {WORKFLOW} on {lane.label} ({lane.ssh}, Dagu), the lanes fetching from "
              f"{forge_mod.split_credentials(lane_forge)[0]}; before it, on the lane:",
              "  the forge token into ~/dagu/home/forge-token (mode 600), if it differs"]
     if jobkeys.where(env):
