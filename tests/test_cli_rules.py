@@ -126,6 +126,8 @@ REFUSALS = [
     ("lane sweep", ["lane", "sweep", "--archives", "--json"], "no_lanes", 2),
     ("rig snapshot", ["rig", "snapshot", "lbl", "nope"], "a_rig", 2),        # an unknown role
     ("rig provision-sudo", ["rig", "provision-sudo", "nope", "--dry-run"], "a_rig", 2),
+    ("dagu autostart", ["dagu", "autostart"], "no_lanes", 2),     # on|off or --install|--uninstall
+    ("dagu autostart", ["dagu", "autostart", "on", "--uninstall"], "no_lanes", 2),
 ]
 
 
