@@ -278,7 +278,8 @@ def _ledger_name(root: Path) -> str:
               help="The ledgers there are (one per worktree or job): batches, last batch's time.")
 @click.option("-n", "--last", type=click.IntRange(min=1), help="Only the last N batches.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the lines as they are stored (with --list: one JSON array).")
+              help="Print the lines as they are stored, `[]` when there are none "
+                   "(with --list: one JSON array).")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
 def ledger(worktree: str | None, list_all: bool, last: int | None, as_json: bool,
            repo: Path) -> int:
@@ -309,6 +310,9 @@ def ledger(worktree: str | None, list_all: bool, last: int | None, as_json: bool
     path = ledger_mod.ledger_dir() / f"{name}.jsonl"
     if as_json:
         lines = ledger_mod.read(path)
+        if not lines:
+            click.echo("[]")        # no batches: an empty list, as every --json prints one
+            return 0
         for line in lines[-last:] if last else lines:
             click.echo(json.dumps(line, sort_keys=True))
         return 0

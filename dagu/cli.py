@@ -33,13 +33,21 @@ def _out(line: str) -> None:
 @_lane_opt
 @click.option("--distributed", is_flag=True,
               help="Coordinator on the chosen lane, a worker on every lane, mTLS, data on the NAS.")
-def up(lane_index: int | None, distributed: bool) -> int:
+@click.option("--dry-run", is_flag=True,
+              help="Print the lane(s) and the steps it would take; connect to none, change nothing.")
+def up(lane_index: int | None, distributed: bool, dry_run: bool) -> int:
     """Install the pinned Dagu on the lane, configure, start and check it.
 
     The binary comes from NEV_DAGU_BINARY (a file here or a path on the lane) or the NAS
     share; its sha256 must match the pin. The gateway key (NEV_MODEL_KEY_FILE) goes over
     SSH stdin into ~/dagu/home/model-key (mode 600).
     """
+    if dry_run:
+        from dagu import service
+
+        for line in service.up_plan(lane_index, distributed):
+            click.echo(line)
+        return 0
     if distributed:
         from dagu import distributed as dist
 
@@ -119,12 +127,23 @@ def status(lane_index: int | None, as_json: bool) -> int:
 
 
 @dagu.command("autostart")
-@click.argument("state", type=click.Choice(["on", "off"]))
+@click.argument("state", type=click.Choice(["on", "off"]), required=False)
+@click.option("--install", "install_", is_flag=True, help="The same as `on`: add the line.")
+@click.option("--uninstall", is_flag=True, help="The same as `off`: remove the line.")
 @_lane_opt
-def autostart(state: str, lane_index: int | None) -> int:
-    """Add or remove the lane user's @reboot crontab line."""
+def autostart(state: str | None, install_: bool, uninstall: bool, lane_index: int | None) -> int:
+    """Add (on, --install) or remove (off, --uninstall) the lane user's @reboot crontab line.
+
+    --install/--uninstall is the spelling of every command that adds a crontab line (see
+    docs/troubleshooting.md, "Crontab lines").
+    """
     from dagu import service
 
+    given = [s for s, on in (("on", state == "on" or install_),
+                             ("off", state == "off" or uninstall)) if on]
+    if len(given) != 1 or (state is not None and (install_ or uninstall)):
+        raise click.UsageError("give one of on, off, --install, --uninstall")
+    state = given[0]
     with service.opened(lane_index) as ld:
         changed = ld.autostart(state == "on")
     info(f"autostart {state}: {'changed' if changed else 'unchanged'}")

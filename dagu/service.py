@@ -364,6 +364,25 @@ def prepare(ld: LaneDagu, report: UpReport) -> None:
         report.note(f"{at}: model key (over SSH stdin, mode 600)", push_model_key(ld, key))
 
 
+def up_plan(lane_flag: int | None, distributed: bool) -> list[str]:
+    """What `nev dagu up` would do, from the lanes file alone (`--dry-run`: no connection)."""
+    lane = pick_lane(lane_flag)
+    at = f"{lane.label} ({lane.ssh})"
+    steps = [f"Dagu {install.DAGU_VERSION} binary (sha256 checked against the pin)",
+             "~/dagu/home/base.yaml, start.sh, stop.sh",
+             "the gateway key (NEV_MODEL_KEY_FILE) over SSH stdin, mode 600",
+             "config.yaml", "start Dagu, or restart it when config.yaml changed",
+             "wait until healthy; the API refuses a request without the password"]
+    if not distributed:
+        return [f"would set up Dagu on {at} (single mode), each step only if not so:",
+                *(f"  {s}" for s in steps)]
+    lines = [f"would set up Dagu distributed: coordinator on {at}, a worker on every "
+             "lane, mTLS, data on the NAS; on the coordinator, each step only if not so:",
+             *(f"  {s}" for s in steps)]
+    lines += [f"  worker on {ln.label} ({ln.ssh})" for ln in lanesfile.configured().lanes]
+    return lines
+
+
 def up(ld: LaneDagu) -> UpReport:
     """Single mode: Dagu's data and logs under ~/dagu, no coordinator peers, no worker."""
     report = UpReport()

@@ -16,12 +16,19 @@ def job() -> None:
 @click.argument("manifest", type=click.Path(dir_okay=False))
 @lane_option(Default.DAGU)
 @click.option("--repo", type=click.Path(file_okay=False), help="The checkout whose HEAD is the job (default: here).")
-def submit(manifest: str, lane_index: int | None, repo: str | None) -> int:
+@click.option("--dry-run", is_flag=True,
+              help="Print the branch, forge, lane and steps it would use; push nothing, connect to "
+                   "no lane, change nothing.")
+def submit(manifest: str, lane_index: int | None, repo: str | None, dry_run: bool) -> int:
     """Push job/<name> to the forge and start its workflow run on the lane; prints the run id."""
     from pathlib import Path
 
     from jobs import submit as submit_mod
 
+    if dry_run:
+        for line in submit_mod.plan(Path(manifest), lane_index, Path(repo) if repo else None):
+            click.echo(line)
+        return 0
     return submit_mod.submit(Path(manifest), lane_index, Path(repo) if repo else None)
 
 

@@ -41,7 +41,7 @@ from jobs.manifest import Manifest
 from lanes import dotenv, selfinstall
 from lanes import forge as forge_mod
 from lanes.base import settings
-from lanes.base.errors import NevError
+from lanes.base.errors import ConfigError, NevError
 from lanes.base.gitrun import Repo
 from lanes.base.ui import info
 
@@ -148,6 +148,39 @@ def push_job_key(ld: LaneDagu, job: str, key: str) -> str:
     ld.conn.run(f"mkdir -p -m 700 {shlex.quote(posixpath.dirname(path))}", check=True)
     ld.conn.write_file(path, key.encode() + b"\n", 0o600)
     return path
+
+
+def plan(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | None = None,
+         environ: Mapping[str, str] | None = None) -> list[str]:
+    """What `submit` would do (`nev job submit --dry-run`): the manifest, the checkout and the
+    settings are read, and the same refusals come first; nothing is pushed, no lane reached."""
+    from dagu import service
+
+    env = dict(os.environ if environ is None else environ)
+    m = manifest_mod.load(manifest_path)
+    repo = Repo(Repo(repo_path or Path.cwd()).toplevel())
+    tip = job_tip(repo, m)
+    forge = forge_mod.from_settings(env, repo)
+    lane_forge = forge.for_lanes()
+    if not forge.url:
+        raise ConfigError("no forge URL: set NEV_FORGE_URL or NEV_LANE_GIT_URL")
+    lane = service.pick_lane(lane_flag)
+    declared = settings.get_path(settings.FOLKNET_FILE, env)
+    lines = [f"would push job/{m.name} ({tip[:12]}) to {forge_mod.split_credentials(forge.url or '')[0]}, "
+             f"after deleting result/{m.name} there",
+             f"would start workflow {WORKFLOW} on {lane.label} ({lane.ssh}, Dagu), the lanes fetching from "
+             f"{forge_mod.split_credentials(lane_forge)[0]}; before it, on the lane:",
+             "  the forge token into ~/dagu/home/forge-token (mode 600), if it differs"]
+    if jobkeys.where(env):
+        lines.append(f"  a gateway key of the job's own into ~/dagu/home/job-keys/{m.name}.key, "
+                     f"allowed {', '.join(jobkeys.aliases(m)) or 'no alias'}")
+    if settings.get_flag(settings.JOB_INSTALL_NEV, env):
+        lines.append("  nev installed (`nev lane install`), if its sources changed")
+    if declared and declared.is_file():
+        lines.append(f"  the declared aliases {declared} under ~/dagu/declared/")
+    lines += [f"  the manifest under ~/dagu/manifests/{m.name}.<digest>.yaml",
+              f"  the workflow {WORKFLOW}.yaml into Dagu's dags folder, if it differs"]
+    return lines
 
 
 def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | None = None,

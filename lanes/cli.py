@@ -205,7 +205,10 @@ def sweep(lane_index: int | None, track: str | None, dry_run: bool, repo: str, a
 @click.option("--packages", help="Comma-separated Debian packages (default: what the gate needs).")
 @click.option("--apt-proxy", help="apt proxy on the node's bridge (default NEV_LANE_APT_PROXY).")
 @click.option("--ssh-user", default="root", show_default=True, help="Who provisions on the guest.")
-def provision(lane_index: int | None, packages: str | None, apt_proxy: str | None, ssh_user: str) -> int:
+@click.option("--dry-run", is_flag=True,
+              help="Print the lanes and the steps it would run; connect to none, change nothing.")
+def provision(lane_index: int | None, packages: str | None, apt_proxy: str | None, ssh_user: str,
+              dry_run: bool) -> int:
     """Idempotent set-up of a lane guest over SSH; prints changed:/unchanged: per step.
 
     Writer host: LANE_PI_TRACKS_URL clones pi-tracks; LANE_WRITER_SETUP runs as lane with
@@ -222,7 +225,7 @@ def provision(lane_index: int | None, packages: str | None, apt_proxy: str | Non
                        model_url=settings.get(settings.LANE_MODEL_URL) or env.get("LANE_MODEL_URL"),
                        pi_tracks_url=env.get("LANE_PI_TRACKS_URL"), writer=pv.Writer.from_env(env),
                        rust_min=pv.engine_rust_min())
-    return pv.provision_lanes(lane_index, params, ssh_user)
+    return pv.provision_lanes(lane_index, params, ssh_user, dry_run=dry_run)
 
 
 @lane.command("create")

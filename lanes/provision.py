@@ -226,11 +226,19 @@ def run(node: Node, params: Params, label: str) -> list[str]:
     return lines
 
 
-def provision_lanes(lane_index: int | None, params: Params, ssh_user: str = "root") -> int:
+def provision_lanes(lane_index: int | None, params: Params, ssh_user: str = "root",
+                    dry_run: bool = False) -> int:
     lf = lanesfile.configured()
     lanes = lanesfile.pick(lf, lane_index)      # a --lane no lane has: a usage error (2)
     for ln in lanes:
         t = ln.target
+        if dry_run:     # no connection: the steps are the plan, each checked before it is applied
+            p = Params(**{**params.__dict__, "root": ln.root, "shared": ln.shared or params.shared})
+            print(f"would provision lane {ln.index} ({ssh_user}@{t.host}:{t.port}), "
+                  "each step only where its check fails:")
+            for s in plan(p):
+                print(f"  {s.name}")
+            continue
         node = Node(f"{ssh_user}@{t.host}:{t.port}", default_known_hosts(), default_key_file(), jump=ln.jump_target)
         try:
             run(node, Params(**{**params.__dict__, "root": ln.root, "shared": ln.shared or params.shared}),

@@ -183,7 +183,10 @@ def _say(line: str) -> None:
 @rig.command("snapshot")
 @click.argument("label")
 @click.argument("roles", nargs=-1)
-def snapshot(label: str, roles: tuple[str, ...]) -> int:
+@click.option("--dry-run", is_flag=True,
+              help="Print the roles, hosts, files and commands it would record; connect to none, "
+                   "change nothing.")
+def snapshot(label: str, roles: tuple[str, ...], dry_run: bool) -> int:
     """Record every role's serving configuration under LABEL.
 
     Files with owner, mode and content plus command outputs, kept on each host (root-only
@@ -191,8 +194,12 @@ def snapshot(label: str, roles: tuple[str, ...]) -> int:
     store inside a git worktree or on the NAS) or a host fails, 2 for an unknown role.
     """
     from rig.snapshot.context import Context
-    from rig.snapshot.record import take
+    from rig.snapshot.record import plan, take
 
+    if dry_run:
+        for line in plan(Context.load(create=False), label, roles):
+            _say(line)
+        return 0
     take(Context.load(), label, roles, _say)
     return 0
 
@@ -372,8 +379,10 @@ def throughput(alias: str, inflight: str, n_requests: int | None, max_tokens: in
 
 
 @rig.command("capacity")
-@click.option("--declared", "declared_file", type=click.Path(dir_okay=False),
+@click.option("--capacity-file", "declared_file", type=click.Path(dir_okay=False),
               help="Per-class power figures, budget and candidate size (default NEV_CAPACITY_FILE).")
+@click.option("--declared", "declared_file", type=click.Path(dir_okay=False), hidden=True,
+              help="The old name of --capacity-file.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: per alias the declared and measured figures.")
 def capacity(declared_file: str | None, as_json: bool) -> int:

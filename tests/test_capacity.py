@@ -114,7 +114,9 @@ def test_the_command_warns_on_stderr_and_exits_zero(tmp_path):
     assert "qwen3.8-27b-fast" in r.stdout and "300.0" in r.stdout
     assert "warning: power budget exceeded: role pool draws up to 4160 W" in r.stdout
     assert "capacity: warning: power budget exceeded: role pool" in r.stderr
-    j = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "capacity", "--declared", str(decl), "--json"],
+    # --capacity-file is the name; --declared (its old name) is still taken, hidden
+    j = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "capacity", "--capacity-file",
+                        str(decl), "--json"],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     data = json.loads(j.stdout)
     assert data["power"]["busy_w"] == 10160 and len(data["warnings"]) == 2

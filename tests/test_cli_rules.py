@@ -126,6 +126,8 @@ REFUSALS = [
     ("lane sweep", ["lane", "sweep", "--archives", "--json"], "no_lanes", 2),
     ("rig snapshot", ["rig", "snapshot", "lbl", "nope"], "a_rig", 2),        # an unknown role
     ("rig provision-sudo", ["rig", "provision-sudo", "nope", "--dry-run"], "a_rig", 2),
+    ("dagu autostart", ["dagu", "autostart"], "no_lanes", 2),     # on|off or --install|--uninstall
+    ("dagu autostart", ["dagu", "autostart", "on", "--uninstall"], "no_lanes", 2),
 ]
 
 
@@ -226,6 +228,19 @@ def test_one_dry_run_spelling():
             if name in ("--print", "--check") or DRY_RUN_WORDS.search(opt.help or ""):
                 wrong.append((path, name))
     assert not wrong, f"a dry run is spelled --dry-run: {wrong}"
+
+
+# Every command that changes something has a dry run (issue 36); tests/test_dry_runs.py checks
+# that the four added last change nothing and reach no host.
+HAS_DRY_RUN = {"lane provision", "dagu up", "rig snapshot", "job submit", "lane create",
+               "lane destroy", "lane sweep", "rig restore", "rig provision-sudo"}
+
+
+def test_the_commands_that_change_a_lane_a_host_or_the_forge_have_a_dry_run():
+    missing = [p for p in sorted(HAS_DRY_RUN) if "--dry-run" not in options(LEAVES[p])]
+    assert not missing, f"no --dry-run: {missing}"
+    for p in ("lane provision", "dagu up", "rig snapshot", "job submit"):
+        assert "change nothing" in (options(LEAVES[p])["--dry-run"].help or ""), p
 
 
 def test_the_old_dry_run_spelling_is_hidden_but_taken():

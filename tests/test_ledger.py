@@ -134,3 +134,14 @@ def test_ledger_last_n_shows_only_the_last_batches_and_the_whole_spend(tmp_path)
     js = [json.loads(x)["batch"] for x in out.splitlines()]
     assert js == ["b3"]
     assert _ledger_cli(shared, "--worktree", "wt", "-n", "0").returncode == 2
+
+
+def test_ledger_json_with_no_batches_prints_an_empty_list(tmp_path):
+    shared = tmp_path / "share"
+    (shared / "ledger").mkdir(parents=True)
+    r = _ledger_cli(shared, "--worktree", "nobody", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == []
+    (shared / "ledger" / "wt.jsonl").write_text(_batch(1, "2026-03-01T10:00:00Z") + "\n")
+    one = _ledger_cli(shared, "--worktree", "wt", "--json").stdout.splitlines()
+    assert [json.loads(x)["batch"] for x in one] == ["b1"]

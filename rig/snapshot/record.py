@@ -20,6 +20,22 @@ def take(ctx: Context, label: str, role_names: tuple[str, ...], say: Callable[[s
         return _take(ctx, label, role_names, say)
 
 
+def plan(ctx: Context, label: str, role_names: tuple[str, ...]) -> list[str]:
+    """What `take` would record (`nev rig snapshot --dry-run`): read from the rig file and the
+    local store only, no host reached."""
+    check_label(label)
+    lines = []
+    if ctx.store.has_label(label):
+        lines.append(f"a snapshot labelled {label} exists: `nev rig snapshot {label}` would refuse")
+    for role in ctx.roles(role_names):
+        for host in role.hosts:
+            lines.append(f"would record {role.name} on {host} under {label}: "
+                         f"{len(role.files)} file(s), {len(role.commands)} command(s)")
+            lines += [f"  file {f}" for f in role.files]
+            lines += [f"  command {c}" for c in role.commands]
+    return lines
+
+
 def _take(ctx: Context, label: str, role_names: tuple[str, ...], say: Callable[[str], None]) -> Manifest:
     if ctx.store.has_label(label):
         try:
