@@ -268,6 +268,13 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str],
         jobs = copy.deepcopy(recs.jobs)
     waiting = {n: r for n, r in jobs.items() if n not in tips and not r.status.final and r.run_id}
     runs = read_runs(waiting) if waiting else {}
+    if any(r.done for r in runs.values()):
+        # a run that ended after the results were listed published its result meanwhile (the
+        # publish step is the run's): list them again, or the job would fail "without a result"
+        again = forge.ls(repo, "result")
+        if set(again) - set(tips):
+            forge.fetch_results(repo)
+            tips = again
     failed = 0
     for name in sorted(set(tips) | set(jobs)):
         rec = jobs.get(name)

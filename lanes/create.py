@@ -316,6 +316,8 @@ chmod 700 {q(delta)}/root {q(delta)}/root/.ssh
     out += heredoc(f"{delta}/etc/ssh/ssh_host_ed25519_key", files.host_key, "600", f"{r}:{r}")
     out += heredoc(f"{delta}/etc/ssh/ssh_host_ed25519_key.pub", files.host_key_pub, "644", f"{r}:{r}")
     out += heredoc(f"{delta}/etc/ssh/sshd_config", files.sshd_config, "644", f"{r}:{r}")
+    # the guest's own init sets the hostname from /etc/hostname (the image's is the build host's)
+    out += heredoc(f"{delta}/etc/hostname", lane.name + "\n", "644", f"{r}:{r}")
     out += heredoc(f"{delta}/root/.ssh/authorized_keys", files.authorized_keys, "600", f"{r}:{r}")
     if files.lane_home_in_delta:
         out += f"""mkdir -p {q(delta)}/home/lane/.ssh

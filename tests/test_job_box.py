@@ -50,7 +50,8 @@ class Rig:
         """Rounds of lane0's own probe now (`nev rig services once probe` on the lane), beside the
         one its supervisor runs every NEV_PROBE_EVERY: nothing copies a snapshot."""
         for _ in range(rounds):
-            r = subprocess.run(["ssh", "-F", str(self.box.ssh_config), f"{self.box.name}-{self.lane.name}",
+            collector = self.box.lanes[0]      # the lane that probes (`nev rig services install`)
+            r = subprocess.run(["ssh", "-F", str(self.box.ssh_config), f"{self.box.name}-{collector.name}",
                                 ".local/bin/nev rig services once probe"], capture_output=True, text=True,
                                timeout=120)
             assert r.returncode == 0, r.stderr

@@ -616,12 +616,14 @@ def test_bad_tracks_json_on_main_refuses_with_the_field_named(tmp_path: Path) ->
     check_invariant(k, old, "alpha", k.rev("alpha"), landed=False)
 
 
-def test_usage_errors_exit_2(kit: Kit) -> None:
+def test_usage_errors_exit_1_not_landed_never_2_which_is_a_conflict(kit: Kit) -> None:
+    """`nev land` keeps the reference rig's 0/1/2 (2 = rebase conflict): its usage errors are one
+    line and exit 1, "not landed", so the tick never takes a typo for a conflict."""
     old = kit.rev("main")
     kit.track("alpha")
-    assert kit.nev("alpha").rc == 2
-    assert kit.nev("approve").rc == 2
-    assert kit.nev("--approved", "alpha").rc == 2
+    for args in (("alpha",), ("approve",), ("--approved", "alpha")):
+        r = kit.nev(*args)
+        assert r.rc == 1 and r.err.startswith("nev: ") and r.err.count("\n") == 1, (args, r)
     r = kit.nev("../x", "abcdef1", "abcdef1")
     assert r.rc == 1 and "not valid" in r.err
     check_invariant(kit, old, "alpha", kit.rev("alpha"), landed=False)

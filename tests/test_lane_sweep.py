@@ -302,10 +302,13 @@ def test_dry_run_changes_nothing_and_its_sizes_match_du(scene):
 
 
 def test_sweep_removes_the_cached_agents_that_are_not_current(scene, box):
-    current, old = agentpack.lane_agent().hash, "0" * 64
+    """Agents of another nev unused for longer than NEV_AGENT_KEEP_HOURS (a day) go; one used
+    within it (a teammate's box on another nev) stays."""
+    current, old, mate = agentpack.lane_agent().hash, "0" * 64, "1" * 64
     cache = box.lanes[0].host_home / layout.AGENT_CACHE
     scene.sh(f"mkdir -p {scene.root} ~/{layout.AGENT_CACHE} && cd ~/{layout.AGENT_CACHE} && echo old > {old} "
              f"&& echo oc > {old}.code && echo part > {current}.tmp99 && echo mine > notes.txt "
+             f"&& echo mate > {mate} && touch -d '2 days ago' {old} {old}.code {current}.tmp99 "
              f"&& {{ [ -e {current} ] || echo x > {current}; }}")
     s = scene.run(dry_run=True)
     assert s.agents == [old, f"{old}.code", f"{current}.tmp99"] and (cache / old).exists()
@@ -313,8 +316,9 @@ def test_sweep_removes_the_cached_agents_that_are_not_current(scene, box):
     s = scene.run()
     assert s.agents_removed == [old, f"{old}.code", f"{current}.tmp99"]
     # the current agent's compiled modules stay with it (the survey's agent wrote them)
-    assert sorted(p.name for p in cache.iterdir()) == sorted([current, f"{current}.code", "notes.txt"])
+    assert sorted(p.name for p in cache.iterdir()) == sorted([current, f"{current}.code", "notes.txt", mate])
     (cache / "notes.txt").unlink()
+    (cache / mate).unlink()
 
 
 def test_sweep_without_a_nas_folder_keeps_a_copy_with_corpus_data(box, box_env, tmp_path):

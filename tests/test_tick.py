@@ -63,6 +63,12 @@ def test_one_installed_tick_lands_two_approved_tracks_and_a_finished_job_each_on
     k.track("alpha", {"src/alpha.txt": "alpha\n"})
     k.track("beta", {"lib/beta.txt": "beta\n"})
     _job_result(k, forge, "gen-gamma", "gamma")
+    # submitted from this state folder (`nev job submit` records it): only its submitter lands it
+    from jobs import records as job_records
+    from jobs.records import JobRecord
+
+    with job_records.locked({"NEV_STATE_DIR": str(tmp_path / "state")}) as recs:
+        recs.jobs["gen-gamma"] = JobRecord(job="gen-gamma", sends=1, run_id="run-1", spec="gamma")
     for n in ("alpha", "beta"):
         assert k.nev("approve", n).rc == 0
     env = k.env(NEV_LANE_GIT_URL=str(forge))

@@ -20,15 +20,12 @@ plus `/recovered`.
 
 from __future__ import annotations
 
-import datetime as dt
 import fcntl
 import json
 import os
 import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -180,6 +177,8 @@ def _count(kind: str, environ: Mapping[str, str] | None) -> None:
 
 
 def now_iso(t: float | None = None) -> str:
+    import datetime as dt  # here, not at the top: every gate imports this module (its disk check)
+
     return dt.datetime.fromtimestamp(time.time() if t is None else t, dt.UTC).isoformat(
         timespec="seconds"
     )
@@ -220,6 +219,10 @@ def post(url: str, body: dict[str, Any], timeout: float) -> str | None:
 
 
 def _post(url: str, body: dict[str, Any], timeout: float) -> str | None:
+    # urllib.request loads ssl, email and http: only a POST pays for them, not every gate
+    import urllib.error
+    import urllib.request
+
     req = urllib.request.Request(
         url,
         data=json.dumps(body).encode(),
