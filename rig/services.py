@@ -7,10 +7,11 @@ What runs where (docs/inventory.md, "Services"):
 |---|---|---|
 | `advertise` | every lane | `rig advertise --interface ADDR --name NAME --inventory FILE` |
 | `collect` | the collector lane (`--collector`, 0) | `rig collect --interface ADDR --every 30` |
-| `probe` | the collector lane | `rig probe --every NEV_PROBE_EVERY`, its own gateway key |
+| `probe` | every lane | `rig probe --every NEV_PROBE_EVERY`, the lane's own gateway key |
 
-So the snapshot the jobs' inventory check reads (`~/.local/share/nev/inventory.json` on the
-collector lane) is kept fresh by the lane, not by a development box.
+So the snapshot a job's inventory check reads (`~/.local/share/nev/inventory.json` on the lane
+it runs on: every lane probes its aliases; the collector lane also lists the hosts) is kept
+fresh by the lane, not by a development box.
 
 On a lane they run under one **supervisor**, `nev rig services run`, as the lane user: it starts
 each service, restarts one that exits (1 s, doubling to 60 s between tries), and stops them all
@@ -172,6 +173,7 @@ def plan_for(
     seeds: list[str] | None = None,
     probe_key: str | None = None,
     keep_key: bool = False,
+    probes: bool = False,
     probe_every: int = 300,
     model_url: str | None = None,
     expect: int | None = None,
@@ -201,7 +203,7 @@ def plan_for(
     ]
     secret: list[str] = []
     keep: list[str] = []
-    if collector:
+    if collector or probes:
         if folknet_text is None or (probe_key is None and not keep_key) or not model_url:
             raise ConfigError(
                 "the collector lane probes the aliases: it needs the declared aliases "
@@ -229,7 +231,8 @@ def plan_for(
         ]
         if expect:
             collect += ["--expect", str(expect)]
-        svcs.append(Service("collect", collect, dict(common)))
+        if collector:
+            svcs.append(Service("collect", collect, dict(common)))
         svcs.append(
             Service(
                 "probe",
@@ -681,21 +684,22 @@ def install(
         is_collector = lane.index == collector
         if dry_run:
             plan = plan_for(name, t.host, inv, is_collector, folknet_text=folknet_text,
-                            seeds=seeds, probe_key="(minted at install)", probe_every=every,
-                            model_url=model_url, expect=expect)
+                            seeds=seeds, probe_key="(minted at install)", probes=True,
+                            probe_every=every, model_url=model_url, expect=expect)
             out.append(LaneOutcome(lane.label,
                                    [f"would run: {', '.join(s.name for s in plan.services)}"]))
             continue
         with lane.connect() as conn:
+            # every lane probes (a job's inventory check reads the snapshot of the lane it runs
+            # on); the collector also collects the hosts
             key, keep = None, False
-            if is_collector:
-                if key_file is None and _lane_key_known(conn, name, env):
-                    keep = True          # the lane's key is the one the gateway holds: kept
-                else:
-                    key = probe_key(name, sorted(a.name for a in declared.active()), key_file, env)
+            if key_file is None and _lane_key_known(conn, name, env):
+                keep = True          # the lane's key is the one the gateway holds: kept
+            else:
+                key = probe_key(name, sorted(a.name for a in declared.active()), key_file, env)
             plan = plan_for(name, t.host, inv, is_collector, folknet_text=folknet_text,
-                            seeds=seeds, probe_key=key, keep_key=keep, probe_every=every,
-                            model_url=model_url, expect=expect)
+                            seeds=seeds, probe_key=key, keep_key=keep, probes=True,
+                            probe_every=every, model_url=model_url, expect=expect)
             res = _lane_nev(conn, ["rig", "services", "apply"], json.dumps(plan.to_json()).encode())
         lines = (
             res.out.strip().splitlines() if res.exit_status == 0 else [f"failed: {res.last_err()}"]

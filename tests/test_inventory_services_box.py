@@ -84,7 +84,7 @@ def test_the_lanes_snapshot_lists_every_host_with_its_role(box, services):
     assert r.returncode == 0, r.stdout + r.stderr
     rows = {row["lane"].split()[1]: row for row in json.loads(r.stdout)}
     assert {s["service"] for s in rows["0"]["services"]} == {"advertise", "collect", "probe"}
-    assert {s["service"] for s in rows["1"]["services"]} == {"advertise"}
+    assert {s["service"] for s in rows["1"]["services"]} == {"advertise", "probe"}
     assert all(s["state"] == "running" for row in rows.values() for s in row["services"])
     assert all(row["autostart"] and row["supervisor"] for row in rows.values())
 

@@ -51,7 +51,8 @@ class Rig:
         one its supervisor runs every NEV_PROBE_EVERY: nothing copies a snapshot."""
         for _ in range(rounds):
             collector = self.box.lanes[0]      # the lane that probes (`nev rig services install`)
-            r = subprocess.run(["ssh", "-F", str(self.box.ssh_config), f"{self.box.name}-{collector.name}",
+            host = f"{self.box.name}-{collector.name}"
+            r = subprocess.run(["ssh", "-F", str(self.box.ssh_config), host,
                                 ".local/bin/nev rig services once probe"], capture_output=True, text=True,
                                timeout=120)
             assert r.returncode == 0, r.stderr

@@ -262,7 +262,7 @@ def test_installed_tick_is_a_valid_scheduled_dagu_workflow_that_really_ticks(tmp
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
     records = tmp_path / "state" / "job-results.json"
 
-    def ticked() -> bool:      # the submitter's record is there from the start: wait for its outcome
+    def ticked() -> bool:      # the submitter's record is there from the start: its outcome
         try:
             return json.loads(records.read_text())["jobs"]["demo"]["status"] != "submitted"
         except (OSError, ValueError, KeyError):

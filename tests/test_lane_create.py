@@ -242,7 +242,8 @@ def test_lxc_lane_created_by_nev_answers_ssh_passes_a_gate_and_is_gone_after_des
         extra.mkdir()
         (extra / "marker").write_text("bound\n")
         # the guest's monitor runs where create ran (the rig namespace): its command socket is there
-        attach = ["ip", "netns", "exec", box.rig_netns, "lxc-attach", "-P", lxcpath, "-n", name, "--"]
+        attach = ["ip", "netns", "exec", box.rig_netns,
+                  "lxc-attach", "-P", lxcpath, "-n", name, "--"]
         pid = subprocess.run([*attach, "sh", "-c", "cp /bin/sleep /tmp/cargo && "
                               "(/tmp/cargo 300 >/dev/null 2>&1 & echo $!)"],
                              capture_output=True, text=True, check=True).stdout.strip()

@@ -316,7 +316,8 @@ def test_sweep_removes_the_cached_agents_that_are_not_current(scene, box):
     s = scene.run()
     assert s.agents_removed == [old, f"{old}.code", f"{current}.tmp99"]
     # the current agent's compiled modules stay with it (the survey's agent wrote them)
-    assert sorted(p.name for p in cache.iterdir()) == sorted([current, f"{current}.code", "notes.txt", mate])
+    left = sorted(p.name for p in cache.iterdir())
+    assert left == sorted([current, f"{current}.code", "notes.txt", mate])
     (cache / "notes.txt").unlink()
     (cache / mate).unlink()
 

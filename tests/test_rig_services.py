@@ -71,6 +71,10 @@ def test_the_collector_plan_probes_with_its_own_key_kept_out_of_argv():
     assert svc.Plan.from_json(json.loads(json.dumps(p.to_json()))).to_json() == p.to_json()
     other = svc.plan_for("lane1", "10.0.0.2", {"name": "lane1"}, False)
     assert [s.name for s in other.services] == ["advertise"] and "probe.key" not in other.files
+    # every lane probes its own snapshot (a job checks the lane it runs on); only one collects
+    probing = svc.plan_for("lane1", "10.0.0.2", {"name": "lane1"}, False, probes=True,
+                           folknet_text="{}", probe_key="sk-x", model_url="http://g")
+    assert [s.name for s in probing.services] == ["advertise", "probe"]
     with pytest.raises(ConfigError, match="gateway key"):
         svc.plan_for("lane0", "10.0.0.1", {}, True, folknet_text="{}", model_url="http://x")
 

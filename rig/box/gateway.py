@@ -103,12 +103,14 @@ def write_files(layout: plan.Layout, d: Path, keys_dir: Path) -> tuple[dict[str,
         key = ensure_key(kf, f"sk-nevbox-{name}")
         key_files[name] = kf
         digests[name] = {"name": name, "models": models, "sha256": hashlib.sha256(key.encode()).hexdigest()}
-    # a job's own key (jobs/jobkeys.py) outlives a `nev box up`: only the box's keys are rewritten
+    # a job's own key and a rig service's (jobs/jobkeys.py; the collector lane's probe) outlive a
+    # `nev box up`: only the box's keys are rewritten
     try:
         had = json.loads((d / "keys.json").read_text())
     except (OSError, ValueError):
         had = {}
-    jobs = {k: v for k, v in had.items() if isinstance(v, dict) and v.get("job")} if isinstance(had, dict) else {}
+    jobs = ({k: v for k, v in had.items() if isinstance(v, dict) and (v.get("job") or v.get("service"))}
+            if isinstance(had, dict) else {})
     (d / "keys.json").write_text(json.dumps({**digests, **jobs}, indent=2) + "\n")
     (d / f"{AUTH_MODULE}.py").write_text(AUTH_SOURCE)
     cfg = plan.litellm_config(layout, AUTH_MODULE)
