@@ -311,13 +311,17 @@ def test_sweep_removes_the_cached_agents_that_are_not_current(scene, box):
              f"&& echo mate > {mate} && touch -d '2 days ago' {old} {old}.code {current}.tmp99 "
              f"&& {{ [ -e {current} ] || echo x > {current}; }}")
     s = scene.run(dry_run=True)
-    assert s.agents == [old, f"{old}.code", f"{current}.tmp99"] and (cache / old).exists()
-    assert f"lane 0: would remove cached lane agent {old[:12]}: not the one this nev sends" in sw.report(s, True)
+    # (a box kept across sessions may hold other agents unused for days: they go too)
+    assert {old, f"{old}.code", f"{current}.tmp99"} <= set(s.agents) and (cache / old).exists()
+    assert mate not in s.agents and current not in s.agents
+    said = f"lane 0: would remove cached lane agent {old[:12]}: not the one this nev sends, not used within "
+    assert any(line.startswith(said) for line in sw.report(s, True)), sw.report(s, True)
     s = scene.run()
-    assert s.agents_removed == [old, f"{old}.code", f"{current}.tmp99"]
+    assert {old, f"{old}.code", f"{current}.tmp99"} <= set(s.agents_removed)
     # the current agent's compiled modules stay with it (the survey's agent wrote them)
-    left = sorted(p.name for p in cache.iterdir())
-    assert left == sorted([current, f"{current}.code", "notes.txt", mate])
+    left = {p.name for p in cache.iterdir()}       # (and other boxes' agents used within a day)
+    assert {current, f"{current}.code", "notes.txt", mate} <= left
+    assert not {old, f"{old}.code", f"{current}.tmp99"} & left
     (cache / "notes.txt").unlink()
     (cache / mate).unlink()
 
