@@ -165,6 +165,7 @@ class Pool:
             self.inflight = 0
             self.max_seen = 0
             self.served = 0
+            self.probed = 0      # readiness probes (max_tokens 1: the lanes' `nev rig probe`), apart
             self.requests = 0
             self.failed: dict[str, int] = {}
             self.cond.notify_all()
@@ -175,7 +176,7 @@ class Pool:
                     "tokens_per_s": self.tokens_per_s, "max_inflight": self.max_inflight, "fail": self.fail,
                     "fail_times": self.fail_times, "bank": str(self.bank_path), "models": self.tiers,
                     "inflight": self.inflight, "max_inflight_seen": self.max_seen, "served": self.served,
-                    "requests": self.requests, "failed": dict(self.failed)}
+                    "probed": self.probed, "requests": self.requests, "failed": dict(self.failed)}
 
     def update(self, req: dict) -> None:
         bank = load_bank(Path(req["bank"])) if req.get("bank") else None
@@ -202,10 +203,13 @@ class Pool:
         with self.lock, open(self.journal_path, "a") as f:
             f.write(f"{time.time():.6f} {event} {call}\n")
 
-    def take_fail(self) -> str | None:
+    def take_fail(self, probe: bool = False) -> str | None:
         with self.lock:
-            self.requests += 1
-            if self.fail is None:
+            if not probe:
+                self.requests += 1
+            # a readiness probe meets a lasting failure, never one of a counted few (those are
+            # the batch's to meet: the lanes probe in the background)
+            if self.fail is None or (probe and self.fail_times is not None):
                 return None
             mode = self.fail
             if self.fail_times is not None:
@@ -225,11 +229,14 @@ class Pool:
             self.max_seen = max(self.max_seen, self.inflight)
             return self.delay, self.tokens_per_s
 
-    def release(self) -> None:
-        """One in-flight request is done."""
+    def release(self, probe: bool = False) -> None:
+        """One in-flight request is done (a readiness probe is counted apart from the served)."""
         with self.cond:
             self.inflight -= 1
-            self.served += 1
+            if probe:
+                self.probed += 1
+            else:
+                self.served += 1
             self.cond.notify_all()
 
     def still_hanging(self) -> bool:
@@ -308,13 +315,17 @@ class Handler(BaseHTTPRequestHandler):
             self.refuse(404, f"no route {self.path}", "not_found")
 
     def chat(self, body: dict) -> None:
+        if _is_probe(body):                 # the lanes' readiness probes stay out of the journal
+            self.answer(body)
+            return
         call = uuid.uuid4().hex[:12]
         self.pool.journal("in", call)
         self.answer(body)
         self.pool.journal("out", call)
 
     def answer(self, body: dict) -> None:
-        if self.failed_on_demand():
+        probe = _is_probe(body)
+        if self.failed_on_demand(probe):
             return
         try:
             picks = self.picks(body)
@@ -332,13 +343,13 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(wait)
         finally:
             # Done before the answer leaves: the next request may arrive the moment it does.
-            self.pool.release()
+            self.pool.release(probe)
         self.send_json(200, out)
 
-    def failed_on_demand(self) -> bool:
+    def failed_on_demand(self, probe: bool = False) -> bool:
         """The failure `/control` asked for: 429 or 503 answered (True), or a hang held until
         it is lifted (then the request is served)."""
-        mode = self.pool.take_fail()
+        mode = self.pool.take_fail(probe)
         if mode == "429":
             self.refuse(429, "stand-in pool: rate limited (on demand)", "rate_limit_error", {"Retry-After": "1"})
         elif mode == "503":
@@ -394,6 +405,11 @@ class Handler(BaseHTTPRequestHandler):
     def write_chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
+
+
+def _is_probe(body: dict) -> bool:
+    """A readiness probe (`nev rig probe`: one completion, max_tokens 1, not streamed)."""
+    return body.get("max_tokens") == 1 and not body.get("stream") and int(body.get("n") or 1) == 1
 
 
 def make_handler(pool: Pool) -> type[Handler]:
