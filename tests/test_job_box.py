@@ -57,7 +57,8 @@ class Rig:
                                timeout=120)
             assert r.returncode == 0, r.stderr
 
-    def job(self, name: str, stages: list[dict], env: dict[str, str] | None = None, touches: tuple[str, ...] = ()) -> str:
+    def job(self, name: str, stages: list[dict], env: dict[str, str] | None = None, touches: tuple[str, ...] = (),
+            free_name: bool = True) -> str:
         """Write specs/<name>.md on main and the job's manifest, submit it; the run id."""
         import yaml
 
@@ -70,6 +71,10 @@ class Rig:
         m.parent.mkdir(exist_ok=True)
         m.write_text(yaml.safe_dump({"name": name, "base": base, "spec": f"specs/{name}.md", "key": "batch",
                                      "limit": "1h", "stages": stages}, sort_keys=False))
+        # a box kept across sessions may still hold this name's key from an earlier run (a name
+        # another state folder holds is refused): freed as its operator would
+        if free_name:
+            self.nev("job", "revoke", name, env=env)
         r = self.ok("job", "submit", str(m), env=env)
         return r.stdout.strip().splitlines()[-1]
 
