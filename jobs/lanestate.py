@@ -458,6 +458,8 @@ class LogTail:
     ino: int | None = None
     pending: bytes = b""
     ended: bool = False  # the stage ended: drained once a read reaches the file's end
+    lines: int | None = 0  # whole lines taken from the file's start (None: began at a tail)
+    skip: int = 0  # lines of the archived copy already shown from the lane's own file
 
 
 @dataclass
@@ -479,13 +481,44 @@ class Follower:
         default_factory=dict
     )  # log path: (inode, offset)
     held: list[str] = field(default_factory=list)
+    archive: str | None = None  # the run's archived copy, read once its folder was cleaned up
 
     def requests(self) -> list[tuple[str, int, int]]:
+        self.asked = list(self.logs)
+        logs = [(self._path(self.logs[s].path), self.logs[s].offset, CAP) for s in self.asked]
+        if self.archive is not None:
+            events = posixpath.join(self.archive, EVENTS)
+            return [(events, self.ev_offset, EVENTS_CAP), (events, 0, 0), *logs]
         reqs = [(self.where.events, self.ev_offset, EVENTS_CAP), (self.where.clock, 0, 0)]
         if self.where.archived:
             reqs.append((self.where.archived, 0, 0))
-        self.asked = list(self.logs)
-        return reqs + [(self.logs[s].path, self.logs[s].offset, CAP) for s in self.asked]
+        return reqs + logs
+
+    def _path(self, log: str) -> str:
+        """A stage log's path on the lane: in the archive (`jobs/archive.py`'s `logs/<name>`)
+        once the run's folder is gone."""
+        if self.archive is None:
+            return log
+        return posixpath.join(self.archive, "logs", posixpath.basename(log))
+
+    def _to_archive(self, marker: str) -> list[str]:
+        """The run's folder was cleaned up (passed, published, archived) between two reads: the
+        rest is read from its archived copy, whose lines are the folder's, scrubbed one by one
+        (the events and each log's lines already shown are counted, not re-read)."""
+        w = self.where
+        self.archive = posixpath.join(posixpath.dirname(marker), str(w.run_id))
+        self.ev_offset, self.ev_ino, self.ev_text = 0, None, b""
+        out = [
+            f"== job {w.job}: its folder on {w.label()} is cleaned up (published and archived); "
+            f"the rest from {self.archive}"
+        ]
+        for stage, t in list(self.logs.items()):
+            if t.lines is None:  # begun at a tail: where it stood in the file is not known
+                out.append(f"== log of stage {stage}: the rest is in {self._path(t.path)}")
+                del self.logs[stage]
+                continue
+            t.skip, t.lines, t.offset, t.ino, t.pending = t.lines, 0, 0, None, b""
+        return out
 
     def _reset(self) -> None:
         self.ev_offset, self.ev_ino, self.ev_text, self.events = 0, None, b"", []
@@ -499,7 +532,7 @@ class Follower:
 
     def take(self, reply: Reply) -> tuple[list[str], int | None, bool]:
         """(lines to print, the job's exit once it is over, read again at once)."""
-        marker = reply.files[2] if self.where.archived else None
+        marker = reply.files[2] if self.where.archived and self.archive is None else None
         logs = dict(zip(self.asked, reply.files[3 if marker else 2 :], strict=True))
         got = self._events(reply.files[0], marker)
         if not isinstance(got, list):
@@ -558,15 +591,13 @@ class Follower:
         if ev.error:
             raise NevError(f"cannot read {w.events} on {w.label()}: {ev.error}")
         if ev.missing:
-            if marker is not None and not marker.missing:
-                return (
-                    [
-                        f"== job {w.job}: run {w.run_id} passed; its folder on {w.label()} "
-                        "is cleaned up "
-                        "(published and archived; `nev job poll` lands it)"
-                    ],
-                    Exit.OK,
-                    False,
+            if marker is not None and not marker.missing and w.archived:
+                return self._to_archive(w.archived), None, True
+            if self.archive is not None:
+                raise NevError(
+                    f"job {w.job}: its archived events {posixpath.join(self.archive, EVENTS)} "
+                    f"are gone from {w.label()}; "
+                    f"`nev job status {w.job}` shows its record"
                 )
             self._reset()
             return (
@@ -633,16 +664,22 @@ class Follower:
         data = got.data
         if t.offset < 0 and got.start > 0:  # a tail: from the first whole line
             data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+            t.lines = None
         elif t.offset >= 0 and got.start != t.offset:  # shorter than what was seen: anew
-            t.pending = b""
+            t.pending, t.lines = b"", None
         first = t.offset < 0
         t.ino, t.offset = got.ino, got.start + len(got.data)
         self.seen[t.path] = (t.ino, t.offset)
         parts = (t.pending + data).split(b"\n")
         t.pending = parts.pop()
+        if t.lines is not None:
+            t.lines += len(parts)
         if len(t.pending) > LONG_LINE:
             parts.append(t.pending)
-            t.pending = b""
+            t.pending, t.lines = b"", None
+        if t.skip:  # the archived copy's lines already shown from the lane's own file
+            shown, t.skip = min(t.skip, len(parts)), max(0, t.skip - len(parts))
+            parts = parts[shown:]
         drained = t.ended and got.start + len(got.data) >= got.size
         if drained:
             if t.pending:

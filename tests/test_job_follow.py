@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import lanestate, records
+from jobs import archive, lanestate, records
 from jobs.state import Event, JobState
 from lanes.lanesfile import Lane
 from tests.helpers import local_sshd
@@ -425,3 +426,60 @@ def test_a_running_job_whose_state_stopped_changing_ends_follow_with_3(tmp_path)
         code == 3 and not again and lines[-1].startswith("== no sign of the runner on lane 0 for ")
     )
     js.close()
+
+
+def test_a_folder_cleaned_up_between_two_reads_is_followed_to_its_end_from_the_archive(tmp_path):
+    """The job passed, was archived and its folder removed between two reads (a busy lane, a
+    fast end): the rest of the running log and the job's end come from the archived copy, each
+    line once, and the last line is the job's end as for any other job (CI saw this race)."""
+    js, log, _ = running(tmp_path)
+    share = tmp_path / "share"
+    f = lanestate.Follower(
+        lanestate.Where("demo", Lane(0, "lane@h"), str(js.folder), RUN_ID, str(share))
+    )
+    assert reads(f)[1] is None and reads(f)[0][1:] == [f"old line {i}" for i in range(30, 40)]
+    with log.open("ab") as fh:
+        fh.write(b"seen line\n")
+    assert reads(f)[0] == ["seen line"]
+    with log.open("ab") as fh:
+        fh.write(b"late line 1\nlate line 2 from 10.1.2.3\n")
+    js.record(Event.STAGE_PASSED, stage="gen", commit="c" * 40, outputs=[])
+    js.record(Event.JOB_ENDED, outcome="passed", exit=0)
+    js.close()
+    archive.archive("demo", RUN_ID, js.folder.parent, share, None, [])
+    shutil.rmtree(js.folder)
+    out: list[str] = []
+    for _ in range(5):
+        lines, code, again, _n = reads(f)
+        out += lines
+        if code is not None:
+            break
+    assert code == 0, out
+    assert out[0].startswith("== job demo: its folder on lane 0 is cleaned up"), out
+    assert out[1:] == [
+        "late line 1",
+        "late line 2 from <address>",  # the archive's copy is scrubbed
+        "== stage gen: passed",
+        "== job demo: passed (exit 0)",
+    ], out
+
+
+def test_follow_begun_after_the_folder_was_cleaned_up_ends_with_the_jobs_end(tmp_path):
+    js, log, _ = running(tmp_path)
+    js.record(Event.STAGE_PASSED, stage="gen", commit="c" * 40, outputs=[])
+    js.record(Event.JOB_ENDED, outcome="failed", exit=4)
+    js.close()
+    share = tmp_path / "share"
+    archive.archive("demo", RUN_ID, js.folder.parent, share, None, [])
+    shutil.rmtree(js.folder)
+    f = lanestate.Follower(
+        lanestate.Where("demo", Lane(0, "lane@h"), str(js.folder), RUN_ID, str(share))
+    )
+    out: list[str] = []
+    code = None
+    for _ in range(5):
+        lines, code, _a, _n = reads(f)
+        out += lines
+        if code is not None:
+            break
+    assert code == 4 and out[-1] == "== job demo: failed (exit 4)", out
