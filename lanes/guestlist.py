@@ -59,6 +59,7 @@ DECLARED: tuple[Need, ...] = (
     Need("xvfb", IMG, "WebKit's display"),
     Need("fonts-dejavu-core", IMG, "the fonts this machine renders with: same fonts, same layout"),
     Need("fonts-dejavu-extra", IMG, "the fonts this machine renders with"),
+    Need("make", IMG, "a project's own verify command (`make test`, the quick start's example)"),
     Need("nodejs", IMG, "node: a job's requirements check wants it on every lane"),
     Need("npm", PROV, "npm ci from the share's cache"),
     Need("chromium-driver", PROV, "chromedriver, for tools that drive Chromium without Playwright"),

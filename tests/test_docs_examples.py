@@ -142,3 +142,14 @@ def test_a_good_planted_example_passes_and_unmarked_blocks_are_not_read(tmp_path
     root = _doc(tmp_path, body)
     assert [e.path for e in examples(root)] == ["tracks.json"]
     assert problems(root, tmp_path / "work") == []
+
+
+def test_the_lane_machines_page_lists_the_declared_guest_packages_by_stage():
+    """docs/lane-machines.md's table of what a lane guest holds is `lanes/guestlist.py`'s list."""
+    from lanes import guestlist
+
+    text = (ROOT / "docs" / "lane-machines.md").read_text(encoding="utf-8")
+    for stage in guestlist.Stage:
+        row = re.search(rf"^\| {stage.value} \| ([^|]+)\|", text, re.M)
+        assert row, stage
+        assert tuple(row.group(1).split()) == guestlist.packages(stage), stage
