@@ -1,4 +1,4 @@
-"""`nev rig services ...`: parses arguments and dispatches to rig.services."""
+"""`nev rig services ...`: parses arguments and dispatches to rig.services (from the development box) and rig.services_lane (on the lane)."""
 
 from __future__ import annotations
 
@@ -131,9 +131,10 @@ def apply(remove_: bool) -> int:
     """(On a lane: what `install` runs there.) Read the plan on stdin, write its files, add the
     @reboot line, (re)start the supervisor when anything changed."""
     from rig import services as svc
+    from rig import services_lane as lane
 
     plan = None if remove_ else svc.plan_from_text(sys.stdin.read())
-    for line in svc.apply(plan, svc.lane_home()):
+    for line in lane.apply(plan, lane.lane_home()):
         click.echo(line)
     return 0
 
@@ -144,8 +145,9 @@ def here(as_json: bool) -> int:
     """(On a lane.) This host's supervisor and services, read from the host itself."""
     from lanes.base.ui import emit_json
     from rig import services as svc
+    from rig import services_lane as lane
 
-    data = svc.here(svc.lane_home())
+    data = lane.here(lane.lane_home())
     if as_json:
         emit_json(data)
     else:
@@ -157,15 +159,15 @@ def here(as_json: bool) -> int:
 @click.argument("name", type=click.Choice(["collect", "probe"]))
 def once(name: str) -> int:
     """(On a lane.) One round of a planned service now (collect or probe), with its environment."""
-    from rig import services as svc
+    from rig import services_lane as lane
 
-    return svc.once(svc.lane_home(), name)
+    return lane.once(lane.lane_home(), name)
 
 
 @services.command("run")
 def run() -> int:
     """(On a lane: what the @reboot line runs.) The supervisor: runs every planned service and
     restarts one that exits, until SIGTERM."""
-    from rig import services as svc
+    from rig import services_lane as lane
 
-    return svc.Supervisor(svc.lane_home()).run()
+    return lane.Supervisor(lane.lane_home()).run()

@@ -183,7 +183,7 @@ def _readers() -> list[Reader]:
     from jobs import approvals, jobkeys, land_gate, lanestate, manifest, records, tracks
     from lanes import lanesfile
     from lanes.base import jsonfile, notify
-    from rig import capacity, rigfile
+    from rig import capacity, rigfile, services_lane
     from rig import services as rig_services
     from rig.box import pool
     from rig.box import state as box_state
@@ -258,8 +258,8 @@ def _readers() -> list[Reader]:
         Reader("a lane's services status (over SSH)", ("rig/services.py::parse_here",), "here.json",
                lambda d, f: rig_services.parse_here(jsonfile.read_text(f, "status", ""), str(f)),
                b'{"services": []}'),
-        Reader("services plan and state on a lane (nev rig services here)", ("rig/services.py::_read",),
-               "home/.config/nev/services/services.json", lambda d, f: rig_services.here(d / "home"),
+        Reader("services plan and state on a lane (nev rig services here)", ("rig/services_lane.py::_read",),
+               "home/.config/nev/services/services.json", lambda d, f: services_lane.here(d / "home"),
                b'{"lane": "l", "services": [{"name": "probe", "args": []}]}', tolerant=True),
         Reader("suite expectations", ("bench/oracle/suites.py::load_expectations",),
                "oracle/suites/mini.expected.json",

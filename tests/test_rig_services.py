@@ -18,6 +18,7 @@ import pytest
 
 from lanes.base.errors import ConfigError
 from rig import services as svc
+from rig import services_lane as lane_svc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,7 +46,7 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.delenv("NEV_INSTALL", raising=False)
     yield h
-    svc.stop_supervisor(h)
+    lane_svc.stop_supervisor(h)
     if before.returncode == 0:
         subprocess.run(["crontab", "-"], input=before.stdout, text=True, check=True)
     else:
@@ -94,29 +95,29 @@ def test_apply_runs_the_services_under_one_supervisor_restarts_them_and_removes_
     port = _closed_port()          # a gateway that refuses: each probe round fails fast, then waits
     plan = _plan(port)
     plan.services = [s for s in plan.services if s.name == "probe"]
-    out = svc.apply(plan, home)
+    out = lane_svc.apply(plan, home)
     assert "changed: supervisor started" in out and "changed: @reboot line installed" in out
-    key = svc.config_dir(home) / "probe.key"
+    key = lane_svc.config_dir(home) / "probe.key"
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
-    assert stat.S_IMODE((svc.config_dir(home) / "folknet.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((lane_svc.config_dir(home) / "folknet.json").stat().st_mode) == 0o644
     tab = subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout
     assert [ln for ln in tab.splitlines() if ln.endswith(svc.TAG)][0].startswith("@reboot ")
-    here = _wait(lambda: (h := svc.here(home))["services"][0]["state"] == "running" and h)
+    here = _wait(lambda: (h := lane_svc.here(home))["services"][0]["state"] == "running" and h)
     assert here["supervisor"] and here["autostart"]
     pid = here["services"][0]["pid"]
     # the same plan again changes nothing and keeps the supervisor
     sup = here["supervisor"]
-    assert svc.apply(plan, home) == ["unchanged: services running as planned"]
-    assert svc.supervisor_pid(home) == sup
+    assert lane_svc.apply(plan, home) == ["unchanged: services running as planned"]
+    assert lane_svc.supervisor_pid(home) == sup
     # a service that dies is started again by the supervisor
     os.kill(pid, signal.SIGKILL)
-    again = _wait(lambda: (r := svc.here(home)["services"][0])["pid"] not in (None, pid) and r)
+    again = _wait(lambda: (r := lane_svc.here(home)["services"][0])["pid"] not in (None, pid) and r)
     assert again["restarts"] == 1 and again["last_exit"] == -9
-    assert "sk-test-probe" not in (svc.state_dir(home) / "probe.log").read_text()
+    assert "sk-test-probe" not in (lane_svc.state_dir(home) / "probe.log").read_text()
     # remove: supervisor, line and files gone; the service with it
-    gone = svc.apply(None, home)
+    gone = lane_svc.apply(None, home)
     assert "changed: supervisor stopped" in gone and "changed: @reboot line removed" in gone
-    assert svc.supervisor_pid(home) is None and not list(svc.config_dir(home).glob("*"))
+    assert lane_svc.supervisor_pid(home) is None and not list(lane_svc.config_dir(home).glob("*"))
     assert svc.TAG not in subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout
     _wait(lambda: not Path(f"/proc/{again['pid']}").exists())
 
@@ -124,26 +125,26 @@ def test_apply_runs_the_services_under_one_supervisor_restarts_them_and_removes_
 def test_a_changed_plan_restarts_the_supervisor_and_a_second_one_refuses_to_run(home):
     plan = _plan(_closed_port())
     plan.services = [s for s in plan.services if s.name == "probe"]
-    svc.apply(plan, home)
-    first = svc.supervisor_pid(home)
+    lane_svc.apply(plan, home)
+    first = lane_svc.supervisor_pid(home)
     cp = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "services", "run"], capture_output=True,
                         text=True, timeout=30, cwd=ROOT)
     assert cp.returncode == 0 and "already runs" in cp.stderr
     plan.files["probe.key"] = "sk-test-probe-another-key-000000\n"
-    out = svc.apply(plan, home)
+    out = lane_svc.apply(plan, home)
     assert "changed: probe.key" in out and "changed: supervisor started" in out
-    assert svc.supervisor_pid(home) not in (None, first)
+    assert lane_svc.supervisor_pid(home) not in (None, first)
 
 
 def test_once_runs_one_round_with_the_planned_environment(home):
     plan = _plan(_closed_port())
-    svc.apply(plan, home)
-    svc.stop_supervisor(home)
-    code = svc.once(home, "probe")
+    lane_svc.apply(plan, home)
+    lane_svc.stop_supervisor(home)
+    code = lane_svc.once(home, "probe")
     snap = json.loads((home / ".local/share/nev/inventory.json").read_text())
     assert code == 0 and snap["probed_at"] and "m" in snap["aliases"]
     with pytest.raises(ConfigError, match="no service 'nothing'"):
-        svc.once(home, "nothing")
+        lane_svc.once(home, "nothing")
 
 
 def test_status_renders_an_unreachable_lane_in_one_line():
@@ -163,23 +164,23 @@ def test_a_second_install_keeps_the_lanes_probe_key_when_the_gateway_still_holds
 
     plan = _plan(_closed_port())
     plan.services = [s for s in plan.services if s.name == "probe"]
-    svc.apply(plan, home)
-    key = svc.config_dir(home) / "probe.key"
-    digest = svc.here(home)["probe_key_sha256"]
+    lane_svc.apply(plan, home)
+    key = lane_svc.config_dir(home) / "probe.key"
+    digest = lane_svc.here(home)["probe_key_sha256"]
     assert digest == hashlib.sha256(key.read_text().strip().encode()).hexdigest()
-    sup = svc.supervisor_pid(home)
+    sup = lane_svc.supervisor_pid(home)
     kept = svc.plan_for("lane9", "127.0.0.1", {"name": "lane9", "role": "lane"}, True,
                         folknet_text=plan.files["folknet.json"], seeds=[], keep_key=True,
                         probe_every=3600, model_url=plan.services[0].env["NEV_MODEL_URL"])
     kept.services = [s for s in kept.services if s.name == "probe"]
     assert "probe.key" not in kept.files and kept.keep == ["probe.key"]
     assert svc.Plan.from_json(json.loads(json.dumps(kept.to_json()))).keep == ["probe.key"]
-    assert svc.apply(kept, home) == ["unchanged: services running as planned"]
-    assert key.exists() and svc.here(home)["probe_key_sha256"] == digest
-    assert svc.supervisor_pid(home) == sup
+    assert lane_svc.apply(kept, home) == ["unchanged: services running as planned"]
+    assert key.exists() and lane_svc.here(home)["probe_key_sha256"] == digest
+    assert lane_svc.supervisor_pid(home) == sup
     key.unlink()
     with pytest.raises(ConfigError, match="is to be kept but is missing"):
-        svc.apply(kept, home)
+        lane_svc.apply(kept, home)
 
 
 def test_drift_does_not_compare_a_rig_services_key():

@@ -98,7 +98,7 @@ def facts(home: str, procs: Procs) -> list[InstallFacts]:
     if _real_dir(_path(home, LEGACY)):
         names.append(LEGACY)
     current, procs = _current(home), _with_cmdlines(procs)
-    building = _lock_held(os.path.join(home, layout.INSTALL_LOCK))
+    building = layout.lock_held(os.path.join(home, layout.INSTALL_LOCK))
     out = []
     for name in names:
         k, path = kind(name), _path(home, name)
@@ -111,20 +111,6 @@ def facts(home: str, procs: Procs) -> list[InstallFacts]:
         out.append(InstallFacts(name=name, kind=k, current=os.path.realpath(path) == current,
                                 pids=tuple(users(path, procs)), chosen=chosen, building=building))
     return out
-
-
-def _lock_held(path: str) -> bool:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
 
 
 def remove_one(home: str, name: str, procs: Procs) -> None:

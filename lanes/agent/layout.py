@@ -33,6 +33,8 @@ Dagu's maintenance) to name the same paths. Lane paths are POSIX paths on either
 
 from __future__ import annotations
 
+import fcntl
+import os
 import posixpath
 from typing import NamedTuple
 
@@ -234,3 +236,19 @@ def agent_entry_ok(name: str) -> bool:
         rest = rest[4:].removeprefix(".") if rest == "code" or rest.startswith("code.tmp") else "x"
     return (len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
             and (not dot or not rest or (rest.startswith("tmp") and rest[3:].isdigit())))
+
+
+def lock_held(path: str | os.PathLike[str]) -> bool:
+    """True while another process holds `path`'s flock, shared or exclusive (an install in use or
+    being built, a supervisor running); False when nobody does or there is no such file."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
