@@ -16,11 +16,17 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import hypothesis
 import pytest
 
 from lanes.base import settings
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Property tests assert outcomes, not speed (speed is for bench/perf): no per-example deadline,
+# which a test run beside the box's tests (scripts/pytest-all) would otherwise miss now and then.
+hypothesis.settings.register_profile("nev", deadline=None)
+hypothesis.settings.load_profile("nev")
 
 
 def test_box():
