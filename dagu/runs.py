@@ -119,14 +119,29 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
 
 # -- following a run ------------------------------------------------------
 
+LOST_GRACE_S = 15.0  # follow: how long a run may be unknown to Dagu before that is an error
+
+
 def follow(api: DaguApi, name: str, run_id: str, wait: float, poll: float,
            out: Callable[[str], None], sleep: Callable[[float], None] = time.sleep) -> RunStatus:
     """Read the run's status every `poll` s, printing each step once it ends, until it ends or `wait` passes."""
     deadline = time.monotonic() + wait
     said: set[str] = set()
     last = ""
+    gone = 0.0  # how long Dagu has not known the run, read after read
     while True:
-        st = api.status(name, run_id)
+        try:
+            st = api.status(name, run_id)
+        except DaguApiError as e:
+            # A distributed Dagu 1.30.2 moves a queued run to its worker and, for a moment, answers
+            # 404 for it (seen on the box's two lanes): a run known a moment ago is read again.
+            if e.status != 404 or gone >= LOST_GRACE_S:
+                raise
+            step = min(poll, 0.5)
+            sleep(step)
+            gone += step
+            continue
+        gone = 0.0
         if st.status != last:
             out(f"run {run_id}: {st.status}")
             last = st.status

@@ -344,3 +344,34 @@ def test_submit_enqueues_again_when_dagu_keeps_no_record_of_the_run():
         raise AssertionError("a run Dagu never records must be an error")
     except NevError as e:
         assert "keeps no record" in e.message
+
+
+class _BlinkingDagu:
+    """A Dagu API stand-in that does not know a run for `gap` reads, then knows it ended, as a
+    distributed Dagu 1.30.2 answered 404 for a moment while moving a queued run to its worker."""
+
+    def __init__(self, gap: int) -> None:
+        self.gap = gap
+        self.reads = 0
+
+    def status(self, name, run_id):
+        from dagu.api import DaguApiError, parse_run
+        self.reads += 1
+        if self.reads <= self.gap:
+            raise DaguApiError("no such run", 404)
+        return parse_run({"dagRunId": run_id, "name": name, "status": 4, "statusLabel": "succeeded",
+                          "nodes": []})
+
+
+def test_follow_reads_again_a_run_dagu_does_not_know_for_a_moment_and_not_for_ever():
+    from dagu import runs
+    from dagu.api import DaguApiError
+    lines: list[str] = []
+    st = runs.follow(_BlinkingDagu(gap=3), "wf", "r1", 60, 1.0, lines.append, sleep=lambda s: None)  # type: ignore[arg-type]
+    assert st.status == "succeeded" and lines == ["run r1: succeeded"]
+    gap = int(runs.LOST_GRACE_S / 0.5) + 2
+    try:
+        runs.follow(_BlinkingDagu(gap=gap), "wf", "r1", 60, 1.0, lines.append, sleep=lambda s: None)  # type: ignore[arg-type]
+        raise AssertionError("a run Dagu never knows again must be an error")
+    except DaguApiError as e:
+        assert e.status == 404
