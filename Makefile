@@ -21,7 +21,7 @@ typecheck:
 	$(PY)/mypy bench jobs lanes rig dagu crates_bridge
 
 pytest:
-	$(PY)/pytest -q
+	$(PY)/python scripts/pytest-all
 
 bench:
 	@for b in bench/perf/b*.py; do echo "== $$b"; $(PY)/python $$b || exit 1; done
