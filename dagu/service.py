@@ -13,7 +13,7 @@ import hashlib
 import logging
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -23,6 +23,7 @@ from dagu.layout import USERNAME, Layout, resolve_root
 from lanes import lanesfile
 from lanes.base import crontab, settings
 from lanes.base.errors import ConfigError, NevError
+from lanes.base.exitcodes import Exit
 from lanes.base.mask import register_secret
 from lanes.base.ssh import Connection
 from lanes.lanesfile import Lane
@@ -181,6 +182,29 @@ class LaneDagu:
             self._wait_healthy(deadline, timeout)
         finally:
             quiet.setLevel(level)
+
+    def answering(self, api: DaguApi, timeout: float, say: Callable[[str], None]) -> None:
+        """Dagu healthy on `api`, waited for up to `timeout` s (a lane rebooting, its Dagu being
+        started by its @reboot line or `nev dagu start`); else NevError, exit 3 (nothing sent)."""
+        if self.healthy(api):
+            return
+        say(f"Dagu on {self.lane.label} does not answer; waiting up to {timeout:.0f} s "
+            "(a restart under way?)")
+        quiet = logging.getLogger("paramiko.transport")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                time.sleep(1.0)
+                if self.healthy(api):
+                    say(f"Dagu on {self.lane.label} answers")
+                    return
+        finally:
+            quiet.setLevel(level)
+        raise NevError(f"Dagu on {self.lane.label} did not answer for {timeout:.0f} s; nothing was "
+                       f"submitted: `nev dagu status --lane {self.lane.index}`, then submit again",
+                       Exit.UNAVAILABLE)
 
     def _wait_healthy(self, deadline: float, timeout: float) -> None:
         with self.api() as api:

@@ -218,6 +218,7 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
                 p = params(m, push_manifest(ld, m), lane_forge, lane_env["HOME"], ld.layout,
                            ld.lane.shared_dir, decl, env, lane_env)
                 with ld.api() as api:
+                    ld.answering(api, settings.get_float(settings.DAGU_ANSWER_WAIT, env), info)
                     run_id, queued = runs.submit(api, wf, p)
                 lane_label = ld.lane.label
         except BaseException:

@@ -375,3 +375,43 @@ def test_follow_reads_again_a_run_dagu_does_not_know_for_a_moment_and_not_for_ev
         raise AssertionError("a run Dagu never knows again must be an error")
     except DaguApiError as e:
         assert e.status == 404
+
+
+class _WakingDagu:
+    """A Dagu API stand-in that answers its health check only from the `after`-th read on (a lane
+    rebooting: its Dagu started again by the lane's @reboot line)."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.reads = 0
+
+    def health(self):
+        from dagu.api import DaguApiError
+        self.reads += 1
+        if self.reads < self.after:
+            raise DaguApiError("Dagu API GET /health did not answer: connection refused")
+        return {"status": "healthy"}
+
+
+def test_submit_waits_for_a_lanes_dagu_that_does_not_answer_yet_and_gives_up_with_exit_3(monkeypatch):
+    from dagu.layout import Layout
+    from dagu.service import LaneDagu
+    from lanes.base.errors import NevError
+    from lanes.lanesfile import Lane
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    ld = LaneDagu(Lane(0, "lane@h"), None, Layout("/home/lane/dagu"), 1, 2)  # type: ignore[arg-type]
+    said: list[str] = []
+    api = _WakingDagu(after=4)
+    ld.answering(api, 30, said.append)  # type: ignore[arg-type]
+    assert api.reads == 4 and said[0].startswith("Dagu on lane 0 does not answer; waiting up to 30 s")
+    assert said[-1] == "Dagu on lane 0 answers"
+    said.clear()
+    ld.answering(_WakingDagu(after=1), 30, said.append)  # type: ignore[arg-type]
+    assert said == []                                   # healthy at once: nothing said
+    ticks = iter(range(0, 10_000, 10))
+    monkeypatch.setattr("time.monotonic", lambda: float(next(ticks)))
+    try:
+        ld.answering(_WakingDagu(after=10_000), 30, said.append)  # type: ignore[arg-type]
+        raise AssertionError("a Dagu that never answers must be an error")
+    except NevError as e:
+        assert e.exit_code == 3 and "did not answer for 30 s; nothing was submitted" in e.message
