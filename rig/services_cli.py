@@ -1,4 +1,5 @@
-"""`nev rig services ...`: parses arguments and dispatches to rig.services (from the development box) and rig.services_lane (on the lane)."""
+"""`nev rig services ...`: parses arguments and dispatches to rig.services (from the development
+box) and rig.services_lane (on the lane)."""
 
 from __future__ import annotations
 

@@ -367,11 +367,13 @@ def test_follow_reads_again_a_run_dagu_does_not_know_for_a_moment_and_not_for_ev
     from dagu import runs
     from dagu.api import DaguApiError
     lines: list[str] = []
-    st = runs.follow(_BlinkingDagu(gap=3), "wf", "r1", 60, 1.0, lines.append, sleep=lambda s: None)  # type: ignore[arg-type]
+    api = _BlinkingDagu(gap=3)
+    st = runs.follow(api, "wf", "r1", 60, 1.0, lines.append, sleep=lambda s: None)
     assert st.status == "succeeded" and lines == ["run r1: succeeded"]
     gap = int(runs.LOST_GRACE_S / 0.5) + 2
     try:
-        runs.follow(_BlinkingDagu(gap=gap), "wf", "r1", 60, 1.0, lines.append, sleep=lambda s: None)  # type: ignore[arg-type]
+        api = _BlinkingDagu(gap=gap)
+        runs.follow(api, "wf", "r1", 60, 1.0, lines.append, sleep=lambda s: None)
         raise AssertionError("a run Dagu never knows again must be an error")
     except DaguApiError as e:
         assert e.status == 404
@@ -393,17 +395,19 @@ class _WakingDagu:
         return {"status": "healthy"}
 
 
-def test_submit_waits_for_a_lanes_dagu_that_does_not_answer_yet_and_gives_up_with_exit_3(monkeypatch):
+def test_submit_waits_for_a_lanes_dagu_that_does_not_answer_yet_then_gives_up_with_3(monkeypatch):
     from dagu.layout import Layout
     from dagu.service import LaneDagu
     from lanes.base.errors import NevError
     from lanes.lanesfile import Lane
     monkeypatch.setattr("time.sleep", lambda s: None)
-    ld = LaneDagu(Lane(0, "lane@h"), None, Layout("/home/lane/dagu"), 1, 2)  # type: ignore[arg-type]
+    conn = None
+    ld = LaneDagu(Lane(0, "lane@h"), conn, Layout("/home/lane/dagu"), 1, 2)
     said: list[str] = []
     api = _WakingDagu(after=4)
     ld.answering(api, 30, said.append)  # type: ignore[arg-type]
-    assert api.reads == 4 and said[0].startswith("Dagu on lane 0 does not answer; waiting up to 30 s")
+    assert api.reads == 4
+    assert said[0].startswith("Dagu on lane 0 does not answer; waiting up to 30 s")
     assert said[-1] == "Dagu on lane 0 answers"
     said.clear()
     ld.answering(_WakingDagu(after=1), 30, said.append)  # type: ignore[arg-type]

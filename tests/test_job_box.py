@@ -46,9 +46,10 @@ class Rig:
         assert r.returncode == 0, f"nev {' '.join(args)}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
         return r
 
-    def probe(self, rounds: int = 1) -> None:
+    def probe(self, rounds: int = 2) -> None:
         """Rounds of lane0's own probe now (`nev rig services once probe` on the lane), beside the
-        one its supervisor runs every NEV_PROBE_EVERY: nothing copies a snapshot."""
+        one its supervisor runs every NEV_PROBE_EVERY: nothing copies a snapshot. Two by default:
+        an alias an earlier test left failing is ready again only after NEV_PROBE_OKS=2 rounds."""
         for _ in range(rounds):
             collector = self.box.lanes[0]      # the lane that probes (`nev rig services install`)
             host = f"{self.box.name}-{collector.name}"

@@ -94,8 +94,9 @@ FORGE_TOKEN_FILE = _s("NEV_FORGE_TOKEN_FILE", None, "file holding the forge toke
 DAGU_LANE = _s("NEV_DAGU_LANE", None, "index of the lane that runs Dagu")
 DAGU_PORT = _s("NEV_DAGU_PORT", "18431", "Dagu's port on the lane's loopback")
 DAGU_WAIT = _s("NEV_DAGU_WAIT", "3600", "seconds `nev dagu run` follows a run")
-DAGU_ANSWER_WAIT = _s("NEV_DAGU_ANSWER_WAIT", "90", "seconds `nev job submit` waits for a lane's Dagu that does "
-                      "not answer (the lane rebooting, its Dagu starting) before exit 3, nothing submitted")
+DAGU_ANSWER_WAIT = _s(
+    "NEV_DAGU_ANSWER_WAIT", "90", "seconds `nev job submit` waits for a lane's Dagu that does not "
+    "answer (the lane rebooting, its Dagu starting) before exit 3, nothing submitted")
 DAGU_BINARY = _s("NEV_DAGU_BINARY", None, "the pinned Dagu release binary to install on lanes")
 DAGU_DIR = _s("NEV_DAGU_DIR", "~/dagu", "where Dagu lives on a lane (binary, home, logs), under the lane user's home")
 DAGU_POLL = _s("NEV_DAGU_POLL", "15", "seconds between status reads while `nev dagu run`/`watch` follow a run")
