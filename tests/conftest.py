@@ -62,7 +62,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # fixturenames is the closure: a fixture that asks for `box` brings it in too.
     for item in items:
-        if BOX_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("parts"):
+        boxed = bool(BOX_FIXTURES & set(getattr(item, "fixturenames", ())))
+        if boxed:
+            item.add_marker(pytest.mark.boxed)
+        if boxed or item.get_closest_marker("parts"):
             item.add_marker(pytest.mark.box)
 
 
