@@ -156,7 +156,8 @@ def fake_lane_dagu(monkeypatch) -> tuple[FakeConn, list[dict[str, str]]]:
     conn = FakeConn()
     ld = SimpleNamespace(conn=conn, layout=Layout(root="/home/lane/dagu"),
                          lane=SimpleNamespace(label="lane 0", shared_dir="/srv/lane-shared"),
-                         write_if_changed=lambda path, text: None, api=contextlib.nullcontext)
+                         write_if_changed=lambda path, text: None, api=contextlib.nullcontext,
+                         answering=lambda api, timeout, say: None)  # the faked Dagu answers
     sent: list[dict[str, str]] = []
     monkeypatch.setattr(service, "opened", lambda flag: contextlib.nullcontext(ld))
     monkeypatch.setattr(runs, "submit", lambda api, wf, p: (sent.append(p), ("run-1", False))[1])
