@@ -174,14 +174,8 @@ class LaneDagu:
 
     def wait_healthy(self, timeout: float = HEALTH_WAIT) -> None:
         deadline = time.monotonic() + timeout
-        # Until Dagu listens, each forwarded connection is refused and paramiko logs it as an error.
-        quiet = logging.getLogger("paramiko.transport")
-        level = quiet.level
-        quiet.setLevel(logging.CRITICAL)
-        try:
+        with _forward_refusals_quiet():
             self._wait_healthy(deadline, timeout)
-        finally:
-            quiet.setLevel(level)
 
     def answering(self, api: DaguApi, timeout: float, say: Callable[[str], None]) -> None:
         """Dagu healthy on `api`, waited for up to `timeout` s (a lane rebooting, its Dagu being
@@ -190,18 +184,13 @@ class LaneDagu:
             return
         say(f"Dagu on {self.lane.label} does not answer; waiting up to {timeout:.0f} s "
             "(a restart under way?)")
-        quiet = logging.getLogger("paramiko.transport")
-        level = quiet.level
-        quiet.setLevel(logging.CRITICAL)
         deadline = time.monotonic() + timeout
-        try:
+        with _forward_refusals_quiet():
             while time.monotonic() < deadline:
                 time.sleep(1.0)
                 if self.healthy(api):
                     say(f"Dagu on {self.lane.label} answers")
                     return
-        finally:
-            quiet.setLevel(level)
         raise NevError(f"Dagu on {self.lane.label} did not answer for {timeout:.0f} s; nothing was "
                        f"submitted: `nev dagu status --lane {self.lane.index}`, then submit again",
                        Exit.UNAVAILABLE)
@@ -305,6 +294,19 @@ def connect(lane: Lane, distributed_shared: str | None = None) -> LaneDagu:
     layout = Layout(root=root, shared=distributed_shared)
     return LaneDagu(lane=lane, conn=conn, layout=layout, port=settings.get_int(settings.DAGU_PORT),
                     coord_port=settings.get_int(settings.DAGU_COORD_PORT))
+
+
+@contextmanager
+def _forward_refusals_quiet() -> Iterator[None]:
+    """Until Dagu listens, each forwarded connection is refused and paramiko logs it as an error:
+    not said while nev waits for Dagu on purpose."""
+    quiet = logging.getLogger("paramiko.transport")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        quiet.setLevel(level)
 
 
 @contextmanager
