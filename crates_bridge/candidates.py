@@ -31,21 +31,21 @@ stack overflow, the memory cap, a forbidden system call) is its verdict alone.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import re
-import secrets
 import shutil
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from crates_bridge import corpus, rustlex
+from crates_bridge import compile_budget, judge, rustlex
 from crates_bridge.errors import BridgeError
-from crates_bridge.runner import CaseResult, parse_lines
+from crates_bridge.judge import CaseResult
 from crates_bridge.workspace import (
     LAYOUT_CRATE,
     Build,
@@ -61,7 +61,10 @@ MODES = ("single", "crates")
 DEFAULT_MODE = "single"
 #: Optimisation of candidate code: the probe is compile-bound, not run-bound.
 DEFAULT_OPT_LEVEL = 1
-MAX_ROUNDS = 8
+MAX_ROUNDS = 12
+#: The lints every candidate module is compiled under: no unsafe code (nothing runs before the
+#: runner's lock), and no way to let a constant's evaluation run without end.
+FORBID = "unsafe_code, long_running_const_eval"
 _CAND_FILE = re.compile(r"generated/(c\d{3,})\.rs$")
 #: Errors that may come from two candidates sharing one crate rather than from either alone.
 _CLASH = re.compile(r"is already defined|defined multiple times|multiple definitions|already been defined")
@@ -227,23 +230,24 @@ def lex_suspect(text: str) -> str | None:
     return "unclosed delimiter" if stack else None
 
 
-def _alone(path: Path, out_dir: Path, jail: sandbox.Jail) -> list[str]:
+def _alone(path: Path, out_dir: Path, jail: sandbox.Jail, budget: float) -> list[str]:
     """rustc on one candidate file alone: lexing fails before any name is resolved."""
     argv = [_rustc(jail), "--edition", "2021", "--crate-type", "lib", "--emit=metadata", "--error-format=json",
             "--out-dir", str(out_dir), "--crate-name", "alone_" + path.stem, str(path)]
-    return sandbox.run(argv, jail, timeout=600).stderr.splitlines()
+    return sandbox.run(argv, jail, timeout=budget).stderr.splitlines()
 
 
 _LEXER_ERROR = re.compile(r"delimiter|unterminated|unknown start of token")
 
 
 def confirm_lexer_errors(files: dict[int, Path], function: str, out_dir: Path,
-                         jail: sandbox.Jail) -> dict[int, str]:
+                         jail: sandbox.Jail, budget: float) -> dict[int, str]:
     """For each suspect, rustc's own first error when it is a lexer error (else the suspect stays in)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     found: dict[int, str] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
-        results = dict(zip(files, pool.map(lambda p: _alone(p, out_dir, jail), files.values()), strict=True))
+        done = pool.map(lambda p: _alone(p, out_dir, jail, budget), files.values())
+        results = dict(zip(files, done, strict=True))
     for i, lines in results.items():
         for line in lines:
             if not line.startswith("{"):
@@ -266,7 +270,7 @@ def probe_main(function: str, indices: Sequence[int]) -> tuple[str, dict[int, in
         "mod generated {",
         f"    pub use {LAYOUT_CRATE}::prelude;",
     ]
-    lines += [f"    #[forbid(unsafe_code)] pub mod {cand_id(i)};" for i in indices]
+    lines += [f"    #[forbid({FORBID})] pub mod {cand_id(i)};" for i in indices]
     lines += ["}", "", "fn main() {",
               f"    generation::functions::{function}::candidates_main(&["]
     where: dict[int, int] = {}
@@ -288,12 +292,17 @@ def write_sources(src_dir: Path, sources: Sequence[str]) -> None:
 
 # ---- the single crate ----
 
-def compile_jail(build: Build, workdir: Path, sandboxed: bool = True) -> sandbox.Jail:
+def compile_jail(build: Build, workdir: Path, sandboxed: bool = True,
+                 memory: int | None = None) -> sandbox.Jail:
     """Where rustc compiles candidates: the probe's folder written; the toolchain and the engine's
-    prebuilt libraries read; nothing else (no home, no network, no store)."""
+    prebuilt libraries read; nothing else (no home, no network, no store); rustc's address space
+    capped (`NEV_COMPILE_MEMORY_MB`)."""
     if not sandboxed:
         return sandbox.Jail(bare=True, env=no_wrapper_env(), cwd=workdir)
-    return toolchain_jail([build.deps_dir, *(p.parent for p in build.rlibs.values())], [workdir], cwd=workdir)
+    libs = [build.deps_dir, *(p.parent for p in build.rlibs.values())]
+    jail = toolchain_jail(libs, [workdir], cwd=workdir)
+    cap = memory if memory is not None else compile_budget.memory_bytes()
+    return dataclasses.replace(jail, limits=dataclasses.replace(jail.limits, memory_bytes=cap))
 
 
 def _rustc(jail: sandbox.Jail) -> str:
@@ -306,26 +315,66 @@ def _link_args(build: Build) -> list[str]:
             "--extern", f"generation={build.rlibs['generation']}"]
 
 
-def _rustc_single(ws: Workspace, crate: Path, function: str, indices: Sequence[int],
-                  opt_level: int, jail: sandbox.Jail) -> tuple[sandbox.Outcome, dict[int, int], Path]:
-    build = ws.build()
+def _rustc_argv(ws: Workspace, crate: Path, function: str, indices: Sequence[int], opt_level: int,
+                jail: sandbox.Jail, tag: str) -> tuple[list[str], dict[int, int], Path]:
+    """rustc's command line for one crate of `indices` (its main file `src/main<tag>.rs`), the lines
+    of that file naming each candidate, and the binary it writes."""
     text, where = probe_main(function, indices)
-    (crate / "src" / "main.rs").write_text(text, encoding="utf-8")
-    out = crate / "probe"
+    main = crate / "src" / f"main{tag}.rs"
+    main.write_text(text, encoding="utf-8")
+    out = crate / f"probe{tag}"
     argv = [_rustc(jail), "--edition", "2021", "--crate-type", "bin", "--crate-name", "probe",
             "-C", f"opt-level={opt_level}", "-C", "debuginfo=0", "-C", "codegen-units=16",
-            "--error-format=json", *_link_args(build),
-            "-o", str(out), str(crate / "src" / "main.rs")]
-    try:
-        cp = sandbox.run(argv, jail, timeout=1800)
-    except FileNotFoundError:
-        raise BridgeError("rustc is not installed; install Rust (rustup) and retry") from None
-    return cp, where, out
+            "--error-format=json", *_link_args(ws.build()), "-o", str(out), str(main)]
+    return argv, where, out
+
+
+def _split(members: list[int]) -> list[list[int]]:
+    """The parts a stopped compile is tried again in: each candidate alone for up to 8, else about
+    the square root of their number of parts (64: 8 parts of 8)."""
+    if len(members) <= 8:
+        return [[i] for i in members]
+    k = math.ceil(math.sqrt(len(members)))
+    return [members[j::k] for j in range(k)]
+
+
+def _settle(members: list[int], run: compile_budget.Run, where: dict[int, int], out: Path,
+            function: str, memory: int,
+            batch: Batch) -> tuple[list[list[int]], list[int], list[int]]:
+    """What one rustc call of `members` decided: (the parts to compile again, the candidates it
+    judged, those nothing can be blamed on). Verdicts and binaries are written into `batch`."""
+    verdicts = batch.verdicts
+    if run.out.returncode == 0 and not run.stopped:
+        for i in members:
+            verdicts[i].compiled = True
+            batch.binaries[i] = out
+        return [], [], []
+    firsts, _ = split_errors(run.out.stderr.splitlines(), where, function)
+    for i, err in firsts.items():
+        verdicts[i].error = err
+    rest = [i for i in members if i not in firsts]
+    why = compile_budget.why_stopped(run, memory)
+    if why is None:
+        # refused by its own errors: the rest again;
+        # nothing blamed (a link error, a clash): each built alone
+        return ([rest] if firsts and rest else []), list(firsts), ([] if firsts else rest)
+    if len(rest) == 1 and not firsts:
+        verdicts[rest[0]].error = why
+        return [], rest, []
+    return (_split(rest) if rest else []), list(firsts), []
 
 
 def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir: Path,
-                   opt_level: int = DEFAULT_OPT_LEVEL, sandboxed: bool = True) -> Batch:
-    jail = compile_jail(ws.build(), workdir, sandboxed)
+                   opt_level: int = DEFAULT_OPT_LEVEL, sandboxed: bool = True,
+                   budget_s: float | None = None) -> Batch:
+    """Every candidate a module of one crate, one rustc call; a candidate whose errors stop it is
+    dropped and the rest compiled again. A call that runs past the compile budget, runs out of
+    memory or dies without naming a candidate is tried again in parts, side by side, each part
+    stopped when it runs far longer than its peers (`crates_bridge.compile_budget`), until the
+    culprits stand alone: one candidate costs the batch at most the budget and a short search."""
+    budget = budget_s if budget_s is not None else compile_budget.budget_s()
+    memory = compile_budget.memory_bytes()
+    jail = compile_jail(ws.build(), workdir, sandboxed, memory)
     crate = workdir / "single"
     write_sources(crate / "src", sources)
     verdicts = [Verdict(i) for i in range(len(sources))]
@@ -333,54 +382,67 @@ def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir
     t0 = time.monotonic()
     rounds = 0
     dropped: list[list[int]] = []
-    binary: Path | None = None
+    batch = Batch(function, "single", verdicts, rounds=0, dropped=dropped)
     suspects = {i: crate / "src" / "generated" / f"{cand_id(i)}.rs"
                 for i in alive if lex_suspect(sources[i]) is not None}
     if suspects:
         rounds += 1
-        lexed = confirm_lexer_errors(suspects, function, workdir / "alone", jail)
+        lexed = confirm_lexer_errors(suspects, function, workdir / "alone", jail, budget)
         for i, err in lexed.items():
             verdicts[i].error = err
         dropped.append(sorted(lexed))
         alive = [i for i in alive if i not in lexed]
-    while alive:
+    pending = [alive] if alive else []
+    searching = False
+    finished: list[float] = []
+    fallback: list[int] = []
+    while pending:
         rounds += 1
         if rounds > MAX_ROUNDS:
             raise BridgeError(f"the probe of `{function}` still failed after {MAX_ROUNDS} rounds; "
                               "report the batch (its folder is kept) as a bridge bug")
-        cp, where, out = _rustc_single(ws, crate, function, alive, opt_level, jail)
-        if cp.returncode == 0:
-            binary = out
-            break
-        firsts, orphans = split_errors(cp.stderr.splitlines(), where, function)
-        if not firsts:
-            # Nothing to blame on one candidate (a link error, a clash): build each on its own.
-            fallback = compile_crates(ws, function, sources, workdir, only=alive, sandboxed=sandboxed)
-            for i in alive:
-                verdicts[i] = fallback.verdicts[i]
-            b = Batch(function, "single+crates", verdicts, time.monotonic() - t0, rounds=rounds,
-                      binaries=fallback.binaries)
-            return b
-        for i, err in firsts.items():
-            verdicts[i].error = err
-        dropped.append(sorted(firsts))
-        alive = [i for i in alive if i not in firsts]
-    batch = Batch(function, "single", verdicts, time.monotonic() - t0, rounds=rounds, dropped=dropped)
-    for i in alive:
-        verdicts[i].compiled = True
-        assert binary is not None
-        batch.binaries[i] = binary
+        calls = [_rustc_argv(ws, crate, function, g, opt_level, jail,
+                             "" if not searching else f"_r{rounds}_{k}")
+                 for k, g in enumerate(pending)]
+        try:
+            runs = compile_budget.race([c[0] for c in calls], jail, budget, searching, finished)
+        except FileNotFoundError:
+            raise BridgeError("rustc is not installed; install Rust (rustup) and retry") from None
+        nxt: list[list[int]] = []
+        round_dropped: list[int] = []
+        for members, (_, where, out), run in zip(pending, calls, runs, strict=True):
+            again, gone, unblamed = _settle(members, run, where, out, function, memory, batch)
+            nxt += again
+            round_dropped += gone
+            fallback += unblamed
+            searching = searching or compile_budget.why_stopped(run, memory) is not None
+        if round_dropped:
+            dropped.append(sorted(round_dropped))
+        pending = nxt
+    if fallback:
+        # built each on its own
+        alone = compile_crates(ws, function, sources, workdir, only=fallback, sandboxed=sandboxed,
+                               budget_s=budget)
+        for i in fallback:
+            verdicts[i] = alone.verdicts[i]
+            if i in alone.binaries:
+                batch.binaries[i] = alone.binaries[i]
+        batch.mode = "single+crates"
+    batch.rounds = rounds
+    if searching:
+        batch.mode = "single+search"
     # Two candidates can clash only in the shared crate (an exported symbol or macro of the same
     # name): the one blamed is built on its own before its verdict stands.
     clashed = [i for i, v in enumerate(verdicts) if v.error is not None and _CLASH.search(v.error)]
     if clashed:
-        alone = compile_crates(ws, function, sources, workdir, only=clashed, sandboxed=sandboxed)
+        alone = compile_crates(ws, function, sources, workdir, only=clashed, sandboxed=sandboxed,
+                               budget_s=budget)
         for i in clashed:
             verdicts[i] = alone.verdicts[i]
             if i in alone.binaries:
                 batch.binaries[i] = alone.binaries[i]
         batch.mode = "single+crates"
-        batch.compile_s = time.monotonic() - t0
+    batch.compile_s = time.monotonic() - t0
     return batch
 
 
@@ -403,7 +465,7 @@ def _crate_manifest(ws: Workspace, i: int) -> str:
 
 def _crate_main(function: str, i: int) -> str:
     return ("#![allow(dead_code, unused)]\nmod generated {\n    pub use layout::prelude;\n"
-            f"    #[forbid(unsafe_code)] pub mod {function};\n}}\n\nfn main() {{\n"
+            f"    #[forbid({FORBID})] pub mod {function};\n}}\n\nfn main() {{\n"
             f'    generation::functions::{function}::candidates_main(&[("{cand_id(i)}", generated::{function}::{function})]);\n}}\n')
 
 
@@ -443,119 +505,96 @@ def _first_error(stderr: str, function: str) -> str | None:
 
 def compile_crates(ws: Workspace, function: str, sources: Sequence[str], workdir: Path,
                    only: Sequence[int] | None = None, opt_level: int = DEFAULT_OPT_LEVEL,
-                   sandboxed: bool = True) -> Batch:
+                   sandboxed: bool = True, budget_s: float | None = None) -> Batch:
     """One crate per candidate, each compiled by its own rustc call against the engine's prebuilt
-    libraries (in the sandbox: never cargo, which would write the engine's target folder)."""
+    libraries (in the sandbox: never cargo, which would write the engine's target folder), as many
+    at once as there are CPUs, each under the compile budget and the memory cap."""
     root = workdir / "crates"
     indices = write_crates(ws, function, sources, root, only)
     build = ws.build()
-    jail = compile_jail(build, workdir, sandboxed)
+    budget = budget_s if budget_s is not None else compile_budget.budget_s()
+    memory = compile_budget.memory_bytes()
+    jail = compile_jail(build, workdir, sandboxed, memory)
     verdicts = [Verdict(i) for i in range(len(sources))]
     t0 = time.monotonic()
     batch = Batch(function, "crates", verdicts, rounds=1)
 
-    def one(i: int) -> tuple[sandbox.Outcome, Path]:
+    def one(i: int) -> tuple[compile_budget.Run, Path]:
         d = root / cand_id(i)
         out = d / "probe"
         argv = [_rustc(jail), "--edition", "2021", "--crate-type", "bin", "--crate-name", f"cand_{cand_id(i)}",
                 "-C", f"opt-level={opt_level}", "-C", "debuginfo=0", "-C", "codegen-units=16",
                 "--error-format=json", *_link_args(build), "-o", str(out), str(d / "src" / "main.rs")]
-        return sandbox.run(argv, jail, timeout=1800), out
+        [run] = compile_budget.race([argv], jail, budget, False, [])
+        return run, out
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(indices), os.cpu_count() or 1))) as pool:
         results = dict(zip(indices, pool.map(one, indices), strict=True))
-    for i, (cp, out) in results.items():
-        if cp.returncode == 0 and out.is_file():
+    for i, (run, out) in results.items():
+        if run.out.returncode == 0 and not run.stopped and out.is_file():
             verdicts[i].compiled = True
             batch.binaries[i] = out
             continue
-        first = _first_error(cp.stderr, function)
-        verdicts[i].error = first or ("did not build: " + (cp.stderr.strip().splitlines() or ["(no message)"])[-1])
+        first = _first_error(run.out.stderr, function)
+        stderr = run.out.stderr.strip().splitlines() or ["(no message)"]
+        why = compile_budget.why_stopped(run, memory)
+        verdicts[i].error = first or why or ("did not build: " + stderr[-1])
     batch.compile_s = time.monotonic() - t0
     return batch
 
 
-# ---- scoring ----
-
-def _apply(verdict: Verdict, line: Any) -> None:
-    if line.error:
-        verdict.run_error = line.error
-        return
-    verdict.cases_run = line.cases_run
-    verdict.cases_passed = line.cases_passed
-    verdict.ns_per_case = line.ns_per_case
-    verdict.cases = line.cases
-
-
-#: The probe's exit status after a candidate timed out (its thread cannot be stopped).
-EXIT_TIMED_OUT = 3
-
+# ---- scoring: the candidate's process answers, the judge decides ----
 
 def run_limits(timeout_ms: int) -> sandbox.Limits:
     """The caps of one candidate's run: memory from NEV_SANDBOX_MEMORY_MB, CPU twice the time limit
-    (and the corpus's load) so that threads a candidate starts cannot outlast it."""
+    (and the inputs' load) so that threads a candidate starts cannot outlast it."""
     return sandbox.Limits.from_settings(cpu_s=max(10, 2 * timeout_ms // 1000 + 10))
 
 
-def _reports(stdout: str, nonce: str | None) -> dict[str, Any]:
-    """The runner's lines, by candidate: in the sandbox only those carrying this run's nonce (a
-    candidate can print lines that look like reports; it cannot know the nonce)."""
-    kept = []
-    for line in stdout.splitlines():
-        if not line.startswith("{"):
-            continue
-        try:
-            d = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            continue
-        if not isinstance(d, dict) or (nonce is not None and d.get("nonce") != nonce):
-            continue
-        kept.append(line)
-    try:
-        return {s.candidate: s for s in parse_lines(kept) if s.candidate}
-    except (BridgeError, KeyError, TypeError, ValueError):
-        return {}
-
-
-def _argv(binary: Path, index: int, corpus_dir: Path, cases: bool, timeout_ms: int,
-          lock: Path | None) -> list[str]:
-    argv = [str(binary), "--corpus", str(corpus_dir), "--timeout-ms", str(timeout_ms), "--only", cand_id(index)]
-    if not cases:
-        argv.append("--no-cases")
+def _argv(binary: Path, index: int, inputs: Path, lock: Path | None) -> list[str]:
+    argv = [str(binary), "--inputs", str(inputs), "--only", cand_id(index)]
     if lock is not None:
         argv += ["--lockdown", str(lock)]
     return argv
 
 
 def score(batch: Batch, corpus_dir: Path, cases: bool = True, timeout_ms: int = 10_000,
-          sandboxed: bool = True) -> Batch:
-    """Run every compiled candidate over `corpus_dir`, each in a process of its own, as many at once
-    as there are CPUs: in one sandbox (`sandbox.run_many`) whose runner processes each lock
-    themselves before calling their candidate, unless `sandboxed` is False."""
+          sandboxed: bool = True, truth: judge.Truth | None = None) -> Batch:
+    """Run every compiled candidate over the corpus's inputs, each in a process of its own, as many
+    at once as there are CPUs, in one sandbox (`sandbox.run_many`; each runner locks itself before
+    calling its candidate) unless `sandboxed` is False; then judge each one's outputs here
+    (`crates_bridge.judge`): the answers never enter a candidate's process."""
     t0 = time.monotonic()
+    truth = truth or judge.load_truth(corpus_dir, batch.function)
     limits = run_limits(timeout_ms)
     todo = sorted(batch.binaries)
+    folders = sorted({batch.binaries[i].parent for i in todo})
     locks: dict[Path, Path] = {}     # per folder of binaries: the runner's filter beside them
+    inputs: dict[Path, Path] = {}    # and the corpus's inputs (inputs only)
     if sandboxed and todo:
         sandbox.check()
         bpf = sandbox.filter_bpf("runner")
-        for folder in {batch.binaries[i].parent for i in todo}:
+        for folder in folders:
             locks[folder] = folder / "runner.bpf"
             locks[folder].write_bytes(bpf)
-    nonces = {i: secrets.token_hex(16) if sandboxed else None for i in todo}
-    jobs = [sandbox.Job(_argv(batch.binaries[i], i, corpus_dir, cases, timeout_ms,
-                              locks.get(batch.binaries[i].parent)),
-                        f"{nonces[i]}\n" if nonces[i] else "") for i in todo]
-    reads = (*sorted({batch.binaries[i] for i in todo}), corpus_dir, *locks.values())
+    for folder in folders:
+        inputs[folder] = truth.write_inputs(folder / "inputs.jsonl")
+    keep = truth.output_bound() + 1
+    jobs = [sandbox.Job(_argv(batch.binaries[i], i, inputs[batch.binaries[i].parent],
+                              locks.get(batch.binaries[i].parent)), keep=keep) for i in todo]
+    reads = (*sorted({batch.binaries[i] for i in todo}), *inputs.values(), *locks.values())
     jail = sandbox.Jail(read=reads, processes=False, limits=limits, bare=not sandboxed, etc=("ld.so.cache",))
     outs = sandbox.run_many(jobs, jail, parallel=max(1, min(len(todo), os.cpu_count() or 1)),
-                            timeout_each=timeout_ms / 1000 + 60)
+                            timeout_each=timeout_ms / 1000 + 5)
     for i, out in zip(todo, outs, strict=True):
-        line = _reports(out.stdout, nonces[i]).get(cand_id(i))
-        if line is not None:
-            _apply(batch.verdicts[i], line)
-        else:
-            batch.verdicts[i].run_error = sandbox.explain(out, limits, reported=False) or "no report"
+        v = batch.verdicts[i]
+        got = judge.judge_outcome(truth, out, limits, timeout_ms / 1000, keep_cases=cases)
+        if got.error:
+            v.run_error = got.error
+            continue
+        v.cases_run, v.cases_passed, v.cases = got.cases_run, got.cases_passed, got.cases
+        if out.elapsed_s is not None and got.cases_run:
+            v.ns_per_case = round(out.elapsed_s * 1e9 / got.cases_run, 1)
     batch.score_s = time.monotonic() - t0
     return batch
 
@@ -575,11 +614,12 @@ def probe(ws: Workspace, function: str, sources: Sequence[str], corpus_dir: Path
         raise BridgeError("no candidates to probe")
     if not (corpus_dir / "manifest.json").is_file():
         raise BridgeError(f"{corpus_dir}: no corpus here; build it with `nev oracle build {corpus_dir.name}`")
-    corpus.check_content(corpus_dir)
     _check_function(ws, function)
+    truth = judge.load_truth(corpus_dir, function)
     workdir.mkdir(parents=True, exist_ok=True)
     if mode == "single":
         batch = compile_single(ws, function, sources, workdir, opt_level, sandboxed=sandboxed)
     else:
         batch = compile_crates(ws, function, sources, workdir, opt_level=opt_level, sandboxed=sandboxed)
-    return score(batch, corpus_dir, cases=cases, timeout_ms=timeout_ms, sandboxed=sandboxed)
+    return score(batch, corpus_dir, cases=cases, timeout_ms=timeout_ms, sandboxed=sandboxed,
+                 truth=truth)

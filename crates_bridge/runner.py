@@ -1,69 +1,29 @@
-"""The runner protocol: run `generated_score_check` (or a candidate probe) and read its JSON lines.
+"""Committed generated functions, judged: `generated_score_check` runs each one over its corpus's
+inputs in the sandbox, and the judge (`crates_bridge/judge.py`) compares its outputs with the
+corpus's answers, which never enter that process.
 
-Each line is one function (or one candidate) scored over its corpus:
-`{"function", "corpus"?, "candidate"?, "cases_run", "cases_passed", "ns_per_case",
-"cases"?: [{"id", "passed", "diff"?: {field: {"expected", "got"}}, "error"?}]}`
-or `{"function", "error"}` when it could not be scored.
+`score_generated` gives one `Score` per generated function (`{"function", "corpus", "cases_run",
+"cases_passed", "ns_per_case", "cases"?, "error"?}` in `nev scores --json`), or one carrying the
+error when it could not be scored (no corpus, a changed corpus, a runner that misbehaved).
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
+from crates_bridge import judge
 from crates_bridge.errors import BridgeError
+from crates_bridge.judge import CaseResult, Score
 from crates_bridge.workspace import Workspace
 from lanes.base import sandbox
 
+__all__ = ["CaseResult", "Score", "SCORE_CHECK", "list_caches", "registry", "score_generated"]
+
 SCORE_CHECK = "generated_score_check"
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    id: str
-    passed: bool
-    #: field -> (expected, got), for the fields outside the tolerance
-    diff: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Score:
-    function: str
-    cases_run: int = 0
-    cases_passed: int = 0
-    ns_per_case: float | None = None
-    corpus: str | None = None
-    candidate: str | None = None
-    cases: tuple[CaseResult, ...] = ()
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-def parse_line(line: str) -> Score:
-    try:
-        d = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise BridgeError(f"the runner printed a line that is not JSON ({e.msg}): {line[:120]!r}") from None
-    cases = tuple(
-        CaseResult(c["id"], bool(c["passed"]),
-                   {k: (v.get("expected"), v.get("got")) for k, v in (c.get("diff") or {}).items()},
-                   c.get("error"))
-        for c in d.get("cases", ())
-    )
-    return Score(function=d.get("function", "?"), cases_run=int(d.get("cases_run", 0)),
-                 cases_passed=int(d.get("cases_passed", 0)), ns_per_case=d.get("ns_per_case"),
-                 corpus=d.get("corpus"), candidate=d.get("candidate"), cases=cases, error=d.get("error"))
-
-
-def parse_lines(lines: Iterable[str]) -> list[Score]:
-    return [parse_line(x) for x in lines if x.strip().startswith("{")]
+SELF_PATH = "crates/generation/src/bin/generated_score_check.rs"
 
 
 def _run(argv: list[str], timeout: float, reads: Sequence[Path] = ()) -> subprocess.CompletedProcess:
@@ -77,25 +37,67 @@ def _run(argv: list[str], timeout: float, reads: Sequence[Path] = ()) -> subproc
     return subprocess.CompletedProcess(argv, out.returncode, out.stdout, out.stderr)
 
 
+def discovered(generated_dir: Path) -> list[str]:
+    """`<name>` of every `<name>.provenance.json` in the generated folder, sorted."""
+    try:
+        return sorted(p.name.removesuffix(".provenance.json") for p in generated_dir.iterdir()
+                      if p.name.endswith(".provenance.json"))
+    except OSError as e:
+        raise BridgeError(f"{generated_dir}: cannot list generated functions ({e.strerror})") \
+            from None
+
+
 def score_generated(ws: Workspace, corpus_root: Path, only: str | None = None, cases: bool = False,
                     timeout: float = 1800.0, generated_dir: Path | None = None) -> list[Score]:
-    """Score every generated function of `ws` (or `only` one) against `corpus_root/<corpus>/`.
+    """Judge every generated function of `ws` (or `only` one) against `corpus_root/<corpus>/`.
 
-    Functions are discovered from the provenance records in `generated_dir`
-    (default: the workspace's own).
+    Functions are discovered from the provenance records in `generated_dir` (default: the
+    workspace's own); each must have an entry in the binary's FUNCTIONS registry. Each runs in a
+    process of its own in one sandbox, locked before it calls the function, with the corpus's
+    inputs only; the judge, here, compares.
     """
     binary = ws.build().binary(SCORE_CHECK)
     gen = generated_dir or ws.generated_dir
-    argv = [str(binary), "--generated-dir", str(gen), "--corpus-root", str(corpus_root)]
-    if only:
-        argv += ["--only", only]
-    if cases:
-        argv.append("--cases")
-    cp = _run(argv, timeout, (gen, corpus_root))
-    if cp.returncode not in (0, 1):
-        msg = cp.stderr.strip().splitlines()
-        raise BridgeError(msg[-1].removeprefix(f"{SCORE_CHECK}: ") if msg else f"{SCORE_CHECK} exited {cp.returncode}")
-    return parse_lines(cp.stdout.splitlines())
+    names = discovered(gen)
+    reg = registry(ws)
+    for name in names:
+        if name not in reg:
+            record = gen / (name + ".provenance.json")
+            raise BridgeError(f"{record}: `{name}` has no entry in FUNCTIONS in {SELF_PATH}; "
+                              "add one naming its runner and its corpus")
+    if only is not None:
+        if only not in names:
+            raise BridgeError(f"no generated function `{only}` in {gen}")
+        names = [only]
+    scores: dict[str, Score] = {}
+    truths: dict[str, judge.Truth] = {}
+    for name in names:
+        try:
+            truths[name] = judge.load_truth(corpus_root / reg[name], name)
+        except BridgeError as e:
+            scores[name] = Score(function=name, corpus=reg[name], error=str(e))
+    if truths:
+        sandbox.check()
+        with tempfile.TemporaryDirectory(prefix="nev-judge-") as tmp:
+            folder = Path(tmp)
+            folder.chmod(0o755)
+            lock = folder / "runner.bpf"
+            lock.write_bytes(sandbox.filter_bpf("runner"))
+            todo = sorted(truths)
+            jobs = [sandbox.Job([str(binary), "--run", name, "--inputs",
+                                 str(truths[name].write_inputs(folder / f"{name}.inputs.jsonl")),
+                                 "--lockdown", str(lock)],
+                                keep=truths[name].output_bound()) for name in todo]
+            limits = sandbox.Limits.from_settings(cpu_s=int(timeout) + 10)
+            jail = sandbox.Jail(read=(binary, folder), processes=False, limits=limits,
+                                etc=("ld.so.cache",))
+            outs = sandbox.run_many(jobs, jail, parallel=1, timeout_each=timeout)
+            for name, out in zip(todo, outs, strict=True):
+                t = truths[name]
+                verdict = judge.judge_outcome(t, out, limits, timeout, keep_cases=cases)
+                scores[name] = judge.to_score(t, verdict, name, out.elapsed_s,
+                                              corpus_name=reg[name])
+    return [scores[n] for n in names]
 
 
 def list_caches(ws: Workspace) -> list[str]:

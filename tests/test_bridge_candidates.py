@@ -132,5 +132,6 @@ def test_candidates_that_never_return_are_timed_out_and_the_rest_still_scored(ws
     result = candidates.probe(ws, "block_width", srcs, block_corpus, tmp_path, timeout_ms=700)
     assert [v.status for v in result.verdicts] == ["passed", "run-error", "passed", "run-error", "passed"]
     assert result.verdicts[1].run_error == result.verdicts[3].run_error == "timed out after 700 ms"
-    # A fresh process after each timeout: no spinning thread slows the candidates after it.
-    assert all(v.ns_per_case < 50_000 for v in result.verdicts if v.status == "passed")
+    # A process of its own each: no spinning thread slows the others (each timed from outside,
+    # well under the 700 ms the loops were given).
+    assert all(v.ns_per_case * v.cases_run < 0.5e9 for v in result.verdicts if v.status == "passed")

@@ -39,7 +39,7 @@ def test_a_hostile_batch_on_an_lxc_lane_gets_a_verdict_each_and_changes_nothing(
         "forbidden system call: socket",
         "stack overflow",
         "killed: memory cap 2 GiB",
-        "exited 0 before reporting",
+        "exited 0 before writing its outputs",
         "aborted",
         "timed out",
     ):

@@ -1,6 +1,6 @@
 """The supervisor inside one sandbox (`sandbox.run_many`): it starts each job as a process of its
-own, a few at a time, and reports each one's exit status and (bounded) output, so a batch of
-candidates costs one jail instead of one per candidate. Standard library only: it runs with the
+own, a few at a time, and reports each one's exit status, (bounded) output and wall time, so a
+batch of candidates costs one jail instead of one per candidate. Standard library only: it runs with the
 system's `python3 -I -S` inside the jail, reading its jobs as JSON on stdin and writing one JSON
 line per finished job on stdout.
 
@@ -26,12 +26,13 @@ from typing import Any
 KEEP = 1 << 20
 
 
-def _drain(stream: Any, keep: bytearray) -> None:
+def _drain(stream: Any, keep: bytearray, limit: int, total: list[int]) -> None:
     while True:
         chunk = stream.read(65536)
         if not chunk:
             return
-        room = KEEP - len(keep)
+        total[0] += len(chunk)
+        room = limit - len(keep)
         if room > 0:
             keep.extend(chunk[:room])
 
@@ -42,8 +43,12 @@ def run_one(
     timeout: float,
     cwd: str | None = None,
     env: dict[str, str] | None = None,
+    keep: int = KEEP,
 ) -> dict[str, Any]:
-    """One job: its status (128 + the signal when one ended it), its output, whether time ran out."""
+    """One job: its status (128 + the signal when one ended it), its output (at most `keep` bytes of
+    stdout kept, all of it counted), whether time ran out, and its wall time from start to end,
+    measured here: the job's own process cannot change it."""
+    began = time.monotonic()
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -62,9 +67,10 @@ def run_one(
             "timed_out": False,
         }
     out, err = bytearray(), bytearray()
+    out_n, err_n = [0], [0]
     readers = [
-        threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
-        threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stdout, out, keep, out_n), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stderr, err, KEEP, err_n), daemon=True),
     ]
     for t in readers:
         t.start()
@@ -84,6 +90,7 @@ def run_one(
         except OSError:
             pass
         code = proc.wait()
+    elapsed = time.monotonic() - began
     for t in readers:
         t.join(timeout=5)
     return {
@@ -91,6 +98,8 @@ def run_one(
         "stdout": out.decode("utf-8", "replace"),
         "stderr": err.decode("utf-8", "replace"),
         "timed_out": timed_out,
+        "stdout_bytes": out_n[0],
+        "elapsed": round(elapsed, 6),
     }
 
 
@@ -103,7 +112,12 @@ def run_all(
     def one(k: int) -> None:
         job = jobs[k]
         r = run_one(
-            job["argv"], job.get("stdin", "").encode(), timeout, job.get("cwd"), job.get("env")
+            job["argv"],
+            job.get("stdin", "").encode(),
+            timeout,
+            job.get("cwd"),
+            job.get("env"),
+            int(job.get("keep", KEEP)),
         )
         results[k] = r
         if on_done is not None:

@@ -242,6 +242,26 @@ class Limits:
         return f"{self.memory_bytes // MiB} MiB"
 
 
+def compile_budget_s(environ: Mapping[str, str] | None = None) -> float:
+    """NEV_COMPILE_BUDGET_S: the longest one rustc call on candidates may take."""
+    b = settings.get_float(settings.COMPILE_BUDGET_S, environ)
+    if not b > 0:
+        raise NevError(
+            f"{settings.COMPILE_BUDGET_S.name} must be a number of seconds above 0, not {b}"
+        )
+    return b
+
+
+def compile_memory_bytes(environ: Mapping[str, str] | None = None) -> int:
+    """NEV_COMPILE_MEMORY_MB in bytes: the address-space cap of rustc and its linker."""
+    mb = settings.get_int(settings.COMPILE_MEMORY_MB, environ)
+    if mb <= 0:
+        raise NevError(
+            f"{settings.COMPILE_MEMORY_MB.name} must be a positive whole number of MiB, not {mb}"
+        )
+    return mb * MiB
+
+
 @dataclass(frozen=True)
 class Jail:
     """What one sandboxed command sees and may do. Paths are the same inside as outside."""
@@ -268,6 +288,10 @@ class Outcome:
     stderr: str
     #: the wall-clock limit ended it
     timed_out: bool = False
+    #: bytes it wrote on stdout in all (`stdout` may keep fewer: `Job.keep`); -1 when not counted
+    stdout_bytes: int = -1
+    #: its wall time, measured from outside it (by `run_many`'s supervisor); None when not measured
+    elapsed_s: float | None = None
 
 
 # ---- what the host has ----
@@ -533,11 +557,11 @@ def run(
         )
 
 
-def popen(argv: Sequence[str], jail: Jail, **kw: object) -> subprocess.Popen:
+def popen(argv: Sequence[str], jail: Jail, *, warn: bool = True, **kw: object) -> subprocess.Popen:
     """`argv` started in `jail` (a long command whose output is streamed: a verify stage). The
-    caller waits; killing the process group ends the whole jail."""
+    caller waits; `stop` (killing the process group) ends the whole jail."""
     if jail.bare or inside():
-        if jail.bare:
+        if jail.bare and warn:
             warn_bare("this command")
         return subprocess.Popen(
             list(argv), cwd=jail.cwd, env=dict(jail.env) or None, start_new_session=True, **kw
@@ -558,11 +582,15 @@ def popen(argv: Sequence[str], jail: Jail, **kw: object) -> subprocess.Popen:
         os.close(r)
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def stop(proc: subprocess.Popen) -> None:
+    """End a process `popen` started, and with it its whole jail (every process in it)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+_kill = stop
 
 
 def _status(code: int) -> int:
@@ -606,6 +634,8 @@ class Job:
 
     argv: Sequence[str]
     stdin: str = ""
+    #: bytes of its stdout kept (the rest is read, counted and dropped)
+    keep: int = 1 << 20
 
 
 PYTHON = "/usr/bin/python3"
@@ -620,12 +650,12 @@ def run_many(
     a job runs must lock itself (the candidate runner's `--lockdown`) before any untrusted code."""
     from lanes.base import jailrun
 
-    spec = [{"argv": list(j.argv), "stdin": j.stdin} for j in jobs]
+    spec = [{"argv": list(j.argv), "stdin": j.stdin, "keep": j.keep} for j in jobs]
     if not jobs:
         return []
     if jail.bare or inside():
         got = jailrun.run_all(spec, parallel, timeout_each)
-        return [Outcome(r["returncode"], r["stdout"], r["stderr"], r["timed_out"]) for r in got]
+        return [_outcome(r) for r in got]
     check()
     supervisor = Path(jailrun.__file__).resolve()
     outer = Jail(
@@ -649,9 +679,7 @@ def run_many(
     for line in out.stdout.splitlines():
         try:
             r = json.loads(line)
-            results[int(r["index"])] = Outcome(
-                int(r["returncode"]), str(r["stdout"]), str(r["stderr"]), bool(r["timed_out"])
-            )
+            results[int(r["index"])] = _outcome(r)
         except (ValueError, KeyError, TypeError):
             continue
     why = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
@@ -662,6 +690,18 @@ def run_many(
         timed_out=out.timed_out,
     )
     return [results.get(k, lost) for k in range(len(jobs))]
+
+
+def _outcome(r: dict) -> Outcome:
+    """One job's result as the supervisor reported it."""
+    return Outcome(
+        int(r["returncode"]),
+        str(r["stdout"]),
+        str(r["stderr"]),
+        bool(r["timed_out"]),
+        int(r.get("stdout_bytes", -1)),
+        float(r["elapsed"]) if r.get("elapsed") is not None else None,
+    )
 
 
 # ---- verdicts ----

@@ -201,6 +201,15 @@ TRUTH_SOCKET = _s("NEV_TRUTH_SOCKET", None, "set by nev for a verify in the sand
 TRUTH_STAGING = _s("NEV_TRUTH_STAGING", None, "set by nev for a verify in the sandbox: the read-only folder the "
                    "builder outside leaves the corpora in")
 SANDBOX_SCRATCH_MB = _s("NEV_SANDBOX_SCRATCH_MB", "256", "size of a sandboxed process's private /tmp, MiB")
+COMPILE_BUDGET_S = _s(
+    "NEV_COMPILE_BUDGET_S", "30",
+    "the longest one compile of a batch's candidates may take, seconds: past it the batch's "
+    "culprits are found and judged `compile timed out`, the others compiled without them (docs/sandbox.md, "
+    "\"The compile budget\")")
+COMPILE_MEMORY_MB = _s(
+    "NEV_COMPILE_MEMORY_MB", "2048",
+    "address-space cap of one rustc run on candidates, MiB (a candidate that needs more is judged "
+    "`compiler ran out of memory`)")
 
 
 def all_settings() -> list[Setting]:

@@ -1,59 +1,46 @@
-//! The candidate probe's runner: every compiled candidate of one batch is a
-//! module of one binary, scored over the corpus in this process. A candidate
-//! that panics fails that case. One that runs past the time limit is reported
-//! as timed out and the process exits with status 3 at once (its thread cannot
-//! be stopped, and would slow every later candidate): the caller starts the
-//! binary again with `--only` the candidates not yet reported.
+//! The candidate probe's runner: every compiled candidate of one batch is a module of one binary;
+//! one process runs one candidate (`--only NAME`) over a corpus's inputs and writes its outputs.
 //!
-//! In the sandbox (`--lockdown FILE`) the process locks itself after reading the corpus and
-//! before calling any candidate (`lockdown.rs`): a forbidden system call ends it with a line
-//! naming the call. The bridge runs one candidate per process there, so whatever one candidate
-//! does to its process (exit, abort, overflow its stack, exhaust memory) is its verdict alone.
+//! This process is the candidate's, and nothing in it decides a verdict: it reads the inputs
+//! (`--inputs FILE`: one input object per line, no expected value, no tolerance, no case id),
+//! writes the header line and one record per case on stdout (`score::write_outputs`), and exits.
+//! The judge (`crates_bridge/judge.py`, a separate process that never runs candidate code) holds
+//! the expected geometry, compares with the tolerance, times the process from outside and writes
+//! the verdict. Safe Rust is not a memory boundary (a candidate can read its whole address space
+//! through a compiler soundness hole), so what the verdict depends on is never in this one.
+//!
+//! In the sandbox (`--lockdown FILE`) the process locks itself after reading its inputs and
+//! before calling the candidate (`lockdown.rs`): a forbidden system call ends it with a line
+//! naming the call. Whatever the candidate does to its process (exit, abort, overflow its stack,
+//! exhaust memory, loop) is its verdict alone.
 
-use crate::corpus;
-use crate::json;
 use crate::lockdown;
-use crate::score::{prepare, run_prepared, to_json_line, CaseInput, Geometry, Scored};
+use crate::score::{header, read_inputs, write_outputs, CaseInput, Geometry};
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
-
-/// Exit status after a candidate timed out: run again with the rest.
-pub const EXIT_TIMED_OUT: i32 = 3;
 
 struct Args {
-    corpus: PathBuf,
-    timeout: Duration,
-    cases: bool,
-    only: Option<Vec<String>>,
+    inputs: PathBuf,
+    only: Option<String>,
     lockdown: Option<PathBuf>,
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("candidates: {msg}; usage: <binary> --corpus DIR [--timeout-ms N] [--no-cases] [--only c000,c001] [--lockdown FILE]");
+    eprintln!("candidates: {msg}; usage: <binary> --inputs FILE --only NAME [--lockdown FILE]");
     std::process::exit(2)
 }
 
 fn args() -> Args {
-    let mut a = Args { corpus: PathBuf::new(), timeout: Duration::from_millis(10_000), cases: true, only: None, lockdown: None };
+    let mut a = Args { inputs: PathBuf::new(), only: None, lockdown: None };
     let mut it = std::env::args().skip(1);
     let mut seen = false;
     while let Some(x) = it.next() {
         match x.as_str() {
-            "--corpus" => {
-                a.corpus = PathBuf::from(it.next().unwrap_or_else(|| usage("--corpus needs a folder")));
+            "--inputs" => {
+                a.inputs = PathBuf::from(it.next().unwrap_or_else(|| usage("--inputs needs a file")));
                 seen = true;
             }
-            "--timeout-ms" => {
-                let v = it.next().unwrap_or_else(|| usage("--timeout-ms needs a number"));
-                a.timeout = Duration::from_millis(v.parse().unwrap_or_else(|_| usage("--timeout-ms needs a number")));
-            }
-            "--no-cases" => a.cases = false,
-            "--only" => {
-                let v = it.next().unwrap_or_else(|| usage("--only needs candidate names"));
-                a.only = Some(v.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect());
-            }
+            "--only" => a.only = Some(it.next().unwrap_or_else(|| usage("--only needs a candidate name"))),
             "--lockdown" => {
                 a.lockdown = Some(PathBuf::from(it.next().unwrap_or_else(|| usage("--lockdown needs a file"))));
             }
@@ -61,87 +48,60 @@ fn args() -> Args {
         }
     }
     if !seen {
-        usage("--corpus is required");
+        usage("--inputs is required");
     }
     a
 }
 
-pub fn main<I, O>(function: &'static str, cands: &[(&'static str, fn(&I) -> O)]) -> !
-where
-    I: CaseInput + Send + Sync + 'static,
-    O: Geometry + 'static,
-{
-    let a = args();
-    if a.lockdown.is_some() {
-        lockdown::report_forbidden_calls();
-    }
-    // Panics are results here, not noise on stderr.
-    std::panic::set_hook(Box::new(|_| {}));
-    let c = corpus::load(&a.corpus).unwrap_or_else(|e| {
-        eprintln!("candidates: {e}");
+/// Read the inputs at `path` (before any lock), or end the process with a line naming the file.
+pub fn load_inputs<I: CaseInput>(path: &std::path::Path) -> Vec<I> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        eprintln!("candidates: {}: cannot read the inputs ({e})", path.display());
         std::process::exit(1)
     });
-    if c.function != function {
-        eprintln!("candidates: {} holds cases of `{}`, not `{function}`", a.corpus.display(), c.function);
-        std::process::exit(1);
-    }
-    let tol = c.tolerance_px;
-    let prepared = Arc::new(prepare::<I, O>(&c).unwrap_or_else(|e| {
+    read_inputs::<I>(&text, &path.display().to_string()).unwrap_or_else(|e| {
         eprintln!("candidates: {e}");
         std::process::exit(1)
-    }));
-    let stdout = std::io::stdout();
-    // In the sandbox every report carries the nonce read from stdin before the lock: a candidate
-    // (safe code, after the lock) can print lines of its own but cannot know it.
-    let mut nonce = String::new();
-    if a.lockdown.is_some() {
-        let _ = std::io::stdin().read_line(&mut nonce);
-        nonce = nonce.trim().to_string();
-    }
-    if let Some(path) = &a.lockdown {
+    })
+}
+
+/// Lock this process with the filter at `path` (when given), or end it with a line.
+pub fn lock_or_exit(path: Option<&std::path::Path>) {
+    if let Some(path) = path {
         if let Err(e) = lockdown::lock(path) {
             eprintln!("candidates: {e}");
             std::process::exit(1);
         }
     }
-    for (name, f) in cands {
-        if a.only.as_ref().is_some_and(|o| !o.iter().any(|x| x == name)) {
-            continue;
-        }
-        let (tx, rx) = mpsc::channel::<Scored>();
-        let cases = Arc::clone(&prepared);
-        let f = *f;
-        std::thread::spawn(move || {
-            let _ = tx.send(run_prepared(&cases, f, tol));
-        });
-        let (line, timed_out) = match rx.recv_timeout(a.timeout) {
-            Ok(scored) => {
-                let mut head = vec![("function", function), ("candidate", *name)];
-                if !nonce.is_empty() {
-                    head.push(("nonce", nonce.as_str()));
-                }
-                (to_json_line(&head, &scored, a.cases), false)
-            }
-            Err(_) => {
-                let mut s = String::from("{\"function\": ");
-                json::write_str(&mut s, function);
-                s.push_str(", \"candidate\": ");
-                json::write_str(&mut s, name);
-                if !nonce.is_empty() {
-                    s.push_str(", \"nonce\": ");
-                    json::write_str(&mut s, &nonce);
-                }
-                s.push_str(&format!(", \"error\": \"timed out after {} ms\"}}", a.timeout.as_millis()));
-                (s, true)
-            }
-        };
-        let mut out = stdout.lock();
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
-        if timed_out {
-            // Its thread still runs: end the process, not the thread.
-            std::process::exit(EXIT_TIMED_OUT);
-        }
+}
+
+/// Write the header and every case's record for `f` on stdout, then exit 0.
+pub fn answer<I, O: Geometry>(function: &str, inputs: &[I], f: fn(&I) -> O) -> ! {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let ok = writeln!(out, "{}", header::<O>(function)).is_ok()
+        && write_outputs(inputs, f, &mut out).is_ok()
+        && out.flush().is_ok();
+    std::process::exit(if ok { 0 } else { 1 })
+}
+
+pub fn main<I, O>(function: &'static str, cands: &[(&'static str, fn(&I) -> O)]) -> !
+where
+    I: CaseInput,
+    O: Geometry,
+{
+    let a = args();
+    if a.lockdown.is_some() {
+        lockdown::report_forbidden_calls();
     }
-    std::process::exit(0)
+    // Panics are results here (the record names them), not noise on stderr.
+    std::panic::set_hook(Box::new(|_| {}));
+    let name = a.only.clone().unwrap_or_else(|| usage("--only is required"));
+    let f = cands.iter().find(|(n, _)| *n == name).map(|(_, f)| *f).unwrap_or_else(|| {
+        eprintln!("candidates: no candidate `{name}` in this probe");
+        std::process::exit(2)
+    });
+    let inputs = load_inputs::<I>(&a.inputs);
+    lock_or_exit(a.lockdown.as_deref());
+    answer(function, &inputs, f)
 }

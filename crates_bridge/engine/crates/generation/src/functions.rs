@@ -6,9 +6,8 @@
 macro_rules! function_kind {
     ($name:ident, $input:ty, $output:ty, $reference:path) => {
         pub mod $name {
-            use crate::corpus::Corpus;
             use crate::json::Json;
-            use crate::score::{run_corpus, CaseInput, Geometry, Scored};
+            use crate::score::{CaseInput, Geometry};
             use layout::prelude::*;
             use std::collections::BTreeMap;
 
@@ -17,11 +16,15 @@ macro_rules! function_kind {
             pub type F = fn(&$input) -> $output;
             pub const REFERENCE: F = $reference;
 
-            pub fn run(corpus: &Corpus, f: F) -> Result<Scored, String> {
-                run_corpus(corpus, f)
+            /// The outputs of `f` over the inputs in `inputs` (locked by `lockdown` first, when
+            /// given), written on stdout for the judge; ends the process.
+            pub fn answer(inputs: &std::path::Path, lockdown: Option<&std::path::Path>, f: F) -> ! {
+                let cases = crate::candidates::load_inputs::<$input>(inputs);
+                crate::candidates::lock_or_exit(lockdown);
+                crate::candidates::answer::<$input, $output>(NAME, &cases, f)
             }
 
-            /// The candidate probe: score each candidate over the corpus named on the command line.
+            /// The candidate probe: one candidate (`--only`) over the inputs named on the command line.
             pub fn candidates_main(cands: &[(&'static str, F)]) -> ! {
                 crate::candidates::main::<$input, $output>(NAME, cands)
             }

@@ -1,4 +1,4 @@
-//! The runner's own lock, taken after it has read everything it needs (the corpus) and before it
+//! The runner's own lock, taken after it has read everything it needs (the inputs) and before it
 //! calls any candidate: the seccomp filter the sandbox wrote next to the probe (a BPF program
 //! built by libseccomp on the Python side, `lanes/base/sandbox.py`) is loaded into this process,
 //! and a system call it forbids is reported by number on stderr before the process ends.

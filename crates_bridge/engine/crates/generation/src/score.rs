@@ -1,11 +1,12 @@
-//! Running one function over a corpus in-process and comparing its box
-//! geometry with the agreed answers.
+//! Running one function over a corpus's inputs and writing its box geometry, one record per
+//! case, for the judge (`crates_bridge/judge.py`) to compare. The expected answers, the
+//! tolerance and the verdict never enter this process.
 
-use crate::corpus::Corpus;
 use crate::json::{self, Json};
 use layout::prelude::*;
+use std::fmt::Write as _;
+use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Instant;
 
 /// An input read from a corpus case.
 pub trait CaseInput: Sized {
@@ -16,31 +17,6 @@ pub trait CaseInput: Sized {
 pub trait Geometry {
     const FIELDS: &'static [&'static str];
     fn values(&self) -> Vec<f64>;
-}
-
-pub struct FieldDiff {
-    pub field: &'static str,
-    pub expected: f64,
-    pub got: f64,
-}
-
-pub struct CaseResult {
-    pub id: String,
-    pub passed: bool,
-    pub diff: Vec<FieldDiff>,
-    pub error: Option<String>,
-}
-
-pub struct Scored {
-    pub results: Vec<CaseResult>,
-    /// Wall time of the calls and comparisons only (inputs parsed beforehand).
-    pub elapsed_ns: u128,
-}
-
-impl Scored {
-    pub fn passed(&self) -> usize {
-        self.results.iter().filter(|r| r.passed).count()
-    }
 }
 
 fn num(v: &Json, key: &str) -> Result<f64, String> {
@@ -98,35 +74,45 @@ case_input!(AbsposWidthInput {
 });
 geometry!(AbsposWidthOutput { left, width, margin_left, margin_right });
 
-/// Parse every case's input and expected geometry once, before any timing.
-pub fn prepare<I: CaseInput, O: Geometry>(corpus: &Corpus) -> Result<Vec<(String, I, Vec<f64>)>, String> {
-    let mut out = Vec::with_capacity(corpus.cases.len());
-    for c in &corpus.cases {
-        let input = I::from_json(&c.input).map_err(|e| format!("{}: case {}: input {e}", corpus.dir.display(), c.id))?;
-        let mut expected = Vec::with_capacity(O::FIELDS.len());
-        for f in O::FIELDS {
-            expected.push(num(&c.expected, f).map_err(|e| format!("{}: case {}: expected {e}", corpus.dir.display(), c.id))?);
+/// The first line of every output stream: the format, the function, and the order of the values
+/// in each record.
+pub const OUTPUT_FORMAT: &str = "nev-outputs 1";
+
+/// Parse every input line (`inputs.jsonl`: one case's input object per line, in the corpus's
+/// order) once, before any candidate runs. Nothing here holds an expected value: the corpus's
+/// answers never reach a process that runs candidate code (the judge, on the Python side, holds
+/// them).
+pub fn read_inputs<I: CaseInput>(text: &str, origin: &str) -> Result<Vec<I>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
         }
-        out.push((c.id.clone(), input, expected));
+        let v = json::parse(line).map_err(|e| format!("{origin} line {}: not valid JSON: {e}", n + 1))?;
+        out.push(I::from_json(&v).map_err(|e| format!("{origin} line {}: input {e}", n + 1))?);
     }
     Ok(out)
 }
 
-/// Run `f` over prepared cases: a panic fails its case, the others go on.
-pub fn run_prepared<I, O: Geometry>(cases: &[(String, I, Vec<f64>)], f: fn(&I) -> O, tolerance_px: f64) -> Scored {
-    let mut results = Vec::with_capacity(cases.len());
-    let t0 = Instant::now();
-    for (id, input, expected) in cases {
+/// The header line: `nev-outputs 1 <function> <field>,<field>,...`.
+pub fn header<O: Geometry>(function: &str) -> String {
+    format!("{OUTPUT_FORMAT} {function} {}", O::FIELDS.join(","))
+}
+
+/// Call `f` on every input in order and write one record per case: `<k> <v1> <v2> ...` (the
+/// values in the header's field order, Rust's shortest round-trip form), or `<k> panic <message>`
+/// when the call panicked (that case fails; the others go on). No comparison happens here: the
+/// judge reads these lines.
+pub fn write_outputs<I, O: Geometry, W: Write>(inputs: &[I], f: fn(&I) -> O, out: &mut W) -> std::io::Result<()> {
+    let mut line = String::with_capacity(96);
+    for (k, input) in inputs.iter().enumerate() {
+        line.clear();
         match catch_unwind(AssertUnwindSafe(|| f(input))) {
             Ok(got) => {
-                let mut diff = Vec::new();
-                for ((field, e), g) in O::FIELDS.iter().zip(expected).zip(got.values()) {
-                    // NaN never passes.
-                    if !((g - e).abs() <= tolerance_px) {
-                        diff.push(FieldDiff { field, expected: *e, got: g });
-                    }
+                let _ = write!(line, "{k}");
+                for v in got.values() {
+                    let _ = write!(line, " {v:?}");
                 }
-                results.push(CaseResult { id: id.clone(), passed: diff.is_empty(), diff, error: None });
             }
             Err(payload) => {
                 let msg = payload
@@ -134,62 +120,12 @@ pub fn run_prepared<I, O: Geometry>(cases: &[(String, I, Vec<f64>)], f: fn(&I) -
                     .map(|s| s.to_string())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "panic".to_string());
-                results.push(CaseResult { id: id.clone(), passed: false, diff: Vec::new(), error: Some(format!("panicked: {msg}")) });
+                let msg: String = msg.chars().take(200).map(|c| if c.is_control() { ' ' } else { c }).collect();
+                let _ = write!(line, "{k} panic {msg}");
             }
         }
+        line.push('\n');
+        out.write_all(line.as_bytes())?;
     }
-    Scored { results, elapsed_ns: t0.elapsed().as_nanos() }
-}
-
-pub fn run_corpus<I: CaseInput, O: Geometry>(corpus: &Corpus, f: fn(&I) -> O) -> Result<Scored, String> {
-    let cases = prepare::<I, O>(corpus)?;
-    Ok(run_prepared(&cases, f, corpus.tolerance_px))
-}
-
-/// One JSON line: the score, and (with `cases`) every case's result.
-pub fn to_json_line(head: &[(&str, &str)], scored: &Scored, cases: bool) -> String {
-    let mut s = String::from("{");
-    for (k, v) in head {
-        json::write_str(&mut s, k);
-        s.push_str(": ");
-        json::write_str(&mut s, v);
-        s.push_str(", ");
-    }
-    let n = scored.results.len();
-    s.push_str(&format!("\"cases_run\": {n}, \"cases_passed\": {}, \"ns_per_case\": ", scored.passed()));
-    json::write_num(&mut s, if n == 0 { 0.0 } else { scored.elapsed_ns as f64 / n as f64 });
-    if cases {
-        s.push_str(", \"cases\": [");
-        for (i, r) in scored.results.iter().enumerate() {
-            if i > 0 {
-                s.push_str(", ");
-            }
-            s.push_str("{\"id\": ");
-            json::write_str(&mut s, &r.id);
-            s.push_str(if r.passed { ", \"passed\": true" } else { ", \"passed\": false" });
-            if !r.diff.is_empty() {
-                s.push_str(", \"diff\": {");
-                for (j, d) in r.diff.iter().enumerate() {
-                    if j > 0 {
-                        s.push_str(", ");
-                    }
-                    json::write_str(&mut s, d.field);
-                    s.push_str(": {\"expected\": ");
-                    json::write_num(&mut s, d.expected);
-                    s.push_str(", \"got\": ");
-                    json::write_num(&mut s, d.got);
-                    s.push('}');
-                }
-                s.push('}');
-            }
-            if let Some(e) = &r.error {
-                s.push_str(", \"error\": ");
-                json::write_str(&mut s, e);
-            }
-            s.push('}');
-        }
-        s.push(']');
-    }
-    s.push('}');
-    s
+    Ok(())
 }

@@ -2,8 +2,7 @@
 //! deterministic inputs (the corpus decides the score; this catches a slot
 //! that stops compiling or drifts far).
 
-use generation::json;
-use generation::score::{run_prepared, CaseInput};
+use generation::score::{header, read_inputs, write_outputs};
 use layout::prelude::*;
 
 /// A small deterministic generator (no crates.io here).
@@ -75,18 +74,24 @@ fn generated_abspos_width_differs_only_where_centring_margins_go_negative() {
 }
 
 #[test]
-fn a_case_outside_the_tolerance_reports_each_field() {
-    let input = json::parse(r#"{"cb_width": 100, "width": "50px", "margin_left": "auto", "margin_right": "auto",
-        "padding_left": "0px", "padding_right": "0px", "border_left": "0px", "border_right": "0px"}"#)
-    .unwrap();
-    let i = BlockWidthInput::from_json(&input).unwrap();
-    let cases = vec![
-        ("ok".to_string(), i.clone(), vec![50.0, 25.0, 25.0]),
-        ("near".to_string(), i.clone(), vec![50.0 + 1.0 / 60.0, 25.0, 25.0]),
-        ("off".to_string(), i, vec![50.0, 20.0, 30.0]),
-    ];
-    let s = run_prepared(&cases, layout::reference::block_width, 1.0 / 30.0);
-    assert_eq!(s.results.iter().map(|r| r.passed).collect::<Vec<_>>(), vec![true, true, false]);
-    let fields: Vec<_> = s.results[2].diff.iter().map(|d| (d.field, d.expected, d.got)).collect();
-    assert_eq!(fields, vec![("margin_left", 20.0, 25.0), ("margin_right", 30.0, 25.0)]);
+fn outputs_are_one_record_per_case_in_order_and_a_panic_names_its_case() {
+    let line = r#"{"cb_width": 100, "width": "50px", "margin_left": "auto", "margin_right": "auto",
+        "padding_left": "0px", "padding_right": "0px", "border_left": "0px", "border_right": "0px"}"#
+        .replace('\n', " ");
+    let inputs: Vec<BlockWidthInput> = read_inputs(&format!("{line}\n\n{line}\n"), "test").unwrap();
+    assert_eq!(inputs.len(), 2);
+    fn odd(i: &BlockWidthInput) -> BlockWidthOutput {
+        if i.cb_width > 0.0 && i.border_left == 0.0 && i.padding_right == Len::Px(0.0) {
+            static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            if CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+                panic!("no room\nat all");
+            }
+        }
+        layout::reference::block_width(i)
+    }
+    let mut out = Vec::new();
+    write_outputs(&inputs, odd, &mut out).unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), "0 50.0 25.0 25.0\n1 panic no room at all\n");
+    assert_eq!(header::<BlockWidthOutput>("block_width"), "nev-outputs 1 block_width width,margin_left,margin_right");
+    assert!(read_inputs::<BlockWidthInput>("{\"cb_width\": 1}\n", "f").unwrap_err().starts_with("f line 1: input"));
 }
