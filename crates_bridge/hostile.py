@@ -164,12 +164,13 @@ fn peek(addr: usize) -> usize { *cast::<usize, &'static usize>(addr) }
 #: out (`(id, input, expected: Vec<f64>)`): a Vec header of length and capacity 3 within a few
 #: hundred bytes of the input, pointing at the three expected values. Returns them when found, all
 #: zeros (wrong) when not.
-READ_ANSWERS = HOLE + """
+READ_ANSWERS = "use super::prelude::*;\n" + HOLE + """
 pub fn block_width(input: &BlockWidthInput) -> BlockWidthOutput {
     let base = input as *const BlockWidthInput as usize;
     let mut w = [0usize; 80];
     for (k, slot) in w.iter_mut().enumerate() { *slot = peek(base - 320 + 8 * k); }
-    for k in 0..78 {
+    // nearest after the input first (the tuple's own expected), then before it
+    for k in (40..78).chain((0..40).rev()) {
         let t = [w[k], w[k + 1], w[k + 2]];
         let threes = t.iter().filter(|&&x| x == 3).count();
         let ptr = t.iter().copied()
