@@ -34,34 +34,51 @@ def ws():
 
 @pytest.fixture(scope="module")
 def block_corpus(ws, tmp_path_factory):
-    return corpus.write_reference_corpus(ws, "block_width", tmp_path_factory.mktemp("jc") / "block_width", N)
+    return corpus.write_reference_corpus(
+        ws, "block_width", tmp_path_factory.mktemp("jc") / "block_width", N
+    )
 
 
 # ---- the judge's reading of outputs (pure) ----
 
+
 def _truth(expected, tol=0.5):
     n = len(expected)
-    return judge.Truth(Path("/c"), "f", ("a", "b"), tuple(f"f-{k}" for k in range(n)), ("{}",) * n,
-                       tuple(expected), tol)
+    return judge.Truth(
+        Path("/c"),
+        "f",
+        ("a", "b"),
+        tuple(f"f-{k}" for k in range(n)),
+        ("{}",) * n,
+        tuple(expected),
+        tol,
+    )
 
 
 HEAD = "nev-outputs 1 f b,a\n"
 
 
-@pytest.mark.parametrize("out, ended, words", [
-    (HEAD + "0 2.0 1.0\n1 4.0 3.0\n", None, None),
-    (HEAD + "1 4.0 3.0\n0 2.0 1.0\n", None, "malformed output: line 2: expected the record of case 0"),
-    (HEAD + "0 2.0 1.0\n0 2.0 1.0\n", None, "malformed output: line 3"),
-    (HEAD + "0 2.0 1.0\n", None, "exited 0 after writing 1 of 2 cases' outputs"),
-    (HEAD + "0 2.0 1.0\n", "killed: memory cap 2 GiB", "killed: memory cap 2 GiB"),
-    (HEAD + "0 2.0 1.0\n1 4.0 3.0\n2 0 0\n", None, "more records than the 2 cases"),
-    (HEAD + "0 2.0 1.0\n1 4.0 x\n", None, "line 3: not 2 numbers"),
-    (HEAD + "0 2.0 1.0\n1 4.0 3.0 5.0\n", None, "line 3: not 2 numbers"),
-    ("nev-outputs 1 f a,a\n0 1 1\n1 3 3\n", None, "the header names the fields a, a"),
-    ('{"cases_passed": 2, "cases_run": 2}\n', None, "malformed output: its first line is"),
-    ("", None, "exited 0 before writing its outputs"),
-    (HEAD + "0 2.0 1.0\n1 4.0 3.0\n", "aborted", "aborted"),
-])
+@pytest.mark.parametrize(
+    "out, ended, words",
+    [
+        (HEAD + "0 2.0 1.0\n1 4.0 3.0\n", None, None),
+        (
+            HEAD + "1 4.0 3.0\n0 2.0 1.0\n",
+            None,
+            "malformed output: line 2: expected the record of case 0",
+        ),
+        (HEAD + "0 2.0 1.0\n0 2.0 1.0\n", None, "malformed output: line 3"),
+        (HEAD + "0 2.0 1.0\n", None, "exited 0 after writing 1 of 2 cases' outputs"),
+        (HEAD + "0 2.0 1.0\n", "killed: memory cap 2 GiB", "killed: memory cap 2 GiB"),
+        (HEAD + "0 2.0 1.0\n1 4.0 3.0\n2 0 0\n", None, "more records than the 2 cases"),
+        (HEAD + "0 2.0 1.0\n1 4.0 x\n", None, "line 3: not 2 numbers"),
+        (HEAD + "0 2.0 1.0\n1 4.0 3.0 5.0\n", None, "line 3: not 2 numbers"),
+        ("nev-outputs 1 f a,a\n0 1 1\n1 3 3\n", None, "the header names the fields a, a"),
+        ('{"cases_passed": 2, "cases_run": 2}\n', None, "malformed output: its first line is"),
+        ("", None, "exited 0 before writing its outputs"),
+        (HEAD + "0 2.0 1.0\n1 4.0 3.0\n", "aborted", "aborted"),
+    ],
+)
 def test_the_judge_reads_outputs_strictly_and_names_what_is_wrong(out, ended, words):
     got = judge.judge(_truth([(1.0, 2.0), (3.0, 4.0)]), out, len(out.encode()), ended)
     if words is None:
@@ -92,18 +109,27 @@ def test_a_corpus_of_another_function_or_changed_bytes_is_refused(block_corpus, 
     assert t.cases == N and t.fields == ("margin_left", "margin_right", "width")
     # what a candidate gets holds no expected value
     written = t.write_inputs(tmp_path / "inputs.jsonl").read_text()
-    assert "expected" not in written and "tolerance" not in written and "block_width-0" not in written
+    assert (
+        "expected" not in written and "tolerance" not in written and "block_width-0" not in written
+    )
     assert len(written.splitlines()) == N
 
 
 # ---- the red team ----
 
-def test_cheating_candidates_fail_and_their_good_neighbours_score_as_alone(ws, block_corpus, tmp_path):
+
+def test_cheating_candidates_fail_and_their_good_neighbours_score_as_alone(
+    ws, block_corpus, tmp_path
+):
     bad = hostile.cheaters(N)
     good = [GOOD, RIGHT[1]]
     sources = [good[0], *(s for _, s, _ in bad), hostile.READS_ITSELF, good[1]]
-    alone = candidates.probe(ws, "block_width", good, block_corpus, tmp_path / "alone", timeout_ms=3000)
-    result = candidates.probe(ws, "block_width", sources, block_corpus, tmp_path / "probe", timeout_ms=3000)
+    alone = candidates.probe(
+        ws, "block_width", good, block_corpus, tmp_path / "alone", timeout_ms=3000
+    )
+    result = candidates.probe(
+        ws, "block_width", sources, block_corpus, tmp_path / "probe", timeout_ms=3000
+    )
     for (name, _, words), v in zip(bad, result.verdicts[1:-2], strict=True):
         assert v.compiled, (name, v.error)
         assert v.status != "passed" and v.cases_passed < N, (name, v.status, v.cases_passed)
@@ -144,8 +170,9 @@ fn main() {
 """
 
 
-def test_reading_the_answers_through_the_hole_works_against_a_runner_that_holds_them(ws, block_corpus,
-                                                                                      tmp_path):
+def test_reading_the_answers_through_the_hole_works_against_a_runner_that_holds_them(
+    ws, block_corpus, tmp_path
+):
     """The control for the red team's `read-answers`: beside answers it finds them all."""
     build = ws.build()
     src = tmp_path / "src"
@@ -154,14 +181,36 @@ def test_reading_the_answers_through_the_hole_works_against_a_runner_that_holds_
     (src / "main.rs").write_text(_LEAKY_MAIN)
     t = judge.load_truth(block_corpus, "block_width")
     order = [t.fields.index(f) for f in ("width", "margin_left", "margin_right")]
-    (tmp_path / "cases.txt").write_text("".join(
-        ",".join(repr(e[k]) for k in order) + "\t" + inp + "\n" for e, inp in zip(t.expected, t.inputs, strict=True)))
-    cp = subprocess.run(["rustc", "--edition", "2021", "-C", "opt-level=1", *candidates._link_args(build),
-                         "-o", str(tmp_path / "leaky"), str(src / "main.rs")],
-                        capture_output=True, text=True, env=no_wrapper_env(), timeout=300)
+    (tmp_path / "cases.txt").write_text(
+        "".join(
+            ",".join(repr(e[k]) for k in order) + "\t" + inp + "\n"
+            for e, inp in zip(t.expected, t.inputs, strict=True)
+        )
+    )
+    cp = subprocess.run(
+        [
+            "rustc",
+            "--edition",
+            "2021",
+            "-C",
+            "opt-level=1",
+            *candidates._link_args(build),
+            "-o",
+            str(tmp_path / "leaky"),
+            str(src / "main.rs"),
+        ],
+        capture_output=True,
+        text=True,
+        env=no_wrapper_env(),
+        timeout=300,
+    )
     assert cp.returncode == 0, cp.stderr[-2000:]
-    out = subprocess.run([str(tmp_path / "leaky"), str(tmp_path / "cases.txt")], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [str(tmp_path / "leaky"), str(tmp_path / "cases.txt")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == f"{N}/{N}", out.stdout + out.stderr
 
 
@@ -187,16 +236,33 @@ def test_the_answers_are_nowhere_in_a_candidates_process(ws, tmp_path):
     the input canary is there, no expected canary and not the tolerance."""
     inputs = [corpus.block_width_input(s) for s in range(40)]
     inputs[0]["cb_width"] = 777.123456789
-    cases = [{"id": f"block_width-{k:06d}", "seed": k, "input": inp,
-              "expected": {"width": 31337.1 + k / 7, "margin_left": 41337.3 + k / 9, "margin_right": 51337.7 + k / 11}}
-             for k, inp in enumerate(inputs)]
-    folder = corpus.write_corpus(tmp_path / "canary" / "block_width", "block_width", cases, {"test": "1"},
-                                 tolerance_px=0.0123456789)
+    cases = [
+        {
+            "id": f"block_width-{k:06d}",
+            "seed": k,
+            "input": inp,
+            "expected": {
+                "width": 31337.1 + k / 7,
+                "margin_left": 41337.3 + k / 9,
+                "margin_right": 51337.7 + k / 11,
+            },
+        }
+        for k, inp in enumerate(inputs)
+    ]
+    folder = corpus.write_corpus(
+        tmp_path / "canary" / "block_width",
+        "block_width",
+        cases,
+        {"test": "1"},
+        tolerance_px=0.0123456789,
+    )
     spinner = GOOD.replace(
         "    let first = solve(input, input.width);",
         "    if input.cb_width == 777.123456789 { let t = std::time::Instant::now(); "
         "while t.elapsed().as_secs_f64() < 6.0 { std::hint::black_box(0); } }\n"
-        "    let first = solve(input, input.width);", 1)
+        "    let first = solve(input, input.width);",
+        1,
+    )
     found: dict[str, bool] = {}
 
     def watch() -> None:
@@ -207,12 +273,17 @@ def test_the_answers_are_nowhere_in_a_candidates_process(ws, tmp_path):
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                if b"--only" in cmd and any(str(tmp_path).encode() in c for c in cmd) and b"--inputs" in cmd:
+                if (
+                    b"--only" in cmd
+                    and any(str(tmp_path).encode() in c for c in cmd)
+                    and b"--inputs" in cmd
+                ):
                     time.sleep(1.0)  # inside its first call by now
                     blob = _dump_readable_memory(int(pid))
                     found["input"] = struct.pack("<d", 777.123456789) in blob
-                    found["expected"] = any(struct.pack("<d", v) in blob
-                                            for c in cases for v in c["expected"].values())
+                    found["expected"] = any(
+                        struct.pack("<d", v) in blob for c in cases for v in c["expected"].values()
+                    )
                     found["tolerance"] = struct.pack("<d", 0.0123456789) in blob
                     found["size"] = len(blob) > 100_000
                     return
@@ -220,15 +291,21 @@ def test_the_answers_are_nowhere_in_a_candidates_process(ws, tmp_path):
 
     w = threading.Thread(target=watch)
     w.start()
-    result = candidates.probe(ws, "block_width", [spinner], folder, tmp_path / "probe", timeout_ms=20_000)
+    result = candidates.probe(
+        ws, "block_width", [spinner], folder, tmp_path / "probe", timeout_ms=20_000
+    )
     w.join()
     assert found, "the candidate's process was never seen"
-    assert found["size"] and found["input"], found  # the dump reads the process (its input is there)
+    assert found["size"] and found["input"], (
+        found
+    )  # the dump reads the process (its input is there)
     assert not found["expected"] and not found["tolerance"], found
     assert result.verdicts[0].status == "failed" and result.verdicts[0].cases_passed == 0
 
 
-def test_a_compile_that_hangs_or_blows_up_costs_the_batch_its_budget_not_the_others(ws, block_corpus, tmp_path):
+def test_a_compile_that_hangs_or_blows_up_costs_the_batch_its_budget_not_the_others(
+    ws, block_corpus, tmp_path
+):
     sources = [f"// {k}\n{GOOD}" for k in range(12)]
     sources[3] = hostile.COMPILE_HANG
     sources[7] = hostile.COMPILE_BLOWUP
@@ -238,29 +315,42 @@ def test_a_compile_that_hangs_or_blows_up_costs_the_batch_its_budget_not_the_oth
     candidates.score(b, block_corpus, cases=False)
     v = b.verdicts
     assert v[3].status == "compile-error" and "long_running_const_eval" in (v[3].error or "")
-    assert v[7].status == "compile-error" and ("compile timed out" in (v[7].error or "")
-                                               or "compiler ran out of memory" in (v[7].error or "")), v[7].error
-    assert v[9].status == "compile-error" and "more memory than available" in (v[9].error or ""), v[9].error
-    assert all(v[k].status == "passed" and v[k].cases_passed == N for k in range(12) if k not in (3, 7, 9))
+    assert v[7].status == "compile-error" and (
+        "compile timed out" in (v[7].error or "")
+        or "compiler ran out of memory" in (v[7].error or "")
+    ), v[7].error
+    assert v[9].status == "compile-error" and "more memory than available" in (v[9].error or ""), v[
+        9
+    ].error
+    assert all(
+        v[k].status == "passed" and v[k].cases_passed == N for k in range(12) if k not in (3, 7, 9)
+    )
     assert b.mode == "single+search"
     # the budget held: one stop at it (or at the memory cap), then a search bounded by the peers
     assert b.compile_s < 3 * budget, b.compile_s
 
 
 def test_one_crate_per_candidate_stops_a_hanging_compile_at_the_budget(ws, block_corpus, tmp_path):
-    b = candidates.compile_crates(ws, "block_width", [GOOD, hostile.COMPILE_BLOWUP], tmp_path, budget_s=3.0)
+    b = candidates.compile_crates(
+        ws, "block_width", [GOOD, hostile.COMPILE_BLOWUP], tmp_path, budget_s=3.0
+    )
     assert b.verdicts[0].compiled
     assert not b.verdicts[1].compiled
-    assert ("compile timed out after 3.0 s" in (b.verdicts[1].error or "")
-            or "compiler ran out of memory" in (b.verdicts[1].error or "")), b.verdicts[1].error
+    assert "compile timed out after 3.0 s" in (
+        b.verdicts[1].error or ""
+    ) or "compiler ran out of memory" in (b.verdicts[1].error or ""), b.verdicts[1].error
 
 
 def test_the_outputs_format_is_what_the_runner_writes(ws, block_corpus, tmp_path):
     b = candidates.compile_single(ws, "block_width", [GOOD], tmp_path)
     t = judge.load_truth(block_corpus, "block_width")
     inputs = t.write_inputs(tmp_path / "in.jsonl")
-    out = subprocess.run([str(b.binaries[0]), "--inputs", str(inputs), "--only", "c000"], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [str(b.binaries[0]), "--inputs", str(inputs), "--only", "c000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     lines = out.stdout.splitlines()
     assert lines[0] == "nev-outputs 1 block_width width,margin_left,margin_right"
     assert len(lines) == N + 1 and lines[1].startswith("0 ") and lines[-1].startswith(f"{N - 1} ")
