@@ -601,7 +601,7 @@ def score(batch: Batch, corpus_dir: Path, cases: bool = True, timeout_ms: int = 
 
 def probe(ws: Workspace, function: str, sources: Sequence[str], corpus_dir: Path, workdir: Path,
           mode: str = DEFAULT_MODE, opt_level: int = DEFAULT_OPT_LEVEL, cases: bool = True,
-          timeout_ms: int = 10_000, sandboxed: bool = True) -> Batch:
+          timeout_ms: int = 10_000, sandboxed: bool = True, budget_s: float | None = None) -> Batch:
     """Compile a batch of candidate sources of `function` and score each over `corpus_dir`, in the
     sandbox unless `sandboxed` is False (`--no-sandbox`: a trusted local run, warned about)."""
     if sandboxed:
@@ -618,8 +618,10 @@ def probe(ws: Workspace, function: str, sources: Sequence[str], corpus_dir: Path
     truth = judge.load_truth(corpus_dir, function)
     workdir.mkdir(parents=True, exist_ok=True)
     if mode == "single":
-        batch = compile_single(ws, function, sources, workdir, opt_level, sandboxed=sandboxed)
+        batch = compile_single(ws, function, sources, workdir, opt_level, sandboxed=sandboxed,
+                               budget_s=budget_s)
     else:
-        batch = compile_crates(ws, function, sources, workdir, opt_level=opt_level, sandboxed=sandboxed)
+        batch = compile_crates(ws, function, sources, workdir, opt_level=opt_level, sandboxed=sandboxed,
+                               budget_s=budget_s)
     return score(batch, corpus_dir, cases=cases, timeout_ms=timeout_ms, sandboxed=sandboxed,
                  truth=truth)

@@ -35,8 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.perf.common import CHECK, CHECK_HELP, check_settings, publish, run_checked  # noqa: E402
-from crates_bridge import candidates, corpus  # noqa: E402
-from crates_bridge.runner import parse_lines  # noqa: E402
+from crates_bridge import candidates, corpus, hostile, judge  # noqa: E402
 from crates_bridge.samples import batch_of  # noqa: E402
 from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace  # noqa: E402
 
@@ -74,17 +73,19 @@ def warm(target: Path, work: Path, sources: list[str], corpus_dir: Path) -> dict
 
 
 def probe(mode: str, target: Path, work: Path, sources: list[str], corpus_dir: Path,
-          sandboxed: bool = True) -> dict:
+          sandboxed: bool = True, budget_s: float | None = None) -> dict:
     ws = Workspace(EXAMPLE_ENGINE, target_dir=target)
     ws.build()
     t0 = time.monotonic()
-    b = candidates.probe(ws, FUNCTION, sources, corpus_dir, work, mode=mode, cases=False, sandboxed=sandboxed)
+    b = candidates.probe(ws, FUNCTION, sources, corpus_dir, work, mode=mode, cases=False, sandboxed=sandboxed,
+                         budget_s=budget_s)
     wall = time.monotonic() - t0
     ns = [v.ns_per_case for v in b.verdicts if v.ns_per_case is not None]
     return {"wall_s": round(wall, 3), "compile_s": round(b.compile_s, 3), "score_s": round(b.score_s, 3),
             "rounds": b.rounds, "statuses": {k: len(v) for k, v in b.by_status().items()},
             "ns_per_case_median": round(statistics.median(ns), 1) if ns else None,
-            "ns_per_case_max": round(max(ns), 1) if ns else None}
+            "ns_per_case_max": round(max(ns), 1) if ns else None, "mode": b.mode,
+            "verdicts": [v.status for v in b.verdicts]}
 
 
 def one_after_another(target: Path, work: Path, sources: list[str], corpus_dir: Path) -> dict:
@@ -106,9 +107,14 @@ def one_after_another(target: Path, work: Path, sources: list[str], corpus_dir: 
     compile_s = time.monotonic() - t0
     t1 = time.monotonic()
     passed = 0
-    for _i, b in sorted(bins.items()):
-        cp2 = subprocess.run([str(b), "--corpus", str(corpus_dir), "--no-cases"], capture_output=True, text=True)
-        passed += sum(1 for s in parse_lines(cp2.stdout.splitlines()) if s.cases_run and s.cases_passed == s.cases_run)
+    truth = judge.load_truth(corpus_dir, FUNCTION)
+    inputs = truth.write_inputs(work / "inputs.jsonl")
+    for i, b in sorted(bins.items()):
+        cp2 = subprocess.run([str(b), "--inputs", str(inputs), "--only", candidates.cand_id(i)],
+                             capture_output=True, text=True)
+        got = judge.judge(truth, cp2.stdout, len(cp2.stdout.encode()), None if cp2.returncode == 0 else "failed",
+                          keep_cases=False)
+        passed += got.error is None and got.cases_run == got.cases_passed
     wall = time.monotonic() - t0
     return {"wall_s": round(wall, 3), "compile_s": round(compile_s, 3), "score_s": round(time.monotonic() - t1, 3),
             "compiled": len(bins), "passed": passed}
@@ -134,12 +140,33 @@ def sandbox_pair(target: Path, t: Path, sources: list[str], cdir: Path, repeat: 
     return out
 
 
+def hostile_pair(target: Path, t: Path, sources: list[str], cdir: Path, budget: float) -> dict:
+    """B4h: the batch with one compile-time hang and one compile-time memory blow-up in place of two
+    of its candidates, against the same batch without them, same run (sandbox on)."""
+    bad = list(sources)
+    bad[len(bad) // 3] = hostile.COMPILE_HANG
+    bad[2 * len(bad) // 3] = hostile.COMPILE_BLOWUP
+    clean = in_child(probe, "single", target, t / "b4h-clean", sources, cdir, True, budget)
+    hurt = in_child(probe, "single", target, t / "b4h-hostile", bad, cdir, True, budget)
+    others = [k for k in range(len(sources)) if k not in (len(bad) // 3, 2 * len(bad) // 3)]
+    limit = budget + 2 * clean["wall_s"]
+    return {
+        "budget_s": budget, "clean": clean, "hostile": hurt,
+        "culprits": [hurt["verdicts"][len(bad) // 3], hurt["verdicts"][2 * len(bad) // 3]],
+        "others_unchanged": all(clean["verdicts"][k] == hurt["verdicts"][k] for k in others),
+        "goal_s": round(limit, 3), "within_goal": hurt["wall_s"] <= limit,
+        "ratio_hostile_over_goal": round(hurt["wall_s"] / limit, 2),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--candidates", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3, help="sandboxed/bare pairs for B4s (medians)")
     ap.add_argument("--sandbox-only", action="store_true", help="measure B4s only (no crates mode, no baseline)")
+    ap.add_argument("--hostile-only", action="store_true", help="measure B4h only")
+    ap.add_argument("--budget", type=float, default=None, help="the compile budget for B4h (NEV_COMPILE_BUDGET_S)")
     ap.add_argument(CHECK, action="store_true", help=CHECK_HELP)
     a = ap.parse_args()
     if a.check:
@@ -151,6 +178,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="b04-") as tmp:
         t = Path(tmp)
         cdir = corpus.write_reference_corpus(ws, FUNCTION, t / "corpus" / FUNCTION, a.cases)
+        budget = a.budget if a.budget is not None else candidates.compile_budget.budget_s()
+        if a.hostile_only:
+            b4h = hostile_pair(Path(str(ws.target_dir)), t, sources, cdir, budget)
+            publish("B4h", {"candidates": len(sources), "cases": a.cases, "cpus": mp.cpu_count(), **b4h})
+            return 0
         b4s = sandbox_pair(Path(str(ws.target_dir)), t, sources, cdir, a.repeat)
         if a.sandbox_only:
             publish("B4s", {"candidates": len(sources), "cases": a.cases, "cpus": mp.cpu_count(), **b4s})
@@ -160,6 +192,7 @@ def main() -> int:
         single = in_child(probe, "single", ws.target_dir, t / "single", sources, cdir)
         crates = in_child(probe, "crates", t / "target-crates", t / "crates", sources, cdir)
         base = in_child(one_after_another, t / "target-base", t / "base", sources, cdir)
+        b4h = hostile_pair(Path(str(ws.target_dir)), t, sources, cdir, budget)
     fastest = min(("single", single["wall_s"]), ("crates", crates["wall_s"]), key=lambda x: x[1])
     row = {
         "candidates": len(sources), "cases": a.cases, "cpus": mp.cpu_count(),
@@ -170,6 +203,7 @@ def main() -> int:
         "ratio_baseline_over_single": round(base["wall_s"] / single["wall_s"], 2),
         "ratio_crates_over_single": round(crates["wall_s"] / single["wall_s"], 2),
         "B4s": b4s,
+        "B4h": b4h,
     }
     publish("B4", row)
     return 0
