@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 import threading
@@ -355,3 +356,71 @@ def test_the_outputs_format_is_what_the_runner_writes(ws, block_corpus, tmp_path
     assert lines[0] == "nev-outputs 1 block_width width,margin_left,margin_right"
     assert len(lines) == N + 1 and lines[1].startswith("0 ") and lines[-1].startswith(f"{N - 1} ")
     assert json.dumps(judge.judge(t, out.stdout, len(out.stdout), None).cases_passed) == str(N)
+
+
+# ---- every path that scores model-written code goes through the judge ----
+
+
+@pytest.mark.parts
+def test_a_jobs_verify_and_a_landings_gate_judge_a_function_that_passes_only_in_process(tmp_path):
+    """The committed block_width swapped for READ_ANSWERS (it passes every case in a runner that
+    holds the answers, see the control above): a job's verify stage and the landing's gate, both
+    running `nev floors check` in the verify jail on fresh three-browser ground truth, refuse it."""
+    from jobs import land_gate
+    from tests.helpers.job_helpers import Listener as Gateway
+    from tests.helpers.job_helpers import lane_env, nev, write_manifest
+
+    repo = tmp_path / "work"
+    eng = repo / "crates_bridge" / "engine"
+    shutil.copytree(EXAMPLE_ENGINE, eng, ignore=shutil.ignore_patterns("target"))
+    gen = eng / "crates" / "layout" / "src" / "generated"
+    (gen / "block_width.rs").write_text(hostile.READ_ANSWERS)
+    (gen / "block_width.floor.json").write_text(json.dumps({"cases_passed": 10, "cases_run": 10}))
+    (repo / ".gitignore").write_text("target/\n/corpus/\n")
+    (repo / "README.md").write_text("a track\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "track"]):
+        subprocess.run(
+            ["git", *args],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+            env={
+                **os.environ,
+                "GIT_AUTHOR_NAME": "t",
+                "GIT_AUTHOR_EMAIL": "t@x",
+                "GIT_COMMITTER_NAME": "t",
+                "GIT_COMMITTER_EMAIL": "t@x",
+            },
+        )
+    base = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout.strip()
+    gw = Gateway()
+    env = lane_env(
+        tmp_path,
+        gw.port,
+        NEV_CORPUS_CASES="30",
+        NEV_CORPUS_STORE=str(tmp_path / "store"),
+        # the toolchain where this machine has it (the lane's HOME is the test's)
+        RUSTUP_HOME=os.environ.get("RUSTUP_HOME", str(Path.home() / ".rustup")),
+        CARGO_HOME=os.environ.get("CARGO_HOME", str(Path.home() / ".cargo")),
+    )
+    m = write_manifest(
+        tmp_path / "job.yaml",
+        base,
+        [{"name": "verify", "kind": "verify", "command": "nev floors check"}],
+    )
+    state = tmp_path / "state"
+    try:
+        r = nev(
+            ["job", "run", str(m), "--workdir", str(repo), "--state", str(state)], env, timeout=900
+        )
+    finally:
+        gw.close()
+    log = (state / "logs" / "verify.log").read_text()
+    assert r.returncode != 0, log
+    assert (
+        "floors broken: block_width" in log and "abspos_width" not in log.split("floors broken")[-1]
+    ), log[-3000:]
+    gate = land_gate.run_here("nev floors check", repo, tmp_path / "gate.json", env)
+    assert gate == 1
