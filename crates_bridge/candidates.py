@@ -1,5 +1,6 @@
 """Candidate crates: write N candidate sources of one function, compile the batch in one go,
-score every compiled candidate over a corpus in-process, and say for each what happened.
+run every compiled candidate over the corpus's inputs, have the judge score its outputs, and say
+for each what happened.
 
 A candidate is the whole text of `<name>.rs` as it would be committed under
 `crates/layout/src/generated/`: it names engine types through
@@ -9,11 +10,10 @@ Two ways to compile a batch, both without a compiler wrapper:
 
 - `single`: one crate, every candidate a module, one rustc call against the
   engine's prebuilt rlibs. A failed call names its candidates (by the file, or
-  by the line of the probe's `main.rs` that takes that candidate's function);
-  they are dropped and rustc runs again, until the rest compile. One link, one
-  process scores every candidate.
-- `crates`: one crate per candidate in a throwaway workspace, one
-  `cargo build --keep-going`; each binary scores its own candidate.
+  by the line of the probe's main file that takes that candidate's function);
+  they are dropped and rustc runs again, until the rest compile. A call past the
+  compile budget or the memory cap is searched in parts (`compile_budget`).
+- `crates`: one crate per candidate, each its own rustc call.
 
 `bench/perf/b04_candidates.py` measures both against building each candidate
 crate one after another; `DEFAULT_MODE` is the faster.
@@ -22,17 +22,17 @@ Candidate code is untrusted (docs/sandbox.md). Every rustc call on candidate
 sources runs in the sandbox (`lanes.base.sandbox`), seeing only the probe's
 folder (written) and the toolchain and the engine's prebuilt libraries
 (read-only): an `include_str!` of any other path fails to compile, naming it.
-Every candidate module is compiled under `#[forbid(unsafe_code)]`, so none runs
-code before the runner's own lock. Each compiled candidate then runs in a
-sandboxed process of its own: no network, no home, no store, no new process, a
-memory and CPU cap; whatever ends that process early (an exit, an abort, a
-stack overflow, the memory cap, a forbidden system call) is its verdict alone.
+Every candidate module is compiled under `#[forbid(unsafe_code, long_running_const_eval)]`,
+so none runs code before the runner's own lock. Each compiled candidate then runs in a
+sandboxed process of its own with the corpus's inputs only: no network, no home, no store, no
+new process, a memory and CPU cap; whatever ends that process early (an exit, an abort, a stack
+overflow, the memory cap, a forbidden system call) is its verdict alone, and the verdict is the
+judge's (`crates_bridge.judge`), which holds the answers outside every candidate's process.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crates_bridge import compile_budget, judge, rustlex
+from crates_bridge import compile_budget, diagnostics, judge
 from crates_bridge.errors import BridgeError
 from crates_bridge.judge import CaseResult
 from crates_bridge.workspace import (
@@ -65,7 +65,6 @@ MAX_ROUNDS = 12
 #: The lints every candidate module is compiled under: no unsafe code (nothing runs before the
 #: runner's lock), and no way to let a constant's evaluation run without end.
 FORBID = "unsafe_code, long_running_const_eval"
-_CAND_FILE = re.compile(r"generated/(c\d{3,})\.rs$")
 #: Errors that may come from two candidates sharing one crate rather than from either alone.
 _CLASH = re.compile(r"is already defined|defined multiple times|multiple definitions|already been defined")
 
@@ -129,115 +128,11 @@ def _check_function(ws: Workspace, function: str) -> None:
         raise BridgeError(f"`{function}` is not a function kind of {funcs}; add a function_kind! line for it")
 
 
-# ---- attribution of compiler diagnostics (pure) ----
-
-def _span_files(span: dict) -> list[tuple[str, int]]:
-    """A span and the call sites it was expanded from, innermost first."""
-    out = []
-    s: dict | None = span
-    while s:
-        out.append((s.get("file_name", ""), int(s.get("line_start", 0))))
-        exp = s.get("expansion")
-        s = exp.get("span") if exp else None
-    return out
-
-
-def attribute(diag: dict, main_lines: dict[int, int]) -> int | None:
-    """The candidate a rustc JSON diagnostic belongs to, or None.
-
-    `main_lines` maps lines of the probe's main.rs to candidate indices.
-    """
-    spans = diag.get("spans") or []
-    ordered = [s for s in spans if s.get("is_primary")] + [s for s in spans if not s.get("is_primary")]
-    for span in ordered:
-        for fname, line in _span_files(span):
-            m = _CAND_FILE.search(fname.replace("\\", "/"))
-            if m:
-                return int(m.group(1)[1:])
-            if fname.replace("\\", "/").endswith("src/main.rs") and line in main_lines:
-                return main_lines[line]
-    for child in diag.get("children") or []:
-        got = attribute(child, main_lines)
-        if got is not None:
-            return got
-    return None
-
-
-def is_error(diag: dict) -> bool:
-    if diag.get("level") not in ("error", "error: internal compiler error"):
-        return False
-    msg = diag.get("message", "")
-    return not (msg.startswith("aborting due to") and not diag.get("spans"))
-
-
-def tidy_error(rendered: str, function: str) -> str:
-    """A rendered error as a model should see it: the candidate's file named `<function>.rs`."""
-    text = re.sub(r"(?:[\w./-]*/)?generated/c\d{3,}\.rs", f"{function}.rs", rendered)
-    return text.strip()
-
-
-def split_errors(stderr_lines: Sequence[str], main_lines: dict[int, int],
-                 function: str) -> tuple[dict[int, str], list[str]]:
-    """First error per candidate, and the errors no candidate owns."""
-    firsts: dict[int, str] = {}
-    orphans: list[str] = []
-    for line in stderr_lines:
-        if not line.startswith("{"):
-            continue
-        try:
-            diag = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if diag.get("$message_type", "diagnostic") != "diagnostic" or not is_error(diag):
-            continue
-        who = attribute(diag, main_lines)
-        text = tidy_error(diag.get("rendered") or diag.get("message", ""), function)
-        if "src/main.rs" in text:
-            text = (f"the probe cannot call `{function}` from this candidate (check the function's name "
-                    f"and signature):\n{text}")
-        if who is None:
-            orphans.append(text)
-        else:
-            firsts.setdefault(who, text)
-    return firsts, orphans
-
-
-# ---- the lexer pre-check (pure) ----
-#
-# rustc stops the whole crate at the first file whose token trees do not close
-# (an unclosed delimiter, an unterminated string or comment): one round per
-# such candidate. So those are found first, by a cheap scan here, and each
-# suspect is confirmed (and its error text taken) by rustc alone.
-
-_PAIRS = {")": "(", "]": "[", "}": "{"}
-
-
-def lex_suspect(text: str) -> str | None:
-    """Why rustc would stop lexing this source (delimiters, strings, comments), or None."""
-    stack: list[str] = []
-    for t in rustlex.scan(text):
-        if t.error:
-            return t.error
-        if t.kind is not rustlex.Kind.CODE:
-            continue
-        for c in text[t.start:t.end]:
-            if c in "([{":
-                stack.append(c)
-            elif c in ")]}":
-                if not stack or stack[-1] != _PAIRS[c]:
-                    return "unexpected or mismatched closing delimiter"
-                stack.pop()
-    return "unclosed delimiter" if stack else None
-
-
 def _alone(path: Path, out_dir: Path, jail: sandbox.Jail, budget: float) -> list[str]:
     """rustc on one candidate file alone: lexing fails before any name is resolved."""
     argv = [_rustc(jail), "--edition", "2021", "--crate-type", "lib", "--emit=metadata", "--error-format=json",
             "--out-dir", str(out_dir), "--crate-name", "alone_" + path.stem, str(path)]
     return sandbox.run(argv, jail, timeout=budget).stderr.splitlines()
-
-
-_LEXER_ERROR = re.compile(r"delimiter|unterminated|unknown start of token")
 
 
 def confirm_lexer_errors(files: dict[int, Path], function: str, out_dir: Path,
@@ -249,14 +144,9 @@ def confirm_lexer_errors(files: dict[int, Path], function: str, out_dir: Path,
         done = pool.map(lambda p: _alone(p, out_dir, jail, budget), files.values())
         results = dict(zip(files, done, strict=True))
     for i, lines in results.items():
-        for line in lines:
-            if not line.startswith("{"):
-                continue
-            diag = json.loads(line)
-            if is_error(diag):
-                if _LEXER_ERROR.search(diag.get("message", "")):
-                    found[i] = tidy_error(diag.get("rendered") or diag["message"], function)
-                break
+        err = diagnostics.first_lexer_error(lines, function)
+        if err is not None:
+            found[i] = err
     return found
 
 
@@ -349,7 +239,7 @@ def _settle(members: list[int], run: compile_budget.Run, where: dict[int, int], 
             verdicts[i].compiled = True
             batch.binaries[i] = out
         return [], [], []
-    firsts, _ = split_errors(run.out.stderr.splitlines(), where, function)
+    firsts, _ = diagnostics.split_errors(run.out.stderr.splitlines(), where, function)
     for i, err in firsts.items():
         verdicts[i].error = err
     rest = [i for i in members if i not in firsts]
@@ -362,6 +252,18 @@ def _settle(members: list[int], run: compile_budget.Run, where: dict[int, int], 
         verdicts[rest[0]].error = why
         return [], rest, []
     return (_split(rest) if rest else []), list(firsts), []
+
+
+def _alone_into(batch: Batch, ws: Workspace, sources: Sequence[str], workdir: Path,
+                which: list[int], sandboxed: bool, budget: float) -> None:
+    """`which` built one crate each; their verdicts and binaries replace the batch's."""
+    alone = compile_crates(ws, batch.function, sources, workdir, only=which, sandboxed=sandboxed,
+                           budget_s=budget)
+    for i in which:
+        batch.verdicts[i] = alone.verdicts[i]
+        if i in alone.binaries:
+            batch.binaries[i] = alone.binaries[i]
+    batch.mode = "single+crates"
 
 
 def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir: Path,
@@ -384,7 +286,7 @@ def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir
     dropped: list[list[int]] = []
     batch = Batch(function, "single", verdicts, rounds=0, dropped=dropped)
     suspects = {i: crate / "src" / "generated" / f"{cand_id(i)}.rs"
-                for i in alive if lex_suspect(sources[i]) is not None}
+                for i in alive if diagnostics.lex_suspect(sources[i]) is not None}
     if suspects:
         rounds += 1
         lexed = confirm_lexer_errors(suspects, function, workdir / "alone", jail, budget)
@@ -419,15 +321,8 @@ def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir
         if round_dropped:
             dropped.append(sorted(round_dropped))
         pending = nxt
-    if fallback:
-        # built each on its own
-        alone = compile_crates(ws, function, sources, workdir, only=fallback, sandboxed=sandboxed,
-                               budget_s=budget)
-        for i in fallback:
-            verdicts[i] = alone.verdicts[i]
-            if i in alone.binaries:
-                batch.binaries[i] = alone.binaries[i]
-        batch.mode = "single+crates"
+    if fallback:  # nothing blamed on one candidate: each built on its own
+        _alone_into(batch, ws, sources, workdir, fallback, sandboxed, budget)
     batch.rounds = rounds
     if searching:
         batch.mode = "single+search"
@@ -435,13 +330,7 @@ def compile_single(ws: Workspace, function: str, sources: Sequence[str], workdir
     # name): the one blamed is built on its own before its verdict stands.
     clashed = [i for i, v in enumerate(verdicts) if v.error is not None and _CLASH.search(v.error)]
     if clashed:
-        alone = compile_crates(ws, function, sources, workdir, only=clashed, sandboxed=sandboxed,
-                               budget_s=budget)
-        for i in clashed:
-            verdicts[i] = alone.verdicts[i]
-            if i in alone.binaries:
-                batch.binaries[i] = alone.binaries[i]
-        batch.mode = "single+crates"
+        _alone_into(batch, ws, sources, workdir, clashed, sandboxed, budget)
     batch.compile_s = time.monotonic() - t0
     return batch
 
@@ -489,20 +378,6 @@ def write_crates(ws: Workspace, function: str, sources: Sequence[str], root: Pat
     return indices
 
 
-def _first_error(stderr: str, function: str) -> str | None:
-    for line in stderr.splitlines():
-        if not line.startswith("{"):
-            continue
-        try:
-            diag = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(diag, dict) and is_error(diag):
-            text = diag.get("rendered") or diag.get("message", "")
-            return re.sub(rf"(?:[\w./-]*/)?src/generated/{function}\.rs", f"{function}.rs", text).strip()
-    return None
-
-
 def compile_crates(ws: Workspace, function: str, sources: Sequence[str], workdir: Path,
                    only: Sequence[int] | None = None, opt_level: int = DEFAULT_OPT_LEVEL,
                    sandboxed: bool = True, budget_s: float | None = None) -> Batch:
@@ -535,7 +410,7 @@ def compile_crates(ws: Workspace, function: str, sources: Sequence[str], workdir
             verdicts[i].compiled = True
             batch.binaries[i] = out
             continue
-        first = _first_error(run.out.stderr, function)
+        first = diagnostics.first_error(run.out.stderr.splitlines(), function, f"{function}.rs")
         stderr = run.out.stderr.strip().splitlines() or ["(no message)"]
         why = compile_budget.why_stopped(run, memory)
         verdicts[i].error = first or why or ("did not build: " + stderr[-1])

@@ -1,6 +1,6 @@
 """Rust source as its lexer splits it: comments, string and char literals, and the code between (pure).
 
-One scan serves the candidate pre-check (`candidates.lex_suspect`: what would stop rustc's
+One scan serves the candidate pre-check (`diagnostics.lex_suspect`: what would stop rustc's
 lexer) and the batch's dedupe (`bench.answers.normalise`: comments and whitespace do not count).
 Nested block comments, raw strings (`r#"..."#`, `br"..."`, `cr"..."`), char and byte literals
 (`'a'`, `'\\u{1F600}'`, `b'('`) are read as rustc reads them; a lifetime (`'a`) is code.

@@ -86,3 +86,21 @@ def box_env(box, monkeypatch) -> Iterator:
     for k, v in box.env.items():
         monkeypatch.setenv(k, v)
     yield box
+
+
+@pytest.fixture(scope="module")
+def ws():
+    """The example engine, built (the sandbox's and the judge's tests)."""
+    from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
+
+    w = Workspace(EXAMPLE_ENGINE)
+    w.build()
+    return w
+
+
+@pytest.fixture(scope="module")
+def block_corpus(ws, tmp_path_factory):
+    """A 120-case reference corpus of block_width."""
+    from crates_bridge import corpus
+
+    return corpus.write_reference_corpus(ws, "block_width", tmp_path_factory.mktemp("sc") / "block_width", 120)

@@ -1,8 +1,10 @@
-"""Candidate batches: written, compiled in one go, scored in-process; a verdict for every candidate."""
+"""Candidate batches: written, compiled in one go, run over the inputs, judged; a verdict for every candidate."""
+
+import json
 
 import pytest
 
-from crates_bridge import candidates, corpus
+from crates_bridge import candidates, corpus, diagnostics
 from crates_bridge.errors import BridgeError
 from crates_bridge.samples import BROKEN, GOOD, batch_of
 from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
@@ -86,12 +88,18 @@ def test_attribution_maps_main_lines_to_candidates():
         f'("c{i:03d}", generated::c{i:03d}::block_width),' for i in (0, 3, 7)}
     diag = {"level": "error", "message": "mismatched types", "spans": [
         {"file_name": "/x/single/src/main.rs", "line_start": max(where), "is_primary": True}]}
-    assert candidates.attribute(diag, where) == 7
+    assert diagnostics.attribute(diag, where) == 7
     diag = {"level": "error", "message": "m", "spans": [
         {"file_name": "/rustc/lib/macros.rs", "line_start": 1, "is_primary": True,
          "expansion": {"span": {"file_name": "/x/single/src/generated/c042.rs", "line_start": 9}}}]}
-    assert candidates.attribute(diag, where) == 42
-    assert not candidates.is_error({"level": "error", "message": "aborting due to 2 previous errors", "spans": []})
+    assert diagnostics.attribute(diag, where) == 42
+    assert not diagnostics.is_error({"level": "error", "message": "aborting due to 2 previous errors", "spans": []})
+    # a part's own main file in a search after the compile budget
+    diag = {"level": "error", "message": "mismatched types", "rendered": "--> /x/single/src/main_r3_1.rs:9",
+            "spans": [{"file_name": "/x/single/src/main_r3_1.rs", "line_start": max(where), "is_primary": True}]}
+    assert diagnostics.attribute(diag, where) == 7
+    firsts, _ = diagnostics.split_errors([json.dumps(diag)], where, "block_width")
+    assert firsts[7].startswith("the probe cannot call `block_width` from this candidate")
 
 
 @pytest.mark.parametrize("src,why", [
@@ -105,7 +113,7 @@ def test_attribution_maps_main_lines_to_candidates():
     ("fn f() { r#\"abc\" }", "unterminated raw string"),
 ])
 def test_lexer_precheck_finds_what_stops_rustc(src, why):
-    assert candidates.lex_suspect(src) == why
+    assert diagnostics.lex_suspect(src) == why
 
 
 def test_candidates_clashing_only_in_the_shared_crate_are_judged_alone(ws, block_corpus, tmp_path):

@@ -19,25 +19,12 @@ import pytest
 from crates_bridge import candidates, corpus, hostile, judge
 from crates_bridge.errors import BridgeError
 from crates_bridge.samples import GOOD, RIGHT
-from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace, no_wrapper_env
+from crates_bridge.workspace import EXAMPLE_ENGINE, no_wrapper_env
 
 pytestmark = pytest.mark.parts  # bubblewrap and the Rust compiler, here
+# fixtures `ws` (the example engine, built) and `block_corpus` (120 cases): tests/conftest.py
 
 N = 120
-
-
-@pytest.fixture(scope="module")
-def ws():
-    w = Workspace(EXAMPLE_ENGINE)
-    w.build()
-    return w
-
-
-@pytest.fixture(scope="module")
-def block_corpus(ws, tmp_path_factory):
-    return corpus.write_reference_corpus(
-        ws, "block_width", tmp_path_factory.mktemp("jc") / "block_width", N
-    )
 
 
 # ---- the judge's reading of outputs (pure) ----

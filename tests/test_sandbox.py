@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bench.sandbox_check import Listener  # a loopback listener counting what reaches it
-from crates_bridge import candidates, corpus, hostile
+from crates_bridge import candidates, hostile
 from crates_bridge.samples import GOOD, RIGHT
-from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
+from crates_bridge.workspace import EXAMPLE_ENGINE
 from lanes.base import sandbox
 from lanes.base.exitcodes import Exit
 
@@ -29,18 +29,7 @@ def tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-@pytest.fixture(scope="module")
-def ws():
-    w = Workspace(EXAMPLE_ENGINE)
-    w.build()
-    return w
-
-
-@pytest.fixture(scope="module")
-def block_corpus(ws, tmp_path_factory):
-    return corpus.write_reference_corpus(
-        ws, "block_width", tmp_path_factory.mktemp("sc") / "block_width", 120
-    )
+# fixtures `ws` (the example engine, built) and `block_corpus` (120 cases): tests/conftest.py
 
 
 def test_a_jail_sees_no_home_no_network_no_other_process_and_writes_only_its_folders(tmp_path):

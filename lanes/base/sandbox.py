@@ -557,9 +557,11 @@ def run(
         )
 
 
-def popen(argv: Sequence[str], jail: Jail, *, warn: bool = True, **kw: object) -> subprocess.Popen:
+def popen(argv: Sequence[str], jail: Jail, **kw: object) -> subprocess.Popen:
     """`argv` started in `jail` (a long command whose output is streamed: a verify stage). The
-    caller waits; `stop` (killing the process group) ends the whole jail."""
+    caller waits; `stop` (killing the process group) ends the whole jail. `warn=False`: no warning
+    for a bare jail (its caller said it once)."""
+    warn = bool(kw.pop("warn", True))
     if jail.bare or inside():
         if jail.bare and warn:
             warn_bare("this command")
