@@ -105,8 +105,9 @@ def show(name: str | None, state_dir: Path | None, as_json: bool,
         js = JobState.read(f)
         found.append(summary(js.state, js.clock()))
     if state_dir is None:
+        seen = {s["job"] for s in found}     # a set: the records can number tens of thousands
         for job, rec in sorted(records.read(environ).jobs.items()):
-            if (name is None or job == name) and not any(s["job"] == job for s in found):
+            if (name is None or job == name) and job not in seen:
                 found.append(record_summary(rec))
                 if name and not rec.status.final:    # in flight: as its lane holds it too
                     found[-1]["lane"] = lane_view(rec)
