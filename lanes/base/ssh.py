@@ -36,6 +36,13 @@ log = logging.getLogger("nev.ssh")
 CONNECT_TIMEOUT = 5.0
 
 
+def load() -> None:
+    """Load the SSH stack now, in this thread (it is otherwise loaded on the first connect): a
+    caller about to connect from several threads at once (the dashboard's collectors) loads it
+    first, so that no thread sees a half-imported paramiko."""
+    import paramiko  # noqa: F401
+
+
 def quiet_paramiko() -> None:
     """paramiko's own log lines (`Secsh channel 0 open FAILED: ...` when a jump host refuses the
     channel to a lane that is down) shown only with `-v` (debug logging): without it nev says what

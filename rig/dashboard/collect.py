@@ -130,7 +130,7 @@ def jobs_dir() -> Path:
 def jobs() -> list[dict[str, Any]]:
     root = jobs_dir()
     if not root.is_dir():
-        raise Unavailable(f"no job state folder at {root} (NEV_STATE_DIR/jobs): no job has run here")
+        return []          # no job has run here yet: an empty state, not a failure
     out: list[dict[str, Any]] = []
     from jobs.state import STATE, JobView
 
@@ -154,7 +154,7 @@ def lane_jobs() -> list[dict[str, Any]]:
 
     recs = records.read()
     if not recs.jobs:
-        raise Unavailable(f"no job submitted from here ({records.path()})")
+        return []          # nothing submitted from here: nothing in flight
     out: list[dict[str, Any]] = []
     wheres = []
     for rec in sorted(recs.jobs.values(), key=lambda r: r.job):
@@ -266,10 +266,37 @@ COLLECTORS: dict[str, Callable[[], Any]] = {
 }
 
 
+def load_sources() -> None:
+    """Import, in the calling thread, every module the collectors import on their first call.
+    Imported first from several threads at once, a module can be seen half-initialised by one of
+    them (the dashboard's first page once read `AttributeError: partially initialized module
+    'paramiko'` for the lanes' jobs); imported here once, before any thread starts, it never is."""
+    import bench.ledger  # noqa: F401
+    import crates_bridge.registry  # noqa: F401
+    import crates_bridge.workspace  # noqa: F401
+    import dagu.service  # noqa: F401
+    import jobs.lanestate  # noqa: F401
+    import jobs.records  # noqa: F401
+    import jobs.state  # noqa: F401
+    import jobs.status  # noqa: F401
+    import lanes.gate  # noqa: F401
+    import rig.inventory.inventoryfile  # noqa: F401
+    import rig.inventory.status  # noqa: F401
+    import rig.rigfile  # noqa: F401
+    import rig.serving.state  # noqa: F401
+    import rig.snapshot.context  # noqa: F401
+    from lanes.base import ssh
+
+    ssh.load()  # paramiko: every collector that reaches a lane connects from a thread of its own
+
+
 def gather(collectors: dict[str, Callable[[], Any]] | None = None, timeout: float = 45.0) -> dict[str, Any]:
     """Every section at once, each in its own daemon thread under the same deadline (a source
-    that hangs never holds the page or the process's exit); a failure is that section's marker."""
+    that hangs never holds the page or the process's exit); a failure is that section's marker.
+    The sources' modules are loaded first, in this thread (`load_sources`)."""
     cols = collectors or COLLECTORS
+    if collectors is None:
+        load_sources()
     results: dict[str, Any] = {}
     lock = threading.Lock()
 

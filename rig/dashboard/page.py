@@ -168,7 +168,7 @@ def _lane_job_row(j: dict[str, Any]) -> str:
 
 def _jobs_table(section: list[dict[str, Any]]) -> str:
     if not section:
-        return '<p class="meta">no job state yet</p>'
+        return '<p class="meta">no job has run here yet</p>'
     return _table(("job", "status", "stages", "attempts", "last event"), map(_job_row, section))
 
 
