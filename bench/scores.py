@@ -7,6 +7,7 @@ back with `from_json`.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -98,10 +99,11 @@ def lane_scorer(req: Scoring, environ: Mapping[str, str] | None = None) -> list[
     lane, conn = picked
     buf = bytearray()
     err = bytearray()
+    text = codecs.getincrementaldecoder("utf-8")("surrogateescape")
 
     def on_stderr(b: bytes) -> None:
         err.extend(b)
-        sys.stderr.buffer.write(b)
+        sys.stderr.write(text.decode(b))  # the lane's words: through the terminal-safe stream
         sys.stderr.flush()
 
     try:

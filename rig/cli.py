@@ -42,8 +42,10 @@ def main(argv: list[str] | None = None) -> int:
             return _gate(g)
     if args[:2] == ["job", "step"]:
         return _job_step(args[2:])
+    from lanes.base import termsafe
     from rig import commands
 
+    termsafe.install()  # all the command tree prints: safe for a terminal (lanes/base/termsafe.py)
     return commands.main(args)
 
 

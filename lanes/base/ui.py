@@ -50,17 +50,28 @@ class Counter:
         self.every = every
         self._bar: Any = None
         if is_tty():
+            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+            from lanes.base.termsafe import raw, safe
+
+            # nev's own bar, on the raw stream (its escapes are nev's); the label through `safe`
+            self.label = safe(label)
             self._bar = Progress("[progress.description]{task.description}", BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), transient=False)
+                                 MofNCompleteColumn(), TimeElapsedColumn(), transient=False,
+                                 console=Console(file=raw(sys.stderr)))
             self._bar.start()
             self._task = self._bar.add_task(label, total=total)
 
     def advance(self, n: int = 1, note: str = "") -> None:
         self.done += n
         if self._bar is not None:
-            self._bar.update(self._task, advance=n, description=f"{self.label} {note}".strip())
+            from rich.markup import escape
+
+            from lanes.base.termsafe import safe
+
+            text = escape(f"{self.label} {safe(note)}".strip())
+            self._bar.update(self._task, advance=n, description=text)
             return
         now = time.monotonic()
         if now - self.last >= self.every or (self.total is not None and self.done >= self.total):
