@@ -35,9 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from lanes.base import jsonfile
+from lanes.base import jsonfile, yamlfile
 from lanes.base.errors import ConfigError
 from lanes.base.gitrun import ref_problem
 from lanes.base.jsonfile import Fields
@@ -270,14 +268,8 @@ def load(path: Path) -> Manifest:
 def read(path: Path) -> object:
     """The manifest file's YAML, or one line naming the file and what is wrong with it."""
     text = jsonfile.read_text(path, "manifest", "give the job's manifest file")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: manifest is not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: the manifest is nested deeper than {jsonfile.MAX_DEPTH} levels; fix the file") from None
-    except ValueError as e:    # a value YAML's constructors refuse (an integer of thousands of digits)
-        raise ConfigError(f"{path}: the manifest holds a value out of range ({str(e)[:60]}); fix the file") from None
+    # strict and bounded: duplicate keys and alias bombs refused before any walk (lanes/base/yamlfile.py)
+    data = yamlfile.load(text, str(path), "manifest")
     problem = jsonfile.shape_problem(data)
     if problem:
         raise ConfigError(f"{path}: the manifest {problem}; fix the file")

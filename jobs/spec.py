@@ -16,8 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import yaml
-
+from lanes.base import yamlfile
 from lanes.base.errors import NevError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -53,10 +52,7 @@ def parse(name: str, sha: str, text: str) -> Spec:
         end = next(i for i in range(1, len(lines)) if lines[i].strip() in ("---", "..."))
     except StopIteration:
         raise NevError(f"{where}: the front matter is not closed; end it with a '---' line") from None
-    try:
-        meta = yaml.safe_load("\n".join(lines[1:end])) or {}
-    except yaml.YAMLError as e:
-        raise NevError(f"{where}: the front matter is not valid YAML ({str(e).splitlines()[0]}); fix it") from None
+    meta = yamlfile.load("\n".join(lines[1:end]), where, "front matter") or {}
     if not isinstance(meta, dict):
         raise NevError(f"{where}: the front matter must be a mapping with touches:; fix it")
     if "touches" not in meta:

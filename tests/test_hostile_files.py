@@ -38,6 +38,7 @@ FOLDER = b"\0<a folder in the file's place>"
 
 # json.load/json.loads outside the one reader, and why each reads no file of nev's state or declarations.
 RAW_JSON = {
+    "crates_bridge/diagnostics.py::errors": "rustc's JSON diagnostics on its stderr",
     "bench/oracle/truth_service.py::Service._answer": "a verify's request on the ground-truth builder's socket",
     "bench/oracle/truth_service.py::request": "the ground-truth builder's answer on its socket",
     "lanes/base/jailrun.py::main": "the sandbox's supervisor reads its jobs on stdin (stdlib-only, in the jail)",
@@ -58,7 +59,6 @@ RAW_JSON = {
     "rig/box/poolctl.py::": "an HTTP answer of the stand-in pool",
     "rig/box/gateway.py::": "inside the box's LiteLLM (no nev there) and the box's own keys file",
     "crates_bridge/runner.py::": "the runner's output",
-    "crates_bridge/candidates.py::": "cargo's JSON messages",
     "crates_bridge/workspace.py::": "cargo's JSON messages",
     "crates_bridge/corpus.py::reference_cases": "the reference engine's output",
 }

@@ -34,8 +34,8 @@ from typing import Any
 import yaml
 
 from bench.folknet import LIMIT_FIELDS, ROUTER_LIMIT_SETTINGS, Folknet, alias_limits
-from lanes.base import jsonfile
-from lanes.base.errors import NevError
+from lanes.base import jsonfile, yamlfile
+from lanes.base.errors import ConfigError, NevError
 from rig.rigfile import RigFile, Role
 from rig.serving.declared import ServingRole
 from rig.serving.drift import parse_keys
@@ -196,11 +196,9 @@ def _wanted(hosts: Hosts, role: Role, declared: Folknet, serving: dict[str, Serv
         live = capture_host(hosts.get(host), host, [path] + ([kpath] if kpath else []), [])
         raw = _read(live, path, host)
         try:
-            current = yaml.safe_load(raw)
-        except RecursionError:
-            raise FixFailed(f"{host}:{path} is nested too deeply to read") from None
-        except yaml.YAMLError as e:
-            raise FixFailed(f"{host}:{path} is not YAML ({e})") from None
+            current = yamlfile.load(raw.decode("utf-8", "replace"), f"{host}:{path}", "serving config")
+        except ConfigError as e:
+            raise FixFailed(e.message) from None
         last = render(current if isinstance(current, dict) else {}, declared, serving)
         data = _dump(last.config) if last.changed else raw
         st = HostState(host=host, files=[_with(live, path, data)], blobs={sha256(data): data})
