@@ -539,3 +539,18 @@ def test_each_kind_of_garbage_is_refused_by_a_strict_reader(tmp_path, reader, ki
     with pytest.raises((NevError, BridgeError)):
         reader.read(tmp_path, target)
     check(reader, tmp_path, content)
+
+
+def test_the_lane_agents_readers_answer_a_hostile_file_or_frame_without_dying(tmp_path):
+    """A tracks.json nested 200,000 levels deep aborted a gate (the agent's pin reader caught
+    OSError and ValueError, not RecursionError); a wire frame as deep ends the agent no better."""
+    from lanes.agent import links, messages
+    from lanes.agent.wire import ProtocolError
+
+    deep = "[" * 200_000 + "]" * 200_000
+    (tmp_path / "tracks.json").write_text(deep)
+    assert links.read_pins(str(tmp_path)) == {}
+    (tmp_path / "tracks.json").write_bytes(b'{"suites": {"a": {"commit": "\xff"}}}')
+    assert links.read_pins(str(tmp_path)) == {}
+    with pytest.raises(ProtocolError, match="nested too deeply"):
+        messages._json(deep.encode(), "a request")

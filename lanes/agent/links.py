@@ -82,7 +82,7 @@ def read_pins(copy: str) -> dict[str, str]:
     try:
         with open(p, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError, MemoryError):  # nested 200,000 deep, not UTF-8, ...
         return {}
     suites = data.get("suites") if isinstance(data, dict) else None
     if not isinstance(suites, dict):

@@ -143,6 +143,8 @@ def _json(data: bytes, what: str) -> object:
         return json.loads(data)
     except ValueError:
         raise ProtocolError(f"{what} is not JSON") from None
+    except RecursionError:
+        raise ProtocolError(f"{what} is nested too deeply") from None
 
 
 def send(wire: Wire, kind: Kind, msg: Message) -> None:

@@ -106,7 +106,7 @@ def read_state(root: layout.Root, name: str) -> WriterState | None:
     try:
         with open(root.writer(name, layout.WRITER_STATE)) as f:
             return WriterState.from_wire(json.load(f))
-    except (OSError, ValueError, ProtocolError):
+    except (OSError, ValueError, RecursionError, MemoryError, ProtocolError):
         return None
 
 
