@@ -554,3 +554,38 @@ def test_the_lane_agents_readers_answer_a_hostile_file_or_frame_without_dying(tm
     assert links.read_pins(str(tmp_path)) == {}
     with pytest.raises(ProtocolError, match="nested too deeply"):
         messages._json(deep.encode(), "a request")
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(data=st.data())
+def test_the_lane_agents_tolerant_readers_survive_any_garbage(tmp_path, data):
+    """The lane agent's own readers (stdlib-only) skip what they cannot read, never raise."""
+    from lanes.agent import layout, links, writer
+
+    content = data.draw(garbage(b'{"suites": {"wpt": {"commit": "abc"}}}'), label="content")
+    _place(tmp_path / "tracks.json", content)
+    assert isinstance(links.read_pins(str(tmp_path)), dict)
+    root = layout.Root(str(tmp_path))
+    state = Path(root.writer("c", layout.WRITER_STATE))
+    _place(state, content)
+    got = writer.read_state(root, "c")
+    assert got is None or isinstance(got, writer.WriterState)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(text=st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF,
+                                           blacklist_categories=()), max_size=80))
+def test_the_sanitiser_leaves_no_control_character_and_keeps_every_other(text):
+    from lanes.base import termsafe
+
+    def unsafe(c: str) -> bool:
+        n = ord(c)
+        return (n < 0x20 and c not in "\n\t") or 0x7F <= n <= 0x9F or 0xD800 <= n <= 0xDFFF
+
+    out = termsafe.safe(text)
+    assert not any(unsafe(c) for c in out)
+    if not any(unsafe(c) for c in text):
+        assert out == text
+    out.encode("utf-8")  # always printable as UTF-8
