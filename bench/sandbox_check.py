@@ -162,7 +162,9 @@ def hostile(report: Report, say: Callable[[str], None]) -> None:
                 loopback_port=lst.port,
                 rig_address=_rig_address(environ),
             )
-            bad = hostile_mod.batch(targets)
+            # the host's attackers, then the verdict's (the judge's red team: answers read out of
+            # memory, forged reports and records, floods, garbage)
+            bad = hostile_mod.batch(targets) + hostile_mod.cheaters(60)
             watched = [home / ".ssh", home / ".cache" / "nev", secret_dir, store, cdir]
             before = {p: digest(p) for p in watched}
             sources = [GOOD] + [s for _, s, _ in bad] + [RIGHT[1]]
@@ -171,7 +173,7 @@ def hostile(report: Report, say: Callable[[str], None]) -> None:
                 ws, "block_width", sources, cdir, t / "probe", timeout_ms=3000
             )
             for (name, _, words), v in zip(bad, result.verdicts[1:-1], strict=True):
-                said = v.run_error or v.error or ""
+                said = v.run_error or v.error or v.status
                 line = f"hostile {name:<16} {v.status:<13} {said.splitlines()[0] if said else ''}"
                 (report.ok if v.status != "passed" and words in said else report.bad)(line)
             for v in (result.verdicts[0], result.verdicts[-1]):
