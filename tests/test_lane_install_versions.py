@@ -59,6 +59,7 @@ MODULES = (
     "lanes/base/settings.py",
     "lanes/base/errors.py",
     "lanes/base/exitcodes.py",
+    "lanes/base/termsafe.py",
 )
 
 
