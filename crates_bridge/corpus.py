@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crates_bridge import jsonread
-from crates_bridge.errors import BridgeError
+from crates_bridge.errors import BridgeError, load_json
 from crates_bridge.workspace import Workspace
 from lanes.base import sandbox
 
@@ -37,7 +36,7 @@ class Manifest:
 
 def read_manifest(folder: Path) -> Manifest:
     path = folder / "manifest.json"
-    d = jsonread.load(path, "corpus manifest", f"no corpus here; build it with `nev oracle build {folder.name}`")
+    d = load_json(path, "corpus manifest", f"no corpus here; build it with `nev oracle build {folder.name}`")
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise BridgeError(f"{path}: format is not {FORMAT}; rebuild the corpus with this version")
     tol, cases, engines = d.get("tolerance_px", DEFAULT_TOLERANCE_PX), d.get("cases"), d.get("engines") or {}

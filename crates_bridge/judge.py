@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crates_bridge import corpus, jsonread
-from crates_bridge.errors import BridgeError
+from crates_bridge import corpus
+from crates_bridge.errors import BridgeError, load_json_lines
 from lanes.base import sandbox
 
 FORMAT = "nev-outputs 1"
@@ -131,38 +131,35 @@ def load_truth(folder: Path, function: str | None = None) -> Truth:
     inputs: list[str] = []
     expected: list[tuple[float, ...]] = []
     fields: tuple[str, ...] | None = None
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                case = jsonread.parse(line, f"{path}: line {n}", "corpus case")
-                cid, inp, exp = case["id"], case["input"], case["expected"]
-                if (
-                    not isinstance(cid, str)
-                    or not isinstance(inp, dict)
-                    or not isinstance(exp, dict)
-                ):
-                    raise TypeError
-                keys = tuple(sorted(exp))
-                if fields is None:
-                    fields = keys
-                elif keys != fields:
-                    raise BridgeError(
-                        f"{path} line {n}: expected fields {', '.join(keys)} differ from the "
-                        f"first case's ({', '.join(fields)}); rebuild the corpus"
-                    )
-                expected.append(tuple(_number(exp[k], k) for k in fields))
-            except (KeyError, TypeError):
+    # nev's one JSON Lines reader: a line that is not JSON, not UTF-8 or too deep is one line
+    for n, case in load_json_lines(path, "corpus cases", "rebuild the corpus"):
+        try:
+            cid, inp, exp = case["id"], case["input"], case["expected"]
+            if (
+                not isinstance(cid, str)
+                or not isinstance(inp, dict)
+                or not isinstance(exp, dict)
+            ):
+                raise TypeError
+            keys = tuple(sorted(exp))
+            if fields is None:
+                fields = keys
+            elif keys != fields:
                 raise BridgeError(
-                    f"{path} line {n}: not a case (id, input, expected); rebuild the corpus"
-                ) from None
-            except ValueError as e:
-                raise BridgeError(
-                    f"{path} line {n}: expected {e} is not a number; rebuild the corpus"
-                ) from None
-            ids.append(cid)
-            inputs.append(json.dumps(inp, sort_keys=True))
+                    f"{path} line {n}: expected fields {', '.join(keys)} differ from the "
+                    f"first case's ({', '.join(fields)}); rebuild the corpus"
+                )
+            expected.append(tuple(_number(exp[k], k) for k in fields))
+        except (KeyError, TypeError):
+            raise BridgeError(
+                f"{path} line {n}: not a case (id, input, expected); rebuild the corpus"
+            ) from None
+        except ValueError as e:
+            raise BridgeError(
+                f"{path} line {n}: expected {e} is not a number; rebuild the corpus"
+            ) from None
+        ids.append(cid)
+        inputs.append(json.dumps(inp, sort_keys=True))
     if man.cases is not None and man.cases != len(ids):
         raise BridgeError(
             f"{folder}: the manifest says {man.cases} cases but cases.jsonl holds {len(ids)}; "

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crates_bridge import jsonread
-from crates_bridge.errors import BridgeError
+from crates_bridge.errors import BridgeError, load_json
 
 PROVENANCE_SUFFIX = ".provenance.json"
 FLOOR_SUFFIX = ".floor.json"
@@ -54,7 +53,7 @@ class GeneratedFunction:
 
 
 def _load_json(path: Path, what: str) -> Any:
-    return jsonread.load(path, what, "commit it with the function")
+    return load_json(path, what, "commit it with the function")
 
 
 def _count(path: Path, obj: dict, key: str, field: str, required: bool) -> int | None:

@@ -37,8 +37,8 @@ FILES = """
 Committed files name hosts by role and class, never by hostname, address or
 account. A malformed file gets one line naming the file, the field and the
 problem, and exit 1. Every JSON and JSON Lines file nev reads, state and declarations alike,
-goes through one reader (`lanes.base.jsonfile.load`; the bridge's copy,
-`crates_bridge/jsonread.py`): a folder, FIFO or device in a file's place, a file past 64 MiB, bytes
+goes through one reader (`lanes.base.jsonfile.load`; the bridge's reads too, through
+`crates_bridge.errors.load_json`): a folder, FIFO or device in a file's place, a file past 64 MiB, bytes
 that are not UTF-8, nesting past 64 levels, integers past 2^63, floats past a double, NaN and
 lone surrogates are each that one line too, and the file is never changed by the reading. In
 `tracks.json`, `bench/folknet.json` (top level and each alias) and the rig file (top level, each

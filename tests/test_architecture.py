@@ -13,11 +13,12 @@ ALLOWED = {
     "bench": {"bench", "crates_bridge", "lanes"},
     "dagu": {"dagu", "lanes"},
     "lanes": {"lanes"},
-    "crates_bridge": {"crates_bridge", "lanes"},   # lanes.base.sandbox only (the test below)
+    "crates_bridge": {"crates_bridge", "lanes"},   # the sandbox and the JSON reader only (the test below)
 }
 # The one sandbox for model-written code lives in the foundation; the bridge compiles and runs
-# candidates through it and takes nothing else of `lanes`.
-BRIDGE_FROM_LANES = {"lanes.base.sandbox"}
+# candidates through it, reads JSON with the foundation's one reader (and its error type), and
+# takes nothing else of `lanes`.
+BRIDGE_FROM_LANES = {"lanes.base.sandbox", "lanes.base.jsonfile", "lanes.base.errors"}
 # From `lanes`, other packages import the foundation (`lanes.base`, any module) and these named
 # lane entry points only; the rest of `lanes` is the lane path's inside.
 LANE_ENTRY_POINTS = {
@@ -107,7 +108,7 @@ def test_each_package_imports_only_what_the_architecture_allows():
     assert not bad, "\n".join(bad)
 
 
-def test_the_bridge_takes_only_the_sandbox_from_lanes():
+def test_the_bridge_takes_only_the_sandbox_and_the_json_reader_from_lanes():
     took = set()
     for f in (ROOT / "crates_bridge").rglob("*.py"):
         if "target" not in f.parts:

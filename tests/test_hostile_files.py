@@ -3,7 +3,7 @@ are not UTF-8, nesting, wrong types, huge values, a folder in the file's place) 
 the file, exit 1 or 2 for a command, never a traceback, and the file's bytes are left unchanged.
 
 READERS lists every reader: each call of the one reader (`lanes.base.jsonfile`'s load, load_lines,
-read_text, parse, parse_lines; the bridge's `jsonread.load`) in the packages is a site, found by
+read_text, parse, parse_lines) in the packages is a site, found by
 scanning the code, and every site must be covered by a reader here, so a new reader that is not
 listed fails `test_every_reader_of_the_one_reader_is_fuzzed`. A `json.load`/`json.loads` outside
 the one reader must be one of RAW_JSON (what it parses is no file nev reads: an answer over HTTP or
@@ -33,7 +33,7 @@ from lanes.base.errors import NevError
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("bench", "jobs", "lanes", "rig", "dagu", "crates_bridge")
 ONE_READER = {("jsonfile", "load"), ("jsonfile", "load_lines"), ("jsonfile", "read_text"), ("jsonfile", "parse"),
-              ("jsonfile", "parse_lines"), ("jsonread", "load")}
+              ("jsonfile", "parse_lines")}
 FOLDER = b"\0<a folder in the file's place>"
 
 # json.load/json.loads outside the one reader, and why each reads no file of nev's state or declarations.
@@ -70,7 +70,7 @@ def _sites(kinds: set[tuple[str, str]] | None) -> dict[str, int]:
     for pkg in PACKAGES:
         for f in sorted((ROOT / pkg).rglob("*.py")):
             rel = f.relative_to(ROOT).as_posix()
-            if rel.startswith("bench/perf/") or rel in ("lanes/base/jsonfile.py", "crates_bridge/jsonread.py"):
+            if rel.startswith("bench/perf/") or rel == "lanes/base/jsonfile.py":
                 continue
 
             def visit(node: ast.AST, fn: str, rel: str = rel) -> None:
@@ -102,6 +102,15 @@ class Reader:
     tolerant: bool = False                    # a bad file is skipped or started over, not an error
     keeps_bytes: bool = True
     setup: Callable[[Path], object] | None = None    # the other files the reader needs (folder)
+
+
+def _hash_manifest(cases: Path) -> None:
+    """A bridge corpus manifest beside `cases` that names its bytes as they are now."""
+    import hashlib
+
+    digest = hashlib.sha256(cases.read_bytes()).hexdigest() if cases.is_file() else "0" * 64
+    cases.parent.joinpath("manifest.json").write_text(json.dumps(
+        {"format": 1, "function": "f", "content_sha256": digest}))
 
 
 def _cli(*argv: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> Callable[[Path, Path], object]:
@@ -179,7 +188,7 @@ def _readers() -> list[Reader]:
     from bench import folknet, plan, provenance_tree, readiness, rounds
     from bench.oracle import store as oracle_store
     from bench.oracle import suites
-    from crates_bridge import corpus, registry
+    from crates_bridge import corpus, judge, registry
     from jobs import approvals, jobkeys, land_gate, lanestate, manifest, records, tracks
     from lanes import lanesfile
     from lanes.base import jsonfile, notify
@@ -266,14 +275,18 @@ def _readers() -> list[Reader]:
                "oracle/suites/mini.expected.json",
                lambda d, f: suites.load_expectations(f, ["chromium", "firefox", "webkit"]),
                b'{"failures": {"firefox": ["a.html"]}}'),
-        Reader("floor file", ("crates_bridge/registry.py::_load_json",), "x.floor.json",
+        Reader("floor file", ("crates_bridge/errors.py::load_json",), "x.floor.json",
                lambda d, f: registry.load_floor(f), b'{"cases_passed": 1, "cases_run": 2}'),
-        Reader("provenance record", ("crates_bridge/registry.py::_load_json",), "gen/f.provenance.json",
+        Reader("provenance record", ("crates_bridge/errors.py::load_json",), "gen/f.provenance.json",
                lambda d, f: (f.parent.joinpath("f.rs").write_text("") if not f.parent.joinpath("f.rs").exists()
                              else None, registry.discover(f.parent)),
                b'{"function": "f", "verification": {"cases_passed": 1}}'),
-        Reader("corpus manifest (bridge)", ("crates_bridge/corpus.py::read_manifest",), "c/manifest.json",
+        Reader("corpus manifest (bridge)", ("crates_bridge/errors.py::load_json",), "c/manifest.json",
                lambda d, f: corpus.read_manifest(f.parent), b'{"format": 1, "function": "f"}'),
+        # the judge's corpus cases, their manifest naming their bytes (so the lines themselves are read)
+        Reader("corpus cases (judge)", ("crates_bridge/errors.py::load_json_lines",), "j/cases.jsonl",
+               lambda d, f: (_hash_manifest(f), judge.load_truth(f.parent))[1],
+               b'{"id": "f-0", "input": {"a": 1}, "expected": {"w": 1.5}}\n'),
         Reader("corpus manifest (oracle)", ("bench/oracle/store.py::read_manifest",), "c/manifest.json",
                lambda d, f: oracle_store.read_manifest(f.parent), b'{"format": 1}', tolerant=True),
         Reader("corpus cases (oracle)", ("bench/oracle/store.py::_objects",), "c/cases.jsonl",

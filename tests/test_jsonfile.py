@@ -1,12 +1,11 @@
-"""The one reader of nev's JSON files (lanes/base/jsonfile.py) and the bridge's copy
-(crates_bridge/jsonread.py): every way a file can be wrong is one line naming the file."""
+"""The one reader of nev's JSON files (lanes/base/jsonfile.py), the bridge's too (through
+crates_bridge.errors.load_json): every way a file can be wrong is one line naming the file."""
 
 import os
 
 import pytest
 
-from crates_bridge import jsonread
-from crates_bridge.errors import BridgeError
+from crates_bridge.errors import BridgeError, load_json
 from lanes.base import jsonfile
 from lanes.base.errors import ConfigError
 
@@ -28,7 +27,7 @@ BAD = {
 
 def readers():
     return [(lambda p: jsonfile.load(p, "test file"), ConfigError),
-            (lambda p: jsonread.load(p, "test file", "make it"), BridgeError)]
+            (lambda p: load_json(p, "test file", "make it"), BridgeError)]
 
 
 @pytest.mark.parametrize("reader,error", readers())
@@ -64,7 +63,7 @@ def test_a_file_past_the_bound_is_refused_unread(tmp_path):
 def test_good_json_reads_and_the_two_readers_agree(tmp_path):
     p = tmp_path / "f.json"
     p.write_text('{"a": [1, 2.5, "x\\ud83d\\ude00", null, true], "b": {"c": -3}}')
-    assert jsonfile.load(p) == jsonread.load(p, "x", "y") == {"a": [1, 2.5, "x😀", None, True], "b": {"c": -3}}
+    assert jsonfile.load(p) == load_json(p, "x", "y") == {"a": [1, 2.5, "x😀", None, True], "b": {"c": -3}}
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -74,7 +73,7 @@ def test_the_bridge_copy_says_what_the_reader_says(tmp_path, case):
     with pytest.raises(ConfigError) as a:
         jsonfile.load(p, "test file", "make it")
     with pytest.raises(BridgeError) as b:
-        jsonread.load(p, "test file", "make it")
+        load_json(p, "test file", "make it")
     assert str(a.value) == str(b.value)
 
 
