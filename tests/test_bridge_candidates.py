@@ -7,16 +7,11 @@ import pytest
 from crates_bridge import candidates, corpus, diagnostics
 from crates_bridge.errors import BridgeError
 from crates_bridge.samples import BROKEN, GOOD, batch_of
-from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
 
 pytestmark = pytest.mark.parts  # starts the Rust compiler on candidate crates here
 
 
-@pytest.fixture(scope="module")
-def ws():
-    w = Workspace(EXAMPLE_ENGINE)
-    w.build()
-    return w
+# `ws` (the example engine, built): tests/conftest.py
 
 
 @pytest.fixture(scope="module")

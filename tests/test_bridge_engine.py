@@ -9,16 +9,12 @@ import pytest
 
 from crates_bridge import corpus, registry, runner
 from crates_bridge.errors import BridgeError
-from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace, no_wrapper_env
+from crates_bridge.workspace import no_wrapper_env
 
 N = 200
 
 
-@pytest.fixture(scope="module")
-def ws():
-    w = Workspace(EXAMPLE_ENGINE)
-    w.build()
-    return w
+# `ws` (the example engine, built): tests/conftest.py
 
 
 @pytest.fixture(scope="module")
