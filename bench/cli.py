@@ -272,7 +272,7 @@ def _ledger_name(root: Path) -> str:
         return root.name
 
 
-@click.command("ledger")
+@click.group("ledger", invoke_without_command=True)
 @click.option("--worktree", help="Whose batches (default: this worktree's lane copy's name)")
 @click.option("--list", "list_all", is_flag=True,
               help="The ledgers there are (one per worktree or job): batches, last batch's time.")
@@ -281,13 +281,18 @@ def _ledger_name(root: Path) -> str:
               help="Print the lines as they are stored, `[]` when there are none "
                    "(with --list: one JSON array).")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".", show_default=True)
-def ledger(worktree: str | None, list_all: bool, last: int | None, as_json: bool,
-           repo: Path) -> int:
+@click.pass_context
+def ledger(ctx: click.Context, worktree: str | None, list_all: bool, last: int | None,
+           as_json: bool, repo: Path) -> int:
     """The batches, as a table: one row per model of each batch (ledger/<worktree>.jsonl on the
     share).
 
-    With --list, the ledgers in the share's ledger folder, the most recent first."""
+    With --list, the ledgers in the share's ledger folder, the most recent first. `nev ledger
+    announce NAME`: a landing's announcement of NAME's batches."""
     import json
+
+    if ctx.invoked_subcommand is not None:
+        return 0
 
     from bench import ledger as ledger_mod
     from bench.batch import repo_root
@@ -317,3 +322,34 @@ def ledger(worktree: str | None, list_all: bool, last: int | None, as_json: bool
             click.echo(json.dumps(line, sort_keys=True))
         return 0
     return ledger_mod.show(path, echo=click.echo, last=last)
+
+
+@ledger.command("announce")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True,
+              help="The announcement as the webhook's payload carries it.")
+@click.option("--format", "fmt", type=click.Choice(["nev", "discord", "slack"]), default=None,
+              help="Print the body a webhook of this format is sent (JSON).")
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".",
+              show_default=True, help="The repository whose floor files give the floors.")
+def announce(name: str, as_json: bool, fmt: str | None, repo: Path) -> int:
+    """The announcement a landing of NAME posts, from NAME's ledger (ledger/NAME.jsonl on the
+    share: a job's name, or a track's): each batch's start and end, lane CPU-seconds, and per
+    model the candidates, compiled count, best score, tokens and draw seconds, with each
+    function's floor as this repository holds it now. No host name, address, key or URL."""
+    from bench import announce as ann
+    from lanes.base import chatformat
+    from lanes.base.ui import emit_json
+
+    a = ann.for_landing([name], ann.floors_now(repo, []), None, None)
+    a = ann.build(a.name, list(a.batches), ann.floors_now(repo, list(a.functions)),
+                  unreadable=a.unreadable)
+    if fmt is not None:
+        msg = {"nev": 1, "kind": "landed", "state": "event", "rig": "", "subject": name,
+               "detail": a.text(), "announcement": a.to_json()}
+        emit_json(chatformat.render(fmt, msg))
+    elif as_json:
+        emit_json(a.to_json())
+    else:
+        click.echo(a.render())
+    return 0

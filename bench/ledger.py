@@ -55,10 +55,14 @@ def find_address(obj: Any, where: str = "") -> str | None:
     return None
 
 
+_SCRUB = re.compile(r"\S*://\S*|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"
+                    r"|\b(?:[a-z0-9-]{1,63}\.)+(?:local|lan|internal|com|net|org)\b", re.I)
+
+
 def scrub(obj: Any) -> Any:
-    """Replace addresses and URLs inside strings by `<host>`."""
-    return jsonfile.map_strings(obj, lambda s: re.sub(r"\S*://\S*|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b",
-                                                      "<host>", s))
+    """Replace addresses, URLs and host names (what `find_address` finds) inside strings by
+    `<host>`."""
+    return jsonfile.map_strings(obj, lambda s: _SCRUB.sub("<host>", s))
 
 
 def line_for(record: dict[str, Any]) -> dict[str, Any]:

@@ -195,6 +195,8 @@ class Pending(Pins):
     time: float
     pid: int
     reviewed_by: str | None = None   # a person's landing (`--reviewed-by`): the tag names them
+    #: the ledgers whose batches are behind it (its announcement reads them; default: the track's)
+    ledgers: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, data: Any, path: Path) -> Pending:
@@ -203,9 +205,12 @@ class Pending(Pins):
         if by is not None and not _is_person(by):
             raise f.fail("reviewed_by", f"must be a person's name (one printable line), "
                                         f"not {by[:50]!r}")
+        ledgers = f.get(top, "ledgers", list, "", required=False, default=[]) or []
+        if not all(isinstance(x, str) and x and "/" not in x for x in ledgers):
+            raise f.fail("ledgers", "must be a list of ledger names (plain file names)")
         return cls(*pins, old=_full_sha(f, top, "old"), new=_full_sha(f, top, "new"),
                    time=float(f.get(top, "time", (int, float), "")),
-                   pid=int(f.get(top, "pid", int, "")), reviewed_by=by)
+                   pid=int(f.get(top, "pid", int, "")), reviewed_by=by, ledgers=tuple(ledgers))
 
 
 def write_pending(paths: LandPaths, marker: Pending) -> None:

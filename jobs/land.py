@@ -58,6 +58,7 @@ class Track:
     tip: str  # as given (may be abbreviated)
     env: Mapping[str, str]  # the landing's environment: settings, and the gate's and install's processes
     reviewed_by: str | None = None  # a person's landing: protected paths land on their review
+    ledgers: tuple[str, ...] = ()   # whose batches are behind it (its announcement)
 
     @property
     def branch(self) -> str:
@@ -65,9 +66,11 @@ class Track:
 
 
 def land(repo_path: Path, name: str, spec_sha: str, tip: str, check: bool = False,
-         environ: Mapping[str, str] | None = None, reviewed_by: str | None = None) -> int:
+         environ: Mapping[str, str] | None = None, reviewed_by: str | None = None,
+         ledgers: tuple[str, ...] = ()) -> int:
     """`nev land NAME SPEC_SHA TIP [--check] [--reviewed-by P]`: 0 landed (or --check passed), 1 not
-    landed, 2 conflict."""
+    landed, 2 conflict. `ledgers`: whose batches are behind it, for its announcement (the tick
+    landing a job: the job's; default: the track's own)."""
     spec.check_name(name)
     env = dict(os.environ if environ is None else environ)
     if reviewed_by is not None:
@@ -78,7 +81,7 @@ def land(repo_path: Path, name: str, spec_sha: str, tip: str, check: bool = Fals
     except GitError:
         raise NotLanded(f"{repo_path} is not a git repository; run nev land in the primary checkout") from None
     t = Track(repo, paths, name, _sha("spec sha", spec_sha), _sha("branch tip", tip), env,
-              reviewed_by)
+              reviewed_by, ledgers or (name,))
     with LandLock(paths.lock, wait=settings.get_float(settings.LAND_LOCK_WAIT, env)):
         stop_leftover_gate(paths, name)
         if not check and finish_pending(repo, paths, name, env):
@@ -166,7 +169,7 @@ def _land_locked(t: Track, check: bool) -> int:
                 _pins(t, now)
                 _refuse_checkout_blocks(t, old, gated)
                 marker = Pending(name=t.name, spec_sha=sp.sha, tip=tip, old=old, new=gated, time=time.time(),
-                                 pid=os.getpid(), reviewed_by=t.reviewed_by)
+                                 pid=os.getpid(), reviewed_by=t.reviewed_by, ledgers=t.ledgers)
                 store.write_pending(t.paths, marker)
                 fault("before-ref-update")
                 why = f"nev land {t.name} (spec {sp.sha[:12]})" + (

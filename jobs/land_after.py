@@ -15,7 +15,7 @@ from jobs import approvals as store
 from jobs import protected, tracks
 from jobs.approvals import MAIN, LandPaths, Pending
 from jobs.land_gate import fault
-from lanes.base import changelog, settings
+from lanes.base import changelog, notify, settings
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo
 from lanes.base.ui import info
@@ -68,7 +68,9 @@ def after_landing(repo: Repo, paths: LandPaths, m: Pending, environ: Mapping[str
     _step("branch", lambda: _delete_branch(repo, m.name, m.tip, bool(keep_branch)))
     _step("lane copies", lambda: _sweep(repo, m.name, environ))
     _step("install", lambda: _install(repo, tr, checkout, m.old, m.new, environ))
+    before = _floors_of(checkout, environ)
     _step("floors", lambda: _raise_floors(checkout, environ))
+    _step("announcement", lambda: _announce(m, before, _floors_of(checkout, environ), environ))
     _step("approval", lambda: _drop_approval(paths, m))
     store.drop_pending(paths, m.name)
 
@@ -196,6 +198,43 @@ def _raise_floors(checkout: Path | None, environ: Mapping[str, str]) -> str | No
     rc = floors.raise_floors(req, lambda r: scores.lane_scorer(r, environ),
                              echo=lambda m: info(f"land: after: floors: {m}"))
     return None if rc == 0 else f"failed: floors raise exited {rc}; nothing undone"
+
+
+def _floors_of(checkout: Path | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """Each generated function's floor in main's checkout now, "P/R" (none where nothing reads)."""
+    if checkout is None:
+        return {}
+    try:
+        fns = floors.functions_of(floors.scoring_for(checkout, environ))
+        return {f.name: f"{f.floor.cases_passed}/{f.floor.cases_run}"
+                for f in fns if f.floor is not None}
+    except (NevError, OSError):
+        return {}
+
+
+def _announce(m: Pending, before: dict[str, str], after: dict[str, str],
+              environ: Mapping[str, str]) -> str | None:
+    """The landing's announcement from the ledger of the batches behind it: printed, and posted to
+    the webhook (its format's form) as the `landed` event."""
+    from bench import announce
+    from bench.ledger import share_root
+
+    names = m.ledgers or (m.name,)
+    fns = sorted(set(before) | set(after))
+    by = f"reviewed by {m.reviewed_by}" if m.reviewed_by else "the guarded fast-forward"
+    try:
+        shared = share_root()
+    except NevError:
+        shared = None
+    a = announce.for_landing(list(names), {f: (before.get(f), after.get(f)) for f in fns},
+                             f"{m.old[:12]} -> {m.new[:12]}", by, shared)
+    if a.batches:   # the floors of the functions its batches worked on, not every function's
+        worked = {f: v for f, v in a.floors.items() if f in a.functions}
+        a = announce.build(a.name, list(a.batches), worked, a.landed, a.by, a.unreadable)
+    for line in a.render().splitlines():
+        info(f"land: announcement: {line}")
+    notify.event(notify.Kind.LANDED, m.name, a.text(), m.new, environ, announcement=a.to_json())
+    return None
 
 
 def _drop_approval(paths: LandPaths, m: Pending) -> None:

@@ -190,7 +190,8 @@ def land(repo: Repo, name: str, res: Result, rec: JobRecord | None, forge: forge
                                       f"not replacing it with result {res.commit[:12]}")
     repo.set_ref(branch, res.commit)
     try:
-        landing.land(repo.path, spec, spec_sha, res.commit, environ=environ)
+        # the job's batches are filed under its name (NEV_LEDGER_NAME): its landing announces them
+        landing.land(repo.path, spec, spec_sha, res.commit, environ=environ, ledgers=(name,))
     except NevError as e:
         if e.exit_code in INTERRUPTED:
             raise
@@ -322,8 +323,9 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str],
                 status, why = JobStatus.NOT_LANDED, str(e)
             _write(env, name, rec, status=status, why=why)
             said(name, str(status), why, f"{name}: {status}: {why}")
-            kind = notify.Kind.LANDED if status is JobStatus.LANDED else notify.Kind.JOB_FAILED
-            notify.event(kind, name, f"{status}: {why}", _ident(res, rec), env)
+            if status is not JobStatus.LANDED:   # a landing posts its announcement (land_after)
+                notify.event(notify.Kind.JOB_FAILED, name, f"{status}: {why}", _ident(res, rec),
+                             env)
     with records.locked(env) as recs:
         recs.last_poll = now
     return 1 if failed else 0

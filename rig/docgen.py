@@ -32,7 +32,7 @@ FILES = """
 | `tracks.json` | yes | `verify` (the gate command), `landChecks`, `protected` globs, `specWatch` (`pollEnv`, `landScript`, `lanes.tool`) |
 | `bench/folknet.json` | yes | declared model aliases: pool, `max_inflight` and optional `rpm`/`tpm` (enforced at the gateway, docs/serving.md), provider, tier, `retired` date, allowed keys; `providers` allowed |
 | `bench/lane.local.json` | no (gitignored; example `bench/lane.example.json`) | `lanes[]` (`ssh`, `root`, `name`), `git_url`, `nas`, `primary` |
-| `rig/rig.local.json` | no (gitignored; example `rig/rig.example.json`) | `roles` (hosts, files, commands, validate, reload, health, masks, ssh_key), `jump`, `known_hosts`, `ssh_key`, `hosts` (a host's own ssh_key), `seeds`, `forwards` (local_port, target, check: [forwards.md](forwards.md)), `notify` (webhook or webhook_file, rig: [notify.md](notify.md)) |
+| `rig/rig.local.json` | no (gitignored; example `rig/rig.example.json`) | `roles` (hosts, files, commands, validate, reload, health, masks, ssh_key), `jump`, `known_hosts`, `ssh_key`, `hosts` (a host's own ssh_key), `seeds`, `forwards` (local_port, target, check: [forwards.md](forwards.md)), `notify` (webhook or webhook_file, rig, format: [notify.md](notify.md)) |
 
 Committed files name hosts by role and class, never by hostname, address or
 account. A malformed file gets one line naming the file, the field and the

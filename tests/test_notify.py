@@ -104,7 +104,11 @@ def test_a_landing_posts_landed_once(tmp_path, receiver):
     r = nev(["job", "poll", "--repo", str(dev)], env, timeout=180)
     assert "demo: landed" in r.stderr, r.stderr
     assert receiver.kinds() == [("landed", "event", "demo")]
-    assert "landed on main" in receiver.posts[0]["detail"]
+    # the landing's announcement (jobs/land_after.py): the batches of its ledger (none here)
+    post = receiver.posts[0]
+    assert post["detail"].startswith("no batch of `demo` in the ledger")
+    assert "\nmain " in post["detail"]
+    assert post["announcement"]["title"].startswith("demo landed")
     assert nev(["job", "poll", "--repo", str(dev)], env).returncode == 0
     assert receiver.kinds() == [("landed", "event", "demo")]
     assert notify.counts({"NEV_STATE_DIR": str(tmp_path / "state")}) == {"landed": 1}

@@ -33,14 +33,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from lanes.base import jsonfile, settings
+from lanes.base import chatformat, jsonfile, settings
 from lanes.base.errors import ConfigError
 from lanes.base.mask import mask, register_secret
 from lanes.base.ui import info
 
 OUTBOX_MAX = 200  # messages kept for a receiver that is down; the oldest go first
 TICK_FAILS = 2  # failed ticks in a row before the webhook hears
-KEYS = ("webhook", "webhook_file", "rig")
+KEYS = ("webhook", "webhook_file", "rig", "format")
 
 
 class Kind(StrEnum):
@@ -60,9 +60,11 @@ class Webhook:
     rig: str
     inline: str | None = None
     file: Path | None = None
+    #: the body's form: nev's payload, or what Discord's or Slack's incoming webhooks take
+    format: str = "nev"
 
     def __repr__(self) -> str:  # never the URL, even in a traceback
-        return f"Webhook(rig={self.rig!r}, file={self.file})"
+        return f"Webhook(rig={self.rig!r}, file={self.file}, format={self.format!r})"
 
     def url(self) -> str:
         """The URL (registered as a secret); ConfigError naming the file, never the URL."""
@@ -111,11 +113,15 @@ def parse(f: jsonfile.Fields, top: dict, rig_file: Path) -> Webhook | None:
                 "is not an http(s) URL (its value is not shown: it may hold a token)",
             )
     rig = f.get(o, "rig", str, "notify", required=False) or socket.gethostname()
+    fmt = f.get(o, "format", str, "notify", required=False) or "nev"
+    if fmt not in chatformat.FORMATS:
+        raise f.fail("notify.format",
+                     f"is {fmt[:20]!r}; use one of {', '.join(chatformat.FORMATS)}")
     path = None
     if file is not None:
         q = Path(file).expanduser()
         path = q if q.is_absolute() else rig_file.parent / q
-    return Webhook(rig=rig, inline=inline, file=path)
+    return Webhook(rig=rig, inline=inline, file=path, format=fmt)
 
 
 def configured(environ: Mapping[str, str] | None = None) -> Webhook | None:
@@ -271,7 +277,7 @@ def flush(environ: Mapping[str, str] | None = None, say: bool = False) -> int:
     hook = _hook(environ)
     if hook is None:
         return len(_outbox(d))
-    url, why = hook
+    url, why, fmt = hook
     fd = os.open(d / "flush.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
@@ -284,7 +290,8 @@ def flush(environ: Mapping[str, str] | None = None, say: bool = False) -> int:
             return 0
         sent: set[str] = set()
         for m in box:
-            err = post(url, m, settings.get_float(settings.NOTIFY_TIMEOUT, environ)) if url else why
+            timeout = settings.get_float(settings.NOTIFY_TIMEOUT, environ)
+            err = post(url, chatformat.render(fmt, m), timeout) if url else why
             if err is not None:
                 if say:
                     info(f"notify: the outbox's {len(box) - len(sent)} message(s) not delivered "
@@ -302,16 +309,16 @@ def flush(environ: Mapping[str, str] | None = None, say: bool = False) -> int:
         os.close(fd)
 
 
-def _hook(environ: Mapping[str, str] | None) -> tuple[str, str] | None:
-    """(url, "") of the configured webhook; ("", why) when it is configured but does not read;
-    None when none is configured."""
+def _hook(environ: Mapping[str, str] | None) -> tuple[str, str, str] | None:
+    """(url, "", format) of the configured webhook; ("", why, "nev") when it is configured but
+    does not read; None when none is configured."""
     try:
         hook = configured(environ)
         if hook is None:
             return None
-        return hook.url(), ""
+        return hook.url(), "", hook.format
     except ConfigError as e:
-        return "", mask(e.message)
+        return "", mask(e.message), "nev"
 
 
 def _rig(environ: Mapping[str, str] | None) -> str:
@@ -328,12 +335,13 @@ def send(msg: dict[str, Any], environ: Mapping[str, str] | None = None) -> bool:
     hook = _hook(environ)
     if hook is None:
         return False
-    url, why = hook
+    url, why, fmt = hook
     left = flush(environ) if url else 0
     if url and left > 0:
         why = "the receiver did not take the outbox's earlier messages"
     elif url:
-        why = post(url, msg, settings.get_float(settings.NOTIFY_TIMEOUT, environ)) or ""
+        timeout = settings.get_float(settings.NOTIFY_TIMEOUT, environ)
+        why = post(url, chatformat.render(fmt, msg), timeout) or ""
     if not why:
         return True
     _keep(environ, [msg], why)
@@ -357,13 +365,17 @@ def _safe(fn: Any) -> Any:
 
 @_safe
 def event(
-    kind: Kind, subject: str, detail: str, ident: str, environ: Mapping[str, str] | None = None
+    kind: Kind, subject: str, detail: str, ident: str, environ: Mapping[str, str] | None = None,
+    announcement: dict[str, Any] | None = None,
 ) -> None:
-    """A one-off event (counted), sent once: `ident` makes its key (a commit, a run)."""
+    """A one-off event (counted), sent once: `ident` makes its key (a commit, a run). A landing's
+    `announcement` (title, text, fields: `bench.announce`) rides in the payload; a chat format
+    shows it."""
     _count(kind, environ)
-    send(
-        payload(kind, "event", _rig(environ), subject, detail, f"{kind}/{subject}/{ident}"), environ
-    )
+    msg = payload(kind, "event", _rig(environ), subject, detail, f"{kind}/{subject}/{ident}")
+    if announcement is not None:
+        msg["announcement"] = announcement
+    send(msg, environ)
 
 
 def _condition_key(kind: str, subject: str) -> str:

@@ -58,8 +58,10 @@ class Receiver:
         return self.kinds()
 
 
-def rig_file(folder: Path, url: str, inline: bool = False, rig: str = "testrig") -> Path:
-    """A rig file whose `notify` names the webhook: in its own file (mode 600) unless inline."""
+def rig_file(folder: Path, url: str, inline: bool = False, rig: str = "testrig",
+             fmt: str | None = None) -> Path:
+    """A rig file whose `notify` names the webhook: in its own file (mode 600) unless inline;
+    `fmt`: the body's format (nev, discord, slack)."""
     folder.mkdir(parents=True, exist_ok=True)
     if inline:
         notify: dict[str, str] = {"webhook": url, "rig": rig}
@@ -67,6 +69,77 @@ def rig_file(folder: Path, url: str, inline: bool = False, rig: str = "testrig")
         (folder / "webhook.url").write_text(url + "\n")
         (folder / "webhook.url").chmod(0o600)
         notify = {"webhook_file": "webhook.url", "rig": rig}
+    if fmt is not None:
+        notify["format"] = fmt
     path = folder / "rig.local.json"
     path.write_text(json.dumps({"notify": notify}))
     return path
+
+
+# What each service documents its incoming webhooks take (checked, not trusted to nev's code):
+# Discord: content <= 2,000 characters; <= 10 embeds; an embed's title <= 256, description
+# <= 4,096, <= 25 fields (name <= 256, value <= 1,024), footer text <= 2,048, <= 6,000 characters
+# across all of them. Slack: `text` and <= 50 blocks; a header's plain_text <= 150; a section's
+# text <= 3,000; context elements <= 10.
+
+
+def discord_problems(body: dict[str, Any]) -> list[str]:
+    bad = []
+    if set(body) - {"content", "embeds", "username", "avatar_url", "tts", "allowed_mentions"}:
+        bad.append(f"unknown keys {sorted(set(body) - {'content', 'embeds'})}")
+    if not isinstance(body.get("content", ""), str) or len(body.get("content", "")) > 2000:
+        bad.append("content over 2,000")
+    embeds = body.get("embeds", [])
+    if not isinstance(embeds, list) or len(embeds) > 10:
+        bad.append("embeds not a list of <= 10")
+        return bad
+    total = 0
+    for e in embeds:
+        for key, limit in (("title", 256), ("description", 4096)):
+            v = e.get(key, "")
+            if not isinstance(v, str) or len(v) > limit:
+                bad.append(f"embed {key} over {limit}")
+            total += len(v)
+        fields = e.get("fields", [])
+        if len(fields) > 25:
+            bad.append("over 25 fields")
+        for f in fields:
+            if not (isinstance(f.get("name"), str) and 0 < len(f["name"]) <= 256):
+                bad.append("a field name empty or over 256")
+            if not (isinstance(f.get("value"), str) and 0 < len(f["value"]) <= 1024):
+                bad.append("a field value empty or over 1,024")
+            total += len(f.get("name", "")) + len(f.get("value", ""))
+        foot = (e.get("footer") or {}).get("text", "")
+        if len(foot) > 2048:
+            bad.append("footer over 2,048")
+        total += len(foot)
+    if total > 6000:
+        bad.append(f"embeds hold {total} characters, over 6,000")
+    return bad
+
+
+def slack_problems(body: dict[str, Any]) -> list[str]:
+    bad = []
+    if not isinstance(body.get("text"), str):
+        bad.append("no text (the fallback)")
+    blocks = body.get("blocks", [])
+    if not isinstance(blocks, list) or len(blocks) > 50:
+        bad.append("blocks not a list of <= 50")
+        return bad
+    for b in blocks:
+        t = b.get("type")
+        if t == "header":
+            txt = b.get("text") or {}
+            if txt.get("type") != "plain_text" or not 0 < len(txt.get("text", "")) <= 150:
+                bad.append("a header's plain_text empty or over 150")
+        elif t == "section":
+            txt = b.get("text") or {}
+            size = len(txt.get("text", ""))
+            if txt.get("type") not in ("mrkdwn", "plain_text") or not 0 < size <= 3000:
+                bad.append("a section's text empty or over 3,000")
+        elif t == "context":
+            if not 0 < len(b.get("elements") or []) <= 10:
+                bad.append("a context's elements not 1 to 10")
+        else:
+            bad.append(f"a block of type {t!r}")
+    return bad

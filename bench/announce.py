@@ -1,0 +1,177 @@
+"""A landing's announcement, read from the ledger (pure once the lines are read): the function, its
+floor before and after, each batch behind it (start and end, lane CPU-seconds) and per model the
+candidates, compiled count, best score, tokens and draw seconds. Never a host name, address, key
+or URL: the ledger holds none (refused when written), and what is announced is scrubbed and
+masked once more all the same.
+
+`for_landing` is what every landing posts (the tick's, `nev land --approved`, a person's `nev land
+--reviewed-by`: `jobs/land_after.py`), and `nev ledger announce NAME` prints; the webhook's format
+(`lanes.base.chatformat`: nev, discord, slack) shapes it for the receiver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import ledger
+from lanes.base.mask import known_secrets, mask
+from lanes.base.termsafe import safe_line
+
+
+@dataclass(frozen=True)
+class Announcement:
+    name: str  # the track (or job) whose batches these are
+    functions: tuple[str, ...]
+    floors: Mapping[str, tuple[str | None, str | None]]  # function -> (before, after), "P/R"
+    batches: tuple[dict[str, Any], ...]  # ledger lines, oldest first
+    landed: str | None = None  # "old -> new" of main, short
+    by: str | None = None  # "the tick", "reviewed by NAME", ...
+    unreadable: int = 0  # ledger lines that did not read (skipped)
+
+    def title(self) -> str:
+        fns = ", ".join(self.functions) or "no generated function"
+        floors = "; ".join(
+            f"{f} floor {b or '-'} → {a or '-'}" for f, (b, a) in self.floors.items()
+        )
+        return _clean(f"{self.name} landed: {fns}" + (f" ({floors})" if floors else ""))
+
+    def text(self) -> str:
+        if not self.batches:
+            lines = [f"no batch of `{self.name}` in the ledger"]
+        else:
+            cands = sum(_n(b.get("candidates")) for b in self.batches)
+            comp = sum(_n(b.get("compiled")) for b in self.batches)
+            tin = sum(_n(m.get("tokens_in")) for b in self.batches for m in _models(b).values())
+            tout = sum(_n(m.get("tokens_out")) for b in self.batches for m in _models(b).values())
+            draw = sum(_f(m.get("draw_s")) for b in self.batches for m in _models(b).values())
+            cpu = sum(_f(b.get("lane_cpu_s")) for b in self.batches)
+            best = max((_n(b.get("best")) for b in self.batches), default=0)
+            run = max((_n(b.get("cases_run")) for b in self.batches), default=0)
+            lines = [
+                f"{len(self.batches)} batch(es): {cands} candidates, {comp} compiled, best {best}/{run}",
+                f"tokens {tin:,} in / {tout:,} out, draw {draw:.1f} s, lane CPU {cpu:.1f} s",
+            ]
+        if self.landed:
+            lines.append(f"main {self.landed}" + (f" ({self.by})" if self.by else ""))
+        if self.unreadable:
+            lines.append(f"{self.unreadable} ledger line(s) did not read and are left out")
+        return _clean("\n".join(lines), keep_newlines=True)
+
+    def fields(self) -> list[tuple[str, str]]:
+        out = []
+        for b in self.batches:
+            name = f"batch {b.get('batch', '?')} ({b.get('start', '?')} → {b.get('end', '?')})"
+            rows = [f"lane CPU {_f(b.get('lane_cpu_s')):.1f} s"]
+            for alias, m in sorted(_models(b).items()):
+                tokens = f"{_n(m.get('tokens_in')):,}/{_n(m.get('tokens_out')):,}"
+                rows.append(
+                    f"{alias}: {_n(m.get('candidates'))} candidates, {_n(m.get('compiled'))} "
+                    f"compiled, best {_n(m.get('best'))}/{_n(b.get('cases_run'))}, tokens {tokens}, "
+                    f"draw {_f(m.get('draw_s')):.1f} s"
+                )
+            out.append((_clean(name), _clean("\n".join(rows), keep_newlines=True)))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The payload's `announcement` (what a chat format shows) and the numbers behind it."""
+        return {
+            "title": self.title(),
+            "text": self.text(),
+            "fields": [list(f) for f in self.fields()],
+            "name": _clean(self.name),
+            "functions": list(self.functions),
+            "floors": {f: {"before": b, "after": a} for f, (b, a) in self.floors.items()},
+            "batches": len(self.batches),
+        }
+
+    def render(self) -> str:
+        """The announcement as a person reads it (`nev ledger announce`)."""
+        parts = [self.title(), self.text()]
+        for name, value in self.fields():
+            parts.append(f"{name}\n" + "\n".join(f"  {v}" for v in value.splitlines()))
+        return "\n".join(parts)
+
+
+def _models(b: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    m = b.get("models")
+    return {k: v for k, v in m.items() if isinstance(v, dict)} if isinstance(m, dict) else {}
+
+
+def _n(v: Any) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def _f(v: Any) -> float:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
+
+
+def _clean(text: str, keep_newlines: bool = False) -> str:
+    """No address, URL, key or control character: scrubbed, masked, made safe."""
+    scrubbed = ledger.scrub(text)
+    masked = mask(scrubbed, extra=known_secrets())
+    if keep_newlines:
+        return "\n".join(safe_line(x) for x in masked.splitlines())
+    return safe_line(masked)
+
+
+def build(
+    name: str,
+    lines: Sequence[dict[str, Any]],
+    floors: Mapping[str, tuple[str | None, str | None]],
+    landed: str | None = None,
+    by: str | None = None,
+    unreadable: int = 0,
+) -> Announcement:
+    fns = tuple(dict.fromkeys(str(b.get("function")) for b in lines if b.get("function")))
+    return Announcement(
+        name, fns or tuple(floors), dict(floors), tuple(lines), landed, by, unreadable
+    )
+
+
+def read(name: str, shared: Path | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The ledger lines filed under `name` (ledger/<name>.jsonl on the share), and how many did
+    not read; none when there is no such ledger."""
+    path = ledger.ledger_dir(shared) / f"{name}.jsonl"
+    if not path.is_file():
+        return [], 0
+    return ledger.read_lenient(path)
+
+
+def for_landing(
+    names: Sequence[str],
+    floors: Mapping[str, tuple[str | None, str | None]],
+    landed: str | None,
+    by: str | None,
+    shared: Path | None = None,
+) -> Announcement:
+    """The announcement of a landing whose batches were filed under `names` (the job's name for
+    the tick's landing of a job, the track's for a track's)."""
+    lines: list[dict[str, Any]] = []
+    bad = 0
+    for n in dict.fromkeys(names):
+        got, b = read(n, shared)
+        lines += got
+        bad += b
+    lines.sort(key=lambda x: str(x.get("start") or ""))
+    return build(names[0] if names else "?", lines, floors, landed, by, bad)
+
+
+def floors_now(repo: Path, functions: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+    """Each function's floor as `repo` holds it now, as (None, "P/R"): what `nev ledger announce`
+    shows when no landing says what it was before."""
+    from bench.floors import functions_of, scoring_for
+    from lanes.base.errors import NevError
+
+    try:
+        fns = functions_of(scoring_for(repo))
+    except (NevError, OSError):
+        return {f: (None, None) for f in functions}
+    have = {f.name: f for f in fns}
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for f in functions:
+        fl = have[f].floor if f in have else None
+        out[f] = (None, f"{fl.cases_passed}/{fl.cases_run}" if fl else None)
+    return out
