@@ -63,7 +63,8 @@ class Announcement:
     def fields(self) -> list[tuple[str, str]]:
         out = []
         for b in self.batches:
-            name = f"batch {b.get('batch', '?')} ({b.get('start', '?')} → {b.get('end', '?')})"
+            rnd = f" round {b['round']}" if isinstance(b.get("round"), int) else ""
+            name = f"batch {b.get('batch', '?')}{rnd} ({b.get('start', '?')} → {b.get('end', '?')})"
             rows = [f"lane CPU {_f(b.get('lane_cpu_s')):.1f} s"]
             for alias, m in sorted(_models(b).items()):
                 tokens = f"{_n(m.get('tokens_in')):,}/{_n(m.get('tokens_out')):,}"

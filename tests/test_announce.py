@@ -58,7 +58,7 @@ def test_the_announcement_carries_each_batch_and_model_with_its_numbers():
     assert "tokens 200 in / 100 out, draw 4.0 s, lane CPU 5.8 s" in text
     assert "main aaaaaaaaaaaa -> bbbbbbbbbbbb (the guarded fast-forward)" in text
     (n1, v1), (n2, v2) = a.fields()
-    assert n1 == "batch abspos_width-20261201-0001 (2026-12-05T10:01:00Z → 2026-12-05T10:01:30Z)"
+    assert n1 == "batch abspos_width-20261201-0001 round 1 (2026-12-05T10:01:00Z → 2026-12-05T10:01:30Z)"
     assert "lane CPU 1.5 s" in v1 and "lane CPU 4.2 s" in v2
     assert "a: 4 candidates, 2 compiled, best 5/10, tokens 100/50, draw 2.0 s" in v1
 
@@ -176,3 +176,14 @@ def test_a_persons_landing_posts_its_announcement_in_slacks_form(tmp_path: Path)
     assert body["blocks"][0]["text"]["text"].startswith("alpha landed")
     assert "reviewed by Ada Lovelace" in body["text"]
     assert not _LEAK.search(json.dumps(body))
+
+
+def test_the_demos_check_of_a_discord_body_finds_what_breaks_the_limits():
+    a = announce.build("job", [_line(1)], {})
+    good = chatformat.render("discord", _msg(a))
+    assert chatformat.discord_problems(good) == [] == discord_problems(good)
+    bad = json.loads(json.dumps(good))
+    bad["embeds"][0]["fields"] = [{"name": "n", "value": "v" * 1025}] * 26
+    found = chatformat.discord_problems(bad)
+    assert "more than 25 fields" in found and "a field value empty or too long" in found
+    assert any("over 6000" in x for x in found)

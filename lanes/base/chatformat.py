@@ -127,3 +127,27 @@ def render(fmt: str, msg: dict[str, Any]) -> dict[str, Any]:
     if fmt == "slack":
         return slack(msg)
     return msg
+
+
+def discord_problems(body: dict[str, Any]) -> list[str]:
+    """What in `body` breaks Discord's documented webhook limits (empty: none): a check of a body
+    as the receiver sees it (the demo's receiver runs it)."""
+    bad = []
+    if len(str(body.get("content", ""))) > DISCORD_CONTENT:
+        bad.append(f"content over {DISCORD_CONTENT}")
+    total = 0
+    for e in body.get("embeds") or []:
+        title, desc = str(e.get("title", "")), str(e.get("description", ""))
+        foot = str((e.get("footer") or {}).get("text", ""))
+        fields = e.get("fields") or []
+        bad += [f"embed title over {DISCORD_TITLE}"] * (len(title) > DISCORD_TITLE)
+        bad += [f"embed description over {DISCORD_DESCRIPTION}"] * (len(desc) > DISCORD_DESCRIPTION)
+        bad += [f"more than {DISCORD_FIELDS} fields"] * (len(fields) > DISCORD_FIELDS)
+        for f in fields:
+            name, value = str(f.get("name", "")), str(f.get("value", ""))
+            bad += ["a field name empty or too long"] * (not 0 < len(name) <= DISCORD_FIELD_NAME)
+            bad += ["a field value empty or too long"] * (not 0 < len(value) <= DISCORD_FIELD_VALUE)
+            total += len(name) + len(value)
+        total += len(title) + len(desc) + len(foot)
+    bad += [f"embeds hold {total} characters, over {DISCORD_TOTAL}"] * (total > DISCORD_TOTAL)
+    return bad

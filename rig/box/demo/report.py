@@ -34,6 +34,8 @@ class Results:
     floor: str | None = None          # "P/R"
     floors_check: str | None = None   # the `nev floors check` line of the function
     ledger_line: str | None = None
+    announcement: str | None = None   # the landing's, as it printed it
+    posted: str | None = None         # what the chat receiver got (Discord's form), checked
     job_log: str | None = None
     rig_status: str | None = None
     dashboard_url: str | None = None
@@ -81,10 +83,12 @@ def results_text(r: Results) -> str:
         f"{r.function or 'function'} score:  {r.score or 'none'}  floor: {r.floor or 'none'}",
         f"floors check:       {r.floors_check or 'none'}",
         f"ledger line:        {r.ledger_line or 'none'}",
+        f"announcement:       posted in Discord's form: {r.posted or 'nothing'}",
         f"job archived log:   {r.job_log or 'none'}",
     ]
     if r.dashboard_url is not None:
         lines.append(f"dashboard:          {r.dashboard_url}")
+    lines += ["  " + x for x in (r.announcement or "(none printed)").splitlines()]
     lines.append("rig status:")
     lines += ["  " + x for x in (r.rig_status or "(none)").splitlines()]
     return "\n".join(lines)

@@ -30,6 +30,7 @@ from lanes.base.ui import info
 from rig.box import Box
 from rig.box.demo.bank import ENGINE, FUNCTION, demo_bank
 from rig.box.demo.commands import Beside, StepFailed, run_stamped
+from rig.box.demo.receiver import Receiver
 from rig.box.demo.report import (
     FAILED,
     PASSED,
@@ -384,8 +385,26 @@ class Demo:
         self.copied_only(self.nev("lane", "on", "--lane-only", "--lane", "0", str(self.primary), "sh", "-c", builds,
                                   step="6-land"), "6-land")
         before = self.git(self.primary, "rev-parse", "main")
-        polled = self._poll_job()
+        # the landing's announcement goes to a chat receiver in Discord's form (docs/notify.md)
+        chat = Receiver()
+        try:
+            self.env["NEV_RIG_FILE"] = str(self._rig_file_with(chat.url))
+            polled = self._poll_job()
+        finally:
+            self.env["NEV_RIG_FILE"] = str(self.binfo.rig_file or "")
+            chat.close()
         r = self.results
+        said = [ln.split("land: announcement: ", 1)[1] for ln in polled.splitlines()
+                if "land: announcement: " in ln]
+        r.announcement = "\n".join(said) or None
+        body, problems = chat.landed()
+        if body is None or problems:
+            raise StepFailed(f"the landing's announcement reached the chat receiver "
+                             f"{'with ' + '; '.join(problems) if body else 'not at all'}; "
+                             f"see {self.log_path('6-land')}")
+        embed = body["embeds"][0]
+        r.posted = (f"{embed['title']!r}, {len(embed.get('fields') or [])} field(s), "
+                    f"{len(json.dumps(body))} bytes, within Discord's limits")
         after = self.git(self.primary, "rev-parse", "main")
         # the landed commit: the one the landing tagged spec/<name>/<spec sha> (the floors commit,
         # when floors rose, comes after it on main)
@@ -408,6 +427,17 @@ class Demo:
         return (f"main {before[:12]} -> {landed[:12]} (guarded fast-forward)"
                 + (f", floors raised in {after[:12]}" if r.floors_commit else ", no floor raised")
                 + f"; {swept}")
+
+    def _rig_file_with(self, url: str) -> Path:
+        """The box's rig file with a `notify` to the chat receiver in Discord's form, beside it."""
+        path = self.binfo.rig_file
+        if path is None:
+            raise StepFailed("the box names no rig file; bring it up again (`nev box up`)")
+        data = json.loads(path.read_text())
+        data["notify"] = {"webhook": url, "rig": f"box {self.box.name}", "format": "discord"}
+        out = path.with_name("rig.demo-chat.json")
+        out.write_text(json.dumps(data, indent=2) + "\n")
+        return out
 
     def _result_published(self) -> bool:
         """Whether the job's result branch is on the forge (one ls-remote through the forward)."""
