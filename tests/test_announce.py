@@ -58,7 +58,8 @@ def test_the_announcement_carries_each_batch_and_model_with_its_numbers():
     assert "tokens 200 in / 100 out, draw 4.0 s, lane CPU 5.8 s" in text
     assert "main aaaaaaaaaaaa -> bbbbbbbbbbbb (the guarded fast-forward)" in text
     (n1, v1), (n2, v2) = a.fields()
-    assert n1 == "batch abspos_width-20261201-0001 round 1 (2026-12-05T10:01:00Z → 2026-12-05T10:01:30Z)"
+    assert n1 == ("batch abspos_width-20261201-0001 round 1 "
+                  "(2026-12-05T10:01:00Z → 2026-12-05T10:01:30Z)")
     assert "lane CPU 1.5 s" in v1 and "lane CPU 4.2 s" in v2
     assert "a: 4 candidates, 2 compiled, best 5/10, tokens 100/50, draw 2.0 s" in v1
 
