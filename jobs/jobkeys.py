@@ -159,8 +159,11 @@ def mint(m: Manifest, environ: Mapping[str, str] | None = None, now: float | Non
     key = f"sk-nev-job-{secrets.token_hex(24)}"
     register_secret(key)
     t = time.time() if now is None else now
-    entry = {"name": entry_id(m.name), "job": m.name, "models": names,
-             "sha256": digest(key), "expires": int(t + m.limit_s + EXPIRY_MARGIN_S)}
+    entry: dict[str, object] = {"name": entry_id(m.name), "job": m.name, "models": names,
+                                "sha256": digest(key),
+                                "expires": int(t + m.limit_s + EXPIRY_MARGIN_S)}
+    if m.budget_tokens is not None:   # the gateway refuses the key past it (budget_exceeded)
+        entry["cap_tokens"] = m.budget_tokens
     _change({"add": {entry_id(m.name): entry}, "over": over}, environ)
     return key
 

@@ -242,7 +242,8 @@ class Build:
         unit, pids = gdir / "unit", self.dir / "run" / "gateway.pid"
         unit.write_text(gateway.unit_script(env, gdir, master, gw.addr, pids, self.log("gateway.litellm")))
         unit.chmod(0o755)
-        files = (gdir / "config.yaml", gdir / "keys.json", gdir / f"{gateway.AUTH_MODULE}.py", unit)
+        files = (gdir / "config.yaml", gdir / "keys.json", gdir / f"{gateway.AUTH_MODULE}.py",
+                 gdir / f"{gateway.SPEND_MODULE}.py", unit)
         if self.fresh("gateway.litellm", *files) or self._adopt_restarted(["gateway.litellm"], pids, files):
             return
         # Through its unit, as a role reload restarts it: the unit stops whatever LiteLLM it

@@ -21,6 +21,53 @@ from rig.box import plan
 from rig.box.forge import write_secret
 
 AUTH_MODULE = "nev_box_auth"
+SPEND_MODULE = "nev_box_spend"
+
+# Loaded by LiteLLM as a success callback: after each call, the tokens LiteLLM counted (its own
+# `usage`) are added to the calling key's total in the spend file, by the key's digest (LiteLLM's
+# `user_api_key_hash` is the SHA-256 the keys file names). The file outlives a restart; the key
+# check refuses a key whose total reached its `cap_tokens`.
+SPEND_SOURCE = '''"""Per-key spend of the nev box gateway (written by nev box): tokens by key."""
+import fcntl
+import json
+import os
+
+from litellm.integrations.custom_logger import CustomLogger
+
+_PATH = os.environ["NEV_BOX_GATEWAY_SPEND"]
+
+
+def add(digest, tokens):
+    fd = os.open(_PATH + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            with open(_PATH) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        data[digest] = int(data.get(digest) or 0) + int(tokens)
+        with open(_PATH + ".tmp", "w") as f:
+            json.dump(data, f)
+        os.replace(_PATH + ".tmp", _PATH)
+    finally:
+        os.close(fd)
+
+
+class Spend(CustomLogger):
+    async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):
+        meta = (kwargs.get("litellm_params") or {}).get("metadata") or {}
+        digest = meta.get("user_api_key_hash") or ""
+        usage = getattr(response_obj, "usage", None)
+        tokens = getattr(usage, "total_tokens", 0) or 0
+        if digest and tokens:
+            add(digest, tokens)
+
+
+handler = Spend()
+'''
 
 # Loaded by LiteLLM from the config's folder. A key is accepted when its SHA-256 is listed in
 # the keys file; it may use only its aliases (403 key_model_access_denied otherwise, from the
@@ -29,7 +76,8 @@ AUTH_SOURCE = '''"""Database-free key check for the nev box gateway (written by 
 
 The keys file is read again whenever it changes (a job's key is added at submit and removed when
 the job ends, jobs/jobkeys.py); an entry past its `expires` (seconds since the epoch) is refused,
-and so is one allowed no alias."""
+and so is one allowed no alias, and one whose `cap_tokens` its spend has reached (the spend file
+the success callback `nev_box_spend` keeps): 400 `budget_exceeded`, whoever the caller is."""
 import hashlib
 import hmac
 import json
@@ -37,10 +85,19 @@ import os
 import time
 
 from fastapi import HTTPException
-from litellm.proxy._types import LitellmUserRoles, UserAPIKeyAuth
+from litellm.proxy._types import LitellmUserRoles, ProxyException, UserAPIKeyAuth
 
 _PATH = os.environ["NEV_BOX_GATEWAY_KEYS"]
+_SPEND = os.environ.get("NEV_BOX_GATEWAY_SPEND", "")
 _SEEN = {"stamp": None, "keys": {}}
+
+
+def _spent(digest):
+    try:
+        with open(_SPEND) as f:
+            return int(json.load(f).get(digest) or 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0
 
 
 def _keys():
@@ -68,6 +125,12 @@ async def user_api_key_auth(request, api_key):
                 raise HTTPException(status_code=401, detail="key expired")
             if not entry.get("models"):     # LiteLLM reads an empty list as every model
                 raise HTTPException(status_code=403, detail="key allows no model")
+            cap = entry.get("cap_tokens")
+            if cap is not None and _spent(digest) >= int(cap):
+                raise ProxyException(
+                    message=f"Budget has been exceeded! Key {entry['name']}: spent "
+                            f"{_spent(digest)} tokens of its cap of {int(cap)}",
+                    type="budget_exceeded", param=None, code=400)
             return UserAPIKeyAuth(api_key=key, key_alias=entry["name"], models=list(entry["models"]))
     raise HTTPException(status_code=401, detail="unknown key")
 '''
@@ -113,9 +176,11 @@ def write_files(layout: plan.Layout, d: Path, keys_dir: Path) -> tuple[dict[str,
             if isinstance(had, dict) else {})
     (d / "keys.json").write_text(json.dumps({**digests, **jobs}, indent=2) + "\n")
     (d / f"{AUTH_MODULE}.py").write_text(AUTH_SOURCE)
-    cfg = plan.litellm_config(layout, AUTH_MODULE)
+    (d / f"{SPEND_MODULE}.py").write_text(SPEND_SOURCE)
+    cfg = plan.litellm_config(layout, AUTH_MODULE, SPEND_MODULE)
     (d / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     env = {"LITELLM_MASTER_KEY": master, "NEV_BOX_GATEWAY_KEYS": str(d / "keys.json"),
+           "NEV_BOX_GATEWAY_SPEND": str(d / "spend.json"),
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
            "LITELLM_DONT_SHOW_FEEDBACK_BOX": "True", "NO_DOCS": "True", "PYTHONUNBUFFERED": "1",
            "no_proxy": "*", "NO_PROXY": "*", "DISABLE_SCHEMA_UPDATE": "True"}

@@ -485,11 +485,13 @@ def serving(layout: Layout, units_dir: str) -> dict:
 ROUTER_SETTINGS = {"num_retries": 0, **ROUTER_LIMIT_SETTINGS}
 
 
-def litellm_config(layout: Layout, custom_auth_module: str) -> dict:
+def litellm_config(layout: Layout, custom_auth_module: str,
+                   spend_module: str | None = None) -> dict:
     """The real LiteLLM proxy: one alias per pool, through HAProxy; master key from the
-    environment; per-key allowlists by custom_auth (no database); no retries; each alias's
-    declared limits (`max_parallel_requests`, `rpm`, `tpm`) enforced by LiteLLM's router for
-    every caller (bench/folknet.py `gateway_limits`)."""
+    environment; per-key allowlists and spend caps by custom_auth (no database), the spend kept
+    by a success callback (`spend_module`); no retries; each alias's declared limits
+    (`max_parallel_requests`, `rpm`, `tpm`) enforced by LiteLLM's router for every caller
+    (bench/folknet.py `gateway_limits`)."""
     models = []
     for p in POOLS:
         models.append({
@@ -506,7 +508,9 @@ def litellm_config(layout: Layout, custom_auth_module: str) -> dict:
     return {
         "model_list": models,
         "litellm_settings": {"num_retries": 0, "request_timeout": 900,
-                             "enable_post_custom_auth_checks": True, "telemetry": False},
+                             "enable_post_custom_auth_checks": True, "telemetry": False,
+                             **({"callbacks": [f"{spend_module}.handler"]}
+                                if spend_module else {})},
         "router_settings": dict(ROUTER_SETTINGS),
         "general_settings": {"master_key": "os.environ/LITELLM_MASTER_KEY",
                              "custom_auth": f"{custom_auth_module}.user_api_key_auth",
