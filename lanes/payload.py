@@ -151,14 +151,15 @@ def bundle(repo: Repo, commit: str, basis: list[str]) -> bytes:
 
 
 def diff(repo: Repo) -> bytes:
-    cp = repo.git("diff", "--binary", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv",
-                  "-M", "HEAD", "--", text=False)
+    cp = repo.git(*repo.filters_off(), "diff", "--binary", "--full-index", "--no-color",
+                  "--no-ext-diff", "--no-textconv", "-M", "HEAD", "--", text=False)
     return cp.stdout
 
 
 def untracked_names(repo: Repo) -> list[str]:
     """Untracked files git does not ignore; `.env` travels on its own (installed for the run only)."""
-    cp = repo.git("ls-files", "--others", "--exclude-standard", "-z", text=False)
+    cp = repo.git(*repo.filters_off(), "ls-files", "--others", "--exclude-standard", "-z",
+                  text=False)
     names = (n.decode("utf-8", "surrogateescape") for n in cp.stdout.split(b"\0") if n)
     return [n for n in names if n != ".env"]
 
