@@ -95,10 +95,20 @@ _MODEL_SECONDS = ("gpu_s", "draw_s")
 _TEXT = ("batch", "function", "start", "end")
 
 
+# Bounds no real batch comes near (a trillion tokens or calls; about three years of seconds): a
+# line past them was not written by a batch, and summing it would make any budget meaningless.
+MAX_COUNT = 10**12
+MAX_SECONDS = 10**8
+
+
 def _count(f: jsonfile.Fields, o: dict[str, Any], key: str, where: str, whole: bool) -> None:
     v = f.get(o, key, int if whole else (int, float), where, required=False)
-    if v is not None and v < 0:
-        raise f.fail(f"{where}.{key}" if where else key, f"must be >= 0, not {v}")
+    if v is None:
+        return
+    top = MAX_COUNT if whole else MAX_SECONDS
+    if not 0 <= v <= top:
+        name = f"{where}.{key}" if where else key
+        raise f.fail(name, f"must be between 0 and {top:g}, not {v:g}")
 
 
 def parse_line(f: jsonfile.Fields, obj: Any) -> dict[str, Any]:
@@ -138,6 +148,23 @@ def read(path: Path) -> list[dict[str, Any]]:
     the file, the line and the field (the ledger is append-only: fix that line by hand)."""
     return [parse_line(jsonfile.Fields(f"{path}: line {n}"), obj)
             for n, obj in jsonfile.load_lines(path, "ledger", missing=[])]
+
+
+def read_for_budget(path: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The lines of a ledger file a budget may count: each checked (`parse_line`); a line that does
+    not parse or is out of bounds is named to `say` (file, line, field) and skipped, never summed.
+    A ledger that cannot be read at all is a ConfigError (nothing is known of the spend)."""
+    text = jsonfile.read_text(path, "ledger", "")
+    good: list[dict[str, Any]] = []
+    for n, raw in enumerate(text.split("\n"), 1):
+        if not raw.strip():
+            continue
+        where = f"{path}: line {n}"
+        try:
+            good.append(parse_line(jsonfile.Fields(where), jsonfile.parse(raw, where, "ledger")))
+        except ConfigError as e:
+            say(f"{e}; that line is skipped, not counted against the budget")
+    return good
 
 
 def read_lenient(path: Path) -> tuple[list[dict[str, Any]], int]:
