@@ -257,6 +257,22 @@ def pulled_problem(dest: Path, members: list[Any]) -> str | None:
     return None
 
 
+def gate_jail(hello: HelloAnswer | None, name: str) -> list[str]:
+    """bubblewrap's options for the gate's own jail on the lane that said `hello`, made by the one
+    sandbox (`lanes.base.sandbox.gate_jail_args`) from the paths that lane resolved."""
+    from lanes.agent import layout, links
+    from lanes.base import sandbox
+
+    if hello is None or not hello.root or not hello.home:
+        raise NevError("the lane's hello named no root or home to build the gate's jail from; "
+                       "nothing ran")
+    root = layout.Root(hello.root)
+    view = sandbox.GateView(root=root.path, name=name, copy=root.copy(name), mirror=root.mirror,
+                            tmp=posixpath.join(root.payload(name), "tmp"), home=hello.home,
+                            shared=hello.shared, share_writes=links.gate_writes(name))
+    return sandbox.gate_jail_args(view)
+
+
 class _GateRun:
     """One gate's conversation with the lane agent, and what its interrupt and drop paths need:
     the session (a second one after a sweep), the lane's hello and what the payload weighed."""
@@ -316,7 +332,8 @@ class _GateRun:
                                         cred=cred, settle_s=writer_settle()))
         else:
             session.request(Payload(commit=p.commit, sizes=self.sizes, command=list(command),
-                                    env=env, cred=cred, keep_env=keep_env, pull=list(pull)))
+                                    env=env, cred=cred, keep_env=keep_env, pull=list(pull),
+                                    jail=gate_jail(self.hello, self.wt.name)))
         for member in p.members():
             session.send(member)
 

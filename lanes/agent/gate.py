@@ -102,7 +102,34 @@ class Gate:
             pid=os.getpid(), mirror=have_mirror, tips=self.mirror.tips() if have_mirror else [],
             fetch_age=self.mirror.fetch_age() if have_mirror else None, free_gb=round(free, 2),
             guest=os.uname().nodename, python=sys.version.split()[0],
-            copies=copy_sizes(self.root.path) if free < self.min_free_gb else None)
+            copies=copy_sizes(self.root.path) if free < self.min_free_gb else None,
+            root=os.path.realpath(self.root.path), home=os.path.realpath(os.path.expanduser("~")),
+            shared=os.path.realpath(self.shared) if os.path.isdir(self.shared) else None,
+            bwrap=shutil.which("bwrap"))
+
+    def jailed(self, command: list[str], jail: list[str], env: dict[str, str]) -> list[str]:
+        """`command` in the gate's own jail (`jail`: bubblewrap's options, made on the development
+        box): its scratch folder (`<payload>/tmp`) and its own entries in the share made first, so
+        the jail can bind them. Refused on a lane without bubblewrap."""
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            raise Refused("bubblewrap is not installed on this lane and every gate runs in a jail "
+                          "of its own (docs/sandbox.md; nev lane provision names what is "
+                          "missing); nothing ran")
+        tmp = os.path.join(self.root.payload(self.name), "tmp")
+        os.makedirs(tmp, mode=0o700, exist_ok=True)
+        if os.path.isdir(self.shared):
+            for rel in links.gate_writes(self.name):
+                p = os.path.join(self.shared, rel)
+                if not inside(self.shared, os.path.dirname(p)):
+                    continue
+                if rel.endswith(".jsonl"):
+                    os.makedirs(os.path.dirname(p), exist_ok=True)
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                    os.close(os.open(p, flags, 0o644))
+                else:
+                    os.makedirs(p, exist_ok=True)
+        return [bwrap, *jail, "--", *command]
 
     def take_payload(self, announced: dict[str, int]) -> dict[str, int]:
         """The members that follow the payload request, into the payload folder; their sizes."""
@@ -158,7 +185,19 @@ class Gate:
             env.setdefault("NEV_LEDGER", os.path.join(self.shared, links.ledger_path(self.name)))
         return env
 
-    def run_command(self, command: list[str], env: dict[str, str], log_path: str | None, masker: Masker) -> int:
+    def run_command(self, command: list[str], env: dict[str, str], log_path: str | None,
+                    masker: Masker, jail: list[str] | None = None) -> int:
+        if jail:
+            prog = command[0]
+            found = (os.path.join(self.copy.path, prog) if "/" in prog
+                     else shutil.which(prog, path=env.get("PATH")))
+            if found is None or not os.path.exists(found):
+                self.wire.send(Kind.STDERR, f"nev-lane: command not found: {prog}\n".encode())
+                return 127
+            if os.path.isdir(found) or not os.access(found, os.X_OK):
+                self.wire.send(Kind.STDERR, f"nev-lane: command not executable: {prog}\n".encode())
+                return 126
+            command = self.jailed(command, jail, env)
         try:
             p = self.child.start(command, cwd=self.copy.path, env=env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -289,7 +328,8 @@ def run_payload(gate: Gate, req: Payload, result: GateResult) -> int:
         log_path = os.path.join(gate.shared, links.gate_log_path(gate.name, stamp, os.uname().nodename,
                                                                  req.commit))
         result.log = log_path
-    status = gate.run_command(req.command, gate.command_env(req.env), log_path, Masker(secrets))
+    status = gate.run_command(req.command, gate.command_env(req.env), log_path, Masker(secrets),
+                              req.jail)
     if gate.child.stopping.is_set():
         result.stopped = gate.child.how
     result.status = status

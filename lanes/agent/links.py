@@ -67,6 +67,14 @@ def ledger_path(worktree: str) -> str:
     return f"ledger/{worktree}.jsonl"
 
 
+def gate_writes(name: str) -> tuple[str, ...]:
+    """The share's entries a gate of copy `name` may write from its jail (relative to the share;
+    `lanes.base.sandbox.gate_jail_args` binds them): its own results folders, its own ledger
+    file and the npm cache. The agent makes them before the command starts."""
+    return (f"archive/suite-results/{name}", f"archive/webgpu-cts-results/{name}",
+            ledger_path(name), "npm-cache")
+
+
 def ground_truth_names(texts: list[str]) -> set[str]:
     """Every `corpus/<name>ground-truth` cache the given source texts name."""
     names: set[str] = set()
@@ -91,6 +99,19 @@ def read_pins(copy: str) -> dict[str, str]:
             if isinstance(v, dict) and isinstance(v.get("commit"), str)}
 
 
+def through_link(copy: str, rel: str) -> bool:
+    """A folder on the way to `rel` (relative to `copy`, itself included) is a symlink: making
+    folders or links there would follow it, perhaps out of the copy."""
+    p = copy
+    for part in [x for x in rel.split("/") if x]:
+        p = os.path.join(p, part)
+        if os.path.islink(p):
+            return True
+        if not os.path.exists(p):
+            return False
+    return False
+
+
 def apply_links(copy: str, shared: str, links: list[Link]) -> list[str]:
     """Create the links; returns one line per link made. Real directories are left alone."""
     made: list[str] = []
@@ -102,6 +123,10 @@ def apply_links(copy: str, shared: str, links: list[Link]) -> list[str]:
                 continue
             os.unlink(where)
         elif os.path.exists(where):
+            continue
+        if through_link(copy, os.path.dirname(link.path)):
+            made.append(f"{link.path}: not linked, a folder on its way is a symlink (nothing "
+                        "outside the copy is made or followed)")
             continue
         if link.make_target:
             os.makedirs(target, exist_ok=True)

@@ -1,0 +1,134 @@
+"""One gate cannot touch another (issue 41), on the box's lane 0 with real sshd, git, bubblewrap
+and forge: gate A plays the attacker with every trick a gate's command has, then gate B of
+another repository (another clone: its own repository key, its own copy) runs, and A gates again.
+None of A's code runs outside A's own jail, B's `.env` reaches nothing of A's, no process of A's
+outlives its gate, A's copy still gates, and the shared store, the mirror, the agent's cache and
+the installs are as nev left them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from lanes import agentpack
+from lanes.agent import layout
+from tests.helpers import lane_helpers as h
+from tests.helpers import lane_rig as rigs
+
+B_SECRET = "sk-gate-b-" + "5e1f0c93a7d2"
+
+
+LANE_HOME = "/home/lane"      # the lane user's home as the lane sees it (`lanes.provision`)
+
+
+@pytest.fixture(scope="module")
+def lane_rig(box, tmp_path_factory):
+    rig = rigs.on_box(box, tmp_path_factory.mktemp("jailrig"))
+    rig.lane_root_on_lane = box.lanes[0].root      # type: ignore[attr-defined]
+    yield rig
+    rig.stop()
+
+
+def _digest(path: Path) -> str:
+    """The sha256 of every file under `path` (names and contents; links by their target)."""
+    hsh = hashlib.sha256()
+    for p in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        hsh.update(str(p.relative_to(path) if path.is_dir() else p.name).encode())
+        if p.is_symlink():
+            hsh.update(os.readlink(p).encode())
+        elif p.is_file():
+            hsh.update(p.read_bytes())
+    return hsh.hexdigest()
+
+
+# Gate A's command: every trick, each line of its report `name ok|denied` (ok: the write took).
+ATTACK = r"""
+set -u
+R=jail-report.txt; : > $R
+try() { n=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "$n ok" >> $R; else echo "$n denied" >> $R; fi; }
+ROOT=$(dirname "$PWD"); M=$ROOT/.git-mirror; S=$NEV_LANE_SHARED
+try mirror-hook sh -c "printf '#!/bin/sh\nenv > $HOME/hook-ran\n' > $M/hooks/reference-transaction && chmod +x $M/hooks/reference-transaction"
+try mirror-config sh -c "printf '[core]\n\tfsmonitor = touch $HOME/fsmon-ran\n' >> $M/config"
+try agent-cache sh -c "for f in $HOME/.local/state/nev/agent/*; do printf 'open(\"$HOME/cache-ran\",\"w\")\n' > \$f; done; ls $HOME/.local/state/nev/agent/ | grep -q ."
+try install sh -c "f=\$(ls -d $HOME/.local/share/nev/installs/*/lib/python*/site-packages/lanes/__init__.py | head -1); test -n \"\$f\" && echo 'import os' >> \$f"
+try ssh-keys ls $HOME/.ssh/authorized_keys
+try other-copies sh -c "ls -a $ROOT | grep -v -x -e . -e .. -e .git-mirror -e $(basename $PWD) | grep -q ."
+try corpora sh -c "mkdir -p $S/corpora && touch $S/corpora/planted"
+try ground-truth sh -c "mkdir -p $S/ground-truth && touch $S/ground-truth/planted"
+try other-ledger sh -c "echo '{\"models\":{\"a\":{\"gpu_s\":1e308}}}' >> $S/ledger/someone-else.jsonl"
+try own-ledger sh -c "test -w $NEV_LEDGER"
+try own-copy touch own-file
+try tmp sh -c "echo x > /tmp/scratch"
+# a watcher that outlives the gate (setsid, double fork), waiting for another gate's .env
+setsid sh -c '( while :; do for e in '"$ROOT"'/*/.env '"$ROOT"'/.payload-*/.env; do cat "$e" >> '"$PWD"'/stolen 2>/dev/null; done; sleep 0.2; done ) &' </dev/null >/dev/null 2>&1
+echo "pid1 $(cat /proc/1/comm)" >> $R
+"""
+
+
+def _report(copy: Path) -> dict[str, str]:
+    text = (copy / "jail-report.txt").read_text()
+    return dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+
+
+def test_gate_a_attacks_then_gate_b_of_another_repository_and_a_again_run_untouched(lane_rig):
+    rig = lane_rig
+    home = rig.lane_home
+    assert home is not None
+    wt_a = h.clone_worktree(rig.clone_url, rig.tmp / f"atk{rig.tag}", rig.push_env)
+    wt_b = h.clone_worktree(rig.clone_url, rig.tmp / f"victim{rig.tag}", rig.push_env)
+    (wt_b / ".env").write_text(f"NEV_MODEL_KEY={B_SECRET}\n")
+    agent = agentpack.lane_agent()
+    # the store and the cache as nev left them (a warm gate first: the agent is cached)
+    assert h.nev(["lane", "run", str(wt_b), "true"], rig.env).returncode == 0
+    cache = home / layout.AGENT_CACHE / agent.hash
+    installs = home / layout.NEV_INSTALLS
+    before = {"cache": _digest(cache), "installs": _digest(installs),
+              "corpora": _digest(rig.nas / "corpora"), "ground-truth": _digest(rig.nas / "ground-truth")}
+
+    # model-written code run with --sandbox points the copy's `.git` at a git folder of its own
+    # (the mirror's objects borrowed) with an fsmonitor and a post-checkout hook
+    redirect = (f"git init -q --bare evilgit && echo {rig.lane_root_on_lane}/.git-mirror/objects "
+                "> evilgit/objects/info/alternates && git --git-dir=evilgit config core.fsmonitor "
+                f"'touch {LANE_HOME}/sbx-fsmon-ran' && printf '#!/bin/sh\ntouch "
+                f"{LANE_HOME}/sbx-hook-ran\n' > evilgit/hooks/post-checkout && "
+                "chmod +x evilgit/hooks/post-checkout && cp .git/HEAD evilgit/ 2>/dev/null; "
+                "printf 'gitdir: %s/evilgit\n' \"$PWD\" > .git && echo redirected")
+    r = h.nev(["lane", "run", "--sandbox", str(wt_a), "sh", "-c", redirect], rig.env, timeout=300)
+    assert r.returncode == 0 and "redirected" in r.stdout, r.stdout + r.stderr
+    # a committed symlink out of the copy, to a folder in the lane home
+    outward = home / f"outward{rig.tag}"
+    outward.mkdir()
+    os.chown(outward, home.stat().st_uid, home.stat().st_gid)
+    (wt_a / "oracle").symlink_to(f"{LANE_HOME}/{outward.name}")
+    h.git(wt_a, "add", "oracle")
+    h.git(wt_a, "commit", "-qm", "an outward link")
+    attack = ATTACK.replace("someone-else", f"someone-else{rig.tag}")
+    r = h.nev(["lane", "run", str(wt_a), "sh", "-c", attack], rig.env)
+    assert r.returncode == 0, r.stderr
+    assert "rewritten to name its worktree entry" in r.stderr, r.stderr
+    assert list(outward.iterdir()) == [], "the agent made something outside the copy"
+    copy_a = rig.lane_root / h.copy_name(wt_a)
+    got = _report(copy_a)
+    assert got == {"mirror-hook": "denied", "mirror-config": "denied", "agent-cache": "denied",
+                   "install": "denied", "ssh-keys": "denied", "other-copies": "denied",
+                   "corpora": "denied", "ground-truth": "denied", "other-ledger": "denied",
+                   "own-ledger": "ok", "own-copy": "ok", "tmp": "ok", "pid1": "bwrap"}, got
+    time.sleep(0.5)
+    survivors = [cmd for pid, cmd in rig.lane_cmdlines() if f"{copy_a.name}/stolen" in cmd]
+    assert survivors == [], f"A's watcher outlived its gate: {survivors}"
+
+    r = h.nev(["lane", "run", str(wt_b), "sh", "-c", "grep -c NEV_MODEL_KEY .env"], rig.env)
+    assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr
+    assert not (copy_a / "stolen").exists() or B_SECRET not in (copy_a / "stolen").read_text()
+    for planted in ("hook-ran", "fsmon-ran", "cache-ran", "sbx-fsmon-ran", "sbx-hook-ran"):
+        assert not (home / planted).exists(), planted
+    assert {"cache": _digest(cache), "installs": _digest(installs),
+            "corpora": _digest(rig.nas / "corpora"),
+            "ground-truth": _digest(rig.nas / "ground-truth")} == before
+    assert not (rig.nas / "ledger" / f"someone-else{rig.tag}.jsonl").exists()
+    r = h.nev(["lane", "run", str(wt_a), "true"], rig.env)
+    assert r.returncode == 0, r.stderr
