@@ -154,6 +154,8 @@ def read_for_budget(path: Path, say: Callable[[str], None]) -> list[dict[str, An
     """The lines of a ledger file a budget may count: each checked (`parse_line`); a line that does
     not parse or is out of bounds is named to `say` (file, line, field) and skipped, never summed.
     A ledger that cannot be read at all is a ConfigError (nothing is known of the spend)."""
+    if not path.exists():
+        return []
     text = jsonfile.read_text(path, "ledger", "")
     good: list[dict[str, Any]] = []
     for n, raw in enumerate(text.split("\n"), 1):

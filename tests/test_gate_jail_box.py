@@ -57,8 +57,7 @@ try agent-cache sh -c "for f in $HOME/.local/state/nev/agent/*; do printf 'open(
 try install sh -c "f=\$(ls -d $HOME/.local/share/nev/installs/*/lib/python*/site-packages/lanes/__init__.py | head -1); test -n \"\$f\" && echo 'import os' >> \$f"
 try ssh-keys ls $HOME/.ssh/authorized_keys
 try other-copies sh -c "ls -a $ROOT | grep -v -x -e . -e .. -e .git-mirror -e $(basename $PWD) | grep -q ."
-try corpora sh -c "mkdir -p $S/corpora && touch $S/corpora/planted"
-try ground-truth sh -c "mkdir -p $S/ground-truth && touch $S/ground-truth/planted"
+try other-archive sh -c "mkdir -p $S/archive/gate-logs/x && touch $S/archive/gate-logs/x/planted"
 try other-ledger sh -c "echo '{\"models\":{\"a\":{\"gpu_s\":1e308}}}' >> $S/ledger/someone-else.jsonl"
 try own-ledger sh -c "test -w $NEV_LEDGER"
 try own-copy touch own-file
@@ -86,8 +85,7 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_and_a_again_run_untouc
     assert h.nev(["lane", "run", str(wt_b), "true"], rig.env).returncode == 0
     cache = home / layout.AGENT_CACHE / agent.hash
     installs = home / layout.NEV_INSTALLS
-    before = {"cache": _digest(cache), "installs": _digest(installs),
-              "corpora": _digest(rig.nas / "corpora"), "ground-truth": _digest(rig.nas / "ground-truth")}
+    before = {"cache": _digest(cache), "installs": _digest(installs)}
 
     # model-written code run with --sandbox points the copy's `.git` at a git folder of its own
     # (the mirror's objects borrowed) with an fsmonitor and a post-checkout hook
@@ -115,7 +113,7 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_and_a_again_run_untouc
     got = _report(copy_a)
     assert got == {"mirror-hook": "denied", "mirror-config": "denied", "agent-cache": "denied",
                    "install": "denied", "ssh-keys": "denied", "other-copies": "denied",
-                   "corpora": "denied", "ground-truth": "denied", "other-ledger": "denied",
+                   "other-ledger": "denied", "other-archive": "denied",
                    "own-ledger": "ok", "own-copy": "ok", "tmp": "ok", "pid1": "bwrap"}, got
     time.sleep(0.5)
     survivors = [cmd for pid, cmd in rig.lane_cmdlines() if f"{copy_a.name}/stolen" in cmd]
@@ -126,9 +124,10 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_and_a_again_run_untouc
     assert not (copy_a / "stolen").exists() or B_SECRET not in (copy_a / "stolen").read_text()
     for planted in ("hook-ran", "fsmon-ran", "cache-ran", "sbx-fsmon-ran", "sbx-hook-ran"):
         assert not (home / planted).exists(), planted
-    assert {"cache": _digest(cache), "installs": _digest(installs),
-            "corpora": _digest(rig.nas / "corpora"),
-            "ground-truth": _digest(rig.nas / "ground-truth")} == before
+    ledger_b = rig.nas / "ledger" / f"{h.copy_name(wt_b)}.jsonl"     # made (empty) by B's gate
+    assert {"cache": _digest(cache), "installs": _digest(installs)} == before
+    assert ledger_b.read_text() == ""
+    assert not (rig.nas / "archive" / "gate-logs" / "x" / "planted").exists()
     assert not (rig.nas / "ledger" / f"someone-else{rig.tag}.jsonl").exists()
     r = h.nev(["lane", "run", str(wt_a), "true"], rig.env)
     assert r.returncode == 0, r.stderr

@@ -161,3 +161,8 @@ def test_a_budget_counts_the_good_lines_and_names_and_skips_each_bad_one(tmp_pat
     assert spent_in(ledger.read_for_budget(p, said.append)) == (300, 3.0)
     assert len(said) == 1 and str(p) in said[0] and "line 2" in said[0] and field in said[0]
     assert "skipped" in said[0] and "\n" not in said[0]
+
+
+def test_a_budget_of_a_ledger_not_yet_written_counts_nothing(tmp_path):
+    said: list[str] = []
+    assert ledger.read_for_budget(tmp_path / "none.jsonl", said.append) == [] and said == []

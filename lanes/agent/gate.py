@@ -107,10 +107,11 @@ class Gate:
             shared=os.path.realpath(self.shared) if os.path.isdir(self.shared) else None,
             bwrap=shutil.which("bwrap"))
 
-    def jailed(self, command: list[str], jail: list[str], env: dict[str, str]) -> list[str]:
+    def jailed(self, command: list[str], jail: list[str]) -> list[str]:
         """`command` in the gate's own jail (`jail`: bubblewrap's options, made on the development
-        box): its scratch folder (`<payload>/tmp`) and its own entries in the share made first, so
-        the jail can bind them. Refused on a lane without bubblewrap."""
+        box): its scratch folder (`<payload>/tmp`) and the share's entries the jail binds for it
+        to write (`lanes.agent.links.gate_writes`: a ledger file, folders) made first, so the jail
+        can bind them. Refused on a lane without bubblewrap."""
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise Refused("bubblewrap is not installed on this lane and every gate runs in a jail "
@@ -118,12 +119,13 @@ class Gate:
                           "missing); nothing ran")
         tmp = os.path.join(self.root.payload(self.name), "tmp")
         os.makedirs(tmp, mode=0o700, exist_ok=True)
-        if os.path.isdir(self.shared):
-            for rel in links.gate_writes(self.name):
-                p = os.path.join(self.shared, rel)
-                if not inside(self.shared, os.path.dirname(p)):
+        shared = os.path.realpath(self.shared) + "/"
+        for i, opt in enumerate(jail[:-1]):
+            p = jail[i + 1]
+            if opt == "--bind-try" and p.startswith(shared) and os.path.isdir(self.shared):
+                if not inside(self.shared, os.path.dirname(p)) or os.path.lexists(p):
                     continue
-                if rel.endswith(".jsonl"):
+                if p.endswith(".jsonl"):
                     os.makedirs(os.path.dirname(p), exist_ok=True)
                     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
                     os.close(os.open(p, flags, 0o644))
@@ -197,7 +199,7 @@ class Gate:
             if os.path.isdir(found) or not os.access(found, os.X_OK):
                 self.wire.send(Kind.STDERR, f"nev-lane: command not executable: {prog}\n".encode())
                 return 126
-            command = self.jailed(command, jail, env)
+            command = self.jailed(command, jail)
         try:
             p = self.child.start(command, cwd=self.copy.path, env=env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -226,6 +228,11 @@ class Gate:
             src = os.path.join(self.copy.path, d)
             if os.path.islink(src) or not os.path.isdir(src) or not inside(self.copy.path, src):
                 self.wire.say(f"--pull {d}: no such folder in the lane copy; nothing pulled for it")
+                continue
+            sparse = sparse_file(src)
+            if sparse is not None:
+                self.wire.say(f"--pull {d}: {sparse} is a sparse file (it would become its whole "
+                              "size of real disk); nothing pulled for it")
                 continue
             send(self.wire, Kind.PULL_START, PullStart(d))
             out = FrameWriter(self.wire, Kind.PULL_DATA)
@@ -268,6 +275,21 @@ class Gate:
         send(self.wire, Kind.RESULT, result)
         if self.lock_fd is not None:
             os.close(self.lock_fd)
+
+
+def sparse_file(folder: str) -> str | None:
+    """The first file under `folder` (links not followed) with fewer blocks on disk than its size
+    needs, relative to it; None when there is none."""
+    for top, _dirs, files in os.walk(folder):
+        for f in files:
+            p = os.path.join(top, f)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if (st.st_mode & 0o170000) == 0o100000 and st.st_blocks * 512 + 65536 < st.st_size:
+                return os.path.relpath(p, folder)
+    return None
 
 
 def run(wire: Wire, hello: Hello) -> int:

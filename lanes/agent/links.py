@@ -67,12 +67,16 @@ def ledger_path(worktree: str) -> str:
     return f"ledger/{worktree}.jsonl"
 
 
-def gate_writes(name: str) -> tuple[str, ...]:
+def gate_writes(name: str, ledger: str | None = None) -> tuple[str, ...]:
     """The share's entries a gate of copy `name` may write from its jail (relative to the share;
-    `lanes.base.sandbox.gate_jail_args` binds them): its own results folders, its own ledger
-    file and the npm cache. The agent makes them before the command starts."""
+    `lanes.base.sandbox.gate_jail_args` binds them): its own results folders, its ledger file
+    (`ledger/<name>.jsonl`, or the one its requester named with NEV_LEDGER_NAME: a plain file
+    name) and the npm cache. The agent makes them before the command starts."""
+    plain = name
+    if ledger and "/" not in ledger and "\0" not in ledger and ledger.strip("."):
+        plain = ledger
     return (f"archive/suite-results/{name}", f"archive/webgpu-cts-results/{name}",
-            ledger_path(name), "npm-cache")
+            ledger_path(plain), "npm-cache")
 
 
 def ground_truth_names(texts: list[str]) -> set[str]:

@@ -749,28 +749,42 @@ GATE_HOME_READ = (".local/share/nev", ".local/bin", ".lane-env", ".lane-shared-e
                   ".lane-model-env", ".cargo", ".rustup")
 
 
+#: The share's folders a gate reads but never writes (but for its own entries, `share_writes`):
+#: every ledger (a job's is counted against its budget) and every other gate's results and logs.
+#: The corpus store (`corpora/`, `ground-truth/`, `suites/`) stays written by the gate's command:
+#: nev's oracle builder runs there (docs/sandbox.md, "What a gate's jail does not yet cover").
+GATE_SHARE_READ = ("ledger", "archive")
+
+
 def gate_jail_args(view: GateView) -> list[str]:
     """bubblewrap's options (no program, no `--`) for one gate's command: new user, PID, IPC, UTS
     and cgroup namespaces, so every process the command starts ends with it; capabilities
     dropped; the system read-only as it is; a fresh /proc showing only its processes, a minimal
     /dev with its own /dev/shm; the lane root an empty folder but for its own copy (written) and
-    the mirror (read-only: its objects and the copy's entry, for git in the copy); /tmp the
+    the mirror (read-only, for git in the copy: its objects and refs; the copy's own worktree
+    entry, its index and HEAD, written; the agent never trusts it, `lanes.agent.git`); /tmp the
     gate's own folder in its payload (`<root>/.payload-<name>/tmp`, removed with it); the home
-    empty but for GATE_HOME_READ (read-only); the share read-only but for its `share_writes`.
+    empty but for GATE_HOME_READ (read-only); the share's GATE_SHARE_READ read-only but for its
+    `share_writes`.
     The network and the environment are the gate's own."""
     args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm",
-            "--tmpfs", view.home]
+            # /tmp first: a lane root or home under /tmp (a test's) is mounted on top of it
+            "--bind", view.tmp, "/tmp", "--tmpfs", view.home]
     for entry in GATE_HOME_READ:
         p = f"{view.home.rstrip('/')}/{entry}"
         args += ["--ro-bind-try", p, p]
+    entry = f"{view.mirror}/worktrees/{view.name}"
     args += ["--tmpfs", view.root, "--bind", view.copy, view.copy,
-             "--ro-bind", view.mirror, view.mirror]
+             "--ro-bind", view.mirror, view.mirror, "--bind-try", entry, entry]
     if view.shared:
-        args += ["--ro-bind", view.shared, view.shared]
+        args += ["--bind", view.shared, view.shared]
+        for entry in GATE_SHARE_READ:
+            p = f"{view.shared.rstrip('/')}/{entry}"
+            args += ["--ro-bind-try", p, p]
         for entry in view.share_writes:
             p = f"{view.shared.rstrip('/')}/{entry}"
             args += ["--bind-try", p, p]
-    args += ["--bind", view.tmp, "/tmp", "--chdir", view.copy]
+    args += ["--chdir", view.copy]
     return args
