@@ -131,3 +131,44 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_and_a_again_run_untouc
     assert not (rig.nas / "ledger" / f"someone-else{rig.tag}.jsonl").exists()
     r = h.nev(["lane", "run", str(wt_a), "true"], rig.env)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_1_gib_untracked_file_gates_in_bounded_memory(lane_rig, monkeypatch, capsys):
+    """An untracked file of 1 GiB (sparse here) is streamed into the payload and out on the lane,
+    never whole in memory: the development box's peak RSS grows by less than 100 MiB over the
+    gate and the lane agent's stays under 100 MiB (both printed for the closing note)."""
+    import resource
+
+    from lanes import gate, lanesfile, payload
+    from lanes.forge import forge_for
+
+    rig = lane_rig
+    wt = h.clone_worktree(rig.clone_url, rig.tmp / f"big{rig.tag}", rig.push_env)
+    with open(wt / "big.bin", "wb") as f:
+        f.truncate(1 << 30)
+    for k, v in rig.env.items():
+        if k.startswith("NEV_"):
+            monkeypatch.setenv(k, v)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    lf = lanesfile.configured()
+    picked = gate.pick_lane(lf, 0)
+    assert picked is not None
+    lane, conn = picked
+    w = payload.Worktree.open(wt)
+    out = bytearray()
+    try:
+        got = gate.gate_on_lane(lane, conn, w, ["stat", "-c", "%s", "big.bin"],
+                                forge=forge_for(w.repo, lf), on_stdout=out.extend,
+                                on_stderr=lambda b: None)
+    finally:
+        conn.close()
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert got.status == 0 and out == b"1073741824\n", out
+    assert got.result is not None and got.result.maxrss_kb is not None
+    with capsys.disabled():
+        print(f"\n1 GiB untracked file: development box peak RSS grew {grown} KB; "
+              f"lane agent peak RSS {got.result.maxrss_kb} KB; payload untracked "
+              f"{got.payload_sizes['untracked']} bytes gzip'd")
+    assert grown < 100 * 1024, f"the development box's peak RSS grew {grown} KB"
+    assert got.result.maxrss_kb < 100 * 1024, got.result.maxrss_kb
+    (rig.lane_root / h.copy_name(wt) / "big.bin").unlink()
