@@ -750,10 +750,11 @@ GATE_HOME_READ = (".local/share/nev", ".local/bin", ".lane-env", ".lane-shared-e
 
 
 #: The share's folders a gate reads but never writes (but for its own entries, `share_writes`):
-#: every ledger (a job's is counted against its budget) and every other gate's results and logs.
-#: The corpus store (`corpora/`, `ground-truth/`, `suites/`) stays written by the gate's command:
-#: nev's oracle builder runs there (docs/sandbox.md, "What a gate's jail does not yet cover").
-GATE_SHARE_READ = ("ledger", "archive")
+#: every ledger (a job's is counted against its budget), every other gate's results and logs, and
+#: the corpus digests nev vouches for (`bench.oracle.shared.Digests`). The corpus store itself
+#: (`corpora/`, `ground-truth/`, `suites/`) stays written by the gate's command: nev's oracle
+#: builder runs there; outside a gate an entry is used only when its digest is vouched for.
+GATE_SHARE_READ = ("ledger", "archive", "corpus-digests")
 
 
 def gate_jail_args(view: GateView) -> list[str]:
@@ -786,5 +787,5 @@ def gate_jail_args(view: GateView) -> list[str]:
         for entry in view.share_writes:
             p = f"{view.shared.rstrip('/')}/{entry}"
             args += ["--bind-try", p, p]
-    args += ["--chdir", view.copy]
+    args += ["--setenv", settings.IN_GATE.name, "1", "--chdir", view.copy]
     return args
