@@ -150,13 +150,8 @@ def read(path: Path) -> list[dict[str, Any]]:
             for n, obj in jsonfile.load_lines(path, "ledger", missing=[])]
 
 
-def read_for_budget(path: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
-    """The lines of a ledger file a budget may count: each checked (`parse_line`); a line that does
-    not parse or is out of bounds is named to `say` (file, line, field) and skipped, never summed.
-    A ledger that cannot be read at all is a ConfigError (nothing is known of the spend)."""
-    if not path.exists():
-        return []
-    text = jsonfile.read_text(path, "ledger", "")
+def _checked(path: Path, text: str, on_bad: Callable[[ConfigError], None]) -> list[dict[str, Any]]:
+    """The lines of a ledger's `text` that pass `parse_line`; each other one to `on_bad`."""
     good: list[dict[str, Any]] = []
     for n, raw in enumerate(text.split("\n"), 1):
         if not raw.strip():
@@ -165,8 +160,19 @@ def read_for_budget(path: Path, say: Callable[[str], None]) -> list[dict[str, An
         try:
             good.append(parse_line(jsonfile.Fields(where), jsonfile.parse(raw, where, "ledger")))
         except ConfigError as e:
-            say(f"{e}; that line is skipped, not counted against the budget")
+            on_bad(e)
     return good
+
+
+def read_for_budget(path: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The lines of a ledger file a budget may count: each checked (`parse_line`); a line that does
+    not parse or is out of bounds is named to `say` (file, line, field) and skipped, never summed.
+    A ledger that cannot be read at all is a ConfigError (nothing is known of the spend)."""
+    if not path.exists():
+        return []
+    text = jsonfile.read_text(path, "ledger", "")
+    return _checked(path, text,
+                    lambda e: say(f"{e}; that line is skipped, not counted against the budget"))
 
 
 def read_lenient(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -176,17 +182,8 @@ def read_lenient(path: Path) -> tuple[list[dict[str, Any]], int]:
         text = jsonfile.read_text(path, "ledger", "")
     except ConfigError:
         return [], 1
-    good: list[dict[str, Any]] = []
-    bad = 0
-    for n, raw in enumerate(text.split("\n"), 1):
-        if not raw.strip():
-            continue
-        where = f"{path}: line {n}"
-        try:
-            good.append(parse_line(jsonfile.Fields(where), jsonfile.parse(raw, where, "ledger")))
-        except ConfigError:
-            bad += 1
-    return good, bad
+    bad: list[ConfigError] = []
+    return _checked(path, text, bad.append), len(bad)
 
 
 def last_time(line: dict[str, Any]) -> str | None:

@@ -49,21 +49,34 @@ def _digest(path: Path) -> str:
 ATTACK = r"""
 set -u
 R=jail-report.txt; : > $R
-try() { n=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "$n ok" >> $R; else echo "$n denied" >> $R; fi; }
-ROOT=$(dirname "$PWD"); M=$ROOT/.git-mirror; S=$NEV_LANE_SHARED
-try mirror-hook sh -c "printf '#!/bin/sh\nenv > $HOME/hook-ran\n' > $M/hooks/reference-transaction && chmod +x $M/hooks/reference-transaction"
-try mirror-config sh -c "printf '[core]\n\tfsmonitor = touch $HOME/fsmon-ran\n' >> $M/config"
-try agent-cache sh -c "for f in $HOME/.local/state/nev/agent/*; do printf 'open(\"$HOME/cache-ran\",\"w\")\n' > \$f; done; ls $HOME/.local/state/nev/agent/ | grep -q ."
-try install sh -c "f=\$(ls -d $HOME/.local/share/nev/installs/*/lib/python*/site-packages/lanes/__init__.py | head -1); test -n \"\$f\" && echo 'import os' >> \$f"
-try ssh-keys ls $HOME/.ssh/authorized_keys
-try other-copies sh -c "ls -a $ROOT | grep -v -x -e . -e .. -e .git-mirror -e $(basename $PWD) | grep -q ."
+try() {
+  n=$1; shift
+  if ( "$@" ) >/dev/null 2>&1; then echo "$n ok" >> $R; else echo "$n denied" >> $R; fi
+}
+ROOT=$(dirname "$PWD"); M=$ROOT/.git-mirror; S=$NEV_LANE_SHARED; H=$HOME
+HOOK=$M/hooks/reference-transaction
+try mirror-hook sh -c "printf '#!/bin/sh\nenv > $H/hook-ran\n' > $HOOK && chmod +x $HOOK"
+try mirror-config sh -c "printf '[core]\n\tfsmonitor = touch $H/fsmon-ran\n' >> $M/config"
+A=$H/.local/state/nev/agent
+PLANT="open('$H/cache-ran','w')"
+try agent-cache sh -c "for f in $A/*; do echo \"$PLANT\" > \$f; done; ls $A | grep -q ."
+I=$H/.local/share/nev/installs
+try install sh -c "f=\$(ls -d $I/*/lib/python*/site-packages/lanes/__init__.py | head -1);
+                   test -n \"\$f\" && echo 'import os' >> \$f"
+try ssh-keys ls $H/.ssh/authorized_keys
+try other-copies sh -c "ls -a $ROOT | grep -v -x -e . -e .. -e .git-mirror -e ${PWD##*/} |
+                        grep -q ."
 try other-archive sh -c "mkdir -p $S/archive/gate-logs/x && touch $S/archive/gate-logs/x/planted"
-try other-ledger sh -c "echo '{\"models\":{\"a\":{\"gpu_s\":1e308}}}' >> $S/ledger/someone-else.jsonl"
+try corpus-digests sh -c "mkdir -p $S/corpus-digests/x && touch $S/corpus-digests/x/planted"
+LINE='{"models":{"a":{"gpu_s":1e308}}}'
+try other-ledger sh -c "echo '$LINE' >> $S/ledger/someone-else.jsonl"
 try own-ledger sh -c "test -w $NEV_LEDGER"
 try own-copy touch own-file
 try tmp sh -c "echo x > /tmp/scratch"
 # a watcher that outlives the gate (setsid, double fork), waiting for another gate's .env
-setsid sh -c '( while :; do for e in '"$ROOT"'/*/.env '"$ROOT"'/.payload-*/.env; do cat "$e" >> '"$PWD"'/stolen 2>/dev/null; done; sleep 0.2; done ) &' </dev/null >/dev/null 2>&1
+W='( while :; do for e in '"$ROOT"'/*/.env '"$ROOT"'/.payload-*/.env; do
+       cat "$e" >> '"$PWD"'/stolen 2>/dev/null; done; sleep 0.2; done ) &'
+setsid sh -c "$W" </dev/null >/dev/null 2>&1
 echo "pid1 $(cat /proc/1/comm)" >> $R
 """
 
@@ -113,7 +126,7 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_and_a_again_run_untouc
     got = _report(copy_a)
     assert got == {"mirror-hook": "denied", "mirror-config": "denied", "agent-cache": "denied",
                    "install": "denied", "ssh-keys": "denied", "other-copies": "denied",
-                   "other-ledger": "denied", "other-archive": "denied",
+                   "other-ledger": "denied", "other-archive": "denied", "corpus-digests": "denied",
                    "own-ledger": "ok", "own-copy": "ok", "tmp": "ok", "pid1": "bwrap"}, got
     time.sleep(0.5)
     survivors = [cmd for pid, cmd in rig.lane_cmdlines() if f"{copy_a.name}/stolen" in cmd]
@@ -128,6 +141,7 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_and_a_again_run_untouc
     assert {"cache": _digest(cache), "installs": _digest(installs)} == before
     assert ledger_b.read_text() == ""
     assert not (rig.nas / "archive" / "gate-logs" / "x" / "planted").exists()
+    assert not (rig.nas / "corpus-digests" / "x" / "planted").exists()
     assert not (rig.nas / "ledger" / f"someone-else{rig.tag}.jsonl").exists()
     r = h.nev(["lane", "run", str(wt_a), "true"], rig.env)
     assert r.returncode == 0, r.stderr
