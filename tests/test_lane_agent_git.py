@@ -165,6 +165,8 @@ def test_git_in_a_folder_beside_the_mirror_that_is_no_copy_is_refused_not_discov
     git(stray, "config", "core.fsmonitor", _program(lane.tmp, "fsmonitor"))
     with pytest.raises(Refused, match="no worktree of the lane's mirror"):
         agent_git(["status"], cwd=str(stray))
+    cp = agent_git(["ls-files"], cwd=str(stray), check=False)     # a caller that tolerates failure
+    assert cp.returncode != 0 and b"no worktree of the lane's mirror" in cp.stderr
     assert _ran(lane.tmp) == []
 
 

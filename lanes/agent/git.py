@@ -118,7 +118,13 @@ def git(args: list[str], cwd: str | None = None, check: bool = True,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     """`git ARGS` in `cwd` (its repository named outright: `repo_env`), every config-driven
     command off (`HARDEN`); a failure (with `check`) is one Refused line: git's last word."""
-    cp = subprocess.run(git_argv(args), cwd=cwd, env=git_env({**repo_env(cwd), **(env or {})}),
+    try:
+        where = repo_env(cwd)
+    except Refused as e:
+        if check:
+            raise
+        return subprocess.CompletedProcess(["git", *args], 128, b"", str(e).encode())
+    cp = subprocess.run(git_argv(args), cwd=cwd, env=git_env({**where, **(env or {})}),
                         capture_output=True)
     if check and cp.returncode != 0:
         err = cp.stderr.decode(errors="replace").strip().splitlines()
