@@ -104,8 +104,8 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_and_a_again_run_untouc
     # (the mirror's objects borrowed) with an fsmonitor and a post-checkout hook
     redirect = (f"git init -q --bare evilgit && echo {rig.lane_root_on_lane}/.git-mirror/objects "
                 "> evilgit/objects/info/alternates && git --git-dir=evilgit config core.fsmonitor "
-                f"'touch {LANE_HOME}/sbx-fsmon-ran' && printf '#!/bin/sh\ntouch "
-                f"{LANE_HOME}/sbx-hook-ran\n' > evilgit/hooks/post-checkout && "
+                f"'touch {LANE_HOME}/sbx-fsmon-ran{rig.tag}' && printf '#!/bin/sh\ntouch "
+                f"{LANE_HOME}/sbx-hook-ran{rig.tag}\n' > evilgit/hooks/post-checkout && "
                 "chmod +x evilgit/hooks/post-checkout && cp .git/HEAD evilgit/ 2>/dev/null; "
                 "printf 'gitdir: %s/evilgit\n' \"$PWD\" > .git && echo redirected")
     r = h.nev(["lane", "run", "--sandbox", str(wt_a), "sh", "-c", redirect], rig.env, timeout=300)
@@ -118,6 +118,7 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_and_a_again_run_untouc
     h.git(wt_a, "add", "oracle")
     h.git(wt_a, "commit", "-qm", "an outward link")
     attack = ATTACK.replace("someone-else", f"someone-else{rig.tag}")
+    attack = attack.replace("-ran", f"-ran{rig.tag}")
     r = h.nev(["lane", "run", str(wt_a), "sh", "-c", attack], rig.env)
     assert r.returncode == 0, r.stderr
     assert "rewritten to name its worktree entry" in r.stderr, r.stderr
@@ -136,7 +137,7 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_and_a_again_run_untouc
     assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr
     assert not (copy_a / "stolen").exists() or B_SECRET not in (copy_a / "stolen").read_text()
     for planted in ("hook-ran", "fsmon-ran", "cache-ran", "sbx-fsmon-ran", "sbx-hook-ran"):
-        assert not (home / planted).exists(), planted
+        assert not (home / f"{planted}{rig.tag}").exists(), planted
     ledger_b = rig.nas / "ledger" / f"{h.copy_name(wt_b)}.jsonl"     # made (empty) by B's gate
     assert {"cache": _digest(cache), "installs": _digest(installs)} == before
     assert ledger_b.read_text() == ""
