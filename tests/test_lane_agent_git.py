@@ -192,3 +192,25 @@ def test_building_a_payload_runs_no_fsmonitor_filter_or_hook_of_the_worktree(lan
     assert _ran(lane.tmp) == []
     assert b"+two" in loc.diff and loc.untracked_count == 1
     assert p.commit == c1
+
+
+def test_the_agent_makes_no_link_through_a_committed_symlink_nor_reads_pins_through_one(
+        tmp_path):
+    """`lanes.agent.links`: a copy whose `oracle` is a committed link out of it gets no
+    `oracle/suites/results` link made through it (nothing created outside the copy), and a
+    `tracks.json` that is a link is not read."""
+    import json as _json
+
+    from lanes.agent import links
+
+    copy, outside, share = tmp_path / "copy", tmp_path / "outside", tmp_path / "share"
+    for d in (copy, outside, share):
+        d.mkdir()
+    (copy / "oracle").symlink_to(outside)
+    (outside / "pins.json").write_text(_json.dumps({"suites": {"wpt": {"commit": "abc"}}}))
+    (copy / "tracks.json").symlink_to(outside / "pins.json")
+    assert links.read_pins(str(copy)) == {}
+    plan = links.plan("copy", {}, set(), True, False)
+    made = links.apply_links(str(copy), str(share), plan)
+    assert list(outside.iterdir()) == [outside / "pins.json"], "something was made outside the copy"
+    assert any("not linked" in m for m in made), made

@@ -91,8 +91,8 @@ def read_pins(copy: str) -> dict[str, str]:
     """`{suite: commit}` from the copy's tracks.json (nev validates it; here what is malformed is
     skipped)."""
     p = os.path.join(copy, SUITE_PINS)
-    try:
-        with open(p, encoding="utf-8") as f:
+    try:   # never through a link (a committed `tracks.json -> /home/...` reads nothing)
+        with open(os.open(p, os.O_RDONLY | os.O_NOFOLLOW), encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return {}
