@@ -8,6 +8,7 @@ the installs are as nev left them."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -86,7 +87,10 @@ def _report(copy: Path) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
 
 
-def test_gate_a_attacks_then_gate_b_of_another_repository_and_a_again_run_untouched(lane_rig):
+def test_gate_a_attacks_then_gate_b_of_another_repository_a_landing_and_a_again_run_untouched(
+        lane_rig, box, tmp_path):
+    from tests.test_land_lane import gated_on_lane, lane_kit
+
     rig = lane_rig
     home = rig.lane_home
     assert home is not None
@@ -136,6 +140,11 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_and_a_again_run_untouc
     r = h.nev(["lane", "run", str(wt_b), "sh", "-c", "grep -c NEV_MODEL_KEY .env"], rig.env)
     assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr
     assert not (copy_a / "stolen").exists() or B_SECRET not in (copy_a / "stolen").read_text()
+    # a landing of another repository on the same lane: its gate (in the sandbox) on lane 0
+    k, name = lane_kit(box, tmp_path, lanes=json.loads(box.lanes_file.read_text())["lanes"][:1])
+    k.track(name, {"src/after-the-attack.txt": "landed\n"})
+    landed = k.land(name, NEV_LANE_STRICT="1")
+    assert landed.rc == 0 and len(gated_on_lane(landed.text)) == 1, landed.text
     for planted in ("hook-ran", "fsmon-ran", "cache-ran", "sbx-fsmon-ran", "sbx-hook-ran"):
         assert not (home / f"{planted}{rig.tag}").exists(), planted
     ledger_b = rig.nas / "ledger" / f"{h.copy_name(wt_b)}.jsonl"     # made (empty) by B's gate
