@@ -35,9 +35,13 @@ def lane_rig(box, tmp_path_factory):
 
 
 def _digest(path: Path) -> str:
-    """The sha256 of every file under `path` (names and contents; links by their target)."""
+    """The sha256 of every file under `path` (names and contents; links by their target), but
+    compiled modules: nev's own runs of an install outside any gate (the lane's services) write
+    them, and `nev lane install` drops them before it checks an install."""
     hsh = hashlib.sha256()
     for p in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        if "__pycache__" in p.parts:
+            continue
         hsh.update(str(p.relative_to(path) if path.is_dir() else p.name).encode())
         if p.is_symlink():
             hsh.update(os.readlink(p).encode())
@@ -140,6 +144,9 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_a_landing_and_a_again_
     r = h.nev(["lane", "run", str(wt_b), "sh", "-c", "grep -c NEV_MODEL_KEY .env"], rig.env)
     assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr
     assert not (copy_a / "stolen").exists() or B_SECRET not in (copy_a / "stolen").read_text()
+    # the agent's cache and the installs as they were (before the landing: nev's own first run
+    # of an install outside any gate compiles its modules there)
+    assert {"cache": _digest(cache), "installs": _digest(installs)} == before
     # a landing of another repository on the same lane: its gate (in the sandbox) on lane 0
     k, name = lane_kit(box, tmp_path, lanes=json.loads(box.lanes_file.read_text())["lanes"][:1])
     k.track(name, {"src/after-the-attack.txt": "landed\n"})
@@ -148,7 +155,6 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_a_landing_and_a_again_
     for planted in ("hook-ran", "fsmon-ran", "cache-ran", "sbx-fsmon-ran", "sbx-hook-ran"):
         assert not (home / f"{planted}{rig.tag}").exists(), planted
     ledger_b = rig.nas / "ledger" / f"{h.copy_name(wt_b)}.jsonl"     # made (empty) by B's gate
-    assert {"cache": _digest(cache), "installs": _digest(installs)} == before
     assert ledger_b.read_text() == ""
     assert not (rig.nas / "archive" / "gate-logs" / "x" / "planted").exists()
     assert not (rig.nas / "corpus-digests" / "x" / "planted").exists()
