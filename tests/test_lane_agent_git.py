@@ -214,3 +214,23 @@ def test_the_agent_makes_no_link_through_a_committed_symlink_nor_reads_pins_thro
     made = links.apply_links(str(copy), str(share), plan)
     assert list(outside.iterdir()) == [outside / "pins.json"], "something was made outside the copy"
     assert any("not linked" in m for m in made), made
+
+
+def test_a_worktree_entry_a_gate_points_at_another_copy_makes_both_copies_anew_not_shared(lane):
+    """A gate's jail writes its own copy's worktree entry: one whose `gitdir` it points at another
+    copy's `.git` leaves that copy with two entries naming it; the agent trusts neither, sets the
+    copy aside (one line) and makes it anew, with an entry of its own."""
+    c1 = lane.commit({"a.txt": "one\n"})
+    copy_a, copy_b = lane.gate("a", c1), lane.gate("b", c1)
+    entry_a = worktree_entry(lane.root.mirror, str(copy_a))
+    entry_b = worktree_entry(lane.root.mirror, str(copy_b))
+    assert entry_a and entry_b and entry_a != entry_b
+    Path(entry_a, "gitdir").write_text(f"{copy_b}/.git\n")
+    assert worktree_entry(lane.root.mirror, str(copy_b)) is None
+    c2 = lane.commit({"a.txt": "two\n"})
+    lane.gate("b", c2)
+    new_b = worktree_entry(lane.root.mirror, str(copy_b))
+    assert new_b is not None and (copy_b / "a.txt").read_text() == "two\n"
+    assert any(str(copy_b) in s and "moved it aside" in s for s in lane.said)
+    lane.gate("a", c2)
+    assert (copy_a / "a.txt").read_text() == "two\n"

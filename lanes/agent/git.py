@@ -53,14 +53,17 @@ def git_argv(args: list[str]) -> list[str]:
 
 def worktree_entry(mirror: str, copy: str) -> str | None:
     """The mirror's worktree entry (`<mirror>/worktrees/<x>`, a real folder) whose `gitdir` file
-    names `<copy>/.git`; None when there is none. What git itself would follow from the copy's
-    `.git` file, found from the mirror's side, so a rewritten `.git` file leads nowhere."""
+    names `<copy>/.git`; None when there is none, or more than one (a gate's jail writes its own
+    entry: one that names another copy makes both copies be made anew). What git itself would
+    follow from the copy's `.git` file, found from the mirror's side, so a rewritten `.git` file
+    leads nowhere."""
     want = os.path.join(os.path.realpath(copy), ".git")
     folder = os.path.join(mirror, "worktrees")
     try:
         names = sorted(os.listdir(folder))
     except OSError:
         return None
+    found = []
     for n in names:
         entry = os.path.join(folder, n)
         if os.path.islink(entry) or not os.path.isdir(entry):
@@ -71,8 +74,8 @@ def worktree_entry(mirror: str, copy: str) -> str | None:
         except OSError:
             continue
         if named and os.path.join(os.path.realpath(os.path.dirname(named)), ".git") == want:
-            return entry
-    return None
+            found.append(entry)
+    return found[0] if len(found) == 1 else None
 
 
 def repo_env(cwd: str | None) -> dict[str, str]:
