@@ -53,7 +53,7 @@ from crates_bridge.corpus import read_manifest
 from crates_bridge.errors import BridgeError
 from crates_bridge.registry import PROVENANCE_SUFFIX
 from crates_bridge.workspace import Workspace
-from lanes.base import jsonfile
+from lanes.base import jsonfile, ui
 from lanes.base.errors import ConfigError, NevError, UsageError
 from lanes.base.exitcodes import Exit
 from lanes.base.mask import mask
@@ -474,7 +474,8 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
     own_specs = settings.path_under(settings.SPECS_DIR, root)
     workdir = root / "target" / "batch"
     # a job's budget is the job's: the batches its ledger already records count as spent
-    spent = spent_in(ledger.read(ledger_path)) if budget and settings.get(settings.LEDGER_NAME) else (0, 0.0)
+    counted = budget and settings.get(settings.LEDGER_NAME)
+    spent = spent_in(ledger.read_for_budget(ledger_path, ui.info)) if counted else (0, 0.0)
     sweeps = plan_mod.read_throughput(settings.path(settings.THROUGHPUT_DIR))
     return RunConfig(function=function, shares=shares, escalation=escalation, escalate_after=ea,
                      max_batches=mb, engine_dir=engine, corpus_dir=corpus or corpus_root / function,

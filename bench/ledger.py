@@ -99,10 +99,20 @@ _MODEL_SECONDS = ("gpu_s", "draw_s")
 _TEXT = ("batch", "function", "start", "end")
 
 
+# Bounds no real batch comes near (a trillion tokens or calls; about three years of seconds): a
+# line past them was not written by a batch, and summing it would make any budget meaningless.
+MAX_COUNT = 10**12
+MAX_SECONDS = 10**8
+
+
 def _count(f: jsonfile.Fields, o: dict[str, Any], key: str, where: str, whole: bool) -> None:
     v = f.get(o, key, int if whole else (int, float), where, required=False)
-    if v is not None and v < 0:
-        raise f.fail(f"{where}.{key}" if where else key, f"must be >= 0, not {v}")
+    if v is None:
+        return
+    top = MAX_COUNT if whole else MAX_SECONDS
+    if not 0 <= v <= top:
+        name = f"{where}.{key}" if where else key
+        raise f.fail(name, f"must be between 0 and {top:g}, not {v:g}")
 
 
 def parse_line(f: jsonfile.Fields, obj: Any) -> dict[str, Any]:
@@ -144,6 +154,31 @@ def read(path: Path) -> list[dict[str, Any]]:
             for n, obj in jsonfile.load_lines(path, "ledger", missing=[])]
 
 
+def _checked(path: Path, text: str, on_bad: Callable[[ConfigError], None]) -> list[dict[str, Any]]:
+    """The lines of a ledger's `text` that pass `parse_line`; each other one to `on_bad`."""
+    good: list[dict[str, Any]] = []
+    for n, raw in enumerate(text.split("\n"), 1):
+        if not raw.strip():
+            continue
+        where = f"{path}: line {n}"
+        try:
+            good.append(parse_line(jsonfile.Fields(where), jsonfile.parse(raw, where, "ledger")))
+        except ConfigError as e:
+            on_bad(e)
+    return good
+
+
+def read_for_budget(path: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The lines of a ledger file a budget may count: each checked (`parse_line`); a line that does
+    not parse or is out of bounds is named to `say` (file, line, field) and skipped, never summed.
+    A ledger that cannot be read at all is a ConfigError (nothing is known of the spend)."""
+    if not path.exists():
+        return []
+    text = jsonfile.read_text(path, "ledger", "")
+    return _checked(path, text,
+                    lambda e: say(f"{e}; that line is skipped, not counted against the budget"))
+
+
 def read_lenient(path: Path) -> tuple[list[dict[str, Any]], int]:
     """The lines of a ledger file that pass `parse_line`, and how many did not (or 1 for a file
     that cannot be read at all): for views that show the rest (the dashboard, `--list`)."""
@@ -151,17 +186,8 @@ def read_lenient(path: Path) -> tuple[list[dict[str, Any]], int]:
         text = jsonfile.read_text(path, "ledger", "")
     except ConfigError:
         return [], 1
-    good: list[dict[str, Any]] = []
-    bad = 0
-    for n, raw in enumerate(text.split("\n"), 1):
-        if not raw.strip():
-            continue
-        where = f"{path}: line {n}"
-        try:
-            good.append(parse_line(jsonfile.Fields(where), jsonfile.parse(raw, where, "ledger")))
-        except ConfigError:
-            bad += 1
-    return good, bad
+    bad: list[ConfigError] = []
+    return _checked(path, text, bad.append), len(bad)
 
 
 def last_time(line: dict[str, Any]) -> str | None:

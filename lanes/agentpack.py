@@ -55,35 +55,24 @@ BOOTSTRAP = ('import sys,os,zlib;from hashlib import sha256 as H\n'
              '  except OSError:pass\n'
              'exec(s)')
 
-# The agent's content starts with this: it registers each module under its own name, runs it,
-# then the agent's entry with `q` (the frames the bootstrap read first). The modules follow.
-# Compiling them is a good part of the agent's start, so their code objects are kept beside the
-# cached agent (`<hash>.code`: the hash, the lane python's cache tag, a sha256 of the marshalled
-# code and the code) and used by the next start of the same agent on the same python; one that
-# does not match (another agent or python, a torn or damaged file) is compiled anew and
-# rewritten. Like Python's own __pycache__, the compiled form is trusted as its owner wrote it.
-# Each start touches the cached agent: its age is when a development box last used it, and the
-# sweep keeps agents used recently (`lanes.sweep.stale_agents`: a teammate's is not sent again).
-LOADER = ("import sys,types,marshal\n"
-          "g=f+\".code\";t=sys.implementation.cache_tag;C=None\n"
+# The agent's content starts with this: it registers each module under its own name, compiles
+# and runs it, then the agent's entry with `q` (the frames the bootstrap read first). The modules
+# follow. Only the cached agent itself is run from the lane, and only when its content hashes to
+# the name the development box sent: nothing that lies beside it (a compiled form of its modules,
+# such as older agents kept in `<hash>.code`) is read, since no hash the development box holds
+# could check it and a gate could rewrite it (docs/lanes.md, "The agent's code and the installs").
+# Compiling costs about 20 ms a start. Each start touches the cached agent: its age is when a
+# development box last used it, and the sweep keeps agents used recently
+# (`lanes.sweep.stale_agents`: a teammate's is not sent again).
+LOADER = ("import sys,types\n"
           "try:os.utime(f)\n"
           "except OSError:pass\n"
-          "try:\n"
-          " x=marshal.loads(open(g,\"rb\").read())\n"
-          " if x[0]==h and x[1]==t and H(x[3]).hexdigest()==x[2]:C=marshal.loads(x[3])\n"
-          "except Exception:pass\n"
-          "N=[]\n"
-          "for i,(k,p,c) in enumerate(M):\n"
+          "for k,p,c in M:\n"
           " m=types.ModuleType(k);m.__file__=k;sys.modules[k]=m\n"
           " if p:m.__path__=[]\n"
           " a,_,e=k.rpartition(\".\")\n"
           " if a:setattr(sys.modules[a],e,m)\n"
-          " o=C[i] if C else compile(c,k,\"exec\");N.append(o)\n"
-          " exec(o,m.__dict__)\n"
-          "if not C:\n"
-          " try:b=marshal.dumps(N);w=g+\".tmp%d\"%os.getpid();open(w,\"wb\").write(marshal.dumps((h,t,H(b).hexdigest(),b)));"
-          "os.replace(w,g)\n"
-          " except Exception:pass\n"
+          " exec(compile(c,k,\"exec\"),m.__dict__)\n"
           "sys.modules[\"lanes.agent.main\"].main(q)\n")
 
 

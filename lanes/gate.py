@@ -155,13 +155,22 @@ def _interrupt_handlers() -> Callable[[], None]:
 class _Pull:
     """A pulled folder on its way in: PULL_START, PULL_DATA..., PULL_END; only a folder asked for."""
 
-    def __init__(self, d: str, asked: Sequence[str]) -> None:
+    def __init__(self, d: str, asked: Sequence[str], max_bytes: int | None = None) -> None:
         import tempfile  # only a gate with --pull: the others start without it
 
         if d not in asked:
             raise NevError(f"the lane sent back folder {d!r}, which was not asked for (--pull {', '.join(asked)})")
         self.dir = d
         self.tmp = tempfile.TemporaryFile()
+        self.max_bytes = max_bytes if max_bytes is not None else pull_max_bytes()
+        self.got = 0
+
+    def write(self, data: bytes) -> None:
+        """One PULL_DATA frame: kept in the temporary file until the folder's compressed stream
+        alone passes the bound (then nothing more is kept and the folder is refused)."""
+        self.got += len(data)
+        if self.got <= self.max_bytes:
+            self.tmp.write(data)
 
     def finish(self, root: Path) -> str | None:
         """The folder written into WORKTREE/DIR; the one line why when it is refused (`pull_problem`,
@@ -170,11 +179,18 @@ class _Pull:
         import zlib
 
         dest = root / self.dir
+        limit = f"{self.max_bytes / (1 << 20):g} MiB ({settings.PULL_MAX_MB.name})"
         try:
+            if self.got > self.max_bytes:
+                return (f"--pull {self.dir} refused: it holds more than {limit}; nothing of it "
+                        "was written")
             self.tmp.seek(0)
             with tarfile.open(fileobj=self.tmp, mode="r:gz") as tf:
                 members = tf.getmembers()
+                total = sum(m.size for m in members if m.isfile())
                 why = pull_problem(root, self.dir) or pulled_problem(dest, members)
+                if why is None and total > self.max_bytes:
+                    why = f"its files hold {total} bytes, more than {limit}"
                 if why:
                     return f"--pull {self.dir} refused: {why}; nothing of it was written"
                 dest.mkdir(parents=True, exist_ok=True)
@@ -184,6 +200,15 @@ class _Pull:
         finally:
             self.tmp.close()
         return None
+
+
+def pull_max_bytes() -> int:
+    """NEV_PULL_MAX_MB in bytes (UsageError for one that is not a positive whole number)."""
+    mb = settings.get_int(settings.PULL_MAX_MB)
+    if mb <= 0:
+        raise UsageError(f"{settings.PULL_MAX_MB.name}={mb}: give a positive whole number of MiB "
+                         f"(default {settings.PULL_MAX_MB.default})")
+    return mb << 20
 
 
 def pull_dirs(pull: Sequence[str]) -> list[str]:
@@ -257,6 +282,23 @@ def pulled_problem(dest: Path, members: list[Any]) -> str | None:
     return None
 
 
+def gate_jail(hello: HelloAnswer | None, name: str, ledger: str | None = None) -> list[str]:
+    """bubblewrap's options for the gate's own jail on the lane that said `hello`, made by the one
+    sandbox (`lanes.base.sandbox.gate_jail_args`) from the paths that lane resolved; `ledger`:
+    the ledger its requester named (NEV_LEDGER_NAME), the one it may write."""
+    from lanes.agent import layout, links
+    from lanes.base import sandbox
+
+    if hello is None or not hello.root or not hello.home:
+        raise NevError("the lane's hello named no root or home to build the gate's jail from; "
+                       "nothing ran")
+    root = layout.Root(hello.root)
+    view = sandbox.GateView(root=root.path, name=name, copy=root.copy(name), mirror=root.mirror,
+                            tmp=posixpath.join(root.payload(name), "tmp"), home=hello.home,
+                            shared=hello.shared, share_writes=links.gate_writes(name, ledger))
+    return sandbox.gate_jail_args(view)
+
+
 class _GateRun:
     """One gate's conversation with the lane agent, and what its interrupt and drop paths need:
     the session (a second one after a sweep), the lane's hello and what the payload weighed."""
@@ -316,9 +358,12 @@ class _GateRun:
                                         cred=cred, settle_s=writer_settle()))
         else:
             session.request(Payload(commit=p.commit, sizes=self.sizes, command=list(command),
-                                    env=env, cred=cred, keep_env=keep_env, pull=list(pull)))
+                                    env=env, cred=cred, keep_env=keep_env, pull=list(pull),
+                                    jail=gate_jail(self.hello, self.wt.name,
+                                                   settings.get(settings.LEDGER_NAME, env))))
         for member in p.members():
-            session.send(member)
+            for chunk in payload.member_chunks(member):
+                session.send(chunk)
 
     def stream(self, session: Session, out: Callable[[bytes], None],
                err: Callable[[bytes], None]) -> GateResult | None:
@@ -336,7 +381,7 @@ class _GateRun:
             elif kind is Kind.PULL_START:
                 pulling = _Pull(session.decode(data, PullStart.decode).dir, self.pull)
             elif kind is Kind.PULL_DATA and pulling is not None:
-                pulling.tmp.write(data)
+                pulling.write(data)
             elif kind is Kind.PULL_END and pulling is not None:
                 why = pulling.finish(self.wt.path)
                 if why is None:

@@ -22,10 +22,10 @@ from __future__ import annotations
 import io
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from lanes.agent import layout
 from lanes.agent.guard import link_target_ok
@@ -74,16 +74,18 @@ class Payload:
     commit: str
     bundle: bytes
     diff: bytes
-    untracked: bytes
+    untracked: Member
     env: bytes
     untracked_count: int = 0
     basis: list[str] = field(default_factory=list)
 
     def sizes(self) -> dict[str, int]:
-        return {"bundle": len(self.bundle), "diff": len(self.diff), "untracked": len(self.untracked),
-                ".env": len(self.env)}
+        return {"bundle": len(self.bundle), "diff": len(self.diff),
+                "untracked": member_size(self.untracked), ".env": len(self.env)}
 
-    def members(self) -> list[bytes]:
+    def members(self) -> list[Member]:
+        """In the order they follow the request; a file member is sent a chunk at a time
+        (`member_chunks`)."""
         return [self.bundle, self.diff, self.untracked, self.env]
 
 
@@ -151,14 +153,15 @@ def bundle(repo: Repo, commit: str, basis: list[str]) -> bytes:
 
 
 def diff(repo: Repo) -> bytes:
-    cp = repo.git("diff", "--binary", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv",
-                  "-M", "HEAD", "--", text=False)
+    cp = repo.git(*repo.filters_off(), "diff", "--binary", "--full-index", "--no-color",
+                  "--no-ext-diff", "--no-textconv", "-M", "HEAD", "--", text=False)
     return cp.stdout
 
 
 def untracked_names(repo: Repo) -> list[str]:
     """Untracked files git does not ignore; `.env` travels on its own (installed for the run only)."""
-    cp = repo.git("ls-files", "--others", "--exclude-standard", "-z", text=False)
+    cp = repo.git(*repo.filters_off(), "ls-files", "--others", "--exclude-standard", "-z",
+                  text=False)
     names = (n.decode("utf-8", "surrogateescape") for n in cp.stdout.split(b"\0") if n)
     return [n for n in names if n != ".env"]
 
@@ -188,10 +191,53 @@ def _inside(top: str, path: str) -> bool:
 
 def read_in_tree(root: Path, rel: str, what: str, limit: int | None = None) -> tuple[os.stat_result, bytes]:
     """(its status, its bytes) of the regular file `rel` under `root`, by the one rule for what
-    leaves the worktree: the path may not lead out of it through a symlink (a link inside it is
-    followed), only a regular file is read (a FIFO would block the gate, a device never end), and
-    through a descriptor opened without following a link and checked to be the file looked at; no
-    more than its size then, and no more than `limit`. Refusal (one line) otherwise."""
+    leaves the worktree (`open_in_tree`), read whole: for small files (`.env`)."""
+    fst, fd = open_in_tree(root, rel, what, limit)
+    try:
+        chunks, left = [], fst.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    return fst, b"".join(chunks)
+
+
+class _FdReader(io.RawIOBase):
+    """At most `size` bytes of an open descriptor, read as a file (then closed): a file goes into
+    the untracked files' tar a chunk at a time, never whole in memory."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.left = fd, size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+        if self.left <= 0:
+            return 0
+        data = os.read(self.fd, min(len(b), self.left, 1 << 20))
+        b[:len(data)] = data
+        self.left -= len(data)
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self.fd)
+        super().close()
+
+
+def open_in_tree(root: Path, rel: str, what: str,
+                 limit: int | None = None) -> tuple[os.stat_result, int]:
+    """(its status, an open descriptor) of the regular file `rel` under `root`, by the one rule for
+    what leaves the worktree: the path may not lead out of it through a symlink (a link inside it
+    is followed), only a regular file is read (a FIFO would block the gate, a device never end),
+    and through a descriptor opened without following a link and checked to be the file looked
+    at; no more than its size then (the caller reads at most `st_size`), and no more than
+    `limit`. Refusal (one line) otherwise."""
     top = os.path.realpath(root)
     path = os.path.join(top, rel)
     real = os.path.realpath(path)
@@ -216,16 +262,10 @@ def read_in_tree(root: Path, rel: str, what: str, limit: int | None = None) -> t
             raise Refusal(f"{subject} changed while it was read; nothing ran")
         if limit is not None and fst.st_size > limit:
             raise too_big
-        chunks, left = [], fst.st_size
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    finally:
+    except BaseException:
         os.close(fd)
-    return fst, b"".join(chunks)
+        raise
+    return fst, fd
 
 
 def env_bytes(root: Path) -> bytes:
@@ -245,16 +285,22 @@ def env_bytes(root: Path) -> bytes:
     return read_in_tree(root, layout.ENV, "", ENV_MAX_BYTES)[1]
 
 
-def untracked_tar(root: Path, names: list[str], extra: Mapping[str, bytes] | None = None) -> bytes:
+SPOOL_BYTES = 8 << 20   # untracked files' tar kept in memory up to this, in a temporary file beyond
+
+
+def untracked_tar(root: Path, names: list[str], extra: Mapping[str, bytes] | None = None) -> Member:
     """The untracked files, and `extra` (lane-copy path -> content: files of this machine that
     travel with the run, e.g. a batch's declared aliases), as one gzipped tar. Each by the one rule
-    (`read_in_tree`); a symlink travels as a link, refused here when its target leaves the worktree."""
+    (`open_in_tree`), streamed a chunk at a time; a symlink travels as a link, refused here when
+    its target leaves the worktree. Bytes up to SPOOL_BYTES, else an unnamed temporary file
+    (sent a chunk at a time: `send_member`), so a large untracked file is never whole in memory."""
     if not names and not extra:
         return b""
     import gzip  # most warm gates have no untracked files: a gate starts without these
     import tarfile
+    import tempfile
 
-    raw = io.BytesIO()
+    raw = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
     with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tf:
             for n in names:
@@ -263,7 +309,42 @@ def untracked_tar(root: Path, names: list[str], extra: Mapping[str, bytes] | Non
                 info = tarfile.TarInfo(n)
                 info.size, info.mode = len(data), 0o600
                 tf.addfile(info, io.BytesIO(data))
-    return raw.getvalue()
+    raw.seek(0)
+    if raw.seek(0, os.SEEK_END) <= SPOOL_BYTES:      # still in memory: the bytes themselves
+        raw.seek(0)
+        data = raw.read()
+        raw.close()
+        return data
+    raw.seek(0)
+    return raw  # type: ignore[return-value]
+
+
+Member = bytes | IO[bytes]
+
+
+def member_size(m: Member) -> int:
+    if isinstance(m, bytes):
+        return len(m)
+    pos = m.tell()
+    end = m.seek(0, os.SEEK_END)
+    m.seek(pos)
+    return end
+
+
+def member_chunks(m: Member, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """A member's bytes, a chunk at a time (a file member from its start, then closed)."""
+    if isinstance(m, bytes):
+        yield m
+        return
+    m.seek(0)
+    try:
+        while True:
+            data = m.read(chunk)
+            if not data:
+                return
+            yield data
+    finally:
+        m.close()
 
 
 def _add_untracked(tf: tarfile.TarFile, root: Path, n: str) -> None:
@@ -290,9 +371,14 @@ def _add_untracked(tf: tarfile.TarFile, root: Path, n: str) -> None:
         info.type = tarfile.DIRTYPE
         tf.addfile(info)
     else:
-        fst, data = read_in_tree(root, n, "untracked file")
-        info.mode, info.size = stat.S_IMODE(fst.st_mode), len(data)
-        tf.addfile(info, io.BytesIO(data))
+        fst, fd = open_in_tree(root, n, "untracked file")
+        info.mode, info.size = stat.S_IMODE(fst.st_mode), fst.st_size
+        with _FdReader(fd, fst.st_size) as src:
+            try:
+                tf.addfile(info, io.BufferedReader(src, 1 << 20))
+            except OSError:             # shorter than when it was looked at
+                raise Refusal(f"untracked file {n!r} in {root} changed while it was read; "
+                              "nothing ran") from None
 
 
 @dataclass(frozen=True)
@@ -301,7 +387,7 @@ class Local:
     them while the lane's hello is on its way."""
 
     diff: bytes
-    untracked: bytes
+    untracked: Member
     env: bytes
     untracked_count: int
     known: Known | None = None      # the bundle's basis as far as it could be looked up ahead

@@ -12,7 +12,11 @@ folder and renamed into place once whole; the current one is chosen by one atomi
 install never touches another: a nev already running keeps its own files (its interpreter is the
 install's own, `rig/cli.py` holds its in-use lock and pins its children to it), and the sweep
 (`lanes.sweep.decide_installs`) removes an old install only once no nev runs from it. Installing a
-key already present builds nothing: the link is flipped back to it.
+key already present builds nothing, once that install is checked against its key's manifest
+(`manifest`, `VERIFY`): the files the wheels of this development box put in site-packages, with
+their hashes from the wheels' own RECORDs, nothing else there, the venv's python and its
+`bin/nev` what the install script makes. One that differs is moved aside and built anew, never
+reused (docs/lanes.md, "The agent's code and the installs").
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 from lanes.agent import layout
+from lanes.base import ui
 from lanes.base.errors import NevError
 from lanes.base.ssh import Connection
 
@@ -135,9 +140,17 @@ else
     pip="$tmp/bin/python $(ls "$whl"/pip-*.whl)/pip"
   fi
   $pip install -q --disable-pip-version-check --no-index --find-links "$whl" nev
+  # only the wheelhouse's own distributions stay in site-packages (the manifest checks them all)
+  for d in setuptools wheel pip; do
+    if ! ls "$whl"/$d-*.whl >/dev/null 2>&1 || [ $d = pip ]; then
+      $pip uninstall -q -y --disable-pip-version-check $d >/dev/null 2>&1 || true
+    fi
+  done
   grep -rlIF "$tmp" "$tmp/bin" "$tmp/pyvenv.cfg" | while read -r f; do
     sed -i "s|$tmp|$PWD/{new}|g" "$f"
   done
+  printf '%s\n' "#!$PWD/{new}/bin/python" {shlex.quote(LAUNCHER)} > "$tmp/bin/nev"
+  chmod 755 "$tmp/bin/nev"
   mkdir "$tmp/{layout.INSTALL_ENTRY}"
   ln -s ../bin/nev "$tmp/{layout.INSTALL_ENTRY}/nev"
   : > "$tmp/{layout.IN_USE}"
@@ -163,13 +176,121 @@ fi
 PROBE = (f'cd "$HOME" && readlink {CURRENT}; test -x {LINK} && echo ok; '
          f'test -f {layout.NEV_INSTALLS}/"$1"/{layout.IN_USE} && echo present')
 
+# The install's `bin/nev` after its first line (`#!<install>/bin/python`): written by the install
+# script, so the check can say what it must hold.
+LAUNCHER = "import sys\nfrom rig.cli import run\nsys.exit(run())"
+# Made by pip in each distribution's `.dist-info`, in no wheel's RECORD.
+PIP_MADE = ("INSTALLER", "REQUESTED", "RECORD", "direct_url.json")
+
+# The lane's check of an install (`python3 -I -S -c VERIFY <install folder>`, the manifest as
+# JSON on stdin): drops every `__pycache__` (a compiled file cannot be checked against its
+# source; the next run compiles again), then prints `ok`, or `differs: <what>` for the first
+# file that is missing, differs, or is there without being in the manifest, a venv python that
+# is not this lane's python3, or a `bin/nev` that is not the launcher.
+VERIFY = f"""
+import glob, hashlib, base64, json, os, shutil, sys
+d = sys.argv[1]
+want = json.load(sys.stdin)
+def say(w):
+    print("differs: " + w); sys.exit(0)
+sp = glob.glob(os.path.join(d, "lib", "python*", "site-packages"))
+if len(sp) != 1: say("no single site-packages")
+sp = sp[0]
+py = os.path.realpath(sys.executable)
+for n in ("python", "python3"):
+    if os.path.realpath(os.path.join(d, "bin", n)) != py: say("bin/" + n + " is not " + py)
+cfg = dict(l.split("=", 1) for l in open(os.path.join(d, "pyvenv.cfg")) if "=" in l)
+cfg = {{k.strip(): v.strip() for k, v in cfg.items()}}
+if cfg.get("include-system-site-packages") != "false" or \
+        os.path.realpath(os.path.join(cfg.get("home", "/"), "python3")) != py: say("pyvenv.cfg")
+nev = "#!" + os.path.join(d, "bin", "python") + "\\n" + {LAUNCHER!r} + "\\n"
+b = os.path.join(d, "bin", "nev")
+if os.path.islink(b) or open(b).read() != nev:
+    say("bin/nev")
+seen = set()
+for top, dirs, files in os.walk(sp):
+    if "__pycache__" in dirs:
+        shutil.rmtree(os.path.join(top, "__pycache__"))
+        dirs.remove("__pycache__")
+    for f in files:
+        p = os.path.join(top, f)
+        rel = os.path.relpath(p, sp)
+        if rel not in want:
+            if os.path.basename(top).endswith(".dist-info") and f in {PIP_MADE!r}: continue
+            say(rel + " is in no wheel")
+        if os.path.islink(p): say(rel + " is a link")
+        h = hashlib.sha256()
+        with open(p, "rb") as x:
+            for b in iter(lambda: x.read(1 << 20), b""): h.update(b)
+        if "sha256=" + base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode() != want[rel]:
+            say(rel + " changed")
+        seen.add(rel)
+miss = sorted(set(want) - seen)
+if miss: say(miss[0] + " is missing")
+print("ok")
+"""
+
+
+def manifest(house: Path) -> dict[str, str]:
+    """Every file the wheelhouse's wheels (pip's aside: the install does not keep it) put in
+    site-packages, with its hash as the wheel's RECORD gives it (`sha256=<urlsafe base64>`);
+    what an install of this key must hold, read from the wheels on this development box."""
+    import csv
+    import zipfile
+
+    out: dict[str, str] = {}
+    for whl in sorted(house.glob("*.whl")):
+        if whl.name.startswith("pip-"):
+            continue
+        with zipfile.ZipFile(whl) as zf:
+            records = [n for n in zf.namelist()
+                       if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
+            if len(records) != 1:
+                raise NevError(f"wheel {whl} has no single RECORD; remove {house} and try again")
+            text = zf.read(records[0]).decode("utf-8")
+        for row in csv.reader(text.splitlines()):
+            if len(row) < 2 or not row[1] or row[0].split("/", 1)[0].endswith(".data"):
+                continue
+            out[row[0]] = row[1]
+    return out
+
+
+def verify_command(key: str) -> str:
+    """The lane's check of the install of `key` (its manifest on stdin): `ok` or `differs: ...`."""
+    return f'python3 -I -S -c {shlex.quote(VERIFY)} "$HOME/{install_dir(key)}"'
+
+
+def set_aside_command(key: str) -> str:
+    """The install of `key` renamed to `.gone-<key>.<pid>` (the sweep removes it once nothing runs
+    from it), under the install lock."""
+    gone = f"{layout.NEV_INSTALLS}/{layout.INSTALL_GONE}{key}.$$"
+    return (f'cd "$HOME" && exec 9>{layout.INSTALL_LOCK} && flock 9 && '
+            f'mv -T {install_dir(key)} {gone}')
+
 
 def install(conn: Connection, cache: Path) -> tuple[bool, str]:
     """Install nev on the lane behind `conn`; returns (changed, the lane's one-line report).
     Changed means a new install was built; flipping back to one already there is not a change."""
+    import json
+
     house, key = wheelhouse(cache)
     probe = conn.run(f"sh -c {shlex.quote(PROBE)} sh {key}")
     lines = probe.out.split()
+    if "present" in lines:
+        want = json.dumps(manifest(house)).encode()
+        check = conn.run(verify_command(key), stdin=want, timeout=300)
+        said = (check.out.strip().splitlines()
+                or [check.err.strip() or f"exit {check.exit_status}"])[-1]
+        if said != "ok":
+            aside = conn.run(set_aside_command(key))
+            if aside.exit_status != 0:
+                last = (aside.err.strip().splitlines() or ['?'])[-1]
+                raise NevError(f"the install of nev {key} on {conn.target} {said}, and moving it "
+                               f"aside failed: {last}")
+            what = said.replace("differs: ", "differs (")
+            ui.info(f"{conn.target}: the install of nev {key} {what}); moved it aside, "
+                    "installing it anew")
+            lines = [x for x in lines if x != "present"]
     if lines == [f"installs/{key}", "ok", "present"]:
         return False, f"unchanged: nev {key} already installed"
     tar = b"" if "present" in lines else wheel_tar(house)

@@ -58,7 +58,7 @@ def test_a_lane_without_the_agent_asks_for_it_once_then_runs_its_cached_copy(tmp
     assert (cached(tmp_path) / agent.hash).read_bytes() == zlib.decompress(agent.blob)
     asked, result, err = talk(tmp_path, agent)
     assert not asked and result["root"] == str(tmp_path), err
-    assert sorted(p.name for p in cached(tmp_path).iterdir()) == [agent.hash, agent.hash + ".code"]
+    assert sorted(p.name for p in cached(tmp_path).iterdir()) == [agent.hash]
 
 
 def test_a_tampered_cached_agent_is_refused_and_sent_again(tmp_path):
@@ -86,11 +86,11 @@ def test_a_lane_holding_an_old_agent_runs_the_new_one_after_an_upgrade(tmp_path,
     # the sweep removes the agent that is no longer current, and only that
     (cached(tmp_path) / "notes.txt").write_text("not nev's\n")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert agent_root.cached_agents() == sorted([old.hash, old.hash + ".code", new.hash, new.hash + ".code", "notes.txt"])
+    assert agent_root.cached_agents() == sorted([old.hash, new.hash, "notes.txt"])
     stale = sw.stale_agents(agent_root.cached_agents(), new.hash)
-    assert stale == [old.hash, old.hash + ".code"]
+    assert stale == [old.hash]
     assert agent_root.remove_agents(stale + ["../escape"]) == (stale, {"../escape": "not a cached agent's name; kept"})
-    assert sorted(p.name for p in cached(tmp_path).iterdir()) == sorted([new.hash, new.hash + ".code", "notes.txt"])
+    assert sorted(p.name for p in cached(tmp_path).iterdir()) == sorted([new.hash, "notes.txt"])
 
 
 def test_a_cache_that_cannot_be_written_still_runs_the_agent_sent(tmp_path):
@@ -119,30 +119,24 @@ def test_the_bootstrap_is_small_single_quotable_and_names_only_the_hash():
     assert layout.AGENT_CACHE in agentpack.BOOTSTRAP
 
 
-def test_the_agents_compiled_modules_are_kept_and_a_damaged_copy_is_compiled_anew(tmp_path):
-    """The second start of an agent runs its modules' code kept beside it (`<hash>.code`); a
-    damaged or foreign copy of that code is not run: the modules are compiled again and the copy
-    rewritten."""
+def test_a_compiled_form_planted_beside_the_cached_agent_is_never_run(tmp_path):
+    """Only the cached agent whose content hashes to the name the development box sent runs: a
+    compiled form of its modules beside it (`<hash>.code`, as agents once kept it, checked only
+    against a hash stored in the same file) is not read, whatever it holds."""
+    import hashlib
     import marshal
+    import sys
 
     agent = agentpack.lane_agent()
     assert talk(tmp_path, agent)[0]
-    code = cached(tmp_path) / (agent.hash + ".code")
-    h, tag, digest, blob = marshal.loads(code.read_bytes())
-    assert h == agent.hash and len(marshal.loads(blob)) == len(agentpack.LANE_MODULES)
-    stamp = code.stat().st_mtime_ns
-    asked, result, err = talk(tmp_path, agent)
-    assert not asked and result["root"] == str(tmp_path), err
-    assert code.stat().st_mtime_ns == stamp                          # used, not rewritten
     marker = compile(h_marker_source(tmp_path), "x", "exec")
     forged = marshal.dumps([marker] * len(agentpack.LANE_MODULES))
-    code.write_bytes(marshal.dumps((h, tag, digest, forged)))        # code that does not match its sha256
+    code = cached(tmp_path) / (agent.hash + ".code")
+    code.write_bytes(marshal.dumps((agent.hash, sys.implementation.cache_tag,
+                                    hashlib.sha256(forged).hexdigest(), forged)))
     asked, result, err = talk(tmp_path, agent)
     assert not asked and result["root"] == str(tmp_path), err
-    assert not (tmp_path / "forged-ran").exists()
-    assert marshal.loads(code.read_bytes())[3] == blob                # compiled anew, rewritten
-    code.write_bytes(b"torn")
-    assert talk(tmp_path, agent)[1]["root"] == str(tmp_path)
+    assert not (tmp_path / "forged-ran").exists(), "the planted compiled code ran"
 
 
 def h_marker_source(home: Path) -> str:
@@ -182,7 +176,7 @@ def test_each_start_of_a_cached_agent_marks_it_used(tmp_path, monkeypatch):
     assert copy.stat().st_mtime > old + 86400     # ... and says it was used now
     monkeypatch.setenv("HOME", str(tmp_path))
     ages = agent_root.agent_ages(agent_root.cached_agents())
-    assert set(ages) == {agent.hash, agent.hash + ".code"} and ages[agent.hash] < 60
+    assert set(ages) == {agent.hash} and ages[agent.hash] < 60
 
 
 def test_the_sweep_keeps_another_boxs_agent_used_recently():

@@ -22,6 +22,21 @@ def test_install_puts_this_nev_on_the_lane_and_second_run_changes_nothing(box, t
     assert second.returncode == 0, second.stderr
     assert "unchanged: nev" in second.stdout
 
+    # An install whose files no longer match its key's manifest is built anew, not reused.
+    from lanes import selfinstall
+
+    key = selfinstall.source_key()
+    inst = box.lanes[1].host_home / selfinstall.install_dir(key)
+    edited = next(inst.glob("lib/python*/site-packages/lanes/__init__.py"))
+    good = edited.read_bytes()
+    with edited.open("ab") as f:
+        f.write(b"import os  # planted\n")
+    third = nev("lane", "install", "--lane", "1", env=env)
+    assert third.returncode == 0, third.stderr
+    assert "differs (lanes/__init__.py changed); moved it aside, installing it anew" in third.stderr
+    assert f"changed: nev {key} installed" in third.stdout
+    assert next(inst.glob("lib/python*/site-packages/lanes/__init__.py")).read_bytes() == good
+
     # A gate on that lane finds `nev` on PATH (the lane's own install, not the dev box's).
     wt = tmp_path / "wt"
     subprocess.run(["git", "init", "-q", "-b", "main", str(wt)], check=True)

@@ -299,3 +299,51 @@ def test_two_sweeps_removing_the_same_old_install_both_succeed(tmp_path):
     assert out == [(["a" * 16], {})]
     assert installs.remove(str(home), [layout.INSTALL_GONE + "x.9"], []) == (
         [layout.INSTALL_GONE + "x.9"], {})      # a `.gone-*` another sweep finished: removed
+
+
+def _verify(env: dict, key: str, house: Path) -> str:
+    import json
+
+    cp = subprocess.run(["sh", "-c", selfinstall.verify_command(key)], env=env, capture_output=True,
+                        input=json.dumps(selfinstall.manifest(house)).encode(), timeout=120)
+    assert cp.returncode == 0, cp.stderr.decode()
+    return cp.stdout.decode().strip()
+
+
+def test_an_install_whose_files_no_longer_match_its_keys_manifest_is_found_out(lane, tmp_path):
+    """The check `nev lane install` makes of an install already there (`selfinstall.VERIFY`),
+    against the manifest read from this box's wheels: an edited module, a `.pth` file dropped in
+    site-packages, a relinked python or a rewritten `bin/nev` each differ; a compiled file planted
+    in `__pycache__` is dropped (it cannot be checked), never run."""
+    home, env = lane
+    house = tmp_path / "house-1"
+    house.mkdir()
+    _wheel(house, "1")
+    _install(env, KEY_A, selfinstall.wheel_tar(house))
+    inst = home / selfinstall.install_dir(KEY_A)
+    assert _verify(env, KEY_A, house) == "ok"
+    site = next(inst.glob("lib/python*/site-packages"))
+    assert not list(site.glob("pip*")), "pip stays in the install: the manifest cannot check it"
+    cp = subprocess.run([str(inst / "bin" / "nev"), "where"], env=env, capture_output=True,
+                        text=True)
+    assert cp.returncode == 0 and cp.stdout.startswith("1 "), cp.stderr     # the launcher runs nev
+    planted = site / "rig" / "__pycache__" / "planted.pyc"
+    planted.parent.mkdir(exist_ok=True)
+    planted.write_bytes(b"x")
+    assert _verify(env, KEY_A, house) == "ok" and not planted.exists()
+    cmds = site / "rig" / "commands.py"
+    good = cmds.read_bytes()
+    cmds.write_bytes(good + b"\nimport os\n")
+    assert _verify(env, KEY_A, house) == "differs: rig/commands.py changed"
+    cmds.write_bytes(good)
+    (site / "zz-planted.pth").write_text("import os\n")
+    assert _verify(env, KEY_A, house) == "differs: zz-planted.pth is in no wheel"
+    (site / "zz-planted.pth").unlink()
+    launcher = inst / "bin" / "nev"
+    text = launcher.read_text()
+    launcher.write_text(text + "import os\n")
+    assert _verify(env, KEY_A, house) == "differs: bin/nev"
+    launcher.write_text(text)
+    (inst / "bin" / "python3").unlink()
+    (inst / "bin" / "python3").symlink_to("/bin/sh")
+    assert _verify(env, KEY_A, house).startswith("differs: bin/python")

@@ -226,7 +226,8 @@ def test_a_gate_runs_its_command_and_gives_its_result_typed(local):
     command = ["sh", "-c", "echo hi; echo oops >&2; cat README; exit 3"]
     got = gate.gate_on_lane(lane, conn, wt, command, forge=forge, on_stdout=out.extend,
                             on_stderr=err.extend)
-    assert got.status == 3 and isinstance(got.result, m.GateResult) and got.result.env_removed
+    assert got.status == 3, bytes(err)
+    assert isinstance(got.result, m.GateResult) and got.result.env_removed
     assert out == b"hi\nengine\n" and err == b"oops\n" and got.agent_sent
     assert got.result.writer is None and got.result.prepare_s is not None and got.result.log
 

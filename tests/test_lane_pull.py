@@ -163,3 +163,24 @@ def test_the_lane_never_sends_the_copy_itself(tmp_path):
         with pytest.raises(Refused):
             pull_path(bad)
     assert pull_path("out") == "out" and Path("x").name == "x"
+
+
+def test_a_pulled_folder_over_the_bound_is_refused_whole_and_a_sparse_file_is_never_made_whole(
+        lane, tmp_path):
+    """`--pull` holds at most NEV_PULL_MAX_MB (default 2048): a folder whose files hold more is
+    refused whole (exit 5, one line), however well it compresses; a folder holding a sparse file
+    (a 4 GiB hole would become 4 GiB of real disk here) is not pulled, said in one line."""
+    wt = make_repo(tmp_path / "wt")
+    big = "mkdir -p out && head -c 3145728 /dev/zero > out/zeros"           # 3 MiB, ~3 KB gzip'd
+    r = lane.nev(["lane", "run", "--pull", "out", str(wt), "sh", "-c", big], NEV_PULL_MAX_MB="2")
+    assert r.returncode == Exit.PULL_REFUSED, (r.stdout, r.stderr)
+    assert "more than 2 MiB (NEV_PULL_MAX_MB)" in r.stderr
+    assert "nothing of it was written" in r.stderr
+    assert not (wt / "out").exists()
+    sparse = "mkdir -p out && echo kept > out/small && truncate -s 4G out/hole"
+    r = lane.nev(["lane", "run", "--pull", "out", str(wt), "sh", "-c", sparse])
+    assert "out: hole is a sparse file" in r.stderr, r.stderr
+    assert "nothing pulled for it" in r.stderr
+    assert not (wt / "out").exists()
+    r = lane.nev(["lane", "run", "--pull", "out", str(wt), "sh", "-c", big], NEV_PULL_MAX_MB="4")
+    assert r.returncode == 0 and (wt / "out" / "zeros").stat().st_size == 3 << 20, r.stderr

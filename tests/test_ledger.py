@@ -48,6 +48,10 @@ HOSTILE = [
     (bad(budget="lots"), "budget"),
     (bad(cases_run="ten"), "cases_run"),
     (bad(start=5), "start"),
+    (bad(models__a__gpu_s=1e308), "models.a.gpu_s"),          # a gate's line, summed once
+    (bad(models__a__tokens_in=10**15), "models.a.tokens_in"),
+    (bad(lane_cpu_s=1e300), "lane_cpu_s"),
+    (bad(budget__spent_gpu_s=1e200), "budget.spent_gpu_s"),
 ]
 
 
@@ -145,3 +149,20 @@ def test_ledger_json_with_no_batches_prints_an_empty_list(tmp_path):
     (shared / "ledger" / "wt.jsonl").write_text(_batch(1, "2026-03-01T10:00:00Z") + "\n")
     one = _ledger_cli(shared, "--worktree", "wt", "--json").stdout.splitlines()
     assert [json.loads(x)["batch"] for x in one] == ["b1"]
+
+
+@pytest.mark.parametrize("line,field", HOSTILE)
+def test_a_budget_counts_the_good_lines_and_names_and_skips_each_bad_one(tmp_path, line, field):
+    """What a job's budget reads (`ledger.read_for_budget`): every bad line (one that does not
+    parse, or a number out of bounds such as a gate's 1e308 GPU-seconds) is named once and skipped,
+    never summed; the good lines around it still count."""
+    p = write(tmp_path, json.dumps(GOOD), line, json.dumps(GOOD))
+    said: list[str] = []
+    assert spent_in(ledger.read_for_budget(p, said.append)) == (300, 3.0)
+    assert len(said) == 1 and str(p) in said[0] and "line 2" in said[0] and field in said[0]
+    assert "skipped" in said[0] and "\n" not in said[0]
+
+
+def test_a_budget_of_a_ledger_not_yet_written_counts_nothing(tmp_path):
+    said: list[str] = []
+    assert ledger.read_for_budget(tmp_path / "none.jsonl", said.append) == [] and said == []

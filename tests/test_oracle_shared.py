@@ -211,3 +211,54 @@ def test_each_corpus_of_several_reports_its_own_rendering_rate():
     f.rendered["webkit"], f.busy["webkit"] = 400, 2.0    # the second: 300 more in 1 s more
     assert f.rates(since) == {"webkit": 300.0} and f.rates() == {"webkit": 200.0}
     f.stop()
+
+
+def _plant(entry: Path) -> None:
+    """What a gate's command can do to a store entry: replace its cases and their hash together
+    (the manifest then matches the planted bytes)."""
+    import hashlib
+    import json
+
+    planted = b'{"planted": true}\n'
+    (entry / "cases.jsonl").write_bytes(planted)
+    man = json.loads((entry / "manifest.json").read_text())
+    man["content_sha256"] = hashlib.sha256(planted).hexdigest()
+    (entry / "manifest.json").write_text(json.dumps(man))
+    assert store.verify(entry) is None             # consistent: the manifest alone cannot tell
+
+
+def test_outside_a_gate_a_lane_uses_only_store_entries_whose_digest_nev_vouches_for(
+        tmp_path, monkeypatch):
+    """On a lane (NEV_ON_LANE), a build outside any gate's jail (a job's step, a verify's builder)
+    records the digest of what it rendered under the share's `corpus-digests/` (read-only in every
+    gate's jail) and uses a store entry only when that digest vouches for it: an entry a gate
+    rendered, or replaced together with its manifest's hash, is rendered anew. Inside a gate
+    (NEV_IN_GATE) the store is used as it is and nothing is recorded."""
+    share = tmp_path / "share"
+    store_root = share / "corpora"
+    share.mkdir()
+    monkeypatch.setenv("NEV_ON_LANE", "1")
+    monkeypatch.setenv("NEV_LANE_SHARED", str(share))
+    counts = Counts()
+    monkeypatch.setenv("NEV_IN_GATE", "1")
+    gated = copy_build(counts, tmp_path / "gate", store_root)     # a gate renders: not vouched for
+    assert gated.rendered and not (share / shared.DIGESTS).exists()
+    monkeypatch.delenv("NEV_IN_GATE")
+    job = copy_build(counts, tmp_path / "job", store_root)              # a job's step: renders anew
+    per_build = 3 * 2 * 30                                         # each engine, each case twice
+    assert job.rendered and counts.rendered == 2 * per_build
+    entry = job.shared
+    digests = shared.Digests.for_store(store_root)
+    assert digests is not None and digests.vouches(entry)
+    again = copy_build(counts, tmp_path / "job2", store_root)            # vouched for: used
+    assert not again.rendered and counts.rendered == 2 * per_build
+    _plant(entry)                                                         # a gate's trick
+    monkeypatch.setenv("NEV_IN_GATE", "1")
+    fooled = copy_build(counts, tmp_path / "gate2", store_root)   # gates still share the store
+    assert not fooled.rendered
+    monkeypatch.delenv("NEV_IN_GATE")
+    fresh = copy_build(counts, tmp_path / "job3", store_root)
+    assert fresh.rendered and counts.rendered == 3 * per_build
+    cases = tmp_path / "job3" / "corpus" / "block_width" / "cases.jsonl"
+    assert b"planted" not in cases.read_bytes()
+    assert digests.vouches(fresh.shared)

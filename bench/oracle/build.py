@@ -112,12 +112,19 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
             result.folder = folder
         else:
             name = shared.entry(gen.function, key)
+            digests = shared.Digests.for_store(store_root)
             with shared.locked(store_root, name, None if quiet else info):
                 found = shared.find(store_root, name, key)
+                if found is not None and digests is not None and not digests.vouches(found):
+                    info(f"{found} has no digest nev vouches for in {digests.folder} (rendered or "
+                         "changed in a gate); building it anew")
+                    found = None
                 if found is None:
                     tampered(store_root / name, key)
                     result = _render(job, store.Writer(store_root, name), lazy, folder.name)
                     found = result.folder
+                    if digests is not None:
+                        digests.record(found, info)
                 else:
                     shared.touch(found)
                     result = BuildResult(found, True, store.read_manifest(found) or {}, rendered=False)

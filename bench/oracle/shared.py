@@ -37,6 +37,58 @@ def store_root(environ: Mapping[str, str] | None = None) -> Path | None:
     return None
 
 
+DIGESTS = "corpus-digests"   # under the share: the digests nev vouches for (read-only in a gate)
+
+
+class Digests:
+    """The corpus digests nev's builder vouches for, kept on the share where no gate can write
+    (`lanes.base.sandbox.GATE_SHARE_READ`): `<share>/corpus-digests/<store id>/<entry>` holds the
+    key and `content_sha256` of a store entry nev rendered outside any gate's jail. On a lane,
+    outside a gate (a job's step, a verify's builder), a store entry is used only when its digest
+    is here; one a gate rendered (or replaced, with its manifest) is rendered anew and recorded."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    @staticmethod
+    def for_store(root: Path, environ: Mapping[str, str] | None = None) -> Digests | None:
+        """The registry of store `root`; None off a lane or inside a gate's jail (there the
+        store's entries are used as they are and nothing is recorded)."""
+        import hashlib
+
+        if not settings.get(settings.ON_LANE, environ) or settings.get(settings.IN_GATE, environ):
+            return None
+        share = settings.path(settings.LANE_SHARED, environ)
+        if not share.is_dir():
+            return None
+        ident = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
+        return Digests(share / DIGESTS / ident)
+
+    def vouches(self, folder: Path) -> bool:
+        man = store.read_manifest(folder) or {}
+        try:
+            text = (self.folder / folder.name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return False
+        return text == self._line(man) and store.verify(folder) is None
+
+    def record(self, folder: Path, say: Callable[[str], None] | None = None) -> None:
+        man = store.read_manifest(folder) or {}
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            tmp = self.folder / f".{folder.name}.{os.getpid()}"
+            tmp.write_text(self._line(man), encoding="utf-8")
+            os.replace(tmp, self.folder / folder.name)
+        except OSError as e:
+            if say is not None:
+                say(f"cannot record the digest of {folder} in {self.folder} ({e.strerror}); "
+                    "the next build outside a gate renders it again")
+
+    @staticmethod
+    def _line(man: dict) -> str:
+        return f"{man.get('key')} {man.get('content_sha256')} {man.get('votes_sha256')}\n"
+
+
 def entry(function: str, key: str) -> str:
     """The store's folder name for a corpus key."""
     return f"{function}-{key[:16]}"

@@ -160,6 +160,10 @@ class Writer:
             old = read_manifest(self.final) or {}
             tag = str(old.get("key", "unknown"))[:16] + f"-{int(time.time())}"
             dest = self.root / ".superseded" / self.final.name / tag
+            n = 1
+            while dest.exists():        # superseded twice within a second (a corpus built anew)
+                n += 1
+                dest = dest.with_name(f"{tag}.{n}")
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.rename(self.final, dest)
             moved = dest

@@ -5,7 +5,8 @@ and left up). Both are timed alternately on lane 0 through the jump host, as on 
 (unshaped links): the `nev` CLI as a user runs it (interpreter start included), the gate
 in-process (its channel: one OpenSSH client through the jump host, as `nev lane run` opens it),
 and `ssh -J jump lane true` (the ssh CLI with the box's client config, whose ProxyJump is the
-jump host).
+jump host). The in-process gate is timed with the gate's own jail (as every gate runs since issue
+41) and without it (`jail_cost_s`: the jail's share of a warm gate).
 
 Where the time went (2026-12-01, 2 cores, load ~6): the CLI's overhead was ~0.45-1.3 s, of which
 paramiko's import (with cryptography, nacl and importlib.metadata's scan for its version) and its
@@ -122,7 +123,12 @@ def main() -> int:
         record = tmp / "cache-norec" / "nev" / "gate-argv.json"
         first, _, rc = timed(nev, env)  # the cold run: mirror fetch, worktree add
         assert rc == 0, "the first gate failed; run it by hand to see why"
-        cli, norec, ssh_t, inproc = [], [], [], []
+        cli: list[float] = []
+        norec: list[float] = []
+        ssh_t: list[float] = []
+        inproc: list[float] = []
+        nojail: list[float] = []
+        jail_of = gate.gate_jail
         rss = {"nev_cli": 0, "ssh": 0, "lane_apply": 0}
         for _ in range(args.runs):
             t, r, rc = timed(ssh, env)
@@ -137,18 +143,23 @@ def main() -> int:
             t, _, rc = timed(nev, env_norec)
             assert rc == 0
             norec.append(t)
-            t0 = time.perf_counter()
-            lf = lanesfile.configured()
-            ln = lf.lanes[0]
-            conn = ln.openssh()           # the gate's own route: the OpenSSH client, its channel one process
-            w = payload.Worktree.open(wt)
-            out = gate.gate_on_lane(ln, conn, w, ["true"], forge=forge_for(w.repo, lf),
-                                    on_stdout=lambda b: None, on_stderr=lambda b: None)
-            conn.close()
-            inproc.append(time.perf_counter() - t0)
-            rss["lane_apply"] = max(rss["lane_apply"], int(out.result.maxrss_kb or 0))
+            # in-process, with the gate's own jail (as every gate runs) and without it (the jail's
+            # options left out of the payload: the command run bare, as before issue 41)
+            for series, jail in ((inproc, jail_of), (nojail, lambda *a, **k: [])):
+                gate.gate_jail = jail  # type: ignore[assignment]
+                t0 = time.perf_counter()
+                lf = lanesfile.configured()
+                ln = lf.lanes[0]
+                conn = ln.openssh()       # the gate's own route: the OpenSSH client, one process
+                w = payload.Worktree.open(wt)
+                out = gate.gate_on_lane(ln, conn, w, ["true"], forge=forge_for(w.repo, lf),
+                                        on_stdout=lambda b: None, on_stderr=lambda b: None)
+                conn.close()
+                series.append(time.perf_counter() - t0)
+                gate.gate_jail = jail_of  # type: ignore[assignment]
+                rss["lane_apply"] = max(rss["lane_apply"], int(out.result.maxrss_kb or 0))
         med = {k: statistics.median(v) for k, v in (("ssh", ssh_t), ("nev_cli", cli), ("gate_inproc", inproc),
-                                                    ("norec", norec))}
+                                                    ("norec", norec), ("nojail", nojail))}
         fig = {
             "runs": args.runs, "route": "via jump host", "first_gate_s": round(first, 3),
             "ssh_true_s": round(med["ssh"], 3), "nev_lane_run_true_s": round(med["nev_cli"], 3),
@@ -157,6 +168,8 @@ def main() -> int:
             "overhead_cli_s": round(med["nev_cli"] - med["ssh"], 3),
             "overhead_cli_no_record_s": round(med["norec"] - med["ssh"], 3),
             "overhead_inprocess_s": round(med["gate_inproc"] - med["ssh"], 3),
+            "gate_inprocess_no_jail_s": round(med["nojail"], 3),
+            "jail_cost_s": round(med["gate_inproc"] - med["nojail"], 3),
             "bytes_sent_warm": out.bytes_sent,
             "peak_rss_kb": {k: (v or None) for k, v in rss.items()},
             "ratio_cli_vs_ssh": round(med["nev_cli"] / med["ssh"], 2),

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from lanes import dotenv
 from lanes.agent import layout, links
 from lanes.agent.errors import Refused
-from lanes.agent.git import git
+from lanes.agent.git import git, worktree_entry
 from lanes.agent.guard import check_diff, check_tar, inside
 from lanes.agent.mirror import Mirror, MirrorLock
 from lanes.agent.wire import CHUNK
@@ -53,22 +53,66 @@ class Copy:
         self.say = say
 
     def prepare(self, mirror: Mirror, commit: str) -> None:
-        """The copy checked out at `commit`, detached, with untracked files cleaned (not ignored ones)."""
+        """The copy checked out at `commit`, detached, with untracked files cleaned (not ignored
+        ones). A copy the mirror has no worktree entry for, whose `.git` is no file, or whose
+        checkout fails is moved aside (one line) and made anew: never refused for good. A `.git`
+        file naming anything but its entry is rewritten (one line); git never follows it anyway
+        (`lanes.agent.git.repo_env`)."""
         with MirrorLock(self.root):
             if not os.path.isdir(self.path):
                 git(["worktree", "prune"], cwd=mirror.path)
-            known = os.path.realpath(self.path) in mirror.worktrees() and os.path.exists(
-                os.path.join(self.path, ".git"))
-            if os.path.lexists(self.path) and not known:
-                aside = self.root.stray(self.name, time.strftime("%Y%m%dT%H%M%S"), os.getpid())
-                os.rename(self.path, aside)
-                self.say(f"{self.path} was not a worktree of the lane's mirror; moved it aside to {aside} "
-                         "(nothing deleted)")
-            if not known:
-                git(["worktree", "add", "-q", "--detach", "--force", self.path, commit], cwd=mirror.path)
+            entry = worktree_entry(mirror.path, self.path) if os.path.isdir(self.path) else None
+            dot = os.path.join(self.path, ".git")
+            if entry is not None and (os.path.islink(dot) or not os.path.isfile(dot)):
+                entry = None
+                why = "its .git is not the file git made"
+            else:
+                why = "was not a worktree of the lane's mirror"
+            if os.path.lexists(self.path) and entry is None:
+                self.set_aside(why)
+            if entry is None:
+                self.add(mirror, commit)
                 return
-        git(["checkout", "-q", "--detach", "--force", commit], cwd=self.path)
-        git(["clean", "-q", "-fd"], cwd=self.path)
+            self.fix_gitfile(entry)
+        try:
+            git(["checkout", "-q", "--detach", "--force", commit], cwd=self.path)
+            git(["clean", "-q", "-fd"], cwd=self.path)
+        except Refused as e:
+            with MirrorLock(self.root):
+                self.set_aside(f"could not be checked out ({e})")
+                self.add(mirror, commit)
+
+    def set_aside(self, why: str) -> None:
+        """The copy moved aside to a stray (nothing deleted), one line saying why."""
+        aside = base = self.root.stray(self.name, time.strftime("%Y%m%dT%H%M%S"), os.getpid())
+        n = 1
+        while os.path.lexists(aside):
+            n += 1
+            aside = f"{base}.{n}"
+        os.rename(self.path, aside)
+        self.say(f"{self.path} {why}; moved it aside to {aside} (nothing deleted) and made it anew")
+
+    def add(self, mirror: Mirror, commit: str) -> None:
+        git(["worktree", "prune"], cwd=mirror.path)
+        git(["worktree", "add", "-q", "--detach", "--force", self.path, commit], cwd=mirror.path)
+
+    def fix_gitfile(self, entry: str) -> None:
+        """The copy's `.git` file names its worktree entry, as git wrote it; rewritten (one line)
+        when a gate pointed it elsewhere."""
+        dot = os.path.join(self.path, ".git")
+        entry = os.path.realpath(entry)
+        with open(dot, "rb") as f:
+            text = f.read(4097).decode(errors="surrogateescape")
+        if text.startswith("gitdir: ") and text.endswith("\n") and text.count("\n") == 1 and \
+                os.path.realpath(text[8:-1]) == entry:
+            return
+        want = f"gitdir: {entry}\n".encode(errors="surrogateescape")
+        tmp = dot + ".nev-rewrite"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(want)
+        os.replace(tmp, dot)
+        self.say(f"{dot} named another git folder; rewritten to name its worktree entry {entry}")
 
     def apply_diff(self, path: str) -> None:
         if os.path.getsize(path) == 0:

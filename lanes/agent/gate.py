@@ -102,7 +102,40 @@ class Gate:
             pid=os.getpid(), mirror=have_mirror, tips=self.mirror.tips() if have_mirror else [],
             fetch_age=self.mirror.fetch_age() if have_mirror else None, free_gb=round(free, 2),
             guest=os.uname().nodename, python=sys.version.split()[0],
-            copies=copy_sizes(self.root.path) if free < self.min_free_gb else None)
+            copies=copy_sizes(self.root.path) if free < self.min_free_gb else None,
+            root=os.path.realpath(self.root.path), home=os.path.realpath(os.path.expanduser("~")),
+            shared=os.path.realpath(self.shared) if os.path.isdir(self.shared) else None,
+            bwrap=shutil.which("bwrap"))
+
+    def jailed(self, command: list[str], jail: list[str]) -> list[str]:
+        """`command` in the gate's own jail (`jail`: bubblewrap's options, made on the development
+        box): its scratch folder (`<payload>/tmp`) and the share's entries the jail binds for it
+        to write (`lanes.agent.links.gate_writes`: a ledger file, folders) made first, so the jail
+        can bind them. Refused on a lane without bubblewrap."""
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            raise Refused("bubblewrap is not installed on this lane and every gate runs in a jail "
+                          "of its own (docs/sandbox.md; nev lane provision names what is "
+                          "missing); nothing ran")
+        tmp = os.path.join(self.root.payload(self.name), "tmp")
+        os.makedirs(tmp, mode=0o700, exist_ok=True)
+        shared = os.path.realpath(self.shared) + "/"
+        for i, opt in enumerate(jail[:-1]):
+            p = jail[i + 1]
+            if opt == "--ro-bind-try" and p.startswith(shared) and os.path.isdir(self.shared):
+                # a folder read-only in the jail must be there, or the gate could make it
+                if inside(self.shared, os.path.dirname(p)) and not os.path.lexists(p):
+                    os.makedirs(p, exist_ok=True)
+            if opt == "--bind-try" and p.startswith(shared) and os.path.isdir(self.shared):
+                if not inside(self.shared, os.path.dirname(p)) or os.path.lexists(p):
+                    continue
+                if p.endswith(".jsonl"):
+                    os.makedirs(os.path.dirname(p), exist_ok=True)
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                    os.close(os.open(p, flags, 0o644))
+                else:
+                    os.makedirs(p, exist_ok=True)
+        return [bwrap, *jail, "--", *command]
 
     def take_payload(self, announced: dict[str, int]) -> dict[str, int]:
         """The members that follow the payload request, into the payload folder; their sizes."""
@@ -158,7 +191,19 @@ class Gate:
             env.setdefault("NEV_LEDGER", os.path.join(self.shared, links.ledger_path(self.name)))
         return env
 
-    def run_command(self, command: list[str], env: dict[str, str], log_path: str | None, masker: Masker) -> int:
+    def run_command(self, command: list[str], env: dict[str, str], log_path: str | None,
+                    masker: Masker, jail: list[str] | None = None) -> int:
+        if jail:
+            prog = command[0]
+            found = (os.path.join(self.copy.path, prog) if "/" in prog
+                     else shutil.which(prog, path=env.get("PATH")))
+            if found is None or not os.path.exists(found):
+                self.wire.send(Kind.STDERR, f"nev-lane: command not found: {prog}\n".encode())
+                return 127
+            if os.path.isdir(found) or not os.access(found, os.X_OK):
+                self.wire.send(Kind.STDERR, f"nev-lane: command not executable: {prog}\n".encode())
+                return 126
+            command = self.jailed(command, jail)
         try:
             p = self.child.start(command, cwd=self.copy.path, env=env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -187,6 +232,11 @@ class Gate:
             src = os.path.join(self.copy.path, d)
             if os.path.islink(src) or not os.path.isdir(src) or not inside(self.copy.path, src):
                 self.wire.say(f"--pull {d}: no such folder in the lane copy; nothing pulled for it")
+                continue
+            sparse = sparse_file(src)
+            if sparse is not None:
+                self.wire.say(f"--pull {d}: {sparse} is a sparse file (it would become its whole "
+                              "size of real disk); nothing pulled for it")
                 continue
             send(self.wire, Kind.PULL_START, PullStart(d))
             out = FrameWriter(self.wire, Kind.PULL_DATA)
@@ -229,6 +279,21 @@ class Gate:
         send(self.wire, Kind.RESULT, result)
         if self.lock_fd is not None:
             os.close(self.lock_fd)
+
+
+def sparse_file(folder: str) -> str | None:
+    """The first file under `folder` (links not followed) with fewer blocks on disk than its size
+    needs, relative to it; None when there is none."""
+    for top, _dirs, files in os.walk(folder):
+        for f in files:
+            p = os.path.join(top, f)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if (st.st_mode & 0o170000) == 0o100000 and st.st_blocks * 512 + 65536 < st.st_size:
+                return os.path.relpath(p, folder)
+    return None
 
 
 def run(wire: Wire, hello: Hello) -> int:
@@ -289,7 +354,8 @@ def run_payload(gate: Gate, req: Payload, result: GateResult) -> int:
         log_path = os.path.join(gate.shared, links.gate_log_path(gate.name, stamp, os.uname().nodename,
                                                                  req.commit))
         result.log = log_path
-    status = gate.run_command(req.command, gate.command_env(req.env), log_path, Masker(secrets))
+    status = gate.run_command(req.command, gate.command_env(req.env), log_path, Masker(secrets),
+                              req.jail)
     if gate.child.stopping.is_set():
         result.stopped = gate.child.how
     result.status = status

@@ -67,6 +67,18 @@ def ledger_path(worktree: str) -> str:
     return f"ledger/{worktree}.jsonl"
 
 
+def gate_writes(name: str, ledger: str | None = None) -> tuple[str, ...]:
+    """The share's entries a gate of copy `name` may write from its jail (relative to the share;
+    `lanes.base.sandbox.gate_jail_args` binds them): its own results folders, its ledger file
+    (`ledger/<name>.jsonl`, or the one its requester named with NEV_LEDGER_NAME: a plain file
+    name) and the npm cache. The agent makes them before the command starts."""
+    plain = name
+    if ledger and "/" not in ledger and "\0" not in ledger and ledger.strip("."):
+        plain = ledger
+    return (f"archive/suite-results/{name}", f"archive/webgpu-cts-results/{name}",
+            ledger_path(plain), "npm-cache")
+
+
 def ground_truth_names(texts: list[str]) -> set[str]:
     """Every `corpus/<name>ground-truth` cache the given source texts name."""
     names: set[str] = set()
@@ -79,8 +91,8 @@ def read_pins(copy: str) -> dict[str, str]:
     """`{suite: commit}` from the copy's tracks.json (nev validates it; here what is malformed is
     skipped)."""
     p = os.path.join(copy, SUITE_PINS)
-    try:
-        with open(p, encoding="utf-8") as f:
+    try:   # never through a link (a committed `tracks.json -> /home/...` reads nothing)
+        with open(os.open(p, os.O_RDONLY | os.O_NOFOLLOW), encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError, RecursionError, MemoryError):  # nested 200,000 deep, not UTF-8, ...
         return {}
@@ -89,6 +101,19 @@ def read_pins(copy: str) -> dict[str, str]:
         return {}
     return {str(k): v["commit"] for k, v in suites.items()
             if isinstance(v, dict) and isinstance(v.get("commit"), str)}
+
+
+def through_link(copy: str, rel: str) -> bool:
+    """A folder on the way to `rel` (relative to `copy`, itself included) is a symlink: making
+    folders or links there would follow it, perhaps out of the copy."""
+    p = copy
+    for part in [x for x in rel.split("/") if x]:
+        p = os.path.join(p, part)
+        if os.path.islink(p):
+            return True
+        if not os.path.exists(p):
+            return False
+    return False
 
 
 def apply_links(copy: str, shared: str, links: list[Link]) -> list[str]:
@@ -102,6 +127,10 @@ def apply_links(copy: str, shared: str, links: list[Link]) -> list[str]:
                 continue
             os.unlink(where)
         elif os.path.exists(where):
+            continue
+        if through_link(copy, os.path.dirname(link.path)):
+            made.append(f"{link.path}: not linked, a folder on its way is a symlink (nothing "
+                        "outside the copy is made or followed)")
             continue
         if link.make_target:
             os.makedirs(target, exist_ok=True)

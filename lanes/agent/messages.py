@@ -201,6 +201,12 @@ class HelloAnswer(Message):
     guest: str
     python: str
     copies: list[CopySize] | None = None
+    # Where the gate's jail is built (`lanes.base.sandbox.gate_jail_args`): the lane root, the home
+    # and the share, resolved on the lane; bubblewrap's path there (None: not installed).
+    root: str = ""
+    home: str = ""
+    shared: str | None = None
+    bwrap: str | None = None
 
 
 @_request
@@ -216,6 +222,9 @@ class Payload(Request):
     cred: Cred | None = None
     keep_env: bool = False
     pull: list[str] = field(default_factory=list)
+    # bubblewrap's options for the gate's own jail (`lanes.base.sandbox.gate_jail_args`): the
+    # command runs as `<bwrap> JAIL -- COMMAND`; empty only for a caller that builds none.
+    jail: list[str] = field(default_factory=list)
 
 
 @dataclass(repr=False, eq=False)

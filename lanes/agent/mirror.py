@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from lanes.agent import layout
 from lanes.agent.errors import Refused
-from lanes.agent.git import credential_env, git, git_env
+from lanes.agent.git import credential_env, git, git_argv, git_env, repo_env
 from lanes.agent.messages import Cred
 from lanes.agent.output import Masker
 from lanes.agent.procs import Child
@@ -49,6 +49,17 @@ class MirrorLock:
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
+
+
+# The mirror's config as nev makes it (`git init --bare`, gc off): nothing else belongs there. A
+# gate that wrote a filter, a hook path, an include or a URL rewrite into it finds it rewritten.
+MIRROR_CONFIG = b"""[core]
+\trepositoryformatversion = 0
+\tfilemode = true
+\tbare = true
+[gc]
+\tauto = 0
+"""
 
 
 class Mirror:
@@ -88,6 +99,25 @@ class Mirror:
             git(["config", "gc.auto", "0"], cwd=aside)
             os.rename(aside, self.path)
 
+    def guard_config(self) -> None:
+        """The mirror's config back to MIRROR_CONFIG (one line said) when anything changed it;
+        a link or a folder in its place goes. Under the mirror's lock."""
+        path = os.path.join(self.path, "config")
+        try:
+            with open(path, "rb") as f:
+                if not os.path.islink(path) and f.read(len(MIRROR_CONFIG) + 1) == MIRROR_CONFIG:
+                    return
+        except OSError:
+            pass
+        with MirrorLock(self.root):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            tmp = f"{path}.nev-{os.getpid()}"
+            with open(tmp, "wb") as f:
+                f.write(MIRROR_CONFIG)
+            os.replace(tmp, path)
+        self.say(f"the mirror's config {path} was changed outside nev; rewritten as nev makes it")
+
     def fetch(self, why: str) -> bool:
         """Fetch every branch and tag from the forge, once per gate; False when it failed."""
         if self.fetched or not self.git_url:
@@ -95,12 +125,13 @@ class Mirror:
         self.fetched = True
         self.say(f"fetching the mirror from the forge ({why})")
         t0 = time.monotonic()
-        env = git_env(credential_env(self.cred.user if self.cred else None,
-                                     self.cred.password if self.cred else None))
+        cred = credential_env(self.cred.user if self.cred else None,
+                              self.cred.password if self.cred else None)
+        env = git_env({**repo_env(self.path), **cred})
         with MirrorLock(self.root):
-            status, err = self.child.run_tool(["git", "fetch", "-q", "--no-tags", self.git_url,
-                                               "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
-                                              cwd=self.path, env=env)
+            argv = git_argv(["fetch", "-q", "--no-tags", self.git_url,
+                             "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"])
+            status, err = self.child.run_tool(argv, cwd=self.path, env=env)
         if status != 0:
             lines = err.decode(errors="replace").strip().splitlines()
             last = (lines[-1] if lines else f"exit {status}").encode()
@@ -128,6 +159,7 @@ class Mirror:
         """Make sure the mirror holds `commit` at `ref` (see the table above). `ask` sends the
         mirror's tips for another bundle (written to `bundle`) and returns its size."""
         self.ensure()
+        self.guard_config()
         why = fetch_reason(self.git_url, self.fetch_age(), self.max_age)
         if why:
             self.fetch(why)
@@ -143,8 +175,3 @@ class Mirror:
                 break
             have_bundle = ask(self.tips()) > 0
         raise Refused(f"the lane cannot get commit {commit[:12]}: not in the bundle, the mirror or the forge")
-
-    def worktrees(self) -> set[str]:
-        """The real paths of the mirror's worktrees (the copies and the mirror itself)."""
-        out = git(["worktree", "list", "--porcelain"], cwd=self.path).stdout.decode(errors="surrogateescape")
-        return {os.path.realpath(line[9:]) for line in out.splitlines() if line.startswith("worktree ")}

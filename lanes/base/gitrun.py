@@ -27,6 +27,13 @@ WRITE_CFG = ("-c", "core.editor=true", "-c", "commit.gpgSign=false", "-c", "tag.
              "-c", "core.hooksPath=/dev/null")
 
 
+# On every git nev runs on a person's behalf (docs/lanes.md, "The agent's git"): their hooks and
+# fsmonitor do not run (nev's own commits, merges, fetches and pushes are nev's, not theirs: a
+# person's hooks run from their own git commands), and no `ext::` transport runs a command.
+SAFE_CFG = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+            "-c", "protocol.ext.allow=never")
+
+
 class GitError(NevError):
     def __init__(self, message: str, argv: Sequence[str] = (), returncode: int = 1,
                  stdout: str = "", stderr: str = "") -> None:
@@ -90,7 +97,7 @@ class Repo:
     def git(self, *args: str, input: bytes | str | None = None, check: bool = True,
             timeout: float | None = None, env: Mapping[str, str] | None = None,
             text: bool = True) -> subprocess.CompletedProcess:
-        argv = ["git", "-C", str(self.path), *args]
+        argv = ["git", "-C", str(self.path), *SAFE_CFG, *args]
         log.debug("git: %s", mask_argv(argv))
         full_env = git_env({**self.env, **(env or {})})
         if isinstance(input, str) and not text:
@@ -121,6 +128,17 @@ class Repo:
     def try_rev(self, ref: str) -> str | None:
         cp = self.git("rev-parse", "--verify", "--quiet", ref + "^{commit}", check=False)
         return cp.stdout.strip() if cp.returncode == 0 else None
+
+    def filters_off(self) -> tuple[str, ...]:
+        """`-c` options that turn off every filter driver the person's config defines (its
+        `clean`, `smudge` and `process` commands), for reading a worktree to build a payload:
+        nev never runs a worktree's filter (an LFS file then travels as the bytes on disk)."""
+        cp = self.git("config", "-z", "--name-only", "--get-regexp",
+                      r"^filter\..*\.(clean|smudge|process)$", check=False)
+        out: list[str] = []
+        for name in sorted({n for n in cp.stdout.split("\0") if n}):
+            out += ["-c", f"{name}="]
+        return tuple(out)
 
     def toplevel(self) -> Path:
         return Path(self.out("rev-parse", "--show-toplevel"))

@@ -52,7 +52,11 @@ ARCHIVE_KEEP_DAYS = _s("NEV_ARCHIVE_KEEP_DAYS", "30", "days the share keeps arch
 LANE_MIN_FREE_GB = _s("NEV_LANE_MIN_FREE_GB", "20", "free GiB a lane root needs before a gate; below it the lane is swept")
 LANE_STRICT = _s("NEV_LANE_STRICT", None, "when set to 1, every check runs lane-only (never on the dev box); a landing's verify always does")
 LANE_KEEP_ENV = _s("NEV_LANE_KEEP_ENV", None, "when set to 1, the lane copy keeps .env after the run")
+PULL_MAX_MB = _s("NEV_PULL_MAX_MB", "2048", "MiB a `--pull` folder may hold (the sum of its files' "
+                 "sizes); a larger one, or one holding a sparse file, is not written (nothing of it)")
 LANE_SHARED = _s("NEV_LANE_SHARED", "/srv/lane-shared", "the NAS folder as seen on a lane")
+IN_GATE = _s("NEV_IN_GATE", None, "set to 1 inside a gate's own jail on a lane (docs/sandbox.md): "
+             "nev's oracle builder there neither trusts nor records the share's corpus digests")
 ON_LANE = _s("NEV_ON_LANE", None, "set on a lane (gates, job steps): commands run in place, the gateway URL comes "
              "from ~/.lane-model-env")
 LANES_FILE = _s("NEV_LANES_FILE", "bench/lane.local.json", "the lanes file (lanes[], git_url, nas)")
