@@ -38,6 +38,7 @@ FOLDER = b"\0<a folder in the file's place>"
 
 # json.load/json.loads outside the one reader, and why each reads no file of nev's state or declarations.
 RAW_JSON = {
+    "rig/box/demo/receiver.py::": "a POST to the demo's stand-in chat receiver",
     "crates_bridge/diagnostics.py::errors": "rustc's JSON diagnostics on its stderr",
     "bench/oracle/truth_service.py::Service._answer": "a verify's request on the ground-truth builder's socket",
     "bench/oracle/truth_service.py::request": "the ground-truth builder's answer on its socket",
@@ -102,6 +103,14 @@ class Reader:
     tolerant: bool = False                    # a bad file is skipped or started over, not an error
     keeps_bytes: bool = True
     setup: Callable[[Path], object] | None = None    # the other files the reader needs (folder)
+
+
+def _budget_lines(path: Path) -> object:
+    """A job's budget reading its ledger: every bad line named and skipped, never raised."""
+    from bench import ledger
+
+    said: list[str] = []
+    return ledger.read_for_budget(path, said.append), said
 
 
 def _hash_manifest(cases: Path) -> None:
@@ -240,6 +249,8 @@ def _readers() -> list[Reader]:
         Reader("ledger (nev ledger)", ("bench/ledger.py::read",), "share/ledger/wt.jsonl",
                _cli("ledger", "--worktree", "wt", env={"NEV_LANE_SHARED": "{dir}/share", "NEV_ON_LANE": "1"}),
                b'{"models": {"a": {"tokens_in": 1}}}\n'),
+        Reader("ledger lines for a job's budget", ("bench/ledger.py::read_for_budget", "bench/ledger.py::_checked"),
+               "share/ledger/wt.jsonl", lambda d, f: _budget_lines(f), b'{"models": {}}\n', tolerant=True),
         Reader("ledger lines on the dashboard", ("bench/ledger.py::read_lenient",), "share/ledger/wt.jsonl",
                lambda d, f: _dash_batches(d),
                b'{"models": {}}\n', tolerant=True),
