@@ -134,3 +134,23 @@ def test_an_argument_that_is_not_utf8_is_one_line_not_a_traceback(tmp_path):
     assert "- what: x\\xff" in text and "- role: \\xfe" in text
     r = _nev(["rig", "log", "--show"], env)
     assert b"x\\xff" in r.stdout and b"Traceback" not in r.stderr
+
+
+def test_lane_sweep_prints_a_planted_folder_name_of_a_lane_visibly(box, box_env, tmp_path):
+    """A folder on the lane whose name carries the planted escapes (anyone with a gate can make
+    one): `nev lane sweep --dry-run` names it, visibly, never raw."""
+    from lanes.base.ssh import Connection
+    from lanes.lanesfile import Lane
+
+    lane = Lane(0, box.lanes[0].ssh, root="/srv/lane", shared="/srv/lane-shared", jump=box.jump)
+    conn = Connection(lane.target, box.known_hosts, box.ssh_key, jump=lane.jump_target).connect()
+    name = "stray" + PLANT.replace("\\\\", "")
+    try:
+        assert conn.run(["mkdir", "-p", f"/srv/lane/{name}"]).exit_status == 0
+        argv = [sys.executable, "-m", "rig.cli", "lane", "sweep", "--lane", "0", "--dry-run"]
+        r = subprocess.run(argv, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                           timeout=300)
+        _assert_safe(r, "kept stray\\x1b]52")
+    finally:
+        conn.run(["rm", "-rf", f"/srv/lane/{name}"])
+        conn.close()
