@@ -117,6 +117,19 @@ def _calls(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
+def _where_and_what(argv: list[str]) -> tuple[str | None, str | None]:
+    """(the -C folder, the subcommand) of a git command line, past nev's `-c KEY=VALUE` options
+    (every git nev runs turns hooks and config-driven commands off on its command line)."""
+    where, i = None, 0
+    while i < len(argv) and argv[i].startswith("-"):
+        if argv[i] in ("-C", "-c"):
+            where = argv[i + 1] if argv[i] == "-C" else where
+            i += 2
+        else:
+            i += 1
+    return where, (argv[i] if i < len(argv) else None)
+
+
 def test_fetch_publishes_the_pinned_checkout_by_rename_and_a_second_fetch_runs_no_git(suite_env):
     e = suite_env
     first = nev(["oracle", "suites", "fetch", "--json"], e["track"], e["env"])
@@ -136,9 +149,9 @@ def test_fetch_publishes_the_pinned_checkout_by_rename_and_a_second_fetch_runs_n
     assert second.returncode == 0, second.stderr
     assert f"mini {e['pin'][:12]}: found (already published)" in second.stdout
     # git ran only to find the track's own checkout; nothing in the store, nothing remote
-    calls = [c.split()[1:4] for c in _calls(e["log"])]   # ["-C", dir, subcommand]
-    assert calls and all(c[0] == "-C" and c[2] == "rev-parse" and str(e["store"]) not in c[1]
-                         for c in calls), calls
+    calls = [_where_and_what(c.split()[1:]) for c in _calls(e["log"])]   # (dir, subcommand)
+    assert calls and all(w is not None and what == "rev-parse" and str(e["store"]) not in w
+                         for w, what in calls), calls
 
 
 def test_two_fetches_of_one_pin_at_once_fetch_it_once(suite_env):
@@ -284,15 +297,15 @@ def test_through_the_gate_a_lane_fetches_into_its_share_and_the_copys_link_resol
     from tests.helpers.local_lane import LocalLane, make_repo
 
     lane = LocalLane(tmp_path / "lane")
-    (lane.bin / "nev").write_text(f'#!/bin/sh\nexec {sys.executable} -m rig.cli "$@"\n')
-    (lane.bin / "nev").chmod(0o755)
-    bare, pin = make_suite_repo(tmp_path / "forge")
+    lane.install_nev()
+    # the forge where a gate's jail can read it (its /tmp is its own): a folder of the share
+    bare, pin = make_suite_repo(tmp_path / "share" / "forge")
     wt = make_repo(tmp_path / "wt")
     declare(wt, "mini", f"file://{bare}", pin, failing=FAILING)
     h.git(wt, "add", "-A")
     h.git(wt, "commit", "-qm", "declare the suite")
     share = tmp_path / "share"
-    share.mkdir()
+    share.mkdir(exist_ok=True)
     fetch = ["oracle", "suites", "fetch", "--lane", "0"]
     first = lane.nev(fetch, cwd=wt, NEV_LANE_SHARED=str(share))
     assert first.returncode == 0, first.stderr

@@ -55,20 +55,19 @@ def test_on_a_lane_the_run_writes_to_the_shares_suite_results(tmp_path):
     """Through the real gate and lane agent (a local lane): the record lands in
     archive/suite-results/<lane copy>/ on the share, through the copy's results link."""
     import os
-    import sys
 
     from tests.helpers.local_lane import LocalLane, make_repo
 
     lane = LocalLane(tmp_path / "lane")
-    (lane.bin / "nev").write_text(f'#!/bin/sh\nexec {sys.executable} -m rig.cli "$@"\n')
-    (lane.bin / "nev").chmod(0o755)
-    bare, pin = make_suite_repo(tmp_path / "forge")
+    lane.install_nev()
+    # the forge where a gate's jail can read it (its /tmp is its own): a folder of the share
+    bare, pin = make_suite_repo(tmp_path / "share" / "forge")
     wt = make_repo(tmp_path / "wt")
     declare(wt, "mini", f"file://{bare}", pin, failing=FAILING)
     h.git(wt, "add", "-A")
     h.git(wt, "commit", "-qm", "declare the suite")
     share = tmp_path / "share"
-    share.mkdir()
+    share.mkdir(exist_ok=True)
     env = {"NEV_LANE_SHARED": str(share)}
     assert lane.nev(["oracle", "suites", "fetch", "--lane", "0"], cwd=wt, **env).returncode == 0
     r = lane.nev(["oracle", "suite", "run", "mini", "--lane", "0"], cwd=wt, timeout=300, **env)

@@ -134,7 +134,7 @@ _SCORE = (_E.UNAVAILABLE, _E.NO_GROUND_TRUTH)
 # Per command (its path after `nev`): the codes it can return beyond SHARED. A test walks the
 # command tree: every command is here, and its --help lists exactly these codes.
 COMMANDS: dict[str, Codes] = {
-    "settings": Codes(), "ledger": Codes(), "scores": Codes(_SCORE),
+    "settings": Codes(), "ledger announce": Codes(), "scores": Codes(_SCORE),
     "land": Codes((_E.UNAVAILABLE,), usage=Exit.FAILED, own=(
         (LAND_CONFLICT, "rebase conflict",
          "a rebase conflict outside `handoff.md` (the files named): the branch must change first"),)),

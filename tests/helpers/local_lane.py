@@ -55,9 +55,18 @@ class LocalLane:
         self.lanes_file = tmp / "lanes.json"
         self.lanes_file.write_text(json.dumps({"lanes": [{"ssh": "lane@127.0.0.1:22", "root": str(self.root)}]}))
 
+    def install_nev(self) -> None:
+        """`nev` (this checkout's) where a lane's install puts it, `~/.local/bin/nev`: the one place
+        of the lane's home a gate's jail shows it (read-only)."""
+        b = self.home / ".local" / "bin"
+        b.mkdir(parents=True, exist_ok=True)
+        (b / "nev").write_text(f'#!/bin/sh\nexec {sys.executable} -m rig.cli "$@"\n')
+        (b / "nev").chmod(0o755)
+
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_", "XDG_"))}
-        env.update({"PATH": f"{self.bin}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}",
+        path = f"{self.home / '.local' / 'bin'}{os.pathsep}{self.bin}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"
+        env.update({"PATH": path,
                     "PYTHONPATH": str(ROOT), "NEV_LANES_FILE": str(self.lanes_file),
                     "NEV_KNOWN_HOSTS": str(self.known_hosts), "XDG_CACHE_HOME": str(self.cache),
                     "NEV_LANE_SHARED": str(self.tmp / "no-share"), "NEV_LANE_MIN_FREE_GB": "0"})
