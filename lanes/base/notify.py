@@ -33,7 +33,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from lanes.base import chatformat, jsonfile, settings
+from lanes.base import jsonfile, settings
 from lanes.base.errors import ConfigError
 from lanes.base.mask import mask, register_secret
 from lanes.base.ui import info
@@ -113,6 +113,8 @@ def parse(f: jsonfile.Fields, top: dict, rig_file: Path) -> Webhook | None:
                 "is not an http(s) URL (its value is not shown: it may hold a token)",
             )
     rig = f.get(o, "rig", str, "notify", required=False) or socket.gethostname()
+    from lanes.base import chatformat  # here: every gate imports this module (its disk check)
+
     fmt = f.get(o, "format", str, "notify", required=False) or "nev"
     if fmt not in chatformat.FORMATS:
         raise f.fail("notify.format",
@@ -291,7 +293,7 @@ def flush(environ: Mapping[str, str] | None = None, say: bool = False) -> int:
         sent: set[str] = set()
         for m in box:
             timeout = settings.get_float(settings.NOTIFY_TIMEOUT, environ)
-            err = post(url, chatformat.render(fmt, m), timeout) if url else why
+            err = post(url, _body(fmt, m), timeout) if url else why
             if err is not None:
                 if say:
                     info(f"notify: the outbox's {len(box) - len(sent)} message(s) not delivered "
@@ -341,11 +343,18 @@ def send(msg: dict[str, Any], environ: Mapping[str, str] | None = None) -> bool:
         why = "the receiver did not take the outbox's earlier messages"
     elif url:
         timeout = settings.get_float(settings.NOTIFY_TIMEOUT, environ)
-        why = post(url, chatformat.render(fmt, msg), timeout) or ""
+        why = post(url, _body(fmt, msg), timeout) or ""
     if not why:
         return True
     _keep(environ, [msg], why)
     return False
+
+
+def _body(fmt: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """The body a webhook of format `fmt` is sent (`lanes.base.chatformat`, loaded only to send)."""
+    from lanes.base import chatformat
+
+    return chatformat.render(fmt, msg)
 
 
 def _safe(fn: Any) -> Any:
