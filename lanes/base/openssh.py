@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lanes.base import sshfail
 from lanes.base.mask import mask, mask_argv
 from lanes.base.ssh import (
     CHUNK,
     CONNECT_TIMEOUT,
-    HostKeyError,
     SshError,
     Target,
     default_key_file,
@@ -73,15 +73,20 @@ class OpenSsh:
         self._open: list[ProcessChannel] = []
 
     def argv(self, command: str) -> list[str]:
+        """The client's argv for `command`; HostKeyError when the known_hosts file is missing."""
         if not self.known_hosts.exists():
-            raise HostKeyError(
-                f"known_hosts file {self.known_hosts} does not exist; pin the lane's host key there "
-                "(NEV_KNOWN_HOSTS names it)")
+            self._refuse_locally()
         opts = client_options(self.known_hosts, self.key_file, self.timeout)
-        argv = ["ssh", "-T", *opts]
+        # Through a jump host the outer client waits 2 s longer: a jump host that never answers
+        # is then reported by the hop's own client, which names it.
+        outer = client_options(self.known_hosts, self.key_file, self.timeout + 2) if self.jump else opts
+        argv = ["ssh", "-T", *outer]
         if self.jump is not None:
             # ProxyJump would not pass these options to the jump hop: the same pins, spelled out.
-            hop = ["ssh", *opts, "-W", "[%h]:%p", "-p", str(self.jump.port), f"{self.jump.user}@{self.jump.host}"]
+            # LogLevel INFO on this hop: the jump host's `open failed: connect failed: <why>`
+            # (the lane refused, its name unknown there) is said at INFO; nothing on success.
+            hop_opts = [("LogLevel INFO" if o == "LogLevel ERROR" else o) for o in opts]
+            hop = ["ssh", *hop_opts, "-W", "[%h]:%p", "-p", str(self.jump.port), f"{self.jump.user}@{self.jump.host}"]
             # ssh expands %-tokens in it: a literal % (in a path) is doubled, `[%h]:%p` is meant.
             argv += ["-o", "ProxyCommand " + " ".join(a if a == "[%h]:%p" else shlex.quote(a).replace("%", "%%")
                                                       for a in hop)]
@@ -91,6 +96,14 @@ class OpenSsh:
     def route(self) -> str:
         return f"{self.target}" + (f" via {self.jump}" if self.jump else "")
 
+    def _refuse_locally(self) -> None:
+        """Unreachable when the key file or the known_hosts file is missing or unreadable: no
+        client would get further."""
+        problem = sshfail.local_problem(self.key_file, self.known_hosts)
+        if problem is not None:
+            raise sshfail.error(sshfail.Failure(problem[0], str(self.jump or self.target),
+                                                self.jump is not None, problem[1]), self.route)
+
     def connect(self) -> OpenSsh:
         return self
 
@@ -98,10 +111,11 @@ class OpenSsh:
         """The command's channel: the one started ahead with the same argv (`start_ahead`), else
         a new `ssh` process."""
         cmd = command if isinstance(command, str) else shlex.join(command)
+        self._refuse_locally()
         argv = self.argv(cmd)
         ch = _AHEAD.pop(tuple(argv), None)
         if ch is None:
-            log.debug("ssh %s: %s", self.route, mask(cmd))
+            log.debug("ssh %s: %s", self.route, mask_argv(argv))
             ch = ProcessChannel(argv, self)
         ch.via = self
         self._open = [c for c in self._open if not c.closed] + [ch]
@@ -118,18 +132,11 @@ class OpenSsh:
         _AHEAD[tuple(argv)] = ProcessChannel(argv, self, started)
 
     def failure(self, stderr: str) -> SshError:
-        """Why the client could not reach the host, from its stderr: HostKeyError for a key not
-        pinned or not matching, else SshError (one masked line)."""
-        at_jump = self.jump is not None and self.jump.host in stderr and self.target.host not in stderr
-        hop = f"the jump host {self.jump}" if at_jump else str(self.target)
-        if "IDENTIFICATION HAS CHANGED" in stderr:
-            return HostKeyError(f"host key of {hop} does not match the one pinned in {self.known_hosts}; "
-                                "refusing to connect (re-pin it only if the host was really rebuilt)")
-        if "Host key verification failed" in stderr or "No ED25519 host key is known" in stderr:
-            return HostKeyError(f"host key of {hop} is not pinned in {self.known_hosts}; refusing to connect "
-                                "(add that host's key to that file)")
-        lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-        return SshError(f"SSH to {self.route} failed: {mask(lines[-1]) if lines else 'ssh exited 255'}")
+        """Why the client could not reach the host, from its stderr (the jump hop's included),
+        classified (`lanes.base.sshfail`): HostKeyError for a key not pinned or not matching,
+        else Unreachable, naming the cause and the hop."""
+        failure = sshfail.from_openssh(stderr, self.target, self.jump, self.known_hosts)
+        return sshfail.error(failure, self.route)
 
     def close(self) -> None:
         for ch in self._open:
@@ -311,6 +318,23 @@ def wait_readable(ch: Any, timeout: float) -> None:
         time.sleep(min(timeout, 0.05))
 
 
+def jump_says(jump: Target, target: Target, known_hosts: Path, key_file: Path | None,
+              timeout: float) -> str:
+    """What the jump host says when asked for a connection to `target` (`ssh -W`, LogLevel INFO):
+    `open failed: connect failed: <why>` when it cannot make one; "" when it can."""
+    opts = [("LogLevel INFO" if o == "LogLevel ERROR" else o)
+            for o in client_options(known_hosts, key_file, timeout)]
+    argv = ["ssh", *opts, "-W", f"[{target.host}]:{target.port}", "-p", str(jump.port),
+            f"{jump.user}@{jump.host}"]
+    log.debug("ssh %s: asking why it cannot reach %s: %s", jump, target, mask_argv(argv))
+    try:
+        p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, timeout=timeout * 2)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return p.stderr.decode(errors="replace") if p.returncode != 0 else ""
+
+
 # -- the OpenSSH client holding one local forward (supervised by rig/forward) ----------------
 
 def client_forward_argv(jump: Target, local_port: int, target: str, known_hosts: Path,
@@ -349,12 +373,13 @@ def start_client_forward(argv: list[str]) -> subprocess.Popen[bytes]:
                             stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
 
 
-LASTING = ("host-key", "login", "port")  # a retry gets the same answer until someone acts
+# A retry gets the same answer until someone acts: a pin, a key, a name, the local port.
+LASTING = ("host-key", "login", "port", "resolve")
 
 
 @dataclass(frozen=True)
 class ClientFailure:
-    kind: str  # host-key | login | port | other
+    kind: str  # host-key | login | port | resolve | refused | timeout | other
     line: str
 
     @property
@@ -362,18 +387,17 @@ class ClientFailure:
         return self.kind in LASTING
 
 
+_KINDS = {sshfail.Cause.NOT_PINNED: "host-key", sshfail.Cause.CHANGED: "host-key",
+          sshfail.Cause.LOGIN: "login", sshfail.Cause.KEY_FILE: "login",
+          sshfail.Cause.RESOLVE: "resolve", sshfail.Cause.REFUSED: "refused",
+          sshfail.Cause.TIMEOUT: "timeout"}
+
+
 def client_failure(stderr: str, jump: Target, known_hosts: Path) -> ClientFailure:
-    """Why the OpenSSH client gave up, as one masked line, from what it wrote on stderr."""
-    if "IDENTIFICATION HAS CHANGED" in stderr:
-        return ClientFailure("host-key", f"host key of the jump host {jump} does not match the one pinned in "
-                             f"{known_hosts}; refusing to connect (re-pin it only if the host was really rebuilt)")
-    if "Host key verification failed" in stderr:
-        return ClientFailure("host-key", f"host key of the jump host {jump} is not pinned in {known_hosts}; "
-                             "refusing to connect (add the jump host's key to that file)")
-    if "Permission denied" in stderr:
-        return ClientFailure("login", f"the jump host {jump} refused the login (Permission denied); check "
-                             "the key the rig file gives it (hosts, ssh_key) or NEV_SSH_KEY")
+    """Why the forward's OpenSSH client gave up, as one masked line, from what it wrote on stderr:
+    the jump host's failure classified as every command's (`lanes.base.sshfail`), or the port."""
     if "Address already in use" in stderr or "cannot listen to port" in stderr:
         return ClientFailure("port", "the local port is in use by another program")
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    return ClientFailure("other", mask(lines[-1]) if lines else "ssh exited without a message")
+    f = sshfail.from_openssh(stderr, jump, None, known_hosts)
+    f = sshfail.Failure(f.cause, str(jump), True, f.detail)
+    return ClientFailure(_KINDS.get(f.cause, "other"), f.line())
