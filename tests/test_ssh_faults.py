@@ -160,7 +160,7 @@ def test_every_command_that_connects_names_the_cause_and_exits_3(rig, command):
         if at_jump:
             assert "the jump host" in said, f"{command} / {fault}: the jump host not named\n{said}"
         elif at_jump is False:
-            assert f"127.0.0.2:" in said and f"the jump host {rig.jump.user}@127.0.0.1" not in said, said
+            assert "127.0.0.2:" in said and f"the jump host {rig.jump.user}@127.0.0.1" not in said, said
         assert "Traceback" not in said, said
         assert Path(env["NEV_STATUS_FILE"]).read_text() == "nev 3 UNAVAILABLE\n"
 

@@ -29,33 +29,10 @@ from lanes.base.ssh import (
     default_known_hosts,
     log,
 )
+from lanes.base.sshargv import client_options as client_options  # the argv, one place
+from lanes.base.sshargv import route_argv
 
 # -- the OpenSSH client: one process per command (a gate's channel) -------------------------
-
-# X25519 first: the client's default (a post-quantum hybrid) costs tens of ms of CPU per hop.
-KEX = "curve25519-sha256,curve25519-sha256@libssh.org,ecdh-sha2-nistp256,diffie-hellman-group14-sha256"
-
-
-def _opt_path(p: Path) -> str:
-    return f'"{p}"' if any(c.isspace() for c in str(p)) else str(p)
-
-
-def client_options(known_hosts: Path, key_file: Path | None, timeout: float) -> list[str]:
-    """The OpenSSH client's options for one pinned hop: the host key only from `known_hosts` (no
-    global file, never added), no config file, agent or password, the key given or the defaults."""
-    # `-o "Option value"` rather than `Option=value`: the masked log would hide the values.
-    opts = {"BatchMode": "yes", "StrictHostKeyChecking": "yes", "UserKnownHostsFile": _opt_path(known_hosts),
-            "GlobalKnownHostsFile": "/dev/null", "UpdateHostKeys": "no", "ConnectTimeout": f"{timeout:.0f}",
-            "ServerAliveInterval": "15", "ServerAliveCountMax": "3", "ForwardAgent": "no",
-            "ControlMaster": "no", "ControlPath": "none", "LogLevel": "ERROR",
-            "KexAlgorithms": KEX}
-    if key_file is not None:
-        opts["IdentitiesOnly"] = "yes"
-    argv = ["-F", "none"]
-    for k, v in opts.items():
-        argv += ["-o", f"{k} {v}"]
-    return argv + (["-i", str(key_file)] if key_file is not None else [])
-
 
 class OpenSsh:
     """A pinned host reached with the OpenSSH client, through its jump host when it has one (the
@@ -76,21 +53,7 @@ class OpenSsh:
         """The client's argv for `command`; HostKeyError when the known_hosts file is missing."""
         if not self.known_hosts.exists():
             self._refuse_locally()
-        opts = client_options(self.known_hosts, self.key_file, self.timeout)
-        # Through a jump host the outer client waits 2 s longer: a jump host that never answers
-        # is then reported by the hop's own client, which names it.
-        outer = client_options(self.known_hosts, self.key_file, self.timeout + 2) if self.jump else opts
-        argv = ["ssh", "-T", *outer]
-        if self.jump is not None:
-            # ProxyJump would not pass these options to the jump hop: the same pins, spelled out.
-            # LogLevel INFO on this hop: the jump host's `open failed: connect failed: <why>`
-            # (the lane refused, its name unknown there) is said at INFO; nothing on success.
-            hop_opts = [("LogLevel INFO" if o == "LogLevel ERROR" else o) for o in opts]
-            hop = ["ssh", *hop_opts, "-W", "[%h]:%p", "-p", str(self.jump.port), f"{self.jump.user}@{self.jump.host}"]
-            # ssh expands %-tokens in it: a literal % (in a path) is doubled, `[%h]:%p` is meant.
-            argv += ["-o", "ProxyCommand " + " ".join(a if a == "[%h]:%p" else shlex.quote(a).replace("%", "%%")
-                                                      for a in hop)]
-        return argv + ["-p", str(self.target.port), f"{self.target.user}@{self.target.host}", "--", command]
+        return route_argv(self.target, self.jump, self.known_hosts, self.key_file, self.timeout, command)
 
     @property
     def route(self) -> str:
@@ -316,23 +279,6 @@ def wait_readable(ch: Any, timeout: float) -> None:
         select.select(fds, [], [], timeout)
     else:
         time.sleep(min(timeout, 0.05))
-
-
-def jump_says(jump: Target, target: Target, known_hosts: Path, key_file: Path | None,
-              timeout: float) -> str:
-    """What the jump host says when asked for a connection to `target` (`ssh -W`, LogLevel INFO):
-    `open failed: connect failed: <why>` when it cannot make one; "" when it can."""
-    opts = [("LogLevel INFO" if o == "LogLevel ERROR" else o)
-            for o in client_options(known_hosts, key_file, timeout)]
-    argv = ["ssh", *opts, "-W", f"[{target.host}]:{target.port}", "-p", str(jump.port),
-            f"{jump.user}@{jump.host}"]
-    log.debug("ssh %s: asking why it cannot reach %s: %s", jump, target, mask_argv(argv))
-    try:
-        p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, timeout=timeout * 2)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return p.stderr.decode(errors="replace") if p.returncode != 0 else ""
 
 
 # -- the OpenSSH client holding one local forward (supervised by rig/forward) ----------------

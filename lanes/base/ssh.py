@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from lanes.base import settings
 from lanes.base.errors import NevError
 from lanes.base.mask import mask, mask_argv
+from lanes.base.sshargv import jump_says, route_argv
 from lanes.base.sshfail import Cause, Failure, error, from_exception, from_openssh, local_problem
 from lanes.base.sshfail import HostKeyError as HostKeyError  # the errors, with their causes
 from lanes.base.sshfail import SshError as SshError
@@ -143,10 +144,8 @@ class Connection:
             raise error(Failure(problem[0], str(self.jump or self.target), self.jump is not None,
                                 problem[1]), self.route)
         if log.isEnabledFor(logging.DEBUG):
-            from lanes.base.openssh import OpenSsh
-
-            by_hand = OpenSsh(self.target, self.known_hosts, self.key_file, self.timeout, self.jump)
-            log.debug("ssh %s (paramiko); by hand: %s", self.route, mask_argv(by_hand.argv("true")))
+            by_hand = route_argv(self.target, self.jump, self.known_hosts, self.key_file, self.timeout, "true")
+            log.debug("ssh %s (paramiko); by hand: %s", self.route, mask_argv(by_hand))
         client = self._pinned_client()
         kw: dict = dict(hostname=self.target.host, port=self.target.port, username=self.target.user,
                         timeout=self.timeout, banner_timeout=self.timeout, auth_timeout=self.timeout,
@@ -202,8 +201,6 @@ class Connection:
         OpenSSH client asks the jump host once more and says why (refused, no such name...)."""
         if f.cause is not Cause.JUMP_CONNECT or self.via is None:
             return f
-        from lanes.base.openssh import jump_says
-
         said = jump_says(self.via.target, self.target, self.known_hosts, self.key_file, self.timeout)
         better = from_openssh(said, self.target, self.via.target, self.known_hosts)
         return f if better.cause is Cause.OTHER or better.at_jump else better

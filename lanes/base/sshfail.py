@@ -24,14 +24,22 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
 from lanes.base.mask import mask
 
-if TYPE_CHECKING:
-    from lanes.base.ssh import Target
+
+class Hop(Protocol):
+    """A host as `lanes.base.ssh.Target` holds it (this module is below that one)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def user(self) -> str: ...
 
 
 class Cause(Enum):
@@ -153,7 +161,7 @@ _ECHO = re.compile(r"kex_exchange_identification|Connection closed by UNKNOWN|"
                    r"stdio forwarding failed|Connection closed by remote host")
 
 
-def _mentions(line: str, t: Target, bare: bool = True) -> bool:
+def _mentions(line: str, t: Hop, bare: bool = True) -> bool:
     """Whether the client's line names host `t`: `[host]:port`, `host port N`, or (`bare`) the
     host name alone."""
     host, port = t.host, t.port
@@ -170,7 +178,7 @@ def pin_detail(cause: Cause, known_hosts: Path | None, said: str) -> str:
             else f"it does not match the one pinned in {known_hosts}; refusing to connect")
 
 
-def from_openssh(stderr: str, target: Target, jump: Target | None,
+def from_openssh(stderr: str, target: Hop, jump: Hop | None,
                  known_hosts: Path | None = None) -> Failure:
     """The OpenSSH client's complaint (its stderr, the jump hop's included) as one Failure."""
     lines = [ln.strip() for ln in stderr.replace("\r", "\n").splitlines() if ln.strip()]
@@ -190,7 +198,7 @@ def from_openssh(stderr: str, target: Target, jump: Target | None,
     return Failure(Cause.OTHER, str(jump if at_jump else target), at_jump, detail)
 
 
-def _at_jump(line: str, target: Target, jump: Target) -> bool:
+def _at_jump(line: str, target: Hop, jump: Hop) -> bool:
     """Whether the jump host is the hop the line speaks of. `channel N: open failed: connect
     failed` is the jump host saying it could not reach the lane: the lane's hop."""
     if "open failed" in line or "stdio forwarding" in line:
@@ -199,7 +207,7 @@ def _at_jump(line: str, target: Target, jump: Target) -> bool:
     return _mentions(line, jump, bare) and not _mentions(line, target, bare)
 
 
-def from_exception(e: BaseException, target: Target, at_jump: bool = False,
+def from_exception(e: BaseException, target: Hop, at_jump: bool = False,
                    known_hosts: Path | None = None) -> Failure:
     """paramiko's (or the socket's) exception as one Failure of `target`'s hop."""
     import socket
