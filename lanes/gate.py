@@ -549,7 +549,7 @@ def on(worktree: Path, command: list[str], *, lane_only: bool = False, pull: Seq
 
 def lane_status() -> list[dict[str, Any]]:
     """`nev lane list`: every configured lane, answering or not, free disk, copies, gates running."""
-    lf = lanesfile.configured(require=False)
+    lf = lanesfile.configured(require=False, strict=True)
     rows: list[dict[str, Any]] = []
     for lane in lf.lanes:
         row: dict[str, Any] = {"index": lane.index, "ssh": lane.ssh, "name": lane.name, "root": lane.root,

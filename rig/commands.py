@@ -108,8 +108,8 @@ def settings_cmd(pattern: str | None, as_json: bool) -> int:
 
     PATTERN (case-insensitive) keeps the settings whose name or help holds it, or whose name
     matches it as a glob (`nev settings 'NEV_LANE_*'`). A value longer than its column ends in
-    `...`; --json has it whole. Exits 1 when a settings file that exists is malformed or no
-    setting matches PATTERN.
+    `...`; --json has it whole. Exits 1 when a settings file that exists is malformed, a value
+    is not what its setting takes (a number, a file that exists), or no setting matches PATTERN.
     """
     from lanes.base.ui import emit_json, info
     from rig.settings_cmd import check_files, describe, matches, table
@@ -126,7 +126,10 @@ def settings_cmd(pattern: str | None, as_json: bool) -> int:
         click.echo("")
         for f in files:
             click.echo(f"{f['what']:<8} {f['file']}: {f['status']}" + (f" - {f['error']}" if "error" in f else ""))
-    return 1 if any(f["status"] == "error" for f in files) or not rows else 0
+    wrong = [str(r["problem"]) for r in rows if r.get("problem")]
+    for line in wrong:
+        info(f"nev: {line}; fix it (`nev settings` shows where it came from)")
+    return 1 if any(f["status"] == "error" for f in files) or not rows or wrong else 0
 
 
 def main(argv: list[str] | None = None) -> int:

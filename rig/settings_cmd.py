@@ -26,7 +26,11 @@ def describe() -> list[dict[str, str | None]]:
             value = MASK
         elif value:
             value = mask(value)    # a credential inside a URL (NEV_FORGE_URL=http://user:token@...)
-        rows.append({"name": s.name, "value": value, "source": source, "help": s.help})
+        row = {"name": s.name, "value": value, "source": source, "help": s.help}
+        wrong = settings.problem(s)
+        if wrong:
+            row["problem"] = mask(wrong) if not s.secret else f"{s.name}: not a valid value"
+        rows.append(row)
     return rows
 
 

@@ -211,6 +211,49 @@ def all_settings() -> list[Setting]:
     return list(_REGISTRY.values())
 
 
+# What a value must be, beyond a string: a whole number, a number, or a file that exists and can
+# be read (`nev settings` checks each value that is set; the readers refuse it when they read it).
+# A setting whose default is a number is a number too.
+WHOLE = (DAGU_LANE, INVENTORY_LANE, DAGU_PORT, DAGU_COORD_PORT, INVENTORY_PORT, BUDGET_TOKENS,
+         MAX_BATCHES, ESCALATE_AFTER, PROBE_FAILS, PROBE_OKS, INSTALLS_KEEP, REGEN_MAX, CORPUS_CASES,
+         SANDBOX_MEMORY_MB, SANDBOX_SCRATCH_MB)
+FILES = (SSH_KEY, KNOWN_HOSTS, MODEL_KEY_FILE, FORGE_TOKEN_FILE, GATEWAY_ADMIN_KEY_FILE, DAGU_BINARY,
+         LANES_FILE, RIG_FILE, FOLKNET_FILE, CAPACITY_FILE)
+CHECKED_BY_READER = (LANES_FILE, RIG_FILE, FOLKNET_FILE)
+
+
+def problem(setting: Setting, environ: Mapping[str, str] | None = None) -> str | None:
+    """What is wrong with the value the environment gives `setting` (None: nothing, or unset)."""
+    raw = given(setting, environ)
+    if raw is None:
+        return None
+    if setting in WHOLE:
+        try:
+            int(raw)
+        except ValueError:
+            return f"{setting.name}={raw!r} is not a whole number"
+    elif setting.default is not None and _number(setting.default) and not _number(raw):
+        return f"{setting.name}={raw!r} is not a number (default {setting.default})"
+    if setting in FILES:
+        p = Path(os.path.expanduser(raw))
+        if not p.exists():
+            return f"the file {raw} that {setting.name} names does not exist"
+        if setting in CHECKED_BY_READER:
+            return None         # its reader names what is wrong with it (`nev settings`' files)
+        if not p.is_file():
+            return f"{raw}, which {setting.name} names, is not a file"
+        if not os.access(p, os.R_OK):
+            return f"the file {raw} that {setting.name} names cannot be read"
+    return None
+
+
+def _number(raw: str) -> bool:
+    try:
+        return float(raw) == float(raw)      # NaN is no number here
+    except ValueError:
+        return False
+
+
 def given(setting: Setting | str, environ: Mapping[str, str] | None = None) -> str | None:
     """What the environment sets (NEV_* first, then the legacy GENERA_* name), ignoring the default:
     None when neither is set (or both are empty)."""
