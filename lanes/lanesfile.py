@@ -144,7 +144,8 @@ def _read(path: Path, strict: bool = True) -> LanesFile:
     it (exit 3), never "no lanes"."""
     if path.exists():
         return load(path)
-    if strict and settings.given(settings.LANES_FILE) is not None and not settings.get(settings.LANE_SSH):
+    named = settings.given(settings.LANES_FILE) is not None
+    if strict and named and not settings.get(settings.LANE_SSH):
         raise NoLaneError(f"the lanes file {path} that NEV_LANES_FILE names does not exist; write "
                           "it there (docs/quickstart.md) or fix NEV_LANES_FILE; nothing ran")
     return LanesFile(path=None)

@@ -456,9 +456,10 @@ def test_client_failures_are_classified_from_what_ssh_said():
                           "Could not request local forwarding.", j, kh)
     assert port.kind == "port" and port.lasting
     refused = client_failure("ssh: connect to host jump-host port 22: Connection refused", j, kh)
-    assert refused.kind == "refused" and "connection refused" in refused.line and not refused.lasting
-    unresolved = client_failure("ssh: Could not resolve hostname jump-host: Name or service not known",
-                                j, kh)
+    assert refused.kind == "refused" and "connection refused" in refused.line
+    assert not refused.lasting
+    unresolved = client_failure("ssh: Could not resolve hostname jump-host: Name or service "
+                                "not known", j, kh)
     assert unresolved.kind == "resolve" and unresolved.lasting    # a failed `up` waits for nothing
     other = client_failure("something new", j, kh)
     assert other.kind == "other" and "something new" in other.line and not other.lasting

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def nev(args: list[str], tmp: Path, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_", "XDG_"))}
-    full.update({"PYTHONPATH": str(ROOT), "HOME": str(tmp / "home"), "NEV_STATE_DIR": str(tmp / "state"),
-                 "XDG_CONFIG_HOME": str(tmp / "config")}, **env)
+    full.update({"PYTHONPATH": str(ROOT), "HOME": str(tmp / "home"),
+                 "NEV_STATE_DIR": str(tmp / "state"), "XDG_CONFIG_HOME": str(tmp / "config")}, **env)
     return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=tmp, env=full,
                           capture_output=True, text=True, timeout=120)
 
@@ -64,7 +64,8 @@ def test_the_lanes_file_refuses_an_unknown_key_naming_the_close_one(tmp_path, do
 @pytest.mark.parametrize("env, said", [
     ({"NEV_LANE_MIN_FREE_GB": "abc"}, "NEV_LANE_MIN_FREE_GB='abc' is not a number"),
     ({"NEV_DAGU_LANE": "one"}, "NEV_DAGU_LANE='one' is not a whole number"),
-    ({"NEV_SSH_KEY": "/tmp/nokey-{pid}"}, "the file /tmp/nokey-{pid} that NEV_SSH_KEY names does not exist"),
+    ({"NEV_SSH_KEY": "/tmp/nokey-{pid}"},
+     "the file /tmp/nokey-{pid} that NEV_SSH_KEY names does not exist"),
     ({"NEV_KNOWN_HOSTS": "{tmp}"}, "{tmp}, which NEV_KNOWN_HOSTS names, is not a file"),
 ])
 def test_nev_settings_checks_values_and_the_files_they_name(tmp_path, env, said):
@@ -81,7 +82,8 @@ def test_nev_settings_checks_values_and_the_files_they_name(tmp_path, env, said)
 def test_nev_settings_passes_good_values(tmp_path):
     key = tmp_path / "key"
     key.write_text("k")
-    r = nev(["settings"], tmp_path, NEV_LANE_MIN_FREE_GB="2.5", NEV_SSH_KEY=str(key), NEV_DAGU_LANE="1")
+    r = nev(["settings"], tmp_path, NEV_LANE_MIN_FREE_GB="2.5", NEV_SSH_KEY=str(key),
+            NEV_DAGU_LANE="1")
     assert r.returncode == 0, r.stderr
 
 

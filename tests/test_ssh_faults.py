@@ -53,14 +53,16 @@ class Rig:
         (d / "lanes.json").write_text(json.dumps({"jump": jump, "lanes": [
             {"ssh": lane, "root": str(d / "root")}]}))
         (d / "rig.json").write_text(json.dumps({"jump": jump, "forwards": {
-            "forge": {"local_port": local_sshd.free_port(), "target": "127.0.0.2:9", "check": "tcp"}}}))
+            "forge": {"local_port": local_sshd.free_port(), "target": "127.0.0.2:9",
+                      "check": "tcp"}}}))
         pub = self.other_key.with_suffix(".pub").read_text().split()
         lines = []
         for ln in self.known_hosts.read_text().splitlines():
             host = ln.split()[0]
             if drop and host.startswith(f"[{drop}]"):
                 continue
-            lines.append(f"{host} {pub[0]} {pub[1]}" if change and host.startswith(f"[{change}]") else ln)
+            changed = change and host.startswith(f"[{change}]")
+            lines.append(f"{host} {pub[0]} {pub[1]}" if changed else ln)
         (d / "known_hosts").write_text("".join(x + "\n" for x in lines))
         return {"NEV_LANES_FILE": str(d / "lanes.json"), "NEV_RIG_FILE": str(d / "rig.json"),
                 "NEV_KNOWN_HOSTS": str(d / "known_hosts"), "NEV_STATE_DIR": str(d / "state"),
@@ -99,9 +101,11 @@ def rig(tmp_path_factory):
     lane.stop()
 
 
-def nev(args: list[str], env: dict[str, str], rig: Rig, timeout: float = 90) -> subprocess.CompletedProcess:
+def nev(args: list[str], env: dict[str, str], rig: Rig,
+        timeout: float = 90) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_"))}
-    full.update({"PYTHONPATH": str(ROOT), "HOME": str(rig.tmp / "home"), "NEV_SSH_KEY": str(rig.jump.client_key),
+    full.update({"PYTHONPATH": str(ROOT), "HOME": str(rig.tmp / "home"),
+                 "NEV_SSH_KEY": str(rig.jump.client_key),
                  "XDG_CACHE_HOME": str(rig.tmp / "cache"), "NEV_LANE_MIN_FREE_GB": "0",
                  "NEV_INVENTORY": str(rig.tmp / "no-inventory.json")})
     full.update(env)
@@ -112,9 +116,11 @@ def nev(args: list[str], env: dict[str, str], rig: Rig, timeout: float = 90) -> 
 # (fault, what is planted, the cause's words, at the jump host)
 FAULTS = {
     "jump name": (dict(jump="root@nosuch-jump.invalid"), {}, sshfail.Cause.RESOLVE, True),
-    "jump refused": (dict(jump=f"root@127.0.0.1:{local_sshd.free_port()}"), {}, sshfail.Cause.REFUSED, True),
+    "jump refused": (dict(jump=f"root@127.0.0.1:{local_sshd.free_port()}"), {},
+                     sshfail.Cause.REFUSED, True),
     "jump not pinned": (dict(drop="127.0.0.1"), {}, sshfail.Cause.NOT_PINNED, True),
-    "lane refused": (dict(lane=f"root@127.0.0.2:{local_sshd.free_port()}"), {}, sshfail.Cause.REFUSED, False),
+    "lane refused": (dict(lane=f"root@127.0.0.2:{local_sshd.free_port()}"), {},
+                     sshfail.Cause.REFUSED, False),
     "lane key changed": (dict(change="127.0.0.2"), {}, sshfail.Cause.CHANGED, False),
     "key file missing": ({}, {"NEV_SSH_KEY": "/nonexistent/id_rig"}, sshfail.Cause.KEY_FILE, None),
     "login refused": ({}, {"other": "1"}, sshfail.Cause.LOGIN, True),
@@ -160,7 +166,8 @@ def test_every_command_that_connects_names_the_cause_and_exits_3(rig, command):
         if at_jump:
             assert "the jump host" in said, f"{command} / {fault}: the jump host not named\n{said}"
         elif at_jump is False:
-            assert "127.0.0.2:" in said and f"the jump host {rig.jump.user}@127.0.0.1" not in said, said
+            assert "127.0.0.2:" in said, said
+            assert f"the jump host {rig.jump.user}@127.0.0.1" not in said, said
         assert "Traceback" not in said, said
         assert Path(env["NEV_STATUS_FILE"]).read_text() == "nev 3 UNAVAILABLE\n"
 
@@ -171,7 +178,8 @@ def test_a_host_that_never_answers_times_out_in_seconds_with_its_cause(rig):
     for args in (["lane", "list"], ["lane", "run", str(rig.worktree), "true"]):
         r = nev(args, env, rig)
         assert r.returncode == Exit.UNAVAILABLE, r.stderr
-        assert "the jump host" in r.stdout + r.stderr and "timed out" in r.stdout + r.stderr, r.stdout + r.stderr
+        said = r.stdout + r.stderr
+        assert "the jump host" in said and "timed out" in said, said
 
 
 def test_the_healthy_route_answers_and_the_status_line_says_whose_the_exit_is(rig):

@@ -54,14 +54,14 @@ class Exit(IntEnum):
     )
     USAGE = 2, ("usage error: an unknown option or command, a missing argument, or a bad value "
                 "(a `--lane` no lane has, an unknown role); one line `nev: ...`")
-    UNAVAILABLE = 3, ("nothing ran: what the command needs is not available now, or the rig cannot be "
-                      "reached; the same request may succeed later (once the cause on the line is "
-                      "mended). \"Cannot reach the rig\" is this code in every command that connects: "
-                      "an SSH hop failed (the line names the cause, one of: name does not resolve, "
-                      "connection refused, timed out, host key not pinned, host key changed, key file "
-                      "missing or unreadable, login refused, the jump host cannot connect to it; and "
-                      "whether it was the jump host or the host behind it), or the forge did not "
-                      "answer through its forward"), (
+    UNAVAILABLE = 3, (
+        "nothing ran: what the command needs is not available now, or the rig cannot be "
+        "reached; the same request may succeed later (once the cause on the line is mended). "
+        "\"Cannot reach the rig\" is this code in every command that connects: an SSH hop "
+        "failed (the line names the cause, one of: name does not resolve, connection refused, "
+        "timed out, host key not pinned, host key changed, key file missing or unreadable, "
+        "login refused, the jump host cannot connect to it; and whether it was the jump host "
+        "or the host behind it), or the forge did not answer through its forward"), (
         ("`nev lane`, `nev batch run`, `nev floors`, `nev land`'s gate, `nev oracle suites fetch`, "
          "`nev oracle suite run`", "no build lane answered"),
         ("`nev lane list`", "no lane answered, or none is configured (the table, with each lane's "

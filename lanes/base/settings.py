@@ -131,10 +131,11 @@ NOTIFY_ALIAS_DOWN_S = _s("NEV_NOTIFY_ALIAS_DOWN_S", "1800",
 NOTIFY_FORWARD_DOWN_S = _s("NEV_NOTIFY_FORWARD_DOWN_S", "60",
                            "seconds a port forward's client keeps failing (none up for 10 s) "
                            "before the webhook hears of it")
-STATUS_FILE = _s("NEV_STATUS_FILE", None, "a file every nev command rewrites as it exits with one line "
-                  "saying whose its exit status is: `command N` (the remote command's own status, "
-                  "passed through by `nev lane run|on`) or `nev N NAME` (nev's own code, "
-                  "docs/exit-codes.md); a script tells a failing test from an unreachable lane by it")
+STATUS_FILE = _s("NEV_STATUS_FILE", None,
+                  "a file every nev command rewrites as it exits with one line saying whose its "
+                  "exit status is: `command N` (the remote command's own status, passed through "
+                  "by `nev lane run|on`) or `nev N NAME` (nev's own code, docs/exit-codes.md); a "
+                  "script tells a failing test from an unreachable lane by it")
 # Landing
 LAND_LOCK_WAIT = _s("NEV_LAND_LOCK_WAIT", "3600", "seconds `nev land` waits for another landing's lock before refusing")
 UNATTENDED = _s("NEV_UNATTENDED", None, "set to 1 by the tick (`nev job poll`) and in every job "
@@ -215,10 +216,10 @@ def all_settings() -> list[Setting]:
 # be read (`nev settings` checks each value that is set; the readers refuse it when they read it).
 # A setting whose default is a number is a number too.
 WHOLE = (DAGU_LANE, INVENTORY_LANE, DAGU_PORT, DAGU_COORD_PORT, INVENTORY_PORT, BUDGET_TOKENS,
-         MAX_BATCHES, ESCALATE_AFTER, PROBE_FAILS, PROBE_OKS, INSTALLS_KEEP, REGEN_MAX, CORPUS_CASES,
-         SANDBOX_MEMORY_MB, SANDBOX_SCRATCH_MB)
-FILES = (SSH_KEY, KNOWN_HOSTS, MODEL_KEY_FILE, FORGE_TOKEN_FILE, GATEWAY_ADMIN_KEY_FILE, DAGU_BINARY,
-         LANES_FILE, RIG_FILE, FOLKNET_FILE, CAPACITY_FILE)
+         MAX_BATCHES, ESCALATE_AFTER, PROBE_FAILS, PROBE_OKS, INSTALLS_KEEP, REGEN_MAX,
+         CORPUS_CASES, SANDBOX_MEMORY_MB, SANDBOX_SCRATCH_MB)
+FILES = (SSH_KEY, KNOWN_HOSTS, MODEL_KEY_FILE, FORGE_TOKEN_FILE, GATEWAY_ADMIN_KEY_FILE,
+         DAGU_BINARY, LANES_FILE, RIG_FILE, FOLKNET_FILE, CAPACITY_FILE)
 CHECKED_BY_READER = (LANES_FILE, RIG_FILE, FOLKNET_FILE)
 
 

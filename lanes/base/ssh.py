@@ -144,7 +144,8 @@ class Connection:
             raise error(Failure(problem[0], str(self.jump or self.target), self.jump is not None,
                                 problem[1]), self.route)
         if log.isEnabledFor(logging.DEBUG):
-            by_hand = route_argv(self.target, self.jump, self.known_hosts, self.key_file, self.timeout, "true")
+            by_hand = route_argv(self.target, self.jump, self.known_hosts, self.key_file,
+                                 self.timeout, "true")
             log.debug("ssh %s (paramiko); by hand: %s", self.route, mask_argv(by_hand))
         client = self._pinned_client()
         kw: dict = dict(hostname=self.target.host, port=self.target.port, username=self.target.user,
@@ -201,7 +202,8 @@ class Connection:
         OpenSSH client asks the jump host once more and says why (refused, no such name...)."""
         if f.cause is not Cause.JUMP_CONNECT or self.via is None:
             return f
-        said = jump_says(self.via.target, self.target, self.known_hosts, self.key_file, self.timeout)
+        said = jump_says(self.via.target, self.target, self.known_hosts, self.key_file,
+                         self.timeout)
         better = from_openssh(said, self.target, self.via.target, self.known_hosts)
         return f if better.cause is Cause.OTHER or better.at_jump else better
 
@@ -289,7 +291,8 @@ class Connection:
         return Forward(self, remote_host, remote_port, local_host, local_port)
 
 
-def _open(client: paramiko.SSHClient, kw: dict, target: Target, route: str, known_hosts: Path) -> None:
+def _open(client: paramiko.SSHClient, kw: dict, target: Target, route: str,
+          known_hosts: Path) -> None:
     """`client.connect(**kw)`, its failures classified (`lanes.base.sshfail`): HostKeyError for a
     key not pinned or not matching, else Unreachable, naming the cause."""
     import paramiko
@@ -302,7 +305,8 @@ def _open(client: paramiko.SSHClient, kw: dict, target: Target, route: str, know
         if f.cause is Cause.OTHER and time.monotonic() - t0 >= 0.9 * float(kw["timeout"]):
             # a host that took the connection and never spoke: paramiko's words vary
             # ("No existing session", an EOF), the clock does not
-            f = Failure(Cause.TIMEOUT, f.host, f.at_jump, f"no answer in {kw['timeout']:.0f} s: {f.detail}")
+            f = Failure(Cause.TIMEOUT, f.host, f.at_jump,
+                        f"no answer in {kw['timeout']:.0f} s: {f.detail}")
         raise error(f, route) from None
 
 

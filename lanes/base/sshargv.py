@@ -16,7 +16,8 @@ from lanes.base.sshfail import Hop
 log = logging.getLogger("nev.ssh")
 
 # X25519 first: the client's default (a post-quantum hybrid) costs tens of ms of CPU per hop.
-KEX = "curve25519-sha256,curve25519-sha256@libssh.org,ecdh-sha2-nistp256,diffie-hellman-group14-sha256"
+KEX = ("curve25519-sha256,curve25519-sha256@libssh.org,ecdh-sha2-nistp256,"
+       "diffie-hellman-group14-sha256")
 
 
 def _opt_path(p: Path) -> str:
@@ -27,8 +28,9 @@ def client_options(known_hosts: Path, key_file: Path | None, timeout: float) -> 
     """The OpenSSH client's options for one pinned hop: the host key only from `known_hosts` (no
     global file, never added), no config file, agent or password, the key given or the defaults."""
     # `-o "Option value"` rather than `Option=value`: the masked log would hide the values.
-    opts = {"BatchMode": "yes", "StrictHostKeyChecking": "yes", "UserKnownHostsFile": _opt_path(known_hosts),
-            "GlobalKnownHostsFile": "/dev/null", "UpdateHostKeys": "no", "ConnectTimeout": f"{timeout:.0f}",
+    opts = {"BatchMode": "yes", "StrictHostKeyChecking": "yes",
+            "UserKnownHostsFile": _opt_path(known_hosts), "GlobalKnownHostsFile": "/dev/null",
+            "UpdateHostKeys": "no", "ConnectTimeout": f"{timeout:.0f}",
             "ServerAliveInterval": "15", "ServerAliveCountMax": "3", "ForwardAgent": "no",
             "ControlMaster": "no", "ControlPath": "none", "LogLevel": "ERROR",
             "KexAlgorithms": KEX}
@@ -58,8 +60,8 @@ def route_argv(target: Hop, jump: Hop | None, known_hosts: Path, key_file: Path 
         hop = ["ssh", *_hop_options(known_hosts, key_file, timeout), "-W", "[%h]:%p",
                "-p", str(jump.port), f"{jump.user}@{jump.host}"]
         # ssh expands %-tokens in it: a literal % (in a path) is doubled, `[%h]:%p` is meant.
-        argv += ["-o", "ProxyCommand " + " ".join(a if a == "[%h]:%p" else shlex.quote(a).replace("%", "%%")
-                                                  for a in hop)]
+        words = (a if a == "[%h]:%p" else shlex.quote(a).replace("%", "%%") for a in hop)
+        argv += ["-o", "ProxyCommand " + " ".join(words)]
     return argv + ["-p", str(target.port), f"{target.user}@{target.host}", "--", command]
 
 
@@ -67,8 +69,8 @@ def jump_says(jump: Hop, target: Hop, known_hosts: Path, key_file: Path | None,
               timeout: float) -> str:
     """What the jump host says when asked for a connection to `target` (`ssh -W`): `open failed:
     connect failed: <why>` when it cannot make one; "" when it can."""
-    argv = ["ssh", *_hop_options(known_hosts, key_file, timeout), "-W", f"[{target.host}]:{target.port}",
-            "-p", str(jump.port), f"{jump.user}@{jump.host}"]
+    argv = ["ssh", *_hop_options(known_hosts, key_file, timeout),
+            "-W", f"[{target.host}]:{target.port}", "-p", str(jump.port), f"{jump.user}@{jump.host}"]
     log.debug("ssh %s@%s: asking why it cannot reach %s: %s", jump.user, jump.host, target.host,
               mask_argv(argv))
     try:

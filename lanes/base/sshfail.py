@@ -72,7 +72,8 @@ class Cause(Enum):
                 "set NEV_SSH_KEY (or the rig file's ssh_key) to a readable private key")
     LOGIN = ("login", "login refused",
              "the host did not accept the key: add its public half to the user's authorized_keys")
-    OTHER = ("other", "SSH failed", "run again with `nev -v` to see the ssh command and try it by hand")
+    OTHER = ("other", "SSH failed",
+             "run again with `nev -v` to see the ssh command and try it by hand")
 
     @property
     def lasting(self) -> bool:
@@ -246,7 +247,8 @@ def from_exception(e: BaseException, target: Hop, at_jump: bool = False,
 
 
 _NET = {Cause.RESOLVE: re.compile(r"Could not resolve host|Name or service not known"),
-        Cause.REFUSED: re.compile(r"Connection refused|Couldn't connect to server|Failed to connect"),
+        Cause.REFUSED: re.compile(r"Connection refused|Couldn't connect to server|"
+                                  r"Failed to connect"),
         Cause.TIMEOUT: re.compile(r"timed out|Timeout was reached")}
 
 
