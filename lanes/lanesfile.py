@@ -146,8 +146,10 @@ def _read(path: Path, strict: bool = True) -> LanesFile:
         return load(path)
     named = settings.given(settings.LANES_FILE) is not None
     if strict and named and not settings.get(settings.LANE_SSH):
-        raise NoLaneError(f"the lanes file {path} that NEV_LANES_FILE names does not exist; write "
-                          "it there (docs/quickstart.md) or fix NEV_LANES_FILE; nothing ran")
+        where = settings.source(settings.LANES_FILE)
+        name = "NEV_LANES_FILE" if where.startswith("NEV_") else f"lanes_file in {where}"
+        raise NoLaneError(f"the lanes file {path} that {name} names does not exist; write it "
+                          f"there (docs/quickstart.md) or fix {name.split(' in ')[0]}; nothing ran")
     return LanesFile(path=None)
 
 

@@ -41,12 +41,14 @@ CLI_MODULES: dict[str, Callable[[], ModuleType]] = {
     "lanes": _lanes, "jobs": lambda: import_module("jobs.cli"),
     "dagu": lambda: import_module("dagu.cli"), "rig": lambda: import_module("rig.rig_cli"),
     "box": lambda: import_module("rig.box_cli"), "bench": _bench,
-    "provenance": lambda: import_module("jobs.provenance_cli")}
+    "provenance": lambda: import_module("jobs.provenance_cli"),
+    "first": lambda: import_module("rig.first_cli")}
 GROUPS: dict[str, Callable[[], ModuleType]] = {
     group: CLI_MODULES[module] for group, module in (
         ("lane", "lanes"), ("job", "jobs"), ("land", "jobs"), ("dagu", "dagu"), ("rig", "rig"), ("box", "box"),
         ("batch", "bench"), ("oracle", "bench"), ("floors", "bench"), ("scores", "bench"), ("ledger", "bench"),
-        ("sandbox", "jobs"), ("provenance", "provenance"))}
+        ("sandbox", "jobs"), ("provenance", "provenance"),
+        ("config", "first"), ("doctor", "first"), ("completion", "first"))}
 
 
 class _Nev(click.Group):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +14,10 @@ from lanes.base.mask import MASK, mask
 def describe() -> list[dict[str, str | None]]:
     rows: list[dict[str, str | None]] = []
     for s in settings.all_settings():
-        if os.environ.get(s.name):
-            source = s.name
-        elif os.environ.get(s.legacy):
-            source = s.legacy + " (legacy)"
-        else:
-            source = "default" if s.default is not None else "unset"
+        source = settings.source(s)
         value = settings.get(s)
+        if value and s in (*settings.FILES, *settings.NEV_RELATIVE):
+            value = str(settings.get_path(s))       # as nev reads it: never from the folder here
         if s.secret and value:
             value = MASK
         elif value:
@@ -73,8 +69,9 @@ def check_files() -> list[dict[str, str]]:
         ("lanes", lanesfile.lanes_file_path(), lanesfile.load),
         ("folknet", folknet.default_path(), folknet.load),
         ("rig", rigfile.default_path(), rigfile.load),
-        ("tracks", Path("tracks.json"), tracks.load),
     ]
+    if Path.cwd().resolve() != settings.NEV_ROOT:   # nev's own tracks.json is not the engine's
+        checks.append(("tracks", Path("tracks.json").resolve(), tracks.load))
     out = []
     for name, path, loader in checks:
         if not path.exists():

@@ -148,6 +148,7 @@ _SCORE = (_E.UNAVAILABLE, _E.NO_GROUND_TRUTH)
 # command tree: every command is here, and its --help lists exactly these codes.
 COMMANDS: dict[str, Codes] = {
     "settings": Codes(), "ledger": Codes(), "scores": Codes(_SCORE),
+    "config init": Codes(), "doctor": Codes(), "completion": Codes(), "rig trust": Codes(_LANE),
     "land": Codes((_E.UNAVAILABLE,), usage=Exit.FAILED, own=(
         (LAND_CONFLICT, "rebase conflict",
          "a rebase conflict outside `handoff.md` (the files named): the branch must change first"),)),
