@@ -148,8 +148,9 @@ def _read(path: Path, strict: bool = True) -> LanesFile:
     if strict and named and not settings.get(settings.LANE_SSH):
         where = settings.source(settings.LANES_FILE)
         name = "NEV_LANES_FILE" if where.startswith("NEV_") else f"lanes_file in {where}"
-        raise NoLaneError(f"the lanes file {path} that {name} names does not exist; write it "
-                          f"there (docs/quickstart.md) or fix {name.split(' in ')[0]}; nothing ran")
+        raise NoLaneError(f"no build lane configured: the lanes file {path} that {name} names "
+                          "does not exist; write it there (docs/quickstart.md) or fix "
+                          f"{name.split(' in ')[0]}; nothing ran")
     return LanesFile(path=None)
 
 

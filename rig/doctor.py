@@ -39,7 +39,8 @@ class Check:
         return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.detail}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"check": self.name, "ok": self.ok, "detail": self.detail, "seconds": round(self.seconds, 2)}
+        return {"check": self.name, "ok": self.ok, "detail": self.detail,
+                "seconds": round(self.seconds, 2)}
 
 
 class Fail(Exception):
@@ -63,8 +64,8 @@ def bounded(name: str, fn: Callable[[], str], limit: float = LIMIT) -> Check:
     t = threading.Thread(target=run, daemon=True)
     t.start()
     t.join(limit)
-    c = out[0] if out else Check(name, False, f"did not finish in {limit:.0f} s; the host or service "
-                                              "does not answer")
+    c = out[0] if out else Check(name, False, f"did not finish in {limit:.0f} s; the host or "
+                                              "service does not answer")
     c.seconds = time.monotonic() - t0
     return c
 
@@ -122,7 +123,8 @@ class Doctor:
     def jump_resolves(self) -> str:
         j = self._jump()
         try:
-            addrs = {str(a[4][0]) for a in socket.getaddrinfo(j.host, j.port, type=socket.SOCK_STREAM)}
+            found = socket.getaddrinfo(j.host, j.port, type=socket.SOCK_STREAM)
+            addrs = {str(a[4][0]) for a in found}
         except socket.gaierror as e:
             raise Fail(f"{j.host}: name does not resolve ({e.strerror}); "
                        f"{sshfail.Cause.RESOLVE.step}") from None
@@ -138,7 +140,8 @@ class Doctor:
             cause = sshfail.from_exception(e, j, at_jump=True)
             raise Fail(cause.line()) from None
         if not banner.startswith("SSH-"):
-            raise Fail(f"{j.host}:{j.port} answers but not as sshd ({banner[:30]!r}); check the port")
+            raise Fail(f"{j.host}:{j.port} answers but not as sshd ({banner[:30]!r}); "
+                       "check the port")
         return f"{j.host}:{j.port} ({banner})"
 
     def jump_pinned(self) -> str:
@@ -169,8 +172,10 @@ class Doctor:
         """The checks of one lane: the login first, the rest on what its one run there said."""
         lc = LaneChecks(lane, self)
         return [(f"{lane.label}: {name}", fn) for name, fn in (
-            ("login", lc.login), ("free disk", lc.disk), ("nev installed and current", lc.nev_current),
-            ("toolchain", lc.tools("toolchain", "git python3 cargo rustc")), ("browsers", lc.browsers),
+            ("login", lc.login), ("free disk", lc.disk),
+            ("nev installed and current", lc.nev_current),
+            ("toolchain", lc.tools("toolchain", "git python3 cargo rustc")),
+            ("browsers", lc.browsers),
             ("sandbox", lc.tools("sandbox", "bwrap")), ("NAS", lc.nas))]
 
     # -- the forge, the gateway, Dagu, the inventory ---------------------------------------------
@@ -194,10 +199,11 @@ class Doctor:
         try:
             r = gateway_http._request("GET", url, None, ep.headers(), (SSH_TIMEOUT, SSH_TIMEOUT))
         except gateway_http.Unreachable as e:
-            raise Fail(f"{ep.url} does not answer ({e}); is its forward up? `nev rig forward up`") from None
+            raise Fail(f"{ep.url} does not answer ({e}); is its forward up? "
+                       "`nev rig forward up`") from None
         if r.status in (401, 403):
-            raise Fail(f"{ep.url} refused the key (HTTP {r.status}); check the file NEV_MODEL_KEY_FILE "
-                       "names (the key may be revoked)")
+            raise Fail(f"{ep.url} refused the key (HTTP {r.status}); check the file "
+                       "NEV_MODEL_KEY_FILE names (the key may be revoked)")
         if r.status != 200:
             raise Fail(f"{ep.url} answered HTTP {r.status}: {gateway_http.error_message(r.body)}")
         served = {str(m.get("id")) for m in (r.json().get("data") or []) if isinstance(m, dict)}
@@ -319,10 +325,12 @@ def _lane_script(lane: Any) -> str:
         'echo "user=$(id -un)"',
         f"echo free_kb=$(df -Pk {root} 2>/dev/null | awk 'NR==2 {{print $4}}')",
         f'echo "nev_current=$(readlink "$HOME/{layout.NEV_CURRENT}" 2>/dev/null)"',
-        f'if [ -d {nas} ] && [ -w {nas} ]; then echo nas=rw; elif [ -d {nas} ]; then echo nas=read-only; fi',
+        f'if [ -d {nas} ] && [ -w {nas} ]; then echo nas=rw; '
+        f'elif [ -d {nas} ]; then echo nas=read-only; fi',
     ]
     for w in ("git", "python3", "cargo", "rustc", "bwrap"):
-        lines.append(f'p=$(command -v {w} || ls $HOME/.cargo/bin/{w} 2>/dev/null) && echo "has_{w}=$p"')
+        lines.append(f'p=$(command -v {w} || ls $HOME/.cargo/bin/{w} 2>/dev/null) && '
+                     f'echo "has_{w}=$p"')
     for i, alts in enumerate(names[:3]):
         probe = " || ".join(f"command -v {shlex.quote(a)}" for a in alts.split("|"))
         lines.append(f'p=$({probe}) && echo "browser_{i}=$p"')

@@ -39,7 +39,10 @@ def _write_status(code: int) -> None:
     from lanes.base import settings
     from lanes.base.exitcodes import status_line
 
-    path = settings.get_path(settings.STATUS_FILE)
+    try:
+        path = settings.get_path(settings.STATUS_FILE)
+    except NevError:        # a malformed config file: said already, as the run's one line
+        return
     if path is None:
         return
     tmp = path.with_name(f".{path.name}.{os.getpid()}")

@@ -55,9 +55,8 @@ def completion(shell: str) -> int:
     ~/.bashrc), `nev completion fish > ~/.config/fish/completions/nev.fish`."""
     from click.shell_completion import get_completion_class
 
-    from rig.commands import cli
-
     cls = get_completion_class(shell)
     assert cls is not None
-    click.echo(cls(cli, {}, "nev", "_NEV_COMPLETE").source())
+    root = click.get_current_context().find_root().command
+    click.echo(cls(root, {}, "nev", "_NEV_COMPLETE").source())
     return Exit.OK

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BUDGET_S = 30.0
 
 
-def nev(env: dict[str, str], cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def nev(env: dict[str, str], cwd: Path, *args: str,
+        timeout: float = 600) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_"))}
     full.update(env, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=cwd, env=full,
@@ -94,8 +95,10 @@ def test_doctor_names_each_planted_fault_on_its_own_line_and_passes_when_it_is_g
                                "forge (through its forward)", "does not answer"),
         "gateway key revoked": ({"NEV_MODEL_KEY_FILE": str(revoked)},
                                 "gateway: key and aliases", "refused the key"),
-        "one alias gone": ({"NEV_FOLKNET_FILE": str(gone)}, "gateway: key and aliases", "gone-alias"),
-        "NAS folder missing": ({"NEV_LANES_FILE": str(no_nas)}, "lane 0 (lane0): NAS", "/srv/no-such-nas"),
+        "one alias gone": ({"NEV_FOLKNET_FILE": str(gone)}, "gateway: key and aliases",
+                           "gone-alias"),
+        "NAS folder missing": ({"NEV_LANES_FILE": str(no_nas)}, "lane 0 (lane0): NAS",
+                               "/srv/no-such-nas"),
     }
     times = {}
     for fault, (change, check, words) in faults.items():
@@ -119,7 +122,8 @@ def test_doctor_names_each_planted_fault_on_its_own_line_and_passes_when_it_is_g
         assert nev(env, here, "dagu", "start").returncode == 0
     code, checks, took = doctor(env, here)
     assert code == 0 and not failed(checks), failed(checks)
-    print(f"doctor: healthy {healthy_s:.1f} s; " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+    print(f"doctor: healthy {healthy_s:.1f} s; "
+          + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
 
 
 def test_doctor_with_a_dead_jump_host_costs_seconds(rig):
@@ -128,8 +132,8 @@ def test_doctor_with_a_dead_jump_host_costs_seconds(rig):
     silent.bind(("127.0.0.1", 0))
     silent.listen(4)
     try:
-        code, checks, took = doctor({**env, "NEV_LANE_JUMP": f"nevjump@127.0.0.1:{silent.getsockname()[1]}"},
-                                    here)
+        dead = f"nevjump@127.0.0.1:{silent.getsockname()[1]}"
+        code, checks, took = doctor({**env, "NEV_LANE_JUMP": dead}, here)
     finally:
         silent.close()
     assert code == 1 and "jump host: port answers" in failed(checks)

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def nev(args: list[str], tmp: Path, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_", "XDG_"))}
     full.update({"PYTHONPATH": str(ROOT), "HOME": str(tmp / "home"),
-                 "NEV_STATE_DIR": str(tmp / "state"), "XDG_CONFIG_HOME": str(tmp / "config")}, **env)
+                 "NEV_STATE_DIR": str(tmp / "state"),
+                 "XDG_CONFIG_HOME": str(tmp / "config")}, **env)
     return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=tmp, env=full,
                           capture_output=True, text=True, timeout=120)
 

@@ -238,3 +238,26 @@ def test_the_clients_words_are_classified(said, cause, at_jump):
     assert (f.cause, f.at_jump) == (cause, at_jump)
     line = f.line("lane@10.0.0.11:2222 via me@j.invalid")
     assert cause.text in line and cause.step in line and "\n" not in line
+
+
+def test_rig_trust_shows_the_fingerprint_and_pins_only_after_confirmation(rig):
+    env = plant(rig, "lane key changed")        # lane 1's pin is another key
+    kh = Path(env["NEV_KNOWN_HOSTS"])
+    before = kh.read_text()
+    lane = rig.lane_spec
+    real = subprocess.run(["ssh-keygen", "-lf", str(rig.tmp / "lane" / "host_ed25519.pub")],
+                          capture_output=True, text=True, check=True).stdout.split()[1]
+    full = {**env, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "trust", lane], input="n\n",
+                       cwd=rig.tmp,
+                       env={**os.environ, **full, "NEV_SSH_KEY": str(rig.jump.client_key)},
+                       capture_output=True, text=True, timeout=60)
+    said = r.stdout + r.stderr
+    assert r.returncode == Exit.FAILED and real in r.stdout and "CHANGED" in r.stdout, said
+    assert "through the jump host" in r.stdout and kh.read_text() == before
+    r = nev(["rig", "trust", "--yes", lane], env, rig)
+    assert r.returncode == 0 and f"pinned [127.0.0.2]:{rig.lane.port}" in r.stdout, r.stderr
+    assert nev(["lane", "list"], env, rig).returncode == 0      # the lane answers now
+    again = nev(["rig", "trust", "--yes", lane], env, rig)
+    assert again.returncode == 0 and "already pinned" in again.stdout
+    assert kh.read_text().count("[127.0.0.2]") == 1

@@ -74,7 +74,8 @@ class OpenSsh:
         """The command's channel: the one started ahead with the same argv (`start_ahead`), else
         a new `ssh` process."""
         cmd = command if isinstance(command, str) else shlex.join(command)
-        self._refuse_locally()
+        if self.key_file is not None:
+            self._refuse_locally()      # the key file (argv checks the known_hosts file)
         argv = self.argv(cmd)
         ch = _AHEAD.pop(tuple(argv), None)
         if ch is None:

@@ -445,6 +445,44 @@ def answers(target: Target, known_hosts: Path | None = None, key_file: Path | No
 
 
 
+def offered_key(target: Target, jump: Target | None = None, timeout: float = CONNECT_TIMEOUT,
+                known_hosts: Path | None = None, key_file: Path | None = None) -> tuple[str, str]:
+    """The host key `target` offers, (type, base64), read by a key exchange with no login (through
+    `jump`, pinned and logged into as every hop is, when given): what `nev rig trust` shows before
+    it pins anything."""
+    import paramiko
+
+    via = Connection(jump, known_hosts, key_file, timeout).connect() if jump is not None else None
+    route = f"{target}" + (f" via {jump}" if jump else "")
+    t = None
+    try:
+        if via is not None:
+            sock: Any = via.transport.open_channel("direct-tcpip", (target.host, target.port),
+                                                   ("127.0.0.1", 0), timeout=timeout)
+        else:
+            sock = socket.create_connection((target.host, target.port), timeout=timeout)
+        t = paramiko.Transport(sock)
+        t.start_client(timeout=timeout)
+        key = t.get_remote_server_key()
+        return key.get_name(), key.get_base64()
+    except (paramiko.SSHException, OSError, EOFError) as e:
+        raise error(from_exception(e, target), route) from None
+    finally:
+        if t is not None:
+            t.close()
+        if via is not None:
+            via.close()
+
+
+def fingerprint(b64: str) -> str:
+    """`SHA256:...` of a host key, as `ssh-keygen -lf` prints it."""
+    import base64
+    import hashlib
+
+    digest = hashlib.sha256(base64.b64decode(b64)).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
 def link_errors() -> tuple[type[BaseException], ...]:
     """What a broken SSH link raises: OSError and EOFError, and paramiko's SSHException when
     paramiko is loaded (a gate over `OpenSsh` never loads it)."""

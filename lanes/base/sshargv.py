@@ -70,7 +70,8 @@ def jump_says(jump: Hop, target: Hop, known_hosts: Path, key_file: Path | None,
     """What the jump host says when asked for a connection to `target` (`ssh -W`): `open failed:
     connect failed: <why>` when it cannot make one; "" when it can."""
     argv = ["ssh", *_hop_options(known_hosts, key_file, timeout),
-            "-W", f"[{target.host}]:{target.port}", "-p", str(jump.port), f"{jump.user}@{jump.host}"]
+            "-W", f"[{target.host}]:{target.port}", "-p", str(jump.port),
+            f"{jump.user}@{jump.host}"]
     log.debug("ssh %s@%s: asking why it cannot reach %s: %s", jump.user, jump.host, target.host,
               mask_argv(argv))
     try:
