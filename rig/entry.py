@@ -33,7 +33,7 @@ def guarded(call: Callable[[], int]) -> int:
 
 
 def _write_status(code: int) -> None:
-    """`command N` or `nev N NAME` into NEV_STATUS_FILE (docs/exit-codes.md), by rename."""
+    """`command N` or `own N NAME` into NEV_STATUS_FILE (docs/exit-codes.md), by rename."""
     import os
 
     from lanes.base import settings

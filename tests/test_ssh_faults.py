@@ -169,7 +169,7 @@ def test_every_command_that_connects_names_the_cause_and_exits_3(rig, command):
             assert "127.0.0.2:" in said, said
             assert f"the jump host {rig.jump.user}@127.0.0.1" not in said, said
         assert "Traceback" not in said, said
-        assert Path(env["NEV_STATUS_FILE"]).read_text() == "nev 3 UNAVAILABLE\n"
+        assert Path(env["NEV_STATUS_FILE"]).read_text() == "own 3 UNAVAILABLE\n"
 
 
 def test_a_host_that_never_answers_times_out_in_seconds_with_its_cause(rig):
@@ -192,7 +192,7 @@ def test_the_healthy_route_answers_and_the_status_line_says_whose_the_exit_is(ri
     assert r.returncode == 3 and Path(env["NEV_STATUS_FILE"]).read_text() == "command 3\n", r.stderr
     r = nev(["lane", "run", str(rig.worktree), "true"], plant(rig, "lane refused"), rig)
     assert r.returncode == 3
-    assert (rig.tmp / "lane-refused" / "status").read_text() == "nev 3 UNAVAILABLE\n"
+    assert (rig.tmp / "lane-refused" / "status").read_text() == "own 3 UNAVAILABLE\n"
 
 
 def test_v_shows_the_exact_ssh_command(rig):

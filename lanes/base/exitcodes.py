@@ -204,11 +204,11 @@ def passed_through(status: int) -> int:
 
 def status_line(code: int) -> str:
     """The status line for a run that exits `code`: `command N` when N is the command's own
-    status passed through, else `nev N NAME` (NAME the code's name here, when it has one)."""
+    status passed through, else `own N NAME` (NAME the code's name here, when it has one)."""
     if _PASSED and _PASSED[-1] == code:
         return f"command {code}\n"
     name = next((e.name for e in Exit if int(e) == code), "")
-    return f"nev {code} {name}".rstrip() + "\n"
+    return f"own {code} {name}".rstrip() + "\n"
 
 
 def codes_of(path: str) -> Codes:

@@ -141,7 +141,7 @@ NOTIFY_FORWARD_DOWN_S = _s("NEV_NOTIFY_FORWARD_DOWN_S", "60",
 STATUS_FILE = _s("NEV_STATUS_FILE", None,
                   "a file every nev command rewrites as it exits with one line saying whose its "
                   "exit status is: `command N` (the remote command's own status, passed through "
-                  "by `nev lane run|on`) or `nev N NAME` (nev's own code, docs/exit-codes.md); a "
+                  "by `nev lane run|on`) or `own N NAME` (nev's own code, docs/exit-codes.md); a "
                   "script tells a failing test from an unreachable lane by it")
 # Landing
 LAND_LOCK_WAIT = _s("NEV_LAND_LOCK_WAIT", "3600", "seconds `nev land` waits for another landing's lock before refusing")
