@@ -273,7 +273,8 @@ def read(path: Path) -> object:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: manifest is not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
+        raise ConfigError(f"{path}: manifest is not valid YAML ({jsonfile.yaml_error(e)}); "
+                          "fix the file") from None
     except RecursionError:
         raise ConfigError(f"{path}: the manifest is nested deeper than {jsonfile.MAX_DEPTH} levels; fix the file") from None
     except ValueError as e:    # a value YAML's constructors refuse (an integer of thousands of digits)

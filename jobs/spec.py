@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from lanes.base import jsonfile
 from lanes.base.errors import NevError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -56,7 +57,8 @@ def parse(name: str, sha: str, text: str) -> Spec:
     try:
         meta = yaml.safe_load("\n".join(lines[1:end])) or {}
     except yaml.YAMLError as e:
-        raise NevError(f"{where}: the front matter is not valid YAML ({str(e).splitlines()[0]}); fix it") from None
+        raise NevError(f"{where}: the front matter is not valid YAML "
+                       f"({jsonfile.yaml_error(e, line_offset=1)}); fix it") from None
     if not isinstance(meta, dict):
         raise NevError(f"{where}: the front matter must be a mapping with touches:; fix it")
     if "touches" not in meta:

@@ -211,6 +211,10 @@ def chosen(flag: int | None, preferred: settings.Setting | None = None) -> Lane:
         if settings.get(settings.LANE_SSH) and index == 0:
             return configured().lanes[0]
         raise NoLaneError(f"no lanes listed in {path}; list them there (or set NEV_LANE_SSH for one lane)")
+    if flag is None and preferred is not None and not 0 <= index < len(lf.lanes):
+        # the setting chose it, not a --lane the user typed: the setting is named
+        raise ConfigError(f"{preferred.name}={pref}: only {len(lf.lanes)} lane(s) configured "
+                          f"({lf.path}); set it to 0..{len(lf.lanes) - 1}, or give --lane N")
     return pick(lf, index)[0]
 
 

@@ -105,7 +105,9 @@ def cli(verbose: int) -> None:
 @cli.command("settings")
 @click.argument("pattern", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (values whole).")
-def settings_cmd(pattern: str | None, as_json: bool) -> int:
+@click.option("--get", "get_name", metavar="NAME", help="Print NAME's value alone, as nev reads "
+              "it (a path resolved), for a script; exit 1 when it has none. Never a secret's.")
+def settings_cmd(pattern: str | None, as_json: bool, get_name: str | None) -> int:
     """Every NEV_* setting with its value and source; every settings file, checked.
 
     PATTERN (case-insensitive) keeps the settings whose name or help holds it, or whose name
@@ -114,7 +116,11 @@ def settings_cmd(pattern: str | None, as_json: bool) -> int:
     is not what its setting takes (a number, a file that exists), or no setting matches PATTERN.
     """
     from lanes.base.ui import emit_json, info
-    from rig.settings_cmd import check_files, describe, matches, table
+    from rig.settings_cmd import check_files, describe, matches, one_value, table
+
+    if get_name:
+        click.echo(one_value(get_name))
+        return Exit.OK
 
     rows, files = [r for r in describe() if matches(r, pattern)], check_files()
     if as_json:
@@ -142,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         except click.exceptions.Abort:
             print("nev: interrupted", file=sys.stderr)
             return Exit.INTERRUPTED
+        except click.exceptions.NoArgsIsHelpError as e:    # `nev`, `nev GROUP`: the help, as is
+            assert e.ctx is not None
+            click.echo(e.ctx.get_help())
+            return Exit.OK
         except click.UsageError as e:
             return usage_error(e)
         except click.ClickException as e:

@@ -30,6 +30,24 @@ def describe() -> list[dict[str, str | None]]:
     return rows
 
 
+def one_value(name: str) -> str:
+    """`nev settings --get NAME`: the value as nev reads it (a path setting resolved); NevError
+    when NAME is no setting, a secret, or has no value."""
+    known = {s.name: s for s in settings.all_settings()}
+    s = known.get(name) or known.get("NEV_" + name.upper().removeprefix("NEV_"))
+    if s is None:
+        raise NevError(f"{name} is not a setting; `nev settings` lists them")
+    if s.secret:
+        raise NevError(f"{s.name} is a secret: never printed; read it from its file "
+                       f"({s.name}_FILE)")
+    value = settings.get(s)
+    if value is None:
+        raise NevError(f"{s.name} is not set (nor in the config file) and has no default")
+    if s in (*settings.FILES, *settings.NEV_RELATIVE):
+        return str(settings.get_path(s))
+    return value
+
+
 VALUE_WIDTH = 40
 
 

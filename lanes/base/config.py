@@ -21,13 +21,24 @@ NAME = "config.toml"
 _CACHE: dict[tuple[str, int, int], dict[str, str]] = {}
 
 
-def path() -> Path:
+def path(environ: Mapping[str, str] | None = None) -> Path:
     """NEV_CONFIG, else $XDG_CONFIG_HOME/nev/config.toml, else ~/.config/nev/config.toml."""
-    named = os.environ.get("NEV_CONFIG") or os.environ.get("GENERA_CONFIG")
+    p = path_in(os.environ if environ is None else environ)
+    return p if p is not None else Path(os.path.expanduser("~")) / ".config" / "nev" / NAME
+
+
+def path_in(env: Mapping[str, str]) -> Path | None:
+    """The config file of the environment `env` (its NEV_CONFIG, XDG_CONFIG_HOME or HOME); None
+    when it names none of them (a mapping made up by a caller: no config file is read for it)."""
+    named = env.get("NEV_CONFIG") or env.get("GENERA_CONFIG")
     if named:
-        return Path(os.path.expanduser(named))
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "nev" / NAME
+        home = env.get("HOME")
+        return Path(named.replace("~", home, 1) if home and named.startswith("~") else named)
+    if env.get("XDG_CONFIG_HOME"):
+        return Path(env["XDG_CONFIG_HOME"]) / "nev" / NAME
+    if env.get("HOME"):
+        return Path(env["HOME"]) / ".config" / "nev" / NAME
+    return None
 
 
 def values(p: Path, known: Mapping[str, bool]) -> dict[str, str]:

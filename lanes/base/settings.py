@@ -245,15 +245,18 @@ def problem(setting: Setting, environ: Mapping[str, str] | None = None) -> str |
     elif setting.default is not None and _number(setting.default) and not _number(raw):
         return f"{setting.name}={raw!r} is not a number (default {setting.default})"
     if setting in FILES:
-        p = Path(os.path.expanduser(raw))
+        p = get_path(setting, environ) or Path(raw)     # relative to the config file, from it
+        where = source(setting, environ)
+        named = (f"{setting.name.removeprefix('NEV_').lower()} in the {where}"
+                 if where.startswith("config ") else setting.name)
         if not p.exists():
-            return f"the file {raw} that {setting.name} names does not exist"
+            return f"the file {p} that {named} names does not exist"
         if setting in CHECKED_BY_READER:
             return None         # its reader names what is wrong with it (`nev settings`' files)
         if not p.is_file():
-            return f"{raw}, which {setting.name} names, is not a file"
+            return f"{p}, which {named} names, is not a file"
         if not os.access(p, os.R_OK):
-            return f"the file {raw} that {setting.name} names cannot be read"
+            return f"the file {p} that {named} names cannot be read"
     return None
 
 
@@ -287,11 +290,12 @@ def _given(s: Setting, environ: Mapping[str, str] | None) -> tuple[str | None, s
         raw = env.get(name)
         if raw:
             return raw, where
-    if env is os.environ and s is not CONFIG:
-        found = config.values(config.path(), {n: x.secret for n, x in _REGISTRY.items()
-                                              if x is not CONFIG})
+    # the config file of that environment (this process's, or one made from it)
+    cfg = config.path_in(env) if s is not CONFIG else None
+    if cfg is not None:
+        found = config.values(cfg, {n: x.secret for n, x in _REGISTRY.items() if x is not CONFIG})
         if s.name in found:
-            return found[s.name], f"config {config.path()}"
+            return found[s.name], f"config {cfg}"
     return None, ""
 
 

@@ -322,6 +322,11 @@ def status(rig: RigFile, names: tuple[str, ...]) -> list[Row]:
             rec = None
         ans = check.probe(fw.check, fw.local_port)
         ssh_alive = rec is not None and rec.ssh is not None and rec.ssh.alive()
+        if ans.up and not (ssh_alive and rec is not None and rec.ssh is not None
+                           and check.held_by(rec.ssh.pid, fw.local_port)):
+            # an answer on the port, but not through nev's client: another program holds it
+            ans = check.Answer(False, f"another program listens on {fw.local}, not nev's forward; "
+                                      "stop it or choose another local_port")
         rows.append(Row(fw.name, fw.local, fw.target, fw.check, ans.up, ans.detail,
                         rec.since if rec and ssh_alive else None, rec.restarts if rec else None,
                         rec.supervisor.pid if rec else None,

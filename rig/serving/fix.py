@@ -200,7 +200,7 @@ def _wanted(hosts: Hosts, role: Role, declared: Folknet, serving: dict[str, Serv
         except RecursionError:
             raise FixFailed(f"{host}:{path} is nested too deeply to read") from None
         except yaml.YAMLError as e:
-            raise FixFailed(f"{host}:{path} is not YAML ({e})") from None
+            raise FixFailed(f"{host}:{path} is not YAML ({jsonfile.yaml_error(e)})") from None
         last = render(current if isinstance(current, dict) else {}, declared, serving)
         data = _dump(last.config) if last.changed else raw
         st = HostState(host=host, files=[_with(live, path, data)], blobs={sha256(data): data})
