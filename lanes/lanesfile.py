@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes.base import jsonfile, settings
+from lanes.base import jsonfile, schema, settings
 from lanes.base.errors import ConfigError, NevError, NoLaneError, UsageError
 from lanes.base.openssh import OpenSsh
 from lanes.base.ssh import CONNECT_TIMEOUT, Connection, SshError, Target
@@ -85,10 +85,11 @@ def _jump_field(f: jsonfile.Fields, obj: dict, where: str) -> str | None:
     return value
 
 
-# Every key the lanes file may hold (docs/lanes.schema.json): any other is refused, naming the
-# close one (a misspelt `jmup` would otherwise send nev straight to the lane, past its jump host).
-TOP_KEYS = ("$schema", "lanes", "jump", "git_url", "nas", "primary")
-LANE_KEYS = ("ssh", "root", "shared", "name", "jump")
+# Every key the lanes file may hold, from its schema (docs/lanes.schema.json): any other is
+# refused, naming the close one (a misspelt `jmup` would otherwise send nev straight to the lane,
+# past its jump host).
+TOP_KEYS = schema.keys("lanes")
+LANE_KEYS = schema.keys("lanes", "lanes")
 
 
 def load(path: Path) -> LanesFile:

@@ -43,7 +43,13 @@ that are not UTF-8, nesting past 64 levels, integers past 2^63, floats past a do
 lone surrogates are each that one line too, and the file is never changed by the reading. In
 `tracks.json`, `bench/folknet.json` (top level and each alias) and the rig file (top level, each
 role and file), a key nev does not know is refused, naming it and the close known key
-(`landCheck`: did you mean `landChecks`?).
+(`landCheck`: did you mean `landChecks`?). The lanes file refuses them the same way.
+
+The lanes, rig and folknet files have JSON Schemas, [lanes.schema.json](lanes.schema.json),
+[rig.schema.json](rig.schema.json) and [folknet.schema.json](folknet.schema.json): nev's readers
+take the keys each object may hold from them, and an editor validates a file that names its
+schema (`"$schema": "https://nev.invalid/schemas/lanes.schema.json"`, or the file's path, in the
+editor's JSON schema settings). The config file is TOML: [the config file](config.md).
 
 Secrets (forge token, gateway keys, Dagu password) never appear in argv, a
 committed file, a log line, a Dagu run parameter or an error message: every

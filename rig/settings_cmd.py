@@ -34,7 +34,8 @@ def one_value(name: str) -> str:
     """`nev settings --get NAME`: the value as nev reads it (a path setting resolved); NevError
     when NAME is no setting, a secret, or has no value."""
     known = {s.name: s for s in settings.all_settings()}
-    s = known.get(name) or known.get("NEV_" + name.upper().removeprefix("NEV_"))
+    full = "NEV_" + name.upper().removeprefix("NEV_")     # `forge_url` as NEV_FORGE_URL
+    s = known.get(name) or known.get(full)
     if s is None:
         raise NevError(f"{name} is not a setting; `nev settings` lists them")
     if s.secret:
