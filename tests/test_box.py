@@ -361,7 +361,7 @@ def test_up_without_root_exits_1_saying_it_needs_root(tmp_path):
                         sys.executable, "-m", "rig.cli", "box", "up"], capture_output=True, text=True,
                        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)})
     assert r.returncode == 1
-    assert "needs root for network namespaces" in r.stderr
+    assert "needs root on Debian" in r.stderr
 
 
 # ---- a throwaway second box: coexistence and down ---------------------------------------------

@@ -38,6 +38,7 @@ FOLDER = b"\0<a folder in the file's place>"
 
 # json.load/json.loads outside the one reader, and why each reads no file of nev's state or declarations.
 RAW_JSON = {
+    "lanes/base/schema.py::load": "nev's own JSON Schemas, shipped with it (no user's file)",
     "bench/oracle/truth_service.py::Service._answer": "a verify's request on the ground-truth builder's socket",
     "bench/oracle/truth_service.py::request": "the ground-truth builder's answer on its socket",
     "lanes/base/jailrun.py::main": "the sandbox's supervisor reads its jobs on stdin (stdlib-only, in the jail)",
