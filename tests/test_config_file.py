@@ -102,3 +102,27 @@ def test_a_wrong_config_is_one_line_naming_the_file_and_the_place(tmp_path, text
     r = nev(["lane", "list"], tmp_path, tmp_path / "home", NEV_CONFIG=str(p))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == Exit.FAILED and len(lines) == 1 and said in lines[0], r.stderr
+
+
+def test_the_ticks_cron_line_reads_the_config_from_crons_environment(tmp_path):
+    """The line `nev job poll --install` writes, run as cron runs it (an empty environment but
+    HOME and PATH, from /): the settings come from the config file in HOME."""
+    from jobs import tick
+    from tests.helpers.local_lane import make_repo
+    from tests.helpers.local_sshd import free_port
+
+    home = tmp_path / "home"
+    cfg = home / ".config" / "nev"
+    cfg.mkdir(parents=True)
+    url = f"http://127.0.0.1:{free_port()}/owner/engine.git"
+    (cfg / "config.toml").write_text(f'[forge]\nurl = "{url}"\n')
+    repo = make_repo(home / "engine")
+    log = home / "tick.log"
+    env = tick.tick_env(repo, {"HOME": str(home), "PATH": "/usr/bin:/bin"})
+    line = tick.cron_line(repo, env, log)
+    command = line.split(" ", 5)[5].removesuffix(" " + tick.cron_tag(repo))
+    r = subprocess.run(["env", "-i", f"HOME={home}", "PATH=/usr/bin:/bin", "sh", "-c", command],
+                       cwd="/", capture_output=True, text=True, timeout=120)
+    said = log.read_text()
+    assert r.returncode == Exit.UNAVAILABLE, said
+    assert f"the forge at {url} does not answer" in said    # the config's URL, from cron
