@@ -261,3 +261,24 @@ def test_rig_trust_shows_the_fingerprint_and_pins_only_after_confirmation(rig):
     again = nev(["rig", "trust", "--yes", lane], env, rig)
     assert again.returncode == 0 and "already pinned" in again.stdout
     assert kh.read_text().count("[127.0.0.2]") == 1
+
+
+def test_doctor_walks_the_jump_host_then_the_lane_and_a_flat_rig_has_no_jump_to_check(rig):
+    import time
+
+    t0 = time.monotonic()
+    r = nev(["doctor", "--json"], plant(rig, "jump name"), rig)
+    took = time.monotonic() - t0
+    checks = {c["check"]: c for c in json.loads(r.stdout)}
+    assert r.returncode == 1 and took < 30
+    assert not checks["jump host: name resolves"]["ok"]
+    assert "name does not resolve" in checks["jump host: name resolves"]["detail"]
+    assert "lane 0: login" in checks and "not checked" in checks["lane 0: login"]["detail"]
+    # the lane reached directly: no jump host declared is no failure, and the lane's login is ok
+    flat = rig.files("flat")
+    lanes = json.loads(Path(flat["NEV_LANES_FILE"]).read_text())
+    del lanes["jump"]
+    Path(flat["NEV_LANES_FILE"]).write_text(json.dumps(lanes))
+    r = nev(["doctor", "--json"], flat, rig)
+    checks = {c["check"]: c for c in json.loads(r.stdout)}
+    assert checks["jump host"]["ok"] and checks["lane 0: login"]["ok"], checks
