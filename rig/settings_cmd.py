@@ -46,7 +46,7 @@ def one_value(name: str) -> str:
         raise NevError(f"{s.name} is not set (nor in the config file) and has no default")
     if s in (*settings.FILES, *settings.NEV_RELATIVE):
         return str(settings.get_path(s))
-    return value
+    return mask(value)      # a credential inside a URL never leaves (it has no place there)
 
 
 VALUE_WIDTH = 40

@@ -126,3 +126,19 @@ def test_the_ticks_cron_line_reads_the_config_from_crons_environment(tmp_path):
     said = log.read_text()
     assert r.returncode == Exit.UNAVAILABLE, said
     assert f"the forge at {url} does not answer" in said    # the config's URL, from cron
+
+
+def test_settings_get_prints_one_value_as_nev_reads_it_and_never_a_secret(tmp_path):
+    home = tmp_path / "home"
+    cfg = home / ".config" / "nev"
+    cfg.mkdir(parents=True)
+    (cfg / "config.toml").write_text('[forge]\nuser = "me"\ntoken_file = "forge-token"\n')
+    r = nev(["settings", "--get", "forge_token_file"], tmp_path, home)
+    assert (r.returncode, r.stdout) == (0, f"{cfg / 'forge-token'}\n")
+    assert nev(["settings", "--get", "NEV_FORGE_USER"], tmp_path, home).stdout == "me\n"
+    r = nev(["settings", "--get", "forge_token"], tmp_path, home, NEV_FORGE_TOKEN="s3cr3t-tok")
+    assert r.returncode == Exit.FAILED and "s3cr3t" not in r.stdout + r.stderr
+    r = nev(["settings", "--get", "forge_url"], tmp_path, home,
+            NEV_FORGE_URL="http://me:tok3nvalue99887766554433@forge/x.git")
+    assert r.returncode == 0 and "tok3nvalue" not in r.stdout
+    assert nev(["settings", "--get", "model_url"], tmp_path, home).returncode == Exit.FAILED
