@@ -284,6 +284,16 @@ def source(setting: Setting | str, environ: Mapping[str, str] | None = None) -> 
     return "default" if s.default is not None else "unset"
 
 
+_SECRETS: dict[str, bool] = {}
+
+
+def _secrets() -> dict[str, bool]:
+    """Every setting the config file may hold -> whether it is a secret (made once)."""
+    if not _SECRETS:
+        _SECRETS.update({n: x.secret for n, x in _REGISTRY.items() if x is not CONFIG})
+    return _SECRETS
+
+
 def _given(s: Setting, environ: Mapping[str, str] | None) -> tuple[str | None, str]:
     env = os.environ if environ is None else environ
     for name, where in ((s.name, s.name), (s.legacy, s.legacy + " (legacy)")):
@@ -293,7 +303,7 @@ def _given(s: Setting, environ: Mapping[str, str] | None) -> tuple[str | None, s
     # the config file of that environment (this process's, or one made from it)
     cfg = config.path_in(env) if s is not CONFIG else None
     if cfg is not None:
-        found = config.values(cfg, {n: x.secret for n, x in _REGISTRY.items() if x is not CONFIG})
+        found = config.values(cfg, _secrets())
         if s.name in found:
             return found[s.name], f"config {cfg}"
     return None, ""
