@@ -106,3 +106,33 @@ def test_completion_scripts_for_each_shell(tmp_path, shell, marker):
                                env={**os.environ, "PYTHONPATH": str(ROOT),
                                     "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
         assert {"land", "lane"} <= set(words.stdout.split()), words.stdout + words.stderr
+
+
+def test_a_long_box_step_says_it_is_still_going():
+    """`nev box up`'s step lines: one as each step starts, and a line every HEARTBEAT_S while a
+    long one runs (the lanes' image takes minutes on a cold machine)."""
+    import time
+
+    from rig.box.build import still_going
+
+    lines: list[str] = []
+    t0 = time.monotonic()
+    with still_going(lines.append, "box b: the lanes' image", t0, every=0.05):
+        time.sleep(0.32)
+    after = len(lines)
+    time.sleep(0.15)
+    assert after >= 4 and len(lines) == after          # none once the step is done
+    assert all(ln.startswith("box b: the lanes' image: still going (") for ln in lines)
+
+
+def test_what_a_box_up_changes_is_said_as_it_happens():
+    from rig.box.build import Said
+
+    said: list[str] = []
+    changed = Said(said.append, "  box b: ", ["earlier"])
+    changed.append("started lane0.sshd")
+    changed += ["config of forge.nginx changed", "user b-lane"]
+    assert said == ["  box b: started lane0.sshd", "  box b: config of forge.nginx changed",
+                    "  box b: user b-lane"]
+    assert changed == ["earlier", "started lane0.sshd", "config of forge.nginx changed",
+                       "user b-lane"]
