@@ -16,7 +16,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes.base import jsonfile, settings
+from lanes.base import jsonfile, schema, settings
 
 
 @dataclass(frozen=True)
@@ -87,13 +87,14 @@ def _per_minute(f: jsonfile.Fields, obj: dict, key: str, where: str) -> int | No
 
 
 # Every key an alias declares (docs/settings.md, docs/serving.md): another is a typo, refused.
-ALIAS_KEYS = ("pool", "max_inflight", "provider", "tier", "retired", "keys", "supports_n", "health", "rpm", "tpm")
+# (from the folknet file's schema, docs/folknet.schema.json)
+ALIAS_KEYS = schema.keys("folknet", "aliases")
 
 
 def load(path: Path) -> Folknet:
     data = jsonfile.load(path, "folknet file")
     f = jsonfile.Fields(path)
-    top = f.known(f.obj(data, "(top level)"), ("schema", "providers", "aliases"), "")
+    top = f.known(f.obj(data, "(top level)"), schema.keys("folknet"), "")
     providers = f.str_list(top, "providers", "", required=True)
     raw = f.get(top, "aliases", dict, "")
     aliases: dict[str, Alias] = {}

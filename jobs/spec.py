@@ -52,7 +52,8 @@ def parse(name: str, sha: str, text: str) -> Spec:
         end = next(i for i in range(1, len(lines)) if lines[i].strip() in ("---", "..."))
     except StopIteration:
         raise NevError(f"{where}: the front matter is not closed; end it with a '---' line") from None
-    meta = yamlfile.load("\n".join(lines[1:end]), where, "front matter") or {}
+    # a first empty line stands for the opening `---`: YAML's line numbers are the file's
+    meta = yamlfile.load("\n" + "\n".join(lines[1:end]), where, "front matter") or {}
     if not isinstance(meta, dict):
         raise NevError(f"{where}: the front matter must be a mapping with touches:; fix it")
     if "touches" not in meta:

@@ -114,23 +114,29 @@ def on(gate_args: gateargs.GateArgs) -> int:
 @lane.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_(as_json: bool) -> int:
-    """Configured lanes: answering or not, free disk, copies, gates running."""
+    """Configured lanes: answering or not (and why not), free disk, copies, gates running.
+
+    Exits 3 when no lane answers (or none is configured), as every command that cannot reach
+    the rig does; the table (or the JSON) is printed all the same.
+    """
     from lanes import gate
-    from lanes.base.ui import emit_json
+    from lanes.base.exitcodes import Exit
+    from lanes.base.ui import emit_json, info
 
     rows = gate.lane_status()
+    answered = any(r["answers"] for r in rows)
     if as_json:
         emit_json(rows)
-        return 0
-    if not rows:
-        click.echo("no lanes configured (NEV_LANE_SSH or the lanes file)")
-        return 0
-    for r in rows:
+    elif not rows:
+        info("no lanes configured (NEV_LANE_SSH or the lanes file); nothing to reach")
+    for r in [] if as_json else rows:
         state = "answers" if r["answers"] else "does not answer"
         free = f"{r['free_gb']:.1f} GiB free" if r["free_gb"] is not None else "free disk unknown"
         click.echo(f"lane {r['index']}  {r['ssh']:<28} {state:<16} {free:<16} "
                    f"copies: {', '.join(r['copies']) or '-'}  running: {', '.join(r['running']) or '-'}")
-    return 0
+        if not r["answers"]:
+            click.echo(f"        {r.get('error') or 'no answer'}")
+    return Exit.OK if answered else Exit.UNAVAILABLE
 
 
 @lane.command("install")

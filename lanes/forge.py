@@ -27,8 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lanes import forgeauth, lanesfile
-from lanes.base import settings
-from lanes.base.errors import ConfigError
+from lanes.base import settings, sshfail
+from lanes.base.errors import ConfigError, NevError
+from lanes.base.exitcodes import Exit
 from lanes.base.gitrun import GitError, Repo
 from lanes.base.mask import register_secret
 from lanes.forgeauth import Credential
@@ -65,7 +66,15 @@ class Forge:
         git's environment: every git call of this class goes through here."""
         if not self.url:
             raise ConfigError("no forge URL: set NEV_FORGE_URL or NEV_LANE_GIT_URL")
-        return repo.out(command, *options, self.url, *refs, env=self.env, timeout=timeout)
+        try:
+            return repo.out(command, *options, self.url, *refs, env=self.env, timeout=timeout)
+        except GitError as e:
+            cause = sshfail.network_cause(e.stderr or e.message)
+            if cause is None:
+                raise
+            raise NevError(f"the forge at {self.url} does not answer: {cause.text}; is its "
+                           "forward up (`nev rig forward status`, `nev rig forward up`)? "
+                           f"NEV_FORGE_URL names it (git {command})", Exit.UNAVAILABLE) from None
 
     def ls(self, repo: Repo, prefix: str) -> dict[str, str]:
         """Branch name (without `refs/heads/<prefix>/`) -> tip, of every `<prefix>/*` branch."""

@@ -49,11 +49,12 @@ from lanes.agent.messages import (
 from lanes.agent.wire import Kind, Stop
 from lanes.base import notify, settings, ui
 from lanes.base.errors import ConfigError, DiskShortError, NevError, NoLaneError, UsageError
-from lanes.base.exitcodes import Exit
+from lanes.base.exitcodes import Exit, passed_through
 from lanes.base.gitrun import Repo
 from lanes.base.mask import mask
 from lanes.base.openssh import OpenSsh
 from lanes.base.ssh import CONNECT_TIMEOUT, Connection, SshError, link_errors
+from lanes.base.sshfail import Unreachable  # the lane never answered: nothing was sent there
 from lanes.forge import Forge, forge_for
 from lanes.lanesfile import Lane, LanesFile
 from lanes.session import Session
@@ -72,11 +73,6 @@ DROPPED_EXIT = Exit.CONNECTION_DROPPED
 
 class Interrupted(NevError):
     """SIGINT/SIGTERM on the dev box during a gate; the lane's command was stopped too."""
-
-
-class Unreachable(SshError):
-    """The lane never answered the gate's channel (OpenSSH gave up before the agent spoke): nothing
-    was sent there, another lane may be tried."""
 
 
 class _Term(BaseException):
@@ -127,7 +123,7 @@ def _hello(session: Session, wt: payload.Worktree, forge: Forge, sent: bool = Fa
             raise NevError(f"{session.lane.label}: {res.refused or 'the lane agent stopped'}")
     why = session.unreachable()
     if why is not None:
-        raise Unreachable(str(why))
+        raise why if isinstance(why, Unreachable) else Unreachable(str(why))
     raise SshError(f"{session.lane.label}: the lane agent ended before answering (is python3 installed there?)")
 
 
@@ -320,7 +316,9 @@ class _GateRun:
         is on the way."""
         try:
             self.session = self.first = Session(self.conn, self.lane)
-        except SshError as e:        # no channel at all (no known_hosts file): nothing was sent
+        except Unreachable:          # no channel at all (no known_hosts or key file): nothing sent
+            raise
+        except SshError as e:
             raise Unreachable(str(e)) from None
         self.session.request(_hello_request(self.session, self.wt, self.forge))
         self.local = payload.local_members(self.wt, files, self.forge.lane_url is not None)
@@ -513,7 +511,7 @@ def run_local(worktree: Path, command: Sequence[str], extra_env: dict[str, str] 
         raise NevError(f"command not found: {command[0]}", 127) from None
     restore = _interrupt_handlers()
     try:
-        return p.wait()
+        return passed_through(p.wait())
     except (KeyboardInterrupt, _Term) as e:
         sig = signal.SIGINT if isinstance(e, KeyboardInterrupt) else signal.SIGTERM
         p.send_signal(sig)
@@ -563,19 +561,23 @@ def run(worktree: Path, command: list[str], *, lane_index: int | None = None, la
             raise NevError(f"--pull {d} refused: {why}; nothing ran")
     lf = lanesfile.configured(require=lane_only)
     forge: Forge | None = None
+    no_answer: list[str] = []
     for lane in lanesfile.pick(lf, lane_index) if lf.lanes else []:
         forge = forge or forge_for(wt.repo, lf)
         conn = lane.openssh()
         try:
-            return gate_on_lane(lane, conn, wt, command, forge=forge, pull=pull, extra_env=extra_env,
-                                sweep=sweep, files=files).status
+            return passed_through(gate_on_lane(lane, conn, wt, command, forge=forge, pull=pull,
+                                               extra_env=extra_env, sweep=sweep, files=files).status)
         except Unreachable as e:
             ui.info(f"{lane.label} ({lane.ssh}) does not answer: {e}")
+            no_answer.append(f"{lane.label}: {e}")
         finally:
             conn.close()
     if lane_only:
         where = "NEV_LANE_SSH" if settings.get(settings.LANE_SSH) else lf.path
-        raise NoLaneError(f"no build lane answered (lanes from {where}); nothing ran, here or there")
+        last = f"; {no_answer[-1]}" if no_answer else ""
+        raise NoLaneError(f"no build lane answered (lanes from {where}); nothing ran, here or "
+                          f"there{last}")
     ui.info("no build lane answered; running on this machine")
     return run_local(wt.path, command, extra_env)
 
@@ -592,7 +594,7 @@ def on(worktree: Path, command: list[str], *, lane_only: bool = False, pull: Seq
 
 def lane_status() -> list[dict[str, Any]]:
     """`nev lane list`: every configured lane, answering or not, free disk, copies, gates running."""
-    lf = lanesfile.configured(require=False)
+    lf = lanesfile.configured(require=False, strict=True)
     rows: list[dict[str, Any]] = []
     for lane in lf.lanes:
         row: dict[str, Any] = {"index": lane.index, "ssh": lane.ssh, "name": lane.name, "root": lane.root,
@@ -605,6 +607,8 @@ def lane_status() -> list[dict[str, Any]]:
                        guest=ans.guest)
         except NevError as e:
             row["error"] = mask(str(e))
+            if isinstance(e, Unreachable):
+                row["cause"] = e.cause.value
         row["seconds"] = round(time.monotonic() - t0, 2)
         rows.append(row)
     return rows

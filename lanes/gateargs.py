@@ -93,11 +93,26 @@ def parse(sub: str, args: list[str]) -> GateArgs:
     if not rest:
         raise Usage("missing", "worktree", "Missing argument 'WORKTREE'.")
     _check_folder(rest[0])
-    if len(rest) < 2:
+    command = _command(sub, rest[1:])
+    if not command:
         raise Usage("missing", "command", "Missing argument 'COMMAND...'.")
-    return GateArgs(sub, rest[0], tuple(rest[1:]), lane_index=lane_index,
+    return GateArgs(sub, rest[0], tuple(command), lane_index=lane_index,
                     lane_only="--lane-only" in flags, pull=tuple(values.get("--pull", ())),
                     sandbox="--sandbox" in flags)
+
+
+def _command(sub: str, words: list[str]) -> list[str]:
+    """COMMAND: the words after WORKTREE. One of nev's own options right there (`nev lane run
+    ~/engine --lane 0 true`) would run on the lane as the command: refused, with the fix; `--`
+    first sends a command that starts with such a word on purpose."""
+    if words[:1] == ["--"]:
+        return words[1:]
+    name = words[0].partition("=")[0] if words else ""
+    if name in OPTIONS[sub]:
+        raise Usage("option", name, f"{name} comes after WORKTREE, where it would run on the lane "
+                    f"as the command; put nev's options before WORKTREE (nev lane {sub} {name} "
+                    "... WORKTREE COMMAND...), or `--` before a command that starts with it.")
+    return words
 
 
 def _options(options: dict[str, bool], args: list[str]

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes.base import jsonfile, settings
+from lanes.base import jsonfile, schema, settings
 from lanes.base.errors import ConfigError, NevError, NoLaneError, UsageError
 from lanes.base.openssh import OpenSsh
 from lanes.base.ssh import CONNECT_TIMEOUT, Connection, SshError, Target
@@ -85,10 +85,17 @@ def _jump_field(f: jsonfile.Fields, obj: dict, where: str) -> str | None:
     return value
 
 
+# Every key the lanes file may hold, from its schema (docs/lanes.schema.json): any other is
+# refused, naming the close one (a misspelt `jmup` would otherwise send nev straight to the lane,
+# past its jump host).
+TOP_KEYS = schema.keys("lanes")
+LANE_KEYS = schema.keys("lanes", "lanes")
+
+
 def load(path: Path) -> LanesFile:
     data = jsonfile.load(path, "lanes file")
     f = jsonfile.Fields(path)
-    top = f.obj(data, "(top level)")
+    top = f.known(f.obj(data, "(top level)"), TOP_KEYS, "")
     raw_lanes = f.get(top, "lanes", list, "")
     top_jump = _jump_field(f, top, "")
     env_jump = settings.get(settings.LANE_JUMP)
@@ -98,7 +105,7 @@ def load(path: Path) -> LanesFile:
         where = f"lanes[{i}]"
         if isinstance(item, str):
             item = {"ssh": item}
-        obj = f.obj(item, where)
+        obj = f.known(f.obj(item, where), LANE_KEYS, where)
         ssh = f.get(obj, "ssh", str, where)
         try:
             Target.parse(ssh)
@@ -124,13 +131,28 @@ def default_jump() -> Target | None:
     (for commands that reach a node rather than a listed lane: `nev lane create|destroy`)."""
     spec = settings.get(settings.LANE_JUMP)
     if spec is None:
-        path = lanes_file_path()
-        spec = load(path).jump if path.exists() else None
+        spec = _read(lanes_file_path(), strict=False).jump
     return Target.parse(spec, default_user=getpass.getuser()) if spec else None
 
 
 def lanes_file_path() -> Path:
     return settings.path(settings.LANES_FILE)
+
+
+def _read(path: Path, strict: bool = True) -> LanesFile:
+    """The lanes file at `path`; none (no lanes) when it is absent, unless NEV_LANES_FILE names it
+    and lanes are needed (`strict`): a file asked for by name and missing is then one line naming
+    it (exit 3), never "no lanes"."""
+    if path.exists():
+        return load(path)
+    named = settings.given(settings.LANES_FILE) is not None
+    if strict and named and not settings.get(settings.LANE_SSH):
+        where = settings.source(settings.LANES_FILE)
+        name = "NEV_LANES_FILE" if where.startswith("NEV_") else f"lanes_file in {where}"
+        raise NoLaneError(f"no build lane configured: the lanes file {path} that {name} names "
+                          "does not exist; write it there (docs/quickstart.md) or fix "
+                          f"{name.split(' in ')[0]}; nothing ran")
+    return LanesFile(path=None)
 
 
 def lanes_configured(environ: Mapping[str, str]) -> bool:
@@ -143,11 +165,12 @@ def lanes_configured(environ: Mapping[str, str]) -> bool:
     return bool(configured(require=False).lanes)
 
 
-def configured(require: bool = True) -> LanesFile:
-    """The lanes in effect: NEV_LANE_SSH wins over the lanes file."""
+def configured(require: bool = True, strict: bool | None = None) -> LanesFile:
+    """The lanes in effect: NEV_LANE_SSH wins over the lanes file. A lanes file NEV_LANES_FILE
+    names and missing is refused when lanes are needed (`strict`, by default `require`)."""
     one = settings.get(settings.LANE_SSH)
     path = lanes_file_path()
-    base = load(path) if path.exists() else LanesFile(path=None)
+    base = _read(path, require if strict is None else strict)
     if one:
         root = base.lanes[0].root if base.lanes else "/srv/lane"
         jump = base.jump if base.path else settings.get(settings.LANE_JUMP)
@@ -184,11 +207,15 @@ def chosen(flag: int | None, preferred: settings.Setting | None = None) -> Lane:
     if use_ssh:
         return configured().lanes[0]
     path = lanes_file_path()
-    lf = load(path) if path.exists() else LanesFile(path=None)
+    lf = _read(path)
     if not lf.lanes:
         if settings.get(settings.LANE_SSH) and index == 0:
             return configured().lanes[0]
         raise NoLaneError(f"no lanes listed in {path}; list them there (or set NEV_LANE_SSH for one lane)")
+    if flag is None and preferred is not None and not 0 <= index < len(lf.lanes):
+        # the setting chose it, not a --lane the user typed: the setting is named
+        raise ConfigError(f"{preferred.name}={pref}: only {len(lf.lanes)} lane(s) configured "
+                          f"({lf.path}); set it to 0..{len(lf.lanes) - 1}, or give --lane N")
     return pick(lf, index)[0]
 
 

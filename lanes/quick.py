@@ -47,9 +47,12 @@ OPTIONS: dict[str, str | None] = {
     "BatchMode": "yes", "StrictHostKeyChecking": "yes", "UserKnownHostsFile": None,
     "GlobalKnownHostsFile": "/dev/null", "UpdateHostKeys": "no", "ConnectTimeout": None,
     "ServerAliveInterval": None, "ServerAliveCountMax": None, "ForwardAgent": "no",
-    "ControlMaster": "no", "ControlPath": "none", "LogLevel": "ERROR", "KexAlgorithms": None,
+    "ControlMaster": "no", "ControlPath": "none", "LogLevel": None, "KexAlgorithms": None,
     "IdentitiesOnly": "yes"}
 NUMBERS = ("ConnectTimeout", "ServerAliveInterval", "ServerAliveCountMax")
+# ERROR for the lane's client; INFO for the jump hop's, whose `open failed: <why>` says why the
+# jump host could not reach the lane (lanes.base.sshfail)
+CHOICES = {"LogLevel": ("ERROR", "INFO")}
 # The lane agent's start (`lanes.agentpack.lane_command`) without its hash, as a sha256: a record's
 # command must be it (tests/test_lane_quick.py keeps the two the same).
 LANE_COMMAND_SHA256 = "c00cba9009f01ed1acf22dccef2bd34c7a035154918ac457a670cfcc1635b273"
@@ -140,6 +143,8 @@ def _option_ok(opt: str) -> bool:
     key, _, value = opt.partition(" ")
     if key not in OPTIONS or not value:
         return False
+    if key in CHOICES:
+        return value in CHOICES[key]
     fixed = OPTIONS[key]
     if fixed is not None:
         return value == fixed

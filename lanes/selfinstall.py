@@ -47,8 +47,17 @@ LINK = ".local/bin/nev"           # the lane's `nev`, relative to its home: thro
 SKIP_PARTS = {"__pycache__", "target", ".pytest_cache", ".mypy_cache"}
 
 
+def from_checkout(root: Path = PROJECT) -> bool:
+    """Whether this nev runs from a checkout of its sources (not a client install: pipx, uv)."""
+    return (root / "pyproject.toml").is_file()
+
+
 def source_key(root: Path = PROJECT) -> str:
     """A digest of everything that goes into the nev wheel."""
+    if not from_checkout(root):
+        raise NevError("this nev is a client install (pipx, uv tool) with no sources to build the "
+                       "lanes' install from; run `nev lane install` from a checkout of nev once "
+                       "(README), or set NEV_JOB_INSTALL_NEV=0 to submit jobs to the nev there")
     h = hashlib.sha256()
     files = [root / "pyproject.toml"]
     for pkg in PACKAGES:

@@ -37,9 +37,7 @@ def up(lanes: int | None) -> int:
     """Build (or repair) the box, idempotently; prints the time it took."""
     b = _box()
     r = b.bring_up(lanes)
-    if r.changed:
-        for line in r.changed:
-            info(f"  {line}")
+    if r.changed:           # each change was said as it happened
         info(f"box {b.name} is up ({len(r.info.lanes)} lanes, net {b.net}.0/24) in {r.seconds:.1f} s")
     else:
         info(f"box {b.name} was already up; nothing changed ({r.seconds:.1f} s)")

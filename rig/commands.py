@@ -41,12 +41,14 @@ CLI_MODULES: dict[str, Callable[[], ModuleType]] = {
     "lanes": _lanes, "jobs": lambda: import_module("jobs.cli"),
     "dagu": lambda: import_module("dagu.cli"), "rig": lambda: import_module("rig.rig_cli"),
     "box": lambda: import_module("rig.box_cli"), "bench": _bench,
-    "provenance": lambda: import_module("jobs.provenance_cli")}
+    "provenance": lambda: import_module("jobs.provenance_cli"),
+    "first": lambda: import_module("rig.first_cli")}
 GROUPS: dict[str, Callable[[], ModuleType]] = {
     group: CLI_MODULES[module] for group, module in (
         ("lane", "lanes"), ("job", "jobs"), ("land", "jobs"), ("dagu", "dagu"), ("rig", "rig"), ("box", "box"),
         ("batch", "bench"), ("oracle", "bench"), ("floors", "bench"), ("scores", "bench"), ("ledger", "bench"),
-        ("sandbox", "jobs"), ("provenance", "provenance"))}
+        ("sandbox", "jobs"), ("provenance", "provenance"),
+        ("config", "first"), ("doctor", "first"), ("completion", "first"))}
 
 
 class _Nev(click.Group):
@@ -103,16 +105,22 @@ def cli(verbose: int) -> None:
 @cli.command("settings")
 @click.argument("pattern", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (values whole).")
-def settings_cmd(pattern: str | None, as_json: bool) -> int:
+@click.option("--get", "get_name", metavar="NAME", help="Print NAME's value alone, as nev reads "
+              "it (a path resolved), for a script; exit 1 when it has none. Never a secret's.")
+def settings_cmd(pattern: str | None, as_json: bool, get_name: str | None) -> int:
     """Every NEV_* setting with its value and source; every settings file, checked.
 
     PATTERN (case-insensitive) keeps the settings whose name or help holds it, or whose name
     matches it as a glob (`nev settings 'NEV_LANE_*'`). A value longer than its column ends in
-    `...`; --json has it whole. Exits 1 when a settings file that exists is malformed or no
-    setting matches PATTERN.
+    `...`; --json has it whole. Exits 1 when a settings file that exists is malformed, a value
+    is not what its setting takes (a number, a file that exists), or no setting matches PATTERN.
     """
     from lanes.base.ui import emit_json, info
-    from rig.settings_cmd import check_files, describe, matches, table
+    from rig.settings_cmd import check_files, describe, matches, one_value, table
+
+    if get_name:
+        click.echo(one_value(get_name))
+        return Exit.OK
 
     rows, files = [r for r in describe() if matches(r, pattern)], check_files()
     if as_json:
@@ -126,7 +134,10 @@ def settings_cmd(pattern: str | None, as_json: bool) -> int:
         click.echo("")
         for f in files:
             click.echo(f"{f['what']:<8} {f['file']}: {f['status']}" + (f" - {f['error']}" if "error" in f else ""))
-    return 1 if any(f["status"] == "error" for f in files) or not rows else 0
+    wrong = [str(r["problem"]) for r in rows if r.get("problem")]
+    for line in wrong:
+        info(f"nev: {line}; fix it (`nev settings` shows where it came from)")
+    return 1 if any(f["status"] == "error" for f in files) or not rows or wrong else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         except click.exceptions.Abort:
             print("nev: interrupted", file=sys.stderr)
             return Exit.INTERRUPTED
+        except click.exceptions.NoArgsIsHelpError as e:    # `nev`, `nev GROUP`: the help, as is
+            assert e.ctx is not None
+            click.echo(e.ctx.get_help())
+            return Exit.OK
         except click.UsageError as e:
             return usage_error(e)
         except click.ClickException as e:

@@ -43,7 +43,13 @@ that are not UTF-8, nesting past 64 levels, integers past 2^63, floats past a do
 lone surrogates are each that one line too, and the file is never changed by the reading. In
 `tracks.json`, `bench/folknet.json` (top level and each alias) and the rig file (top level, each
 role and file), a key nev does not know is refused, naming it and the close known key
-(`landCheck`: did you mean `landChecks`?).
+(`landCheck`: did you mean `landChecks`?). The lanes file refuses them the same way.
+
+The lanes, rig and folknet files have JSON Schemas, [lanes.schema.json](lanes.schema.json),
+[rig.schema.json](rig.schema.json) and [folknet.schema.json](folknet.schema.json): nev's readers
+take the keys each object may hold from them, and an editor validates a file that names its
+schema (`"$schema": "https://nev.invalid/schemas/lanes.schema.json"`, or the file's path, in the
+editor's JSON schema settings). The config file is TOML: [the config file](config.md).
 
 Secrets (forge token, gateway keys, Dagu password) never appear in argv, a
 committed file, a log line, a Dagu run parameter or an error message: every
@@ -76,6 +82,51 @@ docs/exit-codes.md`).
 EXIT_FOOTER = """
 `nev lane run` and `nev lane on` otherwise exit with the remote command's status, `nev sandbox
 exec` with its command's, `nev dagu watch --once --step` with the step's (see [lanes](lanes.md)).
+
+## Whose status is it: nev's, or the command's
+
+A gate passes the remote command's status through, so the same number can be nev's own
+(3: no lane answered, nothing ran) or the command's (`make test` exiting 3). Set
+`NEV_STATUS_FILE` to a file and every nev command rewrites it as it exits with one line that
+says whose the status is:
+
+| line | meaning |
+|---|---|
+| `command N` | the remote command ran and exited N (`nev lane run`, `nev lane on`) |
+| `own N NAME` | nev's own code N, NAME its name above (`own 3 UNAVAILABLE`) |
+
+```sh
+NEV_STATUS_FILE=/tmp/gate.status nev lane run ~/engine make test
+read -r whose status name < /tmp/gate.status
+if [ "$whose" = command ]; then echo "the tests ran and exited $status"
+elif [ "$status" = 3 ]; then echo "cannot reach the rig: retry later (the cause is on stderr)"
+else echo "refused ($name): see the line on stderr"
+fi
+```
+
+The documented codes stay as they are (3 no lane answered, 4 disk short): scripts that read
+only `$?` keep working; the status line is what tells the two 3s apart.
+
+## "Cannot reach the rig"
+
+Every command that connects (`nev lane run|on|list|install|...`, `nev dagu ...`, `nev rig status
+--lane N`, `nev rig services status`, `nev rig forward up`, `nev job poll`'s forge) says why on
+one line, with the same words, and exits 3. The causes (`lanes.base.sshfail`), each named with
+the hop it happened at (the jump host, or the host behind it):
+
+| cause | next step |
+|---|---|
+| name does not resolve | check the host name (lanes file, rig file, NEV_LANE_JUMP) and DNS |
+| connection refused | nothing listens there: the port, and that sshd runs on the host |
+| timed out | the host does not answer: is it up and reachable from here |
+| host key not pinned | `nev rig trust HOST` (NEV_KNOWN_HOSTS names the file) |
+| host key changed | re-pin (`nev rig trust HOST`) only if the host was really rebuilt |
+| key file missing or unreadable | NEV_SSH_KEY (or the rig file's ssh_key) |
+| login refused | the key's public half in the user's authorized_keys |
+| the jump host cannot connect to it | the host's address and port, and that it is up |
+
+`nev -v ...` shows the exact ssh command (for a paramiko connection, the OpenSSH command that
+takes the same route: `by hand: ssh ...`). `nev doctor` checks every hop in one go.
 """
 
 

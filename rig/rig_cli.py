@@ -267,6 +267,22 @@ def diff(label: str, other: str | None, as_json: bool) -> int:
     return 0
 
 
+@rig.command("trust")
+@click.argument("host")
+@click.option("--yes", is_flag=True, help="Pin without asking (after checking the fingerprint "
+              "another way).")
+@click.option("--direct", is_flag=True, help="Reach HOST directly, not through the jump host.")
+def trust(host: str, yes: bool, direct: bool) -> int:
+    """Show the fingerprint of HOST's key ([user@]host[:port]; reached through the jump host, as
+    nev reaches it) and pin it in the known_hosts file (NEV_KNOWN_HOSTS) after you confirm it is
+    the one its administrator gives (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` there).
+    A host pinned with another key is re-pinned only after you confirm the change.
+    """
+    from rig import trust as tr
+
+    return tr.trust(host, yes, direct, click.echo, lambda q: click.confirm(q, default=False))
+
+
 @rig.command("log")
 @click.argument("message", required=False)
 @click.option("--worked", is_flag=True, help="The change did what it was for.")

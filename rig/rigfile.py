@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanes.base import jsonfile, settings
+from lanes.base import jsonfile, schema, settings
 from lanes.base.notify import Webhook
 from lanes.base.notify import parse as parse_notify
 from lanes.base.ssh import SshError, Target
@@ -110,10 +110,12 @@ class RigFile:
 
 
 # Every key the rig file declares (rig/rig.example.json, docs/settings.md): another is a typo, refused.
-TOP_KEYS = ("roles", "jump", "host_store", "known_hosts", "ssh_key", "hosts", "seeds", "forwards",
-            "serving", "notify")
-ROLE_KEYS = ("hosts", "files", "commands", "validate", "reload", "health", "masks", "volatile", "health_timeout",
-             "admin", "keys_file", "ssh_key")
+# The keys each object may hold, from the rig file's schema (docs/rig.schema.json).
+TOP_KEYS = schema.keys("rig")
+ROLE_KEYS = schema.keys("rig", "roles")
+FILE_KEYS = schema.keys("rig", "roles", "files")
+HOST_KEYS = schema.keys("rig", "hosts")
+FORWARD_KEYS = schema.keys("rig", "forwards")
 
 
 def _regexes(f: jsonfile.Fields, obj: dict, key: str, where: str) -> list[str]:
@@ -159,7 +161,7 @@ def _role(f: jsonfile.Fields, name: str, obj: object) -> Role:
         if isinstance(item, str):
             path = item
         else:
-            fo = f.known(f.obj(item, fw), ("path", "validate"), fw)
+            fo = f.known(f.obj(item, fw), FILE_KEYS, fw)
             path = f.get(fo, "path", str, fw)
             v = f.get(fo, "validate", str, fw, required=False)
             if v:
@@ -201,10 +203,7 @@ def _forward(f: jsonfile.Fields, name: str, obj: object) -> Forward:
     where = f"forwards.{name}"
     if not _FORWARD_NAME.fullmatch(name):
         raise f.fail(where, "has a bad name; use letters, digits, '.', '_' or '-' (it names a state file)")
-    o = f.obj(obj, where)
-    unknown = sorted(set(o) - {"local_port", "target", "check"})
-    if unknown:
-        raise f.fail(f"{where}.{unknown[0]}", "is not a forward field (local_port, target, check)")
+    o = f.known(f.obj(obj, where), FORWARD_KEYS, where)
     port = _port(f, f.get(o, "local_port", int, where), f"{where}.local_port")
     target = f.get(o, "target", str, where).strip()
     host, sep, tport = target.rpartition(":")
@@ -281,7 +280,7 @@ def _keys(f: jsonfile.Fields, top: dict, path: Path, default: Path | None, roles
     hosts: dict[str, Path] = {}
     for name, obj in f.get(top, "hosts", dict, "", required=False, default={}).items():
         where = f"hosts.{name}"
-        o = f.known(f.obj(obj, where), ("ssh_key",), where)
+        o = f.known(f.obj(obj, where), HOST_KEYS, where)
         if not any(name in pair for pair in accounts):
             known = sorted({h for _a, h in accounts})
             raise f.fail(where, "names no host of this file; name a host (one of "

@@ -384,7 +384,9 @@ def status(lanes: list[Any]) -> list[dict[str, Any]]:
             with lane.connect() as conn:
                 res = _lane_nev(conn, ["rig", "services", "here", "--json"], timeout=60)
         except NevError as e:
-            rows.append({"lane": lane.label, "error": str(e)})
+            cause = getattr(e, "failure", None)     # an SSH hop that failed (lanes.base.sshfail)
+            rows.append({"lane": lane.label, "error": str(e),
+                         **({"cause": cause.cause.value} if cause is not None else {})})
             continue
         if res.exit_status != 0:
             rows.append({"lane": lane.label, "error": res.last_err()})

@@ -96,8 +96,10 @@ def install(
 def status(lane_index: int | None, as_json: bool) -> int:
     """Each lane's services as the lane reports them: state, PID, uptime, restarts, last exit.
 
-    Exit 0 when every service runs and every lane has its @reboot line, else 1.
+    Exit 0 when every service runs and every lane has its @reboot line; 3 when a lane could not
+    be reached (the cause on its line); else 1.
     """
+    from lanes.base.exitcodes import Exit
     from lanes.base.ui import emit_json
     from rig import services as svc
 
@@ -106,6 +108,8 @@ def status(lane_index: int | None, as_json: bool) -> int:
         emit_json(rows)
     else:
         click.echo(svc.render(rows))
+    if any("cause" in r for r in rows):
+        return Exit.UNAVAILABLE
     return 0 if svc.healthy(rows) else 1
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +14,39 @@ from lanes.base.mask import MASK, mask
 def describe() -> list[dict[str, str | None]]:
     rows: list[dict[str, str | None]] = []
     for s in settings.all_settings():
-        if os.environ.get(s.name):
-            source = s.name
-        elif os.environ.get(s.legacy):
-            source = s.legacy + " (legacy)"
-        else:
-            source = "default" if s.default is not None else "unset"
+        source = settings.source(s)
         value = settings.get(s)
+        if value and s in (*settings.FILES, *settings.NEV_RELATIVE):
+            value = str(settings.get_path(s))       # as nev reads it: never from the folder here
         if s.secret and value:
             value = MASK
         elif value:
             value = mask(value)    # a credential inside a URL (NEV_FORGE_URL=http://user:token@...)
-        rows.append({"name": s.name, "value": value, "source": source, "help": s.help})
+        row = {"name": s.name, "value": value, "source": source, "help": s.help}
+        wrong = settings.problem(s)
+        if wrong:
+            row["problem"] = mask(wrong) if not s.secret else f"{s.name}: not a valid value"
+        rows.append(row)
     return rows
+
+
+def one_value(name: str) -> str:
+    """`nev settings --get NAME`: the value as nev reads it (a path setting resolved); NevError
+    when NAME is no setting, a secret, or has no value."""
+    known = {s.name: s for s in settings.all_settings()}
+    full = "NEV_" + name.upper().removeprefix("NEV_")     # `forge_url` as NEV_FORGE_URL
+    s = known.get(name) or known.get(full)
+    if s is None:
+        raise NevError(f"{name} is not a setting; `nev settings` lists them")
+    if s.secret:
+        raise NevError(f"{s.name} is a secret: never printed; read it from its file "
+                       f"({s.name}_FILE)")
+    value = settings.get(s)
+    if value is None:
+        raise NevError(f"{s.name} is not set (nor in the config file) and has no default")
+    if s in (*settings.FILES, *settings.NEV_RELATIVE):
+        return str(settings.get_path(s))
+    return mask(value)      # a credential inside a URL never leaves (it has no place there)
 
 
 VALUE_WIDTH = 40
@@ -69,8 +88,9 @@ def check_files() -> list[dict[str, str]]:
         ("lanes", lanesfile.lanes_file_path(), lanesfile.load),
         ("folknet", folknet.default_path(), folknet.load),
         ("rig", rigfile.default_path(), rigfile.load),
-        ("tracks", Path("tracks.json"), tracks.load),
     ]
+    if Path.cwd().resolve() != settings.NEV_ROOT:   # nev's own tracks.json is not the engine's
+        checks.append(("tracks", Path("tracks.json").resolve(), tracks.load))
     out = []
     for name, path, loader in checks:
         if not path.exists():

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from rig.cli import cli, main
 
 GROUPS = ["lane", "job", "land", "dagu", "rig", "box", "batch", "oracle", "floors", "scores", "ledger", "settings", "sandbox"]
-GROUPS += ["provenance"]
+GROUPS += ["provenance", "config", "doctor", "completion"]
 
 
 def nev(*args, env=None):

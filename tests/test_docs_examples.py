@@ -18,6 +18,7 @@ import pytest
 from bench import folknet
 from jobs import manifest, tracks
 from lanes import lanesfile
+from lanes.base import config, settings
 from lanes.base.errors import NevError
 from rig import rigfile
 
@@ -26,7 +27,10 @@ _OPEN = re.compile(r"^(\s*)(```+)\s*([A-Za-z0-9_+-]+)\s+file=(\S+)\s*$")
 
 READERS: dict[str, Callable[[Path], object]] = {
     "lane.local.json": lanesfile.load,
+    "lanes.json": lanesfile.load,         # beside the config file (docs/quickstart.md)
     "rig.local.json": rigfile.load,
+    "rig.json": rigfile.load,
+    "config.toml": lambda p: config.values(p, {s.name: s.secret for s in settings.all_settings()}),
     "folknet.json": folknet.load,
     "tracks.json": tracks.load,
     ".yaml": manifest.load,             # a job manifest
@@ -95,14 +99,14 @@ def _no_rig_settings(monkeypatch):
 def test_every_file_example_in_the_docs_loads_with_its_reader(tmp_path):
     found = examples()
     kinds = {Path(e.path).name for e in found}
-    assert {"lane.local.json", "rig.local.json", "folknet.json", "tracks.json"} <= kinds, kinds
+    assert {"lanes.json", "rig.json", "config.toml", "folknet.json", "tracks.json"} <= kinds, kinds
     assert any(e.doc == "docs/quickstart.md" for e in found)
     assert problems(ROOT, tmp_path) == []
 
 
 def test_the_quickstart_lanes_example_is_read_as_written(tmp_path):
     ex = next(e for e in examples()
-              if e.doc == "docs/quickstart.md" and e.path == "bench/lane.local.json")
+              if e.doc == "docs/quickstart.md" and e.path == "lanes.json")
     (tmp_path / "lanes.json").write_text(ex.text)
     lf = lanesfile.load(tmp_path / "lanes.json")
     assert [ln.ssh for ln in lf.lanes] == ["lane@10.0.0.11", "lane@10.0.0.12"]

@@ -56,6 +56,7 @@ def env_for(tmp: Path, host: Counter, **extra: str) -> dict[str, str]:
     lanes = tmp / "lane.local.json"
     lanes.write_text(json.dumps({"lanes": [{"ssh": f"u@127.0.0.1:{host.port}"}]}))
     (tmp / "known_hosts").write_text("")
+    (tmp / "no-key").write_text("not a key: the connection is made, the login never")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "LANE_"))}
     env.update({"PYTHONPATH": str(ROOT), "HOME": str(tmp / "home"),
                 "NEV_STATE_DIR": str(tmp / "state"), "NEV_LANES_FILE": str(lanes),

@@ -267,7 +267,7 @@ def test_a_jump_host_key_not_pinned_is_refused(tmp_path, jump, services, pin):
     try:
         t0 = time.monotonic()
         res = r.nev("up", "--timeout", "20")
-        assert res.returncode == 1
+        assert res.returncode == 3      # cannot reach the rig: one code in every command
         assert time.monotonic() - t0 < 15  # a refused key is not waited out
         lines = res.stderr.strip().splitlines()
         assert any(ln.startswith("forge 127.0.0.1:") and "host key" in ln for ln in lines), res.stderr
@@ -447,6 +447,7 @@ def test_client_failures_are_classified_from_what_ssh_said():
     j, kh = Target("jump-host", "root"), Path("/kh")
     unknown = client_failure("No ED25519 host key is known for jump-host\nHost key verification failed.", j, kh)
     assert unknown.kind == "host-key" and "not pinned in /kh" in unknown.line and unknown.lasting
+    assert "the jump host root@jump-host" in unknown.line
     changed = client_failure("@@@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @@@\n"
                              "Host key verification failed.", j, kh)
     assert changed.kind == "host-key" and "does not match" in changed.line
@@ -454,6 +455,13 @@ def test_client_failures_are_classified_from_what_ssh_said():
     port = client_failure("bind [127.0.0.1]:18080: Address already in use\n"
                           "Could not request local forwarding.", j, kh)
     assert port.kind == "port" and port.lasting
-    other = client_failure("ssh: connect to host jump-host port 22: Connection refused", j, kh)
-    assert other.kind == "other" and "Connection refused" in other.line and not other.lasting
-    assert client_failure("GET http://u:tok3n-secret@h/ failed", j, kh).line == "GET http://***@h/ failed"
+    refused = client_failure("ssh: connect to host jump-host port 22: Connection refused", j, kh)
+    assert refused.kind == "refused" and "connection refused" in refused.line
+    assert not refused.lasting
+    unresolved = client_failure("ssh: Could not resolve hostname jump-host: Name or service "
+                                "not known", j, kh)
+    assert unresolved.kind == "resolve" and unresolved.lasting    # a failed `up` waits for nothing
+    other = client_failure("something new", j, kh)
+    assert other.kind == "other" and "something new" in other.line and not other.lasting
+    masked = client_failure("GET http://u:tok3n-secret@h/ failed", j, kh).line
+    assert "(GET http://***@h/ failed)" in masked and "tok3n" not in masked

@@ -40,6 +40,7 @@ FOLDER = b"\0<a folder in the file's place>"
 RAW_JSON = {
     "rig/box/demo/receiver.py::": "a POST to the demo's stand-in chat receiver",
     "crates_bridge/diagnostics.py::errors": "rustc's JSON diagnostics on its stderr",
+    "lanes/base/schema.py::load": "nev's own JSON Schemas, shipped with it (no user's file)",
     "bench/oracle/truth_service.py::Service._answer": "a verify's request on the ground-truth builder's socket",
     "bench/oracle/truth_service.py::request": "the ground-truth builder's answer on its socket",
     "lanes/base/jailrun.py::main": "the sandbox's supervisor reads its jobs on stdin (stdlib-only, in the jail)",
@@ -141,6 +142,13 @@ def _cli(*argv: str, env: dict[str, str] | None = None, cwd: Path | None = None)
     return run
 
 
+def _config_values(folder: Path, file: Path) -> object:
+    """nev's config file as every setting reads it (`lanes.base.config.values`)."""
+    from lanes.base import config, settings
+
+    return config.values(file, {s.name: s.secret for s in settings.all_settings()})
+
+
 def _settings(what: str, var: str) -> Callable[[Path, Path], object]:
     """`nev settings --json` (in-process): exit 1 and the file's row holding its one-line error."""
     def run(folder: Path, file: Path) -> object:
@@ -226,6 +234,8 @@ def _readers() -> list[Reader]:
         Reader("lanes file", ("lanes/lanesfile.py::load",), "lane.local.json", lambda d, f: lanesfile.load(f),
                b'{"lanes": [{"ssh": "a@b"}]}'),
         Reader("rig file", ("rig/rigfile.py::load",), "rig.local.json", lambda d, f: rigfile.load(f), b'{"roles": {}}'),
+        Reader("config file (TOML)", ("lanes/base/config.py::_read",), "config.toml",
+               _config_values, b'lanes_file = "lanes.json"\n[lane]\njump = "me@jump"\n'),
         Reader("folknet (nev settings)", ("bench/folknet.py::load",), "folknet.json",
                _settings("folknet", "NEV_FOLKNET_FILE"), b'{"providers": [], "aliases": {}}'),
         Reader("folknet", ("bench/folknet.py::load",), "folknet.json", lambda d, f: folknet.load(f),

@@ -57,6 +57,7 @@ MODULES = (
     "lanes/agent/layout.py",
     "lanes/base/__init__.py",
     "lanes/base/settings.py",
+    "lanes/base/config.py",
     "lanes/base/errors.py",
     "lanes/base/exitcodes.py",
     "lanes/base/termsafe.py",

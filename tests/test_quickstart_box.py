@@ -4,10 +4,12 @@ submitted job.
 
 The page is read, not paraphrased: its `## N.` sections and the numbered steps of section 5, its
 fenced `sh` blocks run in order with bash (`-euo pipefail`, each block one script, so a heredoc
-stays whole), its `export` lines and its marked file examples (```json file=...). What is
-substituted, and what is skipped, are the tables below, each with its reason; a block the page
-gains and these tables do not know runs as written. A fresh HOME (the `~` of the page) and a
-fresh forge repository (the engine of step 7) keep the run apart from the box's own.
+stays whole), its config file example (section 3, ```toml file=config.toml) and its marked file
+examples (```json file=...). What is substituted, and what is skipped, are the tables below,
+each with its reason; a block the page gains and these tables do not know runs as written. A
+fresh HOME (the `~` of the page) and a fresh forge repository (the engine of step 7) keep the run
+apart from the box's own. Every block runs in that HOME, not in nev's checkout, and with no
+`NEV_*` variable at all: nev finds everything through the config file the page has you write.
 
 Box test (marker `box`, through the `box` fixture): about 2 minutes on an up box.
 """
@@ -34,8 +36,7 @@ _CLEAR = ("NEV_", "GENERA_", "TRACKS_", "GIT_")
 
 # Sections and step lines the box has done, or that would change the box for the next test.
 SKIP_SECTIONS = {
-    "2": "the box pinned every host it made in BoxInfo.known_hosts (NEV_KNOWN_HOSTS)",
-    "3": "the exports are taken one by one below (SETTINGS): each name's value is the box's",
+    "3": "the config file is written from the page's example, each value the box's (settings())",
 }
 SKIP_LINES = {
     # section 1: its `mkdir ~/.config/nev` runs (step 7 writes there)
@@ -48,7 +49,6 @@ SKIP_LINES = {
                           "folder; a second set here would fight them for the ports",
     "nev rig forward status": "the box's forwards' state is in `nev box env`'s NEV_STATE_DIR, "
                               "not this run's fresh one",
-    "nev lane install": "the box installed this nev on its lanes (`nev box up`); minutes again",
     "nev rig services install\n": "the box installed and runs the services (`--dry-run` and "
                                   "`status` still run)",
 }
@@ -94,12 +94,13 @@ def blocks(page: Path = PAGE) -> list[Block]:
 
 
 def exports(page: Path = PAGE) -> dict[str, str]:
-    """Section 3's `export NAME=VALUE` lines (comments cut)."""
-    sec = next(b for b in blocks(page) if b.section == "3")
+    """Section 3's config file example, as settings: NEV_* name -> the page's value."""
+    import tomllib
+
     out = {}
-    for ln in sec.text.splitlines():
-        if m := re.match(r"export (\w+)=(\S+)", ln):
-            out[m.group(1)] = m.group(2)
+    for key, value in tomllib.loads(example("config.toml")).items():
+        for sub, v in (value.items() if isinstance(value, dict) else [("", value)]):
+            out["NEV_" + (f"{key}_{sub}" if sub else key).upper()] = str(v)
     return out
 
 
@@ -142,22 +143,37 @@ class Newcomer:
                          "GIT_AUTHOR_NAME": "n", "GIT_AUTHOR_EMAIL": "n@n",
                          "GIT_COMMITTER_NAME": "n", "GIT_COMMITTER_EMAIL": "n@n",
                          "GIT_TERMINAL_PROMPT": "0"})
-        self.env.update(self.settings())
-        # section 4: the files the page says to write are the box's own (the page's addresses
-        # are the box's there); the lanes fetch this run's engine, not the box's
-        self.env.update({"NEV_LANES_FILE": str(box.lanes_file), "NEV_RIG_FILE": str(box.rig_file),
-                         "NEV_FOLKNET_FILE": str(box.folknet_file),
-                         "NEV_LANE_GIT_URL": self.repo_url})
+        self.config = self.home / ".config" / "nev"
+
+    def write_config(self) -> None:
+        """Section 3's config file, each value the box's; section 4's files beside it, the
+        box's own (the page's addresses are the box's there; the lanes fetch this run's
+        engine); section 2's pins, the box's (it pinned every host it made)."""
+        import shutil
+
+        lanes = json.loads(Path(self.box.lanes_file).read_text())
+        lanes["git_url"] = self.repo_url
+        (self.config / "lanes.json").write_text(json.dumps(lanes))
+        shutil.copy(self.box.rig_file, self.config / "rig.json")
+        # no pins: section 2's `nev rig trust` lines make them
+        values = {**self.settings(), "NEV_LANES_FILE": "lanes.json", "NEV_RIG_FILE": "rig.json",
+                  "NEV_KNOWN_HOSTS": "known_hosts",
+                  # the box's gateway serves the box's aliases, not nev's checkout's
+                  "NEV_FOLKNET_FILE": str(self.box.folknet_file)}
+        (self.config / "config.toml").write_text("".join(
+            f"{n.removeprefix('NEV_').lower()} = {json.dumps(v)}\n" for n, v in values.items()))
 
     def settings(self) -> dict[str, str]:
-        """Section 3's exports, each with the box's value (`nev box env`'s); the forge's URL is
-        this run's repository through the development box's forward."""
+        """Section 3's config values, each with the box's value (`nev box env`'s); the forge's
+        URL is this run's repository through the development box's forward."""
         out = {}
         for name, doc_value in exports().items():
             if name == "NEV_FORGE_URL":
                 out[name] = self.box.dev_url(self.repo_url)
             elif name in self.box.env:
                 out[name] = self.box.env[name]
+            elif name in ("NEV_DAGU_LANE", "NEV_INVENTORY_LANE"):
+                out[name] = doc_value
             else:
                 # no box value: the page's own must be right here as written (a path on this
                 # machine, such as NEV_DAGU_BINARY from scripts/setup)
@@ -166,12 +182,40 @@ class Newcomer:
                 out[name] = doc_value
         return out
 
+    def addresses(self, text: str) -> str:
+        """Section 2's hosts, the page's addresses as the box's; `--yes`: the test compares each
+        fingerprint shown with the box's own key (`trusted`), as the page asks a person to."""
+        lanes = [ln.ssh.removesuffix(":22") for ln in self.box.lanes]
+        gateway = self.box.env["NEV_GATEWAY_KEYS_FILE"].split(":")[0]
+        for page, here in (("admin@jump-host", self.box.env["NEV_LANE_JUMP"]),
+                           ("lane@10.0.0.11", lanes[0]), ("lane@10.0.0.12", lanes[1]),
+                           ("root@10.0.0.20", gateway), ("nev rig trust ", "nev rig trust --yes ")):
+            text = text.replace(page, here)
+        return text
+
+    def trusted(self, out: str) -> None:
+        """Every fingerprint `nev rig trust` showed is the box's own key of that host."""
+        from lanes.base.ssh import fingerprint
+
+        real = {ln.split()[0]: fingerprint(ln.split()[2])
+                for ln in Path(self.box.known_hosts).read_text().splitlines() if ln.strip()}
+        shown = re.findall(r"^(\S+)(?: \(through the jump host \S+\))? offers \S+ (SHA256:\S+)",
+                           out, re.M)
+        assert len(shown) == 4, out
+        for host, fp in shown:
+            assert real[host] == fp, (host, fp, real.get(host))
+
     def run(self, b: Block, timeout: float = 240) -> str:
         script = script_of(b)
-        r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=self.env,
+        if b.section == "2":
+            script = self.addresses(script)
+        r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=self.home, env=self.env,
                            capture_output=True, text=True, timeout=timeout)
         assert r.returncode == 0, (f"docs/quickstart.md:{b.line} (section {b.section}, step "
                                    f"{b.step}) exit {r.returncode}:\n{script}\n{r.stdout}\n{r.stderr}")
+        if "nev config init" in script:
+            assert (self.config / "config.toml").is_file()
+            self.write_config()         # section 3: the skeleton filled in
         return r.stdout
 
     def engine_content(self) -> None:
@@ -202,7 +246,8 @@ def newcomer(box, tmp_path):
 
 def test_the_tables_name_only_what_the_page_has():
     bs = blocks()
-    assert {b.section for b in bs} >= {"1", "2", "3", "4", "5"}
+    assert {b.section for b in bs} >= {"1", "2", "4", "5"}
+    assert any("nev config init" in b.text for b in bs) and any("nev doctor" in b.text for b in bs)
     text = "".join(b.text for b in bs)
     for line in SKIP_LINES:
         assert line.strip() in text, f"SKIP_LINES names {line!r}, which the page no longer has"
@@ -218,12 +263,15 @@ def test_the_quickstart_reaches_the_first_gate_and_a_submitted_job(newcomer, box
             continue
         out = newcomer.run(b)
         ran.append(f"{b.section}.{b.step}")
+        if b.section == "2" and "nev rig trust" in b.text:
+            newcomer.trusted(out)
+            ran.append("trust")
         if b.section == "5" and b.step == "7":
             assert (newcomer.home / "engine" / ".git").is_dir()
             newcomer.engine_content()
         if b.section == "5" and b.step == "8":
             # the gate ran on the lane: its status echoed, the pulled output came back
-            assert "0" in out.split(), out          # `echo $?` after the gate
+            assert "command 0" in out, out          # the status line after the gate
             assert (newcomer.home / "engine" / "out" / "stamp").is_file()
         if b.section == "5" and b.step == "9" and "rev-parse --short HEAD" in b.text:
             base = out.strip().splitlines()[-1]
@@ -236,7 +284,8 @@ def test_the_quickstart_reaches_the_first_gate_and_a_submitted_job(newcomer, box
             break
     else:
         raise AssertionError(f"the page never reached `{STOP_AFTER}`: ran {ran}")
-    assert {"5.2", "5.4", "5.6", "5.7", "5.8"} <= set(ran), ran
+    assert {"trust", "5.2", "5.4", "5.6", "5.7", "5.8"} <= set(ran), ran
+    assert not (newcomer.home / "engine" / ".env").exists()
     heads = subprocess.run(["git", "-C", str(newcomer.home / "engine"), "ls-remote", "--heads",
                             "origin", "job/hello"], env=newcomer.env, capture_output=True,
                            text=True, timeout=60).stdout

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,8 +17,25 @@ from rig.snapshot import changelog
 @pytest.fixture
 def env(tmp_path):
     rig = tmp_path / "rig.local.json"
-    rig.write_text('{"roles": {}}')     # no hosts: `nev rig snapshot` runs without SSH
+    rig.write_text('{"roles": {}}')     # no hosts: `nev rig log` needs none
     return {**os.environ, "NEV_RIG_FILE": str(rig), "NEV_RIG_NOTES": str(tmp_path / "notes")}
+
+
+@pytest.fixture
+def snap_env(env, tmp_path):
+    """A rig file with one role on a real sshd here (no files, no commands: a snapshot of it
+    records the host and nothing else), the host's store in the test's folder."""
+    import json
+
+    from tests.helpers import local_sshd
+
+    s = local_sshd.start(tmp_path / "sshd")
+    Path(env["NEV_RIG_FILE"]).write_text(json.dumps({
+        "roles": {"cfg": {"hosts": [f"{s.user}@127.0.0.1:{s.port}"]}},
+        "known_hosts": str(s.known_hosts), "ssh_key": str(s.client_key),
+        "host_store": str(tmp_path / "host-store")}))
+    yield env
+    s.stop()
 
 
 def nev(env, *args):
@@ -38,7 +56,9 @@ def test_empty_log_shows_an_empty_json_list(env):
     assert r.returncode == 0 and "empty" in r.stdout
 
 
-def test_person_entries_stand_between_nevs_own_in_order(env, tmp_path):
+@pytest.mark.parts     # a real sshd as the role's host
+def test_person_entries_stand_between_nevs_own_in_order(snap_env, tmp_path):
+    env = snap_env
     steps = [("rig", "snapshot", "before-seq-len"),
              ("rig", "log", "raised tabbyapi max_seq_len to 32768", "--failed",
               "--role", "arm-node", "--snapshot", "before-seq-len"),

@@ -83,7 +83,9 @@ CODE = ("bench", "jobs", "lanes", "rig", "dagu", "crates_bridge")
 # The lane agent is stdlib-only and shipped alone (no registry on a lane's bare python3);
 # the box gateway's auth module is source written for LiteLLM's process, not ours; lanes/quick.py
 # runs before any module of nev is imported (its one read: NEV_ON_LANE, as settings reads it).
-DIRECT_READ_EXEMPT = {"lanes/agent/copy.py", "rig/box/gateway.py", "lanes/quick.py"}
+# lanes/base/config.py: NEV_CONFIG names the file the settings are read from (below settings)
+DIRECT_READ_EXEMPT = {"lanes/agent/copy.py", "rig/box/gateway.py", "lanes/quick.py",
+                      "lanes/base/config.py"}
 
 
 def _sources():

@@ -54,10 +54,23 @@ class Exit(IntEnum):
     )
     USAGE = 2, ("usage error: an unknown option or command, a missing argument, or a bad value "
                 "(a `--lane` no lane has, an unknown role); one line `nev: ...`")
-    UNAVAILABLE = 3, ("nothing ran: what the command needs is not available now; the same request may "
-                      "succeed later"), (
+    UNAVAILABLE = 3, (
+        "nothing ran: what the command needs is not available now, or the rig cannot be "
+        "reached; the same request may succeed later (once the cause on the line is mended). "
+        "\"Cannot reach the rig\" is this code in every command that connects: an SSH hop "
+        "failed (the line names the cause, one of: name does not resolve, connection refused, "
+        "timed out, host key not pinned, host key changed, key file missing or unreadable, "
+        "login refused, the jump host cannot connect to it; and whether it was the jump host "
+        "or the host behind it), or the forge did not answer through its forward"), (
         ("`nev lane`, `nev batch run`, `nev floors`, `nev land`'s gate, `nev oracle suites fetch`, "
          "`nev oracle suite run`", "no build lane answered"),
+        ("`nev lane list`", "no lane answered, or none is configured (the table, with each lane's "
+         "cause, is printed all the same)"),
+        ("`nev rig services status`", "a lane could not be reached (its cause on its line)"),
+        ("`nev rig forward up`", "a forward did not come up (the jump host's cause on its line); "
+         "what this call started is stopped"),
+        ("`nev job poll`", "the forge did not answer (its forward down, the cause on the line); "
+         "nothing changed"),
         ("`nev lane create`", "a running guest's config changed but the guest is busy (a process named "
          "in LANE_BUSY_COMMANDS); nothing changed"),
         ("`nev job run`, `nev job check inventory`",
@@ -135,6 +148,7 @@ _SCORE = (_E.UNAVAILABLE, _E.NO_GROUND_TRUTH)
 # command tree: every command is here, and its --help lists exactly these codes.
 COMMANDS: dict[str, Codes] = {
     "settings": Codes(), "ledger announce": Codes(), "scores": Codes(_SCORE),
+    "config init": Codes(), "doctor": Codes(), "completion": Codes(), "rig trust": Codes(_LANE),
     "land": Codes((_E.UNAVAILABLE,), usage=Exit.FAILED, own=(
         (LAND_CONFLICT, "rebase conflict",
          "a rebase conflict outside `handoff.md` (the files named): the branch must change first"),)),
@@ -162,16 +176,39 @@ COMMANDS: dict[str, Codes] = {
     "provenance bom": Codes(), "provenance list": Codes(), "provenance regen": Codes(_LANE),
     "provenance stale": Codes(),
     **{f"rig {c}": Codes() for c in (
-        "advertise", "capacity", "collect", "dashboard", "diff", "drain", "drift", "log",
-        "probe", "provision-sudo", "restart", "restore", "snapshot", "snapshots", "start", "stop",
-        "throughput",
-        "forward down", "forward status", "forward supervise", "forward up",
+        "advertise", "capacity", "collect", "dashboard", "log", "probe", "snapshots",
+        "throughput", "forward down", "forward status", "forward supervise",
         "services apply", "services here", "services once", "services run")},
+    # these reach the rig's hosts over SSH (through the jump host): 3 when they cannot
+    **{f"rig {c}": Codes(_LANE) for c in (
+        "diff", "drain", "drift", "provision-sudo", "restart", "restore", "snapshot", "start",
+        "stop", "forward up")},
     "rig status": Codes(_LANE), "rig metrics": Codes(_LANE), "rig services install": Codes(_LANE),
     "rig services remove": Codes(_LANE), "rig services status": Codes(_LANE),
     "sandbox check": Codes((_E.NO_SANDBOX,)),
     "sandbox exec": Codes((_E.NO_SANDBOX,), passes="the command's own status"),
 }
+
+
+# Whose the exit status is: a command that passes a remote (or child) command's status through
+# marks it here (`passed_through`), so the status line says "command" for it and "nev" for every
+# code of nev's own (docs/exit-codes.md: NEV_STATUS_FILE).
+_PASSED: list[int] = []
+
+
+def passed_through(status: int) -> int:
+    """`status`, the command's own (not nev's), noted for the status line; returned as is."""
+    _PASSED.append(status)
+    return status
+
+
+def status_line(code: int) -> str:
+    """The status line for a run that exits `code`: `command N` when N is the command's own
+    status passed through, else `own N NAME` (NAME the code's name here, when it has one)."""
+    if _PASSED and _PASSED[-1] == code:
+        return f"command {code}\n"
+    name = next((e.name for e in Exit if int(e) == code), "")
+    return f"own {code} {name}".rstrip() + "\n"
 
 
 def codes_of(path: str) -> Codes:

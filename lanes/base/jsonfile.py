@@ -70,6 +70,16 @@ def decode(data: bytes, label: Path | str, what: str) -> str:
                           f"{_FIX}") from None
 
 
+def yaml_error(e: Exception, line_offset: int = 0) -> str:
+    """A YAML parser's error (PyYAML's MarkedYAMLError) as `line L, column C: what`, the line
+    counted in the file (`line_offset`: the lines before the text that was parsed)."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    what = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
+    if mark is None:
+        return str(what)
+    return f"line {mark.line + 1 + line_offset}, column {mark.column + 1}: {what}"
+
+
 def read_text(path: Path, what: str, if_missing: str, max_bytes: int = MAX_BYTES) -> str:
     """The text of `path`, the `what` of its messages; ConfigError naming the file when it is missing
     (with `if_missing`: what to do), cannot be read, is no regular file, too big or not UTF-8."""

@@ -33,14 +33,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from lanes.base import jsonfile, settings
+from lanes.base import jsonfile, schema, settings
 from lanes.base.errors import ConfigError
 from lanes.base.mask import mask, register_secret
 from lanes.base.ui import info
 
 OUTBOX_MAX = 200  # messages kept for a receiver that is down; the oldest go first
 TICK_FAILS = 2  # failed ticks in a row before the webhook hears
-KEYS = ("webhook", "webhook_file", "rig", "format")
+KEYS = schema.keys("rig", "notify")     # the rig file's schema (docs/rig.schema.json)
 
 
 class Kind(StrEnum):

@@ -18,44 +18,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lanes.base import sshfail
 from lanes.base.mask import mask, mask_argv
 from lanes.base.ssh import (
     CHUNK,
     CONNECT_TIMEOUT,
-    HostKeyError,
     SshError,
     Target,
     default_key_file,
     default_known_hosts,
     log,
 )
+from lanes.base.sshargv import client_options as client_options  # the argv, one place
+from lanes.base.sshargv import route_argv
 
 # -- the OpenSSH client: one process per command (a gate's channel) -------------------------
-
-# X25519 first: the client's default (a post-quantum hybrid) costs tens of ms of CPU per hop.
-KEX = "curve25519-sha256,curve25519-sha256@libssh.org,ecdh-sha2-nistp256,diffie-hellman-group14-sha256"
-
-
-def _opt_path(p: Path) -> str:
-    return f'"{p}"' if any(c.isspace() for c in str(p)) else str(p)
-
-
-def client_options(known_hosts: Path, key_file: Path | None, timeout: float) -> list[str]:
-    """The OpenSSH client's options for one pinned hop: the host key only from `known_hosts` (no
-    global file, never added), no config file, agent or password, the key given or the defaults."""
-    # `-o "Option value"` rather than `Option=value`: the masked log would hide the values.
-    opts = {"BatchMode": "yes", "StrictHostKeyChecking": "yes", "UserKnownHostsFile": _opt_path(known_hosts),
-            "GlobalKnownHostsFile": "/dev/null", "UpdateHostKeys": "no", "ConnectTimeout": f"{timeout:.0f}",
-            "ServerAliveInterval": "15", "ServerAliveCountMax": "3", "ForwardAgent": "no",
-            "ControlMaster": "no", "ControlPath": "none", "LogLevel": "ERROR",
-            "KexAlgorithms": KEX}
-    if key_file is not None:
-        opts["IdentitiesOnly"] = "yes"
-    argv = ["-F", "none"]
-    for k, v in opts.items():
-        argv += ["-o", f"{k} {v}"]
-    return argv + (["-i", str(key_file)] if key_file is not None else [])
-
 
 class OpenSsh:
     """A pinned host reached with the OpenSSH client, through its jump host when it has one (the
@@ -73,23 +50,22 @@ class OpenSsh:
         self._open: list[ProcessChannel] = []
 
     def argv(self, command: str) -> list[str]:
+        """The client's argv for `command`; HostKeyError when the known_hosts file is missing."""
         if not self.known_hosts.exists():
-            raise HostKeyError(
-                f"known_hosts file {self.known_hosts} does not exist; pin the lane's host key there "
-                "(NEV_KNOWN_HOSTS names it)")
-        opts = client_options(self.known_hosts, self.key_file, self.timeout)
-        argv = ["ssh", "-T", *opts]
-        if self.jump is not None:
-            # ProxyJump would not pass these options to the jump hop: the same pins, spelled out.
-            hop = ["ssh", *opts, "-W", "[%h]:%p", "-p", str(self.jump.port), f"{self.jump.user}@{self.jump.host}"]
-            # ssh expands %-tokens in it: a literal % (in a path) is doubled, `[%h]:%p` is meant.
-            argv += ["-o", "ProxyCommand " + " ".join(a if a == "[%h]:%p" else shlex.quote(a).replace("%", "%%")
-                                                      for a in hop)]
-        return argv + ["-p", str(self.target.port), f"{self.target.user}@{self.target.host}", "--", command]
+            self._refuse_locally()
+        return route_argv(self.target, self.jump, self.known_hosts, self.key_file, self.timeout, command)
 
     @property
     def route(self) -> str:
         return f"{self.target}" + (f" via {self.jump}" if self.jump else "")
+
+    def _refuse_locally(self) -> None:
+        """Unreachable when the key file or the known_hosts file is missing or unreadable: no
+        client would get further."""
+        problem = sshfail.local_problem(self.key_file, self.known_hosts)
+        if problem is not None:
+            raise sshfail.error(sshfail.Failure(problem[0], str(self.jump or self.target),
+                                                self.jump is not None, problem[1]), self.route)
 
     def connect(self) -> OpenSsh:
         return self
@@ -98,10 +74,12 @@ class OpenSsh:
         """The command's channel: the one started ahead with the same argv (`start_ahead`), else
         a new `ssh` process."""
         cmd = command if isinstance(command, str) else shlex.join(command)
+        if self.key_file is not None:
+            self._refuse_locally()      # the key file (argv checks the known_hosts file)
         argv = self.argv(cmd)
         ch = _AHEAD.pop(tuple(argv), None)
         if ch is None:
-            log.debug("ssh %s: %s", self.route, mask(cmd))
+            log.debug("ssh %s: %s", self.route, mask_argv(argv))
             ch = ProcessChannel(argv, self)
         ch.via = self
         self._open = [c for c in self._open if not c.closed] + [ch]
@@ -118,18 +96,11 @@ class OpenSsh:
         _AHEAD[tuple(argv)] = ProcessChannel(argv, self, started)
 
     def failure(self, stderr: str) -> SshError:
-        """Why the client could not reach the host, from its stderr: HostKeyError for a key not
-        pinned or not matching, else SshError (one masked line)."""
-        at_jump = self.jump is not None and self.jump.host in stderr and self.target.host not in stderr
-        hop = f"the jump host {self.jump}" if at_jump else str(self.target)
-        if "IDENTIFICATION HAS CHANGED" in stderr:
-            return HostKeyError(f"host key of {hop} does not match the one pinned in {self.known_hosts}; "
-                                "refusing to connect (re-pin it only if the host was really rebuilt)")
-        if "Host key verification failed" in stderr or "No ED25519 host key is known" in stderr:
-            return HostKeyError(f"host key of {hop} is not pinned in {self.known_hosts}; refusing to connect "
-                                "(add that host's key to that file)")
-        lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-        return SshError(f"SSH to {self.route} failed: {mask(lines[-1]) if lines else 'ssh exited 255'}")
+        """Why the client could not reach the host, from its stderr (the jump hop's included),
+        classified (`lanes.base.sshfail`): HostKeyError for a key not pinned or not matching,
+        else Unreachable, naming the cause and the hop."""
+        failure = sshfail.from_openssh(stderr, self.target, self.jump, self.known_hosts)
+        return sshfail.error(failure, self.route)
 
     def close(self) -> None:
         for ch in self._open:
@@ -349,12 +320,13 @@ def start_client_forward(argv: list[str]) -> subprocess.Popen[bytes]:
                             stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
 
 
-LASTING = ("host-key", "login", "port")  # a retry gets the same answer until someone acts
+# A retry gets the same answer until someone acts: a pin, a key, a name, the local port.
+LASTING = ("host-key", "login", "port", "resolve")
 
 
 @dataclass(frozen=True)
 class ClientFailure:
-    kind: str  # host-key | login | port | other
+    kind: str  # host-key | login | port | resolve | refused | timeout | other
     line: str
 
     @property
@@ -362,18 +334,17 @@ class ClientFailure:
         return self.kind in LASTING
 
 
+_KINDS = {sshfail.Cause.NOT_PINNED: "host-key", sshfail.Cause.CHANGED: "host-key",
+          sshfail.Cause.LOGIN: "login", sshfail.Cause.KEY_FILE: "login",
+          sshfail.Cause.RESOLVE: "resolve", sshfail.Cause.REFUSED: "refused",
+          sshfail.Cause.TIMEOUT: "timeout"}
+
+
 def client_failure(stderr: str, jump: Target, known_hosts: Path) -> ClientFailure:
-    """Why the OpenSSH client gave up, as one masked line, from what it wrote on stderr."""
-    if "IDENTIFICATION HAS CHANGED" in stderr:
-        return ClientFailure("host-key", f"host key of the jump host {jump} does not match the one pinned in "
-                             f"{known_hosts}; refusing to connect (re-pin it only if the host was really rebuilt)")
-    if "Host key verification failed" in stderr:
-        return ClientFailure("host-key", f"host key of the jump host {jump} is not pinned in {known_hosts}; "
-                             "refusing to connect (add the jump host's key to that file)")
-    if "Permission denied" in stderr:
-        return ClientFailure("login", f"the jump host {jump} refused the login (Permission denied); check "
-                             "the key the rig file gives it (hosts, ssh_key) or NEV_SSH_KEY")
+    """Why the forward's OpenSSH client gave up, as one masked line, from what it wrote on stderr:
+    the jump host's failure classified as every command's (`lanes.base.sshfail`), or the port."""
     if "Address already in use" in stderr or "cannot listen to port" in stderr:
         return ClientFailure("port", "the local port is in use by another program")
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    return ClientFailure("other", mask(lines[-1]) if lines else "ssh exited without a message")
+    f = sshfail.from_openssh(stderr, jump, None, known_hosts)
+    f = sshfail.Failure(f.cause, str(jump), True, f.detail)
+    return ClientFailure(_KINDS.get(f.cause, "other"), f.line())

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lanes.base import config
 from lanes.base.errors import ConfigError
 
 
@@ -43,6 +44,12 @@ def _s(name: str, default: str | None, help: str, secret: bool = False) -> Setti
     return s
 
 
+# The config file
+CONFIG = _s("NEV_CONFIG", None,
+            "nev's config file (TOML; default $XDG_CONFIG_HOME/nev/config.toml, "
+            "else ~/.config/nev/config.toml): every setting below by its short name, the "
+            "environment overriding it; relative paths in it are relative to the file "
+            "(docs/config.md, `nev config init`)")
 # Lanes
 LANE_SSH = _s("NEV_LANE_SSH", None, "one lane as [user@]host[:port]; overrides lanes[] in the lanes file")
 LANE_GIT_URL = _s("NEV_LANE_GIT_URL", None, "the forge repository as the lanes reach it (rig address; else the lanes file's "
@@ -135,6 +142,11 @@ NOTIFY_ALIAS_DOWN_S = _s("NEV_NOTIFY_ALIAS_DOWN_S", "1800",
 NOTIFY_FORWARD_DOWN_S = _s("NEV_NOTIFY_FORWARD_DOWN_S", "60",
                            "seconds a port forward's client keeps failing (none up for 10 s) "
                            "before the webhook hears of it")
+STATUS_FILE = _s("NEV_STATUS_FILE", None,
+                  "a file every nev command rewrites as it exits with one line saying whose its "
+                  "exit status is: `command N` (the remote command's own status, passed through "
+                  "by `nev lane run|on`) or `own N NAME` (nev's own code, docs/exit-codes.md); a "
+                  "script tells a failing test from an unreachable lane by it")
 # Landing
 LAND_LOCK_WAIT = _s("NEV_LAND_LOCK_WAIT", "3600", "seconds `nev land` waits for another landing's lock before refusing")
 UNATTENDED = _s("NEV_UNATTENDED", None, "set to 1 by the tick (`nev job poll`) and in every job "
@@ -220,15 +232,94 @@ def all_settings() -> list[Setting]:
     return list(_REGISTRY.values())
 
 
+# What a value must be, beyond a string: a whole number, a number, or a file that exists and can
+# be read (`nev settings` checks each value that is set; the readers refuse it when they read it).
+# A setting whose default is a number is a number too.
+WHOLE = (DAGU_LANE, INVENTORY_LANE, DAGU_PORT, DAGU_COORD_PORT, INVENTORY_PORT, BUDGET_TOKENS,
+         MAX_BATCHES, ESCALATE_AFTER, PROBE_FAILS, PROBE_OKS, INSTALLS_KEEP, REGEN_MAX,
+         CORPUS_CASES, SANDBOX_MEMORY_MB, SANDBOX_SCRATCH_MB)
+FILES = (SSH_KEY, KNOWN_HOSTS, MODEL_KEY_FILE, FORGE_TOKEN_FILE, GATEWAY_ADMIN_KEY_FILE,
+         DAGU_BINARY, LANES_FILE, RIG_FILE, FOLKNET_FILE, CAPACITY_FILE)
+CHECKED_BY_READER = (LANES_FILE, RIG_FILE, FOLKNET_FILE)
+# Relative defaults that name nev's own files: read in nev's checkout, wherever nev runs.
+NEV_RELATIVE = (LANES_FILE, RIG_FILE, FOLKNET_FILE, CAPACITY_FILE, BOX_DIR)
+
+
+def problem(setting: Setting, environ: Mapping[str, str] | None = None) -> str | None:
+    """What is wrong with the value the environment gives `setting` (None: nothing, or unset)."""
+    raw = given(setting, environ)
+    if raw is None:
+        return None
+    if setting in WHOLE:
+        try:
+            int(raw)
+        except ValueError:
+            return f"{setting.name}={raw!r} is not a whole number"
+    elif setting.default is not None and _number(setting.default) and not _number(raw):
+        return f"{setting.name}={raw!r} is not a number (default {setting.default})"
+    if setting in FILES:
+        p = get_path(setting, environ) or Path(raw)     # relative to the config file, from it
+        where = source(setting, environ)
+        named = (f"{setting.name.removeprefix('NEV_').lower()} in the {where}"
+                 if where.startswith("config ") else setting.name)
+        if not p.exists():
+            return f"the file {p} that {named} names does not exist"
+        if setting in CHECKED_BY_READER:
+            return None         # its reader names what is wrong with it (`nev settings`' files)
+        if not p.is_file():
+            return f"{p}, which {named} names, is not a file"
+        if not os.access(p, os.R_OK):
+            return f"the file {p} that {named} names cannot be read"
+    return None
+
+
+def _number(raw: str) -> bool:
+    try:
+        return float(raw) == float(raw)      # NaN is no number here
+    except ValueError:
+        return False
+
+
 def given(setting: Setting | str, environ: Mapping[str, str] | None = None) -> str | None:
-    """What the environment sets (NEV_* first, then the legacy GENERA_* name), ignoring the default:
-    None when neither is set (or both are empty)."""
+    """What the environment sets (NEV_* first, then the legacy GENERA_* name), else the config
+    file (for this process's environment only), ignoring the default: None when none sets it."""
     s = _REGISTRY[setting] if isinstance(setting, str) else setting
+    return _given(s, environ)[0]
+
+
+def source(setting: Setting | str, environ: Mapping[str, str] | None = None) -> str:
+    """Where a setting's value comes from: its NEV_* name, the legacy name, `config FILE`,
+    `default` or `unset`."""
+    s = _REGISTRY[setting] if isinstance(setting, str) else setting
+    raw, where = _given(s, environ)
+    if raw is not None:
+        return where
+    return "default" if s.default is not None else "unset"
+
+
+_SECRETS: dict[str, bool] = {}
+
+
+def _secrets() -> dict[str, bool]:
+    """Every setting the config file may hold -> whether it is a secret (made once)."""
+    if not _SECRETS:
+        _SECRETS.update({n: x.secret for n, x in _REGISTRY.items() if x is not CONFIG})
+    return _SECRETS
+
+
+def _given(s: Setting, environ: Mapping[str, str] | None) -> tuple[str | None, str]:
     env = os.environ if environ is None else environ
-    raw = env.get(s.name)
-    if raw is None or raw == "":
-        raw = env.get(s.legacy)
-    return None if raw is None or raw == "" else raw
+    for name, where in ((s.name, s.name), (s.legacy, s.legacy + " (legacy)")):
+        raw = env.get(name)
+        if raw:
+            return raw, where
+    # the config file of that environment (this process's, or one made from it)
+    cfg = config.path_in(env) if s is not CONFIG else None
+    if cfg is not None:
+        found = config.values(cfg, _secrets())
+        if s.name in found:
+            return found[s.name], f"config {cfg}"
+    return None, ""
 
 
 def get(setting: Setting | str, environ: Mapping[str, str] | None = None) -> str | None:
@@ -278,17 +369,38 @@ def get_flag(setting: Setting | str, environ: Mapping[str, str] | None = None) -
     return raw is not None and raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
+NEV_ROOT = Path(__file__).resolve().parents[2]
+
+
 def get_path(setting: Setting | str, environ: Mapping[str, str] | None = None) -> Path | None:
-    raw = get(setting, environ)
-    return None if raw is None else Path(os.path.expanduser(raw))
+    """A path setting, `~` expanded: relative in the config file, relative to that file; a
+    relative default of nev's own files (NEV_RELATIVE), relative to nev's checkout; never to the
+    folder nev runs in (an environment variable is taken as given)."""
+    s = _REGISTRY[setting] if isinstance(setting, str) else setting
+    raw = get(s, environ)
+    if raw is None:
+        return None
+    p = Path(os.path.expanduser(raw))
+    if p.is_absolute():
+        return p
+    where = source(s, environ)
+    if where.startswith("config "):
+        return Path(where.removeprefix("config ")).parent / p
+    if where == "default" and s in NEV_RELATIVE:
+        return NEV_ROOT / p
+    return p
 
 
 def path(setting: Setting | str, environ: Mapping[str, str] | None = None) -> Path:
-    """`get_path` for a setting that always has a value (see `value`); `~` expanded."""
-    return Path(os.path.expanduser(value(setting, environ)))
+    """`get_path` for a setting that always has a value (see `value`)."""
+    value(setting, environ)
+    p = get_path(setting, environ)
+    assert p is not None
+    return p
 
 
 def path_under(setting: Setting | str, root: Path, environ: Mapping[str, str] | None = None) -> Path:
-    """A folder setting read relative to `root` (a repository) unless it is absolute."""
-    p = path(setting, environ)
+    """A folder setting read relative to `root` (a repository) unless it is absolute (wherever
+    the value came from: these name folders of the repository)."""
+    p = Path(os.path.expanduser(value(setting, environ)))
     return p if p.is_absolute() else root / p

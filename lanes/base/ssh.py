@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from lanes.base import settings
 from lanes.base.errors import NevError
-from lanes.base.mask import mask
+from lanes.base.mask import mask, mask_argv
+from lanes.base.sshargv import jump_says, route_argv
+from lanes.base.sshfail import Cause, Failure, error, from_exception, from_openssh, local_problem
+from lanes.base.sshfail import HostKeyError as HostKeyError  # the errors, with their causes
+from lanes.base.sshfail import SshError as SshError
+from lanes.base.sshfail import Unreachable as Unreachable
 
 if TYPE_CHECKING:
     import paramiko
@@ -51,14 +56,6 @@ def quiet_paramiko() -> None:
     logging.getLogger("paramiko").setLevel(logging.NOTSET if debug else logging.CRITICAL + 1)
 CHUNK = 256 * 1024
 EOF_GRACE = 2.0
-
-
-class SshError(NevError):
-    pass
-
-
-class HostKeyError(SshError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -149,6 +146,14 @@ class Connection:
         if self._client is not None:
             return self
         quiet_paramiko()
+        problem = local_problem(self.key_file, self.known_hosts)
+        if problem is not None:
+            raise error(Failure(problem[0], str(self.jump or self.target), self.jump is not None,
+                                problem[1]), self.route)
+        if log.isEnabledFor(logging.DEBUG):
+            by_hand = route_argv(self.target, self.jump, self.known_hosts, self.key_file,
+                                 self.timeout, "true")
+            log.debug("ssh %s (paramiko); by hand: %s", self.route, mask_argv(by_hand))
         client = self._pinned_client()
         kw: dict = dict(hostname=self.target.host, port=self.target.port, username=self.target.user,
                         timeout=self.timeout, banner_timeout=self.timeout, auth_timeout=self.timeout,
@@ -159,7 +164,7 @@ class Connection:
         if tunnel is not None:
             kw["sock"] = tunnel
         try:
-            _open(client, kw, self.target, self.known_hosts)
+            _open(client, kw, self.target, self.route, self.known_hosts)
         except BaseException:
             self._close_jump()
             raise
@@ -171,10 +176,6 @@ class Connection:
 
     def _pinned_client(self) -> paramiko.SSHClient:
         """A client that knows only the host keys pinned in known_hosts and refuses any other."""
-        if not self.known_hosts.exists():
-            raise HostKeyError(
-                f"known_hosts file {self.known_hosts} does not exist; pin the lane's host key there "
-                "(NEV_KNOWN_HOSTS names it)")
         import paramiko
 
         client = paramiko.SSHClient()
@@ -189,11 +190,9 @@ class Connection:
             # Both hops pinned in the same known_hosts file, with the same key.
             try:
                 self._own_jump = Connection(self.jump, self.known_hosts, self.key_file, self.timeout).connect()
-            except HostKeyError as e:
-                raise HostKeyError(f"jump host: {e}") from None
-            except SshError as e:
-                raise SshError(f"cannot reach {self.target}: the jump host {self.jump} did not let us in "
-                               f"({e})") from None
+            except Unreachable as e:
+                f = e.failure or Failure(e.cause, str(self.jump), True, e.message)
+                raise error(Failure(f.cause, str(self.jump), True, f.detail), self.route) from None
             self.via = self._own_jump
         if self.via is None:
             return None
@@ -203,8 +202,17 @@ class Connection:
             return self.via.transport.open_channel(
                 "direct-tcpip", (self.target.host, self.target.port), ("127.0.0.1", 0), timeout=self.timeout)
         except (paramiko.SSHException, OSError) as e:
-            raise SshError(f"cannot reach {self.target} through the jump host {self.via.target}: "
-                           f"{mask(str(e)) or type(e).__name__}") from None
+            raise error(self._through_jump(from_exception(e, self.target)), self.route) from None
+
+    def _through_jump(self, f: Failure) -> Failure:
+        """paramiko hears only `Connect failed` when the jump host cannot reach the target: the
+        OpenSSH client asks the jump host once more and says why (refused, no such name...)."""
+        if f.cause is not Cause.JUMP_CONNECT or self.via is None:
+            return f
+        said = jump_says(self.via.target, self.target, self.known_hosts, self.key_file,
+                         self.timeout)
+        better = from_openssh(said, self.target, self.via.target, self.known_hosts)
+        return f if better.cause is Cause.OTHER or better.at_jump else better
 
     def close(self) -> None:
         if self._client is not None:
@@ -290,24 +298,23 @@ class Connection:
         return Forward(self, remote_host, remote_port, local_host, local_port)
 
 
-def _open(client: paramiko.SSHClient, kw: dict, target: Target, known_hosts: Path) -> None:
-    """`client.connect(**kw)`, its failures as HostKeyError (a key not pinned or not matching) or SshError."""
+def _open(client: paramiko.SSHClient, kw: dict, target: Target, route: str,
+          known_hosts: Path) -> None:
+    """`client.connect(**kw)`, its failures classified (`lanes.base.sshfail`): HostKeyError for a
+    key not pinned or not matching, else Unreachable, naming the cause."""
     import paramiko
 
+    t0 = time.monotonic()
     try:
         client.connect(**kw)
-    except paramiko.BadHostKeyException:
-        raise HostKeyError(
-            f"host key of {target} does not match the one pinned in {known_hosts}; "
-            "refusing to connect (re-pin it only if the host was really rebuilt)") from None
-    except paramiko.SSHException as e:
-        if "not found in known_hosts" in str(e):
-            raise HostKeyError(
-                f"host key of {target} is not pinned in {known_hosts}; refusing to connect "
-                "(add the lane's key to that file)") from None
-        raise SshError(f"SSH to {target} failed: {mask(str(e))}") from None
-    except (TimeoutError, OSError) as e:
-        raise SshError(f"SSH to {target} failed: {e}") from None
+    except (paramiko.SSHException, OSError, EOFError) as e:
+        f = from_exception(e, target, known_hosts=known_hosts)
+        if f.cause is Cause.OTHER and time.monotonic() - t0 >= 0.9 * float(kw["timeout"]):
+            # a host that took the connection and never spoke: paramiko's words vary
+            # ("No existing session", an EOF), the clock does not
+            f = Failure(Cause.TIMEOUT, f.host, f.at_jump,
+                        f"no answer in {kw['timeout']:.0f} s: {f.detail}")
+        raise error(f, route) from None
 
 
 def _feed(ch: paramiko.Channel, stdin: bytes | Iterable[bytes] | None) -> threading.Thread | None:
@@ -443,6 +450,44 @@ def answers(target: Target, known_hosts: Path | None = None, key_file: Path | No
         return False
 
 
+
+
+def offered_key(target: Target, jump: Target | None = None, timeout: float = CONNECT_TIMEOUT,
+                known_hosts: Path | None = None, key_file: Path | None = None) -> tuple[str, str]:
+    """The host key `target` offers, (type, base64), read by a key exchange with no login (through
+    `jump`, pinned and logged into as every hop is, when given): what `nev rig trust` shows before
+    it pins anything."""
+    import paramiko
+
+    via = Connection(jump, known_hosts, key_file, timeout).connect() if jump is not None else None
+    route = f"{target}" + (f" via {jump}" if jump else "")
+    t = None
+    try:
+        if via is not None:
+            sock: Any = via.transport.open_channel("direct-tcpip", (target.host, target.port),
+                                                   ("127.0.0.1", 0), timeout=timeout)
+        else:
+            sock = socket.create_connection((target.host, target.port), timeout=timeout)
+        t = paramiko.Transport(sock)
+        t.start_client(timeout=timeout)
+        key = t.get_remote_server_key()
+        return key.get_name(), key.get_base64()
+    except (paramiko.SSHException, OSError, EOFError) as e:
+        raise error(from_exception(e, target), route) from None
+    finally:
+        if t is not None:
+            t.close()
+        if via is not None:
+            via.close()
+
+
+def fingerprint(b64: str) -> str:
+    """`SHA256:...` of a host key, as `ssh-keygen -lf` prints it."""
+    import base64
+    import hashlib
+
+    digest = hashlib.sha256(base64.b64decode(b64)).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
 def link_errors() -> tuple[type[BaseException], ...]:

@@ -15,8 +15,10 @@ import pwd
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench.oracle import shared as shared_corpora
@@ -64,6 +66,51 @@ def conf_digest(*files: Path) -> str:
         except FileNotFoundError:
             h.update(b"(missing)")
     return h.hexdigest()[:16]
+
+
+class Said(list[str]):
+    """A list of what changed that says each item as it is added (a host's line when that host
+    is done, not all of them at the end)."""
+
+    def __init__(self, say: Callable[[str], None], prefix: str, items: list[str]) -> None:
+        super().__init__(items)
+        self.say, self.prefix = say, prefix
+
+    def append(self, item: str) -> None:
+        self.say(self.prefix + item)
+        super().append(item)
+
+    def extend(self, items: Iterable[str]) -> None:
+        for item in items:
+            self.append(item)
+
+    def __iadd__(self, items: Iterable[str]) -> Said:  # type: ignore[override,misc]
+        self.extend(items)
+        return self
+
+
+HEARTBEAT_S = 15.0     # a long step (the lanes' image, the wheelhouse) says it is alive this often
+
+
+@contextmanager
+def still_going(say: Callable[[str], None], label: str, t0: float,
+                every: float | None = None) -> Iterator[None]:
+    """While the block runs, `label: still going (N s)` every `every` seconds (HEARTBEAT_S): a
+    cold build's image step takes minutes, and a terminal that says nothing looks hung."""
+    stop = threading.Event()
+    period = HEARTBEAT_S if every is None else every
+
+    def beat() -> None:
+        while not stop.wait(period):
+            say(f"{label}: still going ({time.monotonic() - t0:.0f} s)")
+
+    t = threading.Thread(target=beat, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
 
 
 def code_digest() -> str:
@@ -127,9 +174,11 @@ class Build:
         minutes: the image, the wheelhouse, LiteLLM's start); what changed."""
         steps = self.phases()
         t0 = time.monotonic()
+        self.changed = Said(say, f"  box {self.name}: ", self.changed)   # each said as it happens
         for i, (what, step) in enumerate(steps, 1):
             say(f"box {self.name}: {what} ({i}/{len(steps)}, {time.monotonic() - t0:.0f} s)")
-            step()
+            with still_going(say, f"box {self.name}: {what}", t0):
+                step()
         return self.changed
 
     # ---- starting a service ----

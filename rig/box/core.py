@@ -35,8 +35,13 @@ from rig.box.state import BoxInfo, BoxState, LaneInfo, PoolInfo
 
 
 def require_root(what: str) -> None:
-    if os.geteuid() != 0:
-        raise NevError(f"`nev box {what}` needs root for network namespaces; run it as root (sudo)", 1)
+    """The box is the one part of nev that needs root on Debian: one line saying so otherwise."""
+    missing = [w for w, ok in (("root", os.geteuid() == 0),
+                               ("Debian", os.path.exists("/etc/debian_version"))) if not ok]
+    if missing:
+        raise NevError(f"`nev box {what}` needs root on Debian 12 (network namespaces, LXC guests, "
+                       f"users, Debian packages), and this is not {' or '.join(missing)}; every "
+                       "other command works from a client install without either (README)", 1)
 
 
 def git_credential_env(url: str, user: str, token_file: Path) -> dict[str, str]:

@@ -14,6 +14,7 @@ HTTP checks need a real answer.
 from __future__ import annotations
 
 import http.client
+import os
 import socket
 from dataclasses import dataclass
 
@@ -69,3 +70,36 @@ def _tcp(port: int, timeout: float) -> Answer:
             return Answer(True, "connected")
     return Answer(True, "connected, answered") if data else Answer(False, "closed at once (the jump host "
                                                                             "could not reach the target?)")
+
+
+def listener_inodes(port: int) -> set[str]:
+    """The socket inodes listening on `port` (any local address), from /proc/net/tcp{,6}."""
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table, encoding="ascii").read().splitlines()[1:]
+        except OSError:
+            continue
+        for ln in lines:
+            parts = ln.split()
+            if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                found.add(parts[9])
+    return found
+
+
+def held_by(pid: int, port: int) -> bool:
+    """Whether process `pid` holds the socket listening on `port` (its own forward, not another
+    program that took the port)."""
+    inodes = listener_inodes(port)
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link[8:-1] in inodes:
+            return True
+    return False

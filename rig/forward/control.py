@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lanes.base import crontab, openssh, procs, settings
+from lanes.base import crontab, openssh, procs, settings, sshfail
 from lanes.base.errors import ConfigError, NevError, UsageError
+from lanes.base.exitcodes import Exit
 from rig import rigfile
 from rig.forward import check
 from rig.forward import state as st
@@ -207,7 +208,8 @@ def up(rig: RigFile, names: tuple[str, ...], timeout: float, say: Say, warn: Say
         _spawn(rig, fw.name)
     failed = _wait_up(fws, start, already, t0, timeout, say, warn)
     if failed:
-        raise NevError(f"{len(failed)} of {len(fws)} forwards did not come up: {', '.join(failed)}")
+        raise NevError(f"{len(failed)} of {len(fws)} forwards did not come up: {', '.join(failed)}",
+                       Exit.UNAVAILABLE)
     return 0
 
 
@@ -216,12 +218,9 @@ def _check_client(rig: RigFile) -> None:
     if shutil.which("ssh") is None:
         raise ConfigError("no ssh client on PATH; install OpenSSH's client (Debian package openssh-client)")
     kh, key = client_files(rig)
-    if not kh.exists():
-        raise ConfigError(f"known_hosts file {kh} does not exist; pin the jump host's key there "
-                          f"(the rig file's known_hosts, else NEV_KNOWN_HOSTS)")
-    if key is not None and not key.exists():
-        raise ConfigError(f"key file {key} of the jump host does not exist (the rig file's hosts "
-                          "entry for it, else its ssh_key, else NEV_SSH_KEY)")
+    problem = sshfail.local_problem(key, kh)
+    if problem is not None:
+        raise sshfail.error(sshfail.Failure(problem[0], str(jump_target(rig)), True, problem[1]))
 
 
 def _to_start(fws: list[Forward], jump: str) -> tuple[dict[str, str], list[Forward]]:
@@ -276,6 +275,9 @@ def _down_for_good(fw: Forward, detail: str, started_here: bool, timed_out: bool
         return rec.last_exit.why
     if timed_out:
         why = rec.last_exit.why if rec.last_exit else detail
+        if started_here:        # a failed `up` leaves nothing running behind it
+            stop(fw.name)
+            return f"not up after {timeout:.0f} s ({why}); stopped"
         return (f"not up after {timeout:.0f} s ({why}); its supervisor keeps retrying "
                 "(`nev rig forward down` stops it)")
     return None
@@ -320,6 +322,11 @@ def status(rig: RigFile, names: tuple[str, ...]) -> list[Row]:
             rec = None
         ans = check.probe(fw.check, fw.local_port)
         ssh_alive = rec is not None and rec.ssh is not None and rec.ssh.alive()
+        if ans.up and not (ssh_alive and rec is not None and rec.ssh is not None
+                           and check.held_by(rec.ssh.pid, fw.local_port)):
+            # an answer on the port, but not through nev's client: another program holds it
+            ans = check.Answer(False, f"another program listens on {fw.local}, not nev's forward; "
+                                      "stop it or choose another local_port")
         rows.append(Row(fw.name, fw.local, fw.target, fw.check, ans.up, ans.detail,
                         rec.since if rec and ssh_alive else None, rec.restarts if rec else None,
                         rec.supervisor.pid if rec else None,

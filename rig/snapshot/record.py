@@ -16,14 +16,24 @@ from rig.snapshot.store import HostStore, Manifest, check_label
 
 def take(ctx: Context, label: str, role_names: tuple[str, ...], say: Callable[[str], None]) -> Manifest:
     check_label(label)
+    _something_to_take(ctx)
     with ctx.store.taking():     # a second `nev rig snapshot SAME` waits here, then is refused
         return _take(ctx, label, role_names, say)
+
+
+def _something_to_take(ctx: Context) -> None:
+    """A rig file with no roles has nothing to record: refused before a label is used up."""
+    if not ctx.rig.roles:
+        raise NevError(f"no roles in {ctx.rig.path}: a snapshot would record nothing, and the "
+                       "label would be used up; declare the roles (hosts, files, commands) first "
+                       "(docs/snapshot.md)")
 
 
 def plan(ctx: Context, label: str, role_names: tuple[str, ...]) -> list[str]:
     """What `take` would record (`nev rig snapshot --dry-run`): read from the rig file and the
     local store only, no host reached."""
     check_label(label)
+    _something_to_take(ctx)
     lines = []
     if ctx.store.has_label(label):
         lines.append(f"a snapshot labelled {label} exists: `nev rig snapshot {label}` would refuse")

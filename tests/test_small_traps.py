@@ -1,0 +1,138 @@
+"""The small traps of a first hour, each fixed at its root: `nev` and `nev GROUP` print their
+help; an option right after WORKTREE is refused with the fix; YAML errors have a line and a
+column; the setting that chose a lane is the one named; a snapshot with no roles is refused
+before its label is used up; a port held by another program is not called an up forward; shell
+completion for bash, zsh and fish."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lanes.base.exitcodes import Exit
+from tests.helpers.local_lane import make_repo
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def nev(args: list[str], tmp: Path, **env: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_", "XDG_"))}
+    full.update({"PYTHONPATH": str(ROOT), "HOME": str(tmp / "home"),
+                 "NEV_STATE_DIR": str(tmp / "state")}, **env)
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=tmp, env=full,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, first", [([], "Usage: nev [OPTIONS] COMMAND"),
+                                         (["lane"], "Usage: nev lane [OPTIONS] COMMAND"),
+                                         (["rig", "forward"], "Usage: nev rig forward")])
+def test_nev_and_a_group_alone_print_their_help(tmp_path, args, first):
+    r = nev(args, tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith(first) and not r.stderr, r.stderr
+    assert len(r.stdout.splitlines()) > 8 and "\nCommands:\n" in r.stdout
+
+
+@pytest.mark.parametrize("words", [["--lane", "0", "true"], ["--lane=0", "true"],
+                                   ["--pull", "out", "true"], ["--sandbox", "true"]])
+def test_an_option_of_nevs_after_the_worktree_is_refused_with_the_fix(tmp_path, words):
+    wt = make_repo(tmp_path / "engine")
+    r = nev(["lane", "run", str(wt), *words], tmp_path, NEV_LANES_FILE=str(tmp_path / "none.json"))
+    name = words[0].partition("=")[0]
+    assert r.returncode == Exit.USAGE, r.stderr
+    assert f"{name} comes after WORKTREE" in r.stderr and "before WORKTREE" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_yaml_error_has_its_line_and_column(tmp_path):
+    bad = tmp_path / "job.yaml"
+    bad.write_text("name: j\nbase: abc\nstages: [\n  - x: 1\n")
+    r = nev(["job", "check", "preflight", str(bad)], tmp_path)
+    assert r.returncode == Exit.FAILED and "line 4, column 3" in r.stderr and str(bad) in r.stderr
+
+
+def test_the_setting_that_chose_a_lane_is_named_not_a_lane_option(tmp_path):
+    lanes = tmp_path / "lanes.json"
+    lanes.write_text(json.dumps({"lanes": [{"ssh": "lane@10.0.0.11"}, {"ssh": "lane@10.0.0.12"}]}))
+    r = nev(["dagu", "status"], tmp_path, NEV_LANES_FILE=str(lanes), NEV_DAGU_LANE="7")
+    assert r.returncode == Exit.FAILED and "NEV_DAGU_LANE=7" in r.stderr, r.stderr
+    assert "--lane 7" not in r.stderr and "0..1" in r.stderr
+    r = nev(["dagu", "status", "--lane", "7"], tmp_path, NEV_LANES_FILE=str(lanes))
+    assert r.returncode == Exit.USAGE and "--lane 7" in r.stderr
+
+
+def test_a_snapshot_with_no_roles_is_refused_and_the_label_stays_free(tmp_path):
+    rig = tmp_path / "rig.json"
+    rig.write_text(json.dumps({"roles": {}}))
+    env = {"NEV_RIG_FILE": str(rig), "NEV_RIG_NOTES": str(tmp_path / "notes")}
+    for args in (["rig", "snapshot", "first"], ["rig", "snapshot", "--dry-run", "first"]):
+        r = nev(args, tmp_path, **env)
+        assert r.returncode == Exit.FAILED and "no roles in" in r.stderr, r.stderr
+    r = nev(["rig", "snapshots", "--json"], tmp_path, **env)
+    assert r.returncode == 0 and json.loads(r.stdout) == []
+
+
+def test_a_port_another_program_holds_is_not_an_up_forward(tmp_path):
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen(4)
+    port = squatter.getsockname()[1]
+    rig = tmp_path / "rig.json"
+    rig.write_text(json.dumps({"jump": "me@jump-host", "forwards": {
+        "forge": {"local_port": port, "target": "10.0.0.5:80", "check": "tcp"}}}))
+    try:
+        r = nev(["rig", "forward", "status", "--json"], tmp_path, NEV_RIG_FILE=str(rig))
+    finally:
+        squatter.close()
+    data = json.loads(r.stdout)
+    assert r.returncode == Exit.FAILED and data["all_up"] is False
+    assert "another program listens" in data["forwards"][0]["answer"]
+
+
+@pytest.mark.parametrize("shell, marker", [("bash", "complete -o"), ("zsh", "compdef"),
+                                           ("fish", "complete --no-files --command nev")])
+def test_completion_scripts_for_each_shell(tmp_path, shell, marker):
+    r = nev(["completion", shell], tmp_path)
+    assert r.returncode == 0 and "_NEV_COMPLETE" in r.stdout and marker in r.stdout, r.stdout
+    if shell == "bash":
+        words = subprocess.run(["bash", "-c", r.stdout + "\nCOMP_WORDS=(nev la); COMP_CWORD=1; "
+                                "_nev_completion nev; printf '%s\\n' \"${COMPREPLY[@]}\""],
+                               capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "PYTHONPATH": str(ROOT),
+                                    "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+        assert {"land", "lane"} <= set(words.stdout.split()), words.stdout + words.stderr
+
+
+def test_a_long_box_step_says_it_is_still_going():
+    """`nev box up`'s step lines: one as each step starts, and a line every HEARTBEAT_S while a
+    long one runs (the lanes' image takes minutes on a cold machine)."""
+    import time
+
+    from rig.box.build import still_going
+
+    lines: list[str] = []
+    t0 = time.monotonic()
+    with still_going(lines.append, "box b: the lanes' image", t0, every=0.05):
+        time.sleep(0.32)
+    after = len(lines)
+    time.sleep(0.15)
+    assert after >= 4 and len(lines) == after          # none once the step is done
+    assert all(ln.startswith("box b: the lanes' image: still going (") for ln in lines)
+
+
+def test_what_a_box_up_changes_is_said_as_it_happens():
+    from rig.box.build import Said
+
+    said: list[str] = []
+    changed = Said(said.append, "  box b: ", ["earlier"])
+    changed.append("started lane0.sshd")
+    changed += ["config of forge.nginx changed", "user b-lane"]
+    assert said == ["  box b: started lane0.sshd", "  box b: config of forge.nginx changed",
+                    "  box b: user b-lane"]
+    assert changed == ["earlier", "started lane0.sshd", "config of forge.nginx changed",
+                       "user b-lane"]
