@@ -68,6 +68,8 @@ class Run:
     stopped: bool = False
     #: how long it was allowed when stopped
     allowed_s: float = 0.0
+    #: when a search's cut stopped it: the slowest peer that had finished (None: the budget did)
+    peers_s: float | None = None
 
 
 def race(
@@ -96,7 +98,7 @@ def race(
     ]
     outs: list[tuple[bytes, bytes] | None] = [None] * len(procs)
     ended: list[float | None] = [None] * len(procs)
-    stopped: dict[int, float] = {}
+    stopped: dict[int, tuple[float, float | None]] = {}   # k -> (allowed, slowest peer or None)
     lock = threading.Lock()
 
     def wait(k: int) -> None:
@@ -120,7 +122,8 @@ def race(
             allowed = deadline(budget, relative, finished)
             for k, p in enumerate(procs):
                 if ended[k] is None and k not in stopped and now > allowed:
-                    stopped[k] = allowed
+                    peers = max(finished) if allowed < budget and finished else None
+                    stopped[k] = (allowed, peers)
                     sandbox.stop(p)
     for t in threads:
         t.join()
@@ -134,17 +137,17 @@ def race(
             e.decode("utf-8", "replace"),
             timed_out=k in stopped,
         )
-        runs.append(Run(out, ended[k] or 0.0, k in stopped, stopped.get(k, 0.0)))
+        allowed, peers = stopped.get(k, (0.0, None))
+        runs.append(Run(out, ended[k] or 0.0, k in stopped, allowed, peers))
     return runs
 
 
 def why_stopped(run: Run, memory: int) -> str | None:
     """The verdict of a call that did not end by itself, or ran out of memory; None otherwise."""
     if run.stopped:
-        peers = run.allowed_s / FACTOR
-        if run.allowed_s > MIN_CUT_S and peers < run.allowed_s and run.allowed_s < budget_s():
+        if run.peers_s is not None:
             return (f"compile timed out after {run.allowed_s:.1f} s "
-                    f"(its peers compiled in {peers:.1f} s)")
+                    f"(its peers compiled in {run.peers_s:.1f} s)")
         return f"compile timed out after {run.allowed_s:.1f} s"
     err = run.out.stderr
     if (
