@@ -56,10 +56,16 @@ def score_generated(ws: Workspace, corpus_root: Path, only: str | None = None, c
     process of its own in one sandbox, locked before it calls the function, with the corpus's
     inputs only; the judge, here, compares.
     """
-    binary = ws.build().binary(SCORE_CHECK)
-    gen = generated_dir or ws.generated_dir
+    return score_binary(ws.build().binary(SCORE_CHECK), generated_dir or ws.generated_dir,
+                        corpus_root, only, cases, timeout)
+
+
+def score_binary(binary: Path, gen: Path, corpus_root: Path, only: str | None = None,
+                 cases: bool = False, timeout: float = 1800.0) -> list[Score]:
+    """`score_generated` of an engine's built `generated_score_check` (a verify's scoring
+    service runs it from outside the verify's jail, `bench/oracle/truth_service.py`)."""
     names = discovered(gen)
-    reg = registry(ws)
+    reg = registry_of(binary)
     for name in names:
         if name not in reg:
             record = gen / (name + ".provenance.json")
@@ -110,7 +116,12 @@ def list_caches(ws: Workspace) -> list[str]:
 
 def registry(ws: Workspace) -> dict[str, str]:
     """function -> corpus, from the FUNCTIONS registry (`generated_score_check --list`)."""
-    cp = _run([str(ws.build().binary(SCORE_CHECK)), "--list"], 120)
+    return registry_of(ws.build().binary(SCORE_CHECK))
+
+
+def registry_of(binary: Path) -> dict[str, str]:
+    """`registry` of a built `generated_score_check`."""
+    cp = _run([str(binary), "--list"], 120)
     if cp.returncode != 0:
         raise BridgeError(f"{SCORE_CHECK} --list failed: {cp.stderr.strip()[:200]}")
     return dict(x.split("\t", 1) for x in cp.stdout.splitlines() if "\t" in x)

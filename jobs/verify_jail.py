@@ -175,12 +175,13 @@ def popen(
     """The verify started in its jail, with nev's ground-truth builder serving it from outside
     (`bench.oracle.truth_service`) until it ends."""
     from bench.oracle.truth import fresh_corpora
-    from bench.oracle.truth_service import Service
+    from bench.oracle.truth_service import Service, judge_scores
 
     def build(names: list[str], count: int, folder: Path) -> None:
         fresh_corpora(count, environ=environ, say=say)(names, folder)
 
-    svc = Service(build, say)
+    # the judge outside the verify's jail too (`judge_scores`): the answers are the builder's
+    svc = Service(build, say, score=judge_scores, workdir=workdir)
     try:
         proc = sandbox.popen(argv, jail(workdir, environ, (svc.dir,), svc.env), **kw)
     except BaseException:
