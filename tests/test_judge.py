@@ -348,154 +348,97 @@ def test_the_outputs_format_is_what_the_runner_writes(ws, block_corpus, tmp_path
 # ---- every path that scores model-written code goes through the judge ----
 
 
+def _track_job(tmp_path: Path, block_width: str, verify: str, extra: dict[str, str] | None = None):
+    """A track whose committed block_width is `block_width` (floor 10/10), run as a job whose
+    verify stage is `verify`, on fresh three-browser ground truth (30 seeds): (exit, the stage's
+    log, the job's environment, the track's folder)."""
+    from tests.helpers.job_helpers import Listener as Gateway
+    from tests.helpers.job_helpers import lane_env, nev, write_manifest
+
+    repo = tmp_path / "work"
+    eng = repo / "crates_bridge" / "engine"
+    shutil.copytree(EXAMPLE_ENGINE, eng, ignore=shutil.ignore_patterns("target"))
+    gen = eng / "crates" / "layout" / "src" / "generated"
+    (gen / "block_width.rs").write_text(block_width)
+    (gen / "block_width.floor.json").write_text(json.dumps({"cases_passed": 10, "cases_run": 10}))
+    for name, text in (extra or {}).items():
+        (repo / name).write_text(text)
+    (repo / ".gitignore").write_text("target/\n/corpus/\n")
+    (repo / "README.md").write_text("a track\n")
+    git_env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
+               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "track"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env=git_env)
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
+                          text=True).stdout.strip()
+    gw = Gateway()
+    env = lane_env(tmp_path, gw.port, NEV_CORPUS_CASES="30",
+                   NEV_CORPUS_STORE=str(tmp_path / "store"),
+                   # the toolchain where this machine has it (the lane's HOME is the test's)
+                   RUSTUP_HOME=os.environ.get("RUSTUP_HOME", str(Path.home() / ".rustup")),
+                   CARGO_HOME=os.environ.get("CARGO_HOME", str(Path.home() / ".cargo")))
+    m = write_manifest(tmp_path / "job.yaml", base,
+                       [{"name": "verify", "kind": "verify", "command": verify}])
+    state = tmp_path / "state"
+    try:
+        r = nev(["job", "run", str(m), "--workdir", str(repo), "--state", str(state)], env,
+                timeout=900)
+    finally:
+        gw.close()
+    return r.returncode, (state / "logs" / "verify.log").read_text(), env, repo
+
+
 @pytest.mark.parts
 def test_a_jobs_verify_and_a_landings_gate_judge_a_function_that_passes_only_in_process(tmp_path):
     """The committed block_width swapped for READ_ANSWERS (it passes every case in a runner that
     holds the answers, see the control above): a job's verify stage and the landing's gate, both
     running `nev floors check` in the verify jail on fresh three-browser ground truth, refuse it."""
     from jobs import land_gate
-    from tests.helpers.job_helpers import Listener as Gateway
-    from tests.helpers.job_helpers import lane_env, nev, write_manifest
 
-    repo = tmp_path / "work"
-    eng = repo / "crates_bridge" / "engine"
-    shutil.copytree(EXAMPLE_ENGINE, eng, ignore=shutil.ignore_patterns("target"))
-    gen = eng / "crates" / "layout" / "src" / "generated"
-    (gen / "block_width.rs").write_text(hostile.READ_ANSWERS)
-    (gen / "block_width.floor.json").write_text(json.dumps({"cases_passed": 10, "cases_run": 10}))
-    (repo / ".gitignore").write_text("target/\n/corpus/\n")
-    (repo / "README.md").write_text("a track\n")
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "track"]):
-        subprocess.run(
-            ["git", *args],
-            cwd=repo,
-            check=True,
-            capture_output=True,
-            env={
-                **os.environ,
-                "GIT_AUTHOR_NAME": "t",
-                "GIT_AUTHOR_EMAIL": "t@x",
-                "GIT_COMMITTER_NAME": "t",
-                "GIT_COMMITTER_EMAIL": "t@x",
-            },
-        )
-    base = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
-    ).stdout.strip()
-    gw = Gateway()
-    env = lane_env(
-        tmp_path,
-        gw.port,
-        NEV_CORPUS_CASES="30",
-        NEV_CORPUS_STORE=str(tmp_path / "store"),
-        # the toolchain where this machine has it (the lane's HOME is the test's)
-        RUSTUP_HOME=os.environ.get("RUSTUP_HOME", str(Path.home() / ".rustup")),
-        CARGO_HOME=os.environ.get("CARGO_HOME", str(Path.home() / ".cargo")),
-    )
-    m = write_manifest(
-        tmp_path / "job.yaml",
-        base,
-        [{"name": "verify", "kind": "verify", "command": "nev floors check"}],
-    )
-    state = tmp_path / "state"
-    try:
-        r = nev(
-            ["job", "run", str(m), "--workdir", str(repo), "--state", str(state)], env, timeout=900
-        )
-    finally:
-        gw.close()
-    log = (state / "logs" / "verify.log").read_text()
-    assert r.returncode != 0, log
-    assert (
-        "floors broken: block_width" in log and "abspos_width" not in log.split("floors broken")[-1]
-    ), log[-3000:]
-    gate = land_gate.run_here("nev floors check", repo, tmp_path / "gate.json", env)
-    assert gate == 1
+    rc, log, env, repo = _track_job(tmp_path, hostile.READ_ANSWERS, "nev floors check")
+    assert rc != 0, log
+    assert "floors broken: block_width" in log, log[-3000:]
+    assert "abspos_width" not in log.split("floors broken")[-1], log[-3000:]
+    assert land_gate.run_here("nev floors check", repo, tmp_path / "gate.json", env) == 1
+
+
+_ZEROS = (
+    "use super::prelude::*;\n"
+    "pub fn block_width(_input: &BlockWidthInput) -> BlockWidthOutput {\n"
+    "    BlockWidthOutput { width: 0.0, margin_left: 0.0, margin_right: 0.0 }\n}\n"
+)
+_TAMPER = (
+    "import hashlib, json, pathlib\n"
+    "for m in pathlib.Path('corpus').glob('*/manifest.json'):\n"
+    "    cases = m.parent / 'cases.jsonl'\n"
+    "    rows = [json.loads(x) for x in cases.read_text().splitlines() if x.strip()]\n"
+    "    for r in rows:\n"
+    "        r['expected'] = {k: 0.0 for k in r['expected']}\n"
+    "    body = ''.join(json.dumps(r, sort_keys=True) + '\\n' for r in rows).encode()\n"
+    "    cases.write_bytes(body)\n"
+    "    man = json.loads(m.read_text())\n"
+    "    man['content_sha256'] = hashlib.sha256(body).hexdigest()\n"
+    "    m.write_text(json.dumps(man))\n"
+    "print('tampered')\n"
+)
 
 
 @pytest.mark.parts
 def test_a_verify_that_rewrites_its_corpus_cannot_make_a_wrong_function_pass(tmp_path):
     """The track's own code runs in the verify's jail beside `nev floors check`: here its verify
-    first rewrites the copy's corpus (every expected value 0, the content hash and the key made to
-    match), then checks the floors of a function that answers 0 everywhere. The judge is outside
-    the jail, with the corpora the builder made: the function fails."""
-    import hashlib as _h
+    first rewrites the copy's corpus (every expected value 0, the content hash made to match; the
+    key kept), then checks the floors of a function that answers 0 everywhere. The judge is
+    outside the jail, with the corpora the builder made: the function fails."""
+    import hashlib
 
-    from tests.helpers.job_helpers import Listener as Gateway
-    from tests.helpers.job_helpers import lane_env, nev, write_manifest
-
-    repo = tmp_path / "work"
-    eng = repo / "crates_bridge" / "engine"
-    shutil.copytree(EXAMPLE_ENGINE, eng, ignore=shutil.ignore_patterns("target"))
-    gen = eng / "crates" / "layout" / "src" / "generated"
-    zeros = (
-        "use super::prelude::*;\n"
-        "pub fn block_width(_input: &BlockWidthInput) -> BlockWidthOutput {\n"
-        "    BlockWidthOutput { width: 0.0, margin_left: 0.0, margin_right: 0.0 }\n}\n"
-    )
-    (gen / "block_width.rs").write_text(zeros)
-    (gen / "block_width.floor.json").write_text(json.dumps({"cases_passed": 10, "cases_run": 10}))
-    tamper = repo / "tamper.py"
-    tamper.write_text(
-        "import hashlib, json, pathlib\n"
-        "for m in pathlib.Path('corpus').glob('*/manifest.json'):\n"
-        "    cases = m.parent / 'cases.jsonl'\n"
-        "    rows = [json.loads(x) for x in cases.read_text().splitlines() if x.strip()]\n"
-        "    for r in rows:\n"
-        "        r['expected'] = {k: 0.0 for k in r['expected']}\n"
-        "    body = ''.join(json.dumps(r, sort_keys=True) + '\\n' for r in rows).encode()\n"
-        "    cases.write_bytes(body)\n"
-        "    man = json.loads(m.read_text())\n"
-        "    man['content_sha256'] = hashlib.sha256(body).hexdigest()\n"
-        "    m.write_text(json.dumps(man))\n"
-        "print('tampered')\n"
-    )
-    (repo / ".gitignore").write_text("target/\n/corpus/\n")
-    (repo / "README.md").write_text("a track\n")
-    git_env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@x",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@x",
-    }
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "track"]):
-        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env=git_env)
-    base = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
-    ).stdout.strip()
-    gw = Gateway()
-    env = lane_env(
-        tmp_path,
-        gw.port,
-        NEV_CORPUS_CASES="30",
-        NEV_CORPUS_STORE=str(tmp_path / "store"),
-        RUSTUP_HOME=os.environ.get("RUSTUP_HOME", str(Path.home() / ".rustup")),
-        CARGO_HOME=os.environ.get("CARGO_HOME", str(Path.home() / ".cargo")),
-    )
-    # the corpora fetched first (an honest floors run), then rewritten, then the floors checked
+    # the corpora fetched first (an honest scoring run), then rewritten, then the floors checked
     verify = "nev scores >/dev/null 2>&1; python3 tamper.py && nev floors check"
-    m = write_manifest(
-        tmp_path / "job.yaml", base, [{"name": "verify", "kind": "verify", "command": verify}]
-    )
-    state = tmp_path / "state"
-    try:
-        r = nev(
-            ["job", "run", str(m), "--workdir", str(repo), "--state", str(state)], env, timeout=900
-        )
-    finally:
-        gw.close()
-    log = (state / "logs" / "verify.log").read_text()
+    rc, log, _env, repo = _track_job(tmp_path, _ZEROS, verify, {"tamper.py": _TAMPER})
     assert "tampered" in log, log[-3000:]
-    # the copy's corpus really says 0 everywhere now: an in-jail judge would have passed it
-    rows = [
-        json.loads(x)
-        for x in (repo / "corpus" / "block_width" / "cases.jsonl").read_text().splitlines()
-    ]
+    # the copy's corpus really says 0 everywhere now: an in-jail judge passed it
+    cases = repo / "corpus" / "block_width" / "cases.jsonl"
+    rows = [json.loads(x) for x in cases.read_text().splitlines()]
     assert rows and all(v == 0.0 for r in rows for v in r["expected"].values())
     man = json.loads((repo / "corpus" / "block_width" / "manifest.json").read_text())
-    assert (
-        man["content_sha256"]
-        == _h.sha256((repo / "corpus" / "block_width" / "cases.jsonl").read_bytes()).hexdigest()
-    )
-    assert r.returncode != 0 and "floors broken: block_width" in log, log[-3000:]
+    assert man["content_sha256"] == hashlib.sha256(cases.read_bytes()).hexdigest()
+    assert rc != 0 and "floors broken: block_width" in log, log[-3000:]
