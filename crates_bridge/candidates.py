@@ -468,8 +468,7 @@ def score(batch: Batch, corpus_dir: Path, cases: bool = True, timeout_ms: int = 
             v.run_error = got.error
             continue
         v.cases_run, v.cases_passed, v.cases = got.cases_run, got.cases_passed, got.cases
-        if out.elapsed_s is not None and got.cases_run:
-            v.ns_per_case = round(out.elapsed_s * 1e9 / got.cases_run, 1)
+        v.ns_per_case = got.ns_per_case
     batch.score_s = time.monotonic() - t0
     return batch
 

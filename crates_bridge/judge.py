@@ -27,10 +27,10 @@ The outputs, as `crates_bridge/engine/.../score.rs` writes them:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,6 +185,8 @@ class Judged:
     cases: tuple[CaseResult, ...] = ()
     #: why the outputs could not be judged (the candidate's failure, named); None: judged
     error: str | None = None
+    #: the process's wall time per case, measured from outside it (`judge_outcome`)
+    ns_per_case: float | None = None
 
 
 def _header(truth: Truth, first: str) -> tuple[int, ...] | str:
@@ -278,40 +280,28 @@ def judge_outcome(
     timeout_s: float,
     keep_cases: bool = True,
 ) -> Judged:
-    """`judge` of one jailed process's outcome (its output, how it ended)."""
-    return judge(
+    """`judge` of one jailed process's outcome (its output, how it ended), with its time per case
+    as its supervisor measured the whole process from outside."""
+    got = judge(
         truth,
         out.stdout,
         max(out.stdout_bytes, len(out.stdout.encode())),
         ended(out, limits, timeout_s),
         keep_cases,
     )
+    if out.elapsed_s is None or not got.cases_run:
+        return got
+    return dataclasses.replace(got, ns_per_case=round(out.elapsed_s * 1e9 / got.cases_run, 1))
 
 
-def to_score(
-    truth: Truth | None,
-    judged: Judged,
-    function: str,
-    elapsed_s: float | None,
-    candidate: str | None = None,
-    corpus_name: str | None = None,
-) -> Score:
+def to_score(judged: Judged, function: str, corpus_name: str | None = None) -> Score:
     """A `Score` (the form floors, scores and batches read) from the judge's verdict."""
-    ns = None
-    if elapsed_s is not None and judged.cases_run:
-        ns = round(elapsed_s * 1e9 / judged.cases_run, 1)
     return Score(
         function=function,
         cases_run=judged.cases_run,
         cases_passed=judged.cases_passed,
-        ns_per_case=ns,
+        ns_per_case=judged.ns_per_case,
         corpus=corpus_name,
-        candidate=candidate,
         cases=judged.cases,
         error=judged.error,
     )
-
-
-def outputs_needed(truths: Sequence[Truth]) -> int:
-    """The largest output bound among `truths` (what the supervisor keeps of each process)."""
-    return max((t.output_bound() for t in truths), default=HEADER_BYTES)

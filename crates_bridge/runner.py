@@ -99,10 +99,8 @@ def score_binary(binary: Path, gen: Path, corpus_root: Path, only: str | None = 
                                 etc=("ld.so.cache",))
             outs = sandbox.run_many(jobs, jail, parallel=1, timeout_each=timeout)
             for name, out in zip(todo, outs, strict=True):
-                t = truths[name]
-                verdict = judge.judge_outcome(t, out, limits, timeout, keep_cases=cases)
-                scores[name] = judge.to_score(t, verdict, name, out.elapsed_s,
-                                              corpus_name=reg[name])
+                verdict = judge.judge_outcome(truths[name], out, limits, timeout, keep_cases=cases)
+                scores[name] = judge.to_score(verdict, name, corpus_name=reg[name])
     return [scores[n] for n in names]
 
 
