@@ -4,9 +4,9 @@ candidates, compiled count, best score, tokens and draw seconds. Never a host na
 or URL: the ledger holds none (refused when written), and what is announced is scrubbed and
 masked once more all the same.
 
-`for_landing` is what every landing posts (the tick's, `nev land --approved`, a person's `nev land
---reviewed-by`: `jobs/land_after.py`), and `nev ledger announce NAME` prints; the webhook's format
-(`lanes.base.chatformat`: nev, discord, slack) shapes it for the receiver.
+`read` and `build` make what every landing posts (the tick's, `nev land --approved`, a person's
+`nev land --reviewed-by`: `jobs/land_after.py`) and what `nev ledger announce NAME` prints; the
+webhook's format (`lanes.base.chatformat`: nev, discord, slack) shapes it for the receiver.
 """
 
 from __future__ import annotations
@@ -118,6 +118,11 @@ def _clean(text: str, keep_newlines: bool = False) -> str:
     return safe_line(masked)
 
 
+def functions_in(lines: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """The functions the batches worked on, in order."""
+    return tuple(dict.fromkeys(str(b.get("function")) for b in lines if b.get("function")))
+
+
 def build(
     name: str,
     lines: Sequence[dict[str, Any]],
@@ -126,38 +131,27 @@ def build(
     by: str | None = None,
     unreadable: int = 0,
 ) -> Announcement:
-    fns = tuple(dict.fromkeys(str(b.get("function")) for b in lines if b.get("function")))
-    return Announcement(
-        name, fns or tuple(floors), dict(floors), tuple(lines), landed, by, unreadable
-    )
+    """The announcement of `lines`: with batches, the floors of the functions they worked on;
+    without, every floor given."""
+    fns = functions_in(lines)
+    shown = {f: v for f, v in floors.items() if f in fns} if fns else dict(floors)
+    return Announcement(name, fns or tuple(floors), shown, tuple(lines), landed, by, unreadable)
 
 
-def read(name: str, shared: Path | None = None) -> tuple[list[dict[str, Any]], int]:
-    """The ledger lines filed under `name` (ledger/<name>.jsonl on the share), and how many did
-    not read; none when there is no such ledger."""
-    path = ledger.ledger_dir(shared) / f"{name}.jsonl"
-    if not path.is_file():
-        return [], 0
-    return ledger.read_lenient(path)
-
-
-def for_landing(
-    names: Sequence[str],
-    floors: Mapping[str, tuple[str | None, str | None]],
-    landed: str | None,
-    by: str | None,
-    shared: Path | None = None,
-) -> Announcement:
-    """The announcement of a landing whose batches were filed under `names` (the job's name for
-    the tick's landing of a job, the track's for a track's)."""
+def read(names: Sequence[str], shared: Path | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The ledger lines filed under each of `names` (ledger/<name>.jsonl on the share: the job's
+    name for the tick's landing of a job, the track's for a track's), oldest first, and how many
+    did not read; none for a ledger that is not there."""
     lines: list[dict[str, Any]] = []
     bad = 0
     for n in dict.fromkeys(names):
-        got, b = read(n, shared)
-        lines += got
-        bad += b
+        path = ledger.ledger_dir(shared) / f"{n}.jsonl"
+        if path.is_file():
+            got, b = ledger.read_lenient(path)
+            lines += got
+            bad += b
     lines.sort(key=lambda x: str(x.get("start") or ""))
-    return build(names[0] if names else "?", lines, floors, landed, by, bad)
+    return lines, bad
 
 
 def floors_now(repo: Path, functions: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:

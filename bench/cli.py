@@ -341,9 +341,8 @@ def announce(name: str, as_json: bool, fmt: str | None, repo: Path) -> int:
     from lanes.base import chatformat
     from lanes.base.ui import emit_json
 
-    a = ann.for_landing([name], ann.floors_now(repo, []), None, None)
-    a = ann.build(a.name, list(a.batches), ann.floors_now(repo, list(a.functions)),
-                  unreadable=a.unreadable)
+    lines, bad = ann.read([name])
+    a = ann.build(name, lines, ann.floors_now(repo, list(ann.functions_in(lines))), unreadable=bad)
     if fmt is not None:
         msg = {"nev": 1, "kind": "landed", "state": "event", "rig": "", "subject": name,
                "detail": a.text(), "announcement": a.to_json()}

@@ -226,11 +226,9 @@ def _announce(m: Pending, before: dict[str, str], after: dict[str, str],
         shared = share_root()
     except NevError:
         shared = None
-    a = announce.for_landing(list(names), {f: (before.get(f), after.get(f)) for f in fns},
-                             f"{m.old[:12]} -> {m.new[:12]}", by, shared)
-    if a.batches:   # the floors of the functions its batches worked on, not every function's
-        worked = {f: v for f, v in a.floors.items() if f in a.functions}
-        a = announce.build(a.name, list(a.batches), worked, a.landed, a.by, a.unreadable)
+    lines, bad = announce.read(names, shared)
+    a = announce.build(names[0], lines, {f: (before.get(f), after.get(f)) for f in fns},
+                       f"{m.old[:12]} -> {m.new[:12]}", by, bad)
     for line in a.render().splitlines():
         info(f"land: announcement: {line}")
     notify.event(notify.Kind.LANDED, m.name, a.text(), m.new, environ, announcement=a.to_json())
