@@ -43,7 +43,7 @@ def _visible(m: re.Match[str]) -> str:
 def safe(text: str) -> str:
     """`text` with every control character and lone surrogate written visibly (newlines and tabs
     kept): nothing in it can drive a terminal."""
-    return _UNSAFE.sub(_visible, text) if _UNSAFE.search(text) else text
+    return _UNSAFE.sub(_visible, text)
 
 
 def safe_line(text: str) -> str:

@@ -126,10 +126,11 @@ async def user_api_key_auth(request, api_key):
             if not entry.get("models"):     # LiteLLM reads an empty list as every model
                 raise HTTPException(status_code=403, detail="key allows no model")
             cap = entry.get("cap_tokens")
-            if cap is not None and _spent(digest) >= int(cap):
+            spent = _spent(digest) if cap is not None else 0
+            if cap is not None and spent >= int(cap):
                 raise ProxyException(
                     message=f"Budget has been exceeded! Key {entry['name']}: spent "
-                            f"{_spent(digest)} tokens of its cap of {int(cap)}",
+                            f"{spent} tokens of its cap of {int(cap)}",
                     type="budget_exceeded", param=None, code=400)
             return UserAPIKeyAuth(api_key=key, key_alias=entry["name"], models=list(entry["models"]))
     raise HTTPException(status_code=401, detail="unknown key")
