@@ -547,7 +547,7 @@ def run(
             _status(proc.returncode), out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
         )
     except subprocess.TimeoutExpired:
-        _kill(proc)
+        stop(proc)
         out, err = proc.communicate()
         return Outcome(
             _status(proc.returncode),
@@ -590,9 +590,6 @@ def stop(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-_kill = stop
 
 
 def _status(code: int) -> int:
