@@ -138,7 +138,7 @@ def lane_text(s: dict[str, Any]) -> list[str]:
 def follow_job(name: str | None, state_dir: Path | None, as_json: bool,
                environ: Mapping[str, str] | None = None) -> int:
     """`nev job status NAME --follow`: a job in flight (submitted or resent, by its record) followed
-    on its lane until it ends (`jobs.lanestate.follow`), exiting with the job's own exit; any other
+    on its lane until it ends (`jobs.follow.follow`), exiting with the job's own exit; any other
     job's status shown once, as without --follow (exit 0). A lane that does not answer: the
     record and `lane unreachable: ...`, exit 3."""
     if not name or state_dir is not None or as_json:
@@ -146,11 +146,11 @@ def follow_job(name: str | None, state_dir: Path | None, as_json: bool,
     rec = records.read(environ).jobs.get(name)
     if rec is None or rec.status.final:
         return show(name, None, False, environ)
-    from jobs import lanestate
+    from jobs import follow, lanestate
 
     try:
         w = lanestate.where(rec)
-        return lanestate.follow(w, lambda line: print(line, flush=True))
+        return follow.follow(w, lambda line: print(line, flush=True))
     except NevError as e:
         if e.exit_code != Exit.UNAVAILABLE:
             raise

@@ -207,7 +207,7 @@ def _readers() -> list[Reader]:
     from bench.oracle import store as oracle_store
     from bench.oracle import suites
     from crates_bridge import corpus, judge, registry
-    from jobs import approvals, jobkeys, land_gate, lanestate, manifest, records, tracks
+    from jobs import approvals, jobkeys, land_gate, laneread, manifest, records, tracks
     from lanes import lanesfile
     from lanes.base import jsonfile, notify
     from rig import capacity, rigfile, services_lane
@@ -252,8 +252,8 @@ def _readers() -> list[Reader]:
         Reader("job events and clock (nev job status)", ("jobs/state.py::valid_prefix", "jobs/state.py::JobState.open"),
                "st/events.jsonl", _cli("job", "status", "--state", "{dir}/st"), _events_valid()),
         Reader("job state reader's answer (nev job status NAME)",
-               ("jobs/lanestate.py::parse_head",),
-               "answer.bin", lambda d, f: lanestate.parse_reply(_text(f) + b"\n", 0, str(f)),
+               ("jobs/laneread.py::parse_head",),
+               "answer.bin", lambda d, f: laneread.parse_reply(_text(f) + b"\n", 0, str(f)),
                b'{"now": 1, "files": []}'),
         Reader("job clock", ("jobs/state.py::JobState.clock",), "st/clock.json", _job_state,
                b'{"attempt": 1, "last_seen_ts": 5.0}', tolerant=True),

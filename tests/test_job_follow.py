@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs import archive, lanestate, records
+from jobs import archive, laneread, lanestate, records
+from jobs import follow as jfollow
 from jobs.state import Event, JobState
 from lanes.lanesfile import Lane
 from tests.helpers import local_sshd
@@ -170,7 +171,7 @@ def wait_for(pred, timeout: float, what: str) -> None:
 
 
 def readers_on_the_lane() -> list[int]:
-    """The lane's job state readers running (`jobs.lanestate.REMOTE`: one per open session)."""
+    """The lane's job state readers running (`jobs.laneread.REMOTE`: one per open session)."""
     out = []
     for p in Path("/proc").iterdir():
         try:
@@ -353,15 +354,15 @@ def test_the_dashboard_shows_the_running_stage_and_its_age_from_the_lane(
         job.close()
 
 
-def reads(f: lanestate.Follower) -> tuple[list[str], int | None, bool, int]:
+def reads(f: jfollow.Follower) -> tuple[list[str], int | None, bool, int]:
     """One read of the follower's, the lane's reader run here: (lines, exit, again, bytes read)."""
     reqs = f.requests()
-    head, chunks = lanestate.read_files([list(r) for r in reqs], time.time())
+    head, chunks = laneread.read_files([list(r) for r in reqs], time.time())
     raw = json.dumps(head).encode() + b"\n" + b"".join(chunks)
-    return (*f.take(lanestate.parse_reply(raw, len(reqs), "test")), sum(len(c) for c in chunks[1:]))
+    return (*f.take(laneread.parse_reply(raw, len(reqs), "test")), sum(len(c) for c in chunks[1:]))
 
 
-def running(tmp_path: Path) -> tuple[JobState, Path, lanestate.Follower]:
+def running(tmp_path: Path) -> tuple[JobState, Path, jfollow.Follower]:
     """A job's state as the runner writes it (`JobState.record`): its stage gen running, its log."""
     state = tmp_path / "state"
     js = JobState.open(state)
@@ -373,7 +374,7 @@ def running(tmp_path: Path) -> tuple[JobState, Path, lanestate.Follower]:
     return (
         js,
         log,
-        lanestate.Follower(lanestate.Where("demo", Lane(0, "lane@h"), str(state), RUN_ID)),
+        jfollow.Follower(lanestate.Where("demo", Lane(0, "lane@h"), str(state), RUN_ID)),
     )
 
 
@@ -393,7 +394,7 @@ def test_each_read_asks_only_for_the_bytes_after_those_seen(tmp_path):
     assert lines[0] == "demo on lane 0: running, attempt 1; stage gen running for 0 s" and again
     lines, code, again = step()
     assert lines[1:] == [f"old line {i}" for i in range(30, 40)] and code is None  # its last lines
-    assert f.requests()[2] == (str(log), log.stat().st_size, lanestate.CAP)
+    assert f.requests()[2] == (str(log), log.stat().st_size, jfollow.CAP)
     with log.open("ab") as fh:
         fh.write(b"new line\npart")
     lines, code, _ = step()
@@ -418,7 +419,7 @@ def test_a_running_job_whose_state_stopped_changing_ends_follow_with_3(tmp_path)
     js, log, f = running(tmp_path)
     js.heartbeat()
     assert reads(f)[1] is None and reads(f)[1] is None  # alive: followed
-    old = time.time() - lanestate.STALE_S - 5
+    old = time.time() - jfollow.STALE_S - 5
     for p in (js.folder / "events.jsonl", js.folder / "clock.json"):
         os.utime(p, (old, old))
     lines, code, again, _ = reads(f)
@@ -434,7 +435,7 @@ def test_a_folder_cleaned_up_between_two_reads_is_followed_to_its_end_from_the_a
     line once, and the last line is the job's end as for any other job (CI saw this race)."""
     js, log, _ = running(tmp_path)
     share = tmp_path / "share"
-    f = lanestate.Follower(
+    f = jfollow.Follower(
         lanestate.Where("demo", Lane(0, "lane@h"), str(js.folder), RUN_ID, str(share))
     )
     assert reads(f)[1] is None and reads(f)[0][1:] == [f"old line {i}" for i in range(30, 40)]
@@ -472,7 +473,7 @@ def test_follow_begun_after_the_folder_was_cleaned_up_ends_with_the_jobs_end(tmp
     share = tmp_path / "share"
     archive.archive("demo", RUN_ID, js.folder.parent, share, None, [])
     shutil.rmtree(js.folder)
-    f = lanestate.Follower(
+    f = jfollow.Follower(
         lanestate.Where("demo", Lane(0, "lane@h"), str(js.folder), RUN_ID, str(share))
     )
     out: list[str] = []
