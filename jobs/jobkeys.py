@@ -32,10 +32,10 @@ import time
 from collections.abc import Mapping
 
 from jobs.manifest import Manifest
-from lanes.base import settings
+from lanes.base import righost, settings
 from lanes.base.errors import ConfigError, NevError
 from lanes.base.mask import register_secret
-from lanes.base.ssh import Connection, SshError, Target
+from lanes.base.ssh import SshError, Target
 
 KEYS_DIR = "job-keys"          # under the lane's DAGU_HOME
 EXPIRY_MARGIN_S = 3600
@@ -116,7 +116,7 @@ def where(environ: Mapping[str, str] | None = None) -> tuple[Target, str] | None
         raise ConfigError(f"NEV_GATEWAY_KEYS_FILE {spec!r} is not [user@]host:/absolute/path; set it to the "
                           "gateway's keys file as the rig file's gateway role names it")
     try:
-        return Target.parse(host, default_user="root"), path
+        return righost.target(host), path
     except SshError as e:
         raise ConfigError(f"NEV_GATEWAY_KEYS_FILE {spec!r}: {e}") from None
 
@@ -127,10 +127,7 @@ def _change(op: dict, environ: Mapping[str, str] | None) -> None:
         raise ConfigError("NEV_GATEWAY_KEYS_FILE is not set: set it to the gateway's keys file "
                           "([user@]host:/path) so each job gets its own key")
     target, path = loc
-    jump = settings.get(settings.LANE_JUMP, environ)
-    conn = Connection(target, settings.get_path(settings.KNOWN_HOSTS, environ),
-                      settings.get_path(settings.SSH_KEY, environ),
-                      jump=Target.parse(jump, default_user="root") if jump else None)
+    conn = righost.from_settings(target, environ)
     try:
         with conn.connect():
             cmd = f"flock -w 30 {shlex.quote(path + '.lock')} python3 -c {shlex.quote(remote_program())} {shlex.quote(path)}"
@@ -187,10 +184,7 @@ def service_digest(name: str, environ: Mapping[str, str] | None = None) -> str |
     if loc is None:
         return None
     target, path = loc
-    jump = settings.get(settings.LANE_JUMP, environ)
-    conn = Connection(target, settings.get_path(settings.KNOWN_HOSTS, environ),
-                      settings.get_path(settings.SSH_KEY, environ),
-                      jump=Target.parse(jump, default_user="root") if jump else None)
+    conn = righost.from_settings(target, environ)
     try:
         with conn.connect():
             res = conn.run(["cat", path], timeout=60)

@@ -2,7 +2,7 @@
 
 A script is always sent the same way: `sh -s` with the script on stdin, so nothing it carries
 (keys, URLs) is ever in a process's argv. On a remote node that is one SSH command
-(`lanes.base.ssh`, host key pinned); on the local machine ("local") the very same command line runs
+(`lanes.base.righost`, host key pinned); on the local machine ("local") the very same command line runs
 here, so what the tests exercise is byte for byte what would go over SSH.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from lanes.base import righost
 from lanes.base.errors import NevError
 from lanes.base.ssh import Connection, Result, Target
 
@@ -25,7 +26,7 @@ class Node:
                  timeout: float = 900, jump: Target | None = None) -> None:
         self.spec = spec
         self.timeout = timeout
-        self.target = None if spec == LOCAL else Target.parse(spec, default_user="root")
+        self.target = None if spec == LOCAL else righost.target(spec)
         self._conn: Connection | None = None
         self._known_hosts = known_hosts
         self._key_file = key_file
@@ -44,7 +45,8 @@ class Node:
             ran = Result(cp.returncode, cp.stdout, cp.stderr)
         else:
             if self._conn is None:
-                self._conn = Connection(self.target, self._known_hosts, self._key_file, jump=self._jump).connect()
+                self._conn = righost.connection(self.target, known_hosts=self._known_hosts,
+                                                key_file=self._key_file, jump=self._jump).connect()
             ran = self._conn.run(COMMAND, stdin=script.encode(), timeout=self.timeout)
         if check and ran.exit_status != 0:
             raise NevError(f"{what} on {self} failed (exit {ran.exit_status}): {ran.last_err()}")

@@ -154,11 +154,11 @@ class Doctor:
         return f"{j.known_hosts_name} pinned in {default_known_hosts()}"
 
     def jump_login(self) -> str:
-        from lanes.base.ssh import Connection
+        from lanes.base import righost
 
         j = self._jump()
         try:
-            Connection(j, timeout=SSH_TIMEOUT).connect().close()
+            righost.connection(j, timeout=SSH_TIMEOUT).connect().close()
         except NevError:
             self.jump_ok = False
             raise

@@ -1,15 +1,12 @@
 """Connections to the roles' hosts: as root, host keys pinned, through the jump host when declared,
-each with the key the rig file gives that host (`RigFile.key_for`)."""
+each with the key the rig file gives that host (`RigFile.key_for`); each one is
+`lanes.base.righost`'s, the one way to a rig host that is not a lane."""
 
 from __future__ import annotations
 
-from lanes.base import ssh
-from lanes.base.ssh import Connection, Target
+from lanes.base import righost, ssh
+from lanes.base.ssh import Connection
 from rig.rigfile import RigFile
-
-
-def target(spec: str) -> Target:
-    return Target.parse(spec, default_user="root")
 
 
 class Hosts:
@@ -31,9 +28,9 @@ class Hosts:
             if self.rig.jump:
                 if self._jump is None:
                     jump = self.rig.jump
-                    self._jump = Connection(target(jump), **self._kw(jump)).connect()
+                    self._jump = righost.connection(jump, **self._kw(jump)).connect()
                 via = self._jump
-            self._conns[spec] = Connection(target(spec), via=via, **self._kw(spec)).connect()
+            self._conns[spec] = righost.connection(spec, via=via, **self._kw(spec)).connect()
         return self._conns[spec]
 
     def close(self) -> None:
