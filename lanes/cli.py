@@ -266,6 +266,8 @@ def create(backend: str, name: str, node: str, addr: str, bridge: str | None, cp
     from pathlib import Path
 
     from lanes import create as cr
+    from lanes import create_lxc as crl
+    from lanes import create_pct as crp
     from lanes.base import settings
     from lanes.base.errors import UsageError
 
@@ -277,16 +279,16 @@ def create(backend: str, name: str, node: str, addr: str, bridge: str | None, cp
     if backend == "pct":
         if vmid is None:
             raise UsageError("--backend pct needs --vmid (the Proxmox guest id)")
-        lane = cr.PctLane(vmid=vmid, name=name, addr=addr, gateway=gateway, bridge=bridge or "vmbr0", cpus=cpus,
+        lane = crp.PctLane(vmid=vmid, name=name, addr=addr, gateway=gateway, bridge=bridge or "vmbr0", cpus=cpus,
                           memory_gb=memory_gb, disk_gb=disk_gb, storage=storage, binds=tuple(all_binds))
-        return cr.run_create_pct(None if print_only else _node(node), lane, keys)
+        return crp.run_create_pct(None if print_only else _node(node), lane, keys)
     if not bridge:
         raise UsageError("--backend lxc needs --bridge (the node's bridge the guest joins)")
-    lane_x = cr.LxcLane(name=name, bridge=bridge, addr=addr, cpus=cpus, memory_gb=memory_gb, disk_gb=disk_gb,
+    lane_x = crl.LxcLane(name=name, bridge=bridge, addr=addr, cpus=cpus, memory_gb=memory_gb, disk_gb=disk_gb,
                         lxcpath=lxcpath or cr.LXCPATH, cache=cache or cr.cache(), binds=tuple(all_binds))
     state = settings.get_path(settings.STATE_DIR)
     out = Path(out_dir) if out_dir else (state or Path(".")) / "lanes" / name
-    return cr.run_create_lxc(_node(node), lane_x, keys, out)
+    return crl.run_create_lxc(_node(node), lane_x, keys, out)
 
 
 def _node(spec: str):  # type: ignore[no-untyped-def]
@@ -311,13 +313,15 @@ def destroy(backend: str, name: str | None, vmid: int | None, node: str, lxcpath
             print_only: bool, print_legacy: bool) -> int:
     """Stop and remove a lane guest and everything it held on the node (its image stays cached)."""
     from lanes import create as cr
+    from lanes import create_lxc as crl
+    from lanes import create_pct as crp
     from lanes.base.errors import UsageError
 
     print_only = print_only or print_legacy
     if backend == "pct":
         if vmid is None:
             raise UsageError("--backend pct needs --vmid")
-        cmds = cr.pct_destroy_commands(vmid)
+        cmds = crp.pct_destroy_commands(vmid)
         if print_only:
             for c in cmds:
                 click.echo(c)
@@ -326,6 +330,6 @@ def destroy(backend: str, name: str | None, vmid: int | None, node: str, lxcpath
         return 0
     if not name:
         raise UsageError("--backend lxc needs --name")
-    for line in cr.destroy_lxc(_node(node), name, lxcpath or cr.LXCPATH):
+    for line in crl.destroy_lxc(_node(node), name, lxcpath or cr.LXCPATH):
         click.echo(line)
     return 0

@@ -9,7 +9,7 @@ Every Debian package a working lane needs is named once here, with where it come
 
 `nev lane provision` checks the whole list (an image package already there is `unchanged`), so a
 guest made from any Debian image (a Proxmox template, an older cached image) becomes a working
-lane. The image's key hashes the whole list and the apt sources (`lanes.create.ImageRecipe`), so
+lane. The image's key hashes the whole list and the apt sources (`lanes.create_lxc.ImageRecipe`), so
 a change to either is a new image, never a cached one used stale.
 
 The browsers and node are in the image because every box lane is a fresh overlay: installing

@@ -27,7 +27,8 @@ LANE_ENTRY_POINTS = {
     "lanes.payload",        # what a gate sends (benchmarks measure it)
     "lanes.sweep",          # the sweep, and after_landing
     "lanes.selfinstall",    # nev installed on a lane
-    "lanes.create",         # creating an LXC lane
+    "lanes.create",         # creating a lane: what both backends share
+    "lanes.create_lxc",     # ... an LXC lane (and its image)
     "lanes.hostexec",       # a script on a node (LXC host)
     "lanes.forge",          # the forge: its URLs, credential and git commands (one Forge)
     "lanes.forgeauth",      # the forge credential

@@ -52,13 +52,13 @@ def test_sshd_config_is_key_only_and_bound_to_its_address():
 
 
 def test_every_sshd_nev_writes_is_key_only_with_its_own_users_and_options():
-    from lanes import create
+    from lanes import create_lxc
 
     lay = plan.Layout("t", "198.18.9", 1)
     configs = {"lane": plan.sshd_config("198.18.9.11", "/k", "/p", toolchain=True),
                "jump": plan.jump_sshd_config(lay, "/k", "/p", "/a"),
                "service": plan.root_sshd_config("198.18.9.30", "/k", "/p", "/a"),
-               "guest": create.guest_sshd_config("10.0.0.5", toolchain=False)}
+               "guest": create_lxc.guest_sshd_config("10.0.0.5", toolchain=False)}
     for name, cfg in configs.items():
         lines = cfg.splitlines()
         for policy in ("PubkeyAuthentication yes", "PasswordAuthentication no", "KbdInteractiveAuthentication no",

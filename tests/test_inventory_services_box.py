@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lanes import create
+from lanes import create_lxc
 
 pytestmark = pytest.mark.box
 
@@ -76,7 +76,7 @@ def test_the_lanes_snapshot_lists_every_host_with_its_role(box, services):
     # written by the collector as the lane user, in the lane's own home (an LXC guest's `lane` is
     # uid 1000 shifted by the guest's id map; a netns lane's is this machine's `lane`)
     lane_uid = box.lanes[0].host_home.stat().st_uid
-    assert lane_uid != 0 and lane_uid in {pwd.getpwnam("lane").pw_uid, create.IDMAP_BASE + create.LANE_UID}
+    assert lane_uid != 0 and lane_uid in {pwd.getpwnam("lane").pw_uid, create_lxc.IDMAP_BASE + create_lxc.LANE_UID}
     assert services["snapshot"].stat().st_uid == lane_uid
     # the lanes' services are the lanes' own: each lane's supervisor reports them running
     env = {**os.environ, **box.env, "PYTHONPATH": str(ROOT)}

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from lanes import create as cr
+from lanes import create_lxc as crl
+from lanes import create_pct as crp
 from lanes.base.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,10 +48,10 @@ def bridge_ports(box) -> list[str]:
 
 
 def test_lxc_config_is_unprivileged_overlay_started_at_boot():
-    lane = cr.LxcLane(name="lane0", bridge="br0", addr="10.0.0.11", cpus=96, memory_gb=96,
+    lane = crl.LxcLane(name="lane0", bridge="br0", addr="10.0.0.11", cpus=96, memory_gb=96,
                       binds=(cr.Bind("/srv/nas/lanes", "/srv/lane-shared"),))
-    cfg = cr.lxc_config(lane)
-    img = cr.ImageRecipe().rootfs()
+    cfg = crl.lxc_config(lane)
+    img = crl.ImageRecipe().rootfs()
     assert f"lxc.rootfs.path = overlay:{img}:/var/lib/lxc/lane0/delta" in cfg
     assert "lxc.rootfs.options = userxattr" in cfg
     assert "lxc.idmap = u 0 100000 65536" in cfg and "lxc.idmap = g 0 100000 65536" in cfg
@@ -65,20 +67,20 @@ def test_lxc_config_is_unprivileged_overlay_started_at_boot():
 
 
 def test_lxc_config_names_the_hooks_a_box_lane_needs_at_every_boot():
-    lane = cr.LxcLane(name="lane0", bridge="", addr="10.0.0.11", net_up="/b/lane0.hooks/net-up",
+    lane = crl.LxcLane(name="lane0", bridge="", addr="10.0.0.11", net_up="/b/lane0.hooks/net-up",
                       start_host="/b/lane0.hooks/start-host")
-    cfg = cr.lxc_config(lane).splitlines()
+    cfg = crl.lxc_config(lane).splitlines()
     assert "lxc.net.0.script.up = /b/lane0.hooks/net-up" in cfg
     assert "lxc.hook.start-host = /b/lane0.hooks/start-host" in cfg
     assert not any(x.startswith("lxc.net.0.link") for x in cfg)
     with pytest.raises(ConfigError, match="absolute"):
-        cr.lxc_config(cr.LxcLane(name="lane0", bridge="", addr="10.0.0.11", net_up="hooks/net-up"))
+        crl.lxc_config(crl.LxcLane(name="lane0", bridge="", addr="10.0.0.11", net_up="hooks/net-up"))
 
 
 def test_the_image_boots_systemd_with_cron_and_carries_rsync():
-    r = cr.ImageRecipe()
+    r = crl.ImageRecipe()
     assert "systemd-sysv" in r.packages and "cron" in r.packages and "rsync" in r.packages
-    script = cr.image_script(r)
+    script = crl.image_script(r)
     assert 'ln -sf /dev/null "$B/raw/etc/systemd/system/console-getty.service"' in script
     assert "init.lxc" not in script and "lane-init" not in script
 
@@ -87,71 +89,71 @@ BUSY = [(22, "cargo")]
 
 
 @pytest.mark.parametrize("old, new, running, procs, want", [
-    (None, "a", False, [], cr.Apply.WRITE),           # a new lane
-    ("a", "b", False, BUSY, cr.Apply.WRITE),          # stopped: written, started with it
-    ("a", "a", True, BUSY, cr.Apply.WRITE),           # unchanged: nothing to restart for
-    ("a", "b", True, [], cr.Apply.RESTART),           # changed and idle: restarted
-    ("a", "b", True, BUSY, cr.Apply.REFUSE_BUSY),     # changed and busy: nothing changed
+    (None, "a", False, [], crl.Apply.WRITE),           # a new lane
+    ("a", "b", False, BUSY, crl.Apply.WRITE),          # stopped: written, started with it
+    ("a", "a", True, BUSY, crl.Apply.WRITE),           # unchanged: nothing to restart for
+    ("a", "b", True, [], crl.Apply.RESTART),           # changed and idle: restarted
+    ("a", "b", True, BUSY, crl.Apply.REFUSE_BUSY),     # changed and busy: nothing changed
 ])
 def test_a_changed_config_restarts_a_running_lane_only_when_it_is_not_busy(old, new, running, procs, want):
-    assert cr.decide_apply(old, new, running, procs) is want
+    assert crl.decide_apply(old, new, running, procs) is want
 
 
 def test_the_busy_test_reads_the_guests_processes_and_the_lanes_state():
     from lanes import busy
 
-    lane = cr.LxcLane(name="lane0", bridge="br0", addr="10.0.0.2", lxcpath="/var/lib/lxc")
-    assert cr.guest_ps_script(lane) == "lxc-attach -P /var/lib/lxc -n lane0 -- ps -eo pid=,comm=\n"
+    lane = crl.LxcLane(name="lane0", bridge="br0", addr="10.0.0.2", lxcpath="/var/lib/lxc")
+    assert crl.guest_ps_script(lane) == "lxc-attach -P /var/lib/lxc -n lane0 -- ps -eo pid=,comm=\n"
     ps = "    1 systemd\n  310 sshd\n  411 cargo\n  412 rustc\n  500 node-gyp\n"
     assert busy.busy_processes(ps, busy.pattern({})) == [(411, "cargo"), (412, "rustc")]
-    cfg = cr.lxc_config(lane)
-    assert cr.parse_current(f"state: RUNNING\n{cfg}") == (cfg, True)
-    assert cr.parse_current(f"state: STOPPED\n{cfg}") == (cfg, False)
-    assert cr.parse_current("state: none\n") == (None, False)
-    restart = cr.start_script(lane, restart=True)
+    cfg = crl.lxc_config(lane)
+    assert crl.parse_current(f"state: RUNNING\n{cfg}") == (cfg, True)
+    assert crl.parse_current(f"state: STOPPED\n{cfg}") == (cfg, False)
+    assert crl.parse_current("state: none\n") == (None, False)
+    restart = crl.start_script(lane, restart=True)
     assert restart.index("lxc-stop -P /var/lib/lxc -n lane0 -t 60") < restart.index("lxc-start")
-    assert "lxc-stop" not in cr.start_script(lane)
+    assert "lxc-stop" not in crl.start_script(lane)
 
 
 def test_relative_lxcpath_is_refused():
     with pytest.raises(ConfigError, match="absolute"):
-        cr.LxcLane(name="lane0", bridge="br0", addr="10.0.0.11", lxcpath="lxc")
+        crl.LxcLane(name="lane0", bridge="br0", addr="10.0.0.11", lxcpath="lxc")
     with pytest.raises(ConfigError, match="absolute"):
-        cr.destroy_script("lane0", "var/lib/lxc")
+        crl.destroy_script("lane0", "var/lib/lxc")
 
 
 def test_image_key_changes_with_the_recipe_so_a_used_image_is_never_rebuilt_in_place():
-    a, b = cr.ImageRecipe(), cr.ImageRecipe(packages=(*cr.PACKAGES, "nodejs"))
+    a, b = crl.ImageRecipe(), crl.ImageRecipe(packages=(*crl.PACKAGES, "nodejs"))
     assert a.key != b.key and a.rootfs() != b.rootfs()
-    assert a.key == cr.ImageRecipe().key
-    script = cr.image_script(a)
+    assert a.key == crl.ImageRecipe().key
+    script = crl.image_script(a)
     # built beside the image and renamed into place; a cached image is left alone
     assert f'if [ -d {a.rootfs()} ]; then echo "unchanged: image {a.key}"; exit 0; fi' in script
     assert f"mv \"$B/shifted\" {a.rootfs()}" in script
 
 
 def test_secrets_of_a_new_lane_travel_on_stdin_not_argv():
-    files = cr.GuestFiles(host_key="-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n", host_key_pub="ssh-ed25519 AAA x",
+    files = crl.GuestFiles(host_key="-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n", host_key_pub="ssh-ed25519 AAA x",
                           authorized_keys="ssh-ed25519 BBB c\n", sshd_config="x\n")
-    lane = cr.LxcLane(name="lane0", bridge="br0", addr="10.0.0.11")
-    script = cr.create_script(lane, files)
+    lane = crl.LxcLane(name="lane0", bridge="br0", addr="10.0.0.11")
+    script = crl.create_script(lane, files)
     assert "secret" in script          # the script is sent as `sh -s` on stdin
     from lanes import hostexec
     assert hostexec.COMMAND == "sh -s"
 
 
-def pct_lane() -> cr.PctLane:
-    return cr.PctLane(vmid=201, name="lane0", addr="10.20.0.11", gateway="10.20.0.1",
+def pct_lane() -> crp.PctLane:
+    return crp.PctLane(vmid=201, name="lane0", addr="10.20.0.11", gateway="10.20.0.1",
                       binds=(cr.Bind("/mnt/pve/nas/lane-shared", "/srv/lane-shared"),))
 
 
 def test_pct_create_command_lines_match_the_recorded_file():
-    got = "\n".join(cr.pct_create_commands(pct_lane())) + "\n"
+    got = "\n".join(crp.pct_create_commands(pct_lane())) + "\n"
     assert got == (GOLDEN / "pct_create.txt").read_text()
 
 
 def test_pct_destroy_command_lines_match_the_recorded_file():
-    got = "\n".join(cr.pct_destroy_commands(201)) + "\n"
+    got = "\n".join(crp.pct_destroy_commands(201)) + "\n"
     assert got == (GOLDEN / "pct_destroy.txt").read_text()
 
 
@@ -190,7 +192,7 @@ def test_lxc_lane_created_by_nev_answers_ssh_passes_a_gate_and_is_gone_after_des
     # The node's image cache is filled from this machine's package mirror (a node of the real rig
     # has its own way to packages; the rig network here has none): built once, cached after.
     from lanes.hostexec import Node
-    cr.ensure_image(Node("local"), cr.ImageRecipe())
+    crl.ensure_image(Node("local"), crl.ImageRecipe())
     # The node the guest is made on sits on the rig network (its bridge is the rig's bridge); the
     # dev box reaches the guest through the jump host, as every lane.
     cp = nev("lane", "create", "--backend", "lxc", "--name", name, "--bridge", box.bridge, "--addr", addr,

@@ -25,7 +25,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from lanes import create
+from lanes import create, create_lxc
 from lanes.agent import layout
 from lanes.base import procs
 from lanes.base.errors import NevError
@@ -99,7 +99,7 @@ class LxcLanes(BoxLanes):
         self.cache = create.cache()
         self.base = guests.base(box_dir)
         self.lxcpath = guests.lxcpath(box_dir)
-        self.recipe = create.ImageRecipe()
+        self.recipe = create_lxc.ImageRecipe()
 
     def container(self, lane_name: str) -> str:
         return guests.container(self.box_dir, lane_name)
@@ -121,14 +121,14 @@ class LxcLanes(BoxLanes):
                     (tc[1], "cargo-bin", f"{layout.TOOLCHAIN}/cargo-bin", True)]
         return out
 
-    def spec(self, lane: LaneInfo, host: plan.Host) -> create.LxcLane:
+    def spec(self, lane: LaneInfo, host: plan.Host) -> create_lxc.LxcLane:
         st = self.staged(lane.name)
         binds = [create.Bind(str(st / name), target, ro) for _src, name, target, ro in self.sources(lane)]
         ncpu = os.cpu_count() or 1
         # No bridge for LXC: the box's bridge is in the rig namespace; the net-up hook moves the
         # veth there at every boot.
         net_up, start_host = self.hooks(lane)
-        return create.LxcLane(name=self.container(lane.name), bridge="",
+        return create_lxc.LxcLane(name=self.container(lane.name), bridge="",
                               addr=lane.addr, cpus=ncpu, memory_gb=4, disk_gb=20, lxcpath=self.lxcpath,
                               cache=self.cache, recipe=self.recipe, binds=tuple(binds),
                               veth=host.veth,
@@ -154,22 +154,22 @@ class LxcLanes(BoxLanes):
         # The image's key rides in the config as a comment: its digest restarts the guest when
         # either changes (a new declared list is a new image, and the lane moves onto it).
         # So does the guest's LXC config (its mounts, the sandbox's uncovered proc among them).
-        lxc = hashlib.sha256(create.lxc_config(spec).encode()).hexdigest()[:16]
-        sshd = (create.guest_sshd_config(lane.addr, toolchain=tc is not None)
+        lxc = hashlib.sha256(create_lxc.lxc_config(spec).encode()).hexdigest()[:16]
+        sshd = (create_lxc.guest_sshd_config(lane.addr, toolchain=tc is not None)
                 + f"# image {self.recipe.key}\n# lxc config {lxc}\n")
         (d / "sshd_config").write_text(sshd)
-        files = create.GuestFiles(host_key=hk.read_text(), host_key_pub=hk.with_suffix(".pub").read_text(),
+        files = create_lxc.GuestFiles(host_key=hk.read_text(), host_key_pub=hk.with_suffix(".pub").read_text(),
                                   authorized_keys=client_pub + "\n", sshd_config=sshd, lane_home_in_delta=False)
-        create.ensure_image(self.node, self.recipe, self.cache)
-        self.node.run(create.write_script(spec, files), what=f"writing lane {spec.name}")
+        create_lxc.ensure_image(self.node, self.recipe, self.cache)
+        self.node.run(create_lxc.write_script(spec, files), what=f"writing lane {spec.name}")
         return pinned
 
     def start(self, lane: LaneInfo, host: plan.Host, rec: ProcRec | None) -> ProcRec | None:
         if procs.alive(rec):
             return None
         spec = self.spec(lane, host)
-        ran = self.node.run(create.start_script(spec), what=f"starting lane {spec.name}")
-        init = create.parse_pid(ran.out)
+        ran = self.node.run(create_lxc.start_script(spec), what=f"starting lane {spec.name}")
+        init = create_lxc.parse_pid(ran.out)
         st = procs.start_time(init) if init is not None else None
         if init is None or st is None:
             raise NevError(f"lane {spec.name} did not start; see {spec.dir}/lxc.log")
@@ -184,7 +184,7 @@ class LxcLanes(BoxLanes):
     def remove(self, lane_dir: Path) -> None:
         name = self.container(lane_dir.name)
         if (Path(self.lxcpath) / name).exists():
-            create.destroy_lxc(self.node, name, self.lxcpath)
+            create_lxc.destroy_lxc(self.node, name, self.lxcpath)
         subprocess.run(["ip", "netns", "delete", name], capture_output=True)   # the name start() gave
         st = self.staged(lane_dir.name)
         if st.is_dir():
