@@ -9,7 +9,7 @@ import posixpath
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobs.laneread import Got, LaneReader, Reply
 from jobs.lanestate import (
@@ -21,7 +21,7 @@ from jobs.lanestate import (
     lane_lines,
     this_run,
 )
-from jobs.state import EVENTS, Event, JobView, Status, replay
+from jobs.state import EVENTS, Event, JobEvent, JobView, Status, replay
 from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
 from lanes.base.mask import mask
@@ -49,36 +49,34 @@ OUTCOME_EXIT = {
 # -- following ------------------------------------------------------------------------------------
 
 
-def event_line(ev: dict[str, Any], job: str) -> str | None:
+def event_line(ev: JobEvent, job: str) -> str | None:
     """The line --follow prints for one new event of the runner's (pure); None: said otherwise."""
-    kind = Event.of(ev.get("event"))
-    stage = ev.get("stage")
-    reasons = "; ".join(
-        str(r.get("message")) for r in (ev.get("reasons") or []) if isinstance(r, dict)
-    )
+    kind = ev.event
+    stage = ev.stage
+    reasons = "; ".join(str(r.get("message")) for r in ev.reasons)
     lines = {
-        Event.RUN_STARTED: f"job {job}: attempt started (run {ev.get('run_id') or '-'})",
+        Event.RUN_STARTED: f"job {job}: attempt started (run {ev.run_id or '-'})",
         Event.PREFLIGHT_FAILED: f"requirements: unmet: {reasons}",
         Event.INVENTORY_TRANSIENT: f"inventory: not ready: {reasons}",
         Event.INVENTORY_PERMANENT: f"inventory: refused: {reasons}",
         Event.STAGE_STARTED: f"stage {stage}: running",
         Event.STAGE_PASSED: f"stage {stage}: passed",
-        Event.STAGE_FAILED: f"stage {stage}: failed (exit {ev.get('exit')})"
-        + (f": {ev['reason']}" if ev.get("reason") else ""),
-        Event.STAGE_STOPPED: f"stage {stage}: stopped by {ev.get('reason') or 'a signal'}",
+        Event.STAGE_FAILED: f"stage {stage}: failed (exit {ev.exit})"
+        + (f": {ev.reason}" if ev.reason else ""),
+        Event.STAGE_STOPPED: f"stage {stage}: stopped by {ev.reason or 'a signal'}",
         Event.STAGE_INTERRUPTED: f"stage {stage}: cut short by an earlier attempt; "
         "it reruns from its start",
-        Event.JOB_ENDED: f"job {job}: {ev.get('outcome')} (exit {ev.get('exit')})",
+        Event.JOB_ENDED: f"job {job}: {ev.outcome} (exit {ev.exit})",
     }
-    line = lines.get(kind) if kind is not None else None
+    line = lines.get(kind)
     return f"== {line}" if line else None
 
 
-def ended_exit(events: list[dict[str, Any]], view: JobView) -> int:
+def ended_exit(events: list[JobEvent], view: JobView) -> int:
     """The job's own exit: its job-ended event's, else its outcome's."""
     for ev in reversed(events):
-        if ev.get("event") == Event.JOB_ENDED.value and isinstance(ev.get("exit"), int):
-            return int(ev["exit"])
+        if ev.event is Event.JOB_ENDED and ev.exit is not None:
+            return ev.exit
     return int(OUTCOME_EXIT.get(view.status, Exit.FAILED))
 
 
@@ -105,7 +103,7 @@ class Follower:
     ev_offset: int = 0
     ev_ino: int | None = None
     ev_text: bytes = b""
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[JobEvent] = field(default_factory=list)
     live: bool = False  # the state is of the run this box sent, and was shown
     logs: dict[str, LogTail] = field(default_factory=dict)
     shown_log: str | None = None
@@ -219,7 +217,7 @@ class Follower:
 
     def _events(
         self, ev: Got, marker: Got | None
-    ) -> list[dict[str, Any]] | tuple[list[str], int | None, bool]:
+    ) -> list[JobEvent] | tuple[list[str], int | None, bool]:
         """The new events of this run (a list), or what `take` answers without them."""
         w = self.where
         if ev.error:
@@ -275,14 +273,14 @@ class Follower:
             )
         return new
 
-    def _stage_event(self, e: dict[str, Any]) -> bool:
+    def _stage_event(self, e: JobEvent) -> bool:
         """A stage's log followed from its start, or marked ended; True: a log to read at once."""
-        kind, stage = Event.of(e.get("event")), e.get("stage")
-        if kind is Event.STAGE_STARTED and isinstance(e.get("log"), str) and isinstance(stage, str):
-            ino, offset = self.seen.get(e["log"], (None, 0))  # a rerun appends to its log
-            self.logs[stage] = LogTail(stage, e["log"], offset, ino)
+        kind, stage = e.event, e.stage
+        if kind is Event.STAGE_STARTED and e.log is not None and stage is not None:
+            ino, offset = self.seen.get(e.log, (None, 0))  # a rerun appends to its log
+            self.logs[stage] = LogTail(stage, e.log, offset, ino)
             return True
-        if kind is not None and kind.stage and stage in self.logs:
+        if kind.stage and stage in self.logs:
             self.logs[stage].ended = True
         return False
 

@@ -25,7 +25,17 @@ from typing import TYPE_CHECKING, Any
 from jobs import archive
 from jobs.laneread import LaneReader
 from jobs.records import JobRecord
-from jobs.state import CLOCK, EVENTS, JobView, StageView, Status, parse_iso, replay, valid_prefix
+from jobs.state import (
+    CLOCK,
+    EVENTS,
+    JobEvent,
+    JobView,
+    StageView,
+    Status,
+    parse_iso,
+    replay,
+    valid_prefix,
+)
 from lanes.base import settings
 from lanes.base.errors import ConfigError, NevError
 from lanes.base.mask import mask
@@ -90,7 +100,7 @@ def where(rec: JobRecord) -> Where:
     )
 
 
-def events_of(text: bytes, label: str) -> list[dict[str, Any]]:
+def events_of(text: bytes, label: str) -> list[JobEvent]:
     """The valid prefix of an events file's bytes (ConfigError for an edited line, as in
     `nev job status`)."""
     return valid_prefix(text.decode("utf-8", "replace"), label)[0]

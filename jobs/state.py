@@ -117,7 +117,7 @@ _EVENT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "outputs": list, "log": str, "pgid": int, "boot": str, "commit": str, "outcome": str, "exit": int}
 
 
-def check_event(ev: dict[str, Any], label: str) -> None:
+def check_event(ev: dict[str, object], label: str) -> None:
     """An event line as `replay` needs it (pure): a known event, `stage` on a stage's events, and
     each field `replay` reads of its type. ConfigError naming `label` (file and line) and the field."""
     f = Fields(label)
@@ -134,22 +134,22 @@ def check_event(ev: dict[str, Any], label: str) -> None:
         f.str_list(ev, key, "")
     if "time" in ev:
         try:
-            parse_iso(ev["time"])
+            parse_iso(str(ev["time"]))
         except (ValueError, OverflowError):
             raise f.fail("time", f"is {str(ev['time'])[:40]!r}, not a time (ISO 8601, as nev writes it)") from None
-    for i, r in enumerate(ev.get("reasons") or []):
+    for i, r in enumerate(_strs_or_list(ev.get("reasons"))):
         f.get(f.obj(r, f"reasons[{i}]"), "message", str, f"reasons[{i}]", required=False)
     if kind is Event.JOB_ENDED and ev.get("outcome") not in {s.value for s in Status}:
         raise f.fail("outcome", f"is {ev.get('outcome')!r}, not one of {', '.join(s.value for s in Status)}")
 
 
-def valid_prefix(text: str, label: str = EVENTS) -> tuple[list[dict[str, Any]], int]:
+def valid_prefix(text: str, label: str = EVENTS) -> tuple[list[JobEvent], int]:
     """The events of the valid prefix and its length in bytes (of `text` encoded as UTF-8). A
     whole line (newline-ended) that is not JSON the one reader reads, or that chains but names an
     unknown event or holds a field of the wrong type, is refused (ConfigError naming `label`, the
     line and the field): it is an edit, never a kill's doing (a kill leaves a line without its
     newline, which ends the prefix)."""
-    events: list[dict[str, Any]] = []
+    events: list[JobEvent] = []
     prev = ""
     size = 0
     for n, raw in enumerate(text.splitlines(keepends=True), 1):
@@ -159,11 +159,75 @@ def valid_prefix(text: str, label: str = EVENTS) -> tuple[list[dict[str, Any]], 
         ev = jsonfile.parse(line, f"{label}: line {n}", "event log")   # a whole line is never a kill's
         if not isinstance(ev, dict) or ev.get("seq") != len(events) + 1 or ev.get("prev", "") != prev:
             break
-        check_event(ev, f"{label}: line {n}")
-        events.append(ev)
+        events.append(JobEvent.from_json(ev, f"{label}: line {n}", line))
         prev = line_hash(line)
         size += len(raw.encode())
     return events, size
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One line of `events.jsonl`, parsed once at the file's edge (`valid_prefix`, after
+    `check_event`): what every reader past it (`replay`, --follow, the runner) sees. `line` is
+    the line as written, whose hash the next line chains; a field this version does not read
+    (`same_boot`, `by`) stays in it."""
+
+    seq: int
+    event: Event
+    time: str = ""
+    stage: str | None = None
+    job: str | None = None
+    run_id: str | None = None
+    inputs: dict[str, str | None] = field(default_factory=dict)   # what the transition read: hashes
+    stages: tuple[str, ...] = ()
+    reasons: tuple[dict[str, object], ...] = ()   # each as its check wrote it, `message` a string
+    outputs: tuple[str, ...] = ()
+    log: str | None = None
+    pgid: int | None = None
+    boot: str | None = None
+    commit: str | None = None
+    outcome: str | None = None
+    exit: int | None = None
+    reason: str | None = None       # why a stage failed or was stopped, as the runner said it
+    line: str = ""
+
+    @classmethod
+    def from_json(cls, ev: dict[str, object], label: str, line: str | None = None) -> JobEvent:
+        """A decoded event line (ConfigError naming `label` and the field, `check_event`)."""
+        check_event(ev, label)
+        kind = Event.of(ev["event"])
+        assert kind is not None                      # check_event refused any other
+
+        def text(key: str) -> str | None:
+            v = ev.get(key)
+            return v if isinstance(v, str) else None
+
+        def number(key: str) -> int | None:
+            v = ev.get(key)
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+        raw_inputs = ev.get("inputs")
+        inputs = {str(k): (v if isinstance(v, str) else None)
+                  for k, v in (raw_inputs.items() if isinstance(raw_inputs, dict) else ())}
+        reasons = ev.get("reasons")
+        seq = ev.get("seq")
+        return cls(seq=seq if isinstance(seq, int) else 0, event=kind, time=text("time") or "",
+                   stage=text("stage"), job=text("job"), run_id=text("run_id"), inputs=inputs,
+                   stages=tuple(_strs(ev.get("stages"))),
+                   reasons=tuple(r for r in (reasons if isinstance(reasons, list) else ())
+                                 if isinstance(r, dict)),
+                   outputs=tuple(_strs(ev.get("outputs"))), log=text("log"), pgid=number("pgid"),
+                   boot=text("boot"), commit=text("commit"), outcome=text("outcome"),
+                   exit=number("exit"), reason=text("reason"),
+                   line=line if line is not None else json.dumps(ev, sort_keys=True))
+
+
+def _strs_or_list(v: object) -> list[object]:
+    return v if isinstance(v, list) else []
+
+
+def _strs(v: object) -> list[str]:
+    return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
 
 
 @dataclass
@@ -193,7 +257,7 @@ class Attempt:
 @dataclass
 class PreflightView:
     ok: bool
-    reasons: list[dict[str, Any]]
+    reasons: list[dict[str, object]]
     at: str | None
 
 
@@ -201,7 +265,7 @@ class PreflightView:
 class InventoryView:
     outcome: str            # ready, not-ready, refused (bench.readiness.report)
     exit: int | None
-    reasons: list[dict[str, Any]]
+    reasons: list[dict[str, object]]
     at: str | None
     snapshot: str | None
 
@@ -281,7 +345,7 @@ class JobView:
                                                                 opt(le, "stage", str, "last_event")))
 
 
-def replay(events: list[dict[str, Any]]) -> JobView:
+def replay(events: list[JobEvent]) -> JobView:
     """The job's state after these events (pure).
 
     | event | what changes |
@@ -297,46 +361,41 @@ def replay(events: list[dict[str, Any]]) -> JobView:
     """
     st = JobView(events=len(events))
     for ev in events:
-        kind = Event.of(ev.get("event"))
-        t = str(ev.get("time", ""))
-        st.last_event = LastEvent(ev.get("seq"), ev.get("event"), t, ev.get("stage"))
+        kind, t = ev.event, ev.time
+        st.last_event = LastEvent(ev.seq, kind.value, t, ev.stage)
         if kind is Event.RUN_STARTED:
-            st.job = ev.get("job")
-            st.manifest = (ev.get("inputs") or {}).get("manifest")
+            st.job = ev.job
+            st.manifest = ev.inputs.get("manifest")
             st.status = Status.RUNNING
-            st.attempts.append(Attempt(len(st.attempts) + 1, t, t, ev.get("run_id")))
-            for name in (ev.get("stages") or []):
+            st.attempts.append(Attempt(len(st.attempts) + 1, t, t, ev.run_id))
+            for name in ev.stages:
                 st.stages.setdefault(name, StageView())
         elif st.attempts:
             st.attempts[-1].last_seen = t
-        if kind is None:
-            continue
         if kind in (Event.PREFLIGHT_PASSED, Event.PREFLIGHT_FAILED):
-            st.preflight = PreflightView(kind is Event.PREFLIGHT_PASSED, (ev.get("reasons") or []),
-                                         t)
+            st.preflight = PreflightView(kind is Event.PREFLIGHT_PASSED, list(ev.reasons), t)
         elif kind.inventory is not None:
-            st.inventory = InventoryView(kind.inventory, ev.get("exit"), (ev.get("reasons") or []), t,
-                                         (ev.get("inputs") or {}).get("snapshot"))
-        elif kind.stage:
-            s = st.stages.setdefault(ev["stage"], StageView())
+            st.inventory = InventoryView(kind.inventory, ev.exit, list(ev.reasons), t,
+                                         ev.inputs.get("snapshot"))
+        elif kind.stage and ev.stage is not None:
+            s = st.stages.setdefault(ev.stage, StageView())
             if kind is Event.STAGE_STARTED:
-                inputs = (ev.get("inputs") or {})
                 s.status, s.started, s.ended, s.exit, s.runs = Status.RUNNING, t, None, None, s.runs + 1
-                s.head_at_start, s.digest = inputs.get("head"), inputs.get("stage")
-                s.log, s.pgid, s.boot = ev.get("log"), ev.get("pgid"), ev.get("boot")
+                s.head_at_start, s.digest = ev.inputs.get("head"), ev.inputs.get("stage")
+                s.log, s.pgid, s.boot = ev.log, ev.pgid, ev.boot
             elif kind is Event.STAGE_PASSED:
                 s.status, s.ended, s.exit = Status.PASSED, t, 0
-                s.commit, s.outputs = ev.get("commit"), (ev.get("outputs") or [])
+                s.commit, s.outputs = ev.commit, list(ev.outputs)
             elif kind is Event.STAGE_FAILED:
-                s.status, s.ended, s.exit = Status.FAILED, t, ev.get("exit")
+                s.status, s.ended, s.exit = Status.FAILED, t, ev.exit
             elif kind is Event.STAGE_STOPPED:
-                s.status, s.ended, s.exit = Status.STOPPED, t, ev.get("exit")
+                s.status, s.ended, s.exit = Status.STOPPED, t, ev.exit
             elif kind is Event.STAGE_INTERRUPTED:
                 s.status, s.ended = Status.INTERRUPTED, t
         elif kind is Event.RESULT_COMMITTED:
-            st.result = ResultView(ev.get("outcome"), ev.get("exit"), ev.get("commit"), t)
+            st.result = ResultView(ev.outcome, ev.exit, ev.commit, t)
         elif kind is Event.JOB_ENDED:
-            st.status = Status(str(ev.get("outcome")))
+            st.status = Status(str(ev.outcome))
     return st
 
 
@@ -359,7 +418,7 @@ class JobState:
     """The state folder of one job, held under a lock by one `nev job run` at a time."""
 
     folder: Path
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[JobEvent] = field(default_factory=list)
     state: JobView = field(default_factory=JobView)
     _lock_fd: int | None = None
 
@@ -397,9 +456,9 @@ class JobState:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def record(self, event: Event, **fields: Any) -> dict[str, Any]:
+    def record(self, event: Event, **fields: Any) -> JobEvent:
         """Append one transition (flushed to disk) and rewrite state.json."""
-        prev = line_hash(json.dumps(self.events[-1], sort_keys=True)) if self.events else ""
+        prev = line_hash(self.events[-1].line) if self.events else ""
         ev = {"seq": len(self.events) + 1, "time": now_iso(), "event": Event(event).value, **fields,
               "prev": prev}
         line = json.dumps(ev, sort_keys=True)
@@ -407,10 +466,11 @@ class JobState:
             f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())
-        self.events.append(ev)
+        rec = JobEvent.from_json(ev, str(self.folder / EVENTS), line)
+        self.events.append(rec)
         self.state = replay(self.events)
         self.write_state()
-        return ev
+        return rec
 
     def write_state(self) -> None:
         out = self.state.to_json()
@@ -436,4 +496,4 @@ class JobState:
         return used_seconds(self.state, self.clock())
 
     def count(self, event: Event, stage: str | None = None) -> int:
-        return sum(1 for e in self.events if e.get("event") == event and (stage is None or e.get("stage") == stage))
+        return sum(1 for e in self.events if e.event is event and (stage is None or e.stage == stage))

@@ -11,7 +11,7 @@ import pytest
 
 from jobs import records
 from jobs.records import JobRecord, JobStatus, Records
-from jobs.state import JobView, Status, replay, used_seconds
+from jobs.state import JobEvent, JobView, Status, replay, used_seconds
 from lanes.base.errors import ConfigError
 from lanes.base.jsonfile import Fields
 from tests.helpers.job_helpers import ROOT, nev
@@ -99,6 +99,10 @@ def test_job_status_refuses_a_corrupt_records_file_in_one_line_and_leaves_it(tmp
     assert p.read_bytes() == before
 
 
+def typed(events: list[dict]) -> list[JobEvent]:
+    return [JobEvent.from_json(e, f"events.jsonl: line {i}") for i, e in enumerate(events, 1)]
+
+
 def _events() -> list[dict]:
     t = "2026-01-02T03:00:00.000Z"
     return [{"seq": 1, "time": t, "event": "run-started", "job": "demo", "run_id": "r1", "stages": ["gen", "check"],
@@ -112,7 +116,7 @@ def _events() -> list[dict]:
 
 
 def test_the_job_state_view_is_typed_and_state_json_reads_back_the_same(tmp_path):
-    view = replay(_events())
+    view = replay(typed(_events()))
     assert view.status is Status.STOPPED and view.stages["gen"].status is Status.PASSED
     assert view.stages["gen"].outputs == ["out/a"] and view.stages["check"].status is Status.PENDING
     assert view.attempts[0].last_seen == "2026-01-02T03:00:11.000Z" and view.preflight and view.preflight.ok
@@ -123,7 +127,7 @@ def test_the_job_state_view_is_typed_and_state_json_reads_back_the_same(tmp_path
 
 
 def test_a_bad_field_of_state_json_is_named_with_its_file(tmp_path):
-    data = replay(_events()).to_json()
+    data = replay(typed(_events())).to_json()
     data["stages"]["gen"]["status"] = "half-done"
     with pytest.raises(ConfigError) as e:
         JobView.from_json(Fields(tmp_path / "state.json"), data)

@@ -137,7 +137,7 @@ def test_events_valid_prefix_stops_at_a_torn_or_broken_line(tmp_path):
     js.record("stage-passed", stage="a")
     js.close()
     evs, _ = valid_prefix(p.read_text())
-    assert [e["seq"] for e in evs] == [1, 2, 3]
+    assert [e.seq for e in evs] == [1, 2, 3]
     # an edited line breaks the chain: what follows it is not trusted
     lines = p.read_text().splitlines(keepends=True)
     lines[1] = lines[1].replace('"x"', '"y"')
