@@ -23,7 +23,7 @@ from lanes.agent.wire import Kind
 # stdlib and modules before it (tests/test_architecture.py). `lanes` is an empty namespace on the
 # lane, so nothing but these modules can be imported from it there.
 LANE_MODULES = ("lanes", "lanes.dotenv", "lanes.agent", "lanes.agent.errors", "lanes.agent.layout",
-                "lanes.agent.wire", "lanes.agent.messages", "lanes.agent.guard", "lanes.agent.git",
+                "lanes.agent.wire", "lanes.agent.wiretypes", "lanes.agent.messages", "lanes.agent.guard", "lanes.agent.git",
                 "lanes.agent.links", "lanes.agent.procs", "lanes.agent.output",
                 "lanes.agent.mirror", "lanes.agent.copy", "lanes.agent.writer", "lanes.agent.installs",
                 "lanes.agent.root",

@@ -54,7 +54,7 @@ RAW_JSON = {
     "jobs/jobkeys.py::<module>": "the stdlib-only program run on the gateway host (its stdin, its keys file)",
     "lanes/agent/links.py::": "the lane agent (stdlib-only, on a lane)",
     "lanes/agent/writer.py::": "the lane agent (stdlib-only, on a lane)",
-    "lanes/agent/messages.py::_json": "the lane agent's frames, on both ends (each read as its message)",
+    "lanes/agent/wiretypes.py::_json": "the lane agent's frames, on both ends (each read as its message)",
     "lanes/quick.py::": "the gate's recorded client, read before nev loads (tested in test_lane_quick.py)",
     "rig/box/demo/steps.py::": "the demo's own commands' output and the files it just wrote",
     "rig/throughput.py::": "the gateway's streamed answer",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lanes import agentpack, gate, payload
-from lanes.agent import layout
+from lanes.agent import layout, wiretypes
 from lanes.agent import messages as m
 from lanes.agent.wire import FRAME, Kind, Op, ProtocolError, Stop, frame
 from lanes.base.errors import NevError
@@ -83,14 +83,14 @@ ANSWERS = [
 
 
 def test_every_operation_has_its_request():
-    assert set(m.REQUESTS) == set(Op) == {r.OP for r in REQUESTS}
+    assert set(wiretypes.REQUESTS) == set(Op) == {r.OP for r in REQUESTS}
 
 
 @pytest.mark.parametrize("req", REQUESTS, ids=lambda r: r.OP.value)
 def test_a_request_reads_back_as_it_was_written(req):
     obj = json.loads(req.frame()[FRAME.size:])
     assert obj["op"] == req.OP.value
-    assert m.request_of(obj) == req
+    assert wiretypes.request_of(obj) == req
 
 
 @pytest.mark.parametrize("ans", ANSWERS, ids=lambda a: type(a).__name__)
@@ -136,7 +136,7 @@ HELLO = REQUESTS[0].to_wire()
 ])
 def test_a_malformed_request_is_refused_in_one_line_naming_what_is_wrong(obj, why):
     with pytest.raises(ProtocolError) as e:
-        m.request_of(obj)
+        wiretypes.request_of(obj)
     assert str(e.value) == f"protocol error: {why}"
 
 

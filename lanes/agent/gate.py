@@ -41,7 +41,6 @@ from lanes.agent.messages import (
     PullStart,
     StopRun,
     WriterStart,
-    read_request,
     send,
 )
 from lanes.agent.mirror import Mirror
@@ -49,6 +48,7 @@ from lanes.agent.output import Masker, Tee, env_secrets, open_log
 from lanes.agent.procs import Child, on_signals
 from lanes.agent.root import copy_sizes, free_gb
 from lanes.agent.wire import FrameWriter, Kind, ProtocolError, Stop, Wire
+from lanes.agent.wiretypes import read_request
 
 #: the uid a gate run as root runs as inside its jail (`Gate.jailed`)
 GATE_UID = 1000

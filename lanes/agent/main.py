@@ -8,8 +8,9 @@ import sys
 from lanes.agent import gate, retention, root, writer
 from lanes.agent import messages as m
 from lanes.agent.errors import Refused
-from lanes.agent.messages import Message, Refusal, Request, read_request, send
+from lanes.agent.messages import Message, Refusal, Request, send
 from lanes.agent.wire import Kind, Prefixed, Wire
+from lanes.agent.wiretypes import read_request
 
 
 def one_call(req: Request) -> Message | None:

@@ -186,7 +186,7 @@ class Wire:
         return _kind(kind), self.read_exact(n)
 
     def read_request(self) -> bytes:
-        """The next frame's data, which must be a REQUEST's (`messages.read_request` reads it)."""
+        """The next frame's data, which must be a REQUEST's (`wiretypes.read_request` reads it)."""
         kind, data = self.read_frame()
         if kind is not Kind.REQUEST:
             raise ProtocolError(f"expected a request, got a {kind.name} frame")
