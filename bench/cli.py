@@ -338,14 +338,15 @@ def announce(name: str, as_json: bool, fmt: str | None, repo: Path) -> int:
     model the candidates, compiled count, best score, tokens and draw seconds, with each
     function's floor as this repository holds it now. No host name, address, key or URL."""
     from bench import announce as ann
-    from lanes.base import chatformat
+    from lanes.base import chatformat, notify
     from lanes.base.ui import emit_json
 
     lines, bad = ann.read([name])
     a = ann.build(name, lines, ann.floors_now(repo, list(ann.functions_in(lines))), unreadable=bad)
     if fmt is not None:
-        msg = {"nev": 1, "kind": "landed", "state": "event", "rig": "", "subject": name,
-               "detail": a.text(), "announcement": a.to_json()}
+        msg = notify.Notice(kind="landed", state="event", at=notify.now_iso(), rig="",
+                            subject=name, detail=a.text(), key=f"landed/{name}",
+                            announcement=a.to_json())
         emit_json(chatformat.render(fmt, msg))
     elif as_json:
         emit_json(a.to_json())

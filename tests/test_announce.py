@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import announce
-from lanes.base import chatformat
+from lanes.base import chatformat, notify
 from tests.helpers.webhook import Receiver, discord_problems, rig_file, slack_problems
 from tests.test_ledger import GOOD
 
@@ -30,18 +30,10 @@ def _line(k: int, **over: object) -> dict:
     }
 
 
-def _msg(a: announce.Announcement) -> dict:
-    return {
-        "nev": 1,
-        "kind": "landed",
-        "state": "event",
-        "at": "2026-12-05T11:00:00+00:00",
-        "rig": "lab",
-        "subject": a.name,
-        "detail": a.text(),
-        "key": "landed/x/1",
-        "announcement": a.to_json(),
-    }
+def _msg(a: announce.Announcement) -> notify.Notice:
+    return notify.Notice(kind="landed", state="event", at="2026-12-05T11:00:00+00:00", rig="lab",
+                         subject=a.name, detail=a.text(), key="landed/x/1",
+                         announcement=a.to_json())
 
 
 def test_the_announcement_carries_each_batch_and_model_with_its_numbers():

@@ -41,3 +41,24 @@ def test_a_malformed_job_event_is_refused_in_one_line():
         valid_prefix("".join(lines[:3]) + bad, "events.jsonl")
     msg = str(e.value)
     assert "\n" not in msg and "events.jsonl: line 4" in msg and "pgid" in msg
+
+
+def test_an_outbox_written_by_the_previous_version_is_delivered_as_notices(tmp_path: Path):
+    import json
+    import shutil
+
+    from lanes.base import chatformat, notify
+
+    d = tmp_path / "notify"
+    d.mkdir()
+    shutil.copy(DATA / "notify-outbox-v0.1.json", d / "outbox.json")
+    box = notify._outbox(d)
+    assert [(m.kind, m.state, m.subject) for m in box] == [
+        ("alias_down", "down", "qwen-fast"), ("landed", "event", "abspos-width")]
+    assert box[1].announcement is not None and box[1].announcement["batches"] == 2
+    old = json.loads((DATA / "notify-outbox-v0.1.json").read_text())["pending"]
+    assert [m.to_json() for m in box] == old            # the nev format posts what it posted
+    assert chatformat.discord_problems(chatformat.render("discord", box[1])) == []
+    # an entry that does not read as a notice is dropped, the rest kept
+    (d / "outbox.json").write_text(json.dumps({"pending": [{"kind": 3}, old[0]]}))
+    assert [m.key for m in notify._outbox(d)] == [old[0]["key"]]

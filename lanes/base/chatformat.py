@@ -2,8 +2,9 @@
 a Discord message with an embed, or a Slack message with blocks, each within the service's
 documented limits, cut with a marker rather than refused.
 
-`render(fmt, msg)` takes nev's payload (`lanes.base.notify.payload`, plus `announcement` for a
-landing: a title, a summary text and (name, value) fields) and gives the body to POST.
+`render(fmt, msg)` takes a notice (`lanes.base.notify.Notice`, with its `announcement` for a
+landing: a title, a summary text and (name, value) fields) and gives the body to POST: a JSON
+document for the receiver, `dict[str, object]`.
 
 - `nev`: the payload as it is.
 - `discord`: `content` and one embed (`title`, `description`, `fields`, `footer`), within
@@ -15,7 +16,10 @@ landing: a title, a summary text and (name, value) fields) and gives the body to
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lanes.base.notify import Notice
 
 FORMATS = ("nev", "discord", "slack")
 CUT = " … (cut)"
@@ -38,32 +42,26 @@ def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - len(CUT))] + CUT
 
 
-def _parts(msg: dict[str, Any]) -> tuple[str, str, list[tuple[str, str]], str]:
-    """(title, summary, fields, footer) of a message: its announcement's, or made from the event."""
-    ann = msg.get("announcement")
-    rig, kind, state = msg.get("rig", ""), msg.get("kind", ""), msg.get("state", "")
-    footer = f"{rig} · {kind} · {state} · {msg.get('at', '')}"
-    if isinstance(ann, dict):
-        fields = [(str(n), str(v)) for n, v in ann.get("fields") or []]
+def _parts(msg: Notice) -> tuple[str, str, list[tuple[str, str]], str]:
+    """(title, summary, fields, footer) of a notice: its announcement's, or made from the event."""
+    ann = msg.announcement
+    footer = f"{msg.rig} · {msg.kind} · {msg.state} · {msg.at}"
+    if ann is not None:
+        raw = ann.get("fields")
+        fields = [(str(f[0]), str(f[1])) for f in (raw if isinstance(raw, list) else [])
+                  if isinstance(f, list | tuple) and len(f) == 2]
         return str(ann.get("title", "")), str(ann.get("text", "")), fields, footer
-    title = f"{kind} {state}: {msg.get('subject', '')}".strip()
-    return title, str(msg.get("detail", "")), [], footer
+    title = f"{msg.kind} {msg.state}: {msg.subject}".strip()
+    return title, msg.detail, [], footer
 
 
-def discord(msg: dict[str, Any]) -> dict[str, Any]:
+def discord(msg: Notice) -> dict[str, object]:
     title, text, fields, footer = _parts(msg)
-    embed: dict[str, Any] = {
-        "title": cut(title, DISCORD_TITLE),
-        "description": cut(text, DISCORD_DESCRIPTION),
-        "footer": {"text": cut(footer, DISCORD_FOOTER)},
-    }
-    room = (
-        DISCORD_TOTAL
-        - len(embed["title"])
-        - len(embed["description"])
-        - len(embed["footer"]["text"])
-    )
-    out_fields: list[dict[str, Any]] = []
+    title, text, footer = (cut(title, DISCORD_TITLE), cut(text, DISCORD_DESCRIPTION),
+                           cut(footer, DISCORD_FOOTER))
+    embed: dict[str, object] = {"title": title, "description": text, "footer": {"text": footer}}
+    room = DISCORD_TOTAL - len(title) - len(text) - len(footer)
+    out_fields: list[dict[str, object]] = []
     shown = fields[:DISCORD_FIELDS]
     if len(fields) > DISCORD_FIELDS:
         shown = fields[: DISCORD_FIELDS - 1] + [
@@ -71,7 +69,7 @@ def discord(msg: dict[str, Any]) -> dict[str, Any]:
         ]
     for name, value in shown:
         fname, fvalue = cut(name or "-", DISCORD_FIELD_NAME), cut(value or "-", DISCORD_FIELD_VALUE)
-        f: dict[str, Any] = {"name": fname, "value": fvalue, "inline": False}
+        f: dict[str, object] = {"name": fname, "value": fvalue, "inline": False}
         size = len(fname) + len(fvalue)
         if size > room:
             if room > 40:
@@ -89,9 +87,9 @@ def discord(msg: dict[str, Any]) -> dict[str, Any]:
     return {"content": cut(title, DISCORD_CONTENT), "embeds": [embed]}
 
 
-def slack(msg: dict[str, Any]) -> dict[str, Any]:
+def slack(msg: Notice) -> dict[str, object]:
     title, text, fields, footer = _parts(msg)
-    blocks: list[dict[str, Any]] = [
+    blocks: list[dict[str, object]] = [
         {"type": "header", "text": {"type": "plain_text", "text": cut(title, SLACK_HEADER)}}
     ]
     if text:
@@ -120,26 +118,35 @@ def slack(msg: dict[str, Any]) -> dict[str, Any]:
     return {"text": cut(f"{title}\n{text}".strip(), SLACK_SECTION), "blocks": blocks}
 
 
-def render(fmt: str, msg: dict[str, Any]) -> dict[str, Any]:
+def render(fmt: str, msg: Notice) -> dict[str, object]:
     """The body to POST for a webhook of format `fmt` (one of FORMATS)."""
     if fmt == "discord":
         return discord(msg)
     if fmt == "slack":
         return slack(msg)
-    return msg
+    return msg.to_json()
 
 
-def discord_problems(body: dict[str, Any]) -> list[str]:
-    """What in `body` breaks Discord's documented webhook limits (empty: none): a check of a body
-    as the receiver sees it (the demo's receiver runs it)."""
+def _obj(v: object) -> dict[str, object]:
+    return {str(k): x for k, x in v.items()} if isinstance(v, dict) else {}
+
+
+def _items(v: object) -> list[object]:
+    return v if isinstance(v, list) else []
+
+
+def discord_problems(body: object) -> list[str]:
+    """What in `body` (a received JSON document) breaks Discord's documented webhook limits
+    (empty: none): a check of a body as the receiver sees it (the demo's receiver runs it)."""
     bad = []
-    if len(str(body.get("content", ""))) > DISCORD_CONTENT:
+    top = _obj(body)
+    if len(str(top.get("content", ""))) > DISCORD_CONTENT:
         bad.append(f"content over {DISCORD_CONTENT}")
     total = 0
-    for e in body.get("embeds") or []:
+    for e in map(_obj, _items(top.get("embeds"))):
         title, desc = str(e.get("title", "")), str(e.get("description", ""))
-        foot = str((e.get("footer") or {}).get("text", ""))
-        fields = e.get("fields") or []
+        foot = str(_obj(e.get("footer")).get("text", ""))
+        fields = [_obj(f) for f in _items(e.get("fields"))]
         bad += [f"embed title over {DISCORD_TITLE}"] * (len(title) > DISCORD_TITLE)
         bad += [f"embed description over {DISCORD_DESCRIPTION}"] * (len(desc) > DISCORD_DESCRIPTION)
         bad += [f"more than {DISCORD_FIELDS} fields"] * (len(fields) > DISCORD_FIELDS)

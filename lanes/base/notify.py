@@ -28,7 +28,7 @@ import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -192,26 +192,54 @@ def now_iso(t: float | None = None) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Notice:
+    """One notification: nev's own payload (the `nev` format posts `to_json()`), what the outbox
+    keeps and what a chat format renders (`lanes.base.chatformat`)."""
+
+    kind: str
+    state: str  # event | down | recovered
+    at: str
+    rig: str
+    subject: str
+    detail: str
+    key: str  # one per event or incident: a receiver drops a repeat
+    #: a landing's announcement (`bench.announce.Announcement.to_json`: title, text, fields and the
+    #: numbers behind them), a JSON document passed through to the receiver as it is
+    announcement: dict[str, object] | None = None
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"nev": 1, "kind": self.kind, "state": self.state, "at": self.at,
+                                  "rig": self.rig, "subject": self.subject, "detail": self.detail,
+                                  "key": self.key}
+        if self.announcement is not None:
+            out["announcement"] = self.announcement
+        return out
+
+    @classmethod
+    def from_json(cls, obj: object) -> Notice | None:
+        """An outbox entry as a notice; None for one that does not read as one (dropped)."""
+        if not isinstance(obj, dict):
+            return None
+        vals = {k: obj.get(k) for k in ("kind", "state", "at", "rig", "subject", "detail", "key")}
+        if not all(isinstance(v, str) for v in vals.values()):
+            return None
+        ann = obj.get("announcement")
+        return cls(**{k: str(v) for k, v in vals.items()},
+                   announcement=ann if isinstance(ann, dict) else None)
+
+
 def payload(
     kind: str, state: str, rig: str, subject: str, detail: str, key: str, at: float | None = None
-) -> dict[str, Any]:
-    return {
-        "nev": 1,
-        "kind": kind,
-        "state": state,
-        "at": now_iso(at),
-        "rig": rig,
-        "subject": subject,
-        "detail": mask(detail),
-        "key": key,
-    }
+) -> Notice:
+    return Notice(kind, state, now_iso(at), rig, subject, mask(detail), key)
 
 
 _QUIET_S = 60.0                        # after a receiver failed, this process waits so long
 _failed: dict[str, tuple[float, str]] = {}   # url -> (monotonic time it failed, why)
 
 
-def post(url: str, body: dict[str, Any], timeout: float) -> str | None:
+def post(url: str, body: dict[str, object], timeout: float) -> str | None:
     """One POST: None when the receiver took it (2xx), else why not (masked, without the URL).
     A receiver that failed in this process the last _QUIET_S seconds is not asked again (so a
     tick with many events waits at most one timeout for a receiver that is down)."""
@@ -226,7 +254,7 @@ def post(url: str, body: dict[str, Any], timeout: float) -> str | None:
     return why
 
 
-def _post(url: str, body: dict[str, Any], timeout: float) -> str | None:
+def _post(url: str, body: dict[str, object], timeout: float) -> str | None:
     # urllib.request loads ssl, email and http: only a POST pays for them, not every gate
     import urllib.error
     import urllib.request
@@ -248,21 +276,22 @@ def _post(url: str, body: dict[str, Any], timeout: float) -> str | None:
         return mask(f"{type(why).__name__}: {why}", extra=(url,))
 
 
-def _outbox(d: Path) -> list[dict[str, Any]]:
+def _outbox(d: Path) -> list[Notice]:
     items = read_state(d / "outbox.json").get("pending")
-    return (
-        [m for m in items if isinstance(m, dict) and isinstance(m.get("key"), str)]
-        if isinstance(items, list)
-        else []
-    )
+    read = (Notice.from_json(m) for m in (items if isinstance(items, list) else []))
+    return [m for m in read if m is not None]
 
 
-def _keep(environ: Mapping[str, str] | None, msgs: list[dict[str, Any]], why: str) -> None:
+def _write_outbox(d: Path, box: list[Notice]) -> None:
+    jsonfile.write_atomic(d / "outbox.json", {"pending": [m.to_json() for m in box]}, 0o600)
+
+
+def _keep(environ: Mapping[str, str] | None, msgs: list[Notice], why: str) -> None:
     with _locked(environ) as d:
         box = _outbox(d) + msgs
         dropped = max(0, len(box) - OUTBOX_MAX)
-        jsonfile.write_atomic(d / "outbox.json", {"pending": box[dropped:]}, 0o600)
-    what = ", ".join(f"{m.get('kind')} {m.get('subject')}" for m in msgs)
+        _write_outbox(d, box[dropped:])
+    what = ", ".join(f"{m.kind} {m.subject}" for m in msgs)
     info(
         f"notify: {what}: not delivered ({why}); kept in {d / 'outbox.json'} for the next tick"
         + (f" ({dropped} oldest dropped)" if dropped else "")
@@ -300,10 +329,10 @@ def flush(environ: Mapping[str, str] | None = None, say: bool = False) -> int:
                          f"to {label(url) if url else 'the webhook'} ({err}); the next tick tries "
                          "again")
                 break
-            sent.add(m["key"])
+            sent.add(m.key)
         with _locked(environ):
-            left = [m for m in _outbox(d) if m["key"] not in sent]
-            jsonfile.write_atomic(d / "outbox.json", {"pending": left}, 0o600)
+            left = [m for m in _outbox(d) if m.key not in sent]
+            _write_outbox(d, left)
         if sent:
             info(f"notify: {len(sent)} message(s) from the outbox delivered")
         return len(left)
@@ -331,7 +360,7 @@ def _rig(environ: Mapping[str, str] | None) -> str:
     return hook.rig if hook is not None else socket.gethostname()
 
 
-def send(msg: dict[str, Any], environ: Mapping[str, str] | None = None) -> bool:
+def send(msg: Notice, environ: Mapping[str, str] | None = None) -> bool:
     """Deliver one message after the outbox's (kept in the outbox when that fails): True when
     delivered. Nothing configured: nothing sent, nothing kept."""
     hook = _hook(environ)
@@ -350,7 +379,7 @@ def send(msg: dict[str, Any], environ: Mapping[str, str] | None = None) -> bool:
     return False
 
 
-def _body(fmt: str, msg: dict[str, Any]) -> dict[str, Any]:
+def _body(fmt: str, msg: Notice) -> dict[str, object]:
     """The body a webhook of format `fmt` is sent (`lanes.base.chatformat`, loaded only to send)."""
     from lanes.base import chatformat
 
@@ -375,16 +404,14 @@ def _safe(fn: Any) -> Any:
 @_safe
 def event(
     kind: Kind, subject: str, detail: str, ident: str, environ: Mapping[str, str] | None = None,
-    announcement: dict[str, Any] | None = None,
+    announcement: dict[str, object] | None = None,
 ) -> None:
     """A one-off event (counted), sent once: `ident` makes its key (a commit, a run). A landing's
     `announcement` (title, text, fields: `bench.announce`) rides in the payload; a chat format
     shows it."""
     _count(kind, environ)
     msg = payload(kind, "event", _rig(environ), subject, detail, f"{kind}/{subject}/{ident}")
-    if announcement is not None:
-        msg["announcement"] = announcement
-    send(msg, environ)
+    send(replace(msg, announcement=announcement), environ)
 
 
 def _condition_key(kind: str, subject: str) -> str:
