@@ -2,7 +2,7 @@
 a Discord message with an embed, or a Slack message with blocks, each within the service's
 documented limits, cut with a marker rather than refused.
 
-`render(fmt, msg)` takes a notice (`lanes.base.notify.Notice`, with its `announcement` for a
+`render(fmt, msg)` takes a notice (`lanes.base.notice.Notice`, with its `announcement` for a
 landing: a title, a summary text and (name, value) fields) and gives the body to POST: a JSON
 document for the receiver, `dict[str, object]`.
 
@@ -16,10 +16,7 @@ document for the receiver, `dict[str, object]`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from lanes.base.notify import Notice
+from lanes.base.notice import Notice
 
 FORMATS = ("nev", "discord", "slack")
 CUT = " … (cut)"

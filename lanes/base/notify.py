@@ -36,6 +36,7 @@ from typing import Any
 from lanes.base import jsonfile, schema, settings
 from lanes.base.errors import ConfigError
 from lanes.base.mask import mask, register_secret
+from lanes.base.notice import Notice
 from lanes.base.ui import info
 
 OUTBOX_MAX = 200  # messages kept for a receiver that is down; the oldest go first
@@ -190,43 +191,6 @@ def now_iso(t: float | None = None) -> str:
     return dt.datetime.fromtimestamp(time.time() if t is None else t, dt.UTC).isoformat(
         timespec="seconds"
     )
-
-
-@dataclass(frozen=True)
-class Notice:
-    """One notification: nev's own payload (the `nev` format posts `to_json()`), what the outbox
-    keeps and what a chat format renders (`lanes.base.chatformat`)."""
-
-    kind: str
-    state: str  # event | down | recovered
-    at: str
-    rig: str
-    subject: str
-    detail: str
-    key: str  # one per event or incident: a receiver drops a repeat
-    #: a landing's announcement (`bench.announce.Announcement.to_json`: title, text, fields and the
-    #: numbers behind them), a JSON document passed through to the receiver as it is
-    announcement: dict[str, object] | None = None
-
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {"nev": 1, "kind": self.kind, "state": self.state, "at": self.at,
-                                  "rig": self.rig, "subject": self.subject, "detail": self.detail,
-                                  "key": self.key}
-        if self.announcement is not None:
-            out["announcement"] = self.announcement
-        return out
-
-    @classmethod
-    def from_json(cls, obj: object) -> Notice | None:
-        """An outbox entry as a notice; None for one that does not read as one (dropped)."""
-        if not isinstance(obj, dict):
-            return None
-        vals = {k: obj.get(k) for k in ("kind", "state", "at", "rig", "subject", "detail", "key")}
-        if not all(isinstance(v, str) for v in vals.values()):
-            return None
-        ann = obj.get("announcement")
-        return cls(**{k: str(v) for k, v in vals.items()},
-                   announcement=ann if isinstance(ann, dict) else None)
 
 
 def payload(
