@@ -13,7 +13,6 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from crates_bridge.errors import BridgeError, load_json
 from crates_bridge.workspace import Workspace
@@ -49,6 +48,10 @@ def read_manifest(folder: Path) -> Manifest:
     return Manifest(str(d.get("function")), cases, float(tol), dict(engines), d)
 
 
+#: One case's input: each field a CSS length as written ("12px", "30%", "auto") or a number of px.
+CaseInput = dict[str, str | float]
+
+
 def _len(rng: random.Random, *, auto: bool = True, pct: bool = True, neg: bool = False) -> str:
     r = rng.random()
     if auto and r < 0.35:
@@ -59,7 +62,7 @@ def _len(rng: random.Random, *, auto: bool = True, pct: bool = True, neg: bool =
     return f"{rng.randint(lo, 300)}px"
 
 
-def _element(rng: random.Random) -> dict[str, Any]:
+def _element(rng: random.Random) -> CaseInput:
     """The element's horizontal box, drawn in this order: width, margins, padding, borders."""
     return {
         "width": _len(rng),
@@ -72,12 +75,12 @@ def _element(rng: random.Random) -> dict[str, Any]:
     }
 
 
-def block_width_input(seed: int) -> dict[str, Any]:
+def block_width_input(seed: int) -> CaseInput:
     rng = random.Random(f"block_width:{seed}")
     return {"cb_width": float(rng.choice([0, 100, 240, 320, 480, 600, 1000])), **_element(rng)}
 
 
-def abspos_width_input(seed: int) -> dict[str, Any]:
+def abspos_width_input(seed: int) -> CaseInput:
     rng = random.Random(f"abspos_width:{seed}")
     return {
         "cb_width": float(rng.choice([100, 240, 320, 480, 600, 1000])),
@@ -89,7 +92,7 @@ def abspos_width_input(seed: int) -> dict[str, Any]:
 
 
 #: Deterministic input generators for the test corpora, by function.
-INPUTS: dict[str, Callable[[int], dict[str, Any]]] = {
+INPUTS: dict[str, Callable[[int], CaseInput]] = {
     "block_width": block_width_input,
     "abspos_width": abspos_width_input,
 }
