@@ -18,7 +18,6 @@ from jobs.lanestate import (
     Where,
     current_stage,
     events_of,
-    lane_lines,
     this_run,
 )
 from jobs.state import EVENTS, Event, JobEvent, JobView, Status, replay
@@ -178,7 +177,7 @@ class Follower:
         held: list[str] = []
         if first_look:
             self.live = True
-            out_events += lane_lines(LaneJob(w, view, reply.now).summary(), w.job)
+            out_events += LaneJob(w, view, reply.now).summary().lines(w.job)
             cur = current_stage(view)
             if view.status in (Status.RUNNING, Status.PENDING) and cur and cur[1].log:
                 self.logs[cur[0]] = LogTail(cur[0], cur[1].log, -TAIL_BYTES)

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobs import archive
 from jobs.laneread import LaneReader
@@ -131,37 +131,68 @@ class LaneJob:
     view: JobView | None
     now: float
 
-    def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"lane": self.where.label(), "state": self.where.state}
+    def summary(self) -> LaneSummary:
         v = self.view
         if v is None:
-            return {**out, "status": "no state yet", "this_run": False, "stages": {}}
+            return LaneSummary(self.where.label(), self.where.state, "no state yet", False)
         cur = current_stage(v)
         age = stage_age(cur[1], self.now) if cur else None
-        return {
-            **out,
-            "status": v.status.value,
-            "this_run": this_run(v, self.where.run_id),
-            "run_id": v.attempts[-1].run_id if v.attempts else None,
-            "attempts": len(v.attempts),
-            "stage": cur[0] if cur else None,
-            "stage_age_s": round(age, 1) if age is not None else None,
-            "stages": {n: s.status.value for n, s in v.stages.items()},
+        return LaneSummary(
+            self.where.label(),
+            self.where.state,
+            v.status.value,
+            this_run(v, self.where.run_id),
+            {n: s.status.value for n, s in v.stages.items()},
+            run_id=v.attempts[-1].run_id if v.attempts else None,
+            attempts=len(v.attempts),
+            stage=cur[0] if cur else None,
+            stage_age_s=round(age, 1) if age is not None else None,
+        )
+
+
+@dataclass
+class LaneSummary:
+    """What a person reads of a job's lane state (`nev job status NAME`, the dashboard's row)."""
+
+    lane: str
+    state: str  # the state folder on the lane
+    status: str  # the job's, or "no state yet"
+    this_run: bool  # the state is of the run this box sent last
+    stages: dict[str, str] = field(default_factory=dict)
+    run_id: str | None = None
+    attempts: int | None = None  # None: no state yet
+    stage: str | None = None  # the running stage
+    stage_age_s: float | None = None  # on the lane's clock
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "lane": self.lane,
+            "state": self.state,
+            "status": self.status,
+            "this_run": self.this_run,
         }
+        if self.attempts is not None:
+            out.update(
+                run_id=self.run_id,
+                attempts=self.attempts,
+                stage=self.stage,
+                stage_age_s=self.stage_age_s,
+            )
+        out["stages"] = dict(self.stages)
+        return out
 
-
-def lane_lines(s: dict[str, Any], job: str) -> list[str]:
-    """What a person reads of a job's lane state (`LaneJob.summary`), pure."""
-    head = f"{job} on {s['lane']}: {s['status']}"
-    if s["status"] == "no state yet":
-        return [f"{head} (queued or preparing: {s['state']})"]
-    head += f", attempt {s['attempts']}"
-    if not s["this_run"]:
-        head += f" of run {s['run_id']} (an earlier run; the one sent last has not started)"
-    if s.get("stage"):
-        age = s.get("stage_age_s")
-        head += f"; stage {s['stage']} running" + (f" for {age:.0f} s" if age is not None else "")
-    return [head] + [f"  {n:<20} {st}" for n, st in s["stages"].items()]
+    def lines(self, job: str) -> list[str]:
+        """The lines of `nev job status NAME` (pure)."""
+        head = f"{job} on {self.lane}: {self.status}"
+        if self.attempts is None:
+            return [f"{head} (queued or preparing: {self.state})"]
+        head += f", attempt {self.attempts}"
+        if not self.this_run:
+            head += f" of run {self.run_id} (an earlier run; the one sent last has not started)"
+        if self.stage:
+            age = self.stage_age_s
+            head += f"; stage {self.stage} running" + (f" for {age:.0f} s" if age is not None else "")
+        return [head] + [f"  {n:<20} {st}" for n, st in self.stages.items()]
 
 
 def _conn_key(lane: Lane) -> tuple[str, str | None]:

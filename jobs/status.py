@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jobs import records
-from jobs.state import STATE, JobState, JobView, used_seconds
+from jobs.lanestate import LaneSummary
+from jobs.state import STATE, JobState, JobView, PreflightView, ResultView, used_seconds
 from lanes.base import jsonfile, settings
 from lanes.base.errors import NevError, UsageError
 from lanes.base.exitcodes import Exit
@@ -22,18 +23,59 @@ def jobs_folder(environ: Mapping[str, str] | None = None) -> Path:
     return base / "jobs"
 
 
-def summary(state: JobView, clock: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The part of a state a person reads (pure)."""
-    return {
-        "job": state.job,
-        "status": state.status.value,
-        "attempts": len(state.attempts),
-        "used_s": round(used_seconds(state, clock), 1),
-        "stages": {n: s.status.value for n, s in state.stages.items()},
-        "preflight": asdict(state.preflight) if state.preflight else None,
-        "inventory": state.inventory.outcome if state.inventory else None,
-        "result": asdict(state.result) if state.result else None,
-    }
+@dataclass
+class JobSummary:
+    """What a person reads of a job (`nev job status`): from its state folder (`of_state`), or from
+    this box's submission record when the state lives on the lane (`of_record`, `resends` set),
+    with, for a job in flight asked for by name, its lane's view (`lane`: `LaneSummary`, or why
+    the lane could not be read)."""
+
+    job: str | None
+    status: str
+    attempts: int
+    used_s: float = 0.0
+    stages: dict[str, str] = field(default_factory=dict)
+    preflight: PreflightView | None = None
+    inventory: str | None = None
+    result: ResultView | str | None = None    # the state's result; a record's: its result commit
+    exit: int | None = None
+    why: str | None = None
+    run_id: str | None = None
+    resends: int | None = None                 # set: a submission record of this box
+    cutoffs: int | None = None
+    lane: LaneSummary | str | None = None      # a string: why the lane could not be read
+
+    @classmethod
+    def of_state(cls, state: JobView, clock: dict[str, object] | None = None) -> JobSummary:
+        return cls(job=state.job, status=state.status.value, attempts=len(state.attempts),
+                   used_s=round(used_seconds(state, clock), 1),
+                   stages={n: s.status.value for n, s in state.stages.items()},
+                   preflight=state.preflight,
+                   inventory=state.inventory.outcome if state.inventory else None,
+                   result=state.result)
+
+    @classmethod
+    def of_record(cls, rec: records.JobRecord) -> JobSummary:
+        return cls(job=rec.job, status=rec.status.value, attempts=rec.sends, result=rec.result,
+                   exit=rec.exit, why=rec.why, run_id=rec.run_id, resends=rec.resends,
+                   cutoffs=rec.cutoffs)
+
+    def to_json(self) -> dict[str, object]:
+        """`--json`'s row (commit ids cut to 12, `short_commits`): the state's keys, a record's
+        with its own; `lane` only for a job in flight asked for by name."""
+        result = asdict(self.result) if isinstance(self.result, ResultView) else self.result
+        out: dict[str, object] = {
+            "job": self.job, "status": self.status, "attempts": self.attempts,
+            "used_s": self.used_s, "stages": dict(self.stages),
+            "preflight": asdict(self.preflight) if self.preflight else None,
+            "inventory": self.inventory, "result": result}
+        if self.resends is not None:
+            out.update({"exit": self.exit, "why": self.why, "run_id": self.run_id,
+                        "resends": self.resends, "cutoffs": self.cutoffs})
+        if self.lane is not None:
+            out["lane"] = ({"unreachable": self.lane} if isinstance(self.lane, str)
+                           else self.lane.to_json())
+        return short_commits(out)
 
 
 COMMIT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
@@ -46,42 +88,34 @@ def short_commits(obj: Any) -> Any:
     return jsonfile.map_strings(obj, lambda s: s[:SHORT] if COMMIT_ID.fullmatch(s) else s)
 
 
-def lines(s: dict[str, Any]) -> list[str]:
-    if "resends" in s:  # a submission record of this box (the state lives on the lane)
-        out = [f"{s['job']}: {s['status']}" + (f" (exit {s['exit']})" if s.get("exit") is not None else "")
-               + f", run {s.get('run_id') or '-'}, {s['attempts']} send(s), {s['resends']} resend(s)"
-               + (f", {s['cutoffs']} cut-off(s)" if s.get("cutoffs") else "")]
-        if s.get("why"):
-            out.append(f"  {s['why']}")
+def lines(s: JobSummary) -> list[str]:
+    if s.resends is not None:  # a submission record of this box (the state lives on the lane)
+        out = [f"{s.job}: {s.status}" + (f" (exit {s.exit})" if s.exit is not None else "")
+               + f", run {s.run_id or '-'}, {s.attempts} send(s), {s.resends} resend(s)"
+               + (f", {s.cutoffs} cut-off(s)" if s.cutoffs else "")]
+        if s.why:
+            out.append(f"  {s.why}")
         return out
-    out = [f"{s['job']}: {s['status']} ({s['attempts']} attempt(s), {s['used_s']:.0f} s used)"]
-    for name, st in s["stages"].items():
+    out = [f"{s.job}: {s.status} ({s.attempts} attempt(s), {s.used_s:.0f} s used)"]
+    for name, st in s.stages.items():
         out.append(f"  {name:<20} {st}")
-    pf = s.get("preflight")
-    if pf and not pf.get("ok"):
-        out += [f"  requirements: unmet: {r['message']}" for r in pf.get("reasons", [])]
-    if s.get("inventory") and s["inventory"] not in ("passed", "skipped"):
-        out.append(f"  inventory: {s['inventory']}")
+    pf = s.preflight
+    if pf and not pf.ok:
+        out += [f"  requirements: unmet: {r.get('message')}" for r in pf.reasons]
+    if s.inventory and s.inventory not in ("passed", "skipped"):
+        out.append(f"  inventory: {s.inventory}")
     return out
 
 
-def record_summary(rec: records.JobRecord) -> dict[str, Any]:
-    """A submission record of this box as `lines` reads it (pure)."""
-    return {"job": rec.job, "status": rec.status.value, "attempts": rec.sends, "used_s": 0.0,
-            "stages": {}, "preflight": None, "inventory": None, "result": rec.result,
-            "exit": rec.exit, "why": rec.why, "run_id": rec.run_id, "resends": rec.resends,
-            "cutoffs": rec.cutoffs}
-
-
-def lane_view(rec: records.JobRecord) -> dict[str, Any]:
-    """A job in flight as its lane holds it (`jobs.lanestate`), or `{"unreachable": why}`."""
+def lane_view(rec: records.JobRecord) -> LaneSummary | str:
+    """A job in flight as its lane holds it (`jobs.lanestate`), or why it could not be read."""
     from jobs import lanestate
 
     try:
         got = lanestate.views([lanestate.where(rec)])[rec.job]
     except NevError as e:                     # no lane configured, a bad lanes file
-        return {"unreachable": mask(e.message)}
-    return {"unreachable": got} if isinstance(got, str) else got.summary()
+        return mask(e.message)
+    return got if isinstance(got, str) else got.summary()
 
 
 def show(name: str | None, state_dir: Path | None, as_json: bool,
@@ -103,19 +137,18 @@ def show(name: str | None, state_dir: Path | None, as_json: bool,
                 raise NevError(f"{f}: no job state here; run it with `nev job run` or give --state")
             continue
         js = JobState.read(f)
-        found.append(summary(js.state, js.clock()))
+        found.append(JobSummary.of_state(js.state, js.clock()))
     if state_dir is None:
-        seen = {s["job"] for s in found}     # a set: the records can number tens of thousands
+        seen = {s.job for s in found}     # a set: the records can number tens of thousands
         for job, rec in sorted(records.read(environ).jobs.items()):
             if (name is None or job == name) and job not in seen:
-                found.append(record_summary(rec))
+                found.append(JobSummary.of_record(rec))
                 if name and not rec.status.final:    # in flight: as its lane holds it too
-                    found[-1]["lane"] = lane_view(rec)
+                    found[-1].lane = lane_view(rec)
     if name and not found:
         raise NevError(f"no job {name}: no state folder under {jobs_folder(environ)} and no submission record")
-    found = [short_commits(s) for s in found]
     if as_json:
-        emit_json(found)
+        emit_json([s.to_json() for s in found])
     else:
         for s in found:
             print("\n".join(lines(s) + [f"  {x}" for x in lane_text(s)]), flush=True)
@@ -124,15 +157,12 @@ def show(name: str | None, state_dir: Path | None, as_json: bool,
     return 0
 
 
-def lane_text(s: dict[str, Any]) -> list[str]:
-    lane = s.get("lane")
-    if not lane:
+def lane_text(s: JobSummary) -> list[str]:
+    if s.lane is None:
         return []
-    if "unreachable" in lane:
-        return [f"lane unreachable: {lane['unreachable']}"]
-    from jobs.lanestate import lane_lines
-
-    return lane_lines(lane, s["job"])
+    if isinstance(s.lane, str):
+        return [f"lane unreachable: {s.lane}"]
+    return s.lane.lines(s.job or "")
 
 
 def follow_job(name: str | None, state_dir: Path | None, as_json: bool,
@@ -154,6 +184,6 @@ def follow_job(name: str | None, state_dir: Path | None, as_json: bool,
     except NevError as e:
         if e.exit_code != Exit.UNAVAILABLE:
             raise
-        out = lines(short_commits(record_summary(rec))) + [f"  lane unreachable: {mask(e.message)}"]
+        out = lines(JobSummary.of_record(rec)) + [f"  lane unreachable: {mask(e.message)}"]
         print("\n".join(out), flush=True)
         return Exit.UNAVAILABLE

@@ -169,7 +169,7 @@ def lane_jobs() -> list[dict[str, Any]]:
             out.append({"job": name, "lane": next(w.label() for w in wheres if w.job == name),
                         "unavailable": mask(got, extra=known_secrets())})
         else:
-            out.append({"job": name, **got.summary()})
+            out.append({"job": name, **got.summary().to_json()})
     return sorted(out, key=lambda r: r["job"])
 
 
