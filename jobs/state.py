@@ -399,7 +399,15 @@ def replay(events: list[JobEvent]) -> JobView:
     return st
 
 
-def used_seconds(state: JobView, clock: dict[str, Any] | None = None) -> float:
+@dataclass(frozen=True)
+class Clock:
+    """`clock.json`: the running attempt's last heartbeat (its number, a Unix time)."""
+
+    attempt: int
+    last_seen_ts: float
+
+
+def used_seconds(state: JobView, clock: Clock | None = None) -> float:
     """Wall-clock seconds spent across every attempt (a killed one up to its last heartbeat)."""
     total = 0.0
     attempts = state.attempts
@@ -407,8 +415,8 @@ def used_seconds(state: JobView, clock: dict[str, Any] | None = None) -> float:
         if not a.started or not a.last_seen:
             continue
         end = parse_iso(a.last_seen)
-        if clock and i == len(attempts) - 1 and clock.get("attempt") == a.n:
-            end = max(end, float(clock.get("last_seen_ts", end)))
+        if clock and i == len(attempts) - 1 and clock.attempt == a.n:
+            end = max(end, clock.last_seen_ts)
         total += max(0.0, end - parse_iso(a.started))
     return total
 
@@ -477,15 +485,19 @@ class JobState:
         out["used_s"] = round(used_seconds(self.state, self.clock()), 1)
         jsonfile.write_atomic(self.folder / STATE, out)
 
-    def clock(self) -> dict[str, Any] | None:
+    def clock(self) -> Clock | None:
+        """The heartbeat, or None when there is none or it does not read (it only adds time)."""
         try:
             data = jsonfile.load(self.folder / CLOCK, "clock file")
         except ConfigError:
             return None
-        if not isinstance(data, dict) or isinstance(data.get("last_seen_ts"), bool) \
-                or not isinstance(data.get("last_seen_ts", 0.0), int | float):
+        if not isinstance(data, dict):
             return None
-        return data
+        n, ts = data.get("attempt"), data.get("last_seen_ts", 0.0)
+        if not isinstance(n, int) or isinstance(n, bool) or isinstance(ts, bool) \
+                or not isinstance(ts, int | float):
+            return None
+        return Clock(n, float(ts))
 
     def heartbeat(self) -> None:
         if self.state.attempts:

@@ -10,7 +10,15 @@ from typing import Any
 
 from jobs import records
 from jobs.lanestate import LaneSummary
-from jobs.state import STATE, JobState, JobView, PreflightView, ResultView, used_seconds
+from jobs.state import (
+    STATE,
+    Clock,
+    JobState,
+    JobView,
+    PreflightView,
+    ResultView,
+    used_seconds,
+)
 from lanes.base import jsonfile, settings
 from lanes.base.errors import NevError, UsageError
 from lanes.base.exitcodes import Exit
@@ -46,7 +54,7 @@ class JobSummary:
     lane: LaneSummary | str | None = None      # a string: why the lane could not be read
 
     @classmethod
-    def of_state(cls, state: JobView, clock: dict[str, object] | None = None) -> JobSummary:
+    def of_state(cls, state: JobView, clock: Clock | None = None) -> JobSummary:
         return cls(job=state.job, status=state.status.value, attempts=len(state.attempts),
                    used_s=round(used_seconds(state, clock), 1),
                    stages={n: s.status.value for n, s in state.stages.items()},
