@@ -63,7 +63,7 @@ class JobRecord:
     outcome: str | None = None          # the result's outcome (passed, failed, stopped, not-run)
     why: str | None = None              # the last landing's reason
     key_sha256: str | None = None       # the digest of the job's own gateway key (jobs/jobkeys.py), never the key
-    extra: dict[str, Any] = field(default_factory=dict)    # fields this version does not know
+    extra: dict[str, object] = field(default_factory=dict)    # fields this version does not know
 
     @classmethod
     def from_json(cls, f: Fields, obj: Any, where: str) -> JobRecord:
@@ -114,9 +114,9 @@ class JobRecord:
                    outcome=opt("outcome", str), why=opt("why", str), key_sha256=opt("key_sha256", str),
                    extra={k: v for k, v in o.items() if k not in known})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The record as the file holds it: fields with no value left out."""
-        out: dict[str, Any] = {x.name: getattr(self, x.name) for x in fields(self)
+        out: dict[str, object] = {x.name: getattr(self, x.name) for x in fields(self)
                                if x.name != "extra" and getattr(self, x.name) is not None}
         out["status"] = self.status.value
         if not self.cutoffs:    # newer than the file format's first fields: absent until a cut-off
@@ -131,7 +131,7 @@ class Records:
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     last_poll: str | None = None
     schema: int = SCHEMA
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)   # top-level keys this version does not know
 
     @classmethod
     def from_json(cls, f: Fields, data: Any) -> Records:
@@ -158,8 +158,8 @@ class Records:
         return cls(jobs=recs, last_poll=last_poll, schema=schema,
                    extra={k: v for k, v in top.items() if k not in ("schema", "jobs", "last_poll")})
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"schema": self.schema, "jobs": {n: r.to_json() for n, r in self.jobs.items()}}
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"schema": self.schema, "jobs": {n: r.to_json() for n, r in self.jobs.items()}}
         if self.last_poll is not None:
             out["last_poll"] = self.last_poll
         return {**out, **self.extra}

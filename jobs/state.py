@@ -302,7 +302,7 @@ class JobView:
     events: int = 0
     last_event: LastEvent | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod
