@@ -62,3 +62,23 @@ def test_an_outbox_written_by_the_previous_version_is_delivered_as_notices(tmp_p
     # an entry that does not read as a notice is dropped, the rest kept
     (d / "outbox.json").write_text(json.dumps({"pending": [{"kind": 3}, old[0]]}))
     assert [m.key for m in notify._outbox(d)] == [old[0]["key"]]
+
+
+def test_job_records_written_by_the_previous_version_read_back_and_write_the_same(tmp_path: Path):
+    import json
+
+    from jobs.records import JobStatus, Records
+    from lanes.base.jsonfile import Fields
+
+    path = DATA / "job-results-v0.1.json"
+    data = json.loads(path.read_text())
+    recs = Records.from_json(Fields(path), data)
+    a, b = recs.jobs["clamp-px"], recs.jobs["abspos-width"]
+    assert a.status is JobStatus.SUBMITTED and a.params["SHARE"] == "/srv/lane-shared" and a.lane == 0
+    assert (b.status, b.cutoffs, b.exit, b.outcome) == (JobStatus.LANDED, 1, 0, "passed")
+    assert recs.to_json() == data                      # written back as the old version wrote it
+    bad = json.loads(path.read_text())
+    bad["jobs"]["clamp-px"]["sends"] = "one"
+    with pytest.raises(ConfigError) as e:
+        Records.from_json(Fields(path), bad)
+    assert "\n" not in str(e.value) and "jobs.clamp-px" in str(e.value) and "sends" in str(e.value)
