@@ -50,7 +50,7 @@ def batch_run(function: str, models: str | None, max_batches: int | None, escala
     could not be written), 12 when none passed before the budget bound (the next call would
     have passed it), 3 when no lane answered (nothing ran), 2 on bad arguments.
     """
-    from bench.batch import command
+    from bench.batch_cmd import command
 
     argv = ["batch", "run", function]
     for flag, value in (("--models", models), ("--max-batches", max_batches), ("--escalate-after", escalate_after),
@@ -80,7 +80,7 @@ def batch_plan(function: str, models: str | None, budget_tokens: str | None, bud
     (NEV_THROUGHPUT_DIR), the function's last round records in target/batch (the lane's CPU,
     tokens per candidate, a 429's cooldown) and the budget left. Reads files only; runs anywhere.
     """
-    from bench.batch import plan_command
+    from bench.batch_cmd import plan_command
 
     return plan_command(function, repo, models, budget_tokens, budget_gpu_s, as_json, echo=click.echo)
 
@@ -295,7 +295,7 @@ def ledger(ctx: click.Context, worktree: str | None, list_all: bool, last: int |
         return 0
 
     from bench import ledger as ledger_mod
-    from bench.batch import repo_root
+    from bench.batch_cmd import repo_root
     from lanes.base.ui import emit_json
 
     if list_all:
