@@ -87,6 +87,10 @@ class RunConfig:
     supersede: bool = False
     #: the first round's prompt shows the current version's failing cases
     seed_failures: bool = False
+    #: the run's aliases whose sweep is older than the last serving change (bench.sweeps), and
+    #: whether they size the plan anyway (--accept-stale-sweeps); else they are left out of `measured`
+    stale_sweeps: dict[str, Any] = field(default_factory=dict)
+    accept_stale: bool = False
 
 
 @dataclass

@@ -7,6 +7,7 @@ one (`bench.onlane`); on a lane it runs the loop in place.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 from bench import folknet as fk
 from bench import ledger, provenance
 from bench import plan as plan_mod
+from bench import sweeps as sweeps_mod
 from bench.batch import RunConfig, plan_round, run
 from bench.budget import Budget, Meter, spent_in
 from bench.gateway import Gateway
@@ -32,8 +34,8 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
                          escalate_after: int | None, escalate: str | None, seed: int | None,
                          corpus: Path | None = None, budget_tokens: str | None = None,
                          budget_gpu_s: str | None = None, supersede: bool = False,
-                         seed_failures: bool = False) -> RunConfig:
-    from lanes.base import settings
+                         seed_failures: bool = False, accept_stale: bool = False) -> RunConfig:
+    from lanes.base import changelog, settings
 
     if not re.fullmatch(r"[a-z][a-z0-9_]*", function):
         raise UsageError(f"`{function}` is not a function name (lower_snake_case)")
@@ -61,6 +63,13 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
     counted = budget and settings.get(settings.LEDGER_NAME)
     spent = spent_in(ledger.read_for_budget(ledger_path, ui.info)) if counted else (0, 0.0)
     sweeps = plan_mod.read_throughput(settings.path(settings.THROUGHPUT_DIR))
+    # a sweep measured before the serving configuration last changed sizes nothing (bench.sweeps)
+    changed = sweeps_mod.last_change(changelog.read(settings.path(settings.RIG_NOTES)))
+    old = sweeps_mod.stale(sweeps, changed)
+    asked = {s.alias for s in shares + ([escalation] if escalation else [])}
+    old = {a: st for a, st in old.items() if a in asked}
+    if not accept_stale:
+        sweeps = {a: sw for a, sw in sweeps.items() if a not in old}
     return RunConfig(function=function, shares=shares, escalation=escalation, escalate_after=ea,
                      max_batches=mb, engine_dir=engine, corpus_dir=corpus or corpus_root / function,
                      workdir=workdir, ledger_path=ledger_path, seed=seed, budget=budget,
@@ -68,7 +77,8 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
                      measured={a: plan_mod.Measured.from_sweep(sw) for a, sw in sweeps.items()},
                      history=plan_mod.latest_records(workdir, function), spent_before=spent,
                      specs_dir=provenance.spec_path(function, root, own_specs).parent,
-                     root=root, supersede=supersede, seed_failures=seed_failures)
+                     root=root, supersede=supersede, seed_failures=seed_failures,
+                     stale_sweeps=old, accept_stale=accept_stale)
 
 
 def ledger_name(root: Path, environ: Mapping[str, str] | None = None) -> str:
@@ -102,7 +112,7 @@ def command(function: str, repo: Path, models: str | None, max_batches: int | No
             escalate: str | None, seed: int | None, corpus: Path | None, argv: Sequence[str],
             echo: Callable[[str], None] = print, budget_tokens: str | None = None,
             budget_gpu_s: str | None = None, supersede: bool = False,
-            seed_failures: bool = False) -> int:
+            seed_failures: bool = False, accept_stale: bool = False) -> int:
     """`nev batch run`: on a lane, run here; else re-run on a lane (exit 3 with none)."""
     from bench import onlane
     from bench.gateway import url_from_settings
@@ -115,7 +125,9 @@ def command(function: str, repo: Path, models: str | None, max_batches: int | No
         pull = ["target/batch"] + ([str(engine / "crates/layout/src/generated")] if not engine.is_absolute() else [])
         return onlane.run_on_lane(root, ["nev", *argv], pull=pull)
     cfg = config_from_settings(function, repo, models, max_batches, escalate_after, escalate, seed, corpus,
-                               budget_tokens, budget_gpu_s, supersede, seed_failures)
+                               budget_tokens, budget_gpu_s, supersede, seed_failures, accept_stale)
+    for line in stale_lines(cfg):
+        echo(line)
     for s in cfg.shares + ([cfg.escalation] if cfg.escalation else []):
         if s.note:
             echo(f"{s.alias}: {s.note}")
@@ -125,18 +137,29 @@ def command(function: str, repo: Path, models: str | None, max_batches: int | No
     return res.exit_code
 
 
+def stale_lines(cfg: RunConfig, now: dt.datetime | None = None) -> list[str]:
+    """One line per stale sweep of the run's aliases: which, how old, what changed, what to do."""
+    at = now or dt.datetime.now(dt.UTC)
+    return [st.line(at, cfg.accept_stale) for st in cfg.stale_sweeps.values()]
+
+
 def plan_command(function: str, repo: Path, models: str | None, budget_tokens: str | None, budget_gpu_s: str | None,
-                 as_json: bool, echo: Callable[[str], None] = print) -> int:
+                 as_json: bool, echo: Callable[[str], None] = print, accept_stale: bool = False) -> int:
     """`nev batch plan`: the first round's plan from what is declared and measured here (reads files only)."""
     from lanes.base.ui import emit_json
 
-    cfg = config_from_settings(function, repo, models, None, None, None, None, None, budget_tokens, budget_gpu_s)
+    cfg = config_from_settings(function, repo, models, None, None, None, None, None, budget_tokens, budget_gpu_s,
+                               accept_stale=accept_stale)
     meter = Meter(cfg.budget, spent_tokens=cfg.spent_before[0], spent_gpu_s=cfg.spent_before[1])
     plans = plan_round(cfg, cfg.shares, meter, None, cfg.history,
                        cfg.history[-1] if cfg.history else None)
     if as_json:
-        emit_json({"function": function, "budget": meter.to_json(), "plans": [p.to_json() for p in plans]})
+        now = dt.datetime.now(dt.UTC)
+        emit_json({"function": function, "budget": meter.to_json(), "plans": [p.to_json() for p in plans],
+                   "stale_sweeps": [st.to_json(now, accept_stale) for st in cfg.stale_sweeps.values()]})
         return 0
+    for line in stale_lines(cfg):
+        echo(line)
     for row in plan_mod.render(plans):
         echo(row)
     if meter.bound is not None:
