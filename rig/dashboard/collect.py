@@ -12,6 +12,7 @@ breaks the page.
 | lane_jobs | each job in flight, on its lane (`jobs/lanestate.py`: one SSH read per lane): its
 |          | running stage and that stage's age |
 | batches  | the ledger (`bench/ledger.py`: `ledger/<worktree>.jsonl` on the share): one line per batch, and per worktree or job its spend against its budget |
+| queues   | the queue waits (`rig/queues.py`): jobs submitted to first stage, draws sent to first byte; p50, p95, max |
 | floors   | the engine's committed floor and provenance files, per function |
 """
 
@@ -258,11 +259,19 @@ def floors() -> list[dict[str, Any]]:
     return out
 
 
+# -- queue waits -----------------------------------------------------------
+
+def queues() -> dict[str, Any]:
+    from rig import queues as q
+
+    return q.gather()
+
+
 # -- all of them -----------------------------------------------------------
 
 COLLECTORS: dict[str, Callable[[], Any]] = {
     "lanes": lanes, "dagu": dagu_runs, "aliases": aliases, "replicas": replicas, "jobs": jobs,
-    "lane_jobs": lane_jobs, "batches": batches, "floors": floors,
+    "lane_jobs": lane_jobs, "batches": batches, "queues": queues, "floors": floors,
 }
 
 
@@ -282,6 +291,7 @@ def load_sources() -> None:
     import lanes.gate  # noqa: F401
     import rig.inventory.inventoryfile  # noqa: F401
     import rig.inventory.status  # noqa: F401
+    import rig.queues  # noqa: F401
     import rig.rigfile  # noqa: F401
     import rig.serving.state  # noqa: F401
     import rig.snapshot.context  # noqa: F401
