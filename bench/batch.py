@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench import ledger, prompt, provenance
+from bench import ledger, prompt, provenance, runmanifest
 from bench import plan as plan_mod
 from bench import rounds as rounds_mod
 from bench.answers import Candidate, code_hash, extract_code
@@ -55,6 +55,7 @@ from crates_bridge.workspace import Workspace
 from lanes.base import jsonfile
 from lanes.base.errors import ConfigError, NevError
 from lanes.base.exitcodes import Exit
+from lanes.base.gitrun import Repo
 from lanes.base.mask import mask
 
 
@@ -88,9 +89,13 @@ class RunConfig:
     #: the first round's prompt shows the current version's failing cases
     seed_failures: bool = False
     #: the run's aliases whose sweep is older than the last serving change (bench.sweeps), and
-    #: whether they size the plan anyway (--accept-stale-sweeps); else they are left out of `measured`
+    #: whether they size the plan anyway (--accept-stale-sweeps); else `measured` leaves them out
     stale_sweeps: dict[str, Any] = field(default_factory=dict)
     accept_stale: bool = False
+    #: `--manifest FILE`: the run manifest to draw again from (bench.runmanifest); its seeds are
+    #: taken, and every input it pins is checked before the first draw
+    pinned: dict[str, Any] | None = None
+    pinned_path: Path | None = None
 
 
 @dataclass
@@ -291,10 +296,12 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
     manifest = corpus_manifest(cfg)
     corpus = read_cases(cfg.corpus_dir)
     batch_id = cfg.batch_id or f"{cfg.function}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:4]}"
-    seed_base = str(cfg.seed) if cfg.seed is not None else batch_id
     meter = _meter(cfg, gw)
+    seed_base, pinned = pin(cfg, spec, signature, iface, manifest, batch_id, gw)
     run_dir = cfg.workdir / batch_id
     run_dir.mkdir(parents=True, exist_ok=True)
+    manifest_sha = runmanifest.write(run_dir / runmanifest.NAME, pinned)
+    echo(f"run manifest {run_dir / runmanifest.NAME} (sha256 {manifest_sha})")
 
     judged: dict[str, Judged] = {}
     all_cands: list[Candidate] = []
@@ -384,6 +391,8 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
         if passing:
             inputs = provenance_inputs(cfg, spec, signature, css, iface, manifest, prompt_hashes,
                                        seed_base, calls)
+            inputs["manifest"] = {"sha256": manifest_sha,
+                                  "file": f"target/batch/{batch_id}/{runmanifest.NAME}"}
             kept = keep(ws, spec, signature, batch_id, judged[passing[0].hash], all_cands, judged, rounds,
                         cfg.corpus_dir, run_dir, inputs=inputs, supersede=cfg.supersede)
             return RunResult(batch_id, True, rounds, kept, f"{cfg.function}: kept a passing version from "
@@ -400,6 +409,48 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
     msg = (f"{cfg.function}: no version passed in {len(rounds)} batch(es)"
            + (f" (failed models: {why})" if why else "") + "; nothing kept")
     return RunResult(batch_id, False, rounds, None, mask(msg), Exit.FAILED)
+
+
+def pin(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, corpus_man: Any,
+        batch_id: str, gw: Gateway) -> tuple[str, dict[str, Any]]:
+    """The run's seed base and its manifest, before the first draw. Drawing again from a manifest
+    (`cfg.pinned`): its seeds, and refused (MANIFEST_CHANGED, one line) when an input no longer
+    holds."""
+    seed_base = (str(cfg.pinned["seeds"]["base"]) if cfg.pinned is not None
+                 else str(cfg.seed) if cfg.seed is not None else batch_id)
+    now = run_manifest(cfg, spec, signature, iface, corpus_man, seed_base, gw)
+    if cfg.pinned is not None:
+        why = runmanifest.difference(cfg.pinned, now)
+        if why:
+            raise NevError(f"run manifest {cfg.pinned_path}: {why}; nothing drawn (run without "
+                           "--manifest to pin the inputs as they are now)", Exit.MANIFEST_CHANGED)
+    return seed_base, now
+
+
+def run_manifest(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, corpus_man: Any,
+                 seed_base: str, gw: Gateway) -> dict[str, Any]:
+    """The run's inputs as they are now, the aliases' model ids probed (bench.runmanifest)."""
+    root = cfg.root or cfg.engine_dir
+    escalates = cfg.escalation is not None and cfg.escalate_after < cfg.max_batches
+    every = [("share", s) for s in cfg.shares] + ([("escalation", cfg.escalation)]
+                                                  if escalates and cfg.escalation else [])
+
+    def shares(ss: Sequence[Share]) -> str:
+        return ",".join(f"{s.alias}:{s.n}:{s.inflight}" for s in ss)
+
+    return runmanifest.build(
+        function=cfg.function,
+        spec=provenance.spec_block(spec, provenance.spec_path(cfg.function, root, cfg.specs_dir),
+                                   root),
+        prefix_sha256=provenance.sha256(prompt.SYSTEM + prompt.prefix(spec, signature, iface)),
+        aliases=[{"alias": s.alias, "role": role, "n": s.n, "inflight": s.inflight}
+                 for role, s in every],
+        served=runmanifest.probe(gw.endpoint, [s.alias for _, s in every]),
+        corpus=provenance.corpus_block(cfg.corpus_dir.name, corpus_man), seed_base=seed_base,
+        run={"models": shares(cfg.shares),
+             "escalate": shares([cfg.escalation]) if cfg.escalation else None,
+             "max_batches": cfg.max_batches, "escalate_after": cfg.escalate_after},
+        engine_commit=Repo(root).try_rev("HEAD"), nev=runmanifest.nev_version())
 
 
 def provenance_inputs(cfg: RunConfig, spec: prompt.Spec, signature: str, css: str, iface: str,

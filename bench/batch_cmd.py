@@ -10,10 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from bench import folknet as fk
-from bench import ledger, provenance
+from bench import ledger, provenance, runmanifest
 from bench import plan as plan_mod
 from bench import sweeps as sweeps_mod
 from bench.batch import RunConfig, plan_round, run
@@ -112,11 +113,20 @@ def command(function: str, repo: Path, models: str | None, max_batches: int | No
             escalate: str | None, seed: int | None, corpus: Path | None, argv: Sequence[str],
             echo: Callable[[str], None] = print, budget_tokens: str | None = None,
             budget_gpu_s: str | None = None, supersede: bool = False,
-            seed_failures: bool = False, accept_stale: bool = False) -> int:
-    """`nev batch run`: on a lane, run here; else re-run on a lane (exit 3 with none)."""
+            seed_failures: bool = False, accept_stale: bool = False,
+            manifest: Path | None = None) -> int:
+    """`nev batch run`: on a lane, run here; else re-run on a lane (exit 3 with none). With
+    `manifest`, draw again from the inputs a run manifest pins (bench.runmanifest)."""
     from bench import onlane
     from bench.gateway import url_from_settings
 
+    if manifest is not None:
+        given = [flag for flag, v in (("--models", models), ("--max-batches", max_batches),
+                                      ("--escalate-after", escalate_after), ("--escalate", escalate),
+                                      ("--seed", seed)) if v is not None]
+        if given:
+            raise UsageError(f"--manifest pins the models, the rounds and the seeds; leave out "
+                             f"{', '.join(given)}")
     if not onlane.on_lane():
         from lanes.base import settings
 
@@ -124,8 +134,19 @@ def command(function: str, repo: Path, models: str | None, max_batches: int | No
         engine = Path(settings.value(settings.ENGINE_DIR))
         pull = ["target/batch"] + ([str(engine / "crates/layout/src/generated")] if not engine.is_absolute() else [])
         return onlane.run_on_lane(root, ["nev", *argv], pull=pull)
+    pinned = None
+    if manifest is not None:
+        pinned = runmanifest.load(manifest)
+        if pinned["function"] != function:
+            raise UsageError(f"{manifest} is a run manifest of {pinned['function']}, not {function}")
+        run_args = pinned["run"]
+        models, escalate = run_args.get("models"), run_args.get("escalate")
+        max_batches, escalate_after = run_args.get("max_batches"), run_args.get("escalate_after")
     cfg = config_from_settings(function, repo, models, max_batches, escalate_after, escalate, seed, corpus,
                                budget_tokens, budget_gpu_s, supersede, seed_failures, accept_stale)
+    if pinned is not None:
+        cfg = replace(cfg, pinned=pinned, pinned_path=manifest,
+                      escalation=cfg.escalation if pinned["run"].get("escalate") else None)
     for line in stale_lines(cfg):
         echo(line)
     for s in cfg.shares + ([cfg.escalation] if cfg.escalation else []):

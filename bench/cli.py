@@ -43,17 +43,23 @@ _BUDGET_GPU_S = click.option("--budget-gpu-s", help="Stop drawing before a call 
 @click.option("--seed-failures", is_flag=True,
               help="Score the current version first; the first prompt shows its failing cases")
 @_ACCEPT_STALE
+@click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path),
+              help="Draw again from the inputs a run's manifest pins (target/batch/BATCH/"
+              "manifest.json: models, rounds, seeds); refused (exit 14, one line) when one no "
+              "longer holds")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".",
               show_default=True, help="The repository holding the engine (NEV_ENGINE_DIR inside it).")
 def batch_run(function: str, models: str | None, max_batches: int | None, escalate_after: int | None,
               escalate: str | None, seed: int | None, corpus: Path | None, budget_tokens: str | None,
               budget_gpu_s: str | None, supersede: bool, seed_failures: bool, accept_stale: bool,
-              repo: Path) -> int:
+              manifest: Path | None, repo: Path) -> int:
     """Sample, verify and keep a passing version of FUNCTION (on a lane).
 
     Exits 0 when a version passed and was kept, 1 when none passed (or the kept files
     could not be written), 12 when none passed before the budget bound (the next call would
-    have passed it), 3 when no lane answered (nothing ran), 2 on bad arguments.
+    have passed it), 3 when no lane answered (nothing ran), 2 on bad arguments, 14 when
+    --manifest names an input that no longer holds (nothing drawn). Before the first draw the
+    run's manifest (every input pinned) is written to target/batch/BATCH/manifest.json.
     """
     from bench.batch_cmd import command
 
@@ -65,9 +71,11 @@ def batch_run(function: str, models: str | None, max_batches: int | None, escala
             argv += [flag, str(value)]
     argv += ["--supersede"] * supersede + ["--seed-failures"] * seed_failures
     argv += ["--accept-stale-sweeps"] * accept_stale
+    argv += ["--manifest", str(manifest)] if manifest is not None else []
     return command(function, repo, models, max_batches, escalate_after, escalate, seed, corpus, argv,
                    echo=click.echo, budget_tokens=budget_tokens, budget_gpu_s=budget_gpu_s,
-                   supersede=supersede, seed_failures=seed_failures, accept_stale=accept_stale)
+                   supersede=supersede, seed_failures=seed_failures, accept_stale=accept_stale,
+                   manifest=manifest)
 
 
 @batch.command("plan")

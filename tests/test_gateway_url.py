@@ -75,7 +75,7 @@ def test_a_batch_on_a_lane_calls_the_gateway_of_the_lanes_file(tmp_path, monkeyp
     monkeypatch.setenv("NEV_MODEL_URL", DEV_URL)
     monkeypatch.setenv("NEV_MODEL_KEY_FILE", str(key))
     used = []
-    monkeypatch.setattr(batch_cmd, "config_from_settings", lambda *a: SimpleNamespace(shares=[], escalation=None))
+    monkeypatch.setattr(batch_cmd, "config_from_settings", lambda *a: SimpleNamespace(shares=[], escalation=None, stale_sweeps={}, accept_stale=False))
     monkeypatch.setattr(batch_cmd, "run", lambda cfg, gw, echo: (used.append(gw.endpoint.url),
                                                               SimpleNamespace(message="ok", exit_code=0))[1])
     assert batch_cmd.command("f", tmp_path, None, None, None, None, None, None, [], echo=lambda s: None) == 0
