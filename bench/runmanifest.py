@@ -5,9 +5,11 @@ never rewritten; the kept version's provenance record names it by its SHA-256.
   spec file, hashed as the prompt carries it;
 - the prompt's shared prefix (system text, spec, signature, interfaces): `prompt.prefix_sha256`;
   rebuilt from the tree;
-- each alias the run may draw from: `aliases[]`, its role, n and in-flight, and the `model` id the
-  gateway's answer to a probe names (its `system_fingerprint` is recorded, not checked: a pool's
-  replicas name themselves); probed again;
+- each alias the run may draw from: `aliases[]`, its role, n and in-flight, and the model id the
+  gateway's answer to a probe names: LiteLLM's `x-litellm-model-name` header, the deployment the
+  alias is served by (`openai/<the pool's served model>`; the answer's own `model` is only the
+  alias asked for); its `system_fingerprint` is recorded, not checked (a pool's replicas name
+  themselves); probed again;
 - the corpus: `corpus` (name, key, the browsers' versions, cases); read again from its manifest;
 - the engine: `engine.commit`, HEAD of the repository holding it; read again;
 - nev: `nev.version` and `nev.key` (the install's key, or the digest of a checkout's sources, the
@@ -146,9 +148,15 @@ def load(path: Path) -> dict[str, Any]:
     return o
 
 
+#: the response header LiteLLM names the alias's deployment model in (`openai/<served model>`):
+#: its answer's own `model` is the alias asked for, whatever the pool named
+MODEL_HEADER = "x-litellm-model-name"
+
+
 def probe(ep: Endpoint, aliases: Iterable[str]) -> dict[str, dict[str, str | None]]:
-    """The model id and system fingerprint the gateway's answer names, per alias (one completion
-    of `max_tokens` 1 each; null for an alias that did not answer)."""
+    """Per alias, the model id the gateway's answer to one completion (`max_tokens` 1) names: the
+    deployment model of its `x-litellm-model-name` header, else the answer's `model`; and the
+    answer's `system_fingerprint`. Null for an alias that did not answer."""
     out: dict[str, dict[str, str | None]] = {}
     for alias in dict.fromkeys(aliases):
         model = fp = None
@@ -156,11 +164,12 @@ def probe(ep: Endpoint, aliases: Iterable[str]) -> dict[str, dict[str, str | Non
             r = post_json(ep, {"model": alias, "max_tokens": 1, "temperature": 0,
                                "messages": [{"role": "user", "content": "Reply with one word."}]},
                           (min(5.0, PROBE_TIMEOUT_S), PROBE_TIMEOUT_S))
-            body = r.json() if r.status == 200 else {}
+            body = r.json() if r.status == 200 else None
         except (Unreachable, ValueError):
-            body = {}
+            body = None
         if isinstance(body, dict):
-            m, f = body.get("model"), body.get("system_fingerprint")
+            named = r.headers.get(MODEL_HEADER) if r.headers is not None else None
+            m, f = named or body.get("model"), body.get("system_fingerprint")
             model = m if isinstance(m, str) and m else None
             fp = f if isinstance(f, str) and f else None
         out[alias] = {"model_id": model, "fingerprint": fp}
