@@ -153,11 +153,13 @@ def load(path: Path) -> dict[str, Any]:
 MODEL_HEADER = "x-litellm-model-name"
 
 
-def probe(ep: Endpoint, aliases: Iterable[str]) -> dict[str, dict[str, str | None]]:
+def probe(ep: Endpoint, aliases: Iterable[str]) -> tuple[dict[str, dict[str, str | None]], int]:
     """Per alias, the model id the gateway's answer to one completion (`max_tokens` 1) names: the
     deployment model of its `x-litellm-model-name` header, else the answer's `model`; and the
-    answer's `system_fingerprint`. Null for an alias that did not answer."""
+    answer's `system_fingerprint`. Null for an alias that did not answer. With the tokens the
+    probes spent (the gateway counts them against the key: so does the run's budget)."""
     out: dict[str, dict[str, str | None]] = {}
+    spent = 0
     for alias in dict.fromkeys(aliases):
         model = fp = None
         try:
@@ -172,8 +174,11 @@ def probe(ep: Endpoint, aliases: Iterable[str]) -> dict[str, dict[str, str | Non
             m, f = named or body.get("model"), body.get("system_fingerprint")
             model = m if isinstance(m, str) and m else None
             fp = f if isinstance(f, str) and f else None
+            usage = body.get("usage")
+            total = usage.get("total_tokens") if isinstance(usage, dict) else None
+            spent += total if isinstance(total, int) and total > 0 else 0
         out[alias] = {"model_id": model, "fingerprint": fp}
-    return out
+    return out, spent
 
 
 def nev_version() -> dict[str, str | None]:
