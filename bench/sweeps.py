@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lanes.base.changelog import Entry
+from lanes.base.isotime import age as _age
+from lanes.base.isotime import parse as parse_time
 
 SERVING_VERBS = frozenset({"restore", "drift", "drain", "stop", "start", "restart"})
 #: the option that accepts a stale sweep (`nev batch plan`, `nev batch run`)
@@ -75,29 +77,6 @@ class Stale:
 
 def iso(t: dt.datetime) -> str:
     return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: object) -> dt.datetime | None:
-    """An ISO 8601 time as nev writes it (a trailing Z allowed); None when it is not one."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 def serving_change(e: Entry) -> Change | None:

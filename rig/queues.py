@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from lanes.base.isotime import parse as parse_time
+
 QUANTILES = (0.5, 0.95)
 
 
@@ -55,16 +57,6 @@ def figures(samples: Iterable[float]) -> Figures:
         return Figures(0, 0.0, None, None, None)
     return Figures(len(s), round(sum(s), 3), round(quantile(s, 0.5), 3),
                    round(quantile(s, 0.95), 3), round(s[-1], 3))
-
-
-def parse_time(value: object) -> dt.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 def job_waits(records: Iterable[Mapping[str, Any]], since: dt.datetime) -> list[float]:

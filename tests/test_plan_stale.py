@@ -8,11 +8,11 @@ import datetime as dt
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from bench import sweeps
 from lanes.base.changelog import entries
+from tests.helpers.job_helpers import nev
 
 ROOT = Path(__file__).resolve().parent.parent
 A = "qwen3.8-27b-fast"
@@ -92,7 +92,7 @@ def test_a_sweep_is_stale_at_or_before_the_change_and_fresh_after_it():
     now = dt.datetime(2026, 12, 5, 15, 0, 0, tzinfo=dt.UTC)
     line = got["old"].line(now)
     assert line.startswith(
-        f"the sweep of old measured {at['old']} (2.0 h old) is older than the serving "
+        f"the sweep of old measured {at['old']} (2 h 0 min old) is older than the serving "
         "change of 2026-12-05T13:00:00Z (drain gpu/0): not used"
     )
     assert "`nev rig throughput old`" in line and "--accept-stale-sweeps" in line
@@ -115,14 +115,7 @@ def _env(tmp: Path) -> dict[str, str]:
 
 
 def _nev(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rig.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-    )
+    return nev(list(args), env, cwd, timeout=120)
 
 
 def _plan(env: dict[str, str], cwd: Path, *extra: str) -> tuple[str, str]:

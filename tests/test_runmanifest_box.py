@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ import yaml
 from crates_bridge import corpus
 from crates_bridge.workspace import EXAMPLE_ENGINE, Workspace
 from rig.box.poolctl import pool_control
-from tests.helpers.job_helpers import ROOT, git
+from tests.helpers.job_helpers import ROOT, git, nev
 
 pytestmark = pytest.mark.box
 
@@ -31,8 +30,7 @@ SAMPLING, CAPACITY = "qwen3.8-27b-fast", "deepseek-v4.1-flash"
 
 
 def _nev(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rig.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
+    return nev(list(args), env, cwd, timeout=900)
 
 
 def _gateway(box, action: str) -> None:

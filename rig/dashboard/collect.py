@@ -18,7 +18,6 @@ breaks the page.
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 import time
 from collections.abc import Callable
@@ -189,15 +188,10 @@ def ledger_dir() -> Path:
 
 
 def parse_time(value: Any) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.UTC)
-    return t.timestamp()
+    from lanes.base.isotime import parse
+
+    t = parse(value)
+    return None if t is None else t.timestamp()
 
 
 def batch_points(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
