@@ -438,10 +438,6 @@ def run_manifest(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, 
     def shares(ss: Sequence[Share]) -> str:
         return ",".join(f"{s.alias}:{s.n}:{s.inflight}" for s in ss)
 
-    served, probe_tokens = runmanifest.probe(gw.endpoint, [s.alias for _, s in every])
-    if gw.meter is not None:
-        gw.meter.spend(probe_tokens)
-
     return runmanifest.build(
         function=cfg.function,
         spec=provenance.spec_block(spec, provenance.spec_path(cfg.function, root, cfg.specs_dir),
@@ -449,7 +445,7 @@ def run_manifest(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, 
         prefix_sha256=provenance.sha256(prompt.SYSTEM + prompt.prefix(spec, signature, iface)),
         aliases=[{"alias": s.alias, "role": role, "n": s.n, "inflight": s.inflight}
                  for role, s in every],
-        served=served,
+        served=runmanifest.probe(gw.endpoint, [s.alias for _, s in every]),
         corpus=provenance.corpus_block(cfg.corpus_dir.name, corpus_man), seed_base=seed_base,
         run={"models": shares(cfg.shares),
              "escalate": shares([cfg.escalation]) if cfg.escalation else None,

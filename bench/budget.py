@@ -185,11 +185,6 @@ class Meter:
             s.pending += 1
             return Reservation(alias, tokens, gpu, prompt_chars)
 
-    def spend(self, tokens: int) -> None:
-        """Tokens spent outside a draw (the run manifest's probes): counted as spent."""
-        with self._cond:
-            self.spent_tokens += max(0, tokens)
-
     def stop(self, limit: Limit, why: str) -> None:
         """Stop drawing: the budget left pays for nothing more (the planner's finding)."""
         with self._cond:

@@ -6,10 +6,9 @@ never rewritten; the kept version's provenance record names it by its SHA-256.
 - the prompt's shared prefix (system text, spec, signature, interfaces): `prompt.prefix_sha256`;
   rebuilt from the tree;
 - each alias the run may draw from: `aliases[]`, its role, n and in-flight, and the model id the
-  gateway's answer to a probe names: LiteLLM's `x-litellm-model-name` header, the deployment the
-  alias is served by (`openai/<the pool's served model>`; the answer's own `model` is only the
-  alias asked for); its `system_fingerprint` is recorded, not checked (a pool's replicas name
-  themselves); probed again;
+  gateway names for it: the deployment the alias is served by (`openai/<the pool's served
+  model>`), from the gateway's model list, else from the answer to a probe (see `probe`); read
+  again;
 - the corpus: `corpus` (name, key, the browsers' versions, cases); read again from its manifest;
 - the engine: `engine.commit`, HEAD of the repository holding it; read again;
 - nev: `nev.version` and `nev.key` (the install's key, or the digest of a checkout's sources, the
@@ -18,9 +17,8 @@ never rewritten; the kept version's provenance record names it by its SHA-256.
   (`--models`, `--escalate`, `--max-batches`, `--escalate-after`).
 
 The manifest holds nothing of one run alone (no batch id, no time): drawing again from it writes
-the same bytes, so both runs' records name the same hash. A probe is one completion with
-`max_tokens` 1 per alias, as `nev rig probe` sends; an alias that does not answer it is pinned with
-a null model id (its draw fails as it would have).
+the same bytes, so both runs' records name the same hash. An alias the gateway names no model for
+is pinned with a null model id (its draw fails as it would have).
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.gateway_http import Endpoint, Unreachable, post_json
+from bench.gateway_http import Endpoint, Unreachable, get_api, post_json
 from lanes.base import jsonfile
 from lanes.base.errors import ConfigError
 
@@ -148,37 +146,60 @@ def load(path: Path) -> dict[str, Any]:
     return o
 
 
-#: the response header LiteLLM names the alias's deployment model in (`openai/<served model>`):
-#: its answer's own `model` is the alias asked for, whatever the pool named
+#: where the gateway says which deployment serves each alias (LiteLLM's model list: per alias its
+#: `litellm_params.model`, `openai/<the pool's served model>`), and the header its answer to a
+#: completion names it in (the answer's own `model` is only the alias asked for)
+MODEL_INFO = "/v1/model/info"
 MODEL_HEADER = "x-litellm-model-name"
 
 
-def probe(ep: Endpoint, aliases: Iterable[str]) -> tuple[dict[str, dict[str, str | None]], int]:
-    """Per alias, the model id the gateway's answer to one completion (`max_tokens` 1) names: the
-    deployment model of its `x-litellm-model-name` header, else the answer's `model`; and the
-    answer's `system_fingerprint`. Null for an alias that did not answer. With the tokens the
-    probes spent (the gateway counts them against the key: so does the run's budget)."""
+def deployments(data: object) -> dict[str, str]:
+    """Alias -> the model its deployments are served from, from `/v1/model/info`'s answer (pure;
+    several deployments of one alias: their models sorted and joined by `,`). Nothing else of the
+    answer is read: it also names the pools' addresses."""
+    seen: dict[str, set[str]] = {}
+    rows = data.get("data") if isinstance(data, dict) else None
+    for row in rows if isinstance(rows, list) else []:
+        if not isinstance(row, dict) or not isinstance(row.get("model_name"), str):
+            continue
+        params = row.get("litellm_params")
+        model = params.get("model") if isinstance(params, dict) else None
+        if isinstance(model, str) and model:
+            seen.setdefault(row["model_name"], set()).add(model)
+    return {a: ",".join(sorted(ms)) for a, ms in seen.items()}
+
+
+def probe(ep: Endpoint, aliases: Iterable[str]) -> dict[str, dict[str, str | None]]:
+    """Per alias, the model id the gateway names: from its model list (`MODEL_INFO`, no call to a
+    pool); an alias it does not list (or a gateway that does not answer the route) is asked one
+    completion of `max_tokens` 1, as `nev rig probe` sends, whose `x-litellm-model-name` header
+    (else its `model`) names it and whose `system_fingerprint` is kept. Null for an alias that
+    answered neither."""
+    try:
+        r = get_api(ep, MODEL_INFO, (min(5.0, PROBE_TIMEOUT_S), PROBE_TIMEOUT_S))
+        listed = deployments(r.json()) if r.status == 200 else {}
+    except (Unreachable, ValueError):
+        listed = {}
     out: dict[str, dict[str, str | None]] = {}
-    spent = 0
     for alias in dict.fromkeys(aliases):
+        if alias in listed:
+            out[alias] = {"model_id": listed[alias], "fingerprint": None}
+            continue
         model = fp = None
         try:
-            r = post_json(ep, {"model": alias, "max_tokens": 1, "temperature": 0,
+            c = post_json(ep, {"model": alias, "max_tokens": 1, "temperature": 0,
                                "messages": [{"role": "user", "content": "Reply with one word."}]},
                           (min(5.0, PROBE_TIMEOUT_S), PROBE_TIMEOUT_S))
-            body = r.json() if r.status == 200 else None
+            body = c.json() if c.status == 200 else None
         except (Unreachable, ValueError):
             body = None
         if isinstance(body, dict):
-            named = r.headers.get(MODEL_HEADER) if r.headers is not None else None
+            named = c.headers.get(MODEL_HEADER) if c.headers is not None else None
             m, f = named or body.get("model"), body.get("system_fingerprint")
             model = m if isinstance(m, str) and m else None
             fp = f if isinstance(f, str) and f else None
-            usage = body.get("usage")
-            total = usage.get("total_tokens") if isinstance(usage, dict) else None
-            spent += total if isinstance(total, int) and total > 0 else 0
         out[alias] = {"model_id": model, "fingerprint": fp}
-    return out, spent
+    return out
 
 
 def nev_version() -> dict[str, str | None]:

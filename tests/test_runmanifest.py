@@ -108,3 +108,16 @@ def test_a_manifest_is_written_once_read_only_and_never_over_other_bytes(tmp_pat
     bad.write_text('{"format": 1, "function": "f"}')
     with pytest.raises(ConfigError, match=r"bad\.json: field spec"):
         rm.load(bad)
+
+
+def test_the_model_of_each_alias_is_read_from_the_gateways_model_list_and_nothing_else():
+    info = {"data": [
+        {"model_name": "qwen3.8-27b-fast", "litellm_params": {
+            "model": "openai/qwen3.8-27b-fast", "api_base": "http://198.18.9.30:8100/v1"}},
+        {"model_name": "gpu2-alias", "litellm_params": {"model": "openai/b"}},
+        {"model_name": "gpu2-alias", "litellm_params": {"model": "openai/a"}},
+        {"model_name": "broken", "litellm_params": "x"}, ["junk"], {"litellm_params": {}}]}
+    got = rm.deployments(info)
+    assert got == {"qwen3.8-27b-fast": "openai/qwen3.8-27b-fast", "gpu2-alias": "openai/a,openai/b"}
+    assert "198.18" not in repr(got)
+    assert rm.deployments({"data": "nope"}) == {} and rm.deployments([]) == {}
