@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench import ledger, prompt, provenance, runmanifest
+from bench import ledger, prompt, provenance, runmanifest, sweeps
 from bench import plan as plan_mod
 from bench import rounds as rounds_mod
 from bench.answers import Candidate, code_hash, extract_code
@@ -90,7 +90,7 @@ class RunConfig:
     seed_failures: bool = False
     #: the run's aliases whose sweep is older than the last serving change (bench.sweeps), and
     #: whether they size the plan anyway (--accept-stale-sweeps); else `measured` leaves them out
-    stale_sweeps: dict[str, Any] = field(default_factory=dict)
+    stale_sweeps: dict[str, sweeps.Stale] = field(default_factory=dict)
     accept_stale: bool = False
     #: `--manifest FILE`: the run manifest to draw again from (bench.runmanifest); its seeds are
     #: taken, and every input it pins is checked before the first draw
