@@ -19,7 +19,7 @@ folder.
 
 The shares are `bench.shares`, answers become candidates in `bench.answers`, verdicts and what
 the next prompt carries are `bench.verdicts`, a kept version is written by `bench.keep`; this
-module draws, runs the rounds, and is `nev batch run`'s thin shell.
+module draws and runs the rounds; `nev batch run`'s thin shell is `bench.batch_cmd`.
 """
 
 from __future__ import annotations
@@ -36,26 +36,26 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench import folknet as fk
-from bench import ledger, prompt, provenance
+from bench import ledger, prompt, provenance, runmanifest, sweeps
 from bench import plan as plan_mod
 from bench import rounds as rounds_mod
 from bench.answers import Candidate, code_hash, extract_code
-from bench.budget import Budget, BudgetStop, Limit, Meter, spent_in
+from bench.budget import Budget, BudgetStop, Limit, Meter
 from bench.gateway import CallFailed, CallRecord, Gateway, split_draws
 from bench.keep import keep
 from bench.phases import Phases, own_cpu_s
 from bench.rounds import ModelRound, RoundRecord, ShareStatus, now
-from bench.shares import Share, default_escalation, default_models, parse_models, resolve
+from bench.shares import Share
 from bench.verdicts import Judged, best_versions, failing_cases, judge, pass_at
 from crates_bridge.candidates import probe
 from crates_bridge.corpus import read_manifest
 from crates_bridge.errors import BridgeError
 from crates_bridge.registry import PROVENANCE_SUFFIX
 from crates_bridge.workspace import Workspace
-from lanes.base import jsonfile, ui
-from lanes.base.errors import ConfigError, NevError, UsageError
+from lanes.base import jsonfile
+from lanes.base.errors import ConfigError, NevError
 from lanes.base.exitcodes import Exit
+from lanes.base.gitrun import Repo
 from lanes.base.mask import mask
 
 
@@ -88,6 +88,14 @@ class RunConfig:
     supersede: bool = False
     #: the first round's prompt shows the current version's failing cases
     seed_failures: bool = False
+    #: the run's aliases whose sweep is older than the last serving change (bench.sweeps), and
+    #: whether they size the plan anyway (--accept-stale-sweeps); else `measured` leaves them out
+    stale_sweeps: dict[str, sweeps.Stale] = field(default_factory=dict)
+    accept_stale: bool = False
+    #: `--manifest FILE`: the run manifest to draw again from (bench.runmanifest); its seeds are
+    #: taken, and every input it pins is checked before the first draw
+    pinned: dict[str, Any] | None = None
+    pinned_path: Path | None = None
 
 
 @dataclass
@@ -288,10 +296,12 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
     manifest = corpus_manifest(cfg)
     corpus = read_cases(cfg.corpus_dir)
     batch_id = cfg.batch_id or f"{cfg.function}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:4]}"
-    seed_base = str(cfg.seed) if cfg.seed is not None else batch_id
     meter = _meter(cfg, gw)
+    seed_base, pinned = pin(cfg, spec, signature, iface, manifest, batch_id, gw)
     run_dir = cfg.workdir / batch_id
     run_dir.mkdir(parents=True, exist_ok=True)
+    manifest_sha = runmanifest.write(run_dir / runmanifest.NAME, pinned)
+    echo(f"run manifest {run_dir / runmanifest.NAME} (sha256 {manifest_sha})")
 
     judged: dict[str, Judged] = {}
     all_cands: list[Candidate] = []
@@ -381,6 +391,8 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
         if passing:
             inputs = provenance_inputs(cfg, spec, signature, css, iface, manifest, prompt_hashes,
                                        seed_base, calls)
+            inputs["manifest"] = {"sha256": manifest_sha,
+                                  "file": f"target/batch/{batch_id}/{runmanifest.NAME}"}
             kept = keep(ws, spec, signature, batch_id, judged[passing[0].hash], all_cands, judged, rounds,
                         cfg.corpus_dir, run_dir, inputs=inputs, supersede=cfg.supersede)
             return RunResult(batch_id, True, rounds, kept, f"{cfg.function}: kept a passing version from "
@@ -397,6 +409,48 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
     msg = (f"{cfg.function}: no version passed in {len(rounds)} batch(es)"
            + (f" (failed models: {why})" if why else "") + "; nothing kept")
     return RunResult(batch_id, False, rounds, None, mask(msg), Exit.FAILED)
+
+
+def pin(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, corpus_man: Any,
+        batch_id: str, gw: Gateway) -> tuple[str, dict[str, Any]]:
+    """The run's seed base and its manifest, before the first draw. Drawing again from a manifest
+    (`cfg.pinned`): its seeds, and refused (MANIFEST_CHANGED, one line) when an input no longer
+    holds."""
+    seed_base = (str(cfg.pinned["seeds"]["base"]) if cfg.pinned is not None
+                 else str(cfg.seed) if cfg.seed is not None else batch_id)
+    now = run_manifest(cfg, spec, signature, iface, corpus_man, seed_base, gw)
+    if cfg.pinned is not None:
+        why = runmanifest.difference(cfg.pinned, now)
+        if why:
+            raise NevError(f"run manifest {cfg.pinned_path}: {why}; nothing drawn (run without "
+                           "--manifest to pin the inputs as they are now)", Exit.MANIFEST_CHANGED)
+    return seed_base, now
+
+
+def run_manifest(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, corpus_man: Any,
+                 seed_base: str, gw: Gateway) -> dict[str, Any]:
+    """The run's inputs as they are now, the aliases' model ids probed (bench.runmanifest)."""
+    root = cfg.root or cfg.engine_dir
+    escalates = cfg.escalation is not None and cfg.escalate_after < cfg.max_batches
+    every = [("share", s) for s in cfg.shares] + ([("escalation", cfg.escalation)]
+                                                  if escalates and cfg.escalation else [])
+
+    def shares(ss: Sequence[Share]) -> str:
+        return ",".join(f"{s.alias}:{s.n}:{s.inflight}" for s in ss)
+
+    return runmanifest.build(
+        function=cfg.function,
+        spec=provenance.spec_block(spec, provenance.spec_path(cfg.function, root, cfg.specs_dir),
+                                   root),
+        prefix_sha256=provenance.sha256(prompt.SYSTEM + prompt.prefix(spec, signature, iface)),
+        aliases=[{"alias": s.alias, "role": role, "n": s.n, "inflight": s.inflight}
+                 for role, s in every],
+        served=runmanifest.probe(gw.endpoint, [s.alias for _, s in every]),
+        corpus=provenance.corpus_block(cfg.corpus_dir.name, corpus_man), seed_base=seed_base,
+        run={"models": shares(cfg.shares),
+             "escalate": shares([cfg.escalation]) if cfg.escalation else None,
+             "max_batches": cfg.max_batches, "escalate_after": cfg.escalate_after},
+        engine_commit=Repo(root).try_rev("HEAD"), nev=runmanifest.nev_version())
 
 
 def provenance_inputs(cfg: RunConfig, spec: prompt.Spec, signature: str, css: str, iface: str,
@@ -434,127 +488,3 @@ def current_failures(ws: Workspace, cfg: RunConfig, corpus: dict[str, dict], run
     j = judge(b.verdicts[0], source, code_hash(source))
     echo(f"  the current version: {j.status}, {j.cases_passed}/{j.cases_run} cases")
     return failing_cases([j], corpus)
-
-
-# ---- the command (thin shell) ----
-
-def repo_root(repo: Path) -> Path:
-    from lanes.base.gitrun import Repo
-
-    return Repo(repo).toplevel_or_self()
-
-
-def config_from_settings(function: str, repo: Path, models: str | None, max_batches: int | None,
-                         escalate_after: int | None, escalate: str | None, seed: int | None,
-                         corpus: Path | None = None, budget_tokens: str | None = None,
-                         budget_gpu_s: str | None = None, supersede: bool = False,
-                         seed_failures: bool = False) -> RunConfig:
-    from lanes.base import settings
-
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", function):
-        raise UsageError(f"`{function}` is not a function name (lower_snake_case)")
-    root = repo_root(repo)
-    net = fk.load(fk.default_path())
-    models = models or settings.get(settings.MODELS)
-    shares = resolve(parse_models(models), net) if models else default_models(net)
-    if not shares:
-        raise UsageError(f"no sampling model: pass --models ALIAS:N:INFLIGHT or declare one in {net.path}")
-    esc_text = escalate or settings.get(settings.ESCALATE_MODEL)
-    escalation = resolve(parse_models(esc_text), net)[0] if esc_text else default_escalation(net)
-    mb = max_batches if max_batches is not None else settings.get_int(settings.MAX_BATCHES)
-    ea = escalate_after if escalate_after is not None else settings.get_int(settings.ESCALATE_AFTER)
-    if mb < 1 or ea < 0:
-        raise UsageError("--max-batches must be at least 1 and --escalate-after at least 0")
-    engine = settings.path_under(settings.ENGINE_DIR, root)
-    corpus_root = settings.path_under(settings.CORPUS_DIR, root)
-    budget = Budget.parse(budget_tokens if budget_tokens is not None else settings.get(settings.BUDGET_TOKENS),
-                          budget_gpu_s if budget_gpu_s is not None else settings.get(settings.BUDGET_GPU_S),
-                          "--budget-tokens/--budget-gpu-s (NEV_BUDGET_TOKENS, NEV_BUDGET_GPU_S)")
-    ledger_path = ledger.ledger_dir() / f"{ledger_name(root)}.jsonl"
-    own_specs = settings.path_under(settings.SPECS_DIR, root)
-    workdir = root / "target" / "batch"
-    # a job's budget is the job's: the batches its ledger already records count as spent
-    counted = budget and settings.get(settings.LEDGER_NAME)
-    spent = spent_in(ledger.read_for_budget(ledger_path, ui.info)) if counted else (0, 0.0)
-    sweeps = plan_mod.read_throughput(settings.path(settings.THROUGHPUT_DIR))
-    return RunConfig(function=function, shares=shares, escalation=escalation, escalate_after=ea,
-                     max_batches=mb, engine_dir=engine, corpus_dir=corpus or corpus_root / function,
-                     workdir=workdir, ledger_path=ledger_path, seed=seed, budget=budget,
-                     declared=plan_mod.declared_of(net),
-                     measured={a: plan_mod.Measured.from_sweep(sw) for a, sw in sweeps.items()},
-                     history=plan_mod.latest_records(workdir, function), spent_before=spent,
-                     specs_dir=provenance.spec_path(function, root, own_specs).parent,
-                     root=root, supersede=supersede, seed_failures=seed_failures)
-
-
-def ledger_name(root: Path, environ: Mapping[str, str] | None = None) -> str:
-    """Whose batches these are: NEV_LEDGER_NAME (a job's stages: the job's name), else the worktree's folder."""
-    from lanes.base import settings
-
-    name = (settings.get(settings.LEDGER_NAME, environ) or "").strip()
-    if "/" in name or name in (".", ".."):
-        raise UsageError(f"NEV_LEDGER_NAME={name!r} is not a file name; give a plain name such as the job's")
-    return name or root.name
-
-
-def gateway_key(root: Path) -> str:
-    """The run's key: NEV_MODEL_KEY_FILE; on a lane, the worktree's .env (NEV_MODEL_API_KEY) the gate copied."""
-    from bench.gateway import read_key
-    from lanes import dotenv
-    from lanes.base import settings
-    from lanes.base.mask import register_secret
-
-    path = settings.get_path(settings.MODEL_KEY_FILE)
-    if path is not None and path.exists():
-        return read_key(path)
-    key = dotenv.first(dotenv.read(root / ".env"), *settings.MODEL_API_KEY.names)
-    if key:
-        register_secret(key)
-        return key
-    return read_key(path)
-
-
-def command(function: str, repo: Path, models: str | None, max_batches: int | None, escalate_after: int | None,
-            escalate: str | None, seed: int | None, corpus: Path | None, argv: Sequence[str],
-            echo: Callable[[str], None] = print, budget_tokens: str | None = None,
-            budget_gpu_s: str | None = None, supersede: bool = False,
-            seed_failures: bool = False) -> int:
-    """`nev batch run`: on a lane, run here; else re-run on a lane (exit 3 with none)."""
-    from bench import onlane
-    from bench.gateway import url_from_settings
-
-    if not onlane.on_lane():
-        from lanes.base import settings
-
-        root = repo_root(repo)
-        engine = Path(settings.value(settings.ENGINE_DIR))
-        pull = ["target/batch"] + ([str(engine / "crates/layout/src/generated")] if not engine.is_absolute() else [])
-        return onlane.run_on_lane(root, ["nev", *argv], pull=pull)
-    cfg = config_from_settings(function, repo, models, max_batches, escalate_after, escalate, seed, corpus,
-                               budget_tokens, budget_gpu_s, supersede, seed_failures)
-    for s in cfg.shares + ([cfg.escalation] if cfg.escalation else []):
-        if s.note:
-            echo(f"{s.alias}: {s.note}")
-    gw = Gateway(url_from_settings(), gateway_key(repo_root(repo)))
-    res = run(cfg, gw, echo=echo)
-    echo(res.message)
-    return res.exit_code
-
-
-def plan_command(function: str, repo: Path, models: str | None, budget_tokens: str | None, budget_gpu_s: str | None,
-                 as_json: bool, echo: Callable[[str], None] = print) -> int:
-    """`nev batch plan`: the first round's plan from what is declared and measured here (reads files only)."""
-    from lanes.base.ui import emit_json
-
-    cfg = config_from_settings(function, repo, models, None, None, None, None, None, budget_tokens, budget_gpu_s)
-    meter = Meter(cfg.budget, spent_tokens=cfg.spent_before[0], spent_gpu_s=cfg.spent_before[1])
-    plans = plan_round(cfg, cfg.shares, meter, None, cfg.history,
-                       cfg.history[-1] if cfg.history else None)
-    if as_json:
-        emit_json({"function": function, "budget": meter.to_json(), "plans": [p.to_json() for p in plans]})
-        return 0
-    for row in plan_mod.render(plans):
-        echo(row)
-    if meter.bound is not None:
-        echo(f"the budget bound: {meter.why}")
-    return 0

@@ -18,6 +18,9 @@ def batch() -> None:
 
 _BUDGET_TOKENS = click.option("--budget-tokens", help="Stop drawing before a call would pass this many tokens "
                               "(prompt + completion; default NEV_BUDGET_TOKENS)")
+_ACCEPT_STALE = click.option("--accept-stale-sweeps", "accept_stale", is_flag=True,
+                             help="Size the batch with a sweep measured before the last change to the "
+                             "serving configuration (the change log); by default such a sweep is not used")
 _BUDGET_GPU_S = click.option("--budget-gpu-s", help="Stop drawing before a call would pass this many pool GPU-seconds "
                              "(from `nev rig throughput`; default NEV_BUDGET_GPU_S)")
 
@@ -39,18 +42,26 @@ _BUDGET_GPU_S = click.option("--budget-gpu-s", help="Stop drawing before a call 
               "replaced; git keeps the old one)")
 @click.option("--seed-failures", is_flag=True,
               help="Score the current version first; the first prompt shows its failing cases")
+@_ACCEPT_STALE
+@click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path),
+              help="Draw again from the inputs a run's manifest pins (target/batch/BATCH/"
+              "manifest.json: models, rounds, seeds); refused (exit 14, one line) when one no "
+              "longer holds")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".",
               show_default=True, help="The repository holding the engine (NEV_ENGINE_DIR inside it).")
 def batch_run(function: str, models: str | None, max_batches: int | None, escalate_after: int | None,
               escalate: str | None, seed: int | None, corpus: Path | None, budget_tokens: str | None,
-              budget_gpu_s: str | None, supersede: bool, seed_failures: bool, repo: Path) -> int:
+              budget_gpu_s: str | None, supersede: bool, seed_failures: bool, accept_stale: bool,
+              manifest: Path | None, repo: Path) -> int:
     """Sample, verify and keep a passing version of FUNCTION (on a lane).
 
     Exits 0 when a version passed and was kept, 1 when none passed (or the kept files
     could not be written), 12 when none passed before the budget bound (the next call would
-    have passed it), 3 when no lane answered (nothing ran), 2 on bad arguments.
+    have passed it), 3 when no lane answered (nothing ran), 2 on bad arguments, 14 when
+    --manifest names an input that no longer holds (nothing drawn). Before the first draw the
+    run's manifest (every input pinned) is written to target/batch/BATCH/manifest.json.
     """
-    from bench.batch import command
+    from bench.batch_cmd import command
 
     argv = ["batch", "run", function]
     for flag, value in (("--models", models), ("--max-batches", max_batches), ("--escalate-after", escalate_after),
@@ -59,9 +70,12 @@ def batch_run(function: str, models: str | None, max_batches: int | None, escala
         if value is not None:
             argv += [flag, str(value)]
     argv += ["--supersede"] * supersede + ["--seed-failures"] * seed_failures
+    argv += ["--accept-stale-sweeps"] * accept_stale
+    argv += ["--manifest", str(manifest)] if manifest is not None else []
     return command(function, repo, models, max_batches, escalate_after, escalate, seed, corpus, argv,
                    echo=click.echo, budget_tokens=budget_tokens, budget_gpu_s=budget_gpu_s,
-                   supersede=supersede, seed_failures=seed_failures)
+                   supersede=supersede, seed_failures=seed_failures, accept_stale=accept_stale,
+                   manifest=manifest)
 
 
 @batch.command("plan")
@@ -69,20 +83,24 @@ def batch_run(function: str, models: str | None, max_batches: int | None, escala
 @click.option("--models", help="ALIAS:N:INFLIGHT,... (default NEV_MODELS, else every sampling alias of folknet.json)")
 @_BUDGET_TOKENS
 @_BUDGET_GPU_S
+@_ACCEPT_STALE
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=".",
               show_default=True, help="The repository holding the engine (NEV_ENGINE_DIR inside it).")
 def batch_plan(function: str, models: str | None, budget_tokens: str | None, budget_gpu_s: str | None,
-               as_json: bool, repo: Path) -> int:
+               accept_stale: bool, as_json: bool, repo: Path) -> int:
     """The in-flight and batch size per alias of FUNCTION's next batch, and the constraint that binds.
 
     From folknet.json's limits (max_inflight, rpm, tpm), the latest `nev rig throughput` sweeps
     (NEV_THROUGHPUT_DIR), the function's last round records in target/batch (the lane's CPU,
     tokens per candidate, a 429's cooldown) and the budget left. Reads files only; runs anywhere.
+    A sweep older than the last change to the serving configuration (NEV_RIG_NOTES's change log)
+    is not used, and a line says which, how old, what changed and how to refresh it.
     """
-    from bench.batch import plan_command
+    from bench.batch_cmd import plan_command
 
-    return plan_command(function, repo, models, budget_tokens, budget_gpu_s, as_json, echo=click.echo)
+    return plan_command(function, repo, models, budget_tokens, budget_gpu_s, as_json, echo=click.echo,
+                        accept_stale=accept_stale)
 
 
 @click.group("oracle")
@@ -295,7 +313,7 @@ def ledger(ctx: click.Context, worktree: str | None, list_all: bool, last: int |
         return 0
 
     from bench import ledger as ledger_mod
-    from bench.batch import repo_root
+    from bench.batch_cmd import repo_root
     from lanes.base.ui import emit_json
 
     if list_all:

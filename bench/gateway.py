@@ -257,6 +257,10 @@ class CallRecord:
     gpu_s: float = 0.0            # estimated from the pool's measured throughput (bench.budget)
     served_model: str | None = None   # the answer's `model`: what gateway and pool say served it
     fingerprint: str | None = None    # the answer's `system_fingerprint` (serving revision)
+    #: the draw's queue wait as this client sees it: from the call's first request sent to the first
+    #: byte of the answer that served it (429 waits and retries included; the call is not streamed,
+    #: so that byte comes with the whole answer); None until answered
+    first_byte_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -264,6 +268,7 @@ class CallRecord:
         d["gpu_s"] = round(self.gpu_s, 4)
         d["pacer_wait_s"] = round(self.pacer_wait_s, 4)
         d["gateway_wait_s"] = round(self.gateway_wait_s, 4)
+        d["first_byte_s"] = None if self.first_byte_s is None else round(self.first_byte_s, 4)
         return d
 
 
@@ -371,6 +376,7 @@ class Gateway:
             body["max_tokens"] = max_tokens
         tries_5xx = 0
         first_429: float | None = None
+        first_sent: float | None = None
         st.sem.acquire()
         held: Reservation | None = None
         try:
@@ -384,14 +390,17 @@ class Gateway:
             while True:
                 rec.pacer_wait_s += self._admit(st)
                 t0 = self.clock()
+                first_sent = t0 if first_sent is None else first_sent
                 st.meter.enter()
                 try:
                     code, raw, headers = self._post(body)
                 finally:
                     st.meter.leave()
-                rec.latency_s += self.clock() - t0
+                answered = self.clock()
+                rec.latency_s += answered - t0
                 rec.http.append(code)
                 if code == 200:
+                    rec.first_byte_s = answered - first_sent
                     try:
                         data = json.loads(raw)
                         texts = [c["message"]["content"] or "" for c in data["choices"]]

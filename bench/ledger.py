@@ -2,8 +2,9 @@
 
 Each line: the batch id, function, round, start and end time, lane CPU-seconds, the run's budget
 and spend (`budget`: tokens and GPU-seconds, and `bound` when the budget stopped the draw), and per
-model the candidates, compiled count, best score, tokens, GPU-seconds, draw seconds and which
-constraint bound it for how long (`constraints`). No host names or addresses: a line that carries
+model the candidates, compiled count, best score, tokens, GPU-seconds, draw seconds, which
+constraint bound it for how long (`constraints`) and each answered call's queue wait, request sent
+to first byte (`first_byte_s`). No host names or addresses: a line that carries
 one is refused before it is written (the share is open to the subnet).
 """
 
@@ -72,6 +73,10 @@ def line_for(record: dict[str, Any]) -> dict[str, Any]:
         models[alias] = {k: m.get(k) for k in ("tier", "candidates", "compiled", "best", "tokens_in", "tokens_out",
                                                "gpu_s", "draw_s", "status", "error", "rate_limited",
                                                "gateway_waits", "calls", "constraints")}
+        # each answered call's queue wait, request sent to first byte (rig/queues.py reads them)
+        models[alias]["first_byte_s"] = [c["first_byte_s"] for c in record.get("calls") or []
+                                         if c.get("alias") == alias
+                                         and isinstance(c.get("first_byte_s"), int | float)]
     line = {"batch": record["batch"], "function": record["function"], "round": record["round"],
             "escalated": record["escalated"], "start": record["start"], "end": record["end"],
             "lane_cpu_s": record["lane_cpu_s"], "candidates": record["candidates"],
@@ -137,6 +142,10 @@ def parse_line(f: jsonfile.Fields, obj: Any) -> dict[str, Any]:
         for k in ("status", "error", "tier"):
             f.get(m, k, str, where, required=False)
         f.get(m, "constraints", dict, where, required=False)
+        for i, v in enumerate(f.get(m, "first_byte_s", list, where, required=False) or []):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_SECONDS:
+                raise f.fail(f"{where}.first_byte_s[{i}]",
+                             f"must be seconds between 0 and {MAX_SECONDS:g}")
     budget = f.get(o, "budget", dict, "", required=False)
     if budget is not None:
         _count(f, budget, "tokens", "budget", True)

@@ -304,7 +304,7 @@ def poll_jobs(repo: Repo, forge: forge_mod.Forge, env: dict[str, str],
             revoke_key(name, env, rec.key_sha256 if rec else None, rec.lane if rec else None)   # the run is over
             found = {} if res is None else dict(
                 result=res.commit, exit=res.exit, outcome=res.outcome,
-                run_id=res.run_id or (rec.run_id if rec else None))
+                run_id=res.run_id or (rec.run_id if rec else None), first_stage_at=res.first_stage)
             if act.kind is Act.FAILED:
                 if _write(env, name, rec, polled_at=now, status=JobStatus.FAILED, why=act.why,
                           **found):

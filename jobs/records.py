@@ -57,6 +57,7 @@ class JobRecord:
     lane_label: str | None = None
     submitted_at: str | None = None
     polled_at: str | None = None
+    first_stage_at: str | None = None   # when the job's first stage started on the lane (its result says)
     params: dict[str, str] = field(default_factory=dict)   # the run's parameters (nothing secret)
     result: str | None = None           # the result commit once one is on the forge
     exit: int | None = None             # the result's exit code
@@ -110,6 +111,7 @@ class JobRecord:
                    spec=opt("spec", str), manifest=opt("manifest", str), tip=opt("tip", str),
                    run_id=opt("run_id", str), lane=lane, lane_label=opt("lane_label", str),
                    submitted_at=when("submitted_at"), polled_at=when("polled_at"),
+                   first_stage_at=when("first_stage_at"),
                    params=dict(params), result=opt("result", str), exit=opt("exit", int),
                    outcome=opt("outcome", str), why=opt("why", str), key_sha256=opt("key_sha256", str),
                    extra={k: v for k, v in o.items() if k not in known})

@@ -8,11 +8,14 @@ Nev-Job-Outcome: passed
 Nev-Job-Exit: 0
 Nev-Job-Run: 0193c9f1-...
 Nev-Job-Spec: clamp-px
+Nev-Job-First-Stage: 2026-12-05T13:40:02.118Z
 ```
 
 The stages' own commits come before it. The run step commits it; the publish step
 pushes the branch as `result/<name>` unless the outcome is `not-run` (exit 3: kept
-locally, resent later). The poller reads it from the forge with `read`.
+locally, resent later). The poller reads it from the forge with `read`. `Nev-Job-First-Stage`
+(absent when no stage started) is when the job's first stage started on the lane: the poller
+keeps it in the job's record, where the job's queue wait ends (`rig/queues.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ TRAILER_OUTCOME = "Nev-Job-Outcome"
 TRAILER_EXIT = "Nev-Job-Exit"
 TRAILER_RUN = "Nev-Job-Run"
 TRAILER_SPEC = "Nev-Job-Spec"
+TRAILER_FIRST_STAGE = "Nev-Job-First-Stage"   # when the job's first stage started (its queue wait ends)
 OUTCOMES = ("passed", "failed", "not-run", "stopped")
 
 
@@ -40,6 +44,7 @@ class Result:
     commit: str
     reasons: tuple[str, ...] = ()
     spec: str | None = None
+    first_stage: str | None = None
 
 
 def parse_message(message: str, commit: str = "") -> Result | None:
@@ -48,7 +53,8 @@ def parse_message(message: str, commit: str = "") -> Result | None:
     body: list[str] = []
     for line in message.splitlines():
         key, sep, value = line.partition(": ")
-        if sep and key in (TRAILER_JOB, TRAILER_OUTCOME, TRAILER_EXIT, TRAILER_RUN, TRAILER_SPEC):
+        if sep and key in (TRAILER_JOB, TRAILER_OUTCOME, TRAILER_EXIT, TRAILER_RUN, TRAILER_SPEC,
+                           TRAILER_FIRST_STAGE):
             trailers[key] = value.strip()
         elif line.startswith("- "):
             body.append(line[2:])
@@ -59,11 +65,11 @@ def parse_message(message: str, commit: str = "") -> Result | None:
     except ValueError:
         return None
     return Result(trailers[TRAILER_JOB], trailers[TRAILER_OUTCOME], code, trailers.get(TRAILER_RUN),
-                  commit, tuple(body), trailers.get(TRAILER_SPEC))
+                  commit, tuple(body), trailers.get(TRAILER_SPEC), trailers.get(TRAILER_FIRST_STAGE))
 
 
 def message(job: str, outcome: str, code: int, run_id: str | None, reasons: Sequence[str] = (),
-            spec: str | None = None) -> str:
+            spec: str | None = None, first_stage: str | None = None) -> str:
     lines = [f"job {job}: {outcome} (exit {code})", ""]
     if reasons:
         lines += [f"- {mask(r)}" for r in reasons] + [""]
@@ -72,6 +78,8 @@ def message(job: str, outcome: str, code: int, run_id: str | None, reasons: Sequ
         lines.append(f"{TRAILER_RUN}: {run_id}")
     if spec:
         lines.append(f"{TRAILER_SPEC}: {spec}")
+    if first_stage:
+        lines.append(f"{TRAILER_FIRST_STAGE}: {first_stage}")
     return "\n".join(lines) + "\n"
 
 
@@ -98,8 +106,8 @@ def strip(repo: Repo) -> int:
 
 
 def commit(repo: Repo, job: str, outcome: str, code: int, run_id: str | None, reasons: Sequence[str],
-           spec: str | None = None) -> str:
+           spec: str | None = None, first_stage: str | None = None) -> str:
     strip(repo)
     repo.git("commit", "-q", "--allow-empty", "--no-verify", "-F", "-",
-             input=message(job, outcome, code, run_id, reasons, spec))
+             input=message(job, outcome, code, run_id, reasons, spec, first_stage))
     return repo.rev("HEAD")

@@ -219,6 +219,7 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
                            ld.lane.shared_dir, decl, env, lane_env)
                 with ld.api() as api:
                     ld.answering(api, settings.get_float(settings.DAGU_ANSWER_WAIT, env), info)
+                    sent = dt.datetime.now(dt.UTC)   # the job's queue wait starts here (rig/queues.py)
                     run_id, queued = runs.submit(api, wf, p)
                 lane_label = ld.lane.label
         except BaseException:
@@ -234,7 +235,7 @@ def submit(manifest_path: Path, lane_flag: int | None = None, repo_path: Path | 
             rec = recs.job(m.name)
             rec.spec, rec.manifest, rec.tip, rec.run_id = m.spec_name, str(manifest_path), tip, run_id
             rec.lane, rec.lane_label, rec.status = lane_flag, lane_label, records.JobStatus.SUBMITTED
-            rec.submitted_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            rec.submitted_at = sent.isoformat(timespec="milliseconds")
             rec.params, rec.result = p, None
             rec.key_sha256 = jobkeys.digest(key) if key is not None else None
             rec.sends += 1

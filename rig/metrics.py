@@ -11,7 +11,10 @@ Each source is read by the reader its own command uses, and one that cannot be r
 - dagu, the Dagu lane's API (the dashboard's `dagu`): `nev_queue_depth`,
   `nev_dagu_runs_running`;
 - counts, the state folder's (`lanes.base.notify.counts`): `nev_landings_total`,
-  `nev_job_failures_total`, `nev_tick_failures_total`.
+  `nev_job_failures_total`, `nev_tick_failures_total`;
+- queues, the job records and the share's ledgers (`rig.queues`): `nev_job_queue_wait_seconds`
+  and `nev_draw_queue_wait_seconds{alias}` (summaries: p50 and p95, `_sum`, `_count`) with their
+  `..._max_seconds`; a queue with no sample in the window (NEV_QUEUE_WINDOW) is left out.
 
 `render` is pure; `gather` reads the sources.
 """
@@ -27,8 +30,10 @@ from typing import Any
 from lanes.base import jsonfile, notify
 from lanes.base.errors import NevError
 from lanes.base.mask import mask
+from rig import queues
+from rig.queues import QUANTILES
 
-SOURCES = ("aliases", "jobs", "lanes", "dagu", "counts")
+SOURCES = ("aliases", "jobs", "lanes", "dagu", "counts", "queues")
 GiB = 1 << 30  # the lane agent's free_gb is in GiB (statvfs bytes / 2**30)
 
 # name -> (type, help): every family `render` may write, in its order (docs/notify.md lists them)
@@ -60,6 +65,17 @@ FAMILIES: dict[str, tuple[str, str]] = {
         "jobs failed for good or not landed, counted in the state folder",
     ),
     "nev_tick_failures_total": ("counter", "ticks that failed, counted in the state folder"),
+    "nev_job_queue_wait_seconds": (
+        "summary",
+        "seconds from a job's submission to its first stage started, over NEV_QUEUE_WINDOW",
+    ),
+    "nev_job_queue_wait_max_seconds": ("gauge", "the longest job queue wait in the window"),
+    "nev_draw_queue_wait_seconds": (
+        "summary",
+        "seconds from a draw's request sent to the first byte of its answer (nev's client; "
+        "not streamed: the byte comes with the whole answer), per alias, over NEV_QUEUE_WINDOW",
+    ),
+    "nev_draw_queue_wait_max_seconds": ("gauge", "the longest draw queue wait in the window"),
 }
 COUNTED = {
     "nev_landings_total": notify.Kind.LANDED,
@@ -77,6 +93,7 @@ class State:
     lanes: list[dict[str, Any]] | None = None  # `nev lane list --json`'s rows
     dagu: list[dict[str, Any]] | None = None  # runs queued or running
     counts: dict[str, int] | None = None
+    queues: dict[str, Any] | None = None  # `rig.queues.summary`
     missing: dict[str, str] = field(default_factory=dict)
 
 
@@ -133,20 +150,42 @@ def samples(state: State) -> dict[str, list[tuple[dict[str, str], float]]]:
     if state.counts is not None:
         for name, kind in COUNTED.items():
             out[name].append(({}, float(state.counts.get(kind, 0))))
+    if state.queues is not None:
+        _waits(out, "nev_job_queue_wait", {}, state.queues["jobs"])
+        for alias, f in state.queues["draws"].items():
+            _waits(out, "nev_draw_queue_wait", {"alias": alias}, f)
     return out
+
+
+def _waits(out: dict[str, list[tuple[dict[str, str], float]]], base: str, labels: dict[str, str],
+           f: Mapping[str, Any]) -> None:
+    """One queue's summary (`_sum` and `_count` under their own names) and max; nothing at all
+    when it has no sample (a quantile of nothing is not 0)."""
+    if not f["count"]:
+        return
+    for q, key in zip(QUANTILES, ("p50_s", "p95_s"), strict=True):
+        out[f"{base}_seconds"].append(({**labels, "quantile": str(q)}, float(f[key])))
+    out.setdefault(f"{base}_seconds_sum", []).append((labels, float(f["sum_s"])))
+    out.setdefault(f"{base}_seconds_count", []).append((labels, float(f["count"])))
+    out[f"{base}_max_seconds"].append((labels, float(f["max_s"])))
 
 
 def render(state: State) -> str:
     """The text exposition format (version 0.0.4): HELP and TYPE for each family with samples."""
     lines = []
-    for name, ss in samples(state).items():
-        if not ss:
+    every = samples(state)
+    for name, ss in every.items():
+        if not ss or name not in FAMILIES:
             continue
         kind, help_ = FAMILIES[name]
         lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
-        for labels, v in ss:
-            lab = ",".join(f'{k}="{_label(x)}"' for k, x in labels.items())
-            lines.append(f"{name}{{{lab}}} {_num(v)}" if lab else f"{name} {_num(v)}")
+        parts = [(name, ss)]
+        if kind == "summary":
+            parts += [(f"{name}{x}", every.get(f"{name}{x}", [])) for x in ("_sum", "_count")]
+        for sample, got in parts:
+            for labels, v in got:
+                lab = ",".join(f'{k}="{_label(x)}"' for k, x in labels.items())
+                lines.append(f"{sample}{{{lab}}} {_num(v)}" if lab else f"{sample} {_num(v)}")
     return "\n".join(lines) + "\n"
 
 
@@ -192,6 +231,7 @@ def gather(
         "lanes": _lanes,
         "dagu": _dagu,
         "counts": lambda: notify.counts(environ),
+        "queues": lambda: queues.gather(environ),
     }
     for src in SOURCES:
         if src in skip:

@@ -192,3 +192,24 @@ def test_every_source_is_loaded_before_the_collectors_threads_start(tmp_path):
     r = subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, capture_output=True, text=True,
                        timeout=120)
     assert r.stdout.strip().splitlines()[-1] == "all-loaded", r.stdout + r.stderr
+
+
+def test_the_queues_section_shows_each_queues_figures_and_a_dash_where_there_is_no_sample():
+    from rig import queues
+
+    q = queues.summary([{"submitted_at": "2026-12-05T10:00:00Z", "first_stage_at": "2026-12-05T10:00:04Z"}],
+                       [{"end": "2026-12-05T10:01:00Z",
+                         "models": {"qwen3.8-27b-fast": {"first_byte_s": [0.5, 1.5, 2.5]}}}],
+                       3600, queues.parse_time("2026-12-05T10:30:00Z"))  # type: ignore[arg-type]
+    html = page.render(data(queues=q), 15)
+    rows = re.findall(r'data-queue="(\w+)" data-alias="([^"]*)" data-count="(\d+)"><td>\w+</td><td>[^<]*</td>'
+                      r"<td>\d+</td><td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td>", html)
+    assert rows == [("job", "", "1", "4.00 s", "4.00 s", "4.00 s"),
+                    ("draw", "qwen3.8-27b-fast", "3", "1.50 s", "2.50 s", "2.50 s")]
+    none = queues.summary([], [], 3600, queues.parse_time("2026-12-05T10:30:00Z"))  # type: ignore[arg-type]
+    assert none["jobs"] == {"count": 0, "sum_s": 0.0, "p50_s": None, "p95_s": None, "max_s": None}
+    html = page.render(data(queues=none), 15)
+    assert re.search(r'data-queue="job" data-alias="" data-count="0"><td>job</td><td>-</td><td>0</td>'
+                     r"<td>-</td><td>-</td><td>-</td>", html)
+    assert "over the last 1 h" in html or "over the last 60 min" in html
+    assert 'id="queues"' not in page.render(data(), 15)        # not collected: no section

@@ -107,6 +107,25 @@ def test_demo_passes_every_step_and_lands_a_generated_function_at_its_floor(box)
     assert prov["batch"]["escalated"] is True, prov["batch"]
     assert [m["alias"] for m in prov["batch"]["models"]] == ["qwen3.8-27b-fast", "deepseek-v4.1-flash"]
     assert re.search(rf"ledger line:\s+\S+ {prov['batch']['id']} abspos_width ", out), out
+    # 5: the job's queue wait (submitted to its first stage) and its batch's draw waits (request
+    # to first byte, per alias) are in `nev rig metrics`, read as Prometheus reads them
+    from prometheus_client.parser import text_string_to_metric_families
+
+    menv = {k: v for k, v in os.environ.items() if not k.startswith(("NEV_", "GENERA_"))}
+    menv.update({**box.env, "PYTHONPATH": str(ROOT)})
+    mp = subprocess.run([sys.executable, "-m", "rig.cli", "rig", "metrics", "--skip", "lanes",
+                         "--skip", "dagu"], cwd=ROOT, env=menv, capture_output=True, text=True,
+                        timeout=300)
+    assert mp.returncode == 0, mp.stderr
+    fam = {f.name: f for f in text_string_to_metric_families(mp.stdout)}
+    assert fam["nev_job_queue_wait_seconds"].type == "summary", mp.stdout
+    job_q = {s.name: s.value for s in fam["nev_job_queue_wait_seconds"].samples
+             if "quantile" not in s.labels}
+    assert job_q["nev_job_queue_wait_seconds_count"] >= 1
+    assert fam["nev_job_queue_wait_max_seconds"].samples[0].value > 0
+    draws = {s.labels["alias"] for s in fam["nev_draw_queue_wait_seconds"].samples}
+    assert {m["alias"] for m in prov["batch"]["models"]} <= draws, mp.stdout
+    assert all(s.value > 0 for s in fam["nev_draw_queue_wait_max_seconds"].samples)
     # 5: as a Dagu job: its logs archived on the NAS
     archive = Path(re.search(r"job archived log:\s+(\S+)", out).group(1))  # type: ignore[union-attr]
     assert archive.name == "archive.txt" and archive.is_file(), out

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from bench.batch import gateway_key
+from bench.batch_cmd import gateway_key
 from jobs import submit
 from lanes import agentpack, dotenv
 from lanes.agent.copy import lane_model_url

@@ -1,11 +1,11 @@
 """Exit codes: one enum, every code of the command surface, each code one meaning, the page generated."""
 
 from lanes.base.errors import ConfigError, DiskShortError, NevError, NoLaneError, UsageError
-from lanes.base.exitcodes import Exit
+from lanes.base.exitcodes import COMMANDS, Exit
 from rig.docgen import render_exit_codes
 
 # docs: COMMANDS.md "Exit codes shared by all commands", and `nev lane run`'s dropped connection.
-SHARED = {0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 130, 143, 255}
+SHARED = {0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 130, 143, 255}
 
 
 def test_every_shared_code_is_in_the_enum_with_a_meaning():
@@ -43,3 +43,8 @@ def test_exit_codes_doc_is_generated_from_the_enum():
     with open("docs/exit-codes.md", encoding="utf-8") as f:
         assert f.read() == render_exit_codes(), \
             "docs/exit-codes.md is stale: python -m rig.docgen exit-codes > docs/exit-codes.md"
+
+
+def test_fourteen_is_a_run_manifest_input_that_no_longer_holds():
+    assert Exit(14) is Exit.MANIFEST_CHANGED and "--manifest" in Exit.MANIFEST_CHANGED.meaning
+    assert 14 in COMMANDS["batch run"].codes()

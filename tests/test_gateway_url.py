@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench import batch, onlane
+from bench import batch_cmd, onlane
 from bench.gateway import url_from_settings
 from jobs import preflight
 from jobs.manifest import parse
@@ -75,10 +75,10 @@ def test_a_batch_on_a_lane_calls_the_gateway_of_the_lanes_file(tmp_path, monkeyp
     monkeypatch.setenv("NEV_MODEL_URL", DEV_URL)
     monkeypatch.setenv("NEV_MODEL_KEY_FILE", str(key))
     used = []
-    monkeypatch.setattr(batch, "config_from_settings", lambda *a: SimpleNamespace(shares=[], escalation=None))
-    monkeypatch.setattr(batch, "run", lambda cfg, gw, echo: (used.append(gw.endpoint.url),
+    monkeypatch.setattr(batch_cmd, "config_from_settings", lambda *a: SimpleNamespace(shares=[], escalation=None, stale_sweeps={}, accept_stale=False))
+    monkeypatch.setattr(batch_cmd, "run", lambda cfg, gw, echo: (used.append(gw.endpoint.url),
                                                               SimpleNamespace(message="ok", exit_code=0))[1])
-    assert batch.command("f", tmp_path, None, None, None, None, None, None, [], echo=lambda s: None) == 0
+    assert batch_cmd.command("f", tmp_path, None, None, None, None, None, None, [], echo=lambda s: None) == 0
     assert used == [LANE_URL]
 
 

@@ -135,3 +135,29 @@ def test_a_round_that_waited_for_gateway_slots_is_bound_by_the_gateway_limit_not
         (3, 0, "gateway_limit")
     assert (got["b"]["gateway_waits"], got["b"]["rate_limited"], got["b"]["constraints"]["bound"]) == \
         (0, 1, "cooldown")
+
+
+def test_a_draws_queue_wait_runs_from_its_first_request_to_the_answer_that_served_it():
+    """`first_byte_s` (rig/queues.py's draw wait): the gateway's slot waits between the first
+    request and the answer count; a call that never got an answer has none."""
+    srv = serve([(429, BUSY), (429, BUSY), (200, OK), (400, b'{"error": "bad"}')])
+    ft = FakeTime()
+    try:
+        g = Gateway(f"http://127.0.0.1:{srv.server_address[1]}", "k", clock=ft.clock, sleep=ft.sleep)
+        g.add_alias("a", 1, 1)
+        _texts, rec = g.call("a", [{"role": "user", "content": "x"}], 1, 1)
+        assert rec.http == [429, 429, 200] and rec.gateway_wait_s > 0
+        # the clock moves only while the client waits: for slots, and for its pacer between tries
+        # (the first request went at once, with the pacer's bucket full)
+        waited = rec.gateway_wait_s + rec.pacer_wait_s
+        assert rec.first_byte_s is not None and abs(rec.first_byte_s - waited) < 1e-9
+        assert rec.to_json()["first_byte_s"] > 0
+        from bench.gateway import CallFailed
+        try:
+            g.call("a", [{"role": "user", "content": "x"}], 1, 2)
+        except CallFailed as e:
+            assert e.record.first_byte_s is None and e.record.to_json()["first_byte_s"] is None
+        else:
+            raise AssertionError("a 400 must fail the call")
+    finally:
+        srv.shutdown()

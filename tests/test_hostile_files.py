@@ -203,7 +203,7 @@ def _in_env(var: str, reader: Callable[[Path], object]) -> Callable[[Path, Path]
 
 
 def _readers() -> list[Reader]:
-    from bench import folknet, plan, provenance_tree, readiness, rounds
+    from bench import folknet, plan, provenance_tree, readiness, rounds, runmanifest
     from bench.oracle import store as oracle_store
     from bench.oracle import suites
     from crates_bridge import corpus, judge, registry
@@ -265,6 +265,10 @@ def _readers() -> list[Reader]:
         Reader("ledger lines on the dashboard", ("bench/ledger.py::read_lenient",), "share/ledger/wt.jsonl",
                lambda d, f: _dash_batches(d),
                b'{"models": {}}\n', tolerant=True),
+        Reader("run manifest (nev batch run --manifest)", ("bench/runmanifest.py::load",), "m.json",
+               lambda d, f: runmanifest.load(f),
+               b'{"format": 1, "function": "f", "spec": {}, "prompt": {}, "corpus": {}, '
+               b'"seeds": {"base": "7"}, "run": {}, "engine": {}, "nev": {}, "aliases": [{"alias": "a"}]}'),
         Reader("ledgers (nev ledger --list)", ("bench/ledger.py::read_lenient",),
                "share/ledger/wt.jsonl", _cli("ledger", "--list", env={"NEV_LANE_SHARED": "{dir}/share", "NEV_ON_LANE": "1"}),
                b'{"models": {}}\n', tolerant=True),

@@ -5,6 +5,7 @@ the inventory probed through the real LiteLLM gateway and stand-in pools.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -188,6 +189,17 @@ def test_three_stage_job_runs_on_the_lane_publishes_and_poll_lands_it(rig, box):
     assert rig.step_exit(run_id, "publish") == "0"
     rec = rig.poll_until("threestage", "landed")
     assert rec["resends"] == 0
+    # its queue wait: submitted to the first stage started, which the result told the poll
+    wait = (dt.datetime.fromisoformat(rec["first_stage_at"].replace("Z", "+00:00"))
+            - dt.datetime.fromisoformat(rec["submitted_at"])).total_seconds()
+    assert 0 < wait < 240
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = rig.ok("rig", "metrics", "--skip", "lanes", "--skip", "dagu").stdout
+    fam = {f.name: f.samples for f in text_string_to_metric_families(text)}
+    assert any(s.name == "nev_job_queue_wait_seconds_count" and s.value >= 1
+               for s in fam["nev_job_queue_wait_seconds"])
+    assert fam["nev_job_queue_wait_max_seconds"][0].value >= round(wait, 3) - 0.001
     git(rig.dev, "checkout", "-q", "main")
     assert (rig.dev / "out" / "threestage" / "a.txt").read_text() == "generated\n"
     assert json.loads((rig.dev / "out" / "threestage" / "answer.json").read_text())["choices"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.batch import ledger_name
+from bench.batch_cmd import ledger_name
 from dagu.layout import Layout
 from jobs import status, submit
 from jobs.manifest import parse

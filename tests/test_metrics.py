@@ -91,7 +91,9 @@ def test_metrics_parse_and_match_what_status_reports(tmp_path):
     assert fam["nev_landings"][0].value == 2 and types["nev_landings"] == "counter"
     assert fam["nev_job_failures"][0].value == 3 and fam["nev_tick_failures"][0].value == 0
     up = {s.labels["source"]: s.value for s in fam["nev_source_up"]}
-    assert up == {"aliases": 1, "jobs": 1, "lanes": 0, "dagu": 0, "counts": 1}
+    assert up == {"aliases": 1, "jobs": 1, "lanes": 0, "dagu": 0, "counts": 1, "queues": 1}
+    # no job has a first stage on record and no ledger holds a draw: no queue figure at all
+    assert not [n for n in fam if "queue_wait" in n]
     assert (
         "nev_queue_depth" not in fam and "nev_lane_disk_free_bytes" not in fam
     )  # not read: left out
@@ -176,3 +178,63 @@ def test_label_values_are_escaped():
     )
     fam = _families(text)
     assert fam["nev_alias_ready"][0].labels["alias"] == 'we"ird\\name\n'
+
+
+def _ago(now: dt.datetime, seconds: float) -> str:
+    return (now - dt.timedelta(seconds=seconds)).isoformat(timespec="milliseconds")
+
+
+def test_queue_waits_are_p50_p95_max_of_the_window_and_absent_without_a_sample(tmp_path):
+    """Job waits (submitted to first stage, from the records) and draw waits (first byte, from
+    the ledgers on the share) as Prometheus summaries with their max; a window with none: absent."""
+    env = _state(tmp_path)
+    now = dt.datetime.now(dt.UTC)
+    recs = json.loads((tmp_path / "state" / "job-results.json").read_text())
+    waits = {"a": 3.0, "b": 10.0, "c": 1.0}
+    for name, w in waits.items():
+        recs["jobs"][name].update(submitted_at=_ago(now, 600 + w), first_stage_at=_ago(now, 600))
+    # a job whose first stage was an earlier submission's, and one out of the window: no sample
+    recs["jobs"]["d"].update(submitted_at=_ago(now, 60), first_stage_at=_ago(now, 900))
+    recs["jobs"]["e"].update(submitted_at=_ago(now, 7300), first_stage_at=_ago(now, 7200))
+    (tmp_path / "state" / "job-results.json").write_text(json.dumps(recs))
+    share = tmp_path / "share"
+    (share / "ledger").mkdir(parents=True)
+    draws = [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0,
+             2.1, 2.2, 9.0]
+    line = {"batch": "b1", "function": "f", "round": 1, "end": _ago(now, 30), "models": {
+        "qwen3.8-27b-fast": {"calls": 20, "first_byte_s": draws},
+        "deepseek-v4.1-flash": {"calls": 0, "first_byte_s": []}}}
+    old = {"batch": "b0", "function": "f", "round": 1, "end": _ago(now, 7300),
+           "models": {"deepseek-v4.1-flash": {"calls": 1, "first_byte_s": [50.0]}}}
+    (share / "ledger" / "job-x.jsonl").write_text(json.dumps(old) + "\n" + json.dumps(line) + "\n")
+    env = {**env, "NEV_LANE_SHARED": str(share), "NEV_QUEUE_WINDOW": "3600"}
+    r = nev(["rig", "metrics", "--skip", "lanes", "--skip", "dagu"], env)
+    assert r.returncode == 0, r.stderr
+    types = {f.name: f.type for f in text_string_to_metric_families(r.stdout)}
+    assert types["nev_job_queue_wait_seconds"] == "summary"
+    fam = _families(r.stdout)
+    job = {(s.name, s.labels.get("quantile")): s.value for s in fam["nev_job_queue_wait_seconds"]}
+    assert job == {("nev_job_queue_wait_seconds", "0.5"): 3.0,
+                   ("nev_job_queue_wait_seconds", "0.95"): 10.0,
+                   ("nev_job_queue_wait_seconds_sum", None): 14.0,
+                   ("nev_job_queue_wait_seconds_count", None): 3.0}
+    assert fam["nev_job_queue_wait_max_seconds"][0].value == 10.0
+    draw = {(s.name, s.labels.get("quantile")): s.value for s in fam["nev_draw_queue_wait_seconds"]}
+    assert {s.labels["alias"] for s in fam["nev_draw_queue_wait_seconds"]} == {"qwen3.8-27b-fast"}
+    assert draw[("nev_draw_queue_wait_seconds", "0.5")] == 1.3            # the 10th of 20
+    assert draw[("nev_draw_queue_wait_seconds", "0.95")] == 2.2           # the 19th of 20
+    assert draw[("nev_draw_queue_wait_seconds_count", None)] == 20.0
+    assert [s.value for s in fam["nev_draw_queue_wait_max_seconds"]] == [9.0]
+    # the alias whose only draw fell out of the window has no figure, not a zero
+    assert "deepseek-v4.1-flash" not in r.stdout
+    # the JSON view carries the same numbers
+    js = json.loads(nev(["rig", "metrics", "--skip", "lanes", "--skip", "dagu", "--json"], env).stdout)
+    assert js["nev_job_queue_wait_max_seconds"] == [{"labels": {}, "value": 10.0}]
+    # a window that holds none of them: every queue figure is absent
+    env["NEV_QUEUE_WINDOW"] = "10"
+    bare = _families(nev(["rig", "metrics", "--skip", "lanes", "--skip", "dagu"], env).stdout)
+    assert not [n for n in bare if "queue_wait" in n]
+    assert {s.labels["source"]: s.value for s in bare["nev_source_up"]}["queues"] == 1
+    env["NEV_QUEUE_WINDOW"] = "soon"
+    r = nev(["rig", "metrics", "--skip", "lanes", "--skip", "dagu"], env)
+    assert r.returncode == 0 and "metrics: queues: not read: NEV_QUEUE_WINDOW='soon'" in r.stderr

@@ -1,4 +1,5 @@
-"""The rig's change log, `<rig notes>/changelog.md` (mode 600): one entry per change, newest last.
+"""The rig's change log, `<rig notes>/changelog.md` (mode 600): one entry per change, newest last,
+and its reader (`entries`, `read`).
 
 Its one writer: the snapshot and the restore, the serving verbs (`rig/`) and a person's landing
 (`jobs/`) append here. An entry is a `## TIME WHAT` line and `- key: value` lines; every entry is
@@ -11,6 +12,7 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,3 +42,42 @@ def append(notes: Path, entry: str) -> Path:
     finally:
         os.close(fd)
     return p
+
+
+@dataclass(frozen=True)
+class Entry:
+    time: str
+    heading: str         # after the time: `snapshot LABEL`, `drain ROLE`, `log worked`
+    who: str
+    lines: list[str]     # the `- ` lines but who, in order, without the `- `
+
+    @property
+    def by_person(self) -> bool:
+        return self.heading.split(" ", 1)[0] == "log"
+
+    def to_json(self) -> dict[str, object]:
+        return {**asdict(self), "by": "person" if self.by_person else "nev"}
+
+
+def entries(text: str) -> list[Entry]:
+    """The change log's entries in the order written (oldest first); text before the first
+    heading is not an entry."""
+    out: list[Entry] = []
+    for block in ("\n" + text).split("\n## ")[1:]:
+        head, *rest = block.split("\n")
+        time, _, heading = head.partition(" ")
+        who, lines = "?", []
+        for ln in rest:
+            if not ln.startswith("- "):
+                continue
+            if ln.startswith("- who: ") and who == "?":
+                who = ln[len("- who: "):]
+            else:
+                lines.append(ln[2:])
+        out.append(Entry(time=time, heading=heading, who=who, lines=lines))
+    return out
+
+
+def read(notes: Path) -> list[Entry]:
+    p = notes / NAME
+    return entries(p.read_text(errors="replace")) if p.exists() else []

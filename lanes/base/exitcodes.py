@@ -98,6 +98,10 @@ class Exit(IntEnum):
     )
     NO_SANDBOX = 13, ("the sandbox for model-written code cannot be built on this host (bubblewrap, user "
                       "namespaces or libseccomp missing, named); nothing ran (docs/sandbox.md)")
+    MANIFEST_CHANGED = 14, ("`nev batch run --manifest FILE`: an input the run manifest pins no longer "
+                            "holds (the spec text, the prompt prefix, an alias's model id, the corpus or "
+                            "its browsers, the engine's commit, nev; the first named on one line); "
+                            "nothing drawn (docs/batch.md)")
     INTERRUPTED = 130, "interrupted (SIGINT); a command running on a lane is stopped too"
     TERMINATED = 143, "terminated (SIGTERM); a command running on a lane is stopped too"
     CONNECTION_DROPPED = 255, ("`nev lane run`: the connection to the lane dropped mid-run (a second call "
@@ -116,7 +120,8 @@ SHORT: dict[int, str] = {
     0: "done", 1: "refused or failed", 2: "usage error", 3: "nothing ran, not available now",
     4: "lane disk short", 5: "a pulled folder refused", 7: "publish failed", 8: "stopped",
     9: "requirements unmet", 10: "inventory refusal that never clears", 11: "no ground truth",
-    12: "budget bound", 13: "no sandbox here", 130: "interrupted", 143: "terminated",
+    12: "budget bound", 13: "no sandbox here", 14: "a pinned input changed", 130: "interrupted",
+    143: "terminated",
     255: "connection to the lane dropped",
 }
 
@@ -152,7 +157,7 @@ COMMANDS: dict[str, Codes] = {
     "land": Codes((_E.UNAVAILABLE,), usage=Exit.FAILED, own=(
         (LAND_CONFLICT, "rebase conflict",
          "a rebase conflict outside `handoff.md` (the files named): the branch must change first"),)),
-    "batch plan": Codes(), "batch run": Codes((_E.UNAVAILABLE, _E.BUDGET, _E.NO_SANDBOX)),
+    "batch plan": Codes(), "batch run": Codes((_E.UNAVAILABLE, _E.BUDGET, _E.NO_SANDBOX, _E.MANIFEST_CHANGED)),
     "box demo": Codes(), "box down": Codes(), "box env": Codes(), "box shape": Codes(),
     "box status": Codes(), "box up": Codes(),
     **{f"dagu {c}": Codes(_LANE) for c in (

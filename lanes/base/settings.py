@@ -131,6 +131,9 @@ PROBE_FAILS = _s("NEV_PROBE_FAILS", "2", "failed probes in a row before a ready 
 PROBE_OKS = _s("NEV_PROBE_OKS", "2", "answered probes in a row before a failing alias turns ready")
 THROUGHPUT_DIR = _s("NEV_THROUGHPUT_DIR", "~/.local/share/nev/throughput", "where `nev rig throughput` keeps each alias's last sweep (JSON)")
 CAPACITY_FILE = _s("NEV_CAPACITY_FILE", "bench/capacity.json", "declared per-class power figures, roles and budgets, candidate size")
+QUEUE_WINDOW = _s("NEV_QUEUE_WINDOW", "86400",
+                  "seconds of the queue-wait window of `nev rig metrics` and the dashboard: p50, p95 "
+                  "and max over the jobs and draws whose wait ended within it")
 DASHBOARD_REFRESH = _s("NEV_DASHBOARD_REFRESH", "15", "seconds between the dashboard's collections (and page reloads)")
 STATE_DIR = _s("NEV_STATE_DIR", "~/.local/state/nev", "local state: approvals, job results, locks, port forwards (forwards/)")
 NOTIFY_TIMEOUT = _s("NEV_NOTIFY_TIMEOUT", "5",

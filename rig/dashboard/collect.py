@@ -12,12 +12,12 @@ breaks the page.
 | lane_jobs | each job in flight, on its lane (`jobs/lanestate.py`: one SSH read per lane): its
 |          | running stage and that stage's age |
 | batches  | the ledger (`bench/ledger.py`: `ledger/<worktree>.jsonl` on the share): one line per batch, and per worktree or job its spend against its budget |
+| queues   | the queue waits (`rig/queues.py`): jobs submitted to first stage, draws sent to first byte; p50, p95, max |
 | floors   | the engine's committed floor and provenance files, per function |
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 import time
 from collections.abc import Callable
@@ -188,15 +188,10 @@ def ledger_dir() -> Path:
 
 
 def parse_time(value: Any) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.UTC)
-    return t.timestamp()
+    from lanes.base.isotime import parse
+
+    t = parse(value)
+    return None if t is None else t.timestamp()
 
 
 def batch_points(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -258,11 +253,19 @@ def floors() -> list[dict[str, Any]]:
     return out
 
 
+# -- queue waits -----------------------------------------------------------
+
+def queues() -> dict[str, Any]:
+    from rig import queues as q
+
+    return q.gather()
+
+
 # -- all of them -----------------------------------------------------------
 
 COLLECTORS: dict[str, Callable[[], Any]] = {
     "lanes": lanes, "dagu": dagu_runs, "aliases": aliases, "replicas": replicas, "jobs": jobs,
-    "lane_jobs": lane_jobs, "batches": batches, "floors": floors,
+    "lane_jobs": lane_jobs, "batches": batches, "queues": queues, "floors": floors,
 }
 
 
@@ -282,6 +285,7 @@ def load_sources() -> None:
     import lanes.gate  # noqa: F401
     import rig.inventory.inventoryfile  # noqa: F401
     import rig.inventory.status  # noqa: F401
+    import rig.queues  # noqa: F401
     import rig.rigfile  # noqa: F401
     import rig.serving.state  # noqa: F401
     import rig.snapshot.context  # noqa: F401

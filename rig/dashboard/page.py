@@ -219,6 +219,33 @@ def _batch_row(p: dict[str, Any]) -> str:
             f"<td>{_t(best)}</td></tr>")
 
 
+def queues_html(section: Any) -> str:
+    if section is None:           # not collected (a page from before the queues section)
+        return ""
+    return _section("queues", "Queue waits", _shown(section, _queues_table))
+
+
+def _secs(x: Any) -> str:
+    return "-" if x is None else f"{float(x):.2f} s"      # null: no sample, never 0
+
+
+def _queue_row(queue: str, alias: str, f: dict[str, Any]) -> str:
+    return (f'<tr class="queue" data-queue="{_t(queue)}" data-alias="{_t(alias)}" '
+            f'data-count="{int(f["count"])}"><td>{_t(queue)}</td><td>{_t(alias or "-")}</td>'
+            f'<td>{int(f["count"])}</td><td>{_secs(f["p50_s"])}</td><td>{_secs(f["p95_s"])}</td>'
+            f'<td>{_secs(f["max_s"])}</td></tr>')
+
+
+def _queues_table(section: dict[str, Any]) -> str:
+    rows = [_queue_row("job", "", section["jobs"])]
+    rows += [_queue_row("draw", a, f) for a, f in section["draws"].items()]
+    window = float(section["window_s"])
+    return (_table(("queue", "alias", "samples", "p50", "p95", "max"), rows)
+            + f'<p class="meta">jobs: submitted to first stage started; draws: request sent to the '
+            f"first byte of the answer (nev's client); over the last {age(window)} "
+            "(NEV_QUEUE_WINDOW); - is no sample</p>")
+
+
 def floors_html(section: Any) -> str:
     return _section("floors", "Floors", _shown(section, _floors_table))
 
@@ -243,6 +270,7 @@ def render(data: dict[str, Any], refresh_s: int) -> str:
         replicas_html(data.get("replicas")),
         jobs_html(data.get("jobs"), data.get("lane_jobs")),
         batches_html(data.get("batches")),
+        queues_html(data.get("queues")),
         floors_html(data.get("floors")),
     ])
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"

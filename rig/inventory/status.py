@@ -15,19 +15,7 @@ from bench.readiness import parse_time
 from lanes import lanesfile
 from lanes.base import jsonfile, notify, settings
 from lanes.base.errors import ConfigError, NevError
-
-
-def age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = max(0, int(seconds))
-    if s < 120:
-        return f"{s} s"
-    if s < 7200:
-        return f"{s // 60} min"
-    if s < 172800:
-        return f"{s // 3600} h {(s % 3600) // 60} min"
-    return f"{s // 86400} d"
+from lanes.base.isotime import age
 
 
 def _since(value: Any, now: dt.datetime) -> float | None:

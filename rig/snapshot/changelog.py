@@ -9,10 +9,7 @@ An entry is a `## TIME WHAT` heading and its `- field: value` lines; `entries` r
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from pathlib import Path
-
-from lanes.base.changelog import NAME, append, now, who
+from lanes.base.changelog import NAME, Entry, append, entries, now, read, who
 from rig.snapshot.store import Manifest
 
 __all__ = ["NAME", "Entry", "append", "changed_files", "entries", "now", "person_entry", "read",
@@ -65,42 +62,3 @@ def person_entry(message: str, worked: bool, role: str | None = None,
 def one_line(text: str) -> str:
     """Whitespace runs (newlines too) as one space: a value never starts a heading of its own."""
     return " ".join(text.split())
-
-
-@dataclass(frozen=True)
-class Entry:
-    time: str
-    heading: str         # after the time: `snapshot LABEL`, `drain ROLE`, `log worked`
-    who: str
-    lines: list[str]     # the `- ` lines but who, in order, without the `- `
-
-    @property
-    def by_person(self) -> bool:
-        return self.heading.split(" ", 1)[0] == "log"
-
-    def to_json(self) -> dict[str, object]:
-        return {**asdict(self), "by": "person" if self.by_person else "nev"}
-
-
-def entries(text: str) -> list[Entry]:
-    """The change log's entries in the order written (oldest first); text before the first
-    heading is not an entry."""
-    out: list[Entry] = []
-    for block in ("\n" + text).split("\n## ")[1:]:
-        head, *rest = block.split("\n")
-        time, _, heading = head.partition(" ")
-        who, lines = "?", []
-        for ln in rest:
-            if not ln.startswith("- "):
-                continue
-            if ln.startswith("- who: ") and who == "?":
-                who = ln[len("- who: "):]
-            else:
-                lines.append(ln[2:])
-        out.append(Entry(time=time, heading=heading, who=who, lines=lines))
-    return out
-
-
-def read(notes: Path) -> list[Entry]:
-    p = notes / NAME
-    return entries(p.read_text(errors="replace")) if p.exists() else []
