@@ -31,11 +31,21 @@ def repo_root(repo: Path) -> Path:
     return Repo(repo).toplevel_or_self()
 
 
-def config_from_settings(function: str, repo: Path, models: str | None, max_batches: int | None,
-                         escalate_after: int | None, escalate: str | None, seed: int | None,
-                         corpus: Path | None = None, budget_tokens: str | None = None,
-                         budget_gpu_s: str | None = None, supersede: bool = False,
-                         seed_failures: bool = False, accept_stale: bool = False) -> RunConfig:
+def config_from_settings(
+    function: str,
+    repo: Path,
+    models: str | None,
+    max_batches: int | None,
+    escalate_after: int | None,
+    escalate: str | None,
+    seed: int | None,
+    corpus: Path | None = None,
+    budget_tokens: str | None = None,
+    budget_gpu_s: str | None = None,
+    supersede: bool = False,
+    seed_failures: bool = False,
+    accept_stale: bool = False,
+) -> RunConfig:
     from lanes.base import changelog, settings
 
     if not re.fullmatch(r"[a-z][a-z0-9_]*", function):
@@ -45,7 +55,9 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
     models = models or settings.get(settings.MODELS)
     shares = resolve(parse_models(models), net) if models else default_models(net)
     if not shares:
-        raise UsageError(f"no sampling model: pass --models ALIAS:N:INFLIGHT or declare one in {net.path}")
+        raise UsageError(
+            f"no sampling model: pass --models ALIAS:N:INFLIGHT or declare one in {net.path}"
+        )
     esc_text = escalate or settings.get(settings.ESCALATE_MODEL)
     escalation = resolve(parse_models(esc_text), net)[0] if esc_text else default_escalation(net)
     mb = max_batches if max_batches is not None else settings.get_int(settings.MAX_BATCHES)
@@ -54,9 +66,11 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
         raise UsageError("--max-batches must be at least 1 and --escalate-after at least 0")
     engine = settings.path_under(settings.ENGINE_DIR, root)
     corpus_root = settings.path_under(settings.CORPUS_DIR, root)
-    budget = Budget.parse(budget_tokens if budget_tokens is not None else settings.get(settings.BUDGET_TOKENS),
-                          budget_gpu_s if budget_gpu_s is not None else settings.get(settings.BUDGET_GPU_S),
-                          "--budget-tokens/--budget-gpu-s (NEV_BUDGET_TOKENS, NEV_BUDGET_GPU_S)")
+    budget = Budget.parse(
+        budget_tokens if budget_tokens is not None else settings.get(settings.BUDGET_TOKENS),
+        budget_gpu_s if budget_gpu_s is not None else settings.get(settings.BUDGET_GPU_S),
+        "--budget-tokens/--budget-gpu-s (NEV_BUDGET_TOKENS, NEV_BUDGET_GPU_S)",
+    )
     ledger_path = ledger.ledger_dir() / f"{ledger_name(root)}.jsonl"
     own_specs = settings.path_under(settings.SPECS_DIR, root)
     workdir = root / "target" / "batch"
@@ -71,15 +85,29 @@ def config_from_settings(function: str, repo: Path, models: str | None, max_batc
     old = {a: st for a, st in old.items() if a in asked}
     if not accept_stale:
         sweeps = {a: sw for a, sw in sweeps.items() if a not in old}
-    return RunConfig(function=function, shares=shares, escalation=escalation, escalate_after=ea,
-                     max_batches=mb, engine_dir=engine, corpus_dir=corpus or corpus_root / function,
-                     workdir=workdir, ledger_path=ledger_path, seed=seed, budget=budget,
-                     declared=plan_mod.declared_of(net),
-                     measured={a: plan_mod.Measured.from_sweep(sw) for a, sw in sweeps.items()},
-                     history=plan_mod.latest_records(workdir, function), spent_before=spent,
-                     specs_dir=provenance.spec_path(function, root, own_specs).parent,
-                     root=root, supersede=supersede, seed_failures=seed_failures,
-                     stale_sweeps=old, accept_stale=accept_stale)
+    return RunConfig(
+        function=function,
+        shares=shares,
+        escalation=escalation,
+        escalate_after=ea,
+        max_batches=mb,
+        engine_dir=engine,
+        corpus_dir=corpus or corpus_root / function,
+        workdir=workdir,
+        ledger_path=ledger_path,
+        seed=seed,
+        budget=budget,
+        declared=plan_mod.declared_of(net),
+        measured={a: plan_mod.Measured.from_sweep(sw) for a, sw in sweeps.items()},
+        history=plan_mod.latest_records(workdir, function),
+        spent_before=spent,
+        specs_dir=provenance.spec_path(function, root, own_specs).parent,
+        root=root,
+        supersede=supersede,
+        seed_failures=seed_failures,
+        stale_sweeps=old,
+        accept_stale=accept_stale,
+    )
 
 
 def ledger_name(root: Path, environ: Mapping[str, str] | None = None) -> str:
@@ -88,7 +116,9 @@ def ledger_name(root: Path, environ: Mapping[str, str] | None = None) -> str:
 
     name = (settings.get(settings.LEDGER_NAME, environ) or "").strip()
     if "/" in name or name in (".", ".."):
-        raise UsageError(f"NEV_LEDGER_NAME={name!r} is not a file name; give a plain name such as the job's")
+        raise UsageError(
+            f"NEV_LEDGER_NAME={name!r} is not a file name; give a plain name such as the job's"
+        )
     return name or root.name
 
 
@@ -109,44 +139,87 @@ def gateway_key(root: Path) -> str:
     return read_key(path)
 
 
-def command(function: str, repo: Path, models: str | None, max_batches: int | None, escalate_after: int | None,
-            escalate: str | None, seed: int | None, corpus: Path | None, argv: Sequence[str],
-            echo: Callable[[str], None] = print, budget_tokens: str | None = None,
-            budget_gpu_s: str | None = None, supersede: bool = False,
-            seed_failures: bool = False, accept_stale: bool = False,
-            manifest: Path | None = None) -> int:
+def command(
+    function: str,
+    repo: Path,
+    models: str | None,
+    max_batches: int | None,
+    escalate_after: int | None,
+    escalate: str | None,
+    seed: int | None,
+    corpus: Path | None,
+    argv: Sequence[str],
+    echo: Callable[[str], None] = print,
+    budget_tokens: str | None = None,
+    budget_gpu_s: str | None = None,
+    supersede: bool = False,
+    seed_failures: bool = False,
+    accept_stale: bool = False,
+    manifest: Path | None = None,
+) -> int:
     """`nev batch run`: on a lane, run here; else re-run on a lane (exit 3 with none). With
     `manifest`, draw again from the inputs a run manifest pins (bench.runmanifest)."""
     from bench import onlane
     from bench.gateway import url_from_settings
 
     if manifest is not None:
-        given = [flag for flag, v in (("--models", models), ("--max-batches", max_batches),
-                                      ("--escalate-after", escalate_after), ("--escalate", escalate),
-                                      ("--seed", seed)) if v is not None]
+        given = [
+            flag
+            for flag, v in (
+                ("--models", models),
+                ("--max-batches", max_batches),
+                ("--escalate-after", escalate_after),
+                ("--escalate", escalate),
+                ("--seed", seed),
+            )
+            if v is not None
+        ]
         if given:
-            raise UsageError(f"--manifest pins the models, the rounds and the seeds; leave out "
-                             f"{', '.join(given)}")
+            raise UsageError(
+                f"--manifest pins the models, the rounds and the seeds; leave out "
+                f"{', '.join(given)}"
+            )
     if not onlane.on_lane():
         from lanes.base import settings
 
         root = repo_root(repo)
         engine = Path(settings.value(settings.ENGINE_DIR))
-        pull = ["target/batch"] + ([str(engine / "crates/layout/src/generated")] if not engine.is_absolute() else [])
+        pull = ["target/batch"] + (
+            [str(engine / "crates/layout/src/generated")] if not engine.is_absolute() else []
+        )
         return onlane.run_on_lane(root, ["nev", *argv], pull=pull)
     pinned = None
     if manifest is not None:
         pinned = runmanifest.load(manifest)
         if pinned["function"] != function:
-            raise UsageError(f"{manifest} is a run manifest of {pinned['function']}, not {function}")
+            raise UsageError(
+                f"{manifest} is a run manifest of {pinned['function']}, not {function}"
+            )
         run_args = pinned["run"]
         models, escalate = run_args.get("models"), run_args.get("escalate")
         max_batches, escalate_after = run_args.get("max_batches"), run_args.get("escalate_after")
-    cfg = config_from_settings(function, repo, models, max_batches, escalate_after, escalate, seed, corpus,
-                               budget_tokens, budget_gpu_s, supersede, seed_failures, accept_stale)
+    cfg = config_from_settings(
+        function,
+        repo,
+        models,
+        max_batches,
+        escalate_after,
+        escalate,
+        seed,
+        corpus,
+        budget_tokens,
+        budget_gpu_s,
+        supersede,
+        seed_failures,
+        accept_stale,
+    )
     if pinned is not None:
-        cfg = replace(cfg, pinned=pinned, pinned_path=manifest,
-                      escalation=cfg.escalation if pinned["run"].get("escalate") else None)
+        cfg = replace(
+            cfg,
+            pinned=pinned,
+            pinned_path=manifest,
+            escalation=cfg.escalation if pinned["run"].get("escalate") else None,
+        )
     for line in stale_lines(cfg):
         echo(line)
     for s in cfg.shares + ([cfg.escalation] if cfg.escalation else []):
@@ -164,20 +237,46 @@ def stale_lines(cfg: RunConfig, now: dt.datetime | None = None) -> list[str]:
     return [st.line(at, cfg.accept_stale) for st in cfg.stale_sweeps.values()]
 
 
-def plan_command(function: str, repo: Path, models: str | None, budget_tokens: str | None, budget_gpu_s: str | None,
-                 as_json: bool, echo: Callable[[str], None] = print, accept_stale: bool = False) -> int:
+def plan_command(
+    function: str,
+    repo: Path,
+    models: str | None,
+    budget_tokens: str | None,
+    budget_gpu_s: str | None,
+    as_json: bool,
+    echo: Callable[[str], None] = print,
+    accept_stale: bool = False,
+) -> int:
     """`nev batch plan`: the first round's plan from what is declared and measured here (reads files only)."""
     from lanes.base.ui import emit_json
 
-    cfg = config_from_settings(function, repo, models, None, None, None, None, None, budget_tokens, budget_gpu_s,
-                               accept_stale=accept_stale)
+    cfg = config_from_settings(
+        function,
+        repo,
+        models,
+        None,
+        None,
+        None,
+        None,
+        None,
+        budget_tokens,
+        budget_gpu_s,
+        accept_stale=accept_stale,
+    )
     meter = Meter(cfg.budget, spent_tokens=cfg.spent_before[0], spent_gpu_s=cfg.spent_before[1])
-    plans = plan_round(cfg, cfg.shares, meter, None, cfg.history,
-                       cfg.history[-1] if cfg.history else None)
+    plans = plan_round(
+        cfg, cfg.shares, meter, None, cfg.history, cfg.history[-1] if cfg.history else None
+    )
     if as_json:
         now = dt.datetime.now(dt.UTC)
-        emit_json({"function": function, "budget": meter.to_json(), "plans": [p.to_json() for p in plans],
-                   "stale_sweeps": [st.to_json(now, accept_stale) for st in cfg.stale_sweeps.values()]})
+        emit_json(
+            {
+                "function": function,
+                "budget": meter.to_json(),
+                "plans": [p.to_json() for p in plans],
+                "stale_sweeps": [st.to_json(now, accept_stale) for st in cfg.stale_sweeps.values()],
+            }
+        )
         return 0
     for line in stale_lines(cfg):
         echo(line)

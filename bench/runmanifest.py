@@ -40,18 +40,33 @@ NAME = "manifest.json"
 PROBE_TIMEOUT_S = 60.0
 
 
-def build(*, function: str, spec: Mapping[str, Any], prefix_sha256: str,
-          aliases: Iterable[Mapping[str, Any]], served: Mapping[str, Mapping[str, str | None]],
-          corpus: Mapping[str, Any], seed_base: str, run: Mapping[str, Any],
-          engine_commit: str | None, nev: Mapping[str, str | None]) -> dict[str, Any]:
+def build(
+    *,
+    function: str,
+    spec: Mapping[str, Any],
+    prefix_sha256: str,
+    aliases: Iterable[Mapping[str, Any]],
+    served: Mapping[str, Mapping[str, str | None]],
+    corpus: Mapping[str, Any],
+    seed_base: str,
+    run: Mapping[str, Any],
+    engine_commit: str | None,
+    nev: Mapping[str, str | None],
+) -> dict[str, Any]:
     """The manifest (pure): `aliases` {alias, role, n, inflight}; `served` what the probe read."""
     return {
-        "format": FORMAT, "function": function,
+        "format": FORMAT,
+        "function": function,
         "spec": {"file": spec.get("file"), "text_sha256": spec.get("text_sha256")},
         "prompt": {"prefix_sha256": prefix_sha256},
-        "aliases": [{**dict(a), "model_id": (served.get(str(a["alias"])) or {}).get("model_id"),
-                     "fingerprint": (served.get(str(a["alias"])) or {}).get("fingerprint")}
-                    for a in aliases],
+        "aliases": [
+            {
+                **dict(a),
+                "model_id": (served.get(str(a["alias"])) or {}).get("model_id"),
+                "fingerprint": (served.get(str(a["alias"])) or {}).get("fingerprint"),
+            }
+            for a in aliases
+        ],
         "corpus": {k: corpus.get(k) for k in ("name", "key", "engines", "cases")},
         "seeds": {"base": seed_base},
         "run": dict(run),
@@ -72,6 +87,7 @@ def digest(manifest: Mapping[str, Any]) -> str:
 def difference(pinned: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
     """The first input the pinned manifest holds that no longer holds now, in one phrase (pure);
     None when every checked input is as pinned."""
+
     def at(m: Mapping[str, Any], path: str) -> Any:
         v: Any = m
         for part in path.split("."):
@@ -81,34 +97,49 @@ def difference(pinned: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
     def short(v: Any) -> str:
         return "none" if v is None else (v[:16] if isinstance(v, str) and len(v) == 64 else str(v))
 
-    for path, what in (("spec.text_sha256", "the spec text"),
-                       ("prompt.prefix_sha256", "the prompt's shared prefix")):
+    for path, what in (
+        ("spec.text_sha256", "the spec text"),
+        ("prompt.prefix_sha256", "the prompt's shared prefix"),
+    ):
         if at(pinned, path) != at(now, path):
-            return (f"{what} changed (sha256 {short(at(pinned, path))} pinned, "
-                    f"{short(at(now, path))} now)")
+            return (
+                f"{what} changed (sha256 {short(at(pinned, path))} pinned, "
+                f"{short(at(now, path))} now)"
+            )
     served = {a.get("alias"): a for a in now.get("aliases") or []}
     for a in pinned.get("aliases") or []:
         got = served.get(a.get("alias")) or {}
         if a.get("model_id") != got.get("model_id"):
-            return (f"alias {a.get('alias')} now serves model {short(got.get('model_id'))}, "
-                    f"the manifest pinned {short(a.get('model_id'))}")
+            return (
+                f"alias {a.get('alias')} now serves model {short(got.get('model_id'))}, "
+                f"the manifest pinned {short(a.get('model_id'))}"
+            )
     if at(pinned, "corpus.key") != at(now, "corpus.key"):
-        return (f"the corpus {at(pinned, 'corpus.name')} changed (key "
-                f"{short(at(pinned, 'corpus.key'))} pinned, {short(at(now, 'corpus.key'))} now)")
+        return (
+            f"the corpus {at(pinned, 'corpus.name')} changed (key "
+            f"{short(at(pinned, 'corpus.key'))} pinned, {short(at(now, 'corpus.key'))} now)"
+        )
     if at(pinned, "corpus.engines") != at(now, "corpus.engines"):
-        return (f"the browsers changed ({at(pinned, 'corpus.engines')} pinned, "
-                f"{at(now, 'corpus.engines')} now)")
+        return (
+            f"the browsers changed ({at(pinned, 'corpus.engines')} pinned, "
+            f"{at(now, 'corpus.engines')} now)"
+        )
     if at(pinned, "engine.commit") != at(now, "engine.commit"):
-        return (f"the engine's commit changed ({short(at(pinned, 'engine.commit'))} pinned, "
-                f"{short(at(now, 'engine.commit'))} now)")
+        return (
+            f"the engine's commit changed ({short(at(pinned, 'engine.commit'))} pinned, "
+            f"{short(at(now, 'engine.commit'))} now)"
+        )
     for key in ("version", "key"):
         if at(pinned, f"nev.{key}") != at(now, f"nev.{key}"):
-            return (f"nev changed ({key} {at(pinned, f'nev.{key}')} pinned, "
-                    f"{at(now, f'nev.{key}')} now)")
+            return (
+                f"nev changed ({key} {at(pinned, f'nev.{key}')} pinned, "
+                f"{at(now, f'nev.{key}')} now)"
+            )
     return None
 
 
 # ---- the edge ----
+
 
 def write(path: Path, manifest: Mapping[str, Any]) -> str:
     """Write the manifest once (never over a file: an existing one with other bytes is refused),
@@ -119,8 +150,10 @@ def write(path: Path, manifest: Mapping[str, Any]) -> str:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
     except FileExistsError:
         if path.read_bytes() != data:
-            raise ConfigError(f"{path}: a run manifest with other inputs is already there; "
-                              "a manifest is never rewritten") from None
+            raise ConfigError(
+                f"{path}: a run manifest with other inputs is already there; "
+                "a manifest is never rewritten"
+            ) from None
         return hashlib.sha256(data).hexdigest()
     try:
         os.write(fd, data)
@@ -135,8 +168,9 @@ def load(path: Path) -> dict[str, Any]:
     f = jsonfile.Fields(path)
     o = f.obj(data, "(manifest)")
     if o.get("format") != FORMAT:
-        raise f.fail("format", f"is {o.get('format')!r}, not {FORMAT}: not a run manifest of "
-                     "this nev")
+        raise f.fail(
+            "format", f"is {o.get('format')!r}, not {FORMAT}: not a run manifest of this nev"
+        )
     f.get(o, "function", str, "")
     for key in ("spec", "prompt", "corpus", "seeds", "run", "engine", "nev"):
         f.get(o, key, dict, "")
@@ -187,9 +221,16 @@ def probe(ep: Endpoint, aliases: Iterable[str]) -> dict[str, dict[str, str | Non
             continue
         model = fp = None
         try:
-            c = post_json(ep, {"model": alias, "max_tokens": 1, "temperature": 0,
-                               "messages": [{"role": "user", "content": "Reply with one word."}]},
-                          (min(5.0, PROBE_TIMEOUT_S), PROBE_TIMEOUT_S))
+            c = post_json(
+                ep,
+                {
+                    "model": alias,
+                    "max_tokens": 1,
+                    "temperature": 0,
+                    "messages": [{"role": "user", "content": "Reply with one word."}],
+                },
+                (min(5.0, PROBE_TIMEOUT_S), PROBE_TIMEOUT_S),
+            )
             body = c.json() if c.status == 200 else None
         except (Unreachable, ValueError):
             body = None

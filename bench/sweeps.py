@@ -57,22 +57,32 @@ class Stale:
 
     def line(self, now: dt.datetime, accepted: bool = False) -> str:
         age = self.age_s(now)
-        when = ("with no measured_at" if self.measured_at is None
-                else f"measured {iso(self.measured_at)} ({_age(age)} old)")
-        head = (f"the sweep of {self.alias} {when} is older than the serving change of "
-                f"{iso(self.change.at)} ({self.change.what})")
+        when = (
+            "with no measured_at"
+            if self.measured_at is None
+            else f"measured {iso(self.measured_at)} ({_age(age)} old)"
+        )
+        head = (
+            f"the sweep of {self.alias} {when} is older than the serving change of "
+            f"{iso(self.change.at)} ({self.change.what})"
+        )
         if accepted:
             return f"{head}: used anyway ({ACCEPT_OPTION})"
-        return (f"{head}: not used to size the batch; refresh it with `nev rig throughput "
-                f"{self.alias}`, or pass {ACCEPT_OPTION} to use it")
+        return (
+            f"{head}: not used to size the batch; refresh it with `nev rig throughput "
+            f"{self.alias}`, or pass {ACCEPT_OPTION} to use it"
+        )
 
     def to_json(self, now: dt.datetime, accepted: bool = False) -> dict[str, Any]:
         age = self.age_s(now)
-        return {"alias": self.alias,
-                "measured_at": None if self.measured_at is None else iso(self.measured_at),
-                "age_s": None if age is None else round(age),
-                "changed": self.change.to_json(), "used": accepted,
-                "refresh": f"nev rig throughput {self.alias}"}
+        return {
+            "alias": self.alias,
+            "measured_at": None if self.measured_at is None else iso(self.measured_at),
+            "age_s": None if age is None else round(age),
+            "changed": self.change.to_json(),
+            "used": accepted,
+            "refresh": f"nev rig throughput {self.alias}",
+        }
 
 
 def iso(t: dt.datetime) -> str:
@@ -94,7 +104,7 @@ def serving_change(e: Entry) -> Change | None:
     if verb == "log":
         role = next((ln for ln in e.lines if ln.startswith("role: ")), None)
         if role:
-            what = next((ln[len("what: "):] for ln in e.lines if ln.startswith("what: ")), "")
+            what = next((ln[len("what: ") :] for ln in e.lines if ln.startswith("what: ")), "")
             return Change(at, f"{e.heading} by {e.who} ({role}): {what}")
     return None
 

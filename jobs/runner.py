@@ -108,8 +108,7 @@ class Runner:
     # -- results ---------------------------------------------------------------------------
     def _finish(self, outcome: Status, code: int, reasons: list[str]) -> int:
         try:
-            first = next((e["time"] for e in self.js.events
-                          if e.get("event") == Event.STAGE_STARTED.value), None)
+            first = next((e.time for e in self.js.events if e.event is Event.STAGE_STARTED), None)
             commit = result.commit(self.repo, self.m.name, outcome, code, self.run_id, reasons,
                                    self.m.spec_name, first)
             self.js.record(Event.RESULT_COMMITTED, outcome=outcome, exit=code, commit=commit)

@@ -55,8 +55,13 @@ def figures(samples: Iterable[float]) -> Figures:
     s = sorted(samples)
     if not s:
         return Figures(0, 0.0, None, None, None)
-    return Figures(len(s), round(sum(s), 3), round(quantile(s, 0.5), 3),
-                   round(quantile(s, 0.95), 3), round(s[-1], 3))
+    return Figures(
+        len(s),
+        round(sum(s), 3),
+        round(quantile(s, 0.5), 3),
+        round(quantile(s, 0.95), 3),
+        round(s[-1], 3),
+    )
 
 
 def job_waits(records: Iterable[Mapping[str, Any]], since: dt.datetime) -> list[float]:
@@ -86,17 +91,25 @@ def draw_waits(lines: Iterable[Mapping[str, Any]], since: dt.datetime) -> dict[s
     return out
 
 
-def summary(records: Iterable[Mapping[str, Any]], lines: Iterable[Mapping[str, Any]],
-            window_s: float, now: dt.datetime) -> dict[str, Any]:
+def summary(
+    records: Iterable[Mapping[str, Any]],
+    lines: Iterable[Mapping[str, Any]],
+    window_s: float,
+    now: dt.datetime,
+) -> dict[str, Any]:
     """The queues' figures over the window ending `now` (pure)."""
     since = now - dt.timedelta(seconds=window_s)
     draws = draw_waits(lines, since)
-    return {"window_s": window_s, "since": since.isoformat(timespec="seconds"),
-            "jobs": figures(job_waits(records, since)).to_json(),
-            "draws": {a: figures(w).to_json() for a, w in sorted(draws.items())}}
+    return {
+        "window_s": window_s,
+        "since": since.isoformat(timespec="seconds"),
+        "jobs": figures(job_waits(records, since)).to_json(),
+        "draws": {a: figures(w).to_json() for a, w in sorted(draws.items())},
+    }
 
 
 # -- the edge: reading the records and the ledgers ---------------------------------------------
+
 
 def ledger_lines(folder: Path) -> list[dict[str, Any]]:
     """Every readable line of every ledger in the share's ledger folder (none: no folder)."""
@@ -110,7 +123,9 @@ def ledger_lines(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
-def gather(environ: Mapping[str, str] | None = None, now: dt.datetime | None = None) -> dict[str, Any]:
+def gather(
+    environ: Mapping[str, str] | None = None, now: dt.datetime | None = None
+) -> dict[str, Any]:
     """The queues as this box sees them: its job records (NEV_STATE_DIR) and the share's ledgers,
     over NEV_QUEUE_WINDOW seconds."""
     from bench import ledger
