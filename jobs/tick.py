@@ -3,6 +3,7 @@ day, retention; and its schedule (`nev job poll --install`) with the environment
 
 | part | what it does | its lines in the tick's log |
 |---|---|---|
+| other packages' parts (`PARTS`) | the serving tier's mending, wired in by the `nev` entry point (`rig/serving/mend.py`), first: the jobs resent this tick find a mended alias ready | `tick: mend: ...` |
 | approved tracks | `tracks.json → specWatch.landScript`: `nev land --approved` (or absent) is `land_approved` (below) in this process; another command runs in the repository | `land: track NAME: landed / not landed (exit N) / skipped: why` |
 | finished jobs | `jobs.poll.poll_jobs`: result/* on the forge and each job's Dagu run (skipped with a line when no forge URL is set) | `NAME: landed / failed / waiting / resent: why` |
 | regeneration (NEV_PROVENANCE_REGEN) | `jobs.regen.tick_regen` (docs/provenance.md) | `provenance: NAME: ...` |
@@ -27,7 +28,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -53,6 +54,10 @@ DAY_S = 24 * 3600
 CRON_TAG = "# nev-job-poll"
 POLL_WORKFLOW = "nev-job-poll"
 NEV_ROOT = Path(__file__).resolve().parents[1]
+# Parts of the tick that other packages own (`jobs` imports no `rig`): the `nev` entry point adds
+# the serving tier's mending here (rig/commands.py); each takes the tick's environment and
+# returns its exit, never raising.
+PARTS: list[Callable[[dict[str, str]], int]] = []
 
 
 @contextmanager
@@ -87,7 +92,8 @@ def tick(repo_path: Path | None = None, environ: Mapping[str, str] | None = None
             return 0
         with notify.ticking(env):
             env = with_poll_env(repo, env)
-            worst = _tracks(repo, env)
+            worst = max([0, *(part(env) for part in PARTS)])
+            worst = max(worst, _tracks(repo, env))
             worst = max(worst, _jobs(repo, env, seen))
             worst = max(worst, regen.tick_regen(repo.path, env))   # only with NEV_PROVENANCE_REGEN
             _retention(env)
