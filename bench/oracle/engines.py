@@ -124,6 +124,10 @@ class Engine(Protocol):
 
     def render_page(self, path: Path) -> dict[str, Any]: ...
 
+    def load(self, path: Path) -> None: ...
+
+    def evaluate(self, body: str) -> str: ...
+
     def stop(self) -> None: ...
 
     def kill(self) -> None: ...
@@ -236,6 +240,14 @@ class _Base:
         """Load `path` in the fresh-document tab, run the function `body`, return its string."""
         raise NotImplementedError
 
+    def load(self, path: Path) -> None:
+        """Load `path` in the fresh-document tab (for a page watched with `evaluate`)."""
+        self._load_eval(path, "return ''")
+
+    def evaluate(self, body: str) -> str:
+        """Run the function `body` in the fresh-document tab as it is now (no navigation)."""
+        raise NotImplementedError
+
     def start(self) -> None:
         raise NotImplementedError
 
@@ -255,6 +267,7 @@ class Chromium(_Base):
             "--disable-extensions", "--hide-scrollbars", "--force-device-scale-factor=1",
             "--disable-default-apps", "--disable-domain-reliability", "--no-pings",
             "--metrics-recording-only", "--disable-breakpad", "--mute-audio",
+            "--autoplay-policy=no-user-gesture-required",
             "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
             "--proxy-server=127.0.0.1:9", "--remote-debugging-port=0",
             "--allow-file-access-from-files"]
@@ -290,6 +303,9 @@ class Chromium(_Base):
 
     def _load_eval(self, path: Path, body: str) -> str:
         self._fresh.goto(path.resolve().as_uri())
+        return self.evaluate(body)
+
+    def evaluate(self, body: str) -> str:
         return str(self._fresh.evaluate(f"() => {{ {body} }}"))
 
     def stop(self) -> None:
@@ -327,6 +343,8 @@ FIREFOX_PREFS = {
     "security.OCSP.enabled": 0, "security.remote_settings.crlite_filters.enabled": False,
     "network.trr.mode": 5, "browser.tabs.remote.autostart": True,
     "privacy.resistFingerprinting": False, "fission.autostart": False,
+    # a realtime AudioContext starts without a gesture (the lane's null sink: lanes/audio.py)
+    "media.autoplay.default": 0, "media.autoplay.block-webaudio": False,
 }
 
 
@@ -396,6 +414,9 @@ class Firefox(_Base):
 
     def _load_eval(self, path: Path, body: str) -> str:
         self._navigate(self.fresh_ctx, path.resolve().as_uri())
+        return self.evaluate(body)
+
+    def evaluate(self, body: str) -> str:
         return self._eval(self.fresh_ctx, f"() => {{ {body} }}")
 
     def stop(self) -> None:
@@ -496,6 +517,13 @@ class WebKit(_Base):
         self._wd("POST", "/window", {"handle": self.fresh_handle})
         try:
             self._wd("POST", "/url", {"url": path.resolve().as_uri()})
+            return str(self._wd("POST", "/execute/sync", {"script": body, "args": []}))
+        finally:
+            self._wd("POST", "/window", {"handle": self.harness_handle})
+
+    def evaluate(self, body: str) -> str:
+        self._wd("POST", "/window", {"handle": self.fresh_handle})
+        try:
             return str(self._wd("POST", "/execute/sync", {"script": body, "args": []}))
         finally:
             self._wd("POST", "/window", {"handle": self.harness_handle})
