@@ -1,7 +1,7 @@
 """`nev oracle audio`: does a realtime AudioContext run in each of the three browsers here?
 
-A page makes an AudioContext, plays a silent oscillator into it and asks it to resume; the
-engine (started as the oracle starts it, `bench.oracle.engines`) is then asked, without
+A page makes an AudioContext and plays a silent oscillator into it; a click (a person's gesture,
+which the engines' autoplay rules ask for) resumes it; the engine (started as the oracle starts it, `bench.oracle.engines`) is then asked, without
 navigating, for the context's state and clock until it is `running` with its clock moving, or
 `WAIT_S` is over. On a lane the sound goes to the lane's PulseAudio null sink (`lanes/audio.py`);
 with no audio device at all the context stays `suspended` (or fails to start) in some engines.
@@ -27,10 +27,15 @@ try {
   gain.gain.value = 0;
   osc.connect(gain); gain.connect(ctx.destination); osc.start();
   window.__nevAudio.ctx = ctx;
-  ctx.resume().catch(e => { window.__nevAudio.error = String(e); });
 } catch (e) { window.__nevAudio.error = String(e); }
+function go() {
+  const c = window.__nevAudio.ctx;
+  if (c) c.resume().catch(e => { window.__nevAudio.error = String(e); });
+}
 </script>
+<button onclick="go()" style="position:fixed;left:0;top:0;width:200px;height:100px">play</button>
 """
+CLICK = (100, 50)   # the button: a person's click is the gesture every engine's autoplay rule asks
 STATE = (
     "const a = window.__nevAudio || {}; const c = a.ctx; return JSON.stringify({"
     "state: c ? c.state : 'none', time: c ? c.currentTime : 0, "
@@ -79,6 +84,7 @@ def _watch(eng: Any, name: str, page: Path, wait_s: float) -> Outcome:
     try:
         eng.start()
         eng.load(page)
+        eng.click(*CLICK)
         deadline = time.monotonic() + wait_s
         while True:
             got = json.loads(eng.evaluate(STATE))

@@ -128,6 +128,8 @@ class Engine(Protocol):
 
     def evaluate(self, body: str) -> str: ...
 
+    def click(self, x: int, y: int) -> None: ...
+
     def stop(self) -> None: ...
 
     def kill(self) -> None: ...
@@ -248,6 +250,10 @@ class _Base:
         """Run the function `body` in the fresh-document tab as it is now (no navigation)."""
         raise NotImplementedError
 
+    def click(self, x: int, y: int) -> None:
+        """A person's click at (x, y) of the fresh-document tab's viewport (a user gesture)."""
+        raise NotImplementedError
+
     def start(self) -> None:
         raise NotImplementedError
 
@@ -267,7 +273,6 @@ class Chromium(_Base):
             "--disable-extensions", "--hide-scrollbars", "--force-device-scale-factor=1",
             "--disable-default-apps", "--disable-domain-reliability", "--no-pings",
             "--metrics-recording-only", "--disable-breakpad", "--mute-audio",
-            "--autoplay-policy=no-user-gesture-required",
             "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
             "--proxy-server=127.0.0.1:9", "--remote-debugging-port=0",
             "--allow-file-access-from-files"]
@@ -308,6 +313,9 @@ class Chromium(_Base):
     def evaluate(self, body: str) -> str:
         return str(self._fresh.evaluate(f"() => {{ {body} }}"))
 
+    def click(self, x: int, y: int) -> None:
+        self._fresh.mouse.click(x, y)
+
     def stop(self) -> None:
         for closer in (lambda: self._browser and self._browser.close(),
                        lambda: self._pw and self._pw.stop()):
@@ -343,8 +351,6 @@ FIREFOX_PREFS = {
     "security.OCSP.enabled": 0, "security.remote_settings.crlite_filters.enabled": False,
     "network.trr.mode": 5, "browser.tabs.remote.autostart": True,
     "privacy.resistFingerprinting": False, "fission.autostart": False,
-    # a realtime AudioContext starts without a gesture (the lane's null sink: lanes/audio.py)
-    "media.autoplay.default": 0, "media.autoplay.block-webaudio": False,
 }
 
 
@@ -418,6 +424,9 @@ class Firefox(_Base):
 
     def evaluate(self, body: str) -> str:
         return self._eval(self.fresh_ctx, f"() => {{ {body} }}")
+
+    def click(self, x: int, y: int) -> None:
+        self._cmd("input.performActions", {"context": self.fresh_ctx, "actions": [pointer_click(x, y)]})
 
     def stop(self) -> None:
         if self._ws is not None:
@@ -528,6 +537,18 @@ class WebKit(_Base):
         finally:
             self._wd("POST", "/window", {"handle": self.harness_handle})
 
+    def click(self, x: int, y: int) -> None:
+        self._wd("POST", "/window", {"handle": self.fresh_handle})
+        try:
+            # the element there, clicked (WebKitWebDriver's pointer actions hang with MiniBrowser)
+            ref = self._wd("POST", "/execute/sync", {"script": "return document.elementFromPoint("
+                                                     "arguments[0], arguments[1])", "args": [x, y]})
+            if not isinstance(ref, dict) or not ref:
+                raise EngineError(f"webkit: no element at ({x}, {y}) to click")
+            self._wd("POST", f"/element/{next(iter(ref.values()))}/click", {})
+        finally:
+            self._wd("POST", "/window", {"handle": self.harness_handle})
+
     def stop(self) -> None:
         if self._http is not None and "/session/" in self.base:
             try:
@@ -536,6 +557,13 @@ class WebKit(_Base):
                 pass
         self._http = None
         self._stop_procs()
+
+
+def pointer_click(x: int, y: int) -> dict[str, Any]:
+    """A W3C pointer action sequence (WebDriver classic and BiDi alike): move, press, release."""
+    return {"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+            "actions": [{"type": "pointerMove", "x": x, "y": y, "origin": "viewport"},
+                        {"type": "pointerDown", "button": 0}, {"type": "pointerUp", "button": 0}]}
 
 
 def make(name: str) -> Engine:
