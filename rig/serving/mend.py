@@ -352,8 +352,11 @@ def mend(
         proxies: dict[str, Proxy] = {}
         units: dict[str, Unit] = {}
         probe: list[Callable[[str], str | None] | None] = []
+        covered: set[str] = set()  # aliases a mend this tick already brought back (its probe said so)
         for row in down:
             alias = row["alias"]
+            if alias in covered:
+                continue
             roles = [ro for ro in rig.serving.values() if alias in ro.aliases]
             for ro in roles:
                 if ro.proxy not in proxies:
@@ -392,11 +395,13 @@ def mend(
                         )
                         _start_proxy(hosts, role, served, probe[0], m)
                         proxies[role.name] = _proxy(hosts, role)
+                        covered.update(served)
                     else:
                         ro_name, _, rep = v.target.partition("/")
                         ro = rig.serving[ro_name]
                         _start_replica(rig, hosts, ro, ro.replicas[rep], probe[0], m)
                         units[v.target] = Unit(v.target, True)
+                        covered.update(ro.aliases)
                 except NevError as e:
                     failed += 1
                     why = mask(e.message)
