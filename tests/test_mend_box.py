@@ -85,7 +85,7 @@ def test_a_stopped_haproxy_is_started_again_by_the_next_tick_and_the_log_and_web
 
     log = (tmp_path / "notes" / "changelog.md").read_text()
     entry = log[log.index(" mend proxy:proxy"):]
-    assert "- who: nev tick (" in entry and "HAProxy is not running" in entry
+    assert "- who: the tick (" in entry and "HAProxy is not running" in entry
     assert f"- proxy proxy: `{unit} start` on root@" in entry
     assert "through the gateway: answered" in entry and "- result: done" in entry
     mended = [p for p in receiver.posts if p["kind"] == "mended"]

@@ -316,7 +316,7 @@ def entry(m: Mend, result: str) -> str:
 
     out = [
         f"## {changelog.now()} mend {m.verdict.target.replace(' ', ':')}",
-        f"- who: nev tick ({changelog.who()})",
+        f"- who: the tick ({changelog.who()})",
         f"- why: {m.verdict.alias} failing; {m.verdict.why}",
     ]
     out += [f"- {ln}" for ln in m.lines]
