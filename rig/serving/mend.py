@@ -449,3 +449,6 @@ def tick_part(env: dict[str, str]) -> int:
     except NevError as e:
         info(f"tick: mend: skipped: {e.message}")
         return 0
+    except OSError as e:     # a state or notes folder that cannot be written: the tick goes on
+        info(f"tick: mend: skipped: {mask(str(e))}")
+        return 1
