@@ -84,3 +84,13 @@ def test_the_bound_counts_each_target_on_its_own(tmp_path):
     units = {"gpu2/r0": Unit("gpu2/r0", False, "status exited 3")}
     (v,) = decide(ALIAS, [_role("r0")], _up(r0="ready"), units, mend.recent(hist, 20.0), 1)
     assert v.mend and v.target == "gpu2/r0"
+
+
+def test_an_alias_a_mend_brought_back_is_left_be_until_the_probe_looks_again(tmp_path):
+    hist = tmp_path / "mend.json"
+    mend.record(hist, "proxy proxy", 100.0)
+    mend.record(hist, "", 100.0, [ALIAS])
+    assert mend.recent(hist, 110.0) == {"proxy proxy": 1}     # the note is no mend of its own
+    assert mend.mended_since(hist, ALIAS, 90.0) == 100.0       # probed before the mend: wait
+    assert mend.mended_since(hist, ALIAS, 130.0) is None       # probed after: judged again
+    assert mend.mended_since(hist, "other", 90.0) is None

@@ -81,6 +81,9 @@ def test_a_stopped_haproxy_is_started_again_by_the_next_tick_and_the_log_and_web
     assert tick.returncode == 0, out
     assert "mend: proxy proxy: HAProxy is not running" in out, out
     assert run_in(box, "proxy", [unit, "status"]).returncode == 0
+    wait = nev(env, repo, "job", "poll")       # before the probe's next round: nothing named
+    assert wait.returncode == 0 and "after the probe's last round" in wait.stderr + wait.stdout
+    assert "not mended" not in wait.stderr + wait.stdout
     assert set(statuses(env, repo).values()) == {"ready"}      # ready again after one tick
 
     log = (tmp_path / "notes" / "changelog.md").read_text()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,16 +177,33 @@ def recent(path: Path, now: float) -> dict[str, int]:
     }
 
 
-def record(path: Path, target: str, now: float) -> None:
+COVERED = "covered"   # mend.json's alias -> when a mend brought it back (its completion answered)
+
+
+def record(path: Path, target: str, now: float, covered: Sequence[str] = ()) -> None:
+    """One mend of `target` at `now` (the bound's count); `covered`: the aliases its check saw
+    answer again, so the ticks before the probe's next round leave them be."""
     data = notify.read_state(path)
-    kept = {
+    kept: dict[str, Any] = {
         k: [t for t in v if isinstance(t, (int, float)) and now - t < HOUR_S]
         for k, v in data.items()
         if isinstance(v, list)
     }
-    kept.setdefault(target, []).append(now)
+    if target:
+        kept.setdefault(target, []).append(now)
+    back = data.get(COVERED)
+    kept[COVERED] = {**(back if isinstance(back, dict) else {}), **dict.fromkeys(covered, now)}
     path.parent.mkdir(parents=True, exist_ok=True)
     jsonfile.write_atomic(path, kept, 0o600)
+
+
+def mended_since(path: Path, alias: str, probed_at: float | None) -> float | None:
+    """When a mend brought `alias` back after the probe's last round (None: none since)."""
+    back = notify.read_state(path).get(COVERED)
+    t = back.get(alias) if isinstance(back, dict) else None
+    if not isinstance(t, (int, float)) or (probed_at is not None and t <= probed_at):
+        return None
+    return float(t)
 
 
 # -- what runs (over SSH) ------------------------------------------------------------------------
@@ -228,16 +245,22 @@ def _unit(hosts: Any, r: Replica) -> Unit:
     return Unit(r.ref, False, f"`{r.command('status')}` on {r.host} exited {res.exit_status}")
 
 
-def down_aliases(environ: Mapping[str, str] | None) -> tuple[list[dict[str, Any]], list[str]]:
-    """The snapshot's aliases the probe holds failing, and the ready ones (`nev rig status`'s
-    reader)."""
+def down_aliases(
+    environ: Mapping[str, str] | None,
+) -> tuple[list[dict[str, Any]], list[str], float | None]:
+    """The snapshot's aliases the probe holds failing, the ready ones, and when the probe last
+    looked (`nev rig status`'s reader)."""
+    from bench.readiness import parse_time
     from rig.inventory import status as st
 
     snap, _ = st.load(None)
     rows = st.rows(snap, dt.datetime.now(dt.UTC))
-    return [r for r in rows if r["status"] == "failing"], [
-        r["alias"] for r in rows if r["status"] == "ready"
-    ]
+    probed = parse_time(snap.get("probed_at"))
+    return (
+        [r for r in rows if r["status"] == "failing"],
+        [r["alias"] for r in rows if r["status"] == "ready"],
+        probed.timestamp() if probed else None,
+    )
 
 
 # -- mending -------------------------------------------------------------------------------------
@@ -339,6 +362,7 @@ def mend(
     down: list[dict[str, Any]],
     environ: Mapping[str, str] | None,
     now: float | None = None,
+    probed_at: float | None = None,
 ) -> int:
     """Look at each down alias, mend what `decide` says, name the rest; 1 when a mend failed."""
     from rig.snapshot import changelog
@@ -356,6 +380,11 @@ def mend(
         for row in down:
             alias = row["alias"]
             if alias in covered:
+                continue
+            back = mended_since(hist, alias, probed_at)
+            if back is not None:
+                info(f"tick: mend: {alias}: started again at {notify.now_iso(back)}, after the probe's "
+                     "last round: its next round says whether it holds")
                 continue
             roles = [ro for ro in rig.serving.values() if alias in ro.aliases]
             for ro in roles:
@@ -396,12 +425,14 @@ def mend(
                         _start_proxy(hosts, role, served, probe[0], m)
                         proxies[role.name] = _proxy(hosts, role)
                         covered.update(served)
+                        record(hist, "", t, served)
                     else:
                         ro_name, _, rep = v.target.partition("/")
                         ro = rig.serving[ro_name]
                         _start_replica(rig, hosts, ro, ro.replicas[rep], probe[0], m)
                         units[v.target] = Unit(v.target, True)
                         covered.update(ro.aliases)
+                        record(hist, "", t, ro.aliases)
                 except NevError as e:
                     failed += 1
                     why = mask(e.message)
@@ -440,12 +471,12 @@ def tick_part(env: dict[str, str]) -> int:
         rig = rigfile.load(path)
         if not rig.serving:
             return 0
-        down, ready = down_aliases(env)
+        down, ready, probed_at = down_aliases(env)
         for alias in ready:
             notify.up(notify.Kind.NOT_MENDED, alias, "ready again", environ=env)
         if not down:
             return 0
-        return mend(rig, notes_dir(), down, env)
+        return mend(rig, notes_dir(), down, env, probed_at=probed_at)
     except NevError as e:
         info(f"tick: mend: skipped: {e.message}")
         return 0
