@@ -187,6 +187,27 @@ def oracle_engines(as_json: bool) -> int:
     return 0 if all(r["starts"] for r in rows) else 1
 
 
+@oracle.command("audio")
+@click.option("--engines", default="chromium,firefox,webkit", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: one object per engine.")
+def oracle_audio(engines: str, as_json: bool) -> int:
+    """Whether a realtime AudioContext runs in each engine here (exit 1 if one does not).
+
+    On a lane it plays into the lane's PulseAudio null sink (docs/lanes.md, the audio sink).
+    """
+    from bench.audiocheck import check_all, to_json
+    from bench.oracle.engines import parse_engines
+    from lanes.base.ui import emit_json
+
+    outs = check_all(parse_engines(engines))
+    if as_json:
+        emit_json(to_json(outs))
+    else:
+        for o in outs:
+            click.echo(o.line())
+    return 0 if all(o.ok for o in outs) else 1
+
+
 @click.group("floors")
 def floors() -> None:
     """Per-function score floors that only rise (docs/floors.md)."""

@@ -3,6 +3,7 @@ day, retention; and its schedule (`nev job poll --install`) with the environment
 
 | part | what it does | its lines in the tick's log |
 |---|---|---|
+| other packages' parts (`PARTS`) | the serving tier's mending, wired in by the `nev` entry point (`rig/serving/mend.py`), first: the jobs resent this tick find a mended alias ready | `tick: mend: ...` |
 | approved tracks | `tracks.json → specWatch.landScript`: `nev land --approved` (or absent) is `land_approved` (below) in this process; another command runs in the repository | `land: track NAME: landed / not landed (exit N) / skipped: why` |
 | finished jobs | `jobs.poll.poll_jobs`: result/* on the forge and each job's Dagu run (skipped with a line when no forge URL is set) | `NAME: landed / failed / waiting / resent: why` |
 | regeneration (NEV_PROVENANCE_REGEN) | `jobs.regen.tick_regen` (docs/provenance.md) | `provenance: NAME: ...` |
@@ -27,7 +28,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -53,6 +54,10 @@ DAY_S = 24 * 3600
 CRON_TAG = "# nev-job-poll"
 POLL_WORKFLOW = "nev-job-poll"
 NEV_ROOT = Path(__file__).resolve().parents[1]
+# Parts of the tick that other packages own (`jobs` imports no `rig`): the `nev` entry point adds
+# the serving tier's mending here (rig/commands.py); each takes the tick's environment and
+# returns its exit, never raising.
+PARTS: list[Callable[[dict[str, str]], int]] = []
 
 
 @contextmanager
@@ -87,7 +92,8 @@ def tick(repo_path: Path | None = None, environ: Mapping[str, str] | None = None
             return 0
         with notify.ticking(env):
             env = with_poll_env(repo, env)
-            worst = _tracks(repo, env)
+            worst = max([0, *(part(env) for part in PARTS)])
+            worst = max(worst, _tracks(repo, env))
             worst = max(worst, _jobs(repo, env, seen))
             worst = max(worst, regen.tick_regen(repo.path, env))   # only with NEV_PROVENANCE_REGEN
             _retention(env)
@@ -118,7 +124,8 @@ def _tracks(repo: Repo, env: dict[str, str]) -> int:
 
 def _jobs(repo: Repo, env: dict[str, str], seen: list[dict[str, str]] | None = None) -> int:
     if not settings.get(settings.FORGE_URL, env) and not forge_mod.lane_url_from_settings(env):
-        info("tick: jobs: skipped: no forge URL (NEV_FORGE_URL, NEV_LANE_GIT_URL or the lanes file's git_url)")
+        info("tick: jobs: skipped: no forge URL (NEV_FORGE_URL, NEV_LANE_GIT_URL or the lanes "
+             "file's git_url)")
         return 0
     return poll_mod.poll_jobs(repo, forge_mod.from_settings(env, repo), env, seen)
 
@@ -186,7 +193,8 @@ def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> 
     for a in store.list_approvals(paths):
         now = repo.try_rev(f"refs/heads/{a.name}")
         if now is not None and now != a.tip and not paths.pending(a.name).exists():
-            info(f"land: track {a.name}: skipped: tip moved since approval (approved {a.tip[:12]}, now {now[:12]})")
+            info(f"land: track {a.name}: skipped: tip moved since approval "
+                 f"(approved {a.tip[:12]}, now {now[:12]})")
             tally["skipped"] += 1
             continue
         try:
@@ -198,7 +206,8 @@ def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> 
             rc = e.exit_code
         if rc == 0:
             store.drop_approval(paths, a.name)
-        info(f"land: track {a.name}: " + ("landed" if rc == 0 else f"not landed (exit {rc}); still approved"))
+        info(f"land: track {a.name}: "
+             + ("landed" if rc == 0 else f"not landed (exit {rc}); still approved"))
         tally["landed" if rc == 0 else "refused"] += 1
         worst = max(worst, rc)
     info("land: tick: " + ", ".join(f"{v} {k}" for k, v in tally.items()))
@@ -259,7 +268,8 @@ def install(repo_path: Path | None, dagu_home: Path | None, on: bool,
         return 0
     log = records.path(env).parent / "job-poll.log"
     if not crontab.install(cron_tag(repo), cron_line(repo, tenv, log) if on else None):
-        info("the crontab already " + ("has this repository's tick" if on else "has no tick for this repository"))
+        info("the crontab already "
+             + ("has this repository's tick" if on else "has no tick for this repository"))
         return 0
     info(("installed" if on else "removed") + f" the tick's crontab line for {repo} (log {log})")
     return 0

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from lanes import busy, guestlist
+from lanes import audio, busy, guestlist
 from lanes.agent import layout
 from lanes.base import sshd
 from lanes.base.errors import ConfigError, NevError
@@ -73,7 +73,8 @@ class ImageRecipe:
         """A digest of everything the image is made from, the whole declared list included (a
         package that moves from provisioning into the image makes a new image too)."""
         text = "\n".join([RECIPE_VERSION, self.suite, self.sources, " ".join(sorted(self.packages)),
-                          guestlist.digest_text(), str(self.lane_uid), " ".join(MASKED_UNITS)])
+                          guestlist.digest_text(), str(self.lane_uid), " ".join(MASKED_UNITS),
+                          audio.digest()])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def rootfs(self, cache: str = CACHE) -> str:
@@ -112,7 +113,7 @@ rm -f "$B/raw/etc/ssh/ssh_host_"*
 rm -f "$B/raw/usr/sbin/policy-rc.d"
 mkdir -p "$B/raw/etc/systemd/system"
 {masks}
-chroot "$B/raw" useradd -m -u {recipe.lane_uid} -U -s /bin/bash lane
+{audio.install_script('"$B/raw"')}chroot "$B/raw" useradd -m -u {recipe.lane_uid} -U -s /bin/bash lane
 chroot "$B/raw" usermod -p '*' lane
 mkdir -p "$B/raw/srv/lane" "$B/raw/srv/lane-shared" "$B/raw/srv/toolchain/rustup" "$B/raw/srv/toolchain/cargo-bin" "$B/raw/root/.ssh"
 chroot "$B/raw" chown lane:lane /srv/lane

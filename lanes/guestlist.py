@@ -57,6 +57,8 @@ DECLARED: tuple[Need, ...] = (
     Need("firefox-esr", IMG, "the oracle's Gecko (WebDriver BiDi)"),
     Need("webkit2gtk-driver", IMG, "the oracle's WebKit (WebKitWebDriver starts MiniBrowser)"),
     Need("xvfb", IMG, "WebKit's display"),
+    Need("pulseaudio", IMG, "the audio sink a realtime AudioContext plays into (lanes/audio.py)"),
+    Need("gstreamer1.0-pulseaudio", IMG, "WebKit's way to that sink (GStreamer's pulsesink)"),
     Need("fonts-dejavu-core", IMG, "the fonts this machine renders with: same fonts, same layout"),
     Need("fonts-dejavu-extra", IMG, "the fonts this machine renders with"),
     Need("make", IMG, "a project's own verify command (`make test`, the quick start's example)"),

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from lanes import guestlist, lanesfile
+from lanes import audio, guestlist, lanesfile
 from lanes.agent import layout
 from lanes.base import rustversion, settings
 from lanes.base.errors import ConfigError, NevError
@@ -135,6 +135,8 @@ def plan(p: Params) -> list[Step]:
         "echo 'git, python3 or node is missing: add it to the packages' >&2; false"))
     steps.append(rust_step(p.rust_min))
     steps.append(sandbox_step())
+    steps.append(Step(f"audio sink (PulseAudio, null sink {audio.SINK})", audio.check_script(),
+                      audio.apply_script()))
     steps.append(Step(
         f"NAS at {p.shared}",
         _as_lane(f"test -d {q(p.shared)} && test -w {q(p.shared)}"),

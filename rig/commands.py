@@ -24,6 +24,17 @@ def _lanes() -> ModuleType:
     return cli
 
 
+def _jobs() -> ModuleType:
+    """`jobs.cli`, with the serving tier's mending added to the tick (`jobs.tick.PARTS`): the
+    tick is jobs', starting a dead HAProxy or serving unit the rig's."""
+    cli = import_module("jobs.cli")
+    tick = import_module("jobs.tick")
+    part = import_module("rig.serving").mend_tick
+    if part not in tick.PARTS:
+        tick.PARTS.append(part)
+    return cli
+
+
 def _bench() -> ModuleType:
     """`bench.cli`, with `nev oracle suites` and `nev oracle suite` added: the oracle is bench's,
     the suites' declaration (tracks.json) jobs'."""
@@ -38,7 +49,7 @@ def _bench() -> ModuleType:
 # group is named: `nev lane run` starts without the other packages' command lines. The imports are
 # literal calls, so the import rules (tests/test_architecture.py) see them.
 CLI_MODULES: dict[str, Callable[[], ModuleType]] = {
-    "lanes": _lanes, "jobs": lambda: import_module("jobs.cli"),
+    "lanes": _lanes, "jobs": _jobs,
     "dagu": lambda: import_module("dagu.cli"), "rig": lambda: import_module("rig.rig_cli"),
     "box": lambda: import_module("rig.box_cli"), "bench": _bench,
     "provenance": lambda: import_module("jobs.provenance_cli"),

@@ -173,7 +173,8 @@ class Doctor:
             ("nev installed and current", lc.nev_current),
             ("toolchain", lc.tools("toolchain", "git python3 cargo rustc")),
             ("browsers", lc.browsers),
-            ("sandbox", lc.tools("sandbox", "bwrap")), ("NAS", lc.nas))]
+            ("sandbox", lc.tools("sandbox", "bwrap")), ("audio sink", lc.audio),
+            ("NAS", lc.nas))]
 
     # -- the forge, the gateway, Dagu, the inventory ---------------------------------------------
     def forge(self) -> str:
@@ -308,6 +309,16 @@ class LaneChecks:
                        f"`nev lane provision --lane {self.lane.index}`")
         return ", ".join(str(x) for x in found)
 
+    def audio(self) -> str:
+        from lanes import audio
+
+        sink = self.need().get("audio_sink", "")
+        if sink != audio.SINK:
+            got = f"the default sink is {sink}" if sink else "no PulseAudio daemon answers"
+            raise Fail(f"{got} at {audio.SOCKET}, not the null sink {audio.SINK} a realtime "
+                       f"AudioContext needs; `nev lane provision --lane {self.lane.index}`")
+        return f"PulseAudio at {audio.SOCKET}, default sink {sink}"
+
     def nas(self) -> str:
         state, where = self.need().get("nas"), self.lane.shared_dir
         if state != "rw":
@@ -320,10 +331,12 @@ def _lane_script(lane: Any) -> str:
     """One shell run on the lane that prints what the lane checks read, as key=value lines."""
     names = settings.value(settings.JOB_BROWSERS).split(",")
     root, nas = shlex.quote(lane.root), shlex.quote(lane.shared_dir)
+    from lanes import audio
     from lanes.agent import layout
 
     lines = [
         'echo "user=$(id -un)"',
+        f'echo "{audio.DOCTOR_FACT}"',
         f"echo free_kb=$(df -Pk {root} 2>/dev/null | awk 'NR==2 {{print $4}}')",
         f'echo "nev_current=$(readlink "$HOME/{layout.NEV_CURRENT}" 2>/dev/null)"',
         f'if [ -d {nas} ] && [ -w {nas} ]; then echo nas=rw; '

@@ -38,6 +38,10 @@ class Role:
     # a proxy role's HAProxy runtime API: a command that sends its stdin to the admin socket
     # and prints the answer (e.g. `socat stdio /run/haproxy/admin.sock`)
     admin: str | None = None
+    # its daemon's start, and a status that exits 0 while it runs: the tick starts a proxy role's
+    # dead HAProxy with them (rig/serving/mend.py)
+    start: str | None = None
+    status: str | None = None
     # a gateway role's per-key allowlists on its host: {id: {"name": KEY, "models": [ALIAS...]}}
     keys_file: str | None = None
     ssh_key: Path | None = None   # its hosts' key unless `hosts` gives one (see Keys)
@@ -189,6 +193,8 @@ def _role(f: jsonfile.Fields, name: str, obj: object) -> Role:
                 masks=_masks(f, o, where), validates=validates,
                 volatile=_regexes(f, o, "volatile", where), health_timeout=float(timeout),
                 admin=f.get(o, "admin", str, where, required=False),
+                start=f.get(o, "start", str, where, required=False),
+                status=f.get(o, "status", str, where, required=False),
                 keys_file=f.get(o, "keys_file", str, where, required=False),
                 ssh_key=_rel(Path(f.path), f.get(o, "ssh_key", str, where, required=False)))
 

@@ -38,6 +38,7 @@ LANE_ENTRY_POINTS = {
     "lanes.ahead",          # a gate's channel started before the rest of nev loads (rig/cli.py)
     "lanes.quick",          # that channel from an earlier gate's record, before nev loads (rig/cli.py)
     "lanes.writer",         # `nev lane writer` (its command line is jobs': the declared harness)
+    "lanes.audio",          # the lane's audio sink (nev doctor reads it)
     "lanes.agent.layout",   # the lane root's paths
     "lanes.agent.git",      # the forge credential helper's environment, on a lane
 }

@@ -124,6 +124,12 @@ class Engine(Protocol):
 
     def render_page(self, path: Path) -> dict[str, Any]: ...
 
+    def load(self, path: Path) -> None: ...
+
+    def evaluate(self, body: str) -> str: ...
+
+    def click(self, x: int, y: int) -> None: ...
+
     def stop(self) -> None: ...
 
     def kill(self) -> None: ...
@@ -236,6 +242,18 @@ class _Base:
         """Load `path` in the fresh-document tab, run the function `body`, return its string."""
         raise NotImplementedError
 
+    def load(self, path: Path) -> None:
+        """Load `path` in the fresh-document tab (for a page watched with `evaluate`)."""
+        self._load_eval(path, "return ''")
+
+    def evaluate(self, body: str) -> str:
+        """Run the function `body` in the fresh-document tab as it is now (no navigation)."""
+        raise NotImplementedError
+
+    def click(self, x: int, y: int) -> None:
+        """A person's click at (x, y) of the fresh-document tab's viewport (a user gesture)."""
+        raise NotImplementedError
+
     def start(self) -> None:
         raise NotImplementedError
 
@@ -290,7 +308,13 @@ class Chromium(_Base):
 
     def _load_eval(self, path: Path, body: str) -> str:
         self._fresh.goto(path.resolve().as_uri())
+        return self.evaluate(body)
+
+    def evaluate(self, body: str) -> str:
         return str(self._fresh.evaluate(f"() => {{ {body} }}"))
+
+    def click(self, x: int, y: int) -> None:
+        self._fresh.mouse.click(x, y)
 
     def stop(self) -> None:
         for closer in (lambda: self._browser and self._browser.close(),
@@ -396,7 +420,13 @@ class Firefox(_Base):
 
     def _load_eval(self, path: Path, body: str) -> str:
         self._navigate(self.fresh_ctx, path.resolve().as_uri())
+        return self.evaluate(body)
+
+    def evaluate(self, body: str) -> str:
         return self._eval(self.fresh_ctx, f"() => {{ {body} }}")
+
+    def click(self, x: int, y: int) -> None:
+        self._cmd("input.performActions", {"context": self.fresh_ctx, "actions": [pointer_click(x, y)]})
 
     def stop(self) -> None:
         if self._ws is not None:
@@ -500,6 +530,25 @@ class WebKit(_Base):
         finally:
             self._wd("POST", "/window", {"handle": self.harness_handle})
 
+    def evaluate(self, body: str) -> str:
+        self._wd("POST", "/window", {"handle": self.fresh_handle})
+        try:
+            return str(self._wd("POST", "/execute/sync", {"script": body, "args": []}))
+        finally:
+            self._wd("POST", "/window", {"handle": self.harness_handle})
+
+    def click(self, x: int, y: int) -> None:
+        self._wd("POST", "/window", {"handle": self.fresh_handle})
+        try:
+            # the element there, clicked (WebKitWebDriver's pointer actions hang with MiniBrowser)
+            ref = self._wd("POST", "/execute/sync", {"script": "return document.elementFromPoint("
+                                                     "arguments[0], arguments[1])", "args": [x, y]})
+            if not isinstance(ref, dict) or not ref:
+                raise EngineError(f"webkit: no element at ({x}, {y}) to click")
+            self._wd("POST", f"/element/{next(iter(ref.values()))}/click", {})
+        finally:
+            self._wd("POST", "/window", {"handle": self.harness_handle})
+
     def stop(self) -> None:
         if self._http is not None and "/session/" in self.base:
             try:
@@ -508,6 +557,13 @@ class WebKit(_Base):
                 pass
         self._http = None
         self._stop_procs()
+
+
+def pointer_click(x: int, y: int) -> dict[str, Any]:
+    """A W3C pointer action sequence (WebDriver classic and BiDi alike): move, press, release."""
+    return {"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+            "actions": [{"type": "pointerMove", "x": x, "y": y, "origin": "viewport"},
+                        {"type": "pointerDown", "button": 0}, {"type": "pointerUp", "button": 0}]}
 
 
 def make(name: str) -> Engine:

@@ -51,6 +51,8 @@ class Kind(StrEnum):
     ALIAS_DOWN = "alias_down"
     DISK_SHORT = "disk_short"
     FORWARD_DOWN = "forward_down"
+    MENDED = "mended"  # the tick started a dead HAProxy or serving unit (rig/serving/mend.py)
+    NOT_MENDED = "not_mended"    # an alias down with something the tick will not mend, named
 
 
 @dataclass(frozen=True)

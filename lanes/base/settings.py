@@ -142,6 +142,9 @@ NOTIFY_TIMEOUT = _s("NEV_NOTIFY_TIMEOUT", "5",
 NOTIFY_ALIAS_DOWN_S = _s("NEV_NOTIFY_ALIAS_DOWN_S", "1800",
                          "seconds an alias is not ready (the probe's status) before the webhook "
                          "hears of it (once; its recovery once more)")
+MEND_PER_HOUR = _s("NEV_MEND_PER_HOUR", "3",
+                   "times the tick starts one pool's dead HAProxy or serving unit again in an hour "
+                   "(rig/serving/mend.py); past it, and at 0, it only names what it leaves")
 NOTIFY_FORWARD_DOWN_S = _s("NEV_NOTIFY_FORWARD_DOWN_S", "60",
                            "seconds a port forward's client keeps failing (none up for 10 s) "
                            "before the webhook hears of it")

@@ -269,7 +269,7 @@ class Build:
                 procs.stop(self.st.procs.pop(key))
                 self.backend.remove(self.dir / "lanes" / lane_name)
                 self.changed.append(f"removed {lane_name}")
-        keep = {*self.info.hosts, "jump", "rig"}     # the jump host and the rig network's own namespace
+        keep = {*self.info.hosts, "jump", "rig"}  # the jump host and the rig network's own namespace
         stale_ns = [ns for ns in netns.box_netns(self.name)
                     if ns.removeprefix(plan.netns_prefix(self.name)) not in keep]
         if stale_ns:
@@ -427,8 +427,21 @@ class Build:
         hcfg.parent.mkdir(exist_ok=True)
         hcfg.write_text(plan.haproxy_cfg(self.layout, str(self.dir / "run" / "haproxy.pid"),
                                          str(self.dir / "run" / "haproxy.sock")))
-        self.keep("proxy.haproxy", "proxy", ["ip", "netns", "exec", self.layout.proxy().netns, "/usr/sbin/haproxy",
-                                             "-W", "-db", "-f", str(hcfg)], (hcfg,))
+        # through its unit, as the tick's mending starts it (rig/serving/mend.py)
+        unit, pid = hcfg.with_name("unit"), self.dir / "run" / "haproxy.pid"
+        unit.write_text(units.haproxy_script(str(hcfg), str(pid)))
+        unit.chmod(0o755)
+        if self.fresh("proxy.haproxy", hcfg, unit) or self._adopt_restarted(["proxy.haproxy"], pid, (hcfg, unit)):
+            return
+        self.st.procs.pop("proxy.haproxy", None)
+        run = ["ip", "netns", "exec", self.layout.proxy().netns, str(unit)]
+        subprocess.run([*run, "stop"], capture_output=True, timeout=30)
+        cp = subprocess.run([*run, "start"], capture_output=True, text=True, timeout=60)
+        if cp.returncode != 0:
+            why = cp.stderr.strip() or f"exit {cp.returncode}"
+            raise NevError(f"could not start HAProxy: {why}")
+        self.record(procs.adopt("proxy.haproxy", "proxy", int(pid.read_text().split()[0]), [str(unit), "start"]),
+                    hcfg, unit)
 
     def _replica(self, p: plan.Pool, replica: str, h: plan.Host, bank: Path) -> None:
         """One replica started by its own unit script (as `nev rig start` starts it), its

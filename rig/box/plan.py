@@ -554,7 +554,11 @@ def rig_file(layout: Layout, haproxy_cfg_path: str, haproxy_pid: str, litellm_cf
                       "commands": ["haproxy -v"], "validate": "haproxy -c -q -f {path}",
                       "reload": f"kill -USR2 $(cat {haproxy_pid})",
                       "health": f"haproxy -c -q -f {haproxy_cfg_path}",
-                      **({"admin": admin} if admin else {})},
+                      **({"admin": admin} if admin else {}),
+                      # its unit (rig/box/units.py): the tick starts a dead HAProxy with it
+                      **({"start": f"{Path(haproxy_cfg_path).with_name('unit')} start",
+                          "status": f"{Path(haproxy_cfg_path).with_name('unit')} status"}
+                         if units_dir else {})},
             # the keys file (digests and allowlists, no secret) is in the snapshot with the config
             "gateway": {"hosts": [f"root@{gw}"], "masks": ["master_key"],
                         "files": [litellm_cfg_path, str(Path(litellm_cfg_path).with_name("keys.json"))],

@@ -54,3 +54,33 @@ def unit_script(pool: Pool, replica: str, addr: str, python: str, project: str, 
                       + " ".join(argv) + ' </dev/null >>"$LOG" 2>&1 &\n  echo $! >> "$PIDS.new"\n')
     return UNIT_SH.format(what=f"stand-in {pool.name}/{replica}", pids=pids, log=log, project=project,
                           health=f"http://{addr}:{pool.port(replica)}/health", launch="".join(launch))
+
+
+HAPROXY_SH = """#!/bin/sh
+# the box's HAProxy on the proxy host: start|stop|status, as `systemctl` runs haproxy.service on
+# the real rig (written by nev box); the proxy role's `start` and `status` (rig/serving/mend.py)
+PID={pid}
+alive() {{ [ -s "$PID" ] && kill -0 "$(cat "$PID")" 2>/dev/null; }}
+case "${{1:-}}" in
+start)
+  alive && exit 0
+  {haproxy} -W -D -p "$PID" -f {cfg} ;;
+stop)
+  alive || exit 0
+  kill "$(cat "$PID")"
+  i=0
+  while alive && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+  alive && kill -9 "$(cat "$PID")"
+  rm -f "$PID" ;;
+status)
+  alive ;;
+*)
+  echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac
+"""
+
+
+def haproxy_script(cfg: str, pid: str, haproxy: str = "/usr/sbin/haproxy") -> str:
+    """HAProxy's unit: master-worker, daemonized, its master's PID in `pid` (the reload's signal
+    goes there too)."""
+    return HAPROXY_SH.format(cfg=cfg, pid=pid, haproxy=haproxy)
