@@ -104,6 +104,7 @@ def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, case
     (on a lane: the share's corpora/; NEV_CORPUS_STORE) a corpus another copy built is copied, not
     rendered. Exit 0 done, 1 an engine failed, 2 bad arguments, 143 terminated (nothing published).
     """
+    from bench.oracle import store_service
     from bench.oracle.build import build_many, summary_lines
     from bench.oracle.cases import Shard
     from bench.oracle.engines import parse_engines
@@ -114,8 +115,13 @@ def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, case
 
     root = settings.path_under(settings.CORPUS_DIR, Repo(Path.cwd()).toplevel_or_self())
     count = cases if cases is not None else settings.get_int(settings.CORPUS_CASES)
-    results = build_many(corpora, root=root, shard=Shard.parse(shard), engine_names=parse_engines(engines),
-                         count=count, store_root=store_root())
+    if store_service.available():
+        # in a gate's jail, where the store is read-only: nev's builder outside builds it
+        results = store_service.build(store_service.Asked(corpora, parse_engines(engines), count, shard),
+                                      root)
+    else:
+        results = build_many(corpora, root=root, shard=Shard.parse(shard), engine_names=parse_engines(engines),
+                             count=count, store_root=store_root())
     if as_json:
         rows = [{"folder": str(r.folder), "written": r.written, "rendered": r.rendered, "manifest": r.manifest,
                  "seconds": round(r.seconds, 2), "rates": r.rates} for r in results]
@@ -125,6 +131,15 @@ def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, case
             for line in summary_lines(r):
                 click.echo(line)
     return 0
+
+
+@oracle.command("serve-store", hidden=True)
+@click.option("--fd", type=int, required=True, help="The listening socket the lane agent hands over.")
+def oracle_serve_store(fd: int) -> int:
+    """nev's store builder for one gate, outside its jail (started by the lane agent)."""
+    from bench.oracle.store_service import serve
+
+    return serve(fd)
 
 
 @oracle.command("render")

@@ -282,7 +282,7 @@ def gate_jail(hello: HelloAnswer | None, name: str, ledger: str | None = None) -
     """bubblewrap's options for the gate's own jail on the lane that said `hello`, made by the one
     sandbox (`lanes.base.sandbox.gate_jail_args`) from the paths that lane resolved; `ledger`:
     the ledger its requester named (NEV_LEDGER_NAME), the one it may write."""
-    from lanes.agent import layout, links
+    from lanes.agent import layout, links, storeserve
     from lanes.base import sandbox
 
     if hello is None or not hello.root or not hello.home:
@@ -291,7 +291,10 @@ def gate_jail(hello: HelloAnswer | None, name: str, ledger: str | None = None) -
     root = layout.Root(hello.root)
     view = sandbox.GateView(root=root.path, name=name, copy=root.copy(name), mirror=root.mirror,
                             tmp=posixpath.join(root.payload(name), "tmp"), home=hello.home,
-                            shared=hello.shared, share_writes=links.gate_writes(name, ledger))
+                            shared=hello.shared, share_writes=links.gate_writes(name, ledger),
+                            store_socket=posixpath.join(root.store_service(name),
+                                                        storeserve.STORE_SOCKET)
+                            if hello.shared else None)
     return sandbox.gate_jail_args(view)
 
 

@@ -778,6 +778,9 @@ class GateView:
     #: own results folders and ledger file, the npm cache (content-addressed: npm checks each
     #: entry's integrity as it reads it)
     share_writes: tuple[str, ...] = ()
+    #: the socket of nev's store builder serving this gate from outside its jail
+    #: (`lanes.agent.storeserve`); its folder (the corpora it leaves there too) read-only inside
+    store_socket: str | None = None
 
 
 #: The lane home's entries a gate sees, read-only: nev's installs and the lane's `nev` (a gate may
@@ -788,14 +791,6 @@ GATE_HOME_READ = (".local/share/nev", ".local/bin", ".lane-env", ".lane-shared-e
                   ".lane-model-env", ".cargo", ".rustup")
 
 
-#: The share's folders a gate reads but never writes (but for its own entries, `share_writes`):
-#: every ledger (a job's is counted against its budget), every other gate's results and logs, and
-#: the corpus digests nev vouches for (`bench.oracle.shared.Digests`). The corpus store itself
-#: (`corpora/`, `ground-truth/`, `suites/`) stays written by the gate's command: nev's oracle
-#: builder runs there; outside a gate an entry is used only when its digest is vouched for.
-GATE_SHARE_READ = ("ledger", "archive", "corpus-digests")
-
-
 def gate_jail_args(view: GateView) -> list[str]:
     """bubblewrap's options (no program, no `--`) for one gate's command: new user, PID, IPC, UTS
     and cgroup namespaces, so every process the command starts ends with it; capabilities
@@ -804,8 +799,10 @@ def gate_jail_args(view: GateView) -> list[str]:
     the mirror (read-only, for git in the copy: its objects and refs; the copy's own worktree
     entry, its index and HEAD, written; the agent never trusts it, `lanes.agent.git`); /tmp the
     gate's own folder in its payload (`<root>/.payload-<name>/tmp`, removed with it); the home
-    empty but for GATE_HOME_READ (read-only); the share's GATE_SHARE_READ read-only but for its
-    `share_writes`.
+    empty but for GATE_HOME_READ (read-only); the share read-only but for its `share_writes`:
+    every ledger, archive and corpus digest, and the store nev's builders write (`corpora/`,
+    `ground-truth/`, `suites/`), which the gate asks nev's store builder outside its jail to fill
+    (`store_socket`, its folder read-only, named by `NEV_STORE_SOCKET`).
     The network and the environment are the gate's own."""
     args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -819,12 +816,13 @@ def gate_jail_args(view: GateView) -> list[str]:
     args += ["--tmpfs", view.root, "--bind", view.copy, view.copy,
              "--ro-bind", view.mirror, view.mirror, "--bind-try", entry, entry]
     if view.shared:
-        args += ["--bind", view.shared, view.shared]
-        for entry in GATE_SHARE_READ:
-            p = f"{view.shared.rstrip('/')}/{entry}"
-            args += ["--ro-bind-try", p, p]
+        args += ["--ro-bind", view.shared, view.shared]
         for entry in view.share_writes:
             p = f"{view.shared.rstrip('/')}/{entry}"
             args += ["--bind-try", p, p]
+    if view.store_socket:
+        folder = os.path.dirname(view.store_socket)
+        args += ["--ro-bind-try", folder, folder, "--setenv", settings.STORE_SOCKET.name,
+                 view.store_socket]
     args += ["--setenv", settings.IN_GATE.name, "1", "--chdir", view.copy]
     return args

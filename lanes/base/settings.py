@@ -216,6 +216,9 @@ TRUTH_SOCKET = _s("NEV_TRUTH_SOCKET", None, "set by nev for a verify in the sand
                   "builder outside the jail, which renders the corpora the verify asks for (never set it by hand)")
 TRUTH_STAGING = _s("NEV_TRUTH_STAGING", None, "set by nev for a verify in the sandbox: the read-only folder the "
                    "builder outside leaves the corpora in")
+STORE_SOCKET = _s("NEV_STORE_SOCKET", None, "set by a gate's jail on a lane: the socket of nev's store "
+                  "builder outside the jail, which renders corpora and fetches suites into the share's "
+                  "store for the gate (the store is read-only inside; never set it by hand)")
 SANDBOX_SCRATCH_MB = _s("NEV_SANDBOX_SCRATCH_MB", "256", "size of a sandboxed process's private /tmp, MiB")
 COMPILE_BUDGET_S = _s(
     "NEV_COMPILE_BUDGET_S", "30",

@@ -1,0 +1,94 @@
+"""The lane end of the shared store written only by nev: a gate's command sees the share's store
+(`corpora/`, `ground-truth/`, `suites/`) read-only, and what it asks to be built or fetched there
+nev's own store builder does outside its jail (docs/sandbox.md, "A gate's jail").
+
+For each jailed gate on a lane with a share, the agent binds a Unix socket in a folder of the
+gate's payload (`<payload>/store/store.sock`, read-only in the jail, which names it in
+`NEV_STORE_SOCKET`) and watches it. Nothing more runs unless the gate asks: on the first
+connection, the lane's own nev (`~/.local/bin/nev`, the install the gate's own `nev` is; a gate
+cannot write it) starts outside the jail as `nev oracle serve-store --fd N` with the listening
+socket, and serves the gate until it ends (`bench.oracle.store_service`). So a gate that builds
+nothing pays one socket, and no gate's command is ever the process that writes the store.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+
+from lanes.agent import layout
+
+STORE_SOCKET = "store.sock"
+
+
+class StoreService:
+    """One gate's store builder: `open` before the command, `close` after it."""
+
+    def __init__(self, folder: str, home: str, env: dict[str, str]) -> None:
+        self.folder = folder
+        self.nev = os.path.join(layout.home_file(home, layout.LOCAL_BIN), "nev")
+        self.env = env
+        self.sock: socket.socket | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def open(self) -> bool:
+        """The socket bound and watched; False (nothing made) where there is no nev to serve it."""
+        if not os.access(self.nev, os.X_OK):
+            return False
+        shutil.rmtree(self.folder, ignore_errors=True)
+        os.makedirs(self.folder, mode=0o700)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # through the folder's descriptor: a socket's path may hold only 107 bytes
+        dfd = os.open(self.folder, os.O_PATH | os.O_DIRECTORY)
+        try:
+            sock.bind(f"/proc/self/fd/{dfd}/{STORE_SOCKET}")
+        except OSError:
+            sock.close()
+            raise
+        finally:
+            os.close(dfd)
+        sock.listen(8)
+        self.sock = sock
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return True
+
+    def _watch(self) -> None:
+        assert self.sock is not None
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self.sock], [], [], 0.2)
+            if ready and not self._stop.is_set():
+                fd = self.sock.fileno()
+                self.proc = subprocess.Popen(
+                    [self.nev, "oracle", "serve-store", "--fd", str(fd)], pass_fds=(fd,),
+                    cwd=self.folder, env=self.env, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                return
+
+    def close(self) -> None:
+        """The builder stopped (with whatever it started), the socket and its folder gone."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        p = self.proc
+        if p is not None and p.poll() is None:
+            for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(p.pid, sig)
+                except OSError:
+                    break
+                try:
+                    p.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if self.sock is not None:
+            self.sock.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
