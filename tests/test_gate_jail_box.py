@@ -1,6 +1,7 @@
 """One gate cannot touch another (issue 41), on the box's lane 0 with real sshd, git, bubblewrap
 and forge: gate A plays the attacker with every trick a gate's command has, then gate B of
-another repository (another clone: its own repository key, its own copy) runs, and A gates again.
+another repository (another clone: its own repository key, its own copy), a job's verify and a
+landing run, and A gates again.
 None of A's code runs outside A's own jail, B's `.env` reaches nothing of A's, no process of A's
 outlives its gate, A's copy still gates, and the shared store, the mirror, the agent's cache and
 the installs are as nev left them."""
@@ -69,10 +70,11 @@ I=$H/.local/share/nev/installs
 try install sh -c "f=\$(ls -d $I/*/lib/python*/site-packages/lanes/__init__.py | head -1);
                    test -n \"\$f\" && echo 'import os' >> \$f"
 try ssh-keys ls $H/.ssh/authorized_keys
-try other-copies sh -c "ls -a $ROOT | grep -v -x -e . -e .. -e .git-mirror -e ${PWD##*/} |
-                        grep -q ."
+try other-copies sh -c "ls -a $ROOT | grep -v -x -e . -e .. -e .git-mirror -e ${PWD##*/} \
+                        -e .payload-${PWD##*/} | grep -q ."
 try other-archive sh -c "mkdir -p $S/archive/gate-logs/x && touch $S/archive/gate-logs/x/planted"
 try corpus-digests sh -c "mkdir -p $S/corpus-digests/x && touch $S/corpus-digests/x/planted"
+for d in corpora ground-truth suites; do try $d sh -c "mkdir -p $S/$d/x && touch $S/$d/x/planted"; done
 LINE='{"models":{"a":{"gpu_s":1e308}}}'
 try other-ledger sh -c "echo '$LINE' >> $S/ledger/someone-else.jsonl"
 try own-ledger sh -c "test -w $NEV_LEDGER"
@@ -91,7 +93,7 @@ def _report(copy: Path) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
 
 
-def test_gate_a_attacks_then_gate_b_of_another_repository_a_landing_and_a_again_run_untouched(
+def test_gate_a_attacks_then_gate_b_a_verify_a_landing_and_a_again_run_untouched(
         lane_rig, box, tmp_path):
     from tests.test_land_lane import gated_on_lane, lane_kit
 
@@ -136,6 +138,7 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_a_landing_and_a_again_
     assert got == {"mirror-hook": "denied", "mirror-config": "denied", "agent-cache": "denied",
                    "install": "denied", "ssh-keys": "denied", "other-copies": "denied",
                    "other-ledger": "denied", "other-archive": "denied", "corpus-digests": "denied",
+                   "corpora": "denied", "ground-truth": "denied", "suites": "denied",
                    "own-ledger": "ok", "own-copy": "ok", "tmp": "ok", "pid1": "bwrap"}, got
     time.sleep(0.5)
     survivors = [cmd for pid, cmd in rig.lane_cmdlines() if f"{copy_a.name}/stolen" in cmd]
@@ -144,6 +147,17 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_a_landing_and_a_again_
     r = h.nev(["lane", "run", str(wt_b), "sh", "-c", "grep -c NEV_MODEL_KEY .env"], rig.env)
     assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr
     assert not (copy_a / "stolen").exists() or B_SECRET not in (copy_a / "stolen").read_text()
+    # a job's verify, as a job's step runs it on the lane (outside any gate: nev's verify jail,
+    # its ground-truth builder beside it), in B's copy: git there reads the mirror A attacked
+    verify = ("git status --porcelain >/dev/null && git log -1 --format=%H && ls $NEV_TRUTH_SOCKET "
+              "&& echo verified")
+    from rig.box.netns import run_in
+
+    cp = run_in(box, box.lanes[0].name, [
+        "runuser", "-u", "lane", "--", "env", f"HOME={LANE_HOME}", "NEV_ON_LANE=1", "sh", "-c",
+        f"cd {rig.lane_root_on_lane}/{h.copy_name(wt_b)} && "
+        f"{LANE_HOME}/{layout.LOCAL_BIN}/nev sandbox exec -- sh -c '{verify}'"])
+    assert cp.returncode == 0 and cp.stdout.splitlines()[-1] == "verified", cp.stdout + cp.stderr
     # the agent's cache and the installs as they were (before the landing: nev's own first run
     # of an install outside any gate compiles its modules there)
     assert {"cache": _digest(cache), "installs": _digest(installs)} == before
@@ -157,7 +171,8 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_a_landing_and_a_again_
     ledger_b = rig.nas / "ledger" / f"{h.copy_name(wt_b)}.jsonl"     # made (empty) by B's gate
     assert ledger_b.read_text() == ""
     assert not (rig.nas / "archive" / "gate-logs" / "x" / "planted").exists()
-    assert not (rig.nas / "corpus-digests" / "x" / "planted").exists()
+    for d in ("corpus-digests", "corpora", "ground-truth", "suites"):
+        assert not (rig.nas / d / "x" / "planted").exists(), d
     assert not (rig.nas / "ledger" / f"someone-else{rig.tag}.jsonl").exists()
     r = h.nev(["lane", "run", str(wt_a), "true"], rig.env)
     assert r.returncode == 0, r.stderr
