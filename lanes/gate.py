@@ -325,7 +325,16 @@ class _GateRun:
             raise Unreachable(str(e)) from None
         self.session.request(_hello_request(self.session, self.wt, self.forge))
         self.local = payload.local_members(self.wt, files, self.forge.lane_url is not None)
-        self.hello = hello = _hello(self.session, self.wt, self.forge, sent=True)
+        try:
+            self.hello = hello = _hello(self.session, self.wt, self.forge, sent=True)
+        except Unreachable as e:
+            if not (e.master_lost and isinstance(self.conn, OpenSsh)):
+                raise
+            # the kept connection died with its lane (nothing reached the agent): once more anew
+            self.session.close()
+            self.conn.drop_kept()
+            self.session = self.first = Session(self.conn, self.lane)
+            self.hello = hello = _hello(self.session, self.wt, self.forge)
         if hello.free_gb < min_free:
             self.session.request(Abort())
             self.session.close()

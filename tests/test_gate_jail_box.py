@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -151,12 +152,11 @@ def test_gate_a_attacks_then_gate_b_a_verify_a_landing_and_a_again_run_untouched
     # its ground-truth builder beside it), in B's copy: git there reads the mirror A attacked
     verify = ("git status --porcelain >/dev/null && git log -1 --format=%H && ls $NEV_TRUTH_SOCKET "
               "&& echo verified")
-    from rig.box.netns import run_in
-
-    cp = run_in(box, box.lanes[0].name, [
-        "runuser", "-u", "lane", "--", "env", f"HOME={LANE_HOME}", "NEV_ON_LANE=1", "sh", "-c",
-        f"cd {rig.lane_root_on_lane}/{h.copy_name(wt_b)} && "
-        f"{LANE_HOME}/{layout.LOCAL_BIN}/nev sandbox exec -- sh -c '{verify}'"])
+    cp = subprocess.run(["ssh", "-F", str(box.ssh_config), "-J", f"{box.name}-jump",
+                         f"lane@{box.lanes[0].addr}",
+                         f"cd {rig.lane_root_on_lane}/{h.copy_name(wt_b)} && NEV_ON_LANE=1 "
+                         f"{LANE_HOME}/{layout.LOCAL_BIN}/nev sandbox exec -- sh -c '{verify}'"],
+                        capture_output=True, text=True, timeout=300)
     assert cp.returncode == 0 and cp.stdout.splitlines()[-1] == "verified", cp.stdout + cp.stderr
     # the agent's cache and the installs as they were (before the landing: nev's own first run
     # of an install outside any gate compiles its modules there)

@@ -111,7 +111,29 @@ class OpenSsh:
             better = sshfail.from_openssh(said, self.target, self.jump, self.known_hosts)
             if better.cause is not sshfail.Cause.OTHER:
                 failure = better
-        return sshfail.error(failure, self.route)
+        err = sshfail.error(failure, self.route)
+        if self.kept is not None and isinstance(err, sshfail.Unreachable) and any(
+                w in stderr for w in MASTER_LOST):
+            err.master_lost = True
+        return err
+
+    def drop_kept(self) -> None:
+        """The kept connection given up (its master lost its link: a lane that restarted within
+        NEV_SSH_PERSIST): its master asked to exit and its socket removed, so the next session
+        connects anew and keeps that connection instead."""
+        if self.kept is None:
+            return
+        path = self.kept[0]
+        log.debug("ssh %s: the kept connection was lost; connecting anew", self.route)
+        try:
+            subprocess.run(["ssh", "-F", "none", "-o", f"ControlPath {path}", "-O", "exit", "lane"],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
     def close(self) -> None:
         for ch in self._open:
@@ -126,6 +148,9 @@ class OpenSsh:
 
 
 _AHEAD: dict[tuple[str, ...], ProcessChannel] = {}
+
+#: a mux client's words when the master it reached could not carry the session
+MASTER_LOST = ("mux_client_", "from master failed", "master hello exchange failed")
 
 
 def _stop_ahead() -> None:
