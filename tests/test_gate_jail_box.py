@@ -217,3 +217,37 @@ def test_a_1_gib_untracked_file_gates_in_bounded_memory(lane_rig, monkeypatch, c
     assert grown < 100 * 1024, f"the development box's peak RSS grew {grown} KB"
     assert got.result.maxrss_kb < 100 * 1024, got.result.maxrss_kb
     (rig.lane_root / h.copy_name(wt) / "big.bin").unlink()
+
+
+def test_two_gates_in_a_row_ride_one_kept_connection(lane_rig, monkeypatch):
+    """The second of two gates reuses the first one's authenticated connection (NEV_SSH_PERSIST):
+    the lane sees both sessions on one TCP connection from the jump host (one login), and the
+    master `ssh -O check` finds is the same before and after it; its socket's folder is 0700."""
+    from lanes import lanesfile
+    from lanes.base import ssh
+
+    rig = lane_rig
+    wt = h.clone_worktree(rig.clone_url, rig.tmp / f"kept{rig.tag}", rig.push_env)
+    env = {**rig.env, "NEV_SSH_PERSIST": "60"}
+    show = ["lane", "run", str(wt), "sh", "-c", "echo $SSH_CONNECTION"]
+    first = h.nev(show, env)
+    assert first.returncode == 0, first.stderr
+    for k, v in env.items():
+        if k.startswith("NEV_"):
+            monkeypatch.setenv(k, v)
+    conn = lanesfile.configured().lanes[0].openssh()
+    kept = ssh.control(conn.target, conn.jump, conn.known_hosts, conn.key_file)
+    assert kept is not None
+    assert (os.stat(Path(kept[0]).parent).st_mode & 0o777) == 0o700
+
+    def master() -> str:
+        p = subprocess.run(["ssh", "-O", "check", "-o", f"ControlPath {kept[0]}", "x"],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        return p.stderr.strip()
+
+    before = master()
+    second = h.nev(show, env)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.split()[:2] == first.stdout.split()[:2], (first.stdout, second.stdout)
+    assert master() == before
