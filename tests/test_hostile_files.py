@@ -44,6 +44,8 @@ RAW_JSON = {
     "bench/oracle/truth_service.py::Service._answer": "a verify's request on the ground-truth builder's socket",
     "bench/oracle/truth_service.py::request": "the ground-truth builder's answer on its socket",
     "bench/oracle/truth_service.py::request_scores": "the judge's answer on the builder's socket",
+    "bench/oracle/store_service.py::_answer": "a gate's request on nev's store builder's socket",
+    "bench/oracle/store_service.py::_ask": "nev's store builder's answer lines on its socket",
     "lanes/base/jailrun.py::main": "the sandbox's supervisor reads its jobs on stdin (stdlib-only, in the jail)",
     "lanes/base/sandbox.py::run_many": "the sandbox supervisor's report lines on its stdout",
     "bench/gateway_http.py::Response.json": "an HTTP answer of the gateway",

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench.oracle.truth_service import read_line
 from lanes.base import settings
 from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
@@ -93,7 +94,7 @@ def serve(fd: int) -> int:
             err = sys.stderr
             sys.stderr = _Say(conn)  # type: ignore[assignment]
             try:
-                reply = _answer(_read_line(conn, MAX_REQUEST))
+                reply = _answer(read_line(conn, MAX_REQUEST))
             finally:
                 sys.stderr = err
             _send(conn, reply)
@@ -154,37 +155,29 @@ def _suites(req: dict) -> dict:
     from bench.oracle import suites as s
     from lanes import forgeauth
 
-    root = s.store_root()
-    if root is None or not root.parent.is_dir():
-        raise NevError("there is no share on this lane to fetch suites into", Exit.FAILED)
     raw = req.get("suites")
     if not isinstance(raw, list) or not raw or len(raw) > 64:
         raise NevError("suites must be a list", Exit.FAILED)
+    asked = []
+    for one in raw:
+        name, url, commit = (one.get(k) if isinstance(one, dict) else None
+                             for k in ("name", "url", "commit"))
+        if not (isinstance(name, str) and s.NAME.match(name) and isinstance(url, str) and url
+                and isinstance(commit, str) and s.COMMIT.match(commit)):
+            raise NevError("a suite needs a name, a url and a whole commit id", Exit.FAILED)
+        asked.append(s.Suite(name, url, commit, s.default_expectations(name)))
+    root = s.store_root()
+    if root is None or not root.parent.is_dir():
+        raise NevError("there is no share on this lane to fetch suites into", Exit.FAILED)
     user, token = req.get("user"), req.get("token")
     env = forgeauth.Credential(user if isinstance(user, str) else None,
                                token if isinstance(token, str) else None).git_env()
     rows = []
-    for one in raw:
-        if not isinstance(one, dict):
-            raise NevError("each suite must be an object", Exit.FAILED)
-        name, url, commit = one.get("name"), one.get("url"), one.get("commit")
-        if not (isinstance(name, str) and s.NAME.match(name) and isinstance(url, str) and url
-                and isinstance(commit, str) and s.COMMIT.match(commit)):
-            raise NevError("a suite needs a name, a url and a whole commit id", Exit.FAILED)
-        r = s.fetch(s.Suite(name, url, commit, s.default_expectations(name)), root, env, say=info)
+    for suite in asked:
+        r = s.fetch(suite, root, env, say=info)
         rows.append({"suite": r.suite, "commit": r.commit, "folder": str(r.folder),
                      "fetched": r.fetched, "seconds": round(r.seconds, 2)})
     return {"ok": True, "suites": rows}
-
-
-def _read_line(conn: socket.socket, limit: int) -> bytes:
-    buf = b""
-    while b"\n" not in buf and len(buf) < limit:
-        chunk = conn.recv(65536)
-        if not chunk:
-            break
-        buf += chunk
-    return buf.split(b"\n", 1)[0]
 
 
 # ---- inside: the gate ----
