@@ -47,7 +47,7 @@ RAW_JSON = {
     "bench/oracle/store_service.py::_answer": "a gate's request on nev's store builder's socket",
     "bench/oracle/store_service.py::_ask": "nev's store builder's answer lines on its socket",
     "lanes/base/jailrun.py::main": "the sandbox's supervisor reads its jobs on stdin (stdlib-only, in the jail)",
-    "lanes/base/sandbox.py::run_many": "the sandbox supervisor's report lines on its stdout",
+    "lanes/base/sandboxbatch.py::run_many": "the sandbox supervisor's report lines on its stdout",
     "bench/gateway_http.py::Response.json": "an HTTP answer of the gateway",
     "bench/gateway_http.py::error_message": "an HTTP answer's error body",
     "bench/oracle/engines.py::": "a browser's answers (DevTools, BiDi, WebDriver)",
