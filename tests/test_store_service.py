@@ -50,6 +50,8 @@ def _ask(path: Path, raw: bytes) -> dict:
      "count must be a whole number from 1 to"),
     (b'{"op": "build", "corpora": ["no_such_corpus"], "engines": ["chromium"], "count": 5}',
      "no_such_corpus"),
+    (b'{"op": "build", "corpora": ["block_width"], "engines": ["chromium"], "count": 5, '
+     b'"store": "/home/lane/.ssh"}', "the corpus store must be a folder corpora* right under"),
     (b'{"op": "suites", "suites": [{"name": "../x", "url": "file:///x", "commit": "a"}]}',
      "a suite needs a name, a url and a whole commit id"),
 ])

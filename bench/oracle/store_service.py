@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -144,11 +145,24 @@ def _build(req: dict) -> dict:
         raise NevError("shard must be i/n", Exit.FAILED)
     staging = Path.cwd() / STAGING
     results = build_many(corpora, root=staging, shard=Shard.parse(shard), engine_names=engines,
-                         count=count, store_root=shared.store_root())
+                         count=count, store_root=_store(req.get("store"), shared.store_root()))
     return {"ok": True, "results": [
         {"folder": r.folder.name, "rendered": r.rendered, "manifest": r.manifest,
          "seconds": round(r.seconds, 3), "rates": r.rates, "bytes_per_case": r.bytes_per_case,
          "shared": str(r.shared) if r.shared else None} for r in results]}
+
+
+def _store(asked: Any, default: Path | None) -> Path | None:
+    """The corpus store a gate named (its NEV_CORPUS_STORE): only a folder `corpora*` right under
+    the share, so that a gate can keep a store of its own there (a test's) and nothing else."""
+    if asked is None:
+        return default
+    share = settings.path(settings.LANE_SHARED)
+    p = Path(asked) if isinstance(asked, str) else None
+    if p is None or p.parent != share or not re.fullmatch(r"corpora[A-Za-z0-9_.-]*", p.name):
+        raise NevError(f"the corpus store must be a folder corpora* right under the share {share} "
+                       f"(NEV_CORPUS_STORE={asked!r})", Exit.FAILED)
+    return p
 
 
 def _suites(req: dict) -> dict:
@@ -231,7 +245,8 @@ def build(asked: Asked, root: Path, environ: Mapping[str, str] | None = None) ->
     from bench.oracle.build import BuildResult
 
     reply = _ask({"op": "build", "corpora": list(asked.corpora), "engines": list(asked.engines),
-                  "count": asked.count, "shard": asked.shard}, environ)
+                  "count": asked.count, "shard": asked.shard,
+                  "store": settings.given(settings.CORPUS_STORE, environ)}, environ)
     staging = Path(str(settings.value(settings.STORE_SOCKET, environ))).parent / STAGING
     out = []
     for r in reply.get("results") or []:
