@@ -127,10 +127,6 @@ class Gate:
         shared = os.path.realpath(self.shared) + "/"
         for i, opt in enumerate(jail[:-1]):
             p = jail[i + 1]
-            if opt == "--ro-bind-try" and p.startswith(shared) and os.path.isdir(self.shared):
-                # a folder read-only in the jail must be there, or the gate could make it
-                if inside(self.shared, os.path.dirname(p)) and not os.path.lexists(p):
-                    os.makedirs(p, exist_ok=True)
             if opt == "--bind-try" and p.startswith(shared) and os.path.isdir(self.shared):
                 if not inside(self.shared, os.path.dirname(p)) or os.path.lexists(p):
                     continue
