@@ -36,7 +36,7 @@ class StoreService:
         self.sock: socket.socket | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()   # the builder starts, or the gate ends: one of the two
 
     def open(self) -> bool:
         """The socket bound and watched; False (nothing made) where there is no nev to serve it."""
@@ -56,16 +56,18 @@ class StoreService:
             os.close(dfd)
         sock.listen(8)
         self.sock = sock
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._watch, args=(sock.fileno(),), daemon=True).start()
         return True
 
-    def _watch(self) -> None:
-        assert self.sock is not None
+    def _watch(self, fd: int) -> None:
         while not self._stop.is_set():
-            ready, _, _ = select.select([self.sock], [], [], 0.2)
-            if ready and not self._stop.is_set():
-                fd = self.sock.fileno()
+            try:
+                ready, _, _ = select.select([fd], [], [], 0.2)
+            except (OSError, ValueError):    # closed: the gate ended
+                return
+            with self._lock:
+                if not ready or self._stop.is_set():
+                    continue
                 self.proc = subprocess.Popen(
                     [self.nev, "oracle", "serve-store", "--fd", str(fd)], pass_fds=(fd,),
                     cwd=self.folder, env=self.env, stdin=subprocess.DEVNULL,
@@ -73,10 +75,10 @@ class StoreService:
                 return
 
     def close(self) -> None:
-        """The builder stopped (with whatever it started), the socket and its folder gone."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        """The builder stopped (with whatever it started), the socket and its folder gone; the
+        watcher is not waited for (it ends at its next look, or finds the socket closed)."""
+        with self._lock:
+            self._stop.set()
         p = self.proc
         if p is not None and p.poll() is None:
             for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
