@@ -53,8 +53,9 @@ ENV_REWRITE = ".env.nev-rewrite"
 # A payload's members, in the order they follow the payload request on the wire.
 BUNDLE, DIFF, UNTRACKED = "bundle", "diff", "untracked"
 PAYLOAD_MEMBERS = (BUNDLE, DIFF, UNTRACKED, ENV)
-# In a payload: the folder of nev's store builder serving the gate (`lanes.agent.storeserve`)
-STORE_SERVICE = "store"
+# In a payload: the folder of nev's store builder serving the gate (`lanes.agent.storeserve`),
+# and its socket there
+STORE_SERVICE, STORE_SOCKET = "store", "store.sock"
 
 MODEL_ENV = ".lane-model-env"
 LANE_ENV = ".lane-env"

@@ -22,8 +22,7 @@ import subprocess
 import threading
 
 from lanes.agent import layout
-
-STORE_SOCKET = "store.sock"
+from lanes.agent.layout import STORE_SOCKET
 
 
 class StoreService:
