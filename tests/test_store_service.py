@@ -54,6 +54,10 @@ def _ask(path: Path, raw: bytes) -> dict:
      b'"store": "/home/lane/.ssh"}', "the corpus store must be a folder corpora* right under"),
     (b'{"op": "suites", "suites": [{"name": "../x", "url": "file:///x", "commit": "a"}]}',
      "a suite needs a name, a url and a whole commit id"),
+    (b'{"op": "suites", "suites": [{"name": "x", "url": "ssh://git@elsewhere/x.git", "commit": "'
+     + b"a" * 40 + b'"}]}', "its url must be http(s), or a file: URL on the share"),
+    (b'{"op": "suites", "suites": [{"name": "x", "url": "file:///home/lane/dagu/job-mirror.git", '
+     b'"commit": "' + b"a" * 40 + b'"}]}', "its url must be http(s), or a file: URL on the share"),
 ])
 def test_a_gates_request_is_checked_before_anything_is_built(builder, request_, words):
     got = _ask(builder, request_)

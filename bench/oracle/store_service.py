@@ -165,6 +165,21 @@ def _store(asked: Any, default: Path | None) -> Path | None:
     return p
 
 
+def _url_ok(url: str) -> bool:
+    """A suite's URL the builder fetches from outside the gate's jail: http(s), or a file: URL
+    of a repository on the share (which the gate reads anyway); never ssh (the lane's own keys)
+    or a local path elsewhere on the lane."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    if u.scheme in ("http", "https"):
+        return bool(u.netloc)
+    if u.scheme == "file" and not u.netloc:
+        share = os.path.realpath(settings.path(settings.LANE_SHARED))
+        return os.path.realpath(u.path).startswith(share.rstrip("/") + "/")
+    return False
+
+
 def _suites(req: dict) -> dict:
     from bench.oracle import suites as s
     from lanes import forgeauth
@@ -179,6 +194,10 @@ def _suites(req: dict) -> dict:
         if not (isinstance(name, str) and s.NAME.match(name) and isinstance(url, str) and url
                 and isinstance(commit, str) and s.COMMIT.match(commit)):
             raise NevError("a suite needs a name, a url and a whole commit id", Exit.FAILED)
+        if not _url_ok(url):
+            raise NevError(f"suite {name}: its url must be http(s), or a file: URL on the share "
+                           "(this builder runs outside the gate's jail: no ssh key of the lane's "
+                           "and no other folder of it)", Exit.FAILED)
         asked.append(s.Suite(name, url, commit, s.default_expectations(name)))
     root = s.store_root()
     if root is None or not root.parent.is_dir():
