@@ -19,8 +19,9 @@ def batch() -> None:
 _BUDGET_TOKENS = click.option("--budget-tokens", help="Stop drawing before a call would pass this many tokens "
                               "(prompt + completion; default NEV_BUDGET_TOKENS)")
 _ACCEPT_STALE = click.option("--accept-stale-sweeps", "accept_stale", is_flag=True,
-                             help="Size the batch with a sweep measured before the last change to the "
-                             "serving configuration (the change log); by default such a sweep is not used")
+                             help="Size the batch with a sweep measured before the last change "
+                             "to the serving configuration (the change log); by default such a "
+                             "sweep is not used")
 _BUDGET_GPU_S = click.option("--budget-gpu-s", help="Stop drawing before a call would pass this many pool GPU-seconds "
                              "(from `nev rig throughput`; default NEV_BUDGET_GPU_S)")
 
@@ -99,7 +100,8 @@ def batch_plan(function: str, models: str | None, budget_tokens: str | None, bud
     """
     from bench.batch_cmd import plan_command
 
-    return plan_command(function, repo, models, budget_tokens, budget_gpu_s, as_json, echo=click.echo,
+    return plan_command(function, repo, models, budget_tokens, budget_gpu_s, as_json,
+                        echo=click.echo,
                         accept_stale=accept_stale)
 
 
@@ -122,6 +124,7 @@ def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, case
     (on a lane: the share's corpora/; NEV_CORPUS_STORE) a corpus another copy built is copied, not
     rendered. Exit 0 done, 1 an engine failed, 2 bad arguments, 143 terminated (nothing published).
     """
+    from bench.oracle import store_service
     from bench.oracle.build import build_many, summary_lines
     from bench.oracle.cases import Shard
     from bench.oracle.engines import parse_engines
@@ -132,10 +135,16 @@ def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, case
 
     root = settings.path_under(settings.CORPUS_DIR, Repo(Path.cwd()).toplevel_or_self())
     count = cases if cases is not None else settings.get_int(settings.CORPUS_CASES)
-    results = build_many(corpora, root=root, shard=Shard.parse(shard), engine_names=parse_engines(engines),
-                         count=count, store_root=store_root())
+    if store_service.available():
+        # in a gate's jail, where the store is read-only: nev's builder outside builds it
+        asked = store_service.Asked(corpora, parse_engines(engines), count, shard)
+        results = store_service.build(asked, root)
+    else:
+        results = build_many(corpora, root=root, shard=Shard.parse(shard), engine_names=parse_engines(engines),
+                             count=count, store_root=store_root())
     if as_json:
-        rows = [{"folder": str(r.folder), "written": r.written, "rendered": r.rendered, "manifest": r.manifest,
+        rows = [{"folder": str(r.folder), "written": r.written, "rendered": r.rendered,
+                 "manifest": r.manifest,
                  "seconds": round(r.seconds, 2), "rates": r.rates} for r in results]
         emit_json(rows[0] if len(rows) == 1 else rows)
     else:
@@ -143,6 +152,16 @@ def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, case
             for line in summary_lines(r):
                 click.echo(line)
     return 0
+
+
+@oracle.command("serve-store", hidden=True)
+@click.option("--fd", type=int, required=True,
+              help="The listening socket the lane agent hands over.")
+def oracle_serve_store(fd: int) -> int:
+    """nev's store builder for one gate, outside its jail (started by the lane agent)."""
+    from bench.oracle.store_service import serve
+
+    return serve(fd)
 
 
 @oracle.command("render")
@@ -173,7 +192,8 @@ def oracle_render(pages: tuple[str, ...], engines: str, as_json: bool) -> int:
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: one object per engine (version, starts).")
 def oracle_engines(as_json: bool) -> int:
-    """Versions of the three engines found here, and whether each starts (exit 1 if one does not)."""
+    """Versions of the three engines found here, and whether each starts (exit 1 if one does
+    not)."""
     from bench.oracle.render import engines_report
     from lanes.base.ui import emit_json
 

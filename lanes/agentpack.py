@@ -26,7 +26,7 @@ LANE_MODULES = ("lanes", "lanes.dotenv", "lanes.agent", "lanes.agent.errors", "l
                 "lanes.agent.wire", "lanes.agent.wiretypes", "lanes.agent.messages", "lanes.agent.guard", "lanes.agent.git",
                 "lanes.agent.links", "lanes.agent.procs", "lanes.agent.output",
                 "lanes.agent.mirror", "lanes.agent.copy", "lanes.agent.writer", "lanes.agent.installs",
-                "lanes.agent.root",
+                "lanes.agent.root", "lanes.agent.storeserve",
                 "lanes.agent.retention", "lanes.agent.gate", "lanes.agent.main")
 PACKAGES = ("lanes", "lanes.agent")
 

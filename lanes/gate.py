@@ -280,19 +280,22 @@ def pulled_problem(dest: Path, members: list[Any]) -> str | None:
 
 def gate_jail(hello: HelloAnswer | None, name: str, ledger: str | None = None) -> list[str]:
     """bubblewrap's options for the gate's own jail on the lane that said `hello`, made by the one
-    sandbox (`lanes.base.sandbox.gate_jail_args`) from the paths that lane resolved; `ledger`:
+    sandbox (`lanes.base.gatejail.gate_jail_args`) from the paths that lane resolved; `ledger`:
     the ledger its requester named (NEV_LEDGER_NAME), the one it may write."""
     from lanes.agent import layout, links
-    from lanes.base import sandbox
+    from lanes.base import gatejail
 
     if hello is None or not hello.root or not hello.home:
         raise NevError("the lane's hello named no root or home to build the gate's jail from; "
                        "nothing ran")
     root = layout.Root(hello.root)
-    view = sandbox.GateView(root=root.path, name=name, copy=root.copy(name), mirror=root.mirror,
+    view = gatejail.GateView(root=root.path, name=name, copy=root.copy(name), mirror=root.mirror,
                             tmp=posixpath.join(root.payload(name), "tmp"), home=hello.home,
-                            shared=hello.shared, share_writes=links.gate_writes(name, ledger))
-    return sandbox.gate_jail_args(view)
+                            shared=hello.shared, share_writes=links.gate_writes(name, ledger),
+                            store_socket=posixpath.join(root.store_service(name),
+                                                        layout.STORE_SOCKET)
+                            if hello.shared else None)
+    return gatejail.gate_jail_args(view)
 
 
 class _GateRun:
@@ -322,7 +325,16 @@ class _GateRun:
             raise Unreachable(str(e)) from None
         self.session.request(_hello_request(self.session, self.wt, self.forge))
         self.local = payload.local_members(self.wt, files, self.forge.lane_url is not None)
-        self.hello = hello = _hello(self.session, self.wt, self.forge, sent=True)
+        try:
+            self.hello = hello = _hello(self.session, self.wt, self.forge, sent=True)
+        except Unreachable as e:
+            if not (e.master_lost and isinstance(self.conn, OpenSsh)):
+                raise
+            # the kept connection died with its lane (nothing reached the agent): once more anew
+            self.session.close()
+            self.conn.drop_kept()
+            self.session = self.first = Session(self.conn, self.lane)
+            self.hello = hello = _hello(self.session, self.wt, self.forge)
         if hello.free_gb < min_free:
             self.session.request(Abort())
             self.session.close()

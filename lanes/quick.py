@@ -47,12 +47,12 @@ OPTIONS: dict[str, str | None] = {
     "BatchMode": "yes", "StrictHostKeyChecking": "yes", "UserKnownHostsFile": None,
     "GlobalKnownHostsFile": "/dev/null", "UpdateHostKeys": "no", "ConnectTimeout": None,
     "ServerAliveInterval": None, "ServerAliveCountMax": None, "ForwardAgent": "no",
-    "ControlMaster": "no", "ControlPath": "none", "LogLevel": None, "KexAlgorithms": None,
-    "IdentitiesOnly": "yes"}
-NUMBERS = ("ConnectTimeout", "ServerAliveInterval", "ServerAliveCountMax")
+    "ControlMaster": None, "ControlPath": None, "ControlPersist": None, "LogLevel": None,
+    "KexAlgorithms": None, "IdentitiesOnly": "yes"}
+NUMBERS = ("ConnectTimeout", "ServerAliveInterval", "ServerAliveCountMax", "ControlPersist")
 # ERROR for the lane's client; INFO for the jump hop's, whose `open failed: <why>` says why the
-# jump host could not reach the lane (lanes.base.sshfail)
-CHOICES = {"LogLevel": ("ERROR", "INFO")}
+# jump host could not reach the lane (lanes.base.sshfail); a kept connection or none
+CHOICES = {"LogLevel": ("ERROR", "INFO"), "ControlMaster": ("no", "auto")}
 # The lane agent's start (`lanes.agentpack.lane_command`) without its hash, as a sha256: a record's
 # command must be it (tests/test_lane_quick.py keeps the two the same).
 LANE_COMMAND_SHA256 = "c00cba9009f01ed1acf22dccef2bd34c7a035154918ac457a670cfcc1635b273"
@@ -150,7 +150,27 @@ def _option_ok(opt: str) -> bool:
         return value == fixed
     if key in NUMBERS:
         return value.isdigit()
+    if key == "ControlPath" and value != "none" and not value.startswith("/"):
+        return False
     return "\n" not in value and "\0" not in value
+
+
+def control_ok(argv: list[str]) -> bool:
+    """The kept connection's socket an argv names (`-o "ControlPath P"`) is in a folder that is
+    this user's alone (a real folder, mode 0700), as `lanes.base.ssh.control` checks before every
+    use; an argv with none is fine."""
+    import stat
+
+    for i, a in enumerate(argv[:-1]):
+        if (a == "-o" and argv[i + 1].startswith("ControlPath ")
+                and argv[i + 1] != "ControlPath none"):
+            try:
+                st = os.lstat(os.path.dirname(argv[i + 1][len("ControlPath "):]))
+            except OSError:
+                return False
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+                return False
+    return True
 
 
 def _options(argv: list[str], i: int, jump_ok: bool) -> int | None:
@@ -230,7 +250,8 @@ def _entry(data: dict, key: str) -> list[str] | None:
 
 
 def lookup(lane: str) -> list[str] | None:
-    """The recorded argv for `lane` and this environment, when every file it came from is unchanged."""
+    """The recorded argv for `lane` and this environment, when every file it came from is
+    unchanged."""
     data = _load()
     key = record_key(lane)
     argv = _entry(data, key)
@@ -247,7 +268,7 @@ def start(g: GateArgs) -> None:
     if os.environ.get("NEV_ON_LANE") or os.environ.get("GENERA_ON_LANE"):
         return
     argv = lookup(lane_key(g.lane_index))
-    if argv is None:
+    if argv is None or not control_ok(argv):
         return
     import atexit
     import subprocess
@@ -299,7 +320,8 @@ def record(lane: str, argv: list[str], files: list[str]) -> None:
     if not argv_ok(argv):
         return
     loaded = _load()
-    data = {k: loaded[k] for k in loaded if _entry(loaded, k) is not None}   # only records it would start
+    # only records it would start
+    data = {k: loaded[k] for k in loaded if _entry(loaded, k) is not None}
     key = record_key(lane)
     entry = {"argv": argv, "files": [[f, signature(f)] for f in files]}
     if data.get(key) == entry and data == loaded:

@@ -198,6 +198,7 @@ NO_DATA = {
     "rig stop": "changes only", "rig provision-sudo": "changes only", "rig restore": "changes only",
     "rig snapshot": "changes only", "rig forward down": "changes only",
     "rig forward supervise": "hidden: a forward's supervisor in the foreground",
+    "oracle serve-store": "hidden: a gate's store builder, run by the lane agent; it answers on a socket",
     "rig services apply": "changes only", "rig services once": "one inventory round, its lines",
     "rig services remove": "changes only", "rig services run": "runs the services until stopped",
     "sandbox check": "an exit code and what is missing", "sandbox exec": "the command's own output",

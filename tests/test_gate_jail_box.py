@@ -1,6 +1,7 @@
 """One gate cannot touch another (issue 41), on the box's lane 0 with real sshd, git, bubblewrap
 and forge: gate A plays the attacker with every trick a gate's command has, then gate B of
-another repository (another clone: its own repository key, its own copy) runs, and A gates again.
+another repository (another clone: its own repository key, its own copy), a job's verify and a
+landing run, and A gates again.
 None of A's code runs outside A's own jail, B's `.env` reaches nothing of A's, no process of A's
 outlives its gate, A's copy still gates, and the shared store, the mirror, the agent's cache and
 the installs are as nev left them."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -69,10 +71,13 @@ I=$H/.local/share/nev/installs
 try install sh -c "f=\$(ls -d $I/*/lib/python*/site-packages/lanes/__init__.py | head -1);
                    test -n \"\$f\" && echo 'import os' >> \$f"
 try ssh-keys ls $H/.ssh/authorized_keys
-try other-copies sh -c "ls -a $ROOT | grep -v -x -e . -e .. -e .git-mirror -e ${PWD##*/} |
-                        grep -q ."
+try other-copies sh -c "ls -a $ROOT | grep -v -x -e . -e .. -e .git-mirror -e ${PWD##*/} \
+                        -e .payload-${PWD##*/} | grep -q ."
 try other-archive sh -c "mkdir -p $S/archive/gate-logs/x && touch $S/archive/gate-logs/x/planted"
 try corpus-digests sh -c "mkdir -p $S/corpus-digests/x && touch $S/corpus-digests/x/planted"
+for d in corpora ground-truth suites; do
+  try $d sh -c "mkdir -p $S/$d/x && touch $S/$d/x/planted"
+done
 LINE='{"models":{"a":{"gpu_s":1e308}}}'
 try other-ledger sh -c "echo '$LINE' >> $S/ledger/someone-else.jsonl"
 try own-ledger sh -c "test -w $NEV_LEDGER"
@@ -91,7 +96,7 @@ def _report(copy: Path) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
 
 
-def test_gate_a_attacks_then_gate_b_of_another_repository_a_landing_and_a_again_run_untouched(
+def test_gate_a_attacks_then_gate_b_a_verify_a_landing_and_a_again_run_untouched(
         lane_rig, box, tmp_path):
     from tests.test_land_lane import gated_on_lane, lane_kit
 
@@ -136,6 +141,7 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_a_landing_and_a_again_
     assert got == {"mirror-hook": "denied", "mirror-config": "denied", "agent-cache": "denied",
                    "install": "denied", "ssh-keys": "denied", "other-copies": "denied",
                    "other-ledger": "denied", "other-archive": "denied", "corpus-digests": "denied",
+                   "corpora": "denied", "ground-truth": "denied", "suites": "denied",
                    "own-ledger": "ok", "own-copy": "ok", "tmp": "ok", "pid1": "bwrap"}, got
     time.sleep(0.5)
     survivors = [cmd for pid, cmd in rig.lane_cmdlines() if f"{copy_a.name}/stolen" in cmd]
@@ -144,6 +150,16 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_a_landing_and_a_again_
     r = h.nev(["lane", "run", str(wt_b), "sh", "-c", "grep -c NEV_MODEL_KEY .env"], rig.env)
     assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr
     assert not (copy_a / "stolen").exists() or B_SECRET not in (copy_a / "stolen").read_text()
+    # a job's verify, as a job's step runs it on the lane (outside any gate: nev's verify jail,
+    # its ground-truth builder beside it), in B's copy: git there reads the mirror A attacked
+    verify = ("git status --porcelain >/dev/null && git log -1 --format=%H && ls $NEV_TRUTH_SOCKET "
+              "&& echo verified")
+    cp = subprocess.run(["ssh", "-F", str(box.ssh_config), "-J", f"{box.name}-jump",
+                         f"lane@{box.lanes[0].addr}",
+                         f"cd {rig.lane_root_on_lane}/{h.copy_name(wt_b)} && NEV_ON_LANE=1 "
+                         f"{LANE_HOME}/{layout.LOCAL_BIN}/nev sandbox exec -- sh -c '{verify}'"],
+                        capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 0 and cp.stdout.splitlines()[-1] == "verified", cp.stdout + cp.stderr
     # the agent's cache and the installs as they were (before the landing: nev's own first run
     # of an install outside any gate compiles its modules there)
     assert {"cache": _digest(cache), "installs": _digest(installs)} == before
@@ -157,7 +173,8 @@ def test_gate_a_attacks_then_gate_b_of_another_repository_a_landing_and_a_again_
     ledger_b = rig.nas / "ledger" / f"{h.copy_name(wt_b)}.jsonl"     # made (empty) by B's gate
     assert ledger_b.read_text() == ""
     assert not (rig.nas / "archive" / "gate-logs" / "x" / "planted").exists()
-    assert not (rig.nas / "corpus-digests" / "x" / "planted").exists()
+    for d in ("corpus-digests", "corpora", "ground-truth", "suites"):
+        assert not (rig.nas / d / "x" / "planted").exists(), d
     assert not (rig.nas / "ledger" / f"someone-else{rig.tag}.jsonl").exists()
     r = h.nev(["lane", "run", str(wt_a), "true"], rig.env)
     assert r.returncode == 0, r.stderr
@@ -202,3 +219,37 @@ def test_a_1_gib_untracked_file_gates_in_bounded_memory(lane_rig, monkeypatch, c
     assert grown < 100 * 1024, f"the development box's peak RSS grew {grown} KB"
     assert got.result.maxrss_kb < 100 * 1024, got.result.maxrss_kb
     (rig.lane_root / h.copy_name(wt) / "big.bin").unlink()
+
+
+def test_two_gates_in_a_row_ride_one_kept_connection(lane_rig, monkeypatch):
+    """The second of two gates reuses the first one's authenticated connection (NEV_SSH_PERSIST):
+    the lane sees both sessions on one TCP connection from the jump host (one login), and the
+    master `ssh -O check` finds is the same before and after it; its socket's folder is 0700."""
+    from lanes import lanesfile
+    from lanes.base import ssh
+
+    rig = lane_rig
+    wt = h.clone_worktree(rig.clone_url, rig.tmp / f"kept{rig.tag}", rig.push_env)
+    env = {**rig.env, "NEV_SSH_PERSIST": "60"}
+    show = ["lane", "run", str(wt), "sh", "-c", "echo $SSH_CONNECTION"]
+    first = h.nev(show, env)
+    assert first.returncode == 0, first.stderr
+    for k, v in env.items():
+        if k.startswith("NEV_"):
+            monkeypatch.setenv(k, v)
+    conn = lanesfile.configured().lanes[0].openssh()
+    kept = ssh.control(conn.target, conn.jump, conn.known_hosts, conn.key_file)
+    assert kept is not None
+    assert (os.stat(Path(kept[0]).parent).st_mode & 0o777) == 0o700
+
+    def master() -> str:
+        p = subprocess.run(["ssh", "-O", "check", "-o", f"ControlPath {kept[0]}", "x"],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        return p.stderr.strip()
+
+    before = master()
+    second = h.nev(show, env)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.split()[:2] == first.stdout.split()[:2], (first.stdout, second.stdout)
+    assert master() == before

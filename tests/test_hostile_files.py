@@ -38,14 +38,17 @@ FOLDER = b"\0<a folder in the file's place>"
 
 # json.load/json.loads outside the one reader, and why each reads no file of nev's state or declarations.
 RAW_JSON = {
+    "bench/audiocheck.py::_watch": "the test page's answer (its AudioContext's state), from a browser",
     "rig/box/demo/receiver.py::": "a POST to the demo's stand-in chat receiver",
     "crates_bridge/diagnostics.py::errors": "rustc's JSON diagnostics on its stderr",
     "lanes/base/schema.py::load": "nev's own JSON Schemas, shipped with it (no user's file)",
     "bench/oracle/truth_service.py::Service._answer": "a verify's request on the ground-truth builder's socket",
     "bench/oracle/truth_service.py::request": "the ground-truth builder's answer on its socket",
     "bench/oracle/truth_service.py::request_scores": "the judge's answer on the builder's socket",
+    "bench/oracle/store_service.py::_answer": "a gate's request on nev's store builder's socket",
+    "bench/oracle/store_service.py::_ask": "nev's store builder's answer lines on its socket",
     "lanes/base/jailrun.py::main": "the sandbox's supervisor reads its jobs on stdin (stdlib-only, in the jail)",
-    "lanes/base/sandbox.py::run_many": "the sandbox supervisor's report lines on its stdout",
+    "lanes/base/sandboxbatch.py::run_many": "the sandbox supervisor's report lines on its stdout",
     "bench/gateway_http.py::Response.json": "an HTTP answer of the gateway",
     "bench/gateway_http.py::error_message": "an HTTP answer's error body",
     "bench/oracle/engines.py::": "a browser's answers (DevTools, BiDi, WebDriver)",

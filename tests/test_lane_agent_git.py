@@ -210,7 +210,7 @@ def test_the_agent_makes_no_link_through_a_committed_symlink_nor_reads_pins_thro
     (outside / "pins.json").write_text(_json.dumps({"suites": {"wpt": {"commit": "abc"}}}))
     (copy / "tracks.json").symlink_to(outside / "pins.json")
     assert links.read_pins(str(copy)) == {}
-    plan = links.plan("copy", {}, set(), True, False)
+    plan = links.plan("copy", {}, True, False)
     made = links.apply_links(str(copy), str(share), plan)
     assert list(outside.iterdir()) == [outside / "pins.json"], "something was made outside the copy"
     assert any("not linked" in m for m in made), made

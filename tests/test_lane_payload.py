@@ -81,18 +81,31 @@ def test_gate_log_masker_hides_known_secrets_and_url_credentials():
     assert m(b"fetch http://nev:tok-123456@forge/x and tok-123456\n") == b"fetch http://***@forge/x and ***\n"
 
 
-def test_links_follow_the_seed_table(tmp_path):
-    plan = links.plan("track-a", {"wpt": "abc123", "../bad": "x"}, {"absolute-ground-truth"}, True, True)
+def test_links_follow_the_seed_table_but_for_what_a_track_writes(tmp_path):
+    plan = links.plan("track-a", {"wpt": "abc123", "../bad": "x"}, True, True)
     assert [(link.path, link.target) for link in plan] == [
         ("oracle/suites/checkouts/wpt", "suites/wpt-abc123"),
-        ("webgpu-cts/cts", "suites/webgpu-cts"),
-        ("corpus/absolute-ground-truth", "ground-truth/absolute-ground-truth"),
         ("oracle/suites/results", "archive/suite-results/track-a"),
         ("webgpu-cts/results", "archive/webgpu-cts-results/track-a")]
     assert links.gate_log_path("t", "20260101T000000Z", "lane0", "a" * 40) == \
         "archive/gate-logs/t/20260101T000000Z-lane0-aaaaaaaaaaaa.log"
     assert links.ground_truth_names(['let p = "corpus/absolute-ground-truth/x";', "corpus/other"]) == \
         {"absolute-ground-truth"}
+
+
+def test_an_earlier_gates_link_into_the_read_only_store_is_removed(tmp_path):
+    copy, share = tmp_path / "copy", tmp_path / "share"
+    (copy / "corpus").mkdir(parents=True)
+    (copy / "webgpu-cts").mkdir()
+    os.symlink(share / "ground-truth" / "a-ground-truth", copy / "corpus" / "a-ground-truth")
+    os.symlink(share / "suites" / "webgpu-cts", copy / "webgpu-cts" / "cts")
+    os.symlink("/elsewhere", copy / "corpus" / "b-ground-truth")   # not ours: left
+    gone = links.retired(str(copy), str(share), {"a-ground-truth", "b-ground-truth"})
+    assert [g.split(":")[0] for g in gone] == ["corpus/a-ground-truth", "webgpu-cts/cts"]
+    assert not os.path.lexists(copy / "corpus" / "a-ground-truth")
+    assert not os.path.lexists(copy / "webgpu-cts" / "cts")
+    assert os.readlink(copy / "corpus" / "b-ground-truth") == "/elsewhere"
+    assert links.retired(str(copy), str(share), {"a-ground-truth"}) == []
 
 
 def test_links_leave_a_real_directory_alone(tmp_path):

@@ -111,9 +111,12 @@ def test_the_argv_nev_builds_is_what_a_record_may_hold_and_the_two_stay_in_step(
     start = agentpack.lane_command("0" * 64).rpartition(" ")[0]
     assert hashlib.sha256(start.encode()).hexdigest() == quick.LANE_COMMAND_SHA256, \
         "the lane agent's start changed: set lanes/quick.py LANE_COMMAND_SHA256 to this sha256"
-    opts = client_options(tmp_path / "kh", tmp_path / "key", 5)
+    # with a kept connection (`lanes.base.ssh.control`): every option a record may hold
+    opts = client_options(tmp_path / "kh", tmp_path / "key", 5, (str(tmp_path / "ctl"), 60))
     assert {o.partition(" ")[0] for o in opts[3::2] if o != "-i"} | {"IdentitiesOnly"} >= set(quick.OPTIONS)
     assert {o.partition(" ")[0] for o in opts if " " in o} == set(quick.OPTIONS)
+    assert all(quick._option_ok(o) for o in opts if " " in o)
+    assert not quick._option_ok("ControlPath relative/ctl") and not quick._option_ok("ControlMaster yes")
     for jump in (None, "me@jump.example:2222"):
         assert quick.argv_ok(nev_argv(tmp_path, jump=jump))
 

@@ -73,7 +73,7 @@ def test_the_lane_copy_links_each_declared_suite_to_its_pinned_folder_without_ma
         {"verify": "true", "suites": {"mini": {"url": "u", "commit": PIN}, "bad": "x"}}))
     pins = links.read_pins(str(copy))
     assert pins == {"mini": PIN}
-    plan = links.plan("track-a", pins, set(), True, False)
+    plan = links.plan("track-a", pins, True, False)
     made = links.apply_links(str(copy), str(share), plan)
     assert len(made) == 2
     link = copy / "oracle" / "suites" / "checkouts" / "mini"
@@ -81,9 +81,9 @@ def test_the_lane_copy_links_each_declared_suite_to_its_pinned_folder_without_ma
     assert not (share / "suites" / f"mini-{PIN}").exists()          # a fetch's rename makes it
     assert (share / "archive" / "suite-results" / "track-a").is_dir()
     # a copy declaring suites gets the results link without an oracle/ folder of its own
-    assert [link.path for link in links.plan("t", pins, set(), False, False)] == [
+    assert [link.path for link in links.plan("t", pins, False, False)] == [
         "oracle/suites/checkouts/mini", "oracle/suites/results"]
-    assert links.plan("t", {}, set(), False, False) == []
+    assert links.plan("t", {}, False, False) == []
 
 
 # --- the fetch ----------------------------------------------------------------------------------

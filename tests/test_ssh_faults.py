@@ -282,3 +282,46 @@ def test_doctor_walks_the_jump_host_then_the_lane_and_a_flat_rig_has_no_jump_to_
     r = nev(["doctor", "--json"], flat, rig)
     checks = {c["check"]: c for c in json.loads(r.stdout)}
     assert checks["jump host"]["ok"] and checks["lane 0: login"]["ok"], checks
+
+
+def test_a_kept_connection_whose_master_lost_its_link_is_replaced_once(rig):
+    """A master that takes a client's session request and drops it (its lane restarted under it
+    within NEV_SSH_PERSIST): the gate gives it up and connects anew, once, and keeps that one."""
+    import struct
+
+    from lanes.base import ssh
+
+    env = rig.files("kept")
+    environ = {**{k: v for k, v in os.environ.items() if not k.startswith("NEV_")},
+               "HOME": str(rig.tmp / "home")}
+    kept = ssh.control(Target.parse(rig.lane_spec), Target.parse(rig.jump_spec),
+                       Path(env["NEV_KNOWN_HOSTS"]), rig.jump.client_key, environ)
+    assert kept is not None
+    path = kept[0]
+    lost = socket.socket(socket.AF_UNIX)
+    lost.bind(path)
+    lost.listen(4)
+    taken: list[int] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                c, _ = lost.accept()
+            except OSError:
+                return
+            c.sendall(struct.pack(">III", 8, 1, 4))     # the mux protocol's hello, version 4
+            c.recv(4096)
+            taken.append(1)
+            c.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        r = nev(["lane", "run", str(rig.worktree), "true"], env, rig)
+        assert r.returncode == 0, r.stderr
+        assert taken, "the lost master was never tried"
+        check = subprocess.run(["ssh", "-O", "check", "-o", f"ControlPath {path}", "x"],
+                               capture_output=True, text=True)
+        assert check.returncode == 0 and "Master running" in check.stderr, check.stderr
+    finally:
+        lost.close()
+        subprocess.run(["ssh", "-O", "exit", "-o", f"ControlPath {path}", "x"], capture_output=True)

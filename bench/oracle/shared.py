@@ -28,7 +28,11 @@ FOLDER = "corpora"   # under the share
 
 
 def store_root(environ: Mapping[str, str] | None = None) -> Path | None:
-    """NEV_CORPUS_STORE when set; on a lane the share's `corpora/`; else None (no shared store)."""
+    """NEV_CORPUS_STORE when set; on a lane the share's `corpora/`; else None (no shared store).
+    None inside a gate's jail too: the store is read-only there, and nev's store builder outside
+    fills it for the gate (`bench.oracle.store_service`)."""
+    if settings.get(settings.IN_GATE, environ):
+        return None
     given = settings.given(settings.CORPUS_STORE, environ)
     if given:
         return Path(given).expanduser()
@@ -42,7 +46,7 @@ DIGESTS = "corpus-digests"   # under the share: the digests nev vouches for (rea
 
 class Digests:
     """The corpus digests nev's builder vouches for, kept on the share where no gate can write
-    (`lanes.base.sandbox.GATE_SHARE_READ`): `<share>/corpus-digests/<store id>/<entry>` holds the
+    (the share is read-only in a gate's jail): `<share>/corpus-digests/<store id>/<entry>` holds the
     key and `content_sha256` of a store entry nev rendered outside any gate's jail. On a lane,
     outside a gate (a job's step, a verify's builder), a store entry is used only when its digest
     is here; one a gate rendered (or replaced, with its manifest) is rendered anew and recorded."""

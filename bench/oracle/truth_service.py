@@ -83,7 +83,7 @@ class Service:
                 continue
             with conn:
                 conn.settimeout(None)
-                reply = self._answer(_read_line(conn))
+                reply = self._answer(read_line(conn))
                 try:
                     conn.sendall((json.dumps(reply) + "\n").encode())
                 except OSError:
@@ -154,7 +154,7 @@ class Service:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _read_line(conn: socket.socket, limit: int = MAX_REQUEST) -> bytes:
+def read_line(conn: socket.socket, limit: int = MAX_REQUEST) -> bytes:
     buf = b""
     while b"\n" not in buf and len(buf) < limit:
         chunk = conn.recv(4096)
@@ -180,7 +180,7 @@ def request(
         try:
             s.connect(path)
             s.sendall((json.dumps({"names": list(names), "count": count}) + "\n").encode())
-            answer = _read_line(s)
+            answer = read_line(s)
         except OSError as e:
             raise NevError(
                 f"the sandbox's ground-truth builder did not answer ({e.strerror}); "
@@ -216,7 +216,7 @@ def request_scores(binary: Path, generated_dir: Path,
             s.connect(path)
             s.sendall((json.dumps({"op": "score", "binary": str(binary),
                                    "generated_dir": str(generated_dir)}) + "\n").encode())
-            answer = _read_line(s, MAX_ANSWER)
+            answer = read_line(s, MAX_ANSWER)
         except OSError as e:
             raise NevError(f"the sandbox's judge did not answer ({e.strerror}); "
                            "nothing was scored") from None

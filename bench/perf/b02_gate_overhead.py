@@ -6,7 +6,10 @@ and left up). Both are timed alternately on lane 0 through the jump host, as on 
 in-process (its channel: one OpenSSH client through the jump host, as `nev lane run` opens it),
 and `ssh -J jump lane true` (the ssh CLI with the box's client config, whose ProxyJump is the
 jump host). The in-process gate is timed with the gate's own jail (as every gate runs since issue
-41) and without it (`jail_cost_s`: the jail's share of a warm gate).
+41) and without it (`jail_cost_s`: the jail's share of a warm gate). The CLI is timed with the kept
+connection per lane (`NEV_SSH_PERSIST=60`: the gates after the first ride one authenticated
+connection, `lanes.base.ssh.control`) and without it (`NEV_SSH_PERSIST=0`: a login per gate), so
+the last figures are the three of the goal: bare `ssh -J`, the gate without, the gate with.
 
 Where the time went (2026-12-01, 2 cores, load ~6): the CLI's overhead was ~0.45-1.3 s, of which
 paramiko's import (with cryptography, nacl and importlib.metadata's scan for its version) and its
@@ -119,11 +122,14 @@ def main() -> int:
         # The same CLI with its record (`lanes.quick`: the client started before nev loads) and,
         # as the baseline of that change, without one (its cache's record removed before each run).
         env_norec = {**env, "XDG_CACHE_HOME": str(tmp / "cache-norec")}
-        env = {**env, "XDG_CACHE_HOME": str(tmp / "cache")}
+        env = {**env, "XDG_CACHE_HOME": str(tmp / "cache"), "NEV_SSH_PERSIST": "60"}
+        # and without the kept connection (`lanes.base.ssh.control`): one login per gate
+        env_plain = {**env, "NEV_SSH_PERSIST": "0"}
         record = tmp / "cache-norec" / "nev" / "gate-argv.json"
         first, _, rc = timed(nev, env)  # the cold run: mirror fetch, worktree add
         assert rc == 0, "the first gate failed; run it by hand to see why"
         cli: list[float] = []
+        plain: list[float] = []
         norec: list[float] = []
         ssh_t: list[float] = []
         inproc: list[float] = []
@@ -139,6 +145,9 @@ def main() -> int:
             assert rc == 0
             cli.append(t)
             rss["nev_cli"] = max(rss["nev_cli"], r or 0)
+            t, _, rc = timed(nev, env_plain)
+            assert rc == 0
+            plain.append(t)
             record.unlink(missing_ok=True)
             t, _, rc = timed(nev, env_norec)
             assert rc == 0
@@ -159,7 +168,8 @@ def main() -> int:
                 gate.gate_jail = jail_of  # type: ignore[assignment]
                 rss["lane_apply"] = max(rss["lane_apply"], int(out.result.maxrss_kb or 0))
         med = {k: statistics.median(v) for k, v in (("ssh", ssh_t), ("nev_cli", cli), ("gate_inproc", inproc),
-                                                    ("norec", norec), ("nojail", nojail))}
+                                                    ("norec", norec), ("nojail", nojail),
+                                                    ("plain", plain))}
         fig = {
             "runs": args.runs, "route": "via jump host", "first_gate_s": round(first, 3),
             "ssh_true_s": round(med["ssh"], 3), "nev_lane_run_true_s": round(med["nev_cli"], 3),
@@ -172,6 +182,8 @@ def main() -> int:
             "jail_cost_s": round(med["gate_inproc"] - med["nojail"], 3),
             "bytes_sent_warm": out.bytes_sent,
             "peak_rss_kb": {k: (v or None) for k, v in rss.items()},
+            "nev_lane_run_true_no_kept_connection_s": round(med["plain"], 3),
+            "ratio_cli_no_kept_connection_vs_ssh": round(med["plain"] / med["ssh"], 2),
             "ratio_cli_vs_ssh": round(med["nev_cli"] / med["ssh"], 2),
         }
     publish("B2", fig)

@@ -158,8 +158,10 @@ class Copy:
         cp = git(["grep", "-h", "-o", "-I", "-E", r"corpus/[A-Za-z0-9_.-]*ground-truth"], cwd=copy, check=False)
         if cp.returncode == 0:
             texts.append(cp.stdout.decode(errors="replace"))
-        plan = links.plan(self.name, links.read_pins(copy), links.ground_truth_names(texts),
-                          os.path.isdir(os.path.join(copy, "oracle")), os.path.isdir(os.path.join(copy, "webgpu-cts")))
+        for line in links.retired(copy, shared, links.ground_truth_names(texts)):
+            self.say(line)
+        plan = links.plan(self.name, links.read_pins(copy), os.path.isdir(os.path.join(copy, "oracle")),
+                          os.path.isdir(os.path.join(copy, "webgpu-cts")))
         for line in links.apply_links(copy, shared, plan):
             self.say("linked " + line)
 

@@ -47,6 +47,7 @@ from lanes.agent.mirror import Mirror
 from lanes.agent.output import Masker, Tee, env_secrets, open_log
 from lanes.agent.procs import Child, on_signals
 from lanes.agent.root import copy_sizes, free_gb
+from lanes.agent.storeserve import StoreService
 from lanes.agent.wire import FrameWriter, Kind, ProtocolError, Stop, Wire
 from lanes.agent.wiretypes import read_request
 
@@ -78,6 +79,7 @@ class Gate:
         self.lock_fd: int | None = None
         self.bundles: queue.Queue[int] = queue.Queue()
         self.leave = Leave.ALL
+        self.store: StoreService | None = None
 
     def lock(self) -> None:
         """The copy's lock, waiting (and saying so) while another gate of the same worktree holds it."""
@@ -125,10 +127,6 @@ class Gate:
         shared = os.path.realpath(self.shared) + "/"
         for i, opt in enumerate(jail[:-1]):
             p = jail[i + 1]
-            if opt == "--ro-bind-try" and p.startswith(shared) and os.path.isdir(self.shared):
-                # a folder read-only in the jail must be there, or the gate could make it
-                if inside(self.shared, os.path.dirname(p)) and not os.path.lexists(p):
-                    os.makedirs(p, exist_ok=True)
             if opt == "--bind-try" and p.startswith(shared) and os.path.isdir(self.shared):
                 if not inside(self.shared, os.path.dirname(p)) or os.path.lexists(p):
                     continue
@@ -212,6 +210,15 @@ class Gate:
                 self.wire.send(Kind.STDERR, f"nev-lane: command not executable: {prog}\n".encode())
                 return 126
             command = self.jailed(command, jail)
+            if os.path.isdir(self.shared):
+                # the store is read-only in the jail: nev's builder serves the gate from outside
+                self.store = StoreService(self.root.store_service(self.name),
+                                          os.path.expanduser("~"), env)
+                try:
+                    self.store.open()
+                except OSError as e:
+                    self.wire.say(f"nev's store builder cannot listen for this gate ({e}); "
+                                  "what it builds stays in its copy")
         try:
             p = self.child.start(command, cwd=self.copy.path, env=env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -227,7 +234,13 @@ class Gate:
         status = p.wait()
         tee.finish()
         self.child.done()
+        self.close_store()
         return 128 - status if status < 0 else status
+
+    def close_store(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
 
     def pull(self, dirs: list[str]) -> None:
         """Each folder back as PULL_START, its gzip'd tar in PULL_DATA frames, PULL_END."""
@@ -278,6 +291,7 @@ class Gate:
 
     def finish(self, result: GateResult) -> None:
         """Remove what `leave` says, the RESULT last, the lock let go."""
+        self.close_store()
         if self.leave is not Leave.NOTHING:
             remove_env(self.root, self.name, keep_copy_env=self.leave is Leave.WRITERS)
             shutil.rmtree(self.root.payload(self.name), ignore_errors=True)

@@ -53,6 +53,9 @@ ENV_REWRITE = ".env.nev-rewrite"
 # A payload's members, in the order they follow the payload request on the wire.
 BUNDLE, DIFF, UNTRACKED = "bundle", "diff", "untracked"
 PAYLOAD_MEMBERS = (BUNDLE, DIFF, UNTRACKED, ENV)
+# In a payload: the folder of nev's store builder serving the gate (`lanes.agent.storeserve`),
+# and its socket there
+STORE_SERVICE, STORE_SOCKET = "store", "store.sock"
 
 MODEL_ENV = ".lane-model-env"
 LANE_ENV = ".lane-env"
@@ -193,6 +196,11 @@ class Root(NamedTuple):
 
     def payload(self, name: str) -> str:
         return posixpath.join(self.path, PAYLOAD + name)
+
+    def store_service(self, name: str) -> str:
+        """The folder of nev's store builder for a gate of `name` (its socket, the corpora it
+        leaves for the gate; `lanes.agent.storeserve`), in the payload."""
+        return posixpath.join(self.payload(name), STORE_SERVICE)
 
     def member(self, name: str, member: str) -> str:
         """One of PAYLOAD_MEMBERS in the payload of `name`."""

@@ -3,12 +3,17 @@
 | in the worktree                                   | on the share                              |
 |---------------------------------------------------|-------------------------------------------|
 | `oracle/suites/checkouts/<suite>`                 | `suites/<suite>-<pinned commit>/`         |
-| `webgpu-cts/cts`                                  | `suites/webgpu-cts/`                      |
-| `corpus/<name>` for every `*ground-truth` cache   | `ground-truth/<name>/`                    |
 | `oracle/suites/results`                           | `archive/suite-results/<worktree>/`       |
 | `webgpu-cts/results`                              | `archive/webgpu-cts-results/<worktree>/`  |
 | (the command's output, copied)                    | `archive/gate-logs/<worktree>/<time>-<guest>-<commit>.log` |
 | (one line per model batch)                        | `ledger/<worktree>.jsonl`                 |
+
+The share is read-only in a gate's jail but for the entries `gate_writes` names; its store is
+written by nev's builders only (`bench.oracle.store_service`). So what a track's own code writes
+is the copy's own folder, not a link: a `corpus/<name>` `*ground-truth` cache (its cache binary
+writes it) and `webgpu-cts/cts`; a link an earlier gate made there into the share
+(`ground-truth/<name>/`, `suites/webgpu-cts/`) is removed (`retired`), so the next gate builds it
+in the copy.
 
 Suite pins come from the copy's `tracks.json` (`suites`: `{"<suite>": {"commit": ...}}`, the
 declaration `nev oracle suites fetch` reads, bench/oracle/suites.py). A suite's link is made
@@ -38,24 +43,33 @@ def safe_part(name: str) -> bool:
     return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
 
 
-def plan(worktree: str, pins: dict[str, str], ground_truth: set[str], has_oracle: bool,
-         has_webgpu_cts: bool) -> list[Link]:
+def plan(worktree: str, pins: dict[str, str], has_oracle: bool, has_webgpu_cts: bool) -> list[Link]:
     """The links a copy named `worktree` gets, from facts about its tree."""
     links: list[Link] = []
     for suite, commit in sorted(pins.items()):
         if safe_part(suite) and safe_part(commit):
             links.append(Link(f"oracle/suites/checkouts/{suite}", f"suites/{suite}-{commit}",
                               make_target=False))
-    if has_webgpu_cts:
-        links.append(Link("webgpu-cts/cts", "suites/webgpu-cts"))
-    for name in sorted(ground_truth):
-        if safe_part(name):
-            links.append(Link(f"corpus/{name}", f"ground-truth/{name}"))
     if has_oracle or any(link.path.startswith("oracle/") for link in links):  # suites declared
         links.append(Link("oracle/suites/results", f"archive/suite-results/{worktree}"))
     if has_webgpu_cts:
         links.append(Link("webgpu-cts/results", f"archive/webgpu-cts-results/{worktree}"))
     return links
+
+
+def retired(copy: str, shared: str, ground_truth: set[str]) -> list[str]:
+    """Remove the links earlier gates made into what is now the read-only store (the copy's
+    `corpus/<name>` of each `*ground-truth` cache, `webgpu-cts/cts`); one line per link removed."""
+    gone: list[str] = []
+    olds = [(f"corpus/{n}", f"ground-truth/{n}") for n in sorted(ground_truth) if safe_part(n)]
+    for rel, target in [*olds, ("webgpu-cts/cts", "suites/webgpu-cts")]:
+        where = os.path.join(copy, rel)
+        if not through_link(copy, os.path.dirname(rel)) and os.path.islink(where) \
+                and os.readlink(where) == os.path.join(shared, target):
+            os.unlink(where)
+            gone.append(f"{rel}: no longer a link into the share's {target} (read-only in a gate; "
+                        "the copy's own folder from now on)")
+    return gone
 
 
 def gate_log_path(worktree: str, when: str, guest: str, commit: str) -> str:

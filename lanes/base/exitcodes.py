@@ -178,6 +178,7 @@ COMMANDS: dict[str, Codes] = {
     "lane writer status": Codes(_LANE), "lane writer stop": Codes(_LANE),
     "oracle build": Codes(), "oracle engines": Codes(), "oracle render": Codes(),
     "oracle audio": Codes(),
+    "oracle serve-store": Codes(),
     "oracle suite run": Codes((_E.UNAVAILABLE, _E.NO_SANDBOX)), "oracle suites fetch": Codes(_LANE),
     "provenance bom": Codes(), "provenance list": Codes(), "provenance regen": Codes(_LANE),
     "provenance stale": Codes(),

@@ -25,12 +25,13 @@ from lanes.base.ssh import (
     CONNECT_TIMEOUT,
     SshError,
     Target,
+    control,
     default_key_file,
     default_known_hosts,
     log,
 )
 from lanes.base.sshargv import client_options as client_options  # the argv, one place
-from lanes.base.sshargv import route_argv
+from lanes.base.sshargv import jump_says, route_argv
 
 # -- the OpenSSH client: one process per command (a gate's channel) -------------------------
 
@@ -48,12 +49,15 @@ class OpenSsh:
         self.key_file = key_file if key_file is not None else default_key_file()
         self.timeout = timeout
         self._open: list[ProcessChannel] = []
+        self.kept: tuple[str, int] | None = None    # the kept connection `argv` last named
 
     def argv(self, command: str) -> list[str]:
         """The client's argv for `command`; HostKeyError when the known_hosts file is missing."""
         if not self.known_hosts.exists():
             self._refuse_locally()
-        return route_argv(self.target, self.jump, self.known_hosts, self.key_file, self.timeout, command)
+        self.kept = control(self.target, self.jump, self.known_hosts, self.key_file)
+        return route_argv(self.target, self.jump, self.known_hosts, self.key_file, self.timeout, command,
+                          self.kept)
 
     @property
     def route(self) -> str:
@@ -100,7 +104,36 @@ class OpenSsh:
         classified (`lanes.base.sshfail`): HostKeyError for a key not pinned or not matching,
         else Unreachable, naming the cause and the hop."""
         failure = sshfail.from_openssh(stderr, self.target, self.jump, self.known_hosts)
-        return sshfail.error(failure, self.route)
+        if failure.cause is sshfail.Cause.OTHER and self.jump is not None and self.kept is not None:
+            # a client that would keep its connection sends its jump hop's stderr to /dev/null
+            # (OpenSSH, for ControlPersist): the jump host is asked once more and says why
+            said = jump_says(self.jump, self.target, self.known_hosts, self.key_file, self.timeout)
+            better = sshfail.from_openssh(said, self.target, self.jump, self.known_hosts)
+            if better.cause is not sshfail.Cause.OTHER:
+                failure = better
+        err = sshfail.error(failure, self.route)
+        if self.kept is not None and isinstance(err, sshfail.Unreachable) and any(
+                w in stderr for w in MASTER_LOST):
+            err.master_lost = True
+        return err
+
+    def drop_kept(self) -> None:
+        """The kept connection given up (its master lost its link: a lane that restarted within
+        NEV_SSH_PERSIST): its master asked to exit and its socket removed, so the next session
+        connects anew and keeps that connection instead."""
+        if self.kept is None:
+            return
+        path = self.kept[0]
+        log.debug("ssh %s: the kept connection was lost; connecting anew", self.route)
+        try:
+            subprocess.run(["ssh", "-F", "none", "-o", f"ControlPath {path}", "-O", "exit", "lane"],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
     def close(self) -> None:
         for ch in self._open:
@@ -115,6 +148,9 @@ class OpenSsh:
 
 
 _AHEAD: dict[tuple[str, ...], ProcessChannel] = {}
+
+#: a mux client's words when the master it reached could not carry the session
+MASTER_LOST = ("mux_client_", "from master failed", "master hello exchange failed")
 
 
 def _stop_ahead() -> None:

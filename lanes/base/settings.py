@@ -70,6 +70,10 @@ LANES_FILE = _s("NEV_LANES_FILE", "bench/lane.local.json", "the lanes file (lane
 LANE_JUMP = _s("NEV_LANE_JUMP", None, "the jump host every lane is reached through, [user@]host[:port]; overrides the lanes file's top-level jump (a lane's own jump wins)")
 KNOWN_HOSTS = _s("NEV_KNOWN_HOSTS", None, "known_hosts file with the pinned host keys of the lanes and the jump host")
 SSH_KEY = _s("NEV_SSH_KEY", None, "private key file used to reach lanes")
+SSH_PERSIST = _s("NEV_SSH_PERSIST", "60", "seconds one authenticated connection to a lane stays open "
+                 "after its last command, for the next gate to reuse (OpenSSH ControlPersist; 0: a "
+                 "connection per command); its socket lives in a folder only this user can reach "
+                 "(docs/lanes.md, \"The kept connection\")")
 LANE_BUSY_COMMANDS = _s("NEV_LANE_BUSY_COMMANDS", "cargo|rustc|node", "process names that make a lane busy (LANE_BUSY_COMMANDS also read)")
 WRITER_SETTLE_S = _s("NEV_WRITER_SETTLE_S", "2", "seconds `nev lane writer start` watches a new writer; "
                      "one that ends in them fails the start")
@@ -222,6 +226,9 @@ TRUTH_SOCKET = _s("NEV_TRUTH_SOCKET", None, "set by nev for a verify in the sand
                   "builder outside the jail, which renders the corpora the verify asks for (never set it by hand)")
 TRUTH_STAGING = _s("NEV_TRUTH_STAGING", None, "set by nev for a verify in the sandbox: the read-only folder the "
                    "builder outside leaves the corpora in")
+STORE_SOCKET = _s("NEV_STORE_SOCKET", None, "set by a gate's jail on a lane: the socket of nev's store "
+                  "builder outside the jail, which renders corpora and fetches suites into the share's "
+                  "store for the gate (the store is read-only inside; never set it by hand)")
 SANDBOX_SCRATCH_MB = _s("NEV_SANDBOX_SCRATCH_MB", "256", "size of a sandboxed process's private /tmp, MiB")
 COMPILE_BUDGET_S = _s(
     "NEV_COMPILE_BUDGET_S", "30",

@@ -12,14 +12,17 @@ large chunks (never through fabric/invoke's `in_stream`, which moves about
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import select
 import shlex
 import socket
+import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -124,6 +127,72 @@ def default_known_hosts() -> Path:
 
 def default_key_file() -> Path | None:
     return settings.get_path(settings.SSH_KEY)
+
+
+# -- the kept connection (docs/lanes.md, "The kept connection") ------------------------------
+
+#: the longest control socket path a Unix socket takes (108 bytes with its NUL, less ssh's margin)
+CONTROL_PATH_MAX = 100
+
+
+def control_folder(environ: Mapping[str, str] | None = None) -> Path:
+    """Where the kept connections' sockets live: `$XDG_RUNTIME_DIR/nev-ssh` (the user's own
+    runtime folder, mode 0700 by the login manager), else `~/.cache/nev/ssh`."""
+    env = os.environ if environ is None else environ
+    run = env.get("XDG_RUNTIME_DIR", "")
+    if run and os.path.isabs(run) and os.path.isdir(run):
+        return Path(run) / "nev-ssh"
+    return Path(env.get("HOME") or Path.home()) / ".cache" / "nev" / "ssh"
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why `folder` may not hold a kept connection's socket (None: it may): it must be a real
+    folder (no link), this user's, and reachable by no one else (mode 0700)."""
+    try:
+        st = os.lstat(folder)
+    except OSError as e:
+        return f"{folder}: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{folder} is not a folder"
+    if st.st_uid != os.getuid():
+        return f"{folder} belongs to uid {st.st_uid}, not to this user"
+    if st.st_mode & 0o077:
+        return f"{folder} is mode {stat.S_IMODE(st.st_mode):04o}, not 0700"
+    return None
+
+
+def control(target: Target, jump: Target | None, known_hosts: Path, key_file: Path | None,
+            environ: Mapping[str, str] | None = None) -> tuple[str, int] | None:
+    """The socket and the ControlPersist seconds of the kept connection to `target` (through
+    `jump`), or None for a connection of its own: NEV_SSH_PERSIST is 0, or the socket's folder
+    could not be made or is not this user's alone (one `-v` line says which; a plain connection
+    then). The folder is made mode 0700 and checked before every use; the socket's name is a
+    hash of the user, both hops, the pins and the key, so it says nothing about the host."""
+    persist = settings.get_int(settings.SSH_PERSIST, environ)
+    if persist <= 0:
+        return None
+    folder = control_folder(environ)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        log.debug("ssh: no kept connection: cannot make %s (%s); a connection of its own",
+                  folder, e.strerror)
+        return None
+    problem = folder_problem(folder)
+    if problem is not None:
+        log.debug("ssh: no kept connection: %s; a connection of its own", problem)
+        return None
+    who = "\0".join((str(os.getuid()), str(target), str(jump or ""), str(known_hosts),
+                     str(key_file or "")))
+    path = str(folder / hashlib.sha256(who.encode()).hexdigest()[:24])
+    if len(path) > CONTROL_PATH_MAX:
+        log.debug("ssh: no kept connection: %s is too long for a socket; a connection of its own",
+                  path)
+        return None
+    return path, persist
 
 
 class Connection:

@@ -24,9 +24,12 @@ def _opt_path(p: Path) -> str:
     return f'"{p}"' if any(c.isspace() for c in str(p)) else str(p)
 
 
-def client_options(known_hosts: Path, key_file: Path | None, timeout: float) -> list[str]:
+def client_options(known_hosts: Path, key_file: Path | None, timeout: float,
+                   control: tuple[str, int] | None = None) -> list[str]:
     """The OpenSSH client's options for one pinned hop: the host key only from `known_hosts` (no
-    global file, never added), no config file, agent or password, the key given or the defaults."""
+    global file, never added), no config file, agent or password, the key given or the defaults;
+    no kept connection, or the one at `control` (its socket, its ControlPersist seconds:
+    `lanes.base.ssh.control`)."""
     # `-o "Option value"` rather than `Option=value`: the masked log would hide the values.
     opts = {"BatchMode": "yes", "StrictHostKeyChecking": "yes",
             "UserKnownHostsFile": _opt_path(known_hosts), "GlobalKnownHostsFile": "/dev/null",
@@ -34,6 +37,11 @@ def client_options(known_hosts: Path, key_file: Path | None, timeout: float) -> 
             "ServerAliveInterval": "15", "ServerAliveCountMax": "3", "ForwardAgent": "no",
             "ControlMaster": "no", "ControlPath": "none", "LogLevel": "ERROR",
             "KexAlgorithms": KEX}
+    if control is not None:
+        # `auto`: the first client becomes the master, the next ones ride on it; a stale socket
+        # (its master gone) is removed by the client, which then becomes the master itself
+        opts.update({"ControlMaster": "auto", "ControlPath": control[0].replace("%", "%%"),
+                     "ControlPersist": str(control[1])})
     if key_file is not None:
         opts["IdentitiesOnly"] = "yes"
     argv = ["-F", "none"]
@@ -50,12 +58,14 @@ def _hop_options(known_hosts: Path, key_file: Path | None, timeout: float) -> li
 
 
 def route_argv(target: Hop, jump: Hop | None, known_hosts: Path, key_file: Path | None,
-               timeout: float, command: str) -> list[str]:
+               timeout: float, command: str, control: tuple[str, int] | None = None) -> list[str]:
     """`ssh -T ... USER@HOST -- COMMAND`, through `jump` when given (a ProxyCommand hop with the
-    same pins and key: ProxyJump would not pass these options to it)."""
+    same pins and key: ProxyJump would not pass these options to it); over the kept connection
+    at `control` when given (the hop is then made once, by its master)."""
     # Through a jump host the outer client waits 2 s longer: a jump host that never answers is
     # then reported by the hop's own client, which names it.
-    argv = ["ssh", "-T", *client_options(known_hosts, key_file, timeout + (2 if jump else 0))]
+    argv = ["ssh", "-T", *client_options(known_hosts, key_file, timeout + (2 if jump else 0),
+                                         control)]
     if jump is not None:
         hop = ["ssh", *_hop_options(known_hosts, key_file, timeout), "-W", "[%h]:%p",
                "-p", str(jump.port), f"{jump.user}@{jump.host}"]

@@ -106,6 +106,9 @@ class Unreachable(SshError):
     the one code of "cannot reach the rig" (docs/exit-codes.md). `failure` says why."""
 
     exit_code = Exit.UNAVAILABLE
+    #: the kept connection's master was there but lost its connection (`lanes.base.openssh`):
+    #: nothing reached the lane, and a new connection may well
+    master_lost = False
 
     def __init__(self, why: Failure | str, route: str = "") -> None:
         if isinstance(why, Failure):
