@@ -77,7 +77,7 @@ def collect(timeout: float, interface: str | None, expect: int | None, every: fl
 
         emit_json(col.ansible(snap, reach.load()))
     elif as_json:
-        emit_json(snap["hosts"])
+        emit_json({n: h.to_json() for n, h in snap.hosts.items()})
     return 0
 
 
@@ -424,10 +424,10 @@ def capacity(declared_file: str | None, as_json: bool) -> int:
         info(f"capacity: no inventory snapshot at {snap_path}: alias status unknown, roles counted as declared")
     m = cap.model(folknet.load(folknet.default_path()), snap, cap.read_sweeps(tp.results_dir()), declared)
     if as_json:
-        emit_json(m)
+        emit_json(m.to_json())
     else:
         click.echo(cap.render(m))
-    for w in m["warnings"]:
+    for w in m.warnings:
         info(f"capacity: warning: {w}")
     return 0
 
