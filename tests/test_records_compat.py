@@ -3,6 +3,7 @@ written by that version's own code) and refuses a malformed one in one line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,76 @@ def test_a_malformed_job_event_is_refused_in_one_line():
         valid_prefix("".join(lines[:3]) + bad, "events.jsonl")
     msg = str(e.value)
     assert "\n" not in msg and "events.jsonl: line 4" in msg and "pgid" in msg
+
+
+# -- the inventory snapshot (rig/inventory/records.py) ---------------------------------------------
+
+INVENTORY = DATA / "inventory-v0.1.json"    # written by collect's merge and three probe rounds
+
+
+def test_the_inventory_snapshot_written_by_the_previous_version_reads_as_typed_records(tmp_path: Path):
+    import datetime as dt
+
+    from rig.inventory import inventoryfile, status
+
+    snap = status.load_local(INVENTORY)
+    assert snap.schema == 1 and snap.probed_at == "2026-11-30T10:03:00Z"
+    fast, slow, old, new = (snap.aliases[n] for n in ("qwen3.8-27b-fast", "qwen3.8-27b-slow", "old-7b", "new-9b"))
+    assert (fast.status, fast.oks, fast.since, fast.pool_hosts) == ("ready", 3, "2026-11-30T10:01:00Z", ["gpu0"])
+    assert (slow.status, slow.fails, slow.max_inflight) == ("failing", 2, 2)
+    assert slow.last_error == "HTTP 503: stand-in pool told to answer 503" and slow.last_answer_latency_s == 0.421
+    assert (old.status, old.retired, new.status, new.tier) == ("retired", "2026-09-22", "unknown", "capacity")
+    gpu0 = snap.hosts["gpu0"]
+    assert gpu0.up and gpu0.inventory is not None and gpu0.inventory.pools == ("gpu0",)
+    assert gpu0.inventory.hardware_class == "24GB consumer cards x8" and gpu0.sources == ["mdns"]
+    assert not snap.hosts["gpu1"].up and "ConnectionError" in (snap.hosts["gpu1"].error or "")
+    now = dt.datetime(2026, 11, 30, 10, 13, tzinfo=dt.UTC)
+    rows = {r.alias: r for r in status.alias_rows(snap, now)}
+    assert rows["qwen3.8-27b-slow"].held_for_s == 600 and rows["qwen3.8-27b-fast"].last_error is None
+    # the new writer keeps what the old one wrote: every old key reads back with its value (a key
+    # it adds holds what its absence meant), and the status reads the same from both
+    copy = tmp_path / "inventory.json"
+    copy.write_text(INVENTORY.read_text())
+    inventoryfile.update(copy, lambda s: None, dt.datetime(2026, 11, 30, 10, 4, tzinfo=dt.UTC))
+    before, after = json.loads(INVENTORY.read_text()), json.loads(copy.read_text())
+    assert after["written_at"] == "2026-11-30T10:04:00Z"
+    before["written_at"] = after["written_at"]
+    for name, a in after["aliases"].items():
+        added = {k: v for k, v in a.items() if k not in before["aliases"][name]}
+        assert set(added.values()) <= {None, 0}, (name, added)
+        before["aliases"][name].update(added)
+    assert after == before
+    again = status.summary(status.load_local(copy), now, "s")
+    assert {**again, "written_at": None} == {**status.summary(snap, now, "s"), "written_at": None}
+    # the job's inventory check (bench/readiness.py, a reader of the JSON) finds the same reasons
+    from bench import folknet, readiness
+
+    declared = tmp_path / "folknet.json"
+    declared.write_text(json.dumps({"schema": 1, "providers": ["self-hosted"], "aliases": {
+        n: {"pool": "gpu0", "max_inflight": 1, "provider": "self-hosted", "keys": ["batch"]}
+        for n in ("qwen3.8-27b-fast", "qwen3.8-27b-slow", "new-9b")}}))
+    needs = readiness.Needs([readiness.Need(n) for n in ("qwen3.8-27b-fast", "qwen3.8-27b-slow", "new-9b")])
+    reasons = [readiness.check(needs, readiness.read_snapshot(p), folknet.load(declared), now)
+               for p in (INVENTORY, copy)]
+    assert reasons[0] == reasons[1] and [r.kind.value for r in reasons[0]] == ["not-ready", "not-probed"]
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (lambda d: d["aliases"]["qwen3.8-27b-slow"].update(fails="2"), "aliases.qwen3.8-27b-slow.fails"),
+    (lambda d: d["hosts"]["gpu0"]["inventory"].update(pools="gpu0"), "hosts.gpu0.inventory.pools"),
+    (lambda d: d["hosts"]["gateway"].update(addresses=[20]), "hosts.gateway.addresses[0]"),
+])
+def test_a_malformed_inventory_snapshot_is_refused_in_one_line(tmp_path: Path, edit, field: str):
+    from lanes.base.errors import NevError
+    from rig.inventory import inventoryfile, status
+
+    data = json.loads(INVENTORY.read_text())
+    edit(data)
+    bad = tmp_path / "inventory.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(NevError) as e:
+        status.load_local(bad)
+    msg = str(e.value)
+    assert "\n" not in msg and f"{bad}: field {field} must be" in msg and "run `nev rig probe`" in msg
+    # a writer starts such a file over (as it does a corrupt one), saying why in one line
+    assert inventoryfile.read(bad).aliases == {}
