@@ -115,3 +115,37 @@ def test_a_malformed_inventory_snapshot_is_refused_in_one_line(tmp_path: Path, e
     assert "\n" not in msg and f"{bad}: field {field} must be" in msg and "run `nev rig probe`" in msg
     # a writer starts such a file over (as it does a corrupt one), saying why in one line
     assert inventoryfile.read(bad).aliases == {}
+
+
+# -- a lane's services (rig/services.py, rig/services_lane.py) -------------------------------------
+
+
+def test_a_lanes_services_written_by_the_previous_version_read_as_typed_records(tmp_path: Path):
+    """The supervisor's state file of a service that exited twice, and the lane's `here --json`
+    over it, both written by the previous version's own code."""
+    from rig import services as svc
+    from rig import services_lane as lane_svc
+
+    st = lane_svc.ServiceState.read(DATA / "services-state-v0.1.json")
+    assert (st.restarts, st.last_exit, st.pid, st.start) == (1, 3, 1807, None) and st.started_at
+    assert json.loads((DATA / "services-state-v0.1.json").read_text()) == st.to_json()   # same file
+    here = svc.parse_here((DATA / "services-here-v0.1.json").read_text(), "lane 9's services")
+    assert here.host == "lane9" and here.supervisor is None and not here.autostart
+    [row] = here.services
+    assert (row.service, row.state, row.restarts, row.last_exit, row.pid) == ("advertise", "stopped", 1, 3, None)
+    assert here.to_json() == json.loads((DATA / "services-here-v0.1.json").read_text())
+    text = svc.render([svc.LaneServices("lane 9 (lane9)", here)])
+    assert text.splitlines()[1].split() == ["lane", "9", "(lane9)", "advertise", "stopped", "-", "-", "1", "3"]
+    assert not svc.healthy([svc.LaneServices("lane 9 (lane9)", here)])
+
+
+def test_a_malformed_services_answer_is_refused_in_one_line():
+    from lanes.base.errors import ConfigError
+    from rig import services as svc
+
+    data = json.loads((DATA / "services-here-v0.1.json").read_text())
+    data["services"][0]["restarts"] = "1"
+    with pytest.raises(ConfigError) as e:
+        svc.parse_here(json.dumps(data), "lane 9's services")
+    msg = str(e.value)
+    assert "\n" not in msg and "lane 9's services: field services[0].restarts must be a whole number" in msg
