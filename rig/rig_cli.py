@@ -380,14 +380,14 @@ def throughput(alias: str, inflight: str, n_requests: int | None, max_tokens: in
 
     levels = tp.parse_levels(inflight)
 
-    def progress(row: dict) -> None:
-        info(f"throughput: {row['inflight']} in flight: {row['output_tok_s']} output tok/s, "
-             f"{row['answered']}/{row['requests']} answered")
+    def progress(row: tp.Level) -> None:
+        info(f"throughput: {row.inflight} in flight: {row.output_tok_s} output tok/s, "
+             f"{row.answered}/{row.requests} answered")
 
     result = tp.run(alias, levels, n_requests, max_tokens, timeout, progress)
     path = tp.save(result)
     if as_json:
-        emit_json(result)
+        emit_json(result.to_json())
     else:
         click.echo(tp.render(result))
     info(f"throughput: saved to {path}")

@@ -149,3 +149,39 @@ def test_a_malformed_services_answer_is_refused_in_one_line():
         svc.parse_here(json.dumps(data), "lane 9's services")
     msg = str(e.value)
     assert "\n" not in msg and "lane 9's services: field services[0].restarts must be a whole number" in msg
+
+
+# -- a throughput sweep (rig/throughput.py; read by `nev rig capacity`) ----------------------------
+
+SWEEP = DATA / "throughput-v0.1.json"     # `throughput.save` of a sweep over a stand-in request
+
+
+def test_a_sweep_saved_by_the_previous_version_reads_as_a_typed_record():
+    from rig import capacity
+    from rig import throughput as tp
+
+    data = json.loads(SWEEP.read_text())
+    r = tp.Result.from_json(data, str(SWEEP))
+    assert (r.alias, r.knee, r.peak_at, r.saturated, r.max_tokens) == ("stand-alias", None, 4, False, 64)
+    assert [lv.inflight for lv in r.levels] == [1, 2, 4] and r.levels[1].gateway_waits == 1
+    assert r.levels[0].errors == {"HTTP 503: stand-in pool told to answer 503": 1}
+    assert r.client == {"cpu_s": 0.42, "peak_rss_mib": 31.5}
+    assert r.to_json() == data                                   # saved again: the same file
+    assert tp.knee(r.levels) == r.knee and tp.verdict(r.levels, r.knee) == r.verdict
+    text = tp.render(r)
+    assert "not saturated" in text and "this client: 0.42 s of CPU, peak RSS 31.5 MiB" in text
+    assert "held requests back at 2 in flight" in text
+    sw = capacity.Sweep.of(data)
+    assert (sw.peak_output_tok_s, sw.peak_at, sw.knee, sw.measured_at) == (7883.5, 4, None, "2026-11-30T10:00:00Z")
+
+
+def test_a_malformed_sweep_is_refused_in_one_line():
+    from lanes.base.errors import ConfigError
+    from rig import throughput as tp
+
+    data = json.loads(SWEEP.read_text())
+    data["levels"][2]["answered"] = "5"
+    with pytest.raises(ConfigError) as e:
+        tp.Result.from_json(data, "tp/stand-alias.json")
+    msg = str(e.value)
+    assert "\n" not in msg and "tp/stand-alias.json: field levels[2].answered must be a whole number" in msg
