@@ -260,7 +260,7 @@ def diff(label: str, other: str | None, as_json: bool) -> int:
         from lanes.base.ui import emit_json
 
         left, _, right = sides(ctx, label, other)
-        emit_json(entries(left, right, ctx.rig.roles))
+        emit_json([e.to_json() for e in entries(left, right, ctx.rig.roles)])
         return 0
     text = compare(ctx, label, other)
     click.echo(text.rstrip("\n") if text else f"no differences between {label} and {other or 'live'}")

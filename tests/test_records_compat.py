@@ -185,3 +185,42 @@ def test_a_malformed_sweep_is_refused_in_one_line():
         tp.Result.from_json(data, "tp/stand-alias.json")
     msg = str(e.value)
     assert "\n" not in msg and "tp/stand-alias.json: field levels[2].answered must be a whole number" in msg
+
+
+# -- a rig snapshot's label (rig/snapshot/store.py) -------------------------------------------------
+
+LABEL = DATA / "snapshot-label-v0.1.json"    # `LocalStore.write_manifest` of one role on one host
+
+
+def _store_with(tmp_path: Path, text: str):
+    from rig.snapshot.store import LocalStore
+
+    st = LocalStore.open(tmp_path / "notes", [])
+    st.labels.mkdir(parents=True, exist_ok=True)
+    (st.labels / "before-upgrade.json").write_text(text)
+    return st
+
+
+def test_a_snapshot_label_written_by_the_previous_version_reads_as_typed_records(tmp_path: Path):
+    m = _store_with(tmp_path, LABEL.read_text()).read_manifest("before-upgrade")
+    assert (m.label, m.time, m.who) == ("before-upgrade", "2026-11-30T10:00:00Z", "dev@box")
+    s = m.roles["gateway"]["198.18.0.20"]
+    conf, extra = s.files
+    assert (conf.user, conf.group, conf.mode, conf.size, conf.meta()) == ("root", "litellm", 0o640, 12,
+                                                                         "root:litellm 0640")
+    assert extra.missing and extra.meta() == "absent"
+    assert s.commands[0].cmd == "systemctl is-active litellm" and s.commands[0].exit == 0
+    assert m.to_json() == json.loads(LABEL.read_text())           # written again: the same file
+
+
+def test_a_malformed_snapshot_label_is_refused_in_one_line(tmp_path: Path):
+    from rig.snapshot.store import StoreError
+
+    data = json.loads(LABEL.read_text())
+    data["roles"]["gateway"]["198.18.0.20"]["files"][0]["mode"] = "rw-r-----"
+    st = _store_with(tmp_path, json.dumps(data))
+    with pytest.raises(StoreError) as e:
+        st.read_manifest("before-upgrade")
+    msg = str(e.value)
+    assert "\n" not in msg and "the snapshot label is damaged (field roles.gateway.198.18.0.20.files[0].mode" in msg
+    assert "not an octal mode such as 0644" in msg and msg.endswith("it cannot be used")
