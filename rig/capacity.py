@@ -109,8 +109,12 @@ class Sweep:
     @classmethod
     def of(cls, d: Mapping[str, object]) -> Sweep:
         at = d.get("measured_at")
-        return cls(_number(d.get("peak_output_tok_s")), _whole(d.get("peak_at")), _whole(d.get("knee")),
-                   at if isinstance(at, str) else None)
+        return cls(
+            _number(d.get("peak_output_tok_s")),
+            _whole(d.get("peak_at")),
+            _whole(d.get("knee")),
+            at if isinstance(at, str) else None,
+        )
 
 
 def _host_roles(host: Host) -> list[str]:
@@ -127,7 +131,8 @@ class ClassPower:
     busy_w: float
 
     def to_json(self) -> dict[str, object]:
-        return {"class": self.name, "count": self.count, "idle_w": self.idle_w, "busy_w": self.busy_w}
+        return {"class": self.name, "count": self.count, "idle_w": self.idle_w,
+                "busy_w": self.busy_w}
 
 
 @dataclass(frozen=True)
@@ -152,8 +157,15 @@ class RolePower:
         return sum(p.count * p.busy_w for p in self.classes)
 
     def to_json(self) -> dict[str, object]:
-        return {"role": self.role, "source": self.source, "classes": [p.to_json() for p in self.classes],
-                "hosts": self.hosts, "idle_w": self.idle_w, "busy_w": self.busy_w, "budget_w": self.budget_w}
+        return {
+            "role": self.role,
+            "source": self.source,
+            "classes": [p.to_json() for p in self.classes],
+            "hosts": self.hosts,
+            "idle_w": self.idle_w,
+            "busy_w": self.busy_w,
+            "budget_w": self.budget_w,
+        }
 
 
 def power(declared: Declared, snapshot: Snapshot | None) -> tuple[list[RolePower], list[str]]:
@@ -180,8 +192,14 @@ def power(declared: Declared, snapshot: Snapshot | None) -> tuple[list[RolePower
             n = counted.get((role, c.name), 0) if role in roles_from_inventory else c.count
             if n:
                 parts.append(ClassPower(c.name, n, c.idle_w, c.busy_w))
-        rows.append(RolePower(role, "inventory" if role in roles_from_inventory else "declared", parts,
-                              declared.budget_roles_w.get(role)))
+        rows.append(
+            RolePower(
+                role,
+                "inventory" if role in roles_from_inventory else "declared",
+                parts,
+                declared.budget_roles_w.get(role),
+            )
+        )
     return rows, notes
 
 
@@ -220,10 +238,18 @@ class AliasCapacity:
 
     def to_json(self) -> dict[str, object]:
         sw = self.sweep
-        return {"alias": self.alias, "tier": self.tier, "max_inflight": self.max_inflight, "status": self.status,
-                "peak_output_tok_s": sw.peak_output_tok_s if sw else None, "peak_at": sw.peak_at if sw else None,
-                "knee": sw.knee if sw else None, "measured_at": sw.measured_at if sw else None,
-                "candidates_per_hour": self.candidates_per_hour, "note": self.note}
+        return {
+            "alias": self.alias,
+            "tier": self.tier,
+            "max_inflight": self.max_inflight,
+            "status": self.status,
+            "peak_output_tok_s": sw.peak_output_tok_s if sw else None,
+            "peak_at": sw.peak_at if sw else None,
+            "knee": sw.knee if sw else None,
+            "measured_at": sw.measured_at if sw else None,
+            "candidates_per_hour": self.candidates_per_hour,
+            "note": self.note,
+        }
 
 
 @dataclass(frozen=True)
@@ -233,7 +259,8 @@ class PoolCapacity:
 
     @property
     def candidates_per_hour(self) -> int | None:
-        measured = [a.candidates_per_hour for a in self.aliases if a.candidates_per_hour is not None]
+        measured = [a.candidates_per_hour for a in self.aliases
+                    if a.candidates_per_hour is not None]
         return max(measured) if measured else None
 
     def to_json(self) -> dict[str, object]:
@@ -260,9 +287,11 @@ def pools(folknet: Folknet, snapshot: Snapshot | None, sweeps: Mapping[str, Swee
     return [PoolCapacity(pool, rows) for pool, rows in sorted(by_pool.items())]
 
 
-CAVEAT = ("candidates/hour are decode-bound (peak measured output tokens/s over the declared answer "
-          "size); the prefill of the declared prompt is not in the figure. Watts are declared "
-          "per-class figures, not measurements.")
+CAVEAT = (
+    "candidates/hour are decode-bound (peak measured output tokens/s over the declared answer "
+    "size); the prefill of the declared prompt is not in the figure. Watts are declared "
+    "per-class figures, not measurements."
+)
 
 
 @dataclass(frozen=True)
@@ -309,7 +338,8 @@ def render(m: Capacity) -> str:
     for p in m.pools:
         for a in p.aliases:
             sw = a.sweep
-            peak = "-" if sw is None or sw.peak_output_tok_s is None else f"{sw.peak_output_tok_s:.1f}"
+            tok_s = sw.peak_output_tok_s if sw else None
+            peak = "-" if tok_s is None else f"{tok_s:.1f}"
             cph = "-" if a.candidates_per_hour is None else str(a.candidates_per_hour)
             at = "-" if sw is None or sw.peak_at is None else str(sw.peak_at)
             out.append(f"{p.pool:<8} {a.alias:<24} {a.status:<8} {a.max_inflight:>5} {peak:>14} "

@@ -171,8 +171,13 @@ class Here:
     probe_key_sha256: str | None = None     # the digest of the probe's key, never the key
 
     def to_json(self) -> dict[str, object]:
-        return {"host": self.host, "supervisor": self.supervisor, "autostart": self.autostart,
-                "services": [s.to_json() for s in self.services], "probe_key_sha256": self.probe_key_sha256}
+        return {
+            "host": self.host,
+            "supervisor": self.supervisor,
+            "autostart": self.autostart,
+            "services": [s.to_json() for s in self.services],
+            "probe_key_sha256": self.probe_key_sha256,
+        }
 
     @classmethod
     def from_json(cls, data: object, label: str) -> Here:
@@ -188,9 +193,13 @@ class Here:
                                    f.get(o, "up_s", (int, float), w, required=False),
                                    f.get(o, "restarts", int, w, required=False, default=0),
                                    f.get(o, "last_exit", int, w, required=False)))
-        return cls(f.get(data, "host", str, "", required=False), f.get(data, "supervisor", int, "", required=False),
-                   f.get(data, "autostart", bool, "", required=False, default=False), rows,
-                   f.get(data, "probe_key_sha256", str, "", required=False))
+        return cls(
+            f.get(data, "host", str, "", required=False),
+            f.get(data, "supervisor", int, "", required=False),
+            f.get(data, "autostart", bool, "", required=False, default=False),
+            rows,
+            f.get(data, "probe_key_sha256", str, "", required=False),
+        )
 
 
 def parse_here(text: str, label: str) -> Here:
@@ -209,7 +218,8 @@ class LaneServices:
 
     def to_json(self) -> dict[str, object]:
         if self.here is None:
-            return {"lane": self.lane, "error": self.error, **({"cause": self.cause} if self.cause else {})}
+            cause = {"cause": self.cause} if self.cause else {}
+            return {"lane": self.lane, "error": self.error, **cause}
         return {"lane": self.lane, **self.here.to_json()}
 
 
@@ -323,7 +333,8 @@ class LaneOutcome:
     ok: bool = True
 
 
-def _lane_nev(conn: Connection, argv: list[str], stdin: bytes | None = None, timeout: float = 120) -> Result:
+def _lane_nev(conn: Connection, argv: list[str], stdin: bytes | None = None,
+              timeout: float = 120) -> Result:
     """`~/.local/bin/nev ARGV` on the lane (the lane's own nev, put there by `nev lane install`)."""
     cmd = (
         "test -x ~/.local/bin/nev || "

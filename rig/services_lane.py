@@ -119,8 +119,13 @@ class ServiceState:
                    _whole(got.get("restarts")) or 0, _whole(got.get("last_exit")))
 
     def to_json(self) -> dict[str, object]:
-        return {"restarts": self.restarts, "last_exit": self.last_exit, "pid": self.pid, "start": self.start,
-                "started_at": self.started_at}
+        return {
+            "restarts": self.restarts,
+            "last_exit": self.last_exit,
+            "pid": self.pid,
+            "start": self.start,
+            "started_at": self.started_at,
+        }
 
 
 def supervisor_pid(home: Path) -> int | None:
@@ -239,9 +244,16 @@ def here(home: Path) -> Here:
         st = ServiceState.read(sd / f"{s.name}.json")
         alive = sup is not None and st.pid is not None and procs.start_time(st.pid) == st.start
         started = st.started_at if st.started_at is not None else now
-        rows.append(ServiceRow(s.name, "running" if alive else ("restarting" if sup else "stopped"),
-                               st.pid if alive else None, round(now - started, 1) if alive else None,
-                               st.restarts, st.last_exit))
+        rows.append(
+            ServiceRow(
+                s.name,
+                "running" if alive else ("restarting" if sup else "stopped"),
+                st.pid if alive else None,
+                round(now - started, 1) if alive else None,
+                st.restarts,
+                st.last_exit,
+            )
+        )
     key = config_dir(home) / "probe.key"
     try:   # the digest of the probe's key (never the key): `install` keeps it when the gateway does
         key_sha = hashlib.sha256(key.read_text().strip().encode()).hexdigest()

@@ -94,17 +94,28 @@ class Level:
     ttft_p95_s: float | None
     errors: dict[str, int]
     note: str | None
-    # the alias's declared in-flight limit, enforced at the gateway, held these back (bench/gwlimit.py)
+    # the alias's declared in-flight limit, enforced at the gateway, held these back
+    # (bench/gwlimit.py)
     gateway_waits: int = 0
 
     def to_json(self) -> dict[str, object]:
         return {
-            "inflight": self.inflight, "requests": self.requests, "answered": self.answered,
-            "failed": self.failed, "wall_s": self.wall_s, "output_tokens": self.output_tokens,
-            "tokens_counted_from_text": self.tokens_counted_from_text, "output_tok_s": self.output_tok_s,
-            "req_s": self.req_s, "latency_p50_s": self.latency_p50_s, "latency_p95_s": self.latency_p95_s,
-            "ttft_p50_s": self.ttft_p50_s, "ttft_p95_s": self.ttft_p95_s, "errors": dict(self.errors),
-            "note": self.note, "gateway_waits": self.gateway_waits,
+            "inflight": self.inflight,
+            "requests": self.requests,
+            "answered": self.answered,
+            "failed": self.failed,
+            "wall_s": self.wall_s,
+            "output_tokens": self.output_tokens,
+            "tokens_counted_from_text": self.tokens_counted_from_text,
+            "output_tok_s": self.output_tok_s,
+            "req_s": self.req_s,
+            "latency_p50_s": self.latency_p50_s,
+            "latency_p95_s": self.latency_p95_s,
+            "ttft_p50_s": self.ttft_p50_s,
+            "ttft_p95_s": self.ttft_p95_s,
+            "errors": dict(self.errors),
+            "note": self.note,
+            "gateway_waits": self.gateway_waits,
         }
 
     @classmethod
@@ -170,17 +181,24 @@ class Result:
         """A saved (or printed) sweep; ConfigError in one line naming `label` and the field."""
         f = jsonfile.Fields(label)
         top = f.obj(data, "(top level)")
-        levels = [Level.from_json(r, f, f"levels[{i}]") for i, r in enumerate(f.get(top, "levels", list, ""))]
+        levels = [Level.from_json(r, f, f"levels[{i}]")
+                  for i, r in enumerate(f.get(top, "levels", list, ""))]
         client = f.get(top, "client", dict, "", required=False, default={})
         for k, v in client.items():
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
                 raise f.fail(f"client.{k}", "must be a number")
-        return cls(f.get(top, "alias", str, ""), levels, f.get(top, "knee", int, "", required=False),
-                   f.get(top, "peak_output_tok_s", (int, float), "", required=False),
-                   f.get(top, "peak_at", int, ""), f.get(top, "verdict", str, ""),
-                   f.get(top, "prompt_chars", int, "", required=False, default=len(PROMPT)),
-                   f.get(top, "max_tokens", int, "", required=False),
-                   f.get(top, "measured_at", str, "", required=False), dict(client))
+        return cls(
+            f.get(top, "alias", str, ""),
+            levels,
+            f.get(top, "knee", int, "", required=False),
+            f.get(top, "peak_output_tok_s", (int, float), "", required=False),
+            f.get(top, "peak_at", int, ""),
+            f.get(top, "verdict", str, ""),
+            f.get(top, "prompt_chars", int, "", required=False, default=len(PROMPT)),
+            f.get(top, "max_tokens", int, "", required=False),
+            f.get(top, "measured_at", str, "", required=False),
+            dict(client),
+        )
 
 
 def summarize(level: int, samples: Sequence[Sample], wall_s: float) -> Level:
@@ -204,14 +222,21 @@ def summarize(level: int, samples: Sequence[Sample], wall_s: float) -> Level:
         return None if x is None else round(x, nd)
 
     return Level(
-        inflight=level, requests=len(samples), answered=len(ok), failed=len(samples) - len(ok),
-        wall_s=r(wall_s), output_tokens=tokens,
+        inflight=level,
+        requests=len(samples),
+        answered=len(ok),
+        failed=len(samples) - len(ok),
+        wall_s=r(wall_s),
+        output_tokens=tokens,
         tokens_counted_from_text=any(s.tokens_counted for s in ok),
         output_tok_s=r(tokens / wall_s if wall_s > 0 else None, 1),
         req_s=r(len(ok) / wall_s if wall_s > 0 else None, 2),
-        latency_p50_s=r(percentile(lat, 50, MIN_FOR_P50)), latency_p95_s=r(percentile(lat, 95, MIN_FOR_P95)),
-        ttft_p50_s=r(percentile(ttft, 50, MIN_FOR_P50)), ttft_p95_s=r(percentile(ttft, 95, MIN_FOR_P95)),
-        errors=errors, note="; ".join(notes) or None,
+        latency_p50_s=r(percentile(lat, 50, MIN_FOR_P50)),
+        latency_p95_s=r(percentile(lat, 95, MIN_FOR_P95)),
+        ttft_p50_s=r(percentile(ttft, 50, MIN_FOR_P50)),
+        ttft_p95_s=r(percentile(ttft, 95, MIN_FOR_P95)),
+        errors=errors,
+        note="; ".join(notes) or None,
         gateway_waits=sum(s.gateway_waits for s in samples),
     )
 

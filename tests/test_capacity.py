@@ -66,7 +66,7 @@ def test_candidates_per_hour_come_from_the_measured_peak_and_the_answer_size(tmp
     d = cap.load(write(tmp_path, DECLARED))
     sweeps = {"qwen3.8-27b-fast": cap.Sweep.of(sweep("qwen3.8-27b-fast", 819.0)),
               "deepseek-v4.1-flash": cap.Sweep.of(sweep("deepseek-v4.1-flash", 120.0, knee=None))}
-    snap = Snapshot.from_json({"aliases": {"qwen3.8-27b-fast": {"status": "ready"}}, "hosts": {}}, "t")
+    snap = Snapshot.from_json({"aliases": {"qwen3.8-27b-fast": {"status": "ready"}}}, "t")
     m = cap.model(folknet.load(ROOT / "bench/folknet.json"), snap, sweeps, d).to_json()
     pools = {p["pool"]: p for p in m["pools"]}
     fast = pools["gpu0"]["aliases"][0]

@@ -21,7 +21,8 @@ OK = Outcome(True, 0.05)
 BAD = Outcome(False, 0.01, "HTTP 503: stand-in pool told to answer 503")
 
 
-def rounds(outcomes: list[Outcome], policy: Policy, state: AliasState | None = None) -> list[AliasState]:
+def rounds(outcomes: list[Outcome], policy: Policy,
+           state: AliasState | None = None) -> list[AliasState]:
     s = state or AliasState()
     out = []
     for i, o in enumerate(outcomes):
@@ -98,7 +99,8 @@ def test_concurrent_writers_lose_no_section(tmp_path):
 
     def bump(key: str) -> None:
         for i in range(30):
-            inventoryfile.update(p, lambda s, i=i: s.hosts.__setitem__(f"{key}{i}", Host(f"{key}{i}")))
+            name = f"{key}{i}"
+            inventoryfile.update(p, lambda s, n=name: s.hosts.__setitem__(n, Host(n)))
 
     ts = [threading.Thread(target=bump, args=(k,)) for k in "ab"]
     for t in ts:
@@ -227,7 +229,8 @@ def test_never_probed_snapshot_says_why_its_aliases_are_unknown_and_names_down_h
             "aliases": {"fast": {"status": "unknown"}},
             "hosts": {"gpu1": {"status": "up"},
                       "held-gpu1": {"status": "down", "error": DOWN}}}
-    text = status.render(status.summary(Snapshot.from_json(snap, "t"), T0, "lane 0 (lane0):inv.json"))
+    read = Snapshot.from_json(snap, "t")
+    text = status.render(status.summary(read, T0, "lane 0 (lane0):inv.json"))
     assert "aliases unknown: nothing probes this snapshot" in text
     assert "nev rig services install" in text
     assert f"inventory hosts: 1 up, down: held-gpu1 ({DOWN})" in text

@@ -148,9 +148,20 @@ def test_once_runs_one_round_with_the_planned_environment(home):
 
 
 def test_status_renders_an_unreachable_lane_in_one_line():
-    wire = {"supervisor": 7, "autostart": True,
-            "services": [{"service": "advertise", "state": "running", "pid": 9, "up_s": 3.0, "restarts": 0,
-                          "last_exit": None}]}
+    wire = {
+        "supervisor": 7,
+        "autostart": True,
+        "services": [
+            {
+                "service": "advertise",
+                "state": "running",
+                "pid": 9,
+                "up_s": 3.0,
+                "restarts": 0,
+                "last_exit": None,
+            }
+        ],
+    }
     rows = [svc.LaneServices("lane 0 (lane0)", error="connect: timed out"),
             svc.LaneServices("lane 1 (lane1)", svc.Here.from_json(wire, "lane 1"))]
     text = svc.render(rows)

@@ -53,7 +53,7 @@ def check_interface(addr: str | None, what: str = "--interface") -> str:
 
 
 def sanitize(value: object, dropped: list[str], where: str = "") -> object:
-    """Drop secret-named fields and mask every string, recursively (a JSON value: the same shape)."""
+    """Drop secret-named fields and mask every string, recursively (a JSON value)."""
     if isinstance(value, dict):
         out: dict[str, object] = {}
         for k, v in value.items():
@@ -98,7 +98,8 @@ def build(declared: dict[str, object], addr: str, port: int, name: str,
     given = declared.get("roles")
     declared_roles = [str(r) for r in given] if isinstance(given, list) else []
     given_role = declared.get("role")
-    role = given_role if isinstance(given_role, str) and given_role else (declared_roles or ["host"])[0]
+    role = (given_role if isinstance(given_role, str) and given_role
+            else (declared_roles or ["host"])[0])
     roles = declared_roles or [role]
     software: dict[str, object] = {"nev": _version("nev"), "python": platform.python_version(),
                                    "kernel": platform.release(), "zeroconf": _version("zeroconf")}

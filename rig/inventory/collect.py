@@ -69,7 +69,8 @@ class Browser:
         self.zc = Zeroconf(interfaces=[interface], ip_version=IPVersion.V4Only)
         self.browser = ServiceBrowser(self.zc, SERVICE_TYPE, handlers=[self._on_change])
 
-    def _on_change(self, zeroconf: object, service_type: str, name: str, state_change: object) -> None:
+    def _on_change(self, zeroconf: object, service_type: str, name: str,
+                   state_change: object) -> None:
         with self._lock:
             if state_change == self._state_removed:
                 self._names.pop(name, None)
@@ -180,16 +181,25 @@ def fetch_all(found: list[Found], timeout: float = FETCH_TIMEOUT) -> dict[str, F
         return {u: out.get(u, (None, f"inventory {u} did not answer within {timeout:g} s")) for u in urls}
 
 
-def merge(found: list[Found], seeds: list[str], fetched: dict[str, Fetched], at: dt.datetime) -> dict[str, Host]:
+def merge(found: list[Found], seeds: list[str], fetched: dict[str, Fetched],
+          at: dt.datetime) -> dict[str, Host]:
     """The hosts section (pure): one entry per host, up only if its inventory answered."""
     hosts: dict[str, Host] = {}
     by_url: dict[str, str] = {}
     for f in found:
         doc, err = fetched.get(f.url or "", (None, "no inventory URL in its mDNS record"))
-        hosts[f.name] = Host(name=f.name, url=f.url, addresses=f.addresses,
-                             role=(doc.role if doc else None) or f.role, sources=list(f.sources),
-                             status="up" if doc is not None else "down", error=err,
-                             seen_after_s=f.seen_after_s, checked_at=inventoryfile.iso(at), inventory=doc)
+        hosts[f.name] = Host(
+            name=f.name,
+            url=f.url,
+            addresses=f.addresses,
+            role=(doc.role if doc else None) or f.role,
+            sources=list(f.sources),
+            status="up" if doc is not None else "down",
+            error=err,
+            seen_after_s=f.seen_after_s,
+            checked_at=inventoryfile.iso(at),
+            inventory=doc,
+        )
         if f.url:
             by_url[f.url] = f.name
     for url in seeds:
@@ -208,10 +218,12 @@ def merge(found: list[Found], seeds: list[str], fetched: dict[str, Fetched], at:
 
 
 def pool_hosts(hosts: dict[str, Host], pool: str) -> list[str]:
-    return sorted(n for n, h in hosts.items() if h.inventory is not None and pool in h.inventory.pools)
+    return sorted(n for n, h in hosts.items()
+                  if h.inventory is not None and pool in h.inventory.pools)
 
 
-def apply(snap: Snapshot, hosts: dict[str, Host], declared: Folknet | None, at: dt.datetime) -> None:
+def apply(snap: Snapshot, hosts: dict[str, Host], declared: Folknet | None,
+          at: dt.datetime) -> None:
     if declared is not None:
         inventoryfile.merge_declared(snap, declared, at.date())
     snap.hosts = hosts

@@ -74,7 +74,8 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def update(path: Path, change: Callable[[Snapshot], None], now: dt.datetime | None = None) -> Snapshot:
+def update(path: Path, change: Callable[[Snapshot], None],
+           now: dt.datetime | None = None) -> Snapshot:
     """Read, change in place, stamp and write the snapshot atomically, under the lock."""
     with _locked(path):
         snap = read(path)
@@ -91,7 +92,8 @@ def merge_declared(snap: Snapshot, declared: Folknet, today: dt.date) -> None:
     for name, a in declared.aliases.items():
         entry = snap.aliases.get(name) or AliasState(status="")
         entry.pool, entry.provider, entry.max_inflight = a.pool, a.provider, a.max_inflight
-        entry.tier, entry.retired, entry.keys, entry.health = a.tier, a.retired, list(a.keys), a.health
+        entry.tier, entry.retired, entry.health = a.tier, a.retired, a.health
+        entry.keys = list(a.keys)
         if a.is_retired(today):
             entry.status = RETIRED
         elif entry.status in ("", RETIRED):

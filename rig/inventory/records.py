@@ -70,12 +70,17 @@ class HostDoc:
         obj = f.obj(value, where or "(top level)")
         ssh = f.get(obj, "ssh", dict, where, required=False)
         sw = f"{where}.ssh" if where else "ssh"
-        return cls(doc=obj, name=_opt_str(f, obj, "name", where), role=_opt_str(f, obj, "role", where) or None,
-                   roles=tuple(f.str_list(obj, "roles", where)), pools=tuple(f.str_list(obj, "pools", where)),
-                   address=_opt_str(f, obj, "address", where) or None,
-                   hardware_class=_opt_str(f, obj, "hardware_class", where) or None,
-                   ssh_user=_opt_str(f, ssh, "user", sw) if ssh is not None else None,
-                   ssh_port=_opt_int(f, ssh, "port", sw) if ssh is not None else None)
+        return cls(
+            doc=obj,
+            name=_opt_str(f, obj, "name", where),
+            role=_opt_str(f, obj, "role", where) or None,
+            roles=tuple(f.str_list(obj, "roles", where)),
+            pools=tuple(f.str_list(obj, "pools", where)),
+            address=_opt_str(f, obj, "address", where) or None,
+            hardware_class=_opt_str(f, obj, "hardware_class", where) or None,
+            ssh_user=_opt_str(f, ssh, "user", sw) if ssh is not None else None,
+            ssh_port=_opt_int(f, ssh, "port", sw) if ssh is not None else None,
+        )
 
     def get(self, key: str) -> object:
         """A field as served (None when absent), for the fields passed through."""
@@ -116,30 +121,59 @@ class Host:
         where = f"hosts.{name}"
         obj = f.obj(value, where)
         inv = obj.get("inventory")
-        return cls(name=_opt_str(f, obj, "name", where) or name, url=_opt_str(f, obj, "url", where),
-                   addresses=f.str_list(obj, "addresses", where), role=_opt_str(f, obj, "role", where),
-                   sources=f.str_list(obj, "sources", where),
-                   status=_opt_str(f, obj, "status", where) or "down",
-                   error=_opt_str(f, obj, "error", where),
-                   seen_after_s=_opt_num(f, obj, "seen_after_s", where),
-                   checked_at=_opt_str(f, obj, "checked_at", where),
-                   inventory=None if inv is None else HostDoc.from_json(inv, f, f"{where}.inventory"),
-                   extra=_rest(obj, HOST_KEYS))
+        return cls(
+            name=_opt_str(f, obj, "name", where) or name,
+            url=_opt_str(f, obj, "url", where),
+            addresses=f.str_list(obj, "addresses", where),
+            role=_opt_str(f, obj, "role", where),
+            sources=f.str_list(obj, "sources", where),
+            status=_opt_str(f, obj, "status", where) or "down",
+            error=_opt_str(f, obj, "error", where),
+            seen_after_s=_opt_num(f, obj, "seen_after_s", where),
+            checked_at=_opt_str(f, obj, "checked_at", where),
+            inventory=None if inv is None else HostDoc.from_json(inv, f, f"{where}.inventory"),
+            extra=_rest(obj, HOST_KEYS),
+        )
 
     def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "url": self.url, "addresses": list(self.addresses), "role": self.role,
-                "sources": list(self.sources), "status": self.status, "error": self.error,
-                "seen_after_s": self.seen_after_s, "checked_at": self.checked_at,
-                "inventory": None if self.inventory is None else self.inventory.to_json(), **self.extra}
+        return {
+            "name": self.name,
+            "url": self.url,
+            "addresses": list(self.addresses),
+            "role": self.role,
+            "sources": list(self.sources),
+            "status": self.status,
+            "error": self.error,
+            "seen_after_s": self.seen_after_s,
+            "checked_at": self.checked_at,
+            "inventory": None if self.inventory is None else self.inventory.to_json(),
+            **self.extra,
+        }
 
 
 # -- aliases -----------------------------------------------------------------------------------
 
 UNKNOWN = "unknown"
 RETIRED = "retired"
-ALIAS_KEYS = ("pool", "provider", "max_inflight", "tier", "retired", "keys", "health", "status", "since",
-              "fails", "oks", "pool_hosts", "last_probe", "latency_s", "last_answer",
-              "last_answer_latency_s", "last_error")
+ALIAS_KEYS = (
+    "pool",
+    "provider",
+    "max_inflight",
+    "tier",
+    "retired",
+    "keys",
+    "health",
+    "status",
+    "since",
+    "fails",
+    "oks",
+    "pool_hosts",
+    "last_probe",
+    "latency_s",
+    "last_answer",
+    "last_answer_latency_s",
+    "last_error",
+)
 
 
 @dataclass
@@ -158,7 +192,7 @@ class AliasState:
     since: str | None = None
     fails: int = 0
     oks: int = 0
-    pool_hosts: list[str] | None = None     # the collector's hosts of the pool (None: not collected)
+    pool_hosts: list[str] | None = None     # the collector's hosts of the pool (None: none yet)
     last_probe: str | None = None
     latency_s: float | None = None
     last_answer: str | None = None
@@ -170,33 +204,52 @@ class AliasState:
     def from_json(cls, value: object, f: Fields, name: str) -> AliasState:
         where = f"aliases.{name}"
         obj = f.obj(value, where)
-        pool_hosts = f.str_list(obj, "pool_hosts", where) if obj.get("pool_hosts") is not None else None
-        return cls(pool=_opt_str(f, obj, "pool", where), provider=_opt_str(f, obj, "provider", where),
-                   max_inflight=_opt_int(f, obj, "max_inflight", where), tier=_opt_str(f, obj, "tier", where),
-                   retired=_opt_str(f, obj, "retired", where), keys=f.str_list(obj, "keys", where),
-                   health=_opt_str(f, obj, "health", where),
-                   status=_opt_str(f, obj, "status", where) or UNKNOWN,
-                   since=_opt_str(f, obj, "since", where), fails=_opt_int(f, obj, "fails", where) or 0,
-                   oks=_opt_int(f, obj, "oks", where) or 0, pool_hosts=pool_hosts,
-                   last_probe=_opt_str(f, obj, "last_probe", where),
-                   latency_s=_opt_num(f, obj, "latency_s", where),
-                   last_answer=_opt_str(f, obj, "last_answer", where),
-                   last_answer_latency_s=_opt_num(f, obj, "last_answer_latency_s", where),
-                   last_error=_opt_str(f, obj, "last_error", where), extra=_rest(obj, ALIAS_KEYS))
+        given = obj.get("pool_hosts") is not None
+        pool_hosts = f.str_list(obj, "pool_hosts", where) if given else None
+        return cls(
+            pool=_opt_str(f, obj, "pool", where),
+            provider=_opt_str(f, obj, "provider", where),
+            max_inflight=_opt_int(f, obj, "max_inflight", where),
+            tier=_opt_str(f, obj, "tier", where),
+            retired=_opt_str(f, obj, "retired", where),
+            keys=f.str_list(obj, "keys", where),
+            health=_opt_str(f, obj, "health", where),
+            status=_opt_str(f, obj, "status", where) or UNKNOWN,
+            since=_opt_str(f, obj, "since", where),
+            fails=_opt_int(f, obj, "fails", where) or 0,
+            oks=_opt_int(f, obj, "oks", where) or 0,
+            pool_hosts=pool_hosts,
+            last_probe=_opt_str(f, obj, "last_probe", where),
+            latency_s=_opt_num(f, obj, "latency_s", where),
+            last_answer=_opt_str(f, obj, "last_answer", where),
+            last_answer_latency_s=_opt_num(f, obj, "last_answer_latency_s", where),
+            last_error=_opt_str(f, obj, "last_error", where),
+            extra=_rest(obj, ALIAS_KEYS),
+        )
 
     def to_json(self) -> dict[str, object]:
         """The declared fields, status, since and the counts always; what a probe or the collector
         adds only once it did (a never-probed alias has no `last_probe`, as before)."""
-        out: dict[str, object] = {"pool": self.pool, "provider": self.provider, "max_inflight": self.max_inflight,
-                                "tier": self.tier, "retired": self.retired, "keys": list(self.keys),
-                                "health": self.health, "status": self.status, "since": self.since,
-                                "fails": self.fails, "oks": self.oks}
+        out: dict[str, object] = {
+            "pool": self.pool,
+            "provider": self.provider,
+            "max_inflight": self.max_inflight,
+            "tier": self.tier,
+            "retired": self.retired,
+            "keys": list(self.keys),
+            "health": self.health,
+            "status": self.status,
+            "since": self.since,
+            "fails": self.fails,
+            "oks": self.oks,
+        }
         if self.pool_hosts is not None:
             out["pool_hosts"] = list(self.pool_hosts)
         if self.last_probe is not None:
             out.update(last_probe=self.last_probe, latency_s=self.latency_s)
         if self.last_answer is not None:
-            out.update(last_answer=self.last_answer, last_answer_latency_s=self.last_answer_latency_s)
+            out.update(last_answer=self.last_answer,
+                       last_answer_latency_s=self.last_answer_latency_s)
         if self.last_error is not None:
             out["last_error"] = self.last_error
         out.update(self.extra)
@@ -205,7 +258,8 @@ class AliasState:
 
 # -- the snapshot ------------------------------------------------------------------------------
 
-SNAPSHOT_KEYS = ("schema", "written_at", "collected_at", "probed_at", "declared_file", "hosts", "aliases")
+SNAPSHOT_KEYS = ("schema", "written_at", "collected_at", "probed_at", "declared_file", "hosts",
+                 "aliases")
 
 
 @dataclass
@@ -230,19 +284,28 @@ class Snapshot:
         hosts = obj.get("hosts") if isinstance(obj.get("hosts"), dict) else {}
         aliases = obj.get("aliases") if isinstance(obj.get("aliases"), dict) else {}
         assert isinstance(hosts, dict) and isinstance(aliases, dict)
-        return cls(schema=_opt_int(f, obj, "schema", ""), written_at=_opt_str(f, obj, "written_at", ""),
-                   collected_at=_opt_str(f, obj, "collected_at", ""),
-                   probed_at=_opt_str(f, obj, "probed_at", ""),
-                   declared_file=_opt_str(f, obj, "declared_file", ""),
-                   hosts={str(n): Host.from_json(h, f, str(n)) for n, h in hosts.items()},
-                   aliases={str(n): AliasState.from_json(a, f, str(n)) for n, a in aliases.items()},
-                   extra=_rest(obj, SNAPSHOT_KEYS))
+        return cls(
+            schema=_opt_int(f, obj, "schema", ""),
+            written_at=_opt_str(f, obj, "written_at", ""),
+            collected_at=_opt_str(f, obj, "collected_at", ""),
+            probed_at=_opt_str(f, obj, "probed_at", ""),
+            declared_file=_opt_str(f, obj, "declared_file", ""),
+            hosts={str(n): Host.from_json(h, f, str(n)) for n, h in hosts.items()},
+            aliases={str(n): AliasState.from_json(a, f, str(n)) for n, a in aliases.items()},
+            extra=_rest(obj, SNAPSHOT_KEYS),
+        )
 
     def to_json(self) -> dict[str, object]:
-        return {"schema": self.schema, "written_at": self.written_at, "collected_at": self.collected_at,
-                "probed_at": self.probed_at, "declared_file": self.declared_file,
-                "hosts": {n: h.to_json() for n, h in self.hosts.items()},
-                "aliases": {n: a.to_json() for n, a in self.aliases.items()}, **self.extra}
+        return {
+            "schema": self.schema,
+            "written_at": self.written_at,
+            "collected_at": self.collected_at,
+            "probed_at": self.probed_at,
+            "declared_file": self.declared_file,
+            "hosts": {n: h.to_json() for n, h in self.hosts.items()},
+            "aliases": {n: a.to_json() for n, a in self.aliases.items()},
+            **self.extra,
+        }
 
 
 # -- `nev rig status --json` (rig/inventory/status.py builds it) ---------------------------------

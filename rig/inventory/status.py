@@ -166,7 +166,8 @@ def parse(text: str, source: str) -> Snapshot:
     try:
         data = jsonfile.parse(text, source, "inventory snapshot")
         if not isinstance(data, dict):
-            raise NevError(f"inventory snapshot {source} is not a JSON object; run `nev rig probe` to rewrite it")
+            raise NevError(f"inventory snapshot {source} is not a JSON object; "
+                           "run `nev rig probe` to rewrite it")
         return Snapshot.from_json(data, source)
     except ConfigError as e:
         raise NevError(f"inventory snapshot {e.message.removesuffix('; fix the file')}; "

@@ -95,10 +95,18 @@ class FileRec:
         try:
             bits = int(mode, 8)
         except ValueError:
-            raise f.fail(f"{where}.mode", f"is {mode[:20]!r}, not an octal mode such as 0644") from None
-        return cls(path=path, uid=f.get(d, "uid", int, where), gid=f.get(d, "gid", int, where),
-                   user=f.get(d, "user", str, where), group=f.get(d, "group", str, where), mode=bits,
-                   size=f.get(d, "size", int, where), sha256=f.get(d, "sha256", str, where))
+            why = f"is {mode[:20]!r}, not an octal mode such as 0644"
+            raise f.fail(f"{where}.mode", why) from None
+        return cls(
+            path=path,
+            uid=f.get(d, "uid", int, where),
+            gid=f.get(d, "gid", int, where),
+            user=f.get(d, "user", str, where),
+            group=f.get(d, "group", str, where),
+            mode=bits,
+            size=f.get(d, "size", int, where),
+            sha256=f.get(d, "sha256", str, where),
+        )
 
 
 @dataclass(frozen=True)

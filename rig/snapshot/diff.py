@@ -135,12 +135,20 @@ class Entry:
 
     @property
     def where(self) -> str:
-        return f"{self.host}:{self.file}" if self.file is not None else f"{self.host}: $ {self.command}"
+        if self.file is not None:
+            return f"{self.host}:{self.file}"
+        return f"{self.host}: $ {self.command}"
 
     def to_json(self) -> dict[str, object]:
         what = {"file": self.file} if self.file is not None else {"command": self.command}
-        return {"role": self.role, "host": self.host, **what, "left": self.left, "right": self.right,
-                "lines": self.lines}
+        return {
+            "role": self.role,
+            "host": self.host,
+            **what,
+            "left": self.left,
+            "right": self.right,
+            "lines": self.lines,
+        }
 
 
 def entries(left: Side, right: Side, roles: dict[str, Role]) -> list[Entry]:

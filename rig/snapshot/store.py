@@ -121,9 +121,14 @@ class Manifest:
         roles: dict[str, dict[str, HostState]] = {}
         for r, hosts in f.get(d, "roles", dict, "").items():
             hosts = f.obj(hosts, f"roles.{r}")
-            roles[str(r)] = {str(h): HostState.from_json(str(h), s, f, f"roles.{r}.{h}") for h, s in hosts.items()}
-        return cls(label=f.get(d, "label", str, ""), time=f.get(d, "time", str, ""), who=f.get(d, "who", str, ""),
-                   roles=roles)
+            roles[str(r)] = {str(h): HostState.from_json(str(h), s, f, f"roles.{r}.{h}")
+                             for h, s in hosts.items()}
+        return cls(
+            label=f.get(d, "label", str, ""),
+            time=f.get(d, "time", str, ""),
+            who=f.get(d, "who", str, ""),
+            roles=roles,
+        )
 
     def problem(self, label: str) -> str | None:
         """What makes a read manifest unusable although it parsed (pure): a label other than its
@@ -235,7 +240,8 @@ class LocalStore:
             m = Manifest.from_json(d, p)
         except ConfigError as e:
             why = e.message.removeprefix(f"{p}: ").removesuffix("; fix the file")
-            raise StoreError(f"{p}: the snapshot label is damaged ({why}); it cannot be used") from None
+            raise StoreError(f"{p}: the snapshot label is damaged ({why}); "
+                             "it cannot be used") from None
         problem = m.problem(p.name[:-len(".json")])
         if problem:
             raise StoreError(f"{p}: the snapshot label is damaged ({problem}); it cannot be used")
