@@ -70,9 +70,9 @@ def test_the_inventory_snapshot_written_by_the_previous_version_reads_as_typed_r
     assert gpu0.inventory.hardware_class == "24GB consumer cards x8" and gpu0.sources == ["mdns"]
     assert not snap.hosts["gpu1"].up and "ConnectionError" in (snap.hosts["gpu1"].error or "")
     now = dt.datetime(2026, 11, 30, 10, 13, tzinfo=dt.UTC)
-    rows = {r.alias: r for r in status.alias_rows(snap, now)}
-    assert rows["qwen3.8-27b-slow"].held_for_s == 600
-    assert rows["qwen3.8-27b-fast"].last_error is None
+    rows = {r["alias"]: r for r in status.rows(snap, now)}
+    assert rows["qwen3.8-27b-slow"]["held_for_s"] == 600
+    assert rows["qwen3.8-27b-fast"]["last_error"] is None
     # the new writer keeps what the old one wrote: every old key reads back with its value (a key
     # it adds holds what its absence meant), and the status reads the same from both
     copy = tmp_path / "inventory.json"

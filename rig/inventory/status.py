@@ -1,6 +1,6 @@
 """`nev rig status`: the snapshot as a table (alias, status, held for, last answer, age).
 
-`alias_rows`, `summary` and `render` are pure; `load_local` and `load_from_lane` fetch the
+`rows`, `summary` and `render` are pure; `load_local` and `load_from_lane` fetch the
 snapshot (the lane's over SSH, read with `cat` through the one SSH module) and parse it into the
 typed record (`rig.inventory.records.Snapshot`) at that edge. The summary is `nev rig status
 --json`'s document (`Summary`), also read by the metrics, the dashboard and `nev doctor`.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from bench.readiness import parse_time
@@ -38,47 +37,24 @@ def _since(value: str | None, now: dt.datetime) -> float | None:
     return None if t is None else (now - t).total_seconds()
 
 
-@dataclass(frozen=True)
-class AliasRow:
-    """One declared alias as `nev rig status` shows it: how long its status has held, when it
-    last answered, and its last error while not ready."""
-
-    alias: str
-    status: str
-    held_for_s: float | None
-    since: str | None
-    last_answer: str | None
-    last_answer_ago_s: float | None
-    latency_s: float | None
-    last_error: str | None
-    retired: str | None
-    pool: str | None
-
-    def to_json(self) -> RowJson:
-        return {"alias": self.alias, "status": self.status, "held_for_s": self.held_for_s,
-                "since": self.since, "last_answer": self.last_answer,
-                "last_answer_ago_s": self.last_answer_ago_s, "latency_s": self.latency_s,
-                "last_error": self.last_error, "retired": self.retired, "pool": self.pool}
-
-
-def alias_rows(snap: Snapshot, now: dt.datetime) -> list[AliasRow]:
-    """One row per declared alias, retired ones last."""
-    out = []
+def rows(snap: Snapshot, now: dt.datetime) -> list[RowJson]:
+    """One row per declared alias, retired ones last, for people and for --json: how long its
+    status has held, when it last answered, its last error while not ready."""
+    out: list[RowJson] = []
     for name, a in sorted(snap.aliases.items(), key=lambda kv: (kv[1].status == "retired", kv[0])):
         status = a.status or "unknown"
-        out.append(AliasRow(
-            alias=name, status=status,
-            held_for_s=None if status == "retired" else _since(a.since, now),
-            since=a.since, last_answer=a.last_answer, last_answer_ago_s=_since(a.last_answer, now),
-            latency_s=a.last_answer_latency_s,
-            last_error=a.last_error if status != "ready" else None,
-            retired=a.retired, pool=a.pool))
+        out.append({
+            "alias": name, "status": status,
+            "held_for_s": None if status == "retired" else _since(a.since, now),
+            "since": a.since,
+            "last_answer": a.last_answer,
+            "last_answer_ago_s": _since(a.last_answer, now),
+            "latency_s": a.last_answer_latency_s,
+            "last_error": a.last_error if status != "ready" else None,
+            "retired": a.retired,
+            "pool": a.pool,
+        })
     return out
-
-
-def rows(snap: Snapshot, now: dt.datetime) -> list[RowJson]:
-    """`alias_rows` as `nev rig status --json` prints them."""
-    return [r.to_json() for r in alias_rows(snap, now)]
 
 
 def notify_aliases(snap: Snapshot, now: dt.datetime,
@@ -87,18 +63,19 @@ def notify_aliases(snap: Snapshot, now: dt.datetime,
     incident, lanes/base/notify.py) and of each ready one that was; the aliases held down."""
     limit = settings.get_float(settings.NOTIFY_ALIAS_DOWN_S, environ)
     held = []
-    for r in alias_rows(snap, now):
-        if r.status == "retired" or r.held_for_s is None:
+    for r in rows(snap, now):
+        held_for = r["held_for_s"]
+        if r["status"] == "retired" or held_for is None:
             continue
-        if r.status == "ready":
-            notify.up(notify.Kind.ALIAS_DOWN, r.alias, f"ready since {r.since}", environ)
-        elif r.held_for_s >= limit:
-            since = parse_time(r.since)
-            notify.down(notify.Kind.ALIAS_DOWN, r.alias,
-                        f"{r.status} for {age(r.held_for_s)} (since {r.since}); "
-                        f"last error: {r.last_error or '-'}",
+        if r["status"] == "ready":
+            notify.up(notify.Kind.ALIAS_DOWN, r["alias"], f"ready since {r['since']}", environ)
+        elif held_for >= limit:
+            since = parse_time(r["since"])
+            notify.down(notify.Kind.ALIAS_DOWN, r["alias"],
+                        f"{r['status']} for {age(held_for)} (since {r['since']}); "
+                        f"last error: {r['last_error'] or '-'}",
                         since.timestamp() if since else None, environ)
-            held.append(r.alias)
+            held.append(r["alias"])
     return held
 
 
