@@ -30,8 +30,8 @@ def _opt_str(f: Fields, obj: dict, key: str, where: str) -> str | None:
 
 
 def _opt_num(f: Fields, obj: dict, key: str, where: str) -> float | None:
-    v = f.get(obj, key, (int, float), where, required=False)
-    return None if v is None else v
+    v: float | None = f.get(obj, key, (int, float), where, required=False)
+    return v
 
 
 def _opt_int(f: Fields, obj: dict, key: str, where: str) -> int | None:
@@ -44,9 +44,6 @@ def _rest(obj: dict, known: tuple[str, ...]) -> dict[str, object]:
 
 
 # -- a host's served inventory (the wire) ------------------------------------------------------
-
-HOST_DOC_READ = ("name", "role", "roles", "pools", "address", "hardware_class", "ssh")
-
 
 @dataclass(frozen=True)
 class HostDoc:
@@ -81,10 +78,6 @@ class HostDoc:
             ssh_user=_opt_str(f, ssh, "user", sw) if ssh is not None else None,
             ssh_port=_opt_int(f, ssh, "port", sw) if ssh is not None else None,
         )
-
-    def get(self, key: str) -> object:
-        """A field as served (None when absent), for the fields passed through."""
-        return self.doc.get(key)
 
     def to_json(self) -> dict[str, object]:
         return self.doc
@@ -155,25 +148,9 @@ class Host:
 
 UNKNOWN = "unknown"
 RETIRED = "retired"
-ALIAS_KEYS = (
-    "pool",
-    "provider",
-    "max_inflight",
-    "tier",
-    "retired",
-    "keys",
-    "health",
-    "status",
-    "since",
-    "fails",
-    "oks",
-    "pool_hosts",
-    "last_probe",
-    "latency_s",
-    "last_answer",
-    "last_answer_latency_s",
-    "last_error",
-)
+ALIAS_KEYS = ("pool", "provider", "max_inflight", "tier", "retired", "keys", "health", "status",
+              "since", "fails", "oks", "pool_hosts", "last_probe", "latency_s", "last_answer",
+              "last_answer_latency_s", "last_error")
 
 
 @dataclass
@@ -281,9 +258,7 @@ class Snapshot:
         is not an object reads as empty, as every reader did."""
         f = Fields(label)
         obj = f.obj(value, "(top level)")
-        hosts = obj.get("hosts") if isinstance(obj.get("hosts"), dict) else {}
-        aliases = obj.get("aliases") if isinstance(obj.get("aliases"), dict) else {}
-        assert isinstance(hosts, dict) and isinstance(aliases, dict)
+        hosts, aliases = (v if isinstance(v := obj.get(k), dict) else {} for k in ("hosts", "aliases"))
         return cls(
             schema=_opt_int(f, obj, "schema", ""),
             written_at=_opt_str(f, obj, "written_at", ""),
@@ -311,7 +286,7 @@ class Snapshot:
 # -- `nev rig status --json` (rig/inventory/status.py builds it) ---------------------------------
 
 class RowJson(TypedDict):
-    """One alias's row of `nev rig status --json` (`AliasRow.to_json`)."""
+    """One alias's row of `nev rig status --json` (`status.rows`)."""
 
     alias: str
     status: str
@@ -335,8 +310,8 @@ class HostRowJson(TypedDict):
 
 
 class Summary(TypedDict):
-    """`nev rig status --json`: the snapshot as people read it (built here, printed, and read by
-    `render`, the metrics, the dashboard and `nev doctor`)."""
+    """`nev rig status --json`: the snapshot as people read it (built by `status.summary`,
+    printed, and read by `status.render`, the metrics, the dashboard and `nev doctor`)."""
 
     snapshot: str
     written_at: str | None
