@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 from urllib.parse import quote
 
 import requests
@@ -53,7 +54,12 @@ class _Status:
         return self.status in self.FINAL
 
 
-def _times(d: dict[str, Any]) -> dict[str, str]:
+# Dagu's answers are JSON objects (`Doc`): read here with `.get` and checked where a value is
+# used (`parse_run`), or passed on as Dagu wrote them (`health`, `list_runs`, `queues`, `workers`).
+Doc = dict[str, object]
+
+
+def _times(d: Mapping[str, object]) -> dict[str, str]:
     """A run's or a node's start and end as `_Status` takes them."""
     return {"started_at": str(d.get("startedAt") or ""), "finished_at": str(d.get("finishedAt") or "")}
 
@@ -92,10 +98,17 @@ def step_exit_code(step: StepStatus) -> str:
     return m.group(1) if m else "-"
 
 
-def parse_run(doc: dict[str, Any]) -> RunStatus:
-    d = doc.get("dagRunDetails", doc)
-    steps = [StepStatus(name=str((n.get("step") or {}).get("name", "")), status=str(n.get("statusLabel", "")),
-                        error=str(n.get("error") or ""), **_times(n)) for n in d.get("nodes") or []]
+def _obj(v: object) -> Doc:
+    return v if isinstance(v, dict) else {}
+
+
+def parse_run(doc: Doc) -> RunStatus:
+    """A dag-run as `GET /dag-runs/NAME/ID` answers it (its `dagRunDetails`)."""
+    d = _obj(doc.get("dagRunDetails", doc))
+    nodes = d.get("nodes")
+    steps = [StepStatus(name=str(_obj(n.get("step")).get("name", "")), status=str(n.get("statusLabel", "")),
+                        error=str(n.get("error") or ""), **_times(n))
+             for n in map(_obj, nodes if isinstance(nodes, list) else [])]
     return RunStatus(name=str(d.get("name", "")), run_id=str(d.get("dagRunId", "")),
                      status=str(d.get("statusLabel", "")), steps=steps, params=str(d.get("params") or ""),
                      worker_id=str(d.get("workerId") or ""), **_times(d))
@@ -118,8 +131,15 @@ class DaguApi:
     def close(self) -> None:
         self.session.close()
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
-              params: dict[str, str] | None = None, ok404: bool = False) -> Any:
+    def _call(self, method: str, path: str, body: dict[str, str] | None = None,
+              params: dict[str, str] | None = None) -> Doc:
+        doc = self._ask(method, path, body, params)
+        assert doc is not None          # only `ok404` answers None
+        return doc
+
+    def _ask(self, method: str, path: str, body: dict[str, str] | None = None,
+             params: dict[str, str] | None = None, ok404: bool = False) -> Doc | None:
+        """Dagu's answer: a JSON object ({} for no content); None for a 404 with `ok404`."""
         url = self.base + path
         log.debug("dagu %s %s", method, mask(path))
         try:
@@ -142,16 +162,19 @@ class DaguApi:
         if not r.content:
             return {}
         try:
-            return r.json()
+            doc = r.json()
         except ValueError:
             raise DaguApiError(f"Dagu API {method} {path}: answer is not JSON") from None
+        if not isinstance(doc, dict):
+            raise DaguApiError(f"Dagu API {method} {path}: answer is not a JSON object")
+        return doc
 
     # -- reads ---------------------------------------------------------
-    def health(self) -> dict[str, Any]:
+    def health(self) -> Doc:
         return self._call("GET", "/health")
 
     def status(self, name: str, run_id: str) -> RunStatus:
-        doc = self._call("GET", f"/dag-runs/{quote(name, safe='')}/{quote(run_id, safe='')}", ok404=True)
+        doc = self._ask("GET", f"/dag-runs/{quote(name, safe='')}/{quote(run_id, safe='')}", ok404=True)
         if doc is None:
             raise DaguApiError(f"no run {run_id} of workflow {name} on this Dagu; check the id "
                                "(`nev dagu watch` lists recent runs)", 404)
@@ -170,7 +193,7 @@ class DaguApi:
         return str(doc.get("content", ""))
 
     def list_runs(self, name: str | None = None, status: str | None = None,
-                  run_id: str | None = None) -> list[dict[str, Any]]:
+                  run_id: str | None = None) -> list[Doc]:
         q: dict[str, str] = {}
         if name:
             q["name"] = name
@@ -178,7 +201,8 @@ class DaguApi:
             q["status"] = status
         if run_id:
             q["dagRunId"] = run_id
-        return list(self._call("GET", "/dag-runs", params=q).get("dagRuns") or [])
+        runs = self._call("GET", "/dag-runs", params=q).get("dagRuns")
+        return [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
 
     def find_run(self, run_id: str) -> RunStatus:
         """The run with this id, whatever its workflow."""
@@ -187,21 +211,22 @@ class DaguApi:
                 return self.status(str(r["name"]), run_id)
         raise DaguApiError(f"no run with id {run_id} on this Dagu; check the id", 404)
 
-    def queues(self) -> dict[str, Any]:
+    def queues(self) -> Doc:
         return self._call("GET", "/queues")
 
-    def workers(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/workers").get("workers") or [])
+    def workers(self) -> list[Doc]:
+        got = self._call("GET", "/workers").get("workers")
+        return [w for w in got if isinstance(w, dict)] if isinstance(got, list) else []
 
     # -- actions -------------------------------------------------------
     def start(self, name: str, params: dict[str, str] | None = None) -> str:
-        body: dict[str, Any] = {}
+        body: dict[str, str] = {}
         if params:
             body["params"] = encode_params(params)
         return str(self._call("POST", f"/dags/{quote(name, safe='')}/start", body)["dagRunId"])
 
     def enqueue(self, name: str, params: dict[str, str] | None = None) -> str:
-        body: dict[str, Any] = {}
+        body: dict[str, str] = {}
         if params:
             body["params"] = encode_params(params)
         return str(self._call("POST", f"/dags/{quote(name, safe='')}/enqueue", body)["dagRunId"])

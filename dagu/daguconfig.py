@@ -8,7 +8,6 @@ an unchanged lane alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import yaml
 
@@ -66,7 +65,7 @@ def _paths(layout: Layout) -> dict[str, str]:
     }
 
 
-def _peer(tls: Tls | None) -> dict[str, Any]:
+def _peer(tls: Tls | None) -> dict[str, object]:
     if tls is None:
         return {"insecure": True}
     return {"insecure": False, "certFile": tls.cert, "keyFile": tls.key, "clientCaFile": tls.ca}
@@ -78,7 +77,7 @@ HEADER = "# Written by `nev dagu up`; edits are replaced on the next up.\n"
 def render_server(c: ServerConfig) -> str:
     if c.queue_max < 1:
         raise ConfigError(f"queue max {c.queue_max} is below 1; give at least 1")
-    doc: dict[str, Any] = {
+    doc: dict[str, object] = {     # Dagu's config.yaml, built to be dumped
         "host": c.host,
         "port": c.port,
         "auth": {"basic": {"username": USERNAME, "password": c.password}},
@@ -111,7 +110,7 @@ def with_queue_max(text: str, n: int) -> str:
 
 
 def render_worker(c: WorkerConfig) -> str:
-    doc: dict[str, Any] = {
+    doc: dict[str, object] = {     # a worker's config.yaml, built to be dumped
         "paths": _paths(c.layout),
         "worker": {"id": c.worker_id, "maxActiveRuns": c.max_active_runs,
                    "labels": ",".join(f"{k}={v}" for k, v in c.labels.items())},

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -57,7 +56,7 @@ def parse_params(items: tuple[str, ...] | list[str]) -> dict[str, str]:
 class Workflow:
     name: str
     text: str
-    doc: dict[str, Any]
+    doc: dict[str, object]      # the workflow's YAML as read (sent as its text; only its keys read)
 
     @property
     def enqueue(self) -> bool:
@@ -94,7 +93,7 @@ def describe_step(s: StepStatus) -> str:
     return f"step {s.name}: {s.status}{tail}{err}"
 
 
-def run_json(st: RunStatus) -> dict[str, Any]:
+def run_json(st: RunStatus) -> dict[str, object]:
     """A run as `nev dagu run|watch --json` print it: its status, times and steps (each step's
     exit code once it ended: 0, N, or - for a signal)."""
     return {"run_id": st.run_id, "workflow": st.name, "status": st.status, "done": st.done,

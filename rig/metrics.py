@@ -25,13 +25,16 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lanes.base import jsonfile, notify
 from lanes.base.errors import NevError
 from lanes.base.mask import mask
 from rig import queues
 from rig.queues import QUANTILES
+
+if TYPE_CHECKING:
+    from rig.inventory.records import Summary
 
 SOURCES = ("aliases", "jobs", "lanes", "dagu", "counts", "queues")
 GiB = 1 << 30  # the lane agent's free_gb is in GiB (statvfs bytes / 2**30)
@@ -192,7 +195,7 @@ def render(state: State) -> str:
 # -- reading the sources -------------------------------------------------------------------------
 
 
-def _aliases(lane_index: int | None) -> dict[str, Any]:
+def _aliases(lane_index: int | None) -> Summary:
     from rig.inventory import inventoryfile
     from rig.inventory import status as st
 

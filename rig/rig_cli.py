@@ -77,7 +77,7 @@ def collect(timeout: float, interface: str | None, expect: int | None, every: fl
 
         emit_json(col.ansible(snap, reach.load()))
     elif as_json:
-        emit_json(snap["hosts"])
+        emit_json({n: h.to_json() for n, h in snap.hosts.items()})
     return 0
 
 
@@ -260,7 +260,7 @@ def diff(label: str, other: str | None, as_json: bool) -> int:
         from lanes.base.ui import emit_json
 
         left, _, right = sides(ctx, label, other)
-        emit_json(entries(left, right, ctx.rig.roles))
+        emit_json([e.to_json() for e in entries(left, right, ctx.rig.roles)])
         return 0
     text = compare(ctx, label, other)
     click.echo(text.rstrip("\n") if text else f"no differences between {label} and {other or 'live'}")
@@ -380,14 +380,14 @@ def throughput(alias: str, inflight: str, n_requests: int | None, max_tokens: in
 
     levels = tp.parse_levels(inflight)
 
-    def progress(row: dict) -> None:
-        info(f"throughput: {row['inflight']} in flight: {row['output_tok_s']} output tok/s, "
-             f"{row['answered']}/{row['requests']} answered")
+    def progress(row: tp.Level) -> None:
+        info(f"throughput: {row.inflight} in flight: {row.output_tok_s} output tok/s, "
+             f"{row.answered}/{row.requests} answered")
 
     result = tp.run(alias, levels, n_requests, max_tokens, timeout, progress)
     path = tp.save(result)
     if as_json:
-        emit_json(result)
+        emit_json(result.to_json())
     else:
         click.echo(tp.render(result))
     info(f"throughput: saved to {path}")
@@ -424,10 +424,10 @@ def capacity(declared_file: str | None, as_json: bool) -> int:
         info(f"capacity: no inventory snapshot at {snap_path}: alias status unknown, roles counted as declared")
     m = cap.model(folknet.load(folknet.default_path()), snap, cap.read_sweeps(tp.results_dir()), declared)
     if as_json:
-        emit_json(m)
+        emit_json(m.to_json())
     else:
         click.echo(cap.render(m))
-    for w in m["warnings"]:
+    for w in m.warnings:
         info(f"capacity: warning: {w}")
     return 0
 

@@ -37,10 +37,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lanes.base import jsonfile, settings
 from lanes.base.errors import ConfigError, NevError
+
+if TYPE_CHECKING:
+    from lanes.base.ssh import Connection, Result
+    from lanes.lanesfile import Lane
 
 TAG = "# nev-rig-services"
 CONFIG = ".config/nev/services"  # under the lane user's home: the plan and its files
@@ -62,8 +66,19 @@ class Service:
     args: list[str]  # after `nev`
     env: dict[str, str] = field(default_factory=dict)  # values may name files: `{config}/x`
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"name": self.name, "args": self.args, "env": self.env}
+
+    @classmethod
+    def of(cls, value: object) -> Service | None:
+        """A planned service as `apply` wrote it (services.json); None for one that is not."""
+        if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+            return None
+        args, env = value.get("args"), value.get("env")
+        if not isinstance(args, list):
+            return None
+        return cls(value["name"], [str(a) for a in args],
+                   {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {})
 
 
 @dataclass
@@ -76,7 +91,7 @@ class Plan:
     secret: list[str] = field(default_factory=list)
     keep: list[str] = field(default_factory=list)   # files the lane keeps as they are (its key)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "lane": self.lane,
             "services": [s.to_json() for s in self.services],
@@ -86,7 +101,7 @@ class Plan:
         }
 
     @classmethod
-    def from_json(cls, data: Any, label: str = "the services plan") -> Plan:
+    def from_json(cls, data: object, label: str = "the services plan") -> Plan:
         f = jsonfile.Fields(label)
         top = f.obj(data, "")
         svcs = []
@@ -117,9 +132,10 @@ def plan_from_text(text: str, label: str = "stdin") -> Plan:
     return Plan.from_json(jsonfile.parse(text, label, "the services plan"), label)
 
 
-def read_declared(folder: Path) -> dict[str, dict[str, Any]]:
-    """`--declared DIR`: each lane's declared inventory, `<lane name>.json`, by lane name."""
-    out = {}
+def read_declared(folder: Path) -> dict[str, dict[str, object]]:
+    """`--declared DIR`: each lane's declared inventory, `<lane name>.json`, by lane name (each a
+    JSON object passed through to the lane as its `inventory.json`; its advertiser checks it)."""
+    out: dict[str, dict[str, object]] = {}
     for p in sorted(folder.glob("*.json")):
         doc = jsonfile.load(p, "declared inventory")
         if not isinstance(doc, dict):
@@ -128,18 +144,90 @@ def read_declared(folder: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def parse_here(text: str, label: str) -> dict[str, Any]:
-    """A lane's answer to `nev rig services here --json`."""
-    data = jsonfile.parse(text, label, "services status")
-    if not isinstance(data, dict) or not isinstance(data.get("services", []), list):
-        raise ConfigError(f"{label}: the services status is not an object with a services list")
-    return data
+@dataclass(frozen=True)
+class ServiceRow:
+    """One service as its lane sees it (`nev rig services here --json`)."""
+
+    service: str
+    state: str                  # running | restarting | stopped
+    pid: int | None = None
+    up_s: float | None = None
+    restarts: int = 0
+    last_exit: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"service": self.service, "state": self.state, "pid": self.pid, "up_s": self.up_s,
+                "restarts": self.restarts, "last_exit": self.last_exit}
+
+
+@dataclass(frozen=True)
+class Here:
+    """A lane's own view of its services: the wire record of `nev rig services here --json`."""
+
+    host: str | None = None
+    supervisor: int | None = None
+    autostart: bool = False
+    services: list[ServiceRow] = field(default_factory=list)
+    probe_key_sha256: str | None = None     # the digest of the probe's key, never the key
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "host": self.host,
+            "supervisor": self.supervisor,
+            "autostart": self.autostart,
+            "services": [s.to_json() for s in self.services],
+            "probe_key_sha256": self.probe_key_sha256,
+        }
+
+    @classmethod
+    def from_json(cls, data: object, label: str) -> Here:
+        if not isinstance(data, dict) or not isinstance(data.get("services", []), list):
+            raise ConfigError(f"{label}: the services status is not an object with a services list")
+        f = jsonfile.Fields(label)
+        rows = []
+        for i, r in enumerate(f.get(data, "services", list, "", required=False, default=[])):
+            w = f"services[{i}]"
+            o = f.obj(r, w)
+            rows.append(ServiceRow(f.get(o, "service", str, w), f.get(o, "state", str, w),
+                                   f.get(o, "pid", int, w, required=False),
+                                   f.get(o, "up_s", (int, float), w, required=False),
+                                   f.get(o, "restarts", int, w, required=False, default=0),
+                                   f.get(o, "last_exit", int, w, required=False)))
+        return cls(
+            f.get(data, "host", str, "", required=False),
+            f.get(data, "supervisor", int, "", required=False),
+            f.get(data, "autostart", bool, "", required=False, default=False),
+            rows,
+            f.get(data, "probe_key_sha256", str, "", required=False),
+        )
+
+
+def parse_here(text: str, label: str) -> Here:
+    """A lane's answer to `nev rig services here --json` (ConfigError in one line otherwise)."""
+    return Here.from_json(jsonfile.parse(text, label, "services status"), label)
+
+
+@dataclass(frozen=True)
+class LaneServices:
+    """One lane's row of `nev rig services status`: its view, or why it could not be read."""
+
+    lane: str
+    here: Here | None = None
+    error: str | None = None
+    cause: str | None = None        # the SSH hop that failed (lanes.base.sshfail), when one did
+
+    def to_json(self) -> dict[str, object]:
+        if self.here is None:
+            cause = {"cause": self.cause} if self.cause else {}
+            return {"lane": self.lane, "error": self.error, **cause}
+        return {"lane": self.lane, **self.here.to_json()}
 
 
 def lane_inventory(
     name: str, user: str, port: int, root: str, shared: str | None
-) -> dict[str, Any]:
-    """A lane's declared inventory when none is given: its role, SSH and what it serves."""
+) -> dict[str, object]:
+    """A lane's declared inventory when none is given: its role, SSH and what it serves (the
+    JSON the lane's advertiser reads)."""
     return {
         "name": name,
         "role": "lane",
@@ -158,7 +246,7 @@ def lane_inventory(
 def plan_for(
     name: str,
     addr: str,
-    inventory: dict[str, Any],
+    inventory: dict[str, object],
     collector: bool,
     *,
     folknet_text: str | None = None,
@@ -245,7 +333,8 @@ class LaneOutcome:
     ok: bool = True
 
 
-def _lane_nev(conn: Any, argv: list[str], stdin: bytes | None = None, timeout: float = 120) -> Any:
+def _lane_nev(conn: Connection, argv: list[str], stdin: bytes | None = None,
+              timeout: float = 120) -> Result:
     """`~/.local/bin/nev ARGV` on the lane (the lane's own nev, put there by `nev lane install`)."""
     cmd = (
         "test -x ~/.local/bin/nev || "
@@ -273,10 +362,10 @@ def probe_key(
 
 
 def install(
-    lanes: list[Any],
+    lanes: list[Lane],
     collector: int,
     *,
-    inventories: Mapping[str, dict[str, Any]] | None = None,
+    inventories: Mapping[str, dict[str, object]] | None = None,
     key_file: Path | None = None,
     expect: int | None = None,
     environ: Mapping[str, str] | None = None,
@@ -343,7 +432,7 @@ def install(
     return out
 
 
-def _lane_key_known(conn: Any, lane_name: str, env: Mapping[str, str]) -> bool:
+def _lane_key_known(conn: Connection, lane_name: str, env: Mapping[str, str]) -> bool:
     """The lane holds a probe key and the gateway's keys file has that key for it."""
     from jobs import jobkeys
 
@@ -351,13 +440,13 @@ def _lane_key_known(conn: Any, lane_name: str, env: Mapping[str, str]) -> bool:
     if res.exit_status != 0:
         return False
     try:
-        lane_sha = parse_here(res.out, "the lane's services").get("probe_key_sha256")
+        lane_sha = parse_here(res.out, "the lane's services").probe_key_sha256
     except ConfigError:
         return False
     return bool(lane_sha) and lane_sha == jobkeys.service_digest(f"probe-{lane_name}", env)
 
 
-def remove(lanes: list[Any], dry_run: bool = False) -> list[LaneOutcome]:
+def remove(lanes: list[Lane], dry_run: bool = False) -> list[LaneOutcome]:
     out = []
     for lane in lanes:
         if dry_run:
@@ -376,7 +465,7 @@ def remove(lanes: list[Any], dry_run: bool = False) -> list[LaneOutcome]:
     return out
 
 
-def status(lanes: list[Any]) -> list[dict[str, Any]]:
+def status(lanes: list[Lane]) -> list[LaneServices]:
     """Each lane's own view (`nev rig services here --json`), or why it could not be read."""
     rows = []
     for lane in lanes:
@@ -384,54 +473,52 @@ def status(lanes: list[Any]) -> list[dict[str, Any]]:
             with lane.connect() as conn:
                 res = _lane_nev(conn, ["rig", "services", "here", "--json"], timeout=60)
         except NevError as e:
-            cause = getattr(e, "failure", None)     # an SSH hop that failed (lanes.base.sshfail)
-            rows.append({"lane": lane.label, "error": str(e),
-                         **({"cause": cause.cause.value} if cause is not None else {})})
+            failure = getattr(e, "failure", None)     # an SSH hop that failed (lanes.base.sshfail)
+            rows.append(LaneServices(lane.label, error=str(e),
+                                     cause=failure.cause.value if failure is not None else None))
             continue
         if res.exit_status != 0:
-            rows.append({"lane": lane.label, "error": res.last_err()})
+            rows.append(LaneServices(lane.label, error=res.last_err()))
             continue
         try:
-            data = parse_here(res.out, f"{lane.label}'s services")
+            rows.append(LaneServices(lane.label, parse_here(res.out, f"{lane.label}'s services")))
         except ConfigError as e:
-            rows.append({"lane": lane.label, "error": str(e)})
-            continue
-        rows.append({"lane": lane.label, **data})
+            rows.append(LaneServices(lane.label, error=str(e)))
     return rows
 
 
-def render(rows: list[dict[str, Any]]) -> str:
+def render(rows: list[LaneServices]) -> str:
     lines = [
         f"{'lane':<16} {'service':<10} {'state':<11} {'pid':>7} {'up':>8} "
         f"{'restarts':>8}  last exit"
     ]
     for r in rows:
-        if "error" in r:
-            lines.append(f"{r['lane']:<16} unavailable: {r['error']}")
+        if r.here is None:
+            lines.append(f"{r.lane:<16} unavailable: {r.error}")
             continue
-        sup = r.get("supervisor")
-        auto = "on" if r.get("autostart") else "off"
-        if not r.get("services"):
+        sup = r.here.supervisor
+        auto = "on" if r.here.autostart else "off"
+        if not r.here.services:
             lines.append(
-                f"{r['lane']:<16} (no services; supervisor "
+                f"{r.lane:<16} (no services; supervisor "
                 f"{'pid ' + str(sup) if sup else 'not running'}, "
                 f"autostart {auto})"
             )
-        for s in r.get("services", []):
-            up = f"{s['up_s']:.0f} s" if s.get("up_s") is not None else "-"
+        for s in r.here.services:
+            up = f"{s.up_s:.0f} s" if s.up_s is not None else "-"
             lines.append(
-                f"{r['lane']:<16} {s['service']:<10} {s['state']:<11} {s.get('pid') or '-':>7} "
-                f"{up:>8} {s.get('restarts', 0):>8}  "
-                f"{s.get('last_exit') if s.get('last_exit') is not None else '-'}"
+                f"{r.lane:<16} {s.service:<10} {s.state:<11} {s.pid or '-':>7} "
+                f"{up:>8} {s.restarts:>8}  "
+                f"{s.last_exit if s.last_exit is not None else '-'}"
             )
     return "\n".join(lines)
 
 
-def healthy(rows: list[dict[str, Any]]) -> bool:
+def healthy(rows: list[LaneServices]) -> bool:
     return all(
-        "error" not in r
-        and r.get("supervisor")
-        and r.get("autostart")
-        and all(s["state"] == "running" for s in r.get("services", []))
+        r.here is not None
+        and bool(r.here.supervisor)
+        and r.here.autostart
+        and all(s.state == "running" for s in r.here.services)
         for r in rows
     )

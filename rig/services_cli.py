@@ -105,10 +105,10 @@ def status(lane_index: int | None, as_json: bool) -> int:
 
     rows = svc.status(_lanes(lane_index))
     if as_json:
-        emit_json(rows)
+        emit_json([r.to_json() for r in rows])
     else:
         click.echo(svc.render(rows))
-    if any("cause" in r for r in rows):
+    if any(r.cause for r in rows):
         return Exit.UNAVAILABLE
     return 0 if svc.healthy(rows) else 1
 
@@ -154,9 +154,9 @@ def here(as_json: bool) -> int:
 
     data = lane.here(lane.lane_home())
     if as_json:
-        emit_json(data)
+        emit_json(data.to_json())
     else:
-        click.echo(svc.render([{"lane": data["host"], **data}]))
+        click.echo(svc.render([svc.LaneServices(data.host or "", data)]))
     return 0
 
 

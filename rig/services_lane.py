@@ -21,8 +21,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from lanes.agent.layout import lock_held
 from lanes.base import crontab, jsonfile, procs, settings
@@ -33,7 +33,10 @@ from rig.services import (
     STATE,
     STOP_GRACE_S,
     TAG,
+    Here,
     Plan,
+    Service,
+    ServiceRow,
 )
 
 
@@ -68,33 +71,61 @@ def cron_line(home: Path) -> str:
     )
 
 
-def _read(path: Path) -> Any:
-    """A file nev wrote here (the plan, a state record); None when missing or unreadable."""
+def _read(path: Path) -> object:
+    """A file nev wrote here (the plan, a state record) as JSON; None when missing or unreadable."""
     try:
         return jsonfile.load(path, "nev's services file", "")
     except ConfigError:
         return None
 
 
-def _record(home: Path) -> dict[str, Any]:
+def _record(home: Path) -> dict[str, object]:
+    """The supervisor's record as it wrote it: `pid`, `start`, `install`."""
     data = _read(state_dir(home) / "supervisor.json")
     return data if isinstance(data, dict) else {}
 
 
-def _planned(home: Path) -> list[dict[str, Any]]:
+def _planned(home: Path) -> list[Service]:
+    """The services `apply` planned here (services.json); an entry that is not one is skipped."""
     data = _read(config_dir(home) / "services.json")
     svcs = data.get("services") if isinstance(data, dict) else None
-    return (
-        [
-            s
-            for s in svcs
-            if isinstance(s, dict)
-            and isinstance(s.get("name"), str)
-            and isinstance(s.get("args"), list)
-        ]
-        if isinstance(svcs, list)
-        else []
-    )
+    return [s for s in map(Service.of, svcs if isinstance(svcs, list) else []) if s is not None]
+
+
+def _whole(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+@dataclass
+class ServiceState:
+    """A service's state file (`<name>.json` in the state folder), written by the supervisor:
+    its process (PID and kernel start time), when it started, how often it restarted and how it
+    last exited. A file that is not one reads as no state, as before."""
+
+    pid: int | None = None
+    start: int | None = None
+    started_at: float | None = None
+    restarts: int = -1          # the first start makes it 0
+    last_exit: int | None = None
+
+    @classmethod
+    def read(cls, path: Path) -> ServiceState:
+        got = _read(path)
+        if not isinstance(got, dict):
+            return cls(restarts=0)
+        at = got.get("started_at")
+        return cls(_whole(got.get("pid")), _whole(got.get("start")),
+                   float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None,
+                   _whole(got.get("restarts")) or 0, _whole(got.get("last_exit")))
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "restarts": self.restarts,
+            "last_exit": self.last_exit,
+            "pid": self.pid,
+            "start": self.start,
+            "started_at": self.started_at,
+        }
 
 
 def supervisor_pid(home: Path) -> int | None:
@@ -203,54 +234,46 @@ def _expand(value: str, home: Path) -> str:
     return value.replace("{config}", str(config_dir(home)))
 
 
-def here(home: Path) -> dict[str, Any]:
+def here(home: Path) -> Here:
     """This host's services as it sees them: the supervisor and each service's last state."""
     sd = state_dir(home)
     sup = supervisor_pid(home)
     rows = []
     now = time.time()
     for s in _planned(home):
-        name = str(s.get("name"))
-        got = _read(sd / f"{name}.json")
-        st: dict[str, Any] = got if isinstance(got, dict) else {}
-        pid, start = st.get("pid"), st.get("start")
-        alive = sup is not None and isinstance(pid, int) and procs.start_time(pid) == start
+        st = ServiceState.read(sd / f"{s.name}.json")
+        alive = sup is not None and st.pid is not None and procs.start_time(st.pid) == st.start
+        started = st.started_at if st.started_at is not None else now
         rows.append(
-            {
-                "service": name,
-                "state": "running" if alive else ("restarting" if sup else "stopped"),
-                "pid": pid if alive else None,
-                "up_s": round(now - float(st.get("started_at", now)), 1) if alive else None,
-                "restarts": int(st.get("restarts", 0)),
-                "last_exit": st.get("last_exit"),
-            }
+            ServiceRow(
+                s.name,
+                "running" if alive else ("restarting" if sup else "stopped"),
+                st.pid if alive else None,
+                round(now - started, 1) if alive else None,
+                st.restarts,
+                st.last_exit,
+            )
         )
     key = config_dir(home) / "probe.key"
     try:   # the digest of the probe's key (never the key): `install` keeps it when the gateway does
         key_sha = hashlib.sha256(key.read_text().strip().encode()).hexdigest()
     except OSError:
         key_sha = None
-    return {
-        "host": socket.gethostname(),
-        "supervisor": sup,
-        "autostart": TAG in crontab.read(),
-        "services": rows,
-        "probe_key_sha256": key_sha,
-    }
+    return Here(socket.gethostname(), sup, TAG in crontab.read(), rows, key_sha)
 
 
 def once(home: Path, name: str) -> int:
     """One round of a planned service now, with its planned environment (`--rounds 1`), beside
     the running one: what an operator (or a test) runs to refresh the snapshot at once."""
-    svc = next((s for s in _planned(home) if s["name"] == name), None)
+    svc = next((s for s in _planned(home) if s.name == name), None)
     if svc is None:
-        names = ", ".join(s["name"] for s in _planned(home)) or "none"
+        names = ", ".join(s.name for s in _planned(home)) or "none"
         raise ConfigError(f"no service {name!r} planned here (planned: {names}); "
                           "run `nev rig services install` from the development box")
     if name == "advertise":
         raise ConfigError("advertise has no rounds: it serves until stopped")
-    env = {**os.environ, **{k: _expand(v, home) for k, v in svc.get("env", {}).items()}}
-    args = [_expand(a, home) for a in svc["args"]] + ["--rounds", "1"]
+    env = {**os.environ, **{k: _expand(v, home) for k, v in svc.env.items()}}
+    args = [_expand(a, home) for a in svc.args] + ["--rounds", "1"]
     return subprocess.run([*_nev_argv(), *args], env=env, cwd=home).returncode
 
 
@@ -262,16 +285,16 @@ class Supervisor:
         self.sd = state_dir(home)
         self.stopping = False
         self.children: dict[str, subprocess.Popen[bytes]] = {}
-        self.state: dict[str, dict[str, Any]] = {}
+        self.state: dict[str, ServiceState] = {}
         self.due: dict[str, float] = {}
 
     def _write(self, name: str) -> None:
-        jsonfile.write_atomic(self.sd / f"{name}.json", self.state[name])
+        jsonfile.write_atomic(self.sd / f"{name}.json", self.state[name].to_json())
 
-    def _start(self, s: dict[str, Any]) -> None:
-        name = s["name"]
-        env = {**os.environ, **{k: _expand(v, self.home) for k, v in s.get("env", {}).items()}}
-        args = [_expand(a, self.home) for a in s["args"]]
+    def _start(self, s: Service) -> None:
+        name = s.name
+        env = {**os.environ, **{k: _expand(v, self.home) for k, v in s.env.items()}}
+        args = [_expand(a, self.home) for a in s.args]
         with open(self.sd / f"{name}.log", "ab") as log:
             log.write(
                 f"-- {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ} start: "
@@ -288,13 +311,9 @@ class Supervisor:
                 start_new_session=True,
             )
         self.children[name] = p
-        st = self.state.setdefault(name, {"restarts": -1, "last_exit": None})
-        st.update(
-            pid=p.pid,
-            start=procs.start_time(p.pid),
-            started_at=time.time(),
-            restarts=st["restarts"] + 1,
-        )
+        st = self.state.setdefault(name, ServiceState())
+        st.pid, st.start, st.started_at = p.pid, procs.start_time(p.pid), time.time()
+        st.restarts += 1
         self._write(name)
 
     def run(self) -> int:
@@ -325,20 +344,20 @@ class Supervisor:
             signal.signal(sig, self._stop)
         backoff: dict[str, float] = {}
         print(
-            f"supervisor {os.getpid()}: {', '.join(s['name'] for s in planned)}",
+            f"supervisor {os.getpid()}: {', '.join(s.name for s in planned)}",
             file=sys.stderr,
             flush=True,
         )
         while not self.stopping:
             now = time.monotonic()
             for s in planned:
-                name = s["name"]
+                name = s.name
                 p = self.children.get(name)
                 if p is not None and p.poll() is not None:
-                    self.state[name]["last_exit"] = p.returncode
+                    self.state[name].last_exit = p.returncode
                     self._write(name)
                     del self.children[name]
-                    up = time.time() - self.state[name]["started_at"]
+                    up = time.time() - (self.state[name].started_at or time.time())
                     backoff[name] = (
                         1.0
                         if up > BACKOFF_MAX_S

@@ -17,9 +17,8 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from bench import gateway, gwlimit
 from bench.gateway_http import Endpoint, Unreachable, error_message, stream
@@ -75,7 +74,134 @@ def percentile(values: Sequence[float], q: float, min_n: int) -> float | None:
     return ordered[k - 1]
 
 
-def summarize(level: int, samples: Sequence[Sample], wall_s: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Level:
+    """One in-flight level's row: the rates over its wall time, the percentiles of its answers
+    (None: too few), its errors by message."""
+
+    inflight: int
+    requests: int
+    answered: int
+    failed: int
+    wall_s: float | None
+    output_tokens: int
+    tokens_counted_from_text: bool
+    output_tok_s: float | None
+    req_s: float | None
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    errors: dict[str, int]
+    note: str | None
+    # the alias's declared in-flight limit, enforced at the gateway, held these back
+    # (bench/gwlimit.py)
+    gateway_waits: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "inflight": self.inflight,
+            "requests": self.requests,
+            "answered": self.answered,
+            "failed": self.failed,
+            "wall_s": self.wall_s,
+            "output_tokens": self.output_tokens,
+            "tokens_counted_from_text": self.tokens_counted_from_text,
+            "output_tok_s": self.output_tok_s,
+            "req_s": self.req_s,
+            "latency_p50_s": self.latency_p50_s,
+            "latency_p95_s": self.latency_p95_s,
+            "ttft_p50_s": self.ttft_p50_s,
+            "ttft_p95_s": self.ttft_p95_s,
+            "errors": dict(self.errors),
+            "note": self.note,
+            "gateway_waits": self.gateway_waits,
+        }
+
+    @classmethod
+    def from_json(cls, value: object, f: jsonfile.Fields, where: str) -> Level:
+        o = f.obj(value, where)
+        num = (int, float)
+
+        def opt(key: str) -> float | None:
+            v: float | None = f.get(o, key, num, where, required=False)
+            return v
+
+        errors = f.get(o, "errors", dict, where, required=False, default={})
+        for k, n in errors.items():
+            if isinstance(n, bool) or not isinstance(n, int):
+                raise f.fail(f"{where}.errors.{k}", "must be a whole number")
+        return cls(f.get(o, "inflight", int, where), f.get(o, "requests", int, where),
+                   f.get(o, "answered", int, where), f.get(o, "failed", int, where), opt("wall_s"),
+                   f.get(o, "output_tokens", int, where, required=False, default=0),
+                   f.get(o, "tokens_counted_from_text", bool, where, required=False, default=False),
+                   opt("output_tok_s"), opt("req_s"), opt("latency_p50_s"), opt("latency_p95_s"),
+                   opt("ttft_p50_s"), opt("ttft_p95_s"), {str(k): n for k, n in errors.items()},
+                   f.get(o, "note", str, where, required=False),
+                   f.get(o, "gateway_waits", int, where, required=False, default=0))
+
+
+@dataclass
+class Result:
+    """A sweep: what `nev rig throughput` prints and saves as `<dir>/<alias>.json` (`nev rig
+    capacity` and the batch planner read its peak and knee). `run` adds the request size, the
+    time and the client's own use."""
+
+    alias: str
+    levels: list[Level]
+    knee: int | None
+    peak_output_tok_s: float | None
+    peak_at: int
+    verdict: str
+    prompt_chars: int = len(PROMPT)
+    max_tokens: int | None = None
+    measured_at: str | None = None
+    client: dict[str, float | None] = field(default_factory=dict)   # `own_use`
+
+    @property
+    def saturated(self) -> bool:
+        return self.knee is not None
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "schema": SCHEMA, "alias": self.alias, "prompt_chars": self.prompt_chars,
+            "levels": [r.to_json() for r in self.levels], "knee": self.knee,
+            "peak_output_tok_s": self.peak_output_tok_s, "peak_at": self.peak_at,
+            "saturated": self.saturated, "verdict": self.verdict}
+        if self.max_tokens is not None:
+            out["max_tokens"] = self.max_tokens
+        if self.measured_at is not None:
+            out["measured_at"] = self.measured_at
+        if self.client:
+            out["client"] = dict(self.client)
+        return out
+
+    @classmethod
+    def from_json(cls, data: object, label: str) -> Result:
+        """A saved (or printed) sweep; ConfigError in one line naming `label` and the field."""
+        f = jsonfile.Fields(label)
+        top = f.obj(data, "(top level)")
+        levels = [Level.from_json(r, f, f"levels[{i}]")
+                  for i, r in enumerate(f.get(top, "levels", list, ""))]
+        client = f.get(top, "client", dict, "", required=False, default={})
+        for k, v in client.items():
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+                raise f.fail(f"client.{k}", "must be a number")
+        return cls(
+            f.get(top, "alias", str, ""),
+            levels,
+            f.get(top, "knee", int, "", required=False),
+            f.get(top, "peak_output_tok_s", (int, float), "", required=False),
+            f.get(top, "peak_at", int, ""),
+            f.get(top, "verdict", str, ""),
+            f.get(top, "prompt_chars", int, "", required=False, default=len(PROMPT)),
+            f.get(top, "max_tokens", int, "", required=False),
+            f.get(top, "measured_at", str, "", required=False),
+            dict(client),
+        )
+
+
+def summarize(level: int, samples: Sequence[Sample], wall_s: float) -> Level:
     """One level's row. Failed requests count in `failed`, never in the rates or percentiles."""
     ok = [s for s in samples if s.ok]
     lat = [s.latency_s for s in ok]
@@ -95,21 +221,27 @@ def summarize(level: int, samples: Sequence[Sample], wall_s: float) -> dict[str,
     def r(x: float | None, nd: int = 3) -> float | None:
         return None if x is None else round(x, nd)
 
-    return {
-        "inflight": level, "requests": len(samples), "answered": len(ok), "failed": len(samples) - len(ok),
-        "wall_s": r(wall_s), "output_tokens": tokens,
-        "tokens_counted_from_text": any(s.tokens_counted for s in ok),
-        "output_tok_s": r(tokens / wall_s if wall_s > 0 else None, 1),
-        "req_s": r(len(ok) / wall_s if wall_s > 0 else None, 2),
-        "latency_p50_s": r(percentile(lat, 50, MIN_FOR_P50)), "latency_p95_s": r(percentile(lat, 95, MIN_FOR_P95)),
-        "ttft_p50_s": r(percentile(ttft, 50, MIN_FOR_P50)), "ttft_p95_s": r(percentile(ttft, 95, MIN_FOR_P95)),
-        "errors": errors, "note": "; ".join(notes) or None,
-        # the alias's declared in-flight limit, enforced at the gateway, held these back (bench/gwlimit.py)
-        "gateway_waits": sum(s.gateway_waits for s in samples),
-    }
+    return Level(
+        inflight=level,
+        requests=len(samples),
+        answered=len(ok),
+        failed=len(samples) - len(ok),
+        wall_s=r(wall_s),
+        output_tokens=tokens,
+        tokens_counted_from_text=any(s.tokens_counted for s in ok),
+        output_tok_s=r(tokens / wall_s if wall_s > 0 else None, 1),
+        req_s=r(len(ok) / wall_s if wall_s > 0 else None, 2),
+        latency_p50_s=r(percentile(lat, 50, MIN_FOR_P50)),
+        latency_p95_s=r(percentile(lat, 95, MIN_FOR_P95)),
+        ttft_p50_s=r(percentile(ttft, 50, MIN_FOR_P50)),
+        ttft_p95_s=r(percentile(ttft, 95, MIN_FOR_P95)),
+        errors=errors,
+        note="; ".join(notes) or None,
+        gateway_waits=sum(s.gateway_waits for s in samples),
+    )
 
 
-def knee(rows: Sequence[dict[str, Any]], min_gain: float = MIN_GAIN) -> int | None:
+def knee(rows: Sequence[Level], min_gain: float = MIN_GAIN) -> int | None:
     """The first level past which throughput stops growing: the next level adds less than
     `min_gain` of its output tokens/s per doubling of the in-flight level (log2 of the ratio).
     None when throughput still grows at the last level (not saturated: try higher levels).
@@ -118,11 +250,11 @@ def knee(rows: Sequence[dict[str, Any]], min_gain: float = MIN_GAIN) -> int | No
     request comes, so one level past it still gains that round-trip share; the threshold is
     above it for service times several times the gateway's own latency."""
     for a, b in zip(rows, rows[1:], strict=False):
-        ta, tb = a.get("output_tok_s"), b.get("output_tok_s")
+        ta, tb = a.output_tok_s, b.output_tok_s
         if ta is None or tb is None or ta <= 0:
             continue
-        if tb < ta * (1 + min_gain * math.log2(b["inflight"] / a["inflight"])):
-            return int(a["inflight"])
+        if tb < ta * (1 + min_gain * math.log2(b.inflight / a.inflight)):
+            return a.inflight
     return None
 
 
@@ -216,7 +348,7 @@ def run_level(send: Request, level: int, n: int) -> tuple[list[Sample], float]:
 
 
 def sweep(send: Request, alias: str, levels: Sequence[int], requests: int | None,
-          on_level: Callable[[dict[str, Any]], None] = lambda _r: None) -> dict[str, Any]:
+          on_level: Callable[[Level], None] = lambda _r: None) -> Result:
     """Check the alias answers once, then every level in turn; the result with its knee."""
     first = send()
     if not first.ok:
@@ -229,48 +361,44 @@ def sweep(send: Request, alias: str, levels: Sequence[int], requests: int | None
         rows.append(row)
         on_level(row)
     k = knee(rows)
-    best = max(rows, key=lambda r: r["output_tok_s"] or 0.0)
-    return {"schema": SCHEMA, "alias": alias, "prompt_chars": len(PROMPT), "levels": rows, "knee": k,
-            "peak_output_tok_s": best["output_tok_s"], "peak_at": best["inflight"],
-            "saturated": k is not None,
-            "verdict": verdict(rows, k)}
+    best = max(rows, key=lambda r: r.output_tok_s or 0.0)
+    return Result(alias, rows, k, best.output_tok_s, best.inflight, verdict(rows, k))
 
 
-def verdict(rows: Sequence[dict[str, Any]], k: int | None) -> str:
+def verdict(rows: Sequence[Level], k: int | None) -> str:
     if not rows:
         return "no level measured"
     if k is None:
-        return (f"throughput still grows at {rows[-1]['inflight']} in flight "
-                f"({rows[-1]['output_tok_s']} output tok/s): not saturated, try higher levels")
-    row = next(r for r in rows if r["inflight"] == k)
-    return f"throughput stops growing at {k} in flight ({row['output_tok_s']} output tok/s)"
+        return (f"throughput still grows at {rows[-1].inflight} in flight "
+                f"({rows[-1].output_tok_s} output tok/s): not saturated, try higher levels")
+    row = next(r for r in rows if r.inflight == k)
+    return f"throughput stops growing at {k} in flight ({row.output_tok_s} output tok/s)"
 
 
-def render(result: dict[str, Any]) -> str:
-    def f(x: Any, nd: int = 2) -> str:
+def render(result: Result) -> str:
+    def f(x: float | None, nd: int = 2) -> str:
         return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
 
     head = (f"{'in flight':>9} {'answered':>8} {'failed':>6} {'out tok/s':>10} {'req/s':>7} "
             f"{'p50 s':>7} {'p95 s':>7} {'ttft p50':>8} {'ttft p95':>8}")
-    out = [f"throughput of {result['alias']} (same prompt each request, streamed)", head]
-    for r in result["levels"]:
-        out.append(f"{r['inflight']:>9} {r['answered']:>8} {r['failed']:>6} {f(r['output_tok_s'], 1):>10} "
-                   f"{f(r['req_s']):>7} {f(r['latency_p50_s']):>7} {f(r['latency_p95_s']):>7} "
-                   f"{f(r['ttft_p50_s']):>8} {f(r['ttft_p95_s']):>8}")
-        if r["errors"]:
-            for e, n in sorted(r["errors"].items()):
-                out.append(f"{'':>9} {n} failed: {e}")
-    notes = sorted({r["note"] for r in result["levels"] if r["note"]})
+    out = [f"throughput of {result.alias} (same prompt each request, streamed)", head]
+    for r in result.levels:
+        out.append(f"{r.inflight:>9} {r.answered:>8} {r.failed:>6} {f(r.output_tok_s, 1):>10} "
+                   f"{f(r.req_s):>7} {f(r.latency_p50_s):>7} {f(r.latency_p95_s):>7} "
+                   f"{f(r.ttft_p50_s):>8} {f(r.ttft_p95_s):>8}")
+        for e, n in sorted(r.errors.items()):
+            out.append(f"{'':>9} {n} failed: {e}")
+    notes = sorted({r.note for r in result.levels if r.note})
     if notes:
         out.append("- marks a percentile with too few answers (" + "; ".join(notes) + ")")
-    held = [str(r["inflight"]) for r in result["levels"] if r.get("gateway_waits")]
+    held = [str(r.inflight) for r in result.levels if r.gateway_waits]
     if held:
         out.append(f"the gateway's in-flight limit for the alias held requests back at {', '.join(held)} in flight "
                    "(they waited and asked again): past it, raise max_inflight to measure the pool")
-    if any(r["tokens_counted_from_text"] for r in result["levels"]):
+    if any(r.tokens_counted_from_text for r in result.levels):
         out.append("output tokens counted from the text (chars/4): the gateway sent no usage")
-    out.append(result["verdict"])
-    c = result.get("client") or {}
+    out.append(result.verdict)
+    c = result.client
     if c.get("cpu_s") is not None:
         rss = "-" if c.get("peak_rss_mib") is None else f"{c['peak_rss_mib']} MiB"
         out.append(f"this client: {c['cpu_s']} s of CPU, peak RSS {rss}")
@@ -281,12 +409,12 @@ def results_dir() -> Path:
     return settings.path(settings.THROUGHPUT_DIR)
 
 
-def save(result: dict[str, Any], directory: Path | None = None) -> Path:
+def save(result: Result, directory: Path | None = None) -> Path:
     """Write the result as `<dir>/<alias>.json` (what `nev rig capacity` reads)."""
     d = directory or results_dir()
     d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{result['alias'].replace('/', '_')}.json"
-    jsonfile.write_atomic(path, result)
+    path = d / f"{result.alias.replace('/', '_')}.json"
+    jsonfile.write_atomic(path, result.to_json())
     return path
 
 
@@ -317,10 +445,10 @@ def _own_peak_kib() -> int | None:
 
 
 def run(alias: str, levels: Sequence[int], requests: int | None, max_tokens: int, timeout: float,
-        on_level: Callable[[dict[str, Any]], None] = lambda _r: None) -> dict[str, Any]:
+        on_level: Callable[[Level], None] = lambda _r: None) -> Result:
     target = gateway.endpoint_from_settings()
     result = sweep(lambda: one_request(target, alias, max_tokens, timeout), alias, levels, requests, on_level)
-    result["max_tokens"] = max_tokens
-    result["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    result["client"] = own_use()
+    result.max_tokens = max_tokens
+    result.measured_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    result.client = own_use()
     return result

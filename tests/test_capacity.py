@@ -12,6 +12,7 @@ import pytest
 from bench import folknet
 from lanes.base.errors import ConfigError
 from rig import capacity as cap
+from rig.inventory.records import Snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,32 +42,32 @@ def sweep(alias: str, peak: float, knee: int | None = 8) -> dict:
 def test_the_committed_declaration_loads_and_stays_within_its_budget():
     d = cap.load(ROOT / "bench/capacity.json")
     m = cap.model(folknet.load(ROOT / "bench/folknet.json"), None, {}, d)
-    assert m["warnings"] == []
-    assert {r["role"] for r in m["power"]["roles"]} >= {"pool", "lane"}
+    assert m.warnings == []
+    assert {r.role for r in m.roles} >= {"pool", "lane"}
 
 
 def test_a_role_over_its_power_budget_warns_with_the_role_and_the_figures(tmp_path):
     d = cap.load(write(tmp_path, DECLARED))
     m = cap.model(folknet.load(ROOT / "bench/folknet.json"), None, {}, d)
-    pool_warning = next(w for w in m["warnings"] if "role pool" in w)
+    pool_warning = next(w for w in m.warnings if "role pool" in w)
     assert "4160 W" in pool_warning                       # 3200 + 4 x 240
     assert "1 x eight-card-24g at 3200 W" in pool_warning and "4 x arm-gb10 at 240 W" in pool_warning
     assert "budget of 3500 W" in pool_warning and "660 W over" in pool_warning
-    total = next(w for w in m["warnings"] if "the rig draws" in w)
+    total = next(w for w in m.warnings if "the rig draws" in w)
     assert "10160 W" in total and "total of 9000 W" in total
 
 
 def test_within_budget_no_warning(tmp_path):
     d = cap.load(write(tmp_path, {**DECLARED, "power_budget_w": {"total": 20000, "roles": {"pool": 5000}}}))
-    assert cap.model(folknet.load(ROOT / "bench/folknet.json"), None, {}, d)["warnings"] == []
+    assert cap.model(folknet.load(ROOT / "bench/folknet.json"), None, {}, d).warnings == []
 
 
 def test_candidates_per_hour_come_from_the_measured_peak_and_the_answer_size(tmp_path):
     d = cap.load(write(tmp_path, DECLARED))
-    sweeps = {"qwen3.8-27b-fast": sweep("qwen3.8-27b-fast", 819.0),
-              "deepseek-v4.1-flash": sweep("deepseek-v4.1-flash", 120.0, knee=None)}
-    snap = {"aliases": {"qwen3.8-27b-fast": {"status": "ready"}}, "hosts": {}}
-    m = cap.model(folknet.load(ROOT / "bench/folknet.json"), snap, sweeps, d)
+    sweeps = {"qwen3.8-27b-fast": cap.Sweep.of(sweep("qwen3.8-27b-fast", 819.0)),
+              "deepseek-v4.1-flash": cap.Sweep.of(sweep("deepseek-v4.1-flash", 120.0, knee=None))}
+    snap = Snapshot.from_json({"aliases": {"qwen3.8-27b-fast": {"status": "ready"}}}, "t")
+    m = cap.model(folknet.load(ROOT / "bench/folknet.json"), snap, sweeps, d).to_json()
     pools = {p["pool"]: p for p in m["pools"]}
     fast = pools["gpu0"]["aliases"][0]
     assert fast["alias"] == "qwen3.8-27b-fast" and fast["status"] == "ready"
@@ -84,11 +85,11 @@ def test_hosts_that_advertise_a_class_are_counted_from_the_inventory(tmp_path):
     up = {"status": "up", "role": "pool", "inventory": {"roles": ["pool"], "hardware_class": "arm-gb10"}}
     snap = {"hosts": {"spark1": up, "spark2": up, "spark3": {**up, "status": "down"},
                       "odd": {"status": "up", "role": "pool", "inventory": {"hardware_class": "mystery"}}}}
-    rows, notes = cap.power(d, snap)
-    pool = next(r for r in rows if r["role"] == "pool")
-    assert pool["source"] == "inventory" and pool["hosts"] == 2 and pool["busy_w"] == 480
-    lane = next(r for r in rows if r["role"] == "lane")
-    assert lane["source"] == "declared" and lane["hosts"] == 10
+    rows, notes = cap.power(d, Snapshot.from_json(snap, "t"))
+    pool = next(r for r in rows if r.role == "pool")
+    assert pool.source == "inventory" and pool.hosts == 2 and pool.busy_w == 480
+    lane = next(r for r in rows if r.role == "lane")
+    assert lane.source == "declared" and lane.hosts == 10
     assert any("class mystery has no declared power figures" in n for n in notes)
 
 

@@ -344,7 +344,7 @@ def _readers() -> list[Reader]:
         Reader("inventory snapshot (readiness)", ("bench/readiness.py::read_snapshot",), "inventory.json",
                lambda d, f: readiness.read_snapshot(f), b'{"schema": 1}', tolerant=True),
         Reader("inventory snapshot (nev rig status)", ("rig/inventory/status.py::load_local",
-                                                         "rig/inventory/status.py::_parse"), "inventory.json",
+                                                         "rig/inventory/status.py::parse"), "inventory.json",
                lambda d, f: inv_status.load_local(f), b'{"schema": 1}'),
         Reader("inventory snapshot (collect)", ("rig/inventory/inventoryfile.py::read",), "inventory.json",
                lambda d, f: inventoryfile.read(f), b'{"schema": 1}', tolerant=True),

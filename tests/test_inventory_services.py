@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from lanes.base.jsonfile import Fields
 from lanes.base.mask import is_secret_name, mask
 from lanes.base.ssh import Target
 from rig.box import inventory_services as isv
 from rig.box import plan
 from rig.inventory import advertise, collect, reach
+from rig.inventory.records import HostDoc, Snapshot
 
 LAYOUT = plan.Layout("ibox", "198.18.44", 2)
 BOX = Path("/srv/boxes/ibox")
@@ -162,8 +164,9 @@ def test_golden_ansible_export_groups_by_role_and_goes_through_the_jump():
     import datetime as dt
 
     at = dt.datetime(2026, 11, 30, 10, 5, tzinfo=dt.UTC)
-    hosts = collect.merge(found, [], {d["url"]: (d, None) for d in served.values()}, at)
-    got = collect.ansible({"hosts": hosts}, REACH)
+    fetched = {d["url"]: (HostDoc.from_json(d, Fields("t"), ""), None) for d in served.values()}
+    hosts = collect.merge(found, [], fetched, at)
+    got = collect.ansible(Snapshot(hosts=hosts), REACH)
     path = GOLDEN / "expected.ansible-jump.json"
     if os.environ.get("NEV_GOLDEN_WRITE") == "1":
         path.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
@@ -190,7 +193,7 @@ def test_golden_ansible_export_groups_by_role_and_goes_through_the_jump():
 
 def test_without_a_jump_the_export_still_pins_host_keys():
     r = reach.Reach(known_hosts=Path("/k"), by_addr={"198.18.0.11": ("lane", 2200)})
-    hv = reach.host_vars("198.18.0.11", {}, r)
+    hv = reach.host_vars("198.18.0.11", None, r)
     assert hv == {"ansible_host": "198.18.0.11", "ansible_user": "lane", "ansible_port": 2200,
                   "ansible_ssh_common_args": "-o UserKnownHostsFile=/k -o StrictHostKeyChecking=yes"}
     assert "ProxyCommand" not in json.dumps(hv)
@@ -221,7 +224,8 @@ def test_common_args_reach_a_host_through_a_real_jump_with_pinned_keys(tmp_path)
         (tmp_path / "target" / "authorized_keys").write_text(jump.client_key.with_suffix(".pub").read_text())
         r = reach.Reach(jump=Target(host="127.0.0.1", user=jump.user, port=jump.port), known_hosts=kh,
                         key_file=jump.client_key)
-        hv = reach.host_vars("127.0.0.1", {"ssh": {"user": target.user, "port": target.port}}, r)
+        doc = {"ssh": {"user": target.user, "port": target.port}}
+        hv = reach.host_vars("127.0.0.1", HostDoc.from_json(doc, Fields("t"), ""), r)
 
         def ssh(common: list[str]) -> subprocess.CompletedProcess:
             # the way Ansible's ssh connection builds its command line

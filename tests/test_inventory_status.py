@@ -11,16 +11,19 @@ import pytest
 
 from bench import folknet
 from lanes.base.errors import ConfigError
+from lanes.base.jsonfile import Fields
 from rig.inventory import inventoryfile, status
 from rig.inventory.probe import Outcome, Policy, advance
+from rig.inventory.records import AliasState, Host, HostDoc, Snapshot
 
 T0 = dt.datetime(2026, 11, 30, 10, 0, 0, tzinfo=dt.UTC)
 OK = Outcome(True, 0.05)
 BAD = Outcome(False, 0.01, "HTTP 503: stand-in pool told to answer 503")
 
 
-def rounds(outcomes: list[Outcome], policy: Policy, state: dict | None = None) -> list[dict]:
-    s = state or {}
+def rounds(outcomes: list[Outcome], policy: Policy,
+           state: AliasState | None = None) -> list[AliasState]:
+    s = state or AliasState()
     out = []
     for i, o in enumerate(outcomes):
         s = advance(s, o, T0 + dt.timedelta(minutes=5 * i), policy)
@@ -29,35 +32,35 @@ def rounds(outcomes: list[Outcome], policy: Policy, state: dict | None = None) -
 
 
 def test_first_outcome_decides_an_unknown_alias():
-    assert rounds([OK], Policy())[-1]["status"] == "ready"
-    assert rounds([BAD], Policy())[-1]["status"] == "failing"
+    assert rounds([OK], Policy())[-1].status == "ready"
+    assert rounds([BAD], Policy())[-1].status == "failing"
 
 
 def test_ready_alias_turns_failing_only_after_n_failures_in_a_row():
     seq = rounds([OK, BAD, BAD, BAD], Policy(fails=3, oks=2))
-    assert [s["status"] for s in seq] == ["ready", "ready", "ready", "failing"]
-    assert seq[-1]["since"] == inventoryfile.iso(T0 + dt.timedelta(minutes=15))
-    assert seq[-1]["last_error"].startswith("HTTP 503")
-    assert seq[-1]["last_answer"] == inventoryfile.iso(T0)
+    assert [s.status for s in seq] == ["ready", "ready", "ready", "failing"]
+    assert seq[-1].since == inventoryfile.iso(T0 + dt.timedelta(minutes=15))
+    assert seq[-1].last_error.startswith("HTTP 503")
+    assert seq[-1].last_answer == inventoryfile.iso(T0)
 
 
 def test_a_success_between_failures_resets_the_count():
     seq = rounds([OK, BAD, OK, BAD, OK], Policy(fails=2, oks=2))
-    assert {s["status"] for s in seq} == {"ready"}
-    assert seq[-1]["since"] == inventoryfile.iso(T0)
+    assert {s.status for s in seq} == {"ready"}
+    assert seq[-1].since == inventoryfile.iso(T0)
 
 
 def test_failing_alias_turns_ready_only_after_m_successes():
     seq = rounds([BAD, OK, OK, BAD, OK, OK, OK], Policy(fails=2, oks=3))
-    assert [s["status"] for s in seq] == ["failing"] * 6 + ["ready"]
-    assert seq[-1]["since"] == inventoryfile.iso(T0 + dt.timedelta(minutes=30))
-    assert seq[-1]["last_answer_latency_s"] == 0.05
+    assert [s.status for s in seq] == ["failing"] * 6 + ["ready"]
+    assert seq[-1].since == inventoryfile.iso(T0 + dt.timedelta(minutes=30))
+    assert seq[-1].last_answer_latency_s == 0.05
 
 
 def test_since_holds_while_the_status_holds():
     seq = rounds([OK, OK, OK], Policy())
-    assert {s["since"] for s in seq} == {inventoryfile.iso(T0)}
-    assert seq[-1]["last_answer"] == inventoryfile.iso(T0 + dt.timedelta(minutes=10))
+    assert {s.since for s in seq} == {inventoryfile.iso(T0)}
+    assert seq[-1].last_answer == inventoryfile.iso(T0 + dt.timedelta(minutes=10))
 
 
 def write_declared(tmp_path: Path, aliases: dict) -> folknet.Folknet:
@@ -72,21 +75,21 @@ A = {"pool": "gpu0", "max_inflight": 4, "provider": "self-hosted", "keys": ["bat
 def test_merge_declared_keeps_probe_state_drops_removed_marks_retired(tmp_path):
     decl = write_declared(tmp_path, {"a": A, "b": dict(A, retired="2026-09-22")})
     snap = inventoryfile.empty()
-    snap["aliases"] = {"a": {"status": "ready", "since": "2026-11-30T09:00:00Z", "max_inflight": 1},
-                       "gone": {"status": "ready"}, "b": {"status": "ready"}}
+    snap.aliases = {"a": AliasState(status="ready", since="2026-11-30T09:00:00Z", max_inflight=1),
+                    "gone": AliasState(status="ready"), "b": AliasState(status="ready")}
     inventoryfile.merge_declared(snap, decl, T0.date())
-    assert set(snap["aliases"]) == {"a", "b"}
-    assert snap["aliases"]["a"]["status"] == "ready" and snap["aliases"]["a"]["max_inflight"] == 4
-    assert snap["aliases"]["a"]["since"] == "2026-11-30T09:00:00Z"
-    assert snap["aliases"]["b"]["status"] == "retired"
+    assert set(snap.aliases) == {"a", "b"}
+    assert snap.aliases["a"].status == "ready" and snap.aliases["a"].max_inflight == 4
+    assert snap.aliases["a"].since == "2026-11-30T09:00:00Z"
+    assert snap.aliases["b"].status == "retired"
 
 
 def test_snapshot_update_is_atomic_and_keeps_other_sections(tmp_path):
     p = tmp_path / "inv" / "inventory.json"
-    inventoryfile.update(p, lambda s: s["hosts"].update(h={"status": "up"}), T0)
-    inventoryfile.update(p, lambda s: s.update(probed_at="x"), T0)
+    inventoryfile.update(p, lambda s: s.hosts.update(h=Host("h", status="up")), T0)
+    inventoryfile.update(p, lambda s: setattr(s, "probed_at", "x"), T0)
     data = json.loads(p.read_text())
-    assert data["hosts"] == {"h": {"status": "up"}} and data["probed_at"] == "x"
+    assert data["hosts"]["h"]["status"] == "up" and data["probed_at"] == "x"
     assert data["written_at"] == "2026-11-30T10:00:00Z"
     assert [f.name for f in p.parent.iterdir() if f.name.startswith(".")] == []
 
@@ -96,7 +99,8 @@ def test_concurrent_writers_lose_no_section(tmp_path):
 
     def bump(key: str) -> None:
         for i in range(30):
-            inventoryfile.update(p, lambda s, i=i: s["hosts"].__setitem__(f"{key}{i}", {}))
+            name = f"{key}{i}"
+            inventoryfile.update(p, lambda s, n=name: s.hosts.__setitem__(n, Host(n)))
 
     ts = [threading.Thread(target=bump, args=(k,)) for k in "ab"]
     for t in ts:
@@ -109,8 +113,9 @@ def test_concurrent_writers_lose_no_section(tmp_path):
 def test_corrupt_snapshot_is_started_over(tmp_path):
     p = tmp_path / "inventory.json"
     p.write_text("{oops")
-    inventoryfile.update(p, lambda s: s["aliases"].update(a={"status": "ready"}), T0)
-    assert json.loads(p.read_text())["aliases"] == {"a": {"status": "ready"}}
+    inventoryfile.update(p, lambda s: s.aliases.update(a=AliasState(status="ready")), T0)
+    assert list(json.loads(p.read_text())["aliases"]) == ["a"]
+    assert json.loads(p.read_text())["aliases"]["a"]["status"] == "ready"
 
 
 def test_status_table_shows_held_for_last_answer_retired_and_snapshot_age():
@@ -122,7 +127,7 @@ def test_status_table_shows_held_for_last_answer_retired_and_snapshot_age():
                          "last_error": "HTTP 503: told to"},
                 "old": {"status": "retired", "retired": "2026-09-22"}},
             "hosts": {"gpu0": {"status": "up"}, "gpu1": {"status": "down"}}}
-    s = status.summary(snap, T0, "inv.json")
+    s = status.summary(Snapshot.from_json(snap, "inv.json"), T0, "inv.json")
     assert [r["alias"] for r in s["aliases"]] == ["fast", "slow", "old"]
     assert s["aliases"][1]["held_for_s"] == 600 and s["snapshot_age_s"] == 120
     text = status.render(s)
@@ -179,8 +184,10 @@ def test_collected_inventories_are_stored_without_secrets(tmp_path):
     finally:
         srv.shutdown()
         srv.server_close()
-    assert hosts["odd"]["status"] == "up" and hosts["odd"]["role"] == "pool"
-    assert secret not in json.dumps(hosts) and "api_key" not in hosts["odd"]["inventory"]
+    assert hosts["odd"].status == "up" and hosts["odd"].role == "pool"
+    stored = json.dumps({n: h.to_json() for n, h in hosts.items()})
+    odd = hosts["odd"].inventory
+    assert secret not in stored and odd is not None and "api_key" not in odd.doc
 
 
 GOLDEN = Path(__file__).parent / "inventory_golden"
@@ -197,13 +204,13 @@ def test_golden_recorded_inventories_give_the_expected_hosts_and_ansible_export(
     found.append(collect.Found(name="gpu1", url="http://198.18.0.41:8787/inventory", addresses=["198.18.0.41"],
                                role="pool", sources=["mdns"], seen_after_s=0.05))
     seed = "http://198.18.0.99:8787/inventory"
-    fetched = {d["url"]: (d, None) for d in served.values()}
+    fetched = {d["url"]: (HostDoc.from_json(d, Fields("t"), ""), None) for d in served.values()}
     fetched["http://198.18.0.41:8787/inventory"] = (None, "inventory http://198.18.0.41:8787/inventory "
                                                           "unreachable: ConnectionError")
     fetched[seed] = (None, f"inventory {seed} did not answer within 3 s")
     hosts = collect.merge(found, [seed], fetched, T0)
-    ans = collect.ansible({"hosts": hosts})
-    got = {"hosts": hosts, "ansible": ans}
+    ans = collect.ansible(Snapshot(hosts=hosts))
+    got = {"hosts": {n: h.to_json() for n, h in hosts.items()}, "ansible": ans}
     if os.environ.get("NEV_GOLDEN_WRITE") == "1":
         for k, v in got.items():
             (GOLDEN / f"expected.{k}.json").write_text(json.dumps(v, indent=2, sort_keys=True) + "\n")
@@ -222,12 +229,13 @@ def test_never_probed_snapshot_says_why_its_aliases_are_unknown_and_names_down_h
             "aliases": {"fast": {"status": "unknown"}},
             "hosts": {"gpu1": {"status": "up"},
                       "held-gpu1": {"status": "down", "error": DOWN}}}
-    text = status.render(status.summary(snap, T0, "lane 0 (lane0):inv.json"))
+    read = Snapshot.from_json(snap, "t")
+    text = status.render(status.summary(read, T0, "lane 0 (lane0):inv.json"))
     assert "aliases unknown: nothing probes this snapshot" in text
     assert "nev rig services install" in text
     assert f"inventory hosts: 1 up, down: held-gpu1 ({DOWN})" in text
     again = {**snap, "probed_at": "2026-11-30T09:59:00Z"}
-    probed = status.render(status.summary(again, T0, "inv.json"))
+    probed = status.render(status.summary(Snapshot.from_json(again, "t"), T0, "inv.json"))
     assert "nothing probes" not in probed
 
 
@@ -240,12 +248,13 @@ def test_snapshot_lane_reads_the_collector_lanes_when_no_local_snapshot(tmp_path
     assert status.snapshot_lane(None) == 1 and status.snapshot_lane(0) == 0   # --lane wins
     seen: list[int] = []
 
-    def from_lane(i: int) -> tuple[dict, str]:      # the SSH edge: which lane was asked
+    def from_lane(i: int) -> tuple[Snapshot, str]:      # the SSH edge: which lane was asked
         seen.append(i)
-        return {"aliases": {"a": {"status": "ready"}}}, f"lane {i}"
+        return Snapshot(aliases={"a": AliasState(status="ready")}), f"lane {i}"
 
     monkeypatch.setattr(status, "load_from_lane", from_lane)
-    assert status.load(None) == ({"aliases": {"a": {"status": "ready"}}}, "lane 1") and seen == [1]
+    snap, source = status.load(None)
+    assert snap.aliases["a"].status == "ready" and source == "lane 1" and seen == [1]
     from rig.dashboard import collect
 
     assert collect.aliases()["snapshot"] == "lane 1" and seen == [1, 1]

@@ -22,6 +22,7 @@ from lanes.base import notify
 from lanes.base.errors import ConfigError
 from rig import rigfile
 from rig.inventory import status as inv_status
+from rig.inventory.records import Snapshot
 from tests.helpers.job_helpers import ROOT, nev
 from tests.helpers.webhook import TOKEN, Receiver, rig_file
 from tests.test_job_poll import _env as poll_env
@@ -234,13 +235,13 @@ def test_an_alias_down_for_three_hours_posts_once_and_its_recovery_once(tmp_path
         t = now + dt.timedelta(minutes=minutes)
         snap = _snap(t, big=("failing", 60 * minutes), small=("ready", 9000), new=("failing", 60))
         snap["aliases"]["big"]["since"] = now.isoformat()
-        inv_status.notify_aliases(snap, t, env)
+        inv_status.notify_aliases(Snapshot.from_json(snap, "t"), t, env)
     assert receiver.kinds() == [("alias_down", "down", "big")]  # `new` is under the threshold
     assert (
         "failing for" in receiver.posts[0]["detail"] and "HTTP 503" in receiver.posts[0]["detail"]
     )
-    inv_status.notify_aliases(_snap(now, big=("ready", 10)), now, env)
-    inv_status.notify_aliases(_snap(now, big=("ready", 300)), now, env)
+    inv_status.notify_aliases(Snapshot.from_json(_snap(now, big=("ready", 10)), "t"), now, env)
+    inv_status.notify_aliases(Snapshot.from_json(_snap(now, big=("ready", 300)), "t"), now, env)
     assert receiver.kinds() == [("alias_down", "down", "big"), ("alias_down", "recovered", "big")]
     assert receiver.posts[1]["key"] == receiver.posts[0]["key"] + "/recovered"
 

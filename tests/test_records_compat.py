@@ -3,6 +3,7 @@ written by that version's own code) and refuses a malformed one in one line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,199 @@ def test_job_records_written_by_the_previous_version_read_back_and_write_the_sam
     with pytest.raises(ConfigError) as e:
         Records.from_json(Fields(path), bad)
     assert "\n" not in str(e.value) and "jobs.clamp-px" in str(e.value) and "sends" in str(e.value)
+
+
+# -- the inventory snapshot (rig/inventory/records.py) ---------------------------------------------
+
+INVENTORY = DATA / "inventory-v0.1.json"    # written by collect's merge and three probe rounds
+
+
+def test_the_inventory_snapshot_written_by_the_previous_version_reads_as_typed_records(tmp_path):
+    import datetime as dt
+
+    from rig.inventory import inventoryfile, status
+
+    snap = status.load_local(INVENTORY)
+    assert snap.schema == 1 and snap.probed_at == "2026-11-30T10:03:00Z"
+    names = ("qwen3.8-27b-fast", "qwen3.8-27b-slow", "old-7b", "new-9b")
+    fast, slow, old, new = (snap.aliases[n] for n in names)
+    assert (fast.status, fast.oks, fast.pool_hosts) == ("ready", 3, ["gpu0"])
+    assert fast.since == "2026-11-30T10:01:00Z"
+    assert (slow.status, slow.fails, slow.max_inflight) == ("failing", 2, 2)
+    assert slow.last_error == "HTTP 503: stand-in pool told to answer 503"
+    assert slow.last_answer_latency_s == 0.421
+    assert (old.status, old.retired) == ("retired", "2026-09-22")
+    assert (new.status, new.tier) == ("unknown", "capacity")
+    gpu0 = snap.hosts["gpu0"]
+    assert gpu0.up and gpu0.inventory is not None and gpu0.inventory.pools == ("gpu0",)
+    assert gpu0.inventory.hardware_class == "24GB consumer cards x8" and gpu0.sources == ["mdns"]
+    assert not snap.hosts["gpu1"].up and "ConnectionError" in (snap.hosts["gpu1"].error or "")
+    now = dt.datetime(2026, 11, 30, 10, 13, tzinfo=dt.UTC)
+    rows = {r["alias"]: r for r in status.rows(snap, now)}
+    assert rows["qwen3.8-27b-slow"]["held_for_s"] == 600
+    assert rows["qwen3.8-27b-fast"]["last_error"] is None
+    # the new writer keeps what the old one wrote: every old key reads back with its value (a key
+    # it adds holds what its absence meant), and the status reads the same from both
+    copy = tmp_path / "inventory.json"
+    copy.write_text(INVENTORY.read_text())
+    inventoryfile.update(copy, lambda s: None, dt.datetime(2026, 11, 30, 10, 4, tzinfo=dt.UTC))
+    before, after = json.loads(INVENTORY.read_text()), json.loads(copy.read_text())
+    assert after["written_at"] == "2026-11-30T10:04:00Z"
+    before["written_at"] = after["written_at"]
+    for name, a in after["aliases"].items():
+        added = {k: v for k, v in a.items() if k not in before["aliases"][name]}
+        assert set(added.values()) <= {None, 0}, (name, added)
+        before["aliases"][name].update(added)
+    assert after == before
+    again = status.summary(status.load_local(copy), now, "s")
+    assert {**again, "written_at": None} == {**status.summary(snap, now, "s"), "written_at": None}
+    # the job's inventory check (bench/readiness.py, a reader of the JSON) finds the same reasons
+    from bench import folknet, readiness
+
+    declared = tmp_path / "folknet.json"
+    declared.write_text(json.dumps({"schema": 1, "providers": ["self-hosted"], "aliases": {
+        n: {"pool": "gpu0", "max_inflight": 1, "provider": "self-hosted", "keys": ["batch"]}
+        for n in ("qwen3.8-27b-fast", "qwen3.8-27b-slow", "new-9b")}}))
+    needs = readiness.Needs([readiness.Need(n) for n in (names[0], names[1], names[3])])
+    reasons = [readiness.check(needs, readiness.read_snapshot(p), folknet.load(declared), now)
+               for p in (INVENTORY, copy)]
+    assert reasons[0] == reasons[1]
+    assert [r.kind.value for r in reasons[0]] == ["not-ready", "not-probed"]
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (lambda d: d["aliases"]["old-7b"].update(fails="2"), "aliases.old-7b.fails"),
+    (lambda d: d["hosts"]["gpu0"]["inventory"].update(pools="gpu0"), "hosts.gpu0.inventory.pools"),
+    (lambda d: d["hosts"]["gateway"].update(addresses=[20]), "hosts.gateway.addresses[0]"),
+])
+def test_a_malformed_inventory_snapshot_is_refused_in_one_line(tmp_path: Path, edit, field: str):
+    from lanes.base.errors import NevError
+    from rig.inventory import inventoryfile, status
+
+    data = json.loads(INVENTORY.read_text())
+    edit(data)
+    bad = tmp_path / "inventory.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(NevError) as e:
+        status.load_local(bad)
+    msg = str(e.value)
+    assert "\n" not in msg and f"{bad}: field {field} must be" in msg
+    assert "run `nev rig probe`" in msg
+    # a writer starts such a file over (as it does a corrupt one), saying why in one line
+    assert inventoryfile.read(bad).aliases == {}
+
+
+# -- a lane's services (rig/services.py, rig/services_lane.py) -------------------------------------
+
+
+def test_a_lanes_services_written_by_the_previous_version_read_as_typed_records(tmp_path: Path):
+    """The supervisor's state file of a service that exited twice, and the lane's `here --json`
+    over it, both written by the previous version's own code."""
+    from rig import services as svc
+    from rig import services_lane as lane_svc
+
+    st = lane_svc.ServiceState.read(DATA / "services-state-v0.1.json")
+    assert (st.restarts, st.last_exit, st.pid, st.start) == (1, 3, 1807, None) and st.started_at
+    assert json.loads((DATA / "services-state-v0.1.json").read_text()) == st.to_json()   # same file
+    here = svc.parse_here((DATA / "services-here-v0.1.json").read_text(), "lane 9's services")
+    assert here.host == "lane9" and here.supervisor is None and not here.autostart
+    [row] = here.services
+    assert (row.service, row.state, row.restarts, row.last_exit) == ("advertise", "stopped", 1, 3)
+    assert row.pid is None
+    assert here.to_json() == json.loads((DATA / "services-here-v0.1.json").read_text())
+    text = svc.render([svc.LaneServices("lane 9 (lane9)", here)])
+    assert text.splitlines()[1].split() == [
+        "lane", "9", "(lane9)", "advertise", "stopped", "-", "-", "1", "3"]
+    assert not svc.healthy([svc.LaneServices("lane 9 (lane9)", here)])
+
+
+def test_a_malformed_services_answer_is_refused_in_one_line():
+    from lanes.base.errors import ConfigError
+    from rig import services as svc
+
+    data = json.loads((DATA / "services-here-v0.1.json").read_text())
+    data["services"][0]["restarts"] = "1"
+    with pytest.raises(ConfigError) as e:
+        svc.parse_here(json.dumps(data), "lane 9's services")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "lane 9's services: field services[0].restarts must be a whole number" in msg
+
+
+# -- a throughput sweep (rig/throughput.py; read by `nev rig capacity`) ----------------------------
+
+SWEEP = DATA / "throughput-v0.1.json"     # `throughput.save` of a sweep over a stand-in request
+
+
+def test_a_sweep_saved_by_the_previous_version_reads_as_a_typed_record():
+    from rig import capacity
+    from rig import throughput as tp
+
+    data = json.loads(SWEEP.read_text())
+    r = tp.Result.from_json(data, str(SWEEP))
+    assert (r.alias, r.knee, r.peak_at, r.saturated) == ("stand-alias", None, 4, False)
+    assert r.max_tokens == 64
+    assert [lv.inflight for lv in r.levels] == [1, 2, 4] and r.levels[1].gateway_waits == 1
+    assert r.levels[0].errors == {"HTTP 503: stand-in pool told to answer 503": 1}
+    assert r.client == {"cpu_s": 0.42, "peak_rss_mib": 31.5}
+    assert r.to_json() == data                                   # saved again: the same file
+    assert tp.knee(r.levels) == r.knee and tp.verdict(r.levels, r.knee) == r.verdict
+    text = tp.render(r)
+    assert "not saturated" in text and "this client: 0.42 s of CPU, peak RSS 31.5 MiB" in text
+    assert "held requests back at 2 in flight" in text
+    sw = capacity.Sweep.of(data)
+    assert (sw.peak_output_tok_s, sw.peak_at, sw.knee) == (7883.5, 4, None)
+    assert sw.measured_at == "2026-11-30T10:00:00Z"
+
+
+def test_a_malformed_sweep_is_refused_in_one_line():
+    from lanes.base.errors import ConfigError
+    from rig import throughput as tp
+
+    data = json.loads(SWEEP.read_text())
+    data["levels"][2]["answered"] = "5"
+    with pytest.raises(ConfigError) as e:
+        tp.Result.from_json(data, "tp/stand-alias.json")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "tp/stand-alias.json: field levels[2].answered must be a whole number" in msg
+
+
+# -- a rig snapshot's label (rig/snapshot/store.py) ----------------------------------------------
+
+LABEL = DATA / "snapshot-label-v0.1.json"    # `LocalStore.write_manifest` of one role on one host
+
+
+def _store_with(tmp_path: Path, text: str):
+    from rig.snapshot.store import LocalStore
+
+    st = LocalStore.open(tmp_path / "notes", [])
+    st.labels.mkdir(parents=True, exist_ok=True)
+    (st.labels / "before-upgrade.json").write_text(text)
+    return st
+
+
+def test_a_snapshot_label_written_by_the_previous_version_reads_as_typed_records(tmp_path: Path):
+    m = _store_with(tmp_path, LABEL.read_text()).read_manifest("before-upgrade")
+    assert (m.label, m.time, m.who) == ("before-upgrade", "2026-11-30T10:00:00Z", "dev@box")
+    s = m.roles["gateway"]["198.18.0.20"]
+    conf, extra = s.files
+    assert (conf.user, conf.group, conf.mode, conf.size) == ("root", "litellm", 0o640, 12)
+    assert conf.meta() == "root:litellm 0640"
+    assert extra.missing and extra.meta() == "absent"
+    assert s.commands[0].cmd == "systemctl is-active litellm" and s.commands[0].exit == 0
+    assert m.to_json() == json.loads(LABEL.read_text())           # written again: the same file
+
+
+def test_a_malformed_snapshot_label_is_refused_in_one_line(tmp_path: Path):
+    from rig.snapshot.store import StoreError
+
+    data = json.loads(LABEL.read_text())
+    data["roles"]["gateway"]["198.18.0.20"]["files"][0]["mode"] = "rw-r-----"
+    st = _store_with(tmp_path, json.dumps(data))
+    with pytest.raises(StoreError) as e:
+        st.read_manifest("before-upgrade")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "damaged (field roles.gateway.198.18.0.20.files[0].mode" in msg
+    assert "not an octal mode such as 0644" in msg and msg.endswith("it cannot be used")

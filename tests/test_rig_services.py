@@ -102,24 +102,24 @@ def test_apply_runs_the_services_under_one_supervisor_restarts_them_and_removes_
     assert stat.S_IMODE((lane_svc.config_dir(home) / "folknet.json").stat().st_mode) == 0o644
     tab = subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout
     assert [ln for ln in tab.splitlines() if ln.endswith(svc.TAG)][0].startswith("@reboot ")
-    here = _wait(lambda: (h := lane_svc.here(home))["services"][0]["state"] == "running" and h)
-    assert here["supervisor"] and here["autostart"]
-    pid = here["services"][0]["pid"]
+    here = _wait(lambda: (h := lane_svc.here(home)).services[0].state == "running" and h)
+    assert here.supervisor and here.autostart
+    pid = here.services[0].pid
     # the same plan again changes nothing and keeps the supervisor
-    sup = here["supervisor"]
+    sup = here.supervisor
     assert lane_svc.apply(plan, home) == ["unchanged: services running as planned"]
     assert lane_svc.supervisor_pid(home) == sup
     # a service that dies is started again by the supervisor
     os.kill(pid, signal.SIGKILL)
-    again = _wait(lambda: (r := lane_svc.here(home)["services"][0])["pid"] not in (None, pid) and r)
-    assert again["restarts"] == 1 and again["last_exit"] == -9
+    again = _wait(lambda: (r := lane_svc.here(home).services[0]).pid not in (None, pid) and r)
+    assert again.restarts == 1 and again.last_exit == -9
     assert "sk-test-probe" not in (lane_svc.state_dir(home) / "probe.log").read_text()
     # remove: supervisor, line and files gone; the service with it
     gone = lane_svc.apply(None, home)
     assert "changed: supervisor stopped" in gone and "changed: @reboot line removed" in gone
     assert lane_svc.supervisor_pid(home) is None and not list(lane_svc.config_dir(home).glob("*"))
     assert svc.TAG not in subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout
-    _wait(lambda: not Path(f"/proc/{again['pid']}").exists())
+    _wait(lambda: not Path(f"/proc/{again.pid}").exists())
 
 
 def test_a_changed_plan_restarts_the_supervisor_and_a_second_one_refuses_to_run(home):
@@ -148,10 +148,22 @@ def test_once_runs_one_round_with_the_planned_environment(home):
 
 
 def test_status_renders_an_unreachable_lane_in_one_line():
-    rows = [{"lane": "lane 0 (lane0)", "error": "connect: timed out"},
-            {"lane": "lane 1 (lane1)", "supervisor": 7, "autostart": True,
-             "services": [{"service": "advertise", "state": "running", "pid": 9, "up_s": 3.0, "restarts": 0,
-                           "last_exit": None}]}]
+    wire = {
+        "supervisor": 7,
+        "autostart": True,
+        "services": [
+            {
+                "service": "advertise",
+                "state": "running",
+                "pid": 9,
+                "up_s": 3.0,
+                "restarts": 0,
+                "last_exit": None,
+            }
+        ],
+    }
+    rows = [svc.LaneServices("lane 0 (lane0)", error="connect: timed out"),
+            svc.LaneServices("lane 1 (lane1)", svc.Here.from_json(wire, "lane 1"))]
     text = svc.render(rows)
     assert "lane 0 (lane0)   unavailable: connect: timed out" in text and "advertise" in text
     assert not svc.healthy(rows) and svc.healthy(rows[1:])
@@ -166,7 +178,7 @@ def test_a_second_install_keeps_the_lanes_probe_key_when_the_gateway_still_holds
     plan.services = [s for s in plan.services if s.name == "probe"]
     lane_svc.apply(plan, home)
     key = lane_svc.config_dir(home) / "probe.key"
-    digest = lane_svc.here(home)["probe_key_sha256"]
+    digest = lane_svc.here(home).probe_key_sha256
     assert digest == hashlib.sha256(key.read_text().strip().encode()).hexdigest()
     sup = lane_svc.supervisor_pid(home)
     kept = svc.plan_for("lane9", "127.0.0.1", {"name": "lane9", "role": "lane"}, True,
@@ -176,7 +188,7 @@ def test_a_second_install_keeps_the_lanes_probe_key_when_the_gateway_still_holds
     assert "probe.key" not in kept.files and kept.keep == ["probe.key"]
     assert svc.Plan.from_json(json.loads(json.dumps(kept.to_json()))).keep == ["probe.key"]
     assert lane_svc.apply(kept, home) == ["unchanged: services running as planned"]
-    assert key.exists() and lane_svc.here(home)["probe_key_sha256"] == digest
+    assert key.exists() and lane_svc.here(home).probe_key_sha256 == digest
     assert lane_svc.supervisor_pid(home) == sup
     key.unlink()
     with pytest.raises(ConfigError, match="is to be kept but is missing"):

@@ -37,8 +37,8 @@ def test_throughput_finds_the_knee_at_haproxys_maxconn_within_one_level(box_env,
     result = json.loads(r.stdout)
     rows = {x["inflight"]: x for x in result["levels"]}
     assert all(x["failed"] == 0 for x in rows.values()), rows
-    assert result["knee"] in (4, 8, 16), tp.render(result)   # maxconn 8, within one level
-    table = tp.render(result)
+    table = tp.render(tp.Result.from_json(result, "the printed sweep"))
+    assert result["knee"] in (4, 8, 16), table   # maxconn 8, within one level
     assert rows[8]["output_tok_s"] > 1.2 * rows[4]["output_tok_s"], table
     assert rows[32]["output_tok_s"] < 1.25 * rows[16]["output_tok_s"], table   # flat past the limit
     # streamed through LiteLLM: the first token comes after the pool's delay, before the end

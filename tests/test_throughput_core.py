@@ -15,8 +15,8 @@ from rig import throughput as tp
 from tests.helpers.standin_pool import ROOT, control, standin_pool
 
 
-def row(level: int, tok_s: float) -> dict:
-    return {"inflight": level, "output_tok_s": tok_s}
+def row(level: int, tok_s: float) -> tp.Level:
+    return tp.Level(level, 0, 0, 0, None, 0, False, tok_s, None, None, None, None, None, {}, None)
 
 
 def test_the_knee_is_the_last_level_before_throughput_stops_growing():
@@ -40,11 +40,11 @@ def test_a_percentile_needs_enough_observations():
 def test_failed_requests_count_as_failed_never_in_the_rates():
     samples = [tp.Sample(True, 1.0, 0.2, 100)] * 5 + [tp.Sample(False, 0.01, error="HTTP 503: down")] * 3
     r = tp.summarize(4, samples, 2.0)
-    assert (r["answered"], r["failed"]) == (5, 3)
-    assert r["output_tok_s"] == 250.0 and r["req_s"] == 2.5
-    assert r["latency_p50_s"] == 1.0 and r["latency_p95_s"] is None
-    assert r["errors"] == {"HTTP 503: down": 3}
-    assert "p95 needs 20" in r["note"]
+    assert (r.answered, r.failed) == (5, 3)
+    assert r.output_tok_s == 250.0 and r.req_s == 2.5
+    assert r.latency_p50_s == 1.0 and r.latency_p95_s is None
+    assert r.errors == {"HTTP 503: down": 3}
+    assert r.note and "p95 needs 20" in r.note
 
 
 def test_levels_must_be_increasing_positive_integers():
@@ -61,8 +61,8 @@ def test_a_sweep_finds_the_knee_at_the_pools_in_flight_limit():
         target = Endpoint(url=url, key="not-checked-by-the-pool")
         result = tp.sweep(lambda: tp.one_request(target, "stand-alias", 64, 30), "stand-alias",
                           [1, 2, 4, 8, 16], 16)
-    assert result["knee"] in (4, 8), result          # within one level of the limit
-    rows = {r["inflight"]: r for r in result["levels"]}
+    assert result.knee in (4, 8), result          # within one level of the limit
+    rows = {r["inflight"]: r for r in result.to_json()["levels"]}
     assert all(r["failed"] == 0 for r in rows.values())
     assert rows[4]["output_tok_s"] > 2.5 * rows[1]["output_tok_s"]
     assert rows[16]["output_tok_s"] < 1.3 * rows[4]["output_tok_s"]
@@ -90,7 +90,7 @@ def test_the_sweep_runs_with_the_standard_library_alone(tmp_path):
         "from rig import throughput as tp; from bench.gateway_http import Endpoint;"
         "t = Endpoint(url=sys.argv[2], key='k');"
         "r = tp.sweep(lambda: tp.one_request(t, 'stand-alias', 16, 10), 'stand-alias', [1, 2], 3);"
-        "print(json.dumps({'rows': len(r['levels']), 'mods': sorted(m for m in sys.modules"
+        "print(json.dumps({'rows': len(r.levels), 'mods': sorted(m for m in sys.modules"
         " if m.split('.')[0] in ('requests', 'click', 'rich', 'paramiko', 'yaml', 'urllib3'))}))")
     with standin_pool() as url:
         out = subprocess.run(["/usr/bin/python3", "-S", "-E", "-c", code, str(ROOT), url],

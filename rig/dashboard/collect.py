@@ -87,7 +87,7 @@ def aliases() -> dict[str, Any]:
         snap, source = inventoryfile.read(path), str(path)
     now = inventoryfile.now_utc()
     s = status.summary(snap, now, source)
-    limits = {n: a.get("max_inflight") for n, a in (snap.get("aliases") or {}).items()}
+    limits = {n: a.max_inflight for n, a in snap.aliases.items()}
     for r in s["aliases"]:
         r["max_inflight"] = limits.get(r["alias"])
     try:

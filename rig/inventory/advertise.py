@@ -21,13 +21,17 @@ import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING
 
 from lanes.base import jsonfile
 from lanes.base.errors import ConfigError, UsageError
 from lanes.base.mask import is_secret_name, mask, register_secret
 from lanes.base.ui import info
 from rig.inventory import inventoryfile
+
+if TYPE_CHECKING:
+    from zeroconf import ServiceInfo, Zeroconf
 
 SERVICE_TYPE = "_nevinv._tcp.local."
 SCHEMA = 1
@@ -48,10 +52,10 @@ def check_interface(addr: str | None, what: str = "--interface") -> str:
     return addr
 
 
-def sanitize(value: Any, dropped: list[str], where: str = "") -> Any:
-    """Drop secret-named fields and mask every string, recursively."""
+def sanitize(value: object, dropped: list[str], where: str = "") -> object:
+    """Drop secret-named fields and mask every string, recursively (a JSON value)."""
     if isinstance(value, dict):
-        out = {}
+        out: dict[str, object] = {}
         for k, v in value.items():
             path = f"{where}.{k}" if where else str(k)
             if is_secret_name(str(k)):
@@ -85,13 +89,20 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def build(declared: dict[str, Any], addr: str, port: int, name: str, started_at: str) -> tuple[dict[str, Any], list[str]]:
-    """The inventory document this host serves (pure but for the facts read from this host)."""
-    doc: dict[str, Any] = {k: declared[k] for k in DECLARED_KEYS if k in declared}
-    role = declared.get("role") or (declared.get("roles") or ["host"])[0]
-    roles = declared.get("roles") or [role]
-    software = {"nev": _version("nev"), "python": platform.python_version(),
-                "kernel": platform.release(), "zeroconf": _version("zeroconf")}
+def build(declared: dict[str, object], addr: str, port: int, name: str,
+          started_at: str) -> tuple[dict[str, object], list[str]]:
+    """The inventory document this host serves (pure but for the facts read from this host).
+    `declared` is the host inventory file as `read_declared` checked it; the document is JSON
+    built to be served, its declared fields passed through."""
+    doc: dict[str, object] = {k: declared[k] for k in DECLARED_KEYS if k in declared}
+    given = declared.get("roles")
+    declared_roles = [str(r) for r in given] if isinstance(given, list) else []
+    given_role = declared.get("role")
+    role = (given_role if isinstance(given_role, str) and given_role
+            else (declared_roles or ["host"])[0])
+    roles = declared_roles or [role]
+    software: dict[str, object] = {"nev": _version("nev"), "python": platform.python_version(),
+                                   "kernel": platform.release(), "zeroconf": _version("zeroconf")}
     extra_sw = declared.get("software")
     if isinstance(extra_sw, dict):
         software.update(extra_sw)
@@ -103,13 +114,15 @@ def build(declared: dict[str, Any], addr: str, port: int, name: str, started_at:
         doc.setdefault(k, [])
     dropped: list[str] = []
     clean = sanitize(doc, dropped)
+    assert isinstance(clean, dict)
     notes = [f"field {d} dropped (secret-named fields are never served)" for d in dropped]
     notes += [f"field {k} ignored (not an inventory field: {', '.join(DECLARED_KEYS)})"
               for k in declared if k not in DECLARED_KEYS]
     return clean, notes
 
 
-def read_declared(path: Path | None) -> dict[str, Any]:
+def read_declared(path: Path | None) -> dict[str, object]:
+    """The host inventory file (its known fields checked; the rest passed through as declared)."""
     if path is None:
         return {}
     data = jsonfile.load(path, "host inventory file")
@@ -161,7 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -172,12 +185,12 @@ class Advertiser:
     addr: str
     port: int
     name: str
-    doc: dict[str, Any]
+    doc: dict[str, object]      # the served document (`build`)
 
     def __post_init__(self) -> None:
         self._server: ThreadingHTTPServer | None = None
-        self._zc: Any = None
-        self._info: Any = None
+        self._zc: Zeroconf | None = None
+        self._info: ServiceInfo | None = None
 
     @property
     def url(self) -> str:
@@ -249,13 +262,14 @@ def run(interface: str | None, inventory: Path | None, port: int, name: str | No
         if is_secret_name(k):
             register_secret(v)
     declared = read_declared(inventory)
-    host_name = name or declared.get("name") or default_name(addr)
+    given = declared.get("name")
+    host_name = name or (given if isinstance(given, str) else None) or default_name(addr)
     doc, dropped = build(declared, addr, port, host_name, inventoryfile.iso(inventoryfile.now_utc()))
     for note in dropped:
         info(f"inventory: {note}")
     stop = threading.Event()
 
-    def on_signal(signum: int, _frame: Any) -> None:
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         stop.set()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}

@@ -19,17 +19,19 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 
 from bench.folknet import Folknet
+from lanes.base.errors import ConfigError
+from lanes.base.jsonfile import Fields
 from lanes.base.mask import mask
 from lanes.base.ui import info
 from rig.inventory import inventoryfile
 from rig.inventory.advertise import SERVICE_TYPE, check_interface, sanitize
 from rig.inventory.reach import Reach, host_vars
+from rig.inventory.records import Host, HostDoc, Snapshot
 
 FETCH_TIMEOUT = 3.0
 
@@ -67,7 +69,8 @@ class Browser:
         self.zc = Zeroconf(interfaces=[interface], ip_version=IPVersion.V4Only)
         self.browser = ServiceBrowser(self.zc, SERVICE_TYPE, handlers=[self._on_change])
 
-    def _on_change(self, zeroconf: Any, service_type: str, name: str, state_change: Any) -> None:
+    def _on_change(self, zeroconf: object, service_type: str, name: str,
+                   state_change: object) -> None:
         with self._lock:
             if state_change == self._state_removed:
                 self._names.pop(name, None)
@@ -132,8 +135,11 @@ def _session() -> requests.Session:
     return sess
 
 
-def fetch(url: str, timeout: float = FETCH_TIMEOUT) -> tuple[dict[str, Any] | None, str | None]:
-    """A host's inventory, or why it is down."""
+Fetched = tuple[HostDoc | None, str | None]     # a host's inventory, or why it is down
+
+
+def fetch(url: str, timeout: float = FETCH_TIMEOUT) -> Fetched:
+    """A host's inventory, or why it is down (a field of the wrong type too: the line names it)."""
     try:
         r = _session().get(url, timeout=(timeout, timeout))
     except requests.Timeout:
@@ -149,13 +155,16 @@ def fetch(url: str, timeout: float = FETCH_TIMEOUT) -> tuple[dict[str, Any] | No
     if not isinstance(doc, dict):
         return None, f"inventory {url}: not a JSON object"
     # Another host's software may be careless: nothing secret-shaped is ever stored either.
-    return sanitize(doc, []), None
+    try:
+        return HostDoc.from_json(sanitize(doc, []), Fields(f"inventory {url}"), ""), None
+    except ConfigError as e:
+        return None, e.message.removesuffix("; fix the file")
 
 
-def fetch_all(found: list[Found], timeout: float = FETCH_TIMEOUT) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
+def fetch_all(found: list[Found], timeout: float = FETCH_TIMEOUT) -> dict[str, Fetched]:
     """Fetch every inventory at once (one thread each), keyed by URL."""
     urls = sorted({f.url for f in found if f.url})
-    out: dict[str, tuple[dict[str, Any] | None, str | None]] = {}
+    out: dict[str, Fetched] = {}
     lock = threading.Lock()
 
     def one(u: str) -> None:
@@ -172,95 +181,106 @@ def fetch_all(found: list[Found], timeout: float = FETCH_TIMEOUT) -> dict[str, t
         return {u: out.get(u, (None, f"inventory {u} did not answer within {timeout:g} s")) for u in urls}
 
 
-def merge(found: list[Found], seeds: list[str], fetched: dict[str, tuple[dict[str, Any] | None, str | None]],
-          at: dt.datetime) -> dict[str, Any]:
+def merge(found: list[Found], seeds: list[str], fetched: dict[str, Fetched],
+          at: dt.datetime) -> dict[str, Host]:
     """The hosts section (pure): one entry per host, up only if its inventory answered."""
-    hosts: dict[str, Any] = {}
+    hosts: dict[str, Host] = {}
     by_url: dict[str, str] = {}
     for f in found:
         doc, err = fetched.get(f.url or "", (None, "no inventory URL in its mDNS record"))
-        hosts[f.name] = {"name": f.name, "url": f.url, "addresses": f.addresses,
-                         "role": (doc or {}).get("role") or f.role, "sources": list(f.sources),
-                         "status": "up" if doc is not None else "down", "error": err,
-                         "seen_after_s": f.seen_after_s, "checked_at": inventoryfile.iso(at),
-                         "inventory": doc}
+        hosts[f.name] = Host(
+            name=f.name,
+            url=f.url,
+            addresses=f.addresses,
+            role=(doc.role if doc else None) or f.role,
+            sources=list(f.sources),
+            status="up" if doc is not None else "down",
+            error=err,
+            seen_after_s=f.seen_after_s,
+            checked_at=inventoryfile.iso(at),
+            inventory=doc,
+        )
         if f.url:
             by_url[f.url] = f.name
     for url in seeds:
         if url in by_url:
-            hosts[by_url[url]]["sources"].append("seed")
+            hosts[by_url[url]].sources.append("seed")
             continue
         doc, err = fetched.get(url, (None, "not fetched"))
         netloc = urlsplit(url).netloc or url
-        name = str((doc or {}).get("name") or netloc)
+        name = (doc.name if doc else None) or netloc
         if name in hosts:
             name = netloc
-        hosts[name] = {"name": name, "url": url, "addresses": [], "role": (doc or {}).get("role"),
-                       "sources": ["seed"], "status": "up" if doc is not None else "down", "error": err,
-                       "seen_after_s": None, "checked_at": inventoryfile.iso(at), "inventory": doc}
+        hosts[name] = Host(name=name, url=url, addresses=[], role=doc.role if doc else None,
+                           sources=["seed"], status="up" if doc is not None else "down", error=err,
+                           seen_after_s=None, checked_at=inventoryfile.iso(at), inventory=doc)
     return hosts
 
 
-def pool_hosts(hosts: dict[str, Any], pool: str) -> list[str]:
-    return sorted(n for n, h in hosts.items() if pool in ((h.get("inventory") or {}).get("pools") or []))
+def pool_hosts(hosts: dict[str, Host], pool: str) -> list[str]:
+    return sorted(n for n, h in hosts.items()
+                  if h.inventory is not None and pool in h.inventory.pools)
 
 
-def apply(snap: dict[str, Any], hosts: dict[str, Any], declared: Folknet | None, at: dt.datetime) -> None:
+def apply(snap: Snapshot, hosts: dict[str, Host], declared: Folknet | None,
+          at: dt.datetime) -> None:
     if declared is not None:
         inventoryfile.merge_declared(snap, declared, at.date())
-    snap["hosts"] = hosts
-    for a in snap["aliases"].values():
-        a["pool_hosts"] = pool_hosts(hosts, a.get("pool") or "")
-    snap["collected_at"] = inventoryfile.iso(at)
+    snap.hosts = hosts
+    for a in snap.aliases.values():
+        a.pool_hosts = pool_hosts(hosts, a.pool or "")
+    snap.collected_at = inventoryfile.iso(at)
 
 
 def collect_round(browser: Browser | None, seeds: list[str], path: Path, declared: Folknet | None,
-                  duration: float, expect: int | None) -> dict[str, Any]:
+                  duration: float, expect: int | None) -> Snapshot:
     found = browser.listing(duration, expect) if browser is not None else []
     extra = [Found(name=u, url=u, sources=["seed"]) for u in seeds]
     fetched = fetch_all(found + extra)
     at = inventoryfile.now_utc()
     hosts = merge(found, seeds, fetched, at)
 
-    def change(snap: dict[str, Any]) -> None:
+    def change(snap: Snapshot) -> None:
         apply(snap, hosts, declared, at)
 
     return inventoryfile.update(path, change, at)
 
 
-def ansible(snap: dict[str, Any], reach: Reach | None = None) -> dict[str, Any]:
+def ansible(snap: Snapshot, reach: Reach | None = None) -> dict[str, object]:
     """Ansible's dynamic-inventory `--list` form: a group per role, `down`, `_meta.hostvars`.
     With `reach`, every host also gets what Ansible needs to reach it from the development box
-    (user, port, key file, pinned host keys, the jump host: `reach.host_vars`)."""
+    (user, port, key file, pinned host keys, the jump host: `reach.host_vars`). A JSON document
+    only built to be printed: each host's vars hold the served fields as they were served."""
     groups: dict[str, list[str]] = {}
-    hostvars: dict[str, Any] = {}
-    for name, h in sorted((snap.get("hosts") or {}).items()):
-        inv = h.get("inventory") or {}
-        addrs = h.get("addresses") or ([inv["address"]] if inv.get("address") else [])
-        if not addrs and h.get("url") and urlsplit(h["url"]).hostname:
-            addrs = [urlsplit(h["url"]).hostname]
-        hv: dict[str, Any] = {k: v for k, v in (("nev_status", h.get("status")), ("nev_url", h.get("url")),
-                                                 ("nev_role", h.get("role"))) if v is not None}
+    hostvars: dict[str, dict[str, object]] = {}
+    for name, h in sorted(snap.hosts.items()):
+        inv = h.inventory
+        addrs = h.addresses or ([inv.address] if inv and inv.address else [])
+        url_host = urlsplit(h.url).hostname if h.url else None
+        if not addrs and url_host:
+            addrs = [url_host]
+        hv: dict[str, object] = {k: v for k, v in (("nev_status", h.status), ("nev_url", h.url),
+                                                    ("nev_role", h.role)) if v is not None}
         if addrs:
             hv["ansible_host"] = addrs[0]
         if reach is not None:
             hv.update(host_vars(addrs[0] if addrs else None, inv, reach))
         for k in ("hardware_class", "gpus", "serving", "models", "pools", "software"):
-            if k in inv:
-                hv[f"nev_{k}"] = inv[k]
+            if inv is not None and k in inv.doc:
+                hv[f"nev_{k}"] = inv.doc[k]
         hostvars[name] = hv
-        for role in inv.get("roles") or ([h["role"]] if h.get("role") else []):
+        for role in (inv.roles if inv else ()) or ([h.role] if h.role else []):
             groups.setdefault(str(role), []).append(name)
-        if h.get("status") != "up":
+        if h.status != "up":
             groups.setdefault("down", []).append(name)
-    out: dict[str, Any] = {g: {"hosts": hs} for g, hs in sorted(groups.items())}
+    out: dict[str, object] = {g: {"hosts": hs} for g, hs in sorted(groups.items())}
     out["all"] = {"hosts": sorted(hostvars), "children": sorted(groups)}
     out["_meta"] = {"hostvars": hostvars}
     return out
 
 
 def run(interface: str | None, seeds: list[str], path: Path, declared: Folknet | None, timeout: float,
-        expect: int | None, every: float | None, rounds: int | None) -> dict[str, Any]:
+        expect: int | None, every: float | None, rounds: int | None) -> Snapshot:
     browser = None
     if interface is not None:
         browser = Browser(check_interface(interface))
@@ -274,9 +294,8 @@ def run(interface: str | None, seeds: list[str], path: Path, declared: Folknet |
             t0 = time.monotonic()
             snap = collect_round(browser, seeds, path, declared, timeout, expect)
             n += 1
-            hosts = snap["hosts"]
-            up = sorted(k for k, h in hosts.items() if h["status"] == "up")
-            down = sorted(k for k, h in hosts.items() if h["status"] != "up")
+            up = sorted(k for k, h in snap.hosts.items() if h.up)
+            down = sorted(k for k, h in snap.hosts.items() if not h.up)
             info(f"collect round {n} ({time.monotonic() - t0:.1f} s): {len(up)} up"
                  + (f", down: {', '.join(down)}" if down else "") + f" -> {path}")
             if every is None or (rounds is not None and n >= rounds):

@@ -20,14 +20,12 @@ import fcntl
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from bench.folknet import Folknet
 from lanes.base import jsonfile, settings
 from lanes.base.errors import ConfigError
 from lanes.base.ui import info
-
-SCHEMA = 1
+from rig.inventory.records import RETIRED, SCHEMA, UNKNOWN, AliasState, Snapshot
 
 DECLARED_FIELDS = ("pool", "provider", "max_inflight", "tier", "retired", "keys", "health")
 
@@ -44,29 +42,24 @@ def default_path() -> Path:
     return settings.path(settings.INVENTORY)
 
 
-def empty() -> dict[str, Any]:
-    return {"schema": SCHEMA, "written_at": None, "collected_at": None, "probed_at": None,
-            "declared_file": None, "hosts": {}, "aliases": {}}
+def empty() -> Snapshot:
+    return Snapshot()
 
 
-def read(path: Path) -> dict[str, Any]:
-    """The snapshot, or an empty one when there is none yet. A corrupt one is started over."""
+def read(path: Path) -> Snapshot:
+    """The snapshot, or an empty one when there is none yet. A corrupt one (not JSON, or a field
+    of the wrong type) is started over."""
     try:
         data = jsonfile.load(path, "inventory snapshot", missing=None)
+        if data is None:
+            return empty()
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            info(f"inventory snapshot {path} has another format; starting a new one")
+            return empty()
+        return Snapshot.from_json(data, str(path))
     except ConfigError as e:
         info(f"inventory snapshot {path} is unreadable ({e.message}); starting a new one")
         return empty()
-    if data is None:
-        return empty()
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        info(f"inventory snapshot {path} has another format; starting a new one")
-        return empty()
-    base = empty()
-    base.update(data)
-    for section in ("hosts", "aliases"):
-        if not isinstance(base.get(section), dict):
-            base[section] = {}
-    return base
 
 
 @contextmanager
@@ -81,29 +74,30 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def update(path: Path, change: Callable[[dict[str, Any]], None], now: dt.datetime | None = None) -> dict[str, Any]:
+def update(path: Path, change: Callable[[Snapshot], None],
+           now: dt.datetime | None = None) -> Snapshot:
     """Read, change in place, stamp and write the snapshot atomically, under the lock."""
     with _locked(path):
         snap = read(path)
         change(snap)
-        snap["written_at"] = iso(now or now_utc())
-        jsonfile.write_atomic(path, snap)
+        snap.written_at = iso(now or now_utc())
+        jsonfile.write_atomic(path, snap.to_json())
         return snap
 
 
-def merge_declared(snap: dict[str, Any], declared: Folknet, today: dt.date) -> None:
+def merge_declared(snap: Snapshot, declared: Folknet, today: dt.date) -> None:
     """Make the aliases section follow the declared file: declared fields refreshed, probe
     fields kept, aliases no longer declared dropped, retired ones marked retired."""
-    old = snap.get("aliases") or {}
-    new: dict[str, Any] = {}
+    new: dict[str, AliasState] = {}
     for name, a in declared.aliases.items():
-        entry = dict(old.get(name) or {})
-        entry.update({"pool": a.pool, "provider": a.provider, "max_inflight": a.max_inflight,
-                      "tier": a.tier, "retired": a.retired, "keys": list(a.keys), "health": a.health})
+        entry = snap.aliases.get(name) or AliasState(status="")
+        entry.pool, entry.provider, entry.max_inflight = a.pool, a.provider, a.max_inflight
+        entry.tier, entry.retired, entry.health = a.tier, a.retired, a.health
+        entry.keys = list(a.keys)
         if a.is_retired(today):
-            entry["status"] = "retired"
-        elif entry.get("status") in (None, "retired"):
-            entry.update(status="unknown", since=None, fails=0, oks=0)
+            entry.status = RETIRED
+        elif entry.status in ("", RETIRED):
+            entry.status, entry.since, entry.fails, entry.oks = UNKNOWN, None, 0, 0
         new[name] = entry
-    snap["aliases"] = new
-    snap["declared_file"] = str(declared.path)
+    snap.aliases = new
+    snap.declared_file = str(declared.path)

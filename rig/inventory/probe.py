@@ -18,9 +18,8 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from bench import gateway_http
 from bench.folknet import Alias, Folknet
@@ -31,6 +30,7 @@ from lanes.base.mask import mask
 from lanes.base.ui import info
 from rig.inventory import inventoryfile as snapshot
 from rig.inventory import status as inv_status
+from rig.inventory.records import AliasState, Snapshot
 
 READY = "ready"
 FAILING = "failing"
@@ -62,32 +62,29 @@ class Policy:
         return cls(fails=fails, oks=oks)
 
 
-def advance(state: dict[str, Any], out: Outcome, at: dt.datetime, policy: Policy) -> dict[str, Any]:
-    """The alias's next state after one probe outcome (pure; returns a new dict)."""
-    s = dict(state)
-    status = s.get("status") or UNKNOWN
+def advance(state: AliasState, out: Outcome, at: dt.datetime, policy: Policy) -> AliasState:
+    """The alias's next state after one probe outcome (pure; returns a new record)."""
+    s = replace(state, keys=list(state.keys), extra=dict(state.extra))
+    status = s.status or UNKNOWN
     when = snapshot.iso(at)
-    s["last_probe"] = when
-    s["latency_s"] = None if out.latency_s is None else round(out.latency_s, 3)
+    s.last_probe = when
+    s.latency_s = None if out.latency_s is None else round(out.latency_s, 3)
     if out.ok:
-        s["oks"] = int(s.get("oks") or 0) + 1
-        s["fails"] = 0
-        s["last_answer"] = when
-        s["last_answer_latency_s"] = s["latency_s"]
+        s.oks, s.fails = s.oks + 1, 0
+        s.last_answer, s.last_answer_latency_s = when, s.latency_s
     else:
-        s["fails"] = int(s.get("fails") or 0) + 1
-        s["oks"] = 0
-        s["last_error"] = out.error or "failed"
+        s.fails, s.oks = s.fails + 1, 0
+        s.last_error = out.error or "failed"
     new = status
     if status in (UNKNOWN, RETIRED):
         new = READY if out.ok else FAILING
-    elif status == READY and s["fails"] >= policy.fails:
+    elif status == READY and s.fails >= policy.fails:
         new = FAILING
-    elif status == FAILING and s["oks"] >= policy.oks:
+    elif status == FAILING and s.oks >= policy.oks:
         new = READY
-    if new != status or not s.get("since"):
-        s["since"] = when
-    s["status"] = new
+    if new != status or not s.since:
+        s.since = when
+    s.status = new
     return s
 
 
@@ -156,38 +153,39 @@ def probe_round(gw: Endpoint, aliases: list[Alias], timeout: float) -> dict[str,
 
 
 def run_round(path: Path, declared: Folknet, gw: Endpoint, timeout: float, policy: Policy,
-              now: dt.datetime | None = None) -> dict[str, Any]:
+              now: dt.datetime | None = None) -> Snapshot:
     """One probe round, folded into the snapshot (written even when every probe failed)."""
     today = (now or snapshot.now_utc()).date()
     targets = [a for a in declared.aliases.values() if not a.is_retired(today)]
     outcomes = probe_round(gw, targets, timeout)
     at = now or snapshot.now_utc()
 
-    def change(snap: dict[str, Any]) -> None:
+    def change(snap: Snapshot) -> None:
         snapshot.merge_declared(snap, declared, at.date())
         for name, out in outcomes.items():
-            snap["aliases"][name] = advance(snap["aliases"].get(name) or {}, out, at, policy)
-        snap["probed_at"] = snapshot.iso(at)
+            snap.aliases[name] = advance(snap.aliases.get(name) or AliasState(), out, at, policy)
+        snap.probed_at = snapshot.iso(at)
 
     return snapshot.update(path, change, at)
 
 
 def run(path: Path, declared: Folknet, gw: Endpoint, timeout: float, policy: Policy,
         every: float | None, rounds: int | None,
-        on_round: Callable[[int, dict[str, Any]], None] | None = None) -> int:
+        on_round: Callable[[int, dict[str, object]], None] | None = None) -> int:
     """Probe once, or every `every` seconds (for `rounds` rounds, or until stopped); `on_round`
-    is given each round's number and the aliases' states after it (`nev rig probe --json`)."""
+    is given each round's number and the aliases' states after it, as the snapshot holds them
+    (`nev rig probe --json`)."""
     n = 0
     while True:
         t0 = time.monotonic()
         snap = run_round(path, declared, gw, timeout, policy)
         n += 1
-        states = snap["aliases"]
-        summary = ", ".join(f"{k} {v.get('status')}" for k, v in sorted(states.items()))
+        states = snap.aliases
+        summary = ", ".join(f"{k} {v.status}" for k, v in sorted(states.items()))
         info(f"probe round {n} ({time.monotonic() - t0:.1f} s): {summary}")
         inv_status.notify_aliases(snap, snapshot.now_utc())
         if on_round is not None:
-            on_round(n, states)
+            on_round(n, {k: v.to_json() for k, v in states.items()})
         if every is None or (rounds is not None and n >= rounds):
             return 0
         time.sleep(max(0.0, every - (time.monotonic() - t0)))

@@ -17,13 +17,13 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from lanes import lanesfile
 from lanes.base import jsonfile, settings
 from lanes.base import ssh as lanes_ssh
 from lanes.base.ssh import Target
 from rig import rigfile
+from rig.inventory.records import HostDoc
 
 
 @dataclass(frozen=True)
@@ -116,17 +116,17 @@ def common_args(reach: Reach) -> str:
     return shlex.join(["-o", "ProxyCommand=" + shlex.join(inner), *args])
 
 
-def host_vars(addr: str | None, inventory: Mapping[str, Any], reach: Reach) -> dict[str, Any]:
+def host_vars(addr: str | None, inventory: HostDoc | None, reach: Reach) -> dict[str, object]:
     """ansible_host, ansible_user, ansible_port, the key file and the common args for one host.
     The user and port come from the local lanes/rig files when they name the address, else from
-    the host's own inventory (`ssh: {user, port}`); a host with neither gets no user or port."""
-    out: dict[str, Any] = {}
+    the host's own inventory (`ssh: {user, port}`); a host with neither gets no user or port.
+    Ansible's host vars: a JSON document only built to be printed."""
+    out: dict[str, object] = {}
     if not addr:
         return out
     out["ansible_host"] = addr
-    ssh = inventory.get("ssh")
-    declared: Mapping[str, Any] = ssh if isinstance(ssh, dict) else {}
-    user, port = reach.by_addr.get(addr) or (declared.get("user"), declared.get("port"))
+    user, port = reach.by_addr.get(addr) or ((inventory.ssh_user, inventory.ssh_port) if inventory
+                                             else (None, None))
     if user:
         out["ansible_user"] = user
     if port:

@@ -1,7 +1,9 @@
 """`nev rig status`: the snapshot as a table (alias, status, held for, last answer, age).
 
-`rows` and `render` are pure; `load_local` and `load_from_lane` fetch the snapshot
-(the lane's over SSH, read with `cat` through the one SSH module).
+`rows`, `summary` and `render` are pure; `load_local` and `load_from_lane` fetch the
+snapshot (the lane's over SSH, read with `cat` through the one SSH module) and parse it into the
+typed record (`rig.inventory.records.Snapshot`) at that edge. The summary is `nev rig status
+--json`'s document (`Summary`), also read by the metrics, the dashboard and `nev doctor`.
 """
 
 from __future__ import annotations
@@ -9,78 +11,77 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from bench.readiness import parse_time
 from lanes import lanesfile
 from lanes.base import jsonfile, notify, settings
 from lanes.base.errors import ConfigError, NevError
 from lanes.base.isotime import age
+from rig.inventory.records import RowJson, Snapshot, Summary
 
 
-def _since(value: Any, now: dt.datetime) -> float | None:
+def _since(value: str | None, now: dt.datetime) -> float | None:
     t = parse_time(value)
     return None if t is None else (now - t).total_seconds()
 
 
-def rows(snap: dict[str, Any], now: dt.datetime) -> list[dict[str, Any]]:
-    """One row per declared alias, retired ones last, for people and for --json."""
-    out = []
-    for name, a in sorted((snap.get("aliases") or {}).items(),
-                          key=lambda kv: (kv[1].get("status") == "retired", kv[0])):
-        status = a.get("status") or "unknown"
-        held = None if status == "retired" else _since(a.get("since"), now)
+def rows(snap: Snapshot, now: dt.datetime) -> list[RowJson]:
+    """One row per declared alias, retired ones last, for people and for --json: how long its
+    status has held, when it last answered, its last error while not ready."""
+    out: list[RowJson] = []
+    for name, a in sorted(snap.aliases.items(), key=lambda kv: (kv[1].status == "retired", kv[0])):
+        status = a.status or "unknown"
         out.append({
             "alias": name, "status": status,
-            "held_for_s": held,
-            "since": a.get("since"),
-            "last_answer": a.get("last_answer"),
-            "last_answer_ago_s": _since(a.get("last_answer"), now),
-            "latency_s": a.get("last_answer_latency_s"),
-            "last_error": a.get("last_error") if status != "ready" else None,
-            "retired": a.get("retired"),
-            "pool": a.get("pool"),
+            "held_for_s": None if status == "retired" else _since(a.since, now),
+            "since": a.since,
+            "last_answer": a.last_answer,
+            "last_answer_ago_s": _since(a.last_answer, now),
+            "latency_s": a.last_answer_latency_s,
+            "last_error": a.last_error if status != "ready" else None,
+            "retired": a.retired,
+            "pool": a.pool,
         })
     return out
 
 
-def notify_aliases(snap: dict[str, Any], now: dt.datetime,
+def notify_aliases(snap: Snapshot, now: dt.datetime,
                    environ: Mapping[str, str] | None = None) -> list[str]:
     """The webhook told of each alias not ready for NEV_NOTIFY_ALIAS_DOWN_S or longer (once per
     incident, lanes/base/notify.py) and of each ready one that was; the aliases held down."""
     limit = settings.get_float(settings.NOTIFY_ALIAS_DOWN_S, environ)
     held = []
     for r in rows(snap, now):
-        if r["status"] == "retired" or r["held_for_s"] is None:
+        held_for = r["held_for_s"]
+        if r["status"] == "retired" or held_for is None:
             continue
         if r["status"] == "ready":
             notify.up(notify.Kind.ALIAS_DOWN, r["alias"], f"ready since {r['since']}", environ)
-        elif r["held_for_s"] >= limit:
+        elif held_for >= limit:
             since = parse_time(r["since"])
             notify.down(notify.Kind.ALIAS_DOWN, r["alias"],
-                        f"{r['status']} for {age(r['held_for_s'])} (since {r['since']}); "
+                        f"{r['status']} for {age(held_for)} (since {r['since']}); "
                         f"last error: {r['last_error'] or '-'}",
                         since.timestamp() if since else None, environ)
             held.append(r["alias"])
     return held
 
 
-def summary(snap: dict[str, Any], now: dt.datetime, source: str) -> dict[str, Any]:
-    hosts = snap.get("hosts") or {}
+def summary(snap: Snapshot, now: dt.datetime, source: str) -> Summary:
     return {
         "snapshot": source,
-        "written_at": snap.get("written_at"),
-        "probed_at": snap.get("probed_at"),
-        "snapshot_age_s": _since(snap.get("probed_at"), now),
-        "collected_at": snap.get("collected_at"),
-        "collected_age_s": _since(snap.get("collected_at"), now),
+        "written_at": snap.written_at,
+        "probed_at": snap.probed_at,
+        "snapshot_age_s": _since(snap.probed_at, now),
+        "collected_at": snap.collected_at,
+        "collected_age_s": _since(snap.collected_at, now),
         "aliases": rows(snap, now),
-        "hosts": [{"name": n, "status": h.get("status"), "role": h.get("role"), "url": h.get("url"),
-                   "error": h.get("error")} for n, h in sorted(hosts.items())],
+        "hosts": [{"name": n, "status": h.status, "role": h.role, "url": h.url, "error": h.error}
+                  for n, h in sorted(snap.hosts.items())],
     }
 
 
-def render(s: dict[str, Any]) -> str:
+def render(s: Summary) -> str:
     head = ("alias", "status", "held for", "last answer", "latency", "last error")
     table = [head]
     for r in s["aliases"]:
@@ -112,34 +113,37 @@ def render(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def replica_lines(reps: Any) -> list[str]:
+def replica_lines(reps: list[dict[str, object]] | str | None) -> list[str]:
     """The serving replicas as HAProxy has them (ready, drained, stopped, down), or why unknown."""
     if reps is None:
         return []
     if isinstance(reps, str):
         return [f"replicas: unknown ({reps})"]
     table = [("replica", "server", "state", "last action")]
-    table += [(r["replica"], r["server"], r["state"], r["by"]) for r in reps]
+    table += [(str(r["replica"]), str(r["server"]), str(r["state"]), str(r["by"])) for r in reps]
     widths = [max(len(row[i]) for row in table) for i in range(4)]
     return [""] + ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table] + [""]
 
 
-def _parse(text: str, source: str) -> dict[str, Any]:
+def parse(text: str, source: str) -> Snapshot:
+    """The snapshot read from `source` (a file, or a lane's): NevError in one line naming the
+    source (and the field) when it is not JSON, not an object or holds a field of the wrong type."""
     try:
         data = jsonfile.parse(text, source, "inventory snapshot")
+        if not isinstance(data, dict):
+            raise NevError(f"inventory snapshot {source} is not a JSON object; "
+                           "run `nev rig probe` to rewrite it")
+        return Snapshot.from_json(data, source)
     except ConfigError as e:
         raise NevError(f"inventory snapshot {e.message.removesuffix('; fix the file')}; "
                        "run `nev rig probe` to rewrite it") from None
-    if not isinstance(data, dict):
-        raise NevError(f"inventory snapshot {source} is not a JSON object; run `nev rig probe` to rewrite it")
-    return data
 
 
-def load_local(path: Path) -> dict[str, Any]:
+def load_local(path: Path) -> Snapshot:
     text = jsonfile.read_text(path, "inventory snapshot", "run `nev rig collect` and `nev rig probe` "
                               "(NEV_INVENTORY names the file), or read the collector lane's with "
                               "--lane N or NEV_INVENTORY_LANE=N")
-    return _parse(text, str(path))
+    return parse(text, str(path))
 
 
 def lane_snapshot_path() -> str:
@@ -149,7 +153,7 @@ def lane_snapshot_path() -> str:
     return raw[2:] if raw.startswith("~/") else raw
 
 
-def load_from_lane(index: int) -> tuple[dict[str, Any], str]:
+def load_from_lane(index: int) -> tuple[Snapshot, str]:
     lane = lanesfile.chosen(index)
     path = lane_snapshot_path()
     with lane.connect() as conn:
@@ -157,7 +161,7 @@ def load_from_lane(index: int) -> tuple[dict[str, Any], str]:
     source = f"{lane.label}:{path}"
     if res.exit_status != 0:
         raise NevError(f"no inventory snapshot at {source}: run `nev rig probe` on that lane")
-    return _parse(res.stdout.decode("utf-8", "replace"), source), source
+    return parse(res.stdout.decode("utf-8", "replace"), source), source
 
 
 def inventory_lane(environ: Mapping[str, str] | None = None) -> int | None:
@@ -186,7 +190,7 @@ def snapshot_lane(lane_index: int | None, environ: Mapping[str, str] | None = No
     return inventory_lane(environ)
 
 
-def load(lane_index: int | None) -> tuple[dict[str, Any], str]:
+def load(lane_index: int | None) -> tuple[Snapshot, str]:
     """The snapshot `nev rig status` (and `metrics`, the dashboard) reads: lane N's over SSH with
     --lane N; else NEV_INVENTORY here; else, when that file is missing, NEV_INVENTORY_LANE's."""
     lane = snapshot_lane(lane_index)
@@ -198,7 +202,7 @@ def load(lane_index: int | None) -> tuple[dict[str, Any], str]:
     return load_from_lane(lane)
 
 
-def with_replicas(summary: dict[str, Any]) -> dict[str, Any]:
+def with_replicas(summary: Summary) -> Summary:
     """The serving replicas' states (HAProxy's runtime API) when the rig file declares serving
     roles: a drained or stopped replica shows as such, and an alias an operator stopped is not
     failing."""

@@ -35,6 +35,7 @@ from lanes.base import jsonfile, notify, settings
 from lanes.base.errors import NevError
 from lanes.base.mask import mask
 from lanes.base.ui import info
+from rig.inventory.records import RowJson
 from rig.rigfile import RigFile, Role
 from rig.serving.declared import Replica, ServingRole
 
@@ -184,15 +185,17 @@ def record(path: Path, target: str, now: float, covered: Sequence[str] = ()) -> 
     """One mend of `target` at `now` (the bound's count); `covered`: the aliases its check saw
     answer again, so the ticks before the probe's next round leave them be."""
     data = notify.read_state(path)
-    kept: dict[str, Any] = {
+    times: dict[str, list[float]] = {
         k: [t for t in v if isinstance(t, (int, float)) and now - t < HOUR_S]
         for k, v in data.items()
         if isinstance(v, list)
     }
     if target:
-        kept.setdefault(target, []).append(now)
+        times.setdefault(target, []).append(now)
     back = data.get(COVERED)
-    kept[COVERED] = {**(back if isinstance(back, dict) else {}), **dict.fromkeys(covered, now)}
+    # mend.json: target -> the times of its mends, and the covered aliases -> when
+    kept: dict[str, object] = {**times, COVERED: {**(back if isinstance(back, dict) else {}),
+                                                  **dict.fromkeys(covered, now)}}
     path.parent.mkdir(parents=True, exist_ok=True)
     jsonfile.write_atomic(path, kept, 0o600)
 
@@ -247,7 +250,7 @@ def _unit(hosts: Any, r: Replica) -> Unit:
 
 def down_aliases(
     environ: Mapping[str, str] | None,
-) -> tuple[list[dict[str, Any]], list[str], float | None]:
+) -> tuple[list[RowJson], list[str], float | None]:
     """The snapshot's aliases the probe holds failing, the ready ones, and when the probe last
     looked (`nev rig status`'s reader)."""
     from bench.readiness import parse_time
@@ -255,7 +258,7 @@ def down_aliases(
 
     snap, _ = st.load(None)
     rows = st.rows(snap, dt.datetime.now(dt.UTC))
-    probed = parse_time(snap.get("probed_at"))
+    probed = parse_time(snap.probed_at)
     return (
         [r for r in rows if r["status"] == "failing"],
         [r["alias"] for r in rows if r["status"] == "ready"],
@@ -359,7 +362,7 @@ def _gateway_probe() -> Callable[[str], str | None] | None:
 def mend(
     rig: RigFile,
     notes: Path,
-    down: list[dict[str, Any]],
+    down: list[RowJson],
     environ: Mapping[str, str] | None,
     now: float | None = None,
     probed_at: float | None = None,

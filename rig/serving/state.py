@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
+from rig.inventory.records import Summary
 from rig.rigfile import RigFile
 from rig.serving.declared import ServingRole
 from rig.serving.haproxy import Admin, Server
@@ -89,7 +89,7 @@ def alias_status(alias: str, probed: str, reps: list[ReplicaState]) -> str:
     return probed
 
 
-def overlay(summary: dict[str, Any], reps: list[ReplicaState]) -> dict[str, Any]:
+def overlay(summary: Summary, reps: list[ReplicaState]) -> Summary:
     """`nev rig status`'s summary with the replicas and each alias's status read with them."""
     for row in summary["aliases"]:
         row["status"] = alias_status(row["alias"], row["status"], reps)

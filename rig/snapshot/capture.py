@@ -12,9 +12,9 @@ import binascii
 import hashlib
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
 
 from lanes.base.errors import NevError
+from lanes.base.jsonfile import Fields
 from lanes.base.mask import mask
 from lanes.base.ssh import Connection
 
@@ -78,18 +78,35 @@ class FileRec:
             return self.missing == other.missing
         return (self.sha256, self.user, self.group, self.mode) == (other.sha256, other.user, other.group, other.mode)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         if self.missing:
             return {"path": self.path, "missing": True}
         return {"path": self.path, "user": self.user, "group": self.group, "uid": self.uid, "gid": self.gid,
                 "mode": f"{self.mode:04o}", "size": self.size, "sha256": self.sha256}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> FileRec:
-        if d.get("missing"):
-            return cls(path=d["path"], missing=True)
-        return cls(path=d["path"], uid=int(d["uid"]), gid=int(d["gid"]), user=d["user"], group=d["group"],
-                   mode=int(d["mode"], 8), size=int(d["size"]), sha256=d["sha256"])
+    def from_json(cls, value: object, f: Fields, where: str) -> FileRec:
+        """One file of a manifest (ConfigError naming the field otherwise)."""
+        d = f.obj(value, where)
+        path = f.get(d, "path", str, where)
+        if f.get(d, "missing", bool, where, required=False, default=False):
+            return cls(path=path, missing=True)
+        mode = f.get(d, "mode", str, where)
+        try:
+            bits = int(mode, 8)
+        except ValueError:
+            why = f"is {mode[:20]!r}, not an octal mode such as 0644"
+            raise f.fail(f"{where}.mode", why) from None
+        return cls(
+            path=path,
+            uid=f.get(d, "uid", int, where),
+            gid=f.get(d, "gid", int, where),
+            user=f.get(d, "user", str, where),
+            group=f.get(d, "group", str, where),
+            mode=bits,
+            size=f.get(d, "size", int, where),
+            sha256=f.get(d, "sha256", str, where),
+        )
 
 
 @dataclass(frozen=True)
@@ -98,12 +115,14 @@ class CmdRec:
     exit: int
     sha256: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"cmd": self.cmd, "exit": self.exit, "sha256": self.sha256}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> CmdRec:
-        return cls(cmd=d["cmd"], exit=int(d["exit"]), sha256=d["sha256"])
+    def from_json(cls, value: object, f: Fields, where: str) -> CmdRec:
+        d = f.obj(value, where)
+        return cls(cmd=f.get(d, "cmd", str, where), exit=f.get(d, "exit", int, where),
+                   sha256=f.get(d, "sha256", str, where))
 
 
 @dataclass
@@ -118,8 +137,17 @@ class HostState:
     def file(self, path: str) -> FileRec | None:
         return next((f for f in self.files if f.path == path), None)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"files": [f.to_json() for f in self.files], "commands": [c.to_json() for c in self.commands]}
+
+    @classmethod
+    def from_json(cls, host: str, value: object, f: Fields, where: str) -> HostState:
+        d = f.obj(value, where)
+        return cls(host=host,
+                   files=[FileRec.from_json(x, f, f"{where}.files[{i}]")
+                          for i, x in enumerate(f.get(d, "files", list, where))],
+                   commands=[CmdRec.from_json(x, f, f"{where}.commands[{i}]")
+                             for i, x in enumerate(f.get(d, "commands", list, where))])
 
 
 def parse_capture(raw: bytes, host: str, files: list[str], commands: list[str]) -> HostState:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
 
 from lanes.base.mask import MASK, known_secrets, mask, register_secret
 from rig.rigfile import Role
@@ -120,11 +120,41 @@ def _content(s: HostState | None, f: FileRec | None) -> bytes | None:
     return s.blobs.get(f.sha256)
 
 
-def entries(left: Side, right: Side, roles: dict[str, Role]) -> list[dict[str, Any]]:
-    """What differs, one entry per file or command of a role's host: `role`, `host`, `file` or
-    `command`, `left` and `right` (owner/mode or exit status, `not recorded` when absent) and the
-    diff `lines`, masked; empty when the two sides hold the same state."""
-    found: list[dict[str, Any]] = []
+@dataclass(frozen=True)
+class Entry:
+    """One file (`file`) or command (`command`, masked) of a role's host that differs: `left` and
+    `right` (owner/mode or exit status, `not recorded` when absent) and the diff `lines`, masked."""
+
+    role: str
+    host: str
+    left: str
+    right: str
+    lines: list[str]
+    file: str | None = None
+    command: str | None = None
+
+    @property
+    def where(self) -> str:
+        if self.file is not None:
+            return f"{self.host}:{self.file}"
+        return f"{self.host}: $ {self.command}"
+
+    def to_json(self) -> dict[str, object]:
+        what = {"file": self.file} if self.file is not None else {"command": self.command}
+        return {
+            "role": self.role,
+            "host": self.host,
+            **what,
+            "left": self.left,
+            "right": self.right,
+            "lines": self.lines,
+        }
+
+
+def entries(left: Side, right: Side, roles: dict[str, Role]) -> list[Entry]:
+    """What differs, one entry per file or command of a role's host; empty when the two sides
+    hold the same state."""
+    found: list[Entry] = []
     for role in sorted(set(left) | set(right)):
         r = roles.get(role)
         masks = r.masks if r else []
@@ -143,8 +173,7 @@ def entries(left: Side, right: Side, roles: dict[str, Role]) -> list[dict[str, A
                 rmeta = rf.meta() if rf else "not recorded"
                 lines = [f"# owner/mode: {lmeta} -> {rmeta}"] if lmeta != rmeta else []
                 lines += _body(_content(ls, lf), _content(rs, rf), masks, volatile)
-                found.append({"role": role, "host": host, "file": path, "left": lmeta,
-                              "right": rmeta, "lines": lines})
+                found.append(Entry(role, host, lmeta, rmeta, lines, file=path))
             lcmds = {c.cmd: c for c in (ls.commands if ls else [])}
             rcmds = {c.cmd: c for c in (rs.commands if rs else [])}
             for cmd in [*lcmds, *[c for c in rcmds if c not in lcmds]]:
@@ -156,8 +185,7 @@ def entries(left: Side, right: Side, roles: dict[str, Role]) -> list[dict[str, A
                 rexit = f"exit {rc.exit}" if rc else "not recorded"
                 if not body and lexit == rexit:
                     continue
-                found.append({"role": role, "host": host, "command": mask(cmd), "left": lexit,
-                              "right": rexit, "lines": body})
+                found.append(Entry(role, host, lexit, rexit, body, command=mask(cmd)))
     return found
 
 
@@ -165,10 +193,9 @@ def render(left_name: str, left: Side, right_name: str, right: Side, roles: dict
     """The whole diff as text; empty when the two sides hold the same state."""
     out: list[str] = []
     for e in entries(left, right, roles):
-        where = f"{e['host']}:{e['file']}" if "file" in e else f"{e['host']}: $ {e['command']}"
-        out.append(f"--- {left_name} {e['role']} {where} ({e['left']})")
-        out.append(f"+++ {right_name} {e['role']} {where} ({e['right']})")
-        out += e["lines"]
+        out.append(f"--- {left_name} {e.role} {e.where} ({e.left})")
+        out.append(f"+++ {right_name} {e.role} {e.where} ({e.right})")
+        out += e.lines
     return "\n".join(out) + ("\n" if out else "")
 
 

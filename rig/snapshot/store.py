@@ -17,15 +17,14 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from lanes.base import jsonfile
-from lanes.base.errors import NevError, UsageError
+from lanes.base.errors import ConfigError, NevError, UsageError
 from lanes.base.jsonfile import write_bytes_atomic
 from lanes.base.mask import mask
 from lanes.base.ssh import Connection
 from lanes.base.ui import info
-from rig.snapshot.capture import CmdRec, FileRec, HostState, sha256
+from rig.snapshot.capture import HostState, sha256
 
 FORMAT = 1
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -110,18 +109,26 @@ class Manifest:
     who: str
     roles: dict[str, dict[str, HostState]] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"format": FORMAT, "label": self.label, "time": self.time, "who": self.who,
                 "roles": {r: {h: s.to_json() for h, s in hosts.items()} for r, hosts in self.roles.items()}}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Manifest:
+    def from_json(cls, value: object, label: Path | str = "snapshot label") -> Manifest:
+        """A decoded label file (ConfigError naming `label` and the field otherwise)."""
+        f = jsonfile.Fields(label)
+        d = f.obj(value, "(top level)")
         roles: dict[str, dict[str, HostState]] = {}
-        for r, hosts in d["roles"].items():
-            roles[r] = {h: HostState(host=h, files=[FileRec.from_json(f) for f in s["files"]],
-                                     commands=[CmdRec.from_json(c) for c in s["commands"]])
-                        for h, s in hosts.items()}
-        return cls(label=d["label"], time=d["time"], who=d["who"], roles=roles)
+        for r, hosts in f.get(d, "roles", dict, "").items():
+            hosts = f.obj(hosts, f"roles.{r}")
+            roles[str(r)] = {str(h): HostState.from_json(str(h), s, f, f"roles.{r}.{h}")
+                             for h, s in hosts.items()}
+        return cls(
+            label=f.get(d, "label", str, ""),
+            time=f.get(d, "time", str, ""),
+            who=f.get(d, "who", str, ""),
+            roles=roles,
+        )
 
     def problem(self, label: str) -> str | None:
         """What makes a read manifest unusable although it parsed (pure): a label other than its
@@ -230,9 +237,10 @@ class LocalStore:
         """The label file `p`, checked: StoreError naming it when it cannot be used."""
         d = jsonfile.load(p, "snapshot label")
         try:
-            m = Manifest.from_json(d)
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise StoreError(f"{p}: the snapshot label is damaged ({type(e).__name__}{': ' + str(e)[:80] if str(e) else ''}); "
+            m = Manifest.from_json(d, p)
+        except ConfigError as e:
+            why = e.message.removeprefix(f"{p}: ").removesuffix("; fix the file")
+            raise StoreError(f"{p}: the snapshot label is damaged ({why}); "
                              "it cannot be used") from None
         problem = m.problem(p.name[:-len(".json")])
         if problem:
