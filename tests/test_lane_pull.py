@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lanes import gate
+from lanes import gate, pulled
 from lanes.base.exitcodes import Exit
 from tests.helpers.local_lane import LocalLane, git, make_repo
 
@@ -114,7 +114,7 @@ def _members(*spec: tuple[str, bytes, str]) -> list[tarfile.TarInfo]:
     ([(".", tarfile.SYMTYPE, "/")], "no folder on the lane"),
 ])
 def test_members_a_lane_could_craft_are_refused(tmp_path, spec, why):
-    assert why in (gate.pulled_problem(tmp_path / "out", _members(*spec)) or "")
+    assert why in (pulled.pulled_problem(tmp_path / "out", _members(*spec)) or "")
 
 
 def test_a_member_through_a_local_symlink_inside_the_pulled_folder_is_refused(tmp_path):
@@ -122,9 +122,9 @@ def test_a_member_through_a_local_symlink_inside_the_pulled_folder_is_refused(tm
     dest.mkdir()
     (tmp_path / "elsewhere").mkdir()
     os.symlink(tmp_path / "elsewhere", dest / "sub")
-    why = gate.pulled_problem(dest, _members(("./sub/x", tarfile.REGTYPE, "")))
+    why = pulled.pulled_problem(dest, _members(("./sub/x", tarfile.REGTYPE, "")))
     assert why and "out/sub is a symlink here" in why
-    assert gate.pulled_problem(dest, _members(("./sub", tarfile.SYMTYPE, "other"))) is None   # replaced, not followed
+    assert pulled.pulled_problem(dest, _members(("./sub", tarfile.SYMTYPE, "other"))) is None   # replaced, not followed
 
 
 def test_a_refused_pull_writes_nothing(tmp_path):
@@ -139,7 +139,7 @@ def test_a_refused_pull_writes_nothing(tmp_path):
         bad = tarfile.TarInfo("./bad")
         bad.type, bad.linkname = tarfile.SYMTYPE, "/etc/shadow"
         tf.addfile(bad)
-    p = gate._Pull("out", ["out"])
+    p = pulled.Pull("out", ["out"])
     p.tmp.write(raw.getvalue())
     why = p.finish(wt)
     assert why and "nothing of it was written" in why and not (wt / "out").exists()
@@ -147,11 +147,11 @@ def test_a_refused_pull_writes_nothing(tmp_path):
 
 def test_a_folder_the_lane_sends_unasked_is_refused(tmp_path):
     with pytest.raises(gate.NevError, match="not asked for"):
-        gate._Pull("other", ["out"])
+        pulled.Pull("other", ["out"])
 
 
 def test_pull_paths_are_normalised():
-    assert gate.pull_dirs(["out/", "./a//b", "x"]) == ["out", "a/b", "x"]
+    assert pulled.pull_dirs(["out/", "./a//b", "x"]) == ["out", "a/b", "x"]
 
 
 def test_the_lane_never_sends_the_copy_itself(tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lanes import gate
 from lanes.agent import layout
 from lanes.agent import messages as m
 from lanes.agent import writer as aw
@@ -67,7 +68,17 @@ class _Lane:
     def launch(self, name: str = "wt") -> m.WriterState:
         spec = m.WriterSpec(branch="main", tool="stand-in", model="m1", launch="./standin.sh", brief="do it\n")
         env = dict(os.environ, NEV_ON_LANE="1", **IDENT)
-        return aw.launch(self.root, name, spec, self.base, env)
+        return aw.launch(self.root, name, spec, self.base, env, jail=self.jail(name, env))
+
+    def jail(self, name: str, env: dict[str, str], shared: str | None = None) -> list[str]:
+        """The writer's jail as the development box makes it (`lanes.gate.writer_jail`) from the
+        lane's hello."""
+        home = os.path.realpath(os.path.expanduser("~"))
+        hello = m.HelloAnswer(pid=1, mirror=True, tips=[], fetch_age=None, free_gb=1.0, guest="g",
+                              python="3", root=os.path.realpath(self.root.path), home=home,
+                              shared=os.path.realpath(shared) if shared else None,
+                              harness=os.path.realpath(aw.harness_home(env)))
+        return gate.writer_jail(hello, name, env)
 
     def add_copy(self, name: str) -> Path:
         """Another copy of the same repository under the root (another clone's worktree)."""
@@ -93,7 +104,8 @@ def test_writer_runs_detached_on_its_branch_and_its_env_lives_as_long_as_it(lane
         aw.refuse_if_running(lane.root, "wt")
     assert (lane.copy / ".env").exists()
     brief = Path(state.brief)
-    assert brief.parent == tmp_path / "home" / layout.WRITER_BRIEFS and brief.read_text() == "do it\n"
+    assert brief.parent == tmp_path / "home" / layout.WRITER_BRIEFS / "wt"
+    assert brief.read_text() == "do it\n"
     assert not str(brief).startswith(str(lane.copy))
     assert h.git(lane.copy, "symbolic-ref", "HEAD") == aw.writer_ref("wt", "main") == state.ref
     assert state.ref.startswith("refs/heads/nev-writer/main@")
@@ -185,7 +197,8 @@ def test_fetch_of_a_copy_without_writer_says_none(lane):
 def test_a_writer_command_not_on_the_lane_is_refused_and_nothing_starts(lane):
     spec = m.WriterSpec(branch="main", tool="stand-in", model="m1", launch="./no-such-harness", brief="x")
     with pytest.raises(Refused, match="not found on the lane"):
-        aw.launch(lane.root, "wt", spec, lane.base, dict(os.environ))
+        aw.launch(lane.root, "wt", spec, lane.base, dict(os.environ),
+                  jail=lane.jail("wt", dict(os.environ)))
     assert aw.read_state(lane.root, "wt") is None
 
 
@@ -238,7 +251,8 @@ def _leaky(lane) -> m.WriterState:
     os.chmod(lane.copy / "leaky.sh", 0o755)
     (lane.copy / ".env").write_text(f"NEV_MODEL_KEY={KEY}\nNEV_FORGE_TOKEN=pl41n-t0ken\n")
     spec = m.WriterSpec(branch="main", tool="stand-in", model="m1", launch="./leaky.sh", brief="leak\n")
-    return aw.launch(lane.root, "wt", spec, lane.base, dict(os.environ, **IDENT))
+    env = dict(os.environ, **IDENT)
+    return aw.launch(lane.root, "wt", spec, lane.base, env, jail=lane.jail("wt", env))
 
 
 def _wait_for(pred, what: str, timeout: float = 30) -> None:
@@ -319,7 +333,8 @@ def test_a_writer_sees_no_lane_home_no_share_and_no_other_copy(lane, tmp_path):
     spec = m.WriterSpec(branch="main", tool="stand-in", model="m1", launch=f"sh -c {shlex.quote(script)}",
                         brief="look around\n")
     env = dict(os.environ, NEV_ON_LANE="1", **IDENT)
-    state = aw.launch(lane.root, "wt", spec, lane.base, env, shared=str(share))
+    state = aw.launch(lane.root, "wt", spec, lane.base, env,
+                      jail=lane.jail("wt", env, shared=str(share)))
     os.waitpid(state.pid, 0)
     log = Path(state.log).read_text()
     assert "done" in log and "own-copy-ok" in log, log

@@ -110,7 +110,8 @@ class Gate:
             copies=copy_sizes(self.root.path) if free < self.min_free_gb else None,
             root=os.path.realpath(self.root.path), home=os.path.realpath(os.path.expanduser("~")),
             shared=os.path.realpath(self.shared) if os.path.isdir(self.shared) else None,
-            bwrap=shutil.which("bwrap"))
+            bwrap=shutil.which("bwrap"),
+            harness=os.path.realpath(writer.harness_home(dict(os.environ))))
 
     def jailed(self, command: list[str], jail: list[str]) -> list[str]:
         """`command` in the gate's own jail (`jail`: bubblewrap's options, made on the development
@@ -401,7 +402,7 @@ def start_writer(gate: Gate, req: WriterStart, result: GateResult) -> int:
     result.prepare_s = round(time.monotonic() - t0, 3)
     gate.child.check()
     result.writer = writer.launch(gate.root, gate.name, req.writer, req.commit, env,
-                                  [req.cred.password if req.cred else ""], gate.shared)
+                                  [req.cred.password if req.cred else ""], req.jail)
     gate.leave = Leave.WRITERS
     if not writer.settle(result.writer, req.settle_s):
         result.writer_ended = writer.ended_at_once(gate.root, gate.name, result.writer)

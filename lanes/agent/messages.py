@@ -96,12 +96,13 @@ class HelloAnswer(Message):
     guest: str
     python: str
     copies: list[CopySize] | None = None
-    # Where the gate's jail is built (`lanes.base.sandbox.gate_jail_args`): the lane root, the home
-    # and the share, resolved on the lane; bubblewrap's path there (None: not installed).
+    # Where the gate's and a writer's jails are built (`lanes.base.gatejail`): the lane root, the
+    # home and the share, resolved on the lane; bubblewrap's path there (None: not installed).
     root: str = ""
     home: str = ""
     shared: str | None = None
     bwrap: str | None = None
+    harness: str = ""   # a writer's harness checkout there (PI_TRACKS_HOME, else the default)
 
 
 @_request
@@ -147,6 +148,9 @@ class WriterStart(Request):
     env: dict[str, str] = field(default_factory=dict)
     cred: Cred | None = None
     settle_s: float = 2.0     # how long the agent watches the writer before it answers
+    # bubblewrap's options for the writer's jail (`lanes.base.gatejail.writer_jail_args`): the
+    # agent runs `<bwrap> JAIL -- LAUNCH ...`; a start without one is refused.
+    jail: list[str] = field(default_factory=list)
 
 
 @_request

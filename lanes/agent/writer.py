@@ -165,30 +165,10 @@ def _write_json(path: str, obj: object) -> None:
     os.replace(tmp, path)
 
 
-def jail(root: layout.Root, name: str, home: str, shared: str | None, reads: list[str]) -> list[str]:
-    """bubblewrap around the harness (docs/sandbox.md): the system read-only; the lane home, the
-    lane root (every other copy) and the NAS hidden under empty folders, so the lane's Dagu
-    credentials, `~/.ssh`, the gateway key files, other copies and the corpus store are not
-    there; its own copy and the mirror (its commits' objects and refs) written; `reads` (the
-    harness's home, its brief) read-only. A writer calls models, so it keeps the network. The
-    agent is standard-library only: no seccomp filter here (bubblewrap drops every capability
-    and sets no_new_privs). A lane without bubblewrap refuses to start a writer."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        raise Refused("bubblewrap is not installed on this lane and a writer runs only in its sandbox "
-                      "(docs/sandbox.md; nev lane provision names what is missing); nothing started")
-    args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-            "--tmpfs", "/tmp"]
-    for hidden in (home, shared, root.path):
-        if hidden and os.path.isdir(hidden):
-            args += ["--tmpfs", os.path.realpath(hidden)]
-    for own in (root.mirror, root.copy(name)):
-        args += ["--bind", os.path.realpath(own), os.path.realpath(own)]
-    for r in reads:
-        if os.path.exists(r):
-            args += ["--ro-bind", os.path.realpath(r), os.path.realpath(r)]
-    return [*args, "--chdir", os.path.realpath(root.copy(name)), "--"]
+def brief_folder(home: str, name: str) -> str:
+    """The copy `name`'s writer briefs, outside every copy (so the writer never commits one): the
+    one folder of the briefs its jail reads (`lanes.base.gatejail.writer_jail_args`)."""
+    return os.path.join(layout.home_file(home, layout.WRITER_BRIEFS), name)
 
 
 def harness_home(env: dict[str, str]) -> str:
@@ -259,10 +239,11 @@ def ended_at_once(root: layout.Root, name: str, state: WriterState) -> WriterEnd
 
 
 def launch(root: layout.Root, name: str, spec: WriterSpec, commit: str, env: dict[str, str],
-           secrets: list[str] | None = None, shared: str | None = None) -> WriterState:
+           secrets: list[str] | None = None, jail: list[str] | None = None) -> WriterState:
     """Check out the writer's branch in the copy (local changes kept) and start the harness
-    detached: `<launch> --tool T --model M --brief-file F`, the brief under WRITER_BRIEFS. Its
-    record. Its log masks `secrets`, the copy's `.env` secret-named values and `env`'s."""
+    detached in its jail (`jail`: bubblewrap's options, made on the development box by the one
+    builder, `lanes.base.gatejail.writer_jail_args`): `<launch> --tool T --model M --brief-file
+    F`, the brief under WRITER_BRIEFS/<name>/. Its record. Its log masks `secrets`, the copy's `.env` secret-named values and `env`'s."""
     copy = root.copy(name)
     branch = spec.branch
     ref = writer_ref(name, branch)
@@ -275,15 +256,20 @@ def launch(root: layout.Root, name: str, spec: WriterSpec, commit: str, env: dic
         raise Refused(f"the writer command {words[0] if words else '(empty)'!r} is not found on the lane "
                       "(tracks.json specWatch.lanes.launch); nothing started")
     git(["checkout", "-q", "-B", ref[len("refs/heads/"):]], cwd=copy)
-    briefs = layout.home_file(home, layout.WRITER_BRIEFS)
+    bwrap = shutil.which("bwrap")
+    if bwrap is None or not jail:
+        raise Refused("bubblewrap is not installed on this lane and a writer runs only in its sandbox "
+                      "(docs/sandbox.md; nev lane provision names what is missing); nothing started"
+                      if bwrap is None else "the writer's start carries no jail; nothing started")
+    briefs = brief_folder(home, name)
     os.makedirs(briefs, mode=0o700, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    brief = os.path.join(briefs, f"{name}-{stamp}.md")
+    brief = os.path.join(briefs, f"{stamp}.md")
     fd = os.open(brief, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(spec.brief)
-    argv = [*jail(root, name, home, shared, [env["PI_TRACKS_HOME"], brief]),
-            *words, "--tool", spec.tool, "--model", spec.model, "--brief-file", brief]
+    argv = [bwrap, *jail, "--", *words, "--tool", spec.tool, "--model", spec.model,
+            "--brief-file", brief]
     record = root.writer(name)
     shutil.rmtree(record, ignore_errors=True)
     os.makedirs(record, mode=0o700)

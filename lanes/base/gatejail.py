@@ -1,5 +1,7 @@
-"""A gate's own jail on a lane (docs/sandbox.md, "A gate's jail"), built by the one sandbox
-(`lanes.base.sandbox`): bubblewrap's options the lane agent runs a gate's command with."""
+"""The jails on a lane (docs/sandbox.md, "A gate's jail" and "A writer's jail"), built here on the
+development box: bubblewrap's options the lane agent runs a gate's command (`gate_jail_args`) or
+a writer's harness (`writer_jail_args`) with. The agent builds none: it runs what it is sent. (A
+candidate's stricter jail is `lanes.base.sandboxjail`'s.)"""
 
 from __future__ import annotations
 
@@ -12,8 +14,15 @@ from lanes.base import settings
 # agent (standard library only) runs `<bwrap> <gate_jail_args(...)> -- COMMAND`, the arguments made
 # here on the development box from the paths the lane's hello reported. It is not the candidate's
 # jail (`lanes.base.sandboxjail`): a gate keeps its network, its `.env` and its environment, and
-# sees the system and
-# its toolchains as they are; what it loses is every other gate's things and nev's own.
+# sees the system and its toolchains as they are; what it loses is every other gate's things and
+# nev's own.
+
+#: What every lane jail starts with: its own user, PID, IPC, UTS and cgroup namespaces (so every
+#: process it starts ends with it), no capabilities, the system read-only as it is, a fresh /proc
+#: and a minimal /dev.
+_NAMESPACES = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+               "--unshare-cgroup-try", "--die-with-parent"]
+_SYSTEM = ["--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
 
 
 @dataclass(frozen=True)
@@ -67,22 +76,9 @@ def gate_jail_args(view: GateView) -> list[str]:
     (`store_socket`, its folder read-only, named by `NEV_STORE_SOCKET`).
     The network and the environment are the gate's own."""
     args = [
-        "--unshare-user",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--die-with-parent",
+        *_NAMESPACES,
         "--new-session",
-        "--cap-drop",
-        "ALL",
-        "--ro-bind",
-        "/",
-        "/",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
+        *_SYSTEM,
         "--tmpfs",
         "/dev/shm",
         # /tmp first: a lane root or home under /tmp (a test's) is mounted on top of it
@@ -126,3 +122,36 @@ def gate_jail_args(view: GateView) -> list[str]:
         ]
     args += ["--setenv", settings.IN_GATE.name, "1", "--chdir", view.copy]
     return args
+
+
+@dataclass(frozen=True)
+class WriterView:
+    """A writer's paths on its lane, resolved there (`HelloAnswer`): the lane root, its copy, the
+    mirror, the lane user's home, the share (None: none), and what it reads besides its copy: the
+    harness checkout and its own briefs folder."""
+
+    root: str
+    copy: str
+    mirror: str
+    home: str
+    shared: str | None = None
+    reads: tuple[str, ...] = ()
+
+
+def writer_jail_args(view: WriterView) -> list[str]:
+    """bubblewrap's options (no program, no `--`) for a writer's harness: the lane jail's
+    namespaces and read-only system (a writer outlives its start, so no new session of its own:
+    its wrapper has one); its own /tmp; the lane home, the lane root (every other copy) and the
+    share hidden under empty folders, so the lane's Dagu credentials, `~/.ssh`, the gateway key
+    files, other copies and the corpus store are not there; its own copy and the mirror (its
+    commits' objects and refs) written; `reads` read-only. A writer calls models, so it keeps the
+    network."""
+    args = [*_NAMESPACES, *_SYSTEM, "--tmpfs", "/tmp"]
+    for hidden in (view.home, view.shared, view.root):
+        if hidden:
+            args += ["--tmpfs", hidden]
+    for own in (view.mirror, view.copy):
+        args += ["--bind", own, own]
+    for r in view.reads:
+        args += ["--ro-bind-try", r, r]
+    return [*args, "--chdir", view.copy]
