@@ -3,7 +3,8 @@
 Lanes have no route to a package index, and a lane must never run a different nev than the dev
 box that drives it. So the dev box builds wheels of nev and its runtime dependencies (cached,
 keyed by the project's sources), streams them as one tar over the SSH channel, and the lane
-installs them with `pip --no-index`.
+installs them with `pip --no-index`. A client install (pipx, uv tool: no sources here) makes the
+same wheelhouse from its installed distributions instead (`lanes/installwheels.py`).
 
 Installs are versioned and swapped atomically (`lanes/agent/layout.py` names the paths): each is a
 venv of its own, `~/.local/share/nev/installs/<key>/`, built beside the others in a temporary
@@ -53,11 +54,12 @@ def from_checkout(root: Path = PROJECT) -> bool:
 
 
 def source_key(root: Path = PROJECT) -> str:
-    """A digest of everything that goes into the nev wheel."""
+    """A digest of everything that goes into the nev wheel; from a client install, of the
+    installed distributions the wheels are made from (`lanes/installwheels.py`)."""
     if not from_checkout(root):
-        raise NevError("this nev is a client install (pipx, uv tool) with no sources to build the "
-                       "lanes' install from; run `nev lane install` from a checkout of nev once "
-                       "(README), or set NEV_JOB_INSTALL_NEV=0 to submit jobs to the nev there")
+        from lanes import installwheels
+
+        return installwheels.key()
     h = hashlib.sha256()
     files = [root / "pyproject.toml"]
     for pkg in PACKAGES:
@@ -70,7 +72,9 @@ def source_key(root: Path = PROJECT) -> str:
 
 
 def wheelhouse(cache: Path, root: Path = PROJECT) -> tuple[Path, str]:
-    """Wheels of nev and its dependencies (plus pip), built once per source key."""
+    """Wheels of nev and its dependencies (plus pip), built once per source key: from a checkout
+    with `pip wheel` (the package index reached for the dependencies), from a client install by
+    packing the installed distributions back into wheels (offline)."""
     key = source_key(root)
     house = cache / key
     if (house / ".complete").exists():
@@ -82,7 +86,14 @@ def wheelhouse(cache: Path, root: Path = PROJECT) -> tuple[Path, str]:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if not (house / ".complete").exists():
-            _build(house, key, root)
+            if from_checkout(root):
+                _build(house, key, root)
+            else:
+                from lanes import installwheels
+
+                shutil.rmtree(house, ignore_errors=True)     # a build cut short: start clean
+                installwheels.build(house)
+                (house / ".complete").write_text(key + "\n")
     finally:
         os.close(fd)
     return house, key
@@ -146,6 +157,8 @@ else
     pip="$tmp/bin/python -m pip"
   else
     python3 -m venv --without-pip "$tmp"
+    ls "$whl"/pip-*.whl >/dev/null 2>&1 || {{ echo "the lane's python3 has no ensurepip and no pip \
+wheel came with nev's; install python3-venv on the lane (nev lane provision)" >&2; exit 1; }}
     pip="$tmp/bin/python $(ls "$whl"/pip-*.whl)/pip"
   fi
   $pip install -q --disable-pip-version-check --no-index --find-links "$whl" nev

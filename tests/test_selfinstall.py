@@ -74,3 +74,43 @@ def test_the_lanes_install_script_waits_for_another_install_on_the_same_lane(tmp
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert out.strip() == f"unchanged: nev {key} already installed"
+
+
+def test_a_wheel_made_from_an_installed_distribution_installs_the_same_files(tmp_path):
+    """A client install's wheelhouse (lanes/installwheels.py): click's wheel made from its files in
+    this virtualenv, installed by pip with no index, puts exactly those files in place, and the
+    lane's manifest (`selfinstall.manifest`) names each with its hash."""
+    import sys
+    from importlib import metadata
+
+    from lanes import installwheels
+
+    click = metadata.distribution("click")
+    house = tmp_path / "house"
+    house.mkdir()
+    whl = installwheels.rebuild(click, house)
+    assert whl.name.startswith(f"click-{click.version}-py3-none-any")
+    target = tmp_path / "target"
+    cp = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                         "--no-compile", "--target", str(target), str(whl)],
+                        capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    want = selfinstall.manifest(house)
+    made = dict(installwheels.files(click))
+    assert set(want) == set(made) and any(n.endswith("/METADATA") for n in want)
+    for name, src in made.items():
+        assert (target / name).read_bytes() == src.read_bytes(), name
+
+
+def test_the_client_wheelhouse_holds_nevs_requirements_and_not_its_extras():
+    """What a client install sends the lanes: nev and what it needs here (the requirements'
+    requirements too), not what its extras (dev, gateway) would add."""
+    from lanes import installwheels
+
+    names = {installwheels._norm(d.metadata["Name"]) for d in installwheels._closure()}
+    assert {"nev", "click", "paramiko", "playwright", "pyyaml", "cryptography", "cffi",
+            "pycparser", "idna"} <= names
+    assert not names & {"pytest", "ruff", "mypy", "litellm", "ansible-core", "hypothesis"}
+    assert installwheels._tags("Tag: cp311-cp311-manylinux_2_17_x86_64\n"
+                               "Tag: cp311-cp311-manylinux2014_x86_64\n") \
+        == "cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64"
