@@ -42,6 +42,7 @@ from jobs.land_after import finish_pending
 from jobs.land_gate import INTERRUPTED, stop_leftover_gate
 from jobs.landlock import LandLock
 from lanes import forge as forge_mod
+from lanes import selfinstall
 from lanes.base import crontab, notify, settings
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo
@@ -210,7 +211,8 @@ def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> 
 def tick_env(repo: Path, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment of a scheduled tick: this shell's non-secret NEV_* settings, then pollEnv."""
     env = crontab.carried_env(environ)
-    env["PYTHONPATH"] = str(NEV_ROOT)
+    if selfinstall.from_checkout(NEV_ROOT):
+        env["PYTHONPATH"] = str(NEV_ROOT)    # a client install's python finds nev by itself
     tf = repo / "tracks.json"
     if tf.exists():
         env.update(tracks.load(tf).spec_watch.poll_env)
