@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from lanes.agent import layout
@@ -71,10 +72,12 @@ def source_key(root: Path = PROJECT) -> str:
     return h.hexdigest()[:16]
 
 
-def wheelhouse(cache: Path, root: Path = PROJECT) -> tuple[Path, str]:
+def wheelhouse(cache: Path, root: Path = PROJECT,
+               say: Callable[[str], None] | None = None) -> tuple[Path, str]:
     """Wheels of nev and its dependencies (plus pip), built once per source key: from a checkout
     with `pip wheel` (the package index reached for the dependencies), from a client install by
-    packing the installed distributions back into wheels (offline)."""
+    packing the installed distributions back into wheels (offline). `say`: what a build does,
+    as it starts (a checkout's takes a minute or more)."""
     key = source_key(root)
     house = cache / key
     if (house / ".complete").exists():
@@ -84,13 +87,20 @@ def wheelhouse(cache: Path, root: Path = PROJECT) -> tuple[Path, str]:
     # fill <root>/build. The second waits, then finds the first one's wheelhouse complete.
     fd = os.open(cache / ".build.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if say is not None:
+                say(f"nev's wheelhouse {key}: waiting for another build in {cache} to end")
+            fcntl.flock(fd, fcntl.LOCK_EX)
         if not (house / ".complete").exists():
             if from_checkout(root):
-                _build(house, key, root)
+                _build(house, key, root, say or (lambda _s: None))
             else:
                 from lanes import installwheels
 
+                if say is not None:
+                    say(f"nev's wheelhouse {key}: the installed distributions packed into wheels")
                 shutil.rmtree(house, ignore_errors=True)     # a build cut short: start clean
                 installwheels.build(house)
                 (house / ".complete").write_text(key + "\n")
@@ -99,7 +109,7 @@ def wheelhouse(cache: Path, root: Path = PROJECT) -> tuple[Path, str]:
     return house, key
 
 
-def _build(house: Path, key: str, root: Path) -> None:
+def _build(house: Path, key: str, root: Path, say: Callable[[str], None]) -> None:
     house.mkdir(parents=True, exist_ok=True)
     # setuptools stages the wheel in <root>/build and does not empty it first: a module deleted
     # from the sources would still ride along. It is build output (gitignored), so start clean.
@@ -109,7 +119,9 @@ def _build(house: Path, key: str, root: Path) -> None:
                  "--wheel-dir", str(house), str(root)],
                 [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
                  "--no-deps", "--dest", str(house), "pip"]]
-        for cmd in cmds:
+        for cmd, what in zip(cmds, ("pip wheel: nev and its requirements' wheels",
+                                    "pip download: pip's wheel"), strict=True):
+            say(f"nev's wheelhouse {key}: {what}")
             cp = subprocess.run(cmd, capture_output=True, text=True, cwd=build)
             if cp.returncode != 0:
                 last = (cp.stderr.strip().splitlines() or ["(no message)"])[-1]
@@ -295,7 +307,7 @@ def install(conn: Connection, cache: Path) -> tuple[bool, str]:
     Changed means a new install was built; flipping back to one already there is not a change."""
     import json
 
-    house, key = wheelhouse(cache)
+    house, key = wheelhouse(cache, say=ui.info)
     probe = conn.run(f"sh -c {shlex.quote(PROBE)} sh {key}")
     lines = probe.out.split()
     if "present" in lines:
