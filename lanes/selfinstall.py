@@ -208,7 +208,9 @@ fi
 
 
 PROBE = (f'cd "$HOME" && readlink {CURRENT}; test -x {LINK} && echo ok; '
-         f'test -f {layout.NEV_INSTALLS}/"$1"/{layout.IN_USE} && echo present')
+         f'test -f {layout.NEV_INSTALLS}/"$1"/{layout.IN_USE} && echo present; '
+         'echo "python=$(python3 -c \'import sys; print("%d%d" % sys.version_info[:2])\' 2>&1 '
+         '| tr -d " ")/$(uname -m)"')
 
 # The install's `bin/nev` after its first line (`#!<install>/bin/python`): written by the install
 # script, so the check can say what it must hold.
@@ -289,6 +291,29 @@ def manifest(house: Path) -> dict[str, str]:
     return out
 
 
+def unfit_wheels(house: Path, lane_py: str, lane_machine: str) -> list[str]:
+    """The wheels of the wheelhouse a lane with CPython `lane_py` ("311") on `lane_machine`
+    ("x86_64") cannot install: one built for another CPython (not abi3, or abi3 newer than the
+    lane's), or for another machine. Nothing is said of a lane whose python3 did not answer."""
+    if not lane_py.isdigit() or not lane_machine:
+        return []
+    out = []
+    for whl in sorted(house.glob("*.whl")):
+        pys, abi, plat = (part.split(".") for part in whl.name[:-4].split("-")[-3:])
+        cp = [int(p[3:]) for p in pys if p.startswith("cp") and p[3:].isdigit()]
+        if abi == ["abi3"]:
+            fits = bool(cp) and int(lane_py[1:]) >= min(cp)
+        elif any(a.startswith("cp") for a in abi):
+            fits = f"cp{lane_py}" in pys
+        else:
+            fits = True
+        if fits and plat != ["any"] and not any(p.endswith(lane_machine) for p in plat):
+            fits = False
+        if not fits:
+            out.append(whl.name.split("-")[0])
+    return out
+
+
 def verify_command(key: str) -> str:
     """The lane's check of the install of `key` (its manifest on stdin): `ok` or `differs: ...`."""
     return f'python3 -I -S -c {shlex.quote(VERIFY)} "$HOME/{install_dir(key)}"'
@@ -309,7 +334,17 @@ def install(conn: Connection, cache: Path) -> tuple[bool, str]:
 
     house, key = wheelhouse(cache, say=ui.info)
     probe = conn.run(f"sh -c {shlex.quote(PROBE)} sh {key}")
-    lines = probe.out.split()
+    lines = [w for w in probe.out.split() if not w.startswith("python=")]
+    py, _, machine = next((w[7:] for w in probe.out.split() if w.startswith("python=")),
+                          "").partition("/")
+    misfits = unfit_wheels(house, py, machine)
+    if misfits and "present" not in lines:
+        raise NevError(f"{conn.target}'s python3 is {py[:1]}.{py[1:]} on {machine}; this nev's "
+                       f"wheels are for this box's Python {sys.version_info[0]}."
+                       f"{sys.version_info[1]} on {os.uname().machine} ({', '.join(misfits[:3])}); "
+                       f"install nev here with Python {py[:1]}.{py[1:]} (pipx install --python "
+                       f"python{py[:1]}.{py[1:]}, uv tool install --python {py[:1]}.{py[1:]}) "
+                       "and run again; nothing was sent")
     if "present" in lines:
         want = json.dumps(manifest(house)).encode()
         check = conn.run(verify_command(key), stdin=want, timeout=300)

@@ -114,3 +114,16 @@ def test_the_client_wheelhouse_holds_nevs_requirements_and_not_its_extras():
     assert installwheels._tags("Tag: cp311-cp311-manylinux_2_17_x86_64\n"
                                "Tag: cp311-cp311-manylinux2014_x86_64\n") \
         == "cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64"
+
+
+def test_wheels_a_lane_cannot_install_are_named_before_anything_is_sent(tmp_path):
+    """A laptop's Python or machine that is not the lanes': the wheels built for it are named
+    (pure ones and abi3 ones old enough fit any lane)."""
+    for name in ("click-8.1-py3-none-any.whl", "bcrypt-5.0-cp39-abi3-manylinux_2_34_x86_64.whl",
+                 "pyyaml-6.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+                 "cffi-2.1-cp312-cp312-manylinux_2_17_x86_64.whl"):
+        (tmp_path / name).write_bytes(b"")
+    assert selfinstall.unfit_wheels(tmp_path, "311", "x86_64") == ["cffi"]
+    assert selfinstall.unfit_wheels(tmp_path, "312", "x86_64") == ["pyyaml"]
+    assert selfinstall.unfit_wheels(tmp_path, "311", "aarch64") == ["bcrypt", "cffi", "pyyaml"]
+    assert selfinstall.unfit_wheels(tmp_path, "", "") == []       # no python3 answered there
