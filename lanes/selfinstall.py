@@ -22,7 +22,6 @@ reused (docs/lanes.md, "The agent's code and the installs").
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import io
 import os
@@ -36,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lanes.agent import layout
-from lanes.base import ui
+from lanes.base import flockwait, ui
 from lanes.base.errors import NevError
 from lanes.base.ssh import Connection
 
@@ -87,12 +86,7 @@ def wheelhouse(cache: Path, root: Path = PROJECT,
     # fill <root>/build. The second waits, then finds the first one's wheelhouse complete.
     fd = os.open(cache / ".build.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if say is not None:
-                say(f"nev's wheelhouse {key}: waiting for another build in {cache} to end")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        flockwait.lock(fd, say, f"nev's wheelhouse {key}: waiting for another build in {cache} to end")
         if not (house / ".complete").exists():
             if from_checkout(root):
                 _build(house, key, root, say or (lambda _s: None))
