@@ -308,6 +308,15 @@ def unfit_wheels(house: Path, lane_py: str, lane_machine: str) -> list[str]:
     return out
 
 
+def _unfit(target: object, py: str, machine: str, misfits: list[str]) -> NevError:
+    there = f"{py[:1]}.{py[1:]}"
+    return NevError(f"{target}'s python3 is {there} on {machine}; this nev's wheels are for this "
+                    f"box's Python {sys.version_info[0]}.{sys.version_info[1]} on "
+                    f"{os.uname().machine} ({', '.join(misfits[:3])}); install nev here with "
+                    f"Python {there} (pipx install --python python{there}, uv tool install "
+                    f"--python {there}) and run again; nothing was sent")
+
+
 def verify_command(key: str) -> str:
     """The lane's check of the install of `key` (its manifest on stdin): `ok` or `differs: ...`."""
     return f'python3 -I -S -c {shlex.quote(VERIFY)} "$HOME/{install_dir(key)}"'
@@ -332,13 +341,6 @@ def install(conn: Connection, cache: Path) -> tuple[bool, str]:
     py, _, machine = next((w[7:] for w in probe.out.split() if w.startswith("python=")),
                           "").partition("/")
     misfits = unfit_wheels(house, py, machine)
-    if misfits and "present" not in lines:
-        raise NevError(f"{conn.target}'s python3 is {py[:1]}.{py[1:]} on {machine}; this nev's "
-                       f"wheels are for this box's Python {sys.version_info[0]}."
-                       f"{sys.version_info[1]} on {os.uname().machine} ({', '.join(misfits[:3])}); "
-                       f"install nev here with Python {py[:1]}.{py[1:]} (pipx install --python "
-                       f"python{py[:1]}.{py[1:]}, uv tool install --python {py[:1]}.{py[1:]}) "
-                       "and run again; nothing was sent")
     if "present" in lines:
         want = json.dumps(manifest(house)).encode()
         check = conn.run(verify_command(key), stdin=want, timeout=300)
@@ -356,6 +358,8 @@ def install(conn: Connection, cache: Path) -> tuple[bool, str]:
             lines = [x for x in lines if x != "present"]
     if lines == [f"installs/{key}", "ok", "present"]:
         return False, f"unchanged: nev {key} already installed"
+    if misfits and "present" not in lines:
+        raise _unfit(conn.target, py, machine, misfits)
     tar = b"" if "present" in lines else wheel_tar(house)
     res = conn.run(remote_script(key), stdin=tar, timeout=900)
     if res.exit_status != 0:

@@ -127,3 +127,29 @@ def test_wheels_a_lane_cannot_install_are_named_before_anything_is_sent(tmp_path
     assert selfinstall.unfit_wheels(tmp_path, "312", "x86_64") == ["pyyaml"]
     assert selfinstall.unfit_wheels(tmp_path, "311", "aarch64") == ["bcrypt", "cffi", "pyyaml"]
     assert selfinstall.unfit_wheels(tmp_path, "", "") == []       # no python3 answered there
+
+
+def test_a_lane_whose_python_the_wheels_do_not_fit_is_refused_with_nothing_sent(tmp_path,
+                                                                                monkeypatch):
+    from types import SimpleNamespace
+
+    import pytest
+
+    from lanes.base.errors import NevError
+
+    (tmp_path / "pyyaml-6.0-cp312-cp312-manylinux_2_17_x86_64.whl").write_bytes(b"")
+    monkeypatch.setattr(selfinstall, "wheelhouse", lambda *a, **k: (tmp_path, "0" * 16))
+    ran: list[str] = []
+
+    class Lane:
+        target = "lane@10.0.0.11"
+
+        def run(self, cmd, stdin=None, timeout=None):
+            ran.append(cmd)
+            return SimpleNamespace(out="python=311/x86_64\n", err="", exit_status=0)
+
+    with pytest.raises(NevError) as e:
+        selfinstall.install(Lane(), tmp_path)          # type: ignore[arg-type]
+    assert "lane@10.0.0.11's python3 is 3.11 on x86_64" in str(e.value)
+    assert "(pyyaml)" in str(e.value) and "--python python3.11" in str(e.value)
+    assert len(ran) == 1                               # the probe only: nothing was sent
