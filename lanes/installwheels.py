@@ -113,6 +113,12 @@ def _info_dir(dist: metadata.Distribution) -> Path:
 
 def files(dist: metadata.Distribution) -> Iterator[tuple[str, Path]]:
     """(the name in the wheel, the file on disk) of every file of the distribution's wheel."""
+    for name, path, _recorded in _rows(dist):
+        yield name, path
+
+
+def _rows(dist: metadata.Distribution) -> Iterator[tuple[str, Path, str]]:
+    """`files`, each with the hash its RECORD row gives."""
     info = _info_dir(dist)
     site = info.parent
     record = (info / "RECORD").read_text(encoding="utf-8")
@@ -127,20 +133,19 @@ def files(dist: metadata.Distribution) -> Iterator[tuple[str, Path]]:
         if not path.is_file():
             raise NevError(f"{path} is in {dist.metadata['Name']}'s RECORD but not installed; "
                            "reinstall nev (pipx install, uv tool install) and run again")
-        yield name, path
+        yield name, path, row[1] if len(row) > 1 else ""
 
 
 def key() -> str:
-    """A digest of what the wheelhouse would hold: nev's files as they are, the others' RECORDs."""
+    """A digest of what the wheelhouse would hold: nev's files as they are, the others' as their
+    RECORDs give them (only the files packed: a console script's hash names its virtualenv)."""
     h = hashlib.sha256()
     for dist in distributions():
-        info = _info_dir(dist)
-        h.update(info.name.encode() + b"\0")
-        if _norm(dist.metadata["Name"]) == "nev":
-            for name, path in files(dist):
-                h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-        else:
-            h.update((info / "RECORD").read_bytes() + b"\0")
+        h.update(_info_dir(dist).name.encode() + b"\0")
+        nev = _norm(dist.metadata["Name"]) == "nev"
+        for name, path, recorded in _rows(dist):
+            h.update(name.encode() + b"\0" + (path.read_bytes() if nev else recorded.encode())
+                     + b"\0")
     return h.hexdigest()[:16]
 
 

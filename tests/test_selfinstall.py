@@ -153,3 +153,41 @@ def test_a_lane_whose_python_the_wheels_do_not_fit_is_refused_with_nothing_sent(
     assert "lane@10.0.0.11's python3 is 3.11 on x86_64" in str(e.value)
     assert "(pyyaml)" in str(e.value) and "--python python3.11" in str(e.value)
     assert len(ran) == 1                               # the probe only: nothing was sent
+
+
+def test_a_client_installs_key_is_its_files_not_where_its_virtualenv_is(tmp_path, monkeypatch):
+    """The key of a client install's wheelhouse: the same files give the same key wherever the
+    virtualenv is (a console script's RECORD hash holds its shebang's path: not counted), and
+    a changed file of nev's gives another."""
+    from importlib import metadata
+
+    from lanes import installwheels
+
+    def dist(site: Path, name: str, module: str, script_hash: str) -> metadata.Distribution:
+        info = site / f"{name}-0.1.dist-info"
+        info.mkdir(parents=True)
+        (site / module).mkdir()
+        (site / module / "cli.py").write_text("print(1)\n")
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+        (info / "WHEEL").write_text("Wheel-Version: 1.0\nTag: py3-none-any\n")
+        (info / "RECORD").write_text(f"{module}/cli.py,sha256=x,9\n{name}-0.1.dist-info/METADATA,,\n"
+                                     f"{name}-0.1.dist-info/WHEEL,,\n../../bin/{name},{script_hash},99\n"
+                                     f"{name}-0.1.dist-info/RECORD,,\n")
+        return metadata.PathDistribution(info)
+
+    def venv(where: Path, script_hash: str) -> list[metadata.Distribution]:
+        site = where / "lib" / "site-packages"
+        return [dist(site, "nev", "rig", script_hash), dist(site, "dep", "dep", script_hash)]
+
+    a, b = venv(tmp_path / "a", "sha256=aaa"), venv(tmp_path / "b", "sha256=bbb")
+    keys = []
+    for dists in (a, b):
+        monkeypatch.setattr(installwheels, "distributions", lambda d=dists: d)
+        keys.append(installwheels.key())
+    assert keys[0] == keys[1]
+    (tmp_path / "b" / "lib" / "site-packages" / "rig" / "cli.py").write_text("print(2)\n")
+    assert installwheels.key() != keys[0]
+    whl = installwheels.rebuild(b[0], tmp_path)
+    assert whl.name == "nev-0.1-py3-none-any.whl"
+    assert set(selfinstall.manifest(tmp_path)) == {"rig/cli.py", "nev-0.1.dist-info/METADATA",
+                                                   "nev-0.1.dist-info/WHEEL"}
