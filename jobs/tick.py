@@ -53,7 +53,6 @@ LAND_APPROVED = ["nev", "land", "--approved"]
 DAY_S = 24 * 3600
 CRON_TAG = "# nev-job-poll"
 POLL_WORKFLOW = "nev-job-poll"
-NEV_ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextmanager
@@ -210,9 +209,7 @@ def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> 
 
 def tick_env(repo: Path, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment of a scheduled tick: this shell's non-secret NEV_* settings, then pollEnv."""
-    env = crontab.carried_env(environ)
-    if selfinstall.from_checkout(NEV_ROOT):
-        env["PYTHONPATH"] = str(NEV_ROOT)    # a client install's python finds nev by itself
+    env = {**crontab.carried_env(environ), **selfinstall.pythonpath()}
     tf = repo / "tracks.json"
     if tf.exists():
         env.update(tracks.load(tf).spec_watch.poll_env)

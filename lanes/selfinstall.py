@@ -53,6 +53,13 @@ def from_checkout(root: Path = PROJECT) -> bool:
     return (root / "pyproject.toml").is_file()
 
 
+def pythonpath() -> dict[str, str]:
+    """What a command nev schedules (the tick's cron line, a forward's supervisor) needs to find
+    this nev: its checkout on PYTHONPATH; nothing for a client install, whose python has nev
+    already (its site-packages on PYTHONPATH would come before the standard library)."""
+    return {"PYTHONPATH": str(PROJECT)} if from_checkout() else {}
+
+
 def source_key(root: Path = PROJECT) -> str:
     """A digest of everything that goes into the nev wheel; from a client install, of the
     installed distributions the wheels are made from (`lanes/installwheels.py`)."""
