@@ -43,6 +43,7 @@ from jobs.land_after import finish_pending
 from jobs.land_gate import INTERRUPTED, stop_leftover_gate
 from jobs.landlock import LandLock
 from lanes import forge as forge_mod
+from lanes import selfinstall
 from lanes.base import crontab, notify, settings
 from lanes.base.errors import NevError
 from lanes.base.gitrun import Repo
@@ -53,7 +54,6 @@ LAND_APPROVED = ["nev", "land", "--approved"]
 DAY_S = 24 * 3600
 CRON_TAG = "# nev-job-poll"
 POLL_WORKFLOW = "nev-job-poll"
-NEV_ROOT = Path(__file__).resolve().parents[1]
 # Parts of the tick that other packages own (`jobs` imports no `rig`): the `nev` entry point adds
 # the serving tier's mending here (rig/commands.py); each takes the tick's environment and
 # returns its exit, never raising.
@@ -218,8 +218,7 @@ def land_approved(repo_path: Path, environ: Mapping[str, str] | None = None) -> 
 
 def tick_env(repo: Path, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment of a scheduled tick: this shell's non-secret NEV_* settings, then pollEnv."""
-    env = crontab.carried_env(environ)
-    env["PYTHONPATH"] = str(NEV_ROOT)
+    env = {**crontab.carried_env(environ), **selfinstall.pythonpath()}
     tf = repo / "tracks.json"
     if tf.exists():
         env.update(tracks.load(tf).spec_watch.poll_env)

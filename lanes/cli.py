@@ -144,8 +144,9 @@ def list_(as_json: bool) -> int:
 def install(lane_index: int | None) -> int:
     """Install this nev on the lanes (wheels built here, sent over SSH, installed offline).
 
-    A lane never runs a different nev than the dev box: the install is keyed by the sources,
-    and a second run with the same sources changes nothing.
+    A lane never runs a different nev than the dev box: the install is keyed by the sources (a
+    client install's: by its installed files, packed back into wheels here, offline), and a
+    second run with the same nev changes nothing.
     """
     from lanes import lanesfile, selfinstall
 

@@ -87,6 +87,37 @@ def _in_build(rel: str, content: str, mode: str) -> str:
     return heredoc(f"$B/raw/{rel}", content, mode).replace(shlex.quote(f"$B/raw/{rel}"), f'"$B/raw/{rel}"')
 
 
+IMAGE_PHASE = "== nev image: "      # a line of the image build's log: the phase it enters
+
+
+def image_log(recipe: ImageRecipe, cache: str = CACHE) -> str:
+    """The image build's log, there while the image is built (by whichever builder)."""
+    return f"{cache}/images/.build-{recipe.key}.log"
+
+
+def image_progress(log: str) -> tuple[str, str] | None:
+    """Where an image build is, from its log (`image_log`): its phase and a detail (debootstrap's
+    last step, the packages set up so far); None before the first phase."""
+    phase: str | None = None
+    after: list[str] = []
+    for ln in log.splitlines():
+        if ln.startswith(IMAGE_PHASE):
+            phase, after = ln[len(IMAGE_PHASE):], []
+        else:
+            after.append(ln)
+    if phase is None:
+        return None
+    detail = ""
+    if phase.startswith("debootstrap"):
+        detail = next((ln[3:].strip() for ln in reversed(after) if ln.startswith("I: ")), "")
+    elif phase.startswith("apt-get install"):
+        done = sum(1 for ln in after if ln.startswith("Setting up "))
+        total = next((m.group(1) for ln in after if (m := re.search(r"(\d+) newly installed", ln))),
+                     None)
+        detail = f"{done} of {total} set up" if total else f"{done} set up"
+    return phase, detail
+
+
 def image_script(recipe: ImageRecipe, cache: str = CACHE) -> str:
     """Build the image unless it is cached. Built beside, then renamed into place: a cached
     image is never written again, so lanes using it are safe."""
@@ -94,7 +125,7 @@ def image_script(recipe: ImageRecipe, cache: str = CACHE) -> str:
     img = recipe.rootfs(cache)
     q = shlex.quote
     pkgs = " ".join(q(p) for p in recipe.packages)
-    b = f"{cache}/images/.build-{recipe.key}"
+    b = image_log(recipe, cache).removesuffix(".log")
     masks = "\n".join(f'ln -sf /dev/null "$B/raw/etc/systemd/system/{u}"' for u in MASKED_UNITS)
     return f"""set -eu
 mkdir -p {q(cache)}/images
@@ -103,10 +134,15 @@ flock 9
 if [ -d {q(img)} ]; then echo "unchanged: image {recipe.key}"; exit 0; fi
 B={q(b)}
 rm -rf "$B"; mkdir -p "$B"
-debootstrap --variant=minbase {q(recipe.suite)} "$B/raw" {q(recipe.mirror)} >"$B.log" 2>&1 || {{ tail -5 "$B.log" >&2; exit 1; }}
+phase() {{ echo "{IMAGE_PHASE}$*" >> "$B.log"; }}   # where the build is (image_progress)
+: > "$B.log"
+phase debootstrap {q(recipe.suite)}
+debootstrap --variant=minbase {q(recipe.suite)} "$B/raw" {q(recipe.mirror)} >>"$B.log" 2>&1 || {{ tail -5 "$B.log" >&2; exit 1; }}
 printf '#!/bin/sh\\nexit 101\\n' > "$B/raw/usr/sbin/policy-rc.d"; chmod 755 "$B/raw/usr/sbin/policy-rc.d"
 cp /etc/resolv.conf "$B/raw/etc/resolv.conf" 2>/dev/null || true
-{_in_build('etc/apt/sources.list', recipe.sources, '644')}chroot "$B/raw" apt-get update >>"$B.log" 2>&1 || {{ tail -5 "$B.log" >&2; exit 1; }}
+{_in_build('etc/apt/sources.list', recipe.sources, '644')}phase apt-get update
+chroot "$B/raw" apt-get update >>"$B.log" 2>&1 || {{ tail -5 "$B.log" >&2; exit 1; }}
+phase apt-get install, {len(recipe.packages)} packages and what they need
 DEBIAN_FRONTEND=noninteractive chroot "$B/raw" apt-get install -y --no-install-recommends {pkgs} >>"$B.log" 2>&1 || {{ tail -5 "$B.log" >&2; exit 1; }}
 chroot "$B/raw" apt-get clean
 rm -f "$B/raw/etc/ssh/ssh_host_"*
@@ -117,6 +153,7 @@ mkdir -p "$B/raw/etc/systemd/system"
 chroot "$B/raw" usermod -p '*' lane
 mkdir -p "$B/raw/srv/lane" "$B/raw/srv/lane-shared" "$B/raw/srv/toolchain/rustup" "$B/raw/srv/toolchain/cargo-bin" "$B/raw/root/.ssh"
 chroot "$B/raw" chown lane:lane /srv/lane
+phase the uid shift for the id map
 mkdir "$B/shifted"
 # uid-shift for the id map: tar rewrites every owner (+U -> +U+BASE) and root extracts it;
 # modes (setuid bits too) are restored after the chown.

@@ -60,7 +60,15 @@ class Pull:
                 if why:
                     return f"--pull {self.dir} refused: {why}; nothing of it was written"
                 dest.mkdir(parents=True, exist_ok=True)
-                tf.extractall(dest, members=members, filter="data")
+                if not hasattr(tarfile, "data_filter"):
+                    # Python before 3.11.4 (Debian 12's python3 is 3.11.2, a client install's):
+                    # no extraction filters; the data filter's owner and mode rules by hand
+                    for m in members:
+                        m.mode &= 0o755
+                        m.uid, m.gid, m.uname, m.gname = os.getuid(), os.getgid(), "", ""
+                    tf.extractall(dest, members=members)
+                else:
+                    tf.extractall(dest, members=members, filter="data")
         except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
             return f"--pull {self.dir} failed: {e}; what was written before stays"
         finally:

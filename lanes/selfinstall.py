@@ -3,7 +3,8 @@
 Lanes have no route to a package index, and a lane must never run a different nev than the dev
 box that drives it. So the dev box builds wheels of nev and its runtime dependencies (cached,
 keyed by the project's sources), streams them as one tar over the SSH channel, and the lane
-installs them with `pip --no-index`.
+installs them with `pip --no-index`. A client install (pipx, uv tool: no sources here) makes the
+same wheelhouse from its installed distributions instead (`lanes/installwheels.py`).
 
 Installs are versioned and swapped atomically (`lanes/agent/layout.py` names the paths): each is a
 venv of its own, `~/.local/share/nev/installs/<key>/`, built beside the others in a temporary
@@ -21,7 +22,6 @@ reused (docs/lanes.md, "The agent's code and the installs").
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import io
 import os
@@ -31,10 +31,11 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from lanes.agent import layout
-from lanes.base import ui
+from lanes.base import flockwait, ui
 from lanes.base.errors import NevError
 from lanes.base.ssh import Connection
 
@@ -52,12 +53,20 @@ def from_checkout(root: Path = PROJECT) -> bool:
     return (root / "pyproject.toml").is_file()
 
 
+def pythonpath() -> dict[str, str]:
+    """What a command nev schedules (the tick's cron line, a forward's supervisor) needs to find
+    this nev: its checkout on PYTHONPATH; nothing for a client install, whose python has nev
+    already (its site-packages on PYTHONPATH would come before the standard library)."""
+    return {"PYTHONPATH": str(PROJECT)} if from_checkout() else {}
+
+
 def source_key(root: Path = PROJECT) -> str:
-    """A digest of everything that goes into the nev wheel."""
+    """A digest of everything that goes into the nev wheel; from a client install, of the
+    installed distributions the wheels are made from (`lanes/installwheels.py`)."""
     if not from_checkout(root):
-        raise NevError("this nev is a client install (pipx, uv tool) with no sources to build the "
-                       "lanes' install from; run `nev lane install` from a checkout of nev once "
-                       "(README), or set NEV_JOB_INSTALL_NEV=0 to submit jobs to the nev there")
+        from lanes import installwheels
+
+        return installwheels.key()
     h = hashlib.sha256()
     files = [root / "pyproject.toml"]
     for pkg in PACKAGES:
@@ -69,8 +78,12 @@ def source_key(root: Path = PROJECT) -> str:
     return h.hexdigest()[:16]
 
 
-def wheelhouse(cache: Path, root: Path = PROJECT) -> tuple[Path, str]:
-    """Wheels of nev and its dependencies (plus pip), built once per source key."""
+def wheelhouse(cache: Path, root: Path = PROJECT,
+               say: Callable[[str], None] | None = None) -> tuple[Path, str]:
+    """Wheels of nev and its dependencies (plus pip), built once per source key: from a checkout
+    with `pip wheel` (the package index reached for the dependencies), from a client install by
+    packing the installed distributions back into wheels (offline). `say`: what a build does,
+    as it starts (a checkout's takes a minute or more)."""
     key = source_key(root)
     house = cache / key
     if (house / ".complete").exists():
@@ -80,15 +93,24 @@ def wheelhouse(cache: Path, root: Path = PROJECT) -> tuple[Path, str]:
     # fill <root>/build. The second waits, then finds the first one's wheelhouse complete.
     fd = os.open(cache / ".build.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        flockwait.lock(fd, say, f"nev's wheelhouse {key}: waiting for another build in {cache} to end")
         if not (house / ".complete").exists():
-            _build(house, key, root)
+            if from_checkout(root):
+                _build(house, key, root, say or (lambda _s: None))
+            else:
+                from lanes import installwheels
+
+                if say is not None:
+                    say(f"nev's wheelhouse {key}: the installed distributions packed into wheels")
+                shutil.rmtree(house, ignore_errors=True)     # a build cut short: start clean
+                installwheels.build(house)
+                (house / ".complete").write_text(key + "\n")
     finally:
         os.close(fd)
     return house, key
 
 
-def _build(house: Path, key: str, root: Path) -> None:
+def _build(house: Path, key: str, root: Path, say: Callable[[str], None]) -> None:
     house.mkdir(parents=True, exist_ok=True)
     # setuptools stages the wheel in <root>/build and does not empty it first: a module deleted
     # from the sources would still ride along. It is build output (gitignored), so start clean.
@@ -98,7 +120,9 @@ def _build(house: Path, key: str, root: Path) -> None:
                  "--wheel-dir", str(house), str(root)],
                 [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
                  "--no-deps", "--dest", str(house), "pip"]]
-        for cmd in cmds:
+        for cmd, what in zip(cmds, ("pip wheel: nev and its requirements' wheels",
+                                    "pip download: pip's wheel"), strict=True):
+            say(f"nev's wheelhouse {key}: {what}")
             cp = subprocess.run(cmd, capture_output=True, text=True, cwd=build)
             if cp.returncode != 0:
                 last = (cp.stderr.strip().splitlines() or ["(no message)"])[-1]
@@ -146,6 +170,8 @@ else
     pip="$tmp/bin/python -m pip"
   else
     python3 -m venv --without-pip "$tmp"
+    ls "$whl"/pip-*.whl >/dev/null 2>&1 || {{ echo "the lane's python3 has no ensurepip and no pip \
+wheel came with nev's; install python3-venv on the lane (nev lane provision)" >&2; exit 1; }}
     pip="$tmp/bin/python $(ls "$whl"/pip-*.whl)/pip"
   fi
   $pip install -q --disable-pip-version-check --no-index --find-links "$whl" nev
@@ -183,7 +209,9 @@ fi
 
 
 PROBE = (f'cd "$HOME" && readlink {CURRENT}; test -x {LINK} && echo ok; '
-         f'test -f {layout.NEV_INSTALLS}/"$1"/{layout.IN_USE} && echo present')
+         f'test -f {layout.NEV_INSTALLS}/"$1"/{layout.IN_USE} && echo present; '
+         'echo "python=$(python3 -c \'import sys; print("%d%d" % sys.version_info[:2])\' 2>&1 '
+         '| tr -d " ")/$(uname -m)"')
 
 # The install's `bin/nev` after its first line (`#!<install>/bin/python`): written by the install
 # script, so the check can say what it must hold.
@@ -264,6 +292,38 @@ def manifest(house: Path) -> dict[str, str]:
     return out
 
 
+def unfit_wheels(house: Path, lane_py: str, lane_machine: str) -> list[str]:
+    """The wheels of the wheelhouse a lane with CPython `lane_py` ("311") on `lane_machine`
+    ("x86_64") cannot install: one built for another CPython (not abi3, or abi3 newer than the
+    lane's), or for another machine. Nothing is said of a lane whose python3 did not answer."""
+    if not lane_py.isdigit() or not lane_machine:
+        return []
+    out = []
+    for whl in sorted(house.glob("*.whl")):
+        pys, abi, plat = (part.split(".") for part in whl.name[:-4].split("-")[-3:])
+        cp = [int(p[3:]) for p in pys if p.startswith("cp") and p[3:].isdigit()]
+        if abi == ["abi3"]:
+            fits = bool(cp) and int(lane_py[1:]) >= min(cp)
+        elif any(a.startswith("cp") for a in abi):
+            fits = f"cp{lane_py}" in pys
+        else:
+            fits = True
+        if fits and plat != ["any"] and not any(p.endswith(lane_machine) for p in plat):
+            fits = False
+        if not fits:
+            out.append(whl.name.split("-")[0])
+    return out
+
+
+def _unfit(target: object, py: str, machine: str, misfits: list[str]) -> NevError:
+    there = f"{py[:1]}.{py[1:]}"
+    return NevError(f"{target}'s python3 is {there} on {machine}; this nev's wheels are for this "
+                    f"box's Python {sys.version_info[0]}.{sys.version_info[1]} on "
+                    f"{os.uname().machine} ({', '.join(misfits[:3])}); install nev here with "
+                    f"Python {there} (pipx install --python python{there}, uv tool install "
+                    f"--python {there}) and run again; nothing was sent")
+
+
 def verify_command(key: str) -> str:
     """The lane's check of the install of `key` (its manifest on stdin): `ok` or `differs: ...`."""
     return f'python3 -I -S -c {shlex.quote(VERIFY)} "$HOME/{install_dir(key)}"'
@@ -282,9 +342,12 @@ def install(conn: Connection, cache: Path) -> tuple[bool, str]:
     Changed means a new install was built; flipping back to one already there is not a change."""
     import json
 
-    house, key = wheelhouse(cache)
+    house, key = wheelhouse(cache, say=ui.info)
     probe = conn.run(f"sh -c {shlex.quote(PROBE)} sh {key}")
-    lines = probe.out.split()
+    lines = [w for w in probe.out.split() if not w.startswith("python=")]
+    py, _, machine = next((w[7:] for w in probe.out.split() if w.startswith("python=")),
+                          "").partition("/")
+    misfits = unfit_wheels(house, py, machine)
     if "present" in lines:
         want = json.dumps(manifest(house)).encode()
         check = conn.run(verify_command(key), stdin=want, timeout=300)
@@ -302,6 +365,8 @@ def install(conn: Connection, cache: Path) -> tuple[bool, str]:
             lines = [x for x in lines if x != "present"]
     if lines == [f"installs/{key}", "ok", "present"]:
         return False, f"unchanged: nev {key} already installed"
+    if misfits and "present" not in lines:
+        raise _unfit(conn.target, py, machine, misfits)
     tar = b"" if "present" in lines else wheel_tar(house)
     res = conn.run(remote_script(key), stdin=tar, timeout=900)
     if res.exit_status != 0:

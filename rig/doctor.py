@@ -275,15 +275,12 @@ class LaneChecks:
         return f"{free:.1f} GiB free under {root}"
 
     def nev_current(self) -> str:
-        from lanes.selfinstall import from_checkout, source_key
+        from lanes.selfinstall import source_key
 
         there = self.need().get("nev_current", "").rsplit("/", 1)[-1]
         fix = f"`nev lane install --lane {self.lane.index}`"
         if not there:
             raise Fail(f"nev is not installed there; {fix}")
-        if not from_checkout():
-            return (f"nev {there} installed (this nev is a client install: whether it is the "
-                    "current one is checked from a checkout)")
         here = source_key()
         if there != here:
             raise Fail(f"the lane runs nev {there}, this box {here}; {fix}")

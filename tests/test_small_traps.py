@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -108,21 +109,59 @@ def test_completion_scripts_for_each_shell(tmp_path, shell, marker):
         assert {"land", "lane"} <= set(words.stdout.split()), words.stdout + words.stderr
 
 
-def test_a_long_box_step_says_it_is_still_going():
-    """`nev box up`'s step lines: one as each step starts, and a line every HEARTBEAT_S while a
-    long one runs (the lanes' image takes minutes on a cold machine)."""
+def test_a_long_box_step_says_its_phases_as_it_goes():
+    """`nev box up`'s step lines: a long step says each of its own phases as it enters it, a
+    script's phase (read by a watch) as it appears, and when nothing is new for HEARTBEAT_S, a
+    line that names the phase it is still in; nothing once the step is done."""
     import time
 
-    from rig.box.build import still_going
+    from rig.box.progress import Progress
 
     lines: list[str] = []
-    t0 = time.monotonic()
-    with still_going(lines.append, "box b: the lanes' image", t0, every=0.05):
-        time.sleep(0.32)
+    at: list[tuple[str, str] | None] = [None]
+    p = Progress(lines.append, time.monotonic(), every=0.8, poll=0.02)
+    with p.step("box b: the lanes' image and files"):
+        p.phase("lane0: its files and keys")
+        with p.watching(lambda: at[0]):
+            time.sleep(0.3)
+            at[0] = ("the image: debootstrap bookworm", "Retrieving libc6")
+            time.sleep(0.3)
+            at[0] = ("the image: apt-get install", "3 of 40 set up")   # said: a new phase
+            time.sleep(0.3)
+            at[0] = ("the image: apt-get install", "9 of 40 set up")   # the heartbeat's
+            time.sleep(1.0)
     after = len(lines)
-    time.sleep(0.15)
-    assert after >= 4 and len(lines) == after          # none once the step is done
-    assert all(ln.startswith("box b: the lanes' image: still going (") for ln in lines)
+    time.sleep(0.2)
+    assert len(lines) == after                     # none once the step is done
+    said = [ln.split(" (")[0] for ln in lines]
+    assert said[:3] == ["box b: the lanes' image and files: lane0: its files and keys",
+                        "box b: the lanes' image and files: the image: debootstrap bookworm, "
+                        "Retrieving libc6",
+                        "box b: the lanes' image and files: the image: apt-get install, "
+                        "3 of 40 set up"], lines
+    assert said[3] == ("box b: the lanes' image and files: the image: apt-get install, "
+                       "9 of 40 set up: still going"), lines
+    assert all(re.search(r" \(\d+ s\)$", ln) for ln in lines), lines
+
+
+def test_the_image_build_says_where_it_is_in_its_log():
+    """The lanes' image script marks each phase in its log, in order; `image_progress` reads the
+    phase and its detail back (debootstrap's last step, packages set up of those apt counted)."""
+    from lanes import create_lxc
+
+    script = create_lxc.image_script(create_lxc.ImageRecipe(), "/var/cache/x")
+    marks = [ln.split(None, 1)[1] for ln in script.splitlines() if ln.startswith("phase ")]
+    assert [m.split()[0] for m in marks] == ["debootstrap", "apt-get", "apt-get", "the"], marks
+    assert script.index("phase apt-get install") < script.index("apt-get install -y")
+    log = (f"{create_lxc.IMAGE_PHASE}debootstrap bookworm\nI: Retrieving InRelease\n"
+           "I: Extracting libc6...\n")
+    assert create_lxc.image_progress("") is None
+    assert create_lxc.image_progress(log) == ("debootstrap bookworm", "Extracting libc6...")
+    log += (f"{create_lxc.IMAGE_PHASE}apt-get install, 21 packages and what they need\n"
+            "0 upgraded, 412 newly installed, 0 to remove and 0 not upgraded.\n"
+            "Unpacking git (1:2.39)\nSetting up git (1:2.39)\nSetting up make (4.3)\n")
+    assert create_lxc.image_progress(log) == ("apt-get install, 21 packages and what they need",
+                                          "2 of 412 set up")
 
 
 def test_what_a_box_up_changes_is_said_as_it_happens():

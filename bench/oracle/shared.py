@@ -14,7 +14,6 @@ for NEV_ARCHIVE_KEEP_DAYS, the newest per function staying, under the same lock.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping
@@ -22,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench.oracle import store
-from lanes.base import settings
+from lanes.base import flockwait, settings
 
 FOLDER = "corpora"   # under the share
 
@@ -108,12 +107,7 @@ def locked(root: Path, name: str, say: Callable[[str], None] | None = None,
     path = root / f"{name}.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if say is not None:
-                say(f"another {what} holds {path}; waiting for it")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        flockwait.lock(fd, say, f"another {what} holds {path}; waiting for it")
         for p in root.glob(f"{store.TMP_PREFIX}{name}-*"):
             shutil.rmtree(p, ignore_errors=True)
         yield

@@ -15,10 +15,8 @@ import pwd
 import shutil
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from bench.oracle import shared as shared_corpora
@@ -28,6 +26,7 @@ from lanes.base.errors import NevError
 from lanes.base.mask import register_secret
 from lanes.base.procs import ProcRec
 from lanes.base.ui import info
+from lanes.base.ui import info as info_say
 from rig.box import (
     forge,
     forwards,
@@ -49,6 +48,7 @@ from rig.box.lanes_netns import (
     ensure_user,
     host_key,
 )
+from rig.box.progress import Progress
 from rig.box.state import BoxInfo, BoxState, LaneInfo
 
 MARKER = ".nev-box"
@@ -89,30 +89,6 @@ class Said(list[str]):
         return self
 
 
-HEARTBEAT_S = 15.0     # a long step (the lanes' image, the wheelhouse) says it is alive this often
-
-
-@contextmanager
-def still_going(say: Callable[[str], None], label: str, t0: float,
-                every: float | None = None) -> Iterator[None]:
-    """While the block runs, `label: still going (N s)` every `every` seconds (HEARTBEAT_S): a
-    cold build's image step takes minutes, and a terminal that says nothing looks hung."""
-    stop = threading.Event()
-    period = HEARTBEAT_S if every is None else every
-
-    def beat() -> None:
-        while not stop.wait(period):
-            say(f"{label}: still going ({time.monotonic() - t0:.0f} s)")
-
-    t = threading.Thread(target=beat, daemon=True)
-    t.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        t.join()
-
-
 def code_digest() -> str:
     """The box's code and data: a box made by another version is rebuilt (configs rewritten,
     changed services restarted) by the next `up`."""
@@ -143,6 +119,7 @@ class Build:
         self.started_sshds: list[tuple[plan.Host, ProcRec]] = []
         self.started_lanes: list[tuple[LaneInfo, ProcRec]] = []
         self.gateway_at = 0.0
+        self.progress = Progress(info_say, time.monotonic())
 
     def phases(self) -> list[tuple[str, Callable[[], None]]]:
         """Every step of the build in order, each with the words its progress line says."""
@@ -153,7 +130,7 @@ class Build:
             ("network", self.make_network),
             # first: LiteLLM takes ~10 s of CPU to start, the rest happens meanwhile
             ("the gateway (LiteLLM) starting", self.start_gateway),
-            ("the lanes' image and nev's wheelhouse", self.prepare_lanes),
+            ("the lanes' image and files", self.prepare_lanes),
             ("the service hosts' sshd", self.start_service_sshds),
             ("the jump host", self.start_jump_host),
             ("SSH client files", self.write_ssh_client_files),
@@ -170,14 +147,16 @@ class Build:
         ]
 
     def run(self, say: Callable[[str], None] = info) -> list[str]:
-        """Every step in order, each said on one progress line as it starts (a cold build takes
-        minutes: the image, the wheelhouse, LiteLLM's start); what changed."""
+        """Every step in order, each said on one progress line as it starts, a long one's phases
+        as it enters them (a cold build takes minutes: the image, the wheelhouse, LiteLLM's
+        start; rig/box/progress.py); what changed."""
         steps = self.phases()
         t0 = time.monotonic()
         self.changed = Said(say, f"  box {self.name}: ", self.changed)   # each said as it happens
+        self.progress = Progress(say, t0)
         for i, (what, step) in enumerate(steps, 1):
             say(f"box {self.name}: {what} ({i}/{len(steps)}, {time.monotonic() - t0:.0f} s)")
-            with still_going(say, f"box {self.name}: {what}", t0):
+            with self.progress.step(f"box {self.name}: {what}"):
                 step()
         return self.changed
 
@@ -310,9 +289,18 @@ class Build:
         """Every lane's files and keys (through its backend) and its ~/.lane-model-env."""
         # the box's own client key, and a teammate's development boxes' (docs/team.md)
         self.client_pub = "\n".join([client_key(self.info.ssh_key), *state.team_keys(self.dir)])
-        for lane in self.info.lanes:
-            self.hostkeys.append((lane.addr, self.backend.prepare(lane, self.hosts[lane.name], self.client_pub)))
-            _lane_model_env(lane.host_home, self.info.gateway_url)
+        image = getattr(self.backend, "image_progress", None)     # an LXC guest's image build
+
+        def watch() -> tuple[str, str] | None:
+            at = image() if image else None
+            return ("the image: " + at[0], at[1]) if at else None
+
+        with self.progress.watching(watch):
+            for lane in self.info.lanes:
+                self.progress.phase(f"{lane.name}: its files and keys"
+                                    + (", on the image (built once)" if image else ""))
+                self.hostkeys.append((lane.addr, self.backend.prepare(lane, self.hosts[lane.name], self.client_pub)))
+                _lane_model_env(lane.host_home, self.info.gateway_url)
 
     def _pin_host_key(self, host_dir: Path, addr: str, comment: str) -> None:
         self.hostkeys.append((addr, host_key(host_dir / "ssh_host_ed25519_key", comment)))
@@ -531,7 +519,8 @@ class Build:
         way `nev lane install` puts it there."""
         st = self.st
         lane_pids = {ln.name: st.procs[f"{ln.name}.sshd"].pid for ln in self.info.lanes}
-        svcs, made = inventory_up.prepare(self.layout, self.dir, st.lanes_kind, lane_pids)
+        svcs, made = inventory_up.prepare(self.layout, self.dir, st.lanes_kind, lane_pids,
+                                          say=self.progress.phase)
         self.changed += made
         for key in [k for k, r in st.procs.items() if k.endswith((".advertise", ".collect"))
                     and r.host in lane_pids]:
@@ -571,10 +560,15 @@ class Build:
     def wait_for_services(self) -> None:
         """Every service answers, checked from inside the rig network; the gateway's start time noted."""
         info, recs = self.info, self.st.procs
+        phase = self.progress.phase
         with netns.inside(self.layout.rig_netns):
+            if self.started_sshds:
+                phase("the service hosts' sshd")
             for h, rec in self.started_sshds:
                 waits.wait_port(h.addr, plan.SSH_PORT, 10, rec, self.log(rec.key))
+            phase("the forge")
             waits.wait_http(f"http://{info.forge_addr}/health", 10, recs["forge.nginx"], self.log("forge.nginx"))
+            phase("the pools and HAProxy")
             for p in plan.POOLS:
                 pi, key = info.pools[p.name], pool_keys(p, p.replica_names()[0])[0]
                 waits.wait_http(f"http://{pi.addr}:{pi.port}/health", 10, recs[key], self.log(key))
@@ -582,6 +576,7 @@ class Build:
                 waits.wait_port(self.layout.proxy().addr, pi.proxy_port, 10, recs["proxy.haproxy"],
                                 self.log("proxy.haproxy"))
             gw_rec = recs["gateway.litellm"]
+            phase("the gateway (LiteLLM answers once it has loaded, up to 300 s)")
             waits.wait_http(f"{info.gateway_url}/health/liveliness", 300, gw_rec, self.log("gateway.litellm"))
         if "started gateway.litellm" in self.changed:
             cpu = procs.cpu_seconds(gw_rec.pid)

@@ -101,6 +101,14 @@ class LxcLanes(BoxLanes):
         self.lxcpath = guests.lxcpath(box_dir)
         self.recipe = create_lxc.ImageRecipe()
 
+    def image_progress(self) -> tuple[str, str] | None:
+        """Where the lanes' image build is (`create_lxc.image_progress`), None when none runs."""
+        try:
+            log = Path(create_lxc.image_log(self.recipe, self.cache)).read_text(errors="replace")
+        except FileNotFoundError:
+            return None
+        return create_lxc.image_progress(log)
+
     def container(self, lane_name: str) -> str:
         return guests.container(self.box_dir, lane_name)
 

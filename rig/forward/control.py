@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lanes import selfinstall
 from lanes.base import crontab, openssh, procs, settings, sshfail
 from lanes.base.errors import ConfigError, NevError, UsageError
 from lanes.base.exitcodes import Exit
@@ -60,7 +61,7 @@ def supervisor_env(rig_path: Path, environ: Mapping[str, str]) -> dict[str, str]
         p = settings.get_path(s, environ)
         if p is not None:
             env[s.name] = str(p.absolute())
-    env["PYTHONPATH"] = str(NEV_ROOT)
+    env.update(selfinstall.pythonpath())
     return env
 
 
