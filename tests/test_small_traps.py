@@ -165,7 +165,7 @@ def test_the_image_build_says_where_it_is_in_its_log():
 
 
 def test_what_a_box_up_changes_is_said_as_it_happens():
-    from rig.box.build import Said
+    from rig.box.progress import Said
 
     said: list[str] = []
     changed = Said(said.append, "  box b: ", ["earlier"])

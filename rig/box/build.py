@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from bench.oracle import shared as shared_corpora
@@ -48,7 +48,8 @@ from rig.box.lanes_netns import (
     ensure_user,
     host_key,
 )
-from rig.box.progress import Progress
+from rig.box.progress import Progress, Said
+from rig.box.sshclient import ssh_client_config
 from rig.box.state import BoxInfo, BoxState, LaneInfo
 
 MARKER = ".nev-box"
@@ -66,27 +67,6 @@ def conf_digest(*files: Path) -> str:
         except FileNotFoundError:
             h.update(b"(missing)")
     return h.hexdigest()[:16]
-
-
-class Said(list[str]):
-    """A list of what changed that says each item as it is added (a host's line when that host
-    is done, not all of them at the end)."""
-
-    def __init__(self, say: Callable[[str], None], prefix: str, items: list[str]) -> None:
-        super().__init__(items)
-        self.say, self.prefix = say, prefix
-
-    def append(self, item: str) -> None:
-        self.say(self.prefix + item)
-        super().append(item)
-
-    def extend(self, items: Iterable[str]) -> None:
-        for item in items:
-            self.append(item)
-
-    def __iadd__(self, items: Iterable[str]) -> Said:  # type: ignore[override,misc]
-        self.extend(items)
-        return self
 
 
 def code_digest() -> str:
@@ -600,32 +580,6 @@ def pool_keys(p: plan.Pool, replica: str) -> list[str]:
     if p.pair:
         return [f"{p.name}.pool", f"{p.name}.worker"]
     return [f"{p.name}.pool" if p.replicas == 1 else f"{p.name}.{replica}"]
-
-
-def ssh_client_config(box_name: str, info: BoxInfo) -> str:
-    """An OpenSSH client config as a user of the real rig has one: every rig host through
-    the jump host (ProxyJump), every host key pinned."""
-    common = f"""    IdentityFile {info.ssh_key}
-    IdentitiesOnly yes
-    UserKnownHostsFile {info.known_hosts}
-    StrictHostKeyChecking yes
-    BatchMode yes
-    KexAlgorithms curve25519-sha256
-"""
-    jump_alias = f"{box_name}-jump"
-    out = [f"""Host {jump_alias} {info.jump_addr}
-    HostName {info.jump_addr}
-    User {plan.JUMP_USER}
-{common}"""]
-    hosts = [(ln.name, ln.addr, USER) for ln in info.lanes]
-    hosts += [(h, info.hosts[h]["addr"], "root") for h in plan.SERVICE_SSH_HOSTS]
-    for name, addr, user in hosts:
-        out.append(f"""Host {box_name}-{name} {addr}
-    HostName {addr}
-    User {user}
-    ProxyJump {jump_alias}
-{common}""")
-    return "".join(out)
 
 
 def _lane_model_env(home: Path, gateway_url: str) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 HEARTBEAT_S = 15.0     # a long step says it is alive this often when it has nothing new to say
@@ -92,3 +92,24 @@ class Progress:
         finally:
             stop.set()
             t.join()
+
+
+class Said(list[str]):
+    """A list of what changed that says each item as it is added (a host's line when that host
+    is done, not all of them at the end)."""
+
+    def __init__(self, say: Callable[[str], None], prefix: str, items: list[str]) -> None:
+        super().__init__(items)
+        self.say, self.prefix = say, prefix
+
+    def append(self, item: str) -> None:
+        self.say(self.prefix + item)
+        super().append(item)
+
+    def extend(self, items: Iterable[str]) -> None:
+        for item in items:
+            self.append(item)
+
+    def __iadd__(self, items: Iterable[str]) -> Said:  # type: ignore[override,misc]
+        self.extend(items)
+        return self
