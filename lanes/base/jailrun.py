@@ -19,14 +19,64 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import IO
 
 KEEP = 1 << 20
 
 
-def _drain(stream: Any, keep: bytearray, limit: int, total: list[int]) -> None:
+@dataclass(frozen=True)
+class Spec:
+    """One job as the request names it: its argv, what it reads, where, and how much of its stdout
+    is kept."""
+
+    argv: list[str]
+    stdin: str = ""
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+    keep: int = KEEP
+
+    @classmethod
+    def from_json(cls, obj: object) -> Spec:
+        """A job of the request (nev's own, written by `run_many`): ValueError when it is not one."""
+        if not isinstance(obj, dict) or not isinstance(obj.get("argv"), list) \
+                or not all(isinstance(a, str) for a in obj["argv"]):
+            raise ValueError("a job names its argv as a list of strings")
+        env = obj.get("env")
+        return cls(list(obj["argv"]), str(obj.get("stdin", "")),
+                   obj.get("cwd") if isinstance(obj.get("cwd"), str) else None,
+                   {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else None,
+                   int(obj.get("keep", KEEP)))
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One job's end: its status (128 + the signal when one ended it), its output (at most `keep`
+    bytes of stdout kept), whether time ran out, all the stdout it wrote (counted) and its wall
+    time (None: it never started)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    stdout_bytes: int = -1
+    elapsed: float | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, object]) -> Ran:
+        """A line of the supervisor's (KeyError, TypeError or ValueError when it is not one)."""
+        elapsed = obj.get("elapsed")
+        return cls(int(str(obj["returncode"])), str(obj["stdout"]), str(obj["stderr"]),
+                   bool(obj["timed_out"]), int(str(obj.get("stdout_bytes", -1))),
+                   float(str(elapsed)) if elapsed is not None else None)
+
+
+def _drain(stream: IO[bytes], keep: bytearray, limit: int, total: list[int]) -> None:
     while True:
         chunk = stream.read(65536)
         if not chunk:
@@ -44,7 +94,7 @@ def run_one(
     cwd: str | None = None,
     env: dict[str, str] | None = None,
     keep: int = KEEP,
-) -> dict[str, Any]:
+) -> Ran:
     """One job: its status (128 + the signal when one ended it), its output (at most `keep` bytes of
     stdout kept, all of it counted), whether time ran out, and its wall time from start to end,
     measured here: the job's own process cannot change it."""
@@ -60,12 +110,7 @@ def run_one(
             start_new_session=True,
         )
     except OSError as e:
-        return {
-            "returncode": 127,
-            "stdout": "",
-            "stderr": f"cannot start {argv[0]}: {e.strerror}",
-            "timed_out": False,
-        }
+        return Ran(127, "", f"cannot start {argv[0]}: {e.strerror}", False)
     out, err = bytearray(), bytearray()
     out_n, err_n = [0], [0]
     readers = [
@@ -93,39 +138,27 @@ def run_one(
     elapsed = time.monotonic() - began
     for t in readers:
         t.join(timeout=5)
-    return {
-        "returncode": 128 - code if code < 0 else code,
-        "stdout": out.decode("utf-8", "replace"),
-        "stderr": err.decode("utf-8", "replace"),
-        "timed_out": timed_out,
-        "stdout_bytes": out_n[0],
-        "elapsed": round(elapsed, 6),
-    }
+    return Ran(128 - code if code < 0 else code, out.decode("utf-8", "replace"),
+               err.decode("utf-8", "replace"), timed_out, out_n[0], round(elapsed, 6))
 
 
 def run_all(
-    jobs: Sequence[dict[str, Any]], parallel: int, timeout: float, on_done: Any = None
-) -> list[dict[str, Any]]:
+    jobs: Sequence[Spec], parallel: int, timeout: float,
+    on_done: Callable[[int, Ran], None] | None = None,
+) -> list[Ran]:
     """Every job, `parallel` at a time; `on_done(index, result)` as each finishes."""
-    results: list[dict[str, Any]] = [{}] * len(jobs)
+    results: list[Ran | None] = [None] * len(jobs)
 
     def one(k: int) -> None:
         job = jobs[k]
-        r = run_one(
-            job["argv"],
-            job.get("stdin", "").encode(),
-            timeout,
-            job.get("cwd"),
-            job.get("env"),
-            int(job.get("keep", KEEP)),
-        )
+        r = run_one(job.argv, job.stdin.encode(), timeout, job.cwd, job.env, job.keep)
         results[k] = r
         if on_done is not None:
             on_done(k, r)
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         list(pool.map(one, range(len(jobs))))
-    return results
+    return [r for r in results if r is not None]
 
 
 def main() -> int:
@@ -133,14 +166,14 @@ def main() -> int:
     lock = threading.Lock()
     t0 = time.monotonic()
 
-    def done(k: int, r: dict[str, Any]) -> None:
+    def done(k: int, r: Ran) -> None:
         with lock:
-            sys.stdout.write(
-                json.dumps({"index": k, **r, "at": round(time.monotonic() - t0, 3)}) + "\n"
-            )
+            line = {"index": k, **r.to_json(), "at": round(time.monotonic() - t0, 3)}
+            sys.stdout.write(json.dumps(line) + "\n")
             sys.stdout.flush()
 
-    run_all(req["jobs"], int(req.get("parallel", 1)), float(req["timeout"]), done)
+    jobs = [Spec.from_json(j) for j in req["jobs"]]
+    run_all(jobs, int(req.get("parallel", 1)), float(req["timeout"]), done)
     return 0
 
 

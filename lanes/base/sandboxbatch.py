@@ -8,9 +8,10 @@ import json
 import re
 import signal
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from lanes.base import jailrun
 from lanes.base.sandboxfilters import syscall_name
 from lanes.base.sandboxjail import PYTHON, Jail, Limits, Outcome, check, inside, run
 
@@ -34,9 +35,7 @@ def run_many(
     (`lanes/base/jailrun.py`): a jail costs ~15 ms to build, a process in it ~1 ms. Each process
     keeps the jail's limits for itself; the jail may start processes (the supervisor does), so what
     a job runs must lock itself (the candidate runner's `--lockdown`) before any untrusted code."""
-    from lanes.base import jailrun
-
-    spec = [{"argv": list(j.argv), "stdin": j.stdin, "keep": j.keep} for j in jobs]
+    spec = [jailrun.Spec(list(j.argv), j.stdin, keep=j.keep) for j in jobs]
     if not jobs:
         return []
     if jail.bare or inside():
@@ -54,7 +53,8 @@ def run_many(
         etc=jail.etc,
     )
     rounds = -(-len(jobs) // max(1, parallel))
-    req = json.dumps({"jobs": spec, "parallel": parallel, "timeout": timeout_each}).encode()
+    req = json.dumps({"jobs": [asdict(j) for j in spec], "parallel": parallel,
+                      "timeout": timeout_each}).encode()
     out = run(
         [PYTHON, "-I", "-S", str(supervisor)],
         outer,
@@ -65,7 +65,7 @@ def run_many(
     for line in out.stdout.splitlines():
         try:
             r = json.loads(line)
-            results[int(r["index"])] = _outcome(r)
+            results[int(r["index"])] = _outcome(jailrun.Ran.from_json(r))
         except (ValueError, KeyError, TypeError):
             continue
     why = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
@@ -78,16 +78,9 @@ def run_many(
     return [results.get(k, lost) for k in range(len(jobs))]
 
 
-def _outcome(r: dict) -> Outcome:
+def _outcome(r: jailrun.Ran) -> Outcome:
     """One job's result as the supervisor reported it."""
-    return Outcome(
-        int(r["returncode"]),
-        str(r["stdout"]),
-        str(r["stderr"]),
-        bool(r["timed_out"]),
-        int(r.get("stdout_bytes", -1)),
-        float(r["elapsed"]) if r.get("elapsed") is not None else None,
-    )
+    return Outcome(r.returncode, r.stdout, r.stderr, r.timed_out, r.stdout_bytes, r.elapsed)
 
 
 # ---- verdicts ----
