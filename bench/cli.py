@@ -144,7 +144,7 @@ def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, case
                              count=count, store_root=store_root())
     if as_json:
         rows = [{"folder": str(r.folder), "written": r.written, "rendered": r.rendered,
-                 "manifest": r.manifest,
+                 "manifest": r.manifest.to_json(),
                  "seconds": round(r.seconds, 2), "rates": r.rates} for r in results]
         emit_json(rows[0] if len(rows) == 1 else rows)
     else:

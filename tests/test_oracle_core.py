@@ -136,8 +136,8 @@ def _write(root, key, cases_rows=(b'{"id":"a"}\n',)):
 def test_store_publishes_once_and_moves_an_older_version_aside(tmp_path):
     w, man = _write(tmp_path, "k1")
     import hashlib
-    assert man["content_sha256"] == hashlib.sha256(b'{"id":"a"}\n').hexdigest()  # as the runner's corpora
-    assert man["votes_sha256"] == hashlib.sha256(b"{}\n").hexdigest()
+    assert man.content_sha256 == hashlib.sha256(b'{"id":"a"}\n').hexdigest()  # as the runner's corpora
+    assert man.votes_sha256 == hashlib.sha256(b"{}\n").hexdigest()
     assert not (tmp_path / "block_width").exists()  # nothing visible before publish
     assert w.publish() is None
     folder = tmp_path / "block_width"
@@ -145,7 +145,7 @@ def test_store_publishes_once_and_moves_an_older_version_aside(tmp_path):
     w2, _ = _write(tmp_path, "k2")
     moved = w2.publish()
     assert moved is not None and moved.parent == tmp_path / ".superseded" / "block_width"
-    assert store.read_manifest(moved)["key"] == "k1"
+    assert store.read_manifest(moved).key == "k1"
     assert store.up_to_date(folder, "k2")
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == []
 

@@ -28,7 +28,7 @@ BATCH = 100
 class BuildResult:
     folder: Path
     written: bool
-    manifest: dict[str, Any]
+    manifest: store.StoreManifest
     seconds: float = 0.0
     rates: dict[str, float] = field(default_factory=dict)
     superseded: Path | None = None
@@ -94,7 +94,7 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
     folder = root / store.folder_name(corpus, shard.index, shard.count)
     store.clean_stale_tmp(root)
     if store.up_to_date(folder, key):
-        man = store.read_manifest(folder) or {}
+        man = store.read_manifest(folder) or store.StoreManifest({})
         return BuildResult(folder, False, man)
     tampered(folder, key)
     if fleet is not None and sorted(fleet.names) != sorted(engine_names):
@@ -127,7 +127,8 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
                         digests.record(found, info)
                 else:
                     shared.touch(found)
-                    result = BuildResult(found, True, store.read_manifest(found) or {}, rendered=False)
+                    result = BuildResult(found, True, store.read_manifest(found) or store.StoreManifest({}),
+                                         rendered=False)
                 result.superseded = shared.copy_in(found, root, folder.name)
                 result.shared, result.folder = found, folder
     if not quiet and result.superseded is not None:
@@ -139,7 +140,7 @@ def tampered(folder: Path, key: str) -> bool:
     """Say so when a corpus of this very key is there but its bytes no longer match its manifest's
     content hashes (changed after it was published): it is not ground truth and is built anew."""
     man = store.read_manifest(folder)
-    if man is None or man.get("key") != key:
+    if man is None or man.key != key:
         return False
     why = store.verify(folder)
     if why is None:
@@ -202,9 +203,8 @@ def _render(job: _Job, writer: store.Writer, lazy: LazyFleet, label: str) -> Bui
         if bar is not None:
             bar.close()
         rates = fleet.rates(since)
-        manifest = dict(job.manifest, cases=agreed, generated=len(agreement), agreement=tally(agreement),
-                        quarantined=quarantined)
-        manifest = writer.finish(manifest)
+        manifest = writer.finish(dict(job.manifest, cases=agreed, generated=len(agreement),
+                                      agreement=tally(agreement), quarantined=quarantined))
         moved = writer.publish()
     except BaseException:
         writer.discard()
@@ -227,19 +227,19 @@ def build_many(corpora: Sequence[str], *, engine_names: Sequence[str] = eng.ENGI
 def summary_lines(r: BuildResult) -> list[str]:
     m = r.manifest
     if not r.written:
-        return [f"{r.folder}: up to date (key {str(m.get('key'))[:12]}, {m.get('cases')} agreed cases); "
+        return [f"{r.folder}: up to date (key {str(m.key)[:12]}, {m.cases} agreed cases); "
                 "nothing written"]
     if not r.rendered:
-        return [f"{r.folder}: copied from the corpus store {r.shared} (key {str(m.get('key'))[:12]}, "
-                f"{m.get('cases')} agreed cases); nothing rendered"]
-    engines = ", ".join(f"{n} {v}" for n, v in m["engines"].items())
-    agree = ", ".join(f"{k}: {v}" for k, v in m["agreement"].items())
+        return [f"{r.folder}: copied from the corpus store {r.shared} (key {str(m.key)[:12]}, "
+                f"{m.cases} agreed cases); nothing rendered"]
+    engines = ", ".join(f"{n} {v}" for n, v in (m.engines or {}).items())
+    agree = ", ".join(f"{k}: {v}" for k, v in m.agreement.items())
     rates = ", ".join(f"{n} {v:.0f} cases/s" for n, v in r.rates.items())
     return [
-        f"{r.folder}: {m['cases']} agreed of {m['generated']} generated "
-        f"({m['quarantined']} quarantined) in {r.seconds:.1f} s",
+        f"{r.folder}: {m.cases} agreed of {m.generated} generated "
+        f"({m.quarantined} quarantined) in {r.seconds:.1f} s",
         f"agreement: {agree}",
         f"engines: {engines}",
         f"rendering (each case twice): {rates}",
-        f"store: {r.bytes_per_case:.0f} bytes per case, key {m['key'][:12]}",
+        f"store: {r.bytes_per_case:.0f} bytes per case, key {str(m.key)[:12]}",
     ] + ([f"shared: {r.shared} (every lane copy asking for this key copies it)"] if r.shared else [])

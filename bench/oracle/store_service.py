@@ -163,7 +163,7 @@ def _build(req: dict) -> dict:
             {
                 "folder": r.folder.name,
                 "rendered": r.rendered,
-                "manifest": r.manifest,
+                "manifest": r.manifest.to_json(),
                 "seconds": round(r.seconds, 3),
                 "rates": r.rates,
                 "bytes_per_case": r.bytes_per_case,
@@ -328,7 +328,7 @@ def build(asked: Asked, root: Path, environ: Mapping[str, str] | None = None) ->
         name = str(r.get("folder", ""))
         if not name or "/" in name or name.startswith("."):
             raise NevError(f"nev's store builder named a corpus folder {name!r}; nothing was built")
-        man = store.read_manifest(staging / name) or {}
+        man = store.read_manifest(staging / name) or store.StoreManifest({})
         res = BuildResult(
             root / name,
             True,
@@ -340,7 +340,7 @@ def build(asked: Asked, root: Path, environ: Mapping[str, str] | None = None) ->
             bool(r.get("rendered")),
             Path(r["shared"]) if r.get("shared") else None,
         )
-        if store.up_to_date(root / name, str(man.get("key"))):
+        if store.up_to_date(root / name, str(man.doc.get("key"))):
             res = replace(res, written=False)
         else:
             res.superseded = shared.copy_in(staging / name, root, name)
