@@ -181,11 +181,11 @@ def oracle_render(pages: tuple[str, ...], engines: str, as_json: bool) -> int:
 
     results = render_pages(collect_pages(pages), parse_engines(engines), DEFAULT_TOLERANCE)
     if as_json:
-        emit_json(results)
+        emit_json([r.to_json() for r in results])
     else:
         for line in format_pages(results):
             click.echo(line)
-    return 1 if any(r["expectation_failures"] for r in results) else 0
+    return 1 if any(r.expectation_failures for r in results) else 0
 
 
 @oracle.command("engines")

@@ -11,6 +11,7 @@ import pytest
 from bench.oracle import cases, reference, store
 from bench.oracle.build import judge
 from bench.oracle.cases import Shard, generator_for
+from bench.oracle.measured import Measured, MeasureError, measured_page
 from bench.oracle.render import check_page, collect_pages
 from bench.oracle.vote import DEFAULT_TOLERANCE, flatten, vote
 from lanes.base.errors import NevError
@@ -171,7 +172,8 @@ def test_stale_temporary_folder_of_a_dead_build_is_removed(tmp_path):
 
 
 def _el(rect, offset, expect, client=(0, 0), scroll=(0, 0)):
-    return {"rect": rect, "offset": offset, "client": list(client), "scroll": list(scroll), "expect": expect}
+    return Measured.from_json({"rect": rect, "offset": offset, "client": list(client), "scroll": list(scroll),
+                               "expect": expect}, "test")
 
 
 def test_page_check_follows_check_layout_semantics_per_engine():
@@ -182,7 +184,7 @@ def test_page_check_follows_check_layout_semantics_per_engine():
         "firefox": {"#a": _el([8, 8, 100.4, 10], [8, 8, 100, 10], exp_a), "@7": _el([8, 18, 100, 20.0], [8, 18, 100, 20], exp_b)},
         "webkit": {"#a": _el([8, 8, 99, 10], [8, 8, 99, 10], exp_a), "@7": _el([8, 18, 100, 20.0], [8, 18, 100, 20], exp_b)},
     }
-    r = check_page(pages, TOL)
+    r = check_page(pages, TOL).to_json()
     assert r["expectation_failures"] == ["#a"]
     a = r["elements"]["#a"]
     # offsetWidth, an integer, with tolerance 0 by default: only WebKit's 99 fails
@@ -199,6 +201,24 @@ def test_page_check_refuses_a_non_numeric_expectation():
     with pytest.raises(NevError) as e:
         check_page(pages, TOL)
     assert "data-expected-width='wide' on #a" in e.value.message
+
+
+def test_an_engines_page_measurement_is_read_with_checked_reads():
+    import json
+
+    good = {"#a": {"rect": [8, 8.5, 100, 10], "offset": [8, 8, 100, None], "client": [0, 0], "scroll": [0, 0],
+                   "expect": {"data-expected-width": "100"}}}
+    m = measured_page(json.dumps(good), "webkit")["#a"]
+    assert m.rect == (8, 8.5, 100, 10) and m.offset[3] is None and m.expect == {"data-expected-width": "100"}
+    assert check_page({"webkit": {"#a": m}}, TOL).to_json()["elements"]["#a"]["engines"] == {"webkit": [8, 8.5, 100, 10]}
+    for bad, field in ((dict(good["#a"], rect=[8, None, 1, 1]), "#a.rect"),
+                       (dict(good["#a"], client=[0]), "#a.client"),
+                       (dict(good["#a"], expect={"data-tolerance": 1}), "#a.expect")):
+        with pytest.raises(MeasureError) as e:
+            measured_page(json.dumps({"#a": bad}), "webkit")
+        assert "\n" not in e.value.message and e.value.message.startswith(f"webkit: {field}: ")
+    with pytest.raises(MeasureError, match="webkit: the page's measurement is not JSON"):
+        measured_page("{", "webkit")
 
 
 def test_render_refuses_a_missing_page(tmp_path):

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from bench.oracle.measured import Measured, MeasureError, measured_page
 from bench.oracle.procs import Proc, Scratch, base_env, read_line_matching
 from lanes.base.errors import NevError
 
@@ -122,7 +123,7 @@ class Engine(Protocol):
 
     def render_file(self, path: Path) -> Measure: ...
 
-    def render_page(self, path: Path) -> dict[str, Any]: ...
+    def render_page(self, path: Path) -> dict[str, Measured]: ...
 
     def load(self, path: Path) -> None: ...
 
@@ -234,9 +235,12 @@ class _Base:
         """A file as its own top-level document, measured like a corpus case."""
         return dict(json.loads(self._load_eval(path, FRESH_BODY)))
 
-    def render_page(self, path: Path) -> dict[str, Any]:
+    def render_page(self, path: Path) -> dict[str, Measured]:
         """Any page: the checked elements with their boxes and check-layout expectations."""
-        return dict(json.loads(self._load_eval(path, PAGE_BODY)))
+        try:
+            return measured_page(self._load_eval(path, PAGE_BODY), self.name)
+        except MeasureError as e:
+            raise EngineError(e.message) from None
 
     def _load_eval(self, path: Path, body: str) -> str:
         """Load `path` in the fresh-document tab, run the function `body`, return its string."""
