@@ -128,7 +128,8 @@ class Sample:
     def line(self) -> str:
         """The sample's line of the text exposition format."""
         lab = ",".join(f'{k}="{_label(x)}"' for k, x in self.labels.items())
-        return f"{self.family}{{{lab}}} {_num(self.value)}" if lab else f"{self.family} {_num(self.value)}"
+        head = f"{self.family}{{{lab}}}" if lab else self.family
+        return f"{head} {_num(self.value)}"
 
 
 class _Out:
@@ -149,7 +150,8 @@ def samples(state: State) -> dict[str, list[Sample]]:
     if state.aliases is not None:
         for r in state.aliases["aliases"]:
             if r["status"] != "retired":
-                out.add("nev_alias_ready", {"alias": r["alias"]}, 1.0 if r["status"] == "ready" else 0.0)
+                ready = 1.0 if r["status"] == "ready" else 0.0
+                out.add("nev_alias_ready", {"alias": r["alias"]}, ready)
         age = state.aliases.get("snapshot_age_s")
         if isinstance(age, int | float):
             out.add("nev_inventory_age_seconds", {}, float(age))
@@ -171,7 +173,8 @@ def samples(state: State) -> dict[str, list[Sample]]:
                 out.add("nev_lane_disk_free_bytes", lane, round(row.free_gb * GiB))
     if state.dagu is not None:
         out.add("nev_queue_depth", {}, float(sum(1 for r in state.dagu if r.status == "queued")))
-        out.add("nev_dagu_runs_running", {}, float(sum(1 for r in state.dagu if r.status == "running")))
+        running = sum(1 for r in state.dagu if r.status == "running")
+        out.add("nev_dagu_runs_running", {}, float(running))
     if state.counts is not None:
         for name, kind in COUNTED.items():
             out.add(name, {}, float(state.counts.get(kind, 0)))

@@ -7,11 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from lanes.base.errors import NevError
-
-
-class MeasureError(NevError):
-    """An engine's answer to PAGE_BODY is not what the script returns: names the field."""
+from bench.oracle.wire import EngineError
 
 
 @dataclass(frozen=True)
@@ -27,12 +23,12 @@ class Measured:
 
     @classmethod
     def from_json(cls, value: object, where: str) -> Measured:
-        """A PAGE_BODY element read with checked reads; MeasureError naming the field otherwise."""
+        """A PAGE_BODY element read with checked reads; EngineError naming the field otherwise."""
         if not isinstance(value, dict):
-            raise MeasureError(f"{where}: not an object in the page's measurement")
+            raise EngineError(f"{where}: not an object in the page's measurement")
         expect = value.get("expect")
         if not isinstance(expect, dict) or not all(isinstance(v, str) for v in expect.values()):
-            raise MeasureError(f"{where}.expect: not an object of strings in the page's measurement")
+            raise EngineError(f"{where}.expect: not an object of strings in the page's measurement")
         x, y, w, h = (_or_refuse(v, where, "rect") for v in _nums(value, "rect", 4, where))
         return cls((x, y, w, h), _nums(value, "offset", 4, where), _nums(value, "client", 2, where),
                    _nums(value, "scroll", 2, where), {str(k): v for k, v in expect.items()})
@@ -46,13 +42,13 @@ def _nums(obj: dict[str, object], key: str, size: int, where: str) -> tuple[floa
         if x is None or (isinstance(x, int | float) and not isinstance(x, bool)):
             out.append(x)          # as the engine answered (an int stays an int in the JSON)
     if len(out) != size:
-        raise MeasureError(f"{where}.{key}: not {size} numbers in the page's measurement")
+        raise EngineError(f"{where}.{key}: not {size} numbers in the page's measurement")
     return tuple(out)
 
 
 def _or_refuse(v: float | None, where: str, key: str) -> float:
     if v is None:
-        raise MeasureError(f"{where}.{key}: a null where the border box has a number")
+        raise EngineError(f"{where}.{key}: a null where the border box has a number")
     return v
 
 
@@ -61,7 +57,7 @@ def measured_page(text: str, engine: str) -> dict[str, Measured]:
     try:
         data = json.loads(text)
     except ValueError:
-        raise MeasureError(f"{engine}: the page's measurement is not JSON") from None
+        raise EngineError(f"{engine}: the page's measurement is not JSON") from None
     if not isinstance(data, dict):
-        raise MeasureError(f"{engine}: the page's measurement is not an object")
+        raise EngineError(f"{engine}: the page's measurement is not an object")
     return {str(k): Measured.from_json(v, f"{engine}: {k}") for k, v in data.items()}

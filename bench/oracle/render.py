@@ -68,7 +68,8 @@ class Check:
     failed_in: list[str]
 
     def to_json(self) -> dict[str, object]:
-        return {"want": self.want, "got": self.got, "tolerance": self.tolerance, "failed_in": self.failed_in}
+        return {"want": self.want, "got": self.got, "tolerance": self.tolerance,
+                "failed_in": self.failed_in}
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,8 @@ class Element:
     not_checked: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {"engines": {n: None if b is None else list(b) for n, b in self.engines.items()},
-                                  "agreement": self.agreement}
+        boxes = {n: None if b is None else list(b) for n, b in self.engines.items()}
+        out: dict[str, object] = {"engines": boxes, "agreement": self.agreement}
         if self.checks:
             out["checks"] = {a: c.to_json() for a, c in self.checks.items()}
         if self.not_checked:
@@ -102,7 +103,9 @@ class PageCheck:
     versions: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, object]:
-        head: dict[str, object] = {} if self.page is None else {"page": self.page, "engines": self.versions}
+        head: dict[str, object] = {}
+        if self.page is not None:
+            head = {"page": self.page, "engines": self.versions}
         return {**head, "elements": {k: e.to_json() for k, e in self.elements.items()},
                 "expectation_failures": self.expectation_failures}
 

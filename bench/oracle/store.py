@@ -60,7 +60,8 @@ class StoreManifest:
             doc, s("key"), s("function"), s("content_sha256"), s("votes_sha256"),
             {str(k): str(v) for k, v in eng.items()} if isinstance(eng, dict) else None,
             n("cases"), n("generated"), n("quarantined"),
-            {str(k): v for k, v in agr.items() if isinstance(v, int)} if isinstance(agr, dict) else {},
+            {str(k): v for k, v in agr.items() if isinstance(v, int)}
+            if isinstance(agr, dict) else {},
         )
 
     def to_json(self) -> dict[str, object]:
@@ -202,7 +203,8 @@ class Writer:
         moved = None
         if self.final.exists():
             old = read_manifest(self.final)
-            tag = str(old.doc.get("key", "unknown") if old else "unknown")[:16] + f"-{int(time.time())}"
+            key = old.doc.get("key", "unknown") if old else "unknown"
+            tag = str(key)[:16] + f"-{int(time.time())}"
             dest = self.root / ".superseded" / self.final.name / tag
             n = 1
             while dest.exists():        # superseded twice within a second (a corpus built anew)

@@ -344,7 +344,8 @@ class Report:
                 "summary": self.summary, "changes": self.changes, "changed": self.changed}
 
 
-def report(suite: Suite, run: SuiteRun, expected: Expectations, engine_names: Sequence[str]) -> Report:
+def report(suite: Suite, run: SuiteRun, expected: Expectations,
+           engine_names: Sequence[str]) -> Report:
     """The run's record: per test and engine, the changes, a count per engine."""
     tests = run.tests
     ch = changes(tests, expected, engine_names)
@@ -353,7 +354,8 @@ def report(suite: Suite, run: SuiteRun, expected: Expectations, engine_names: Se
                    "new_failures": len(ch[n]["new_failures"]),
                    "new_passes": len(ch[n]["new_passes"])}
                for n in engine_names}
-    return Report(suite.name, suite.commit, run.versions, expected.path, tests, summary, ch, changed(ch))
+    return Report(suite.name, suite.commit, run.versions, expected.path, tests, summary, ch,
+                  changed(ch))
 
 
 def format_report(rep: Report) -> list[str]:

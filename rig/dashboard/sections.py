@@ -113,10 +113,10 @@ class JobRow:
     error: str | None = None
 
     def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"job": self.job, "status": self.status, "stages": self.stages}
         if self.error is not None:
-            return {"job": self.job, "status": self.status, "stages": self.stages, "error": self.error}
-        return {"job": self.job, "status": self.status, "stages": self.stages, "attempts": self.attempts,
-                "last_event": self.last_event}
+            return {**out, "error": self.error}
+        return {**out, "attempts": self.attempts, "last_event": self.last_event}
 
 
 @dataclass(frozen=True)
@@ -193,8 +193,8 @@ class BatchesSection:
     spend: dict[str, Spend] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
-        return {"folder": self.folder, "lines": self.lines, "points": [p.to_json() for p in self.points],
-                "unreadable_lines": self.unreadable_lines,
+        return {"folder": self.folder, "lines": self.lines,
+                "points": [p.to_json() for p in self.points], "unreadable_lines": self.unreadable_lines,
                 "spend": {k: s.to_json() for k, s in self.spend.items()}}
 
 
