@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from bench.oracle.measured import Measured, measured_page
 from bench.oracle.procs import Proc, Scratch, base_env, read_line_matching
-from bench.oracle.wire import EngineError, at, opt
+from bench.oracle.wire import EngineError, at, opt, pointer_click
 
 if TYPE_CHECKING:
     import requests
@@ -576,13 +576,6 @@ class WebKit(_Base):
                 pass
         self._http = None
         self._stop_procs()
-
-
-def pointer_click(x: int, y: int) -> dict[str, object]:
-    """A W3C pointer action sequence (WebDriver classic and BiDi alike): move, press, release."""
-    return {"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
-            "actions": [{"type": "pointerMove", "x": x, "y": y, "origin": "viewport"},
-                        {"type": "pointerDown", "button": 0}, {"type": "pointerUp", "button": 0}]}
 
 
 def make(name: str) -> Engine:

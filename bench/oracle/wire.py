@@ -1,6 +1,7 @@
 """The engines' protocol answers (Chromium's DevTools through Playwright, Firefox's WebDriver
 BiDi, WebKit's WebDriver) are JSON documents received: read here with checked walks, so that an
-answer of another shape is one EngineError naming the engine and the path, never a KeyError."""
+answer of another shape is one EngineError naming the engine and the path, never a KeyError.
+Also the one protocol message nev builds itself, a pointer click."""
 
 from __future__ import annotations
 
@@ -30,3 +31,10 @@ def at(doc: object, *path: str | int, who: str) -> object:
 def opt(doc: object, key: str) -> object:
     """`doc[key]` when `doc` is an object holding it, else None (a field read only to be shown)."""
     return doc.get(key) if isinstance(doc, dict) else None
+
+
+def pointer_click(x: int, y: int) -> dict[str, object]:
+    """A W3C pointer action sequence (WebDriver classic and BiDi alike): move, press, release."""
+    return {"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+            "actions": [{"type": "pointerMove", "x": x, "y": y, "origin": "viewport"},
+                        {"type": "pointerDown", "button": 0}, {"type": "pointerUp", "button": 0}]}
