@@ -13,19 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from lanes.base.mask import known_secrets, mask
 from rig.dashboard import plot
-from rig.dashboard.sections import (
-    AliasesSection,
-    BatchesSection,
-    BatchPoint,
-    Collection,
-    DaguRun,
-    FloorRow,
-    JobRow,
-    LaneJobRow,
-    LaneRow,
-    Missing,
-    Spend,
-)
+from rig.dashboard import sections as sec
 from rig.inventory.status import age
 
 if TYPE_CHECKING:
@@ -85,9 +73,9 @@ def _section(sid: str, title: str, inner: str) -> str:
     return f'<section id="{sid}"><h2>{title}</h2>{inner}</section>'
 
 
-def _shown(source: S | Missing | None, body: Callable[[S], str]) -> str:
+def _shown(source: S | sec.Missing | None, body: Callable[[S], str]) -> str:
     """What a source's data shows, or why the source is unavailable."""
-    if isinstance(source, Missing):
+    if isinstance(source, sec.Missing):
         return _unavailable(source.reason)
     if source is None:       # not collected: shown as a missing source
         return _unavailable("not collected")
@@ -98,16 +86,16 @@ def _table(heads: Iterable[str], rows: Iterable[str]) -> str:
     return "<table><tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr>" + "".join(rows) + "</table>"
 
 
-def lanes_html(section: list[LaneRow] | Missing | None, dagu: list[DaguRun] | Missing | None) -> str:
+def lanes_html(section: list[sec.LaneRow] | sec.Missing | None, dagu: list[sec.DaguRun] | sec.Missing | None) -> str:
     return _section("lanes", "Lanes", _shown(section, _lanes_table)
                     + '<h3 id="dagu">Dagu runs in progress</h3>' + _shown(dagu, _dagu_table))
 
 
-def _lanes_table(section: list[LaneRow]) -> str:
+def _lanes_table(section: list[sec.LaneRow]) -> str:
     return _table(("lane", "answering", "free disk", "copies", "gates running", "note"), map(_lane_row, section))
 
 
-def _lane_row(r: LaneRow) -> str:
+def _lane_row(r: sec.LaneRow) -> str:
     answers = "yes" if r.answers else "no"
     name = f"lane {r.index}" + (f" ({r.name})" if r.name else "")
     free = "-" if r.free_gb is None else f"{r.doc['free_gb']} GiB"
@@ -117,7 +105,7 @@ def _lane_row(r: LaneRow) -> str:
             f"<td>{gates}</td><td>{_t(r.note)}</td></tr>")
 
 
-def _dagu_table(runs: list[DaguRun]) -> str:
+def _dagu_table(runs: list[sec.DaguRun]) -> str:
     if not runs:
         return '<p class="meta">none</p>'
     return _table(("workflow", "run", "status", "started"), (
@@ -126,11 +114,11 @@ def _dagu_table(runs: list[DaguRun]) -> str:
         f"<td>{_st(r.status)}</td><td>{_t(r.started_at)}</td></tr>" for r in runs))
 
 
-def aliases_html(section: AliasesSection | Missing | None) -> str:
+def aliases_html(section: sec.AliasesSection | sec.Missing | None) -> str:
     return _section("aliases", "Aliases", _shown(section, _aliases_table))
 
 
-def _aliases_table(section: AliasesSection) -> str:
+def _aliases_table(section: sec.AliasesSection) -> str:
     probe = "never probed" if section.probe_age_s is None else f"probed {age(section.probe_age_s)} ago"
     return (_table(("alias", "status", "held for", "last answer", "in-flight limit", "pool", "last error"),
                    map(_alias_row, section.rows))
@@ -147,7 +135,7 @@ def _alias_row(r: RowJson) -> str:
             f"<td>{_t(r.get('pool') or '-')}</td><td>{_t((r.get('last_error') or '')[:120])}</td></tr>")
 
 
-def replicas_html(section: list[ReplicaState] | Missing | None) -> str:
+def replicas_html(section: list[ReplicaState] | sec.Missing | None) -> str:
     if section is None:           # not collected (a page from before the serving section)
         return ""
     return _section("replicas", "Serving replicas", _shown(section, _replicas_table))
@@ -160,21 +148,21 @@ def _replicas_table(section: list[ReplicaState]) -> str:
         f"<td>{_st(r.state)}</td><td>{_t(r.by or '-')}</td></tr>" for r in section))
 
 
-def jobs_html(section: list[JobRow] | Missing | None,
-              on_lanes: list[LaneJobRow] | Missing | None = None) -> str:
+def jobs_html(section: list[sec.JobRow] | sec.Missing | None,
+              on_lanes: list[sec.LaneJobRow] | sec.Missing | None = None) -> str:
     lanes = "" if on_lanes is None else \
         f"<h3>In flight on the lanes</h3>{_shown(on_lanes, _lane_jobs_table)}"
     return _section("jobs", "Jobs", _shown(section, _jobs_table) + lanes)
 
 
-def _lane_jobs_table(section: list[LaneJobRow]) -> str:
+def _lane_jobs_table(section: list[sec.LaneJobRow]) -> str:
     if not section:
         return '<p class="meta">no job in flight</p>'
     return _table(("job", "lane", "status", "stage", "running for", "stages"),
                   map(_lane_job_row, section))
 
 
-def _lane_job_row(j: LaneJobRow) -> str:
+def _lane_job_row(j: sec.LaneJobRow) -> str:
     head = f'<tr class="lane-job" data-lane-job="{_t(j.job)}"'
     s = j.summary
     if s is None:
@@ -189,24 +177,24 @@ def _lane_job_row(j: LaneJobRow) -> str:
             f"<td>{_t(age(secs)) if secs is not None else '-'}</td><td>{stages}</td></tr>")
 
 
-def _jobs_table(section: list[JobRow]) -> str:
+def _jobs_table(section: list[sec.JobRow]) -> str:
     if not section:
         return '<p class="meta">no job has run here yet</p>'
     return _table(("job", "status", "stages", "attempts", "last event"), map(_job_row, section))
 
 
-def _job_row(j: JobRow) -> str:
+def _job_row(j: sec.JobRow) -> str:
     stages = " ".join(f"{_t(n)} {_st(s)}" for n, s in j.stages.items()) or "-"
     return (f'<tr class="job" data-job="{_t(j.job)}"><td>{_t(j.job)}</td>'
             f"<td>{_st(j.status)}</td><td>{stages}</td><td>{_t(j.attempts)}</td>"
             f"<td>{_t(j.last_event or j.error or '')}</td></tr>")
 
 
-def batches_html(section: BatchesSection | Missing | None) -> str:
+def batches_html(section: sec.BatchesSection | sec.Missing | None) -> str:
     return _section("batches", "Batches", _shown(section, _batches_plots_and_table))
 
 
-def _batches_plots_and_table(section: BatchesSection) -> str:
+def _batches_plots_and_table(section: sec.BatchesSection) -> str:
     pts = section.points
     out = ['<div class="grid">',
            plot.svg("best score (share of cases) per batch, per model", plot.series((p.model, p.time, p.best_share) for p in pts)),
@@ -225,7 +213,7 @@ def _batches_plots_and_table(section: BatchesSection) -> str:
     return "".join(out)
 
 
-def _spend_row(name: str, s: Spend) -> str:
+def _spend_row(name: str, s: sec.Spend) -> str:
     def lim(x: object) -> str:
         return "-" if x is None else _t(x)
 
@@ -235,14 +223,14 @@ def _spend_row(name: str, s: Spend) -> str:
             "</td></tr>")
 
 
-def _batch_row(p: BatchPoint) -> str:
+def _batch_row(p: sec.BatchPoint) -> str:
     best = "-" if p.best is None else f"{p.best}/{p.cases_run or '-'}"
     return (f'<tr class="batch"><td>{_t(p.batch)}</td><td>{_t(p.function)}</td>'
             f"<td>{_t(p.model)}</td><td>{_t(p.compiled)}/{_t(p.candidates)}</td>"
             f"<td>{_t(best)}</td></tr>")
 
 
-def queues_html(section: QueueSummary | Missing | None) -> str:
+def queues_html(section: QueueSummary | sec.Missing | None) -> str:
     if section is None:           # not collected (a page from before the queues section)
         return ""
     return _section("queues", "Queue waits", _shown(section, _queues_table))
@@ -269,22 +257,22 @@ def _queues_table(section: QueueSummary) -> str:
             "(NEV_QUEUE_WINDOW); - is no sample</p>")
 
 
-def floors_html(section: list[FloorRow] | Missing | None) -> str:
+def floors_html(section: list[sec.FloorRow] | sec.Missing | None) -> str:
     return _section("floors", "Floors", _shown(section, _floors_table))
 
 
-def _floors_table(section: list[FloorRow]) -> str:
+def _floors_table(section: list[sec.FloorRow]) -> str:
     return _table(("function", "floor", "admitted with", "batch"), map(_floor_row, section))
 
 
-def _floor_row(f: FloorRow) -> str:
+def _floor_row(f: sec.FloorRow) -> str:
     floor = "none" if f.floor_passed is None else f"{f.floor_passed}/{f.floor_run}"
     adm = f"{f.admitted_passed}/{f.admitted_run if f.admitted_run is not None else '-'}"
     return (f'<tr class="floor" data-function="{_t(f.function)}"><td>{_t(f.function)}</td>'
             f"<td>{_t(floor)}</td><td>{_t(adm)}</td><td>{_t(f.batch)}</td></tr>")
 
 
-def render(data: Collection, refresh_s: int) -> str:
+def render(data: sec.Collection, refresh_s: int) -> str:
     at = data.collected_at
     when = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if at else "-"
     body = "".join([
