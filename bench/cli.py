@@ -144,7 +144,7 @@ def oracle_build(corpora: tuple[str, ...], shard: str | None, engines: str, case
                              count=count, store_root=store_root())
     if as_json:
         rows = [{"folder": str(r.folder), "written": r.written, "rendered": r.rendered,
-                 "manifest": r.manifest,
+                 "manifest": r.manifest.to_json(),
                  "seconds": round(r.seconds, 2), "rates": r.rates} for r in results]
         emit_json(rows[0] if len(rows) == 1 else rows)
     else:
@@ -181,11 +181,11 @@ def oracle_render(pages: tuple[str, ...], engines: str, as_json: bool) -> int:
 
     results = render_pages(collect_pages(pages), parse_engines(engines), DEFAULT_TOLERANCE)
     if as_json:
-        emit_json(results)
+        emit_json([r.to_json() for r in results])
     else:
         for line in format_pages(results):
             click.echo(line)
-    return 1 if any(r["expectation_failures"] for r in results) else 0
+    return 1 if any(r.expectation_failures for r in results) else 0
 
 
 @oracle.command("engines")

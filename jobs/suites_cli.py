@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -166,12 +167,12 @@ def suite_run(name: str, paths: tuple[str, ...], engines: str, lane_index: int |
     run = s.run_tests(checkout, tests, names, DEFAULT_TOLERANCE, say=ui.info)
     rep = s.report(declared, run, expected, names)
     if expected.path:
-        rep["expectations"] = os.path.relpath(expected.path, top)
+        rep = dataclasses.replace(rep, expectations=os.path.relpath(expected.path, top))
     written = s.write_report(top / "oracle" / "suites" / "results", rep)
     if as_json:
-        emit_json({**rep, "written": str(written)})
+        emit_json({**rep.to_json(), "written": str(written)})
     else:
         for line in s.format_report(rep):
             click.echo(line)
         click.echo(f"written: {written}")
-    return 1 if rep["changed"] else 0
+    return 1 if rep.changed else 0

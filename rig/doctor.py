@@ -18,11 +18,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lanes.base import settings, sshfail
 from lanes.base.errors import NevError
 from lanes.base.mask import mask
+
+if TYPE_CHECKING:
+    from bench.folknet import Folknet
+    from lanes.base.ssh import Connection, Target
+    from lanes.lanesfile import Lane
 
 LIMIT = 8.0          # seconds one check may take
 SSH_TIMEOUT = 4.0    # one SSH hop's connect timeout inside a check
@@ -38,7 +43,7 @@ class Check:
     def line(self) -> str:
         return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.detail}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"check": self.name, "ok": self.ok, "detail": self.detail,
                 "seconds": round(self.seconds, 2)}
 
@@ -74,10 +79,10 @@ class Doctor:
     """The checks, in the order a gate and a job need them; what later ones need is kept here."""
 
     def __init__(self) -> None:
-        self.lanes: list[Any] = []
+        self.lanes: list[Lane] = []
         self.jump_ok = True
-        self.lanes_ok: dict[int, Any] = {}     # index -> open Connection
-        self.folknet: Any = None
+        self.lanes_ok: dict[int, Connection] = {}     # index -> open Connection
+        self.folknet: Folknet | None = None
 
     # -- config and files ------------------------------------------------------------------
     def config(self) -> str:
@@ -112,13 +117,20 @@ class Doctor:
         return f"{folknet.default_path()}: {len(self.folknet.aliases)} alias(es)"
 
     # -- the jump host -----------------------------------------------------------------------
-    def _jump(self) -> Any:
+    def _jump(self) -> Target | None:
         from lanes import lanesfile
 
         return lanesfile.default_jump()
 
-    def jump_resolves(self) -> str:
+    def _the_jump(self) -> Target:
+        """The jump host, for its checks (run only when there is one)."""
         j = self._jump()
+        if j is None:
+            raise Fail("no jump host (NEV_LANE_JUMP, or `jump` in the lanes file)")
+        return j
+
+    def jump_resolves(self) -> str:
+        j = self._the_jump()
         try:
             found = socket.getaddrinfo(j.host, j.port, type=socket.SOCK_STREAM)
             addrs = {str(a[4][0]) for a in found}
@@ -128,7 +140,7 @@ class Doctor:
         return f"{j.host} is {', '.join(sorted(addrs))}"
 
     def jump_answers(self) -> str:
-        j = self._jump()
+        j = self._the_jump()
         try:
             with socket.create_connection((j.host, j.port), timeout=SSH_TIMEOUT) as s:
                 s.settimeout(SSH_TIMEOUT)
@@ -146,7 +158,7 @@ class Doctor:
 
         from lanes.base.ssh import default_known_hosts
 
-        j = self._jump()
+        j = self._the_jump()
         keys = paramiko.HostKeys(str(default_known_hosts()))
         if keys.lookup(j.known_hosts_name) is None:
             raise Fail(f"no key pinned for {j.known_hosts_name} in {default_known_hosts()}; "
@@ -156,7 +168,7 @@ class Doctor:
     def jump_login(self) -> str:
         from lanes.base import righost
 
-        j = self._jump()
+        j = self._the_jump()
         try:
             righost.connection(j, timeout=SSH_TIMEOUT).connect().close()
         except NevError:
@@ -165,7 +177,7 @@ class Doctor:
         return f"{j} took the key"
 
     # -- the lanes -----------------------------------------------------------------------------
-    def lane(self, lane: Any) -> list[tuple[str, Callable[[], str]]]:
+    def lane(self, lane: Lane) -> list[tuple[str, Callable[[], str]]]:
         """The checks of one lane: the login first, the rest on what its one run there said."""
         lc = LaneChecks(lane, self)
         return [(f"{lane.label}: {name}", fn) for name, fn in (
@@ -245,7 +257,7 @@ class Doctor:
 class LaneChecks:
     """One lane's checks, on what one shell run there printed (`_lane_script`)."""
 
-    def __init__(self, lane: Any, doctor: Doctor) -> None:
+    def __init__(self, lane: Lane, doctor: Doctor) -> None:
         self.lane, self.doctor = lane, doctor
         self.facts: dict[str, str] = {}
 
@@ -324,7 +336,7 @@ class LaneChecks:
         return f"{where} mounted, writable"
 
 
-def _lane_script(lane: Any) -> str:
+def _lane_script(lane: Lane) -> str:
     """One shell run on the lane that prints what the lane checks read, as key=value lines."""
     names = settings.value(settings.JOB_BROWSERS).split(",")
     root, nas = shlex.quote(lane.root), shlex.quote(lane.shared_dir)

@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lanes.base import jsonfile, notify
 from lanes.base.errors import NevError
@@ -34,6 +34,7 @@ from rig import queues
 from rig.queues import QUANTILES
 
 if TYPE_CHECKING:
+    from rig.dashboard.sections import DaguRun, LaneRow
     from rig.inventory.records import Summary
 
 SOURCES = ("aliases", "jobs", "lanes", "dagu", "counts", "queues")
@@ -91,12 +92,12 @@ COUNTED = {
 class State:
     """What `gather` read: each source's data, or why it was not read."""
 
-    aliases: dict[str, Any] | None = None  # `nev rig status --json`'s summary
+    aliases: Summary | None = None  # `nev rig status --json`'s summary
     jobs: dict[str, str] | None = None  # job -> status
-    lanes: list[dict[str, Any]] | None = None  # `nev lane list --json`'s rows
-    dagu: list[dict[str, Any]] | None = None  # runs queued or running
+    lanes: list[LaneRow] | None = None  # `nev lane list --json`'s rows
+    dagu: list[DaguRun] | None = None  # runs queued or running
     counts: dict[str, int] | None = None
-    queues: dict[str, Any] | None = None  # `rig.queues.summary`
+    queues: queues.QueueSummary | None = None  # `rig.queues.summary`
     missing: dict[str, str] = field(default_factory=dict)
 
 
@@ -112,20 +113,48 @@ def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
-def samples(state: State) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Family -> its samples (labels, value) (pure)."""
-    out: dict[str, list[tuple[dict[str, str], float]]] = {n: [] for n in FAMILIES}
+@dataclass(frozen=True)
+class Sample:
+    """One sample: its family (or a summary's `_sum`/`_count` series), labels and value."""
+
+    family: str
+    labels: dict[str, str]
+    value: float
+
+    def to_json(self) -> dict[str, object]:
+        """The sample as `nev rig metrics --json` prints it under its family."""
+        return {"labels": self.labels, "value": self.value}
+
+    def line(self) -> str:
+        """The sample's line of the text exposition format."""
+        lab = ",".join(f'{k}="{_label(x)}"' for k, x in self.labels.items())
+        head = f"{self.family}{{{lab}}}" if lab else self.family
+        return f"{head} {_num(self.value)}"
+
+
+class _Out:
+    """The samples gathered so far, per family (or series), in the order first added."""
+
+    def __init__(self) -> None:
+        self.by: dict[str, list[Sample]] = {n: [] for n in FAMILIES}
+
+    def add(self, family: str, labels: dict[str, str], value: float) -> None:
+        self.by.setdefault(family, []).append(Sample(family, labels, value))
+
+
+def samples(state: State) -> dict[str, list[Sample]]:
+    """Family (or a summary's `_sum`/`_count` series) -> its samples (pure)."""
+    out = _Out()
     for src in SOURCES:
-        out["nev_source_up"].append(({"source": src}, 0.0 if src in state.missing else 1.0))
+        out.add("nev_source_up", {"source": src}, 0.0 if src in state.missing else 1.0)
     if state.aliases is not None:
         for r in state.aliases["aliases"]:
             if r["status"] != "retired":
-                out["nev_alias_ready"].append(
-                    ({"alias": r["alias"]}, 1.0 if r["status"] == "ready" else 0.0)
-                )
+                ready = 1.0 if r["status"] == "ready" else 0.0
+                out.add("nev_alias_ready", {"alias": r["alias"]}, ready)
         age = state.aliases.get("snapshot_age_s")
         if isinstance(age, int | float):
-            out["nev_inventory_age_seconds"].append(({}, float(age)))
+            out.add("nev_inventory_age_seconds", {}, float(age))
     if state.jobs is not None:
         from jobs.records import JobStatus
 
@@ -133,44 +162,39 @@ def samples(state: State) -> dict[str, list[tuple[dict[str, str], float]]]:
         for st in state.jobs.values():
             by[st] = by.get(st, 0) + 1
         final = {s.value for s in JobStatus if s.final}
-        out["nev_jobs_in_flight"].append(
-            ({}, float(sum(n for s, n in by.items() if s not in final)))
-        )
-        out["nev_jobs"] += [({"status": s}, float(n)) for s, n in sorted(by.items())]
+        out.add("nev_jobs_in_flight", {}, float(sum(n for s, n in by.items() if s not in final)))
+        for s, n in sorted(by.items()):
+            out.add("nev_jobs", {"status": s}, float(n))
     if state.lanes is not None:
         for row in state.lanes:
-            lane = {"lane": str(row["index"])}
-            out["nev_lane_up"].append((lane, 1.0 if row.get("answers") else 0.0))
-            if isinstance(row.get("free_gb"), int | float):
-                out["nev_lane_disk_free_bytes"].append((lane, round(float(row["free_gb"]) * GiB)))
+            lane = {"lane": str(row.index)}
+            out.add("nev_lane_up", lane, 1.0 if row.answers else 0.0)
+            if row.free_gb is not None:
+                out.add("nev_lane_disk_free_bytes", lane, round(row.free_gb * GiB))
     if state.dagu is not None:
-        out["nev_queue_depth"].append(
-            ({}, float(sum(1 for r in state.dagu if r["status"] == "queued")))
-        )
-        out["nev_dagu_runs_running"].append(
-            ({}, float(sum(1 for r in state.dagu if r["status"] == "running")))
-        )
+        out.add("nev_queue_depth", {}, float(sum(1 for r in state.dagu if r.status == "queued")))
+        running = sum(1 for r in state.dagu if r.status == "running")
+        out.add("nev_dagu_runs_running", {}, float(running))
     if state.counts is not None:
         for name, kind in COUNTED.items():
-            out[name].append(({}, float(state.counts.get(kind, 0))))
+            out.add(name, {}, float(state.counts.get(kind, 0)))
     if state.queues is not None:
-        _waits(out, "nev_job_queue_wait", {}, state.queues["jobs"])
-        for alias, f in state.queues["draws"].items():
+        _waits(out, "nev_job_queue_wait", {}, state.queues.jobs)
+        for alias, f in state.queues.draws.items():
             _waits(out, "nev_draw_queue_wait", {"alias": alias}, f)
-    return out
+    return out.by
 
 
-def _waits(out: dict[str, list[tuple[dict[str, str], float]]], base: str, labels: dict[str, str],
-           f: Mapping[str, Any]) -> None:
+def _waits(out: _Out, base: str, labels: dict[str, str], f: queues.Figures) -> None:
     """One queue's summary (`_sum` and `_count` under their own names) and max; nothing at all
     when it has no sample (a quantile of nothing is not 0)."""
-    if not f["count"]:
+    if not f.count or f.p50_s is None or f.p95_s is None or f.max_s is None:
         return
-    for q, key in zip(QUANTILES, ("p50_s", "p95_s"), strict=True):
-        out[f"{base}_seconds"].append(({**labels, "quantile": str(q)}, float(f[key])))
-    out.setdefault(f"{base}_seconds_sum", []).append((labels, float(f["sum_s"])))
-    out.setdefault(f"{base}_seconds_count", []).append((labels, float(f["count"])))
-    out[f"{base}_max_seconds"].append((labels, float(f["max_s"])))
+    for q, v in zip(QUANTILES, (f.p50_s, f.p95_s), strict=True):
+        out.add(f"{base}_seconds", {**labels, "quantile": str(q)}, float(v))
+    out.add(f"{base}_seconds_sum", labels, float(f.sum_s))
+    out.add(f"{base}_seconds_count", labels, float(f.count))
+    out.add(f"{base}_max_seconds", labels, float(f.max_s))
 
 
 def render(state: State) -> str:
@@ -185,10 +209,8 @@ def render(state: State) -> str:
         parts = [(name, ss)]
         if kind == "summary":
             parts += [(f"{name}{x}", every.get(f"{name}{x}", [])) for x in ("_sum", "_count")]
-        for sample, got in parts:
-            for labels, v in got:
-                lab = ",".join(f'{k}="{_label(x)}"' for k, x in labels.items())
-                lines.append(f"{sample}{{{lab}}} {_num(v)}" if lab else f"{sample} {_num(v)}")
+        for _series, got in parts:
+            lines += [s.line() for s in got]
     return "\n".join(lines) + "\n"
 
 
@@ -209,13 +231,13 @@ def _jobs(environ: Mapping[str, str] | None) -> dict[str, str]:
     return {name: rec.status.value for name, rec in records.read(environ).jobs.items()}
 
 
-def _lanes() -> list[dict[str, Any]]:
+def _lanes() -> list[LaneRow]:
     from rig.dashboard import collect
 
     return collect.lanes()
 
 
-def _dagu() -> list[dict[str, Any]]:
+def _dagu() -> list[DaguRun]:
     from rig.dashboard import collect
 
     return collect.dagu_runs()
@@ -228,7 +250,7 @@ def gather(
 ) -> State:
     """Every source not in `skip`, each read on its own; a failure is that source's `missing`."""
     state = State()
-    readers: dict[str, Callable[[], Any]] = {
+    readers: dict[str, Callable[[], object]] = {
         "aliases": lambda: _aliases(lane_index),
         "jobs": lambda: _jobs(environ),
         "lanes": _lanes,

@@ -22,9 +22,12 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jobs.records import JobRecord
 
 from lanes.base.isotime import parse as parse_time
 
@@ -41,8 +44,23 @@ class Figures:
     p95_s: float | None
     max_s: float | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class QueueSummary:
+    """The queues' figures over a window: the jobs' and, per alias, the draws' (the dashboard's
+    section, the metrics' source; `to_json` is the section as /data.json serves it)."""
+
+    window_s: float
+    since: str
+    jobs: Figures
+    draws: dict[str, Figures] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {"window_s": self.window_s, "since": self.since, "jobs": self.jobs.to_json(),
+                "draws": {a: f.to_json() for a, f in self.draws.items()}}
 
 
 def quantile(ordered: Sequence[float], q: float) -> float:
@@ -64,60 +82,63 @@ def figures(samples: Iterable[float]) -> Figures:
     )
 
 
-def job_waits(records: Iterable[Mapping[str, Any]], since: dt.datetime) -> list[float]:
+def job_waits(records: Iterable[JobRecord], since: dt.datetime) -> list[float]:
     """Each job's wait, submitted to first stage started, whose first stage started at or after
-    `since` (pure; records as `job-results.json` holds them). A first stage before the submission
-    was an earlier submission's: no sample."""
+    `since` (pure; the records of `job-results.json`). A first stage before the submission was an
+    earlier submission's: no sample."""
     out = []
     for r in records:
-        sent, first = parse_time(r.get("submitted_at")), parse_time(r.get("first_stage_at"))
+        sent, first = parse_time(r.submitted_at), parse_time(r.first_stage_at)
         if sent is not None and first is not None and first >= since and first >= sent:
             out.append((first - sent).total_seconds())
     return out
 
 
-def draw_waits(lines: Iterable[Mapping[str, Any]], since: dt.datetime) -> dict[str, list[float]]:
+def draw_waits(lines: Iterable[Mapping[str, object]], since: dt.datetime) -> dict[str, list[float]]:
     """Per alias, the first-byte waits of the answered calls of the ledger lines whose batch
-    ended at or after `since` (pure; lines as `bench.ledger.parse_line` checked them)."""
+    ended at or after `since` (pure; lines as `bench.ledger.parse_line` checked them: JSON
+    objects, read here with checked reads)."""
     out: dict[str, list[float]] = {}
     for ln in lines:
         end = parse_time(ln.get("end") or ln.get("start"))
         if end is None or end < since:
             continue
-        for alias, m in (ln.get("models") or {}).items():
-            waits = [float(v) for v in (m or {}).get("first_byte_s") or []]
+        models = ln.get("models")
+        for alias, m in (models.items() if isinstance(models, dict) else ()):
+            got = m.get("first_byte_s") if isinstance(m, dict) else None
+            waits = [float(v) for v in got or []] if isinstance(got, list) else []
             if waits:
                 out.setdefault(alias, []).extend(waits)
     return out
 
 
 def summary(
-    records: Iterable[Mapping[str, Any]],
-    lines: Iterable[Mapping[str, Any]],
+    records: Iterable[JobRecord],
+    lines: Iterable[Mapping[str, object]],
     window_s: float,
     now: dt.datetime,
-) -> dict[str, Any]:
+) -> QueueSummary:
     """The queues' figures over the window ending `now` (pure)."""
     since = now - dt.timedelta(seconds=window_s)
     draws = draw_waits(lines, since)
-    return {
-        "window_s": window_s,
-        "since": since.isoformat(timespec="seconds"),
-        "jobs": figures(job_waits(records, since)).to_json(),
-        "draws": {a: figures(w).to_json() for a, w in sorted(draws.items())},
-    }
+    return QueueSummary(
+        window_s,
+        since.isoformat(timespec="seconds"),
+        figures(job_waits(records, since)),
+        {a: figures(w) for a, w in sorted(draws.items())},
+    )
 
 
 # -- the edge: reading the records and the ledgers ---------------------------------------------
 
 
-def ledger_lines(folder: Path) -> list[dict[str, Any]]:
+def ledger_lines(folder: Path) -> list[dict[str, object]]:
     """Every readable line of every ledger in the share's ledger folder (none: no folder)."""
     from bench.ledger import read_lenient
 
     if not folder.is_dir():
         return []
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for f in sorted(folder.glob("*.jsonl")):
         out += read_lenient(f)[0]
     return out
@@ -125,7 +146,7 @@ def ledger_lines(folder: Path) -> list[dict[str, Any]]:
 
 def gather(
     environ: Mapping[str, str] | None = None, now: dt.datetime | None = None
-) -> dict[str, Any]:
+) -> QueueSummary:
     """The queues as this box sees them: its job records (NEV_STATE_DIR) and the share's ledgers,
     over NEV_QUEUE_WINDOW seconds."""
     from bench import ledger
@@ -136,5 +157,5 @@ def gather(
     window = settings.get_float(settings.QUEUE_WINDOW, environ)
     if window <= 0:
         raise ConfigError(f"NEV_QUEUE_WINDOW={window:g} must be a number of seconds above 0")
-    recs = [r.to_json() for r in records.read(environ).jobs.values()]
+    recs = list(records.read(environ).jobs.values())
     return summary(recs, ledger_lines(ledger.ledger_dir()), window, now or dt.datetime.now(dt.UTC))

@@ -162,8 +162,7 @@ def metrics(lane_index: int | None, skip: tuple[str, ...], out: str | None, as_j
     for src, why in state.missing.items():
         info(f"metrics: {src}: not read: {why}")
     if as_json:
-        emit_json({name: [{"labels": lab, "value": v} for lab, v in ss]
-                   for name, ss in m.samples(state).items() if ss})
+        emit_json({name: [x.to_json() for x in ss] for name, ss in m.samples(state).items() if ss})
         return 0
     text = m.render(state)
     if out:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fnmatch
 from pathlib import Path
-from typing import Any
 
 from lanes.base import settings
 from lanes.base.errors import NevError
@@ -52,7 +51,7 @@ def one_value(name: str) -> str:
 VALUE_WIDTH = 40
 
 
-def matches(row: dict[str, Any], pattern: str | None) -> bool:
+def matches(row: dict[str, str | None], pattern: str | None) -> bool:
     """PATTERN (case-insensitive): a glob on the name when it holds * ? or [ (NEV_LANE_*), else a
     part of the name or of the help."""
     if not pattern:
@@ -68,7 +67,7 @@ def clip(value: str, width: int = VALUE_WIDTH) -> str:
     return value if len(value) <= width else value[: width - 3] + "..."
 
 
-def table(rows: list[dict[str, Any]]) -> list[str]:
+def table(rows: list[dict[str, str | None]]) -> list[str]:
     """The settings as columns under a header; long values clipped so the columns stay aligned."""
     shown = [(str(r["name"]), clip(r["value"] if r["value"] is not None else "-"), str(r["source"]))
              for r in rows]

@@ -100,7 +100,7 @@ def test_the_ground_truth_service_builds_what_a_verify_asks_and_refuses_what_it_
         root = tmp_path / "copy" / "corpus"
         truth_service.request(["block_width"], 30, root)
         assert asked == [(["block_width"], 30)]
-        assert store.read_manifest(root / "block_width")["key"] == "k-block_width-30"
+        assert store.read_manifest(root / "block_width").key == "k-block_width-30"
         assert store.verify(root / "block_width") is None
         for names, count, words in (
             (["no_such_corpus"], 30, "no_such_corpus"),

@@ -243,12 +243,14 @@ def test_scores_table_and_json_round_trip(fixture, scorer, K):
 
 def test_only_a_corpus_of_the_three_browsers_is_ground_truth():
     three = {"chromium": "1", "firefox": "2", "webkit": "3"}
-    assert truth.not_ground_truth({"engines": three}) is None
-    assert truth.not_ground_truth({"engines": {"chromium": "1", "firefox": "2"}}) == \
+    assert truth.not_ground_truth(ostore.StoreManifest.of({"engines": three})) is None
+    two = ostore.StoreManifest.of({"engines": {"chromium": "1", "firefox": "2"}})
+    assert truth.not_ground_truth(two) == \
         "it was built with chromium, firefox only (no webkit)"
-    assert truth.not_ground_truth({"engines": {"reference": "x"}}) == \
+    assert truth.not_ground_truth(ostore.StoreManifest.of({"engines": {"reference": "x"}})) == \
         "it was built with reference only (no chromium, firefox, webkit)"
-    assert truth.not_ground_truth({"function": "f"}) == "its manifest names no engines"
+    none = ostore.StoreManifest.of({"function": "f"})
+    assert truth.not_ground_truth(none) == "its manifest names no engines"
     assert truth.not_ground_truth(None) == "it has no readable manifest.json"
 
 

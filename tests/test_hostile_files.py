@@ -52,6 +52,7 @@ RAW_JSON = {
     "bench/gateway_http.py::Response.json": "an HTTP answer of the gateway",
     "bench/gateway_http.py::error_message": "an HTTP answer's error body",
     "bench/oracle/engines.py::": "a browser's answers (DevTools, BiDi, WebDriver)",
+    "bench/oracle/measured.py::measured_page": "a browser's answer to the page script (PAGE_BODY)",
     "bench/gateway.py::Gateway.call": "the gateway's answer",
     "bench/scores.py::from_json": "`nev scores --json` output read back from a lane",
     "jobs/jobkeys.py::<module>": "the stdlib-only program run on the gateway host (its stdin, its keys file)",

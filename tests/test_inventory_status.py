@@ -257,7 +257,7 @@ def test_snapshot_lane_reads_the_collector_lanes_when_no_local_snapshot(tmp_path
     assert snap.aliases["a"].status == "ready" and source == "lane 1" and seen == [1]
     from rig.dashboard import collect
 
-    assert collect.aliases()["snapshot"] == "lane 1" and seen == [1, 1]
+    assert collect.aliases().snapshot == "lane 1" and seen == [1, 1]
     local.write_text(json.dumps({"aliases": {"b": {"status": "failing"}}}))
     assert status.snapshot_lane(None) is None                    # a local one wins
     assert status.load(None)[1] == str(local)

@@ -334,17 +334,20 @@ def test_the_dashboard_shows_the_running_stage_and_its_age_from_the_lane(
             monkeypatch.setenv(k, job.dev[k])
         monkeypatch.delenv("NEV_LANE_SSH", raising=False)
         monkeypatch.delenv("NEV_DAGU_LANE", raising=False)
-        got = collect.gather({"lane_jobs": collect.lane_jobs}, timeout=20)["lane_jobs"]
-        assert [(r["job"], r["stage"], r["status"]) for r in got] == [("demo", "one", "running")], (
-            got
+        got = collect.gather({"lane_jobs": collect.lane_jobs}, timeout=20).lane_jobs
+        assert isinstance(got, list)
+        rows = [r.to_json() for r in got]
+        assert [(r["job"], r["stage"], r["status"]) for r in rows] == [("demo", "one", "running")], (
+            rows
         )
-        assert got[0]["stage_age_s"] >= 0
+        assert rows[0]["stage_age_s"] >= 0
         html = page.jobs_html([], got)
         assert 'data-lane-job="demo" data-stage="one"' in html
         # a lane that does not answer is shown as such, and the page renders
         job.lanes.write_text(json.dumps(sshd.lanes(jump_port=local_sshd.free_port())))
-        got = collect.gather({"lane_jobs": collect.lane_jobs}, timeout=20)["lane_jobs"]
-        assert got[0]["job"] == "demo" and got[0]["unavailable"], got
+        got = collect.gather({"lane_jobs": collect.lane_jobs}, timeout=20).lane_jobs
+        assert isinstance(got, list)
+        assert got[0].job == "demo" and got[0].unavailable, got
         html = page.jobs_html([], got)
         assert "unavailable: " in html and 'data-lane-job="demo"' in html
         (tmp_path / "GO").touch()

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lanes.base import notify
 from rig import metrics
+from rig.dashboard.sections import LaneRow
 from tests.helpers.job_helpers import ROOT, nev
 from tests.helpers.local_lane import LocalLane
 
@@ -159,7 +160,7 @@ def test_a_lanes_free_disk_is_its_free_gb_in_bytes():
         {"index": 0, "answers": True, "free_gb": 812.34},
         {"index": 1, "answers": False, "free_gb": None},
     ]
-    fam = _families(metrics.render(metrics.State(lanes=rows)))
+    fam = _families(metrics.render(metrics.State(lanes=[LaneRow.of(r) for r in rows])))
     assert [(s.labels["lane"], s.value) for s in fam["nev_lane_disk_free_bytes"]] == [
         ("0", float(round(812.34 * (1 << 30))))
     ]

@@ -78,7 +78,7 @@ def test_font_dependent_case_is_recorded_as_not_agreed(fleet, tmp_path):
               fleet=fleet, quiet=True)
     votes = store.load_votes(r.folder)
     assert len(votes) == 2 and store.load_cases(r.folder) == []
-    assert r.manifest["cases"] == 0
+    assert r.manifest.cases == 0
     for v in votes:
         assert v["agreement"] != "3/3" and "expected" not in v
         answers = {n: (e["expected"]["width"], e["expected"]["height"]) for n, e in v["engines"].items()}
@@ -105,7 +105,7 @@ class Restless(Generator):
 def test_a_case_that_changes_between_two_renders_is_quarantined(fleet, tmp_path):
     r = build("restless", root=tmp_path, count=3, extra_generators={"restless": Restless},
               fleet=fleet, quiet=True)
-    assert r.manifest["quarantined"] == 3 and r.manifest["cases"] == 0
+    assert r.manifest.quarantined == 3 and r.manifest.cases == 0
     for v in store.load_votes(r.folder):
         assert v["quarantined"] and set(v["changed"]) == set(ENGINES) and "expected" not in v
 
@@ -121,14 +121,14 @@ def test_two_shards_together_equal_the_unsharded_corpus(fleet, tmp_path):
     assert [p.folder.name for p in parts] == ["block_width.shard-0-of-2", "block_width.shard-1-of-2"]
     assert {c["seed"] % 2 for c in store.load_cases(parts[1].folder)} == {1}
     assert sorted(_rows(parts[0].folder) + _rows(parts[1].folder), key=lambda c: c["seed"]) == _rows(whole.folder)
-    assert whole.manifest["generated"] == 200 and whole.manifest["cases"] >= 180
+    assert whole.manifest.generated == 200 and whole.manifest.cases >= 180
 
 
 def test_rebuild_with_the_same_engines_writes_nothing(fleet, tmp_path):
     first = build("abspos_width", root=tmp_path, count=60, fleet=fleet, quiet=True)
     before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in first.folder.iterdir()}
     again = build("abspos_width", root=tmp_path, count=60, fleet=fleet, quiet=True)
-    assert not again.written and again.manifest["key"] == first.manifest["key"]
+    assert not again.written and again.manifest.key == first.manifest.key
     assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in first.folder.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["abspos_width"]
 
@@ -146,7 +146,7 @@ def test_example_engine_reference_passes_nearly_every_agreed_case(fleet, tmp_pat
         agreed = store.load_cases(r.folder)
         s = scores[function]
         assert s.error is None and s.corpus == function
-        assert s.cases_run == len(agreed) == r.manifest["cases"] >= 180
+        assert s.cases_run == len(agreed) == r.manifest.cases >= 180
         rust_fails = [c for c in s.cases if not c.passed]
         py_fails = reference.failures(function, agreed, DEFAULT_TOLERANCE)
         with capsys.disabled():
@@ -218,9 +218,9 @@ def test_a_new_generator_version_writes_a_new_corpus_and_keeps_the_old_one(fleet
 
     new = build("block_width", root=tmp_path, count=20, fleet=fleet, quiet=True,
                 extra_generators={"block_width": BlockWidthNext})
-    assert new.written and new.manifest["key"] != old.manifest["key"]
-    assert new.manifest["generator"] == {"name": "block_width", "version": "1-next"}
-    assert new.superseded is not None and store.read_manifest(new.superseded)["key"] == old.manifest["key"]
+    assert new.written and new.manifest.key != old.manifest.key
+    assert new.manifest.doc["generator"] == {"name": "block_width", "version": "1-next"}
+    assert new.superseded is not None and store.read_manifest(new.superseded).key == old.manifest.key
     assert store.verify(new.superseded) is None  # the old corpus is kept whole, not reused
 
 
@@ -231,7 +231,7 @@ def test_engine_reporting_another_version_than_installed_stops_the_build(fleet, 
     with pytest.raises(eng.EngineError) as e:
         build("block_width", root=tmp_path, count=10, fleet=fleet, quiet=True)
     assert "webkit reports version" in e.value.message and "2.52.0" in e.value.message
-    assert store.up_to_date(first.folder, first.manifest["key"])  # the published corpus untouched
+    assert store.up_to_date(first.folder, first.manifest.key)  # the published corpus untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["block_width"]
 
 

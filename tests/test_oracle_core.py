@@ -11,8 +11,10 @@ import pytest
 from bench.oracle import cases, reference, store
 from bench.oracle.build import judge
 from bench.oracle.cases import Shard, generator_for
+from bench.oracle.measured import Measured, measured_page
 from bench.oracle.render import check_page, collect_pages
 from bench.oracle.vote import DEFAULT_TOLERANCE, flatten, vote
+from bench.oracle.wire import EngineError
 from lanes.base.errors import NevError
 
 TOL = DEFAULT_TOLERANCE
@@ -100,17 +102,17 @@ def test_a_case_whose_answer_changed_is_quarantined():
     moved = json.loads(json.dumps(m))
     moved["w"][2] = 279
     first = {"chromium": m, "firefox": m, "webkit": m}
-    row = judge(g, c, first, {**first, "firefox": moved}, TOL)
+    row = judge(g, c, first, {**first, "firefox": moved}, TOL).to_json()
     assert row["quarantined"] and row["changed"] == ["firefox"] and "expected" not in row
     assert row["agreement"] == "3/3"  # agreed once, but not stable: never ground truth
-    ok = judge(g, c, first, first, TOL)
+    ok = judge(g, c, first, first, TOL).to_json()
     assert not ok["quarantined"] and ok["expected"] == {"width": 280, "margin_left": 20, "margin_right": 180}
 
 
 def test_missing_element_is_no_answer():
     g = cases.BlockWidth()
     m = {"cb": [0, 0, 500, 10, 0, 0, None, None], "el": [20, 0, 300, 10, 0, 0, None, None]}
-    row = judge(g, g.case(2), {"chromium": m}, {"chromium": m}, TOL)
+    row = judge(g, g.case(2), {"chromium": m}, {"chromium": m}, TOL).to_json()
     assert row["agreement"] == "none" and "expected" not in row
 
 
@@ -136,8 +138,9 @@ def _write(root, key, cases_rows=(b'{"id":"a"}\n',)):
 def test_store_publishes_once_and_moves_an_older_version_aside(tmp_path):
     w, man = _write(tmp_path, "k1")
     import hashlib
-    assert man["content_sha256"] == hashlib.sha256(b'{"id":"a"}\n').hexdigest()  # as the runner's corpora
-    assert man["votes_sha256"] == hashlib.sha256(b"{}\n").hexdigest()
+    # as the runner's corpora
+    assert man.content_sha256 == hashlib.sha256(b'{"id":"a"}\n').hexdigest()
+    assert man.votes_sha256 == hashlib.sha256(b"{}\n").hexdigest()
     assert not (tmp_path / "block_width").exists()  # nothing visible before publish
     assert w.publish() is None
     folder = tmp_path / "block_width"
@@ -145,7 +148,7 @@ def test_store_publishes_once_and_moves_an_older_version_aside(tmp_path):
     w2, _ = _write(tmp_path, "k2")
     moved = w2.publish()
     assert moved is not None and moved.parent == tmp_path / ".superseded" / "block_width"
-    assert store.read_manifest(moved)["key"] == "k1"
+    assert store.read_manifest(moved).key == "k1"
     assert store.up_to_date(folder, "k2")
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == []
 
@@ -171,7 +174,8 @@ def test_stale_temporary_folder_of_a_dead_build_is_removed(tmp_path):
 
 
 def _el(rect, offset, expect, client=(0, 0), scroll=(0, 0)):
-    return {"rect": rect, "offset": offset, "client": list(client), "scroll": list(scroll), "expect": expect}
+    raw = {"rect": rect, "offset": offset, "client": list(client), "scroll": list(scroll)}
+    return Measured.from_json({**raw, "expect": expect}, "test")
 
 
 def test_page_check_follows_check_layout_semantics_per_engine():
@@ -182,7 +186,7 @@ def test_page_check_follows_check_layout_semantics_per_engine():
         "firefox": {"#a": _el([8, 8, 100.4, 10], [8, 8, 100, 10], exp_a), "@7": _el([8, 18, 100, 20.0], [8, 18, 100, 20], exp_b)},
         "webkit": {"#a": _el([8, 8, 99, 10], [8, 8, 99, 10], exp_a), "@7": _el([8, 18, 100, 20.0], [8, 18, 100, 20], exp_b)},
     }
-    r = check_page(pages, TOL)
+    r = check_page(pages, TOL).to_json()
     assert r["expectation_failures"] == ["#a"]
     a = r["elements"]["#a"]
     # offsetWidth, an integer, with tolerance 0 by default: only WebKit's 99 fails
@@ -199,6 +203,26 @@ def test_page_check_refuses_a_non_numeric_expectation():
     with pytest.raises(NevError) as e:
         check_page(pages, TOL)
     assert "data-expected-width='wide' on #a" in e.value.message
+
+
+def test_an_engines_page_measurement_is_read_with_checked_reads():
+    import json
+
+    good = {"#a": {"rect": [8, 8.5, 100, 10], "offset": [8, 8, 100, None], "client": [0, 0],
+                   "scroll": [0, 0], "expect": {"data-expected-width": "100"}}}
+    m = measured_page(json.dumps(good), "webkit")["#a"]
+    assert m.rect == (8, 8.5, 100, 10) and m.offset[3] is None
+    assert m.expect == {"data-expected-width": "100"}
+    elements = check_page({"webkit": {"#a": m}}, TOL).to_json()["elements"]
+    assert elements["#a"]["engines"] == {"webkit": [8, 8.5, 100, 10]}   # the numbers as answered
+    for bad, field in ((dict(good["#a"], rect=[8, None, 1, 1]), "#a.rect"),
+                       (dict(good["#a"], client=[0]), "#a.client"),
+                       (dict(good["#a"], expect={"data-tolerance": 1}), "#a.expect")):
+        with pytest.raises(EngineError) as e:
+            measured_page(json.dumps({"#a": bad}), "webkit")
+        assert "\n" not in e.value.message and e.value.message.startswith(f"webkit: {field}: ")
+    with pytest.raises(EngineError, match="webkit: the page's measurement is not JSON"):
+        measured_page("{", "webkit")
 
 
 def test_render_refuses_a_missing_page(tmp_path):

@@ -50,8 +50,8 @@ def test_corpus_builds_on_a_box_lane_with_its_installed_nev_and_comes_back_with_
     assert "agreed of 200 generated" in out and "agreement: " in out
     home = wt / "corpus" / "block_width"
     man = store.read_manifest(home)
-    assert man is not None and man["generated"] == 200 and man["cases"] >= 180
-    assert sorted(man["engines"]) == ["chromium", "firefox", "webkit"]
+    assert man is not None and man.generated == 200 and man.cases >= 180
+    assert sorted(man.engines or {}) == ["chromium", "firefox", "webkit"]
     assert store.verify(home) is None
     on_lane = rig.lane_root / h.copy_name(wt) / "corpus" / "block_width"
     assert (on_lane / "cases.jsonl").read_bytes() == (home / "cases.jsonl").read_bytes()
@@ -64,10 +64,10 @@ def test_a_corpus_built_on_a_lane_equals_one_built_here_with_the_same_engines(la
     lane_man = store.read_manifest(lane_dir)
     assert lane_man is not None
     here = oracle_build.probe_versions(("chromium", "firefox", "webkit"))
-    if here != lane_man["engines"]:
+    if here != lane_man.engines:
         # The corpus key holds the versions: corpora of other engine versions are different
         # corpora, so they are not compared byte for byte. Say which differ.
-        diff = {n: (lane_man["engines"].get(n), v) for n, v in here.items() if lane_man["engines"].get(n) != v}
+        diff = {n: ((lane_man.engines or {}).get(n), v) for n, v in here.items() if (lane_man.engines or {}).get(n) != v}
         pytest.fail(f"engine versions differ (lane, here): {diff}; the image's apt sources must be this "
                     "machine's (lanes/create.py ImageRecipe.sources); not compared")
     corpus_root = tmp_path / "corpus"
@@ -81,4 +81,4 @@ def test_a_corpus_built_on_a_lane_equals_one_built_here_with_the_same_engines(la
     for name in names:
         assert (here_dir / name).read_bytes() == (lane_dir / name).read_bytes(), (
             f"{name} differs between the lane's corpus and this machine's "
-            f"(keys {lane_man['key'][:12]} and {json.loads((here_dir / 'manifest.json').read_text())['key'][:12]})")
+            f"(keys {str(lane_man.key)[:12]} and {json.loads((here_dir / 'manifest.json').read_text())['key'][:12]})")

@@ -135,7 +135,7 @@ def test_build_in_a_network_namespace_makes_no_dns_query_or_outside_connection(t
     # a corpus of 200 cases with its agreement counts printed
     assert "agreed of 200 generated" in build_out and "agreement: " in build_out and "3/3: " in build_out
     man = store.read_manifest(tmp_path / "corpus" / "block_width")
-    assert man["generated"] == 200 and man["cases"] >= 180
+    assert man.generated == 200 and man.cases >= 180
     # rebuilding with the same engines (outside the namespace) writes nothing new
     folder = tmp_path / "corpus" / "block_width"
     before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}

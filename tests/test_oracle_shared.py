@@ -112,15 +112,15 @@ def test_two_copies_building_one_key_at_once_render_it_once_and_get_the_same_cor
     assert not isinstance(ra, BaseException) and not isinstance(rb, BaseException), results
     assert counts.starts == 3 and counts.rendered == 3 * 2 * 30   # one start of each engine, each case twice
     assert ra.rendered and not rb.rendered
-    key = ra.manifest["key"]
+    key = ra.manifest.key
     name = f"block_width-{key[:16]}"
-    assert rb.manifest["key"] == key and ra.shared == rb.shared == share / name
+    assert rb.manifest.key == key and ra.shared == rb.shared == share / name
     assert sorted(p.name for p in share.iterdir()) == [name, f"{name}.lock"]
     for file in ("manifest.json", "cases.jsonl", "votes.jsonl"):
         data = (share / name / file).read_bytes()
         assert (a / "corpus" / "block_width" / file).read_bytes() == data
         assert (b / "corpus" / "block_width" / file).read_bytes() == data
-    assert ra.manifest["cases"] == 30 and store.verify(b / "corpus" / "block_width") is None
+    assert ra.manifest.cases == 30 and store.verify(b / "corpus" / "block_width") is None
     assert summary_lines(rb)[0].endswith("30 agreed cases); nothing rendered")
     assert f"another build of this corpus holds {share / name}.lock; waiting for it" in capsys.readouterr().err
 
@@ -134,16 +134,16 @@ def test_a_key_with_another_engine_version_is_rendered_anew_beside_the_first(tmp
     newer = dict(VERSIONS, webkit="2.52.0")
     new = copy_build(counts, tmp_path / "b", share, versions=newer)
     assert new.rendered and counts.starts == 6 and counts.rendered == 2 * 3 * 2 * 30
-    assert new.manifest["key"] != old.manifest["key"] and new.manifest["engines"]["webkit"] == "2.52.0"
-    for key in (old.manifest["key"], new.manifest["key"]):   # the first key stays whole beside the new
+    assert new.manifest.key != old.manifest.key and (new.manifest.engines or {})["webkit"] == "2.52.0"
+    for key in (old.manifest.key, new.manifest.key):   # the first key stays whole beside the new
         assert store.up_to_date(share / f"block_width-{key[:16]}", key)
-    assert new.superseded is not None and store.read_manifest(new.superseded)["key"] == old.manifest["key"]
+    assert new.superseded is not None and store.read_manifest(new.superseded).key == old.manifest.key
 
 
 def test_a_build_that_died_before_publishing_leaves_nothing_a_later_builder_takes(tmp_path):
     share = tmp_path / "corpora"
     counts = Counts()
-    key = copy_build(counts, tmp_path / "probe", share).manifest["key"]
+    key = copy_build(counts, tmp_path / "probe", share).manifest.key
     name = shared.entry("block_width", key)
     # as if another lane's builder of this key had died half way: its folder is there, unpublished
     (share / name).rename(share / f"{store.TMP_PREFIX}{name}-999999")
@@ -181,7 +181,7 @@ def test_without_a_store_a_corpus_is_rendered_in_the_copy_as_before(tmp_path):
               make_engine=lambda n: CountingEngine(n, counts), probe=probe())
     assert r.rendered and r.shared is None and counts.starts == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
-    assert store.up_to_date(tmp_path / "corpus" / "block_width", r.manifest["key"])
+    assert store.up_to_date(tmp_path / "corpus" / "block_width", r.manifest.key)
 
 
 @pytest.mark.parametrize("env, expected", [

@@ -71,8 +71,9 @@ def test_two_copies_on_two_lanes_render_one_corpus_once_and_another_key_anew(two
         assert (a / "corpus" / "block_width" / name).read_bytes() == data
         assert (b / "corpus" / "block_width" / name).read_bytes() == data
     man = store.read_manifest(a / "corpus" / "block_width")
-    assert man is not None and man["key"][:16] == entry[-16:] and man["generated"] == 60 and man["cases"] >= 50
-    key = man["key"]
+    assert man is not None and man.key is not None and man.key[:16] == entry[-16:]
+    assert man.generated == 60 and man.cases is not None and man.cases >= 50
+    key = man.key
 
     # another key (other seeds: the lanes' browsers are one version) is rendered anew, beside
     p = build_on(env, "1", b, store_name, 61)
@@ -80,7 +81,7 @@ def test_two_copies_on_two_lanes_render_one_corpus_once_and_another_key_anew(two
     assert p.returncode == 0, err[-3000:]
     assert (out + err).count(STARTING) == 1 and "agreed of 61 generated" in out + err
     new = store.read_manifest(b / "corpus" / "block_width")
-    assert new is not None and new["key"] != key and new["generated"] == 61
+    assert new is not None and new.key is not None and new.key != key and new.generated == 61
     assert sorted(p.name for p in shared.iterdir() if not p.name.endswith(".lock")) == \
-        sorted(f"block_width-{k[:16]}" for k in (key, new["key"]))
+        sorted(f"block_width-{k[:16]}" for k in (key, new.key))
     assert store.up_to_date(shared / entry, key)

@@ -233,8 +233,7 @@ def test_the_suite_tests_are_the_pages_calling_check_layout(tmp_path):
 
 
 def _results(failing: dict[str, set[str]]):
-    return {t: {n: {"pass": t not in failing.get(n, set()), "failures": []} for n in FAILING}
-            for t in TESTS}
+    return {t: {n: s.Outcome(t not in failing.get(n, set())) for n in FAILING} for t in TESTS}
 
 
 def test_changes_are_the_new_failures_and_new_passes_against_the_known_failures():
@@ -263,14 +262,15 @@ def test_an_expectations_file_naming_an_unknown_engine_is_refused(tmp_path):
 def test_the_report_table_says_no_change_when_the_failures_are_the_expected_ones():
     suite = s.Suite("mini", "u", PIN, "e.json")
     moz = "flex/moz-available.html"
-    run = {"versions": {n: "1" for n in FAILING}, "tests": _results({"firefox": {moz}})}
+    run = s.SuiteRun({n: "1" for n in FAILING}, _results({"firefox": {moz}}))
     rep = s.report(suite, run, s.Expectations({"firefox": frozenset({moz})}, "e.json"),
                    list(FAILING))
     lines = s.format_report(rep)
-    assert lines[-1] == "no change" and not rep["changed"]
-    assert rep["summary"]["firefox"] == {"pass": 3, "fail": 1, "new_failures": 0, "new_passes": 0}
+    assert lines[-1] == "no change" and not rep.changed
+    assert rep.summary["firefox"] == {"pass": 3, "fail": 1, "new_failures": 0, "new_passes": 0}
+    assert rep.to_json()["tests"][moz]["firefox"] == {"pass": False, "failures": []}
     rep2 = s.report(suite, run, s.Expectations(), list(FAILING))
-    assert rep2["changed"] and s.format_report(rep2)[-1] == "changed"
+    assert rep2.changed and s.format_report(rep2)[-1] == "changed"
     assert any(line.startswith(f"new failure  firefox   {moz}") for line in s.format_report(rep2))
 
 

@@ -279,3 +279,68 @@ def test_a_malformed_snapshot_label_is_refused_in_one_line(tmp_path: Path):
     assert "\n" not in msg
     assert "damaged (field roles.gateway.198.18.0.20.files[0].mode" in msg
     assert "not an octal mode such as 0644" in msg and msg.endswith("it cannot be used")
+
+
+# -- the oracle store's corpus manifest ------------------------------------------------------------
+
+CORPUS = DATA / "corpus-v0.1" / "block_width"
+
+
+def _corpus_copy(tmp_path: Path) -> Path:
+    import shutil
+
+    dest = tmp_path / "corpus" / "block_width"
+    shutil.copytree(CORPUS, dest)
+    return dest
+
+
+def test_a_corpus_manifest_written_by_the_previous_version_reads_as_a_typed_record(tmp_path: Path):
+    from bench.oracle import build, shared, store, truth
+
+    folder = _corpus_copy(tmp_path)
+    man = store.read_manifest(folder)
+    assert man is not None and man.function == "block_width"
+    assert (man.cases, man.generated, man.quarantined) == (2, 4, 1)
+    assert man.agreement == {"2/3:webkit": 1, "3/3": 3}
+    engines = {"chromium": "156.0.8078.114", "firefox": "153.8.0esr", "webkit": "2.50.6"}
+    assert man.engines == engines
+    key = store.corpus_key("block_width", {"name": "block_width", "version": "1"}, engines,
+                           1 / 30, {"start": 0, "count": 4, "shard": "0/1"})
+    assert man.key == key                       # the key this version computes for the same inputs
+    assert store.verify(folder) is None and store.up_to_date(folder, key)
+    assert truth.not_ground_truth(man) is None
+    assert man.to_json() == json.loads((CORPUS / "manifest.json").read_text())   # served as it was
+    assert shared.Digests._line(man) == f"{key} {man.content_sha256} {man.votes_sha256}\n"
+    lines = build.summary_lines(build.BuildResult(folder, False, man))
+    assert lines == [f"{folder}: up to date (key {key[:12]}, 2 agreed cases); nothing written"]
+    ids = [c["id"] for c in store.load_cases(folder)]
+    assert ids == ["block_width-000000", "block_width-000001"]
+
+
+@pytest.mark.parametrize("text, refusal", [
+    ('["not", "an", "object"]', "manifest.json is missing or not JSON"),
+    ('{"format": 1, "function": "block_width", "cases": 2', "manifest.json is missing or not JSON"),
+])
+def test_a_malformed_corpus_manifest_is_refused_in_one_line(tmp_path: Path, text: str,
+                                                             refusal: str):
+    from bench.oracle import store, truth
+
+    folder = _corpus_copy(tmp_path)
+    (folder / "manifest.json").write_text(text)
+    assert store.read_manifest(folder) is None
+    why = store.verify(folder)
+    assert why is not None and "\n" not in why and why == f"{folder}/{refusal}"
+    assert truth.not_ground_truth(store.read_manifest(folder)) == "it has no readable manifest.json"
+
+
+def test_a_corpus_manifest_with_a_field_of_another_type_is_not_ground_truth(tmp_path: Path):
+    from bench.oracle import store, truth
+
+    folder = _corpus_copy(tmp_path)
+    data = json.loads((CORPUS / "manifest.json").read_text())
+    bad = {**data, "content_sha256": 5, "engines": ["chromium"]}
+    (folder / "manifest.json").write_text(json.dumps(bad))
+    man = store.read_manifest(folder)
+    assert man is not None and man.content_sha256 is None and man.engines is None
+    assert store.verify(folder) == f"{folder}: cases.jsonl does not match manifest content_sha256"
+    assert truth.not_ground_truth(man) == "its manifest names no engines"

@@ -240,7 +240,10 @@ def test_status_and_the_dashboard_show_a_drained_or_stopped_replica_as_such_not_
     text = nev(env, "rig", "status").stdout
     assert any(ln.startswith("gpu0/r0") and "stopped" in ln for ln in text.splitlines()), text
     data = collect.gather({"aliases": collect.aliases, "replicas": collect.replicas})
-    html = page.render({**{k: collect.unavailable("not collected here") for k in collect.COLLECTORS}, **data}, 30)
+    for k in collect.COLLECTORS:
+        if getattr(data, k) is None:
+            setattr(data, k, collect.unavailable("not collected here"))
+    html = page.render(data, 30)
     assert 'data-replica="gpu2/r0" data-state="drained"' in html and 'data-replica="gpu0/r0" data-state="stopped"' in html
     assert f'data-alias="{FAST}" data-status="stopped"' in html
 

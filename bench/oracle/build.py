@@ -11,11 +11,10 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench.oracle import engines as eng
 from bench.oracle import shared, store
-from bench.oracle.cases import WHOLE, Case, Generator, Shard, generator_for
+from bench.oracle.cases import WHOLE, Case, CaseInput, Generator, Shard, generator_for
 from bench.oracle.engines import Engine, EngineError, Measure
 from bench.oracle.fleet import Fleet, LazyFleet
 from bench.oracle.vote import DEFAULT_TOLERANCE, flatten, tally, vote
@@ -28,7 +27,7 @@ BATCH = 100
 class BuildResult:
     folder: Path
     written: bool
-    manifest: dict[str, Any]
+    manifest: store.StoreManifest
     seconds: float = 0.0
     rates: dict[str, float] = field(default_factory=dict)
     superseded: Path | None = None
@@ -49,10 +48,42 @@ def _same_version(running: str, probed: str) -> bool:
     return probed == running or probed.startswith(running)
 
 
+@dataclass(frozen=True)
+class VoteRow:
+    """One case judged (a votes.jsonl row, docs/dump-format.md): each engine's expected answer and
+    measured rects, the agreement, whether it is quarantined (its answer changed between the two
+    renders: `changed` names the engines), and the agreed answer (`expected`) when it is ground
+    truth (then also a cases.jsonl row, `case_row`)."""
+
+    id: str
+    seed: int
+    input: CaseInput
+    agreement: str
+    quarantined: bool
+    engines: dict[str, tuple[dict[str, float], Measure]]
+    changed: list[str] = field(default_factory=list)
+    expected: dict[str, float] | None = None
+
+    def to_json(self) -> dict[str, object]:
+        row: dict[str, object] = {
+            "id": self.id, "seed": self.seed, "input": self.input, "agreement": self.agreement,
+            "quarantined": self.quarantined,
+            "engines": {n: {"expected": e, "rects": m} for n, (e, m) in self.engines.items()}}
+        if self.changed:
+            row["changed"] = self.changed
+        if self.expected is not None:
+            row["expected"] = self.expected
+        return row
+
+    def case_row(self) -> dict[str, object]:
+        """Its cases.jsonl row (the ground truth): only for a row with `expected`."""
+        return {"id": self.id, "seed": self.seed, "input": self.input, "expected": self.expected}
+
+
 def judge(gen: Generator, case: Case, first: dict[str, Measure], second: dict[str, Measure],
-          tol: float) -> dict[str, Any]:
+          tol: float) -> VoteRow:
     """One votes.jsonl row from two renders of a case in every engine (pure)."""
-    per_engine: dict[str, Any] = {}
+    per_engine: dict[str, tuple[dict[str, float], Measure]] = {}
     answers: dict[str, dict[str, float] | None] = {}
     changed = sorted(n for n in first if first[n] != second[n])
     for n in sorted(first):
@@ -63,16 +94,14 @@ def judge(gen: Generator, case: Case, first: dict[str, Measure], second: dict[st
         except (KeyError, IndexError):
             exp = {}
             answers[n] = None
-        per_engine[n] = {"expected": exp, "rects": m}
+        per_engine[n] = (exp, m)
     v = vote(answers, tol)
-    row: dict[str, Any] = {"id": case.id, "seed": case.seed, "input": case.input,
-                           "agreement": v.agreement, "quarantined": bool(changed), "engines": per_engine}
-    if changed:
-        row["changed"] = changed
+    expected = None
     if v.agreed and not changed and v.value is not None:
-        row["expected"] = {k.removeprefix("expected."): x for k, x in v.value.items()
-                           if k.startswith("expected.")}
-    return row
+        expected = {k.removeprefix("expected."): x for k, x in v.value.items()
+                    if k.startswith("expected.")}
+    return VoteRow(case.id, case.seed, case.input, v.agreement, bool(changed), per_engine, changed,
+                   expected)
 
 
 def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequence[str] = eng.ENGINES,
@@ -94,7 +123,7 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
     folder = root / store.folder_name(corpus, shard.index, shard.count)
     store.clean_stale_tmp(root)
     if store.up_to_date(folder, key):
-        man = store.read_manifest(folder) or {}
+        man = store.read_manifest(folder) or store.StoreManifest({})
         return BuildResult(folder, False, man)
     tampered(folder, key)
     if fleet is not None and sorted(fleet.names) != sorted(engine_names):
@@ -127,7 +156,8 @@ def build(corpus: str, *, root: Path, shard: Shard = WHOLE, engine_names: Sequen
                         digests.record(found, info)
                 else:
                     shared.touch(found)
-                    result = BuildResult(found, True, store.read_manifest(found) or {}, rendered=False)
+                    man = store.read_manifest(found) or store.StoreManifest({})
+                    result = BuildResult(found, True, man, rendered=False)
                 result.superseded = shared.copy_in(found, root, folder.name)
                 result.shared, result.folder = found, folder
     if not quiet and result.superseded is not None:
@@ -139,7 +169,7 @@ def tampered(folder: Path, key: str) -> bool:
     """Say so when a corpus of this very key is there but its bytes no longer match its manifest's
     content hashes (changed after it was published): it is not ground truth and is built anew."""
     man = store.read_manifest(folder)
-    if man is None or man.get("key") != key:
+    if man is None or man.key != key:
         return False
     why = store.verify(folder)
     if why is None:
@@ -158,7 +188,7 @@ class _Job:
     tolerance: float
     batch: int
     quiet: bool
-    manifest: dict[str, Any]
+    manifest: dict[str, object]   # the fields known before the render (written by `finish`)
 
 
 def _render(job: _Job, writer: store.Writer, lazy: LazyFleet, label: str) -> BuildResult:
@@ -190,21 +220,19 @@ def _render(job: _Job, writer: store.Writer, lazy: LazyFleet, label: str) -> Bui
             second = {n: list(reversed(ms)) for n, ms in fleet.render(docs[::-1]).items()}
             rows = [judge(gen, case, {n: first[n][j] for n in first},
                           {n: second[n][j] for n in second}, job.tolerance) for j, case in enumerate(chunk)]
-            good = [{"id": r["id"], "seed": r["seed"], "input": r["input"], "expected": r["expected"]}
-                    for r in rows if "expected" in r]
+            good = [r.case_row() for r in rows if r.expected is not None]
             writer.append("cases.jsonl", good)
-            writer.append("votes.jsonl", rows)
+            writer.append("votes.jsonl", [r.to_json() for r in rows])
             agreed += len(good)
-            quarantined += sum(1 for r in rows if r["quarantined"])
-            agreement += [r["agreement"] for r in rows]
+            quarantined += sum(1 for r in rows if r.quarantined)
+            agreement += [r.agreement for r in rows]
             if bar is not None:
                 bar.advance(len(chunk), " ".join(f"{n} {r:.0f}/s" for n, r in fleet.rates(since).items()))
         if bar is not None:
             bar.close()
         rates = fleet.rates(since)
-        manifest = dict(job.manifest, cases=agreed, generated=len(agreement), agreement=tally(agreement),
-                        quarantined=quarantined)
-        manifest = writer.finish(manifest)
+        manifest = writer.finish(dict(job.manifest, cases=agreed, generated=len(agreement),
+                                      agreement=tally(agreement), quarantined=quarantined))
         moved = writer.publish()
     except BaseException:
         writer.discard()
@@ -214,32 +242,38 @@ def _render(job: _Job, writer: store.Writer, lazy: LazyFleet, label: str) -> Bui
     return BuildResult(writer.final, True, manifest, secs, rates, moved, size / max(1, len(agreement)))
 
 
-def build_many(corpora: Sequence[str], *, engine_names: Sequence[str] = eng.ENGINES,
-               make_engine: Callable[[str], Engine] = eng.make, **kw: Any) -> list[BuildResult]:
+def build_many(corpora: Sequence[str], *, root: Path, engine_names: Sequence[str] = eng.ENGINES,
+               make_engine: Callable[[str], Engine] = eng.make, shard: Shard = WHOLE,
+               count: int = 1000, quiet: bool = False, store_root: Path | None = None,
+               extra_generators: dict[str, Callable[[], Generator]] | None = None,
+               probe: Callable[[Sequence[str]], dict[str, str]] = probe_versions,
+               ) -> list[BuildResult]:
     """Several corpora with one start of the engines, and none when every corpus is found. Every
     name is checked before anything is built."""
     for c in corpora:
-        generator_for(c, kw.get("extra_generators"))
+        generator_for(c, extra_generators)
     with LazyFleet(engine_names, make_engine) as lazy:
-        return [build(c, engine_names=engine_names, fleet=lazy, **kw) for c in corpora]
+        return [build(c, root=root, shard=shard, engine_names=engine_names, count=count,
+                      extra_generators=extra_generators, quiet=quiet, fleet=lazy,
+                      store_root=store_root, probe=probe) for c in corpora]
 
 
 def summary_lines(r: BuildResult) -> list[str]:
     m = r.manifest
     if not r.written:
-        return [f"{r.folder}: up to date (key {str(m.get('key'))[:12]}, {m.get('cases')} agreed cases); "
+        return [f"{r.folder}: up to date (key {str(m.key)[:12]}, {m.cases} agreed cases); "
                 "nothing written"]
     if not r.rendered:
-        return [f"{r.folder}: copied from the corpus store {r.shared} (key {str(m.get('key'))[:12]}, "
-                f"{m.get('cases')} agreed cases); nothing rendered"]
-    engines = ", ".join(f"{n} {v}" for n, v in m["engines"].items())
-    agree = ", ".join(f"{k}: {v}" for k, v in m["agreement"].items())
+        return [f"{r.folder}: copied from the corpus store {r.shared} (key {str(m.key)[:12]}, "
+                f"{m.cases} agreed cases); nothing rendered"]
+    engines = ", ".join(f"{n} {v}" for n, v in (m.engines or {}).items())
+    agree = ", ".join(f"{k}: {v}" for k, v in m.agreement.items())
     rates = ", ".join(f"{n} {v:.0f} cases/s" for n, v in r.rates.items())
     return [
-        f"{r.folder}: {m['cases']} agreed of {m['generated']} generated "
-        f"({m['quarantined']} quarantined) in {r.seconds:.1f} s",
+        f"{r.folder}: {m.cases} agreed of {m.generated} generated "
+        f"({m.quarantined} quarantined) in {r.seconds:.1f} s",
         f"agreement: {agree}",
         f"engines: {engines}",
         f"rendering (each case twice): {rates}",
-        f"store: {r.bytes_per_case:.0f} bytes per case, key {m['key'][:12]}",
+        f"store: {r.bytes_per_case:.0f} bytes per case, key {str(m.key)[:12]}",
     ] + ([f"shared: {r.shared} (every lane copy asking for this key copies it)"] if r.shared else [])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from bench.oracle.engines import Measure
 from lanes.base.errors import NevError
@@ -19,11 +18,16 @@ from lanes.base.errors import NevError
 PAGE_STYLE = "html,body{margin:0;padding:0;overflow:hidden}"
 
 
+# One case's input: each field a CSS length as written ("12px", "30%", "auto") or a whole number of
+# px (`cb_width`, `content_width`); written to cases.jsonl as it is.
+CaseInput = dict[str, str | int]
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
     seed: int
-    input: dict[str, Any]
+    input: CaseInput
     html: str
 
 
@@ -79,7 +83,7 @@ def _element(rng: random.Random, *, width: tuple[float, tuple[int, int], tuple[i
     }
 
 
-def _element_css(inp: dict[str, Any]) -> str:
+def _element_css(inp: CaseInput) -> str:
     """The element's style for its horizontal box (`_element`), 10px high."""
     return (f"width:{inp['width']};margin:0 {inp['margin_right']} 0 {inp['margin_left']};"
             f"padding:0 {inp['padding_right']} 0 {inp['padding_left']};"
@@ -101,7 +105,7 @@ class BlockWidth(Generator):
 
     def case(self, seed: int) -> Case:
         rng = random.Random(f"{self.name}:{self.version}:{seed}")
-        inp: dict[str, Any] = {
+        inp: CaseInput = {
             "cb_width": rng.randint(40, 780),
             **_element(rng, width=(0.4, (0, 700), (0, 120)), margin=((-60, 200), (-10, 50)), padding=(40, 20),
                        border=10),
@@ -126,7 +130,7 @@ class AbsposWidth(Generator):
 
     def case(self, seed: int) -> Case:
         rng = random.Random(f"{self.name}:{self.version}:{seed}")
-        inp: dict[str, Any] = {
+        inp: CaseInput = {
             "cb_width": rng.randint(40, 780),
             "left": _len(rng, auto=0.45, px=(-40, 300), pct=(-10, 60)),
             "right": _len(rng, auto=0.45, px=(-40, 300), pct=(-10, 60)),

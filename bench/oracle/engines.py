@@ -23,10 +23,15 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from bench.oracle.measured import Measured, measured_page
 from bench.oracle.procs import Proc, Scratch, base_env, read_line_matching
-from lanes.base.errors import NevError
+from bench.oracle.wire import EngineError, at, opt, pointer_click
+
+if TYPE_CHECKING:
+    import requests
+    from playwright.sync_api import Browser, Page, Playwright
 
 ENGINES = ("chromium", "firefox", "webkit")
 VIEW_W, VIEW_H = 800, 600
@@ -104,10 +109,6 @@ return JSON.stringify(out);
 """
 
 
-class EngineError(NevError):
-    """An engine failed to start or to answer; names the engine and what to check."""
-
-
 class Engine(Protocol):
     name: str
 
@@ -122,7 +123,7 @@ class Engine(Protocol):
 
     def render_file(self, path: Path) -> Measure: ...
 
-    def render_page(self, path: Path) -> dict[str, Any]: ...
+    def render_page(self, path: Path) -> dict[str, Measured]: ...
 
     def load(self, path: Path) -> None: ...
 
@@ -234,9 +235,9 @@ class _Base:
         """A file as its own top-level document, measured like a corpus case."""
         return dict(json.loads(self._load_eval(path, FRESH_BODY)))
 
-    def render_page(self, path: Path) -> dict[str, Any]:
+    def render_page(self, path: Path) -> dict[str, Measured]:
         """Any page: the checked elements with their boxes and check-layout expectations."""
-        return dict(json.loads(self._load_eval(path, PAGE_BODY)))
+        return measured_page(self._load_eval(path, PAGE_BODY), self.name)
 
     def _load_eval(self, path: Path, body: str) -> str:
         """Load `path` in the fresh-document tab, run the function `body`, return its string."""
@@ -279,10 +280,10 @@ class Chromium(_Base):
 
     def __init__(self) -> None:
         super().__init__()
-        self._pw: Any = None
-        self._browser: Any = None
-        self.page: Any = None
-        self._fresh: Any = None
+        self._pw: Playwright | None = None
+        self._browser: Browser | None = None
+        self.page: Page | None = None       # the harness tab (batches)
+        self._fresh: Page | None = None     # the fresh-document tab
 
     def start(self) -> None:
         from playwright.sync_api import sync_playwright
@@ -303,24 +304,30 @@ class Chromium(_Base):
         self._version = ver.split("/")[-1] if "/" in ver else ver
 
     def render(self, docs: Sequence[str]) -> list[Measure]:
-        out = self.page.evaluate("(s) => window.__nevBatch(s)", json.dumps(list(docs)))
+        out = self._tab(self.page).evaluate("(s) => window.__nevBatch(s)", json.dumps(list(docs)))
         return list(json.loads(out))
 
+    def _tab(self, page: Page | None) -> Page:
+        if page is None:
+            raise EngineError("chromium: not started")
+        return page
+
     def _load_eval(self, path: Path, body: str) -> str:
-        self._fresh.goto(path.resolve().as_uri())
+        self._tab(self._fresh).goto(path.resolve().as_uri())
         return self.evaluate(body)
 
     def evaluate(self, body: str) -> str:
-        return str(self._fresh.evaluate(f"() => {{ {body} }}"))
+        return str(self._tab(self._fresh).evaluate(f"() => {{ {body} }}"))
 
     def click(self, x: int, y: int) -> None:
-        self._fresh.mouse.click(x, y)
+        self._tab(self._fresh).mouse.click(x, y)
 
     def stop(self) -> None:
-        for closer in (lambda: self._browser and self._browser.close(),
-                       lambda: self._pw and self._pw.stop()):
+        for closer in (self._browser.close if self._browser else None,
+                       self._pw.stop if self._pw else None):
             try:
-                closer()
+                if closer is not None:
+                    closer()
             except Exception:  # noqa: BLE001 - the process group is killed below anyway
                 pass
         self._browser = self._pw = None
@@ -361,7 +368,7 @@ class Firefox(_Base):
 
     def __init__(self) -> None:
         super().__init__()
-        self._ws: Any = None
+        self._ws: Any = None      # a websocket-client connection (the library ships no types)
         self._id = 0
         self.ctx = ""
         self.fresh_ctx = ""
@@ -381,39 +388,45 @@ class Firefox(_Base):
         self._ws = websocket.create_connection(url.rstrip("/") + "/session", suppress_origin=True,
                                                timeout=120)
         caps = self._cmd("session.new", {"capabilities": {}})
-        self._version = str(caps["capabilities"]["browserVersion"])
+        self._version = str(at(caps, "capabilities", "browserVersion", who="firefox"))
         tree = self._cmd("browsingContext.getTree", {})
-        self.ctx = tree["contexts"][0]["context"]
-        self.fresh_ctx = self._cmd("browsingContext.create", {"type": "tab"})["context"]
+        self.ctx = str(at(tree, "contexts", 0, "context", who="firefox"))
+        tab = self._cmd("browsingContext.create", {"type": "tab"})
+        self.fresh_ctx = str(at(tab, "context", who="firefox"))
         for c in (self.ctx, self.fresh_ctx):
             self._cmd("browsingContext.setViewport", {"context": c, "devicePixelRatio": 1,
                                                       "viewport": {"width": VIEW_W, "height": VIEW_H}})
         self._navigate(self.ctx, self.harness.as_uri())
 
-    def _cmd(self, method: str, params: dict[str, Any]) -> Any:
+    def _cmd(self, method: str, params: dict[str, object]) -> dict[str, object]:
+        """A BiDi command's result (a JSON object, read with `at`); its params a JSON object."""
         self._id += 1
         my = self._id
         self._ws.send(json.dumps({"id": my, "method": method, "params": params}))
         while True:
-            msg = json.loads(self._ws.recv())
-            if msg.get("id") != my:
+            msg: object = json.loads(self._ws.recv())
+            if opt(msg, "id") != my:
                 continue  # an event
+            assert isinstance(msg, dict)
             if msg.get("type") == "error" or "error" in msg and "result" not in msg:
                 raise EngineError(f"firefox: {method} failed: {msg.get('error')}: {msg.get('message', '')}")
-            return msg["result"]
+            res = at(msg, "result", who=f"firefox: {method}")
+            if not isinstance(res, dict):
+                raise EngineError(f"firefox: {method}: its result is not an object")
+            return res
 
     def _navigate(self, ctx: str, url: str) -> None:
         self._cmd("browsingContext.navigate", {"context": ctx, "url": url, "wait": "complete"})
 
     def _eval(self, ctx: str, fn: str, arg: str | None = None) -> str:
-        params: dict[str, Any] = {"functionDeclaration": fn, "target": {"context": ctx},
+        params: dict[str, object] = {"functionDeclaration": fn, "target": {"context": ctx},
                                   "awaitPromise": False, "resultOwnership": "none"}
         if arg is not None:
             params["arguments"] = [{"type": "string", "value": arg}]
         res = self._cmd("script.callFunction", params)
         if res.get("type") == "exception":
-            raise EngineError(f"firefox: script failed: {res['exceptionDetails'].get('text')}")
-        return str(res["result"]["value"])
+            raise EngineError(f"firefox: script failed: {opt(res.get('exceptionDetails'), 'text')}")
+        return str(at(res, "result", "value", who="firefox: script.callFunction"))
 
     def render(self, docs: Sequence[str]) -> list[Measure]:
         return list(json.loads(self._eval(self.ctx, "(s) => window.__nevBatch(s)", json.dumps(list(docs)))))
@@ -451,7 +464,7 @@ class WebKit(_Base):
     def __init__(self) -> None:
         super().__init__()
         self.base = ""
-        self._http: Any = None
+        self._http: requests.Session | None = None
         self.harness_handle = ""
         self.fresh_handle = ""
 
@@ -486,21 +499,25 @@ class WebKit(_Base):
                 time.sleep(0.05)
         # A session hangs silently when MiniBrowser cannot start: always a timeout.
         r = self._http.post(self.base + "/session", json={"capabilities": {}}, timeout=60)
-        val = r.json()["value"]
-        if "sessionId" not in val:
-            raise EngineError(f"webkit: new session refused: {val.get('message', val)}")
-        self.base += "/session/" + val["sessionId"]
-        self._version = str(val["capabilities"].get("browserVersion", ""))
-        self.harness_handle = self._wd("GET", "/window")
-        self.fresh_handle = self._wd("POST", "/window/new", {"type": "tab"})["handle"]
+        val = at(r.json(), "value", who="webkit: new session")
+        if not isinstance(val, dict) or "sessionId" not in val:
+            raise EngineError(f"webkit: new session refused: {opt(val, 'message') or val}")
+        self.base += "/session/" + str(val["sessionId"])
+        self._version = str(opt(val.get("capabilities"), "browserVersion") or "")
+        self.harness_handle = str(self._wd("GET", "/window"))
+        tab = self._wd("POST", "/window/new", {"type": "tab"})
+        self.fresh_handle = str(at(tab, "handle", who="webkit"))
         for h in (self.fresh_handle, self.harness_handle):
             self._wd("POST", "/window", {"handle": h})
             self._size_viewport()
         self._wd("POST", "/url", {"url": self.harness.as_uri()})
 
-    def _wd(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _wd(self, method: str, path: str, body: dict[str, object] | None = None) -> object:
+        """A WebDriver command's `value` (any JSON value: read with `at`)."""
+        if self._http is None:
+            raise EngineError("webkit: not started")
         r = self._http.request(method, self.base + path, json=body if body is not None else ({} if method == "POST" else None), timeout=120)
-        val = r.json().get("value")
+        val = opt(r.json(), "value")
         if r.status_code != 200:
             msg = val.get("message") if isinstance(val, dict) else val
             raise EngineError(f"webkit: {method} {path} failed: {msg}")
@@ -511,7 +528,9 @@ class WebKit(_Base):
         w, h = VIEW_W, VIEW_H
         for _ in range(3):
             self._wd("POST", "/window/rect", {"width": w, "height": h})
-            iw, ih = self._wd("POST", "/execute/sync", {"script": "return [innerWidth, innerHeight]", "args": []})
+            got = self._wd("POST", "/execute/sync",
+                           {"script": "return [innerWidth, innerHeight]", "args": []})
+            iw, ih = (int(str(at(got, i, who="webkit: the viewport's size"))) for i in (0, 1))
             if (iw, ih) == (VIEW_W, VIEW_H):
                 return
             w += VIEW_W - iw
@@ -520,7 +539,7 @@ class WebKit(_Base):
     def render(self, docs: Sequence[str]) -> list[Measure]:
         out = self._wd("POST", "/execute/sync", {"script": "return window.__nevBatch(arguments[0])",
                                                  "args": [json.dumps(list(docs))]})
-        return list(json.loads(out))
+        return list(json.loads(str(out)))
 
     def _load_eval(self, path: Path, body: str) -> str:
         self._wd("POST", "/window", {"handle": self.fresh_handle})
@@ -557,13 +576,6 @@ class WebKit(_Base):
                 pass
         self._http = None
         self._stop_procs()
-
-
-def pointer_click(x: int, y: int) -> dict[str, Any]:
-    """A W3C pointer action sequence (WebDriver classic and BiDi alike): move, press, release."""
-    return {"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
-            "actions": [{"type": "pointerMove", "x": x, "y": y, "origin": "viewport"},
-                        {"type": "pointerDown", "button": 0}, {"type": "pointerUp", "button": 0}]}
 
 
 def make(name: str) -> Engine:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from bench.oracle import engines as eng
 from bench.oracle.engines import Engine, EngineError, Measure
@@ -140,5 +140,6 @@ class LazyFleet:
         return self.fleet
 
 
-def fleet_info(f: Fleet) -> dict[str, Any]:
+def fleet_info(f: Fleet) -> dict[str, object]:
+    """The fleet's versions and rates: a JSON document built to be printed."""
     return {"versions": f.versions(), "rates": f.rates()}

@@ -8,10 +8,20 @@ rounded to any engine's layout grid: compare with the corpus tolerance.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+
+# A case's input and a case row are JSON objects as cases.jsonl holds them (bench.oracle.cases:
+# CSS lengths as strings, whole px as numbers), read here by key.
 
 
-def _len(v: str, cb: float) -> float | None:
+def _num(v: object) -> float:
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return float(v)
+    raise ValueError(f"not a number: {v!r}")
+
+
+def _len(v: object, cb: float) -> float | None:
+    if not isinstance(v, str):
+        raise ValueError(f"not a CSS length: {v!r}")
     if v == "auto":
         return None
     if v.endswith("%"):
@@ -21,9 +31,9 @@ def _len(v: str, cb: float) -> float | None:
     raise ValueError(f"not a CSS length: {v!r}")
 
 
-def block_width(inp: Mapping[str, Any]) -> dict[str, float]:
+def block_width(inp: Mapping[str, object]) -> dict[str, float]:
     """§10.3.3 Block-level, non-replaced elements in normal flow."""
-    cb = float(inp["cb_width"])
+    cb = _num(inp["cb_width"])
     w, ml, mr = (_len(inp[k], cb) for k in ("width", "margin_left", "margin_right"))
     pbb = sum(_len(inp[k], cb) or 0.0 for k in ("padding_left", "padding_right", "border_left", "border_right"))
     if w is not None and pbb + w + (ml or 0.0) + (mr or 0.0) > cb:
@@ -42,12 +52,12 @@ def block_width(inp: Mapping[str, Any]) -> dict[str, float]:
     return {"width": w, "margin_left": ml, "margin_right": mr}
 
 
-def abspos_width(inp: Mapping[str, Any]) -> dict[str, float]:
+def abspos_width(inp: Mapping[str, object]) -> dict[str, float]:
     """§10.3.7 Absolutely positioned, non-replaced elements (static left 0)."""
-    cb = float(inp["cb_width"])
+    cb = _num(inp["cb_width"])
     left, right, w, ml, mr = (_len(inp[k], cb) for k in ("left", "right", "width", "margin_left", "margin_right"))
     pbb = sum(_len(inp[k], cb) or 0.0 for k in ("padding_left", "padding_right", "border_left", "border_right"))
-    shrink = float(inp["content_width"])  # preferred and minimum width both equal the child's
+    shrink = _num(inp["content_width"])  # preferred and minimum width both equal the child's
     if left is None and w is None and right is None:
         ml, mr = ml or 0.0, mr or 0.0
         left, w = 0.0, shrink
@@ -84,16 +94,20 @@ def abspos_width(inp: Mapping[str, Any]) -> dict[str, float]:
     return {"left": left, "width": w, "margin_left": ml, "margin_right": mr}
 
 
-REFERENCES: dict[str, Callable[[Mapping[str, Any]], dict[str, float]]] = {
+REFERENCES: dict[str, Callable[[Mapping[str, object]], dict[str, float]]] = {
     "block_width": block_width, "abspos_width": abspos_width}
 
 
-def failures(function: str, cases: list[dict[str, Any]], tol: float) -> list[dict[str, Any]]:
-    """The agreed cases the reference does not match within `tol`, with both answers."""
+def failures(function: str, cases: list[dict[str, object]], tol: float) -> list[dict[str, object]]:
+    """The agreed cases the reference does not match within `tol`, with both answers (rows as
+    built to be printed)."""
     ref = REFERENCES[function]
-    out = []
+    out: list[dict[str, object]] = []
     for c in cases:
-        got = ref(c["input"])
-        if any(abs(got[k] - float(c["expected"][k])) > tol for k in c["expected"]):
+        inp, exp = c["input"], c["expected"]
+        if not isinstance(inp, dict) or not isinstance(exp, dict):
+            raise ValueError(f"case {c.get('id')}: input and expected must be objects")
+        got = ref(inp)
+        if any(abs(got[k] - _num(exp[k])) > tol for k in exp):
             out.append({"id": c["id"], "input": c["input"], "expected": c["expected"], "reference": got})
     return out

@@ -14,12 +14,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench.oracle import engines as eng
 from bench.oracle.engines import EngineError
 from bench.oracle.fleet import Fleet
+from bench.oracle.measured import Measured
 from bench.oracle.vote import vote
 from lanes.base.errors import NevError
 
@@ -57,18 +58,71 @@ def _num(raw: str, what: str, key: str) -> float:
         raise NevError(f"{what}={raw!r} on {key} is not a number; fix the page") from None
 
 
-def check_page(pages: Mapping[str, Mapping[str, Any]], tol: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Check:
+    """One check-layout expectation against every engine."""
+
+    want: float
+    got: dict[str, float | None]
+    tolerance: float
+    failed_in: list[str]
+
+    def to_json(self) -> dict[str, object]:
+        return {"want": self.want, "got": self.got, "tolerance": self.tolerance,
+                "failed_in": self.failed_in}
+
+
+@dataclass(frozen=True)
+class Element:
+    """One element of a page: each engine's border box (None: not in that engine's page), the
+    vote on it, its checks and the expectations not checked."""
+
+    engines: dict[str, tuple[float, ...] | None]
+    agreement: str
+    checks: dict[str, Check] = field(default_factory=dict)
+    not_checked: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        boxes = {n: None if b is None else list(b) for n, b in self.engines.items()}
+        out: dict[str, object] = {"engines": boxes, "agreement": self.agreement}
+        if self.checks:
+            out["checks"] = {a: c.to_json() for a, c in self.checks.items()}
+        if self.not_checked:
+            out["not_checked"] = self.not_checked
+        return out
+
+
+@dataclass(frozen=True)
+class PageCheck:
+    """A page checked in every engine (`check_page`); with its path and the engines' versions
+    when rendered (`render_pages`: `nev oracle render`)."""
+
+    elements: dict[str, Element]
+    expectation_failures: list[str]
+    page: str | None = None
+    versions: dict[str, str] | None = None
+
+    def to_json(self) -> dict[str, object]:
+        head: dict[str, object] = {}
+        if self.page is not None:
+            head = {"page": self.page, "engines": self.versions}
+        return {**head, "elements": {k: e.to_json() for k, e in self.elements.items()},
+                "expectation_failures": self.expectation_failures}
+
+
+def check_page(pages: Mapping[str, Mapping[str, Measured]], tol: float) -> PageCheck:
     """Per element: each engine's border box, the vote on it, and every check-layout
     expectation against every engine (pure)."""
     keys = sorted({k for p in pages.values() for k in p}, key=lambda k: (k[0] != "#", k))
-    elements: dict[str, Any] = {}
+    elements: dict[str, Element] = {}
     failures = []
     for key in keys:
-        boxes = {n: (p[key]["rect"] if key in p else None) for n, p in pages.items()}
+        boxes: dict[str, tuple[float, ...] | None] = {n: (p[key].rect if key in p else None)
+                                                      for n, p in pages.items()}
         answers = {n: (dict(zip(RECT, b, strict=True)) if b is not None else None) for n, b in boxes.items()}
-        entry: dict[str, Any] = {"engines": boxes, "agreement": vote(answers, tol).agreement}
-        expect: dict[str, str] = next((p[key]["expect"] for p in pages.values() if key in p), {})
-        checks: dict[str, Any] = {}
+        agreement = vote(answers, tol).agreement
+        expect: dict[str, str] = next((p[key].expect for p in pages.values() if key in p), {})
+        checks: dict[str, Check] = {}
         unchecked = []
         for attr, raw in sorted(expect.items()):
             if attr == "data-tolerance":
@@ -80,55 +134,53 @@ def check_page(pages: Mapping[str, Mapping[str, Any]], tol: float) -> dict[str, 
             want = _num(raw, attr, key)
             t = _num(expect["data-tolerance"], "data-tolerance", key) if "data-tolerance" in expect \
                 else (tol if oracle_tol else 0.0)
-            got = {n: (p[key][kind][idx] if key in p else None) for n, p in pages.items()}
+            got = {n: (getattr(p[key], kind)[idx] if key in p else None) for n, p in pages.items()}
             bad = sorted(n for n, g in got.items() if g is None or abs(float(g) - want) > t)
-            checks[attr] = {"want": want, "got": got, "tolerance": t, "failed_in": bad}
-        if checks:
-            entry["checks"] = checks
-            if any(c["failed_in"] for c in checks.values()):
-                failures.append(key)
-        if unchecked:
-            entry["not_checked"] = unchecked
-        elements[key] = entry
-    return {"elements": elements, "expectation_failures": failures}
+            checks[attr] = Check(want, got, t, bad)
+        if any(c.failed_in for c in checks.values()):
+            failures.append(key)
+        elements[key] = Element(boxes, agreement, checks, unchecked)
+    return PageCheck(elements, failures)
 
 
-def render_pages(pages: Sequence[Path], engine_names: Sequence[str], tol: float) -> list[dict[str, Any]]:
+def render_pages(pages: Sequence[Path], engine_names: Sequence[str], tol: float) -> list[PageCheck]:
     out = []
     with Fleet(engine_names) as fleet:
         versions = fleet.versions()
         for p in pages:
             measured = fleet.each(lambda n, e, p=p: e.render_page(p))  # type: ignore[misc]
-            out.append({"page": str(p), "engines": versions, **check_page(measured, tol)})
+            checked = check_page(measured, tol)
+            out.append(PageCheck(checked.elements, checked.expectation_failures, str(p), versions))
     return out
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:g}"
 
 
-def format_pages(results: Sequence[dict[str, Any]]) -> list[str]:
+def format_pages(results: Sequence[PageCheck]) -> list[str]:
     lines = []
     for r in results:
-        lines.append(f"{r['page']}")
-        for key, e in r["elements"].items():
+        lines.append(f"{r.page}")
+        for key, e in r.elements.items():
             boxes = "  ".join(f"{n} " + ("-" if v is None else "[" + ", ".join(_fmt(x) for x in v) + "]")
-                              for n, v in e["engines"].items())
-            lines.append(f"  {key} {e['agreement']}  {boxes}")
-            for attr, c in e.get("checks", {}).items():
-                got = ", ".join(f"{n} {_fmt(g)}" for n, g in c["got"].items())
-                verdict = "ok" if not c["failed_in"] else "FAIL in " + ", ".join(c["failed_in"])
-                lines.append(f"    {attr}={c['want']:g}: {verdict} ({got})")
-            if e.get("not_checked"):
-                lines.append(f"    not checked: {', '.join(e['not_checked'])}")
+                              for n, v in e.engines.items())
+            lines.append(f"  {key} {e.agreement}  {boxes}")
+            for attr, c in e.checks.items():
+                got = ", ".join(f"{n} {_fmt(g)}" for n, g in c.got.items())
+                verdict = "ok" if not c.failed_in else "FAIL in " + ", ".join(c.failed_in)
+                lines.append(f"    {attr}={c.want:g}: {verdict} ({got})")
+            if e.not_checked:
+                lines.append(f"    not checked: {', '.join(e.not_checked)}")
     return lines
 
 
-def engines_report(names: Sequence[str] = eng.ENGINES) -> list[dict[str, Any]]:
-    """Per engine: the installed version and whether it starts (all started at once, then stopped)."""
+def engines_report(names: Sequence[str] = eng.ENGINES) -> list[dict[str, object]]:
+    """Per engine: the installed version and whether it starts (all started at once, then stopped):
+    a JSON document built to be printed (`nev oracle engines`)."""
 
-    def one(n: str) -> dict[str, Any]:
-        row: dict[str, Any] = {"engine": n, "version": eng.probe_version(n), "starts": False}
+    def one(n: str) -> dict[str, object]:
+        row: dict[str, object] = {"engine": n, "version": eng.probe_version(n), "starts": False}
         if row["version"] is None:
             row["error"] = eng.absent([n])
             return row

@@ -68,7 +68,7 @@ class Digests:
         return Digests(share / DIGESTS / ident)
 
     def vouches(self, folder: Path) -> bool:
-        man = store.read_manifest(folder) or {}
+        man = store.read_manifest(folder) or store.StoreManifest({})
         try:
             text = (self.folder / folder.name).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
@@ -76,7 +76,7 @@ class Digests:
         return text == self._line(man) and store.verify(folder) is None
 
     def record(self, folder: Path, say: Callable[[str], None] | None = None) -> None:
-        man = store.read_manifest(folder) or {}
+        man = store.read_manifest(folder) or store.StoreManifest({})
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             tmp = self.folder / f".{folder.name}.{os.getpid()}"
@@ -88,8 +88,9 @@ class Digests:
                     "the next build outside a gate renders it again")
 
     @staticmethod
-    def _line(man: dict) -> str:
-        return f"{man.get('key')} {man.get('content_sha256')} {man.get('votes_sha256')}\n"
+    def _line(man: store.StoreManifest) -> str:
+        d = man.doc      # as written: the digest line holds the fields' JSON values as they are
+        return f"{d.get('key')} {d.get('content_sha256')} {d.get('votes_sha256')}\n"
 
 
 def entry(function: str, key: str) -> str:

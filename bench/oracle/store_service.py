@@ -27,13 +27,17 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bench.oracle.truth_service import read_line
 from lanes.base import settings
 from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
 from lanes.base.ui import info
+
+if TYPE_CHECKING:
+    from bench.oracle.build import BuildResult
+    from bench.oracle.suites import Suite
 
 MAX_REQUEST = 64 * 1024
 MAX_LINE = 4 * 1024 * 1024
@@ -121,7 +125,7 @@ def _answer(line: bytes) -> dict:
     return {"error": "op must be build or suites", "exit": int(Exit.FAILED)}
 
 
-def _names(v: Any, what: str) -> list[str]:
+def _names(v: object, what: str) -> list[str]:
     if (
         not isinstance(v, list)
         or not v
@@ -163,7 +167,7 @@ def _build(req: dict) -> dict:
             {
                 "folder": r.folder.name,
                 "rendered": r.rendered,
-                "manifest": r.manifest,
+                "manifest": r.manifest.to_json(),
                 "seconds": round(r.seconds, 3),
                 "rates": r.rates,
                 "bytes_per_case": r.bytes_per_case,
@@ -174,7 +178,7 @@ def _build(req: dict) -> dict:
     }
 
 
-def _store(asked: Any, default: Path | None) -> Path | None:
+def _store(asked: object, default: Path | None) -> Path | None:
     """The corpus store a gate named (its NEV_CORPUS_STORE): only a folder `corpora*` right under
     the share, so that a gate can keep a store of its own there (a test's) and nothing else."""
     if asked is None:
@@ -304,7 +308,7 @@ class Asked:
     shard: str | None = None
 
 
-def build(asked: Asked, root: Path, environ: Mapping[str, str] | None = None) -> list[Any]:
+def build(asked: Asked, root: Path, environ: Mapping[str, str] | None = None) -> list[BuildResult]:
     """Inside a gate: the corpora built (or found) by nev's builder outside, each copied into
     `root` unless it is there up to date; `bench.oracle.build.BuildResult`s as a build here
     would give."""
@@ -328,7 +332,7 @@ def build(asked: Asked, root: Path, environ: Mapping[str, str] | None = None) ->
         name = str(r.get("folder", ""))
         if not name or "/" in name or name.startswith("."):
             raise NevError(f"nev's store builder named a corpus folder {name!r}; nothing was built")
-        man = store.read_manifest(staging / name) or {}
+        man = store.read_manifest(staging / name) or store.StoreManifest({})
         res = BuildResult(
             root / name,
             True,
@@ -340,7 +344,7 @@ def build(asked: Asked, root: Path, environ: Mapping[str, str] | None = None) ->
             bool(r.get("rendered")),
             Path(r["shared"]) if r.get("shared") else None,
         )
-        if store.up_to_date(root / name, str(man.get("key"))):
+        if store.up_to_date(root / name, str(man.doc.get("key"))):
             res = replace(res, written=False)
         else:
             res.superseded = shared.copy_in(staging / name, root, name)
@@ -349,7 +353,7 @@ def build(asked: Asked, root: Path, environ: Mapping[str, str] | None = None) ->
 
 
 def fetch_suites(
-    suites: Sequence[Any],
+    suites: Sequence[Suite],
     user: str | None,
     token: str | None,
     environ: Mapping[str, str] | None = None,

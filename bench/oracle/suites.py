@@ -19,11 +19,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench.oracle import shared, store
 from bench.oracle.fleet import Fleet
-from bench.oracle.render import check_page
+from bench.oracle.render import PageCheck, check_page
 from lanes.base import jsonfile, settings
 from lanes.base.errors import NevError
 from lanes.base.gitrun import GitError, Repo
@@ -56,7 +55,7 @@ def default_expectations(name: str) -> str:
     return f"oracle/suites/{name}.expected.json"
 
 
-def parse_section(f: Fields, raw: Any) -> dict[str, Suite]:
+def parse_section(f: Fields, raw: object) -> dict[str, Suite]:
     """tracks.json's `suites`: `{NAME: {"url": ..., "commit": 40 hex, "expectations": path}}`."""
     suites: dict[str, Suite] = {}
     for name, entry in f.obj(raw, "suites").items():
@@ -215,22 +214,53 @@ def collect_tests(checkout: Path, paths: Sequence[str]) -> list[str]:
     return sorted(found)
 
 
-def engine_failures(checked: Mapping[str, Any], engine: str) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Failure:
+    """One failing check of a test in one engine."""
+
+    element: str
+    check: str
+    want: float
+    got: float | None
+
+    def to_json(self) -> dict[str, object]:
+        return {"element": self.element, "check": self.check, "want": self.want, "got": self.got}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A test in one engine: passed, or its failing checks."""
+
+    passed: bool
+    failures: list[Failure] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {"pass": self.passed, "failures": [f.to_json() for f in self.failures]}
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """A run: the engines' versions, and per test and engine its outcome."""
+
+    versions: dict[str, str]
+    tests: dict[str, dict[str, Outcome]]
+
+
+def engine_failures(checked: PageCheck, engine: str) -> list[Failure]:
     """The failing checks of one engine in one page's `check_page` answer (pure)."""
     out = []
-    for key, e in checked["elements"].items():
-        for attr, c in e.get("checks", {}).items():
-            if engine in c["failed_in"]:
-                out.append({"element": key, "check": attr, "want": c["want"],
-                            "got": c["got"].get(engine)})
+    for key, e in checked.elements.items():
+        for attr, c in e.checks.items():
+            if engine in c.failed_in:
+                out.append(Failure(key, attr, c.want, c.got.get(engine)))
     return out
 
 
 def run_tests(checkout: Path, tests: Sequence[str], engine_names: Sequence[str], tol: float,
-              say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+              say: Callable[[str], None] = lambda _: None) -> SuiteRun:
     """Every test in every engine (one long-lived process each): per test and engine, pass or the
     failing checks."""
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, dict[str, Outcome]] = {}
     with Fleet(engine_names) as fleet:
         versions = fleet.versions()
         for i, t in enumerate(tests, 1):
@@ -240,10 +270,10 @@ def run_tests(checkout: Path, tests: Sequence[str], engine_names: Sequence[str],
             rows[t] = {}
             for n in engine_names:
                 fails = engine_failures(checked, n)
-                rows[t][n] = {"pass": not fails, "failures": fails}
+                rows[t][n] = Outcome(not fails, fails)
             if i % 50 == 0:
                 say(f"{i}/{len(tests)} tests")
-    return {"versions": versions, "tests": rows}
+    return SuiteRun(versions, rows)
 
 
 # --- expectations -----------------------------------------------------------------------------
@@ -268,7 +298,7 @@ def load_expectations(path: Path, engine_names: Sequence[str]) -> Expectations:
     return Expectations({n: frozenset(f.str_list(raw, n, "failures")) for n in raw}, str(path))
 
 
-def changes(results: Mapping[str, Mapping[str, Mapping[str, Any]]], expected: Expectations,
+def changes(results: Mapping[str, Mapping[str, Outcome]], expected: Expectations,
             engine_names: Sequence[str]) -> dict[str, dict[str, list[str]]]:
     """Per engine, among the tests run: the new failures (failing, not expected to) and the new
     passes (expected to fail, passing). Expected failures of tests not run count for nothing.
@@ -283,7 +313,7 @@ def changes(results: Mapping[str, Mapping[str, Mapping[str, Any]]], expected: Ex
     out: dict[str, dict[str, list[str]]] = {}
     for n in engine_names:
         known = expected.failures.get(n, frozenset())
-        failing = {t for t, r in results.items() if not r[n]["pass"]}
+        failing = {t for t, r in results.items() if not r[n].passed}
         out[n] = {"new_failures": sorted(failing - known),
                   "new_passes": sorted(t for t in results if t in known and t not in failing)}
     return out
@@ -293,45 +323,65 @@ def changed(ch: Mapping[str, Mapping[str, list[str]]]) -> bool:
     return any(v["new_failures"] or v["new_passes"] for v in ch.values())
 
 
-def report(suite: Suite, run: Mapping[str, Any], expected: Expectations,
-           engine_names: Sequence[str]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Report:
+    """A run's record (`oracle/suites/results/<suite>/...json`, `--json`): per test and engine
+    its outcome, the changes against the known failures, a count per engine."""
+
+    suite: str
+    commit: str
+    engines: dict[str, str]
+    expectations: str | None
+    tests: dict[str, dict[str, Outcome]]
+    summary: dict[str, dict[str, int]]
+    changes: dict[str, dict[str, list[str]]]
+    changed: bool
+
+    def to_json(self) -> dict[str, object]:
+        return {"suite": self.suite, "commit": self.commit, "engines": self.engines,
+                "expectations": self.expectations,
+                "tests": {t: {n: o.to_json() for n, o in r.items()} for t, r in self.tests.items()},
+                "summary": self.summary, "changes": self.changes, "changed": self.changed}
+
+
+def report(suite: Suite, run: SuiteRun, expected: Expectations,
+           engine_names: Sequence[str]) -> Report:
     """The run's record: per test and engine, the changes, a count per engine."""
-    tests = run["tests"]
+    tests = run.tests
     ch = changes(tests, expected, engine_names)
-    summary = {n: {"pass": sum(1 for r in tests.values() if r[n]["pass"]),
-                   "fail": sum(1 for r in tests.values() if not r[n]["pass"]),
+    summary = {n: {"pass": sum(1 for r in tests.values() if r[n].passed),
+                   "fail": sum(1 for r in tests.values() if not r[n].passed),
                    "new_failures": len(ch[n]["new_failures"]),
                    "new_passes": len(ch[n]["new_passes"])}
                for n in engine_names}
-    return {"suite": suite.name, "commit": suite.commit, "engines": run["versions"],
-            "expectations": expected.path, "tests": tests, "summary": summary, "changes": ch,
-            "changed": changed(ch)}
+    return Report(suite.name, suite.commit, run.versions, expected.path, tests, summary, ch,
+                  changed(ch))
 
 
-def format_report(rep: Mapping[str, Any]) -> list[str]:
+def format_report(rep: Report) -> list[str]:
     """The summary table, then each change with its failing checks, then the verdict."""
-    lines = [f"suite {rep['suite']} at {rep['commit'][:12]}: {len(rep['tests'])} tests; "
-             f"expectations: {rep['expectations'] or 'none (every test expected to pass)'}",
+    lines = [f"suite {rep.suite} at {rep.commit[:12]}: {len(rep.tests)} tests; "
+             f"expectations: {rep.expectations or 'none (every test expected to pass)'}",
              f"{'engine':<9} {'pass':>5} {'fail':>5} {'new failures':>13} {'new passes':>11}"]
-    for n, s in rep["summary"].items():
+    for n, s in rep.summary.items():
         lines.append(f"{n:<9} {s['pass']:>5} {s['fail']:>5} {s['new_failures']:>13} "
                      f"{s['new_passes']:>11}")
-    for n, ch in rep["changes"].items():
+    for n, ch in rep.changes.items():
         for t in ch["new_failures"]:
-            checks = "; ".join(f"{f['element']} {f['check']}={f['want']:g} got "
-                               + ("-" if f["got"] is None else f"{f['got']:g}")
-                               for f in rep["tests"][t][n]["failures"])
+            checks = "; ".join(f"{f.element} {f.check}={f.want:g} got "
+                               + ("-" if f.got is None else f"{f.got:g}")
+                               for f in rep.tests[t][n].failures)
             lines.append(f"new failure  {n:<9} {t}: {checks}")
         for t in ch["new_passes"]:
             lines.append(f"new pass     {n:<9} {t}")
-    lines.append("changed" if rep["changed"] else "no change")
+    lines.append("changed" if rep.changed else "no change")
     return lines
 
 
-def write_report(results_dir: Path, rep: Mapping[str, Any]) -> Path:
+def write_report(results_dir: Path, rep: Report) -> Path:
     """`<results>/<suite>/<UTC time>-<commit12>.json` (results: the copy's
     `oracle/suites/results`, on a lane a link to `archive/suite-results/<worktree>/`)."""
     when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = results_dir / rep["suite"] / f"{when}-{rep['commit'][:12]}.json"
-    jsonfile.write_atomic(path, rep)
+    path = results_dir / rep.suite / f"{when}-{rep.commit[:12]}.json"
+    jsonfile.write_atomic(path, rep.to_json())
     return path

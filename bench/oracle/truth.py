@@ -20,10 +20,10 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from bench.oracle import engines as eng
 from bench.oracle import shared, store, store_service, truth_service
+from bench.oracle.store import StoreManifest
 from lanes.base import settings
 from lanes.base.errors import NevError
 from lanes.base.exitcodes import Exit
@@ -38,12 +38,12 @@ class NoGroundTruth(NevError):
     exit_code = Exit.NO_GROUND_TRUTH
 
 
-def not_ground_truth(manifest: Mapping[str, Any] | None) -> str | None:
+def not_ground_truth(manifest: StoreManifest | None) -> str | None:
     """Why a corpus manifest is not three-browser ground truth; None when it is (pure)."""
     if manifest is None:
         return "it has no readable manifest.json"
-    engines = manifest.get("engines")
-    if not isinstance(engines, Mapping) or not engines:
+    engines = manifest.engines
+    if not engines:
         return "its manifest names no engines"
     missing = [e for e in THREE if e not in engines]
     if missing:

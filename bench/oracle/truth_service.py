@@ -202,7 +202,8 @@ def request(
                 f"{src}: the builder's corpus does not match its manifest; nothing was scored",
                 Exit.NO_GROUND_TRUTH,
             )
-        if not store.up_to_date(root / n, str((store.read_manifest(src) or {}).get("key"))):
+        man = store.read_manifest(src) or store.StoreManifest({})
+        if not store.up_to_date(root / n, str(man.doc.get("key"))):
             shared.copy_in(src, root, n)
 
 

@@ -13,15 +13,19 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rig.box.state import BoxInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT = 8790
 
 
 class Advertisers:
-    def __init__(self, box: Any, tmp: Path, port: int = PORT) -> None:
+    def __init__(self, box: BoxInfo, tmp: Path, port: int = PORT) -> None:
         self.hosts: dict[str, dict[str, str]] = dict(box.hosts)
         self.bridge_addr: str = box.bridge_addr
         self.rig_netns: str = box.rig_netns     # "no host": the rig network's own namespace
@@ -45,7 +49,8 @@ class Advertisers:
     def log(self, host: str, tag: str) -> Path:
         return self.tmp / f"{host}-{tag}.advertise.log"
 
-    def start(self, host: str, tag: str, inventory: dict | None = None, port: int | None = None,
+    def start(self, host: str, tag: str, inventory: dict[str, object] | None = None,
+              port: int | None = None,
               env: dict[str, str] | None = None) -> subprocess.Popen:
         argv = [sys.executable, "-m", "rig.cli", "rig", "advertise", "--interface", self.addr(host),
                 "--port", str(port or self.port), "--name", f"{host}-{tag}"]
@@ -55,7 +60,8 @@ class Advertisers:
             argv += ["--inventory", str(f)]
         return self.popen(host, argv, self.log(host, tag), env)
 
-    def start_all(self, tag: str, inventory_of: Any = None) -> dict[str, subprocess.Popen]:
+    def start_all(self, tag: str, inventory_of: Callable[[str], dict[str, object]] | None = None,
+                  ) -> dict[str, subprocess.Popen]:
         procs = {h: self.start(h, tag, inventory_of(h) if inventory_of else None) for h in self.hosts}
         for h in self.hosts:
             self.wait_for_line(self.log(h, tag), "advertising")

@@ -31,7 +31,6 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from lanes import selfinstall
 from lanes.base import jsonfile, settings
@@ -105,23 +104,25 @@ def _hosts(layout: plan.Layout) -> list[plan.Host]:
     return [h for h in layout.hosts() if h.role not in SKIP_ROLES]
 
 
-def declared(layout: plan.Layout) -> dict[str, dict[str, Any]]:
-    """Each host's declared inventory (what `--inventory FILE` holds), by host name. No secret:
-    no key, token or password, and no field whose name looks secret (the advertiser would drop it)."""
-    out: dict[str, dict[str, Any]] = {}
+def declared(layout: plan.Layout) -> dict[str, dict[str, object]]:
+    """Each host's declared inventory (what `--inventory FILE` holds), by host name: JSON
+    documents built to be written. No secret: no key, token or password, and no field whose name
+    looks secret (the advertiser would drop it)."""
+    out: dict[str, dict[str, object]] = {}
     pools = {p.name: p for p in plan.POOLS}
     for h in _hosts(layout):
-        doc: dict[str, Any] = {"name": h.name, "role": h.role, "hardware_class": HARDWARE_CLASS,
-                               "gpus": [], "models": [], "pools": [], "serving": []}
+        doc: dict[str, object] = {"name": h.name, "role": h.role, "hardware_class": HARDWARE_CLASS,
+                                  "gpus": [], "models": [], "pools": [], "serving": []}
         if h.role == "lane":
             doc["ssh"] = {"user": USER, "port": plan.SSH_PORT}
-            doc["serving"] = [
+            serving: list[dict[str, object]] = [
                 {"unit": "sshd", "port": plan.SSH_PORT, "user": USER, "root": LANE_ROOT, "shared": LANE_SHARED},
                 {"unit": "dagu", "address": "127.0.0.1", "port": settings.get_int(settings.DAGU_PORT, {})},
             ]
             if h.name == COLLECTOR:
-                doc["serving"].append({"unit": "nev rig collect", "every_s": COLLECT_EVERY,
-                                       "snapshot": settings.INVENTORY.default})
+                serving.append({"unit": "nev rig collect", "every_s": COLLECT_EVERY,
+                                "snapshot": settings.INVENTORY.default})
+            doc["serving"] = serving
         elif h.role == "forge":
             doc["serving"] = [{"unit": "nginx + git http-backend", "protocol": "git smart-HTTP",
                                "port": plan.FORGE_PORT, "path": "/git/", "auth": "basic"}]

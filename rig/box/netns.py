@@ -223,7 +223,8 @@ def lane_pid(info: BoxInfo, host: str) -> int | None:
 
 def run_in(info: BoxInfo, host: str, argv: list[str], **kw: Any) -> subprocess.CompletedProcess:
     """Run `argv` in a host's network namespace; for a lane also inside its mount namespace
-    (entered through its sshd), so /srv/lane is the lane's own."""
+    (entered through its sshd), so /srv/lane is the lane's own. `kw`: subprocess.run's keyword
+    arguments, passed on as given (typeshed types them by overload, so no narrower type fits)."""
     h = info.hosts.get(host)
     if h is None:
         raise NevError(f"no host {host!r} in box {info.name}; hosts: {', '.join(info.hosts)}")

@@ -28,7 +28,6 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 from lanes.base import jsonfile
 from lanes.base.errors import ConfigError
@@ -170,7 +169,8 @@ class Pool:
             self.failed: dict[str, int] = {}
             self.cond.notify_all()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
+        """The pool's state: a JSON document built to be served (/control)."""
         with self.lock:
             return {"stand_in": STAND_IN, "name": self.name, "delay": self.delay,
                     "tokens_per_s": self.tokens_per_s, "max_inflight": self.max_inflight, "fail": self.fail,
@@ -251,10 +251,10 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "nev-stand-in-pool/1"
     pool: Pool
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         return None
 
-    def send_json(self, code: int, data: Any, headers: dict[str, str] | None = None) -> None:
+    def send_json(self, code: int, data: object, headers: dict[str, str] | None = None) -> None:
         raw = json.dumps(data).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")

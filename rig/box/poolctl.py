@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from typing import Any
 
 from rig.box import netns
 from rig.box.state import BoxInfo
@@ -12,7 +11,7 @@ from rig.box.state import BoxInfo
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def control(url: str, **settings: Any) -> dict:
+def control(url: str, **settings: object) -> dict:
     """POST settings to a pool's /control (GET when none are given); returns its state."""
     if settings:
         req = urllib.request.Request(url, data=json.dumps(settings).encode(), method="POST",
@@ -30,7 +29,7 @@ def reset(url: str) -> dict:
         return json.loads(r.read())
 
 
-def pool_control(info: BoxInfo, pool: str, replica: str | None = None, **settings: Any) -> dict:
+def pool_control(info: BoxInfo, pool: str, replica: str | None = None, **settings: object) -> dict:
     """Set (or read, with no settings) a stand-in pool's delay, tokens_per_s, max_inflight,
     fail ("429" | "503" | "hang" | None), fail_times, bank; `reset=True` restores defaults.
     `replica` names one of a many-replica pool's (default: its first). The control route is

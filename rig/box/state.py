@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from lanes.base import jsonfile, settings
 from lanes.base.errors import ConfigError, NevError
@@ -103,8 +102,8 @@ class BoxInfo:
                 return local.rstrip("/") + url[len(rig.rstrip("/")):]
         return url
 
-    def to_json(self) -> dict:
-        def conv(v: Any) -> Any:
+    def to_json(self) -> dict[str, object]:
+        def conv(v: object) -> object:
             if isinstance(v, Path):
                 return str(v)
             if isinstance(v, dict):
@@ -113,7 +112,7 @@ class BoxInfo:
                 return [conv(x) for x in v]
             return v
 
-        return conv(dataclasses.asdict(self))
+        return {k: conv(v) for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_json(cls, data: dict) -> BoxInfo:

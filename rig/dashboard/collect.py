@@ -1,6 +1,6 @@
-"""One collector per source of the dashboard. Each returns plain data (lists and dicts) or raises;
-`gather` turns a raise into an `unavailable: <reason>` marker, so one missing source never
-breaks the page.
+"""One collector per source of the dashboard. Each returns its section's typed records
+(`rig/dashboard/sections.py`) or raises; `gather` turns a raise into the section's `Missing`
+marker (`unavailable: <reason>`), so one missing source never breaks the page.
 
 | section  | source |
 |----------|--------|
@@ -22,39 +22,58 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lanes.base import jsonfile, settings
 from lanes.base.errors import NevError
 from lanes.base.mask import known_secrets, mask
+from rig.dashboard.sections import (
+    NAMES,
+    AliasesSection,
+    BatchesSection,
+    BatchPoint,
+    Collection,
+    DaguRun,
+    FloorRow,
+    JobRow,
+    LaneJobRow,
+    LaneRow,
+    Missing,
+    Spend,
+)
+
+if TYPE_CHECKING:
+    from rig.queues import QueueSummary
+    from rig.serving.state import ReplicaState
 
 
 class Unavailable(Exception):
     """A source that is not there (not configured, nothing recorded yet): the reason is shown."""
 
 
-def unavailable(reason: str) -> dict[str, Any]:
-    return {"unavailable": mask(reason, extra=known_secrets())}
-
-
-def is_unavailable(section: Any) -> bool:
-    return isinstance(section, dict) and "unavailable" in section
+def unavailable(reason: str) -> Missing:
+    return Missing(mask(reason, extra=known_secrets()))
 
 
 # -- lanes -----------------------------------------------------------------
 
-def lanes() -> list[dict[str, Any]]:
+def lanes() -> list[LaneRow]:
     from lanes import gate  # here: the SSH stack loads only when the page shows lanes
 
-    rows: list[dict[str, Any]] = gate.lane_status()
+    rows = gate.lane_status()
     if not rows:
         raise Unavailable("no build lane configured (NEV_LANE_SSH or the lanes file)")
-    return rows
+    return [LaneRow.of(r) for r in rows]
 
 
 # -- Dagu ------------------------------------------------------------------
 
-def dagu_runs() -> list[dict[str, Any]]:
+def _opt_str(v: object) -> str | None:
+    """A string field of Dagu's answer (a JSON document): None when absent."""
+    return None if v is None else str(v)
+
+
+def dagu_runs() -> list[DaguRun]:
     from dagu import service
 
     if not settings.get(settings.DAGU_LANE):
@@ -65,14 +84,14 @@ def dagu_runs() -> list[dict[str, Any]]:
     for r in runs:
         label = str(r.get("statusLabel") or r.get("status") or "")
         if label in ("running", "queued"):
-            out.append({"name": r.get("name"), "run_id": r.get("dagRunId"), "status": label,
-                        "started_at": r.get("startedAt") or r.get("queuedAt")})
+            out.append(DaguRun(_opt_str(r.get("name")), _opt_str(r.get("dagRunId")), label,
+                               _opt_str(r.get("startedAt") or r.get("queuedAt"))))
     return out
 
 
 # -- aliases ---------------------------------------------------------------
 
-def aliases() -> dict[str, Any]:
+def aliases() -> AliasesSection:
     """The snapshot's aliases: NEV_INVENTORY here, else (no file there) NEV_INVENTORY_LANE's."""
     from rig.inventory import inventoryfile, status
 
@@ -96,13 +115,13 @@ def aliases() -> dict[str, Any]:
         overlay(s, serving_states())
     except (Unavailable, NevError):
         pass          # no serving roles or HAProxy not reached: the probe's statuses as they are
-    return {"rows": s["aliases"], "snapshot": source, "probe_age_s": s["snapshot_age_s"],
-            "hosts_up": sum(1 for h in s["hosts"] if h["status"] == "up"), "hosts": len(s["hosts"])}
+    return AliasesSection(s["aliases"], source, s["snapshot_age_s"],
+                          sum(1 for h in s["hosts"] if h["status"] == "up"), len(s["hosts"]))
 
 
 # -- serving replicas ------------------------------------------------------
 
-def serving_states() -> list[Any]:
+def serving_states() -> list[ReplicaState]:
     from rig import rigfile
     from rig.serving import state
     from rig.snapshot.context import notes_dir
@@ -114,8 +133,8 @@ def serving_states() -> list[Any]:
     return state.gather(rig_file, notes_dir())
 
 
-def replicas() -> list[dict[str, Any]]:
-    return [r.to_json() for r in serving_states()]
+def replicas() -> list[ReplicaState]:
+    return serving_states()
 
 
 # -- jobs ------------------------------------------------------------------
@@ -127,26 +146,26 @@ def jobs_dir() -> Path:
     return jobs_folder()
 
 
-def jobs() -> list[dict[str, Any]]:
+def jobs() -> list[JobRow]:
     root = jobs_dir()
     if not root.is_dir():
         return []          # no job has run here yet: an empty state, not a failure
-    out: list[dict[str, Any]] = []
+    out: list[JobRow] = []
     from jobs.state import STATE, JobView
 
     for f in sorted(root.glob(f"*/{STATE}")):
         try:
             st = JobView.from_json(jsonfile.Fields(f), jsonfile.load(f, "job state"))
         except NevError as e:
-            out.append({"job": f.parent.name, "status": "unreadable", "stages": {}, "error": str(e)})
+            out.append(JobRow(f.parent.name, "unreadable", {}, error=str(e)))
             continue
-        out.append({"job": st.job or f.parent.name, "status": st.status.value,
-                    "stages": {n: s.status.value for n, s in st.stages.items()}, "attempts": len(st.attempts),
-                    "last_event": st.last_event.time if st.last_event else None})
+        out.append(JobRow(st.job or f.parent.name, st.status.value,
+                          {n: s.status.value for n, s in st.stages.items()}, len(st.attempts),
+                          st.last_event.time if st.last_event else None))
     return out
 
 
-def lane_jobs() -> list[dict[str, Any]]:
+def lane_jobs() -> list[LaneJobRow]:
     """Each job in flight (submitted or resent from this box) as its lane holds it: its status, its
     running stage and that stage's age on the lane's clock (`jobs/lanestate.py`: one SSH read per
     lane); a lane that does not answer makes its jobs' rows `unavailable`."""
@@ -155,7 +174,7 @@ def lane_jobs() -> list[dict[str, Any]]:
     recs = records.read()
     if not recs.jobs:
         return []          # nothing submitted from here: nothing in flight
-    out: list[dict[str, Any]] = []
+    out: list[LaneJobRow] = []
     wheres = []
     for rec in sorted(recs.jobs.values(), key=lambda r: r.job):
         if rec.status.final:
@@ -163,14 +182,14 @@ def lane_jobs() -> list[dict[str, Any]]:
         try:
             wheres.append(lanestate.where(rec))
         except NevError as e:
-            out.append({"job": rec.job, "unavailable": mask(e.message, extra=known_secrets())})
+            out.append(LaneJobRow(rec.job, unavailable=mask(e.message, extra=known_secrets())))
     for name, got in lanestate.views(wheres).items():
         if isinstance(got, str):
-            out.append({"job": name, "lane": next(w.label() for w in wheres if w.job == name),
-                        "unavailable": mask(got, extra=known_secrets())})
+            out.append(LaneJobRow(name, lane=next(w.label() for w in wheres if w.job == name),
+                                  unavailable=mask(got, extra=known_secrets())))
         else:
-            out.append({"job": name, **got.summary().to_json()})
-    return sorted(out, key=lambda r: r["job"])
+            out.append(LaneJobRow(name, got.summary()))
+    return sorted(out, key=lambda r: r.job)
 
 
 # -- batches (the ledger) --------------------------------------------------
@@ -187,40 +206,45 @@ def ledger_dir() -> Path:
     return d
 
 
-def parse_time(value: Any) -> float | None:
+def parse_time(value: object) -> float | None:
     from lanes.base.isotime import parse
 
     t = parse(value)
     return None if t is None else t.timestamp()
 
 
-def batch_points(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per batch and model: time, best score as a share of the cases run, compiled share (pure)."""
+def _share(part: object, whole: object) -> float | None:
+    if isinstance(part, int | float) and isinstance(whole, int | float) and whole:
+        return part / whole
+    return None
+
+
+def batch_points(lines: list[dict[str, object]]) -> list[BatchPoint]:
+    """Per batch and model: time, best score as a share of the cases run, compiled share (pure).
+    The one place the dashboard reads a ledger line's fields (lines as `bench.ledger` reads them)."""
     pts = []
     for ln in lines:
         t = parse_time(ln.get("end")) or parse_time(ln.get("start"))
         run = ln.get("cases_run")
-        for alias, m in sorted((ln.get("models") or {}).items()):
+        models = ln.get("models")
+        for alias, m in sorted(models.items() if isinstance(models, dict) else ()):
             if not isinstance(m, dict):
                 continue
             best, cand, comp = m.get("best"), m.get("candidates"), m.get("compiled")
-            pts.append({"batch": ln.get("batch"), "function": ln.get("function"), "model": alias, "time": t,
-                        "best": best, "cases_run": run,
-                        "best_share": (best / run) if isinstance(best, int | float) and run else None,
-                        "compiled": comp, "candidates": cand,
-                        "compiled_share": (comp / cand) if isinstance(comp, int | float) and cand else None})
+            pts.append(BatchPoint(ln.get("batch"), ln.get("function"), str(alias), t, best, run,
+                                  _share(best, run), comp, cand, _share(comp, cand)))
     return pts
 
 
-def batches() -> dict[str, Any]:
+def batches() -> BatchesSection:
     """Every worktree's ledger lines in time order. A line `nev ledger` refuses (not JSON, a bad
     field: `bench.ledger.parse_line`) or an unreadable file is skipped and counted (the page shows
     the rest)."""
     d = ledger_dir()
     from bench.ledger import read_lenient, spend
 
-    lines: list[dict[str, Any]] = []
-    spends: dict[str, dict[str, Any]] = {}
+    lines: list[dict[str, object]] = []
+    spends: dict[str, Spend] = {}
     bad = 0
     for f in sorted(d.glob("*.jsonl")):
         mine, unreadable = read_lenient(f)
@@ -229,15 +253,14 @@ def batches() -> dict[str, Any]:
             obj["_worktree"] = f.stem
         lines += mine
         if mine:
-            spends[f.stem] = spend(mine)
+            spends[f.stem] = Spend.of(spend(mine))
     lines.sort(key=lambda ln: parse_time(ln.get("end")) or parse_time(ln.get("start")) or 0.0)
-    return {"folder": str(d), "lines": lines, "points": batch_points(lines), "unreadable_lines": bad,
-            "spend": spends}
+    return BatchesSection(str(d), lines, batch_points(lines), bad, spends)
 
 
 # -- floors ----------------------------------------------------------------
 
-def floors() -> list[dict[str, Any]]:
+def floors() -> list[FloorRow]:
     from crates_bridge.registry import discover
     from crates_bridge.workspace import Workspace
 
@@ -246,16 +269,15 @@ def floors() -> list[dict[str, Any]]:
         raise Unavailable(f"no engine workspace at {engine} (NEV_ENGINE_DIR)")
     out = []
     for fn in discover(Workspace(engine).generated_dir):
-        out.append({"function": fn.name, "batch": fn.provenance.batch,
-                    "admitted_passed": fn.provenance.cases_passed, "admitted_run": fn.provenance.cases_run,
-                    "floor_passed": fn.floor.cases_passed if fn.floor else None,
-                    "floor_run": fn.floor.cases_run if fn.floor else None})
+        out.append(FloorRow(fn.name, fn.provenance.batch, fn.provenance.cases_passed,
+                            fn.provenance.cases_run, fn.floor.cases_passed if fn.floor else None,
+                            fn.floor.cases_run if fn.floor else None))
     return out
 
 
 # -- queue waits -----------------------------------------------------------
 
-def queues() -> dict[str, Any]:
+def queues() -> QueueSummary:
     from rig import queues as q
 
     return q.gather()
@@ -263,7 +285,7 @@ def queues() -> dict[str, Any]:
 
 # -- all of them -----------------------------------------------------------
 
-COLLECTORS: dict[str, Callable[[], Any]] = {
+COLLECTORS: dict[str, Callable[[], object]] = {
     "lanes": lanes, "dagu": dagu_runs, "aliases": aliases, "replicas": replicas, "jobs": jobs,
     "lane_jobs": lane_jobs, "batches": batches, "queues": queues, "floors": floors,
 }
@@ -294,17 +316,13 @@ def load_sources() -> None:
     ssh.load()  # paramiko: every collector that reaches a lane connects from a thread of its own
 
 
-def gather(collectors: dict[str, Callable[[], Any]] | None = None, timeout: float = 45.0) -> dict[str, Any]:
-    """Every section at once, each in its own daemon thread under the same deadline (a source
-    that hangs never holds the page or the process's exit); a failure is that section's marker.
-    The sources' modules are loaded first, in this thread (`load_sources`)."""
-    cols = collectors or COLLECTORS
-    if collectors is None:
-        load_sources()
-    results: dict[str, Any] = {}
+def run_all(collectors: dict[str, Callable[[], object]], timeout: float = 45.0) -> dict[str, object]:
+    """Every collector at once, each in its own daemon thread under the same deadline (a source
+    that hangs never holds the page or the process's exit); a failure is that source's `Missing`."""
+    results: dict[str, object] = {}
     lock = threading.Lock()
 
-    def run(name: str, fn: Callable[[], Any]) -> None:
+    def run(name: str, fn: Callable[[], object]) -> None:
         try:
             value = fn()
         except Unavailable as e:
@@ -316,15 +334,28 @@ def gather(collectors: dict[str, Callable[[], Any]] | None = None, timeout: floa
 
     t0 = time.time()
     threads = [threading.Thread(target=run, args=(n, fn), daemon=True, name=f"dashboard-{n}")
-               for n, fn in cols.items()]
+               for n, fn in collectors.items()]
     for t in threads:
         t.start()
     for t in threads:
         t.join(max(0.0, timeout - (time.time() - t0)))
-    out: dict[str, Any] = {}
     with lock:
-        for name in cols:
-            out[name] = results[name] if name in results else unavailable(f"no answer within {timeout:g} s")
-    out["collected_at"] = t0
-    out["took_s"] = round(time.time() - t0, 2)
+        return {name: results[name] if name in results else unavailable(f"no answer within {timeout:g} s")
+                for name in collectors}
+
+
+def gather(collectors: dict[str, Callable[[], object]] | None = None, timeout: float = 45.0) -> Collection:
+    """Every section at once (`run_all`), as the page's `Collection`. The sources' modules are
+    loaded first, in this thread (`load_sources`). A section's value is what its collector in
+    COLLECTORS returns (or a stand-in for it, the tests'), or its `Missing`."""
+    if collectors is None:
+        load_sources()
+    t0 = time.time()
+    got = run_all(collectors or COLLECTORS, timeout)
+    out = Collection()
+    for name in NAMES:
+        if name in got:     # the typed section its collector returns, or its Missing (`run_all`)
+            setattr(out, name, got[name])
+    out.collected_at = t0
+    out.took_s = round(time.time() - t0, 2)
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-from typing import Any
+from collections.abc import Iterable
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 
@@ -13,13 +13,15 @@ def _fmt_time(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%m-%d %H:%M")
 
 
-def series(points: list[dict[str, Any]], key: str) -> dict[str, list[tuple[float, float]]]:
-    """Per model, the (time, value) pairs that have both, in time order (pure)."""
+def series(
+    points: Iterable[tuple[str, float | None, float | None]],
+) -> dict[str, list[tuple[float, float]]]:
+    """Per model, the (time, value) pairs that have both, in time order (pure): from each point's
+    (model, time, value)."""
     out: dict[str, list[tuple[float, float]]] = {}
-    for p in points:
-        t, v = p.get("time"), p.get(key)
-        if isinstance(t, int | float) and isinstance(v, int | float):
-            out.setdefault(str(p["model"]), []).append((float(t), float(v)))
+    for model, t, v in points:
+        if t is not None and v is not None:
+            out.setdefault(model, []).append((float(t), float(v)))
     return {m: sorted(v) for m, v in sorted(out.items())}
 
 

@@ -7,29 +7,30 @@ import signal
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from lanes.base import jsonfile
 from lanes.base.errors import NevError
 from lanes.base.mask import known_secrets, mask
 from rig.dashboard import collect, page
+from rig.dashboard.sections import Collection
 
 HOST = "127.0.0.1"
 
 
-def _masked(obj: Any) -> Any:
+def _masked(obj: object) -> object:
+    """A JSON document (the collection as /data.json serves it) with every string masked."""
     return jsonfile.map_strings(obj, lambda s: mask(s, extra=known_secrets()))
 
 
 class Dashboard:
     """The latest collection, refreshed every `refresh_s` by a background thread."""
 
-    def __init__(self, refresh_s: int, collectors: dict[str, Callable[[], Any]] | None = None) -> None:
+    def __init__(self, refresh_s: int, collectors: dict[str, Callable[[], object]] | None = None) -> None:
         self.refresh_s = refresh_s
         self.collectors = collectors
         self.lock = threading.Lock()
         self.stop = threading.Event()
-        self.data: dict[str, Any] = {}
+        self.data = Collection()
         self.rounds = 0
 
     def collect_once(self) -> None:
@@ -48,14 +49,14 @@ class Dashboard:
 
     def json(self) -> str:
         with self.lock:
-            return json.dumps(_masked(self.data), default=str, sort_keys=True)
+            return json.dumps(_masked(self.data.to_json()), default=str, sort_keys=True)
 
 
 def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "nev-dashboard/1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
             return None
 
         def send(self, code: int, body: str, ctype: str) -> None:
@@ -91,7 +92,7 @@ def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
 
 
 def serve(port: int, refresh_s: int, say: Callable[[str], None],
-          collectors: dict[str, Callable[[], Any]] | None = None) -> int:
+          collectors: dict[str, Callable[[], object]] | None = None) -> int:
     """Collect once, listen on 127.0.0.1:port, refresh in the background; SIGTERM/Ctrl-C stop it (exit 0)."""
     if refresh_s < 1:
         raise NevError(f"dashboard: refresh of {refresh_s} s: give at least 1 (NEV_DASHBOARD_REFRESH)", 2)
@@ -103,7 +104,7 @@ def serve(port: int, refresh_s: int, say: Callable[[str], None],
     srv.daemon_threads = True
     say("dashboard: collecting ...")
     dash.collect_once()
-    missing = [k for k, v in dash.data.items() if collect.is_unavailable(v)]
+    missing = dash.data.missing()
     say(f"dashboard: http://{HOST}:{srv.server_address[1]}/ (refresh every {refresh_s} s"
         + (f"; unavailable: {', '.join(missing)}" if missing else "") + ")")
     t = threading.Thread(target=dash.loop, daemon=True)

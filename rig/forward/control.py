@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from lanes import selfinstall
 from lanes.base import crontab, openssh, procs, settings, sshfail
@@ -309,7 +308,7 @@ class Row:
     last_exit: str | None
     log: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return dict(self.__dict__, state="up" if self.up else "down")
 
 

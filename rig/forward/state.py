@@ -15,7 +15,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from lanes.base import jsonfile, procs, settings
 from lanes.base.errors import ConfigError
@@ -101,7 +100,7 @@ class State:
     restarts: int = 0
     last_exit: Exit | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
 

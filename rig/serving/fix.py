@@ -29,7 +29,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -49,9 +48,13 @@ class FixFailed(NevError):
     pass
 
 
+# The gateway's config (its YAML) and the keys file (JSON) are documents nev rewrites in part: the
+# fields named here are read with checks, every other one passes through as read.
+
+
 @dataclass
 class Regenerated:
-    config: dict[str, Any]
+    config: dict[str, object]
     removed: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
     unfixable: list[str] = field(default_factory=list)   # declared, not served, no entry to copy
@@ -62,10 +65,12 @@ class Regenerated:
         return bool(self.removed or self.added or self.limited)
 
 
-def regenerate_keys(keys: dict[str, Any], declared: Folknet) -> tuple[dict[str, Any], list[str]]:
+def regenerate_keys(keys: dict[str, object], declared: Folknet) -> tuple[dict[str, object], list[str]]:
     """The keys file with each key's `models` as the declaration grants them; one line per change."""
     out, changes = copy.deepcopy(keys), []
-    for entry in out.values():
+    for k, entry in out.items():
+        if not isinstance(entry, dict):
+            raise FixFailed(f"the keys file's entry {k!r} is not an object; fix the keys file")
         if entry.get("job"):
             continue
         name = str(entry["name"])
@@ -90,7 +95,7 @@ def _siblings(alias: str, declared: Folknet, serving: dict[str, ServingRole]) ->
     return out - {alias}
 
 
-def _renamed(entry: dict[str, Any], alias: str) -> dict[str, Any]:
+def _renamed(entry: dict[str, object], alias: str) -> dict[str, object]:
     new = copy.deepcopy(entry)
     new["model_name"] = alias
     params = new.get("litellm_params")
@@ -100,7 +105,8 @@ def _renamed(entry: dict[str, Any], alias: str) -> dict[str, Any]:
     return new
 
 
-def regenerate(config: dict[str, Any], declared: Folknet, serving: dict[str, ServingRole]) -> Regenerated:
+def regenerate(config: dict[str, object], declared: Folknet,
+               serving: dict[str, ServingRole]) -> Regenerated:
     """The gateway config with its model list as declared (the table in the module docstring)."""
     entries = config.get("model_list")
     if not isinstance(entries, list) or not all(isinstance(e, dict) and "model_name" in e for e in entries):
@@ -129,7 +135,8 @@ def regenerate(config: dict[str, Any], declared: Folknet, serving: dict[str, Ser
 
 def _set_limits(out: Regenerated, declared: Folknet) -> None:
     """Each entry's limits and the router's settings as declared; a line per change."""
-    for e in out.config["model_list"]:
+    entries = out.config["model_list"]
+    for e in entries if isinstance(entries, list) else []:
         a = declared.aliases.get(str(e["model_name"]))
         params = e.setdefault("litellm_params", {})
         if a is None or not isinstance(params, dict):
@@ -160,10 +167,10 @@ def gateway_role(rig: RigFile) -> Role:
     return role
 
 
-Render = Callable[[dict[str, Any], Folknet, dict[str, ServingRole]], Regenerated]
+Render = Callable[[dict[str, object], Folknet, dict[str, ServingRole]], Regenerated]
 
 
-def _dump(config: dict[str, Any]) -> bytes:
+def _dump(config: dict[str, object]) -> bytes:
     return ("# the gateway's config; model_list and limits generated from bench/folknet.json by nev rig drift --fix\n"
             + yaml.safe_dump(config, sort_keys=False)).encode()
 
