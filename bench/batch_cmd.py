@@ -18,8 +18,9 @@ from bench import ledger, provenance, runmanifest
 from bench import plan as plan_mod
 from bench import sweeps as sweeps_mod
 from bench.batch import RunConfig, plan_round, run
-from bench.budget import Budget, Meter, spent_in
+from bench.budget import Budget, Meter
 from bench.gateway import Gateway
+from bench.ledger import spent_in
 from bench.shares import default_escalation, default_models, parse_models, resolve
 from lanes.base import ui
 from lanes.base.errors import UsageError

@@ -119,7 +119,7 @@ def ledger_lines(folder: Path) -> list[dict[str, Any]]:
         return []
     out: list[dict[str, Any]] = []
     for f in sorted(folder.glob("*.jsonl")):
-        out += read_lenient(f)[0]
+        out += [ln.to_json() for ln in read_lenient(f)[0]]
     return out
 
 

@@ -279,3 +279,41 @@ def test_a_malformed_snapshot_label_is_refused_in_one_line(tmp_path: Path):
     assert "\n" not in msg
     assert "damaged (field roles.gateway.198.18.0.20.files[0].mode" in msg
     assert "not an octal mode such as 0644" in msg and msg.endswith("it cannot be used")
+
+
+def test_a_ledger_written_by_the_previous_version_reads_as_typed_lines_and_prints_as_stored():
+    from bench import ledger
+
+    path = DATA / "ledger-v0.1.jsonl"
+    lines = ledger.read(path)
+    assert [ln.round for ln in lines] == [1, 2] and lines[1].escalated is True
+    fast = lines[0].model_lines()["qwen3.8-27b-fast"]
+    assert (fast.tokens_in, fast.tokens_out, fast.draw_s, fast.calls) == (900, 400, 12.5, 4)
+    assert fast.first_byte_s is None and (fast.constraints or {})["bound"] == "cooldown"
+    assert lines[0].model_lines()["big"].error == "HTTP 500: <host> went away"
+    assert lines[0].budget is None and lines[1].budget is not None
+    assert (lines[1].budget.tokens, lines[1].budget.bound) == (5000, "tokens")
+    # each line written back (`nev ledger --json`) byte for byte as the old version stored it
+    stored = path.read_text().splitlines()
+    assert [json.dumps(ln.to_json(), sort_keys=True) for ln in lines] == stored
+    assert ledger.spent_in(lines) == (2600, 3.5)
+    s = ledger.spend(lines)
+    assert (s.budget_tokens, s.bound) == (5000, "tokens")
+    rows = ledger.table(lines)
+    assert len(rows) == 5 and "151/195" in rows[2] and "bound by cooldown" in rows[2]
+
+
+def test_a_malformed_ledger_line_is_refused_in_one_line(tmp_path: Path):
+    from bench import ledger
+
+    lines = (DATA / "ledger-v0.1.jsonl").read_text().splitlines(keepends=True)
+    bad = lines[1].replace('"tokens_in": 900', '"tokens_in": -900', 1)
+    p = tmp_path / "wt.jsonl"
+    p.write_text(lines[0] + bad)
+    with pytest.raises(ConfigError) as e:
+        ledger.read(p)
+    msg = str(e.value)
+    assert "\n" not in msg and "wt.jsonl: line 2" in msg and "models.qwen3.8-27b-fast.tokens_in" in msg
+    # the lenient readers skip it and count it; the good line is still read
+    got, unreadable = ledger.read_lenient(p)
+    assert [ln.round for ln in got] == [1] and unreadable == 1

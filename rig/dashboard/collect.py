@@ -219,17 +219,15 @@ def batches() -> dict[str, Any]:
     d = ledger_dir()
     from bench.ledger import read_lenient, spend
 
-    lines: list[dict[str, Any]] = []
-    spends: dict[str, dict[str, Any]] = {}
+    lines: list[dict[str, object]] = []      # each line's JSON as stored, and its ledger's name
+    spends: dict[str, dict[str, object]] = {}
     bad = 0
     for f in sorted(d.glob("*.jsonl")):
         mine, unreadable = read_lenient(f)
         bad += unreadable
-        for obj in mine:
-            obj["_worktree"] = f.stem
-        lines += mine
+        lines += [{**ln.to_json(), "_worktree": f.stem} for ln in mine]
         if mine:
-            spends[f.stem] = spend(mine)
+            spends[f.stem] = spend(mine).to_json()
     lines.sort(key=lambda ln: parse_time(ln.get("end")) or parse_time(ln.get("start")) or 0.0)
     return {"folder": str(d), "lines": lines, "points": batch_points(lines), "unreadable_lines": bad,
             "spend": spends}
