@@ -64,7 +64,8 @@ class Announcement:
         out = []
         for b in self.batches:
             rnd = f" round {b.round}" if b.round is not None else ""
-            name = f"batch {_as_read(b, 'batch')}{rnd} ({_as_read(b, 'start')} → {_as_read(b, 'end')})"
+            when = f"({_as_read(b, 'start')} → {_as_read(b, 'end')})"
+            name = f"batch {_as_read(b, 'batch')}{rnd} {when}"
             rows = [f"lane CPU {_f(b.lane_cpu_s):.1f} s"]
             for alias, m in sorted(_models(b).items()):
                 tokens = f"{_n(m.tokens_in):,}/{_n(m.tokens_out):,}"

@@ -94,7 +94,7 @@ class RunConfig:
     accept_stale: bool = False
     #: `--manifest FILE`: the run manifest to draw again from (bench.runmanifest); its seeds are
     #: taken, and every input it pins is checked before the first draw
-    pinned: dict[str, Any] | None = None
+    pinned: runmanifest.RunManifest | None = None
     pinned_path: Path | None = None
 
 
@@ -412,11 +412,11 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
 
 
 def pin(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, corpus_man: Any,
-        batch_id: str, gw: Gateway) -> tuple[str, dict[str, Any]]:
+        batch_id: str, gw: Gateway) -> tuple[str, runmanifest.RunManifest]:
     """The run's seed base and its manifest, before the first draw. Drawing again from a manifest
     (`cfg.pinned`): its seeds, and refused (MANIFEST_CHANGED, one line) when an input no longer
     holds."""
-    seed_base = (str(cfg.pinned["seeds"]["base"]) if cfg.pinned is not None
+    seed_base = (cfg.pinned.seed_base if cfg.pinned is not None
                  else str(cfg.seed) if cfg.seed is not None else batch_id)
     now = run_manifest(cfg, spec, signature, iface, corpus_man, seed_base, gw)
     if cfg.pinned is not None:
@@ -428,7 +428,7 @@ def pin(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, corpus_ma
 
 
 def run_manifest(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, corpus_man: Any,
-                 seed_base: str, gw: Gateway) -> dict[str, Any]:
+                 seed_base: str, gw: Gateway) -> runmanifest.RunManifest:
     """The run's inputs as they are now, the aliases' model ids probed (bench.runmanifest)."""
     root = cfg.root or cfg.engine_dir
     escalates = cfg.escalation is not None and cfg.escalate_after < cfg.max_batches
@@ -443,13 +443,12 @@ def run_manifest(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, 
         spec=provenance.spec_block(spec, provenance.spec_path(cfg.function, root, cfg.specs_dir),
                                    root),
         prefix_sha256=provenance.sha256(prompt.SYSTEM + prompt.prefix(spec, signature, iface)),
-        aliases=[{"alias": s.alias, "role": role, "n": s.n, "inflight": s.inflight}
-                 for role, s in every],
+        aliases=[runmanifest.PinnedAlias(s.alias, role, s.n, s.inflight) for role, s in every],
         served=runmanifest.probe(gw.endpoint, [s.alias for _, s in every]),
         corpus=provenance.corpus_block(cfg.corpus_dir.name, corpus_man), seed_base=seed_base,
-        run={"models": shares(cfg.shares),
-             "escalate": shares([cfg.escalation]) if cfg.escalation else None,
-             "max_batches": cfg.max_batches, "escalate_after": cfg.escalate_after},
+        run=runmanifest.RunOptions(shares(cfg.shares),
+                                   shares([cfg.escalation]) if cfg.escalation else None,
+                                   cfg.max_batches, cfg.escalate_after),
         engine_commit=Repo(root).try_rev("HEAD"), nev=runmanifest.nev_version())
 
 
@@ -461,7 +460,7 @@ def provenance_inputs(cfg: RunConfig, spec: prompt.Spec, signature: str, css: st
     aliases = list(dict.fromkeys(c.alias for c in calls))
     shared = prompt.prefix(spec, signature, iface)
     return {
-        "spec": provenance.spec_block(spec, spec_file, cfg.root or cfg.engine_dir),
+        "spec": provenance.spec_block(spec, spec_file, cfg.root or cfg.engine_dir).to_json(),
         "definitions": provenance.definitions(css, signature),
         "prompt": {"prefix_sha256": provenance.sha256(prompt.SYSTEM + shared),
                    "rounds": list(prompt_hashes)},
@@ -469,7 +468,7 @@ def provenance_inputs(cfg: RunConfig, spec: prompt.Spec, signature: str, css: st
                                           if c.alias == a)) for a in aliases],
         "seeds": {"base": seed_base,
                   "calls": {a: [c.seed for c in calls if c.alias == a] for a in aliases}},
-        "corpus": provenance.corpus_block(cfg.corpus_dir.name, manifest),
+        "corpus": provenance.corpus_block(cfg.corpus_dir.name, manifest).to_json(),
     }
 
 

@@ -203,7 +203,8 @@ class Meter:
             return gpu
 
     def to_json(self) -> dict[str, object]:
-        """What the round record's and the ledger line's `budget` hold (`bench.ledger.LineBudget`)."""
+        """What the round record's and the ledger line's `budget` hold
+        (`bench.ledger.LineBudget`)."""
         with self._cond:
             return {**self.budget.to_json(), "spent_tokens": self.spent_tokens,
                     "spent_gpu_s": round(self.spent_gpu_s, 3), "bound": self.bound.value if self.bound else None,

@@ -86,7 +86,8 @@ def _line_json(record: dict) -> dict[str, object]:
         models[alias]["first_byte_s"] = [c["first_byte_s"] for c in record.get("calls") or []
                                          if c.get("alias") == alias
                                          and isinstance(c.get("first_byte_s"), int | float)]
-    line: dict[str, object] = {"batch": record["batch"], "function": record["function"], "round": record["round"],
+    line: dict[str, object] = {
+            "batch": record["batch"], "function": record["function"], "round": record["round"],
             "escalated": record["escalated"], "start": record["start"], "end": record["end"],
             "lane_cpu_s": record["lane_cpu_s"], "candidates": record["candidates"],
             "unique": record["unique"], "compiled": record["compiled"], "best": record["best"],
@@ -146,7 +147,8 @@ def _text(f: jsonfile.Fields, o: dict, key: str, where: str) -> str | None:
     return v
 
 
-def _back(values: dict[str, object], absent: frozenset[str], extra: dict[str, object]) -> dict[str, object]:
+def _back(values: dict[str, object], absent: frozenset[str],
+          extra: dict[str, object]) -> dict[str, object]:
     """A record's JSON as it was read: its keys, a null one left out when the line had no such key,
     and the keys this version does not know."""
     return {**{k: v for k, v in values.items() if v is not None or k not in absent}, **extra}
@@ -157,7 +159,8 @@ def _shape(o: dict, known: tuple[str, ...]) -> tuple[frozenset[str], dict[str, o
             {str(k): v for k, v in o.items() if k not in known})
 
 
-_MODEL_KEYS = ("tier", *_MODEL_COUNTS, *_MODEL_SECONDS, "status", "error", "constraints", "first_byte_s")
+_MODEL_KEYS = ("tier", *_MODEL_COUNTS, *_MODEL_SECONDS, "status", "error", "constraints",
+               "first_byte_s")
 _LINE_KEYS = (*_TEXT, *_COUNTS, "lane_cpu_s", "passed", "escalated", "models", "budget")
 
 
@@ -206,10 +209,11 @@ class ModelLine:
 
     def to_json(self) -> dict[str, object]:
         values: dict[str, object] = {
-            "tier": self.tier, "candidates": self.candidates, "compiled": self.compiled, "best": self.best,
-            "tokens_in": self.tokens_in, "tokens_out": self.tokens_out, "gpu_s": self.gpu_s,
-            "draw_s": self.draw_s, "status": self.status, "error": self.error,
-            "rate_limited": self.rate_limited, "gateway_waits": self.gateway_waits, "calls": self.calls,
+            "tier": self.tier, "candidates": self.candidates, "compiled": self.compiled,
+            "best": self.best, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
+            "gpu_s": self.gpu_s, "draw_s": self.draw_s, "status": self.status, "error": self.error,
+            "rate_limited": self.rate_limited, "gateway_waits": self.gateway_waits,
+            "calls": self.calls,
             "constraints": self.constraints,
             "first_byte_s": None if self.first_byte_s is None else list(self.first_byte_s)}
         return _back(values, self.absent, self.extra)
@@ -231,10 +235,12 @@ class LineBudget:
     @classmethod
     def from_json(cls, f: jsonfile.Fields, b: dict) -> LineBudget:
         absent, extra = _shape(b, _BUDGET_KEYS)
-        return cls(tokens=_int(f, b, "tokens", "budget"), spent_tokens=_int(f, b, "spent_tokens", "budget"),
+        return cls(tokens=_int(f, b, "tokens", "budget"),
+                   spent_tokens=_int(f, b, "spent_tokens", "budget"),
                    gpu_s=_count(f, b, "gpu_s", "budget", False),
                    spent_gpu_s=_count(f, b, "spent_gpu_s", "budget", False),
-                   bound=_text(f, b, "bound", "budget"), why=b.get("why"), absent=absent, extra=extra)
+                   bound=_text(f, b, "bound", "budget"), why=b.get("why"), absent=absent,
+                   extra=extra)
 
     def to_json(self) -> dict[str, object]:
         values: dict[str, object] = {
@@ -279,7 +285,8 @@ class LedgerLine:
         escalated: bool | None = f.get(o, "escalated", bool, "", required=False)
         raw_models = f.get(o, "models", dict, "", required=False)
         models = None if raw_models is None else {
-            str(alias): ModelLine.from_json(f, m, f"models.{alias}") for alias, m in raw_models.items()}
+            str(alias): ModelLine.from_json(f, m, f"models.{alias}")
+            for alias, m in raw_models.items()}
         raw_budget = f.get(o, "budget", dict, "", required=False)
         budget = None if raw_budget is None else LineBudget.from_json(f, raw_budget)
         absent, extra = _shape(o, _LINE_KEYS)
@@ -295,7 +302,8 @@ class LedgerLine:
             "lane_cpu_s": self.lane_cpu_s, "candidates": self.candidates, "unique": self.unique,
             "compiled": self.compiled, "best": self.best, "cases_run": self.cases_run,
             "passed": self.passed,
-            "models": None if self.models is None else {a: m.to_json() for a, m in self.models.items()},
+            "models": (None if self.models is None
+                       else {a: m.to_json() for a, m in self.models.items()}),
             "budget": None if self.budget is None else self.budget.to_json()}
         return _back(values, self.absent, self.extra)
 
@@ -439,11 +447,12 @@ class Spend:
 
 
 def spend(lines: Sequence[LedgerLine]) -> Spend:
-    """The file's spend and the budget its last batch ran under, with whether a budget bound (pure)."""
+    """The file's spend and the budget its last batch ran under, with whether a budget bound
+    (pure)."""
     tokens, gpu = spent_in(lines)
     last = next((ln.budget for ln in reversed(lines) if ln.budget is not None), None)
-    bound = next((ln.budget.bound for ln in reversed(lines) if ln.budget is not None and ln.budget.bound),
-                 None)
+    bound = next((ln.budget.bound for ln in reversed(lines)
+                  if ln.budget is not None and ln.budget.bound), None)
     return Spend(tokens, gpu, last.tokens if last else None, last.gpu_s if last else None, bound)
 
 

@@ -317,3 +317,118 @@ def test_a_malformed_ledger_line_is_refused_in_one_line(tmp_path: Path):
     # the lenient readers skip it and count it; the good line is still read
     got, unreadable = ledger.read_lenient(p)
     assert [ln.round for ln in got] == [1] and unreadable == 1
+
+
+def test_a_run_manifest_written_by_the_previous_version_reads_typed_and_hashes_the_same():
+    from bench import runmanifest as rm
+    from bench.provenance import CorpusBlock, SpecBlock
+
+    path = DATA / "runmanifest-v0.1.json"
+    m = rm.load(path)
+    assert (m.function, m.seed_base, m.corpus_cases) == ("abspos_width", "15", 195)
+    assert [(a.alias, a.role, a.n, a.model_id) for a in m.aliases] == [
+        ("qwen3.8-27b-fast", "share", 8, "openai/qwen3.8-27b-fast"),
+        ("deepseek-v4.1-flash", "escalation", 2, None)]
+    assert (m.run.max_batches, m.run.escalate) == (3, "deepseek-v4.1-flash:2:2")
+    assert rm.text(m) == path.read_bytes()          # drawing again pins the same bytes, the same hash
+    # the same inputs built by this version make the same bytes
+    again = rm.build(
+        function="abspos_width",
+        spec=SpecBlock(None, "CSS 2.1", "10.3.7", "t", "s", "bench/specs/abspos_width.md", "a" * 64),
+        prefix_sha256="b" * 64,
+        aliases=[rm.PinnedAlias("qwen3.8-27b-fast", "share", 8, 4),
+                 rm.PinnedAlias("deepseek-v4.1-flash", "escalation", 2, 2)],
+        served={"qwen3.8-27b-fast": {"model_id": "openai/qwen3.8-27b-fast", "fingerprint": None}},
+        corpus=CorpusBlock("abspos_width", "c" * 64, {"chromium": "156.0.7", "firefox": "153.0"},
+                           "e" * 64, 195),
+        seed_base="15", run=m.run, engine_commit="d" * 40,
+        nev={"version": "0.1.0", "key": "0123456789abcdef"})
+    assert rm.text(again) == path.read_bytes() and rm.difference(m, again) is None
+
+
+def test_a_malformed_run_manifest_is_refused_in_one_line(tmp_path: Path):
+    from bench import runmanifest as rm
+
+    data = json.loads((DATA / "runmanifest-v0.1.json").read_text())
+    data["aliases"][1]["n"] = "two"
+    p = tmp_path / "manifest.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ConfigError) as e:
+        rm.load(p)
+    msg = str(e.value)
+    assert "\n" not in msg and "manifest.json" in msg and "aliases[1].n" in msg
+
+
+def test_a_round_record_written_by_the_previous_version_reads_typed_and_writes_the_same(tmp_path: Path):
+    from bench import ledger, rounds
+    from bench.rounds import ShareStatus
+
+    path = DATA / "round-record-v0.1.json"
+    rec = rounds.read(path)
+    fast, big = rec.models["qwen3.8-27b-fast"], rec.models["big"]
+    assert (rec.round, rec.escalated, rec.best, rec.pass_at_1) == (2, True, 120, 0.125)
+    assert (fast.gateway_waits, fast.gpu_s, fast.constraints["bound"]) == (2, 1.75, "cooldown")
+    assert big.status is ShareStatus.FAILED and big.best is None and big.note
+    assert rec.budget["spent_tokens"] == 2600 and rec.calls[0]["first_byte_s"] == 0.5
+    assert rounds.read(rounds.write(tmp_path, rec)) == rec     # written back, it reads the same
+    line = ledger.line_for(json.loads(path.read_text()))   # the ledger's line drawn from it
+    assert line.model_lines()["qwen3.8-27b-fast"].first_byte_s == (0.5,)
+    assert line.budget is not None and line.budget.spent_tokens == 2600
+
+
+def test_a_malformed_round_record_is_refused_in_one_line(tmp_path: Path):
+    from bench import rounds
+
+    data = json.loads((DATA / "round-record-v0.1.json").read_text())
+    data["models"]["big"]["status"] = "maybe"
+    p = tmp_path / "record-r2.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ConfigError) as e:
+        rounds.read(p)
+    msg = str(e.value)
+    assert "\n" not in msg and "record-r2.json" in msg and "models.big.status" in msg
+
+
+def _engine_with(tmp_path: Path, record: str) -> Path:
+    gen = tmp_path / "engine" / "crates/layout/src/generated"
+    gen.mkdir(parents=True)
+    (gen / "abspos_width.provenance.json").write_text(record)
+    (gen / "abspos_width.rs").write_text("pub fn abspos_width() -> f32 { 0.0 }\n")
+    return tmp_path
+
+
+def test_a_provenance_record_written_by_the_previous_version_reads_as_a_typed_record(tmp_path: Path):
+    from bench import provenance as prov
+    from bench.provenance_tree import Tree, load_index
+
+    text = (DATA / "provenance-v0.1.json").read_text()
+    (e,) = load_index(Tree(_engine_with(tmp_path, text)), "engine")
+    r = e.record
+    assert e.function == "abspos_width" and e.missing == [] and r.doc == json.loads(text)
+    assert (r.spec_section, r.spec_file, r.signature) == (
+        "10.3.7", "nev:bench/specs/abspos_width.md", "pub fn abspos_width(style: &Style, cb: f32) -> f32")
+    assert r.definitions is not None and set(r.definitions) == {"Len", "Len::resolve"}
+    assert (r.corpus_key, r.corpus_engines) == ("c" * 64, {"chromium": "156.0.7", "firefox": "153.0"})
+    assert r.batch_aliases == ("qwen3.8-27b-fast", "deepseek-v4.1-flash")
+    row = prov.list_row(e, prov.dt.datetime(2026, 12, 6, tzinfo=prov.dt.UTC))
+    assert row.models == r.batch_aliases and row.provenance == "complete" and row.age_s
+    bom = prov.bom_row(e)
+    assert bom["seeds"] == {"base": "15", "calls": json.loads(text)["seeds"]["calls"]}
+    # a corpus of other browsers: a redump, named by what changed
+    from crates_bridge.corpus import Manifest
+
+    man = Manifest("abspos_width", 195, 0.5, {"chromium": "157.0", "firefox": "153.0"}, {"key": "9" * 64})
+    (f,) = prov.stale([e], prov.Current(corpora={"abspos_width": man},
+                                        specs={"abspos_width": r.spec_text_sha256}))
+    assert f.action == prov.REDUMP and "chromium 156.0.7 → 157.0" in f.reasons[0].text
+
+
+def test_a_malformed_provenance_record_is_refused_in_one_line(tmp_path: Path):
+    from bench.provenance_tree import Tree, load_index
+
+    data = json.loads((DATA / "provenance-v0.1.json").read_text())
+    data["verification"]["cases_passed"] = -1
+    with pytest.raises(ConfigError) as e:
+        load_index(Tree(_engine_with(tmp_path, json.dumps(data))), "engine")
+    msg = str(e.value)
+    assert "\n" not in msg and "abspos_width.provenance.json" in msg and "verification.cases_passed" in msg
