@@ -34,7 +34,7 @@ from rig import queues
 from rig.queues import QUANTILES
 
 if TYPE_CHECKING:
-    from rig.inventory.records import Summary
+    from lanes.base.inventory_record import Summary
 
 SOURCES = ("aliases", "jobs", "lanes", "dagu", "counts", "queues")
 GiB = 1 << 30  # the lane agent's free_gb is in GiB (statvfs bytes / 2**30)

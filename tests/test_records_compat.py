@@ -85,7 +85,7 @@ def test_job_records_written_by_the_previous_version_read_back_and_write_the_sam
     assert "\n" not in str(e.value) and "jobs.clamp-px" in str(e.value) and "sends" in str(e.value)
 
 
-# -- the inventory snapshot (rig/inventory/records.py) ---------------------------------------------
+# -- the inventory snapshot (lanes/base/inventory_record.py) ---------------------------------------------
 
 INVENTORY = DATA / "inventory-v0.1.json"    # written by collect's merge and three probe rounds
 
