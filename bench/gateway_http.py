@@ -60,7 +60,8 @@ class Response:
     headers: http.client.HTTPMessage
 
     def json(self) -> Any:
-        """The body as JSON; ValueError when it is not."""
+        """The body as JSON (any JSON value: the caller checks its shape); ValueError when it is
+        not."""
         return json.loads(self.body)
 
     def text(self) -> str:
