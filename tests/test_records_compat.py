@@ -346,17 +346,23 @@ def test_a_run_manifest_written_by_the_previous_version_reads_typed_and_hashes_t
     assert rm.text(again) == path.read_bytes() and rm.difference(m, again) is None
 
 
+def _refused_in_one_line(read, fixture: str, edit, path: Path, field: str) -> None:
+    """The fixture, edited, written to `path` and read: one ConfigError line naming file and field."""
+    data = json.loads((DATA / fixture).read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError) as e:
+        read(path)
+    msg = str(e.value)
+    assert "\n" not in msg and path.name in msg and field in msg, msg
+
+
 def test_a_malformed_run_manifest_is_refused_in_one_line(tmp_path: Path):
     from bench import runmanifest as rm
 
-    data = json.loads((DATA / "runmanifest-v0.1.json").read_text())
-    data["aliases"][1]["n"] = "two"
-    p = tmp_path / "manifest.json"
-    p.write_text(json.dumps(data))
-    with pytest.raises(ConfigError) as e:
-        rm.load(p)
-    msg = str(e.value)
-    assert "\n" not in msg and "manifest.json" in msg and "aliases[1].n" in msg
+    _refused_in_one_line(rm.load, "runmanifest-v0.1.json",
+                         lambda d: d["aliases"][1].update(n="two"), tmp_path / "manifest.json",
+                         "aliases[1].n")
 
 
 def test_a_round_record_written_by_the_previous_version_reads_typed_and_writes_the_same(tmp_path: Path):
@@ -379,14 +385,9 @@ def test_a_round_record_written_by_the_previous_version_reads_typed_and_writes_t
 def test_a_malformed_round_record_is_refused_in_one_line(tmp_path: Path):
     from bench import rounds
 
-    data = json.loads((DATA / "round-record-v0.1.json").read_text())
-    data["models"]["big"]["status"] = "maybe"
-    p = tmp_path / "record-r2.json"
-    p.write_text(json.dumps(data))
-    with pytest.raises(ConfigError) as e:
-        rounds.read(p)
-    msg = str(e.value)
-    assert "\n" not in msg and "record-r2.json" in msg and "models.big.status" in msg
+    _refused_in_one_line(rounds.read, "round-record-v0.1.json",
+                         lambda d: d["models"]["big"].update(status="maybe"),
+                         tmp_path / "record-r2.json", "models.big.status")
 
 
 def _engine_with(tmp_path: Path, record: str) -> Path:
