@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bench import ledger
+from bench.ledger import LedgerLine, ModelLine
 from lanes.base.mask import known_secrets, mask
 from lanes.base.termsafe import safe_line
 
@@ -26,7 +26,7 @@ class Announcement:
     name: str  # the track (or job) whose batches these are
     functions: tuple[str, ...]
     floors: Mapping[str, tuple[str | None, str | None]]  # function -> (before, after), "P/R"
-    batches: tuple[dict[str, Any], ...]  # ledger lines, oldest first
+    batches: tuple[LedgerLine, ...]  # oldest first
     landed: str | None = None  # "old -> new" of main, short
     by: str | None = None  # "the tick", "reviewed by NAME", ...
     unreadable: int = 0  # ledger lines that did not read (skipped)
@@ -42,14 +42,14 @@ class Announcement:
         if not self.batches:
             lines = [f"no batch of `{self.name}` in the ledger"]
         else:
-            cands = sum(_n(b.get("candidates")) for b in self.batches)
-            comp = sum(_n(b.get("compiled")) for b in self.batches)
-            tin = sum(_n(m.get("tokens_in")) for b in self.batches for m in _models(b).values())
-            tout = sum(_n(m.get("tokens_out")) for b in self.batches for m in _models(b).values())
-            draw = sum(_f(m.get("draw_s")) for b in self.batches for m in _models(b).values())
-            cpu = sum(_f(b.get("lane_cpu_s")) for b in self.batches)
-            best = max((_n(b.get("best")) for b in self.batches), default=0)
-            run = max((_n(b.get("cases_run")) for b in self.batches), default=0)
+            cands = sum(_n(b.candidates) for b in self.batches)
+            comp = sum(_n(b.compiled) for b in self.batches)
+            tin = sum(_n(m.tokens_in) for b in self.batches for m in _models(b).values())
+            tout = sum(_n(m.tokens_out) for b in self.batches for m in _models(b).values())
+            draw = sum(_f(m.draw_s) for b in self.batches for m in _models(b).values())
+            cpu = sum(_f(b.lane_cpu_s) for b in self.batches)
+            best = max((_n(b.best) for b in self.batches), default=0)
+            run = max((_n(b.cases_run) for b in self.batches), default=0)
             lines = [
                 f"{len(self.batches)} batch(es): {cands} candidates, {comp} compiled, best {best}/{run}",
                 f"tokens {tin:,} in / {tout:,} out, draw {draw:.1f} s, lane CPU {cpu:.1f} s",
@@ -63,20 +63,21 @@ class Announcement:
     def fields(self) -> list[tuple[str, str]]:
         out = []
         for b in self.batches:
-            rnd = f" round {b['round']}" if isinstance(b.get("round"), int) else ""
-            name = f"batch {b.get('batch', '?')}{rnd} ({b.get('start', '?')} → {b.get('end', '?')})"
-            rows = [f"lane CPU {_f(b.get('lane_cpu_s')):.1f} s"]
+            rnd = f" round {b.round}" if b.round is not None else ""
+            when = f"({_as_read(b, 'start')} → {_as_read(b, 'end')})"
+            name = f"batch {_as_read(b, 'batch')}{rnd} {when}"
+            rows = [f"lane CPU {_f(b.lane_cpu_s):.1f} s"]
             for alias, m in sorted(_models(b).items()):
-                tokens = f"{_n(m.get('tokens_in')):,}/{_n(m.get('tokens_out')):,}"
+                tokens = f"{_n(m.tokens_in):,}/{_n(m.tokens_out):,}"
                 rows.append(
-                    f"{alias}: {_n(m.get('candidates'))} candidates, {_n(m.get('compiled'))} "
-                    f"compiled, best {_n(m.get('best'))}/{_n(b.get('cases_run'))}, tokens {tokens}, "
-                    f"draw {_f(m.get('draw_s')):.1f} s"
+                    f"{alias}: {_n(m.candidates)} candidates, {_n(m.compiled)} "
+                    f"compiled, best {_n(m.best)}/{_n(b.cases_run)}, tokens {tokens}, "
+                    f"draw {_f(m.draw_s):.1f} s"
                 )
             out.append((_clean(name), _clean("\n".join(rows), keep_newlines=True)))
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The payload's `announcement` (what a chat format shows) and the numbers behind it."""
         return {
             "title": self.title(),
@@ -96,16 +97,20 @@ class Announcement:
         return "\n".join(parts)
 
 
-def _models(b: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    m = b.get("models")
-    return {k: v for k, v in m.items() if isinstance(v, dict)} if isinstance(m, dict) else {}
+def _models(b: LedgerLine) -> dict[str, ModelLine]:
+    return b.model_lines()
 
 
-def _n(v: Any) -> int:
+def _as_read(b: LedgerLine, key: str) -> str:
+    """A text field as the line holds it: "?" when the line has no such key."""
+    return "?" if key in b.absent else str(b.to_json()[key])
+
+
+def _n(v: object) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
-def _f(v: Any) -> float:
+def _f(v: object) -> float:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
 
 
@@ -118,14 +123,14 @@ def _clean(text: str, keep_newlines: bool = False) -> str:
     return safe_line(masked)
 
 
-def functions_in(lines: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+def functions_in(lines: Sequence[LedgerLine]) -> tuple[str, ...]:
     """The functions the batches worked on, in order."""
-    return tuple(dict.fromkeys(str(b.get("function")) for b in lines if b.get("function")))
+    return tuple(dict.fromkeys(b.function for b in lines if b.function))
 
 
 def build(
     name: str,
-    lines: Sequence[dict[str, Any]],
+    lines: Sequence[LedgerLine],
     floors: Mapping[str, tuple[str | None, str | None]],
     landed: str | None = None,
     by: str | None = None,
@@ -138,11 +143,11 @@ def build(
     return Announcement(name, fns or tuple(floors), shown, tuple(lines), landed, by, unreadable)
 
 
-def read(names: Sequence[str], shared: Path | None = None) -> tuple[list[dict[str, Any]], int]:
+def read(names: Sequence[str], shared: Path | None = None) -> tuple[list[LedgerLine], int]:
     """The ledger lines filed under each of `names` (ledger/<name>.jsonl on the share: the job's
     name for the tick's landing of a job, the track's for a track's), oldest first, and how many
     did not read; none for a ledger that is not there."""
-    lines: list[dict[str, Any]] = []
+    lines: list[LedgerLine] = []
     bad = 0
     for n in dict.fromkeys(names):
         path = ledger.ledger_dir(shared) / f"{n}.jsonl"
@@ -150,7 +155,7 @@ def read(names: Sequence[str], shared: Path | None = None) -> tuple[list[dict[st
             got, b = ledger.read_lenient(path)
             lines += got
             bad += b
-    lines.sort(key=lambda x: str(x.get("start") or ""))
+    lines.sort(key=lambda x: str(x.start or ""))
     return lines, bad
 
 

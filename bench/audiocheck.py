@@ -16,7 +16,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench.oracle.engines import Engine
 
 WAIT_S = 10.0
 PAGE = """<!doctype html><meta charset="utf-8"><title>nev audio check</title>
@@ -79,7 +82,7 @@ def check(name: str, wait_s: float = WAIT_S) -> Outcome:
         return _watch(eng, name, page, wait_s)
 
 
-def _watch(eng: Any, name: str, page: Path, wait_s: float) -> Outcome:
+def _watch(eng: Engine, name: str, page: Path, wait_s: float) -> Outcome:
     from bench.oracle.engines import EngineError
 
     try:

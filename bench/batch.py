@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from bench import ledger, prompt, provenance, runmanifest, sweeps
 from bench import plan as plan_mod
@@ -48,7 +47,7 @@ from bench.rounds import ModelRound, RoundRecord, ShareStatus, now
 from bench.shares import Share
 from bench.verdicts import Judged, best_versions, failing_cases, judge, pass_at
 from crates_bridge.candidates import probe
-from crates_bridge.corpus import read_manifest
+from crates_bridge.corpus import Manifest, read_manifest
 from crates_bridge.errors import BridgeError
 from crates_bridge.registry import PROVENANCE_SUFFIX
 from crates_bridge.workspace import Workspace
@@ -78,7 +77,7 @@ class RunConfig:
     #: round records of the function (the lane's CPU, tokens per candidate)
     declared: dict[str, plan_mod.Declared] = field(default_factory=dict)
     measured: dict[str, plan_mod.Measured] = field(default_factory=dict)
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[dict[str, object]] = field(default_factory=list)   # plan.latest_records
     #: a job's earlier batches (its ledger lines): tokens and GPU-seconds already spent
     spent_before: tuple[int, float] = (0, 0.0)
     #: the repository root (the spec file's path in the record is relative to it)
@@ -94,7 +93,7 @@ class RunConfig:
     accept_stale: bool = False
     #: `--manifest FILE`: the run manifest to draw again from (bench.runmanifest); its seeds are
     #: taken, and every input it pins is checked before the first draw
-    pinned: dict[str, Any] | None = None
+    pinned: runmanifest.RunManifest | None = None
     pinned_path: Path | None = None
 
 
@@ -105,7 +104,7 @@ class ShareResult:
     calls: list[CallRecord] = field(default_factory=list)
     error: str | None = None
     draw_s: float = 0.0
-    inflight: dict[str, Any] = field(default_factory=dict)
+    inflight: dict[str, object] = field(default_factory=dict)   # the pacer's meter, as JSON
     budget_stop_at: float | None = None   # when the budget stopped this share's draw (monotonic)
     at_limit_s: float = 0.0               # seconds of this draw at the planned in-flight
     frozen_s: float = 0.0                 # seconds of this draw frozen by 429s
@@ -127,7 +126,7 @@ def _seed(base: str, *parts: object) -> int:
 
 
 def model_round(r: ShareResult, new: Sequence[Candidate], judged: Mapping[str, Judged],
-                constraints: dict[str, Any] | None = None) -> ModelRound:
+                constraints: dict[str, object] | None = None) -> ModelRound:
     """One model's share of a round, from its draw and the verdicts of its candidates."""
     mine = [c for c in new if c.alias == r.share.alias]
     scored = [judged[c.hash] for c in mine if judged[c.hash].cases_run]
@@ -149,7 +148,7 @@ def model_round(r: ShareResult, new: Sequence[Candidate], judged: Mapping[str, J
         gpu_s=round(sum(x.gpu_s for x in r.calls), 3), constraints=constraints or {})
 
 
-def constraints_of(p: plan_mod.AliasPlan, r: ShareResult, draw_end: float) -> dict[str, Any]:
+def constraints_of(p: plan_mod.AliasPlan, r: ShareResult, draw_end: float) -> dict[str, object]:
     """What bound a share in its round, for how long: its planned in-flight's constraint for the
     seconds it was at that in-flight, `gateway_limit` (also) for the seconds a call waited for a
     gateway slot (its "slots in use" 429s), `cooldown` for the seconds a rate limit's 429s froze it,
@@ -234,7 +233,8 @@ def _meter(cfg: RunConfig, gw: Gateway) -> Meter:
 
 
 def plan_round(cfg: RunConfig, shares: Sequence[Share], meter: Meter, prompt_chars: int | None,
-               records: Sequence[Mapping[str, Any]], last: Mapping[str, Any] | None) -> list[plan_mod.AliasPlan]:
+               records: Sequence[Mapping[str, object]],
+               last: Mapping[str, object] | None) -> list[plan_mod.AliasPlan]:
     """The round's plan (bench.plan) from the run's inputs, the budget left and the round before
     (a 429 that froze an alias there: cooldown). A budget that pays for no candidate at all stops
     the run here (the round draws nothing and says so)."""
@@ -275,7 +275,7 @@ def signature_of(ws: Workspace, function: str) -> str:
     return f"pub fn {function}(input: &{m.group(1)}) -> {m.group(2)}"
 
 
-def corpus_manifest(cfg: RunConfig) -> Any:
+def corpus_manifest(cfg: RunConfig) -> Manifest:
     """The corpus's manifest; ConfigError when it is missing or of another function."""
     try:
         manifest = read_manifest(cfg.corpus_dir)
@@ -362,8 +362,10 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
             compile_s, score_s = b.compile_s, b.score_s
             for h, v in zip(order, b.verdicts, strict=True):
                 judged[h] = judge(v, fresh[h], h)
-        ph.phases["compile"] = {"s": round(compile_s, 3), "cpus_busy": ph.phases.get("compile+score", {}).get("cpus_busy")}
-        ph.phases["score"] = {"s": round(score_s, 3), "cpus_busy": ph.phases.get("compile+score", {}).get("cpus_busy")}
+        both = ph.phases.get("compile+score")
+        busy = both["cpus_busy"] if both is not None else None
+        ph.phases["compile"] = {"s": round(compile_s, 3), "cpus_busy": busy}
+        ph.phases["score"] = {"s": round(score_s, 3), "cpus_busy": busy}
         all_cands.extend(new)
         passing = [c for c in new if judged[c.hash].status == "passed"]
         compiled_n = sum(1 for c in new if judged[c.hash].status != "compile-error")
@@ -411,12 +413,12 @@ def run(cfg: RunConfig, gw: Gateway, echo: Callable[[str], None] = print) -> Run
     return RunResult(batch_id, False, rounds, None, mask(msg), Exit.FAILED)
 
 
-def pin(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, corpus_man: Any,
-        batch_id: str, gw: Gateway) -> tuple[str, dict[str, Any]]:
+def pin(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, corpus_man: Manifest,
+        batch_id: str, gw: Gateway) -> tuple[str, runmanifest.RunManifest]:
     """The run's seed base and its manifest, before the first draw. Drawing again from a manifest
     (`cfg.pinned`): its seeds, and refused (MANIFEST_CHANGED, one line) when an input no longer
     holds."""
-    seed_base = (str(cfg.pinned["seeds"]["base"]) if cfg.pinned is not None
+    seed_base = (cfg.pinned.seed_base if cfg.pinned is not None
                  else str(cfg.seed) if cfg.seed is not None else batch_id)
     now = run_manifest(cfg, spec, signature, iface, corpus_man, seed_base, gw)
     if cfg.pinned is not None:
@@ -427,8 +429,8 @@ def pin(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, corpus_ma
     return seed_base, now
 
 
-def run_manifest(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, corpus_man: Any,
-                 seed_base: str, gw: Gateway) -> dict[str, Any]:
+def run_manifest(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, corpus_man: Manifest,
+                 seed_base: str, gw: Gateway) -> runmanifest.RunManifest:
     """The run's inputs as they are now, the aliases' model ids probed (bench.runmanifest)."""
     root = cfg.root or cfg.engine_dir
     escalates = cfg.escalation is not None and cfg.escalate_after < cfg.max_batches
@@ -443,25 +445,25 @@ def run_manifest(cfg: RunConfig, spec: prompt.Spec, signature: str, iface: str, 
         spec=provenance.spec_block(spec, provenance.spec_path(cfg.function, root, cfg.specs_dir),
                                    root),
         prefix_sha256=provenance.sha256(prompt.SYSTEM + prompt.prefix(spec, signature, iface)),
-        aliases=[{"alias": s.alias, "role": role, "n": s.n, "inflight": s.inflight}
-                 for role, s in every],
+        aliases=[runmanifest.PinnedAlias(s.alias, role, s.n, s.inflight) for role, s in every],
         served=runmanifest.probe(gw.endpoint, [s.alias for _, s in every]),
         corpus=provenance.corpus_block(cfg.corpus_dir.name, corpus_man), seed_base=seed_base,
-        run={"models": shares(cfg.shares),
-             "escalate": shares([cfg.escalation]) if cfg.escalation else None,
-             "max_batches": cfg.max_batches, "escalate_after": cfg.escalate_after},
+        run=runmanifest.RunOptions(shares(cfg.shares),
+                                   shares([cfg.escalation]) if cfg.escalation else None,
+                                   cfg.max_batches, cfg.escalate_after),
         engine_commit=Repo(root).try_rev("HEAD"), nev=runmanifest.nev_version())
 
 
 def provenance_inputs(cfg: RunConfig, spec: prompt.Spec, signature: str, css: str, iface: str,
-                      manifest: Any, prompt_hashes: Sequence[str], seed_base: str,
-                      calls: Sequence[CallRecord]) -> dict[str, Any]:
-    """What the kept version's record names of its inputs (bench.provenance, format 2)."""
+                      manifest: Manifest, prompt_hashes: Sequence[str], seed_base: str,
+                      calls: Sequence[CallRecord]) -> dict[str, object]:
+    """What the kept version's record names of its inputs (bench.provenance, format 2): a JSON
+    document, merged into the record `keep` writes."""
     spec_file = provenance.spec_path(cfg.function, cfg.root or cfg.engine_dir, cfg.specs_dir)
     aliases = list(dict.fromkeys(c.alias for c in calls))
     shared = prompt.prefix(spec, signature, iface)
     return {
-        "spec": provenance.spec_block(spec, spec_file, cfg.root or cfg.engine_dir),
+        "spec": provenance.spec_block(spec, spec_file, cfg.root or cfg.engine_dir).to_json(),
         "definitions": provenance.definitions(css, signature),
         "prompt": {"prefix_sha256": provenance.sha256(prompt.SYSTEM + shared),
                    "rounds": list(prompt_hashes)},
@@ -469,7 +471,7 @@ def provenance_inputs(cfg: RunConfig, spec: prompt.Spec, signature: str, css: st
                                           if c.alias == a)) for a in aliases],
         "seeds": {"base": seed_base,
                   "calls": {a: [c.seed for c in calls if c.alias == a] for a in aliases}},
-        "corpus": provenance.corpus_block(cfg.corpus_dir.name, manifest),
+        "corpus": provenance.corpus_block(cfg.corpus_dir.name, manifest).to_json(),
     }
 
 

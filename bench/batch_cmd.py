@@ -18,8 +18,9 @@ from bench import ledger, provenance, runmanifest
 from bench import plan as plan_mod
 from bench import sweeps as sweeps_mod
 from bench.batch import RunConfig, plan_round, run
-from bench.budget import Budget, Meter, spent_in
+from bench.budget import Budget, Meter
 from bench.gateway import Gateway
+from bench.ledger import spent_in
 from bench.shares import default_escalation, default_models, parse_models, resolve
 from lanes.base import ui
 from lanes.base.errors import UsageError
@@ -191,13 +192,12 @@ def command(
     pinned = None
     if manifest is not None:
         pinned = runmanifest.load(manifest)
-        if pinned["function"] != function:
+        if pinned.function != function:
             raise UsageError(
-                f"{manifest} is a run manifest of {pinned['function']}, not {function}"
+                f"{manifest} is a run manifest of {pinned.function}, not {function}"
             )
-        run_args = pinned["run"]
-        models, escalate = run_args.get("models"), run_args.get("escalate")
-        max_batches, escalate_after = run_args.get("max_batches"), run_args.get("escalate_after")
+        models, escalate = pinned.run.models, pinned.run.escalate
+        max_batches, escalate_after = pinned.run.max_batches, pinned.run.escalate_after
     cfg = config_from_settings(
         function,
         repo,
@@ -218,7 +218,7 @@ def command(
             cfg,
             pinned=pinned,
             pinned_path=manifest,
-            escalation=cfg.escalation if pinned["run"].get("escalate") else None,
+            escalation=cfg.escalation if pinned.run.escalate else None,
         )
     for line in stale_lines(cfg):
         echo(line)

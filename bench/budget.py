@@ -23,7 +23,6 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from lanes.base.errors import UsageError
 
@@ -50,7 +49,7 @@ class Budget:
     def __bool__(self) -> bool:
         return self.tokens is not None or self.gpu_s is not None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, int | float | None]:
         return {"tokens": self.tokens, "gpu_s": self.gpu_s}
 
     @classmethod
@@ -73,17 +72,6 @@ class Budget:
             if not math.isfinite(g) or g < 0:
                 raise UsageError(f"{where}: GPU-seconds {gpu_s!r} must be 0 or more")
         return cls(t, g)
-
-
-def spent_in(lines: Iterable[Mapping[str, Any]]) -> tuple[int, float]:
-    """Tokens (in + out) and GPU-seconds the ledger lines record (pure)."""
-    tokens, gpu = 0, 0.0
-    for ln in lines:
-        for m in (ln.get("models") or {}).values():
-            if isinstance(m, dict):
-                tokens += int(m.get("tokens_in") or 0) + int(m.get("tokens_out") or 0)
-                gpu += float(m.get("gpu_s") or 0.0)
-    return tokens, round(gpu, 3)
 
 
 class BudgetStop(Exception):
@@ -214,7 +202,9 @@ class Meter:
             self._cond.notify_all()
             return gpu
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
+        """What the round record's and the ledger line's `budget` hold
+        (`bench.ledger.LineBudget`)."""
         with self._cond:
             return {**self.budget.to_json(), "spent_tokens": self.spent_tokens,
                     "spent_gpu_s": round(self.spent_gpu_s, 3), "bound": self.bound.value if self.bound else None,

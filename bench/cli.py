@@ -363,7 +363,7 @@ def ledger(ctx: click.Context, worktree: str | None, list_all: bool, last: int |
         folder = ledger_mod.ledger_dir()
         rows = ledger_mod.ledgers(folder) if folder.is_dir() else []
         if as_json:
-            emit_json(rows)
+            emit_json([r.to_json() for r in rows])
         elif not rows:
             click.echo(f"no ledgers in {folder}")
         else:
@@ -378,7 +378,7 @@ def ledger(ctx: click.Context, worktree: str | None, list_all: bool, last: int |
             click.echo("[]")        # no batches: an empty list, as every --json prints one
             return 0
         for line in lines[-last:] if last else lines:
-            click.echo(json.dumps(line, sort_keys=True))
+            click.echo(json.dumps(line.to_json(), sort_keys=True))
         return 0
     return ledger_mod.show(path, echo=click.echo, last=last)
 

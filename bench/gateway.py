@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
@@ -26,7 +27,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench import gwlimit
 from bench.budget import Meter, Reservation
@@ -224,7 +224,8 @@ class InflightMeter:
             self._tick()
             self.n -= 1
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
+        """The meter as the round record keeps it (`inflight_meter`)."""
         with self.lock:
             span = (self.last - self.t0) if self.t0 is not None else 0.0
             return {"limit": self.limit, "max_seen": self.max_seen, "span_s": round(span, 3),
@@ -262,7 +263,7 @@ class CallRecord:
     #: so that byte comes with the whole answer); None until answered
     first_byte_s: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         d = asdict(self)
         d["latency_s"] = round(self.latency_s, 4)
         d["gpu_s"] = round(self.gpu_s, 4)
@@ -308,7 +309,7 @@ class AliasState:
                     self.slot_wait_s += max(0.0, clock() - self.slot_wait_since)
 
 
-def _retry_after(headers: Any) -> float | None:
+def _retry_after(headers: Mapping[str, str] | http.client.HTTPMessage | None) -> float | None:
     try:
         v = headers.get("Retry-After") if headers is not None else None
         return min(30.0, float(v)) if v else None
@@ -357,7 +358,7 @@ class Gateway:
             self.sleep(w)
             waited += w
 
-    def _post(self, body: dict[str, Any]) -> tuple[int, bytes, Any]:
+    def _post(self, body: dict[str, object]) -> tuple[int, bytes, http.client.HTTPMessage | None]:
         """(status, body, headers) of one call; status 0 with the reason when nothing answered."""
         try:
             r = post_json(self.endpoint, body, self.timeout_s)
@@ -371,7 +372,7 @@ class Gateway:
         Raises CallFailed (with its record) after 5xx/connection retries run out."""
         st = self.aliases[alias]
         rec = CallRecord(alias=alias, n=n, seed=seed)
-        body: dict[str, Any] = {"model": alias, "messages": messages, "n": n, "seed": seed}
+        body: dict[str, object] = {"model": alias, "messages": messages, "n": n, "seed": seed}
         if max_tokens:
             body["max_tokens"] = max_tokens
         tries_5xx = 0

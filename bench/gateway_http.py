@@ -60,7 +60,8 @@ class Response:
     headers: http.client.HTTPMessage
 
     def json(self) -> Any:
-        """The body as JSON; ValueError when it is not."""
+        """The body as JSON (any JSON value: the caller checks its shape); ValueError when it is
+        not."""
         return json.loads(self.body)
 
     def text(self) -> str:
@@ -112,7 +113,7 @@ def _request(method: str, url: str, body: bytes | None, headers: Mapping[str, st
         conn.close()
 
 
-def post_json(ep: Endpoint, body: Mapping[str, Any], timeout: Timeout) -> Response:
+def post_json(ep: Endpoint, body: Mapping[str, object], timeout: Timeout) -> Response:
     """POST `body` as JSON to the chat completions URL with the endpoint's key."""
     return _request("POST", ep.completions_url(), json.dumps(body).encode(), ep.headers(), timeout, ep.url)
 
@@ -158,7 +159,7 @@ class Stream:
 
 
 @contextmanager
-def stream(ep: Endpoint, body: Mapping[str, Any], timeout: Timeout) -> Iterator[Stream]:
+def stream(ep: Endpoint, body: Mapping[str, object], timeout: Timeout) -> Iterator[Stream]:
     """POST `body` (which asks for `"stream": true`) to the chat completions URL; the answer as a
     `Stream`, its connection closed when the block ends."""
     conn, path = _connect(ep.completions_url(), timeout, ep.url)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bench import prompt
 from bench.answers import Candidate
@@ -27,6 +27,20 @@ def kept_source(spec: prompt.Spec, source: str, batch_id: str) -> str:
     return "\n".join(head) + "\n" + source.lstrip()
 
 
+@dataclass
+class _Tally:
+    """One model's candidates in the kept version's batch (the record's `batch.models[]`)."""
+
+    alias: str
+    candidates: int = 0
+    compiled: int = 0
+    best: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"alias": self.alias, "candidates": self.candidates, "compiled": self.compiled,
+                "best": self.best}
+
+
 def is_placeholder(record: dict) -> bool:
     b = record.get("batch")
     return not (isinstance(b, dict) and b.get("models"))
@@ -34,7 +48,7 @@ def is_placeholder(record: dict) -> bool:
 
 def keep(ws: Workspace, spec: prompt.Spec, signature: str, batch_id: str, win: Judged, cands: list[Candidate],
          judged: dict[str, Judged], rounds: list[RoundRecord], corpus_dir: Path, run_dir: Path,
-         inputs: Mapping[str, Any] | None = None, supersede: bool = False) -> Path:
+         inputs: Mapping[str, object] | None = None, supersede: bool = False) -> Path:
     """Write the passing version, its provenance record and its floor beside the engine's generated
     functions; a provenance of an earlier batch is never rewritten (the version is left in
     `run_dir`, and the refusal names it). `inputs` (bench.provenance) make the record complete
@@ -46,20 +60,24 @@ def keep(ws: Workspace, spec: prompt.Spec, signature: str, batch_id: str, win: J
     prov_path = gen / f"{spec.function}{PROVENANCE_SUFFIX}"
     floor_path = gen / f"{spec.function}{FLOOR_SUFFIX}"
     text = kept_source(spec, win.source, batch_id)
-    models: dict[str, dict[str, Any]] = {}
+    models: dict[str, _Tally] = {}
     for c in cands:
-        m = models.setdefault(c.alias, {"alias": c.alias, "candidates": 0, "compiled": 0, "best": None})
+        m = models.setdefault(c.alias, _Tally(c.alias))
         j = judged[c.hash]
-        m["candidates"] += 1
-        m["compiled"] += j.status != "compile-error"
+        m.candidates += 1
+        m.compiled += j.status != "compile-error"
         if j.cases_run:
-            m["best"] = max(m["best"] or 0, j.cases_passed)
+            m.best = max(m.best or 0, j.cases_passed)
     n_pass = sum(1 for c in cands if judged[c.hash].status == "passed")
-    record: dict[str, Any] = {
+    # the record: a JSON document, written once (bench.provenance.Record reads it back)
+    spec_doc: dict[str, object] = {"document": spec.document, "section": spec.section,
+                                   "title": spec.title, "source": spec.source}
+    record: dict[str, object] = {
         "format": 1, "function": spec.function,
-        "spec": {"document": spec.document, "section": spec.section, "title": spec.title, "source": spec.source},
+        "spec": spec_doc,
         "signature": signature,
-        "batch": {"id": batch_id, "models": list(models.values()), "rounds": len(rounds),
+        "batch": {"id": batch_id, "models": [m.to_json() for m in models.values()],
+                  "rounds": len(rounds),
                   "escalated": any(r.escalated for r in rounds), "candidates": len(cands),
                   "unique": len({c.hash for c in cands}),
                   "compiled": sum(1 for c in cands if judged[c.hash].status != "compile-error"),
@@ -68,8 +86,9 @@ def keep(ws: Workspace, spec: prompt.Spec, signature: str, batch_id: str, win: J
                          "cases_run": win.cases_run},
     }
     if inputs is not None:
+        given = inputs.get("spec")
         record = {**record, **inputs, "format": 2,
-                  "spec": {**record["spec"], **(inputs.get("spec") or {})}}
+                  "spec": {**spec_doc, **(given if isinstance(given, Mapping) else {})}}
     if prov_path.is_file():
         old = jsonfile.load(prov_path, "provenance record")
         old_batch = old.get("batch") if isinstance(old, dict) else None

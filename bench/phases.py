@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 PROC_STAT = Path("/proc/stat")
 
@@ -53,10 +53,17 @@ def own_cpu_s() -> float:
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
+class Phase(TypedDict):
+    """One phase of a round: its seconds and the CPUs it kept busy on average (None: unknown)."""
+
+    s: float
+    cpus_busy: float | None
+
+
 @dataclass
 class Phases:
     ncpu: int = field(default_factory=lambda: os.cpu_count() or 1)
-    phases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    phases: dict[str, Phase] = field(default_factory=dict)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -65,11 +72,11 @@ class Phases:
             yield
         finally:
             wall = time.monotonic() - t0
-            prev = self.phases.get(name, {"s": 0.0, "cpus_busy": None})
+            prev: Phase = self.phases.get(name, {"s": 0.0, "cpus_busy": None})
             cpus = busy_cpus(b, read_cpu(), self.ncpu)
             if prev["s"] and prev["cpus_busy"] is not None and cpus is not None:
                 cpus = round((prev["cpus_busy"] * prev["s"] + cpus * wall) / (prev["s"] + wall), 2)
             self.phases[name] = {"s": round(prev["s"] + wall, 3), "cpus_busy": cpus}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"cpus": self.ncpu, **self.phases}

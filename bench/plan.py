@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from bench import folknet as fk
 from bench.budget import CHARS_PER_TOKEN, DEFAULT_ANSWER_TOKENS, Budget
@@ -62,12 +61,14 @@ class Measured:
     peak_output_tok_s: float | None = None
 
     @classmethod
-    def from_sweep(cls, sweep: Mapping[str, Any] | None) -> Measured:
+    def from_sweep(cls, sweep: Mapping[str, object] | None) -> Measured:
         if not sweep:
             return cls()
-        knee = sweep.get("knee") if isinstance(sweep.get("knee"), int) else None
+        k, levels = sweep.get("knee"), sweep.get("levels")
+        knee = k if isinstance(k, int) else None
         at = knee if knee is not None else sweep.get("peak_at")
-        row = next((r for r in sweep.get("levels") or [] if isinstance(r, dict) and r.get("inflight") == at), {})
+        row = next((r for r in (levels if isinstance(levels, list) else [])
+                    if isinstance(r, dict) and r.get("inflight") == at), {})
         lat = row.get("latency_p50_s")
         tok, req = row.get("output_tok_s"), row.get("req_s")
         per_call = tok / req if isinstance(tok, int | float) and isinstance(req, int | float) and req > 0 else None
@@ -118,7 +119,7 @@ class AliasPlan:
     why: str
     limits: dict[str, float | None] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"alias": self.alias, "asked_n": self.asked_n, "asked_inflight": self.asked_inflight,
                 "inflight": self.inflight, "n": self.n, "bound": self.bound.value,
                 "inflight_by": self.inflight_by.value, "why": self.why, "limits": self.limits}
@@ -199,9 +200,10 @@ def declared_of(net: fk.Folknet) -> dict[str, Declared]:
     return {a.name: Declared(a.max_inflight, a.rpm, a.tpm) for a in net.aliases.values()}
 
 
-def read_throughput(directory: Path) -> dict[str, dict[str, Any]]:
-    """The saved `nev rig throughput` sweeps by alias; a file that is not a sweep is skipped."""
-    out: dict[str, dict[str, Any]] = {}
+def read_throughput(directory: Path) -> dict[str, dict[str, object]]:
+    """The saved `nev rig throughput` sweeps by alias, each the JSON document as saved (read
+    leniently by `Measured.from_sweep`); a file that is not a sweep is skipped."""
+    out: dict[str, dict[str, object]] = {}
     if not directory.is_dir():
         return out
     for p in sorted(directory.glob("*.json")):
@@ -214,28 +216,28 @@ def read_throughput(directory: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def lane_of(records: Sequence[Mapping[str, Any]]) -> Lane:
+def lane_of(records: Sequence[Mapping[str, object]]) -> Lane:
     """The lane's CPUs and CPU-seconds per verified candidate from round records (newest last)."""
     for r in reversed(records):
-        fresh = r.get("new_unique") or 0
-        cpus = (r.get("phases") or {}).get("cpus") or r.get("lane_cpus")
-        if fresh and isinstance(r.get("lane_cpu_s"), int | float) and r["lane_cpu_s"] > 0:
-            return Lane(int(cpus) if cpus else None, r["lane_cpu_s"] / fresh)
+        fresh, phases, cpu_s = r.get("new_unique") or 0, r.get("phases"), r.get("lane_cpu_s")
+        cpus = (phases.get("cpus") if isinstance(phases, Mapping) else None) or r.get("lane_cpus")
+        if isinstance(fresh, int | float) and fresh and isinstance(cpu_s, int | float) and cpu_s > 0:
+            return Lane(int(cpus) if isinstance(cpus, int | float) and cpus else None, cpu_s / fresh)
     return Lane()
 
 
-def cost_of(records: Sequence[Mapping[str, Any]], prompt_chars: int | None, default: Cost) -> dict[str, Cost]:
+def cost_of(records: Sequence[Mapping[str, object]], prompt_chars: int | None, default: Cost) -> dict[str, Cost]:
     """By alias, from the calls of round records: the prompt's tokens per character (the most seen)
     times `prompt_chars` (None: the newest record's prompt), and the largest answer per choice;
     "*": for an alias never seen (characters / 3, else `default`)."""
     chars = prompt_chars if prompt_chars is not None else next(
-        (r["prompt_chars"] for r in reversed(records) if isinstance(r.get("prompt_chars"), int)), None)
+        (pc for r in reversed(records) if isinstance(pc := r.get("prompt_chars"), int)), None)
     ratio: dict[str, float] = {}
     answer: dict[str, int] = {}
     for r in records:
-        pc = r.get("prompt_chars")
-        for c in r.get("calls") or []:
-            if c.get("status") != "ok" or not c.get("choices"):
+        pc, calls = r.get("prompt_chars"), r.get("calls")
+        for c in calls if isinstance(calls, list) else []:
+            if not isinstance(c, dict) or c.get("status") != "ok" or not c.get("choices"):
                 continue
             a = c["alias"]
             if isinstance(pc, int) and pc > 0:
@@ -248,8 +250,9 @@ def cost_of(records: Sequence[Mapping[str, Any]], prompt_chars: int | None, defa
     return out
 
 
-def latest_records(workdir: Path, function: str, limit: int = 20) -> list[dict[str, Any]]:
-    """The function's round records under `target/batch/` (oldest first, the newest `limit`)."""
+def latest_records(workdir: Path, function: str, limit: int = 20) -> list[dict[str, object]]:
+    """The function's round records under `target/batch/` (oldest first, the newest `limit`), as
+    JSON read leniently: a record of any earlier version informs the plan with what it holds."""
     if not workdir.is_dir():
         return []
     files = sorted(workdir.glob(f"{function}-*/record-r*.json"), key=lambda p: p.stat().st_mtime)[-limit:]
@@ -264,10 +267,11 @@ def latest_records(workdir: Path, function: str, limit: int = 20) -> list[dict[s
     return out
 
 
-def cooldowns(record: Mapping[str, Any] | None) -> dict[str, float]:
+def cooldowns(record: Mapping[str, object] | None) -> dict[str, float]:
     """Seconds each alias was frozen by 429s in a round record (its `constraints`)."""
     out: dict[str, float] = {}
-    for alias, m in ((record or {}).get("models") or {}).items():
+    models = (record or {}).get("models")
+    for alias, m in models.items() if isinstance(models, Mapping) else ():
         secs = ((m or {}).get("constraints") or {}).get("seconds") or {}
         if isinstance(secs.get("cooldown"), int | float) and secs["cooldown"] > 0:
             out[alias] = float(secs["cooldown"])

@@ -20,7 +20,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench import prompt
 from bench.oracle import store
@@ -58,7 +57,26 @@ def spec_digest(spec: prompt.Spec) -> str:
     return sha256(spec.text + "\n## Steps\n" + "\n".join(spec.steps))
 
 
-def spec_block(spec: prompt.Spec, path: Path, root: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SpecBlock:
+    """`spec`: where the section's text came from and its hash (the record's and the run
+    manifest's)."""
+
+    commit: str | None
+    document: str
+    section: str
+    title: str
+    source: str
+    file: str
+    text_sha256: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"commit": self.commit, "document": self.document, "section": self.section,
+                "title": self.title, "source": self.source, "file": self.file,
+                "text_sha256": self.text_sha256}
+
+
+def spec_block(spec: prompt.Spec, path: Path, root: Path) -> SpecBlock:
     """Where the section's text came from: the file (relative to the repository), the last commit
     that changed it (null outside git or for nev's own copy), and the text's hash."""
     commit = None
@@ -68,15 +86,8 @@ def spec_block(spec: prompt.Spec, path: Path, root: Path) -> dict[str, Any]:
         commit = cp.stdout.strip() or None if cp.returncode == 0 else None
     except ValueError:
         where = f"nev:bench/specs/{path.name}"  # nev's own copy, outside the repository
-    return {
-        "commit": commit,
-        "document": spec.document,
-        "section": spec.section,
-        "title": spec.title,
-        "source": spec.source,
-        "file": where,
-        "text_sha256": spec_digest(spec),
-    }
+    return SpecBlock(commit, spec.document, spec.section, spec.title, spec.source, where,
+                     spec_digest(spec))
 
 
 def methods(impl: str) -> dict[str, str]:
@@ -131,23 +142,33 @@ def corpus_key(man: Manifest) -> str:
     )
 
 
-def corpus_block(name: str, man: Manifest) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CorpusBlock:
+    """`corpus`: the corpus a run scored against, its key and the browsers' versions."""
+
+    name: str
+    key: str
+    engines: dict[str, str]
+    content_sha256: str | None
+    cases: int | None
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "key": self.key, "engines": dict(self.engines),
+                "content_sha256": self.content_sha256, "cases": self.cases}
+
+
+def corpus_block(name: str, man: Manifest) -> CorpusBlock:
     sha = man.raw.get("content_sha256")
-    return {
-        "name": name,
-        "key": corpus_key(man),
-        "engines": dict(man.engines),
-        "content_sha256": sha if isinstance(sha, str) else None,
-        "cases": man.cases,
-    }
+    return CorpusBlock(name, corpus_key(man), dict(man.engines),
+                       sha if isinstance(sha, str) else None, man.cases)
 
 
-def serving(alias: str, reported: Iterable[tuple[str | None, str | None]]) -> dict[str, Any]:
+def serving(alias: str, reported: Iterable[tuple[str | None, str | None]]) -> dict[str, object]:
     """What the gateway and pool reported of an alias's serving revision over its calls: the model
     ids and system fingerprints seen (null: none reported). Neither the gateway nor the stand-in
     pool reports a recipe or an image digest: null, never guessed."""
     pairs = list(reported)
-    ids = sorted({m for m, _ in pairs if m})
+    ids = sorted({m for m, _ in pairs if m})    # the record's `models[]` entry, dumped
     prints = sorted({f for _, f in pairs if f})
     return {
         "alias": alias,
@@ -161,34 +182,91 @@ def serving(alias: str, reported: Iterable[tuple[str | None, str | None]]) -> di
 # ---- reading the records ----
 
 
-def missing(record: Mapping[str, Any]) -> list[str]:
+def at(doc: object, path: str) -> object:
+    """The value at a dotted path of a JSON document; None when a part is not there."""
+    v = doc
+    for part in path.split("."):
+        v = v.get(part) if isinstance(v, Mapping) else None
+    return v
+
+
+def missing(record: Mapping[str, object]) -> list[str]:
     """The REQUIRED fields a record lacks (null counts as lacking)."""
     out = []
     for path in REQUIRED:
-        v: Any = record
-        for part in path.split("."):
-            v = v.get(part) if isinstance(v, Mapping) else None
+        v = at(record, path)
         if v is None or (path == "definitions" and not isinstance(v, Mapping)):
             out.append(path)
     return out
 
 
+def _text(v: object) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _texts(v: object) -> dict[str, str] | None:
+    if not isinstance(v, Mapping):
+        return None
+    return {str(k): x for k, x in v.items() if isinstance(x, str)}
+
+
+@dataclass(frozen=True)
+class Record:
+    """A kept function's provenance record (`<function>.provenance.json`, written by
+    `bench.keep`, checked by `crates_bridge.registry.parse_provenance`) as the index decides on it:
+    the fields the decisions read, each None when the record holds none of that type. `doc` is
+    the record as committed (a JSON object), passed through unchanged to `nev provenance bom`."""
+
+    doc: dict[str, object]
+    missing: tuple[str, ...]
+    signature: str | None
+    spec_section: str | None
+    spec_file: str | None
+    spec_commit: str | None
+    spec_text_sha256: str | None
+    definitions: dict[str, str] | None      # name -> sha256 of its text
+    corpus_name: str | None
+    corpus_key: str | None
+    corpus_engines: dict[str, str] | None   # browser -> version
+    verification_corpus: str | None
+    batch_id: str | None
+    batch_date: str | None
+    batch_aliases: tuple[str, ...] | None   # the aliases of `batch.models`
+
+    @classmethod
+    def of(cls, doc: dict[str, object]) -> Record:
+        models = at(doc, "batch.models")
+        named = ([m.get("alias") for m in models if isinstance(m, Mapping)]
+                 if isinstance(models, list) else [])
+        aliases = [a for a in named if isinstance(a, str)]
+        return cls(doc=doc, missing=tuple(missing(doc)), signature=_text(at(doc, "signature")),
+                   spec_section=_text(at(doc, "spec.section")),
+                   spec_file=_text(at(doc, "spec.file")),
+                   spec_commit=_text(at(doc, "spec.commit")),
+                   spec_text_sha256=_text(at(doc, "spec.text_sha256")),
+                   definitions=_texts(at(doc, "definitions")),
+                   corpus_name=_text(at(doc, "corpus.name")),
+                   corpus_key=_text(at(doc, "corpus.key")),
+                   corpus_engines=_texts(at(doc, "corpus.engines")),
+                   verification_corpus=_text(at(doc, "verification.corpus")),
+                   batch_id=_text(at(doc, "batch.id")), batch_date=_text(at(doc, "batch.date")),
+                   batch_aliases=tuple(aliases) if aliases else None)
+
+
 @dataclass(frozen=True)
 class Entry:
     function: str
-    record: dict[str, Any]
+    record: Record
     floor: Floor | None
     source_sha256: str | None = None
 
     @property
     def missing(self) -> list[str]:
-        return missing(self.record)
+        return list(self.record.missing)
 
-    def get(self, path: str) -> Any:
-        v: Any = self.record
-        for part in path.split("."):
-            v = v.get(part) if isinstance(v, Mapping) else None
-        return v
+    def get(self, path: str) -> object:
+        """A field of the record as committed (for what is shown, passed through)."""
+        return at(self.record.doc, path)
 
 
 @dataclass(frozen=True)
@@ -208,7 +286,7 @@ class Reason:
     now: str | None
     text: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "kind": self.kind,
             "input": self.input,
@@ -231,7 +309,7 @@ class Finding:
             self.function + "|" + "|".join(f"{r.kind}:{r.input}:{r.now}" for r in self.reasons)
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "function": self.function,
             "action": self.action,
@@ -257,19 +335,20 @@ def _engines_change(was: Mapping[str, str], now: Mapping[str, str]) -> str:
 def reasons_of(e: Entry, cur: Current) -> list[Reason]:
     """Why a complete record's function is out of date in the current tree (pure)."""
     out: list[Reason] = []
-    section = e.get("spec.section")
-    was = e.get("spec.text_sha256")
+    r = e.record
+    section = r.spec_section
+    was = r.spec_text_sha256
     now = cur.specs.get(e.function)
     if now != was:
         text = (
-            f"spec section {section} changed since {_short(e.get('spec.commit') or was)}"
+            f"spec section {section} changed since {_short(r.spec_commit or was)}"
             if now
-            else f"spec file {e.get('spec.file')} is gone"
+            else f"spec file {r.spec_file} is gone"
         )
-        out.append(Reason("spec", f"{e.get('spec.file')}#{section}", was, now, text))
-    recorded = e.get("definitions") or {}
-    sig = e.get("signature")
-    if cur.css_source is not None and isinstance(sig, str):
+        out.append(Reason("spec", f"{r.spec_file}#{section}", was, now, text))
+    recorded = r.definitions or {}
+    sig = r.signature
+    if cur.css_source is not None and sig is not None:
         have = definitions(cur.css_source, sig)
         for name in sorted(recorded):
             if have.get(name) != recorded[name]:
@@ -285,13 +364,13 @@ def reasons_of(e: Entry, cur: Current) -> list[Reason]:
                 )
     man = cur.corpora.get(e.function)
     if man is not None:
-        key_now, key_was = corpus_key(man), e.get("corpus.key")
+        key_now, key_was = corpus_key(man), r.corpus_key
         if key_now != key_was:
-            change = _engines_change(e.get("corpus.engines") or {}, man.engines)
+            change = _engines_change(r.corpus_engines or {}, man.engines)
             out.append(
                 Reason(
                     "corpus",
-                    str(e.get("corpus.name") or e.function),
+                    str(r.corpus_name or e.function),
                     key_was,
                     key_now,
                     f"corpus key changed: {change or f'{_short(key_was)} → {_short(key_now)}'}",
@@ -305,7 +384,7 @@ def stale(entries: Sequence[Entry], cur: Current) -> list[Finding]:
     such (never fresh). A spec or definition change: regenerate; a corpus change alone: redump."""
     out = []
     for e in entries:
-        section = e.get("spec.section")
+        section = e.record.spec_section
         if e.missing:
             why = Reason(
                 "provenance",
@@ -324,8 +403,8 @@ def stale(entries: Sequence[Entry], cur: Current) -> list[Finding]:
 
 
 def age_s(e: Entry, now: dt.datetime) -> float | None:
-    date = e.get("batch.date")
-    if not isinstance(date, str):
+    date = e.record.batch_date
+    if date is None:
         return None
     try:
         then = dt.datetime.fromisoformat(date)
@@ -336,22 +415,36 @@ def age_s(e: Entry, now: dt.datetime) -> float | None:
     return round((now - then).total_seconds(), 1)
 
 
-def list_row(e: Entry, now: dt.datetime) -> dict[str, Any]:
-    models = e.get("batch.models") or []
-    return {
-        "function": e.function,
-        "section": e.get("spec.section"),
-        "models": [m.get("alias") for m in models if isinstance(m, Mapping)] or None,
-        "batch": e.get("batch.id"),
-        "corpus_key": e.get("corpus.key"),
-        "floor": e.floor.to_json() if e.floor else None,
-        "age_s": age_s(e, now),
-        "provenance": "incomplete" if e.missing else "complete",
-    }
+@dataclass(frozen=True)
+class ListRow:
+    """`nev provenance list`'s row."""
+
+    function: str
+    section: str | None
+    models: tuple[str, ...] | None
+    batch: str | None
+    corpus_key: str | None
+    floor: Floor | None
+    age_s: float | None
+    provenance: str   # complete | incomplete
+
+    def to_json(self) -> dict[str, object]:
+        return {"function": self.function, "section": self.section,
+                "models": None if self.models is None else list(self.models), "batch": self.batch,
+                "corpus_key": self.corpus_key,
+                "floor": self.floor.to_json() if self.floor else None,
+                "age_s": self.age_s, "provenance": self.provenance}
 
 
-def bom_row(e: Entry) -> dict[str, Any]:
-    """One function's bill of materials: every field present, null when unknown."""
+def list_row(e: Entry, now: dt.datetime) -> ListRow:
+    r = e.record
+    return ListRow(e.function, r.spec_section, r.batch_aliases, r.batch_id, r.corpus_key, e.floor,
+                   age_s(e, now), "incomplete" if e.missing else "complete")
+
+
+def bom_row(e: Entry) -> dict[str, object]:
+    """One function's bill of materials: every field present, null when unknown (a JSON document,
+    dumped; the record's values passed through as committed)."""
     g = e.get
     defs = g("definitions")
     models = g("models")
@@ -367,7 +460,7 @@ def bom_row(e: Entry) -> dict[str, Any]:
             for k in ("document", "section", "title", "source", "file", "commit", "text_sha256")
         },
         "definitions": (
-            [{"name": n, "sha256": defs[n]} for n in sorted(defs)]
+            [{"name": n, "sha256": defs[n]} for n in sorted(map(str, defs))]
             if isinstance(defs, Mapping)
             else None
         ),

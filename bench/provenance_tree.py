@@ -9,10 +9,9 @@ import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from bench import prompt
-from bench.provenance import CSS_RS, Current, Entry, spec_digest
+from bench.provenance import CSS_RS, Current, Entry, Record, spec_digest
 from crates_bridge.corpus import Manifest, read_manifest
 from crates_bridge.errors import BridgeError
 from crates_bridge.registry import (
@@ -59,7 +58,7 @@ class Tree:
         )
 
 
-def _json(tree: Tree, rel: str, what: str) -> Any:
+def _json(tree: Tree, rel: str, what: str) -> object:
     data = tree.read(rel)
     if data is None:
         return None
@@ -94,7 +93,8 @@ def load_index(tree: Tree, engine: str) -> list[Entry]:
             raise ConfigError(str(e)) from None
         src = tree.read(f"{gen}/{fn}.rs")
         out.append(
-            Entry(fn, raw, floor, hashlib.sha256(src).hexdigest() if src is not None else None)
+            Entry(fn, Record.of(raw), floor,
+                  hashlib.sha256(src).hexdigest() if src is not None else None)
         )
     return out
 
@@ -122,7 +122,7 @@ def current_of(
             )
         except ConfigError:
             digests[e.function] = None
-        name = e.get("corpus.name") or e.get("verification.corpus") or e.function
+        name = e.record.corpus_name or e.record.verification_corpus or e.function
         try:
             corpora[e.function] = read_manifest(corpus_root / str(name))
         except BridgeError:

@@ -8,8 +8,8 @@ provider is not declared, or the job's key may not use it; it never clears by
 itself). All reasons are collected, never only the first.
 
 The snapshot fields read here (`probed_at`, `aliases.<name>.status|since|
-last_error`) are written by `rig/inventory/inventoryfile.py`; docs/inventory.md
-describes the format.
+last_error`) are written by `rig/inventory/inventoryfile.py` and read as the typed record every
+reader shares (`lanes.base.inventory_record.Snapshot`); docs/inventory.md describes the format.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import os
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from bench.folknet import Folknet
 from lanes.base import jsonfile
 from lanes.base.errors import ConfigError
 from lanes.base.exitcodes import Exit
+from lanes.base.inventory_record import Snapshot as Inventory
 
 READY = "ready"
 
@@ -80,7 +80,7 @@ class Reason:
     def stage(self) -> str | None:
         return self.need.stage if self.need else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"kind": self.kind.value, "permanent": self.permanent, "message": self.message,
                 "alias": self.alias, "stage": self.stage}
 
@@ -96,11 +96,11 @@ class Snapshot:
     """What the check reads: None when the file is missing or unreadable (with why)."""
 
     path: str
-    data: dict[str, Any] | None
+    data: Inventory | None
     problem: str | None = None
 
 
-def parse_time(value: Any) -> dt.datetime | None:
+def parse_time(value: object) -> dt.datetime | None:
     if not isinstance(value, str) or not value:
         return None
     try:
@@ -110,7 +110,7 @@ def parse_time(value: Any) -> dt.datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
-def needs_from_manifest(data: Any, where: Path | str) -> Needs:
+def needs_from_manifest(data: object, where: Path | str) -> Needs:
     """The models (and providers) a manifest's stages need, and the gateway key it uses.
 
     Accepted: top-level `key` (the key name, e.g. "batch"), top-level `models`,
@@ -156,7 +156,10 @@ def read_snapshot(path: Path) -> Snapshot:
         return Snapshot(str(path), None, f"unreadable ({e.message.removeprefix(str(path) + ': ')})")
     if not isinstance(data, dict):
         return Snapshot(str(path), None, "not a JSON object")
-    return Snapshot(str(path), data)
+    try:
+        return Snapshot(str(path), Inventory.from_json(data, str(path)))
+    except ConfigError as e:
+        return Snapshot(str(path), None, f"unreadable ({e.message.removeprefix(str(path) + ': ')})")
 
 
 def _fmt_age(seconds: float) -> str:
@@ -173,12 +176,12 @@ def check(needs: Needs, snap: Snapshot, declared: Folknet, now: dt.datetime,
     """Every reason the job may not start now; empty when every model it needs is ready."""
     reasons: list[Reason] = []
     today = now.date()
-    aliases_state: dict[str, Any] = {}
+
     if snap.data is None:
         reasons.append(Reason(ReasonKind.SNAPSHOT_MISSING,
                               f"inventory snapshot {snap.path} is {snap.problem}: run `nev rig probe` on the lane"))
     else:
-        probed = parse_time(snap.data.get("probed_at"))
+        probed = parse_time(snap.data.probed_at)
         if probed is None:
             reasons.append(Reason(ReasonKind.SNAPSHOT_UNPROBED,
                                   f"inventory snapshot {snap.path} has no probe round yet: run `nev rig probe`"))
@@ -188,8 +191,6 @@ def check(needs: Needs, snap: Snapshot, declared: Folknet, now: dt.datetime,
                 reasons.append(Reason(ReasonKind.SNAPSHOT_STALE,
                                       f"inventory snapshot {snap.path} is {_fmt_age(age)} old "
                                       f"(limit {_fmt_age(max_age_s)}): is `nev rig probe --every` running?"))
-        raw = snap.data.get("aliases")
-        aliases_state = raw if isinstance(raw, dict) else {}
 
     seen: set[Need] = set()
     for need in needs.models:
@@ -228,17 +229,17 @@ def check(needs: Needs, snap: Snapshot, declared: Folknet, now: dt.datetime,
                                   f"(allowed: {', '.join(alias.keys) or 'none'})", need))
         if snap.data is None:
             continue
-        st = aliases_state.get(need.alias)
-        status = st.get("status") if isinstance(st, dict) else None
+        st = snap.data.aliases.get(need.alias)
+        status = st.status if st is not None else None
         if status == READY:
             continue
-        if not isinstance(st, dict) or status in (None, "unknown"):
+        if st is None or status in (None, "unknown"):
             reasons.append(Reason(ReasonKind.NOT_PROBED,
                                   f"model {need.alias}{where} has not been probed yet", need))
             continue
-        since = parse_time(st.get("since"))
+        since = parse_time(st.since)
         held = f" for {_fmt_age((now - since).total_seconds())}" if since else ""
-        err = st.get("last_error")
+        err = st.last_error
         reasons.append(Reason(ReasonKind.NOT_READY,
                               f"model {need.alias}{where} is {status}{held}"
                               + (f": {err}" if err else ""), need))
@@ -251,7 +252,7 @@ def exit_code(reasons: list[Reason]) -> Exit:
     return Exit.REFUSED if any(r.permanent for r in reasons) else Exit.UNAVAILABLE
 
 
-def report(reasons: list[Reason]) -> dict[str, Any]:
+def report(reasons: list[Reason]) -> dict[str, object]:
     """The JSON form kept in the job's state (`state.json` -> `inventory`)."""
     code = exit_code(reasons)
     outcome = {Exit.OK: "ready", Exit.UNAVAILABLE: "not-ready", Exit.REFUSED: "refused"}[code]

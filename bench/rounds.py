@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from lanes.base import jsonfile
 from lanes.base.jsonfile import Fields
@@ -37,7 +36,7 @@ def record_path(run_dir: Path, rnd: int) -> Path:
     return run_dir / f"record-r{rnd}.json"
 
 
-def _pass_at(f: Fields, o: dict[str, Any], where: str) -> dict[str, float]:
+def _pass_at(f: Fields, o: dict[str, object], where: str) -> dict[str, float]:
     return {k: float(f.get(o, k, _NUMBER, where)) for k in o if _PASS_AT.fullmatch(k)}
 
 
@@ -64,16 +63,16 @@ class ModelRound:
     pacer_wait_s: float
     status: ShareStatus
     error: str | None
-    inflight_meter: dict[str, Any] = field(default_factory=dict)
+    inflight_meter: dict[str, object] = field(default_factory=dict)   # the pacer's meter, as JSON
     pass_at: dict[str, float] = field(default_factory=dict)   # pass@k by k, written as "pass@k" keys
     gpu_s: float = 0.0   # estimated from the pool's measured throughput (bench.budget)
     #: the gateway's "slots in use" 429s its calls waited out (not rate limits: `rate_limited` is those)
     gateway_waits: int = 0
     #: the round's plan for the model and what bound it, for how long: {"planned", "why",
     #: "inflight_by", "seconds": {constraint: s}, "bound"} (bench.plan, bench.batch.constraints)
-    constraints: dict[str, Any] = field(default_factory=dict)
+    constraints: dict[str, object] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"tier": self.tier, "n": self.n, "inflight": self.inflight, "note": self.note,
                 "candidates": self.candidates, "answers": self.answers, "compiled": self.compiled,
                 "passed": self.passed, "best": self.best, "tokens_in": self.tokens_in,
@@ -84,7 +83,7 @@ class ModelRound:
                 **self.pass_at}
 
     @classmethod
-    def from_json(cls, f: Fields, obj: Any, where: str) -> ModelRound:
+    def from_json(cls, f: Fields, obj: object, where: str) -> ModelRound:
         o = f.obj(obj, where)
         raw = f.get(o, "status", str, where)
         try:
@@ -134,14 +133,14 @@ class RoundRecord:
     prompt_chars: int
     failing_cases_shown: int
     versions_shown: int
-    phases: dict[str, Any]
+    phases: dict[str, object]          # bench.phases.Phases.to_json(), passed through
     models: dict[str, ModelRound]
     pass_at: dict[str, float]
-    calls: list[dict[str, Any]] = field(default_factory=list)   # bench.gateway.CallRecord.to_json()
+    calls: list[dict[str, object]] = field(default_factory=list)   # CallRecord.to_json()s
     #: the run's budget and spend after this round (bench.budget.Meter.to_json); {}: none recorded
-    budget: dict[str, Any] = field(default_factory=dict)
+    budget: dict[str, object] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"batch": self.batch, "function": self.function, "round": self.round,
                 "escalated": self.escalated, "start": self.start, "end": self.end, "lane_cpu_s": self.lane_cpu_s,
                 "candidates": self.candidates, "unique": self.unique, "new_unique": self.new_unique,
@@ -153,7 +152,7 @@ class RoundRecord:
                 "calls": self.calls}
 
     @classmethod
-    def from_json(cls, f: Fields, obj: Any) -> RoundRecord:
+    def from_json(cls, f: Fields, obj: object) -> RoundRecord:
         o = f.obj(obj, "(top level)")
 
         def i(key: str) -> int:

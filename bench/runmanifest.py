@@ -28,10 +28,12 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from bench.gateway_http import Endpoint, Unreachable, get_api, post_json
+from bench.provenance import CorpusBlock, SpecBlock
 from lanes.base import jsonfile
 from lanes.base.errors import ConfigError
 
@@ -40,108 +42,205 @@ NAME = "manifest.json"
 PROBE_TIMEOUT_S = 60.0
 
 
+@dataclass(frozen=True)
+class PinnedAlias:
+    """An alias the run may draw from, its role, n and in-flight, and the model the gateway
+    named."""
+
+    alias: str
+    role: str | None = None
+    n: int | None = None
+    inflight: int | None = None
+    model_id: str | None = None
+    fingerprint: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"alias": self.alias, "role": self.role, "n": self.n, "inflight": self.inflight,
+                "model_id": self.model_id, "fingerprint": self.fingerprint}
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """`run`: the options a run was given (`--models`, `--escalate`, `--max-batches`,
+    `--escalate-after`)."""
+
+    models: str | None = None
+    escalate: str | None = None
+    max_batches: int | None = None
+    escalate_after: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"models": self.models, "escalate": self.escalate, "max_batches": self.max_batches,
+                "escalate_after": self.escalate_after}
+
+
+@dataclass(frozen=True)
+class RunManifest:
+    """Every input of a run, pinned (see the module's text)."""
+
+    function: str
+    seed_base: str
+    spec_file: str | None = None
+    spec_text_sha256: str | None = None
+    prefix_sha256: str | None = None
+    aliases: tuple[PinnedAlias, ...] = ()
+    corpus_name: str | None = None
+    corpus_key: str | None = None
+    corpus_engines: dict[str, str] | None = None      # browser -> version
+    corpus_cases: int | None = None
+    run: RunOptions = field(default_factory=RunOptions)
+    engine_commit: str | None = None
+    nev_version: str | None = None
+    nev_key: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "format": FORMAT,
+            "function": self.function,
+            "spec": {"file": self.spec_file, "text_sha256": self.spec_text_sha256},
+            "prompt": {"prefix_sha256": self.prefix_sha256},
+            "aliases": [a.to_json() for a in self.aliases],
+            "corpus": {"name": self.corpus_name, "key": self.corpus_key,
+                       "engines": (None if self.corpus_engines is None
+                                   else dict(self.corpus_engines)),
+                       "cases": self.corpus_cases},
+            "seeds": {"base": self.seed_base},
+            "run": self.run.to_json(),
+            "engine": {"commit": self.engine_commit},
+            "nev": {"version": self.nev_version, "key": self.nev_key},
+        }
+
+    @classmethod
+    def from_json(cls, f: jsonfile.Fields, data: object) -> RunManifest:
+        """ConfigError naming the field when one is not what nev writes (null: not known)."""
+        o = f.obj(data, "(manifest)")
+        if o.get("format") != FORMAT:
+            raise f.fail(
+                "format", f"is {o.get('format')!r}, not {FORMAT}: not a run manifest of this nev"
+            )
+        function: str = f.get(o, "function", str, "")
+        blocks: dict[str, dict] = {
+            key: f.get(o, key, dict, "")
+            for key in ("spec", "prompt", "corpus", "seeds", "run", "engine", "nev")}
+        seed_base: str = f.get(blocks["seeds"], "base", str, "seeds")
+        aliases = []
+        for i, a in enumerate(f.get(o, "aliases", list, "")):
+            w = f"aliases[{i}]"
+            x = f.obj(a, w)
+            aliases.append(PinnedAlias(
+                f.get(x, "alias", str, w), _opt(f, x, "role", str, w), _opt(f, x, "n", int, w),
+                _opt(f, x, "inflight", int, w), _opt(f, x, "model_id", str, w),
+                _opt(f, x, "fingerprint", str, w)))
+        spec, corpus, run = blocks["spec"], blocks["corpus"], blocks["run"]
+        engines = _opt(f, corpus, "engines", dict, "corpus")
+        for k, v in (engines or {}).items():
+            if not isinstance(v, str):
+                raise f.fail(f"corpus.engines.{k}", "must be a version (text)")
+        return cls(
+            function=function, seed_base=seed_base,
+            spec_file=_opt(f, spec, "file", str, "spec"),
+            spec_text_sha256=_opt(f, spec, "text_sha256", str, "spec"),
+            prefix_sha256=_opt(f, blocks["prompt"], "prefix_sha256", str, "prompt"),
+            aliases=tuple(aliases),
+            corpus_name=_opt(f, corpus, "name", str, "corpus"),
+            corpus_key=_opt(f, corpus, "key", str, "corpus"),
+            corpus_engines=engines, corpus_cases=_opt(f, corpus, "cases", int, "corpus"),
+            run=RunOptions(_opt(f, run, "models", str, "run"), _opt(f, run, "escalate", str, "run"),
+                           _opt(f, run, "max_batches", int, "run"),
+                           _opt(f, run, "escalate_after", int, "run")),
+            engine_commit=_opt(f, blocks["engine"], "commit", str, "engine"),
+            nev_version=_opt(f, blocks["nev"], "version", str, "nev"),
+            nev_key=_opt(f, blocks["nev"], "key", str, "nev"))
+
+
+_T = TypeVar("_T")
+
+
+def _opt(f: jsonfile.Fields, o: dict, key: str, kind: type[_T], where: str) -> _T | None:
+    v: _T | None = f.get(o, key, kind, where, required=False)
+    return v
+
+
 def build(
     *,
     function: str,
-    spec: Mapping[str, Any],
+    spec: SpecBlock,
     prefix_sha256: str,
-    aliases: Iterable[Mapping[str, Any]],
+    aliases: Iterable[PinnedAlias],
     served: Mapping[str, Mapping[str, str | None]],
-    corpus: Mapping[str, Any],
+    corpus: CorpusBlock,
     seed_base: str,
-    run: Mapping[str, Any],
+    run: RunOptions,
     engine_commit: str | None,
     nev: Mapping[str, str | None],
-) -> dict[str, Any]:
-    """The manifest (pure): `aliases` {alias, role, n, inflight}; `served` what the probe read."""
-    return {
-        "format": FORMAT,
-        "function": function,
-        "spec": {"file": spec.get("file"), "text_sha256": spec.get("text_sha256")},
-        "prompt": {"prefix_sha256": prefix_sha256},
-        "aliases": [
-            {
-                **dict(a),
-                "model_id": (served.get(str(a["alias"])) or {}).get("model_id"),
-                "fingerprint": (served.get(str(a["alias"])) or {}).get("fingerprint"),
-            }
-            for a in aliases
-        ],
-        "corpus": {k: corpus.get(k) for k in ("name", "key", "engines", "cases")},
-        "seeds": {"base": seed_base},
-        "run": dict(run),
-        "engine": {"commit": engine_commit},
-        "nev": dict(nev),
-    }
+) -> RunManifest:
+    """The manifest (pure): `aliases` (alias, role, n, inflight); `served` what the probe read."""
+    return RunManifest(
+        function=function, seed_base=seed_base, spec_file=spec.file,
+        spec_text_sha256=spec.text_sha256, prefix_sha256=prefix_sha256,
+        aliases=tuple(replace(a, model_id=(served.get(a.alias) or {}).get("model_id"),
+                              fingerprint=(served.get(a.alias) or {}).get("fingerprint"))
+                      for a in aliases),
+        corpus_name=corpus.name, corpus_key=corpus.key, corpus_engines=dict(corpus.engines),
+        corpus_cases=corpus.cases, run=run, engine_commit=engine_commit,
+        nev_version=nev.get("version"), nev_key=nev.get("key"))
 
 
-def text(manifest: Mapping[str, Any]) -> bytes:
+def text(manifest: RunManifest) -> bytes:
     """The manifest's bytes: canonical JSON (sorted keys), so the same inputs hash the same."""
-    return (json.dumps(manifest, sort_keys=True, indent=2) + "\n").encode()
+    return (json.dumps(manifest.to_json(), sort_keys=True, indent=2) + "\n").encode()
 
 
-def digest(manifest: Mapping[str, Any]) -> str:
+def digest(manifest: RunManifest) -> str:
     return hashlib.sha256(text(manifest)).hexdigest()
 
 
-def difference(pinned: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+def _short(v: object) -> str:
+    return "none" if v is None else (v[:16] if isinstance(v, str) and len(v) == 64 else str(v))
+
+
+def difference(pinned: RunManifest, now: RunManifest) -> str | None:
     """The first input the pinned manifest holds that no longer holds now, in one phrase (pure);
     None when every checked input is as pinned."""
-
-    def at(m: Mapping[str, Any], path: str) -> Any:
-        v: Any = m
-        for part in path.split("."):
-            v = v.get(part) if isinstance(v, Mapping) else None
-        return v
-
-    def short(v: Any) -> str:
-        return "none" if v is None else (v[:16] if isinstance(v, str) and len(v) == 64 else str(v))
-
-    for path, what in (
-        ("spec.text_sha256", "the spec text"),
-        ("prompt.prefix_sha256", "the prompt's shared prefix"),
+    short = _short
+    for was, then, what in (
+        (pinned.spec_text_sha256, now.spec_text_sha256, "the spec text"),
+        (pinned.prefix_sha256, now.prefix_sha256, "the prompt's shared prefix"),
     ):
-        if at(pinned, path) != at(now, path):
+        if was != then:
+            return f"{what} changed (sha256 {short(was)} pinned, {short(then)} now)"
+    served = {a.alias: a for a in now.aliases}
+    for a in pinned.aliases:
+        got = served.get(a.alias)
+        model_now = got.model_id if got else None
+        if a.model_id != model_now:
             return (
-                f"{what} changed (sha256 {short(at(pinned, path))} pinned, "
-                f"{short(at(now, path))} now)"
+                f"alias {a.alias} now serves model {short(model_now)}, "
+                f"the manifest pinned {short(a.model_id)}"
             )
-    served = {a.get("alias"): a for a in now.get("aliases") or []}
-    for a in pinned.get("aliases") or []:
-        got = served.get(a.get("alias")) or {}
-        if a.get("model_id") != got.get("model_id"):
-            return (
-                f"alias {a.get('alias')} now serves model {short(got.get('model_id'))}, "
-                f"the manifest pinned {short(a.get('model_id'))}"
-            )
-    if at(pinned, "corpus.key") != at(now, "corpus.key"):
+    if pinned.corpus_key != now.corpus_key:
         return (
-            f"the corpus {at(pinned, 'corpus.name')} changed (key "
-            f"{short(at(pinned, 'corpus.key'))} pinned, {short(at(now, 'corpus.key'))} now)"
+            f"the corpus {pinned.corpus_name} changed (key "
+            f"{short(pinned.corpus_key)} pinned, {short(now.corpus_key)} now)"
         )
-    if at(pinned, "corpus.engines") != at(now, "corpus.engines"):
+    if pinned.corpus_engines != now.corpus_engines:
+        return f"the browsers changed ({pinned.corpus_engines} pinned, {now.corpus_engines} now)"
+    if pinned.engine_commit != now.engine_commit:
         return (
-            f"the browsers changed ({at(pinned, 'corpus.engines')} pinned, "
-            f"{at(now, 'corpus.engines')} now)"
+            f"the engine's commit changed ({short(pinned.engine_commit)} pinned, "
+            f"{short(now.engine_commit)} now)"
         )
-    if at(pinned, "engine.commit") != at(now, "engine.commit"):
-        return (
-            f"the engine's commit changed ({short(at(pinned, 'engine.commit'))} pinned, "
-            f"{short(at(now, 'engine.commit'))} now)"
-        )
-    for key in ("version", "key"):
-        if at(pinned, f"nev.{key}") != at(now, f"nev.{key}"):
-            return (
-                f"nev changed ({key} {at(pinned, f'nev.{key}')} pinned, "
-                f"{at(now, f'nev.{key}')} now)"
-            )
+    for key, was, then in (("version", pinned.nev_version, now.nev_version),
+                           ("key", pinned.nev_key, now.nev_key)):
+        if was != then:
+            return f"nev changed ({key} {was} pinned, {then} now)"
     return None
 
 
 # ---- the edge ----
 
 
-def write(path: Path, manifest: Mapping[str, Any]) -> str:
+def write(path: Path, manifest: RunManifest) -> str:
     """Write the manifest once (never over a file: an existing one with other bytes is refused),
     read-only; its SHA-256."""
     data = text(manifest)
@@ -162,22 +261,9 @@ def write(path: Path, manifest: Mapping[str, Any]) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path) -> RunManifest:
     """A manifest to draw again from; ConfigError naming the file and the field otherwise."""
-    data = jsonfile.load(path, "run manifest")
-    f = jsonfile.Fields(path)
-    o = f.obj(data, "(manifest)")
-    if o.get("format") != FORMAT:
-        raise f.fail(
-            "format", f"is {o.get('format')!r}, not {FORMAT}: not a run manifest of this nev"
-        )
-    f.get(o, "function", str, "")
-    for key in ("spec", "prompt", "corpus", "seeds", "run", "engine", "nev"):
-        f.get(o, key, dict, "")
-    f.get(o["seeds"], "base", str, "seeds")
-    for i, a in enumerate(f.get(o, "aliases", list, "")):
-        f.get(f.obj(a, f"aliases[{i}]"), "alias", str, f"aliases[{i}]")
-    return o
+    return RunManifest.from_json(jsonfile.Fields(path), jsonfile.load(path, "run manifest"))
 
 
 #: where the gateway says which deployment serves each alias (LiteLLM's model list: per alias its

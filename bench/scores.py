@@ -11,7 +11,6 @@ import codecs
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from bench.floors import Judgement, Scorer, Scoring, evaluate
 from crates_bridge.runner import Score
@@ -20,8 +19,8 @@ from lanes.base.errors import NevError
 COLUMNS = ("function", "passed/run", "floor", "batch", "status")
 
 
-def to_json(judgements: list[Judgement]) -> list[dict[str, Any]]:
-    out = []
+def to_json(judgements: list[Judgement]) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
     for j in judgements:
         s = j.score
         out.append({

@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from lanes.base.changelog import Entry
 from lanes.base.isotime import age as _age
@@ -73,7 +72,7 @@ class Stale:
             f"{self.alias}`, or pass {ACCEPT_OPTION} to use it"
         )
 
-    def to_json(self, now: dt.datetime, accepted: bool = False) -> dict[str, Any]:
+    def to_json(self, now: dt.datetime, accepted: bool = False) -> dict[str, object]:
         age = self.age_s(now)
         return {
             "alias": self.alias,
@@ -115,7 +114,7 @@ def last_change(entries: Iterable[Entry]) -> Change | None:
     return max(changes, key=lambda c: c.at) if changes else None
 
 
-def stale(sweeps: Mapping[str, Mapping[str, Any]], change: Change | None) -> dict[str, Stale]:
+def stale(sweeps: Mapping[str, Mapping[str, object]], change: Change | None) -> dict[str, Stale]:
     """The sweeps (by alias) measured at or before `change`, or with no time when there is one."""
     if change is None:
         return {}

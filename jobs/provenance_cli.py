@@ -73,14 +73,15 @@ def provenance_list(as_json: bool, worktree: bool, repo: Path) -> int:
     now = dt.datetime.now(dt.UTC)
     rows = [prov.list_row(e, now) for e in entries]
     if as_json:
-        emit_json(rows)
+        emit_json([r.to_json() for r in rows])
         return 0
     for r in rows:
-        key = (r["corpus_key"] or "-")[:12]
+        key = (r.corpus_key or "-")[:12]
         click.echo(
-            f"{r['function']}  §{r['section'] or '?'}  models {','.join(r['models'] or ['-'])}  "
-            f"corpus {key}  floor {_floor(r['floor'])}  age {_age(r['age_s'])}"
-            + ("  (incomplete provenance)" if r["provenance"] == "incomplete" else "")
+            f"{r.function}  §{r.section or '?'}  models {','.join(r.models or ['-'])}  "
+            f"corpus {key}  floor {_floor(r.floor.to_json() if r.floor else None)}  "
+            f"age {_age(r.age_s)}"
+            + ("  (incomplete provenance)" if r.provenance == "incomplete" else "")
         )
     if not rows:
         click.echo("no generated function")

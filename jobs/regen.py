@@ -101,9 +101,10 @@ def manifest_for(
     """The regeneration job's manifest (pure): the batch stage (NEV_REGEN_BATCH with {function}
     and {floor}: the floor file, protected, is put back; floors rise on main after the landing),
     then the verify gate."""
+    recorded = entry.get("models")
     models = [
         m.get("alias")
-        for m in entry.get("models") or []
+        for m in (recorded if isinstance(recorded, list) else [])
         if isinstance(m, Mapping) and m.get("alias")
     ]
     stage: dict[str, Any] = {

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench.folknet import Folknet
 from lanes.base import jsonfile
-from rig.inventory.records import Host, Snapshot
+from lanes.base.inventory_record import Host, Snapshot
 
 SCHEMA = 1
 

@@ -34,8 +34,8 @@ from rig import queues
 from rig.queues import QUANTILES
 
 if TYPE_CHECKING:
+    from lanes.base.inventory_record import Summary
     from rig.dashboard.sections import DaguRun, LaneRow
-    from rig.inventory.records import Summary
 
 SOURCES = ("aliases", "jobs", "lanes", "dagu", "counts", "queues")
 GiB = 1 << 30  # the lane agent's free_gb is in GiB (statvfs bytes / 2**30)

@@ -140,7 +140,7 @@ def ledger_lines(folder: Path) -> list[dict[str, object]]:
         return []
     out: list[dict[str, object]] = []
     for f in sorted(folder.glob("*.jsonl")):
-        out += read_lenient(f)[0]
+        out += [ln.to_json() for ln in read_lenient(f)[0]]
     return out
 
 

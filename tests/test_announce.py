@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import announce
+from bench import announce, ledger
 from lanes.base import chatformat, notify
+from lanes.base.jsonfile import Fields
 from tests.helpers.webhook import Receiver, discord_problems, rig_file, slack_problems
 from tests.test_ledger import GOOD
 
@@ -30,6 +31,11 @@ def _line(k: int, **over: object) -> dict:
     }
 
 
+def _typed(*lines: dict) -> list[ledger.LedgerLine]:
+    """Lines as the ledger's reader gives them."""
+    return [ledger.parse_line(Fields("test line"), x) for x in lines]
+
+
 def _msg(a: announce.Announcement) -> notify.Notice:
     return notify.Notice(kind="landed", state="event", at="2026-12-05T11:00:00+00:00", rig="lab",
                          subject=a.name, detail=a.text(), key="landed/x/1",
@@ -39,7 +45,7 @@ def _msg(a: announce.Announcement) -> notify.Notice:
 def test_the_announcement_carries_each_batch_and_model_with_its_numbers():
     a = announce.build(
         "abspos-job",
-        [_line(1), _line(2, lane_cpu_s=4.25)],
+        _typed(_line(1), _line(2, lane_cpu_s=4.25)),
         {"abspos_width": ("0/0", "195/195")},
         "aaaaaaaaaaaa -> bbbbbbbbbbbb",
         "the guarded fast-forward",
@@ -61,7 +67,7 @@ def test_no_host_address_key_or_url_reaches_an_announcement():
     planted["models"] = {
         "a": {**GOOD["models"]["a"], "error": "http://10.0.0.5:4000 refused sk-abcdefgh12345678"}
     }
-    a = announce.build("job", [planted], {})
+    a = announce.build("job", _typed(planted), {})
     for fmt in chatformat.FORMATS:
         body = json.dumps(chatformat.render(fmt, _msg(a)))
         assert not _LEAK.search(body), (fmt, _LEAK.search(body))
@@ -74,7 +80,7 @@ def test_a_huge_announcement_is_cut_within_the_services_limits_with_a_marker(fmt
     lines = [_line(k, batch="b" * 300 + str(k)) for k in range(80)]
     for ln in lines:
         ln["models"] = {f"alias-{m}-" + "x" * 40: GOOD["models"]["a"] for m in range(12)}
-    a = announce.build("n" * 400, lines, {"abspos_width": ("1/2", "3/4")})
+    a = announce.build("n" * 400, _typed(*lines), {"abspos_width": ("1/2", "3/4")})
     body = chatformat.render(fmt, _msg(a))
     assert problems(body) == []
     assert chatformat.CUT in json.dumps(body, ensure_ascii=False) or "more not shown" in json.dumps(
@@ -83,7 +89,7 @@ def test_a_huge_announcement_is_cut_within_the_services_limits_with_a_marker(fmt
 
 
 def test_a_small_announcement_is_whole_in_every_format():
-    a = announce.build("job", [_line(1)], {"abspos_width": ("0/0", "5/10")})
+    a = announce.build("job", _typed(_line(1)), {"abspos_width": ("0/0", "5/10")})
     d = chatformat.render("discord", _msg(a))
     assert discord_problems(d) == [] and d["embeds"][0]["title"] == a.title()
     assert d["embeds"][0]["fields"][0]["value"] == a.fields()[0][1]
@@ -172,7 +178,7 @@ def test_a_persons_landing_posts_its_announcement_in_slacks_form(tmp_path: Path)
 
 
 def test_the_demos_check_of_a_discord_body_finds_what_breaks_the_limits():
-    a = announce.build("job", [_line(1)], {})
+    a = announce.build("job", _typed(_line(1)), {})
     good = chatformat.render("discord", _msg(a))
     assert chatformat.discord_problems(good) == [] == discord_problems(good)
     bad = json.loads(json.dumps(good))

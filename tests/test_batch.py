@@ -4,6 +4,7 @@ command's refusals (no lane -> exit 3)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -219,14 +220,15 @@ def _record() -> dict:
 
 def test_ledger_lines_carry_no_addresses_and_the_table_shows_each_model(tmp_path):
     line = ledger.line_for(_record())
-    assert ledger.find_address(line) is None and "<host>" in line["models"]["qwen3.8-27b-fast"]["error"]
+    assert ledger.find_address(line.to_json()) is None
+    assert "<host>" in (line.model_lines()["qwen3.8-27b-fast"].error or "")
     path = tmp_path / "ledger" / "wt.jsonl"
     ledger.append(path, line)
     ledger.append(path, line)
     rows = ledger.table(ledger.read(path))
     assert len(rows) == 3 and "qwen3.8-27b-fast" in rows[1] and "120/120" in rows[1] and "900/400" in rows[1]
     with pytest.raises(ConfigError, match="host address"):
-        ledger.append(path, {**line, "note": "from 10.0.0.7"})
+        ledger.append(path, dataclasses.replace(line, function="from 10.0.0.7"))
     assert len(ledger.read(path)) == 2
 
 

@@ -130,16 +130,16 @@ def test_a_batch_finds_the_right_answer_and_keeps_it_with_provenance_and_a_floor
     assert "corpus/block_width is not ground truth for the floors" in chk.stderr and "reference only" in chk.stderr
 
     recs = records(repo, bid)
-    lines = [x for x in ledger.read(ledger.ledger_dir(box.nas) / f"{repo.name}.jsonl") if x["batch"] == bid]
-    assert len(lines) == len(recs) >= 1 and lines[-1]["passed"] is True
+    lines = [x for x in ledger.read(ledger.ledger_dir(box.nas) / f"{repo.name}.jsonl") if x.batch == bid]
+    assert len(lines) == len(recs) >= 1 and lines[-1].passed is True
     for rec, line in zip(recs, lines, strict=True):
         m = rec.models[SAMPLING]
-        assert line["models"][SAMPLING]["candidates"] == m.candidates == m.answers == 8
-        assert line["candidates"] == rec.candidates == 8
-        assert line["compiled"] == rec.compiled == m.compiled
-        assert line["unique"] == rec.unique and line["best"] == rec.best
-        assert line["models"][SAMPLING]["tokens_out"] == sum(c["completion_tokens"] for c in rec.calls) > 0
-        assert ledger.find_address(line) is None
+        assert line.model_lines()[SAMPLING].candidates == m.candidates == m.answers == 8
+        assert line.candidates == rec.candidates == 8
+        assert line.compiled == rec.compiled == m.compiled
+        assert line.unique == rec.unique and line.best == rec.best
+        assert line.model_lines()[SAMPLING].tokens_out == sum(c["completion_tokens"] for c in rec.calls) > 0
+        assert ledger.find_address(line.to_json()) is None
         assert {"draw", "compile", "score"} <= set(rec.phases) and rec.lane_cpu_s > 0
         # duplicates compiled once: the probe saw exactly the new unique candidates
         files = list((repo / "target" / "batch" / bid / f"probe-r{rec.round}").rglob("c[0-9][0-9][0-9].rs"))
@@ -151,10 +151,11 @@ def test_a_batch_finds_the_right_answer_and_keeps_it_with_provenance_and_a_floor
     for f in (repo / "target" / "batch" / bid).rglob("*"):
         if f.is_file() and f.suffix in (".json", ".txt"):
             assert secret not in f.read_text()
-    assert secret not in r.stdout + r.stderr and secret not in json.dumps(lines)
+    stored = json.dumps([x.to_json() for x in lines])
+    assert secret not in r.stdout + r.stderr and secret not in stored
     table = nev(env, repo, "ledger")
     assert table.returncode == 0 and SAMPLING in table.stdout and "120/120" in table.stdout
-    assert "198.18" not in table.stdout and "198.18" not in json.dumps(lines)
+    assert "198.18" not in table.stdout and "198.18" not in stored
 
 
 def _marker(repo: Path) -> str:
@@ -247,8 +248,8 @@ def test_a_dead_pool_fails_that_models_share_with_a_reason_and_the_batch_goes_on
         assert "\n" not in cap_error
         assert first[SAMPLING].status is ShareStatus.OK and first[SAMPLING].candidates == 8
         assert res.passed
-        line = [x for x in ledger.read(cfg.ledger_path) if x["batch"] == res.batch_id][0]
-        assert line["models"][CAPACITY]["status"] == "failed" and ledger.find_address(line) is None
+        line = [x for x in ledger.read(cfg.ledger_path) if x.batch == res.batch_id][0]
+        assert line.model_lines()[CAPACITY].status == "failed" and ledger.find_address(line.to_json()) is None
     finally:
         b.up(lanes=len(box.lanes))
 
@@ -313,7 +314,7 @@ def test_off_a_lane_the_batch_reruns_itself_on_a_lane_and_pulls_back_what_it_kep
     prov = json.loads((wt / GEN / "block_width.provenance.json").read_text())
     assert prov["batch"]["id"] == bid and prov["verification"]["cases_passed"] == N_CASES
     assert (wt / "target/batch" / bid / "record-r1.json").is_file()
-    assert [x for x in ledger.read(box.nas / "ledger" / f"{copy}.jsonl") if x["batch"] == bid]
+    assert [x for x in ledger.read(box.nas / "ledger" / f"{copy}.jsonl") if x.batch == bid]
     assert not (box.lanes[0].host_root / copy / ".env").exists()
     assert read_key(box.keys["batch"]) not in r.stdout + r.stderr
 

@@ -32,7 +32,7 @@ def test_a_round_is_written_as_json_and_read_back_the_same(tmp_path):
     assert raw["pass@1"] == 0.125 and raw["models"]["qwen3.8-27b-fast"]["pass@5"] == 0.625
     assert raw["models"]["qwen3.8-27b-fast"]["status"] == "ok" and list(raw)[-1] == "calls"
     assert rounds.read(p) == rec and rec.pass_at_1 == 0.125
-    assert ledger.line_for(raw)["models"]["qwen3.8-27b-fast"]["tokens_in"] == 900
+    assert ledger.line_for(raw).model_lines()["qwen3.8-27b-fast"].tokens_in == 900
 
 
 @pytest.mark.parametrize("edit, field", [

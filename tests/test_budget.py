@@ -8,8 +8,10 @@ import threading
 import pytest
 
 from bench import ledger
-from bench.budget import Budget, BudgetStop, Limit, Meter, spent_in
+from bench.budget import Budget, BudgetStop, Limit, Meter
+from bench.ledger import parse_line, spent_in
 from lanes.base.errors import UsageError
+from lanes.base.jsonfile import Fields
 
 
 def test_an_unmeasured_alias_is_estimated_from_the_prompt_and_the_declared_answer_size():
@@ -107,7 +109,8 @@ def test_a_jobs_spend_is_summed_from_its_ledger_lines_and_shown_with_its_budget(
     lines = [{"models": {"a": {"tokens_in": 100, "tokens_out": 50, "gpu_s": 1.5}}},
              {"models": {"a": {"tokens_in": 10, "tokens_out": 5}, "b": {"tokens_in": 1, "tokens_out": 1}},
               "budget": {"tokens": 200, "gpu_s": None, "spent_tokens": 167, "bound": "tokens"}}]
+    lines = [parse_line(Fields("t"), x) for x in lines]
     assert spent_in(lines) == (167, 1.5)
     s = ledger.spend(lines)
-    assert s == {"tokens": 167, "gpu_s": 1.5, "budget_tokens": 200, "budget_gpu_s": None, "bound": "tokens"}
+    assert s.to_json() == {"tokens": 167, "gpu_s": 1.5, "budget_tokens": 200, "budget_gpu_s": None, "bound": "tokens"}
     assert ledger.spend_line(s) == "spent: 167 tokens of 200, 1.5 GPU-s; the budget bound (tokens)"

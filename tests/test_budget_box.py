@@ -15,7 +15,7 @@ import pytest
 
 from bench import folknet as fk
 from bench import ledger
-from bench.budget import spent_in
+from bench.ledger import spent_in
 from rig.box.poolctl import pool_control
 from tests.test_batch_box import DATA, ROOT, SAMPLING, env_for, nev, repo  # noqa: F401  (repo: a fixture)
 
@@ -32,12 +32,12 @@ def wrong_only(box, repo):  # noqa: F811
         pool_control(box, p, reset=True)
 
 
-def lines_of(box, name: str) -> list[dict]:
+def lines_of(box, name: str) -> list[ledger.LedgerLine]:
     return ledger.read(ledger.ledger_dir(box.nas) / f"{name}.jsonl")
 
 
-def calls_in(lines: list[dict]) -> int:
-    return sum(m.get("calls") or 0 for ln in lines for m in ln["models"].values())
+def calls_in(lines: list[ledger.LedgerLine]) -> int:
+    return sum(m.calls or 0 for ln in lines for m in ln.model_lines().values())
 
 
 def test_a_jobs_token_budget_stops_the_batch_before_passing_it_and_the_next_job_is_unaffected(
@@ -67,10 +67,10 @@ def test_a_jobs_token_budget_stops_the_batch_before_passing_it_and_the_next_job_
     assert per_round <= spent <= budget, (spent, budget)
     assert 2 <= len(la) < 4                          # it stopped before the rounds it was allowed
     last = la[-1]
-    assert last["budget"]["bound"] == "tokens" and last["budget"]["tokens"] == budget
-    assert last["budget"]["spent_tokens"] == spent
-    share = last["models"][SAMPLING]
-    assert share["status"] == "budget" and share["constraints"]["bound"] == "budget"
+    assert last.budget is not None and last.budget.bound == "tokens" and last.budget.tokens == budget
+    assert last.budget.spent_tokens == spent
+    share = last.model_lines()[SAMPLING]
+    assert share.status == "budget" and (share.constraints or {})["bound"] == "budget"
     # every call the pool served is in the ledger: nothing drawn unmetered
     assert pool_control(box, "gpu0")["served"] - served0 == calls_in(la)
 
@@ -87,8 +87,8 @@ def test_a_jobs_token_budget_stops_the_batch_before_passing_it_and_the_next_job_
              "--max-batches", "1")
     assert rb.returncode == 1, rb.stdout + rb.stderr      # no pass, but not the budget
     lb = lines_of(box, f"job-b-{tag}")
-    assert len(lb) == 1 and lb[0]["candidates"] == 8 and lb[0]["budget"]["bound"] is None
-    assert lb[0]["models"][SAMPLING]["status"] == "ok"
+    assert len(lb) == 1 and lb[0].candidates == 8 and lb[0].budget is not None and lb[0].budget.bound is None
+    assert lb[0].model_lines()[SAMPLING].status == "ok"
 
     # `nev ledger` shows the spend against the budget and that it bound; --json the constraints
     t = nev(env, repo, "ledger", "--worktree", f"job-a-{tag}")
@@ -162,7 +162,8 @@ def test_job_run_with_a_token_budget_ends_with_12_before_passing_it_and_the_next
     assert any("budget bound" in r for r in res.reasons), res.reasons
     la = ledger.read(ledger.ledger_dir(share) / f"job-a-{tag}.jsonl")
     spent = spent_in(la)[0]
-    assert 0 < spent <= budget and la[-1]["budget"]["bound"] == "tokens" and la[-1]["budget"]["tokens"] == budget
+    lab = la[-1].budget
+    assert 0 < spent <= budget and lab is not None and lab.bound == "tokens" and lab.tokens == budget
     assert pool_control(box, "gpu0")["served"] - served0 == calls_in(la)
     log = (tmp_path / f"job-a-{tag}" / "logs" / "gen.log").read_text()
     assert "the budget bound" in log and "bound by budget" in log
@@ -170,7 +171,7 @@ def test_job_run_with_a_token_budget_ends_with_12_before_passing_it_and_the_next
     rb = job(f"job-b-{tag}", "block_width")
     assert rb.returncode == 0, rb.stdout + rb.stderr
     lb = ledger.read(ledger.ledger_dir(share) / f"job-b-{tag}.jsonl")
-    assert lb[-1]["passed"] is True and all(ln["budget"]["bound"] is None for ln in lb)
+    assert lb[-1].passed is True and all(ln.budget is not None and ln.budget.bound is None for ln in lb)
     assert spent_in(lb)[0] <= budget
 
 
@@ -244,12 +245,13 @@ def test_a_gpu_second_budget_is_metered_from_the_measured_throughput_and_binds(s
     r = nev(env, repo, *run, "--max-batches", "4", "--budget-gpu-s", str(budget))
     assert r.returncode == 12, r.stdout + r.stderr
     lines = lines_of(box, env["NEV_LEDGER_NAME"])
-    last = lines[-1]["budget"]
-    assert last["bound"] == "gpu_s" and last["gpu_s"] == budget and 0 < last["spent_gpu_s"] <= budget
+    last = lines[-1].budget
+    assert last is not None and last.spent_gpu_s is not None
+    assert last.bound == "gpu_s" and last.gpu_s == budget and 0 < last.spent_gpu_s <= budget
     for ln in lines:      # each model's GPU-seconds: its answers' tokens over the pool's measured peak
-        m = ln["models"][SAMPLING]
-        assert abs(m["gpu_s"] - m["tokens_out"] / peak) < 0.01
-    assert abs(sum(ln["models"][SAMPLING]["gpu_s"] for ln in lines) - last["spent_gpu_s"]) < 0.01
+        m = ln.model_lines()[SAMPLING]
+        assert abs((m.gpu_s or 0) - (m.tokens_out or 0) / peak) < 0.01
+    assert abs(sum(ln.model_lines()[SAMPLING].gpu_s or 0 for ln in lines) - last.spent_gpu_s) < 0.01
     # with no sweep of the alias a GPU-second budget is refused before anything is drawn
     served = pool_control(box, "gpu0")["served"]
     bare = nev({**env, "NEV_THROUGHPUT_DIR": str(_tmp / "none")}, repo, *run, "--max-batches", "1",

@@ -11,8 +11,8 @@ import pytest
 
 from bench import folknet
 from lanes.base.errors import ConfigError
+from lanes.base.inventory_record import Snapshot
 from rig import capacity as cap
-from rig.inventory.records import Snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 

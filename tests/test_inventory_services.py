@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from lanes.base.inventory_record import HostDoc, Snapshot
 from lanes.base.jsonfile import Fields
 from lanes.base.mask import is_secret_name, mask
 from lanes.base.ssh import Target
 from rig.box import inventory_services as isv
 from rig.box import plan
 from rig.inventory import advertise, collect, reach
-from rig.inventory.records import HostDoc, Snapshot
 
 LAYOUT = plan.Layout("ibox", "198.18.44", 2)
 BOX = Path("/srv/boxes/ibox")

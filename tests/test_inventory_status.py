@@ -11,10 +11,10 @@ import pytest
 
 from bench import folknet
 from lanes.base.errors import ConfigError
+from lanes.base.inventory_record import AliasState, Host, HostDoc, Snapshot
 from lanes.base.jsonfile import Fields
 from rig.inventory import inventoryfile, status
 from rig.inventory.probe import Outcome, Policy, advance
-from rig.inventory.records import AliasState, Host, HostDoc, Snapshot
 
 T0 = dt.datetime(2026, 11, 30, 10, 0, 0, tzinfo=dt.UTC)
 OK = Outcome(True, 0.05)

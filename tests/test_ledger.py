@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from bench import ledger
-from bench.budget import spent_in
+from bench.ledger import spent_in
 from lanes.base.errors import ConfigError
 
 GOOD = {"batch": "b1", "function": "f", "round": 1, "start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:01:00Z",

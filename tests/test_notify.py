@@ -20,9 +20,9 @@ import pytest
 
 from lanes.base import notify
 from lanes.base.errors import ConfigError
+from lanes.base.inventory_record import Snapshot
 from rig import rigfile
 from rig.inventory import status as inv_status
-from rig.inventory.records import Snapshot
 from tests.helpers.job_helpers import ROOT, nev
 from tests.helpers.webhook import TOKEN, Receiver, rig_file
 from tests.test_job_poll import _env as poll_env

@@ -232,7 +232,7 @@ def test_old_format_record_is_incomplete_never_fresh_never_an_error() -> None:
     raw = json.loads(
         (ROOT / ENGINE / "crates/layout/src/generated" / f"{FN}.provenance.json").read_text()
     )
-    e = prov.Entry(FN, raw, None)
+    e = prov.Entry(FN, prov.Record.of(raw), None)
     (f,) = prov.stale([e], prov.Current())
     assert f.action == prov.INCOMPLETE and "definitions" in f.reasons[0].text
     assert prov.bom_row(e)["provenance"] == "incomplete"

@@ -25,6 +25,7 @@ from bench.readiness import (
     report,
 )
 from lanes.base.errors import ConfigError
+from lanes.base.inventory_record import Snapshot as Inventory
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = dt.datetime(2026, 11, 30, 10, 0, 0, tzinfo=dt.UTC)
@@ -61,7 +62,8 @@ def declared(tmp_path: Path) -> folknet.Folknet:
 
 
 def run_check(needs: list[Need], data: dict | None, declared: folknet.Folknet, key: str | None = "batch"):
-    snap = Snapshot("snap.json", data, None if data is not None else "missing")
+    typed = None if data is None else Inventory.from_json(data, "snap.json")
+    snap = Snapshot("snap.json", typed, None if data is not None else "missing")
     return check(Needs(needs, key), snap, declared, NOW)
 
 
@@ -236,3 +238,17 @@ def test_committed_folknet_declares_a_retired_alias_and_names_no_host():
     assert any(a.is_retired() for a in fk.aliases.values())
     text = (ROOT / "bench" / "folknet.json").read_text()
     assert "198.18." not in text and "@" not in text and "http" not in text
+
+
+def test_a_snapshot_with_a_bad_field_is_a_transient_reason_naming_the_field(tmp_path, declared):
+    """The check reads the snapshot as the typed record every reader shares: a field of the wrong
+    type is named (file and field) in one transient reason, as a missing snapshot is."""
+    p = tmp_path / "inventory.json"
+    data = snap_data({"fast": "ready"})
+    data["aliases"]["fast"]["fails"] = "2"
+    p.write_text(json.dumps(data))
+    snap = read_snapshot(p)
+    assert snap.data is None and "aliases.fast.fails" in (snap.problem or "")
+    reasons = check(Needs([Need("fast")], "batch"), snap, declared, NOW)
+    assert [r.kind for r in reasons] == [ReasonKind.SNAPSHOT_MISSING] and exit_code(reasons) == 3
+    assert "\n" not in reasons[0].message and str(p) in reasons[0].message

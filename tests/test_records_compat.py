@@ -85,7 +85,7 @@ def test_job_records_written_by_the_previous_version_read_back_and_write_the_sam
     assert "\n" not in str(e.value) and "jobs.clamp-px" in str(e.value) and "sends" in str(e.value)
 
 
-# -- the inventory snapshot (rig/inventory/records.py) ---------------------------------------------
+# -- the inventory snapshot (lanes/base/inventory_record.py) ---------------------------------------------
 
 INVENTORY = DATA / "inventory-v0.1.json"    # written by collect's merge and three probe rounds
 
@@ -344,3 +344,157 @@ def test_a_corpus_manifest_with_a_field_of_another_type_is_not_ground_truth(tmp_
     assert man is not None and man.content_sha256 is None and man.engines is None
     assert store.verify(folder) == f"{folder}: cases.jsonl does not match manifest content_sha256"
     assert truth.not_ground_truth(man) == "its manifest names no engines"
+
+
+def test_a_ledger_written_by_the_previous_version_reads_as_typed_lines_and_prints_as_stored():
+    from bench import ledger
+
+    path = DATA / "ledger-v0.1.jsonl"
+    lines = ledger.read(path)
+    assert [ln.round for ln in lines] == [1, 2] and lines[1].escalated is True
+    fast = lines[0].model_lines()["qwen3.8-27b-fast"]
+    assert (fast.tokens_in, fast.tokens_out, fast.draw_s, fast.calls) == (900, 400, 12.5, 4)
+    assert fast.first_byte_s is None and (fast.constraints or {})["bound"] == "cooldown"
+    assert lines[0].model_lines()["big"].error == "HTTP 500: <host> went away"
+    assert lines[0].budget is None and lines[1].budget is not None
+    assert (lines[1].budget.tokens, lines[1].budget.bound) == (5000, "tokens")
+    # each line written back (`nev ledger --json`) byte for byte as the old version stored it
+    stored = path.read_text().splitlines()
+    assert [json.dumps(ln.to_json(), sort_keys=True) for ln in lines] == stored
+    assert ledger.spent_in(lines) == (2600, 3.5)
+    s = ledger.spend(lines)
+    assert (s.budget_tokens, s.bound) == (5000, "tokens")
+    rows = ledger.table(lines)
+    assert len(rows) == 5 and "151/195" in rows[2] and "bound by cooldown" in rows[2]
+
+
+def test_a_malformed_ledger_line_is_refused_in_one_line(tmp_path: Path):
+    from bench import ledger
+
+    lines = (DATA / "ledger-v0.1.jsonl").read_text().splitlines(keepends=True)
+    bad = lines[1].replace('"tokens_in": 900', '"tokens_in": -900', 1)
+    p = tmp_path / "wt.jsonl"
+    p.write_text(lines[0] + bad)
+    with pytest.raises(ConfigError) as e:
+        ledger.read(p)
+    msg = str(e.value)
+    assert "\n" not in msg and "wt.jsonl: line 2" in msg and "models.qwen3.8-27b-fast.tokens_in" in msg
+    # the lenient readers skip it and count it; the good line is still read
+    got, unreadable = ledger.read_lenient(p)
+    assert [ln.round for ln in got] == [1] and unreadable == 1
+
+
+def test_a_run_manifest_written_by_the_previous_version_reads_typed_and_hashes_the_same():
+    from bench import runmanifest as rm
+    from bench.provenance import CorpusBlock, SpecBlock
+
+    path = DATA / "runmanifest-v0.1.json"
+    m = rm.load(path)
+    assert (m.function, m.seed_base, m.corpus_cases) == ("abspos_width", "15", 195)
+    assert [(a.alias, a.role, a.n, a.model_id) for a in m.aliases] == [
+        ("qwen3.8-27b-fast", "share", 8, "openai/qwen3.8-27b-fast"),
+        ("deepseek-v4.1-flash", "escalation", 2, None)]
+    assert (m.run.max_batches, m.run.escalate) == (3, "deepseek-v4.1-flash:2:2")
+    assert rm.text(m) == path.read_bytes()          # drawing again pins the same bytes, the same hash
+    # the same inputs built by this version make the same bytes
+    again = rm.build(
+        function="abspos_width",
+        spec=SpecBlock(None, "CSS 2.1", "10.3.7", "t", "s", "bench/specs/abspos_width.md", "a" * 64),
+        prefix_sha256="b" * 64,
+        aliases=[rm.PinnedAlias("qwen3.8-27b-fast", "share", 8, 4),
+                 rm.PinnedAlias("deepseek-v4.1-flash", "escalation", 2, 2)],
+        served={"qwen3.8-27b-fast": {"model_id": "openai/qwen3.8-27b-fast", "fingerprint": None}},
+        corpus=CorpusBlock("abspos_width", "c" * 64, {"chromium": "156.0.7", "firefox": "153.0"},
+                           "e" * 64, 195),
+        seed_base="15", run=m.run, engine_commit="d" * 40,
+        nev={"version": "0.1.0", "key": "0123456789abcdef"})
+    assert rm.text(again) == path.read_bytes() and rm.difference(m, again) is None
+
+
+def _refused_in_one_line(read, fixture: str, edit, path: Path, field: str) -> None:
+    """The fixture, edited, written to `path` and read: one ConfigError line naming file and field."""
+    data = json.loads((DATA / fixture).read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError) as e:
+        read(path)
+    msg = str(e.value)
+    assert "\n" not in msg and path.name in msg and field in msg, msg
+
+
+def test_a_malformed_run_manifest_is_refused_in_one_line(tmp_path: Path):
+    from bench import runmanifest as rm
+
+    _refused_in_one_line(rm.load, "runmanifest-v0.1.json",
+                         lambda d: d["aliases"][1].update(n="two"), tmp_path / "manifest.json",
+                         "aliases[1].n")
+
+
+def test_a_round_record_written_by_the_previous_version_reads_typed_and_writes_the_same(tmp_path: Path):
+    from bench import ledger, rounds
+    from bench.rounds import ShareStatus
+
+    path = DATA / "round-record-v0.1.json"
+    rec = rounds.read(path)
+    fast, big = rec.models["qwen3.8-27b-fast"], rec.models["big"]
+    assert (rec.round, rec.escalated, rec.best, rec.pass_at_1) == (2, True, 120, 0.125)
+    assert (fast.gateway_waits, fast.gpu_s, fast.constraints["bound"]) == (2, 1.75, "cooldown")
+    assert big.status is ShareStatus.FAILED and big.best is None and big.note
+    assert rec.budget["spent_tokens"] == 2600 and rec.calls[0]["first_byte_s"] == 0.5
+    assert rounds.read(rounds.write(tmp_path, rec)) == rec     # written back, it reads the same
+    line = ledger.line_for(json.loads(path.read_text()))   # the ledger's line drawn from it
+    assert line.model_lines()["qwen3.8-27b-fast"].first_byte_s == (0.5,)
+    assert line.budget is not None and line.budget.spent_tokens == 2600
+
+
+def test_a_malformed_round_record_is_refused_in_one_line(tmp_path: Path):
+    from bench import rounds
+
+    _refused_in_one_line(rounds.read, "round-record-v0.1.json",
+                         lambda d: d["models"]["big"].update(status="maybe"),
+                         tmp_path / "record-r2.json", "models.big.status")
+
+
+def _engine_with(tmp_path: Path, record: str) -> Path:
+    gen = tmp_path / "engine" / "crates/layout/src/generated"
+    gen.mkdir(parents=True)
+    (gen / "abspos_width.provenance.json").write_text(record)
+    (gen / "abspos_width.rs").write_text("pub fn abspos_width() -> f32 { 0.0 }\n")
+    return tmp_path
+
+
+def test_a_provenance_record_written_by_the_previous_version_reads_as_a_typed_record(tmp_path: Path):
+    from bench import provenance as prov
+    from bench.provenance_tree import Tree, load_index
+
+    text = (DATA / "provenance-v0.1.json").read_text()
+    (e,) = load_index(Tree(_engine_with(tmp_path, text)), "engine")
+    r = e.record
+    assert e.function == "abspos_width" and e.missing == [] and r.doc == json.loads(text)
+    assert (r.spec_section, r.spec_file, r.signature) == (
+        "10.3.7", "nev:bench/specs/abspos_width.md", "pub fn abspos_width(style: &Style, cb: f32) -> f32")
+    assert r.definitions is not None and set(r.definitions) == {"Len", "Len::resolve"}
+    assert (r.corpus_key, r.corpus_engines) == ("c" * 64, {"chromium": "156.0.7", "firefox": "153.0"})
+    assert r.batch_aliases == ("qwen3.8-27b-fast", "deepseek-v4.1-flash")
+    row = prov.list_row(e, prov.dt.datetime(2026, 12, 6, tzinfo=prov.dt.UTC))
+    assert row.models == r.batch_aliases and row.provenance == "complete" and row.age_s
+    bom = prov.bom_row(e)
+    assert bom["seeds"] == {"base": "15", "calls": json.loads(text)["seeds"]["calls"]}
+    # a corpus of other browsers: a redump, named by what changed
+    from crates_bridge.corpus import Manifest
+
+    man = Manifest("abspos_width", 195, 0.5, {"chromium": "157.0", "firefox": "153.0"}, {"key": "9" * 64})
+    (f,) = prov.stale([e], prov.Current(corpora={"abspos_width": man},
+                                        specs={"abspos_width": r.spec_text_sha256}))
+    assert f.action == prov.REDUMP and "chromium 156.0.7 → 157.0" in f.reasons[0].text
+
+
+def test_a_malformed_provenance_record_is_refused_in_one_line(tmp_path: Path):
+    from bench.provenance_tree import Tree, load_index
+
+    data = json.loads((DATA / "provenance-v0.1.json").read_text())
+    data["verification"]["cases_passed"] = -1
+    with pytest.raises(ConfigError) as e:
+        load_index(Tree(_engine_with(tmp_path, json.dumps(data))), "engine")
+    msg = str(e.value)
+    assert "\n" not in msg and "abspos_width.provenance.json" in msg and "verification.cases_passed" in msg

@@ -3,22 +3,34 @@ written once and never over, and drawing again names the first input that no lon
 
 from __future__ import annotations
 
-import copy
+from dataclasses import replace
 
 import pytest
 
 from bench import runmanifest as rm
+from bench.provenance import CorpusBlock, SpecBlock
 from lanes.base.errors import ConfigError
 
 
-def _manifest(**over: object) -> dict:
+def _spec(file: str, sha: str) -> SpecBlock:
+    return SpecBlock(None, "CSS 2.1", "10.3.7", "Absolutely positioned", "https://example.invalid",
+                     file, sha)
+
+
+def _corpus(**over: object) -> CorpusBlock:
+    c = {"name": "abspos_width", "key": "c" * 64, "engines": {"chromium": "156", "firefox": "153"},
+         "content_sha256": "ignored", "cases": 120, **over}
+    return CorpusBlock(**c)  # type: ignore[arg-type]
+
+
+def _manifest(**over: object) -> rm.RunManifest:
     base = dict(
         function="abspos_width",
-        spec={"file": "bench/specs/abspos_width.md", "text_sha256": "a" * 64},
+        spec=_spec("bench/specs/abspos_width.md", "a" * 64),
         prefix_sha256="b" * 64,
         aliases=[
-            {"alias": "qwen3.8-27b-fast", "role": "share", "n": 4, "inflight": 4},
-            {"alias": "deepseek-v4.1-flash", "role": "escalation", "n": 2, "inflight": 2},
+            rm.PinnedAlias("qwen3.8-27b-fast", "share", 4, 4),
+            rm.PinnedAlias("deepseek-v4.1-flash", "escalation", 2, 2),
         ],
         served={
             "qwen3.8-27b-fast": {"model_id": "qwen3.8-27b-fast", "fingerprint": "stand-in-gpu0"},
@@ -27,20 +39,9 @@ def _manifest(**over: object) -> dict:
                 "fingerprint": "stand-in-gpu1",
             },
         },
-        corpus={
-            "name": "abspos_width",
-            "key": "c" * 64,
-            "engines": {"chromium": "156", "firefox": "153"},
-            "cases": 120,
-            "content_sha256": "ignored",
-        },
+        corpus=_corpus(),
         seed_base="15",
-        run={
-            "models": "qwen3.8-27b-fast:4:4",
-            "escalate": "deepseek-v4.1-flash:2:2",
-            "max_batches": 3,
-            "escalate_after": 1,
-        },
+        run=rm.RunOptions("qwen3.8-27b-fast:4:4", "deepseek-v4.1-flash:2:2", 3, 1),
         engine_commit="d" * 40,
         nev={"version": "0.1.0", "key": "0123456789abcdef"},
     )
@@ -51,19 +52,17 @@ def _manifest(**over: object) -> dict:
 def test_the_same_inputs_make_the_same_bytes_and_each_input_changed_is_named():
     m = _manifest()
     assert rm.digest(m) == rm.digest(_manifest()) and rm.difference(m, _manifest()) is None
-    assert m["aliases"][0]["model_id"] == "qwen3.8-27b-fast" and "content_sha256" not in m["corpus"]
-    served = copy.deepcopy(m)
-    served["aliases"][1]["model_id"] = "deepseek-v4.2-flash"
+    assert m.aliases[0].model_id == "qwen3.8-27b-fast" and "content_sha256" not in m.to_json()["corpus"]
+    served = replace(m, aliases=(m.aliases[0], replace(m.aliases[1], model_id="deepseek-v4.2-flash")))
     assert rm.difference(m, served) == (
         "alias deepseek-v4.1-flash now serves model deepseek-v4.2-flash, "
         "the manifest pinned deepseek-v4.1-flash"
     )
-    gone = copy.deepcopy(m)
-    gone["aliases"][0]["model_id"] = None
+    gone = replace(m, aliases=(replace(m.aliases[0], model_id=None), m.aliases[1]))
     assert rm.difference(m, gone) == (
         "alias qwen3.8-27b-fast now serves model none, the manifest pinned qwen3.8-27b-fast"
     )
-    spec = _manifest(spec={"file": "x", "text_sha256": "e" * 64})
+    spec = _manifest(spec=_spec("x", "e" * 64))
     assert (
         rm.difference(m, spec)
         == "the spec text changed (sha256 aaaaaaaaaaaaaaaa pinned, eeeeeeeeeeeeeeee now)"
@@ -71,14 +70,7 @@ def test_the_same_inputs_make_the_same_bytes_and_each_input_changed_is_named():
     assert rm.difference(m, _manifest(prefix_sha256="f" * 64)).startswith(
         "the prompt's shared prefix changed"
     )
-    browsers = _manifest(
-        corpus={
-            "name": "abspos_width",
-            "key": "c" * 64,
-            "cases": 120,
-            "engines": {"chromium": "157", "firefox": "153"},
-        }
-    )
+    browsers = _manifest(corpus=_corpus(engines={"chromium": "157", "firefox": "153"}))
     assert "the browsers changed" in rm.difference(m, browsers)  # type: ignore[operator]
     assert rm.difference(m, _manifest(engine_commit="9" * 40)).startswith(
         "the engine's commit changed"
@@ -87,8 +79,7 @@ def test_the_same_inputs_make_the_same_bytes_and_each_input_changed_is_named():
         "nev changed (key 0123456789abcdef pinned, fedcba9876543210 now)"
     )
     # the fingerprint is recorded, not checked (a pool's replicas name themselves)
-    fp = copy.deepcopy(m)
-    fp["aliases"][0]["fingerprint"] = "stand-in-gpu0-r1"
+    fp = replace(m, aliases=(replace(m.aliases[0], fingerprint="stand-in-gpu0-r1"), m.aliases[1]))
     assert rm.difference(m, fp) is None
 
 

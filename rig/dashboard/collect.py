@@ -243,17 +243,15 @@ def batches() -> BatchesSection:
     d = ledger_dir()
     from bench.ledger import read_lenient, spend
 
-    lines: list[dict[str, object]] = []
+    lines: list[dict[str, object]] = []      # each line's JSON as stored, and its ledger's name
     spends: dict[str, Spend] = {}
     bad = 0
     for f in sorted(d.glob("*.jsonl")):
         mine, unreadable = read_lenient(f)
         bad += unreadable
-        for obj in mine:
-            obj["_worktree"] = f.stem
-        lines += mine
+        lines += [{**ln.to_json(), "_worktree": f.stem} for ln in mine]
         if mine:
-            spends[f.stem] = Spend.of(spend(mine))
+            spends[f.stem] = spend(mine)
     lines.sort(key=lambda ln: parse_time(ln.get("end")) or parse_time(ln.get("start")) or 0.0)
     return BatchesSection(str(d), lines, batch_points(lines), bad, spends)
 

@@ -17,7 +17,7 @@ from rig.dashboard import sections as sec
 from rig.inventory.status import age
 
 if TYPE_CHECKING:
-    from rig.inventory.records import RowJson
+    from lanes.base.inventory_record import RowJson
     from rig.queues import Figures, QueueSummary
     from rig.serving.state import ReplicaState
 

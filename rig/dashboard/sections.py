@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from bench.ledger import Spend  # a worktree's or job's spend against its budget
+
 if TYPE_CHECKING:  # the types only: the page loads none of the sources' modules
     from jobs.lanestate import LaneSummary
-    from rig.inventory.records import RowJson
+    from lanes.base.inventory_record import RowJson
     from rig.queues import QueueSummary
     from rig.serving.state import ReplicaState
 
@@ -155,26 +157,6 @@ class BatchPoint:
     compiled: object
     candidates: object
     compiled_share: float | None
-
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Spend:
-    """A worktree's or job's spend against its budget (`bench.ledger.spend`'s figures)."""
-
-    tokens: object
-    gpu_s: object
-    budget_tokens: object
-    budget_gpu_s: object
-    bound: str | None
-
-    @classmethod
-    def of(cls, s: dict[str, object]) -> Spend:
-        b = s.get("bound")
-        return cls(s.get("tokens"), s.get("gpu_s"), s.get("budget_tokens"), s.get("budget_gpu_s"),
-                   str(b) if b else None)
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

@@ -25,13 +25,13 @@ import requests
 
 from bench.folknet import Folknet
 from lanes.base.errors import ConfigError
+from lanes.base.inventory_record import Host, HostDoc, Snapshot
 from lanes.base.jsonfile import Fields
 from lanes.base.mask import mask
 from lanes.base.ui import info
 from rig.inventory import inventoryfile
 from rig.inventory.advertise import SERVICE_TYPE, check_interface, sanitize
 from rig.inventory.reach import Reach, host_vars
-from rig.inventory.records import Host, HostDoc, Snapshot
 
 FETCH_TIMEOUT = 3.0
 

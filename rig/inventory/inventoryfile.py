@@ -24,8 +24,8 @@ from pathlib import Path
 from bench.folknet import Folknet
 from lanes.base import jsonfile, settings
 from lanes.base.errors import ConfigError
+from lanes.base.inventory_record import RETIRED, SCHEMA, UNKNOWN, AliasState, Snapshot
 from lanes.base.ui import info
-from rig.inventory.records import RETIRED, SCHEMA, UNKNOWN, AliasState, Snapshot
 
 DECLARED_FIELDS = ("pool", "provider", "max_inflight", "tier", "retired", "keys", "health")
 

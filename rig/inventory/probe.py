@@ -26,11 +26,11 @@ from bench.folknet import Alias, Folknet
 from bench.gateway_http import Endpoint, Unreachable
 from lanes.base import settings
 from lanes.base.errors import ConfigError
+from lanes.base.inventory_record import AliasState, Snapshot
 from lanes.base.mask import mask
 from lanes.base.ui import info
 from rig.inventory import inventoryfile as snapshot
 from rig.inventory import status as inv_status
-from rig.inventory.records import AliasState, Snapshot
 
 READY = "ready"
 FAILING = "failing"

@@ -21,9 +21,9 @@ from pathlib import Path
 from lanes import lanesfile
 from lanes.base import jsonfile, settings
 from lanes.base import ssh as lanes_ssh
+from lanes.base.inventory_record import HostDoc
 from lanes.base.ssh import Target
 from rig import rigfile
-from rig.inventory.records import HostDoc
 
 
 @dataclass(frozen=True)

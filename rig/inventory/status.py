@@ -2,7 +2,7 @@
 
 `rows`, `summary` and `render` are pure; `load_local` and `load_from_lane` fetch the
 snapshot (the lane's over SSH, read with `cat` through the one SSH module) and parse it into the
-typed record (`rig.inventory.records.Snapshot`) at that edge. The summary is `nev rig status
+typed record (`lanes.base.inventory_record.Snapshot`) at that edge. The summary is `nev rig status
 --json`'s document (`Summary`), also read by the metrics, the dashboard and `nev doctor`.
 """
 
@@ -16,8 +16,8 @@ from bench.readiness import parse_time
 from lanes import lanesfile
 from lanes.base import jsonfile, notify, settings
 from lanes.base.errors import ConfigError, NevError
+from lanes.base.inventory_record import RowJson, Snapshot, Summary
 from lanes.base.isotime import age
-from rig.inventory.records import RowJson, Snapshot, Summary
 
 
 def _since(value: str | None, now: dt.datetime) -> float | None:

@@ -33,9 +33,9 @@ from typing import Any
 
 from lanes.base import jsonfile, notify, settings
 from lanes.base.errors import NevError
+from lanes.base.inventory_record import RowJson
 from lanes.base.mask import mask
 from lanes.base.ui import info
-from rig.inventory.records import RowJson
 from rig.rigfile import RigFile, Role
 from rig.serving.declared import Replica, ServingRole
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rig.inventory.records import Summary
+from lanes.base.inventory_record import Summary
 from rig.rigfile import RigFile
 from rig.serving.declared import ServingRole
 from rig.serving.haproxy import Admin, Server

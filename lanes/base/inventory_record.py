@@ -1,6 +1,7 @@
 """The inventory snapshot as typed records: one family shared by its writers (`nev rig collect`,
 `nev rig probe`) and its readers (`nev rig status`, the dashboard, the metrics, `nev rig
-capacity`, the Ansible export).
+capacity`, the Ansible export, and the job's inventory check, `bench/readiness.py`: it lives in
+the foundation so that `bench`, which may not import `rig`, reads the same record).
 
 Parsed once at the edge: the snapshot file (`Snapshot.from_json`, from `inventoryfile.read` for
 the writers and `status.load` for the readers) and a host's served inventory on the wire
