@@ -162,13 +162,14 @@ def test_the_demo_bank_has_only_wrong_answers_below_the_capacity_tier():
 
 def test_the_demo_tells_a_rendered_corpus_from_a_copied_one_by_the_build_summary(tmp_path):
     from bench.oracle.build import BuildResult, summary_lines
+    from bench.oracle.store import StoreManifest
     from rig.box.demo.steps import rendered_corpora
 
-    man = {"key": "ab" * 32, "cases": 3, "generated": 4, "quarantined": 0, "agreement": {"3/3": 4},
-           "engines": {"chromium": "156"}}
+    man = StoreManifest.of({"key": "ab" * 32, "cases": 3, "generated": 4, "quarantined": 0,
+                            "agreement": {"3/3": 4}, "engines": {"chromium": "156"}})
     made = BuildResult(tmp_path / "corpus" / "abspos_width", True, man, rates={"chromium": 1.0})
     copied = BuildResult(tmp_path / "corpus" / "block_width", True, man, rendered=False,
-                         shared=tmp_path / "corpora" / f"block_width-{man['key'][:16]}")
+                         shared=tmp_path / "corpora" / f"block_width-{man.key[:16]}")
     found = BuildResult(tmp_path / "corpus" / "other", False, man)
     out = "\n".join(summary_lines(made) + summary_lines(copied) + summary_lines(found))
     assert rendered_corpora(out) == ["abspos_width"]
