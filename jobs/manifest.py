@@ -92,6 +92,7 @@ class Manifest:
     digest: str = ""
     budget_tokens: int | None = None
     budget_gpu_s: float | None = None
+    # the manifest's YAML as the user wrote it (its digest is the run's), passed through
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def has_writer(self) -> bool:

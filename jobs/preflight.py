@@ -53,6 +53,7 @@ class Facts:
     min_left_s: float
     writer: bool = False
     gate: bool = False
+    # keys of the requirements this version does not know: kept as the user wrote them
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -107,6 +107,7 @@ def manifest_for(
         for m in (recorded if isinstance(recorded, list) else [])
         if isinstance(m, Mapping) and m.get("alias")
     ]
+    # the regen job's stage as a Dagu workflow step: a YAML document built to be dumped
     stage: dict[str, Any] = {
         "name": "gen",
         "kind": "batch",

@@ -496,7 +496,7 @@ def on(worktree: Path, command: list[str], *, lane_only: bool = False, pull: Seq
 def lane_status() -> list[dict[str, Any]]:
     """`nev lane list`: every configured lane, answering or not, free disk, copies, gates running."""
     lf = lanesfile.configured(require=False, strict=True)
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []  # `nev lane list --json`'s rows: JSON documents to emit
     for lane in lf.lanes:
         row: dict[str, Any] = {"index": lane.index, "ssh": lane.ssh, "name": lane.name, "root": lane.root,
                                "answers": False, "free_gb": None, "copies": [], "running": []}

@@ -34,7 +34,7 @@ def mask_bytes(data, secrets):
         data = data.replace(s, b"***")
     return URL_CRED.sub(rb"\1***@", data)
 """
-_mask_ns: dict[str, Any] = {}
+_mask_ns: dict[str, Any] = {}  # the namespace the masking program is run in (exec)
 exec(compile(MASK_SOURCE, "lanes.agent.output.MASK_SOURCE", "exec"), _mask_ns)  # noqa: S102 - our own source, one definition
 secret_bytes: Callable[[list[str]], list[bytes]] = _mask_ns["secret_bytes"]
 mask_bytes: Callable[[bytes, list[bytes]], bytes] = _mask_ns["mask_bytes"]

@@ -17,6 +17,7 @@ NAMES = ("lanes", "rig", "folknet")
 @cache
 def load(name: str) -> dict[str, Any]:
     """The schema `name` (one of NAMES), as shipped with nev."""
+    # a JSON Schema document, walked by key (`keys`): nev ships it, no user writes it
     doc: dict[str, Any] = json.loads((HERE / f"{name}.schema.json").read_text(encoding="utf-8"))
     return doc
 

@@ -14,6 +14,7 @@ from lanes.base.chatformat import discord_problems
 
 class Receiver:
     def __init__(self) -> None:
+        # each POST as it came: a JSON document from the sender, read by key in the demo's checks
         self.bodies: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         me = self
