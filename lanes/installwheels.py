@@ -29,7 +29,6 @@ import zipfile
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from lanes.base.errors import NevError
 
@@ -47,18 +46,27 @@ def _dist(name: str) -> metadata.Distribution | None:
         return None
 
 
+def _marker_class() -> type | None:
+    """An evaluator of requirement markers: packaging's, else pip's copy of it; None when this
+    environment has neither (a uv tool environment has no pip)."""
+    try:
+        from packaging import markers
+    except ImportError:
+        try:
+            from pip._vendor.packaging import markers  # type: ignore[no-redef]
+        except ImportError:
+            return None
+    return markers.Marker
+
+
 def _marker_true(marker: str, extras: set[str]) -> bool:
     """Whether a requirement's marker holds here, for the extras asked of its distribution."""
-    import importlib
-
-    for where in ("packaging.markers", "pip._vendor.packaging.markers"):
-        try:
-            m: Any = importlib.import_module(where).Marker(marker)
-        except ImportError:
-            continue
+    cls = _marker_class()
+    if cls is not None:
+        m = cls(marker)
         return any(m.evaluate({"extra": e}) for e in (extras or {""}))
-    # no evaluator here (a uv tool environment has no pip): an extra's requirement only for that extra;
-    # any other marker is taken as true for what is installed (`_closure` skips what is not)
+    # no evaluator: an extra's requirement only for that extra; any other marker is taken as
+    # true for what is installed (`_closure` skips what is not)
     wanted = re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", marker)
     return not wanted or any(_norm(w) in extras for w in wanted)
 
